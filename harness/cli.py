@@ -1,0 +1,69 @@
+"""The ``provnet`` console script: one front for every package.
+
+Each package contributes a ``register(subparsers)`` function in its own
+``cli`` module; handlers import their heavy dependencies lazily so that
+``provnet experiment …`` never imports grpc or aiosqlite.
+
+Exit codes: 0 success, 1 a check failed (e.g. invalid evidence, a smoke step
+deviated), 2 bad input or usage (file, line/key and what was expected are
+printed; never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+__all__ = ["UsageError", "build_parser", "main"]
+
+#: Modules that provide ``register(subparsers) -> None``; missing ones are
+#: skipped so a partial checkout still gives a working CLI.
+_SUBCOMMAND_MODULES = (
+    "harness.cli_experiment",
+    "harness.cli_audit",
+    "contracts.cli",
+    "nodes.cli",
+)
+
+
+class UsageError(Exception):
+    """Bad user input: printed as ``provnet: error: <message>``, exit 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="provnet",
+        description="Cross-agent provenance testbed: experiment, contracts, nodes.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in _SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        register: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]
+        register = module.register
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except UsageError as exc:
+        print(f"provnet: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("provnet: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

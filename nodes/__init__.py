@@ -1,0 +1,3 @@
+"""provnet nodes: gRPC agent nodes with durable hop logs."""
+
+__all__: list[str] = []
