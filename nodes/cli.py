@@ -1,0 +1,377 @@
+"""``provnet node`` and ``provnet cluster``: run one node, or a local cluster of them.
+
+``provnet node [flags]`` runs a node in the foreground until SIGTERM/SIGINT;
+every flag has an environment fallback (``PROVNET_NAME``, ``PROVNET_LISTEN``,
+``PROVNET_DATA_DIR``, ``PROVNET_PEERS``, ``PROVNET_FAULT``,
+``PROVNET_LOG_FORMAT``, …) so that local processes and Compose containers
+use one entrypoint with one configuration. ``provnet node health --addr``
+asks a node's gRPC health service (the Compose healthcheck).
+
+``provnet cluster up|status|down|smoke`` manages N local node processes
+under ``$PROVNET_HOME`` (see :mod:`nodes.cluster`, :mod:`nodes.smoke`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["NODE_FLAGS", "NodeFlag", "node_settings", "register"]
+
+if TYPE_CHECKING:
+    _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def _error(message: str) -> int:
+    print(f"provnet: error: {message}", file=sys.stderr)
+    return 2
+
+
+# --------------------------------------------------------------------------- node
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFlag:
+    """One ``provnet node`` flag and the environment variable it falls back to."""
+
+    flag: str
+    env: str
+    help: str
+    default: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+#: Flags of ``provnet node``; local cluster processes and Compose services set
+#: the same variables. Resolution: flag, else variable, else default.
+NODE_FLAGS: tuple[NodeFlag, ...] = (
+    NodeFlag("--name", "PROVNET_NAME", "node label (lower-case, e.g. a)"),
+    NodeFlag("--listen", "PROVNET_LISTEN", "host:port to serve on", "127.0.0.1:50051"),
+    NodeFlag("--data-dir", "PROVNET_DATA_DIR", "directory for the key file and the hop log"),
+    NodeFlag(
+        "--peers",
+        "PROVNET_PEERS",
+        "known nodes: 'name=host:port[,pubkey]' entries separated by ';' or spaces",
+        "",
+    ),
+    NodeFlag(
+        "--fault",
+        "PROVNET_FAULT",
+        "fault mode for tests: none, refuse, tamper, equivocate, slow, drop, crash",
+        "none",
+    ),
+    NodeFlag(
+        "--fault-delay-ms", "PROVNET_FAULT_DELAY_MS", "delay of the 'slow' fault mode", "0"
+    ),
+    NodeFlag(
+        "--log-format", "PROVNET_LOG_FORMAT", "auto (console on a TTY), json, console", "auto"
+    ),
+    NodeFlag("--log-level", "PROVNET_LOG_LEVEL", "debug, info, warning, error", "info"),
+    NodeFlag(
+        "--max-message-bytes",
+        "PROVNET_MAX_MESSAGE_BYTES",
+        "largest gRPC message accepted or sent",
+        str(4 * 1024 * 1024),
+    ),
+    NodeFlag(
+        "--shutdown-grace-s",
+        "PROVNET_SHUTDOWN_GRACE_S",
+        "seconds in-flight calls get on SIGTERM",
+        "5",
+    ),
+)
+
+
+def node_settings(
+    args: argparse.Namespace, env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Resolve every node flag: the flag if given, else its variable, else its default.
+
+    Missing required settings (no default) raise ``ValueError`` naming both spellings.
+    """
+    environ = os.environ if env is None else env
+    settings: dict[str, str] = {}
+    for spec in NODE_FLAGS:
+        value = getattr(args, spec.dest, None)
+        if value is None:
+            value = environ.get(spec.env) or spec.default
+        if value is None:
+            raise ValueError(f"{spec.flag} (or ${spec.env}) is required")
+        settings[spec.dest] = value
+    return settings
+
+
+def _add_node_parser(sub: _Sub) -> None:
+    node = sub.add_parser(
+        "node",
+        help="run one provnet node (flags fall back to PROVNET_* environment variables)",
+        description=(
+            "Run one node in the foreground until SIGTERM/SIGINT. Keys are created in the "
+            "data dir on first start. Every flag falls back to its PROVNET_* variable."
+        ),
+    )
+    for spec in NODE_FLAGS:
+        default = f"; default {spec.default!r}" if spec.default else ""
+        node.add_argument(spec.flag, default=None, help=f"{spec.help} (${spec.env}{default})")
+    node.set_defaults(handler=_node_run)
+    node_sub = node.add_subparsers(dest="node_command", metavar="SUBCOMMAND")
+    health = node_sub.add_parser(
+        "health",
+        help="exit 0 if a node's gRPC health service answers SERVING (a healthcheck)",
+    )
+    health.add_argument(
+        "--addr",
+        default=None,
+        help="host:port of the node (default: $PROVNET_LISTEN, else 127.0.0.1:50051)",
+    )
+    health.add_argument(
+        "--timeout", type=float, default=2.0, help="seconds to wait for the answer (default 2)"
+    )
+    health.set_defaults(handler=_node_health)
+
+
+def _node_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    try:
+        settings = node_settings(args)
+    except ValueError as exc:
+        return _error(str(exc))
+    asyncio.run(_health_only(settings))  # interim until nodes.app lands
+    return 0
+
+
+async def _health_only(settings: dict[str, str]) -> None:
+    import asyncio
+    import signal
+
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    server.add_insecure_port(settings["listen"])
+    await server.start()
+    await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await servicer.enter_graceful_shutdown()
+    await server.stop(float(settings["shutdown_grace_s"]))
+
+
+def _node_health(args: argparse.Namespace) -> int:
+    import os
+
+    from nodes.cluster import HealthState, probe_health
+
+    address = args.addr or os.environ.get("PROVNET_LISTEN") or "127.0.0.1:50051"
+    # A node listening on all interfaces is asked on loopback.
+    host, _, port = address.rpartition(":")
+    if host in ("0.0.0.0", "[::]", ""):
+        address = f"127.0.0.1:{port}"
+    state = probe_health(address, timeout=args.timeout)
+    print(f"{address} {state}")
+    return 0 if state is HealthState.SERVING else 1
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+def _add_cluster_parser(sub: _Sub) -> None:
+    from nodes.cluster import DEFAULT_GRACE_S, DEFAULT_NAMES, DEFAULT_START_TIMEOUT_S
+
+    cluster = sub.add_parser(
+        "cluster",
+        help="start, inspect, stop and smoke-test a local cluster under $PROVNET_HOME",
+        description=(
+            "A local cluster: N node processes on 127.0.0.1, each with its own data dir, "
+            "port and log under $PROVNET_HOME (default ./.provnet)."
+        ),
+    )
+    csub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--home",
+            default=None,
+            help="cluster root (default: $PROVNET_HOME, else ./.provnet)",
+        )
+
+    up = csub.add_parser("up", help="start the nodes, health-gated")
+    common(up)
+    up.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help=f"number of nodes, named a, b, c, … (default {len(DEFAULT_NAMES)})",
+    )
+    up.add_argument(
+        "--names",
+        default=None,
+        help="comma-separated node names instead of --nodes (e.g. a,b,c)",
+    )
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_START_TIMEOUT_S,
+        help=f"seconds each node has to answer SERVING (default {DEFAULT_START_TIMEOUT_S:g})",
+    )
+    up.set_defaults(handler=_cluster_up)
+
+    status = csub.add_parser("status", help="health, pid, port and counters of each node")
+    common(status)
+    status.add_argument("--json", action="store_true", help="print one JSON object per node")
+    status.set_defaults(handler=_cluster_status)
+
+    down = csub.add_parser("down", help="stop the nodes: SIGTERM, then SIGKILL after a grace")
+    common(down)
+    down.add_argument(
+        "--grace",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        help=f"seconds between SIGTERM and SIGKILL (default {DEFAULT_GRACE_S:g})",
+    )
+    down.set_defaults(handler=_cluster_down)
+
+    smoke = csub.add_parser(
+        "smoke",
+        help="run the cross-agent smoke test on the running cluster (one JSON line per step)",
+    )
+    common(smoke)
+    smoke.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_START_TIMEOUT_S,
+        help="seconds an extra fault node has to answer SERVING",
+    )
+    smoke.add_argument(
+        "--quiet", action="store_true", help="no progress lines on stderr, only the JSON steps"
+    )
+    smoke.set_defaults(handler=_cluster_smoke)
+
+
+def _names(args: argparse.Namespace) -> list[str]:
+    from nodes.cluster import DEFAULT_NAMES
+
+    if args.names is not None and args.nodes is not None:
+        raise ValueError("give either --nodes or --names, not both")
+    if args.names is not None:
+        names = [n.strip() for n in args.names.split(",") if n.strip()]
+        if not names:
+            raise ValueError(f"--names {args.names!r}: expected comma-separated node names")
+        return names
+    if args.nodes is None:
+        return list(DEFAULT_NAMES)
+    if not 1 <= args.nodes <= 26:
+        raise ValueError(f"--nodes {args.nodes}: expected 1..26")
+    return [chr(ord("a") + i) for i in range(args.nodes)]
+
+
+def _progress(message: str) -> None:
+    print(f"provnet: {message}", file=sys.stderr, flush=True)
+
+
+def _cluster_up(args: argparse.Namespace) -> int:
+    from nodes.cluster import ClusterError, cluster_up
+    from nodes.home import Home
+
+    try:
+        names = _names(args)
+        home = Home.resolve(args.home)
+        state = cluster_up(home, names, timeout=args.timeout, progress=_progress)
+    except ValueError as exc:
+        return _error(str(exc))
+    except ClusterError as exc:
+        print(f"provnet: cluster up failed: {exc}", file=sys.stderr)
+        return 1
+    for record in state.nodes:
+        print(f"{record.name}\t{record.address}\tpid {record.pid}\t{record.data_dir}")
+    print(f"cluster of {len(state.nodes)} nodes up under {home.root}")
+    return 0
+
+
+def _cluster_status(args: argparse.Namespace) -> int:
+    from nodes.cluster import ClusterError, load_state, node_status
+    from nodes.home import Home
+
+    home = Home.resolve(args.home)
+    try:
+        state = load_state(home)
+    except ClusterError as exc:
+        return _error(str(exc))
+    if state is None:
+        print(f"no cluster recorded under {home.root}")
+        return 1
+    rows = [node_status(r) for r in state.nodes]
+    healthy = all(row["health"] == "SERVING" for row in rows)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+    else:
+        for row in rows:
+            print(_status_line(row))
+    return 0 if healthy else 1
+
+
+def _status_line(row: dict[str, Any]) -> str:
+    counters = row.get("counters")
+    shown = (
+        " ".join(f"{k}={v}" for k, v in sorted(counters.items()))
+        if isinstance(counters, dict)
+        else "counters unavailable"
+    )
+    alive = "alive" if row["alive"] else "dead"
+    return (
+        f"{row['name']:<8} {row['health']:<12} pid {row['pid']} ({alive})  "
+        f"port {row['port']}  {shown}"
+    )
+
+
+def _cluster_down(args: argparse.Namespace) -> int:
+    from nodes.cluster import ClusterError, cluster_down
+    from nodes.home import Home
+
+    home = Home.resolve(args.home)
+    try:
+        outcomes = cluster_down(home, grace=args.grace)
+    except ClusterError as exc:
+        print(f"provnet: cluster down failed: {exc}", file=sys.stderr)
+        return 1
+    if not outcomes:
+        print(f"no cluster recorded under {home.root}; nothing to stop")
+        return 0
+    for record, outcome in outcomes:
+        print(f"{record.name}\tpid {record.pid}\t{outcome}")
+    return 0
+
+
+def _cluster_smoke(args: argparse.Namespace) -> int:
+    from nodes.cluster import ClusterError
+    from nodes.home import Home
+    from nodes.smoke import run_smoke
+
+    home = Home.resolve(args.home)
+    progress = None if args.quiet else _progress
+    try:
+        results = run_smoke(home, start_timeout=args.timeout, progress=progress, out=sys.stdout)
+    except ClusterError as exc:
+        print(f"provnet: cluster smoke failed: {exc}", file=sys.stderr)
+        return 1
+    return 0 if results and all(r.ok for r in results) else 1
+
+
+def register(sub: _Sub) -> None:
+    """Add ``node`` and ``cluster`` to the ``provnet`` command."""
+    _add_node_parser(sub)
+    _add_cluster_parser(sub)
