@@ -1,0 +1,139 @@
+"""SQLite schema of a node's hop log (see ``docs/store.md``).
+
+Every statement a node stores — its own or a peer's — is kept as the exact
+envelope bytes it was signed or received as; nothing is re-serialised. Hop
+bytes are the canonical bytes the commitment root was computed over.
+
+Times are POSIX seconds (REAL). Digests are lowercase hex strings; Merkle
+roots are raw 32-byte BLOBs.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DDL", "SCHEMA_VERSION"]
+
+#: Bumped on any incompatible change; a store refuses to open a database
+#: written with another version rather than guess.
+SCHEMA_VERSION = 1
+
+DDL: tuple[str, ...] = (
+    # (origin, epoch, seq) is the key: an epoch changes whenever seqs could be
+    # reused, so a recycled seq can never resolve an old commitment (seed 000).
+    """
+    CREATE TABLE IF NOT EXISTS hops (
+        origin      TEXT    NOT NULL,
+        epoch       INTEGER NOT NULL,
+        seq         INTEGER NOT NULL,
+        hop_bytes   BLOB    NOT NULL,
+        digest      TEXT    NOT NULL,
+        appended_at REAL    NOT NULL,
+        PRIMARY KEY (origin, epoch, seq)
+    ) WITHOUT ROWID
+    """,
+    # status: 'durable' — every member hop landed in the same transaction as
+    # the commitment; 'pending' — provenance_pending mode, hops not landed yet;
+    # 'lost' — pending hops that can no longer land (crash before landing).
+    """
+    CREATE TABLE IF NOT EXISTS commitments (
+        digest      TEXT    PRIMARY KEY,
+        origin      TEXT    NOT NULL,
+        epoch       INTEGER NOT NULL,
+        value_ref   TEXT    NOT NULL,
+        fold_seq    INTEGER NOT NULL,
+        leaf_count  INTEGER NOT NULL CHECK (leaf_count >= 1),
+        root        BLOB    NOT NULL,
+        envelope    BLOB    NOT NULL,
+        local       INTEGER NOT NULL CHECK (local IN (0, 1)),
+        status      TEXT    NOT NULL CHECK (status IN ('durable', 'pending', 'lost')),
+        created_at  REAL    NOT NULL
+    )
+    """,
+    # A correct origin signs one commitment per (epoch, value_ref, fold_seq);
+    # peers' commitments are not constrained (two of them are equivocation
+    # evidence that the holder must be able to keep).
+    """
+    CREATE UNIQUE INDEX IF NOT EXISTS commitments_local_fold
+        ON commitments (origin, epoch, value_ref, fold_seq) WHERE local = 1
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS commitments_status ON commitments (status)
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS fold_members (
+        commitment_digest TEXT    NOT NULL REFERENCES commitments (digest),
+        leaf_index        INTEGER NOT NULL,
+        origin            TEXT    NOT NULL,
+        epoch             INTEGER NOT NULL,
+        seq               INTEGER NOT NULL,
+        PRIMARY KEY (commitment_digest, leaf_index)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS fold_members_hop ON fold_members (origin, epoch, seq)
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS obligations (
+        digest            TEXT PRIMARY KEY,
+        commitment_digest TEXT NOT NULL REFERENCES commitments (digest),
+        serve_until       REAL NOT NULL,
+        envelope          BLOB NOT NULL,
+        local             INTEGER NOT NULL CHECK (local IN (0, 1)),
+        created_at        REAL NOT NULL
+    )
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS obligations_commitment
+        ON obligations (commitment_digest, serve_until)
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS evidence (
+        digest            TEXT PRIMARY KEY,
+        kind              TEXT NOT NULL,
+        accused           TEXT NOT NULL,
+        commitment_digest TEXT,
+        file_path         TEXT,
+        body              BLOB NOT NULL,
+        created_at        REAL NOT NULL
+    )
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS evidence_accused ON evidence (accused, kind)
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS attestations (
+        digest       TEXT PRIMARY KEY,
+        value_digest TEXT NOT NULL,
+        attester     TEXT NOT NULL,
+        expires_at   REAL NOT NULL,
+        envelope     BLOB NOT NULL,
+        created_at   REAL NOT NULL
+    )
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS attestations_value ON attestations (value_digest)
+    """,
+    # Replay protection: a (holder, nonce) pair is accepted once while it is
+    # inside its window; expired rows are pruned by the reaper.
+    """
+    CREATE TABLE IF NOT EXISTS demand_nonces (
+        holder     TEXT NOT NULL,
+        nonce      TEXT NOT NULL,
+        subject    TEXT NOT NULL,
+        seen_at    REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        PRIMARY KEY (holder, nonce)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS counters (
+        name  TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) WITHOUT ROWID
+    """,
+)

@@ -1,0 +1,1283 @@
+"""A node's durable hop log: hops, commitments, obligations, evidence.
+
+The store is the origin's side of the serve contract (design S5, S6) and the
+write-ordering bar of seed 000: *a commitment that is issued must resolve*,
+under crashes and eviction pressure.
+
+Ordering guarantee of :meth:`HopStore.commit_fold` (default mode)::
+
+    BEGIN IMMEDIATE
+      (1) insert the fold's hops at (origin, epoch, seq)   -- or check identical
+      (2) sign: the caller's signer builds commitment + obligation over exactly
+          the stored hop bytes; the store checks the root before keeping them
+      (3) insert commitment, fold membership, obligation
+    COMMIT   -- WAL + synchronous=FULL: fsync'd before COMMIT returns
+    (4) only now is the signed fold returned to the caller
+
+Hops, pointer and obligation become durable in one transaction, so there is
+no state in which a commitment exists and its hops do not; the reaper
+(:mod:`nodes.reaper`) deletes hops with a single statement that reads the
+obligation table, so it can never see a committed hop without the
+obligation that protects it.
+
+``provenance_pending`` mode (seed 000, "decouple"): step (1) is deferred; the
+pointer (commitment, membership, obligation) is committed with status
+``pending`` and the hop bytes land later through :meth:`HopStore.reconcile`.
+Until they land, :meth:`HopStore.resolve` answers ``PENDING`` — never wrong
+bytes. Pending hops are held in memory only: if the process dies before they
+land, the fold becomes ``lost`` on the next open and resolves
+``UNRESOLVABLE`` (counted; the origin is then rightly accused).
+
+Errors: every sqlite/aiosqlite failure is translated at this boundary into
+the :class:`StoreError` tree, with a message naming the operation::
+
+    StoreError
+    ├── StoreUnavailable      cannot open / disk I/O / locked past the timeout
+    ├── StoreCorrupt          integrity failure, schema or owner mismatch
+    ├── StoreClosed           used after close()
+    ├── StaleEpoch            caller built hops for an epoch that is not current
+    ├── HopConflict           (origin, epoch, seq) already holds other bytes
+    ├── MissingHop            a fold names a hop the log does not have
+    ├── FoldConflict          a second, different fold for (epoch, value_ref, fold_seq)
+    ├── SignerMismatch        the signer's commitment does not cover the stored bytes
+    ├── UnknownCommitment     obligation/evidence for a commitment not stored here
+    └── ReplayedNonce         a demand nonce already seen inside its window
+
+Misuse by the caller (empty fold, negative seq) is ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+import aiosqlite
+
+from nodes._store_schema import DDL, SCHEMA_VERSION
+
+__all__ = [
+    "DB_FILENAME",
+    "CounterName",
+    "EvidenceRecord",
+    "FoldConflict",
+    "FoldDraft",
+    "FoldRecord",
+    "FoldSigner",
+    "FoldStatus",
+    "HopConflict",
+    "HopInput",
+    "HopStore",
+    "MissingHop",
+    "ObligationRecord",
+    "ReapReport",
+    "ReplayedNonce",
+    "Resolution",
+    "ResolveStatus",
+    "RootFunction",
+    "SignedFold",
+    "SignerMismatch",
+    "StaleEpoch",
+    "StoreClosed",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreUnavailable",
+    "UnknownCommitment",
+]
+
+#: File name of the database inside a node's data directory.
+DB_FILENAME: Final = "hops.sqlite3"
+
+_BUSY_TIMEOUT_MS: Final = 10_000
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class StoreError(Exception):
+    """Root of every error the store raises (sqlite errors are translated)."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be opened or written (I/O, locked past the timeout)."""
+
+
+class StoreCorrupt(StoreError):
+    """Integrity failure, unknown schema version, or a data dir of another node."""
+
+
+class StoreClosed(StoreError):
+    """The store was used after :meth:`HopStore.close`."""
+
+
+class StaleEpoch(StoreError):
+    """Hops were built for an epoch that is not the store's current epoch."""
+
+
+class HopConflict(StoreError):
+    """(origin, epoch, seq) already holds different bytes; hops are append-only."""
+
+
+class MissingHop(StoreError):
+    """A fold names a hop the log does not hold (never appended, or evicted)."""
+
+
+class FoldConflict(StoreError):
+    """A different fold was already committed for (epoch, value_ref, fold_seq)."""
+
+
+class SignerMismatch(StoreError):
+    """The signer returned a commitment whose root is not over the stored bytes."""
+
+
+class UnknownCommitment(StoreError):
+    """A statement refers to a commitment digest this store does not hold."""
+
+
+class ReplayedNonce(StoreError):
+    """A demand nonce was already accepted from this holder inside its window."""
+
+
+def _translate(exc: BaseException, what: str) -> StoreError:
+    """Map a sqlite/aiosqlite exception to the store's tree, naming ``what``."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, sqlite3.OperationalError):
+        lowered = text.lower()
+        if "locked" in lowered or "busy" in lowered:
+            return StoreUnavailable(f"{what}: database locked past {_BUSY_TIMEOUT_MS} ms ({text})")
+        if "malformed" in lowered or "corrupt" in lowered:
+            return StoreCorrupt(f"{what}: database corrupt ({text})")
+        return StoreUnavailable(f"{what}: {text}")
+    if isinstance(exc, sqlite3.DatabaseError) and "malformed" in text.lower():
+        return StoreCorrupt(f"{what}: database corrupt ({text})")
+    if isinstance(exc, sqlite3.IntegrityError):
+        return StoreCorrupt(f"{what}: constraint failed ({text})")
+    if isinstance(exc, ValueError) and "closed" in text.lower():
+        return StoreClosed(f"{what}: store is closed")
+    return StoreUnavailable(f"{what}: {type(exc).__name__}: {text}")
+
+
+# --------------------------------------------------------------------------- records
+
+
+class FoldStatus(StrEnum):
+    """Where a commitment's hop bytes are."""
+
+    DURABLE = "durable"
+    PENDING = "pending"
+    LOST = "lost"
+
+
+class ResolveStatus(StrEnum):
+    """Outcome of :meth:`HopStore.resolve` — explicit, never wrong bytes."""
+
+    FOUND = "found"  # every leaf present and the leaves hash to the committed root
+    PENDING = "pending"  # provenance_pending: hops not landed yet; ask again
+    UNKNOWN = "unknown"  # no such commitment in this store
+    EXPIRED = "expired"  # hops evicted after every obligation expired (legitimate absence)
+    UNRESOLVABLE = "unresolvable"  # committed and not (entirely) resolvable: invariant breach
+
+
+class CounterName(StrEnum):
+    """Counters kept by the store (``counters()`` adds gauges and evidence)."""
+
+    COMMITS = "commits"
+    SERVES = "serves"
+    REFUSALS = "refusals"
+    PENDING_ANSWERS = "pending_answers"
+    UNRESOLVABLE = "provenance_unresolvable"
+    RECONCILED = "reconciled"
+    HOPS_EVICTED = "hops_evicted"
+    NONCE_REPLAYS = "nonce_replays"
+
+
+@dataclass(frozen=True, slots=True)
+class HopInput:
+    """One hop to store: its sequence number and its canonical bytes."""
+
+    seq: int
+    hop_bytes: bytes
+
+    def __post_init__(self) -> None:
+        if self.seq < 0:
+            raise ValueError(f"hop seq must be >= 0, got {self.seq}")
+        if not self.hop_bytes:
+            raise ValueError(f"hop seq {self.seq} has empty bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class FoldDraft:
+    """What the signer is asked to commit to: the exact stored hop bytes."""
+
+    origin: str
+    epoch: int
+    value_ref: str
+    fold_seq: int
+    seqs: tuple[int, ...]
+    leaves: tuple[bytes, ...]
+
+    @property
+    def leaf_count(self) -> int:
+        return len(self.leaves)
+
+
+@dataclass(frozen=True, slots=True)
+class SignedFold:
+    """The signer's answer: commitment and obligation envelopes, stored verbatim."""
+
+    commitment_digest: str
+    commitment_envelope: bytes
+    root: bytes
+    obligation_digest: str
+    obligation_envelope: bytes
+    serve_until: float
+
+
+#: Builds and signs the commitment + obligation for a draft (holds the key).
+FoldSigner = Callable[[FoldDraft], SignedFold]
+#: RFC 6962 Merkle root over leaf bytes (from ``contracts``).
+RootFunction = Callable[[Sequence[bytes]], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class FoldRecord:
+    """A stored commitment (own or a peer's) with its envelope bytes."""
+
+    digest: str
+    origin: str
+    epoch: int
+    value_ref: str
+    fold_seq: int
+    leaf_count: int
+    root: bytes
+    envelope: bytes
+    local: bool
+    status: FoldStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ObligationRecord:
+    """A stored obligation with its envelope bytes."""
+
+    digest: str
+    commitment_digest: str
+    serve_until: float
+    envelope: bytes
+    local: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceRecord:
+    """A stored piece of evidence (body is the evidence file's bytes)."""
+
+    digest: str
+    kind: str
+    accused: str
+    commitment_digest: str | None
+    file_path: str | None
+    body: bytes
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """Answer to "give me the hops of commitment X" — falsy unless FOUND.
+
+    ``leaves`` is the whole fold in leaf order when FOUND (inclusion proofs
+    need every leaf); ``selected`` maps each requested leaf index to its bytes.
+    """
+
+    status: ResolveStatus
+    commitment_digest: str
+    reason: str
+    fold: FoldRecord | None = None
+    obligations: tuple[ObligationRecord, ...] = ()
+    leaves: tuple[bytes, ...] = ()
+    selected: Mapping[int, bytes] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.status is ResolveStatus.FOUND
+
+
+@dataclass(frozen=True, slots=True)
+class ReapReport:
+    """What one reaper pass did."""
+
+    hops_evicted: int
+    nonces_pruned: int
+    protected_hops: int
+
+
+# --------------------------------------------------------------------------- store
+
+
+def _sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _default_root_function() -> RootFunction:
+    from contracts import merkle_root
+
+    fn: RootFunction = merkle_root
+    return fn
+
+
+class HopStore:
+    """Async hop log over one SQLite database (WAL, synchronous=FULL).
+
+    One writer connection (all writes serialised by an ``asyncio.Lock`` and
+    ``BEGIN IMMEDIATE``) and one reader connection (WAL readers do not block
+    the writer). Open with :meth:`open`, close with :meth:`close` (or use
+    ``async with``).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        origin: str,
+        writer: aiosqlite.Connection,
+        reader: aiosqlite.Connection,
+        epoch: int,
+        *,
+        provenance_pending: bool,
+        root_of: RootFunction,
+    ) -> None:
+        self._path = path
+        self._origin = origin
+        self._writer: aiosqlite.Connection | None = writer
+        self._reader: aiosqlite.Connection | None = reader
+        self._epoch = epoch
+        self._pending_mode = provenance_pending
+        self._root_of = root_of
+        self._write_lock = asyncio.Lock()
+        self._read_lock = asyncio.Lock()
+        self._counters: dict[str, int] = {}
+        self._unflushed: dict[str, int] = {}
+        # provenance_pending mode: hop bytes committed as a pointer but not landed.
+        self._pending_hops: dict[str, tuple[tuple[int, bytes], ...]] = {}
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @classmethod
+    async def open(
+        cls,
+        data_dir: Path | str,
+        origin: str,
+        *,
+        provenance_pending: bool = False,
+        root_of: RootFunction | None = None,
+    ) -> HopStore:
+        """Open (creating if needed) the hop log in ``data_dir`` for ``origin``.
+
+        A data dir belongs to one origin: opening it for another raises
+        :class:`StoreCorrupt`. Pending folds whose hops can no longer land
+        (the process died first) are marked ``lost`` here.
+        """
+        if not origin:
+            raise ValueError("origin must be a non-empty node id")
+        directory = Path(data_dir)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"open store: cannot create data dir {directory}: {exc}"
+            ) from exc
+        path = directory / DB_FILENAME
+        writer: aiosqlite.Connection | None = None
+        reader: aiosqlite.Connection | None = None
+        try:
+            writer = await aiosqlite.connect(path, isolation_level=None)
+            await writer.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            cursor = await writer.execute("PRAGMA journal_mode = WAL")
+            mode = await cursor.fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise StoreUnavailable(f"open store {path}: WAL not available (got {mode})")
+            await writer.execute("PRAGMA synchronous = FULL")
+            await writer.execute("PRAGMA foreign_keys = ON")
+            epoch = await cls._init_schema(writer, path, origin)
+            reader = await aiosqlite.connect(path, isolation_level=None)
+            await reader.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            await reader.execute("PRAGMA query_only = ON")
+        except BaseException as exc:
+            for conn in (reader, writer):
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+            if isinstance(exc, StoreError | ValueError):
+                raise
+            if isinstance(exc, sqlite3.Error):
+                raise _translate(exc, f"open store {path}") from exc
+            raise
+        store = cls(
+            path,
+            origin,
+            writer,
+            reader,
+            epoch,
+            provenance_pending=provenance_pending,
+            root_of=root_of if root_of is not None else _default_root_function(),
+        )
+        await store._load_counters()
+        await store._mark_lost_pending()
+        return store
+
+    @staticmethod
+    async def _init_schema(db: aiosqlite.Connection, path: Path, origin: str) -> int:
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in DDL:
+                await db.execute(statement)
+            meta = {
+                str(k): str(v) for k, v in await db.execute_fetchall("SELECT key, value FROM meta")
+            }
+            if not meta:
+                now = repr(time.time())
+                await db.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?)",
+                    [
+                        ("schema_version", str(SCHEMA_VERSION)),
+                        ("origin", origin),
+                        ("epoch", "1"),
+                        ("created_at", now),
+                    ],
+                )
+                meta = {"schema_version": str(SCHEMA_VERSION), "origin": origin, "epoch": "1"}
+            if meta.get("schema_version") != str(SCHEMA_VERSION):
+                raise StoreCorrupt(
+                    f"open store {path}: schema version {meta.get('schema_version')!r}, "
+                    f"this build reads {SCHEMA_VERSION}"
+                )
+            if meta.get("origin") != origin:
+                raise StoreCorrupt(
+                    f"open store {path}: data dir belongs to origin {meta.get('origin')!r}, "
+                    f"not {origin!r}"
+                )
+            epoch = int(meta["epoch"])
+            await db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await db.execute("ROLLBACK")
+            raise
+        return epoch
+
+    async def close(self) -> None:
+        """Flush counters and close both connections (idempotent)."""
+        if self._writer is None:
+            return
+        try:
+            if self._unflushed:
+                async with self._write("flush counters"):
+                    pass
+        finally:
+            writer, reader = self._writer, self._reader
+            self._writer = self._reader = None
+            for conn in (reader, writer):
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+
+    async def __aenter__(self) -> HopStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------- plumbing
+
+    @property
+    def origin(self) -> str:
+        return self._origin
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch (hop bytes must be built for it)."""
+        return self._epoch
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def provenance_pending(self) -> bool:
+        return self._pending_mode
+
+    def _conn(self, which: str) -> aiosqlite.Connection:
+        conn = self._writer if which == "writer" else self._reader
+        if conn is None:
+            raise StoreClosed(f"hop log {self._path} is closed")
+        return conn
+
+    @contextlib.asynccontextmanager
+    async def _write(self, what: str) -> AsyncIterator[aiosqlite.Connection]:
+        """One write transaction: BEGIN IMMEDIATE … COMMIT (fsync'd) or ROLLBACK.
+
+        Unflushed counters ride along in every write transaction.
+        """
+        async with self._write_lock:
+            db = self._conn("writer")
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+            except (sqlite3.Error, ValueError) as exc:
+                raise _translate(exc, what) from exc
+            try:
+                yield db
+                if self._unflushed:
+                    await db.executemany(
+                        "INSERT INTO counters (name, value) VALUES (?, ?) "
+                        "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+                        list(self._unflushed.items()),
+                    )
+                await db.execute("COMMIT")
+                self._unflushed.clear()
+            except BaseException as exc:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(db.execute("ROLLBACK"))
+                if isinstance(exc, sqlite3.Error):
+                    raise _translate(exc, what) from exc
+                raise
+
+    @contextlib.asynccontextmanager
+    async def _read(self, what: str) -> AsyncIterator[aiosqlite.Connection]:
+        """One consistent read snapshot on the reader connection."""
+        async with self._read_lock:
+            db = self._conn("reader")
+            try:
+                await db.execute("BEGIN")
+            except (sqlite3.Error, ValueError) as exc:
+                raise _translate(exc, what) from exc
+            try:
+                yield db
+            except sqlite3.Error as exc:
+                raise _translate(exc, what) from exc
+            finally:
+                with contextlib.suppress(Exception):
+                    await db.execute("COMMIT")
+
+    def bump(self, name: CounterName | str, n: int = 1) -> None:
+        """Add ``n`` to a counter (persisted with the next write transaction)."""
+        key = str(name)
+        self._counters[key] = self._counters.get(key, 0) + n
+        self._unflushed[key] = self._unflushed.get(key, 0) + n
+
+    async def _load_counters(self) -> None:
+        db = self._conn("writer")
+        try:
+            rows = await db.execute_fetchall("SELECT name, value FROM counters")
+        except sqlite3.Error as exc:
+            raise _translate(exc, "load counters") from exc
+        self._counters = {str(name): int(value) for name, value in rows}
+
+    async def flush_counters(self) -> None:
+        """Persist counters now (they otherwise ride on the next write)."""
+        if self._unflushed:
+            async with self._write("flush counters"):
+                pass
+
+    # ----------------------------------------------------------------- epochs
+
+    async def new_epoch(self) -> int:
+        """Start a new epoch (reset, new run, restore) and persist it; returns it.
+
+        Seqs may restart at 0/1 afterwards: old commitments keep naming the
+        old epoch, so they never resolve to the new hops.
+        """
+        async with self._write("start new epoch") as db:
+            rows = list(await db.execute_fetchall("SELECT value FROM meta WHERE key = 'epoch'"))
+            current = int(rows[0][0]) if rows else 0
+            new = current + 1
+            await db.execute(
+                "INSERT INTO meta (key, value) VALUES ('epoch', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(new),),
+            )
+        self._epoch = new
+        return new
+
+    # ----------------------------------------------------------------- hops
+
+    async def append_hops(self, epoch: int, hops: Sequence[HopInput], *, now: float) -> None:
+        """Append hops to the log; durable (fsync'd) when this returns.
+
+        Re-appending identical bytes is a no-op; different bytes at an
+        existing (origin, epoch, seq) raise :class:`HopConflict`.
+        """
+        self._check_epoch(epoch, "append hops")
+        if not hops:
+            return
+        async with self._write(f"append {len(hops)} hops at epoch {epoch}") as db:
+            await self._insert_hops(db, epoch, hops, now)
+
+    async def _insert_hops(
+        self, db: aiosqlite.Connection, epoch: int, hops: Iterable[HopInput], now: float
+    ) -> None:
+        for hop in hops:
+            digest = _sha256_hex(hop.hop_bytes)
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT digest FROM hops WHERE origin = ? AND epoch = ? AND seq = ?",
+                    (self._origin, epoch, hop.seq),
+                )
+            )
+            if rows:
+                if rows[0][0] != digest:
+                    raise HopConflict(
+                        f"hop ({self._origin[:12]}…, epoch {epoch}, seq {hop.seq}) already "
+                        f"holds digest {str(rows[0][0])[:16]}…, refusing {digest[:16]}…"
+                    )
+                continue
+            await db.execute(
+                "INSERT INTO hops (origin, epoch, seq, hop_bytes, digest, appended_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (self._origin, epoch, hop.seq, hop.hop_bytes, digest, now),
+            )
+
+    def _check_epoch(self, epoch: int, what: str) -> None:
+        if epoch != self._epoch:
+            raise StaleEpoch(
+                f"{what}: hops built for epoch {epoch}, current epoch is {self._epoch}"
+            )
+
+    async def hop(self, epoch: int, seq: int, origin: str | None = None) -> bytes | None:
+        """Bytes of one hop, or None if absent (never appended or evicted)."""
+        who = origin or self._origin
+        async with self._read("read hop") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT hop_bytes FROM hops WHERE origin = ? AND epoch = ? AND seq = ?",
+                    (who, epoch, seq),
+                )
+            )
+        return bytes(rows[0][0]) if rows else None
+
+    # ----------------------------------------------------------------- commit
+
+    async def commit_fold(
+        self,
+        *,
+        epoch: int,
+        value_ref: str,
+        fold_seq: int,
+        hops: Sequence[HopInput],
+        sign: FoldSigner,
+        now: float,
+    ) -> SignedFold:
+        """Make a fold's hops durable, then sign and store its commitment + obligation.
+
+        ``hops`` are in fold (leaf) order; hops already in the log must carry
+        identical bytes. Returns only after COMMIT (hops, commitment,
+        membership and obligation fsync'd together). In provenance_pending
+        mode the hops are not written here: the fold is stored ``pending``
+        and :meth:`reconcile` lands them.
+
+        Committing the same fold again with the same bytes returns the
+        stored signed fold (retry-safe); with other bytes raises
+        :class:`FoldConflict`.
+        """
+        if not hops:
+            raise ValueError(f"fold {value_ref}#{fold_seq} has no hops")
+        seqs = tuple(h.seq for h in hops)
+        if len(set(seqs)) != len(seqs):
+            raise ValueError(f"fold {value_ref}#{fold_seq} names a seq twice: {seqs}")
+        self._check_epoch(epoch, f"commit fold {value_ref}#{fold_seq}")
+        leaves = tuple(h.hop_bytes for h in hops)
+        what = f"commit fold {value_ref}#{fold_seq} (epoch {epoch}, {len(hops)} hops)"
+        pending = self._pending_mode
+        async with self._write(what) as db:
+            existing = await self._existing_fold(db, epoch, value_ref, fold_seq, leaves)
+            if existing is not None:
+                return existing
+            # (1) hops durable first (same transaction as the pointer).
+            if not pending:
+                await self._insert_hops(db, epoch, hops, now)
+            # (2) sign over exactly the bytes stored; verify before keeping.
+            draft = FoldDraft(self._origin, epoch, value_ref, fold_seq, seqs, leaves)
+            signed = sign(draft)
+            expected_root = self._root_of(leaves)
+            if signed.root != expected_root:
+                raise SignerMismatch(
+                    f"{what}: signer root {signed.root.hex()[:16]}… is not the Merkle root "
+                    f"{expected_root.hex()[:16]}… of the stored hop bytes"
+                )
+            # (3) pointer + obligation.
+            await db.execute(
+                "INSERT INTO commitments (digest, origin, epoch, value_ref, fold_seq, leaf_count,"
+                " root, envelope, local, status, created_at) VALUES (?,?,?,?,?,?,?,?,1,?,?)",
+                (
+                    signed.commitment_digest,
+                    self._origin,
+                    epoch,
+                    value_ref,
+                    fold_seq,
+                    len(leaves),
+                    signed.root,
+                    signed.commitment_envelope,
+                    str(FoldStatus.PENDING if pending else FoldStatus.DURABLE),
+                    now,
+                ),
+            )
+            await db.executemany(
+                "INSERT INTO fold_members (commitment_digest, leaf_index, origin, epoch, seq)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [
+                    (signed.commitment_digest, index, self._origin, epoch, seq)
+                    for index, seq in enumerate(seqs)
+                ],
+            )
+            await db.execute(
+                "INSERT INTO obligations (digest, commitment_digest, serve_until, envelope,"
+                " local, created_at) VALUES (?, ?, ?, ?, 1, ?)",
+                (
+                    signed.obligation_digest,
+                    signed.commitment_digest,
+                    signed.serve_until,
+                    signed.obligation_envelope,
+                    now,
+                ),
+            )
+            self.bump(CounterName.COMMITS)
+            if pending:
+                self._pending_hops[signed.commitment_digest] = tuple(
+                    (h.seq, h.hop_bytes) for h in hops
+                )
+        # (4) released only after COMMIT returned.
+        return signed
+
+    async def _existing_fold(
+        self,
+        db: aiosqlite.Connection,
+        epoch: int,
+        value_ref: str,
+        fold_seq: int,
+        leaves: tuple[bytes, ...],
+    ) -> SignedFold | None:
+        rows = list(
+            await db.execute_fetchall(
+                "SELECT c.digest, c.envelope, c.root, o.digest, o.envelope, o.serve_until"
+                " FROM commitments c JOIN obligations o ON o.commitment_digest = c.digest"
+                " WHERE c.local = 1 AND c.origin = ? AND c.epoch = ? AND c.value_ref = ?"
+                " AND c.fold_seq = ? AND o.local = 1 ORDER BY o.created_at LIMIT 1",
+                (self._origin, epoch, value_ref, fold_seq),
+            )
+        )
+        if not rows:
+            return None
+        c_digest, c_env, root, o_digest, o_env, serve_until = rows[0]
+        if bytes(root) != self._root_of(leaves):
+            raise FoldConflict(
+                f"fold {value_ref}#{fold_seq} of epoch {epoch} is already committed as "
+                f"{str(c_digest)[:16]}… over other hops; a second root would be equivocation"
+            )
+        return SignedFold(
+            str(c_digest),
+            bytes(c_env),
+            bytes(root),
+            str(o_digest),
+            bytes(o_env),
+            float(serve_until),
+        )
+
+    # ----------------------------------------------------------------- pending mode
+
+    async def reconcile(self, *, now: float) -> int:
+        """Land pending folds' hops and flip them to durable; returns folds landed.
+
+        A pending fold whose member hops are all already in the log (appended
+        separately) is flipped as well. Each fold lands in its own transaction.
+        """
+        async with self._read("list pending folds") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT digest, epoch FROM commitments WHERE status = 'pending' AND local = 1"
+                )
+            )
+        landed = 0
+        for digest_raw, epoch_raw in rows:
+            digest, epoch = str(digest_raw), int(epoch_raw)
+            queued = self._pending_hops.get(digest)
+            async with self._write(f"land pending fold {digest[:16]}…") as db:
+                if queued is not None:
+                    await self._insert_hops(db, epoch, [HopInput(s, b) for s, b in queued], now)
+                missing = await self._missing_members(db, digest)
+                if missing:
+                    continue
+                await db.execute(
+                    "UPDATE commitments SET status = 'durable'"
+                    " WHERE digest = ? AND status = 'pending'",
+                    (digest,),
+                )
+                self.bump(CounterName.RECONCILED)
+            self._pending_hops.pop(digest, None)
+            landed += 1
+        return landed
+
+    async def _missing_members(self, db: aiosqlite.Connection, digest: str) -> int:
+        rows = list(
+            await db.execute_fetchall(
+                "SELECT COUNT(*) FROM fold_members m LEFT JOIN hops h"
+                " ON h.origin = m.origin AND h.epoch = m.epoch AND h.seq = m.seq"
+                " WHERE m.commitment_digest = ? AND h.seq IS NULL",
+                (digest,),
+            )
+        )
+        return int(rows[0][0])
+
+    async def _mark_lost_pending(self) -> None:
+        """On open: pending folds with no in-memory bytes can only land if present."""
+        db = self._conn("reader")
+        try:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT digest FROM commitments WHERE status = 'pending' AND local = 1"
+                )
+            )
+        except sqlite3.Error as exc:
+            raise _translate(exc, "scan pending folds") from exc
+        for (digest_raw,) in rows:
+            digest = str(digest_raw)
+            async with self._write(f"settle pending fold {digest[:16]}… after restart") as wdb:
+                missing = await self._missing_members(wdb, digest)
+                status = FoldStatus.LOST if missing else FoldStatus.DURABLE
+                await wdb.execute(
+                    "UPDATE commitments SET status = ? WHERE digest = ?", (str(status), digest)
+                )
+
+    # ----------------------------------------------------------------- resolve
+
+    async def resolve(
+        self,
+        commitment_digest: str,
+        *,
+        now: float,
+        leaf_indices: Sequence[int] | None = None,
+    ) -> Resolution:
+        """The hop bytes of a fold, or an explicit reason why not.
+
+        FOUND only if every member hop is present at exactly the
+        (origin, epoch, seq) the fold recorded *and* the leaves hash to the
+        committed root: a recycled or altered hop can never be returned.
+        Missing hops are EXPIRED when every obligation has expired (the
+        reaper may evict them), UNRESOLVABLE otherwise (counted).
+        """
+        async with self._read(f"resolve {commitment_digest[:16]}…") as db:
+            fold = await self._fold(db, commitment_digest)
+            if fold is None:
+                return Resolution(
+                    ResolveStatus.UNKNOWN, commitment_digest, "no such commitment here"
+                )
+            obligations = await self._obligations(db, commitment_digest)
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT m.leaf_index, h.hop_bytes FROM fold_members m LEFT JOIN hops h"
+                    " ON h.origin = m.origin AND h.epoch = m.epoch AND h.seq = m.seq"
+                    " WHERE m.commitment_digest = ? ORDER BY m.leaf_index",
+                    (commitment_digest,),
+                )
+            )
+        latest = max((o.serve_until for o in obligations), default=float("-inf"))
+        under_obligation = latest > now
+        if fold.status is FoldStatus.PENDING:
+            self.bump(CounterName.PENDING_ANSWERS)
+            return Resolution(
+                ResolveStatus.PENDING,
+                commitment_digest,
+                "provenance_pending: hops not landed yet",
+                fold,
+                obligations,
+            )
+        leaves = tuple(bytes(b) for _, b in rows if b is not None)
+        reason = ""
+        if fold.status is FoldStatus.LOST:
+            reason = "pending hops lost before landing"
+        elif len(rows) != fold.leaf_count:
+            reason = f"fold records {len(rows)} members, commitment says {fold.leaf_count}"
+        elif len(leaves) != fold.leaf_count:
+            reason = f"{fold.leaf_count - len(leaves)} of {fold.leaf_count} hops absent"
+            if not under_obligation:
+                return Resolution(
+                    ResolveStatus.EXPIRED,
+                    commitment_digest,
+                    f"{reason}; every obligation expired (latest serve_until {latest})",
+                    fold,
+                    obligations,
+                )
+        elif self._root_of(leaves) != fold.root:
+            reason = "stored hop bytes do not hash to the committed root"
+        if reason:
+            self.bump(CounterName.UNRESOLVABLE)
+            await self.flush_counters()
+            return Resolution(
+                ResolveStatus.UNRESOLVABLE, commitment_digest, reason, fold, obligations
+            )
+        selected: dict[int, bytes] = {}
+        if leaf_indices is not None:
+            for index in leaf_indices:
+                if not 0 <= index < len(leaves):
+                    raise ValueError(
+                        f"leaf index {index} outside fold {commitment_digest[:16]}… "
+                        f"of {len(leaves)} leaves"
+                    )
+                selected[index] = leaves[index]
+        else:
+            selected = dict(enumerate(leaves))
+        return Resolution(
+            ResolveStatus.FOUND, commitment_digest, "", fold, obligations, leaves, selected
+        )
+
+    @staticmethod
+    def _fold_from_row(row: Sequence[Any]) -> FoldRecord:
+        return FoldRecord(
+            digest=str(row[0]),
+            origin=str(row[1]),
+            epoch=int(row[2]),
+            value_ref=str(row[3]),
+            fold_seq=int(row[4]),
+            leaf_count=int(row[5]),
+            root=bytes(row[6]),
+            envelope=bytes(row[7]),
+            local=bool(row[8]),
+            status=FoldStatus(str(row[9])),
+        )
+
+    async def _fold(self, db: aiosqlite.Connection, digest: str) -> FoldRecord | None:
+        rows = list(
+            await db.execute_fetchall(
+                "SELECT digest, origin, epoch, value_ref, fold_seq, leaf_count, root, envelope,"
+                " local, status FROM commitments WHERE digest = ?",
+                (digest,),
+            )
+        )
+        return self._fold_from_row(rows[0]) if rows else None
+
+    async def _obligations(
+        self, db: aiosqlite.Connection, commitment_digest: str
+    ) -> tuple[ObligationRecord, ...]:
+        rows = await db.execute_fetchall(
+            "SELECT digest, commitment_digest, serve_until, envelope, local FROM obligations"
+            " WHERE commitment_digest = ? ORDER BY serve_until DESC",
+            (commitment_digest,),
+        )
+        return tuple(
+            ObligationRecord(str(r[0]), str(r[1]), float(r[2]), bytes(r[3]), bool(r[4]))
+            for r in rows
+        )
+
+    async def commitment(self, digest: str) -> FoldRecord | None:
+        """A stored commitment (own or a peer's) by digest."""
+        async with self._read("read commitment") as db:
+            return await self._fold(db, digest)
+
+    async def commitments_for(
+        self, origin: str, epoch: int, value_ref: str, fold_seq: int
+    ) -> tuple[FoldRecord, ...]:
+        """Every stored commitment for one fold slot (more than one = equivocation)."""
+        async with self._read("read commitments for fold") as db:
+            rows = await db.execute_fetchall(
+                "SELECT digest, origin, epoch, value_ref, fold_seq, leaf_count, root, envelope,"
+                " local, status FROM commitments WHERE origin = ? AND epoch = ? AND"
+                " value_ref = ? AND fold_seq = ? ORDER BY created_at",
+                (origin, epoch, value_ref, fold_seq),
+            )
+        return tuple(self._fold_from_row(r) for r in rows)
+
+    async def obligation(self, digest: str) -> ObligationRecord | None:
+        """A stored obligation by its digest."""
+        async with self._read("read obligation") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT digest, commitment_digest, serve_until, envelope, local"
+                    " FROM obligations WHERE digest = ?",
+                    (digest,),
+                )
+            )
+        if not rows:
+            return None
+        r = rows[0]
+        return ObligationRecord(str(r[0]), str(r[1]), float(r[2]), bytes(r[3]), bool(r[4]))
+
+    async def obligations_for(self, commitment_digest: str) -> tuple[ObligationRecord, ...]:
+        """Every obligation naming a commitment, latest serve_until first."""
+        async with self._read("read obligations") as db:
+            return await self._obligations(db, commitment_digest)
+
+    # ----------------------------------------------------------------- peers' statements
+
+    async def put_commitment(
+        self,
+        *,
+        digest: str,
+        origin: str,
+        epoch: int,
+        value_ref: str,
+        fold_seq: int,
+        leaf_count: int,
+        root: bytes,
+        envelope: bytes,
+        now: float,
+    ) -> bool:
+        """Keep a peer's (already verified) commitment verbatim; False if already kept."""
+        async with self._write(f"store commitment {digest[:16]}… of {origin[:12]}…") as db:
+            cursor = await db.execute(
+                "INSERT INTO commitments (digest, origin, epoch, value_ref, fold_seq, leaf_count,"
+                " root, envelope, local, status, created_at) VALUES (?,?,?,?,?,?,?,?,0,'durable',?)"
+                " ON CONFLICT (digest) DO NOTHING",
+                (digest, origin, epoch, value_ref, fold_seq, leaf_count, root, envelope, now),
+            )
+            return cursor.rowcount == 1
+
+    async def put_obligation(
+        self,
+        *,
+        digest: str,
+        commitment_digest: str,
+        serve_until: float,
+        envelope: bytes,
+        local: bool,
+        now: float,
+    ) -> bool:
+        """Keep an obligation verbatim (a peer's, or an extra one of ours).
+
+        Its commitment must already be stored (:class:`UnknownCommitment`).
+        """
+        async with self._write(f"store obligation {digest[:16]}…") as db:
+            if await self._fold(db, commitment_digest) is None:
+                raise UnknownCommitment(
+                    f"obligation {digest[:16]}… names commitment {commitment_digest[:16]}…, "
+                    "which this store does not hold"
+                )
+            cursor = await db.execute(
+                "INSERT INTO obligations (digest, commitment_digest, serve_until, envelope,"
+                " local, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
+                (digest, commitment_digest, serve_until, envelope, int(local), now),
+            )
+            return cursor.rowcount == 1
+
+    # ----------------------------------------------------------------- evidence, attestations
+
+    async def add_evidence(
+        self,
+        *,
+        digest: str,
+        kind: str,
+        accused: str,
+        body: bytes,
+        now: float,
+        commitment_digest: str | None = None,
+        file_path: str | None = None,
+    ) -> bool:
+        """Record evidence (the file's bytes verbatim); False if already recorded."""
+        async with self._write(f"record {kind} evidence {digest[:16]}…") as db:
+            cursor = await db.execute(
+                "INSERT INTO evidence (digest, kind, accused, commitment_digest, file_path, body,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
+                (digest, kind, accused, commitment_digest, file_path, body, now),
+            )
+            return cursor.rowcount == 1
+
+    async def evidence(
+        self, *, accused: str | None = None, kind: str | None = None
+    ) -> tuple[EvidenceRecord, ...]:
+        """Stored evidence, optionally filtered, oldest first."""
+        clauses, params = [], []
+        if accused is not None:
+            clauses.append("accused = ?")
+            params.append(accused)
+        if kind is not None:
+            clauses.append("kind = ?")
+            params.append(kind)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        async with self._read("read evidence") as db:
+            rows = await db.execute_fetchall(
+                "SELECT digest, kind, accused, commitment_digest, file_path, body, created_at"
+                f" FROM evidence{where} ORDER BY created_at, digest",
+                params,
+            )
+        return tuple(
+            EvidenceRecord(
+                str(r[0]),
+                str(r[1]),
+                str(r[2]),
+                None if r[3] is None else str(r[3]),
+                None if r[4] is None else str(r[4]),
+                bytes(r[5]),
+                float(r[6]),
+            )
+            for r in rows
+        )
+
+    async def add_attestation(
+        self,
+        *,
+        digest: str,
+        value_digest: str,
+        attester: str,
+        expires_at: float,
+        envelope: bytes,
+        now: float,
+    ) -> bool:
+        """Keep an (already verified) attestation verbatim; False if already kept."""
+        async with self._write(f"store attestation {digest[:16]}…") as db:
+            cursor = await db.execute(
+                "INSERT INTO attestations (digest, value_digest, attester, expires_at, envelope,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
+                (digest, value_digest, attester, expires_at, envelope, now),
+            )
+            return cursor.rowcount == 1
+
+    async def attestations_for(self, value_digest: str, *, now: float) -> tuple[bytes, ...]:
+        """Envelopes of unexpired attestations bound to a value digest."""
+        async with self._read("read attestations") as db:
+            rows = await db.execute_fetchall(
+                "SELECT envelope FROM attestations WHERE value_digest = ? AND expires_at > ?"
+                " ORDER BY created_at, digest",
+                (value_digest, now),
+            )
+        return tuple(bytes(r[0]) for r in rows)
+
+    # ----------------------------------------------------------------- demand nonces
+
+    async def record_nonce(
+        self, *, holder: str, nonce: str, subject: str, now: float, expires_at: float
+    ) -> None:
+        """Accept a demand nonce once; :class:`ReplayedNonce` if seen in its window.
+
+        The check and the insert are one write transaction, so two concurrent
+        demands with the same nonce cannot both pass.
+        """
+        async with self._write(f"record nonce {nonce[:16]} of {holder[:12]}…") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT seen_at, expires_at FROM demand_nonces WHERE holder = ? AND nonce = ?",
+                    (holder, nonce),
+                )
+            )
+            if rows and float(rows[0][1]) > now:
+                replayed = True
+            else:
+                replayed = False
+                await db.execute(
+                    "INSERT INTO demand_nonces (holder, nonce, subject, seen_at, expires_at)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (holder, nonce) DO UPDATE SET"
+                    " subject = excluded.subject, seen_at = excluded.seen_at,"
+                    " expires_at = excluded.expires_at",
+                    (holder, nonce, subject, now, expires_at),
+                )
+        if replayed:
+            self.bump(CounterName.NONCE_REPLAYS)
+            raise ReplayedNonce(
+                f"demand nonce {nonce[:16]} from holder {holder[:12]}… already seen at "
+                f"{float(rows[0][0]):.3f} (window until {float(rows[0][1]):.3f}, now {now:.3f})"
+            )
+
+    # ----------------------------------------------------------------- reaper
+
+    async def reap(self, *, now: float, grace_s: float = 0.0, limit: int = 10_000) -> ReapReport:
+        """Evict hops no unexpired obligation protects (S5); prune expired nonces.
+
+        One DELETE reads the obligation table and fold membership in the same
+        statement: a hop is a candidate only if it belongs to at least one fold
+        and *every* obligation on *every* fold containing it expired before
+        ``now - grace_s``. Hops not yet folded are never evicted. Pending folds
+        protect their members as well.
+        """
+        cutoff = now - grace_s
+        async with self._write("reap expired hops") as db:
+            cursor = await db.execute(_REAP_SQL, (self._origin, cutoff, limit))
+            evicted = max(cursor.rowcount, 0)
+            cursor = await db.execute("DELETE FROM demand_nonces WHERE expires_at <= ?", (now,))
+            pruned = max(cursor.rowcount, 0)
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT COUNT(DISTINCT m.epoch || ':' || m.seq) FROM fold_members m"
+                    " JOIN obligations o ON o.commitment_digest = m.commitment_digest"
+                    " WHERE m.origin = ? AND o.serve_until > ?",
+                    (self._origin, cutoff),
+                )
+            )
+            if evicted:
+                self.bump(CounterName.HOPS_EVICTED, evicted)
+        return ReapReport(evicted, pruned, int(rows[0][0]))
+
+    # ----------------------------------------------------------------- counters, checks
+
+    async def counters(self) -> dict[str, int]:
+        """Counters plus gauges: pending folds now, evidence by kind, commits.
+
+        Keys: every :class:`CounterName` value, ``provenance_pending`` (folds
+        whose hops have not landed), ``evidence_<kind>`` per kind and
+        ``evidence_total``.
+        """
+        out = {str(name): 0 for name in CounterName}
+        out.update(self._counters)
+        async with self._read("read counters") as db:
+            pending = list(
+                await db.execute_fetchall(
+                    "SELECT COUNT(*) FROM commitments WHERE status = 'pending' AND local = 1"
+                )
+            )
+            kinds = await db.execute_fetchall(
+                "SELECT kind, COUNT(*) FROM evidence GROUP BY kind ORDER BY kind"
+            )
+        out["provenance_pending"] = int(pending[0][0])
+        total = 0
+        for kind, count in kinds:
+            out[f"evidence_{kind}"] = int(count)
+            total += int(count)
+        out["evidence_total"] = total
+        return out
+
+    async def integrity_check(self) -> str:
+        """``PRAGMA integrity_check`` on the database: "ok" or the problems found."""
+        async with self._read("integrity check") as db:
+            rows = await db.execute_fetchall("PRAGMA integrity_check")
+        return "\n".join(str(r[0]) for r in rows)
+
+    async def table_digest(self) -> str:
+        """SHA-256 over every row of every table, for "nothing changed" checks."""
+        h = hashlib.sha256()
+        async with self._read("digest tables") as db:
+            for table in _TABLES:
+                h.update(table.encode() + b"\x00")
+                cursor = await db.execute(f"SELECT * FROM {table} ORDER BY 1, 2")
+                async for row in cursor:
+                    h.update(repr(tuple(row)).encode() + b"\n")
+        return h.hexdigest()
+
+
+_TABLES: Final = (
+    "hops",
+    "commitments",
+    "fold_members",
+    "obligations",
+    "evidence",
+    "attestations",
+    "demand_nonces",
+    "meta",
+)
+
+# A hop is evictable when it is a member of at least one fold and no fold it
+# belongs to has an obligation with serve_until after the cutoff. The
+# obligation table is read inside the same statement as the delete (S5).
+_REAP_SQL: Final = """
+DELETE FROM hops
+WHERE (origin, epoch, seq) IN (
+    SELECT h.origin, h.epoch, h.seq FROM hops h
+    WHERE h.origin = ?1
+      AND EXISTS (
+        SELECT 1 FROM fold_members m
+        WHERE m.origin = h.origin AND m.epoch = h.epoch AND m.seq = h.seq)
+      AND NOT EXISTS (
+        SELECT 1 FROM fold_members m
+        JOIN commitments c ON c.digest = m.commitment_digest
+        LEFT JOIN obligations o ON o.commitment_digest = m.commitment_digest
+        WHERE m.origin = h.origin AND m.epoch = h.epoch AND m.seq = h.seq
+          AND (o.digest IS NULL OR o.serve_until > ?2 OR c.status = 'pending'))
+    LIMIT ?3
+)
+"""
