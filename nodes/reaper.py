@@ -1,0 +1,118 @@
+"""Retention reaper: evicts hops that no unexpired obligation protects (S5).
+
+The reaper never decides on its own what is safe to evict: each pass is one
+write transaction in which a single DELETE reads the obligation table and
+fold membership (:meth:`nodes.store.HopStore.reap`). A hop is evicted only if
+it belongs to at least one fold and every obligation on every fold that
+contains it has expired (minus an optional grace). Hops not yet folded and
+hops of ``provenance_pending`` folds are never candidates. This is option 1
+of seed 000: the pointer is durable before eviction may consider the span,
+and eviction reads the pointer table as a precondition.
+
+Usage::
+
+    reaper = Reaper(store, interval_s=1.0)
+    reaper.start()
+    ...
+    await reaper.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from nodes.store import HopStore, ReapReport, StoreError
+
+__all__ = ["Reaper", "ReaperStats"]
+
+_log = structlog.get_logger("provnet.reaper")
+
+
+@dataclass(frozen=True, slots=True)
+class ReaperStats:
+    """Totals over the reaper's lifetime."""
+
+    passes: int
+    hops_evicted: int
+    nonces_pruned: int
+    errors: int
+
+
+class Reaper:
+    """Runs :meth:`HopStore.reap` every ``interval_s`` seconds in a task.
+
+    ``clock`` returns POSIX seconds (tests pass their own). Store errors in a
+    pass are logged and counted; the next pass tries again.
+    """
+
+    def __init__(
+        self,
+        store: HopStore,
+        *,
+        interval_s: float = 1.0,
+        grace_s: float = 0.0,
+        batch: int = 10_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"reaper interval must be > 0 s, got {interval_s}")
+        if grace_s < 0:
+            raise ValueError(f"reaper grace must be >= 0 s, got {grace_s}")
+        self._store = store
+        self._interval = interval_s
+        self._grace = grace_s
+        self._batch = batch
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+        self._passes = 0
+        self._evicted = 0
+        self._pruned = 0
+        self._errors = 0
+
+    @property
+    def stats(self) -> ReaperStats:
+        return ReaperStats(self._passes, self._evicted, self._pruned, self._errors)
+
+    async def run_once(self) -> ReapReport:
+        """One pass now; raises :class:`StoreError` if the pass failed."""
+        report = await self._store.reap(now=self._clock(), grace_s=self._grace, limit=self._batch)
+        self._passes += 1
+        self._evicted += report.hops_evicted
+        self._pruned += report.nonces_pruned
+        if report.hops_evicted or report.nonces_pruned:
+            _log.debug(
+                "reaper_pass",
+                hops_evicted=report.hops_evicted,
+                nonces_pruned=report.nonces_pruned,
+                protected_hops=report.protected_hops,
+            )
+        return report
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except StoreError as exc:
+                self._errors += 1
+                _log.warning("reaper_pass_failed", error=str(exc))
+            await asyncio.sleep(self._interval)
+
+    def start(self) -> None:
+        """Start the periodic task (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name="hop-reaper")
+
+    async def stop(self) -> None:
+        """Cancel the task and wait for it (a pass in flight is rolled back)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
