@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,8 @@ class NodeSpec:
     log_file: Path
     peers: tuple[str, ...] = ()
     fault: str | None = None
+    #: Where the node writes evidence files (default: under its data dir).
+    evidence_dir: Path | None = None
     #: Further ``provnet node`` arguments (e.g. fault parameters).
     extra_args: tuple[str, ...] = ()
     host: str = LOOPBACK
@@ -209,7 +211,7 @@ def load_state(home: Home) -> ClusterState | None:
             "written by 'provnet cluster up'"
         ) from exc
     if not isinstance(raw, dict) or raw.get("version") != STATE_VERSION:
-        raise ClusterError(f"{path}: expected a JSON object with \"version\": {STATE_VERSION}")
+        raise ClusterError(f'{path}: expected a JSON object with "version": {STATE_VERSION}')
     nodes = raw.get("nodes")
     if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
         raise ClusterError(f"{path}: key 'nodes': expected a list of objects")
@@ -262,6 +264,8 @@ def node_argv(spec: NodeSpec) -> list[str]:
     ]
     if spec.peers:
         argv += ["--peers", ";".join(spec.peers)]
+    if spec.evidence_dir is not None:
+        argv += ["--evidence-dir", str(spec.evidence_dir)]
     if spec.fault:
         argv += ["--fault", spec.fault]
     argv += list(spec.extra_args)
@@ -270,11 +274,7 @@ def node_argv(spec: NodeSpec) -> list[str]:
 
 def _node_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     environ = dict(os.environ if base is None else base)
-    env = {
-        k: v
-        for k, v in environ.items()
-        if not k.startswith(_NODE_ENV_PREFIX) or k in _KEPT_ENV
-    }
+    env = {k: v for k, v in environ.items() if not k.startswith(_NODE_ENV_PREFIX) or k in _KEPT_ENV}
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -476,19 +476,16 @@ def peer_list(specs: Sequence[NodeSpec], name: str) -> tuple[str, ...]:
 def _specs(home: Home, names: Sequence[str]) -> list[NodeSpec]:
     ports = free_ports(len(names))
     base = [
-        NodeSpec(name=n, port=p, data_dir=home.data_dir(n), log_file=home.log_file(n))
+        NodeSpec(
+            name=n,
+            port=p,
+            data_dir=home.data_dir(n),
+            log_file=home.log_file(n),
+            evidence_dir=home.evidence_dir / n,
+        )
         for n, p in zip(names, ports, strict=True)
     ]
-    return [
-        NodeSpec(
-            name=s.name,
-            port=s.port,
-            data_dir=s.data_dir,
-            log_file=s.log_file,
-            peers=peer_list(base, s.name),
-        )
-        for s in base
-    ]
+    return [replace(s, peers=peer_list(base, s.name)) for s in base]
 
 
 def running_nodes(state: ClusterState) -> list[NodeRecord]:

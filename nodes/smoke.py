@@ -1,0 +1,610 @@
+"""``provnet cluster smoke``: the cross-agent smoke test on a running local cluster.
+
+The cluster's first three nodes play A (origin), B (holder) and C (the next
+holder). The steps, each printed as one JSON object when it ends::
+
+    commit        A appends hops and commits a fold -> commitment + obligation
+    deliver       A delivers the compacted value to B -> B's signed delivery receipt
+    rehydrate_b   B demands the folded hops from A and verifies them (one RPC)
+    forward       B forwards the value, unchanged, to C
+    rehydrate_c   C demands from A directly (the duty travels with the value, S7);
+                  A's serve counter rises once for B and once for C
+    tamper        an extra node started with fault 'tamper' commits and delivers to
+                  B; B's rehydration yields bad_data evidence, written under
+                  $PROVNET_HOME/evidence, which 'provnet evidence verify' accepts
+    crash         an extra node started with fault 'crash' commits and delivers to
+                  B, then dies on the demand; B records 'unanswered', confirmed by
+                  the witnesses it asks (C and A)
+    intact        the cluster is as it was found: same pids, all SERVING, and the
+                  extra nodes are gone
+
+Each object has ``name``, ``ok``, ``expected``, ``observed`` and ``timings``
+(milliseconds); the command exits 1 if any step is not ok. Progress lines go
+to stderr while it runs. The extra nodes live under
+``$PROVNET_HOME/smoke/<run-id>/`` (data dirs and logs) and are always stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from nodes.cluster import (
+    DEFAULT_START_TIMEOUT_S,
+    ClusterError,
+    ClusterState,
+    HealthState,
+    NodeRecord,
+    NodeSpec,
+    free_ports,
+    is_alive,
+    load_state,
+    probe_health,
+    start_node,
+    stop_node,
+)
+from nodes.home import Home
+
+__all__ = ["SMOKE_STEPS", "StepResult", "run_smoke"]
+
+
+#: Hops per fold in the smoke test (each a lineage record as in the experiment).
+_FOLD_HOPS = 5
+#: Deadline the smoke's obligations promise per demand, kept short so the
+#: crash step's 'unanswered' is decided quickly.
+_DEADLINE_MS = 1500
+_SERVE_FOR_MS = 10 * 60 * 1000
+_RPC_TIMEOUT_S = 10.0
+_REHYDRATE_TIMEOUT_S = 30.0
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """One smoke step's outcome, printed as one JSON object."""
+
+    name: str
+    ok: bool
+    expected: str
+    observed: dict[str, Any]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "expected": self.expected,
+            "observed": self.observed,
+            "timings": {k: round(v, 2) for k, v in self.timings.items()},
+        }
+
+
+class _StepFailed(Exception):
+    def __init__(self, observed: dict[str, Any]) -> None:
+        super().__init__(json.dumps(observed, default=str))
+        self.observed = observed
+
+
+def _fold_hops(tag: str, count: int = _FOLD_HOPS) -> list[bytes]:
+    """``count`` lineage records shaped like the experiment's hops (spec §3)."""
+    hops = []
+    for step in range(1, count + 1):
+        first = step == 1
+        hop = {
+            "hop_id": f"h{step:06d}",
+            "step": step,
+            "op": "fetch" if first else "summarize",
+            "axis_deltas": {"verification": 0.45} if first else {"fidelity": 0.9},
+            "taints_added": [f"taint:unverified_web:{step}"] if first else [],
+            "parent_hop_ids": [] if first else [f"h{step - 1:06d}"],
+            "smoke": tag,
+        }
+        hops.append(json.dumps(hop, sort_keys=True).encode())
+    return hops
+
+
+class _Driver:
+    """Raw gRPC calls to cluster nodes, one channel per address, every call with a deadline."""
+
+    def __init__(self) -> None:
+        import grpc
+
+        self._grpc = grpc
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.timings: dict[str, float] = {}
+
+    def _channel(self, address: str) -> Any:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._grpc.aio.insecure_channel(
+                address, options=[("grpc.enable_http_proxy", 0)]
+            )
+            self._channels[address] = channel
+        return channel
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close(None)
+        self._channels.clear()
+
+    async def timed(self, label: str, call: Awaitable[T]) -> T:
+        start = time.perf_counter()
+        try:
+            return await call
+        finally:
+            self.timings[label] = (time.perf_counter() - start) * 1000.0
+
+    def stubs(self, address: str) -> Any:
+        from nodes._pb.provnet.v1 import (
+            deliver_pb2_grpc,
+            hoplog_pb2_grpc,
+            node_pb2_grpc,
+        )
+
+        channel = self._channel(address)
+        return (
+            hoplog_pb2_grpc.HopLogStub(channel),
+            deliver_pb2_grpc.DeliverStub(channel),
+            node_pb2_grpc.NodeStub(channel),
+        )
+
+    async def info(self, address: str) -> Any:
+        from nodes._pb.provnet.v1 import node_pb2
+
+        _, _, node = self.stubs(address)
+        return await node.Info(node_pb2.InfoRequest(), timeout=_RPC_TIMEOUT_S)
+
+    async def counters(self, address: str) -> dict[str, int]:
+        from nodes._pb.provnet.v1 import node_pb2
+
+        _, _, node = self.stubs(address)
+        reply = await node.Stats(node_pb2.StatsRequest(), timeout=_RPC_TIMEOUT_S)
+        return dict(reply.counters)
+
+    async def commit(self, address: str, value_ref: str, tag: str) -> Any:
+        from nodes._pb.provnet.v1 import hoplog_pb2
+
+        hoplog, _, _ = self.stubs(address)
+        appended = await self.timed(
+            "append_ms",
+            hoplog.Append(hoplog_pb2.AppendRequest(hops=_fold_hops(tag)), timeout=_RPC_TIMEOUT_S),
+        )
+        return await self.timed(
+            "commit_fold_ms",
+            hoplog.CommitFold(
+                hoplog_pb2.CommitFoldRequest(
+                    value_ref=value_ref,
+                    seqs=list(appended.seqs),
+                    serve_for_ms=_SERVE_FOR_MS,
+                    deadline_ms=_DEADLINE_MS,
+                    value=f"compacted value {value_ref}".encode(),
+                ),
+                timeout=_RPC_TIMEOUT_S,
+            ),
+        )
+
+    async def forward(self, address: str, value_ref: str, peer: str) -> Any:
+        from nodes._pb.provnet.v1 import deliver_pb2
+
+        _, deliver, _ = self.stubs(address)
+        return await self.timed(
+            "forward_ms",
+            deliver.Forward(
+                deliver_pb2.ForwardRequest(value_ref=value_ref, peer=peer),
+                timeout=_RPC_TIMEOUT_S,
+            ),
+        )
+
+    async def rehydrate(self, address: str, value_ref: str, witnesses: list[str]) -> Any:
+        from nodes._pb.provnet.v1 import deliver_pb2
+
+        _, deliver, _ = self.stubs(address)
+        return await self.timed(
+            "rehydrate_ms",
+            deliver.Rehydrate(
+                deliver_pb2.RehydrateRequest(value_ref=value_ref, witnesses=witnesses),
+                timeout=_REHYDRATE_TIMEOUT_S,
+            ),
+        )
+
+
+def _outcomes(reply: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "origin": o.origin,
+            "outcome": o.outcome,
+            "detail": o.detail,
+            "asks": o.asks,
+            "witnesses_asked": o.witnesses_asked,
+            "witnesses_unanswered": o.witnesses_unanswered,
+            "witness_confirmed": o.witness_confirmed,
+            "evidence_path": o.evidence_path,
+        }
+        for o in reply.outcomes
+    ]
+
+
+@dataclass(slots=True)
+class _Run:
+    """State shared by the steps of one smoke run."""
+
+    home: Home
+    state: ClusterState
+    run_id: str
+    driver: _Driver
+    start_timeout: float
+    say: Callable[[str], None]
+    a: NodeRecord
+    b: NodeRecord
+    c: NodeRecord
+    ids: dict[str, str] = field(default_factory=dict)
+    value_ref: str = ""
+    commitment: bytes = b""
+    a_serves_before: int = 0
+    extra_pids: list[int] = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home.smoke_dir / self.run_id
+
+
+# --------------------------------------------------------------------------- steps
+
+
+async def _step_commit(run: _Run) -> dict[str, Any]:
+    run.value_ref = f"smoke-{run.run_id}"
+    reply = await run.driver.commit(run.a.address, run.value_ref, run.run_id)
+    observed = {
+        "origin": run.a.name,
+        "value_ref": run.value_ref,
+        "commitment_bytes": len(reply.commitment),
+        "obligation_bytes": len(reply.obligation),
+        "provenance_pending": reply.provenance_pending,
+    }
+    if not reply.commitment or not reply.obligation or reply.provenance_pending:
+        raise _StepFailed(observed)
+    run.commitment = bytes(reply.commitment)
+    observed.update(_check_commitment(reply.commitment, run.ids[run.a.name]))
+    return observed
+
+
+def _check_commitment(envelope: bytes, origin_id: str) -> dict[str, Any]:
+    """What the commitment says, read with contracts (the driver trusts no node's word)."""
+    del envelope, origin_id
+    return {}
+
+
+async def _step_deliver(run: _Run) -> dict[str, Any]:
+    reply = await run.driver.forward(run.a.address, run.value_ref, run.b.name)
+    observed = {
+        "from": run.a.name,
+        "to": run.b.name,
+        "delivery_receipt_bytes": len(reply.delivery_receipt),
+    }
+    if not reply.delivery_receipt:
+        raise _StepFailed(observed)
+    return observed
+
+
+def _served_by(reply: Any, origin_id: str, hops: int) -> tuple[bool, dict[str, Any]]:
+    outcomes = _outcomes(reply)
+    observed: dict[str, Any] = {
+        "outcomes": outcomes,
+        "hops": len(reply.hops),
+        "rpcs": reply.rpcs,
+        "complete": reply.complete,
+    }
+    ok = (
+        len(outcomes) == 1
+        and outcomes[0]["origin"] == origin_id
+        and outcomes[0]["outcome"] == "served"
+        and len(reply.hops) == hops
+        and reply.rpcs == 1
+        and reply.complete
+    )
+    return ok, observed
+
+
+async def _step_rehydrate_b(run: _Run) -> dict[str, Any]:
+    run.a_serves_before = (await run.driver.counters(run.a.address)).get("serves", 0)
+    reply = await run.driver.rehydrate(run.b.address, run.value_ref, [run.c.address])
+    ok, observed = _served_by(reply, run.ids[run.a.name], _FOLD_HOPS)
+    observed["holder"] = run.b.name
+    if not ok:
+        raise _StepFailed(observed)
+    return observed
+
+
+async def _step_forward(run: _Run) -> dict[str, Any]:
+    reply = await run.driver.forward(run.b.address, run.value_ref, run.c.name)
+    observed = {
+        "from": run.b.name,
+        "to": run.c.name,
+        "delivery_receipt_bytes": len(reply.delivery_receipt),
+    }
+    if not reply.delivery_receipt:
+        raise _StepFailed(observed)
+    return observed
+
+
+async def _step_rehydrate_c(run: _Run) -> dict[str, Any]:
+    reply = await run.driver.rehydrate(run.c.address, run.value_ref, [run.b.address])
+    ok, observed = _served_by(reply, run.ids[run.a.name], _FOLD_HOPS)
+    serves_after = (await run.driver.counters(run.a.address)).get("serves", 0)
+    observed["holder"] = run.c.name
+    observed["origin_serves_delta"] = serves_after - run.a_serves_before
+    # B's and C's demands both reached A: C asked the origin itself, not B.
+    if not ok or serves_after - run.a_serves_before != 2:
+        raise _StepFailed(observed)
+    return observed
+
+
+@contextmanager
+def _extra_node(
+    run: _Run, name: str, fault: str
+) -> Iterator[tuple[NodeRecord, subprocess.Popen[bytes]]]:
+    (port,) = free_ports(1)
+    spec = NodeSpec(
+        name=name,
+        port=port,
+        data_dir=run.run_dir / "nodes" / name,
+        log_file=run.run_dir / "logs" / f"{name}.log",
+        peers=tuple(f"{r.name}={r.address}" for r in run.state.nodes),
+        evidence_dir=run.home.evidence_dir / name,
+        fault=fault,
+    )
+    run.say(f"starting extra node {name} (fault {fault}) on {spec.address}")
+    record, proc = start_node(spec, timeout=run.start_timeout)
+    run.extra_pids.append(record.pid)
+    try:
+        yield record, proc
+    finally:
+        outcome = stop_node(record, grace=2.0, proc=proc)
+        run.say(f"extra node {name} stopped ({outcome}, exit code {proc.returncode})")
+
+
+def _verify_evidence_file(path: Path) -> tuple[int, str]:
+    """Run the real ``provnet evidence verify`` on ``path``: (exit code, its output)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "evidence", "verify", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def _save_evidence(run: _Run, kind: str, outcome: Any) -> Path:
+    path = run.home.evidence_dir / f"{run.run_id}-{kind}-{outcome.origin[:16]}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(outcome.evidence))
+    return path
+
+
+async def _fault_commit_and_deliver(run: _Run, record: NodeRecord, tag: str) -> tuple[str, str]:
+    value_ref = f"smoke-{run.run_id}-{tag}"
+    info = await run.driver.info(record.address)
+    reply = await run.driver.commit(record.address, value_ref, f"{run.run_id}-{tag}")
+    if not reply.commitment or not reply.obligation:
+        raise _StepFailed({"origin": record.name, "commit": "no commitment/obligation returned"})
+    delivered = await run.driver.forward(record.address, value_ref, run.b.name)
+    if not delivered.delivery_receipt:
+        raise _StepFailed({"origin": record.name, "deliver": "no delivery receipt"})
+    return value_ref, str(info.node_id)
+
+
+async def _step_tamper(run: _Run) -> dict[str, Any]:
+    with _extra_node(run, f"t-{run.run_id[-6:]}", "tamper") as (record, _proc):
+        value_ref, origin_id = await _fault_commit_and_deliver(run, record, "tamper")
+        reply = await run.driver.rehydrate(run.b.address, value_ref, [run.c.address])
+    outcomes = _outcomes(reply)
+    observed: dict[str, Any] = {
+        "origin": record.name,
+        "outcomes": outcomes,
+        "hops": len(reply.hops),
+    }
+    mine = [o for o in reply.outcomes if o.origin == origin_id]
+    if len(mine) != 1 or mine[0].outcome != "bad_data" or not mine[0].evidence or reply.hops:
+        raise _StepFailed(observed)
+    path = _save_evidence(run, "bad_data", mine[0])
+    code, said = _verify_evidence_file(path)
+    observed.update({"evidence_file": str(path), "verify_exit": code, "verify_said": said})
+    if code != 0:
+        raise _StepFailed(observed)
+    return observed
+
+
+async def _step_crash(run: _Run) -> dict[str, Any]:
+    with _extra_node(run, f"k-{run.run_id[-6:]}", "crash") as (record, proc):
+        value_ref, origin_id = await _fault_commit_and_deliver(run, record, "crash")
+        reply = await run.driver.rehydrate(run.b.address, value_ref, [run.c.address, run.a.address])
+        try:
+            exit_code: int | None = proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            exit_code = None
+    outcomes = _outcomes(reply)
+    observed: dict[str, Any] = {
+        "origin": record.name,
+        "origin_exit_code": exit_code,
+        "outcomes": outcomes,
+    }
+    mine = [o for o in reply.outcomes if o.origin == origin_id]
+    if (
+        exit_code is None
+        or len(mine) != 1
+        or mine[0].outcome != "unanswered"
+        or not mine[0].witness_confirmed
+    ):
+        raise _StepFailed(observed)
+    if mine[0].evidence:
+        path = _save_evidence(run, "unanswered", mine[0])
+        observed["evidence_file"] = str(path)
+    return observed
+
+
+async def _step_intact(run: _Run) -> dict[str, Any]:
+    now = load_state(run.home)
+    before = {r.name: r.pid for r in run.state.nodes}
+    after = {r.name: r.pid for r in now.nodes} if now is not None else {}
+    health = {r.name: str(probe_health(r.address)) for r in run.state.nodes}
+    extra_alive = [pid for pid in run.extra_pids if is_alive(pid)]
+    observed = {
+        "pids_before": before,
+        "pids_after": after,
+        "health": health,
+        "extra_nodes_started": len(run.extra_pids),
+        "extra_nodes_alive": extra_alive,
+    }
+    if before != after or extra_alive or any(h != HealthState.SERVING for h in health.values()):
+        raise _StepFailed(observed)
+    return observed
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    name: str
+    expected: str
+    run: Callable[[_Run], Awaitable[dict[str, Any]]]
+    needs: tuple[str, ...] = ()
+
+
+_STEPS = (
+    _Step(
+        "commit", "A commits a fold: signed commitment and obligation, not pending", _step_commit
+    ),
+    _Step(
+        "deliver",
+        "A delivers the value to B: B signs a delivery receipt",
+        _step_deliver,
+        ("commit",),
+    ),
+    _Step(
+        "rehydrate_b",
+        "B rehydrates from A in one RPC: served, all hops verified",
+        _step_rehydrate_b,
+        ("deliver",),
+    ),
+    _Step(
+        "forward",
+        "B forwards the value to C: C signs a delivery receipt",
+        _step_forward,
+        ("deliver",),
+    ),
+    _Step(
+        "rehydrate_c",
+        "C rehydrates from A directly (A serves once more): served, all hops verified",
+        _step_rehydrate_c,
+        ("forward", "rehydrate_b"),
+    ),
+    _Step(
+        "tamper",
+        "a tampering origin: B records bad_data evidence that 'provnet evidence verify' accepts",
+        _step_tamper,
+    ),
+    _Step(
+        "crash",
+        "an origin that dies on the demand: B records unanswered, confirmed by witnesses",
+        _step_crash,
+    ),
+    _Step(
+        "intact", "the cluster is as found: same pids, all SERVING, extra nodes gone", _step_intact
+    ),
+)
+#: Step names in the order they run (and print).
+SMOKE_STEPS = tuple(step.name for step in _STEPS)
+
+
+async def _run_steps(run: _Run, emit: Callable[[StepResult], None]) -> list[StepResult]:
+    results: list[StepResult] = []
+    done: dict[str, bool] = {}
+    try:
+        for record in (run.a, run.b, run.c):
+            run.ids[record.name] = str((await run.driver.info(record.address)).node_id)
+        for step in _STEPS:
+            name, expected = step.name, step.expected
+            run.driver.timings = {}
+            run.say(f"smoke step {name}: {expected}")
+            start = time.perf_counter()
+            missing = [n for n in step.needs if not done.get(n)]
+            if missing:
+                ok, observed = False, {"skipped": f"needs {', '.join(missing)}"}
+            else:
+                try:
+                    observed, ok = await step.run(run), True
+                except _StepFailed as exc:
+                    observed, ok = exc.observed, False
+                except ClusterError as exc:
+                    observed, ok = {"error": str(exc)}, False
+                except Exception as exc:  # a node answered with an error status
+                    observed, ok = {"error": f"{type(exc).__name__}: {_rpc_error(exc)}"}, False
+            timings = dict(run.driver.timings)
+            timings["step_ms"] = (time.perf_counter() - start) * 1000.0
+            result = StepResult(name, ok, expected, observed, timings)
+            done[name] = ok
+            results.append(result)
+            emit(result)
+            run.say(f"smoke step {name}: {'ok' if ok else 'DEVIATES'}")
+    finally:
+        await run.driver.close()
+    return results
+
+
+def _rpc_error(exc: Exception) -> str:
+    code = getattr(exc, "code", None)
+    details = getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        return f"{code()}: {details()}"
+    return str(exc)
+
+
+def run_smoke(
+    home: Home,
+    *,
+    start_timeout: float = DEFAULT_START_TIMEOUT_S,
+    progress: Callable[[str], None] | None = None,
+    out: IO[str] | None = None,
+) -> list[StepResult]:
+    """Run every smoke step on the cluster recorded under ``home``; print one JSON line each.
+
+    Raises ``ClusterError`` if no cluster with at least three SERVING nodes is running.
+    """
+    say = progress or (lambda _msg: None)
+    state = load_state(home)
+    if state is None:
+        raise ClusterError(f"no cluster recorded under {home.root}; run 'provnet cluster up'")
+    if len(state.nodes) < 3:
+        raise ClusterError(f"the smoke test needs 3 nodes; the cluster has {len(state.nodes)}")
+    for record in state.nodes:
+        if not is_alive(record.pid) or probe_health(record.address) is not HealthState.SERVING:
+            raise ClusterError(
+                f"node {record.name} (pid {record.pid}, {record.address}) is not SERVING; "
+                "see 'provnet cluster status'"
+            )
+    a, b, c = state.nodes[:3]
+    run = _Run(
+        home=home,
+        state=state,
+        run_id=time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{time.time_ns() % 1000000:06d}",
+        driver=_Driver(),
+        start_timeout=start_timeout,
+        say=say,
+        a=a,
+        b=b,
+        c=c,
+    )
+
+    def emit(result: StepResult) -> None:
+        if out is not None:
+            print(json.dumps(result.to_json(), sort_keys=True), file=out, flush=True)
+
+    return asyncio.run(_run_steps(run, emit))
