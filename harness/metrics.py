@@ -1,0 +1,121 @@
+"""Per-run metrics and the CSV schemas they stream into (spec §7).
+
+Per (arm ≠ ground_truth, gate, mode): n, agreements with the oracle (its
+blind decision for the same step and gate), false-proceeds (arm proceeds,
+oracle blocks), false-stops (arm blocks, oracle proceeds), proceeds, oracle
+proceeds, lookups and bytes read. Per (arm, axis): the sum of |arm − oracle|
+over decision points, scores rounded to 6 decimals. A run produces a few
+dozen rows; nothing per decision is kept except the reconstruction curve
+(one row per decision) and, for the death-spiral run, its
+reconstruction-gate decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "DEATH_SPIRAL_COLUMNS",
+    "DRIFT_COLUMNS",
+    "GATE_COLUMNS",
+    "PROSE_COLUMNS",
+    "RECON_COLUMNS",
+    "SWEEP_COLUMNS",
+    "GateCounts",
+    "RunKey",
+]
+
+_KEY = ["run_type", "cadence", "profile", "seed"]
+GATE_COLUMNS: list[str] = [
+    *_KEY,
+    "arm",
+    "policy",
+    "gate_class",
+    "irreversible",
+    "mode",
+    "n",
+    "n_agree",
+    "n_false_proceed",
+    "n_false_stop",
+    "n_proceed",
+    "n_oracle_proceed",
+    "lookups",
+    "bytes_read",
+]
+SWEEP_COLUMNS: list[str] = [*GATE_COLUMNS, "penalty"]
+DRIFT_COLUMNS: list[str] = [*_KEY, "arm", "axis", "n", "sum_abs_err", "mae"]
+RECON_COLUMNS: list[str] = [
+    *_KEY,
+    "step",
+    "cycle",
+    "n_compactions",
+    "store_reconstruction",
+    "perhop_fidelity",
+    "prose_reconstruction",
+]
+PROSE_COLUMNS: list[str] = [
+    *_KEY,
+    "extractions",
+    "parse_failures",
+    "true_taints",
+    "kept",
+    "fabricated",
+    "realized_recall",
+    "realized_precision",
+]
+DEATH_SPIRAL_COLUMNS: list[str] = [
+    "step",
+    "cycle",
+    "n_compactions",
+    "arm",
+    "policy",
+    "gate_class",
+    "proceed",
+    "oracle_proceed",
+    "reconstruction",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunKey:
+    """Identifies one run: (run_type, cadence, profile, seed)."""
+
+    run_type: str
+    cadence: int
+    profile: str
+    seed: int
+
+    def row(self) -> list[object]:
+        return [self.run_type, self.cadence, self.profile, self.seed]
+
+
+class GateCounts:
+    """Confusion counts of one (arm, gate, mode) against the oracle."""
+
+    __slots__ = ("false_proceed", "false_stop", "lookups", "n", "bytes_read", "oracle_proceed", "proceed")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.proceed = 0
+        self.oracle_proceed = 0
+        self.false_proceed = 0
+        self.false_stop = 0
+        self.lookups = 0
+        self.bytes_read = 0
+
+    def add(self, proceed: bool, oracle: bool, lookups: int, nbytes: int) -> None:
+        self.n += 1
+        if proceed:
+            self.proceed += 1
+            if not oracle:
+                self.false_proceed += 1
+        elif oracle:
+            self.false_stop += 1
+        if oracle:
+            self.oracle_proceed += 1
+        self.lookups += lookups
+        self.bytes_read += nbytes
+
+    @property
+    def agree(self) -> int:
+        return self.n - self.false_proceed - self.false_stop

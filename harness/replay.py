@@ -1,0 +1,272 @@
+"""Replay one event sequence through the four arms and the nine gates (spec §5–§7).
+
+Events are processed in generation order. Each event's hop (if any) is
+built once, appended to the cold hop log and applied to all four arms in the
+order ground_truth, structural_min, structural_perhop, prose. Compaction
+happens after a non-decision event at step s, and before a decision point
+at step s, when s > 0, s % C == 0 and no compaction happened at s yet — so
+a compaction at s still sees a value a Retire at s is about to remove.
+
+At a decision point the oracle (ground_truth, blind) is computed once per
+gate; every other (arm, gate, mode) is scored against it. The replay keeps
+only counters, one curve row per decision and a streaming SHA-256 of the
+decision log; nothing per decision survives the run otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.arms import (
+    Arm,
+    ArmName,
+    GroundTruthArm,
+    ProseArm,
+    StructuralMinArm,
+    StructuralPerhopArm,
+    ValueState,
+)
+from harness.axes import AXES, RECON
+from harness.config import ProseConfig
+from harness.events import Decision, Event, Hop, Merge, NewValue, OpEvent, Retire
+from harness.fingerprint import DecisionLog
+from harness.gates import GATES, Gate, GateClass, GateView, Mode, evaluate, gate_modes
+from harness.lineage import HopLog, build_hop
+from harness.metrics import GateCounts
+from harness.prose import MockProseChannel, ProseChannel, ProseCounters
+
+__all__ = ["ReplayError", "ReplayParams", "RunResult", "replay"]
+
+
+class ReplayError(ValueError):
+    """An event sequence is inconsistent (e.g. an op on a value that is not live)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayParams:
+    """Everything a replay needs besides the events."""
+
+    cadence: int
+    keep: int = 5
+    window: int = 8
+    penalty: float = 0.02
+    prose: ProseConfig = ProseConfig()
+    prose_seed: int = 0
+    #: evaluate degrade (and, with ``rehydrate``, rehydrate) on structural arms
+    lineage_modes: bool = True
+    rehydrate: bool = True
+    record_curve: bool = True
+    record_death_spiral: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """One run's rows (without the run key) and its decision-log fingerprint.
+
+    gate_rows: (arm, policy, gate_class, irreversible, mode, n, n_agree,
+    n_false_proceed, n_false_stop, n_proceed, n_oracle_proceed, lookups,
+    bytes_read); drift_rows: (arm, axis, n, sum_abs_err, mae); curve_rows:
+    (step, cycle, n_compactions, store_reconstruction, perhop_fidelity,
+    prose_reconstruction); death_rows: spec'd death-spiral decision columns.
+    """
+
+    gate_rows: list[tuple[object, ...]]
+    drift_rows: list[tuple[object, ...]]
+    curve_rows: list[tuple[object, ...]]
+    prose: ProseCounters
+    death_rows: list[tuple[object, ...]]
+    fingerprint: str
+    n_decisions: int
+
+
+def _view(arm: Arm, state: ValueState, fidelity: float | None) -> GateView:
+    scores: Sequence[float] = state.vec
+    if fidelity is not None:
+        eff = list(state.vec)
+        eff[RECON] = fidelity
+        scores = eff
+    return GateView(scores, state.taints, state.visible, state.folded, state.history_truncated)
+
+
+def replay(
+    events: Sequence[Event],
+    params: ReplayParams,
+    channel: ProseChannel | None = None,
+) -> RunResult:
+    """Run the four arms over ``events``; see the module docstring for the order."""
+    cadence = params.cadence
+    window = params.window
+    if channel is None:
+        channel = MockProseChannel(params.prose_seed, params.prose)
+    gt = GroundTruthArm()
+    smin = StructuralMinArm(params.penalty, params.keep)
+    sper = StructuralPerhopArm(params.penalty, params.keep)
+    prose = ProseArm(channel)
+    arms: tuple[Arm, ...] = (gt, smin, sper, prose)
+    judged: tuple[Arm, ...] = (smin, sper, prose)
+    log = HopLog()
+    tips: dict[int, str] = {}
+    decisions = DecisionLog()
+
+    # evaluation plan per judged arm: (gate index, gate, mode, counts)
+    plan: list[list[tuple[int, Gate, Mode, GateCounts]]] = []
+    rows_order: list[tuple[ArmName, Gate, Mode, GateCounts]] = []
+    for arm in judged:
+        entries = []
+        for gi, gate in enumerate(GATES):
+            modes = gate_modes(gate, arm.structural and params.lineage_modes, params.rehydrate)
+            for mode in modes:
+                counts = GateCounts()
+                entries.append((gi, gate, mode, counts))
+                rows_order.append((arm.name, gate, mode, counts))
+        plan.append(entries)
+    drift = [[0.0] * len(AXES) for _ in judged]
+    n_drift = 0
+    curve: list[tuple[object, ...]] = []
+    death: list[tuple[object, ...]] = []
+    recon_gates = [gi for gi, g in enumerate(GATES) if g.gate_class is GateClass.RECONSTRUCTION]
+    last_compaction = -1
+
+    def maybe_compact(step: int) -> None:
+        nonlocal last_compaction
+        if step > 0 and step % cadence == 0 and last_compaction != step:
+            for arm in arms:
+                arm.compact(step)
+            last_compaction = step
+
+    def live(arm: Arm, value_id: int, step: int) -> ValueState:
+        state = arm.values.get(value_id)
+        if state is None:
+            raise ReplayError(f"event at step {step}: value {value_id} is not live")
+        return state
+
+    for ev in events:
+        if isinstance(ev, Decision):
+            maybe_compact(ev.step)
+            step = ev.step
+            vid = ev.value_id
+            gt_state = live(gt, vid, step)
+            oracle_view = _view(gt, gt_state, None)
+            oracle = [evaluate(g, oracle_view, Mode.BLIND, log, window).proceed for g in GATES]
+            tokens = ["1" if o else "0" for o in oracle]
+            fidelity = sper.fidelity
+            oracle_scores = [round(x, 6) for x in gt_state.vec]
+            for ai, arm in enumerate(judged):
+                state = live(arm, vid, step)
+                view = _view(arm, state, fidelity if arm is sper else None)
+                for gi, gate, mode, counts in plan[ai]:
+                    d = evaluate(gate, view, mode, log, window)
+                    counts.add(d.proceed, oracle[gi], d.lookups, d.bytes_read)
+                    tokens.append("1" if d.proceed else "0")
+                    if d.lookups:
+                        tokens.append(f"({d.lookups},{d.bytes_read})")
+                    if params.record_death_spiral and mode is Mode.BLIND and gi in recon_gates:
+                        death.append(
+                            (
+                                step,
+                                step // cadence,
+                                smin.n_compactions,
+                                arm.name.value,
+                                gate.name,
+                                gate.gate_class.value,
+                                d.proceed,
+                                oracle[gi],
+                                view.scores[RECON],
+                            )
+                        )
+                acc = drift[ai]
+                for k, x in enumerate(view.scores):
+                    acc[k] += abs(round(x, 6) - oracle_scores[k])
+            n_drift += 1
+            decisions.add(step, vid, "".join(tokens))
+            if params.record_curve:
+                curve.append(
+                    (
+                        step,
+                        step // cadence,
+                        smin.n_compactions,
+                        smin.store_reconstruction,
+                        fidelity,
+                        live(prose, vid, step).vec[RECON],
+                    )
+                )
+            continue
+        if isinstance(ev, Retire):
+            for arm in arms:
+                live(arm, ev.value_id, ev.step)
+                arm.retire(ev.value_id)
+            tips.pop(ev.value_id, None)
+        elif isinstance(ev, NewValue):
+            if ev.value_id in gt.values:
+                raise ReplayError(f"event at step {ev.step}: value {ev.value_id} already exists")
+            hop = build_hop(ev, ())
+            _append(log, hop)
+            tips[ev.value_id] = hop.hop_id
+            for arm in arms:
+                arm.new_value(ev, hop)
+        elif isinstance(ev, OpEvent):
+            live(gt, ev.value_id, ev.step)
+            hop = build_hop(ev, (tips[ev.value_id],))
+            _append(log, hop)
+            tips[ev.value_id] = hop.hop_id
+            for arm in arms:
+                arm.op(ev, hop)
+        elif isinstance(ev, Merge):
+            if ev.value_id in gt.values:
+                raise ReplayError(f"event at step {ev.step}: value {ev.value_id} already exists")
+            if not ev.inputs:
+                raise ReplayError(f"event at step {ev.step}: merge into {ev.value_id} has no inputs")
+            for v in ev.inputs:
+                live(gt, v, ev.step)
+            hop = build_hop(ev, tuple(tips[v] for v in ev.inputs))
+            _append(log, hop)
+            tips[ev.value_id] = hop.hop_id
+            for arm in arms:
+                arm.merge(ev, hop)
+        else:
+            raise ReplayError(f"unknown event type {type(ev).__name__}")
+        maybe_compact(ev.step)
+
+    gate_rows: list[tuple[object, ...]] = [
+        (
+            arm_name.value,
+            gate.name,
+            gate.gate_class.value,
+            gate.irreversible,
+            mode.value,
+            c.n,
+            c.agree,
+            c.false_proceed,
+            c.false_stop,
+            c.proceed,
+            c.oracle_proceed,
+            c.lookups,
+            c.bytes_read,
+        )
+        for arm_name, gate, mode, c in rows_order
+    ]
+    drift_rows: list[tuple[object, ...]] = []
+    for ai, arm in enumerate(judged):
+        for k, axis in enumerate(AXES):
+            total = drift[ai][k]
+            drift_rows.append(
+                (arm.name.value, axis, n_drift, total, total / n_drift if n_drift else 0.0)
+            )
+    return RunResult(
+        gate_rows,
+        drift_rows,
+        curve,
+        channel.counters,
+        death,
+        decisions.hexdigest(),
+        decisions.count,
+    )
+
+
+def _append(log: HopLog, hop: Hop) -> None:
+    try:
+        log.append(hop)
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from exc
+
