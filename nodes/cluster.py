@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_GRACE_S",
     "DEFAULT_NAMES",
     "DEFAULT_START_TIMEOUT_S",
+    "LOOPBACK",
     "ClusterError",
     "ClusterState",
     "HealthState",
@@ -114,7 +115,10 @@ class NodeSpec:
     evidence_dir: Path | None = None
     #: Further ``provnet node`` arguments (e.g. fault parameters).
     extra_args: tuple[str, ...] = ()
+    #: Interface to listen on; ``0.0.0.0`` when other hosts must reach the node.
     host: str = LOOPBACK
+    #: Address put in the node's obligations, when it differs from host:port.
+    advertise: str | None = None
 
     def __post_init__(self) -> None:
         check_node_name(self.name)
@@ -122,8 +126,19 @@ class NodeSpec:
             raise ValueError(f"node {self.name}: port {self.port} is outside 1..65535")
 
     @property
-    def address(self) -> str:
+    def listen(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def address(self) -> str:
+        """Where peers reach the node: the advertised address, else the listen address."""
+        return self.advertise or self.listen
+
+    @property
+    def local_address(self) -> str:
+        """Where this machine reaches the node (loopback when it listens on all interfaces)."""
+        host = LOOPBACK if self.host in ("0.0.0.0", "") else self.host
+        return f"{host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +271,7 @@ def node_argv(spec: NodeSpec) -> list[str]:
         "--name",
         spec.name,
         "--listen",
-        spec.address,
+        spec.listen,
         "--data-dir",
         str(spec.data_dir),
         "--log-format",
@@ -264,6 +279,8 @@ def node_argv(spec: NodeSpec) -> list[str]:
     ]
     if spec.peers:
         argv += ["--peers", ";".join(spec.peers)]
+    if spec.advertise is not None:
+        argv += ["--advertise", spec.advertise]
     if spec.evidence_dir is not None:
         argv += ["--evidence-dir", str(spec.evidence_dir)]
     if spec.fault:
@@ -409,7 +426,9 @@ def _wait_serving(
         code = proc.poll()
         if code is not None:
             return False, f"exited with code {code} before serving"
-        last = probe_health(spec.address, timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+        last = probe_health(
+            spec.local_address, timeout=min(1.0, max(0.1, deadline - time.monotonic()))
+        )
         if last is HealthState.SERVING:
             return True, ""
         if time.monotonic() >= deadline:
@@ -446,7 +465,7 @@ def start_nodes(
             ok, why = _wait_serving(spec, proc, max(0.0, deadline - time.monotonic()))
             if not ok:
                 failures.append(
-                    f"node {spec.name} at {spec.address} (pid {record.pid}) {why}; "
+                    f"node {spec.name} at {spec.listen} (pid {record.pid}) {why}; "
                     f"last lines of {spec.log_file}:\n{log_tail(spec.log_file)}"
                 )
     except BaseException:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -39,8 +40,8 @@ from typing import IO, Any, TypeVar
 
 from nodes.cluster import (
     DEFAULT_START_TIMEOUT_S,
+    LOOPBACK,
     ClusterError,
-    ClusterState,
     HealthState,
     NodeRecord,
     NodeSpec,
@@ -51,9 +52,9 @@ from nodes.cluster import (
     start_node,
     stop_node,
 )
-from nodes.home import Home
+from nodes.home import Home, check_node_name
 
-__all__ = ["SMOKE_STEPS", "StepResult", "run_smoke"]
+__all__ = ["SMOKE_STEPS", "Member", "StepResult", "cluster_members", "run_smoke"]
 
 
 #: Hops per fold in the smoke test (each a lineage record as in the experiment).
@@ -233,24 +234,60 @@ def _outcomes(reply: Any) -> list[dict[str, Any]]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A cluster node the smoke test talks to; ``pid`` is known for local clusters only."""
+
+    name: str
+    address: str
+    pid: int | None = None
+
+    @classmethod
+    def parse_list(cls, text: str) -> tuple[Member, ...]:
+        """``name=host:port`` entries separated by ';', ',' or spaces (e.g. Compose services)."""
+        members = []
+        for entry in re.split(r"[;,\s]+", text.strip()):
+            if not entry:
+                continue
+            name, sep, address = entry.partition("=")
+            host, colon, port = address.rpartition(":")
+            if not sep or not colon or not host or not port.isdigit():
+                raise ValueError(f"--nodes entry {entry!r}: expected name=host:port")
+            members.append(cls(check_node_name(name), address))
+        if len(members) < 3:
+            raise ValueError(f"--nodes {text!r}: the smoke test needs 3 nodes (A, B, C)")
+        return tuple(members)
+
+
 @dataclass(slots=True)
 class _Run:
     """State shared by the steps of one smoke run."""
 
     home: Home
-    state: ClusterState
     run_id: str
     driver: _Driver
     start_timeout: float
     say: Callable[[str], None]
-    a: NodeRecord
-    b: NodeRecord
-    c: NodeRecord
+    members: tuple[Member, ...]
+    #: Host under which the cluster reaches the smoke's extra nodes.
+    extra_host: str = LOOPBACK
     ids: dict[str, str] = field(default_factory=dict)
     value_ref: str = ""
     commitment: bytes = b""
     a_serves_before: int = 0
     extra_pids: list[int] = field(default_factory=list)
+
+    @property
+    def a(self) -> Member:
+        return self.members[0]
+
+    @property
+    def b(self) -> Member:
+        return self.members[1]
+
+    @property
+    def c(self) -> Member:
+        return self.members[2]
 
     @property
     def run_dir(self) -> Path:
@@ -352,13 +389,16 @@ async def _step_rehydrate_c(run: _Run) -> dict[str, Any]:
 def _extra_node(
     run: _Run, name: str, fault: str
 ) -> Iterator[tuple[NodeRecord, subprocess.Popen[bytes]]]:
-    (port,) = free_ports(1)
+    (port,) = free_ports(1, "" if run.extra_host != LOOPBACK else LOOPBACK)
     spec = NodeSpec(
         name=name,
         port=port,
+        # Reachable from other hosts only when the cluster is elsewhere (Compose).
+        host=LOOPBACK if run.extra_host == LOOPBACK else "0.0.0.0",
+        advertise=None if run.extra_host == LOOPBACK else f"{run.extra_host}:{port}",
         data_dir=run.run_dir / "nodes" / name,
         log_file=run.run_dir / "logs" / f"{name}.log",
-        peers=tuple(f"{r.name}={r.address}" for r in run.state.nodes),
+        peers=tuple(f"{m.name}={m.address}" for m in run.members),
         evidence_dir=run.home.evidence_dir / name,
         fault=fault,
     )
@@ -453,19 +493,23 @@ async def _step_crash(run: _Run) -> dict[str, Any]:
 
 
 async def _step_intact(run: _Run) -> dict[str, Any]:
-    now = load_state(run.home)
-    before = {r.name: r.pid for r in run.state.nodes}
-    after = {r.name: r.pid for r in now.nodes} if now is not None else {}
-    health = {r.name: str(probe_health(r.address)) for r in run.state.nodes}
+    ids = {m.name: str((await run.driver.info(m.address)).node_id) for m in run.members}
+    health = {m.name: str(probe_health(m.address)) for m in run.members}
+    pids_alive = {m.name: is_alive(m.pid) for m in run.members if m.pid is not None}
     extra_alive = [pid for pid in run.extra_pids if is_alive(pid)]
     observed = {
-        "pids_before": before,
-        "pids_after": after,
         "health": health,
+        "same_node_ids": ids == run.ids,
+        "pids_alive": pids_alive,
         "extra_nodes_started": len(run.extra_pids),
         "extra_nodes_alive": extra_alive,
     }
-    if before != after or extra_alive or any(h != HealthState.SERVING for h in health.values()):
+    if (
+        ids != run.ids
+        or extra_alive
+        or not all(pids_alive.values())
+        or any(h != HealthState.SERVING for h in health.values())
+    ):
         raise _StepFailed(observed)
     return observed
 
@@ -528,8 +572,8 @@ async def _run_steps(run: _Run, emit: Callable[[StepResult], None]) -> list[Step
     results: list[StepResult] = []
     done: dict[str, bool] = {}
     try:
-        for record in (run.a, run.b, run.c):
-            run.ids[record.name] = str((await run.driver.info(record.address)).node_id)
+        for member in run.members:
+            run.ids[member.name] = str((await run.driver.info(member.address)).node_id)
         for step in _STEPS:
             name, expected = step.name, step.expected
             run.driver.timings = {}
@@ -567,40 +611,54 @@ def _rpc_error(exc: Exception) -> str:
     return str(exc)
 
 
-def run_smoke(
-    home: Home,
-    *,
-    start_timeout: float = DEFAULT_START_TIMEOUT_S,
-    progress: Callable[[str], None] | None = None,
-    out: IO[str] | None = None,
-) -> list[StepResult]:
-    """Run every smoke step on the cluster recorded under ``home``; print one JSON line each.
-
-    Raises ``ClusterError`` if no cluster with at least three SERVING nodes is running.
-    """
-    say = progress or (lambda _msg: None)
+def cluster_members(home: Home) -> tuple[Member, ...]:
+    """The first three nodes of the local cluster recorded under ``home``, all SERVING."""
     state = load_state(home)
     if state is None:
         raise ClusterError(f"no cluster recorded under {home.root}; run 'provnet cluster up'")
     if len(state.nodes) < 3:
         raise ClusterError(f"the smoke test needs 3 nodes; the cluster has {len(state.nodes)}")
     for record in state.nodes:
-        if not is_alive(record.pid) or probe_health(record.address) is not HealthState.SERVING:
+        if not is_alive(record.pid):
             raise ClusterError(
-                f"node {record.name} (pid {record.pid}, {record.address}) is not SERVING; "
+                f"node {record.name} (pid {record.pid}) is not running; "
                 "see 'provnet cluster status'"
             )
-    a, b, c = state.nodes[:3]
+    return tuple(Member(r.name, r.address, r.pid) for r in state.nodes[:3])
+
+
+def run_smoke(
+    home: Home,
+    *,
+    members: tuple[Member, ...] | None = None,
+    extra_host: str = LOOPBACK,
+    start_timeout: float = DEFAULT_START_TIMEOUT_S,
+    progress: Callable[[str], None] | None = None,
+    out: IO[str] | None = None,
+) -> list[StepResult]:
+    """Run every smoke step and print one JSON line per step to ``out``.
+
+    ``members`` (A, B, C) default to the local cluster recorded under ``home``;
+    extra fault nodes are started locally and advertised as ``extra_host``.
+    Raises ``ClusterError`` if a member is not SERVING before the first step.
+    """
+    say = progress or (lambda _msg: None)
+    chosen = cluster_members(home) if members is None else members
+    for member in chosen:
+        health = probe_health(member.address, timeout=2.0)
+        if health is not HealthState.SERVING:
+            raise ClusterError(
+                f"node {member.name} at {member.address} answers {health}, not SERVING"
+            )
+    home.ensure()
     run = _Run(
         home=home,
-        state=state,
         run_id=time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{time.time_ns() % 1000000:06d}",
         driver=_Driver(),
         start_timeout=start_timeout,
         say=say,
-        a=a,
-        b=b,
-        c=c,
+        members=chosen,
+        extra_host=extra_host,
     )
 
     def emit(result: StepResult) -> None:
