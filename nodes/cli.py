@@ -18,10 +18,9 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["NODE_FLAGS", "NodeFlag", "node_settings", "register"]
+__all__ = ["node_flags", "register"]
 
 if TYPE_CHECKING:
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -35,77 +34,34 @@ def _error(message: str) -> int:
 # --------------------------------------------------------------------------- node
 
 
-@dataclass(frozen=True, slots=True)
-class NodeFlag:
-    """One ``provnet node`` flag and the environment variable it falls back to."""
-
-    flag: str
-    env: str
-    help: str
-    default: str | None = None
-
-    @property
-    def dest(self) -> str:
-        return self.flag.removeprefix("--").replace("-", "_")
-
-
-#: Flags of ``provnet node``; local cluster processes and Compose services set
-#: the same variables. Resolution: flag, else variable, else default.
-NODE_FLAGS: tuple[NodeFlag, ...] = (
-    NodeFlag("--name", "PROVNET_NAME", "node label (lower-case, e.g. a)"),
-    NodeFlag("--listen", "PROVNET_LISTEN", "host:port to serve on", "127.0.0.1:50051"),
-    NodeFlag("--data-dir", "PROVNET_DATA_DIR", "directory for the key file and the hop log"),
-    NodeFlag(
-        "--peers",
-        "PROVNET_PEERS",
-        "known nodes: 'name=host:port[,pubkey]' entries separated by ';' or spaces",
-        "",
-    ),
-    NodeFlag(
-        "--fault",
-        "PROVNET_FAULT",
-        "fault mode for tests: none, refuse, tamper, equivocate, slow, drop, crash",
-        "none",
-    ),
-    NodeFlag(
-        "--fault-delay-ms", "PROVNET_FAULT_DELAY_MS", "delay of the 'slow' fault mode", "0"
-    ),
-    NodeFlag(
-        "--log-format", "PROVNET_LOG_FORMAT", "auto (console on a TTY), json, console", "auto"
-    ),
-    NodeFlag("--log-level", "PROVNET_LOG_LEVEL", "debug, info, warning, error", "info"),
-    NodeFlag(
-        "--max-message-bytes",
-        "PROVNET_MAX_MESSAGE_BYTES",
-        "largest gRPC message accepted or sent",
-        str(4 * 1024 * 1024),
-    ),
-    NodeFlag(
-        "--shutdown-grace-s",
-        "PROVNET_SHUTDOWN_GRACE_S",
-        "seconds in-flight calls get on SIGTERM",
-        "5",
-    ),
-)
+#: Help for each NodeConfig field's flag; the flag is ``--<field>`` with '-'
+#: for '_' and the variable is ``nodes.config.ENV_VARS[field]``.
+_FLAG_HELP: Mapping[str, str] = {
+    "name": "node label, lower-case (required)",
+    "listen": "host:port to serve on (default 127.0.0.1:50051)",
+    "data_dir": "directory for the key file and the hop log (required)",
+    "peers": "known nodes: 'name=host:port[,pubkey]' entries separated by ';' or spaces",
+    "fault": "fault mode for tests: none, refuse, tamper, equivocate, slow, drop, crash",
+    "fault_delay_ms": "delay of the 'slow' fault mode, in ms",
+    "log_format": "auto (console on a TTY, else JSON lines), json, console",
+    "log_level": "debug, info, warning, error (default info)",
+    "max_message_bytes": "largest gRPC message accepted or sent (default 4 MiB)",
+    "shutdown_grace_s": "seconds in-flight calls get after SIGTERM (default 5)",
+    "advertise": "address put in obligations (default: --listen); set it in containers",
+    "serve_for_ms": "default obligation lifetime, in ms",
+    "deadline_ms": "default promised answer time per demand, in ms",
+    "reasks": "times a holder re-asks an origin before calling it unanswered",
+    "evidence_dir": "where evidence files are written (default <data-dir>/evidence)",
+    "provenance_pending": "true: the cold copy lags, demands are answered PENDING",
+    "port_file": "write the bound port here (useful with port 0)",
+}
 
 
-def node_settings(
-    args: argparse.Namespace, env: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """Resolve every node flag: the flag if given, else its variable, else its default.
+def node_flags() -> dict[str, tuple[str, str]]:
+    """NodeConfig field -> (flag, environment variable), for every node setting."""
+    from nodes.config import ENV_VARS
 
-    Missing required settings (no default) raise ``ValueError`` naming both spellings.
-    """
-    environ = os.environ if env is None else env
-    settings: dict[str, str] = {}
-    for spec in NODE_FLAGS:
-        value = getattr(args, spec.dest, None)
-        if value is None:
-            value = environ.get(spec.env) or spec.default
-        if value is None:
-            raise ValueError(f"{spec.flag} (or ${spec.env}) is required")
-        settings[spec.dest] = value
-    return settings
+    return {key: ("--" + key.replace("_", "-"), var) for key, var in ENV_VARS.items()}
 
 
 def _add_node_parser(sub: _Sub) -> None:
@@ -117,9 +73,8 @@ def _add_node_parser(sub: _Sub) -> None:
             "data dir on first start. Every flag falls back to its PROVNET_* variable."
         ),
     )
-    for spec in NODE_FLAGS:
-        default = f"; default {spec.default!r}" if spec.default else ""
-        node.add_argument(spec.flag, default=None, help=f"{spec.help} (${spec.env}{default})")
+    for key, (flag, var) in node_flags().items():
+        node.add_argument(flag, dest=key, default=None, help=f"{_FLAG_HELP.get(key, key)} (${var})")
     node.set_defaults(handler=_node_run)
     node_sub = node.add_subparsers(dest="node_command", metavar="SUBCOMMAND")
     health = node_sub.add_parser(
@@ -140,38 +95,18 @@ def _add_node_parser(sub: _Sub) -> None:
 def _node_run(args: argparse.Namespace) -> int:
     import asyncio
 
+    from nodes.app import run_node
+    from nodes.config import ConfigError, NodeConfig
+
     try:
-        settings = node_settings(args)
-    except ValueError as exc:
+        config = NodeConfig.from_env_and_args(args)
+    except ConfigError as exc:
         return _error(str(exc))
-    asyncio.run(_health_only(settings))  # interim until nodes.app lands
+    asyncio.run(run_node(config))
     return 0
 
 
-async def _health_only(settings: dict[str, str]) -> None:
-    import asyncio
-    import signal
-
-    import grpc
-    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    server.add_insecure_port(settings["listen"])
-    await server.start()
-    await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await servicer.enter_graceful_shutdown()
-    await server.stop(float(settings["shutdown_grace_s"]))
-
-
 def _node_health(args: argparse.Namespace) -> int:
-    import os
 
     from nodes.cluster import HealthState, probe_health
 
@@ -254,6 +189,20 @@ def _add_cluster_parser(sub: _Sub) -> None:
         type=float,
         default=DEFAULT_START_TIMEOUT_S,
         help="seconds an extra fault node has to answer SERVING",
+    )
+    smoke.add_argument(
+        "--nodes",
+        dest="members",
+        default=None,
+        metavar="NAME=HOST:PORT;…",
+        help="run against these nodes (A;B;C, e.g. Compose services) instead of the "
+        "local cluster recorded under --home",
+    )
+    smoke.add_argument(
+        "--extra-host",
+        default=None,
+        help="host name under which the nodes reach the smoke's own extra fault nodes "
+        "(default 127.0.0.1; in Compose, the runner's service name)",
     )
     smoke.add_argument(
         "--quiet", action="store_true", help="no progress lines on stderr, only the JSON steps"
@@ -357,18 +306,35 @@ def _cluster_down(args: argparse.Namespace) -> int:
 
 
 def _cluster_smoke(args: argparse.Namespace) -> int:
-    from nodes.cluster import ClusterError
+    from nodes.cluster import LOOPBACK, ClusterError
     from nodes.home import Home
-    from nodes.smoke import run_smoke
+    from nodes.smoke import Member, run_smoke
 
     home = Home.resolve(args.home)
     progress = None if args.quiet else _progress
     try:
-        results = run_smoke(home, start_timeout=args.timeout, progress=progress, out=sys.stdout)
+        members = None if args.members is None else Member.parse_list(args.members)
+    except ValueError as exc:
+        return _error(str(exc))
+    try:
+        results = run_smoke(
+            home,
+            members=members,
+            extra_host=args.extra_host or LOOPBACK,
+            start_timeout=args.timeout,
+            progress=progress,
+            out=sys.stdout,
+        )
     except ClusterError as exc:
         print(f"provnet: cluster smoke failed: {exc}", file=sys.stderr)
         return 1
-    return 0 if results and all(r.ok for r in results) else 1
+    failed = [r.name for r in results if not r.ok]
+    if failed:
+        print(f"provnet: smoke steps deviating: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    if progress is not None:
+        progress(f"smoke: all {len(results)} steps ok")
+    return 0
 
 
 def register(sub: _Sub) -> None:
