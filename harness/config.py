@@ -31,6 +31,7 @@ __all__ = [
     "ExperimentConfig",
     "Profile",
     "ProseConfig",
+    "default_sweep_config",
     "load_config",
     "parse_config",
 ]
@@ -365,3 +366,14 @@ def load_config(path: Path) -> ExperimentConfig:
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}: malformed YAML{where}: {problem}") from exc
     return parse_config(data, str(path))
+
+
+def default_sweep_config() -> ExperimentConfig:
+    """The built-in crossover sweep (spec §8): 14 cadences × 5 penalties, med."""
+    return ExperimentConfig(
+        compaction_cadence=(2, 3, 5, 10, 15, 20, 25, 35, 50, 75, 100, 150, 250, 500),
+        degradation_profiles={"med": DEFAULT_PROFILES["med"]},
+        death_spiral_run=None,
+        penalty_grid=(0.005, 0.01, 0.02, 0.05, 0.1),
+        profile="med",
+    )

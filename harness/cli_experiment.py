@@ -1,0 +1,188 @@
+"""``provnet experiment run | sweep | report`` (Part 5 experiment).
+
+- ``run``: the main matrix plus the death-spiral run (or, with ``--trace``,
+  replays of a real agent log), writing the results directory.
+- ``sweep``: the cadence × penalty crossover sweep.
+- ``report``: renders ``summary.md`` and figures from both directories.
+
+Default config paths resolve against the working directory; when the file
+is absent, the built-in defaults (identical to the shipped
+``experiments/*.yaml``) are used so the commands work from any directory.
+Bad input exits 2 with ``provnet: error: <file>: <key>: <expected>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from harness.cli import UsageError
+
+__all__ = ["register"]
+
+_DEFAULT_CONFIG = Path("experiments/config.yaml")
+_DEFAULT_SWEEP_CONFIG = Path("experiments/config-sweep.yaml")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _default_workers() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    exp = sub.add_parser("experiment", help="the Part 5 four-arm, nine-gate experiment")
+    exp_sub = exp.add_subparsers(dest="experiment_command", required=True, metavar="ACTION")
+
+    run = exp_sub.add_parser("run", help="main matrix + death-spiral run (or --trace replay)")
+    run.add_argument("--config", type=Path, default=None,
+                     help=f"experiment YAML (default: {_DEFAULT_CONFIG}, else built-in)")
+    run.add_argument("--out", type=Path, default=Path("results"), help="results directory")
+    run.add_argument("--seeds", type=_positive_int, default=None,
+                     help="override the seed count (seeds 0..N-1)")
+    run.add_argument("--workers", type=_positive_int, default=_default_workers(),
+                     help="worker processes (results are identical for any value)")
+    run.add_argument("--no-rehydrate", action="store_true",
+                     help="skip rehydrate-mode evaluation of lineage gates")
+    run.add_argument("--trace", type=Path, default=None,
+                     help="replay a JSONL agent trace instead of synthetic trajectories")
+    run.add_argument("--rules", type=Path, default=None, help="YAML taint rules for --trace")
+    _progress_flags(run)
+    run.set_defaults(handler=_run)
+
+    sweep = exp_sub.add_parser("sweep", help="cadence × penalty crossover sweep")
+    sweep.add_argument("--config", type=Path, default=None,
+                       help=f"sweep YAML (default: {_DEFAULT_SWEEP_CONFIG}, else built-in)")
+    sweep.add_argument("--out", type=Path, default=Path("results-sweep"))
+    sweep.add_argument("--seeds", type=_positive_int, default=None,
+                       help="override the seed count (seeds 0..N-1)")
+    sweep.add_argument("--workers", type=_positive_int, default=_default_workers())
+    _progress_flags(sweep)
+    sweep.set_defaults(handler=_sweep)
+
+    report = exp_sub.add_parser("report", help="write summary.md and figures")
+    report.add_argument("--out", type=Path, default=Path("results"))
+    report.add_argument("--sweep-out", type=Path, default=Path("results-sweep"))
+    report.set_defaults(handler=_report)
+
+
+def _progress_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--progress", dest="progress", action="store_true", default=None,
+                       help="force progress bars (default: only when stderr is a TTY)")
+    group.add_argument("--no-progress", dest="progress", action="store_false")
+
+
+def _load(path: Path | None, default_path: Path, sweep: bool) -> object:
+    from harness.config import ConfigError, ExperimentConfig, default_sweep_config, load_config
+
+    cfg: ExperimentConfig
+    try:
+        if path is not None:
+            cfg = load_config(path)
+        elif default_path.exists():
+            cfg = load_config(default_path)
+        else:
+            cfg = default_sweep_config() if sweep else ExperimentConfig()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    return cfg
+
+
+def _run(args: argparse.Namespace) -> int:
+    from harness.config import ExperimentConfig
+    from harness.replay import ReplayError
+    from harness.runner import run_main
+
+    cfg = _load(args.config, _DEFAULT_CONFIG, sweep=False)
+    if not isinstance(cfg, ExperimentConfig):
+        raise TypeError(cfg)
+    if args.seeds is not None:
+        cfg = cfg.with_seed_count(args.seeds)
+    if args.rules is not None and args.trace is None:
+        raise UsageError("--rules needs --trace FILE.jsonl")
+    events = None
+    summary = None
+    if args.trace is not None:
+        from harness.trace import load_trace
+
+        loaded = load_trace(args.trace, args.rules)
+        events = list(loaded.events)
+        summary = dict(loaded.summary)
+    try:
+        outcome = run_main(
+            cfg,
+            args.out,
+            workers=args.workers,
+            rehydrate=not args.no_rehydrate,
+            progress=args.progress,
+            trace_events=events,
+            trace_summary=summary,
+        )
+    except ReplayError as exc:
+        where = f"{args.trace}: " if args.trace is not None else ""
+        raise UsageError(f"{where}{exc}") from None
+    print(
+        f"experiment: {outcome.n_runs} runs in {outcome.wall_seconds:.2f} s "
+        f"({args.workers} workers) → {outcome.out}/"
+    )
+    print(f"fingerprint: {outcome.fingerprint}")
+    if events is None:
+        _print_headlines(outcome.out)
+    return 0
+
+
+def _print_headlines(out: Path) -> None:
+    from harness.analysis import analyze
+
+    f = analyze(out)
+    for line in f.headline_lines():
+        print(line)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from harness.analysis import analyze_sweep
+    from harness.config import ConfigError, ExperimentConfig
+    from harness.sweep import run_sweep
+
+    cfg = _load(args.config, _DEFAULT_SWEEP_CONFIG, sweep=True)
+    if not isinstance(cfg, ExperimentConfig):
+        raise TypeError(cfg)
+    if args.seeds is not None:
+        cfg = cfg.with_seed_count(args.seeds)
+    try:
+        outcome = run_sweep(cfg, args.out, workers=args.workers, progress=args.progress)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    print(
+        f"sweep: {outcome.n_runs} runs in {outcome.wall_seconds:.2f} s "
+        f"({args.workers} workers) → {outcome.out}/"
+    )
+    print(f"fingerprint: {outcome.fingerprint}")
+    for line in analyze_sweep(outcome.out).lines():
+        print(line)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from harness.report import write_report
+
+    sweep_out: Path | None = args.sweep_out
+    if sweep_out is not None and not (sweep_out / "sweep_metrics.csv").exists():
+        print(f"report: no sweep results in {sweep_out}/ — crossover section skipped",
+              file=sys.stderr)
+        sweep_out = None
+    written = write_report(args.out, sweep_out)
+    for path in written:
+        print(path)
+    return 0

@@ -1,0 +1,309 @@
+"""The main matrix and the death-spiral run: scheduling, streaming, run_meta (spec §8).
+
+Each run is an independent task (generate → replay → rows). Tasks go to a
+fork-based process pool through an *ordered* ``imap``, so rows reach the
+CSV files in the canonical task order whatever the number of workers; the
+death-spiral run — ten times longer than any other, the critical path — is
+submitted first on its own and written last. Rows are streamed to disk as
+runs complete: memory does not grow with the number of runs.
+
+Output files (in ``--out``): ``gate_metrics.csv``, ``drift.csv``,
+``recon_curve.csv``, ``prose_channel.csv``, ``death_spiral_decisions.csv``
+and ``run_meta.json`` — columns in :mod:`harness.metrics`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import multiprocessing
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from harness.config import ExperimentConfig, Profile
+from harness.events import Event
+from harness.fingerprint import combine
+from harness.metrics import (
+    DEATH_SPIRAL_COLUMNS,
+    DRIFT_COLUMNS,
+    GATE_COLUMNS,
+    PROSE_COLUMNS,
+    RECON_COLUMNS,
+    RunKey,
+)
+from harness.replay import ReplayParams, RunResult, replay
+from harness.trajectory import generate
+
+__all__ = [
+    "MainOutcome",
+    "RunTask",
+    "execute",
+    "main_tasks",
+    "run_main",
+    "run_task",
+    "versions",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunTask:
+    """One run: its key, its trajectory parameters and its replay parameters."""
+
+    key: RunKey
+    steps: int
+    decision_every: int
+    profile: Profile | None
+    params: ReplayParams
+    penalty_label: float | None = None
+
+    @property
+    def label(self) -> str:
+        k = self.key
+        base = f"{k.run_type}/C={k.cadence}/{k.profile}/seed={k.seed}"
+        if self.penalty_label is not None:
+            base += f"/p={self.penalty_label!r}"
+        return base
+
+
+#: Events for trace tasks, set in the parent before the pool forks.
+_TRACE_EVENTS: list[Event] | None = None
+
+
+def run_task(task: RunTask) -> tuple[RunTask, RunResult]:
+    """Worker entry point: generate (or take the trace) and replay."""
+    if task.profile is None:
+        if _TRACE_EVENTS is None:
+            raise RuntimeError("trace task without trace events")
+        events: Sequence[Event] = _TRACE_EVENTS
+    else:
+        events = generate(task.key.seed, task.steps, task.decision_every, task.profile)
+    return task, replay(events, task.params)
+
+
+def _params(
+    cfg: ExperimentConfig,
+    cadence: int,
+    prose_seed: int,
+    *,
+    penalty: float | None = None,
+    rehydrate: bool = True,
+    lineage_modes: bool = True,
+    record_curve: bool = True,
+    record_death_spiral: bool = False,
+) -> ReplayParams:
+    return ReplayParams(
+        cadence=cadence,
+        keep=cfg.lineage_keep_hops,
+        window=cfg.allowlist_window,
+        penalty=cfg.reconstruction_penalty if penalty is None else penalty,
+        prose=cfg.prose,
+        prose_seed=prose_seed,
+        lineage_modes=lineage_modes,
+        rehydrate=rehydrate,
+        record_curve=record_curve,
+        record_death_spiral=record_death_spiral,
+    )
+
+
+def main_tasks(cfg: ExperimentConfig, rehydrate: bool = True) -> list[RunTask]:
+    """The main matrix in canonical order: cadence × profile × seed."""
+    return [
+        RunTask(
+            RunKey("main", c, name, seed),
+            cfg.steps,
+            cfg.decision_every,
+            profile,
+            _params(cfg, c, seed, rehydrate=rehydrate),
+        )
+        for c in cfg.compaction_cadence
+        for name, profile in cfg.degradation_profiles.items()
+        for seed in cfg.seeds
+    ]
+
+
+def death_spiral_task(cfg: ExperimentConfig, rehydrate: bool = True) -> RunTask | None:
+    ds = cfg.death_spiral_run
+    if ds is None:
+        return None
+    return RunTask(
+        RunKey("death_spiral", ds.compaction_cadence, ds.profile, ds.seed),
+        ds.steps,
+        cfg.decision_every,
+        cfg.degradation_profiles[ds.profile],
+        _params(cfg, ds.compaction_cadence, ds.seed, rehydrate=rehydrate, record_death_spiral=True),
+    )
+
+
+def trace_tasks(cfg: ExperimentConfig, rehydrate: bool = True) -> list[RunTask]:
+    """One replay of the loaded trace per configured cadence (prose seed 0)."""
+    return [
+        RunTask(RunKey("trace", c, "trace", 0), 0, cfg.decision_every, None,
+                _params(cfg, c, 0, rehydrate=rehydrate))
+        for c in cfg.compaction_cadence
+    ]
+
+
+def execute(
+    tasks: Sequence[RunTask],
+    workers: int,
+    first: RunTask | None = None,
+    progress: bool | None = None,
+    desc: str = "runs",
+) -> Iterator[tuple[RunTask, RunResult]]:
+    """Yield (task, result) in task order; ``first`` (if any) is yielded last.
+
+    ``first`` is started before everything else because it is the longest
+    run; its result is held back so the output order does not depend on
+    which worker finishes when.
+    """
+    from tqdm import tqdm
+
+    total = len(tasks) + (1 if first is not None else 0)
+    bar = tqdm(total=total, desc=desc, unit="run", file=sys.stderr, disable=progress_disabled(progress))
+    try:
+        if workers <= 1 or total <= 1:
+            held = run_task(first) if first is not None else None
+            if held is not None:
+                bar.update(1)
+            for task in tasks:
+                out = run_task(task)
+                bar.update(1)
+                yield out
+            if held is not None:
+                yield held
+            return
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(processes=workers) as pool:
+            pending = pool.apply_async(run_task, (first,)) if first is not None else None
+            chunk = max(1, min(8, len(tasks) // (workers * 8)))
+            for out in pool.imap(run_task, tasks, chunksize=chunk):
+                bar.update(1)
+                yield out
+            if pending is not None:
+                held_out = pending.get()
+                bar.update(1)
+                yield held_out
+    finally:
+        bar.close()
+
+
+def progress_disabled(progress: bool | None) -> bool | None:
+    """tqdm's ``disable``: None = auto (off when stderr is not a TTY)."""
+    if progress is None:
+        return None
+    return not progress
+
+
+class _Writers:
+    """The five CSV streams of a results directory."""
+
+    def __init__(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self._files: list[IO[str]] = []
+        self.gate = self._open(out / "gate_metrics.csv", GATE_COLUMNS)
+        self.drift = self._open(out / "drift.csv", DRIFT_COLUMNS)
+        self.curve = self._open(out / "recon_curve.csv", RECON_COLUMNS)
+        self.prose = self._open(out / "prose_channel.csv", PROSE_COLUMNS)
+        self.death = self._open(out / "death_spiral_decisions.csv", DEATH_SPIRAL_COLUMNS)
+
+    def _open(self, path: Path, columns: list[str]) -> Any:
+        fh = path.open("w", newline="", encoding="utf-8")
+        self._files.append(fh)
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(columns)
+        return writer
+
+    def write(self, task: RunTask, result: RunResult) -> None:
+        key = task.key.row()
+        self.gate.writerows([*key, *row] for row in result.gate_rows)
+        self.drift.writerows([*key, *row] for row in result.drift_rows)
+        self.curve.writerows([*key, *row] for row in result.curve_rows)
+        p = result.prose
+        self.prose.writerow(
+            [*key, p.extractions, p.parse_failures, p.true_taints, p.kept, p.fabricated,
+             p.realized_recall, p.realized_precision]
+        )
+        self.death.writerows(result.death_rows)
+
+    def close(self) -> None:
+        for fh in self._files:
+            fh.close()
+
+
+def versions() -> dict[str, str]:
+    import importlib.metadata
+
+    import numpy
+
+    try:
+        provnet = importlib.metadata.version("provnet")
+    except importlib.metadata.PackageNotFoundError:
+        provnet = "unknown"
+    return {"provnet": provnet, "python": platform.python_version(), "numpy": numpy.__version__}
+
+
+@dataclass(frozen=True, slots=True)
+class MainOutcome:
+    out: Path
+    n_runs: int
+    wall_seconds: float
+    fingerprint: str
+    run_fingerprints: dict[str, str]
+
+
+def run_main(
+    cfg: ExperimentConfig,
+    out: Path,
+    *,
+    workers: int = 2,
+    rehydrate: bool = True,
+    progress: bool | None = None,
+    trace_events: list[Event] | None = None,
+    trace_summary: dict[str, object] | None = None,
+    on_result: Callable[[RunTask, RunResult], None] | None = None,
+) -> MainOutcome:
+    """Run the matrix (or the trace replays) and write every output file."""
+    global _TRACE_EVENTS
+    start = time.perf_counter()
+    if trace_events is not None:
+        _TRACE_EVENTS = trace_events
+        tasks = trace_tasks(cfg, rehydrate)
+        first = None
+    else:
+        tasks = main_tasks(cfg, rehydrate)
+        first = death_spiral_task(cfg, rehydrate)
+    fingerprints: dict[str, str] = {}
+    writers = _Writers(out)
+    try:
+        for task, result in execute(tasks, workers, first, progress, desc="experiment"):
+            writers.write(task, result)
+            fingerprints[task.label] = result.fingerprint
+            if on_result is not None:
+                on_result(task, result)
+    finally:
+        writers.close()
+        _TRACE_EVENTS = None
+    wall = time.perf_counter() - start
+    overall = combine(fingerprints.items())
+    meta: dict[str, object] = {
+        "config": cfg.to_json(),
+        "versions": versions(),
+        "workers": workers,
+        "rehydrate": rehydrate,
+        "wall_seconds": round(wall, 3),
+        "n_runs": len(fingerprints),
+        "fingerprint": overall,
+        "run_fingerprints": fingerprints,
+        "fingerprint_scheme": "sha256 over canonical decision log (harness.fingerprint)",
+        "hop_bytes_encoding": 'json.dumps(hop, sort_keys=True, separators=(",", ":")), UTF-8',
+    }
+    if trace_summary is not None:
+        meta["trace"] = trace_summary
+    (out / "run_meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return MainOutcome(out, len(fingerprints), wall, overall, fingerprints)
+
