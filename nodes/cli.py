@@ -95,13 +95,14 @@ def _add_node_parser(sub: _Sub) -> None:
 def _node_run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from nodes.app import run_node
     from nodes.config import ConfigError, NodeConfig
 
     try:
         config = NodeConfig.from_env_and_args(args)
     except ConfigError as exc:
         return _error(str(exc))
+    from nodes.app import run_node
+
     asyncio.run(run_node(config))
     return 0
 
@@ -211,6 +212,13 @@ def _add_cluster_parser(sub: _Sub) -> None:
 
 
 def _names(args: argparse.Namespace) -> list[str]:
+    names = _requested_names(args)
+    if len(set(names)) != len(names):
+        raise ValueError(f"node names must be distinct, got {', '.join(names)}")
+    return names
+
+
+def _requested_names(args: argparse.Namespace) -> list[str]:
     from nodes.cluster import DEFAULT_NAMES
 
     if args.names is not None and args.nodes is not None:
@@ -233,10 +241,10 @@ def _progress(message: str) -> None:
 
 def _cluster_up(args: argparse.Namespace) -> int:
     from nodes.cluster import ClusterError, cluster_up
-    from nodes.home import Home
+    from nodes.home import Home, check_node_name
 
     try:
-        names = _names(args)
+        names = [check_node_name(n) for n in _names(args)]
         home = Home.resolve(args.home)
         state = cluster_up(home, names, timeout=args.timeout, progress=_progress)
     except ValueError as exc:
