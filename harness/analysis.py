@@ -209,8 +209,10 @@ class Findings:
                 f"{self.irreversible_false_proceed_pct:.2f}%"
             )
         if self.death_cycle_min is not None or self.death_cycles:
-            perhop = "never dies" if self.death_cycle_perhop is None else (
-                f"dies at {self.death_cycle_perhop}"
+            perhop = (
+                "never dies"
+                if self.death_cycle_perhop is None
+                else (f"dies at {self.death_cycle_perhop}")
             )
             forms = "; ".join(
                 f"θ={d.theta:.2f}: closed form {d.closed_form:.1f}, empirical {d.empirical_min}"
@@ -230,9 +232,7 @@ class Findings:
                 f"lineage-gate decisions; flip {self.lineage_flip_blind_pct:.2f}% → "
                 f"{self.lineage_flip_rehydrate_pct:.2f}%"
             )
-        lines.append(
-            "hypotheses: " + ", ".join(f"{h.hid} {h.verdict}" for h in self.hypotheses)
-        )
+        lines.append("hypotheses: " + ", ".join(f"{h.hid} {h.verdict}" for h in self.hypotheses))
         return lines
 
 
@@ -266,7 +266,13 @@ class SweepFindings:
     steps: int
     points: tuple[SweepPoint, ...]
     crossovers: tuple[Crossover, ...]
+    #: first sign change (either direction) of structural_min − prose on
+    #: blocklist gates at the first penalty (blocklist flips do not depend on p)
     blocklist_crossover: float | None
+    blocklist_crossover_direction: str | None
+    #: penalties at which prose's pooled (all-gate) flip rate exceeds
+    #: structural_min's at every cadence of the grid
+    pooled_prose_behind_everywhere: tuple[float, ...]
     exponent: float | None
     n_runs: int
 
@@ -277,7 +283,10 @@ class SweepFindings:
             cy = "" if c.cycles is None else f", cycles*={c.cycles:.1f}"
             out.append(f"p={c.penalty:g}: {cs}{cy}")
         if self.blocklist_crossover is not None:
-            out.append(f"blocklist crossover: C≈{self.blocklist_crossover:.1f}")
+            out.append(
+                f"blocklist sign change: C≈{self.blocklist_crossover:.1f} "
+                f"({self.blocklist_crossover_direction})"
+            )
         if self.exponent is not None:
             out.append(f"fitted exponent: cycles* ∝ p^{self.exponent:.2f}")
         return out
@@ -290,11 +299,18 @@ def closed_form_death_cycle(theta: float, penalty: float) -> float:
     return math.log(theta) / math.log(1.0 - penalty)
 
 
-def crossover_cadence(cadences: list[int], diff: list[float]) -> float | None:
-    """First sign change of ``diff`` from > 0 to ≤ 0, interpolated in log10(cadence)."""
+def crossover_cadence(
+    cadences: list[int], diff: list[float], *, either_direction: bool = False
+) -> float | None:
+    """First sign change of ``diff`` from > 0 to ≤ 0, interpolated in log10(cadence).
+
+    With ``either_direction`` a change from ≤ 0 to > 0 also counts.
+    """
     for i in range(1, len(cadences)):
         d0, d1 = diff[i - 1], diff[i]
-        if d0 > 0.0 and d1 <= 0.0:
+        down = d0 > 0.0 and d1 <= 0.0
+        up = either_direction and d0 <= 0.0 and d1 > 0.0
+        if down or up:
             x0, x1 = math.log10(cadences[i - 1]), math.log10(cadences[i])
             x = x0 + (x1 - x0) * d0 / (d0 - d1)
             return float(10.0**x)
@@ -395,7 +411,9 @@ def analyze(out: Path) -> Findings:
     lin_deg = lineage[lineage["mode"] == "degrade"]
     lin_reh = lineage[lineage["mode"] == "rehydrate"]
     rehydration = tuple(
-        _mode_row(lineage[(lineage["arm"] == arm) & (lineage["mode"] == mode)], arm, "lineage", mode)
+        _mode_row(
+            lineage[(lineage["arm"] == arm) & (lineage["mode"] == mode)], arm, "lineage", mode
+        )
         for arm in _STRUCTURAL
         for mode in ("blind", "degrade", "rehydrate")
         if not lineage[(lineage["arm"] == arm) & (lineage["mode"] == mode)].empty
@@ -404,7 +422,9 @@ def analyze(out: Path) -> Findings:
         (main["policy"] == "payment_no_untrusted_taint") & main["arm"].isin(_STRUCTURAL)
     ]
     payment = tuple(
-        _mode_row(payment_df[payment_df["mode"] == mode], "structural", "payment_no_untrusted_taint", mode)
+        _mode_row(
+            payment_df[payment_df["mode"] == mode], "structural", "payment_no_untrusted_taint", mode
+        )
         for mode in ("blind", "degrade", "rehydrate")
         if not payment_df[payment_df["mode"] == mode].empty
     )
@@ -412,7 +432,10 @@ def analyze(out: Path) -> Findings:
     per_class = tuple(
         ClassRow(
             cls,
-            *(_flip(blind[(blind["arm"] == arm) & (blind["gate_class"] == cls)]) for arm in _JUDGED),
+            *(
+                _flip(blind[(blind["arm"] == arm) & (blind["gate_class"] == cls)])
+                for arm in _JUDGED
+            ),
         )
         for cls in _CLASSES
     )
@@ -422,8 +445,13 @@ def analyze(out: Path) -> Findings:
             a = grp[grp["arm"] == arm]
             irr = a[a["irreversible"]]
             per_config.append(
-                ConfigRow(int(c), str(prof), arm, _flip(a),
-                          _pct(float(irr["n_false_proceed"].sum()), float(irr["n"].sum())))
+                ConfigRow(
+                    int(c),
+                    str(prof),
+                    arm,
+                    _flip(a),
+                    _pct(float(irr["n_false_proceed"].sum()), float(irr["n"].sum())),
+                )
             )
 
     # drift
@@ -431,12 +459,16 @@ def analyze(out: Path) -> Findings:
     drift_rows = []
     for (arm, axis), grp in dmain.groupby(["arm", "axis"], sort=False):
         n = int(grp["n"].sum())
-        drift_rows.append(DriftRow(str(arm), str(axis), n, float(grp["sum_abs_err"].sum()) / n if n else 0.0))
+        drift_rows.append(
+            DriftRow(str(arm), str(axis), n, float(grp["sum_abs_err"].sum()) / n if n else 0.0)
+        )
+
     def mae(arm: str, axis: str) -> float:
         for d in drift_rows:
             if d.arm == arm and d.axis == axis:
                 return d.mae
         return float("nan")
+
     base_max = max(
         (d.mae for d in drift_rows if d.arm in _STRUCTURAL and d.axis != "reconstruction"),
         default=float("nan"),
@@ -459,12 +491,18 @@ def analyze(out: Path) -> Findings:
             e_ph = _death_cycle(g[g["arm"] == "structural_perhop"])
             per_gate_min.append(e_min)
             per_gate_perhop.append(e_ph)
-            cycles.append(DeathCycle(gate, theta, closed_form_death_cycle(theta, penalty), e_min, e_ph))
-        death_min = None if any(x is None for x in per_gate_min) else max(
-            x for x in per_gate_min if x is not None
+            cycles.append(
+                DeathCycle(gate, theta, closed_form_death_cycle(theta, penalty), e_min, e_ph)
+            )
+        death_min = (
+            None
+            if any(x is None for x in per_gate_min)
+            else max(x for x in per_gate_min if x is not None)
         )
-        death_perhop = None if any(x is None for x in per_gate_perhop) else max(
-            x for x in per_gate_perhop if x is not None
+        death_perhop = (
+            None
+            if any(x is None for x in per_gate_perhop)
+            else max(x for x in per_gate_perhop if x is not None)
         )
         n_compactions = int(ds["n_compactions"].max())
         curve = _read_csv(out / "recon_curve.csv", ["run_type", "store_reconstruction"])
@@ -507,9 +545,13 @@ def analyze(out: Path) -> Findings:
         flip_perhop_pct=flip_perhop,
         flip_ratio=flip_prose / flip_min if flip_min else float("inf"),
         lineage_lookups_per_100=_pct(float(lin_reh["lookups"].sum()), float(lin_reh["n"].sum()))
-        if not lin_reh.empty else None,
-        lineage_kb_per_100=_pct(float(lin_reh["bytes_read"].sum()) / 1000.0, float(lin_reh["n"].sum()))
-        if not lin_reh.empty else None,
+        if not lin_reh.empty
+        else None,
+        lineage_kb_per_100=_pct(
+            float(lin_reh["bytes_read"].sum()) / 1000.0, float(lin_reh["n"].sum())
+        )
+        if not lin_reh.empty
+        else None,
         lineage_flip_blind_pct=lin_blind,
         lineage_flip_rehydrate_pct=_flip(lin_reh) if not lin_reh.empty else None,
         lineage_flip_degrade_pct=_flip(lin_deg) if not lin_deg.empty else None,
@@ -542,14 +584,20 @@ def _hypotheses(
     by_class = {row.gate_class: row for row in per_class}
     score = by_class["score"]
     lin_min = _flip(blind[(blind["arm"] == "structural_min") & blind["gate_class"].isin(_LINEAGE)])
-    lin_ph = _flip(blind[(blind["arm"] == "structural_perhop") & blind["gate_class"].isin(_LINEAGE)])
+    lin_ph = _flip(
+        blind[(blind["arm"] == "structural_perhop") & blind["gate_class"].isin(_LINEAGE)]
+    )
     h1 = Hypothesis(
         "H1",
         "score gates track (structural arms agree with the oracle) while lineage gates split",
-        "score-class blind flip = 0 on both structural arms and lineage-class blind flip > 0 on both",
+        "score-class blind flip = 0 on both structural arms and "
+        "lineage-class blind flip > 0 on both",
         f"score flip {score.structural_min:.2f}% / {score.structural_perhop:.2f}%; "
         f"lineage flip {lin_min:.2f}% / {lin_ph:.2f}% (pooled {lineage_flip:.2f}%)",
-        score.structural_min == 0.0 and score.structural_perhop == 0.0 and lin_min > 0 and lin_ph > 0,
+        score.structural_min == 0.0
+        and score.structural_perhop == 0.0
+        and lin_min > 0
+        and lin_ph > 0,
     )
     h2 = Hypothesis(
         "H2",
@@ -626,6 +674,8 @@ def analyze_sweep(out: Path) -> SweepFindings:
     penalties = sorted(float(p) for p in blind["penalty"].unique())
     cadences = sorted(int(c) for c in blind["cadence"].unique())
     block_cross: float | None = None
+    block_dir: str | None = None
+    behind: list[float] = []
     for p in penalties:
         a = agg[agg["penalty"] == p]
         pa = pooled[pooled["penalty"] == p]
@@ -649,12 +699,25 @@ def analyze_sweep(out: Path) -> SweepFindings:
             block_diffs.append(pt.min_blocklist - pt.prose_blocklist)
         c_star = crossover_cadence(cadences, diffs)
         crossovers.append(
-            Crossover(p, c_star, steps / c_star if c_star else None,
-                      closed_form_death_cycle(0.5, p))
+            Crossover(
+                p, c_star, steps / c_star if c_star else None, closed_form_death_cycle(0.5, p)
+            )
         )
-        if block_cross is None:
-            block_cross = crossover_cadence(cadences, block_diffs)
-    fit = [(math.log(c.penalty), math.log(c.cycles)) for c in crossovers if c.cycles and c.penalty > 0]
+        if p == penalties[0]:
+            block_cross = crossover_cadence(cadences, block_diffs, either_direction=True)
+            if block_cross is not None:
+                i = next(k for k in range(1, len(cadences)) if cadences[k] > block_cross)
+                block_dir = (
+                    "structural_min rises above prose"
+                    if block_diffs[i] > 0.0
+                    else "structural_min falls below prose"
+                )
+        pts = [pt for pt in points if pt.penalty == p]
+        if all(pt.prose_all > pt.min_all for pt in pts):
+            behind.append(p)
+    fit = [
+        (math.log(c.penalty), math.log(c.cycles)) for c in crossovers if c.cycles and c.penalty > 0
+    ]
     exponent: float | None = None
     if len(fit) >= 2:
         xs = [x for x, _ in fit]
@@ -663,4 +726,13 @@ def analyze_sweep(out: Path) -> SweepFindings:
         my = sum(ys) / len(ys)
         sxx = sum((x - mx) ** 2 for x in xs)
         exponent = sum((x - mx) * (y - my) for x, y in fit) / sxx if sxx else None
-    return SweepFindings(steps, tuple(points), tuple(crossovers), block_cross, exponent, n_runs)
+    return SweepFindings(
+        steps,
+        tuple(points),
+        tuple(crossovers),
+        block_cross,
+        block_dir,
+        tuple(behind),
+        exponent,
+        n_runs,
+    )

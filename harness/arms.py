@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from harness.axes import RECON, AXIS_INDEX
+from harness.axes import AXIS_INDEX, RECON
 from harness.events import Hop, Merge, NewValue, OpEvent
 from harness.lineage import EMPTY_PREFIX, FoldedPrefix, merge_folded, merge_visible
 from harness.prose import ProseChannel

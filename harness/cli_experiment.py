@@ -45,27 +45,48 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     exp_sub = exp.add_subparsers(dest="experiment_command", required=True, metavar="ACTION")
 
     run = exp_sub.add_parser("run", help="main matrix + death-spiral run (or --trace replay)")
-    run.add_argument("--config", type=Path, default=None,
-                     help=f"experiment YAML (default: {_DEFAULT_CONFIG}, else built-in)")
+    run.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help=f"experiment YAML (default: {_DEFAULT_CONFIG}, else built-in)",
+    )
     run.add_argument("--out", type=Path, default=Path("results"), help="results directory")
-    run.add_argument("--seeds", type=_positive_int, default=None,
-                     help="override the seed count (seeds 0..N-1)")
-    run.add_argument("--workers", type=_positive_int, default=_default_workers(),
-                     help="worker processes (results are identical for any value)")
-    run.add_argument("--no-rehydrate", action="store_true",
-                     help="skip rehydrate-mode evaluation of lineage gates")
-    run.add_argument("--trace", type=Path, default=None,
-                     help="replay a JSONL agent trace instead of synthetic trajectories")
+    run.add_argument(
+        "--seeds", type=_positive_int, default=None, help="override the seed count (seeds 0..N-1)"
+    )
+    run.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=_default_workers(),
+        help="worker processes (results are identical for any value)",
+    )
+    run.add_argument(
+        "--no-rehydrate",
+        action="store_true",
+        help="skip rehydrate-mode evaluation of lineage gates",
+    )
+    run.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help="replay a JSONL agent trace instead of synthetic trajectories",
+    )
     run.add_argument("--rules", type=Path, default=None, help="YAML taint rules for --trace")
     _progress_flags(run)
     run.set_defaults(handler=_run)
 
     sweep = exp_sub.add_parser("sweep", help="cadence × penalty crossover sweep")
-    sweep.add_argument("--config", type=Path, default=None,
-                       help=f"sweep YAML (default: {_DEFAULT_SWEEP_CONFIG}, else built-in)")
+    sweep.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help=f"sweep YAML (default: {_DEFAULT_SWEEP_CONFIG}, else built-in)",
+    )
     sweep.add_argument("--out", type=Path, default=Path("results-sweep"))
-    sweep.add_argument("--seeds", type=_positive_int, default=None,
-                       help="override the seed count (seeds 0..N-1)")
+    sweep.add_argument(
+        "--seeds", type=_positive_int, default=None, help="override the seed count (seeds 0..N-1)"
+    )
     sweep.add_argument("--workers", type=_positive_int, default=_default_workers())
     _progress_flags(sweep)
     sweep.set_defaults(handler=_sweep)
@@ -78,8 +99,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _progress_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--progress", dest="progress", action="store_true", default=None,
-                       help="force progress bars (default: only when stderr is a TTY)")
+    group.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="force progress bars (default: only when stderr is a TTY)",
+    )
     group.add_argument("--no-progress", dest="progress", action="store_false")
 
 
@@ -116,7 +142,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.trace is not None:
         from harness.trace import load_trace
 
-        loaded = load_trace(args.trace, args.rules)
+        loaded = load_trace(args.trace, args.rules, decision_every=cfg.decision_every)
         events = list(loaded.events)
         summary = dict(loaded.summary)
     try:
@@ -143,15 +169,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _print_headlines(out: Path) -> None:
-    from harness.analysis import analyze
+    from harness.analysis import AnalysisError, analyze
 
-    f = analyze(out)
+    try:
+        f = analyze(out)
+    except AnalysisError as exc:
+        raise UsageError(str(exc)) from None
     for line in f.headline_lines():
         print(line)
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from harness.analysis import analyze_sweep
+    from harness.analysis import AnalysisError, analyze_sweep
     from harness.config import ConfigError, ExperimentConfig
     from harness.sweep import run_sweep
 
@@ -169,20 +198,29 @@ def _sweep(args: argparse.Namespace) -> int:
         f"({args.workers} workers) → {outcome.out}/"
     )
     print(f"fingerprint: {outcome.fingerprint}")
-    for line in analyze_sweep(outcome.out).lines():
+    try:
+        lines = analyze_sweep(outcome.out).lines()
+    except AnalysisError as exc:
+        raise UsageError(str(exc)) from None
+    for line in lines:
         print(line)
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
+    from harness.analysis import AnalysisError
     from harness.report import write_report
 
     sweep_out: Path | None = args.sweep_out
     if sweep_out is not None and not (sweep_out / "sweep_metrics.csv").exists():
-        print(f"report: no sweep results in {sweep_out}/ — crossover section skipped",
-              file=sys.stderr)
+        print(
+            f"report: no sweep results in {sweep_out}/ — crossover section skipped", file=sys.stderr
+        )
         sweep_out = None
-    written = write_report(args.out, sweep_out)
+    try:
+        written = write_report(args.out, sweep_out)
+    except AnalysisError as exc:
+        raise UsageError(str(exc)) from None
     for path in written:
         print(path)
     return 0

@@ -88,9 +88,7 @@ class ExperimentConfig:
     lineage_keep_hops: int = 5
     allowlist_window: int = 8
     reconstruction_penalty: float = 0.02
-    degradation_profiles: dict[str, Profile] = field(
-        default_factory=lambda: dict(DEFAULT_PROFILES)
-    )
+    degradation_profiles: dict[str, Profile] = field(default_factory=lambda: dict(DEFAULT_PROFILES))
     seeds: tuple[int, ...] = tuple(range(20))
     death_spiral_run: DeathSpiralConfig | None = field(default_factory=DeathSpiralConfig)
     prose: ProseConfig = field(default_factory=ProseConfig)

@@ -126,9 +126,13 @@ GATES: tuple[Gate, ...] = (
 def gate_modes(gate: Gate, structural: bool, rehydrate: bool) -> tuple[Mode, ...]:
     """Modes evaluated: blind always; lineage gates on structural arms also degrade/rehydrate."""
     if structural and gate.gate_class.is_lineage:
-        return (Mode.BLIND, Mode.DEGRADE, Mode.REHYDRATE) if rehydrate else (
-            Mode.BLIND,
-            Mode.DEGRADE,
+        return (
+            (Mode.BLIND, Mode.DEGRADE, Mode.REHYDRATE)
+            if rehydrate
+            else (
+                Mode.BLIND,
+                Mode.DEGRADE,
+            )
         )
     return (Mode.BLIND,)
 
@@ -138,9 +142,7 @@ def _any_prefixed(taints: Iterable[str], prefixes: tuple[str, ...]) -> bool:
 
 
 def _window_clean(hops: Sequence[Hop], window: int, prefixes: tuple[str, ...]) -> bool:
-    return not any(
-        t.startswith(prefixes) for hop in hops[-window:] for t in hop.taints_added
-    )
+    return not any(t.startswith(prefixes) for hop in hops[-window:] for t in hop.taints_added)
 
 
 def evaluate(
@@ -177,7 +179,5 @@ def evaluate(
             raise ValueError("rehydrate mode needs the cold hop log")
         hops, nbytes = hop_log.fetch(folded.folded_hop_ids)
         full = sort_hops([*visible, *hops])
-        return Decision(
-            _window_clean(full, w, gate.prefixes), len(folded.folded_hop_ids), nbytes
-        )
+        return Decision(_window_clean(full, w, gate.prefixes), len(folded.folded_hop_ids), nbytes)
     return Decision(False)

@@ -92,7 +92,15 @@ class RunKey:
 class GateCounts:
     """Confusion counts of one (arm, gate, mode) against the oracle."""
 
-    __slots__ = ("false_proceed", "false_stop", "lookups", "n", "bytes_read", "oracle_proceed", "proceed")
+    __slots__ = (
+        "bytes_read",
+        "false_proceed",
+        "false_stop",
+        "lookups",
+        "n",
+        "oracle_proceed",
+        "proceed",
+    )
 
     def __init__(self) -> None:
         self.n = 0

@@ -16,7 +16,7 @@ decision log; nothing per decision survives the run otherwise.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.arms import (
     Arm,
@@ -51,7 +51,7 @@ class ReplayParams:
     keep: int = 5
     window: int = 8
     penalty: float = 0.02
-    prose: ProseConfig = ProseConfig()
+    prose: ProseConfig = field(default_factory=ProseConfig)
     prose_seed: int = 0
     #: evaluate degrade (and, with ``rehydrate``, rehydrate) on structural arms
     lineage_modes: bool = True
@@ -216,7 +216,9 @@ def replay(
             if ev.value_id in gt.values:
                 raise ReplayError(f"event at step {ev.step}: value {ev.value_id} already exists")
             if not ev.inputs:
-                raise ReplayError(f"event at step {ev.step}: merge into {ev.value_id} has no inputs")
+                raise ReplayError(
+                    f"event at step {ev.step}: merge into {ev.value_id} has no inputs"
+                )
             for v in ev.inputs:
                 live(gt, v, ev.step)
             hop = build_hop(ev, tuple(tips[v] for v in ev.inputs))
@@ -269,4 +271,3 @@ def _append(log: HopLog, hop: Hop) -> None:
         log.append(hop)
     except ValueError as exc:
         raise ReplayError(str(exc)) from exc
-

@@ -142,8 +142,13 @@ def death_spiral_task(cfg: ExperimentConfig, rehydrate: bool = True) -> RunTask 
 def trace_tasks(cfg: ExperimentConfig, rehydrate: bool = True) -> list[RunTask]:
     """One replay of the loaded trace per configured cadence (prose seed 0)."""
     return [
-        RunTask(RunKey("trace", c, "trace", 0), 0, cfg.decision_every, None,
-                _params(cfg, c, 0, rehydrate=rehydrate))
+        RunTask(
+            RunKey("trace", c, "trace", 0),
+            0,
+            cfg.decision_every,
+            None,
+            _params(cfg, c, 0, rehydrate=rehydrate),
+        )
         for c in cfg.compaction_cadence
     ]
 
@@ -164,7 +169,9 @@ def execute(
     from tqdm import tqdm
 
     total = len(tasks) + (1 if first is not None else 0)
-    bar = tqdm(total=total, desc=desc, unit="run", file=sys.stderr, disable=progress_disabled(progress))
+    bar = tqdm(
+        total=total, desc=desc, unit="run", file=sys.stderr, disable=progress_disabled(progress)
+    )
     try:
         if workers <= 1 or total <= 1:
             held = run_task(first) if first is not None else None
@@ -225,8 +232,16 @@ class _Writers:
         self.curve.writerows([*key, *row] for row in result.curve_rows)
         p = result.prose
         self.prose.writerow(
-            [*key, p.extractions, p.parse_failures, p.true_taints, p.kept, p.fabricated,
-             p.realized_recall, p.realized_precision]
+            [
+                *key,
+                p.extractions,
+                p.parse_failures,
+                p.true_taints,
+                p.kept,
+                p.fabricated,
+                p.realized_recall,
+                p.realized_precision,
+            ]
         )
         self.death.writerows(result.death_rows)
 
@@ -306,4 +321,3 @@ def run_main(
         meta["trace"] = trace_summary
     (out / "run_meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return MainOutcome(out, len(fingerprints), wall, overall, fingerprints)
-
