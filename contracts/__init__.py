@@ -1,3 +1,291 @@
-"""provnet contracts: pure, synchronous verification of the serve and attest contracts."""
+"""provnet contracts: pure, synchronous verification of the serve and attest contracts.
 
-__all__: list[str] = []
+No I/O beyond key files, no clock: every check takes ``now`` (integer ms
+since the Unix epoch, UTC). Nothing here imports ``nodes`` or ``harness``.
+
+Module map (main entry points)::
+
+    errors      ContractError tree; CheckResult (falsy on failure) for check_*
+    canonical   canonical_bytes (RFC 8785), parse_json (bounded), format_ms
+    identity    Identity (Ed25519 signing key), PublicKey; node id = raw public
+                key hex; save_identity / load_identity (0600) / rotate_identity
+    envelope    Envelope (DSSE JSON: to_bytes/from_bytes, digest, verify),
+                pae, sign_envelope
+    merkle      RFC 6962: leaf_hash, node_hash, merkle_root, MerkleTree.proof,
+                root_from_inclusion, verify_inclusion
+    hops        hop_bytes(fields, origin, epoch): the one byte string per hop
+    statements  Commitment, Obligation, Demand, Receipt, DeliveryReceipt,
+                WitnessReport, Attestation; Axis, ReceiptStatus, RefusalReason
+    signed      Signed[S] (envelope + statement, digest), sign_statement,
+                open_statement (parse + verify), open_any
+    serve       origin: build_commitment, build_obligation, verify_demand,
+                answer_demand, NonceRegistry; holder: verify_delivery,
+                build_demand, verify_served / check_served,
+                build_delivery_receipt; witness: build_witness_report
+    evidence    Evidence (standalone file), verify_evidence / check_evidence,
+                judge_answer (classify a receipt), unanswered_evidence,
+                equivocation_evidence, EquivocationDetector
+    attest      TrustPolicy, build_attestation, verify_attestation /
+                check_attestation, RehydrationProof, apply_attestations (the
+                only way an axis goes up), remaining_taints,
+                attestation_hop_fields
+    cli         provnet keys new|show, provnet evidence verify FILE
+
+Digests ("commitment digest", "obligation digest", "receipt digest" …) are
+the hex SHA-256 of a statement envelope's payload, which is the RFC 8785
+canonical statement: ``Signed.digest`` / ``Envelope.digest``. A value digest
+is whatever the caller hashes to name a value (``sha256_hex`` of its
+canonical bytes); attestations bind to it.
+
+A holder's round trip::
+
+    c, o = verify_delivery(commitment_bytes, obligation_bytes, now=now)
+    d = build_demand(me, o, now=now)                # leaves=None: all
+    answer = judge_answer(receipt_bytes, hops, demand=d, obligation=o,
+                          commitment=c, reported_at=now)
+    # answer.kind: served | legitimate | evidence | unattributable
+"""
+
+from __future__ import annotations
+
+from contracts.attest import (
+    AttestationOutcome,
+    RehydrationProof,
+    TrustPolicy,
+    apply_attestations,
+    attestation_hop_fields,
+    build_attestation,
+    check_attestation,
+    remaining_taints,
+    verify_attestation,
+    verify_rehydration,
+)
+from contracts.canonical import (
+    MAX_DEPTH,
+    MAX_DOCUMENT_BYTES,
+    canonical_bytes,
+    format_ms,
+    parse_json,
+    parse_json_object,
+    sha256_hex,
+)
+from contracts.envelope import (
+    MAX_ENVELOPE_BYTES,
+    MAX_SIGNATURES,
+    Envelope,
+    EnvelopeSignature,
+    pae,
+    sign_envelope,
+)
+from contracts.errors import (
+    BadSignature,
+    BindingMismatch,
+    CheckResult,
+    ContractError,
+    DigestMismatch,
+    EncodingError,
+    Expired,
+    KeyFileError,
+    NotAuthorized,
+    NotEvidence,
+    NotServed,
+    ReplayedNonce,
+    Revoked,
+    RootMismatch,
+    VerificationError,
+    run_check,
+)
+from contracts.evidence import (
+    EVIDENCE_FORMAT,
+    Answer,
+    AnswerKind,
+    EquivocationDetector,
+    Evidence,
+    EvidenceKind,
+    EvidenceLevel,
+    EvidenceStatus,
+    EvidenceVerdict,
+    check_evidence,
+    equivocation_evidence,
+    judge_answer,
+    unanswered_evidence,
+    verify_evidence,
+)
+from contracts.hops import (
+    MAX_HOP_BYTES,
+    hop_bytes,
+    parse_hop,
+)
+from contracts.identity import (
+    NODE_ID_HEX_LEN,
+    Identity,
+    PublicKey,
+    load_identity,
+    rotate_identity,
+    save_identity,
+)
+from contracts.merkle import (
+    EMPTY_ROOT,
+    HASH_LEN,
+    MerkleTree,
+    inclusion_proof,
+    leaf_hash,
+    merkle_root,
+    node_hash,
+    root_from_inclusion,
+    root_from_leaf_hashes,
+    verify_inclusion,
+)
+from contracts.serve import (
+    NonceRegistry,
+    ServedFold,
+    answer_demand,
+    build_commitment,
+    build_delivery_receipt,
+    build_demand,
+    build_obligation,
+    build_witness_report,
+    check_served,
+    new_nonce,
+    verify_delivery,
+    verify_demand,
+    verify_receipt_binding,
+    verify_served,
+    verify_signed_leaves,
+)
+from contracts.signed import (
+    AnySigned,
+    Signed,
+    open_any,
+    open_statement,
+    sign_statement,
+)
+from contracts.statements import (
+    AXES,
+    PAYLOAD_TYPE_PREFIX,
+    Attestation,
+    Axis,
+    Commitment,
+    DeliveryReceipt,
+    Demand,
+    Obligation,
+    Receipt,
+    ReceiptStatus,
+    RefusalReason,
+    Statement,
+    StatementKind,
+    WitnessOutcome,
+    WitnessReport,
+    payload_type_for,
+)
+
+__all__ = [
+    "AXES",
+    "EMPTY_ROOT",
+    "EVIDENCE_FORMAT",
+    "HASH_LEN",
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_ENVELOPE_BYTES",
+    "MAX_HOP_BYTES",
+    "MAX_SIGNATURES",
+    "NODE_ID_HEX_LEN",
+    "PAYLOAD_TYPE_PREFIX",
+    "Answer",
+    "AnswerKind",
+    "AnySigned",
+    "Attestation",
+    "AttestationOutcome",
+    "Axis",
+    "BadSignature",
+    "BindingMismatch",
+    "CheckResult",
+    "Commitment",
+    "ContractError",
+    "DeliveryReceipt",
+    "Demand",
+    "DigestMismatch",
+    "EncodingError",
+    "Envelope",
+    "EnvelopeSignature",
+    "EquivocationDetector",
+    "Evidence",
+    "EvidenceKind",
+    "EvidenceLevel",
+    "EvidenceStatus",
+    "EvidenceVerdict",
+    "Expired",
+    "Identity",
+    "KeyFileError",
+    "MerkleTree",
+    "NonceRegistry",
+    "NotAuthorized",
+    "NotEvidence",
+    "NotServed",
+    "Obligation",
+    "PublicKey",
+    "Receipt",
+    "ReceiptStatus",
+    "RefusalReason",
+    "RehydrationProof",
+    "ReplayedNonce",
+    "Revoked",
+    "RootMismatch",
+    "ServedFold",
+    "Signed",
+    "Statement",
+    "StatementKind",
+    "TrustPolicy",
+    "VerificationError",
+    "WitnessOutcome",
+    "WitnessReport",
+    "answer_demand",
+    "apply_attestations",
+    "attestation_hop_fields",
+    "build_attestation",
+    "build_commitment",
+    "build_delivery_receipt",
+    "build_demand",
+    "build_obligation",
+    "build_witness_report",
+    "canonical_bytes",
+    "check_attestation",
+    "check_evidence",
+    "check_served",
+    "equivocation_evidence",
+    "format_ms",
+    "hop_bytes",
+    "inclusion_proof",
+    "judge_answer",
+    "leaf_hash",
+    "load_identity",
+    "merkle_root",
+    "new_nonce",
+    "node_hash",
+    "open_any",
+    "open_statement",
+    "pae",
+    "parse_hop",
+    "parse_json",
+    "parse_json_object",
+    "payload_type_for",
+    "remaining_taints",
+    "root_from_inclusion",
+    "root_from_leaf_hashes",
+    "rotate_identity",
+    "run_check",
+    "save_identity",
+    "sha256_hex",
+    "sign_envelope",
+    "sign_statement",
+    "unanswered_evidence",
+    "verify_attestation",
+    "verify_delivery",
+    "verify_demand",
+    "verify_evidence",
+    "verify_inclusion",
+    "verify_receipt_binding",
+    "verify_rehydration",
+    "verify_served",
+    "verify_signed_leaves",
+]

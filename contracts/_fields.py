@@ -1,0 +1,170 @@
+"""Strict field readers for statements parsed from untrusted JSON.
+
+Each reader takes the decoded JSON object, a field name and bounds, and
+returns a typed value or raises :class:`EncodingError` naming the statement
+kind, the field and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from contracts.errors import EncodingError
+
+__all__ = [
+    "MAX_COUNT",
+    "MAX_LIST",
+    "MAX_STR",
+    "MAX_TIME_MS",
+    "T",
+    "check_fields",
+    "get_bool",
+    "get_digest",
+    "get_digest_bytes",
+    "get_enum",
+    "get_float01",
+    "get_int",
+    "get_list",
+    "get_node_id",
+    "get_opt",
+    "get_str",
+    "is_digest",
+]
+
+T = TypeVar("T")
+
+#: Longest free-form string field (refs, endpoints, taint ids, reasons).
+MAX_STR = 1024
+#: Most items in a list field (leaves served, citations, endpoints …).
+MAX_LIST = 100_000
+#: Largest count/index (leaf counts, sequence numbers, re-asks).
+MAX_COUNT = 2**40
+#: Latest representable time, ms since the epoch (year ~5138).
+MAX_TIME_MS = 10**14
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def is_digest(value: object) -> bool:
+    return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
+
+
+def check_fields(obj: dict[str, Any], kind: str, allowed: frozenset[str]) -> None:
+    unknown = obj.keys() - allowed
+    if unknown:
+        raise EncodingError(f"{kind}: unknown fields {sorted(unknown)[:5]}")
+    got = obj.get("type")
+    if got != kind:
+        raise EncodingError(f"{kind}: field 'type' is {got!r:.60}, expected {kind!r}")
+
+
+def _missing(kind: str, key: str) -> EncodingError:
+    return EncodingError(f"{kind}: missing field {key!r}")
+
+
+def get_str(obj: dict[str, Any], key: str, kind: str, *, max_len: int = MAX_STR) -> str:
+    if key not in obj:
+        raise _missing(kind, key)
+    value = obj[key]
+    if not isinstance(value, str):
+        raise EncodingError(f"{kind}: field {key!r} must be a string, got {type(value).__name__}")
+    if len(value) > max_len:
+        raise EncodingError(f"{kind}: field {key!r} longer than {max_len} characters")
+    return value
+
+
+def get_int(obj: dict[str, Any], key: str, kind: str, *, lo: int = 0, hi: int = MAX_COUNT) -> int:
+    if key not in obj:
+        raise _missing(kind, key)
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EncodingError(f"{kind}: field {key!r} must be an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise EncodingError(f"{kind}: field {key!r} = {value} outside [{lo}, {hi}]")
+    return value
+
+
+def get_bool(obj: dict[str, Any], key: str, kind: str) -> bool:
+    if key not in obj:
+        raise _missing(kind, key)
+    value = obj[key]
+    if not isinstance(value, bool):
+        raise EncodingError(f"{kind}: field {key!r} must be a boolean, got {type(value).__name__}")
+    return value
+
+
+def get_float01(obj: dict[str, Any], key: str, kind: str) -> float:
+    if key not in obj:
+        raise _missing(kind, key)
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EncodingError(f"{kind}: field {key!r} must be a number, got {type(value).__name__}")
+    result = float(value)
+    if not (math.isfinite(result) and 0.0 <= result <= 1.0):
+        raise EncodingError(f"{kind}: field {key!r} = {value!r} outside [0, 1]")
+    return result
+
+
+def get_digest(obj: dict[str, Any], key: str, kind: str) -> str:
+    if key not in obj:
+        raise _missing(kind, key)
+    value = obj[key]
+    if not is_digest(value):
+        raise EncodingError(f"{kind}: field {key!r} must be 64 lower-case hex characters")
+    return str(value)
+
+
+def get_digest_bytes(value: object, kind: str, what: str) -> bytes:
+    if not is_digest(value):
+        raise EncodingError(f"{kind}: {what} must be 64 lower-case hex characters")
+    return bytes.fromhex(str(value))
+
+
+def get_node_id(obj: dict[str, Any], key: str, kind: str) -> str:
+    # A node id is a raw Ed25519 public key in hex; whether it is a valid
+    # curve point is checked when a signature is verified against it.
+    if key not in obj:
+        raise _missing(kind, key)
+    value = obj[key]
+    if not is_digest(value):
+        raise EncodingError(f"{kind}: field {key!r} must be a node id (64 lower-case hex)")
+    return str(value)
+
+
+def get_list(
+    obj: dict[str, Any],
+    key: str,
+    kind: str,
+    item: Callable[[object, str], T],
+    *,
+    max_len: int = MAX_LIST,
+) -> tuple[T, ...]:
+    if key not in obj:
+        raise _missing(kind, key)
+    value = obj[key]
+    if not isinstance(value, list):
+        raise EncodingError(f"{kind}: field {key!r} must be a list, got {type(value).__name__}")
+    if len(value) > max_len:
+        raise EncodingError(f"{kind}: field {key!r} has {len(value)} items, limit {max_len}")
+    return tuple(item(v, f"{key}[{i}]") for i, v in enumerate(value))
+
+
+def get_opt(obj: dict[str, Any], key: str, read: Callable[[], T]) -> T | None:
+    """``None`` when the field is absent or JSON null, else ``read()``."""
+    if obj.get(key) is None:
+        return None
+    return read()
+
+
+E = TypeVar("E")
+
+
+def get_enum(obj: dict[str, Any], key: str, kind: str, enum: Callable[[str], E]) -> E:
+    raw = get_str(obj, key, kind, max_len=64)
+    try:
+        return enum(raw)
+    except ValueError as exc:
+        raise EncodingError(f"{kind}: field {key!r} has unknown value {raw!r}") from exc

@@ -1,0 +1,409 @@
+"""The attest contract (A1–A7): attestations, the trust policy, and the only
+path by which a provenance axis may go up.
+
+Part 6: everything can only lower an axis, except attest. An attestation is
+signed by an attester and
+
+* binds one value by digest — it cannot be replayed on another (A2);
+* raises one axis to a floor, within the ceiling the trust policy grants that
+  attester for that axis; attesters and axes outside the policy are rejected
+  (A3);
+* for ``reconstruction`` counts only with proof of a full verified
+  rehydration of the value's commitments — the receipts it cites, each a
+  SERVED full fold whose bytes reproduce the committed root; no trust policy
+  can raise reconstruction otherwise (A4);
+* names the taint ids it discharges; a blocklist gate ignores exactly those
+  (A5, :func:`remaining_taints`);
+* is itself a hop: :func:`attestation_hop_fields` gives the hop appended to
+  the attester's log, naming the attestation digest (A6);
+* stops counting when it expires or its key is revoked (A7).
+
+:func:`apply_attestations` is the one function that raises scores (A1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts._fields import MAX_TIME_MS, is_digest
+from contracts.canonical import (
+    JsonObject,
+    canonical_bytes,
+    format_ms,
+    parse_json_object,
+)
+from contracts.envelope import Envelope
+from contracts.errors import (
+    BindingMismatch,
+    CheckResult,
+    ContractError,
+    DigestMismatch,
+    EncodingError,
+    Expired,
+    NotAuthorized,
+    Revoked,
+    run_check,
+)
+from contracts.identity import Identity
+from contracts.serve import verify_served
+from contracts.signed import Signed, open_statement, sign_statement
+from contracts.statements import (
+    Attestation,
+    Axis,
+    Commitment,
+    Demand,
+    Obligation,
+    Receipt,
+)
+
+__all__ = [
+    "AttestationOutcome",
+    "RehydrationProof",
+    "TrustPolicy",
+    "apply_attestations",
+    "attestation_hop_fields",
+    "build_attestation",
+    "check_attestation",
+    "remaining_taints",
+    "verify_attestation",
+    "verify_rehydration",
+]
+
+_MAX_POLICY_ENTRIES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class TrustPolicy:
+    """Which attester may raise which axis, up to which ceiling; revocations.
+
+    ``grants[node_id][axis] = ceiling``; ``revocations[node_id] = revoked_at``
+    (ms): from that time on the key's attestations stop counting, whenever
+    they were issued. JSON form::
+
+        {"type": "trust-policy",
+         "grants": {"<node id>": {"verification": 0.9}},
+         "revocations": {"<node id>": 1796000000000}}
+    """
+
+    grants: Mapping[str, Mapping[Axis, float]] = field(default_factory=dict)
+    revocations: Mapping[str, int] = field(default_factory=dict)
+
+    def ceiling(self, attester: str, axis: Axis) -> float | None:
+        return self.grants.get(attester, {}).get(axis)
+
+    def revoked_at(self, attester: str) -> int | None:
+        return self.revocations.get(attester)
+
+    def to_json(self) -> JsonObject:
+        return {
+            "type": "trust-policy",
+            "grants": {
+                k: {a.value: c for a, c in sorted(v.items())}
+                for k, v in sorted(self.grants.items())
+            },
+            "revocations": dict(sorted(self.revocations.items())),
+        }
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(self.to_json())
+
+    @classmethod
+    def from_json(cls, obj: Any) -> TrustPolicy:
+        if not isinstance(obj, dict) or obj.get("type") != "trust-policy":
+            raise EncodingError("trust policy: expected an object with type 'trust-policy'")
+        if set(obj) - {"type", "grants", "revocations"}:
+            raise EncodingError("trust policy: unknown fields")
+        raw_grants = obj.get("grants", {})
+        raw_revs = obj.get("revocations", {})
+        if not isinstance(raw_grants, dict) or not isinstance(raw_revs, dict):
+            raise EncodingError("trust policy: grants and revocations must be objects")
+        if len(raw_grants) + len(raw_revs) > _MAX_POLICY_ENTRIES:
+            raise EncodingError(f"trust policy: more than {_MAX_POLICY_ENTRIES} entries")
+        grants: dict[str, dict[Axis, float]] = {}
+        for key, axes in raw_grants.items():
+            if not is_digest(key) or not isinstance(axes, dict):
+                raise EncodingError(f"trust policy: grant {key!r:.70} must map a node id to axes")
+            granted: dict[Axis, float] = {}
+            for name, ceiling in axes.items():
+                try:
+                    axis = Axis(name)
+                except ValueError as exc:
+                    raise EncodingError(f"trust policy: unknown axis {name!r:.40}") from exc
+                if (
+                    isinstance(ceiling, bool)
+                    or not isinstance(ceiling, int | float)
+                    or not 0.0 <= ceiling <= 1.0
+                ):
+                    raise EncodingError(f"trust policy: ceiling for {name} must be in [0, 1]")
+                granted[axis] = float(ceiling)
+            grants[key] = granted
+        revocations: dict[str, int] = {}
+        for key, at in raw_revs.items():
+            if not is_digest(key):
+                raise EncodingError(f"trust policy: revocation key {key!r:.70} is not a node id")
+            if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= MAX_TIME_MS:
+                raise EncodingError(f"trust policy: revocation time for {key[:16]}… must be ms")
+            revocations[key] = at
+        return cls(grants=grants, revocations=revocations)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> TrustPolicy:
+        return cls.from_json(parse_json_object(data, what="trust policy"))
+
+
+def build_attestation(
+    identity: Identity,
+    *,
+    value_digest: str,
+    axis: Axis,
+    floor: float,
+    discharged: Sequence[str] = (),
+    cites: Sequence[str] = (),
+    issued_at: int,
+    expires_at: int,
+) -> Signed[Attestation]:
+    if expires_at <= issued_at:
+        raise ValueError("an attestation must expire after it is issued")
+    statement = Attestation(
+        attester=identity.node_id,
+        value_digest=value_digest,
+        axis=axis,
+        floor=float(floor),
+        discharged=tuple(discharged),
+        cites=tuple(cites),
+        issued_at=issued_at,
+        expires_at=expires_at,
+    )
+    return sign_statement(identity, statement)
+
+
+EnvelopeInput = bytes | Envelope | dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RehydrationProof:
+    """One fold fetched in full and verified: the statements and bytes that show it."""
+
+    commitment: Envelope
+    obligation: Envelope
+    demand: Envelope
+    receipt: Envelope
+    hops: tuple[bytes, ...]
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        commitment: Signed[Commitment],
+        obligation: Signed[Obligation],
+        demand: Signed[Demand],
+        receipt: Signed[Receipt],
+        hops: Sequence[bytes],
+    ) -> RehydrationProof:
+        return cls(
+            commitment.envelope, obligation.envelope, demand.envelope, receipt.envelope, tuple(hops)
+        )
+
+
+def verify_rehydration(proof: RehydrationProof) -> tuple[str, str]:
+    """Check one full rehydration; return (commitment digest, receipt digest).
+
+    The commitment and obligation are the origin's; the demand asked for all
+    leaves; the receipt is the origin's SERVED answer to that demand and the
+    hop bytes reproduce the committed root (:func:`verify_served`).
+    """
+    c = open_statement(proof.commitment, Commitment)
+    o = open_statement(proof.obligation, Obligation, signer=c.signer)
+    d = open_statement(proof.demand, Demand)
+    if o.statement.commitment != c.digest or d.statement.obligation != o.digest:
+        raise BindingMismatch(f"rehydration of {c.digest[:12]}…: statements do not chain")
+    if d.statement.leaves is not None:
+        raise NotAuthorized(
+            f"rehydration of {c.digest[:12]}… fetched {len(d.statement.leaves)} leaves,"
+            f" not the full fold of {c.statement.leaf_count}"
+        )
+    served = verify_served(proof.receipt, proof.hops, demand=d, obligation=o, commitment=c)
+    return c.digest, served.receipt.digest
+
+
+def verify_attestation(
+    attestation: EnvelopeInput | Signed[Attestation],
+    *,
+    value_digest: str,
+    policy: TrustPolicy,
+    now: int,
+    rehydrations: Sequence[RehydrationProof] = (),
+    value_commitments: Collection[str] = (),
+) -> Signed[Attestation]:
+    """Raise unless ``attestation`` may raise an axis of this value at ``now``.
+
+    For ``reconstruction`` pass the value's commitment digests and one
+    :class:`RehydrationProof` per commitment; the attestation must cite
+    exactly those proofs' receipts.
+    """
+    # (1) signed by the attester it names
+    signed = (
+        attestation if isinstance(attestation, Signed) else open_statement(attestation, Attestation)
+    )
+    a, tag = signed.statement, f"attestation {signed.digest[:12]}…"
+    # (2) A2: bound to this value
+    if a.value_digest != value_digest:
+        raise DigestMismatch(f"{tag} is for value {a.value_digest[:12]}…, not {value_digest[:12]}…")
+    # (3) A7: within its validity window
+    if now >= a.expires_at:
+        raise Expired(f"{tag} expired at {format_ms(a.expires_at)} (now {format_ms(now)})")
+    if now < a.issued_at:
+        raise Expired(f"{tag} is not valid before {format_ms(a.issued_at)} (now {format_ms(now)})")
+    # (4) A7: key not revoked
+    revoked = policy.revoked_at(a.attester)
+    if revoked is not None and now >= revoked:
+        raise Revoked(
+            f"{tag}: attester {a.attester[:16]}… was revoked at {format_ms(revoked)}"
+            f" (now {format_ms(now)})"
+        )
+    # (5) A3: the policy lets this attester raise this axis this far
+    ceiling = policy.ceiling(a.attester, a.axis)
+    if ceiling is None:
+        raise NotAuthorized(f"{tag}: attester {a.attester[:16]}… may not raise {a.axis.value}")
+    if a.floor > ceiling:
+        raise NotAuthorized(
+            f"{tag}: raises {a.axis.value} to {a.floor:g}, above the ceiling {ceiling:g}"
+            f" for attester {a.attester[:16]}…"
+        )
+    # (6) A4: reconstruction only with a full verified rehydration, cited
+    if a.axis is Axis.RECONSTRUCTION:
+        _verify_reconstruction(signed, rehydrations, value_commitments)
+    return signed
+
+
+def _verify_reconstruction(
+    signed: Signed[Attestation],
+    rehydrations: Sequence[RehydrationProof],
+    value_commitments: Collection[str],
+) -> None:
+    tag = f"attestation {signed.digest[:12]}…"
+    needed = set(value_commitments)
+    if not needed or not rehydrations:
+        raise NotAuthorized(
+            f"{tag}: reconstruction is raised only with receipts of a full verified rehydration"
+        )
+    covered: set[str] = set()
+    receipts: set[str] = set()
+    for proof in rehydrations:
+        try:
+            commitment, receipt = verify_rehydration(proof)
+        except ContractError as exc:
+            raise NotAuthorized(f"{tag}: rehydration proof does not verify: {exc}") from exc
+        covered.add(commitment)
+        receipts.add(receipt)
+    missing = needed - covered
+    if missing:
+        raise NotAuthorized(
+            f"{tag}: {len(missing)} commitment(s) of the value not rehydrated,"
+            f" e.g. {sorted(missing)[0][:12]}…"
+        )
+    if set(signed.statement.cites) != receipts:
+        raise NotAuthorized(f"{tag}: cites receipts other than the verified rehydration's")
+
+
+def check_attestation(
+    attestation: EnvelopeInput | Signed[Attestation],
+    *,
+    value_digest: str,
+    policy: TrustPolicy,
+    now: int,
+    rehydrations: Sequence[RehydrationProof] = (),
+    value_commitments: Collection[str] = (),
+) -> CheckResult[Signed[Attestation]]:
+    """:func:`verify_attestation` returning a falsy result instead of raising."""
+    return run_check(
+        lambda: verify_attestation(
+            attestation,
+            value_digest=value_digest,
+            policy=policy,
+            now=now,
+            rehydrations=rehydrations,
+            value_commitments=value_commitments,
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AttestationOutcome:
+    """Scores after applying attestations, and what counted or did not."""
+
+    scores: Mapping[Axis, float]
+    applied: tuple[Signed[Attestation], ...]
+    rejected: tuple[tuple[str, str], ...]
+    discharged: frozenset[str]
+
+
+def apply_attestations(
+    scores: Mapping[Axis, float],
+    attestations: Iterable[EnvelopeInput | Signed[Attestation]],
+    *,
+    value_digest: str,
+    policy: TrustPolicy,
+    now: int,
+    rehydrations: Sequence[RehydrationProof] = (),
+    value_commitments: Collection[str] = (),
+) -> AttestationOutcome:
+    """A1: the only way a score goes up. Each valid attestation lifts its axis
+    to at least its floor; invalid ones are listed with the reason and change
+    nothing. ``rejected`` holds (digest or "?", reason)."""
+    result = dict(scores)
+    applied: list[Signed[Attestation]] = []
+    rejected: list[tuple[str, str]] = []
+    discharged: set[str] = set()
+    for item in attestations:
+        check = check_attestation(
+            item,
+            value_digest=value_digest,
+            policy=policy,
+            now=now,
+            rehydrations=rehydrations,
+            value_commitments=value_commitments,
+        )
+        if check.value is None:
+            ident = item.digest if isinstance(item, Signed | Envelope) else "?"
+            rejected.append((ident, check.reason))
+            continue
+        a = check.value.statement
+        result[a.axis] = max(result.get(a.axis, 0.0), a.floor)
+        discharged.update(a.discharged)
+        applied.append(check.value)
+    return AttestationOutcome(
+        scores=result,
+        applied=tuple(applied),
+        rejected=tuple(rejected),
+        discharged=frozenset(discharged),
+    )
+
+
+def remaining_taints(tainted_by: Iterable[str], discharged: Collection[str]) -> frozenset[str]:
+    """A5: the taints a blocklist gate still sees — all but exactly the discharged ones."""
+    return frozenset(t for t in tainted_by if t not in discharged)
+
+
+def attestation_hop_fields(attestation: Signed[Attestation], *, hop_id: str) -> dict[str, Any]:
+    """A6: the hop recording an attestation in the attester's append-only log.
+
+    Pass the result to :func:`contracts.hops.hop_bytes` with the attester's
+    node id and epoch; the hop names the attestation by digest.
+    """
+    a = attestation.statement
+    return {
+        "hop_id": hop_id,
+        "op": "ATTEST",
+        "attestation": attestation.digest,
+        "attester": a.attester,
+        "value_digest": a.value_digest,
+        "axis": a.axis.value,
+        "floor": a.floor,
+        "discharged": list(a.discharged),
+        "cites": list(a.cites),
+        "issued_at": a.issued_at,
+        "expires_at": a.expires_at,
+    }

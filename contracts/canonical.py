@@ -1,0 +1,153 @@
+"""Canonical JSON (RFC 8785), bounded strict parsing, digests and times.
+
+Every statement is serialised with :func:`canonical_bytes`, the RFC 8785
+JSON Canonicalization Scheme as implemented by the ``rfc8785`` package, so
+that the same statement always has the same bytes and the same digest.
+
+Parsing untrusted JSON goes through :func:`parse_json`, which bounds the
+input before the standard library sees it: at most ``max_bytes`` bytes and
+at most :data:`MAX_DEPTH` levels of nesting (checked by a scan that needs no
+recursion), no duplicate object keys, no ``NaN``/``Infinity``, UTF-8 only.
+Anything else is an :class:`~contracts.errors.EncodingError`.
+
+Times are integers: milliseconds since the Unix epoch (UTC). Checks take the
+current time as an explicit ``now`` argument and never read a clock.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+from typing import Any
+
+import rfc8785
+
+from contracts.errors import EncodingError
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "JsonObject",
+    "canonical_bytes",
+    "format_ms",
+    "parse_json",
+    "parse_json_object",
+    "sha256_hex",
+]
+
+#: Largest JSON document (envelope, evidence file, policy) accepted, bytes.
+MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
+#: Deepest nesting of arrays/objects accepted in untrusted JSON.
+MAX_DEPTH = 32
+
+JsonObject = dict[str, Any]
+
+_OPEN = frozenset(b"[{")
+_CLOSE = frozenset(b"]}")
+
+
+def canonical_bytes(obj: Any) -> bytes:
+    """RFC 8785 canonical JSON of ``obj`` (UTF-8).
+
+    Raises ``ValueError`` for values JSON cannot carry (NaN, huge integers):
+    that is caller misuse, since callers only canonicalise what they built.
+    """
+    try:
+        return bytes(rfc8785.dumps(obj))
+    except rfc8785.CanonicalizationError as exc:
+        raise ValueError(f"cannot canonicalise: {exc}") from exc
+
+
+def sha256_hex(data: bytes) -> str:
+    """Lower-case hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_depth(data: bytes, max_depth: int) -> None:
+    # Linear scan that tracks string state so brackets inside strings do not
+    # count; json.loads itself would recurse and could exhaust the stack.
+    depth = 0
+    in_string = False
+    escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in _OPEN:
+            depth += 1
+            if depth > max_depth:
+                raise EncodingError(f"JSON nested deeper than {max_depth} levels")
+        elif byte in _CLOSE:
+            depth -= 1
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise EncodingError(f"duplicate JSON key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise EncodingError(f"JSON constant {name} is not allowed")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise EncodingError(f"JSON number {text[:32]!r} is out of range")
+    return value
+
+
+def parse_json(data: bytes, *, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+    """Parse untrusted JSON bytes with explicit size and depth bounds."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise EncodingError(f"{what}: expected bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if len(data) > max_bytes:
+        raise EncodingError(f"{what}: {len(data)} bytes exceeds the limit of {max_bytes}")
+    # Fast path: nesting can only exceed the bound if there are enough brackets.
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH:
+        _check_depth(data, MAX_DEPTH)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EncodingError(f"{what}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constants,
+            parse_float=_finite_float,
+        )
+    except EncodingError as exc:
+        raise EncodingError(f"{what}: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise EncodingError(f"{what}: not valid JSON ({exc})") from exc
+
+
+def parse_json_object(data: bytes, *, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> JsonObject:
+    """:func:`parse_json`, additionally requiring a top-level object."""
+    value = parse_json(data, what=what, max_bytes=max_bytes)
+    if not isinstance(value, dict):
+        raise EncodingError(f"{what}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def format_ms(ms: int) -> str:
+    """``2026-11-29T10:00:00.000Z`` for a time in ms since the Unix epoch."""
+    try:
+        moment = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms}ms"
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

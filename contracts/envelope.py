@@ -1,0 +1,191 @@
+"""DSSE envelopes: the signed wrapper around every statement.
+
+Wire form (DSSE v1.0 JSON envelope, https://github.com/secure-systems-lab/dsse)::
+
+    {"payload": <base64 of the payload bytes>,
+     "payloadType": "application/vnd.provnet.<kind>+json",
+     "signatures": [{"keyid": <node id>, "sig": <base64 Ed25519 signature>}]}
+
+What is signed: the DSSE pre-authentication encoding
+``PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body``
+of the payload bytes exactly as received, computed by
+``securesystemslib.dsse.Envelope.pae`` (the maintained implementation). The
+signature is Ed25519 (``cryptography``) over those PAE bytes, so any DSSE
+verifier holding the node's public key accepts our envelopes (see the
+interoperability test). Verification never re-encodes the payload.
+
+The JSON parsing of the envelope is done here rather than with
+``securesystemslib.dsse.Envelope.from_dict`` because that method mutates its
+input, raises ``KeyError``/``binascii.Error`` on malformed input and does not
+bound sizes; untrusted bytes must map to :class:`EncodingError` only.
+
+``digest`` of an envelope is the lower-case hex SHA-256 of its payload bytes.
+Payloads we sign are the RFC 8785 canonical bytes of the statement, so this
+is also the SHA-256 of the canonical statement: the "commitment digest",
+"obligation digest", "receipt digest" … used throughout the project.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from securesystemslib.dsse import Envelope as _SslibEnvelope
+
+from contracts.canonical import MAX_DOCUMENT_BYTES, JsonObject, canonical_bytes, parse_json_object
+from contracts.errors import BadSignature, EncodingError
+from contracts.identity import Identity, PublicKey
+
+__all__ = [
+    "MAX_ENVELOPE_BYTES",
+    "MAX_SIGNATURES",
+    "Envelope",
+    "EnvelopeSignature",
+    "pae",
+    "sign_envelope",
+]
+
+MAX_ENVELOPE_BYTES = MAX_DOCUMENT_BYTES
+MAX_SIGNATURES = 8
+_MAX_PAYLOAD_TYPE = 200
+_MAX_KEYID = 256
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE v1 pre-authentication encoding of ``payload`` (the signed bytes)."""
+    return bytes(_SslibEnvelope(payload, payload_type, {}).pae())
+
+
+def _b64decode(value: object, what: str) -> bytes:
+    if not isinstance(value, str):
+        raise EncodingError(f"{what}: expected a base64 string, got {type(value).__name__}")
+    try:
+        data = value.encode("ascii")
+    except UnicodeEncodeError as exc:
+        raise EncodingError(f"{what}: base64 must be ASCII") from exc
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        pass
+    try:
+        return base64.b64decode(data, altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise EncodingError(f"{what}: invalid base64 ({exc})") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopeSignature:
+    """One DSSE signature: ``keyid`` is the signer's node id."""
+
+    keyid: str
+    sig: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A parsed DSSE envelope holding the payload bytes exactly as received."""
+
+    payload: bytes
+    payload_type: str
+    signatures: tuple[EnvelopeSignature, ...]
+
+    @property
+    def digest(self) -> str:
+        """Hex SHA-256 of the payload bytes (the statement digest)."""
+        return hashlib.sha256(self.payload).hexdigest()
+
+    def pae(self) -> bytes:
+        return pae(self.payload_type, self.payload)
+
+    def to_json(self) -> JsonObject:
+        return {
+            "payload": base64.standard_b64encode(self.payload).decode("ascii"),
+            "payloadType": self.payload_type,
+            "signatures": [
+                {"keyid": s.keyid, "sig": base64.standard_b64encode(s.sig).decode("ascii")}
+                for s in self.signatures
+            ],
+        }
+
+    def to_bytes(self) -> bytes:
+        """RFC 8785 canonical JSON of the DSSE envelope."""
+        return canonical_bytes(self.to_json())
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Envelope:
+        """Parse the DSSE JSON form (already decoded from bytes)."""
+        if not isinstance(obj, dict):
+            raise EncodingError(f"envelope: expected a JSON object, got {type(obj).__name__}")
+        unknown = set(obj) - {"payload", "payloadType", "signatures"}
+        if unknown:
+            raise EncodingError(f"envelope: unknown fields {sorted(unknown)[:5]}")
+        payload = _b64decode(obj.get("payload"), "envelope payload")
+        payload_type = obj.get("payloadType")
+        if not isinstance(payload_type, str) or not 0 < len(payload_type) <= _MAX_PAYLOAD_TYPE:
+            raise EncodingError(
+                f"envelope: payloadType must be a short string, got {payload_type!r:.80}"
+            )
+        raw_sigs = obj.get("signatures")
+        if not isinstance(raw_sigs, list):
+            raise EncodingError("envelope: signatures must be a list")
+        if len(raw_sigs) > MAX_SIGNATURES:
+            raise EncodingError(f"envelope: {len(raw_sigs)} signatures exceeds {MAX_SIGNATURES}")
+        sigs: list[EnvelopeSignature] = []
+        for i, raw in enumerate(raw_sigs):
+            if not isinstance(raw, dict):
+                raise EncodingError(f"envelope: signature {i} must be an object")
+            keyid = raw.get("keyid", "")
+            if not isinstance(keyid, str) or len(keyid) > _MAX_KEYID:
+                raise EncodingError(f"envelope: signature {i} keyid must be a short string")
+            if set(raw) - {"keyid", "sig"}:
+                raise EncodingError(f"envelope: signature {i} has unknown fields")
+            sigs.append(
+                EnvelopeSignature(keyid=keyid, sig=_b64decode(raw.get("sig"), f"signature {i}"))
+            )
+        return cls(payload=payload, payload_type=payload_type, signatures=tuple(sigs))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, max_bytes: int = MAX_ENVELOPE_BYTES) -> Envelope:
+        """Parse DSSE JSON bytes (bounded in size and depth)."""
+        return cls.from_json(parse_json_object(data, what="envelope", max_bytes=max_bytes))
+
+    def verify(self, key: PublicKey) -> None:
+        """Raise :class:`BadSignature` unless ``key`` signed the PAE of the payload.
+
+        Signatures whose keyid names another key are skipped; a signature with
+        an empty keyid is tried too (DSSE makes keyid optional).
+        """
+        message: bytes | None = None
+        node_id = key.node_id
+        tried = 0
+        for sig in self.signatures:
+            if sig.keyid not in (node_id, ""):
+                continue
+            if message is None:
+                message = self.pae()
+            tried += 1
+            try:
+                key.verify(sig.sig, message)
+            except BadSignature:
+                continue
+            return
+        if tried == 0:
+            raise BadSignature(
+                f"{self.payload_type} {self.digest[:12]}…: no signature by {node_id[:16]}…"
+            )
+        raise BadSignature(
+            f"{self.payload_type} {self.digest[:12]}…: signature by {node_id[:16]}… does not verify"
+        )
+
+
+def sign_envelope(identity: Identity, payload_type: str, payload: bytes) -> Envelope:
+    """Sign ``payload`` (exact bytes) under ``payload_type`` with ``identity``."""
+    sig = identity.sign(pae(payload_type, payload))
+    return Envelope(
+        payload=payload,
+        payload_type=payload_type,
+        signatures=(EnvelopeSignature(keyid=identity.node_id, sig=sig),),
+    )

@@ -1,0 +1,664 @@
+"""Evidence that a named origin failed an obligation (S2–S4, S8).
+
+Two levels, as in PeerReview:
+
+* **proofs** expose the origin for good and never clear —
+  ``bad_data``: a SERVED receipt signed by the origin whose leaves do not
+  lead to the root it committed (or are not the leaves demanded);
+  ``refused``: a signed ABSENT/REFUSED (or PENDING for a commitment issued as
+  durable) answering a valid demand, issued before ``serve_until``;
+  ``equivocation``: two commitments signed by the origin for the same
+  (origin, epoch, value_ref, fold_seq) with different roots or sizes;
+* **suspicions** are clearable — ``unanswered``: the holder's signed demand,
+  made while the obligation ran, re-asked ``re_asks`` times, with no receipt
+  by the deadline. It becomes ``witness_confirmed`` when enough other nodes'
+  signed reports say their own re-issued demands went unanswered too, and it
+  is ``cleared`` by any receipt of the origin answering one of those demands.
+  Silence is never proof.
+
+An evidence file is standalone JSON (:meth:`Evidence.to_bytes`) holding the
+DSSE envelopes themselves. :func:`verify_evidence` needs nothing else: every
+statement attributed to the accused must verify with the accused's own key
+(its node id is its public key), every demand or report with its signer's.
+Anything that does not verify that way is rejected, so a correct origin
+cannot be framed (S8 accuracy); :func:`judge_answer` turns every attributable
+failure a holder observes into evidence (S8 completeness).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from contracts._fields import (
+    MAX_COUNT,
+    MAX_TIME_MS,
+    check_fields,
+    get_enum,
+    get_int,
+    get_node_id,
+)
+from contracts.canonical import (
+    JsonObject,
+    canonical_bytes,
+    format_ms,
+    parse_json_object,
+)
+from contracts.envelope import Envelope
+from contracts.errors import (
+    BindingMismatch,
+    CheckResult,
+    ContractError,
+    EncodingError,
+    NotEvidence,
+    VerificationError,
+    run_check,
+)
+from contracts.serve import (
+    ServedFold,
+    verify_receipt_binding,
+    verify_served,
+    verify_signed_leaves,
+)
+from contracts.signed import Signed, open_statement
+from contracts.statements import (
+    Commitment,
+    Demand,
+    Obligation,
+    Receipt,
+    ReceiptStatus,
+    WitnessOutcome,
+    WitnessReport,
+)
+
+__all__ = [
+    "EVIDENCE_FORMAT",
+    "Answer",
+    "AnswerKind",
+    "EquivocationDetector",
+    "Evidence",
+    "EvidenceKind",
+    "EvidenceLevel",
+    "EvidenceStatus",
+    "EvidenceVerdict",
+    "check_evidence",
+    "equivocation_evidence",
+    "judge_answer",
+    "unanswered_evidence",
+    "verify_evidence",
+]
+
+EVIDENCE_FORMAT = "provnet-evidence/v1"
+_MAX_WITNESSES = 64
+_MAX_ANSWERS = 64
+
+
+class EvidenceKind(StrEnum):
+    BAD_DATA = "bad_data"
+    REFUSED = "refused"
+    EQUIVOCATION = "equivocation"
+    UNANSWERED = "unanswered"
+
+
+class EvidenceLevel(StrEnum):
+    PROOF = "proof"
+    SUSPICION = "suspicion"
+
+
+class EvidenceStatus(StrEnum):
+    PROVEN = "proven"
+    SUSPECTED = "suspected"
+    WITNESS_CONFIRMED = "witness_confirmed"
+    CLEARED = "cleared"
+
+
+_LEVEL = {
+    EvidenceKind.BAD_DATA: EvidenceLevel.PROOF,
+    EvidenceKind.REFUSED: EvidenceLevel.PROOF,
+    EvidenceKind.EQUIVOCATION: EvidenceLevel.PROOF,
+    EvidenceKind.UNANSWERED: EvidenceLevel.SUSPICION,
+}
+
+_FIELDS = frozenset(
+    {
+        "type",
+        "format",
+        "kind",
+        "accused",
+        "reported_at",
+        "re_asks",
+        "commitment",
+        "obligation",
+        "demand",
+        "receipt",
+        "conflicting",
+        "witness_demands",
+        "witness_reports",
+        "answers",
+    }
+)
+
+
+def _env_or_none(obj: JsonObject, key: str) -> Envelope | None:
+    value = obj.get(key)
+    return None if value is None else Envelope.from_json(value)
+
+
+def _env_list(obj: JsonObject, key: str, limit: int) -> tuple[Envelope, ...]:
+    value = obj.get(key, [])
+    if not isinstance(value, list) or len(value) > limit:
+        raise EncodingError(f"evidence: field {key!r} must be a list of at most {limit} envelopes")
+    return tuple(Envelope.from_json(v) for v in value)
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A standalone evidence record; check it with :func:`verify_evidence`.
+
+    Parsing (:meth:`from_bytes`) only checks the shape; nothing in it is
+    trusted until :func:`verify_evidence` has verified every signature.
+    """
+
+    kind: EvidenceKind
+    accused: str
+    commitment: Envelope
+    obligation: Envelope | None = None
+    demand: Envelope | None = None
+    receipt: Envelope | None = None
+    conflicting: Envelope | None = None
+    re_asks: int = 0
+    witness_demands: tuple[Envelope, ...] = ()
+    witness_reports: tuple[Envelope, ...] = ()
+    answers: tuple[Envelope, ...] = ()
+    reported_at: int = 0
+
+    @property
+    def level(self) -> EvidenceLevel:
+        return _LEVEL[self.kind]
+
+    @property
+    def digest(self) -> str:
+        """Hex SHA-256 of :meth:`to_bytes`."""
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+    def to_json(self) -> JsonObject:
+        def env(e: Envelope | None) -> JsonObject | None:
+            return None if e is None else e.to_json()
+
+        return {
+            "type": "evidence",
+            "format": EVIDENCE_FORMAT,
+            "kind": self.kind.value,
+            "accused": self.accused,
+            "reported_at": self.reported_at,
+            "re_asks": self.re_asks,
+            "commitment": self.commitment.to_json(),
+            "obligation": env(self.obligation),
+            "demand": env(self.demand),
+            "receipt": env(self.receipt),
+            "conflicting": env(self.conflicting),
+            "witness_demands": [e.to_json() for e in self.witness_demands],
+            "witness_reports": [e.to_json() for e in self.witness_reports],
+            "answers": [e.to_json() for e in self.answers],
+        }
+
+    def to_bytes(self) -> bytes:
+        """RFC 8785 canonical JSON: the evidence file's content."""
+        return canonical_bytes(self.to_json())
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Evidence:
+        if not isinstance(obj, dict):
+            raise EncodingError(f"evidence: expected a JSON object, got {type(obj).__name__}")
+        check_fields(obj, "evidence", _FIELDS)
+        if obj.get("format") != EVIDENCE_FORMAT:
+            raise EncodingError(
+                f"evidence: format {obj.get('format')!r:.60} is not {EVIDENCE_FORMAT!r}"
+            )
+        commitment = _env_or_none(obj, "commitment")
+        if commitment is None:
+            raise EncodingError("evidence: missing field 'commitment'")
+        return cls(
+            kind=get_enum(obj, "kind", "evidence", EvidenceKind),
+            accused=get_node_id(obj, "accused", "evidence"),
+            commitment=commitment,
+            obligation=_env_or_none(obj, "obligation"),
+            demand=_env_or_none(obj, "demand"),
+            receipt=_env_or_none(obj, "receipt"),
+            conflicting=_env_or_none(obj, "conflicting"),
+            re_asks=get_int(obj, "re_asks", "evidence", hi=MAX_COUNT),
+            witness_demands=_env_list(obj, "witness_demands", _MAX_WITNESSES),
+            witness_reports=_env_list(obj, "witness_reports", _MAX_WITNESSES),
+            answers=_env_list(obj, "answers", _MAX_ANSWERS),
+            reported_at=get_int(obj, "reported_at", "evidence", hi=MAX_TIME_MS),
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Evidence:
+        return cls.from_json(parse_json_object(data, what="evidence"))
+
+    def with_answer(self, receipt: Envelope | Signed[Receipt]) -> Evidence:
+        """The same record plus a receipt that may clear an ``unanswered`` suspicion."""
+        env = receipt.envelope if isinstance(receipt, Signed) else receipt
+        return dataclasses.replace(self, answers=(*self.answers, env))
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceVerdict:
+    """What a verified evidence record establishes."""
+
+    kind: EvidenceKind
+    level: EvidenceLevel
+    status: EvidenceStatus
+    accused: str
+    commitment: str
+    obligation: str | None
+    reason: str
+    witnesses: tuple[str, ...] = ()
+    re_asks: int = 0
+
+    @property
+    def accuses(self) -> bool:
+        """True unless the suspicion was cleared."""
+        return self.status is not EvidenceStatus.CLEARED
+
+    @property
+    def is_proof(self) -> bool:
+        return self.level is EvidenceLevel.PROOF
+
+
+@dataclass(frozen=True, slots=True)
+class _Core:
+    commitment: Signed[Commitment]
+    obligation: Signed[Obligation]
+    demand: Signed[Demand]
+
+
+def _by_accused(env: Envelope | None, cls: Any, accused: str, what: str) -> Any:
+    if env is None:
+        raise EncodingError(f"evidence: missing {what}")
+    # Attributed statements must verify with the accused's own key.
+    return open_statement(env, cls, signer=accused)
+
+
+def _core(e: Evidence) -> _Core:
+    c: Signed[Commitment] = _by_accused(e.commitment, Commitment, e.accused, "commitment")
+    o: Signed[Obligation] = _by_accused(e.obligation, Obligation, e.accused, "obligation")
+    if e.demand is None:
+        raise EncodingError("evidence: missing demand")
+    d = open_statement(e.demand, Demand)
+    if o.statement.commitment != c.digest:
+        raise BindingMismatch(
+            f"obligation {o.digest[:12]}… names commitment {o.statement.commitment[:12]}…,"
+            f" not {c.digest[:12]}…"
+        )
+    _check_demand(d, o, c, e.accused)
+    return _Core(c, o, d)
+
+
+def _check_demand(
+    d: Signed[Demand], o: Signed[Obligation], c: Signed[Commitment], accused: str
+) -> None:
+    ds = d.statement
+    if ds.obligation != o.digest or ds.commitment != c.digest or ds.origin != accused:
+        raise BindingMismatch(f"demand {d.digest[:12]}… is not for obligation {o.digest[:12]}…")
+    bound = o.statement.holder
+    if bound is not None and ds.holder != bound:
+        raise NotEvidence(
+            f"obligation {o.digest[:12]}… is bound to holder {bound[:16]}…;"
+            f" demand {d.digest[:12]}… came from {ds.holder[:16]}…"
+        )
+    count = c.statement.leaf_count
+    if ds.leaves is not None and ds.leaves and ds.leaves[-1] >= count:
+        raise NotEvidence(
+            f"demand {d.digest[:12]}… asks for leaf {ds.leaves[-1]} of a {count}-leaf fold"
+        )
+
+
+def _verdict(
+    e: Evidence,
+    status: EvidenceStatus,
+    c: Signed[Commitment],
+    o: Signed[Obligation] | None,
+    reason: str,
+    witnesses: tuple[str, ...] = (),
+) -> EvidenceVerdict:
+    return EvidenceVerdict(
+        kind=e.kind,
+        level=e.level,
+        status=status,
+        accused=e.accused,
+        commitment=c.digest,
+        obligation=None if o is None else o.digest,
+        reason=reason,
+        witnesses=witnesses,
+        re_asks=e.re_asks,
+    )
+
+
+def _verify_bad_data(e: Evidence) -> EvidenceVerdict:
+    core = _core(e)
+    r: Signed[Receipt] = _by_accused(e.receipt, Receipt, e.accused, "receipt")
+    verify_receipt_binding(
+        r, demand=core.demand, obligation=core.obligation, commitment=core.commitment
+    )
+    if r.statement.status is not ReceiptStatus.SERVED:
+        raise NotEvidence(f"receipt {r.digest[:12]}… is {r.statement.status.value}, not SERVED")
+    try:
+        verify_signed_leaves(r, core.demand.statement, core.commitment.statement)
+    except VerificationError as exc:
+        return _verdict(
+            e,
+            EvidenceStatus.PROVEN,
+            core.commitment,
+            core.obligation,
+            f"origin {e.accused[:16]}… signed receipt {r.digest[:12]}… that misses"
+            f" its commitment {core.commitment.digest[:12]}…: {exc}",
+        )
+    raise NotEvidence(
+        f"receipt {r.digest[:12]}…: signed leaves lead to the committed root; no bad data"
+    )
+
+
+def _verify_refused(e: Evidence) -> EvidenceVerdict:
+    core = _core(e)
+    r: Signed[Receipt] = _by_accused(e.receipt, Receipt, e.accused, "receipt")
+    verify_receipt_binding(
+        r, demand=core.demand, obligation=core.obligation, commitment=core.commitment
+    )
+    rs, os_ = r.statement, core.obligation.statement
+    if rs.status is ReceiptStatus.SERVED:
+        raise NotEvidence(f"receipt {r.digest[:12]}… is SERVED, not a refusal")
+    reason = "?" if rs.reason is None else rs.reason.value
+    if rs.status is ReceiptStatus.PENDING and core.commitment.statement.provenance_pending:
+        raise NotEvidence(
+            f"receipt {r.digest[:12]}… is PENDING for commitment {core.commitment.digest[:12]}…"
+            " issued as provenance_pending: legitimate (S6)"
+        )
+    if rs.issued_at >= os_.serve_until:
+        raise NotEvidence(
+            f"refusal {r.digest[:12]}… ({reason}) at {format_ms(rs.issued_at)} is not before"
+            f" serve_until {format_ms(os_.serve_until)}: the obligation had expired"
+        )
+    return _verdict(
+        e,
+        EvidenceStatus.PROVEN,
+        core.commitment,
+        core.obligation,
+        f"origin {e.accused[:16]}… answered {rs.status.value} ({reason}) at"
+        f" {format_ms(rs.issued_at)}, before serve_until {format_ms(os_.serve_until)}",
+    )
+
+
+def _verify_equivocation(e: Evidence) -> EvidenceVerdict:
+    a: Signed[Commitment] = _by_accused(e.commitment, Commitment, e.accused, "commitment")
+    b: Signed[Commitment] = _by_accused(e.conflicting, Commitment, e.accused, "conflicting")
+    sa, sb = a.statement, b.statement
+    if sa.fold_key != sb.fold_key:
+        raise NotEvidence(
+            f"commitments {a.digest[:12]}… and {b.digest[:12]}… are for different folds"
+        )
+    if sa.root == sb.root and sa.leaf_count == sb.leaf_count:
+        raise NotEvidence(
+            f"commitments {a.digest[:12]}… and {b.digest[:12]}… agree on root and size"
+        )
+    return _verdict(
+        e,
+        EvidenceStatus.PROVEN,
+        a,
+        None,
+        f"origin {e.accused[:16]}… committed fold (epoch {sa.epoch!r}, value {sa.value_ref!r},"
+        f" fold {sa.fold_seq}) to two roots {sa.root[:12]}… ({sa.leaf_count} leaves)"
+        f" and {sb.root[:12]}… ({sb.leaf_count} leaves)",
+    )
+
+
+def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVerdict:
+    core = _core(e)
+    c, o, d = core.commitment, core.obligation, core.demand
+    os_, ds = o.statement, d.statement
+    # (1) the demand was made while the obligation ran, and its deadline passed
+    if ds.time >= os_.serve_until:
+        raise NotEvidence(
+            f"demand {d.digest[:12]}… at {format_ms(ds.time)} came after serve_until"
+            f" {format_ms(os_.serve_until)}"
+        )
+    due = ds.time + os_.deadline_ms
+    if now < due:
+        raise NotEvidence(
+            f"demand {d.digest[:12]}… is due at {format_ms(due)}; not unanswered yet"
+            f" (now {format_ms(now)})"
+        )
+    # (2) witnesses: their own signed demands and reports for this obligation
+    demands: dict[str, Signed[Demand]] = {d.digest: d}
+    for env in e.witness_demands:
+        wd = open_statement(env, Demand)
+        _check_demand(wd, o, c, e.accused)
+        demands[wd.digest] = wd
+    confirmed: list[str] = []
+    for env in e.witness_reports:
+        rep = open_statement(env, WitnessReport)
+        rs = rep.statement
+        wd_ = demands.get(rs.demand)
+        if rs.origin != e.accused or rs.obligation != o.digest or wd_ is None:
+            raise BindingMismatch(
+                f"witness report {rep.digest[:12]}… is not about a demand in this record"
+            )
+        if wd_.statement.holder != rs.witness or rs.witness in (ds.holder, e.accused):
+            raise BindingMismatch(
+                f"witness report {rep.digest[:12]}…: witness {rs.witness[:16]}… must be a third"
+                " node that signed its own demand"
+            )
+        if rs.outcome is WitnessOutcome.UNANSWERED:
+            w_due = wd_.statement.time + os_.deadline_ms
+            if wd_.statement.time >= os_.serve_until or rs.at < w_due:
+                raise BindingMismatch(
+                    f"witness report {rep.digest[:12]}… says unanswered at {format_ms(rs.at)},"
+                    f" before its demand was due ({format_ms(w_due)}) or after serve_until"
+                )
+            if rs.witness not in confirmed:
+                confirmed.append(rs.witness)
+    # (3) any receipt of the origin answering one of these demands clears it
+    for env in e.answers:
+        r: Signed[Receipt] = open_statement(env, Receipt, signer=e.accused)
+        answered = demands.get(r.statement.demand)
+        if answered is None:
+            raise BindingMismatch(
+                f"answer {r.digest[:12]}… does not answer a demand in this record"
+            )
+        verify_receipt_binding(r, demand=answered, obligation=o, commitment=c)
+        return _verdict(
+            e,
+            EvidenceStatus.CLEARED,
+            c,
+            o,
+            f"origin {e.accused[:16]}… answered ({r.statement.status.value}) with receipt"
+            f" {r.digest[:12]}… at {format_ms(r.statement.issued_at)}: suspicion cleared",
+            tuple(confirmed),
+        )
+    if len(confirmed) >= min_witnesses:
+        status = EvidenceStatus.WITNESS_CONFIRMED
+        detail = f"confirmed by {len(confirmed)} witness(es)"
+    else:
+        status = EvidenceStatus.SUSPECTED
+        detail = f"{len(confirmed)} of {min_witnesses} witness confirmation(s)"
+    return _verdict(
+        e,
+        status,
+        c,
+        o,
+        f"origin {e.accused[:16]}… did not answer demand {d.digest[:12]}… due"
+        f" {format_ms(due)}, re-asked {e.re_asks} time(s); {detail}",
+        tuple(confirmed),
+    )
+
+
+def verify_evidence(
+    evidence: Evidence | bytes, *, now: int, min_witnesses: int = 1
+) -> EvidenceVerdict:
+    """Verify a record with nothing but its content; raise if it shows no failure.
+
+    ``now`` matters only for ``unanswered`` (the deadline must have passed).
+    ``min_witnesses`` is how many third-party reports confirm a suspicion.
+    """
+    if min_witnesses < 1:
+        raise ValueError("min_witnesses must be at least 1")
+    e = evidence if isinstance(evidence, Evidence) else Evidence.from_bytes(evidence)
+    if e.kind is EvidenceKind.BAD_DATA:
+        return _verify_bad_data(e)
+    if e.kind is EvidenceKind.REFUSED:
+        return _verify_refused(e)
+    if e.kind is EvidenceKind.EQUIVOCATION:
+        return _verify_equivocation(e)
+    return _verify_unanswered(e, now, min_witnesses)
+
+
+def check_evidence(
+    evidence: Evidence | bytes, *, now: int, min_witnesses: int = 1
+) -> CheckResult[EvidenceVerdict]:
+    """:func:`verify_evidence` returning a falsy result instead of raising."""
+    return run_check(lambda: verify_evidence(evidence, now=now, min_witnesses=min_witnesses))
+
+
+# ----------------------------------------------------------------- builders
+
+
+def equivocation_evidence(
+    a: Signed[Commitment], b: Signed[Commitment], *, reported_at: int
+) -> Evidence:
+    """Evidence from two commitments for one fold; raises NotEvidence if they agree."""
+    e = Evidence(
+        kind=EvidenceKind.EQUIVOCATION,
+        accused=a.statement.origin,
+        commitment=a.envelope,
+        conflicting=b.envelope,
+        reported_at=reported_at,
+    )
+    _verify_equivocation(e)
+    return e
+
+
+class EquivocationDetector:
+    """Remembers the first commitment seen per fold key; flags conflicting ones."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str, str, int], Signed[Commitment]] = {}
+
+    def observe(self, commitment: Signed[Commitment], *, now: int) -> Evidence | None:
+        key = commitment.statement.fold_key
+        first = self._seen.setdefault(key, commitment)
+        if first.digest == commitment.digest:
+            return None
+        try:
+            return equivocation_evidence(first, commitment, reported_at=now)
+        except NotEvidence:
+            return None
+
+
+def unanswered_evidence(
+    demand: Signed[Demand],
+    *,
+    obligation: Signed[Obligation],
+    commitment: Signed[Commitment],
+    re_asks: int,
+    reported_at: int,
+    witness_demands: Sequence[Signed[Demand]] = (),
+    witness_reports: Sequence[Signed[WitnessReport]] = (),
+) -> Evidence:
+    """A suspicion record; verify it with :func:`verify_evidence` at ``now``."""
+    return Evidence(
+        kind=EvidenceKind.UNANSWERED,
+        accused=obligation.statement.origin,
+        commitment=commitment.envelope,
+        obligation=obligation.envelope,
+        demand=demand.envelope,
+        re_asks=re_asks,
+        witness_demands=tuple(w.envelope for w in witness_demands),
+        witness_reports=tuple(w.envelope for w in witness_reports),
+        reported_at=reported_at,
+    )
+
+
+class AnswerKind(StrEnum):
+    SERVED = "served"
+    LEGITIMATE = "legitimate"
+    EVIDENCE = "evidence"
+    UNATTRIBUTABLE = "unattributable"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """How a holder should read an origin's answer to its demand.
+
+    SERVED: ``served`` holds the verified hops. LEGITIMATE: a non-answer the
+    origin was entitled to (expired, pending, not the bound holder).
+    EVIDENCE: ``evidence`` is a proof against the origin. UNATTRIBUTABLE: the
+    answer cannot be pinned on the origin (bad signature, another demand's
+    receipt, bytes altered after signing): re-ask; it is not evidence.
+    """
+
+    kind: AnswerKind
+    reason: str
+    served: ServedFold | None = None
+    evidence: Evidence | None = None
+
+
+def judge_answer(
+    receipt: bytes | Envelope | Signed[Receipt],
+    hops: Sequence[bytes],
+    *,
+    demand: Signed[Demand],
+    obligation: Signed[Obligation],
+    commitment: Signed[Commitment],
+    reported_at: int,
+) -> Answer:
+    """Classify an origin's receipt (+ served bytes) for a holder's demand."""
+    origin = commitment.statement.origin
+    # (1) attributable at all: signed by the origin, answering this demand
+    try:
+        r = (
+            receipt
+            if isinstance(receipt, Signed)
+            else open_statement(receipt, Receipt, signer=origin)
+        )
+        verify_receipt_binding(r, demand=demand, obligation=obligation, commitment=commitment)
+    except ContractError as exc:
+        return Answer(AnswerKind.UNATTRIBUTABLE, str(exc))
+    base = Evidence(
+        kind=EvidenceKind.BAD_DATA,
+        accused=origin,
+        commitment=commitment.envelope,
+        obligation=obligation.envelope,
+        demand=demand.envelope,
+        receipt=r.envelope,
+        reported_at=reported_at,
+    )
+    # (2) a refusal: proof, unless legitimate
+    if r.statement.status is not ReceiptStatus.SERVED:
+        refused = dataclasses.replace(base, kind=EvidenceKind.REFUSED)
+        try:
+            verdict = _verify_refused(refused)
+        except NotEvidence as exc:
+            return Answer(AnswerKind.LEGITIMATE, str(exc))
+        except ContractError as exc:
+            return Answer(AnswerKind.UNATTRIBUTABLE, str(exc))
+        return Answer(AnswerKind.EVIDENCE, verdict.reason, evidence=refused)
+    # (3) signed leaves that miss the committed root: bad_data
+    try:
+        verify_signed_leaves(r, demand.statement, commitment.statement)
+    except VerificationError:
+        try:
+            verdict = _verify_bad_data(base)
+        except ContractError as exc:
+            return Answer(AnswerKind.UNATTRIBUTABLE, str(exc))
+        return Answer(AnswerKind.EVIDENCE, verdict.reason, evidence=base)
+    # (4) the bytes must be the bytes signed; if not, nobody can prove who changed them
+    try:
+        served = verify_served(r, hops, demand=demand, obligation=obligation, commitment=commitment)
+    except ContractError as exc:
+        return Answer(AnswerKind.UNATTRIBUTABLE, str(exc))
+    return Answer(AnswerKind.SERVED, f"served {len(served.hops)} hop(s)", served=served)

@@ -1,0 +1,710 @@
+"""The signed statements of the serve and attest contracts.
+
+Each statement is a frozen dataclass with ``to_json()`` (the JSON object
+whose RFC 8785 bytes are the DSSE payload) and ``from_json()`` (strict
+parsing of untrusted JSON). Every payload carries ``"type": <kind>`` and is
+wrapped under the payload type ``application/vnd.provnet.<kind>+json``; both
+must agree, so a statement of one kind is never accepted as another.
+
+Conventions:
+
+* keys are node ids (raw Ed25519 public key, hex); ``signer`` names the key
+  that must have signed the envelope;
+* digests are hex SHA-256 of a statement's envelope payload (see
+  :mod:`contracts.envelope`);
+* times are integer ms since the Unix epoch; ``deadline_ms`` is a duration.
+
+Statement kinds and signers:
+
+=================  =========  ==================================================
+kind               signer     says
+=================  =========  ==================================================
+commitment         origin     these ``leaf_count`` hops of fold ``fold_seq`` of
+                              ``value_ref`` in ``epoch`` have Merkle ``root``
+obligation         origin     I serve commitment X until ``serve_until``,
+                              within ``deadline_ms``, at ``endpoints``
+demand             holder     serve me leaves (or all) of obligation X; nonce
+receipt            origin     my answer to demand D (nonce N): SERVED leaf
+                              hashes (+ proofs if partial) | ABSENT | REFUSED
+                              with reason | PENDING
+delivery-receipt   holder     I received value V with these commitments
+witness-report     witness    I re-issued demand D' for obligation X: answered
+                              with receipt R | unanswered
+attestation        attester   raise ``axis`` of value V to ``floor``; these
+                              taints are discharged; evidence cited; expiry
+=================  =========  ==================================================
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar, Protocol
+
+from contracts._fields import (
+    MAX_COUNT,
+    MAX_STR,
+    MAX_TIME_MS,
+    check_fields,
+    get_bool,
+    get_digest,
+    get_digest_bytes,
+    get_enum,
+    get_float01,
+    get_int,
+    get_list,
+    get_node_id,
+    get_opt,
+    get_str,
+    is_digest,
+)
+from contracts.errors import EncodingError
+
+__all__ = [
+    "AXES",
+    "PAYLOAD_TYPE_PREFIX",
+    "Attestation",
+    "Axis",
+    "Commitment",
+    "DeliveryReceipt",
+    "Demand",
+    "Obligation",
+    "Receipt",
+    "ReceiptStatus",
+    "RefusalReason",
+    "Statement",
+    "StatementKind",
+    "WitnessOutcome",
+    "WitnessReport",
+    "payload_type_for",
+]
+
+PAYLOAD_TYPE_PREFIX = "application/vnd.provnet."
+_MAX_ENDPOINTS = 16
+_MAX_NONCE = 128
+_MIN_NONCE = 16
+
+
+class StatementKind(StrEnum):
+    COMMITMENT = "commitment"
+    OBLIGATION = "obligation"
+    DEMAND = "demand"
+    RECEIPT = "receipt"
+    DELIVERY_RECEIPT = "delivery-receipt"
+    WITNESS_REPORT = "witness-report"
+    ATTESTATION = "attestation"
+
+
+def payload_type_for(kind: StatementKind) -> str:
+    """DSSE payload type of a statement kind."""
+    return f"{PAYLOAD_TYPE_PREFIX}{kind.value}+json"
+
+
+class Axis(StrEnum):
+    """The five provenance axes, in canonical order."""
+
+    FRESHNESS = "freshness"
+    CAPABILITY = "capability"
+    TOOL_INTEGRITY = "tool_integrity"
+    VERIFICATION = "verification"
+    RECONSTRUCTION = "reconstruction"
+
+
+AXES: tuple[Axis, ...] = tuple(Axis)
+
+
+class ReceiptStatus(StrEnum):
+    SERVED = "SERVED"
+    ABSENT = "ABSENT"
+    REFUSED = "REFUSED"
+    PENDING = "PENDING"
+
+
+class RefusalReason(StrEnum):
+    """Why an origin did not serve. Only EXPIRED after ``serve_until`` is legitimate."""
+
+    EXPIRED = "EXPIRED"
+    UNKNOWN = "UNKNOWN"
+    EVICTED = "EVICTED"
+    NOT_BOUND_HOLDER = "NOT_BOUND_HOLDER"
+    BAD_DEMAND = "BAD_DEMAND"
+    OVERLOADED = "OVERLOADED"
+    PROVENANCE_PENDING = "PROVENANCE_PENDING"
+    OTHER = "OTHER"
+
+
+class WitnessOutcome(StrEnum):
+    ANSWERED = "ANSWERED"
+    UNANSWERED = "UNANSWERED"
+
+
+class Statement(Protocol):
+    """What every statement dataclass provides."""
+
+    KIND: ClassVar[StatementKind]
+
+    @property
+    def signer(self) -> str: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def _time(obj: dict[str, Any], key: str, kind: str) -> int:
+    return get_int(obj, key, kind, lo=0, hi=MAX_TIME_MS)
+
+
+def _digest_item(kind: str) -> Any:
+    def read(value: object, where: str) -> str:
+        if not is_digest(value):
+            raise EncodingError(f"{kind}: {where} must be 64 lower-case hex characters")
+        return str(value)
+
+    return read
+
+
+def _str_item(kind: str, max_len: int = MAX_STR) -> Any:
+    def read(value: object, where: str) -> str:
+        if not isinstance(value, str) or len(value) > max_len:
+            raise EncodingError(f"{kind}: {where} must be a string of at most {max_len} characters")
+        return value
+
+    return read
+
+
+def _index_item(kind: str) -> Any:
+    def read(value: object, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_COUNT:
+            raise EncodingError(f"{kind}: {where} must be a leaf index (non-negative integer)")
+        return value
+
+    return read
+
+
+def _validate_indices(indices: tuple[int, ...], kind: str, what: str) -> None:
+    if any(b <= a for a, b in itertools.pairwise(indices)):
+        raise EncodingError(f"{kind}: {what} must be strictly increasing")
+
+
+def _check_node_id(value: str, what: str) -> None:
+    if not is_digest(value):
+        raise ValueError(f"{what} must be a node id (64 lower-case hex), got {value!r:.80}")
+
+
+def _check_digest(value: str, what: str) -> None:
+    if not is_digest(value):
+        raise ValueError(f"{what} must be a hex SHA-256 digest, got {value!r:.80}")
+
+
+@dataclass(frozen=True, slots=True)
+class Commitment:
+    """The origin commits to the Merkle root of one fold's hops."""
+
+    KIND: ClassVar[StatementKind] = StatementKind.COMMITMENT
+    _FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "type",
+            "origin",
+            "epoch",
+            "value_ref",
+            "fold_seq",
+            "leaf_count",
+            "root",
+            "issued_at",
+            "provenance_pending",
+        }
+    )
+
+    origin: str
+    epoch: str
+    value_ref: str
+    fold_seq: int
+    leaf_count: int
+    root: str
+    issued_at: int
+    provenance_pending: bool = False
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.origin, "commitment origin")
+        _check_digest(self.root, "commitment root")
+
+    @property
+    def signer(self) -> str:
+        return self.origin
+
+    @property
+    def fold_key(self) -> tuple[str, str, str, int]:
+        """(origin, epoch, value_ref, fold_seq): one root per key, or equivocation."""
+        return (self.origin, self.epoch, self.value_ref, self.fold_seq)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.KIND.value,
+            "origin": self.origin,
+            "epoch": self.epoch,
+            "value_ref": self.value_ref,
+            "fold_seq": self.fold_seq,
+            "leaf_count": self.leaf_count,
+            "root": self.root,
+            "issued_at": self.issued_at,
+            "provenance_pending": self.provenance_pending,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Commitment:
+        k = cls.KIND.value
+        check_fields(obj, k, cls._FIELDS)
+        return cls(
+            origin=get_node_id(obj, "origin", k),
+            epoch=get_str(obj, "epoch", k, max_len=128),
+            value_ref=get_str(obj, "value_ref", k),
+            fold_seq=get_int(obj, "fold_seq", k),
+            leaf_count=get_int(obj, "leaf_count", k),
+            root=get_digest(obj, "root", k),
+            issued_at=_time(obj, "issued_at", k),
+            provenance_pending=get_bool(obj, "provenance_pending", k),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Obligation:
+    """The origin will serve a commitment's hops to any bearer until ``serve_until``."""
+
+    KIND: ClassVar[StatementKind] = StatementKind.OBLIGATION
+    _FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "type",
+            "origin",
+            "commitment",
+            "serve_until",
+            "deadline_ms",
+            "endpoints",
+            "holder",
+            "issued_at",
+        }
+    )
+
+    origin: str
+    commitment: str
+    serve_until: int
+    deadline_ms: int
+    endpoints: tuple[str, ...]
+    issued_at: int
+    holder: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.origin, "obligation origin")
+        _check_digest(self.commitment, "obligation commitment")
+        if self.holder is not None:
+            _check_node_id(self.holder, "obligation holder")
+
+    @property
+    def signer(self) -> str:
+        return self.origin
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.KIND.value,
+            "origin": self.origin,
+            "commitment": self.commitment,
+            "serve_until": self.serve_until,
+            "deadline_ms": self.deadline_ms,
+            "endpoints": list(self.endpoints),
+            "holder": self.holder,
+            "issued_at": self.issued_at,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Obligation:
+        k = cls.KIND.value
+        check_fields(obj, k, cls._FIELDS)
+        return cls(
+            origin=get_node_id(obj, "origin", k),
+            commitment=get_digest(obj, "commitment", k),
+            serve_until=_time(obj, "serve_until", k),
+            deadline_ms=get_int(obj, "deadline_ms", k, lo=1, hi=MAX_TIME_MS),
+            endpoints=get_list(obj, "endpoints", k, _str_item(k, 512), max_len=_MAX_ENDPOINTS),
+            holder=get_opt(obj, "holder", lambda: get_node_id(obj, "holder", k)),
+            issued_at=_time(obj, "issued_at", k),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """A holder's signed request for committed hops (``leaves=None``: all)."""
+
+    KIND: ClassVar[StatementKind] = StatementKind.DEMAND
+    _FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"type", "holder", "origin", "obligation", "commitment", "leaves", "nonce", "time"}
+    )
+
+    holder: str
+    origin: str
+    obligation: str
+    commitment: str
+    nonce: str
+    time: int
+    leaves: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.holder, "demand holder")
+        _check_node_id(self.origin, "demand origin")
+        _check_digest(self.obligation, "demand obligation")
+        _check_digest(self.commitment, "demand commitment")
+        if not _MIN_NONCE <= len(self.nonce) <= _MAX_NONCE:
+            raise ValueError(f"demand nonce must have {_MIN_NONCE}..{_MAX_NONCE} characters")
+        if self.leaves is not None and any(
+            b <= a for a, b in zip(self.leaves, self.leaves[1:], strict=False)
+        ):
+            raise ValueError("demand leaves must be strictly increasing")
+
+    @property
+    def signer(self) -> str:
+        return self.holder
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.KIND.value,
+            "holder": self.holder,
+            "origin": self.origin,
+            "obligation": self.obligation,
+            "commitment": self.commitment,
+            "leaves": None if self.leaves is None else list(self.leaves),
+            "nonce": self.nonce,
+            "time": self.time,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Demand:
+        k = cls.KIND.value
+        check_fields(obj, k, cls._FIELDS)
+        nonce = get_str(obj, "nonce", k, max_len=_MAX_NONCE)
+        if len(nonce) < _MIN_NONCE:
+            raise EncodingError(f"{k}: nonce shorter than {_MIN_NONCE} characters")
+        leaves = get_opt(obj, "leaves", lambda: get_list(obj, "leaves", k, _index_item(k)))
+        if leaves is not None:
+            _validate_indices(leaves, k, "leaves")
+        return cls(
+            holder=get_node_id(obj, "holder", k),
+            origin=get_node_id(obj, "origin", k),
+            obligation=get_digest(obj, "obligation", k),
+            commitment=get_digest(obj, "commitment", k),
+            leaves=leaves,
+            nonce=nonce,
+            time=_time(obj, "time", k),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The origin's signed answer to one demand.
+
+    SERVED: ``leaf_hashes`` are the RFC 6962 leaf hashes of the hop bytes
+    served, for leaf indices ``leaves`` (``None``: all leaves, in order, and
+    ``proofs`` is empty) with one audit path per leaf in ``proofs`` when
+    partial. The served bytes travel beside the receipt; each must hash to
+    its signed leaf hash, and the signed hashes must lead to the committed
+    root, otherwise the origin signed bytes that miss its own root.
+    """
+
+    KIND: ClassVar[StatementKind] = StatementKind.RECEIPT
+    _FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "type",
+            "origin",
+            "obligation",
+            "commitment",
+            "demand",
+            "nonce",
+            "status",
+            "reason",
+            "tree_size",
+            "leaves",
+            "leaf_hashes",
+            "proofs",
+            "issued_at",
+        }
+    )
+
+    origin: str
+    obligation: str
+    commitment: str
+    demand: str
+    nonce: str
+    status: ReceiptStatus
+    issued_at: int
+    reason: RefusalReason | None = None
+    tree_size: int = 0
+    leaves: tuple[int, ...] | None = None
+    leaf_hashes: tuple[bytes, ...] = ()
+    proofs: tuple[tuple[bytes, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.origin, "receipt origin")
+        _check_digest(self.obligation, "receipt obligation")
+        _check_digest(self.commitment, "receipt commitment")
+        _check_digest(self.demand, "receipt demand")
+
+    @property
+    def signer(self) -> str:
+        return self.origin
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.KIND.value,
+            "origin": self.origin,
+            "obligation": self.obligation,
+            "commitment": self.commitment,
+            "demand": self.demand,
+            "nonce": self.nonce,
+            "status": self.status.value,
+            "reason": None if self.reason is None else self.reason.value,
+            "tree_size": self.tree_size,
+            "leaves": None if self.leaves is None else list(self.leaves),
+            "leaf_hashes": [h.hex() for h in self.leaf_hashes],
+            "proofs": [[p.hex() for p in path] for path in self.proofs],
+            "issued_at": self.issued_at,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Receipt:
+        k = cls.KIND.value
+        check_fields(obj, k, cls._FIELDS)
+        status = get_enum(obj, "status", k, ReceiptStatus)
+        reason = get_opt(obj, "reason", lambda: get_enum(obj, "reason", k, RefusalReason))
+        leaves = get_opt(obj, "leaves", lambda: get_list(obj, "leaves", k, _index_item(k)))
+        if leaves is not None:
+            _validate_indices(leaves, k, "leaves")
+        raw_hashes = obj.get("leaf_hashes")
+        if not isinstance(raw_hashes, list) or len(raw_hashes) > MAX_COUNT:
+            raise EncodingError(f"{k}: field 'leaf_hashes' must be a list")
+        leaf_hashes = tuple(get_digest_bytes(h, k, "leaf hash") for h in raw_hashes)
+        raw_proofs = obj.get("proofs")
+        if not isinstance(raw_proofs, list):
+            raise EncodingError(f"{k}: field 'proofs' must be a list")
+        proofs: list[tuple[bytes, ...]] = []
+        for path in raw_proofs:
+            if not isinstance(path, list) or len(path) > 64:
+                raise EncodingError(f"{k}: each proof must be a list of at most 64 hashes")
+            proofs.append(tuple(get_digest_bytes(h, k, "proof hash") for h in path))
+        tree_size = get_int(obj, "tree_size", k)
+        if status is ReceiptStatus.SERVED:
+            expected = tree_size if leaves is None else len(leaves)
+            if len(leaf_hashes) != expected:
+                raise EncodingError(
+                    f"{k}: {len(leaf_hashes)} leaf hashes for {expected} served leaves"
+                )
+            if len(proofs) != (0 if leaves is None else len(leaves)):
+                shape = "full" if leaves is None else "partial"
+                raise EncodingError(f"{k}: {len(proofs)} proofs for a {shape} serve")
+            if reason is not None:
+                raise EncodingError(f"{k}: a SERVED receipt carries no reason")
+        elif leaf_hashes or proofs or leaves is not None:
+            raise EncodingError(f"{k}: a {status.value} receipt carries no leaves")
+        elif reason is None:
+            raise EncodingError(f"{k}: a {status.value} receipt must give a reason")
+        return cls(
+            origin=get_node_id(obj, "origin", k),
+            obligation=get_digest(obj, "obligation", k),
+            commitment=get_digest(obj, "commitment", k),
+            demand=get_digest(obj, "demand", k),
+            nonce=get_str(obj, "nonce", k, max_len=_MAX_NONCE),
+            status=status,
+            reason=reason,
+            tree_size=tree_size,
+            leaves=leaves,
+            leaf_hashes=leaf_hashes,
+            proofs=tuple(proofs),
+            issued_at=_time(obj, "issued_at", k),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryReceipt:
+    """The holder acknowledges receiving a value with its commitments/obligations."""
+
+    KIND: ClassVar[StatementKind] = StatementKind.DELIVERY_RECEIPT
+    _FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"type", "holder", "sender", "value_digest", "commitments", "obligations", "received_at"}
+    )
+
+    holder: str
+    sender: str
+    value_digest: str
+    commitments: tuple[str, ...]
+    obligations: tuple[str, ...]
+    received_at: int
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.holder, "delivery receipt holder")
+        _check_node_id(self.sender, "delivery receipt sender")
+        _check_digest(self.value_digest, "delivery receipt value digest")
+
+    @property
+    def signer(self) -> str:
+        return self.holder
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.KIND.value,
+            "holder": self.holder,
+            "sender": self.sender,
+            "value_digest": self.value_digest,
+            "commitments": list(self.commitments),
+            "obligations": list(self.obligations),
+            "received_at": self.received_at,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> DeliveryReceipt:
+        k = cls.KIND.value
+        check_fields(obj, k, cls._FIELDS)
+        return cls(
+            holder=get_node_id(obj, "holder", k),
+            sender=get_node_id(obj, "sender", k),
+            value_digest=get_digest(obj, "value_digest", k),
+            commitments=get_list(obj, "commitments", k, _digest_item(k), max_len=4096),
+            obligations=get_list(obj, "obligations", k, _digest_item(k), max_len=4096),
+            received_at=_time(obj, "received_at", k),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessReport:
+    """A witness re-issued a demand (its own, ``demand``) to ``origin``."""
+
+    KIND: ClassVar[StatementKind] = StatementKind.WITNESS_REPORT
+    _FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"type", "witness", "origin", "obligation", "demand", "outcome", "receipt", "at"}
+    )
+
+    witness: str
+    origin: str
+    obligation: str
+    demand: str
+    outcome: WitnessOutcome
+    at: int
+    receipt: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.witness, "witness report witness")
+        _check_node_id(self.origin, "witness report origin")
+        _check_digest(self.obligation, "witness report obligation")
+        _check_digest(self.demand, "witness report demand")
+        if (self.outcome is WitnessOutcome.ANSWERED) != (self.receipt is not None):
+            raise ValueError("an ANSWERED witness report names a receipt, an UNANSWERED one none")
+
+    @property
+    def signer(self) -> str:
+        return self.witness
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.KIND.value,
+            "witness": self.witness,
+            "origin": self.origin,
+            "obligation": self.obligation,
+            "demand": self.demand,
+            "outcome": self.outcome.value,
+            "receipt": self.receipt,
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> WitnessReport:
+        k = cls.KIND.value
+        check_fields(obj, k, cls._FIELDS)
+        outcome = get_enum(obj, "outcome", k, WitnessOutcome)
+        receipt = get_opt(obj, "receipt", lambda: get_digest(obj, "receipt", k))
+        if (outcome is WitnessOutcome.ANSWERED) != (receipt is not None):
+            raise EncodingError(f"{k}: outcome {outcome.value} with receipt {receipt!r}")
+        return cls(
+            witness=get_node_id(obj, "witness", k),
+            origin=get_node_id(obj, "origin", k),
+            obligation=get_digest(obj, "obligation", k),
+            demand=get_digest(obj, "demand", k),
+            outcome=outcome,
+            receipt=receipt,
+            at=_time(obj, "at", k),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Attestation:
+    """An attester raises one axis of one value (by digest) to ``floor``."""
+
+    KIND: ClassVar[StatementKind] = StatementKind.ATTESTATION
+    _FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "type",
+            "attester",
+            "value_digest",
+            "axis",
+            "floor",
+            "discharged",
+            "cites",
+            "issued_at",
+            "expires_at",
+        }
+    )
+
+    attester: str
+    value_digest: str
+    axis: Axis
+    floor: float
+    discharged: tuple[str, ...]
+    cites: tuple[str, ...]
+    issued_at: int
+    expires_at: int
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.attester, "attestation attester")
+        _check_digest(self.value_digest, "attestation value digest")
+        if not 0.0 <= self.floor <= 1.0:
+            raise ValueError(f"attestation floor {self.floor} outside [0, 1]")
+
+    @property
+    def signer(self) -> str:
+        return self.attester
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.KIND.value,
+            "attester": self.attester,
+            "value_digest": self.value_digest,
+            "axis": self.axis.value,
+            "floor": self.floor,
+            "discharged": list(self.discharged),
+            "cites": list(self.cites),
+            "issued_at": self.issued_at,
+            "expires_at": self.expires_at,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Attestation:
+        k = cls.KIND.value
+        check_fields(obj, k, cls._FIELDS)
+        return cls(
+            attester=get_node_id(obj, "attester", k),
+            value_digest=get_digest(obj, "value_digest", k),
+            axis=get_enum(obj, "axis", k, Axis),
+            floor=get_float01(obj, "floor", k),
+            discharged=get_list(obj, "discharged", k, _str_item(k, 256), max_len=4096),
+            cites=get_list(obj, "cites", k, _digest_item(k), max_len=4096),
+            issued_at=_time(obj, "issued_at", k),
+            expires_at=_time(obj, "expires_at", k),
+        )
+
+
+STATEMENT_TYPES: dict[str, type[Any]] = {
+    payload_type_for(cls.KIND): cls
+    for cls in (
+        Commitment,
+        Obligation,
+        Demand,
+        Receipt,
+        DeliveryReceipt,
+        WitnessReport,
+        Attestation,
+    )
+}
