@@ -175,9 +175,13 @@ class _Driver:
         from nodes._pb.provnet.v1 import hoplog_pb2
 
         hoplog, _, _ = self.stubs(address)
+        hops = _fold_hops(tag)
+        # Fresh sequence numbers on every run, so smoke runs can repeat on one cluster.
+        base = time.time_ns() // 1_000_000 * 100
+        seqs = [base + i for i in range(len(hops))]
         appended = await self.timed(
             "append_ms",
-            hoplog.Append(hoplog_pb2.AppendRequest(hops=_fold_hops(tag)), timeout=_RPC_TIMEOUT_S),
+            hoplog.Append(hoplog_pb2.AppendRequest(hops=hops, seqs=seqs), timeout=_RPC_TIMEOUT_S),
         )
         return await self.timed(
             "commit_fold_ms",

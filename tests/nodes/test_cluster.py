@@ -1,0 +1,177 @@
+"""The local cluster with real node processes, driven through the real CLI.
+
+Every test runs under its own ``$PROVNET_HOME`` (tmp_path) and ends by
+checking that no process whose command line names that directory survives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodes.cluster import (
+    ClusterError,
+    NodeSpec,
+    cluster_down,
+    is_alive,
+    load_state,
+    start_node,
+)
+from nodes.home import Home
+from nodes.smoke import SMOKE_STEPS
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _provnet(home: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVNET_")}
+    env["PROVNET_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )
+
+
+def _processes_naming(path: Path) -> list[int]:
+    """Pids of live, non-zombie processes whose command line mentions ``path``."""
+    needle = str(path).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if needle in (entry / "cmdline").read_bytes() and is_alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "home"
+    yield root
+    # Whatever a test did, stop what is recorded, then insist nothing is left.
+    with contextlib.suppress(ClusterError):
+        cluster_down(Home(root), grace=2.0)
+    leftovers = _processes_naming(root)
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not leftovers, f"processes left behind: {leftovers}"
+
+
+def test_cluster_up_smoke_down_every_step_ok_and_nothing_left_running(home: Path) -> None:
+    up = _provnet(home, "cluster", "up")
+    assert up.returncode == 0, up.stderr
+    state = load_state(Home(home))
+    assert state is not None
+    assert [r.name for r in state.nodes] == ["a", "b", "c"]
+    assert len({r.address for r in state.nodes}) == 3
+
+    status = _provnet(home, "cluster", "status", "--json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    rows = [json.loads(line) for line in status.stdout.splitlines()]
+    assert [(r["name"], r["health"], r["alive"]) for r in rows] == [
+        ("a", "SERVING", True),
+        ("b", "SERVING", True),
+        ("c", "SERVING", True),
+    ]
+    assert all(isinstance(r["counters"], dict) for r in rows)
+
+    smoke = _provnet(home, "cluster", "smoke", timeout=180)
+    steps = [json.loads(line) for line in smoke.stdout.splitlines()]
+    assert [s["name"] for s in steps] == list(SMOKE_STEPS)
+    deviating = [s for s in steps if not s["ok"]]
+    assert not deviating, json.dumps(deviating, indent=1) + smoke.stderr[-3000:]
+    assert smoke.returncode == 0
+    assert "smoke step tamper" in smoke.stderr  # progress is visible while it runs
+
+    evidence = {s["name"]: s["observed"].get("evidence_file") for s in steps}
+    bad_data = Path(str(evidence["tamper"]))
+    assert bad_data.is_relative_to(home)
+    verify = _provnet(home, "evidence", "verify", str(bad_data))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+    # The cluster is as the smoke test found it.
+    after = load_state(Home(home))
+    assert after == state
+    assert all(is_alive(r.pid) for r in state.nodes)
+
+    down = _provnet(home, "cluster", "down")
+    assert down.returncode == 0, down.stderr
+    assert [line.split("\t")[2] for line in down.stdout.splitlines()] == ["terminated"] * 3
+    assert not any(is_alive(r.pid) for r in state.nodes)
+    assert load_state(Home(home)) is None
+    assert _processes_naming(home) == []
+
+
+def test_down_sigkills_a_node_that_ignores_sigterm_and_up_recovers_from_stale_state(
+    home: Path,
+) -> None:
+    assert _provnet(home, "cluster", "up", "--nodes", "2").returncode == 0
+    state = load_state(Home(home))
+    assert state is not None
+    stuck, other = state.nodes
+    refused = _provnet(home, "cluster", "up", "--nodes", "2")
+    assert refused.returncode == 1
+    assert "already running" in refused.stderr
+
+    os.kill(stuck.pid, signal.SIGSTOP)  # a stopped process cannot act on SIGTERM
+    down = _provnet(home, "cluster", "down", "--grace", "1")
+    assert down.returncode == 0, down.stderr
+    outcomes = dict(line.split("\t")[0::2] for line in down.stdout.splitlines())
+    assert outcomes == {stuck.name: "killed", other.name: "terminated"}
+
+    # A state file whose processes died without 'down' does not block a new start.
+    assert _provnet(home, "cluster", "up", "--nodes", "1").returncode == 0
+    (record,) = load_state(Home(home)).nodes  # type: ignore[union-attr]
+    os.kill(record.pid, signal.SIGKILL)
+    again = _provnet(home, "cluster", "up", "--nodes", "1")
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_node_that_cannot_start_fails_fast_with_its_log_tail(home: Path) -> None:
+    h = Home(home)
+    spec = NodeSpec(
+        name="a",
+        port=1,  # never reached: the configuration is rejected first
+        data_dir=h.data_dir("a"),
+        log_file=h.log_file("a"),
+        fault="slow",  # 'slow' without a delay is a configuration error
+    )
+    with pytest.raises(ClusterError) as caught:
+        start_node(spec, timeout=30)
+    message = str(caught.value)
+    assert "exited with code 2 before serving" in message
+    assert "fault 'slow' needs fault_delay_ms > 0" in message
+
+
+def test_a_port_held_with_so_reuseport_is_never_shared_by_a_node(home: Path) -> None:
+    # Another listener that allows port sharing: a server with SO_REUSEPORT on
+    # would silently bind beside it; a node must refuse to start instead.
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = int(holder.getsockname()[1])
+    h = Home(home)
+    spec = NodeSpec(name="a", port=port, data_dir=h.data_dir("a"), log_file=h.log_file("a"))
+    try:
+        with pytest.raises(ClusterError) as caught:
+            start_node(spec, timeout=30)
+    finally:
+        holder.close()
+    assert "before serving" in str(caught.value)
+    assert str(port) in str(caught.value)
