@@ -277,7 +277,8 @@ class _Run:
     extra_host: str = LOOPBACK
     ids: dict[str, str] = field(default_factory=dict)
     value_ref: str = ""
-    commitment: bytes = b""
+    #: Merkle root (hex) of A's committed fold, as signed by A.
+    root: str = ""
     a_serves_before: int = 0
     extra_pids: list[int] = field(default_factory=list)
 
@@ -313,15 +314,30 @@ async def _step_commit(run: _Run) -> dict[str, Any]:
     }
     if not reply.commitment or not reply.obligation or reply.provenance_pending:
         raise _StepFailed(observed)
-    run.commitment = bytes(reply.commitment)
-    observed.update(_check_commitment(reply.commitment, run.ids[run.a.name]))
+    observed.update(_check_commitment(run, reply.commitment, reply.obligation))
     return observed
 
 
-def _check_commitment(envelope: bytes, origin_id: str) -> dict[str, Any]:
-    """What the commitment says, read with contracts (the driver trusts no node's word)."""
-    del envelope, origin_id
-    return {}
+def _check_commitment(run: _Run, commitment: bytes, obligation: bytes) -> dict[str, Any]:
+    """Verify A's statements with contracts: the driver does not take a node's word for it."""
+    from contracts import ContractError, verify_delivery
+
+    try:
+        c, o = verify_delivery(
+            commitment, obligation, now=time.time_ns() // 1_000_000, origin=run.ids[run.a.name]
+        )
+    except ContractError as exc:
+        raise _StepFailed({"verify": f"{type(exc).__name__}: {exc}"}) from exc
+    run.root = c.statement.root
+    observed = {
+        "commitment": c.digest[:16],
+        "obligation": o.digest[:16],
+        "leaf_count": c.statement.leaf_count,
+        "root": c.statement.root[:16],
+    }
+    if c.statement.leaf_count != _FOLD_HOPS:
+        raise _StepFailed(observed)
+    return observed
 
 
 async def _step_deliver(run: _Run) -> dict[str, Any]:
@@ -336,19 +352,26 @@ async def _step_deliver(run: _Run) -> dict[str, Any]:
     return observed
 
 
-def _served_by(reply: Any, origin_id: str, hops: int) -> tuple[bool, dict[str, Any]]:
+def _served_by(run: _Run, reply: Any) -> tuple[bool, dict[str, Any]]:
+    """Served by A, in one RPC, and the returned hops hash to the root A signed."""
+    from contracts import merkle_root
+
     outcomes = _outcomes(reply)
+    hops = [h.hop for h in sorted(reply.hops, key=lambda h: h.leaf_index)]
+    root_matches = bool(hops) and merkle_root(hops).hex() == run.root
     observed: dict[str, Any] = {
         "outcomes": outcomes,
-        "hops": len(reply.hops),
+        "hops": len(hops),
         "rpcs": reply.rpcs,
         "complete": reply.complete,
+        "hops_hash_to_signed_root": root_matches,
     }
     ok = (
         len(outcomes) == 1
-        and outcomes[0]["origin"] == origin_id
+        and outcomes[0]["origin"] == run.ids[run.a.name]
         and outcomes[0]["outcome"] == "served"
-        and len(reply.hops) == hops
+        and len(hops) == _FOLD_HOPS
+        and root_matches
         and reply.rpcs == 1
         and reply.complete
     )
@@ -358,7 +381,7 @@ def _served_by(reply: Any, origin_id: str, hops: int) -> tuple[bool, dict[str, A
 async def _step_rehydrate_b(run: _Run) -> dict[str, Any]:
     run.a_serves_before = (await run.driver.counters(run.a.address)).get("serves", 0)
     reply = await run.driver.rehydrate(run.b.address, run.value_ref, [run.c.address])
-    ok, observed = _served_by(reply, run.ids[run.a.name], _FOLD_HOPS)
+    ok, observed = _served_by(run, reply)
     observed["holder"] = run.b.name
     if not ok:
         raise _StepFailed(observed)
@@ -379,7 +402,7 @@ async def _step_forward(run: _Run) -> dict[str, Any]:
 
 async def _step_rehydrate_c(run: _Run) -> dict[str, Any]:
     reply = await run.driver.rehydrate(run.c.address, run.value_ref, [run.b.address])
-    ok, observed = _served_by(reply, run.ids[run.a.name], _FOLD_HOPS)
+    ok, observed = _served_by(run, reply)
     serves_after = (await run.driver.counters(run.a.address)).get("serves", 0)
     observed["holder"] = run.c.name
     observed["origin_serves_delta"] = serves_after - run.a_serves_before
