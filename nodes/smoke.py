@@ -10,8 +10,8 @@ holder). The steps, each printed as one JSON object when it ends::
     rehydrate_c   C demands from A directly (the duty travels with the value, S7);
                   A's serve counter rises once for B and once for C
     tamper        an extra node started with fault 'tamper' commits and delivers to
-                  B; B's rehydration yields bad_data evidence, written under
-                  $PROVNET_HOME/evidence, which 'provnet evidence verify' accepts
+                  B; B's rehydration yields bad_data evidence, a file under
+                  $PROVNET_HOME/evidence that 'provnet evidence verify' accepts
     crash         an extra node started with fault 'crash' commits and delivers to
                   B, then dies on the demand; B records 'unanswered', confirmed by
                   the witnesses it asks (C and A)
@@ -451,8 +451,17 @@ def _verify_evidence_file(path: Path) -> tuple[int, str]:
     return done.returncode, (done.stdout + done.stderr).strip()
 
 
-def _save_evidence(run: _Run, kind: str, outcome: Any) -> Path:
-    path = run.home.evidence_dir / f"{run.run_id}-{kind}-{outcome.origin[:16]}.json"
+def _evidence_file(run: _Run, kind: str, outcome: Any) -> Path:
+    """The holder's own evidence file when this machine sees it, else a copy of its bytes.
+
+    A local holder writes under ``$PROVNET_HOME/evidence/<holder>/``; a holder in
+    another container does not share that directory, so the bytes it returned
+    are written under this run's ``$PROVNET_HOME/evidence/smoke-<run-id>/``.
+    """
+    written = Path(outcome.evidence_path) if outcome.evidence_path else None
+    if written is not None and written.is_file() and written.read_bytes() == outcome.evidence:
+        return written
+    path = run.home.evidence_dir / f"smoke-{run.run_id}" / f"{kind}-{outcome.origin[:16]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(bytes(outcome.evidence))
     return path
@@ -483,7 +492,7 @@ async def _step_tamper(run: _Run) -> dict[str, Any]:
     mine = [o for o in reply.outcomes if o.origin == origin_id]
     if len(mine) != 1 or mine[0].outcome != "bad_data" or not mine[0].evidence or reply.hops:
         raise _StepFailed(observed)
-    path = _save_evidence(run, "bad_data", mine[0])
+    path = _evidence_file(run, "bad_data", mine[0])
     code, said = _verify_evidence_file(path)
     observed.update({"evidence_file": str(path), "verify_exit": code, "verify_said": said})
     if code != 0:
@@ -514,7 +523,7 @@ async def _step_crash(run: _Run) -> dict[str, Any]:
     ):
         raise _StepFailed(observed)
     if mine[0].evidence:
-        path = _save_evidence(run, "unanswered", mine[0])
+        path = _evidence_file(run, "unanswered", mine[0])
         observed["evidence_file"] = str(path)
     return observed
 
