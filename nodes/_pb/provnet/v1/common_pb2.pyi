@@ -62,27 +62,32 @@ Global___DeliveredValue: _TypeAlias = DeliveredValue  # noqa: Y015
 
 @_typing.final
 class Answer(_message.Message):
-    """One origin's answer to one demand: the signed receipt and the commitment
-    envelope the origin answers against. A faithful origin sends back the very
-    commitment the holder holds; a different one with the same fold key is
-    equivocation.
+    """One origin's answer to one demand: the signed receipt, the commitment
+    envelope the origin answers against, and (receipt SERVED) the hop bytes
+    served, in the receipt's leaf order; each must hash to its signed leaf hash.
+    A faithful origin sends back the very commitment the holder holds; a
+    different one with the same fold key is equivocation.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     RECEIPT_FIELD_NUMBER: _builtins.int
     COMMITMENT_FIELD_NUMBER: _builtins.int
+    HOPS_FIELD_NUMBER: _builtins.int
     receipt: _builtins.bytes
     commitment: _builtins.bytes
+    @_builtins.property
+    def hops(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
         self,
         *,
         receipt: _builtins.bytes = ...,
         commitment: _builtins.bytes = ...,
+        hops: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitment", b"commitment", "receipt", b"receipt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitment", b"commitment", "hops", b"hops", "receipt", b"receipt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -24,16 +24,22 @@ class DeliverRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     VALUE_FIELD_NUMBER: _builtins.int
+    SENDER_FIELD_NUMBER: _builtins.int
+    sender: _builtins.str
+    """Node id of the sender (the origin, or a holder forwarding the value);
+    named in the signed delivery receipt.
+    """
     @_builtins.property
     def value(self) -> _common_pb2.DeliveredValue: ...
     def __init__(
         self,
         *,
         value: _common_pb2.DeliveredValue | None = ...,
+        sender: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sender", b"sender", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19provnet/v1/evidence.proto\x12\nprovnet.v1\"!\n\rReportRequest\x12\x10\n\x08\x65vidence\x18\x01 \x01(\x0c\"?\n\x0eReportResponse\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63\x63used\x18\x02 \x01(\t\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\"b\n\x10\x43hallengeRequest\x12\x12\n\ncommitment\x18\x01 \x01(\x0c\x12\x12\n\nobligation\x18\x02 \x01(\x0c\x12\x0e\n\x06\x64\x65mand\x18\x03 \x01(\x0c\x12\x16\n\x0eorigin_address\x18\x04 \x01(\t\"=\n\x11\x43hallengeResponse\x12\x16\n\x0ewitness_report\x18\x01 \x01(\x0c\x12\x10\n\x08\x61nswered\x18\x02 \x01(\x08\x32\x95\x01\n\x08\x45vidence\x12?\n\x06Report\x12\x19.provnet.v1.ReportRequest\x1a\x1a.provnet.v1.ReportResponse\x12H\n\tChallenge\x12\x1c.provnet.v1.ChallengeRequest\x1a\x1d.provnet.v1.ChallengeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19provnet/v1/evidence.proto\x12\nprovnet.v1\"!\n\rReportRequest\x12\x10\n\x08\x65vidence\x18\x01 \x01(\x0c\"?\n\x0eReportResponse\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63\x63used\x18\x02 \x01(\t\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\"b\n\x10\x43hallengeRequest\x12\x12\n\ncommitment\x18\x01 \x01(\x0c\x12\x12\n\nobligation\x18\x02 \x01(\x0c\x12\x0e\n\x06\x64\x65mand\x18\x03 \x01(\x0c\x12\x16\n\x0eorigin_address\x18\x04 \x01(\t\"f\n\x11\x43hallengeResponse\x12\x16\n\x0ewitness_report\x18\x01 \x01(\x0c\x12\x10\n\x08\x61nswered\x18\x02 \x01(\x08\x12\x16\n\x0ewitness_demand\x18\x03 \x01(\x0c\x12\x0f\n\x07receipt\x18\x04 \x01(\x0c\x32\x95\x01\n\x08\x45vidence\x12?\n\x06Report\x12\x19.provnet.v1.ReportRequest\x1a\x1a.provnet.v1.ReportResponse\x12H\n\tChallenge\x12\x1c.provnet.v1.ChallengeRequest\x1a\x1d.provnet.v1.ChallengeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,7 +38,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHALLENGEREQUEST']._serialized_start=141
   _globals['_CHALLENGEREQUEST']._serialized_end=239
   _globals['_CHALLENGERESPONSE']._serialized_start=241
-  _globals['_CHALLENGERESPONSE']._serialized_end=302
-  _globals['_EVIDENCE']._serialized_start=305
-  _globals['_EVIDENCE']._serialized_end=454
+  _globals['_CHALLENGERESPONSE']._serialized_end=343
+  _globals['_EVIDENCE']._serialized_start=346
+  _globals['_EVIDENCE']._serialized_end=495
 # @@protoc_insertion_point(module_scope)

@@ -96,17 +96,28 @@ class ChallengeResponse(_message.Message):
 
     WITNESS_REPORT_FIELD_NUMBER: _builtins.int
     ANSWERED_FIELD_NUMBER: _builtins.int
+    WITNESS_DEMAND_FIELD_NUMBER: _builtins.int
+    RECEIPT_FIELD_NUMBER: _builtins.int
     witness_report: _builtins.bytes
+    """Signed by the witness; empty when the caller's budget ran out before the
+    origin's deadline (inconclusive: neither answered nor unanswered).
+    """
     answered: _builtins.bool
+    witness_demand: _builtins.bytes
+    """The witness's own signed demand the report is about."""
+    receipt: _builtins.bytes
+    """The origin's receipt for that demand, when it answered (clears a suspicion)."""
     def __init__(
         self,
         *,
         witness_report: _builtins.bytes = ...,
         answered: _builtins.bool = ...,
+        witness_demand: _builtins.bytes = ...,
+        receipt: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["answered", b"answered", "witness_report", b"witness_report"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answered", b"answered", "receipt", b"receipt", "witness_demand", b"witness_demand", "witness_report", b"witness_report"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -23,18 +23,24 @@ class AppendRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HOPS_FIELD_NUMBER: _builtins.int
+    SEQS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hops(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
         """JSON objects (UTF-8) of hop fields, e.g. {"hop_id":"h000001","step":1,...}."""
+
+    @_builtins.property
+    def seqs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Sequence number per hop (same order); empty: each hop's integer "step"."""
 
     def __init__(
         self,
         *,
         hops: _abc.Iterable[_builtins.bytes] | None = ...,
+        seqs: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hops", b"hops"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hops", b"hops", "seqs", b"seqs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -46,7 +52,8 @@ class AppendResponse(_message.Message):
 
     EPOCH_FIELD_NUMBER: _builtins.int
     SEQS_FIELD_NUMBER: _builtins.int
-    epoch: _builtins.int
+    epoch: _builtins.str
+    """The current epoch the hops were stored under (part of their bytes)."""
     @_builtins.property
     def seqs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The sequence number each hop got, in request order."""
@@ -54,7 +61,7 @@ class AppendResponse(_message.Message):
     def __init__(
         self,
         *,
-        epoch: _builtins.int = ...,
+        epoch: _builtins.str = ...,
         seqs: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015

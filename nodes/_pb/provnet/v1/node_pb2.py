@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15provnet/v1/node.proto\x12\nprovnet.v1\"\r\n\x0bInfoRequest\"o\n\x0cInfoResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x12\n\npublic_key\x18\x03 \x01(\x0c\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12\r\n\x05\x66\x61ult\x18\x05 \x01(\t\x12\x0e\n\x06listen\x18\x06 \x01(\t\"\x0e\n\x0cStatsRequest\"{\n\rStatsResponse\x12\x39\n\x08\x63ounters\x18\x01 \x03(\x0b\x32\'.provnet.v1.StatsResponse.CountersEntry\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\x7f\n\x04Node\x12\x39\n\x04Info\x12\x17.provnet.v1.InfoRequest\x1a\x18.provnet.v1.InfoResponse\x12<\n\x05Stats\x12\x18.provnet.v1.StatsRequest\x1a\x19.provnet.v1.StatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15provnet/v1/node.proto\x12\nprovnet.v1\"\r\n\x0bInfoRequest\"o\n\x0cInfoResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x12\n\npublic_key\x18\x03 \x01(\x0c\x12\r\n\x05\x65poch\x18\x04 \x01(\t\x12\r\n\x05\x66\x61ult\x18\x05 \x01(\t\x12\x0e\n\x06listen\x18\x06 \x01(\t\"\x0e\n\x0cStatsRequest\"{\n\rStatsResponse\x12\x39\n\x08\x63ounters\x18\x01 \x03(\x0b\x32\'.provnet.v1.StatsResponse.CountersEntry\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\x7f\n\x04Node\x12\x39\n\x04Info\x12\x17.provnet.v1.InfoRequest\x1a\x18.provnet.v1.InfoResponse\x12<\n\x05Stats\x12\x18.provnet.v1.StatsRequest\x1a\x19.provnet.v1.StatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)

@@ -46,7 +46,7 @@ class InfoResponse(_message.Message):
     name: _builtins.str
     node_id: _builtins.str
     public_key: _builtins.bytes
-    epoch: _builtins.int
+    epoch: _builtins.str
     fault: _builtins.str
     listen: _builtins.str
     def __init__(
@@ -55,7 +55,7 @@ class InfoResponse(_message.Message):
         name: _builtins.str = ...,
         node_id: _builtins.str = ...,
         public_key: _builtins.bytes = ...,
-        epoch: _builtins.int = ...,
+        epoch: _builtins.str = ...,
         fault: _builtins.str = ...,
         listen: _builtins.str = ...,
     ) -> None: ...

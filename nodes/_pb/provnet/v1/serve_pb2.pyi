@@ -69,7 +69,7 @@ class DemandStreamRequest(_message.Message):
     MAX_CHUNK_BYTES_FIELD_NUMBER: _builtins.int
     demand: _builtins.bytes
     max_chunk_bytes: _builtins.int
-    """Upper bound of ReceiptChunk.data (0: node default)."""
+    """Upper bound of hop bytes per ReceiptChunk (0: node default)."""
     def __init__(
         self,
         *,
@@ -86,36 +86,36 @@ Global___DemandStreamRequest: _TypeAlias = DemandStreamRequest  # noqa: Y015
 
 @_typing.final
 class ReceiptChunk(_message.Message):
-    """Consecutive slices of one receipt envelope; the holder concatenates `data`
-    in `index` order and verifies the whole envelope.
+    """One answer in consecutive chunks: chunk 0 carries the receipt and the
+    commitment envelope; every chunk carries the next hops in leaf order; the
+    holder checks `index` continuity and `last`, then verifies as for Answer.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     INDEX_FIELD_NUMBER: _builtins.int
-    DATA_FIELD_NUMBER: _builtins.int
-    LAST_FIELD_NUMBER: _builtins.int
-    TOTAL_BYTES_FIELD_NUMBER: _builtins.int
+    RECEIPT_FIELD_NUMBER: _builtins.int
     COMMITMENT_FIELD_NUMBER: _builtins.int
+    HOPS_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
     index: _builtins.int
-    data: _builtins.bytes
-    last: _builtins.bool
-    total_bytes: _builtins.int
-    """Total receipt size; set on the first chunk."""
+    receipt: _builtins.bytes
     commitment: _builtins.bytes
-    """The commitment envelope answered against; set on the first chunk."""
+    last: _builtins.bool
+    @_builtins.property
+    def hops(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
         self,
         *,
         index: _builtins.int = ...,
-        data: _builtins.bytes = ...,
-        last: _builtins.bool = ...,
-        total_bytes: _builtins.int = ...,
+        receipt: _builtins.bytes = ...,
         commitment: _builtins.bytes = ...,
+        hops: _abc.Iterable[_builtins.bytes] | None = ...,
+        last: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitment", b"commitment", "data", b"data", "index", b"index", "last", b"last", "total_bytes", b"total_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitment", b"commitment", "hops", b"hops", "index", b"index", "last", b"last", "receipt", b"receipt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

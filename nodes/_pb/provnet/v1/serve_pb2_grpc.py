@@ -58,7 +58,8 @@ class ServeServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DemandStream(self, request, context):
-        """One demand whose answer is large: the receipt envelope cut into chunks.
+        """One demand whose answer is large: the receipt first, then the hops in
+        chunks (each message stays under the size bound).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -36,7 +36,9 @@ class ServeStub:
     answers come back in request order.
     """
     DemandStream: _grpc.UnaryStreamMultiCallable[_serve_pb2.DemandStreamRequest, _serve_pb2.ReceiptChunk]
-    """One demand whose answer is large: the receipt envelope cut into chunks."""
+    """One demand whose answer is large: the receipt first, then the hops in
+    chunks (each message stays under the size bound).
+    """
 
 @_typing.type_check_only
 class ServeAsyncStub(ServeStub):
@@ -46,7 +48,9 @@ class ServeAsyncStub(ServeStub):
     answers come back in request order.
     """
     DemandStream: _aio.UnaryStreamMultiCallable[_serve_pb2.DemandStreamRequest, _serve_pb2.ReceiptChunk]  # type: ignore[assignment]
-    """One demand whose answer is large: the receipt envelope cut into chunks."""
+    """One demand whose answer is large: the receipt first, then the hops in
+    chunks (each message stays under the size bound).
+    """
 
 class ServeServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -65,6 +69,8 @@ class ServeServicer(metaclass=_abc_1.ABCMeta):
         request: _serve_pb2.DemandStreamRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_serve_pb2.ReceiptChunk], _abc.AsyncIterator[_serve_pb2.ReceiptChunk]]:
-        """One demand whose answer is large: the receipt envelope cut into chunks."""
+        """One demand whose answer is large: the receipt first, then the hops in
+        chunks (each message stays under the size bound).
+        """
 
 def add_ServeServicer_to_server(servicer: ServeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

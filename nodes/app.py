@@ -1,0 +1,128 @@
+"""Run one node: ``run_node(config)``; and ``start_node`` for in-process use.
+
+``run_node`` is what ``provnet node`` (and every Compose container) runs:
+
+1. configure structlog (JSON lines, or console on a TTY);
+2. load the node key from ``<data_dir>/node.key``, creating it (0600) on
+   first start — the node id is the hex public key;
+3. open the hop log (``<data_dir>/hoplog.sqlite3``, see :mod:`nodes.store`);
+4. serve the provnet services plus health and reflection on ``listen``
+   (port 0 picks a free port; it is written to ``port_file`` if set);
+5. on SIGTERM/SIGINT: health NOT_SERVING, ``server.stop(grace)``, close the
+   store — in that order, so no acknowledged write is cut off.
+
+``start_node`` does steps 2–4 inside an already-running event loop and
+returns a :class:`RunningNode` the caller must ``await stop()`` (tests, the
+benchmark, in-process drivers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from contracts.identity import Identity, load_identity, save_identity
+from nodes.config import NodeConfig
+from nodes.faults import FaultPlan
+from nodes.logging import configure_logging, get_logger
+from nodes.server import NodeServer, build_server
+from nodes.services import NodeCore
+from nodes.transport import GrpcTransport, Transport
+
+__all__ = ["KEY_FILENAME", "RunningNode", "load_or_create_identity", "run_node", "start_node"]
+
+KEY_FILENAME = "node.key"
+
+log = get_logger(__name__)
+
+
+def load_or_create_identity(data_dir: Path) -> Identity:
+    """The node's key from ``data_dir/node.key``; generated (mode 0600) on first start."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / KEY_FILENAME
+    if path.exists():
+        return load_identity(path)
+    identity = Identity.generate()
+    save_identity(identity, path)
+    log.info("node_key_created", path=str(path), node_id=identity.node_id)
+    return identity
+
+
+@dataclass(slots=True)
+class RunningNode:
+    """A started node; ``address`` is host:port it answers on."""
+
+    config: NodeConfig
+    core: NodeCore
+    server: NodeServer
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    @property
+    def node_id(self) -> str:
+        return self.core.node_id
+
+    async def stop(self, grace: float | None = None) -> None:
+        await self.server.stop(self.config.shutdown_grace_s if grace is None else grace)
+        await self.core.close()
+
+
+async def start_node(
+    config: NodeConfig,
+    *,
+    transport: Transport | None = None,
+    clock: Callable[[], float] | None = None,
+    fault: FaultPlan | None = None,
+) -> RunningNode:
+    """Open key and store and start serving; the caller stops the returned node."""
+    identity = load_or_create_identity(config.data_dir)
+    core = await NodeCore.open(
+        config,
+        identity,
+        transport=transport if transport is not None else GrpcTransport(config.max_message_bytes),
+        clock=clock,
+        fault=fault,
+    )
+    server = build_server(core, config.listen, config.max_message_bytes)
+    try:
+        port = await server.start()
+    except BaseException:
+        await core.close()
+        raise
+    core.set_advertised(config.advertise or server.address)
+    if config.port_file is not None:
+        tmp = config.port_file.with_name(config.port_file.name + ".tmp")
+        tmp.write_text(f"{port}\n", encoding="utf-8")
+        os.replace(tmp, config.port_file)
+    return RunningNode(config=config, core=core, server=server)
+
+
+async def run_node(config: NodeConfig) -> None:
+    """Run a node until SIGTERM/SIGINT, then shut down gracefully."""
+    configure_logging(config.log_format, config.log_level, node=config.name)
+    node = await start_node(config)
+    log.info(
+        "node_started",
+        node_id=node.node_id,
+        address=node.address,
+        fault=str(config.fault),
+        data_dir=str(config.data_dir),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("node_stopping", grace_s=config.shutdown_grace_s)
+    finally:
+        await node.stop()
+        log.info("node_exited")

@@ -1,0 +1,698 @@
+"""The holder's client: demand folded hops, verify them, name the origin that fails.
+
+:class:`Holder` is what a node runs when it rehydrates a value it holds (and
+what the benchmark and drivers use directly). Per decision:
+
+1. commitments/obligations of the value are grouped by origin; hops already
+   verified for a commitment are taken from an immutable cache (keyed by
+   commitment digest — a commitment names its bytes for good);
+2. an obligation already past ``serve_until`` is not demanded (EXPIRED, no
+   evidence: S3);
+3. **one** ``Serve.Demand`` call per origin carries a signed demand for every
+   fold of that origin, with the deadline the obligation promises;
+4. each answer is judged by :func:`contracts.evidence.judge_answer`: served
+   (hops verified: one signature + the Merkle root), legitimate non-answer
+   (PENDING, EXPIRED), or a proof — ``bad_data`` / ``refused``; an answer
+   naming another commitment for the same fold, signed by the origin, is
+   ``equivocation``;
+5. no answer by the deadline: the same demands are re-asked ``reasks``
+   times; still nothing → ``unanswered`` (a suspicion). Witnesses then
+   re-issue demands of their own (``Evidence.Challenge``); their signed
+   reports confirm the suspicion, and any receipt the origin gives one of
+   them clears it (S4). Silence is never proof.
+
+Evidence that accuses is written as a standalone file (``provnet evidence
+verify FILE``) under ``evidence_dir`` and handed to ``on_evidence``.
+Unsigned error statuses from an origin are never evidence: a malformed-request
+answer (``INVALID_ARGUMENT`` …) is ``rejected`` (our fault or unattributable),
+``FAILED_PRECONDITION`` is the origin saying the obligation expired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import ContractError, NotEvidence
+from contracts.evidence import (
+    AnswerKind,
+    Evidence,
+    EvidenceStatus,
+    equivocation_evidence,
+    judge_answer,
+    unanswered_evidence,
+    verify_evidence,
+)
+from contracts.identity import Identity
+from contracts.serve import build_demand, verify_delivery
+from contracts.signed import Signed, open_statement, sign_statement
+from contracts.statements import (
+    Commitment,
+    Demand,
+    Obligation,
+    Receipt,
+    ReceiptStatus,
+    WitnessOutcome,
+    WitnessReport,
+)
+from nodes.logging import get_logger
+from nodes.transport import Answer, CallFailed, ChallengeResult, Transport
+
+__all__ = [
+    "EVIDENCE_KINDS",
+    "HeldFold",
+    "Holder",
+    "OriginOutcome",
+    "Outcome",
+    "RehydrationReport",
+    "VerifiedHop",
+    "verify_evidence_file",
+]
+
+log = get_logger(__name__)
+
+_CACHE_FOLDS = 4096
+#: Time kept back from a caller's budget so a reply can still travel back.
+_MARGIN_S = 0.05
+
+
+class Outcome(StrEnum):
+    """What a holder got from one origin for one decision."""
+
+    SERVED = "served"  # every fold verified (possibly from cache)
+    PENDING = "pending"  # origin says provenance_pending (legitimate; ask later)
+    EXPIRED = "expired"  # obligation past serve_until (legitimate, S3)
+    REJECTED = "rejected"  # origin answered an unsigned error: not attributable
+    UNATTRIBUTABLE = "unattributable"  # a reply nobody can pin on the origin
+    BAD_DATA = "bad_data"
+    REFUSED = "refused"
+    EQUIVOCATION = "equivocation"
+    UNANSWERED = "unanswered"
+
+
+#: Outcomes that are evidence against the origin.
+EVIDENCE_KINDS = frozenset(
+    {Outcome.BAD_DATA, Outcome.REFUSED, Outcome.EQUIVOCATION, Outcome.UNANSWERED}
+)
+_SEVERITY = {
+    Outcome.SERVED: 0,
+    Outcome.PENDING: 1,
+    Outcome.EXPIRED: 1,
+    Outcome.REJECTED: 2,
+    Outcome.UNATTRIBUTABLE: 2,
+    Outcome.UNANSWERED: 3,
+    Outcome.REFUSED: 4,
+    Outcome.BAD_DATA: 5,
+    Outcome.EQUIVOCATION: 5,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HeldFold:
+    """A verified commitment + obligation pair, with the exact bytes it arrived as."""
+
+    commitment: Signed[Commitment]
+    obligation: Signed[Obligation]
+    commitment_bytes: bytes
+    obligation_bytes: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedHop:
+    origin: str
+    commitment: str
+    leaf_index: int
+    hop: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OriginOutcome:
+    """The result for one origin; ``evidence``/``evidence_path`` set when it accuses."""
+
+    origin: str
+    outcome: Outcome
+    detail: str
+    evidence: bytes = b""
+    evidence_path: str = ""
+    asks: int = 0
+    witnesses_asked: int = 0
+    witnesses_unanswered: int = 0
+    witness_confirmed: bool = False
+    cleared: bool = False
+
+    @property
+    def accuses(self) -> bool:
+        return self.outcome in EVIDENCE_KINDS and not self.cleared
+
+
+@dataclass(frozen=True, slots=True)
+class RehydrationReport:
+    value_ref: str
+    outcomes: tuple[OriginOutcome, ...]
+    hops: tuple[VerifiedHop, ...]
+    rpcs: int
+    demand_rpcs: int
+
+    @property
+    def complete(self) -> bool:
+        return all(o.outcome is Outcome.SERVED for o in self.outcomes)
+
+    def outcome_for(self, origin: str) -> OriginOutcome:
+        for o in self.outcomes:
+            if o.origin == origin:
+                return o
+        raise KeyError(origin)
+
+    def to_pb(self) -> Any:
+        from nodes._pb.provnet.v1 import deliver_pb2
+
+        return deliver_pb2.RehydrateResponse(
+            value_ref=self.value_ref,
+            outcomes=[
+                deliver_pb2.OriginOutcome(
+                    origin=o.origin,
+                    outcome=o.outcome.value,
+                    detail=o.detail,
+                    evidence=o.evidence,
+                    evidence_path=o.evidence_path,
+                    asks=o.asks,
+                    witnesses_asked=o.witnesses_asked,
+                    witnesses_unanswered=o.witnesses_unanswered,
+                    witness_confirmed=o.witness_confirmed,
+                    cleared=o.cleared,
+                )
+                for o in self.outcomes
+            ],
+            hops=[
+                deliver_pb2.VerifiedHop(origin=h.origin, leaf_index=h.leaf_index, hop=h.hop)
+                for h in self.hops
+            ],
+            rpcs=self.rpcs,
+            complete=self.complete,
+        )
+
+
+@dataclass(slots=True)
+class _Fold:
+    """One commitment + obligation of a value, and what happened to it this decision."""
+
+    held: HeldFold
+    demand: Signed[Demand] | None = None
+    outcome: Outcome = Outcome.UNANSWERED
+    detail: str = ""
+    hops: tuple[tuple[int, bytes], ...] = ()
+    evidence: Evidence | None = None
+
+
+@dataclass(slots=True)
+class _OriginRun:
+    origin: str
+    folds: list[_Fold]
+    asks: int = 0
+    rpcs: int = 0
+    witnesses_asked: int = 0
+    witnesses_unanswered: int = 0
+    witness_confirmed: bool = False
+    cleared: bool = False
+    extra: list[str] = field(default_factory=list)
+
+
+EvidenceSink = Callable[[str, str, bytes, str], Awaitable[None]]
+
+
+def verify_evidence_file(data: bytes, *, now_ms: int) -> tuple[str, str]:
+    """(kind, accused) of evidence that verifies and accuses; ``NotEvidence`` otherwise."""
+    verdict = verify_evidence(data, now=now_ms)
+    if not verdict.accuses:
+        raise NotEvidence(f"evidence against {verdict.accused[:16]}… was cleared: {verdict.reason}")
+    return verdict.kind.value, verdict.accused
+
+
+class Holder:
+    """Rehydrates held values from their origins (see module docstring)."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        transport: Transport,
+        *,
+        evidence_dir: Path | None = None,
+        clock: Callable[[], float] | None = None,
+        reasks: int = 1,
+        resolve_address: Callable[[str], str] | None = None,
+        on_evidence: EvidenceSink | None = None,
+        cache: bool = True,
+    ) -> None:
+        if reasks < 0:
+            raise ValueError(f"reasks must be >= 0, got {reasks}")
+        self.identity = identity
+        self.transport = transport
+        self.evidence_dir = evidence_dir
+        self.clock: Callable[[], float] = clock if clock is not None else time.time
+        self.reasks = reasks
+        self._resolve = resolve_address if resolve_address is not None else (lambda a: a)
+        self._on_evidence = on_evidence
+        self._use_cache = cache
+        self._cache: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+        self.demand_rpcs = 0
+        self.evidence_written: list[Path] = []
+
+    @property
+    def node_id(self) -> str:
+        return self.identity.node_id
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # ----------------------------------------------------------------- rehydrate
+
+    async def rehydrate(
+        self,
+        value_ref: str,
+        folds: Sequence[HeldFold],
+        *,
+        witnesses: Sequence[str] = (),
+        deadline: float | None = None,
+    ) -> RehydrationReport:
+        """Demand every fold of a value from its origins; one Serve RPC per origin."""
+        runs: dict[str, _OriginRun] = {}
+        for held in folds:
+            origin = held.commitment.statement.origin
+            runs.setdefault(origin, _OriginRun(origin, [])).folds.append(_Fold(held))
+        results = await asyncio.gather(
+            *(self._run_origin(run, witnesses, deadline) for run in runs.values())
+        )
+        outcomes = tuple(r[0] for r in results)
+        hops = tuple(h for r in results for h in r[1])
+        rpcs = sum(run.rpcs for run in runs.values())
+        demand_rpcs = sum(run.asks for run in runs.values())
+        return RehydrationReport(value_ref, outcomes, hops, rpcs, demand_rpcs)
+
+    async def _run_origin(
+        self, run: _OriginRun, witnesses: Sequence[str], deadline: float | None
+    ) -> tuple[OriginOutcome, list[VerifiedHop]]:
+        now_ms = self.now_ms()
+        to_ask: list[_Fold] = []
+        for fold in run.folds:
+            cached = self._cache.get(fold.held.commitment.digest) if self._use_cache else None
+            if cached is not None:
+                self._cache.move_to_end(fold.held.commitment.digest)
+                fold.outcome, fold.detail = Outcome.SERVED, "verified earlier (cache)"
+                fold.hops = tuple(enumerate(cached))
+            elif now_ms >= fold.held.obligation.statement.serve_until:
+                fold.outcome = Outcome.EXPIRED
+                fold.detail = f"obligation {fold.held.obligation.digest[:12]}… past serve_until"
+            else:
+                to_ask.append(fold)
+        if to_ask:
+            await self._ask(run, to_ask, deadline)
+            unanswered = [f for f in to_ask if f.outcome is Outcome.UNANSWERED]
+            if unanswered:
+                await self._suspect(run, unanswered[0], witnesses, deadline)
+                for other in unanswered[1:]:
+                    other.evidence = None  # one suspicion per origin per decision
+        return await self._summarise(run)
+
+    def _address(self, obligation: Signed[Obligation]) -> str:
+        endpoints = obligation.statement.endpoints
+        if not endpoints:
+            raise CallFailed("UNAVAILABLE", "obligation lists no endpoint", "")
+        return self._resolve(endpoints[0])
+
+    def _timeout(self, folds: Sequence[_Fold], deadline: float | None) -> float:
+        promised = max(f.held.obligation.statement.deadline_ms for f in folds) / 1000.0
+        if deadline is None:
+            return promised
+        return max(0.001, min(promised, deadline - time.monotonic() - _MARGIN_S))
+
+    async def _ask(self, run: _OriginRun, folds: list[_Fold], deadline: float | None) -> None:
+        now_ms = self.now_ms()
+        for fold in folds:
+            fold.demand = build_demand(self.identity, fold.held.obligation, now=now_ms)
+        demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
+        try:
+            address = self._address(folds[0].held.obligation)
+        except CallFailed as exc:
+            for fold in folds:
+                fold.outcome, fold.detail = Outcome.UNANSWERED, str(exc)
+            return
+        answers: list[Answer] | None = None
+        last_error = ""
+        for attempt in range(self.reasks + 1):
+            if deadline is not None and deadline - time.monotonic() <= _MARGIN_S:
+                last_error = "caller's deadline reached before asking"
+                break
+            run.asks += 1
+            run.rpcs += 1
+            self.demand_rpcs += 1
+            try:
+                answers = await self.transport.demand(
+                    address, demands, self._timeout(folds, deadline)
+                )
+                break
+            except CallFailed as exc:
+                last_error = f"{exc.code}: {exc.message}"
+                if exc.code == "FAILED_PRECONDITION":
+                    for fold in folds:
+                        fold.outcome, fold.detail = Outcome.EXPIRED, last_error
+                    return
+                if exc.no_answer or exc.code in {"NOT_FOUND", "INTERNAL", "DATA_LOSS"}:
+                    log.info(
+                        "demand_unanswered",
+                        origin=run.origin[:16],
+                        attempt=attempt,
+                        error=last_error,
+                    )
+                    continue
+                if exc.code == "ALREADY_EXISTS" and attempt > 0:
+                    continue  # our earlier ask arrived late; still no receipt in time
+                for fold in folds:
+                    fold.outcome, fold.detail = Outcome.REJECTED, last_error
+                return
+        if answers is None:
+            for fold in folds:
+                fold.outcome, fold.detail = Outcome.UNANSWERED, last_error
+            return
+        if len(answers) != len(folds):
+            for fold in folds:
+                fold.outcome = Outcome.UNATTRIBUTABLE
+                fold.detail = f"{len(answers)} answers for {len(folds)} demands"
+            return
+        reported_at = self.now_ms()
+        for fold, answer in zip(folds, answers, strict=True):
+            self._judge(fold, answer, reported_at)
+
+    def _judge(self, fold: _Fold, answer: Answer, reported_at: int) -> None:
+        assert_demand = fold.demand
+        if assert_demand is None:
+            raise RuntimeError("judging an answer to a demand never made")
+        verdict = judge_answer(
+            answer.receipt,
+            answer.hops,
+            demand=assert_demand,
+            obligation=fold.held.obligation,
+            commitment=fold.held.commitment,
+            reported_at=reported_at,
+        )
+        fold.detail = verdict.reason
+        if verdict.kind is AnswerKind.SERVED and verdict.served is not None:
+            fold.outcome = Outcome.SERVED
+            fold.hops = tuple(zip(verdict.served.leaves, verdict.served.hops, strict=True))
+            if assert_demand.statement.leaves is None:
+                self._remember(fold.held.commitment.digest, verdict.served.hops)
+            return
+        if verdict.kind is AnswerKind.EVIDENCE and verdict.evidence is not None:
+            fold.evidence = verdict.evidence
+            fold.outcome = Outcome(verdict.evidence.kind.value)
+            return
+        if verdict.kind is AnswerKind.LEGITIMATE:
+            fold.outcome = self._legitimate(answer)
+            return
+        # Unattributable: maybe the origin answered against another commitment
+        # for the same fold — two signed roots for one fold is equivocation.
+        equivocation = self._equivocation(fold.held.commitment, answer.commitment, reported_at)
+        if equivocation is not None:
+            fold.evidence, fold.outcome = equivocation, Outcome.EQUIVOCATION
+            fold.detail = "origin signed a second commitment for the same fold"
+            return
+        fold.outcome = Outcome.UNATTRIBUTABLE
+
+    @staticmethod
+    def _legitimate(answer: Answer) -> Outcome:
+        try:
+            receipt = Receipt.from_json(_payload(answer.receipt))
+        except (ContractError, ValueError, TypeError):
+            return Outcome.EXPIRED
+        if receipt.status is ReceiptStatus.PENDING:
+            return Outcome.PENDING
+        return Outcome.EXPIRED
+
+    @staticmethod
+    def _equivocation(
+        ours: Signed[Commitment], theirs: bytes, reported_at: int
+    ) -> Evidence | None:
+        if not theirs:
+            return None
+        try:
+            other = open_statement(theirs, Commitment, signer=ours.statement.origin)
+        except ContractError:
+            return None
+        if other.digest == ours.digest or other.statement.fold_key != ours.statement.fold_key:
+            return None
+        try:
+            return equivocation_evidence(ours, other, reported_at=reported_at)
+        except ContractError:
+            return None
+
+    def _remember(self, digest: str, hops: tuple[bytes, ...]) -> None:
+        if not self._use_cache:
+            return
+        self._cache[digest] = hops
+        if len(self._cache) > _CACHE_FOLDS:
+            self._cache.popitem(last=False)
+
+    # ----------------------------------------------------------------- suspicion, witnesses
+
+    async def _suspect(
+        self, run: _OriginRun, fold: _Fold, witnesses: Sequence[str], deadline: float | None
+    ) -> None:
+        """An unanswered demand: ask witnesses, then build the suspicion record."""
+        if fold.demand is None:
+            return
+        origin_address = ""
+        with contextlib.suppress(CallFailed):
+            origin_address = self._address(fold.held.obligation)
+        promised = fold.held.obligation.statement.deadline_ms / 1000.0
+        budget = promised * 2 + 0.5
+        if deadline is not None:
+            budget = min(budget, deadline - time.monotonic() - _MARGIN_S)
+        addresses: list[str] = []
+        for w in witnesses:
+            try:
+                address = self._resolve(w)
+            except ValueError:
+                continue
+            if address not in addresses and address != origin_address:
+                addresses.append(address)
+        results: list[ChallengeResult | BaseException] = []
+        if addresses and budget > promised:
+            run.witnesses_asked = len(addresses)
+            run.rpcs += len(addresses)
+            results = list(
+                await asyncio.gather(
+                    *(
+                        self.transport.challenge(
+                            a,
+                            commitment=fold.held.commitment_bytes,
+                            obligation=fold.held.obligation_bytes,
+                            demand=fold.demand.to_bytes(),
+                            origin_address=origin_address,
+                            timeout=budget,
+                        )
+                        for a in addresses
+                    ),
+                    return_exceptions=True,
+                )
+            )
+        witness_demands: list[Signed[Demand]] = []
+        witness_reports: list[Signed[WitnessReport]] = []
+        answers: list[Signed[Receipt]] = []
+        for result in results:
+            if isinstance(result, BaseException) or not result.witness_report:
+                continue
+            try:
+                report = open_statement(result.witness_report, WitnessReport)
+                wdemand = open_statement(result.witness_demand, Demand)
+            except ContractError as exc:
+                run.extra.append(f"witness report rejected: {exc}")
+                continue
+            if report.statement.demand != wdemand.digest:
+                continue
+            witness_demands.append(wdemand)
+            witness_reports.append(report)
+            if report.statement.outcome is WitnessOutcome.UNANSWERED:
+                run.witnesses_unanswered += 1
+            elif result.receipt:
+                try:
+                    answers.append(
+                        open_statement(result.receipt, Receipt, signer=run.origin)
+                    )
+                except ContractError:
+                    continue
+        evidence = unanswered_evidence(
+            fold.demand,
+            obligation=fold.held.obligation,
+            commitment=fold.held.commitment,
+            re_asks=self.reasks,
+            reported_at=self.now_ms(),
+            witness_demands=witness_demands,
+            witness_reports=witness_reports,
+        )
+        for receipt in answers:
+            evidence = evidence.with_answer(receipt)
+        try:
+            verdict = verify_evidence(evidence, now=self.now_ms())
+        except ContractError as exc:
+            # Our own record does not hold up (e.g. the deadline not yet past): no accusation.
+            fold.outcome, fold.detail = Outcome.UNANSWERED, f"suspicion not recordable: {exc}"
+            run.cleared = True
+            return
+        fold.detail = verdict.reason
+        fold.evidence = evidence
+        run.witness_confirmed = verdict.status is EvidenceStatus.WITNESS_CONFIRMED
+        run.cleared = verdict.status is EvidenceStatus.CLEARED
+
+    # ----------------------------------------------------------------- summary, files
+
+    async def _summarise(self, run: _OriginRun) -> tuple[OriginOutcome, list[VerifiedHop]]:
+        worst = max(run.folds, key=lambda f: _SEVERITY[f.outcome])
+        hops = [
+            VerifiedHop(run.origin, f.held.commitment.digest, index, data)
+            for f in run.folds
+            if f.outcome is Outcome.SERVED
+            for index, data in f.hops
+        ]
+        evidence_bytes = b""
+        path = ""
+        if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:
+            evidence_bytes = worst.evidence.to_bytes()
+            path = await self._write_evidence(worst.outcome, run.origin, evidence_bytes)
+        detail = worst.detail if not run.extra else f"{worst.detail}; {'; '.join(run.extra)}"
+        outcome = OriginOutcome(
+            origin=run.origin,
+            outcome=worst.outcome,
+            detail=detail,
+            evidence=evidence_bytes,
+            evidence_path=path,
+            asks=run.asks,
+            witnesses_asked=run.witnesses_asked,
+            witnesses_unanswered=run.witnesses_unanswered,
+            witness_confirmed=run.witness_confirmed,
+            cleared=run.cleared and worst.outcome is Outcome.UNANSWERED,
+        )
+        log.info(
+            "rehydrated_from_origin",
+            origin=run.origin[:16],
+            outcome=str(outcome.outcome),
+            hops=len(hops),
+            asks=run.asks,
+            witness_confirmed=run.witness_confirmed,
+            evidence=path or None,
+        )
+        return outcome, hops
+
+    async def _write_evidence(self, kind: Outcome, accused: str, body: bytes) -> str:
+        path = ""
+        if self.evidence_dir is not None:
+            self.evidence_dir.mkdir(parents=True, exist_ok=True)
+            digest = hashlib.sha256(body).hexdigest()
+            target = self.evidence_dir / f"{kind.value}-{accused[:16]}-{digest[:16]}.json"
+            tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+            tmp.write_bytes(body)
+            os.replace(tmp, target)
+            self.evidence_written.append(target)
+            path = str(target)
+        if self._on_evidence is not None:
+            await self._on_evidence(kind.value, accused, body, path)
+        return path
+
+    # ----------------------------------------------------------------- witness side
+
+    async def witness(
+        self,
+        commitment: bytes,
+        obligation: bytes,
+        holder_demand: bytes,
+        origin_address: str,
+        *,
+        deadline: float | None = None,
+    ) -> ChallengeResult:
+        """Re-issue a demand of our own for the same obligation; sign what happened.
+
+        ANSWERED names the origin's receipt (any signed answer clears a
+        suspicion); UNANSWERED is signed only after the origin's promised
+        deadline for our demand has passed. If the caller's budget ends first,
+        the result is inconclusive (empty report).
+        """
+        now_ms = self.now_ms()
+        c, o = verify_delivery(commitment, obligation, now=now_ms)
+        if holder_demand:
+            held = open_statement(holder_demand, Demand)
+            if held.statement.obligation != o.digest:
+                raise NotEvidence(
+                    f"challenge: demand {held.digest[:12]}… is not for obligation {o.digest[:12]}…"
+                )
+        demand = build_demand(self.identity, o, now=now_ms)
+        promised = o.statement.deadline_ms / 1000.0
+        address = self._resolve(origin_address) if origin_address else self._address(o)
+        remaining = None if deadline is None else deadline - time.monotonic() - _MARGIN_S
+        timeout = promised if remaining is None else max(0.001, min(promised, remaining))
+        receipt_bytes = b""
+        try:
+            self.demand_rpcs += 1
+            (answer,) = await self.transport.demand(address, [demand.to_bytes()], timeout)
+            verdict = judge_answer(
+                answer.receipt,
+                answer.hops,
+                demand=demand,
+                obligation=o,
+                commitment=c,
+                reported_at=self.now_ms(),
+            )
+            if verdict.kind is not AnswerKind.UNATTRIBUTABLE:
+                receipt_bytes = answer.receipt
+        except CallFailed as exc:
+            log.info("witness_demand_unanswered", origin=o.statement.origin[:16], error=str(exc))
+        except ValueError:
+            pass
+        if receipt_bytes:
+            receipt = open_statement(receipt_bytes, Receipt, signer=o.statement.origin)
+            report = WitnessReport(
+                witness=self.node_id,
+                origin=o.statement.origin,
+                obligation=o.digest,
+                demand=demand.digest,
+                outcome=WitnessOutcome.ANSWERED,
+                at=self.now_ms(),
+                receipt=receipt.digest,
+            )
+            signed = sign_statement(self.identity, report)
+            return ChallengeResult(signed.to_bytes(), True, demand.to_bytes(), receipt_bytes)
+        # UNANSWERED may only be signed once our demand is due (never early).
+        due_ms = demand.statement.time + o.statement.deadline_ms
+        for _ in range(100):
+            wait = (due_ms - self.now_ms()) / 1000.0
+            if wait <= 0:
+                break
+            if deadline is not None and deadline - time.monotonic() - _MARGIN_S < wait:
+                return ChallengeResult(b"", False, demand.to_bytes(), b"")
+            await asyncio.sleep(wait + 0.001)
+        else:
+            return ChallengeResult(b"", False, demand.to_bytes(), b"")
+        report = WitnessReport(
+            witness=self.node_id,
+            origin=o.statement.origin,
+            obligation=o.digest,
+            demand=demand.digest,
+            outcome=WitnessOutcome.UNANSWERED,
+            at=self.now_ms(),
+        )
+        signed = sign_statement(self.identity, report)
+        return ChallengeResult(signed.to_bytes(), False, demand.to_bytes(), b"")
+
+
+def _payload(envelope_bytes: bytes) -> dict[str, Any]:
+    from contracts.canonical import parse_json_object
+    from contracts.envelope import Envelope
+
+    env = Envelope.from_bytes(envelope_bytes)
+    return parse_json_object(env.payload, what="receipt payload")

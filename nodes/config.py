@@ -1,0 +1,295 @@
+"""Configuration of one node: :class:`NodeConfig`.
+
+Every setting has a flag (``provnet node --<flag>``) and an environment
+variable; resolution is flag, else variable, else default — the same for
+local processes and Compose containers. :data:`ENV_VARS` maps each field to
+its variable.
+
+Peers are ``name=host:port[,pubkey]`` entries separated by ``;``, ``,`` is
+reserved for the optional key (64 hex characters: the peer's node id) or by
+whitespace, e.g. ``a=127.0.0.1:50051;b=127.0.0.1:50052,3f2a…``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+
+from nodes.faults import FaultMode
+
+__all__ = [
+    "DEFAULT_DEADLINE_MS",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_SERVE_FOR_MS",
+    "ENV_VARS",
+    "ConfigError",
+    "LogFormat",
+    "NodeConfig",
+    "Peer",
+    "parse_peers",
+]
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+DEFAULT_SERVE_FOR_MS = 3_600_000
+DEFAULT_DEADLINE_MS = 2_000
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+_HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names the flag, variable and value."""
+
+
+class LogFormat(StrEnum):
+    AUTO = "auto"  # console on a TTY, JSON lines otherwise
+    JSON = "json"
+    CONSOLE = "console"
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """A node this node knows by name; ``node_id`` (hex public key) when pinned."""
+
+    name: str
+    address: str
+    node_id: str | None = None
+
+    def render(self) -> str:
+        return f"{self.name}={self.address}" + (f",{self.node_id}" if self.node_id else "")
+
+
+#: NodeConfig field → environment variable.
+ENV_VARS: Mapping[str, str] = {
+    "name": "PROVNET_NAME",
+    "listen": "PROVNET_LISTEN",
+    "data_dir": "PROVNET_DATA_DIR",
+    "peers": "PROVNET_PEERS",
+    "fault": "PROVNET_FAULT",
+    "fault_delay_ms": "PROVNET_FAULT_DELAY_MS",
+    "log_format": "PROVNET_LOG_FORMAT",
+    "log_level": "PROVNET_LOG_LEVEL",
+    "max_message_bytes": "PROVNET_MAX_MESSAGE_BYTES",
+    "shutdown_grace_s": "PROVNET_SHUTDOWN_GRACE_S",
+    "advertise": "PROVNET_ADVERTISE",
+    "serve_for_ms": "PROVNET_SERVE_FOR_MS",
+    "deadline_ms": "PROVNET_DEADLINE_MS",
+    "reasks": "PROVNET_REASKS",
+    "evidence_dir": "PROVNET_EVIDENCE_DIR",
+    "provenance_pending": "PROVNET_PROVENANCE_PENDING",
+    "port_file": "PROVNET_PORT_FILE",
+}
+
+
+def _check_address(key: str, value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{key}: expected host:port, got {value!r}")
+    return value
+
+
+def parse_peers(text: str, key: str = "peers") -> tuple[Peer, ...]:
+    """Parse ``name=host:port[,pubkey]`` entries separated by ``;`` or whitespace."""
+    peers: list[Peer] = []
+    seen: set[str] = set()
+    for entry in re.split(r"[;\s]+", text.strip()):
+        if not entry:
+            continue
+        name, sep, rest = entry.partition("=")
+        if not sep or not _NAME_RE.match(name):
+            raise ConfigError(f"{key}: expected name=host:port[,pubkey], got {entry!r}")
+        address, _, node_id = rest.partition(",")
+        _check_address(f"{key} entry {name!r}", address)
+        if node_id and not _HEX64_RE.match(node_id):
+            raise ConfigError(f"{key} entry {name!r}: pubkey must be 64 hex chars, got {node_id!r}")
+        if name in seen:
+            raise ConfigError(f"{key}: peer {name!r} listed twice")
+        seen.add(name)
+        peers.append(Peer(name=name, address=address, node_id=node_id or None))
+    return tuple(peers)
+
+
+def _as_int(key: str, value: object, minimum: int = 0) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+    if number < minimum:
+        raise ConfigError(f"{key}: must be >= {minimum}, got {number}")
+    return number
+
+
+def _as_bool(key: str, value: object) -> bool:
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ConfigError(f"{key}: expected true/false, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Everything :func:`nodes.app.run_node` needs to run one node.
+
+    ``listen`` may use port 0 (tests); the bound port is then written to
+    ``port_file`` when given. ``advertise`` is the address put in obligations
+    (defaults to ``listen``; set it when listening on 0.0.0.0 in a container).
+    """
+
+    name: str
+    data_dir: Path
+    listen: str = "127.0.0.1:50051"
+    peers: tuple[Peer, ...] = ()
+    fault: FaultMode = FaultMode.NONE
+    fault_delay_ms: int = 0
+    log_format: LogFormat = LogFormat.AUTO
+    log_level: str = "info"
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    shutdown_grace_s: float = 5.0
+    advertise: str | None = None
+    serve_for_ms: int = DEFAULT_SERVE_FOR_MS
+    deadline_ms: int = DEFAULT_DEADLINE_MS
+    reasks: int = 1
+    evidence_dir: Path | None = None
+    provenance_pending: bool = False
+    port_file: Path | None = None
+    extra: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise ConfigError(
+                f"name ({ENV_VARS['name']}): expected lower-case [a-z0-9_-]{{1,32}}, "
+                f"got {self.name!r}"
+            )
+        _check_address(f"listen ({ENV_VARS['listen']})", self.listen)
+        if self.advertise is not None:
+            _check_address(f"advertise ({ENV_VARS['advertise']})", self.advertise)
+        if self.fault is FaultMode.SLOW and self.fault_delay_ms <= 0:
+            raise ConfigError("fault 'slow' needs fault_delay_ms > 0 (PROVNET_FAULT_DELAY_MS)")
+        if self.max_message_bytes < 1024:
+            raise ConfigError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
+        if self.deadline_ms <= 0 or self.serve_for_ms <= 0:
+            raise ConfigError("deadline_ms and serve_for_ms must be > 0")
+        if self.log_level not in {"debug", "info", "warning", "error"}:
+            raise ConfigError(
+                f"log_level: expected debug/info/warning/error, got {self.log_level!r}"
+            )
+
+    @property
+    def evidence_path(self) -> Path:
+        """Where evidence files this node produces are written."""
+        return self.evidence_dir if self.evidence_dir is not None else self.data_dir / "evidence"
+
+    @property
+    def advertised(self) -> str:
+        return self.advertise or self.listen
+
+    def peer(self, name_or_address: str) -> str:
+        """Resolve a peer name to its address; anything with a ':' is already one."""
+        for peer in self.peers:
+            if peer.name == name_or_address:
+                return peer.address
+        if ":" in name_or_address:
+            return _check_address("peer", name_or_address)
+        known = [p.name for p in self.peers]
+        raise ConfigError(f"unknown peer {name_or_address!r}; known: {known}")
+
+    def with_listen(self, listen: str) -> NodeConfig:
+        return replace(self, listen=listen)
+
+    @classmethod
+    def from_env_and_args(
+        cls,
+        args: argparse.Namespace | Mapping[str, object] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> NodeConfig:
+        """Build from parsed flags (dest names = field names), else ``PROVNET_*``, else defaults.
+
+        Raises :class:`ConfigError` naming the flag, the variable and the bad value.
+        """
+        import os
+
+        given: Mapping[str, object]
+        if args is None:
+            given = {}
+        elif isinstance(args, argparse.Namespace):
+            given = vars(args)
+        else:
+            given = args
+        environ = os.environ if env is None else env
+        raw: dict[str, object] = {}
+        for key, var in ENV_VARS.items():
+            value = given.get(key)
+            if value is None or value == "":
+                value = environ.get(var) or None
+            if value is not None:
+                raw[key] = value
+        for required in ("name", "data_dir"):
+            if required not in raw:
+                flag = "--" + required.replace("_", "-")
+                raise ConfigError(f"{flag} (or ${ENV_VARS[required]}) is required")
+        return cls._from_raw(raw)
+
+    @classmethod
+    def _from_raw(cls, raw: Mapping[str, object]) -> NodeConfig:
+        def where(key: str) -> str:
+            return f"--{key.replace('_', '-')} (${ENV_VARS[key]})"
+
+        kwargs: dict[str, object] = {
+            "name": str(raw["name"]),
+            "data_dir": Path(str(raw["data_dir"])),
+        }
+        for key in ("listen", "advertise", "log_level"):
+            if key in raw:
+                kwargs[key] = str(raw[key])
+        if "peers" in raw:
+            value = raw["peers"]
+            if isinstance(value, tuple):
+                kwargs["peers"] = value
+            else:
+                kwargs["peers"] = parse_peers(str(value), where("peers"))
+        if "fault" in raw:
+            try:
+                kwargs["fault"] = FaultMode(str(raw["fault"]).lower())
+            except ValueError:
+                choices = ", ".join(m.value for m in FaultMode)
+                raise ConfigError(
+                    f"{where('fault')}: expected one of {choices}, got {raw['fault']!r}"
+                ) from None
+        if "log_format" in raw:
+            try:
+                kwargs["log_format"] = LogFormat(str(raw["log_format"]).lower())
+            except ValueError:
+                raise ConfigError(
+                    f"{where('log_format')}: expected auto/json/console, got {raw['log_format']!r}"
+                ) from None
+        for key, minimum in (
+            ("fault_delay_ms", 0),
+            ("max_message_bytes", 1024),
+            ("serve_for_ms", 1),
+            ("deadline_ms", 1),
+            ("reasks", 0),
+        ):
+            if key in raw:
+                kwargs[key] = _as_int(where(key), raw[key], minimum)
+        if "shutdown_grace_s" in raw:
+            try:
+                kwargs["shutdown_grace_s"] = float(str(raw["shutdown_grace_s"]))
+            except ValueError:
+                bad = raw["shutdown_grace_s"]
+                raise ConfigError(
+                    f"{where('shutdown_grace_s')}: expected seconds, got {bad!r}"
+                ) from None
+        for key in ("evidence_dir", "port_file"):
+            if key in raw:
+                kwargs[key] = Path(str(raw[key]))
+        if "provenance_pending" in raw:
+            kwargs["provenance_pending"] = _as_bool(
+                where("provenance_pending"), raw["provenance_pending"]
+            )
+        return cls(**kwargs)  # type: ignore[arg-type]

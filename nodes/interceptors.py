@@ -1,0 +1,124 @@
+"""The server interceptor: request ids, call logging, errors → status codes.
+
+Every call gets a request id (the caller's ``x-request-id`` metadata if it
+sent a sane one, else a fresh one), bound into structlog's contextvars for
+the duration of the call and echoed back as initial metadata. Contract and
+store errors escaping a handler are mapped to precise status codes by
+:func:`nodes.errors.status_for` — the only place that translation happens;
+anything else is a bug and becomes INTERNAL with the id to find it in the log.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import structlog
+
+from nodes.errors import status_for
+from nodes.logging import get_logger
+
+__all__ = ["REQUEST_ID_KEY", "RequestContextInterceptor"]
+
+REQUEST_ID_KEY = "x-request-id"
+_SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+log = get_logger(__name__)
+
+
+def _request_id(details: grpc.HandlerCallDetails) -> str:
+    for key, value in details.invocation_metadata or ():
+        if key == REQUEST_ID_KEY and isinstance(value, str) and _SANE_ID.match(value):
+            return value
+    return uuid.uuid4().hex[:16]
+
+
+async def _abort_for(exc: Exception, context: grpc.aio.ServicerContext[Any, Any], rpc: str) -> None:
+    code = status_for(exc)
+    if code is None:
+        log.exception("rpc_failed_unexpectedly", rpc=rpc)
+        await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}")
+    log.info("rpc_rejected", rpc=rpc, code=code.name, reason=str(exc))
+    await context.abort(code, f"{type(exc).__name__}: {exc}")
+
+
+if TYPE_CHECKING:  # the stubs make it generic; the runtime class is not subscriptable
+    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _ServerInterceptor = grpc.aio.ServerInterceptor
+
+
+class RequestContextInterceptor(_ServerInterceptor):
+    """Binds ``request_id``/``rpc`` to the log context and maps errors to status codes."""
+
+    def __init__(self, counters: Callable[[str], None] | None = None) -> None:
+        self._count = counters
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        # grpc's stubs type handlers for the sync server; in grpc.aio they are coroutines.
+        handler: Any = await continuation(handler_call_details)
+        if handler is None:
+            return handler  # type: ignore[return-value]
+        rpc = handler_call_details.method
+        request_id = _request_id(handler_call_details)
+        count = self._count
+
+        if handler.unary_unary is not None:
+            inner_uu: Any = handler.unary_unary
+
+            async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+                with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
+                    start = time.perf_counter()
+                    await context.send_initial_metadata(((REQUEST_ID_KEY, request_id),))
+                    if count is not None:
+                        count(rpc)
+                    try:
+                        return await inner_uu(request, context)
+                    except Exception as exc:
+                        if isinstance(exc, grpc.aio.AbortError):
+                            raise
+                        await _abort_for(exc, context, rpc)
+                    finally:
+                        log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
+
+            wrapped: Any = grpc.unary_unary_rpc_method_handler(
+                unary_unary,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+            return wrapped  # type: ignore[no-any-return]
+        if handler.unary_stream is not None:
+            inner_us: Any = handler.unary_stream
+
+            async def unary_stream(
+                request: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
+                with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
+                    await context.send_initial_metadata(((REQUEST_ID_KEY, request_id),))
+                    if count is not None:
+                        count(rpc)
+                    try:
+                        async for item in inner_us(request, context):
+                            yield item
+                    except Exception as exc:
+                        if isinstance(exc, grpc.aio.AbortError):
+                            raise
+                        await _abort_for(exc, context, rpc)
+
+            wrapped_stream: Any = grpc.unary_stream_rpc_method_handler(
+                unary_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+            return wrapped_stream  # type: ignore[no-any-return]
+        return handler  # type: ignore[no-any-return]

@@ -1,0 +1,972 @@
+"""What a node does, independent of gRPC: :class:`NodeCore`; and the thin servicers.
+
+``NodeCore`` is the node: its identity, its hop log (:class:`nodes.store.HopStore`),
+the values it holds, its fault plan, and a :class:`~nodes.transport.Transport`
+to reach peers. Every method takes and returns bytes and plain values and
+raises typed errors (``contracts`` errors, store errors, :mod:`nodes.errors`);
+the gRPC servicers at the bottom of this module only convert messages, and
+:mod:`nodes.interceptors` maps the errors to status codes. The in-memory
+transport calls ``NodeCore`` directly, so both paths run the same code.
+
+Serving a demand (``answer_demands``), per demand, in this order — nothing
+is written before every demand of the call passed (1)-(5):
+
+1. sizes bounded (:class:`RequestTooLarge`);
+2. the demand envelope parses and is signed by the holder it names;
+3. it is fresh (``time`` within ``DEMAND_WINDOW_S`` of now);
+4. it names an obligation and commitment this node issued, addressed to it;
+5. the obligation has not expired (``Expired`` → FAILED_PRECONDITION);
+6. its nonce is new (recorded with the check, in one store transaction);
+7. the fold is resolved from the store and the receipt signed by
+   :func:`contracts.serve.answer_demand` — SERVED with the stored bytes,
+   PENDING while the cold copy lags, never other bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from contracts.canonical import parse_json_object
+from contracts.errors import EncodingError, Expired
+from contracts.hops import MAX_HOP_BYTES, hop_bytes
+from contracts.identity import Identity
+from contracts.merkle import MerkleTree, leaf_hash
+from contracts.serve import (
+    answer_demand,
+    build_commitment,
+    build_obligation,
+    verify_delivery,
+    verify_demand,
+)
+from contracts.signed import Signed, open_statement, sign_statement
+from contracts.statements import (
+    Attestation,
+    Commitment,
+    DeliveryReceipt,
+    Demand,
+    Obligation,
+    Receipt,
+    ReceiptStatus,
+    RefusalReason,
+    Statement,
+)
+from nodes import store as st
+from nodes._pb.provnet.v1 import (
+    attest_pb2,
+    attest_pb2_grpc,
+    common_pb2,
+    deliver_pb2,
+    deliver_pb2_grpc,
+    evidence_pb2,
+    evidence_pb2_grpc,
+    hoplog_pb2,
+    hoplog_pb2_grpc,
+    node_pb2,
+    node_pb2_grpc,
+    serve_pb2,
+    serve_pb2_grpc,
+)
+from nodes.client import HeldFold, Holder, RehydrationReport, verify_evidence_file
+from nodes.config import NodeConfig
+from nodes.errors import MalformedRequest, RequestTooLarge, UnknownCommitment, UnknownValue
+from nodes.faults import FaultMode, FaultPlan, tamper_bytes
+from nodes.logging import get_logger
+from nodes.transport import Answer, ChallengeResult, Delivery, Transport
+
+__all__ = [
+    "DEMAND_WINDOW_S",
+    "MAX_APPEND_HOPS",
+    "MAX_DEMANDS_PER_CALL",
+    "MAX_FOLD_HOPS",
+    "CommittedFold",
+    "HeldValue",
+    "NodeCore",
+    "servicers",
+]
+
+log = get_logger(__name__)
+
+#: A demand is accepted only if its ``time`` is this close to now; its nonce
+#: is remembered at least this long, so a replay is always caught.
+DEMAND_WINDOW_S = 300.0
+MAX_DEMANDS_PER_CALL = 256
+MAX_APPEND_HOPS = 10_000
+MAX_FOLD_HOPS = 100_000
+MAX_VALUE_REF = 256
+MAX_COMMITMENTS_PER_VALUE = 256
+_STATEMENT_CACHE = 4096
+_DEFAULT_CHUNK_BYTES = 1024 * 1024
+
+S = TypeVar("S", bound=Statement)
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldValue:
+    """A compacted value this node holds, as delivered (statements verbatim)."""
+
+    delivery: Delivery
+    folds: tuple[HeldFold, ...]
+    received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedFold:
+    commitment: bytes
+    obligation: bytes
+    provenance_pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Equivocal:
+    """Equivocate fault: the second commitment signed for a fold, and its hops."""
+
+    commitment: Signed[Commitment]
+    leaves: tuple[bytes, ...]
+
+
+def _check_value_ref(value_ref: str) -> None:
+    if not value_ref or len(value_ref) > MAX_VALUE_REF:
+        raise MalformedRequest(f"value_ref must be 1..{MAX_VALUE_REF} chars, got {value_ref!r:.80}")
+
+
+class NodeCore:
+    """One node's behaviour; see the module docstring. Open with :meth:`open`."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        identity: Identity,
+        store: st.HopStore,
+        transport: Transport,
+        *,
+        clock: Callable[[], float] | None = None,
+        fault: FaultPlan | None = None,
+    ) -> None:
+        self.config = config
+        self.identity = identity
+        self.store = store
+        self.transport = transport
+        self.clock: Callable[[], float] = clock if clock is not None else time.time
+        self.fault = fault if fault is not None else FaultPlan(config.fault, config.fault_delay_ms)
+        self.crashed = False
+        self._advertised = config.advertise or config.listen
+        self._held: dict[str, HeldValue] = {}
+        self._equivocal: dict[str, _Equivocal] = {}
+        self._cache: OrderedDict[tuple[str, bytes], Signed[Any]] = OrderedDict()
+        self._rpc_counts: dict[str, int] = {}
+        self._holder: Holder | None = None  # created on first use
+
+    @classmethod
+    async def open(
+        cls,
+        config: NodeConfig,
+        identity: Identity,
+        *,
+        transport: Transport,
+        clock: Callable[[], float] | None = None,
+        fault: FaultPlan | None = None,
+    ) -> NodeCore:
+        store = await st.HopStore.open(
+            config.data_dir, identity.node_id, provenance_pending=config.provenance_pending
+        )
+        return cls(config, identity, store, transport, clock=clock, fault=fault)
+
+    async def close(self) -> None:
+        await self.store.close()
+        await self.transport.close()
+
+    # ----------------------------------------------------------------- identity, counters
+
+    @property
+    def node_id(self) -> str:
+        return self.identity.node_id
+
+    @property
+    def advertised(self) -> str:
+        return self._advertised
+
+    def set_advertised(self, address: str) -> None:
+        self._advertised = address
+
+    def now_ms(self) -> int:
+        return _ms(self.clock())
+
+    def count_rpc(self, method: str) -> None:
+        key = "rpc_" + method.rsplit("/", 1)[-1]
+        self._rpc_counts[key] = self._rpc_counts.get(key, 0) + 1
+
+    def bump(self, name: str, n: int = 1) -> None:
+        self.store.bump(name, n)
+
+    async def stats(self) -> dict[str, int]:
+        counters = await self.store.counters()
+        counters.update(self._rpc_counts)
+        counters["held_values"] = len(self._held)
+        return counters
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "name": self.config.name,
+            "node_id": self.node_id,
+            "public_key": self.identity.public.raw,
+            "epoch": self.store.epoch,
+            "fault": str(self.fault.mode),
+            "listen": self._advertised,
+        }
+
+    def open_cached(self, data: bytes, cls: type[S], *, signer: str | None = None) -> Signed[S]:
+        """``open_statement`` with a cache keyed by the exact bytes (statements are immutable)."""
+        key = (cls.KIND.value, data)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            if signer is None or hit.signer == signer:
+                return hit
+        signed = open_statement(data, cls, signer=signer)
+        self._cache[key] = signed
+        if len(self._cache) > _STATEMENT_CACHE:
+            self._cache.popitem(last=False)
+        return signed
+
+    # ----------------------------------------------------------------- hop log
+
+    async def append(
+        self, hops: Sequence[bytes], seqs: Sequence[int] = ()
+    ) -> tuple[str, tuple[int, ...]]:
+        """Append hops (JSON objects of hop fields); seqs explicit or each hop's ``step``."""
+        if not hops:
+            raise MalformedRequest("append: no hops given")
+        if len(hops) > MAX_APPEND_HOPS:
+            raise RequestTooLarge(f"append: {len(hops)} hops exceeds {MAX_APPEND_HOPS} per call")
+        if seqs and len(seqs) != len(hops):
+            raise MalformedRequest(f"append: {len(seqs)} seqs for {len(hops)} hops")
+        epoch = self.store.epoch
+        inputs: list[st.HopInput] = []
+        for i, raw in enumerate(hops):
+            if len(raw) > MAX_HOP_BYTES:
+                raise RequestTooLarge(f"append: hop {i} is {len(raw)} bytes, limit {MAX_HOP_BYTES}")
+            fields = parse_json_object(raw, what=f"hop {i}", max_bytes=MAX_HOP_BYTES)
+            if seqs:
+                seq = int(seqs[i])
+            else:
+                step = fields.get("step")
+                if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+                    raise MalformedRequest(f"append: hop {i} has no seq and no integer 'step'")
+                seq = step
+            try:
+                data = hop_bytes(fields, self.node_id, epoch)
+            except ValueError as exc:
+                raise MalformedRequest(f"append: hop {i}: {exc}") from exc
+            inputs.append(st.HopInput(seq=seq, hop_bytes=data))
+        if len({h.seq for h in inputs}) != len(inputs):
+            raise MalformedRequest("append: a seq appears twice in one call")
+        await self.store.append_hops(epoch, inputs, now_ms=self.now_ms())
+        return epoch, tuple(h.seq for h in inputs)
+
+    async def commit_fold(
+        self,
+        value_ref: str,
+        seqs: Sequence[int],
+        *,
+        serve_for_ms: int = 0,
+        deadline_ms: int = 0,
+        value: bytes = b"",
+    ) -> CommittedFold:
+        """Fold stored hops (current epoch) into a signed commitment + obligation.
+
+        The store makes the hops durable, then calls our signer inside the
+        same transaction, and returns only after COMMIT (seed 000 ordering).
+        """
+        _check_value_ref(value_ref)
+        if not seqs:
+            raise MalformedRequest(f"commit {value_ref}: no hops to fold")
+        if len(seqs) > MAX_FOLD_HOPS:
+            raise RequestTooLarge(f"commit {value_ref}: {len(seqs)} hops exceeds {MAX_FOLD_HOPS}")
+        if len(set(seqs)) != len(seqs):
+            raise MalformedRequest(f"commit {value_ref}: a seq appears twice")
+        epoch = self.store.epoch
+        inputs: list[st.HopInput] = []
+        for seq in seqs:
+            data = await self.store.hop(epoch, int(seq))
+            if data is None:
+                raise st.MissingHop(
+                    f"commit {value_ref}: hop seq {seq} of epoch {epoch} is not in the log"
+                )
+            inputs.append(st.HopInput(seq=int(seq), hop_bytes=data))
+        fold_seq = await self._next_fold_seq(epoch, value_ref)
+        serve_for = serve_for_ms or self.config.serve_for_ms
+        deadline = deadline_ms or self.config.deadline_ms
+        now = self.clock()
+        pending = self.store.provenance_pending
+        made: dict[str, Signed[Any]] = {}
+
+        def sign(draft: st.FoldDraft) -> st.SignedFold:
+            issued = _ms(now)
+            commitment = build_commitment(
+                self.identity,
+                epoch=draft.epoch,
+                value_ref=draft.value_ref,
+                fold_seq=draft.fold_seq,
+                hops=draft.leaves,
+                issued_at=issued,
+                provenance_pending=pending,
+            )
+            obligation = build_obligation(
+                self.identity,
+                commitment,
+                serve_until=issued + serve_for,
+                deadline_ms=deadline,
+                endpoints=(self._advertised,),
+                issued_at=issued,
+            )
+            made["c"], made["o"] = commitment, obligation
+            return st.SignedFold(
+                commitment_digest=commitment.digest,
+                commitment_envelope=commitment.to_bytes(),
+                root=commitment.statement.root,
+                obligation_digest=obligation.digest,
+                obligation_envelope=obligation.to_bytes(),
+                serve_until_ms=issued + serve_for,
+            )
+
+        signed = await self.store.commit_fold(
+            epoch=epoch,
+            value_ref=value_ref,
+            fold_seq=fold_seq,
+            hops=inputs,
+            sign=sign,
+            now_ms=_ms(now),
+        )
+        result = CommittedFold(
+            signed.commitment_envelope, signed.obligation_envelope, pending
+        )
+        if self.fault.mode is FaultMode.EQUIVOCATE:
+            alt_leaves = tuple(tamper_bytes(h.hop_bytes) for h in inputs)
+            alt = build_commitment(
+                self.identity,
+                epoch=epoch,
+                value_ref=value_ref,
+                fold_seq=fold_seq,
+                hops=alt_leaves,
+                issued_at=_ms(now),
+                provenance_pending=pending,
+            )
+            self._equivocal[signed.commitment_digest] = _Equivocal(alt, alt_leaves)
+        if value:
+            commitment = self.open_cached(result.commitment, Commitment)
+            obligation = self.open_cached(result.obligation, Obligation)
+            delivery = Delivery(
+                value_ref, value, (result.commitment,), (result.obligation,), self.node_id
+            )
+            self._held[value_ref] = HeldValue(
+                delivery,
+                (HeldFold(commitment, obligation, result.commitment, result.obligation),),
+                now,
+            )
+        log.info(
+            "fold_committed",
+            value_ref=value_ref,
+            fold_seq=fold_seq,
+            hops=len(inputs),
+            commitment=signed.commitment_digest[:16],
+            pending=pending,
+        )
+        return result
+
+    async def _next_fold_seq(self, epoch: str, value_ref: str) -> int:
+        fold_seq = 0
+        while await self.store.commitments_for(self.node_id, epoch, value_ref, fold_seq):
+            fold_seq += 1
+        return fold_seq
+
+    # ----------------------------------------------------------------- serve
+
+    async def _own_statements(
+        self, demand: Signed[Demand]
+    ) -> tuple[Signed[Obligation], Signed[Commitment]]:
+        d = demand.statement
+        record = await self.store.obligation(d.obligation)
+        if record is None or not record.local:
+            raise UnknownCommitment(
+                f"demand {demand.digest[:12]}… names obligation {d.obligation[:12]}…,"
+                " which this node did not issue"
+            )
+        fold = await self.store.commitment(record.commitment_digest)
+        if fold is None:
+            raise UnknownCommitment(
+                f"obligation {d.obligation[:12]}… names commitment"
+                f" {record.commitment_digest[:12]}…, which this node does not hold"
+            )
+        obligation = self.open_cached(record.envelope, Obligation, signer=self.node_id)
+        commitment = self.open_cached(fold.envelope, Commitment, signer=self.node_id)
+        return obligation, commitment
+
+    async def _check_demand(
+        self, data: bytes, now: float
+    ) -> tuple[Signed[Demand], Signed[Obligation], Signed[Commitment]]:
+        # (2) parse + holder's signature
+        demand = open_statement(data, Demand)
+        d = demand.statement
+        # (3) fresh
+        skew = abs(now - d.time / 1000.0)
+        if skew > DEMAND_WINDOW_S:
+            raise Expired(
+                f"demand {demand.digest[:12]}… is {skew:.0f}s away from now;"
+                f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
+            )
+        # (4) ours, and bound correctly
+        obligation, commitment = await self._own_statements(demand)
+        verify_demand(demand, obligation=obligation, commitment=commitment)
+        # (5) unexpired obligation
+        o = obligation.statement
+        if _ms(now) >= o.serve_until:
+            raise Expired(
+                f"obligation {obligation.digest[:12]}… expired at {o.serve_until} ms"
+                f" (now {_ms(now)} ms)"
+            )
+        return demand, obligation, commitment
+
+    async def answer_demands(
+        self, demands: Sequence[bytes], *, deadline: float | None = None
+    ) -> list[Answer]:
+        """Answer every demand of one call (see module docstring for the order)."""
+        await self.fault.before_serving()
+        if not demands:
+            raise MalformedRequest("demand: no demands given")
+        if len(demands) > MAX_DEMANDS_PER_CALL:
+            raise RequestTooLarge(
+                f"demand: {len(demands)} demands exceeds {MAX_DEMANDS_PER_CALL} per call"
+            )
+        now = self.clock()
+        checked = [await self._check_demand(data, now) for data in demands]
+        nonces = [(c[0].statement.holder, c[0].statement.nonce) for c in checked]
+        if len(set(nonces)) != len(nonces):
+            raise MalformedRequest("demand: the same nonce appears twice in one call")
+        # (6) nonces: the only write before answering
+        for demand, _, _ in checked:
+            await self.store.record_nonce(
+                holder=demand.statement.holder,
+                nonce=demand.statement.nonce,
+                subject=demand.digest,
+                now_ms=_ms(now),
+                expires_at_ms=_ms(now + DEMAND_WINDOW_S * 2),
+            )
+        return [await self._answer(d, o, c, now) for d, o, c in checked]
+
+    async def _answer(
+        self,
+        demand: Signed[Demand],
+        obligation: Signed[Obligation],
+        commitment: Signed[Commitment],
+        now: float,
+    ) -> Answer:
+        d = demand.statement
+        mode = self.fault.mode
+        now_ms = _ms(now)
+        if mode is FaultMode.REFUSE:
+            receipt = self._sign_refusal(demand, obligation, commitment, now_ms)
+            self.bump(st.CounterName.REFUSALS)
+            return Answer(receipt.to_bytes(), await self._commitment_bytes(commitment))
+        equivocal = self._equivocal.get(commitment.digest) if mode is FaultMode.EQUIVOCATE else None
+        if equivocal is not None:
+            alt_receipt = answer_demand(
+                self.identity,
+                demand,
+                obligation=obligation,
+                commitment=equivocal.commitment,
+                hops=equivocal.leaves,
+                now=now_ms,
+            )
+            self.bump(st.CounterName.SERVES)
+            return Answer(
+                alt_receipt.to_bytes(),
+                equivocal.commitment.to_bytes(),
+                self._select(equivocal.leaves, d.leaves),
+            )
+        resolution = await self.store.resolve(
+            commitment.digest, now_ms=now_ms, leaf_indices=d.leaves
+        )
+        leaves = resolution.leaves if resolution else None
+        if mode is FaultMode.TAMPER and leaves is not None:
+            receipt, served = self._sign_tampered(demand, obligation, commitment, leaves, now_ms)
+            self.bump(st.CounterName.SERVES)
+            return Answer(receipt.to_bytes(), await self._commitment_bytes(commitment), served)
+        signed = answer_demand(
+            self.identity,
+            demand,
+            obligation=obligation,
+            commitment=commitment,
+            hops=leaves,
+            now=now_ms,
+        )
+        served_hops: tuple[bytes, ...] = ()
+        if signed.statement.status is ReceiptStatus.SERVED and leaves is not None:
+            served_hops = self._select(leaves, d.leaves)
+            self.bump(st.CounterName.SERVES)
+        else:
+            self.bump(st.CounterName.REFUSALS)
+            log.info(
+                "demand_not_served",
+                commitment=commitment.digest[:16],
+                status=str(signed.statement.status),
+                resolution=str(resolution.status),
+                reason=resolution.reason,
+            )
+        return Answer(signed.to_bytes(), await self._commitment_bytes(commitment), served_hops)
+
+    async def _commitment_bytes(self, commitment: Signed[Commitment]) -> bytes:
+        fold = await self.store.commitment(commitment.digest)
+        return fold.envelope if fold is not None else commitment.to_bytes()
+
+    @staticmethod
+    def _select(leaves: Sequence[bytes], wanted: Sequence[int] | None) -> tuple[bytes, ...]:
+        return tuple(leaves) if wanted is None else tuple(leaves[i] for i in wanted)
+
+    def _sign_refusal(
+        self,
+        demand: Signed[Demand],
+        obligation: Signed[Obligation],
+        commitment: Signed[Commitment],
+        now_ms: int,
+    ) -> Signed[Receipt]:
+        # Refuse fault: a signed refusal before serve_until (a `refused` proof).
+        return sign_statement(
+            self.identity,
+            Receipt(
+                origin=self.node_id,
+                obligation=obligation.digest,
+                commitment=commitment.digest,
+                demand=demand.digest,
+                nonce=demand.statement.nonce,
+                status=ReceiptStatus.REFUSED,
+                reason=RefusalReason.OTHER,
+                tree_size=commitment.statement.leaf_count,
+                issued_at=now_ms,
+            ),
+        )
+
+    def _sign_tampered(
+        self,
+        demand: Signed[Demand],
+        obligation: Signed[Obligation],
+        commitment: Signed[Commitment],
+        leaves: Sequence[bytes],
+        now_ms: int,
+    ) -> tuple[Signed[Receipt], tuple[bytes, ...]]:
+        # Tamper fault: altered hop bytes, and a receipt signing their hashes —
+        # so the holder holds signed hashes that miss the committed root.
+        altered = [tamper_bytes(leaf) for leaf in leaves]
+        tree = MerkleTree([leaf_hash(h) for h in altered])
+        wanted = demand.statement.leaves
+        indices = range(tree.size) if wanted is None else wanted
+        receipt = Receipt(
+            origin=self.node_id,
+            obligation=obligation.digest,
+            commitment=commitment.digest,
+            demand=demand.digest,
+            nonce=demand.statement.nonce,
+            status=ReceiptStatus.SERVED,
+            tree_size=commitment.statement.leaf_count,
+            leaves=wanted,
+            leaf_hashes=tuple(tree.leaf_hash(i) for i in indices),
+            proofs=() if wanted is None else tuple(tree.proof(i) for i in wanted),
+            issued_at=now_ms,
+        )
+        return sign_statement(self.identity, receipt), self._select(altered, wanted)
+
+    async def answer_demand_stream(
+        self, demand: bytes, *, deadline: float | None = None, max_chunk_bytes: int = 0
+    ) -> AsyncIterator[Answer]:
+        """One demand, answered as chunks: the first carries receipt + commitment."""
+        (answer,) = await self.answer_demands([demand], deadline=deadline)
+        limit = max_chunk_bytes or min(_DEFAULT_CHUNK_BYTES, self.config.max_message_bytes // 2)
+        chunk: list[bytes] = []
+        size = 0
+        first = True
+        for hop in answer.hops:
+            if chunk and size + len(hop) > limit:
+                yield Answer(
+                    answer.receipt if first else b"",
+                    answer.commitment if first else b"",
+                    tuple(chunk),
+                )
+                first, chunk, size = False, [], 0
+            chunk.append(hop)
+            size += len(hop)
+        yield Answer(
+            answer.receipt if first else b"", answer.commitment if first else b"", tuple(chunk)
+        )
+
+    # ----------------------------------------------------------------- deliver, hold, forward
+
+    async def deliver(self, delivery: Delivery) -> bytes:
+        """Verify and hold a delivered value; return our signed delivery receipt."""
+        _check_value_ref(delivery.value_ref)
+        if len(delivery.commitments) != len(delivery.obligations):
+            raise MalformedRequest(
+                f"deliver {delivery.value_ref}: {len(delivery.commitments)} commitments but"
+                f" {len(delivery.obligations)} obligations"
+            )
+        if len(delivery.commitments) > MAX_COMMITMENTS_PER_VALUE:
+            raise RequestTooLarge(
+                f"deliver {delivery.value_ref}: {len(delivery.commitments)} commitments exceeds"
+                f" {MAX_COMMITMENTS_PER_VALUE}"
+            )
+        if delivery.sender and (
+            len(delivery.sender) != 64 or set(delivery.sender) - set("0123456789abcdef")
+        ):
+            raise MalformedRequest(f"deliver: sender {delivery.sender!r:.80} is not a node id")
+        now = self.clock()
+        pairs = [
+            verify_delivery(
+                self.open_cached(c, Commitment),
+                self.open_cached(o, Obligation),
+                now=_ms(now),
+                holder=self.node_id,
+            )
+            for c, o in zip(delivery.commitments, delivery.obligations, strict=True)
+        ]
+        # Verified: keep the statements verbatim (the bytes received, not re-encoded).
+        for (commitment, obligation), c_bytes, o_bytes in zip(
+            pairs, delivery.commitments, delivery.obligations, strict=True
+        ):
+            c = commitment.statement
+            await self.store.put_commitment(
+                digest=commitment.digest,
+                origin=c.origin,
+                epoch=c.epoch,
+                value_ref=c.value_ref,
+                fold_seq=c.fold_seq,
+                leaf_count=c.leaf_count,
+                root=c.root,
+                envelope=c_bytes,
+                now_ms=_ms(now),
+            )
+            await self.store.put_obligation(
+                digest=obligation.digest,
+                commitment_digest=commitment.digest,
+                serve_until_ms=obligation.statement.serve_until,
+                envelope=o_bytes,
+                local=obligation.statement.origin == self.node_id,
+                now_ms=_ms(now),
+            )
+        sender = delivery.sender or (pairs[0][0].statement.origin if pairs else self.node_id)
+        self._held[delivery.value_ref] = HeldValue(
+            Delivery(
+                delivery.value_ref,
+                delivery.value,
+                delivery.commitments,
+                delivery.obligations,
+                sender,
+            ),
+            tuple(
+                HeldFold(c, o, c_bytes, o_bytes)
+                for (c, o), c_bytes, o_bytes in zip(
+                    pairs, delivery.commitments, delivery.obligations, strict=True
+                )
+            ),
+            now,
+        )
+        receipt = sign_statement(
+            self.identity,
+            DeliveryReceipt(
+                holder=self.node_id,
+                sender=sender,
+                value_digest=hashlib.sha256(delivery.value).hexdigest(),
+                commitments=tuple(c.digest for c, _ in pairs),
+                obligations=tuple(o.digest for _, o in pairs),
+                received_at=_ms(now),
+            ),
+        )
+        log.info(
+            "value_delivered",
+            value_ref=delivery.value_ref,
+            commitments=len(pairs),
+            sender=sender[:16],
+        )
+        return receipt.to_bytes()
+
+    def held(self, value_ref: str) -> HeldValue:
+        value = self._held.get(value_ref)
+        if value is None:
+            raise UnknownValue(f"no held value {value_ref!r:.80} on node {self.config.name}")
+        return value
+
+    async def forward(self, value_ref: str, peer: str, *, deadline: float | None = None) -> bytes:
+        """Deliver a held value unchanged to a peer; return its verified delivery receipt."""
+        held = self.held(value_ref)
+        address = self.config.peer(peer) if ":" not in peer else peer
+        timeout = self._timeout(deadline, self.config.deadline_ms / 1000.0)
+        outgoing = Delivery(
+            held.delivery.value_ref,
+            held.delivery.value,
+            held.delivery.commitments,
+            held.delivery.obligations,
+            self.node_id,
+        )
+        data = await self.transport.deliver(address, outgoing, timeout)
+        receipt = open_statement(data, DeliveryReceipt)
+        r = receipt.statement
+        expected = tuple(f.commitment.digest for f in held.folds)
+        if r.value_digest != hashlib.sha256(held.delivery.value).hexdigest() or (
+            r.commitments != expected
+        ):
+            raise EncodingError(
+                f"forward {value_ref}: peer {peer} acknowledged another value or commitments"
+            )
+        return data
+
+    def _timeout(self, deadline: float | None, default: float) -> float:
+        if deadline is None:
+            return default
+        return max(0.0, deadline - time.monotonic())
+
+    # ----------------------------------------------------------------- holder side
+
+    @property
+    def holder(self) -> Holder:
+        if self._holder is None:
+            self._holder = Holder(
+                self.identity,
+                self.transport,
+                evidence_dir=self.config.evidence_path,
+                clock=self.clock,
+                reasks=self.config.reasks,
+                resolve_address=self._resolve_peer,
+                on_evidence=self._record_evidence,
+            )
+        return self._holder
+
+    def _resolve_peer(self, name_or_address: str) -> str:
+        return self.config.peer(name_or_address)
+
+    async def _record_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
+        await self.store.add_evidence(
+            digest=hashlib.sha256(body).hexdigest(),
+            kind=kind,
+            accused=accused,
+            body=body,
+            now_ms=self.now_ms(),
+            file_path=path,
+        )
+
+    async def rehydrate(
+        self, value_ref: str, witnesses: Sequence[str] = (), *, deadline: float | None = None
+    ) -> RehydrationReport:
+        """Demand the folded hops of a held value from its origins (nodes.client.Holder)."""
+        held = self.held(value_ref)
+        if not witnesses:
+            witnesses = tuple(p.name for p in self.config.peers)
+        report: RehydrationReport = await self.holder.rehydrate(
+            value_ref, held.folds, witnesses=witnesses, deadline=deadline
+        )
+        return report
+
+    async def challenge(
+        self,
+        *,
+        commitment: bytes,
+        obligation: bytes,
+        demand: bytes,
+        origin_address: str,
+        deadline: float | None = None,
+    ) -> ChallengeResult:
+        """Witness: re-issue a demand of our own to the origin; sign what happened."""
+        if len(demand) > self.config.max_message_bytes:
+            raise RequestTooLarge("challenge: demand too large")
+        result: ChallengeResult = await self.holder.witness(
+            commitment, obligation, demand, origin_address, deadline=deadline
+        )
+        return result
+
+    # ----------------------------------------------------------------- attest, evidence
+
+    async def submit_attestation(self, data: bytes) -> str:
+        attestation = open_statement(data, Attestation)
+        a = attestation.statement
+        now_ms = self.now_ms()
+        if now_ms >= a.expires_at:
+            raise Expired(
+                f"attestation {attestation.digest[:12]}… expired at {a.expires_at} ms"
+                f" (now {now_ms} ms)"
+            )
+        await self.store.add_attestation(
+            digest=attestation.digest,
+            value_digest=a.value_digest,
+            attester=a.attester,
+            expires_at_ms=a.expires_at,
+            envelope=data,
+            now_ms=now_ms,
+        )
+        return attestation.digest
+
+    async def list_attestations(self, value_digest: str) -> tuple[bytes, ...]:
+        return await self.store.attestations_for(value_digest, now_ms=self.now_ms())
+
+    async def report_evidence(self, data: bytes) -> tuple[str, str, str]:
+        """Accept evidence only if it verifies with the accused origin's own key."""
+        kind, accused = verify_evidence_file(data, now_ms=self.now_ms())
+        digest = hashlib.sha256(data).hexdigest()
+        await self.store.add_evidence(
+            digest=digest, kind=kind, accused=accused, body=data, now_ms=self.now_ms()
+        )
+        return kind, accused, digest
+
+
+# =========================================================================== gRPC servicers
+
+
+def _deadline(context: Any) -> float | None:
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + float(remaining)
+
+
+class _HopLog(hoplog_pb2_grpc.HopLogServicer):
+    def __init__(self, core: NodeCore) -> None:
+        self.core = core
+
+    async def Append(self, request: Any, context: Any) -> Any:
+        epoch, seqs = await self.core.append(list(request.hops), list(request.seqs))
+        return hoplog_pb2.AppendResponse(epoch=epoch, seqs=list(seqs))
+
+    async def CommitFold(self, request: Any, context: Any) -> Any:
+        fold = await self.core.commit_fold(
+            request.value_ref,
+            list(request.seqs),
+            serve_for_ms=request.serve_for_ms,
+            deadline_ms=request.deadline_ms,
+            value=bytes(request.value),
+        )
+        return hoplog_pb2.CommitFoldResponse(
+            commitment=fold.commitment,
+            obligation=fold.obligation,
+            provenance_pending=fold.provenance_pending,
+        )
+
+
+class _Serve(serve_pb2_grpc.ServeServicer):
+    def __init__(self, core: NodeCore) -> None:
+        self.core = core
+
+    async def Demand(self, request: Any, context: Any) -> Any:
+        answers = await self.core.answer_demands(list(request.demands), deadline=_deadline(context))
+        return serve_pb2.DemandResponse(
+            answers=[
+                common_pb2.Answer(receipt=a.receipt, commitment=a.commitment, hops=list(a.hops))
+                for a in answers
+            ]
+        )
+
+    async def DemandStream(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        chunks = self.core.answer_demand_stream(
+            bytes(request.demand),
+            deadline=_deadline(context),
+            max_chunk_bytes=int(request.max_chunk_bytes),
+        )
+        index = 0
+        pending: Answer | None = None
+        async for chunk in chunks:
+            if pending is not None:
+                yield serve_pb2.ReceiptChunk(
+                    index=index,
+                    receipt=pending.receipt,
+                    commitment=pending.commitment,
+                    hops=list(pending.hops),
+                    last=False,
+                )
+                index += 1
+            pending = chunk
+        if pending is not None:
+            yield serve_pb2.ReceiptChunk(
+                index=index,
+                receipt=pending.receipt,
+                commitment=pending.commitment,
+                hops=list(pending.hops),
+                last=True,
+            )
+
+
+class _Deliver(deliver_pb2_grpc.DeliverServicer):
+    def __init__(self, core: NodeCore) -> None:
+        self.core = core
+
+    async def Deliver(self, request: Any, context: Any) -> Any:
+        if not request.HasField("value"):
+            raise MalformedRequest("deliver: no value given")
+        receipt = await self.core.deliver(Delivery.from_pb(request.value, request.sender))
+        return deliver_pb2.DeliverResponse(delivery_receipt=receipt)
+
+    async def Rehydrate(self, request: Any, context: Any) -> Any:
+        report = await self.core.rehydrate(
+            request.value_ref, list(request.witnesses), deadline=_deadline(context)
+        )
+        return report.to_pb()
+
+    async def Forward(self, request: Any, context: Any) -> Any:
+        receipt = await self.core.forward(
+            request.value_ref, request.peer, deadline=_deadline(context)
+        )
+        return deliver_pb2.ForwardResponse(delivery_receipt=receipt)
+
+
+class _Attest(attest_pb2_grpc.AttestServicer):
+    def __init__(self, core: NodeCore) -> None:
+        self.core = core
+
+    async def Submit(self, request: Any, context: Any) -> Any:
+        digest = await self.core.submit_attestation(bytes(request.attestation))
+        return attest_pb2.SubmitAttestationResponse(digest=digest)
+
+    async def List(self, request: Any, context: Any) -> Any:
+        found = await self.core.list_attestations(request.value_digest)
+        return attest_pb2.ListAttestationsResponse(attestations=list(found))
+
+
+class _Evidence(evidence_pb2_grpc.EvidenceServicer):
+    def __init__(self, core: NodeCore) -> None:
+        self.core = core
+
+    async def Report(self, request: Any, context: Any) -> Any:
+        kind, accused, digest = await self.core.report_evidence(bytes(request.evidence))
+        return evidence_pb2.ReportResponse(kind=kind, accused=accused, digest=digest)
+
+    async def Challenge(self, request: Any, context: Any) -> Any:
+        result = await self.core.challenge(
+            commitment=bytes(request.commitment),
+            obligation=bytes(request.obligation),
+            demand=bytes(request.demand),
+            origin_address=request.origin_address,
+            deadline=_deadline(context),
+        )
+        return evidence_pb2.ChallengeResponse(
+            witness_report=result.witness_report,
+            answered=result.answered,
+            witness_demand=result.witness_demand,
+            receipt=result.receipt,
+        )
+
+
+class _Node(node_pb2_grpc.NodeServicer):
+    def __init__(self, core: NodeCore) -> None:
+        self.core = core
+
+    async def Info(self, request: Any, context: Any) -> Any:
+        return node_pb2.InfoResponse(**self.core.info())
+
+    async def Stats(self, request: Any, context: Any) -> Any:
+        return node_pb2.StatsResponse(counters=await self.core.stats())
+
+
+def servicers(core: NodeCore) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """(HopLog, Serve, Deliver, Attest, Evidence, Node) servicers over one core."""
+    return _HopLog(core), _Serve(core), _Deliver(core), _Attest(core), _Evidence(core), _Node(core)
+
