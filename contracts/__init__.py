@@ -19,7 +19,8 @@ Module map (main entry points)::
     signed      Signed[S] (envelope + statement, digest), sign_statement,
                 open_statement (parse + verify), open_any
     serve       origin: build_commitment, build_obligation, verify_demand,
-                answer_demand, NonceRegistry; holder: verify_delivery,
+                answer_demand, NonceRegistry,
+                eviction_blockers (S5); holder: verify_delivery,
                 build_demand, verify_served / check_served,
                 build_delivery_receipt; witness: build_witness_report
     evidence    Evidence (standalone file), verify_evidence / check_evidence,
@@ -146,6 +147,7 @@ from contracts.serve import (
     build_obligation,
     build_witness_report,
     check_served,
+    eviction_blockers,
     new_nonce,
     verify_delivery,
     verify_demand,
@@ -253,6 +255,7 @@ __all__ = [
     "check_evidence",
     "check_served",
     "equivocation_evidence",
+    "eviction_blockers",
     "format_ms",
     "hop_bytes",
     "inclusion_proof",

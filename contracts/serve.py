@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,7 @@ __all__ = [
     "build_obligation",
     "build_witness_report",
     "check_served",
+    "eviction_blockers",
     "new_nonce",
     "verify_delivery",
     "verify_demand",
@@ -268,6 +269,22 @@ def answer_demand(
         issued_at=now,
     )
     return sign_statement(identity, receipt)
+
+
+def eviction_blockers(
+    obligations: Iterable[Signed[Obligation]], *, commitment: str, now: int
+) -> tuple[Signed[Obligation], ...]:
+    """S5: the unexpired obligations that forbid evicting a commitment's hops.
+
+    A reaper calls this with the obligation table as a precondition of every
+    eviction and evicts only when it returns nothing (seed 000: eviction reads
+    the pointer table first, never as an afterthought).
+    """
+    return tuple(
+        o
+        for o in obligations
+        if o.statement.commitment == commitment and now < o.statement.serve_until
+    )
 
 
 # ---------------------------------------------------------------- holder side

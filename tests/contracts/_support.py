@@ -1,0 +1,136 @@
+"""Fixed keys, a fixed clock and a small world of signed statements for tests.
+
+Keys come from fixed 32-byte seeds, so every signature (Ed25519 is
+deterministic) and every digest is reproducible: the golden vectors rely on
+it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from contracts import (
+    Commitment,
+    Demand,
+    Identity,
+    Obligation,
+    Receipt,
+    Signed,
+    build_commitment,
+    build_demand,
+    build_obligation,
+    hop_bytes,
+    sign_statement,
+)
+from contracts.merkle import leaf_hash
+
+__all__ = [
+    "DAY",
+    "EPOCH",
+    "HOUR",
+    "NOW",
+    "World",
+    "fixed_identity",
+    "make_hops",
+    "make_world",
+    "resign_receipt",
+]
+
+#: Fixed clock: 2026-11-29T10:00:00Z in ms since the Unix epoch.
+NOW = 1_795_946_400_000
+HOUR = 3_600_000
+DAY = 24 * HOUR
+EPOCH = "run-1"
+
+
+def fixed_identity(name: str) -> Identity:
+    """Deterministic test key: seed = SHA-256("provnet test key " + name)."""
+    return Identity.from_seed(hashlib.sha256(f"provnet test key {name}".encode()).digest())
+
+
+def make_hops(origin: str, n: int, *, epoch: str = EPOCH, start: int = 1) -> list[bytes]:
+    """``n`` canonical hops shaped like the experiment's lineage records."""
+    out = []
+    for step in range(start, start + n):
+        fields = {
+            "hop_id": f"h{step:06d}",
+            "step": step,
+            "op": ("SOURCE_FETCH", "CACHE_READ", "LLM_TRANSFORM", "TOOL_CALL")[step % 4],
+            "axis_deltas": {"freshness": 0.7} if step % 3 == 0 else {},
+            "taints_added": [f"taint:stale_cache:{step}"] if step % 3 == 0 else [],
+            "parent_hop_ids": [] if step == start else [f"h{step - 1:06d}"],
+        }
+        out.append(hop_bytes(fields, origin, epoch))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    origin: Identity
+    holder: Identity
+    witness: Identity
+    witness2: Identity
+    attester: Identity
+    stranger: Identity
+    hops: tuple[bytes, ...]
+    commitment: Signed[Commitment]
+    obligation: Signed[Obligation]
+    demand: Signed[Demand]
+
+
+def make_world(
+    n_hops: int = 8,
+    *,
+    serve_until: int = NOW + DAY,
+    deadline_ms: int = 2_000,
+    holder_bound: bool = False,
+    provenance_pending: bool = False,
+    leaves: Sequence[int] | None = None,
+) -> World:
+    origin = fixed_identity("origin")
+    holder = fixed_identity("holder")
+    hops = tuple(make_hops(origin.node_id, n_hops))
+    c = build_commitment(
+        origin,
+        epoch=EPOCH,
+        value_ref="value:42",
+        fold_seq=3,
+        hops=hops,
+        issued_at=NOW,
+        provenance_pending=provenance_pending,
+    )
+    o = build_obligation(
+        origin,
+        c,
+        serve_until=serve_until,
+        deadline_ms=deadline_ms,
+        endpoints=["127.0.0.1:50051"],
+        issued_at=NOW,
+        holder=holder.node_id if holder_bound else None,
+    )
+    d = build_demand(holder, o, now=NOW + 1_000, leaves=leaves, nonce="a1" * 16)
+    return World(
+        origin=origin,
+        holder=holder,
+        witness=fixed_identity("witness"),
+        witness2=fixed_identity("witness2"),
+        attester=fixed_identity("attester"),
+        stranger=fixed_identity("stranger"),
+        hops=hops,
+        commitment=c,
+        obligation=o,
+        demand=d,
+    )
+
+
+def resign_receipt(
+    signer: Identity, receipt: Signed[Receipt], served: Sequence[bytes]
+) -> Signed[Receipt]:
+    """The receipt an origin would sign had it served ``served`` instead."""
+    statement = dataclasses.replace(
+        receipt.statement, leaf_hashes=tuple(leaf_hash(h) for h in served)
+    )
+    return sign_statement(signer, statement)
