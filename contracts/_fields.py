@@ -53,12 +53,12 @@ def is_digest(value: object) -> bool:
 
 
 def check_fields(obj: dict[str, Any], kind: str, allowed: frozenset[str]) -> None:
-    unknown = obj.keys() - allowed
-    if unknown:
-        raise EncodingError(f"{kind}: unknown fields {sorted(unknown)[:5]}")
     got = obj.get("type")
     if got != kind:
         raise EncodingError(f"{kind}: field 'type' is {got!r:.60}, expected {kind!r}")
+    unknown = obj.keys() - allowed
+    if unknown:
+        raise EncodingError(f"{kind}: unknown fields {sorted(unknown)[:5]}")
 
 
 def _missing(kind: str, key: str) -> EncodingError:

@@ -1,0 +1,163 @@
+"""DSSE envelopes (interoperability, exact bytes) and key files (0600)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from securesystemslib.dsse import Envelope as SslibEnvelope
+from securesystemslib.exceptions import VerificationError as SslibVerificationError
+from securesystemslib.signer._crypto_signer import CryptoSigner
+from securesystemslib.signer._key import SSlibKey
+
+from contracts import (
+    BadSignature,
+    Commitment,
+    EncodingError,
+    Envelope,
+    Identity,
+    KeyFileError,
+    PublicKey,
+    load_identity,
+    open_any,
+    open_statement,
+    pae,
+    rotate_identity,
+    save_identity,
+    sign_envelope,
+)
+from tests.contracts._support import fixed_identity, make_world
+
+
+def test_pae_matches_the_dsse_specification_example() -> None:
+    # DSSE v1 protocol.md: PAE("http://example.com/HelloWorld", "hello world")
+    assert pae("http://example.com/HelloWorld", b"hello world") == (
+        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
+
+
+def _sslib_key(identity: Identity) -> SSlibKey:
+    return SSlibKey.from_crypto(
+        PublicKey.from_node_id(identity.node_id)._key, keyid=identity.node_id
+    )
+
+
+def test_our_envelopes_verify_with_the_securesystemslib_dsse_verifier() -> None:
+    w = make_world()
+    theirs = SslibEnvelope.from_dict(json.loads(w.commitment.to_bytes()))
+    accepted = theirs.verify([_sslib_key(w.origin)], 1)
+    assert list(accepted) == [w.origin.node_id]
+    with pytest.raises(SslibVerificationError):
+        SslibEnvelope.from_dict(json.loads(w.commitment.to_bytes())).verify(
+            [_sslib_key(w.holder)], 1
+        )
+
+
+def test_envelopes_signed_by_securesystemslib_verify_here() -> None:
+    w = make_world()
+    private = Ed25519PrivateKey.from_private_bytes(os.urandom(32))
+    signer = CryptoSigner(private)
+    theirs = SslibEnvelope(w.commitment.envelope.payload, w.commitment.envelope.payload_type, {})
+    theirs.sign(signer)
+    ours = Envelope.from_json(theirs.to_dict())
+    key = PublicKey.from_raw(bytes.fromhex(signer.public_key.keyval["public"]))
+    assert ours.payload == w.commitment.envelope.payload
+    with pytest.raises(BadSignature, match="no signature by"):
+        ours.verify(key)  # sslib's keyid is not our node id …
+    relabelled = Envelope(
+        ours.payload,
+        ours.payload_type,
+        tuple(type(s)(keyid=key.node_id, sig=s.sig) for s in ours.signatures),
+    )
+    relabelled.verify(key)  # … but the signature over the PAE is the same scheme
+
+
+def test_signature_covers_the_exact_payload_bytes_received() -> None:
+    w = make_world()
+    env = w.commitment.envelope
+    # Same JSON meaning, different bytes (a space): the signature must fail.
+    spaced = env.payload.replace(b'"epoch":', b'"epoch": ')
+    assert json.loads(spaced) == json.loads(env.payload)
+    altered = Envelope(spaced, env.payload_type, env.signatures)
+    with pytest.raises(BadSignature):
+        open_statement(altered, Commitment)
+    assert altered.digest != env.digest
+
+
+def test_wrong_payload_type_is_rejected_before_parsing_the_payload() -> None:
+    w = make_world()
+    env = w.obligation.envelope
+    relabelled = sign_envelope(w.origin, "application/vnd.provnet.commitment+json", env.payload)
+    with pytest.raises(EncodingError, match="field 'type' is 'obligation'"):
+        open_statement(relabelled, Commitment)
+    with pytest.raises(EncodingError, match=r"where 'application/vnd\.provnet\.commitment"):
+        open_statement(env, Commitment)
+    with pytest.raises(EncodingError, match="unknown payload type"):
+        open_any(sign_envelope(w.origin, "text/plain", b"{}").to_bytes())
+
+
+def test_envelope_round_trips_and_digest_is_sha256_of_canonical_statement() -> None:
+    w = make_world()
+    data = w.demand.to_bytes()
+    again = Envelope.from_bytes(data)
+    assert again.to_bytes() == data
+    import hashlib
+
+    from contracts import canonical_bytes
+
+    assert (
+        w.demand.digest == hashlib.sha256(canonical_bytes(w.demand.statement.to_json())).hexdigest()
+    )
+    assert json.loads(data)["signatures"][0]["keyid"] == w.holder.node_id
+    assert base64.b64decode(json.loads(data)["payload"]) == again.payload
+
+
+def test_node_id_is_the_raw_public_key_hex() -> None:
+    ident = fixed_identity("origin")
+    assert len(ident.node_id) == 64
+    assert PublicKey.from_node_id(ident.node_id).raw == bytes.fromhex(ident.node_id)
+    with pytest.raises(EncodingError):
+        PublicKey.from_node_id(ident.node_id.upper())
+
+
+def test_key_file_is_written_0600_and_loads_back(tmp_path: Path) -> None:
+    ident = Identity.generate()
+    path = save_identity(ident, tmp_path / "node.key")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_identity(path).node_id == ident.node_id
+    with pytest.raises(FileExistsError):
+        save_identity(Identity.generate(), path)
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660, 0o644, 0o620])
+def test_key_file_readable_or_writable_by_others_is_refused(tmp_path: Path, mode: int) -> None:
+    path = save_identity(Identity.generate(), tmp_path / "node.key")
+    path.chmod(mode)
+    with pytest.raises(KeyFileError, match=f"mode {mode:04o}"):
+        load_identity(path)
+
+
+def test_key_file_that_is_not_an_ed25519_pem_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "node.key"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b"-----BEGIN PRIVATE KEY-----\nnonsense\n-----END PRIVATE KEY-----\n")
+    os.close(fd)
+    with pytest.raises(KeyFileError, match="not an unencrypted PKCS#8"):
+        load_identity(path)
+    with pytest.raises(KeyFileError, match="cannot open"):
+        load_identity(tmp_path / "missing.key")
+
+
+def test_rotation_keeps_the_old_key_so_its_statements_stay_attributable(tmp_path: Path) -> None:
+    path = save_identity(Identity.generate(), tmp_path / "node.key")
+    old = load_identity(path)
+    new, retired = rotate_identity(path)
+    assert new.node_id != old.node_id
+    assert load_identity(path).node_id == new.node_id
+    assert load_identity(retired).node_id == old.node_id
+    assert stat.S_IMODE(retired.stat().st_mode) == 0o600
