@@ -1,0 +1,147 @@
+"""Golden vectors (byte for byte) and the ``provnet keys|evidence`` commands."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from contracts import (
+    Envelope,
+    Evidence,
+    EvidenceKind,
+    EvidenceStatus,
+    merkle_root,
+    open_any,
+    verify_evidence,
+)
+from harness.cli import main as provnet_main
+from tests.contracts._support import DAY, NOW
+from tests.contracts.vectors_gen import VECTOR_DIR, build_vectors
+
+ENVELOPE_VECTORS = {
+    "commitment.json": "origin",
+    "obligation.json": "origin",
+    "demand.json": "holder",
+    "demand-partial.json": "holder",
+    "demand-witness.json": "witness",
+    "receipt-served.json": "origin",
+    "receipt-partial.json": "origin",
+    "receipt-expired.json": "origin",
+    "receipt-refused.json": "origin",
+    "receipt-pending.json": "origin",
+    "delivery-receipt.json": "holder",
+    "witness-report.json": "witness",
+    "attestation.json": "attester",
+}
+EVIDENCE_VECTORS = {
+    "evidence-bad_data.json": (EvidenceKind.BAD_DATA, EvidenceStatus.PROVEN),
+    "evidence-refused.json": (EvidenceKind.REFUSED, EvidenceStatus.PROVEN),
+    "evidence-equivocation.json": (EvidenceKind.EQUIVOCATION, EvidenceStatus.PROVEN),
+    "evidence-unanswered.json": (EvidenceKind.UNANSWERED, EvidenceStatus.WITNESS_CONFIRMED),
+    "evidence-unanswered-cleared.json": (EvidenceKind.UNANSWERED, EvidenceStatus.CLEARED),
+}
+
+
+def _keys() -> dict[str, str]:
+    data = json.loads((VECTOR_DIR / "keys.json").read_bytes())
+    node_ids: dict[str, str] = data["node_ids"]
+    return node_ids
+
+
+def test_golden_vectors_regenerate_byte_for_byte() -> None:
+    built = build_vectors()
+    on_disk = {p.name: p.read_bytes() for p in VECTOR_DIR.glob("*.json")}
+    assert sorted(built) == sorted(on_disk)
+    for name, data in built.items():
+        assert on_disk[name] == data, f"{name} differs; regenerate on purpose with vectors_gen"
+
+
+@pytest.mark.parametrize(("name", "signer"), sorted(ENVELOPE_VECTORS.items()))
+def test_every_statement_vector_verifies_with_its_fixed_key(name: str, signer: str) -> None:
+    data = (VECTOR_DIR / name).read_bytes().rstrip(b"\n")
+    signed = open_any(data)
+    assert signed.signer == _keys()[signer]
+    assert Envelope.from_bytes(data).to_bytes() == data
+
+
+def test_hop_vector_root_is_the_committed_root() -> None:
+    hops = json.loads((VECTOR_DIR / "hops.json").read_bytes())
+    leaves = [base64.b64decode(h) for h in hops["hops_b64"]]
+    commitment = open_any((VECTOR_DIR / "commitment.json").read_bytes().rstrip(b"\n"))
+    assert merkle_root(leaves).hex() == hops["root"]
+    assert commitment.statement.to_json()["root"] == hops["root"]
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(EVIDENCE_VECTORS.items()))
+def test_every_evidence_vector_verifies_standalone(
+    name: str, expected: tuple[EvidenceKind, EvidenceStatus]
+) -> None:
+    evidence = Evidence.from_bytes((VECTOR_DIR / name).read_bytes())
+    verdict = verify_evidence(evidence, now=NOW + DAY)
+    assert (verdict.kind, verdict.status) == expected
+    assert verdict.accused == _keys()["origin"]
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_cli_evidence_verify_exits_0_for_valid_evidence() -> None:
+    code, out, err = run_cli(
+        "evidence", "verify", str(VECTOR_DIR / "evidence-bad_data.json"), "--json"
+    )
+    assert code == 0, err
+    verdict = json.loads(out)
+    assert (verdict["valid"], verdict["kind"], verdict["status"]) == (True, "bad_data", "proven")
+
+
+def test_cli_evidence_verify_exits_1_with_the_reason_for_invalid_evidence(tmp_path: Path) -> None:
+    evidence = json.loads((VECTOR_DIR / "evidence-refused.json").read_bytes())
+    # Swap in another key as the accused: nothing verifies with its key.
+    evidence["accused"] = _keys()["stranger"]
+    path = tmp_path / "framed.json"
+    path.write_text(json.dumps(evidence))
+    assert provnet_main(["evidence", "verify", str(path), "--now", str(NOW)]) == 1
+    code, out, _ = run_cli("evidence", "verify", str(path))
+    assert code == 1
+    assert out.startswith("INVALID refused against ")
+    assert "signed by" in out
+
+
+def test_cli_evidence_verify_exits_2_for_unreadable_input(tmp_path: Path) -> None:
+    code, _, err = run_cli("evidence", "verify", str(tmp_path / "missing.json"))
+    assert code == 2
+    assert err.startswith("provnet: error:")
+    garbage = tmp_path / "garbage.json"
+    garbage.write_bytes(b"[" * 10_000)
+    code, _, err = run_cli("evidence", "verify", str(garbage))
+    assert code == 2
+    assert "nested deeper" in err
+    assert "Traceback" not in err
+
+
+def test_cli_keys_new_and_show_round_trip_and_refuse_open_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "node.key"
+    code, out, err = run_cli("keys", "new", str(path))
+    assert code == 0, err
+    node_id = out.split()[1]
+    assert (path.stat().st_mode & 0o777) == 0o600
+    code, out, _ = run_cli("keys", "show", str(path), "--json")
+    assert (code, json.loads(out)["node_id"]) == (0, node_id)
+    assert run_cli("keys", "new", str(path))[0] == 2
+    path.chmod(0o644)
+    code, _, err = run_cli("keys", "show", str(path))
+    assert code == 2
+    assert "mode 0644" in err

@@ -1,0 +1,266 @@
+"""Golden vectors: one file per statement kind, from fixed keys and a fixed clock.
+
+Regenerate on purpose (after a deliberate format change) with::
+
+    .venv/bin/python -m tests.contracts.vectors_gen --write
+
+``test_vectors.py`` rebuilds them in memory and compares byte for byte.
+Ed25519 signatures are deterministic (RFC 8032), so the same keys, clock
+and statements always give the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import sys
+from pathlib import Path
+
+from contracts import (
+    Axis,
+    Receipt,
+    ReceiptStatus,
+    RefusalReason,
+    TrustPolicy,
+    answer_demand,
+    attestation_hop_fields,
+    build_attestation,
+    build_commitment,
+    build_delivery_receipt,
+    build_demand,
+    build_witness_report,
+    canonical_bytes,
+    equivocation_evidence,
+    hop_bytes,
+    judge_answer,
+    sha256_hex,
+    sign_statement,
+    unanswered_evidence,
+)
+from contracts.evidence import Evidence, EvidenceKind
+from contracts.merkle import leaf_hash
+from tests.contracts._support import DAY, EPOCH, HOUR, NOW, fixed_identity, make_world
+
+__all__ = ["VECTOR_DIR", "build_vectors", "main"]
+
+VECTOR_DIR = Path(__file__).with_name("vectors")
+KEY_NAMES = ("origin", "holder", "witness", "witness2", "attester", "stranger")
+
+
+def build_vectors() -> dict[str, bytes]:
+    """File name → exact file content."""
+    w = make_world(n_hops=8, serve_until=NOW + DAY)
+    out: dict[str, bytes] = {}
+
+    def put(name: str, data: bytes) -> None:
+        out[name] = data + b"\n"
+
+    put(
+        "keys.json",
+        canonical_bytes(
+            {
+                "clock_ms": NOW,
+                "seed_rule": "sha256('provnet test key ' + name)",
+                "node_ids": {n: fixed_identity(n).node_id for n in KEY_NAMES},
+            }
+        ),
+    )
+    put(
+        "hops.json",
+        canonical_bytes(
+            {
+                "origin": w.origin.node_id,
+                "epoch": EPOCH,
+                "hops_b64": [base64.standard_b64encode(h).decode() for h in w.hops],
+                "root": w.commitment.statement.root,
+            }
+        ),
+    )
+    put("commitment.json", w.commitment.to_bytes())
+    put("obligation.json", w.obligation.to_bytes())
+    put("demand.json", w.demand.to_bytes())
+
+    served = answer_demand(
+        w.origin,
+        w.demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        hops=w.hops,
+        now=NOW + 2_000,
+    )
+    put("receipt-served.json", served.to_bytes())
+    partial_demand = build_demand(
+        w.holder, w.obligation, now=NOW + 1_000, leaves=[1, 6], nonce="b2" * 16
+    )
+    put("demand-partial.json", partial_demand.to_bytes())
+    partial = answer_demand(
+        w.origin,
+        partial_demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        hops=w.hops,
+        now=NOW + 2_000,
+    )
+    put("receipt-partial.json", partial.to_bytes())
+    expired = answer_demand(
+        w.origin,
+        w.demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        hops=w.hops,
+        now=NOW + DAY,
+    )
+    put("receipt-expired.json", expired.to_bytes())
+    refused = sign_statement(
+        w.origin,
+        Receipt(
+            origin=w.origin.node_id,
+            obligation=w.obligation.digest,
+            commitment=w.commitment.digest,
+            demand=w.demand.digest,
+            nonce=w.demand.statement.nonce,
+            status=ReceiptStatus.REFUSED,
+            reason=RefusalReason.OVERLOADED,
+            tree_size=len(w.hops),
+            issued_at=NOW + 2_000,
+        ),
+    )
+    put("receipt-refused.json", refused.to_bytes())
+    pending_world = make_world(n_hops=8, provenance_pending=True)
+    pending = answer_demand(
+        pending_world.origin,
+        pending_world.demand,
+        obligation=pending_world.obligation,
+        commitment=pending_world.commitment,
+        hops=None,
+        now=NOW + 2_000,
+    )
+    put("receipt-pending.json", pending.to_bytes())
+
+    value_digest = sha256_hex(b"provnet golden value")
+    put(
+        "delivery-receipt.json",
+        build_delivery_receipt(
+            w.holder,
+            sender=w.origin.node_id,
+            value_digest=value_digest,
+            commitments=[w.commitment],
+            obligations=[w.obligation],
+            received_at=NOW + 500,
+        ).to_bytes(),
+    )
+    witness_demand = build_demand(w.witness, w.obligation, now=NOW + 3_000, nonce="c3" * 16)
+    put("demand-witness.json", witness_demand.to_bytes())
+    silent = build_witness_report(w.witness, witness_demand, at=NOW + 9_000)
+    put("witness-report.json", silent.to_bytes())
+    attestation = build_attestation(
+        w.attester,
+        value_digest=value_digest,
+        axis=Axis.RECONSTRUCTION,
+        floor=1.0,
+        discharged=["taint:unverified_web:3"],
+        cites=[served.digest],
+        issued_at=NOW + 3_000,
+        expires_at=NOW + HOUR,
+    )
+    put("attestation.json", attestation.to_bytes())
+    put(
+        "attestation-hop.json",
+        hop_bytes(attestation_hop_fields(attestation, hop_id="a000001"), w.attester.node_id, EPOCH),
+    )
+    put(
+        "trust-policy.json",
+        TrustPolicy(
+            grants={w.attester.node_id: {Axis.RECONSTRUCTION: 1.0, Axis.VERIFICATION: 0.9}},
+            revocations={w.stranger.node_id: NOW},
+        ).to_bytes(),
+    )
+
+    # Evidence, one file per kind.
+    tampered = [h.replace(b'"step":2', b'"step":20') for h in w.hops]
+    lying = sign_statement(
+        w.origin,
+        dataclasses.replace(
+            served.statement,
+            leaf_hashes=tuple(leaf_hash(h) for h in tampered),
+        ),
+    )
+    bad = judge_answer(
+        lying,
+        tampered,
+        demand=w.demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        reported_at=NOW + 4_000,
+    )
+    if bad.evidence is None or bad.evidence.kind is not EvidenceKind.BAD_DATA:
+        raise RuntimeError(f"golden bad_data evidence not produced: {bad.reason}")
+    put("evidence-bad_data.json", bad.evidence.to_bytes())
+    ref = judge_answer(
+        refused,
+        [],
+        demand=w.demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        reported_at=NOW + 4_000,
+    )
+    if ref.evidence is None:
+        raise RuntimeError(f"golden refused evidence not produced: {ref.reason}")
+    put("evidence-refused.json", ref.evidence.to_bytes())
+    other = build_commitment(
+        w.origin,
+        epoch=EPOCH,
+        value_ref="value:42",
+        fold_seq=3,
+        hops=tampered,
+        issued_at=NOW + 5_000,
+    )
+    put(
+        "evidence-equivocation.json",
+        equivocation_evidence(w.commitment, other, reported_at=NOW + 6_000).to_bytes(),
+    )
+    unanswered: Evidence = unanswered_evidence(
+        w.demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        re_asks=3,
+        reported_at=NOW + 10_000,
+        witness_demands=[witness_demand],
+        witness_reports=[silent],
+    )
+    put("evidence-unanswered.json", unanswered.to_bytes())
+    cleared_by = answer_demand(
+        w.origin,
+        witness_demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        hops=w.hops,
+        now=NOW + 20_000,
+    )
+    put("evidence-unanswered-cleared.json", unanswered.with_answer(cleared_by).to_bytes())
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the committed vector files")
+    args = parser.parse_args(argv)
+    vectors = build_vectors()
+    if not args.write:
+        stale = [
+            n
+            for n, d in vectors.items()
+            if not (VECTOR_DIR / n).is_file() or (VECTOR_DIR / n).read_bytes() != d
+        ]
+        print("\n".join(stale) if stale else "vectors up to date")
+        return 1 if stale else 0
+    VECTOR_DIR.mkdir(exist_ok=True)
+    for name, data in sorted(vectors.items()):
+        (VECTOR_DIR / name).write_bytes(data)
+    print(f"wrote {len(vectors)} vector files to {VECTOR_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
