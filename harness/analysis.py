@@ -7,7 +7,7 @@ them. Rates pool counts (Σ events / Σ decisions), never average rates.
 
 Definitions (all on the main matrix, ``run_type == "main"``, unless noted):
 
-- flip rate = 1 − Σ n_agree / Σ n.
+- flip rate = 100 × (1 − Σ n_agree / Σ n), computed in that order.
 - Headline 1: Σ n_false_proceed / Σ n of ``structural_min`` on irreversible
   gates, blind, C = 25, med.
 - Headline 2 (death-spiral run): a gate's *death cycle* for an arm is the
@@ -337,8 +337,10 @@ def _pct(num: float, den: float) -> float:
 
 
 def _flip(df: Any) -> float:
+    # 100 × (1 − agree/n), the lab's formula: it differs from 100 × flips/n in the
+    # last float bit, which decides ties such as 16.175 → "16.17" when printed
     n = float(df["n"].sum())
-    return _pct(n - float(df["n_agree"].sum()), n)
+    return 100.0 * (1.0 - float(df["n_agree"].sum()) / n) if n else float("nan")
 
 
 def _mode_row(df: Any, arm: str, scope: str, mode: str) -> ModeRow:
@@ -666,8 +668,7 @@ def analyze_sweep(out: Path) -> SweepFindings:
         f = frame
         for k, v in sel.items():
             f = f[f[k] == v]
-        n = float(f["n"].sum())
-        return _pct(n - float(f["n_agree"].sum()), n)
+        return _flip(f)
 
     points = []
     crossovers = []

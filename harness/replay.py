@@ -15,7 +15,7 @@ decision log; nothing per decision survives the run otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from harness.arms import (
@@ -36,7 +36,7 @@ from harness.lineage import HopLog, build_hop
 from harness.metrics import GateCounts
 from harness.prose import MockProseChannel, ProseChannel, ProseCounters
 
-__all__ = ["ReplayError", "ReplayParams", "RunResult", "replay"]
+__all__ = ["ReplayError", "ReplayParams", "Replayer", "RunResult", "replay"]
 
 
 class ReplayError(ValueError):
@@ -80,7 +80,7 @@ class RunResult:
     n_decisions: int
 
 
-def _view(arm: Arm, state: ValueState, fidelity: float | None) -> GateView:
+def _view(state: ValueState, fidelity: float | None) -> GateView:
     scores: Sequence[float] = state.vec
     if fidelity is not None:
         eff = list(state.vec)
@@ -89,111 +89,74 @@ def _view(arm: Arm, state: ValueState, fidelity: float | None) -> GateView:
     return GateView(scores, state.taints, state.visible, state.folded, state.history_truncated)
 
 
-def replay(
-    events: Sequence[Event],
-    params: ReplayParams,
-    channel: ProseChannel | None = None,
-) -> RunResult:
-    """Run the four arms over ``events``; see the module docstring for the order."""
-    cadence = params.cadence
-    window = params.window
-    if channel is None:
-        channel = MockProseChannel(params.prose_seed, params.prose)
-    gt = GroundTruthArm()
-    smin = StructuralMinArm(params.penalty, params.keep)
-    sper = StructuralPerhopArm(params.penalty, params.keep)
-    prose = ProseArm(channel)
-    arms: tuple[Arm, ...] = (gt, smin, sper, prose)
-    judged: tuple[Arm, ...] = (smin, sper, prose)
-    log = HopLog()
-    tips: dict[int, str] = {}
-    decisions = DecisionLog()
+class Replayer:
+    """The replay state machine: feed events one by one, then :meth:`result`.
 
-    # evaluation plan per judged arm: (gate index, gate, mode, counts)
-    plan: list[list[tuple[int, Gate, Mode, GateCounts]]] = []
-    rows_order: list[tuple[ArmName, Gate, Mode, GateCounts]] = []
-    for arm in judged:
-        entries = []
-        for gi, gate in enumerate(GATES):
-            modes = gate_modes(gate, arm.structural and params.lineage_modes, params.rehydrate)
-            for mode in modes:
-                counts = GateCounts()
-                entries.append((gi, gate, mode, counts))
-                rows_order.append((arm.name, gate, mode, counts))
-        plan.append(entries)
-    drift = [[0.0] * len(AXES) for _ in judged]
-    n_drift = 0
-    curve: list[tuple[object, ...]] = []
-    death: list[tuple[object, ...]] = []
-    recon_gates = [gi for gi, g in enumerate(GATES) if g.gate_class is GateClass.RECONSTRUCTION]
-    last_compaction = -1
+    ``arms`` (ground_truth, structural_min, structural_perhop, prose) and
+    ``log`` (the cold hop log) are public so callers can inspect a state
+    between events (e.g. a worked example at one decision point).
+    """
 
-    def maybe_compact(step: int) -> None:
-        nonlocal last_compaction
-        if step > 0 and step % cadence == 0 and last_compaction != step:
-            for arm in arms:
+    def __init__(self, params: ReplayParams, channel: ProseChannel | None = None) -> None:
+        self.params = params
+        if channel is None:
+            channel = MockProseChannel(params.prose_seed, params.prose)
+        self.channel = channel
+        self.gt = GroundTruthArm()
+        self.smin = StructuralMinArm(params.penalty, params.keep)
+        self.sper = StructuralPerhopArm(params.penalty, params.keep)
+        self.prose = ProseArm(channel)
+        self.arms: tuple[Arm, ...] = (self.gt, self.smin, self.sper, self.prose)
+        self._judged: tuple[Arm, ...] = (self.smin, self.sper, self.prose)
+        self.log = HopLog()
+        self._tips: dict[int, str] = {}
+        self._decisions = DecisionLog()
+        # evaluation plan per judged arm: (gate index, gate, mode, counts)
+        self._plan: list[list[tuple[int, Gate, Mode, GateCounts]]] = []
+        self._rows_order: list[tuple[ArmName, Gate, Mode, GateCounts]] = []
+        for arm in self._judged:
+            entries = []
+            for gi, gate in enumerate(GATES):
+                structural = arm.structural and params.lineage_modes
+                for mode in gate_modes(gate, structural, params.rehydrate):
+                    counts = GateCounts()
+                    entries.append((gi, gate, mode, counts))
+                    self._rows_order.append((arm.name, gate, mode, counts))
+            self._plan.append(entries)
+        self._drift = [[0.0] * len(AXES) for _ in self._judged]
+        self._n_drift = 0
+        self._curve: list[tuple[object, ...]] = []
+        self._death: list[tuple[object, ...]] = []
+        self._recon_gates = frozenset(
+            gi for gi, g in enumerate(GATES) if g.gate_class is GateClass.RECONSTRUCTION
+        )
+        self._last_compaction = -1
+
+    def _maybe_compact(self, step: int) -> None:
+        cadence = self.params.cadence
+        if step > 0 and step % cadence == 0 and self._last_compaction != step:
+            for arm in self.arms:
                 arm.compact(step)
-            last_compaction = step
+            self._last_compaction = step
 
-    def live(arm: Arm, value_id: int, step: int) -> ValueState:
+    @staticmethod
+    def _live(arm: Arm, value_id: int, step: int) -> ValueState:
         state = arm.values.get(value_id)
         if state is None:
             raise ReplayError(f"event at step {step}: value {value_id} is not live")
         return state
 
-    for ev in events:
+    def feed(self, ev: Event) -> None:
+        """Process one event (spec §5)."""
         if isinstance(ev, Decision):
-            maybe_compact(ev.step)
-            step = ev.step
-            vid = ev.value_id
-            gt_state = live(gt, vid, step)
-            oracle_view = _view(gt, gt_state, None)
-            oracle = [evaluate(g, oracle_view, Mode.BLIND, log, window).proceed for g in GATES]
-            tokens = ["1" if o else "0" for o in oracle]
-            fidelity = sper.fidelity
-            oracle_scores = [round(x, 6) for x in gt_state.vec]
-            for ai, arm in enumerate(judged):
-                state = live(arm, vid, step)
-                view = _view(arm, state, fidelity if arm is sper else None)
-                for gi, gate, mode, counts in plan[ai]:
-                    d = evaluate(gate, view, mode, log, window)
-                    counts.add(d.proceed, oracle[gi], d.lookups, d.bytes_read)
-                    tokens.append("1" if d.proceed else "0")
-                    if d.lookups:
-                        tokens.append(f"({d.lookups},{d.bytes_read})")
-                    if params.record_death_spiral and mode is Mode.BLIND and gi in recon_gates:
-                        death.append(
-                            (
-                                step,
-                                step // cadence,
-                                smin.n_compactions,
-                                arm.name.value,
-                                gate.name,
-                                gate.gate_class.value,
-                                d.proceed,
-                                oracle[gi],
-                                view.scores[RECON],
-                            )
-                        )
-                acc = drift[ai]
-                for k, x in enumerate(view.scores):
-                    acc[k] += abs(round(x, 6) - oracle_scores[k])
-            n_drift += 1
-            decisions.add(step, vid, "".join(tokens))
-            if params.record_curve:
-                curve.append(
-                    (
-                        step,
-                        step // cadence,
-                        smin.n_compactions,
-                        smin.store_reconstruction,
-                        fidelity,
-                        live(prose, vid, step).vec[RECON],
-                    )
-                )
-            continue
+            self._maybe_compact(ev.step)
+            self._decide(ev.step, ev.value_id)
+            return
+        gt = self.gt
+        live = self._live
+        tips = self._tips
         if isinstance(ev, Retire):
-            for arm in arms:
+            for arm in self.arms:
                 live(arm, ev.value_id, ev.step)
                 arm.retire(ev.value_id)
             tips.pop(ev.value_id, None)
@@ -201,16 +164,16 @@ def replay(
             if ev.value_id in gt.values:
                 raise ReplayError(f"event at step {ev.step}: value {ev.value_id} already exists")
             hop = build_hop(ev, ())
-            _append(log, hop)
+            _append(self.log, hop)
             tips[ev.value_id] = hop.hop_id
-            for arm in arms:
+            for arm in self.arms:
                 arm.new_value(ev, hop)
         elif isinstance(ev, OpEvent):
             live(gt, ev.value_id, ev.step)
             hop = build_hop(ev, (tips[ev.value_id],))
-            _append(log, hop)
+            _append(self.log, hop)
             tips[ev.value_id] = hop.hop_id
-            for arm in arms:
+            for arm in self.arms:
                 arm.op(ev, hop)
         elif isinstance(ev, Merge):
             if ev.value_id in gt.values:
@@ -222,48 +185,116 @@ def replay(
             for v in ev.inputs:
                 live(gt, v, ev.step)
             hop = build_hop(ev, tuple(tips[v] for v in ev.inputs))
-            _append(log, hop)
+            _append(self.log, hop)
             tips[ev.value_id] = hop.hop_id
-            for arm in arms:
+            for arm in self.arms:
                 arm.merge(ev, hop)
         else:
             raise ReplayError(f"unknown event type {type(ev).__name__}")
-        maybe_compact(ev.step)
+        self._maybe_compact(ev.step)
 
-    gate_rows: list[tuple[object, ...]] = [
-        (
-            arm_name.value,
-            gate.name,
-            gate.gate_class.value,
-            gate.irreversible,
-            mode.value,
-            c.n,
-            c.agree,
-            c.false_proceed,
-            c.false_stop,
-            c.proceed,
-            c.oracle_proceed,
-            c.lookups,
-            c.bytes_read,
-        )
-        for arm_name, gate, mode, c in rows_order
-    ]
-    drift_rows: list[tuple[object, ...]] = []
-    for ai, arm in enumerate(judged):
-        for k, axis in enumerate(AXES):
-            total = drift[ai][k]
-            drift_rows.append(
-                (arm.name.value, axis, n_drift, total, total / n_drift if n_drift else 0.0)
+    def _decide(self, step: int, vid: int) -> None:
+        params = self.params
+        cadence = params.cadence
+        window = params.window
+        log = self.log
+        live = self._live
+        sper = self.sper
+        gt_state = live(self.gt, vid, step)
+        oracle_view = _view(gt_state, None)
+        oracle = [evaluate(g, oracle_view, Mode.BLIND, log, window).proceed for g in GATES]
+        tokens = ["1" if o else "0" for o in oracle]
+        fidelity = sper.fidelity
+        oracle_scores = [round(x, 6) for x in gt_state.vec]
+        record_death = params.record_death_spiral
+        for ai, arm in enumerate(self._judged):
+            state = live(arm, vid, step)
+            view = _view(state, fidelity if arm is sper else None)
+            for gi, gate, mode, counts in self._plan[ai]:
+                d = evaluate(gate, view, mode, log, window)
+                counts.add(d.proceed, oracle[gi], d.lookups, d.bytes_read)
+                tokens.append("1" if d.proceed else "0")
+                if d.lookups:
+                    tokens.append(f"({d.lookups},{d.bytes_read})")
+                if record_death and mode is Mode.BLIND and gi in self._recon_gates:
+                    self._death.append(
+                        (
+                            step,
+                            step // cadence,
+                            self.smin.n_compactions,
+                            arm.name.value,
+                            gate.name,
+                            gate.gate_class.value,
+                            d.proceed,
+                            oracle[gi],
+                            view.scores[RECON],
+                        )
+                    )
+            acc = self._drift[ai]
+            for k, x in enumerate(view.scores):
+                acc[k] += abs(round(x, 6) - oracle_scores[k])
+        self._n_drift += 1
+        self._decisions.add(step, vid, "".join(tokens))
+        if params.record_curve:
+            self._curve.append(
+                (
+                    step,
+                    step // cadence,
+                    self.smin.n_compactions,
+                    self.smin.store_reconstruction,
+                    fidelity,
+                    live(self.prose, vid, step).vec[RECON],
+                )
             )
-    return RunResult(
-        gate_rows,
-        drift_rows,
-        curve,
-        channel.counters,
-        death,
-        decisions.hexdigest(),
-        decisions.count,
-    )
+
+    def result(self) -> RunResult:
+        """The run's rows and fingerprint (call once, after the last event)."""
+        gate_rows: list[tuple[object, ...]] = [
+            (
+                arm_name.value,
+                gate.name,
+                gate.gate_class.value,
+                gate.irreversible,
+                mode.value,
+                c.n,
+                c.agree,
+                c.false_proceed,
+                c.false_stop,
+                c.proceed,
+                c.oracle_proceed,
+                c.lookups,
+                c.bytes_read,
+            )
+            for arm_name, gate, mode, c in self._rows_order
+        ]
+        drift_rows: list[tuple[object, ...]] = []
+        n = self._n_drift
+        for ai, arm in enumerate(self._judged):
+            for k, axis in enumerate(AXES):
+                total = self._drift[ai][k]
+                drift_rows.append((arm.name.value, axis, n, total, total / n if n else 0.0))
+        return RunResult(
+            gate_rows,
+            drift_rows,
+            self._curve,
+            self.channel.counters,
+            self._death,
+            self._decisions.hexdigest(),
+            self._decisions.count,
+        )
+
+
+def replay(
+    events: Iterable[Event],
+    params: ReplayParams,
+    channel: ProseChannel | None = None,
+) -> RunResult:
+    """Run the four arms over ``events``; see the module docstring for the order."""
+    replayer = Replayer(params, channel)
+    feed = replayer.feed
+    for ev in events:
+        feed(ev)
+    return replayer.result()
 
 
 def _append(log: HopLog, hop: Hop) -> None:
