@@ -343,3 +343,31 @@ def test_rules_may_be_wrapped_in_a_rules_key(tmp_path: Path) -> None:
     rules = _rules(tmp_path, "rules:\n" + _RULE.replace("- ", "  - ").replace("\n  ", "\n    "))
     loaded = load_trace(_trace(tmp_path, _GOOD, _rec(2, "tool_call")), rules)
     assert loaded.events[-1] == OpEvent(2, 0, Op.TOOL_CALL, None, 1.0, "taint:t:2")
+
+
+def test_experiment_run_with_a_bad_trace_exits_two_naming_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import main
+
+    path = _trace(tmp_path, _GOOD, '{"step": 2, "op": "tool_call", "fields": []}')
+    code = main(["experiment", "run", "--trace", str(path), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"provnet: error: {path}:2: fields: expected an object, got a list" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out" / "gate_metrics.csv").exists()
+
+
+def test_experiment_run_with_a_bad_rule_exits_two_naming_rule_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import main
+
+    rules = _rules(tmp_path, _RULE + "  axis: freshness\n  factor: 2\n")
+    trace = str(_trace(tmp_path, _GOOD))
+    out = str(tmp_path / "out")
+    code = main(["experiment", "run", "--trace", trace, "--rules", str(rules), "--out", out])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"provnet: error: {rules}:5: rules[0].factor: expected a number in [0, 1]" in err
