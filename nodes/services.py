@@ -16,7 +16,8 @@ is written before every demand of the call passed (1)-(5):
 3. it is fresh (``time`` within ``DEMAND_WINDOW_S`` of now);
 4. it names an obligation and commitment this node issued, addressed to it;
 5. the obligation has not expired (``Expired`` → FAILED_PRECONDITION);
-6. its nonce is new (recorded with the check, in one store transaction);
+6. its nonce is new: exact in memory for this run, checked durably in the
+   store for demands a previous run could have seen (``_accept_nonces``);
 7. the fold is resolved from the store and the receipt signed by
    :func:`contracts.serve.answer_demand` — SERVED with the stored bytes,
    PENDING while the cold copy lags, never other bytes.
@@ -24,15 +25,17 @@ is written before every demand of the call passed (1)-(5):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from contracts.canonical import parse_json_object
-from contracts.errors import EncodingError, Expired
+from contracts.errors import EncodingError, Expired, ReplayedNonce
 from contracts.hops import MAX_HOP_BYTES, hop_bytes
 from contracts.identity import Identity
 from contracts.merkle import MerkleTree, leaf_hash
@@ -93,13 +96,15 @@ log = get_logger(__name__)
 
 #: A demand is accepted only if its ``time`` is this close to now; its nonce
 #: is remembered at least this long, so a replay is always caught.
-DEMAND_WINDOW_S = 300.0
+DEMAND_WINDOW_S = 60.0
 MAX_DEMANDS_PER_CALL = 256
 MAX_APPEND_HOPS = 10_000
 MAX_FOLD_HOPS = 100_000
 MAX_VALUE_REF = 256
 MAX_COMMITMENTS_PER_VALUE = 256
 _STATEMENT_CACHE = 4096
+_OWN_CACHE = 100_000
+_LEAF_CACHE_BYTES = 64 * 1024 * 1024
 _DEFAULT_CHUNK_BYTES = 1024 * 1024
 
 S = TypeVar("S", bound=Statement)
@@ -123,6 +128,15 @@ class CommittedFold:
     commitment: bytes
     obligation: bytes
     provenance_pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Own:
+    """An obligation this node issued, its commitment, and the commitment's stored bytes."""
+
+    obligation: Signed[Obligation]
+    commitment: Signed[Commitment]
+    commitment_bytes: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +178,15 @@ class NodeCore:
         self._cache: OrderedDict[tuple[str, bytes], Signed[Any]] = OrderedDict()
         self._rpc_counts: dict[str, int] = {}
         self._holder: Holder | None = None  # created on first use
+        self._own: OrderedDict[str, _Own] = OrderedDict()
+        self._leaves: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+        self._leaves_bytes = 0
+        # Demands dated before this instant may have reached a previous run.
+        self._replay_guard_until_ms = _ms(self.clock() + DEMAND_WINDOW_S)
+        self._nonces: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._nonce_backlog: deque[tuple[str, str, str, int, int]] = deque()
+        self._nonce_flush = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -175,12 +198,22 @@ class NodeCore:
         clock: Callable[[], float] | None = None,
         fault: FaultPlan | None = None,
     ) -> NodeCore:
+        fresh = not (config.data_dir / st.DB_FILENAME).exists()
         store = await st.HopStore.open(
             config.data_dir, identity.node_id, provenance_pending=config.provenance_pending
         )
-        return cls(config, identity, store, transport, clock=clock, fault=fault)
+        core = cls(config, identity, store, transport, clock=clock, fault=fault)
+        if fresh:
+            core._replay_guard_until_ms = 0  # no previous run can have seen any nonce
+        return core
 
     async def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        with contextlib.suppress(st.StoreError):
+            await self._drain_nonces()
         await self.store.close()
         await self.transport.close()
 
@@ -307,7 +340,7 @@ class NodeCore:
         deadline = deadline_ms or self.config.deadline_ms
         now = self.clock()
         pending = self.store.provenance_pending
-        made: dict[str, Signed[Any]] = {}
+        made: list[_Own] = []
 
         def sign(draft: st.FoldDraft) -> st.SignedFold:
             issued = _ms(now)
@@ -328,10 +361,11 @@ class NodeCore:
                 endpoints=(self._advertised,),
                 issued_at=issued,
             )
-            made["c"], made["o"] = commitment, obligation
+            commitment_bytes = commitment.to_bytes()
+            made.append(_Own(obligation, commitment, commitment_bytes))
             return st.SignedFold(
                 commitment_digest=commitment.digest,
-                commitment_envelope=commitment.to_bytes(),
+                commitment_envelope=commitment_bytes,
                 root=commitment.statement.root,
                 obligation_digest=obligation.digest,
                 obligation_envelope=obligation.to_bytes(),
@@ -346,6 +380,10 @@ class NodeCore:
             sign=sign,
             now_ms=_ms(now),
         )
+        # Only now, after COMMIT, may the fold be served from memory.
+        for own in made:
+            if own.commitment.digest == signed.commitment_digest:
+                self._remember_own(own)
         result = CommittedFold(
             signed.commitment_envelope, signed.obligation_envelope, pending
         )
@@ -390,10 +428,16 @@ class NodeCore:
 
     # ----------------------------------------------------------------- serve
 
-    async def _own_statements(
-        self, demand: Signed[Demand]
-    ) -> tuple[Signed[Obligation], Signed[Commitment]]:
+    def _remember_own(self, own: _Own) -> None:
+        self._own[own.obligation.digest] = own
+        if len(self._own) > _OWN_CACHE:
+            self._own.popitem(last=False)
+
+    async def _own_statements(self, demand: Signed[Demand]) -> _Own:
         d = demand.statement
+        own = self._own.get(d.obligation)
+        if own is not None:
+            return own
         record = await self.store.obligation(d.obligation)
         if record is None or not record.local:
             raise UnknownCommitment(
@@ -406,13 +450,15 @@ class NodeCore:
                 f"obligation {d.obligation[:12]}… names commitment"
                 f" {record.commitment_digest[:12]}…, which this node does not hold"
             )
-        obligation = self.open_cached(record.envelope, Obligation, signer=self.node_id)
-        commitment = self.open_cached(fold.envelope, Commitment, signer=self.node_id)
-        return obligation, commitment
+        own = _Own(
+            self.open_cached(record.envelope, Obligation, signer=self.node_id),
+            self.open_cached(fold.envelope, Commitment, signer=self.node_id),
+            fold.envelope,
+        )
+        self._remember_own(own)
+        return own
 
-    async def _check_demand(
-        self, data: bytes, now: float
-    ) -> tuple[Signed[Demand], Signed[Obligation], Signed[Commitment]]:
+    async def _check_demand(self, data: bytes, now: float) -> tuple[Signed[Demand], _Own]:
         # (2) parse + holder's signature
         demand = open_statement(data, Demand)
         d = demand.statement
@@ -424,7 +470,8 @@ class NodeCore:
                 f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
             )
         # (4) ours, and bound correctly
-        obligation, commitment = await self._own_statements(demand)
+        own = await self._own_statements(demand)
+        obligation, commitment = own.obligation, own.commitment
         verify_demand(demand, obligation=obligation, commitment=commitment)
         # (5) unexpired obligation
         o = obligation.statement
@@ -433,7 +480,7 @@ class NodeCore:
                 f"obligation {obligation.digest[:12]}… expired at {o.serve_until} ms"
                 f" (now {_ms(now)} ms)"
             )
-        return demand, obligation, commitment
+        return demand, own
 
     async def answer_demands(
         self, demands: Sequence[bytes], *, deadline: float | None = None
@@ -448,34 +495,93 @@ class NodeCore:
             )
         now = self.clock()
         checked = [await self._check_demand(data, now) for data in demands]
-        nonces = [(c[0].statement.holder, c[0].statement.nonce) for c in checked]
+        nonces = [(d.statement.holder, d.statement.nonce) for d, _ in checked]
         if len(set(nonces)) != len(nonces):
             raise MalformedRequest("demand: the same nonce appears twice in one call")
         # (6) nonces: the only write before answering
-        for demand, _, _ in checked:
-            await self.store.record_nonce(
-                holder=demand.statement.holder,
-                nonce=demand.statement.nonce,
-                subject=demand.digest,
-                now_ms=_ms(now),
-                expires_at_ms=_ms(now + DEMAND_WINDOW_S * 2),
-            )
-        return [await self._answer(d, o, c, now) for d, o, c in checked]
+        await self._accept_nonces([d for d, _ in checked], now)
+        return [await self._answer(d, own, now) for d, own in checked]
 
-    async def _answer(
-        self,
-        demand: Signed[Demand],
-        obligation: Signed[Obligation],
-        commitment: Signed[Commitment],
-        now: float,
-    ) -> Answer:
+    async def _accept_nonces(self, demands: Sequence[Signed[Demand]], now: float) -> None:
+        """Replay check: exact in memory for this run, durable for what a previous run saw.
+
+        A demand dated less than ``DEMAND_WINDOW_S`` after this node started
+        could have reached a previous run of it, so its nonce is checked and
+        recorded in the store synchronously. Any later-dated demand cannot
+        have (the previous run would have rejected it as too far in the
+        future), so the in-memory set is exact for it, and its nonce is
+        persisted write-behind for the record.
+        """
+        now_ms = _ms(now)
+        self._prune_nonces(now_ms)
+        for demand in demands:
+            key = (demand.statement.holder, demand.statement.nonce)
+            seen = self._nonces.get(key)
+            if seen is not None:
+                self.bump(st.CounterName.NONCE_REPLAYS)
+                raise ReplayedNonce(
+                    f"demand nonce {key[1][:16]} from holder {key[0][:12]}… already answered"
+                    f" (remembered until {seen} ms, now {now_ms} ms)"
+                )
+        expires_ms = now_ms + _ms(DEMAND_WINDOW_S * 2)
+        for demand in demands:
+            d = demand.statement
+            if d.time < self._replay_guard_until_ms:
+                await self.store.record_nonce(
+                    holder=d.holder,
+                    nonce=d.nonce,
+                    subject=demand.digest,
+                    now_ms=now_ms,
+                    expires_at_ms=expires_ms,
+                )
+            else:
+                self._nonce_backlog.append((d.holder, d.nonce, demand.digest, now_ms, expires_ms))
+                self._nonce_flush.set()
+                self._ensure_flusher()
+            self._nonces[(d.holder, d.nonce)] = expires_ms
+
+    def _prune_nonces(self, now_ms: int) -> None:
+        while self._nonces:
+            key, expires = next(iter(self._nonces.items()))
+            if expires > now_ms:
+                break
+            del self._nonces[key]
+
+    def _ensure_flusher(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_nonces())
+
+    async def _flush_nonces(self) -> None:
+        while True:
+            await self._nonce_flush.wait()
+            self._nonce_flush.clear()
+            await self._drain_nonces()
+
+    async def _drain_nonces(self) -> None:
+        while self._nonce_backlog:
+            holder, nonce, subject, now_ms, expires_ms = self._nonce_backlog.popleft()
+            try:
+                await self.store.record_nonce(
+                    holder=holder,
+                    nonce=nonce,
+                    subject=subject,
+                    now_ms=now_ms,
+                    expires_at_ms=expires_ms,
+                )
+            except st.ReplayedNonce:
+                continue
+            except st.StoreError as exc:
+                log.warning("nonce_not_persisted", nonce=nonce[:16], error=str(exc))
+
+    async def _answer(self, demand: Signed[Demand], own: _Own, now: float) -> Answer:
         d = demand.statement
+        obligation, commitment = own.obligation, own.commitment
         mode = self.fault.mode
         now_ms = _ms(now)
         if mode is FaultMode.REFUSE:
             receipt = self._sign_refusal(demand, obligation, commitment, now_ms)
             self.bump(st.CounterName.REFUSALS)
-            return Answer(receipt.to_bytes(), await self._commitment_bytes(commitment))
+            return Answer(receipt.to_bytes(), own.commitment_bytes)
         equivocal = self._equivocal.get(commitment.digest) if mode is FaultMode.EQUIVOCATE else None
         if equivocal is not None:
             alt_receipt = answer_demand(
@@ -492,14 +598,11 @@ class NodeCore:
                 equivocal.commitment.to_bytes(),
                 self._select(equivocal.leaves, d.leaves),
             )
-        resolution = await self.store.resolve(
-            commitment.digest, now_ms=now_ms, leaf_indices=d.leaves
-        )
-        leaves = resolution.leaves if resolution else None
+        leaves = await self._resolve(commitment, now_ms)
         if mode is FaultMode.TAMPER and leaves is not None:
             receipt, served = self._sign_tampered(demand, obligation, commitment, leaves, now_ms)
             self.bump(st.CounterName.SERVES)
-            return Answer(receipt.to_bytes(), await self._commitment_bytes(commitment), served)
+            return Answer(receipt.to_bytes(), own.commitment_bytes, served)
         signed = answer_demand(
             self.identity,
             demand,
@@ -518,14 +621,40 @@ class NodeCore:
                 "demand_not_served",
                 commitment=commitment.digest[:16],
                 status=str(signed.statement.status),
-                resolution=str(resolution.status),
+                reason=str(signed.statement.reason),
+            )
+        return Answer(signed.to_bytes(), own.commitment_bytes, served_hops)
+
+    async def _resolve(
+        self, commitment: Signed[Commitment], now_ms: int
+    ) -> tuple[bytes, ...] | None:
+        """The whole fold's stored bytes, or None (then the receipt says why not).
+
+        A FOUND resolution (every leaf present, hashing to the committed root)
+        is kept in a bounded cache: those bytes are immutable for the digest.
+        Anything else is asked of the store every time, so PENDING turns into
+        SERVED as soon as the cold copy lands.
+        """
+        cached = self._leaves.get(commitment.digest)
+        if cached is not None:
+            self._leaves.move_to_end(commitment.digest)
+            return cached
+        resolution = await self.store.resolve(commitment.digest, now_ms=now_ms)
+        if not resolution:
+            log.info(
+                "fold_not_resolved",
+                commitment=commitment.digest[:16],
+                status=str(resolution.status),
                 reason=resolution.reason,
             )
-        return Answer(signed.to_bytes(), await self._commitment_bytes(commitment), served_hops)
-
-    async def _commitment_bytes(self, commitment: Signed[Commitment]) -> bytes:
-        fold = await self.store.commitment(commitment.digest)
-        return fold.envelope if fold is not None else commitment.to_bytes()
+            return None
+        leaves = tuple(resolution.leaves)
+        self._leaves[commitment.digest] = leaves
+        self._leaves_bytes += sum(len(x) for x in leaves)
+        while self._leaves_bytes > _LEAF_CACHE_BYTES and len(self._leaves) > 1:
+            _, old = self._leaves.popitem(last=False)
+            self._leaves_bytes -= sum(len(x) for x in old)
+        return leaves
 
     @staticmethod
     def _select(leaves: Sequence[bytes], wanted: Sequence[int] | None) -> tuple[bytes, ...]:

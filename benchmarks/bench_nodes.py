@@ -1,0 +1,321 @@
+"""Node wire benchmark: verified demand → receipt next to a bare grpc.aio round trip.
+
+Run (loopback only; rerunnable; ~70 s with the default 30 s phases)::
+
+    .venv/bin/python benchmarks/bench_nodes.py            # full run
+    .venv/bin/python benchmarks/bench_nodes.py --duration 5 --samples 200   # quick
+
+One origin node runs in a child process (its own core on a 2-core box); the
+same grpc.aio server also carries a bare ``/bench.Echo/Echo`` unary method
+(bytes in, the same bytes out, no interceptor), so both are measured through
+the same server, channel options and event loop, side by side in one run.
+The holder runs in this process with :class:`nodes.client.Holder` over the
+real gRPC transport, its hop cache off, so every decision is a fresh signed
+demand, a signed receipt and a full verification.
+
+Printed:
+
+1. latency p50/p99 of the bare unary round trip and of a verified demand for
+   1-, 5- and 50-hop folds, and the ratio verified-5-hop p50 / bare p50
+   (target ≤ 1.5);
+2. sustained demands/s with concurrent holders for ``--duration`` seconds,
+   errors counted (target: zero), next to bare unary calls/s with the same
+   concurrency (target ratio ≥ 0.5);
+3. Serve RPCs per decision for a value folded three times (1 + 5 + 50 hops)
+   by one origin (target: exactly 1 per origin).
+
+Exit status 0 when every target is met, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+ECHO_METHOD = "/bench.Echo/Echo"
+FOLD_SIZES = (1, 5, 50)
+TARGET_LATENCY_RATIO = 1.5
+TARGET_THROUGHPUT_RATIO = 0.5
+
+
+def _identity(x: bytes) -> bytes:
+    return x
+
+
+# --------------------------------------------------------------------------- child: the origin
+
+
+async def _serve(data_dir: Path, port_file: Path) -> None:
+    from grpc_health.v1 import health_pb2
+
+    from nodes.app import load_or_create_identity
+    from nodes.config import LogFormat, NodeConfig
+    from nodes.logging import configure_logging
+    from nodes.server import build_server
+    from nodes.services import NodeCore
+    from nodes.transport import GrpcTransport
+
+    configure_logging(LogFormat.JSON, "warning")
+    config = NodeConfig(name="bench-origin", data_dir=data_dir, listen="127.0.0.1:0")
+    core = await NodeCore.open(
+        config, load_or_create_identity(data_dir), transport=GrpcTransport()
+    )
+    node = build_server(core, config.listen, config.max_message_bytes)
+
+    async def echo(request: bytes, context: Any) -> bytes:
+        return request
+
+    node.server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "bench.Echo",
+                {
+                    "Echo": grpc.unary_unary_rpc_method_handler(
+                        echo, request_deserializer=_identity, response_serializer=_identity
+                    )
+                },
+            ),
+        )
+    )
+    port = await node.start()
+    core.set_advertised(f"127.0.0.1:{port}")
+    await node.health.set("", health_pb2.HealthCheckResponse.SERVING)
+    port_file.write_text(str(port), encoding="utf-8")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await node.stop(1.0)
+    await core.close()
+
+
+# --------------------------------------------------------------------------- parent: the holder
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def _latencies(call: Callable[[], Awaitable[object]], samples: int) -> list[float]:
+    for _ in range(min(50, samples)):
+        await call()
+    out: list[float] = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        await call()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+async def _throughput(
+    call: Callable[[], Awaitable[bool]], concurrency: int, duration: float
+) -> tuple[int, int, float]:
+    done = 0
+    errors = 0
+    stop_at = time.perf_counter() + duration
+
+    async def worker() -> None:
+        nonlocal done, errors
+        while time.perf_counter() < stop_at:
+            try:
+                ok = await call()
+            except Exception:
+                ok = False
+            if ok:
+                done += 1
+            else:
+                errors += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done, errors, time.perf_counter() - t0
+
+
+async def _bench(args: argparse.Namespace, address: str, workdir: Path) -> int:
+    from contracts.identity import Identity
+    from contracts.serve import verify_delivery
+    from contracts.signed import open_statement
+    from contracts.statements import Commitment, Obligation
+    from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc
+    from nodes.client import HeldFold, Holder, Outcome
+    from nodes.config import LogFormat
+    from nodes.logging import configure_logging
+    from nodes.transport import GrpcTransport
+
+    configure_logging(LogFormat.JSON, "warning")
+    options = [("grpc.max_receive_message_length", 4 << 20)]
+    channel = grpc.aio.insecure_channel(address, options=options)
+    hoplog: Any = hoplog_pb2_grpc.HopLogStub(channel)
+    # Origin state: one value folded three times (1, 5, 50 hops).
+    step = 0
+    folds: dict[int, HeldFold] = {}
+    now_ms = int(time.time() * 1000)
+    for size in FOLD_SIZES:
+        hops = []
+        for _ in range(size):
+            step += 1
+            hops.append(
+                json.dumps(
+                    {
+                        "hop_id": f"h{step:06d}",
+                        "step": step,
+                        "op": "LLM_TRANSFORM",
+                        "axis_deltas": {"capability": 0.65},
+                        "taints_added": [f"taint:fallback_model:{step}"],
+                        "parent_hop_ids": [f"h{step - 1:06d}"],
+                    }
+                ).encode()
+            )
+        appended = await hoplog.Append(hoplog_pb2.AppendRequest(hops=hops), timeout=10)
+        fold = await hoplog.CommitFold(
+            hoplog_pb2.CommitFoldRequest(
+                value_ref="bench-value", seqs=list(appended.seqs), deadline_ms=2000
+            ),
+            timeout=10,
+        )
+        c = open_statement(bytes(fold.commitment), Commitment)
+        o = open_statement(bytes(fold.obligation), Obligation)
+        verify_delivery(c, o, now=now_ms)
+        folds[size] = HeldFold(c, o, bytes(fold.commitment), bytes(fold.obligation))
+
+    transport = GrpcTransport()
+    holder = Holder(Identity.generate(), transport, cache=False, reasks=0)
+
+    async def verified(size: int) -> bool:
+        report = await holder.rehydrate("bench-value", [folds[size]])
+        outcome = report.outcomes[0]
+        if outcome.outcome is not Outcome.SERVED or len(report.hops) != size:
+            raise RuntimeError(f"{size}-hop demand not served: {outcome.detail}")
+        return True
+
+    payload = os.urandom(args.payload)
+
+    async def bare() -> bool:
+        reply = await channel.unary_unary(
+            ECHO_METHOD, request_serializer=_identity, response_deserializer=_identity
+        )(payload, timeout=2.0)
+        return len(reply) == len(payload)
+
+    print(f"# bench_nodes: origin at {address}; {args.samples} samples per latency row")
+    lat: dict[str, list[float]] = {"bare unary": await _latencies(bare, args.samples)}
+    for size in FOLD_SIZES:
+        lat[f"verified {size}-hop"] = await _latencies(
+            lambda s=size: verified(s), args.samples  # type: ignore[misc]
+        )
+    print(f"{'latency (ms)':<22}{'p50':>9}{'p99':>9}{'mean':>9}")
+    for name, values in lat.items():
+        print(
+            f"{name:<22}{_pct(values, 0.5):>9.3f}{_pct(values, 0.99):>9.3f}"
+            f"{statistics.fmean(values):>9.3f}"
+        )
+    bare_p50 = _pct(lat["bare unary"], 0.5)
+    ratio5 = _pct(lat["verified 5-hop"], 0.5) / bare_p50
+    ok_latency = ratio5 <= TARGET_LATENCY_RATIO
+    print(
+        f"ratio p50 verified 5-hop / bare unary = {ratio5:.2f}"
+        f" (target <= {TARGET_LATENCY_RATIO}) {'PASS' if ok_latency else 'FAIL'}"
+    )
+
+    # Throughput: concurrent holders for the same duration, bare unary in the same run.
+    holders = [
+        Holder(Identity.generate(), transport, cache=False, reasks=0)
+        for _ in range(args.concurrency)
+    ]
+    turn = 0
+
+    async def verified_5() -> bool:
+        nonlocal turn
+        turn += 1
+        h = holders[turn % len(holders)]
+        report = await h.rehydrate("bench-value", [folds[5]])
+        return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
+
+    d_done, d_err, d_secs = await _throughput(verified_5, args.concurrency, args.duration)
+    b_done, b_err, b_secs = await _throughput(bare, args.concurrency, args.duration)
+    d_rate, b_rate = d_done / d_secs, b_done / b_secs
+    t_ratio = d_rate / b_rate if b_rate else 0.0
+    ok_tp = t_ratio >= TARGET_THROUGHPUT_RATIO and d_err == 0
+    print(f"{'throughput':<22}{'ok/s':>10}{'errors':>8}{'secs':>7}  concurrency {args.concurrency}")
+    print(f"{'verified 5-hop':<22}{d_rate:>10.1f}{d_err:>8}{d_secs:>7.1f}")
+    print(f"{'bare unary':<22}{b_rate:>10.1f}{b_err:>8}{b_secs:>7.1f}")
+    print(
+        f"ratio verified/bare throughput = {t_ratio:.2f}"
+        f" (target >= {TARGET_THROUGHPUT_RATIO}, zero errors) {'PASS' if ok_tp else 'FAIL'}"
+    )
+
+    # RPCs per decision: one value, three folds by one origin → one Serve call.
+    counter = Holder(Identity.generate(), transport, cache=False, reasks=0)
+    decisions = 20
+    for _ in range(decisions):
+        report = await counter.rehydrate("bench-value", list(folds.values()))
+        if not report.complete:
+            raise RuntimeError(f"decision not served: {report.outcomes}")
+    per = counter.demand_rpcs / decisions
+    ok_rpcs = per == 1.0
+    print(
+        f"Serve RPCs per decision (1 origin, folds {'+'.join(map(str, FOLD_SIZES))} hops)"
+        f" = {per:.2f} (target 1 per origin) {'PASS' if ok_rpcs else 'FAIL'}"
+    )
+    await transport.close()
+    await channel.close(None)
+    ok = ok_latency and ok_tp and ok_rpcs
+    print(f"overall {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds per throughput phase")
+    parser.add_argument("--samples", type=int, default=500, help="round trips per latency row")
+    parser.add_argument("--concurrency", type=int, default=16, help="concurrent holders")
+    parser.add_argument("--payload", type=int, default=512, help="bare echo payload bytes")
+    parser.add_argument(
+        "--serve", nargs=2, metavar=("DATA_DIR", "PORT_FILE"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args(argv)
+    if args.serve:
+        asyncio.run(_serve(Path(args.serve[0]), Path(args.serve[1])))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="bench-nodes-") as tmp:
+        workdir = Path(tmp)
+        port_file = workdir / "port"
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(workdir / "origin"), str(port_file)],
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not port_file.exists():
+                if child.poll() is not None or time.monotonic() > deadline:
+                    err = child.stderr.read().decode() if child.stderr else ""
+                    print(f"bench_nodes: origin failed to start: {err[-2000:]}", file=sys.stderr)
+                    return 2
+                time.sleep(0.05)
+            address = f"127.0.0.1:{port_file.read_text(encoding='utf-8').strip()}"
+            return asyncio.run(_bench(args, address, workdir))
+        finally:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
