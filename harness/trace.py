@@ -261,6 +261,23 @@ class _Builder:
             self.counts["decisions_periodic"] += 1
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of two equal keys silently; a log line with two
+    # "op" keys is ambiguous, so it is an error here.
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
 def _parse_record(
     path: Path, lineno: int, text: str
 ) -> tuple[int, str, dict[str, Any], list[int] | None]:
@@ -268,9 +285,13 @@ def _parse_record(
         return TraceError(f"{path}:{lineno}: {message}")
 
     try:
-        record = json.loads(text)
+        record = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise err(f"malformed JSON ({exc.msg} at column {exc.colno})") from None
+    except _DuplicateKey as exc:
+        raise err(
+            f"duplicate key {exc.key!r} in one JSON object (expected each key once)"
+        ) from None
     if not isinstance(record, dict):
         raise err(
             "expected a JSON object {step, op, fields, ts?, merge_with?}, "
@@ -327,7 +348,8 @@ def load_trace(trace: Path, rules: Path | None, *, decision_every: int | None = 
     previous: tuple[int, int] | None = None  # (step, line)
     first_step: int | None = None
     try:
-        handle = trace.open("r", encoding="utf-8")
+        # utf-8-sig: a byte-order mark some editors write is not part of line 1's JSON.
+        handle = trace.open("r", encoding="utf-8-sig")
     except FileNotFoundError:
         raise TraceError(f"{trace}: file not found") from None
     except OSError as exc:

@@ -262,6 +262,10 @@ _GOOD = '{"step": 1, "op": "fetch", "fields": {}}'
             ":2: merge_with: not allowed on a fetch record",
         ),
         ([_GOOD, _GOOD], ":2: step: 1 does not increase (line 1 had step 1)"),
+        (
+            ['{"step": 1, "op": "fetch", "fields": {"a": 1, "a": 2}}'],
+            ":1: duplicate key 'a' in one JSON object",
+        ),
         (["", "  "], ": no records (expected JSON objects, one per line)"),
         (
             ['{"step": 1, "op": "ping", "fields": {}}'],
@@ -283,6 +287,12 @@ def test_trace_that_is_not_utf8_is_named_with_its_line(tmp_path: Path) -> None:
     path.write_bytes(_GOOD.encode() + b"\n" + b'{"step": 2, "op": "\xff"}\n')
     with pytest.raises(TraceError, match=r"trace\.jsonl:\d+: not UTF-8"):
         load_trace(path, None)
+
+
+def test_byte_order_mark_before_the_first_record_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + _GOOD.encode() + b"\n")
+    assert load_trace(path, None).events == [NewValue(step=1, value_id=0, unverified=False)]
 
 
 def test_missing_trace_file_is_named(tmp_path: Path) -> None:
