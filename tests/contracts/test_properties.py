@@ -1,0 +1,178 @@
+"""Property tests (hypothesis) over statements, hops, envelopes and the serve checks."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contracts import (
+    AnswerKind,
+    Commitment,
+    ContractError,
+    Envelope,
+    Evidence,
+    EvidenceKind,
+    ReceiptStatus,
+    TrustPolicy,
+    answer_demand,
+    build_commitment,
+    build_demand,
+    build_obligation,
+    canonical_bytes,
+    hop_bytes,
+    judge_answer,
+    open_any,
+    open_statement,
+    parse_hop,
+    sign_envelope,
+    sign_statement,
+    verify_evidence,
+)
+from contracts.statements import STATEMENT_TYPES
+from tests.contracts._support import DAY, EPOCH, NOW, fixed_identity, make_hops, resign_receipt
+
+ORIGIN = fixed_identity("origin")
+HOLDER = fixed_identity("holder")
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.floats(min_value=-1e15, max_value=1e15)
+    | st.text(max_size=30)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+@FAST
+@given(
+    epoch=st.text(max_size=40),
+    value_ref=st.text(max_size=80),
+    fold_seq=st.integers(0, 2**40),
+    n=st.integers(0, 20),
+    issued_at=st.integers(0, 10**14),
+    pending=st.booleans(),
+)
+def test_property_commitment_signs_opens_and_digests_stably(
+    epoch: str, value_ref: str, fold_seq: int, n: int, issued_at: int, pending: bool
+) -> None:
+    hops = make_hops(ORIGIN.node_id, n)
+    signed = build_commitment(
+        ORIGIN,
+        epoch=epoch,
+        value_ref=value_ref,
+        fold_seq=fold_seq,
+        hops=hops,
+        issued_at=issued_at,
+        provenance_pending=pending,
+    )
+    opened = open_statement(signed.to_bytes(), Commitment, signer=ORIGIN.node_id)
+    assert opened.statement == signed.statement
+    assert opened.digest == signed.digest
+    assert opened.envelope.payload == canonical_bytes(signed.statement.to_json())
+
+
+@FAST
+@given(
+    fields=st.dictionaries(
+        st.text(max_size=10).filter(lambda k: k not in ("origin", "epoch")), json_values, max_size=8
+    )
+)
+def test_property_hop_bytes_are_canonical_and_round_trip(fields: dict[str, Any]) -> None:
+    data = hop_bytes(fields, ORIGIN.node_id, EPOCH)
+    reordered = dict(reversed(list(fields.items())))
+    assert hop_bytes(reordered, ORIGIN.node_id, EPOCH) == data
+    parsed = parse_hop(data, origin=ORIGIN.node_id, epoch=EPOCH)
+    assert canonical_bytes(parsed) == data
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(sorted(STATEMENT_TYPES)), payload=json_values)
+def test_property_any_signed_json_payload_is_accepted_or_a_contract_error(
+    kind: str, payload: Any
+) -> None:
+    raw = json.dumps(payload).encode()
+    with contextlib.suppress(ContractError):
+        open_any(sign_envelope(ORIGIN, kind, raw).to_bytes())
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
+def test_property_arbitrary_bytes_never_escape_as_other_errors(data: bytes) -> None:
+    for parse in (Envelope.from_bytes, Evidence.from_bytes, TrustPolicy.from_bytes, open_any):
+        with contextlib.suppress(ContractError):
+            parse(data)
+
+
+def _world(n: int, serve_for: int) -> tuple[Any, Any, list[bytes]]:
+    hops = make_hops(ORIGIN.node_id, n)
+    c = build_commitment(ORIGIN, epoch=EPOCH, value_ref="v", fold_seq=0, hops=hops, issued_at=NOW)
+    o = build_obligation(
+        ORIGIN, c, serve_until=NOW + serve_for, deadline_ms=1_000, endpoints=[], issued_at=NOW
+    )
+    return c, o, hops
+
+
+@FAST
+@given(
+    n=st.integers(1, 40),
+    picks=st.none() | st.sets(st.integers(0, 39), min_size=1, max_size=10),
+    at=st.integers(0, 2 * DAY),
+)
+def test_property_a_correct_origin_is_never_accused(
+    n: int, picks: set[int] | None, at: int
+) -> None:
+    c, o, hops = _world(n, DAY)
+    leaves = None if picks is None else sorted(i for i in picks if i < n) or [0]
+    d = build_demand(HOLDER, o, now=NOW, leaves=leaves, nonce="ab" * 16)
+    r = answer_demand(ORIGIN, d, obligation=o, commitment=c, hops=hops, now=NOW + at)
+    served = [hops[i] for i in (range(n) if leaves is None else leaves)]
+    if r.statement.status is not ReceiptStatus.SERVED:
+        served = []
+    answer = judge_answer(r, served, demand=d, obligation=o, commitment=c, reported_at=NOW + at)
+    assert answer.kind in (AnswerKind.SERVED, AnswerKind.LEGITIMATE)
+    assert answer.evidence is None
+
+
+@FAST
+@given(n=st.integers(1, 40), victim=st.integers(0, 39), junk=st.binary(min_size=1, max_size=8))
+def test_property_an_origin_signing_any_wrong_hop_is_caught_as_bad_data(
+    n: int, victim: int, junk: bytes
+) -> None:
+    c, o, hops = _world(n, DAY)
+    d = build_demand(HOLDER, o, now=NOW, nonce="cd" * 16)
+    honest = answer_demand(ORIGIN, d, obligation=o, commitment=c, hops=hops, now=NOW + 1)
+    wrong = list(hops)
+    wrong[victim % n] = wrong[victim % n] + junk
+    lying = resign_receipt(ORIGIN, honest, wrong)
+    answer = judge_answer(lying, wrong, demand=d, obligation=o, commitment=c, reported_at=NOW)
+    assert answer.kind is AnswerKind.EVIDENCE
+    assert answer.evidence is not None
+    assert verify_evidence(answer.evidence.to_bytes(), now=NOW).kind is EvidenceKind.BAD_DATA
+
+
+@FAST
+@given(n=st.integers(2, 30), drop=st.integers(0, 29))
+def test_property_a_receipt_for_a_shorter_tree_is_bad_data(n: int, drop: int) -> None:
+    c, o, hops = _world(n, DAY)
+    d = build_demand(HOLDER, o, now=NOW, nonce="ef" * 16)
+    honest = answer_demand(ORIGIN, d, obligation=o, commitment=c, hops=hops, now=NOW + 1)
+    kept = [h for i, h in enumerate(hops) if i != drop % n]
+    shorter = sign_statement(
+        ORIGIN,
+        dataclasses.replace(resign_receipt(ORIGIN, honest, kept).statement, tree_size=n - 1),
+    )
+    answer = judge_answer(shorter, kept, demand=d, obligation=o, commitment=c, reported_at=NOW)
+    assert answer.kind is AnswerKind.EVIDENCE
