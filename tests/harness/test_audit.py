@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness.audit import (
     AuditSpecError,
@@ -239,3 +241,55 @@ def test_bad_spec_error_names_line_key_and_expectation(
 def test_missing_spec_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(AuditSpecError, match=r"nope\.yaml: file not found"):
         load_spec(tmp_path / "nope.yaml")
+
+
+_KEYS = st.sampled_from(
+    [
+        "compaction",
+        "gates",
+        "name",
+        "score_aggregates",
+        "taint_ids",
+        "lineage_window",
+        "ordering_preserved",
+        "reads",
+        "window",
+        "polarity",
+        "irreversible",
+        "bogus",
+    ]
+)
+_ATOMS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 12),
+    st.sampled_from(["allow", "deny", "scores", "taint_ids", "hop_window", "ordering", "x"]),
+)
+_SPECS = st.recursive(
+    _ATOMS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=5)),
+    max_leaves=14,
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(document=_SPECS)
+def test_arbitrary_yaml_either_loads_or_raises_a_named_spec_error(
+    tmp_path: Path, document: object
+) -> None:
+    import yaml
+
+    path = _write(tmp_path, yaml.safe_dump(document))
+    try:
+        spec = load_spec(path)
+    except AuditSpecError as exc:
+        message = str(exc)
+    else:
+        message = ""
+        result = audit(spec)
+        assert len(result.verdicts) == len(spec.gates)
+        assert result.exit_code() in (0, 1)
+    if message:
+        assert message.startswith(f"{path}:")
