@@ -156,3 +156,45 @@ def test_malformed_lines_raise_only_trace_errors_naming_the_file(
     else:
         message = str(trace)
     assert message.startswith(str(trace))
+
+
+_RULE_KEYS = st.sampled_from(
+    ["taint", "op", "when", "axis", "factor", "field", "equals", "gt", "lt", "always", "rules"]
+)
+_RULE_ATOMS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 5),
+    st.floats(-1, 2, allow_nan=False),
+    st.sampled_from(["tool_call", "fetch", "freshness", "reconstruction", "t", "Bad:x", "merge"]),
+)
+_RULE_DOCS = st.recursive(
+    _RULE_ATOMS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(_RULE_KEYS, inner, max_size=5)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(document=_RULE_DOCS)
+def test_arbitrary_rules_yaml_loads_or_raises_a_named_error(
+    tmp_path: Path, document: object
+) -> None:
+    import yaml
+
+    from harness.trace import load_rules
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(document), encoding="utf-8")
+    try:
+        parsed = load_rules(rules)
+    except TraceError as exc:
+        message = str(exc)
+    else:
+        message = str(rules)
+        assert all(r.taint is not None or r.axis is not None for r in parsed)
+    assert message.startswith(str(rules))
