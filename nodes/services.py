@@ -207,6 +207,11 @@ class NodeCore:
             core._replay_guard_until_ms = 0  # no previous run can have seen any nonce
         return core
 
+    async def flush(self) -> None:
+        """Persist what is kept write-behind (accepted nonces, counters)."""
+        await self._drain_nonces()
+        await self.store.flush_counters()
+
     async def close(self) -> None:
         if self._flusher is not None:
             self._flusher.cancel()

@@ -282,9 +282,16 @@ class InMemoryTransport:
     error raised by the node becomes the status code the server would send.
     """
 
-    def __init__(self, max_message_bytes: int = 4 * 1024 * 1024) -> None:
-        self._nodes: dict[str, NodeCore] = {}
+    def __init__(
+        self,
+        max_message_bytes: int = 4 * 1024 * 1024,
+        registry: dict[str, NodeCore] | None = None,
+    ) -> None:
+        # Several transports may share one registry: each node its own view,
+        # with its own ``blocked`` set (a partition as seen from that node).
+        self._nodes: dict[str, NodeCore] = {} if registry is None else registry
         self._max = max_message_bytes
+        self.blocked: set[str] = set()
         self.calls = 0
 
     def register(self, address: str, core: NodeCore) -> None:
@@ -295,7 +302,7 @@ class InMemoryTransport:
 
     def _node(self, address: str) -> NodeCore:
         core = self._nodes.get(address)
-        if core is None or core.crashed:
+        if core is None or core.crashed or address in self.blocked:
             raise CallFailed("UNAVAILABLE", "no node listening", address)
         return core
 

@@ -1,0 +1,339 @@
+"""Bad requests get precise gRPC status codes and change nothing in the store.
+
+Real grpc.aio server on port 0; every rejected call is bracketed by
+``HopStore.table_digest()`` (a SHA-256 over every row of every table).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from contracts.identity import Identity
+from contracts.serve import build_demand
+from contracts.signed import Signed
+from contracts.statements import Obligation
+from nodes._pb.provnet.v1 import (
+    common_pb2,
+    deliver_pb2,
+    deliver_pb2_grpc,
+    hoplog_pb2,
+    hoplog_pb2_grpc,
+    serve_pb2,
+    serve_pb2_grpc,
+)
+from nodes.app import RunningNode, start_node
+from nodes.config import NodeConfig
+from nodes.transport import GrpcTransport
+from tests.nodes.rpc_support import accusation_audit, held_fold, hop_json
+
+__all__ = ["accusation_audit"]
+
+MAX_MESSAGE = 64 * 1024
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def origin(tmp_path: Path, clock: Clock) -> AsyncIterator[RunningNode]:
+    config = NodeConfig(
+        name="origin",
+        data_dir=tmp_path / "origin",
+        listen="127.0.0.1:0",
+        max_message_bytes=MAX_MESSAGE,
+    )
+    node = await start_node(config, transport=GrpcTransport(), clock=clock)
+    try:
+        yield node
+    finally:
+        await node.stop(0.2)
+
+
+@pytest.fixture
+async def channel(origin: RunningNode) -> AsyncIterator[grpc.aio.Channel]:
+    chan = grpc.aio.insecure_channel(origin.address)
+    try:
+        yield chan
+    finally:
+        await chan.close(None)
+
+
+async def _fold(channel: grpc.aio.Channel, hops: int = 3, serve_for_ms: int = 0) -> Any:
+    stub: Any = hoplog_pb2_grpc.HopLogStub(channel)
+    appended = await stub.Append(
+        hoplog_pb2.AppendRequest(hops=[hop_json(i + 1) for i in range(hops)]), timeout=5
+    )
+    return await stub.CommitFold(
+        hoplog_pb2.CommitFoldRequest(
+            value_ref="v1", seqs=list(appended.seqs), serve_for_ms=serve_for_ms
+        ),
+        timeout=5,
+    )
+
+
+def _obligation(fold: Any, now_ms: int) -> Signed[Obligation]:
+    from nodes.services import CommittedFold
+
+    held = held_fold(CommittedFold(bytes(fold.commitment), bytes(fold.obligation), False), now_ms)
+    return held.obligation
+
+
+async def _rejected(
+    node: RunningNode, call: Callable[[], Awaitable[Any]]
+) -> grpc.StatusCode:
+    """Run a call that must fail; return its status; assert the store did not change."""
+    await node.core.flush()
+    before = await node.core.store.table_digest()
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call()
+    await node.core.flush()
+    after = await node.core.store.table_digest()
+    assert before == after, "a rejected call changed the store"
+    code: grpc.StatusCode = info.value.code()
+    return code
+
+
+def _demand_call(channel: grpc.aio.Channel, demands: list[bytes]) -> Callable[[], Awaitable[Any]]:
+    stub: Any = serve_pb2_grpc.ServeStub(channel)
+    return lambda: stub.Demand(serve_pb2.DemandRequest(demands=demands), timeout=5)
+
+
+async def test_malformed_demand_bytes_are_invalid_argument(
+    origin: RunningNode, channel: grpc.aio.Channel
+) -> None:
+    await _fold(channel)
+    code = await _rejected(origin, _demand_call(channel, [b"{not json"]))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_empty_demand_call_is_invalid_argument(
+    origin: RunningNode, channel: grpc.aio.Channel
+) -> None:
+    assert await _rejected(origin, _demand_call(channel, [])) is grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_demand_with_bad_signature_is_unauthenticated(
+    origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    fold = await _fold(channel)
+    now_ms = int(clock.now * 1000)
+    demand = build_demand(Identity.generate(), _obligation(fold, now_ms), now=now_ms)
+    envelope = json.loads(demand.to_bytes())
+    sig = bytearray(base64.b64decode(envelope["signatures"][0]["sig"]))
+    sig[0] ^= 0x01
+    envelope["signatures"][0]["sig"] = base64.b64encode(bytes(sig)).decode()
+    forged = json.dumps(envelope).encode()
+    code = await _rejected(origin, _demand_call(channel, [forged]))
+    assert code is grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_oversized_request_is_resource_exhausted(
+    origin: RunningNode, channel: grpc.aio.Channel
+) -> None:
+    code = await _rejected(origin, _demand_call(channel, [b"x" * (MAX_MESSAGE + 1)]))
+    assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_too_many_demands_in_one_call_is_resource_exhausted(
+    origin: RunningNode, channel: grpc.aio.Channel
+) -> None:
+    code = await _rejected(origin, _demand_call(channel, [b"{}"] * 257))
+    assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_demand_on_expired_obligation_is_failed_precondition(
+    origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    fold = await _fold(channel, serve_for_ms=1_000)
+    obligation = _obligation(fold, int(clock.now * 1000))
+    clock.now += 2.0  # past serve_until on the origin's clock
+    demand = build_demand(Identity.generate(), obligation, now=int(clock.now * 1000))
+    code = await _rejected(origin, _demand_call(channel, [demand.to_bytes()]))
+    assert code is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_stale_demand_is_failed_precondition(
+    origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    fold = await _fold(channel)
+    now_ms = int(clock.now * 1000)
+    demand = build_demand(Identity.generate(), _obligation(fold, now_ms), now=now_ms - 600_000)
+    code = await _rejected(origin, _demand_call(channel, [demand.to_bytes()]))
+    assert code is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_replayed_demand_nonce_is_already_exists(
+    origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    fold = await _fold(channel)
+    now_ms = int(clock.now * 1000)
+    demand = build_demand(Identity.generate(), _obligation(fold, now_ms), now=now_ms)
+    call = _demand_call(channel, [demand.to_bytes()])
+    first = await call()
+    assert len(first.answers) == 1
+    assert await _rejected(origin, call) is grpc.StatusCode.ALREADY_EXISTS
+
+
+async def test_replayed_nonce_after_restart_is_already_exists(
+    tmp_path: Path, clock: Clock
+) -> None:
+    # A restarted origin checks nonces of recently dated demands in the store.
+    config = NodeConfig(name="origin", data_dir=tmp_path / "o", listen="127.0.0.1:0")
+    node = await start_node(config, transport=GrpcTransport(), clock=clock)
+    try:
+        chan = grpc.aio.insecure_channel(node.address)
+        fold = await _fold(chan)
+        now_ms = int(clock.now * 1000)
+        demand = build_demand(Identity.generate(), _obligation(fold, now_ms), now=now_ms)
+        await _demand_call(chan, [demand.to_bytes()])()
+        await chan.close(None)
+    finally:
+        await node.stop(0.2)
+    node = await start_node(config, transport=GrpcTransport(), clock=clock)
+    try:
+        chan = grpc.aio.insecure_channel(node.address)
+        code = await _rejected(node, _demand_call(chan, [demand.to_bytes()]))
+        assert code is grpc.StatusCode.ALREADY_EXISTS
+        await chan.close(None)
+    finally:
+        await node.stop(0.2)
+
+
+async def test_demand_for_unknown_obligation_is_not_found(
+    tmp_path: Path, origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    # A valid demand addressed to this origin, for an obligation it never issued.
+    other = NodeConfig(name="other", data_dir=tmp_path / "other", listen="127.0.0.1:0")
+    elsewhere = await start_node(other, transport=GrpcTransport(), clock=clock)
+    try:
+        chan = grpc.aio.insecure_channel(elsewhere.address)
+        fold = await _fold(chan)
+        await chan.close(None)
+    finally:
+        await elsewhere.stop(0.2)
+    now_ms = int(clock.now * 1000)
+    demand = build_demand(Identity.generate(), _obligation(fold, now_ms), now=now_ms)
+    code = await _rejected(origin, _demand_call(channel, [demand.to_bytes()]))
+    assert code is grpc.StatusCode.NOT_FOUND
+
+
+async def test_append_of_malformed_hop_is_invalid_argument(
+    origin: RunningNode, channel: grpc.aio.Channel
+) -> None:
+    stub: Any = hoplog_pb2_grpc.HopLogStub(channel)
+    for bad in (b"[1, 2]", b'{"step": 1, "origin": "x"}', b'{"no_step": true}'):
+
+        def append(hop: bytes = bad) -> Awaitable[Any]:
+            result: Awaitable[Any] = stub.Append(hoplog_pb2.AppendRequest(hops=[hop]), timeout=5)
+            return result
+
+        code = await _rejected(origin, append)
+        assert code is grpc.StatusCode.INVALID_ARGUMENT, bad
+
+
+async def test_commit_of_unknown_hop_is_failed_precondition(
+    origin: RunningNode, channel: grpc.aio.Channel
+) -> None:
+    stub: Any = hoplog_pb2_grpc.HopLogStub(channel)
+    code = await _rejected(
+        origin,
+        lambda: stub.CommitFold(
+            hoplog_pb2.CommitFoldRequest(value_ref="v", seqs=[424242]), timeout=5
+        ),
+    )
+    assert code is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_delivery_with_forged_commitment_is_unauthenticated(
+    tmp_path: Path, origin: RunningNode, channel: grpc.aio.Channel
+) -> None:
+    fold = await _fold(channel)
+    envelope = json.loads(bytes(fold.commitment))
+    sig = bytearray(base64.b64decode(envelope["signatures"][0]["sig"]))
+    sig[-1] ^= 0x80
+    envelope["signatures"][0]["sig"] = base64.b64encode(bytes(sig)).decode()
+    holder = await start_node(
+        NodeConfig(name="holder", data_dir=tmp_path / "holder", listen="127.0.0.1:0"),
+        transport=GrpcTransport(),
+    )
+    try:
+        chan = grpc.aio.insecure_channel(holder.address)
+        stub: Any = deliver_pb2_grpc.DeliverStub(chan)
+        value = common_pb2.DeliveredValue(
+            value_ref="v1",
+            value=b"compacted",
+            commitments=[json.dumps(envelope).encode()],
+            obligations=[bytes(fold.obligation)],
+        )
+        code = await _rejected(
+            holder, lambda: stub.Deliver(deliver_pb2.DeliverRequest(value=value), timeout=5)
+        )
+        assert code is grpc.StatusCode.UNAUTHENTICATED
+        unpaired = common_pb2.DeliveredValue(
+            value_ref="v1", value=b"x", commitments=[bytes(fold.commitment)], obligations=[]
+        )
+        code = await _rejected(
+            holder, lambda: stub.Deliver(deliver_pb2.DeliverRequest(value=unpaired), timeout=5)
+        )
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+        await chan.close(None)
+    finally:
+        await holder.stop(0.2)
+
+
+async def test_delivery_with_expired_obligation_is_failed_precondition(
+    tmp_path: Path, origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    fold = await _fold(channel, serve_for_ms=1_000)
+    late = Clock()
+    late.now = clock.now + 5.0
+    holder = await start_node(
+        NodeConfig(name="holder", data_dir=tmp_path / "holder", listen="127.0.0.1:0"),
+        transport=GrpcTransport(),
+        clock=late,
+    )
+    try:
+        chan = grpc.aio.insecure_channel(holder.address)
+        stub: Any = deliver_pb2_grpc.DeliverStub(chan)
+        value = common_pb2.DeliveredValue(
+            value_ref="v1",
+            value=b"compacted",
+            commitments=[bytes(fold.commitment)],
+            obligations=[bytes(fold.obligation)],
+        )
+        code = await _rejected(
+            holder, lambda: stub.Deliver(deliver_pb2.DeliverRequest(value=value), timeout=5)
+        )
+        assert code is grpc.StatusCode.FAILED_PRECONDITION
+        await chan.close(None)
+    finally:
+        await holder.stop(0.2)
+
+
+async def test_rehydrate_of_unknown_value_is_not_found(
+    origin: RunningNode, channel: grpc.aio.Channel
+) -> None:
+    stub: Any = deliver_pb2_grpc.DeliverStub(channel)
+    code = await _rejected(
+        origin,
+        lambda: stub.Rehydrate(deliver_pb2.RehydrateRequest(value_ref="nope"), timeout=5),
+    )
+    assert code is grpc.StatusCode.NOT_FOUND
