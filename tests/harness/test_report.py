@@ -267,3 +267,12 @@ def test_default_matrix_report_prints_every_published_number(tmp_path: Path) -> 
         if line.startswith(("| H1 ", "| H2 ", "| H3 ", "| H4 "))
     ]
     assert verdicts == ["**PASS**", "**PASS**", "**PASS**", "**FAIL**"]
+
+
+def test_report_without_rehydration_says_so_and_lists_no_rehydrate_rows(tmp_path: Path) -> None:
+    _run("experiment", "run", "--out", str(tmp_path), "--seeds", "1", "--no-rehydrate")
+    write_report(tmp_path, None)
+    text = (tmp_path / SUMMARY_FILE).read_text(encoding="utf-8")
+    assert "4. Rehydration: not evaluated in this run (`--no-rehydrate`)." in text
+    assert "| rehydrate |" not in text
+    assert "| degrade |" in text
