@@ -1,0 +1,253 @@
+"""Real grpc.aio nodes on port 0: health, reflection, request ids, S7 chains, streaming, faults."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+
+from contracts.evidence import verify_evidence
+from contracts.identity import Identity
+from contracts.serve import build_demand, verify_served
+from nodes._pb.provnet.v1 import (
+    deliver_pb2,
+    deliver_pb2_grpc,
+    evidence_pb2,
+    evidence_pb2_grpc,
+    hoplog_pb2,
+    hoplog_pb2_grpc,
+    node_pb2,
+    node_pb2_grpc,
+)
+from nodes.app import RunningNode
+from nodes.faults import FaultMode
+from nodes.interceptors import REQUEST_ID_KEY
+from nodes.server import SERVICE_NAMES
+from nodes.transport import GrpcTransport
+from tests.nodes.rpc_support import accusation_audit, grpc_node, held_fold, hop_json, stop_all
+
+__all__ = ["accusation_audit"]
+
+
+@pytest.fixture
+async def nodes(tmp_path: Path) -> AsyncIterator[list[RunningNode]]:
+    started: list[RunningNode] = []
+    try:
+        yield started
+    finally:
+        await stop_all(started)
+
+
+async def _commit(node: RunningNode, hops: int, value_ref: str = "v1", value: bytes = b"") -> Any:
+    async with grpc.aio.insecure_channel(node.address) as chan:
+        stub: Any = hoplog_pb2_grpc.HopLogStub(chan)
+        appended = await stub.Append(
+            hoplog_pb2.AppendRequest(hops=[hop_json(i + 1) for i in range(hops)]), timeout=5
+        )
+        return await stub.CommitFold(
+            hoplog_pb2.CommitFoldRequest(
+                value_ref=value_ref, seqs=list(appended.seqs), value=value
+            ),
+            timeout=5,
+        )
+
+
+async def _stats(node: RunningNode) -> dict[str, int]:
+    async with grpc.aio.insecure_channel(node.address) as chan:
+        stub: Any = node_pb2_grpc.NodeStub(chan)
+        reply = await stub.Stats(node_pb2.StatsRequest(), timeout=5)
+        return dict(reply.counters)
+
+
+async def test_health_serves_every_service_and_reflection_lists_them(
+    tmp_path: Path, nodes: list[RunningNode]
+) -> None:
+    node = await grpc_node(tmp_path, "a")
+    nodes.append(node)
+    async with grpc.aio.insecure_channel(node.address) as chan:
+        health: Any = health_pb2_grpc.HealthStub(chan)
+        for service in ("", *SERVICE_NAMES):
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, service
+    sync_channel = grpc.insecure_channel(node.address)
+    try:
+        database = ProtoReflectionDescriptorDatabase(sync_channel)
+        listed = set(await asyncio.to_thread(database.get_services))
+        assert set(SERVICE_NAMES) <= listed
+        assert "grpc.health.v1.Health" in listed
+    finally:
+        sync_channel.close()
+
+
+async def test_request_id_is_echoed_from_caller_or_generated(
+    tmp_path: Path, nodes: list[RunningNode]
+) -> None:
+    node = await grpc_node(tmp_path, "a")
+    nodes.append(node)
+    async with grpc.aio.insecure_channel(node.address) as chan:
+        stub: Any = node_pb2_grpc.NodeStub(chan)
+        call = stub.Info(node_pb2.InfoRequest(), metadata=((REQUEST_ID_KEY, "req-42"),), timeout=5)
+        info = await call
+        assert dict(await call.initial_metadata())[REQUEST_ID_KEY] == "req-42"
+        assert info.node_id == node.node_id
+        call = stub.Info(node_pb2.InfoRequest(), timeout=5)
+        await call
+        generated = dict(await call.initial_metadata())[REQUEST_ID_KEY]
+        assert len(generated) == 16
+        assert generated != "req-42"
+
+
+async def test_graceful_stop_lets_an_in_flight_demand_finish(
+    tmp_path: Path, nodes: list[RunningNode]
+) -> None:
+    origin = await grpc_node(tmp_path, "origin", FaultMode.SLOW, delay_ms=300, deadline_ms=2000)
+    fold = held_fold(await _commit(origin, 3))
+    transport = GrpcTransport()
+    try:
+        demand = build_demand(Identity.generate(), fold.obligation, now=origin.core.now_ms())
+        in_flight = asyncio.create_task(transport.demand(origin.address, [demand.to_bytes()], 5))
+        await asyncio.sleep(0.1)
+        await origin.stop(grace=3.0)
+        (answer,) = await in_flight
+        served = verify_served(
+            answer.receipt,
+            answer.hops,
+            demand=demand,
+            obligation=fold.obligation,
+            commitment=fold.commitment,
+        )
+        assert len(served.hops) == 3
+    finally:
+        await transport.close()
+
+
+async def test_value_forwarded_a_b_c_is_rehydrated_by_c_from_a_directly(
+    tmp_path: Path, nodes: list[RunningNode]
+) -> None:
+    a = await grpc_node(tmp_path, "a")
+    b = await grpc_node(tmp_path, "b")
+    c = await grpc_node(tmp_path, "c")
+    nodes.extend([a, b, c])
+    await _commit(a, 5, value_ref="v1", value=b"compacted value")
+    async with grpc.aio.insecure_channel(a.address) as chan:
+        reply = await deliver_pb2_grpc.DeliverStub(chan).Forward(
+            deliver_pb2.ForwardRequest(value_ref="v1", peer=b.address), timeout=5
+        )
+        assert reply.delivery_receipt
+    async with grpc.aio.insecure_channel(b.address) as chan:
+        stub: Any = deliver_pb2_grpc.DeliverStub(chan)
+        at_b = await stub.Rehydrate(deliver_pb2.RehydrateRequest(value_ref="v1"), timeout=10)
+        await stub.Forward(deliver_pb2.ForwardRequest(value_ref="v1", peer=c.address), timeout=5)
+    demands_before = (await _stats(a)).get("rpc_Demand", 0)
+    async with grpc.aio.insecure_channel(c.address) as chan:
+        stub = deliver_pb2_grpc.DeliverStub(chan)
+        at_c = await stub.Rehydrate(deliver_pb2.RehydrateRequest(value_ref="v1"), timeout=10)
+    for report in (at_b, at_c):
+        assert report.complete
+        assert [o.origin for o in report.outcomes] == [a.node_id]
+        assert [o.outcome for o in report.outcomes] == ["served"]
+        assert len(report.hops) == 5
+    assert [h.hop for h in at_b.hops] == [h.hop for h in at_c.hops]
+    # C asked A itself (one Serve call), not B: the duty travelled with the value.
+    assert (await _stats(a)).get("rpc_Demand", 0) == demands_before + 1
+    assert (await _stats(b)).get("rpc_Demand", 0) == 0
+
+
+async def test_large_fold_streams_in_chunks_and_verifies(
+    tmp_path: Path, nodes: list[RunningNode]
+) -> None:
+    origin = await grpc_node(tmp_path, "origin")
+    nodes.append(origin)
+    fold = held_fold(await _commit(origin, 200))
+    demand = build_demand(Identity.generate(), fold.obligation, now=origin.core.now_ms())
+    chunks = [
+        answer
+        async for answer in origin.core.answer_demand_stream(
+            build_demand(Identity.generate(), fold.obligation, now=origin.core.now_ms()).to_bytes(),
+            max_chunk_bytes=4096,
+        )
+    ]
+    assert len(chunks) > 2  # cut into several messages
+    transport = GrpcTransport()
+    try:
+        answer = await transport.demand_stream(origin.address, demand.to_bytes(), 5)
+    finally:
+        await transport.close()
+    served = verify_served(
+        answer.receipt,
+        answer.hops,
+        demand=demand,
+        obligation=fold.obligation,
+        commitment=fold.commitment,
+    )
+    assert len(served.hops) == 200
+
+
+async def test_tampering_origin_over_grpc_yields_bad_data_that_a_peer_accepts(
+    tmp_path: Path, nodes: list[RunningNode]
+) -> None:
+    origin = await grpc_node(tmp_path, "origin", FaultMode.TAMPER)
+    holder = await grpc_node(tmp_path, "holder")
+    peer = await grpc_node(tmp_path, "peer")
+    nodes.extend([origin, holder, peer])
+    await _commit(origin, 4, value=b"v")
+    async with grpc.aio.insecure_channel(origin.address) as chan:
+        await deliver_pb2_grpc.DeliverStub(chan).Forward(
+            deliver_pb2.ForwardRequest(value_ref="v1", peer=holder.address), timeout=5
+        )
+    async with grpc.aio.insecure_channel(holder.address) as chan:
+        report = await deliver_pb2_grpc.DeliverStub(chan).Rehydrate(
+            deliver_pb2.RehydrateRequest(value_ref="v1"), timeout=10
+        )
+    (outcome,) = report.outcomes
+    assert outcome.outcome == "bad_data"
+    assert Path(outcome.evidence_path).read_bytes() == outcome.evidence
+    verdict = verify_evidence(bytes(outcome.evidence), now=holder.core.now_ms())
+    assert verdict.accused == origin.node_id
+    async with grpc.aio.insecure_channel(peer.address) as chan:
+        stub: Any = evidence_pb2_grpc.EvidenceStub(chan)
+        request = evidence_pb2.ReportRequest(evidence=outcome.evidence)
+        accepted = await stub.Report(request, timeout=5)
+        assert (accepted.kind, accepted.accused) == ("bad_data", origin.node_id)
+        forged = bytes(outcome.evidence).replace(origin.node_id.encode(), holder.node_id.encode())
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Report(evidence_pb2.ReportRequest(evidence=forged), timeout=5)
+        assert info.value.code() in {
+            grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.INVALID_ARGUMENT,
+        }
+    assert (await _stats(holder))["evidence_bad_data"] == 1
+    assert (await _stats(peer))["evidence_bad_data"] == 1
+    assert (await _stats(origin))["serves"] == 1
+
+
+async def test_dropping_origin_over_grpc_is_unanswered_and_witness_confirmed(
+    tmp_path: Path, nodes: list[RunningNode]
+) -> None:
+    origin = await grpc_node(tmp_path, "origin", FaultMode.DROP, deadline_ms=300)
+    witness = await grpc_node(tmp_path, "witness")
+    holder = await grpc_node(tmp_path, "holder", reasks=1)
+    nodes.extend([origin, witness, holder])
+    await _commit(origin, 2, value=b"v")
+    async with grpc.aio.insecure_channel(origin.address) as chan:
+        await deliver_pb2_grpc.DeliverStub(chan).Forward(
+            deliver_pb2.ForwardRequest(value_ref="v1", peer=holder.address), timeout=5
+        )
+    async with grpc.aio.insecure_channel(holder.address) as chan:
+        report = await deliver_pb2_grpc.DeliverStub(chan).Rehydrate(
+            deliver_pb2.RehydrateRequest(value_ref="v1", witnesses=[witness.address]), timeout=10
+        )
+    (outcome,) = report.outcomes
+    assert outcome.outcome == "unanswered"
+    assert outcome.asks == 2
+    assert outcome.witness_confirmed
+    assert outcome.witnesses_unanswered == 1
+    assert report.rpcs == 3  # ask, re-ask, one witness challenge
