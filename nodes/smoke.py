@@ -495,7 +495,8 @@ async def _step_tamper(run: _Run) -> dict[str, Any]:
     path = _evidence_file(run, "bad_data", mine[0])
     code, said = _verify_evidence_file(path)
     observed.update({"evidence_file": str(path), "verify_exit": code, "verify_said": said})
-    if code != 0:
+    # The verifier must accept it and name the tamperer, nobody else.
+    if code != 0 or origin_id not in said:
         raise _StepFailed(observed)
     return observed
 
@@ -520,11 +521,15 @@ async def _step_crash(run: _Run) -> dict[str, Any]:
         or len(mine) != 1
         or mine[0].outcome != "unanswered"
         or not mine[0].witness_confirmed
+        or not mine[0].evidence
     ):
         raise _StepFailed(observed)
-    if mine[0].evidence:
-        path = _evidence_file(run, "unanswered", mine[0])
-        observed["evidence_file"] = str(path)
+    # A suspicion, not a proof: still a file a third party can check.
+    path = _evidence_file(run, "unanswered", mine[0])
+    code, said = _verify_evidence_file(path)
+    observed.update({"evidence_file": str(path), "verify_exit": code, "verify_said": said})
+    if code != 0 or origin_id not in said:
+        raise _StepFailed(observed)
     return observed
 
 
@@ -593,7 +598,8 @@ _STEPS = (
     ),
     _Step(
         "crash",
-        "an origin that dies on the demand: B records unanswered, confirmed by witnesses",
+        "an origin that dies on the demand: B records unanswered, confirmed by witnesses, "
+        "in an evidence file that 'provnet evidence verify' accepts",
         _step_crash,
     ),
     _Step(
