@@ -265,6 +265,7 @@ def node_argv(spec: NodeSpec) -> list[str]:
     """The command line that starts ``spec`` (the same ``provnet node`` as Compose runs)."""
     argv = [
         sys.executable,
+        "-P",  # not the working directory: nodes run the launcher's code (see _node_env)
         "-m",
         "harness",
         "node",
@@ -292,6 +293,10 @@ def node_argv(spec: NodeSpec) -> list[str]:
 def _node_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     environ = dict(os.environ if base is None else base)
     env = {k: v for k, v in environ.items() if not k.startswith(_NODE_ENV_PREFIX) or k in _KEPT_ENV}
+    # The launcher's own package root first, so a node imports exactly the code
+    # that started it, wherever the command was run from.
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -611,11 +611,19 @@ SMOKE_STEPS = tuple(step.name for step in _STEPS)
 
 
 async def _run_steps(run: _Run, emit: Callable[[StepResult], None]) -> list[StepResult]:
+    import grpc
+
     results: list[StepResult] = []
     done: dict[str, bool] = {}
     try:
         for member in run.members:
-            run.ids[member.name] = str((await run.driver.info(member.address)).node_id)
+            try:
+                run.ids[member.name] = str((await run.driver.info(member.address)).node_id)
+            except grpc.RpcError as exc:
+                raise ClusterError(
+                    f"node {member.name} at {member.address}: provnet.v1.Node/Info failed: "
+                    f"{_rpc_error(exc)}"
+                ) from exc
         for step in _STEPS:
             name, expected = step.name, step.expected
             run.driver.timings = {}

@@ -192,8 +192,8 @@ def test_launcher_argv_parses_back_into_the_node_config_it_describes(
         fault="tamper",
     )
     argv = node_argv(spec)
-    assert argv[:4] == [sys.executable, "-m", "harness", "node"]
-    config = NodeConfig.from_env_and_args(build_parser().parse_args(argv[3:]), env={})
+    assert argv[:5] == [sys.executable, "-P", "-m", "harness", "node"]
+    config = NodeConfig.from_env_and_args(build_parser().parse_args(argv[4:]), env={})
     assert config.name == "b"
     assert config.listen == "127.0.0.1:4242"
     assert config.data_dir == spec.data_dir
@@ -208,6 +208,15 @@ def test_cluster_nodes_do_not_inherit_node_settings_from_the_callers_shell() -> 
     assert "PROVNET_FAULT" not in env
     assert env["PROVNET_HOME"] == "/h"
     assert env["PATH"] == "/bin"
+
+
+def test_cluster_nodes_import_the_launchers_code_not_the_working_directorys() -> None:
+    import nodes
+
+    env = _node_env({"PYTHONPATH": "/extra"})
+    root = str(Path(nodes.__file__).resolve().parents[1])
+    assert env["PYTHONPATH"].split(os.pathsep) == [root, "/extra"]
+    assert "-P" in node_argv(NodeSpec(name="a", port=1, data_dir=Path("/d"), log_file=Path("/l")))
 
 
 def test_free_ports_are_distinct_and_bindable_without_reuse() -> None:
