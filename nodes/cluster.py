@@ -30,7 +30,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -522,14 +522,14 @@ def cluster_up(
     names: Sequence[str] = DEFAULT_NAMES,
     *,
     timeout: float = DEFAULT_START_TIMEOUT_S,
-    progress: Any = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ClusterState:
     """Start one node per name, health-gated, and record the cluster in ``home``.
 
     ``progress`` (optional) is called with one line of text per event.
     Refuses if a recorded cluster still has live nodes.
     """
-    say = progress if callable(progress) else (lambda _msg: None)
+    say = progress or (lambda _msg: None)
     names = [check_node_name(n) for n in names]
     if len(set(names)) != len(names):
         raise ClusterError(f"node names must be distinct, got {', '.join(names)}")
@@ -554,7 +554,7 @@ def cluster_up(
             started = start_nodes(specs, timeout=timeout)
         except ClusterError as exc:
             # Only a lost port race is worth another attempt with fresh ports.
-            if "bind" not in str(exc).lower() or attempt == _START_ATTEMPTS:
+            if "failed to bind" not in str(exc).lower() or attempt == _START_ATTEMPTS:
                 raise
             say(f"a port was taken meanwhile; retrying with fresh ports (attempt {attempt + 1})")
             continue

@@ -175,3 +175,33 @@ def test_a_port_held_with_so_reuseport_is_never_shared_by_a_node(home: Path) -> 
         holder.close()
     assert "before serving" in str(caught.value)
     assert f"Failed to bind to address 127.0.0.1:{port}" in str(caught.value)
+
+
+def test_up_retries_with_fresh_ports_when_a_chosen_port_is_taken_meanwhile(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nodes.cluster as cluster
+
+    taker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taker.bind(("127.0.0.1", 0))
+    taker.listen()
+    taken = int(taker.getsockname()[1])
+    real_free_ports = cluster.free_ports
+    calls: list[list[int]] = []
+
+    def racing_free_ports(count: int, host: str = cluster.LOOPBACK) -> list[int]:
+        # The first choice loses the race: someone else bound it in between.
+        ports = [taken] if not calls else real_free_ports(count, host)
+        calls.append(ports)
+        return ports
+
+    monkeypatch.setattr(cluster, "free_ports", racing_free_ports)
+    said: list[str] = []
+    try:
+        state = cluster.cluster_up(Home(home), ["a"], timeout=60, progress=said.append)
+    finally:
+        taker.close()
+    assert len(calls) == 2
+    assert state.nodes[0].address == f"127.0.0.1:{calls[1][0]}"
+    assert any("retrying with fresh ports" in line for line in said)
+    assert cluster_down(Home(home), grace=2.0)[0][1] == "terminated"
