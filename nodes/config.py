@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -158,7 +158,6 @@ class NodeConfig:
     evidence_dir: Path | None = None
     provenance_pending: bool = False
     port_file: Path | None = None
-    extra: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):

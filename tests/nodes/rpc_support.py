@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,7 +111,12 @@ class MemCluster:
         return f"{name}.mem:1"
 
     async def add(
-        self, name: str, fault: FaultMode = FaultMode.NONE, delay_ms: int = 0
+        self,
+        name: str,
+        fault: FaultMode = FaultMode.NONE,
+        delay_ms: int = 0,
+        *,
+        provenance_pending: bool = False,
     ) -> NodeCore:
         config = NodeConfig(
             name=name,
@@ -119,6 +124,7 @@ class MemCluster:
             listen=self.address(name),
             deadline_ms=self.deadline_ms,
             reasks=self.reasks,
+            provenance_pending=provenance_pending,
         )
         crashed: list[NodeCore] = []
         plan = FaultPlan(fault, delay_ms, crash=lambda: setattr(crashed[0], "crashed", True))
@@ -140,10 +146,17 @@ class MemCluster:
     def holder(self, name: str) -> Holder:
         return self.nodes[name].holder
 
-    async def fold(self, origin: str, value_ref: str, hops: int, first_step: int = 1) -> HeldFold:
+    async def fold(
+        self,
+        origin: str,
+        value_ref: str,
+        hops: int,
+        first_step: int = 1,
+        **commit: int,
+    ) -> HeldFold:
         core = self.nodes[origin]
         _, seqs = await core.append([hop_json(first_step + i) for i in range(hops)])
-        return held_fold(await core.commit_fold(value_ref, seqs))
+        return held_fold(await core.commit_fold(value_ref, seqs, **commit))  # type: ignore[arg-type]
 
     async def rehydrate(
         self, holder: str, value_ref: str, folds: list[HeldFold], witnesses: Iterable[str] = ()
@@ -202,5 +215,3 @@ def grpc_holder(root: Path, transport: GrpcTransport, reasks: int = 1) -> Holder
     identity: Identity = load_or_create_identity(root / "holder")
     return Holder(identity, transport, evidence_dir=root / "evidence", reasks=reasks)
 
-
-_ = AsyncIterator  # re-exported type used by test modules' fixtures
