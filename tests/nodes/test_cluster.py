@@ -134,12 +134,22 @@ def test_down_sigkills_a_node_that_ignores_sigterm_and_up_recovers_from_stale_st
     outcomes = dict(line.split("\t")[0::2] for line in down.stdout.splitlines())
     assert outcomes == {stuck.name: "killed", other.name: "terminated"}
 
+    # The key made on first start is kept: a restart is the same node.
+    key = Home(home).data_dir("a") / "node.key"
+    first_key = key.read_bytes()
+    assert key.stat().st_mode & 0o777 == 0o600
+
     # A state file whose processes died without 'down' does not block a new start.
     assert _provnet(home, "cluster", "up", "--nodes", "1").returncode == 0
     (record,) = load_state(Home(home)).nodes  # type: ignore[union-attr]
     os.kill(record.pid, signal.SIGKILL)
+    status = _provnet(home, "cluster", "status", "--json")
+    assert status.returncode == 1
+    row = json.loads(status.stdout)
+    assert (row["alive"], row["health"], row["counters"]) == (False, "UNREACHABLE", None)
     again = _provnet(home, "cluster", "up", "--nodes", "1")
     assert again.returncode == 0, again.stderr
+    assert key.read_bytes() == first_key
 
 
 def test_a_node_that_cannot_start_fails_fast_with_its_log_tail(home: Path) -> None:
