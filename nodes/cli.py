@@ -101,19 +101,28 @@ def _node_run(args: argparse.Namespace) -> int:
         config = NodeConfig.from_env_and_args(args)
     except ConfigError as exc:
         return _error(str(exc))
+    from contracts.errors import KeyFileError
     from nodes.app import run_node
 
-    asyncio.run(run_node(config))
+    try:
+        asyncio.run(run_node(config))
+    except KeyFileError as exc:
+        return _error(f"--data-dir ($PROVNET_DATA_DIR) {config.data_dir}: {exc}")
+    except RuntimeError as exc:
+        if "failed to bind" not in str(exc).lower():
+            raise
+        return _error(f"--listen ($PROVNET_LISTEN) {config.listen}: {exc}")
     return 0
 
 
 def _node_health(args: argparse.Namespace) -> int:
-
     from nodes.cluster import HealthState, probe_health
 
     address = args.addr or os.environ.get("PROVNET_LISTEN") or "127.0.0.1:50051"
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit():
+        return _error(f"--addr {address!r}: expected host:port")
     # A node listening on all interfaces is asked on loopback.
-    host, _, port = address.rpartition(":")
     if host in ("0.0.0.0", "[::]", ""):
         address = f"127.0.0.1:{port}"
     state = probe_health(address, timeout=args.timeout)

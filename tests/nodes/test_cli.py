@@ -280,3 +280,28 @@ def test_provnet_help_for_node_and_cluster_runs_without_traceback() -> None:
         )
         assert done.returncode == 0, done.stderr
         assert "usage: provnet" in done.stdout
+
+
+def test_node_health_rejects_an_address_without_port(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["node", "health", "--addr", "localhost"]) == 2
+    assert "--addr 'localhost': expected host:port" in capsys.readouterr().err
+
+
+def test_node_refuses_a_key_file_others_can_read_with_exit_2(tmp_path: Path) -> None:
+    key = tmp_path / "node.key"
+    key.write_text("not a key\n", encoding="utf-8")
+    key.chmod(0o644)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVNET_")}
+    (port,) = free_ports(1)
+    argv = ["node", "--name", "a", "--data-dir", str(tmp_path), "--listen", f"127.0.0.1:{port}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", *argv, "--log-format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"provnet: error: --data-dir ($PROVNET_DATA_DIR) {tmp_path}:" in done.stderr
+    assert "Traceback" not in done.stderr
