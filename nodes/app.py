@@ -34,7 +34,14 @@ from nodes.server import NodeServer, build_server
 from nodes.services import NodeCore
 from nodes.transport import GrpcTransport, Transport
 
-__all__ = ["KEY_FILENAME", "RunningNode", "load_or_create_identity", "run_node", "start_node"]
+__all__ = [
+    "KEY_FILENAME",
+    "RunningNode",
+    "load_or_create_identity",
+    "main",
+    "run_node",
+    "start_node",
+]
 
 KEY_FILENAME = "node.key"
 
@@ -126,3 +133,22 @@ async def run_node(config: NodeConfig) -> None:
     finally:
         await node.stop()
         log.info("node_exited")
+
+
+def main() -> int:
+    """``python -m nodes.app``: run a node configured by ``PROVNET_*`` variables only."""
+    import sys
+
+    from nodes.config import ConfigError
+
+    try:
+        config = NodeConfig.from_env_and_args(None)
+    except ConfigError as exc:
+        print(f"provnet: error: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(run_node(config))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
