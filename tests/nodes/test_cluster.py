@@ -72,7 +72,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
     assert not leftovers, f"processes left behind: {leftovers}"
 
 
-def test_cluster_up_smoke_down_every_step_ok_and_nothing_left_running(home: Path) -> None:
+def test_cluster_up_smoke_twice_down_every_step_ok_and_nothing_left_running(home: Path) -> None:
     up = _provnet(home, "cluster", "up")
     assert up.returncode == 0, up.stderr
     state = load_state(Home(home))
@@ -103,6 +103,11 @@ def test_cluster_up_smoke_down_every_step_ok_and_nothing_left_running(home: Path
     assert bad_data.is_relative_to(home)
     verify = _provnet(home, "evidence", "verify", str(bad_data))
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+    # A second run on the same cluster is as good as the first.
+    again = _provnet(home, "cluster", "smoke", "--quiet", timeout=180)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert again.stderr == ""
 
     # The cluster is as the smoke test found it.
     after = load_state(Home(home))
