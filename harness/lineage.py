@@ -163,11 +163,14 @@ class HopLog:
     Hop ids restart every run, so a log must never be shared across runs.
     """
 
-    __slots__ = ("_bytes", "_hops")
+    __slots__ = ("_bytes", "_hops", "_memo")
 
     def __init__(self) -> None:
         self._hops: dict[str, Hop] = {}
         self._bytes: dict[str, int] = {}
+        # fetches keyed by the identity of the (immutable) id tuple; the entry
+        # keeps the tuple alive, so its id cannot be reused while memoised
+        self._memo: dict[int, tuple[Sequence[str], list[Hop], int]] = {}
 
     def append(self, hop: Hop) -> None:
         if hop.hop_id in self._hops:
@@ -191,6 +194,18 @@ class HopLog:
         return size
 
     def fetch(self, hop_ids: Sequence[str]) -> tuple[list[Hop], int]:
-        """The hops and the bytes of their canonical JSON."""
+        """The hops and the bytes of their canonical JSON.
+
+        A folded prefix is immutable and shared, so repeated fetches of the
+        same id tuple (several gates, several modes) are served from a memo;
+        the caller must not mutate the returned list.
+        """
+        key = id(hop_ids)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is hop_ids:
+            return hit[1], hit[2]
         hops = [self._hops[h] for h in hop_ids]
-        return hops, sum(self.size_of(h) for h in hop_ids)
+        nbytes = sum(self.size_of(h) for h in hop_ids)
+        if isinstance(hop_ids, tuple):
+            self._memo[key] = (hop_ids, hops, nbytes)
+        return hops, nbytes

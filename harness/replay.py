@@ -32,6 +32,7 @@ from harness.config import ProseConfig
 from harness.events import Decision, Event, Hop, Merge, NewValue, OpEvent, Retire
 from harness.fingerprint import DecisionLog
 from harness.gates import GATES, Gate, GateClass, GateView, Mode, evaluate, gate_modes
+from harness.gates import Decision as GateDecision
 from harness.lineage import HopLog, build_hop
 from harness.metrics import GateCounts
 from harness.prose import MockProseChannel, ProseChannel, ProseCounters
@@ -111,18 +112,32 @@ class Replayer:
         self.log = HopLog()
         self._tips: dict[int, str] = {}
         self._decisions = DecisionLog()
-        # evaluation plan per judged arm: (gate index, gate, mode, counts)
-        self._plan: list[list[tuple[int, Gate, Mode, GateCounts]]] = []
+        # Evaluation plan per judged arm: (gate index, gate, mode, counts, slot,
+        # reuse). structural_min and structural_perhop apply the same hops,
+        # merges and truncations (same K, same compaction steps) and differ only
+        # in the reconstruction score, which lineage gates never read: their
+        # lineage views are identical, so perhop reuses min's lineage decisions
+        # (slot) instead of recomputing them. tests/harness/test_replay_sharing.py
+        # checks the identity of the two lineages at every decision.
+        self._plan: list[list[tuple[int, Gate, Mode, GateCounts, int, bool]]] = []
         self._rows_order: list[tuple[ArmName, Gate, Mode, GateCounts]] = []
+        slots: dict[tuple[int, Mode], int] = {}
         for arm in self._judged:
             entries = []
             for gi, gate in enumerate(GATES):
                 structural = arm.structural and params.lineage_modes
                 for mode in gate_modes(gate, structural, params.rehydrate):
                     counts = GateCounts()
-                    entries.append((gi, gate, mode, counts))
+                    slot, reuse = -1, False
+                    if arm.structural and gate.gate_class.is_lineage:
+                        if arm is self.smin:
+                            slot = slots.setdefault((gi, mode), len(slots))
+                        else:
+                            slot, reuse = slots[(gi, mode)], True
+                    entries.append((gi, gate, mode, counts, slot, reuse))
                     self._rows_order.append((arm.name, gate, mode, counts))
             self._plan.append(entries)
+        self._shared: list[GateDecision | None] = [None] * len(slots)
         self._drift = [[0.0] * len(AXES) for _ in self._judged]
         self._n_drift = 0
         self._curve: list[tuple[object, ...]] = []
@@ -207,11 +222,19 @@ class Replayer:
         fidelity = sper.fidelity
         oracle_scores = [round(x, 6) for x in gt_state.vec]
         record_death = params.record_death_spiral
+        shared = self._shared
         for ai, arm in enumerate(self._judged):
             state = live(arm, vid, step)
             view = _view(state, fidelity if arm is sper else None)
-            for gi, gate, mode, counts in self._plan[ai]:
-                d = evaluate(gate, view, mode, log, window)
+            for gi, gate, mode, counts, slot, reuse in self._plan[ai]:
+                if reuse:
+                    d = shared[slot]
+                    if d is None:
+                        raise RuntimeError("perhop lineage decision evaluated before min's")
+                else:
+                    d = evaluate(gate, view, mode, log, window)
+                    if slot >= 0:
+                        shared[slot] = d
                 counts.add(d.proceed, oracle[gi], d.lookups, d.bytes_read)
                 tokens.append("1" if d.proceed else "0")
                 if d.lookups:
