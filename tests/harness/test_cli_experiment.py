@@ -292,3 +292,40 @@ def test_bad_trace_line_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert "bad.jsonl" in err
     assert "2" in err
+
+
+def test_report_renders_from_run_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "results"
+    assert (
+        main(
+            [
+                "experiment",
+                "run",
+                "--config",
+                str(_small_config(tmp_path)),
+                "--out",
+                str(out),
+                "--workers",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    rc = main(["experiment", "report", "--out", str(out), "--sweep-out", str(tmp_path / "none")])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert str(out / "summary.md") in captured.out
+    assert "crossover section skipped" in captured.err
+    assert (out / "summary.md").read_text().startswith("#")
+
+
+def test_report_on_a_missing_results_dir_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["experiment", "report", "--out", str(tmp_path / "absent")])
+    assert rc == 2
+    assert "absent" in capsys.readouterr().err
