@@ -5,10 +5,13 @@ Run (loopback only; rerunnable; ~70 s with the default 30 s phases)::
     .venv/bin/python benchmarks/bench_nodes.py            # full run
     .venv/bin/python benchmarks/bench_nodes.py --duration 5 --samples 200   # quick
 
-One origin node runs in a child process (its own core on a 2-core box); the
-same grpc.aio server also carries a bare ``/bench.Echo/Echo`` unary method
-(bytes in, the same bytes out, no interceptor), so both are measured through
-the same server, channel options and event loop, side by side in one run.
+One origin node runs in a child process (its own core on a 2-core box). The
+same process and event loop also run a bare grpc.aio server with one
+``/bench.Echo/Echo`` unary method (bytes in, the same bytes out; no
+interceptor, no provnet code) with the same server options, so both are
+measured side by side in one run. Latency samples are interleaved (bare,
+1-hop, 5-hop, 50-hop, bare, …) and the bare throughput phase is split
+before and after the verified one, so background load drifts hit both.
 The holder runs in this process with :class:`nodes.client.Holder` over the
 real gRPC transport, its hop cache off, so every decision is a fresh signed
 demand, a signed receipt and a full verification.
@@ -64,7 +67,7 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     from nodes.app import load_or_create_identity
     from nodes.config import LogFormat, NodeConfig
     from nodes.logging import configure_logging
-    from nodes.server import build_server
+    from nodes.server import build_server, server_options
     from nodes.services import NodeCore
     from nodes.transport import GrpcTransport
 
@@ -78,7 +81,8 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     async def echo(request: bytes, context: Any) -> bytes:
         return request
 
-    node.server.add_generic_rpc_handlers(
+    bare = grpc.aio.server(options=server_options(config.max_message_bytes))
+    bare.add_generic_rpc_handlers(
         (
             grpc.method_handlers_generic_handler(
                 "bench.Echo",
@@ -90,14 +94,17 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
             ),
         )
     )
+    bare_port = bare.add_insecure_port("127.0.0.1:0")
+    await bare.start()
     port = await node.start()
     core.set_advertised(f"127.0.0.1:{port}")
     await node.health.set("", health_pb2.HealthCheckResponse.SERVING)
-    port_file.write_text(str(port), encoding="utf-8")
+    port_file.write_text(f"{port} {bare_port}", encoding="utf-8")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
+    await bare.stop(1.0)
     await node.stop(1.0)
     await core.close()
 
@@ -111,20 +118,34 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-async def _latencies(call: Callable[[], Awaitable[object]], samples: int) -> list[float]:
-    for _ in range(min(50, samples)):
-        await call()
-    out: list[float] = []
+async def _latencies(
+    calls: dict[str, Callable[[], Awaitable[object]]], samples: int
+) -> dict[str, list[float]]:
+    """Round-robin over the calls, so drift in background load hits each equally."""
+    for call in calls.values():
+        for _ in range(min(50, samples)):
+            await call()
+    out: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(samples):
-        t0 = time.perf_counter()
-        await call()
-        out.append((time.perf_counter() - t0) * 1e3)
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            await call()
+            out[name].append((time.perf_counter() - t0) * 1e3)
     return out
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User+system CPU seconds of a process (Linux /proc), 0.0 where unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _throughput(
-    call: Callable[[], Awaitable[bool]], concurrency: int, duration: float
-) -> tuple[int, int, float]:
+    call: Callable[[], Awaitable[bool]], concurrency: int, duration: float, origin_pid: int
+) -> tuple[int, int, float, float, float]:
     done = 0
     errors = 0
     stop_at = time.perf_counter() + duration
@@ -142,11 +163,17 @@ async def _throughput(
                 errors += 1
 
     t0 = time.perf_counter()
+    c0, o0 = time.process_time(), _cpu_seconds(origin_pid)
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return done, errors, time.perf_counter() - t0
+    secs = time.perf_counter() - t0
+    client_cpu = (time.process_time() - c0) / secs
+    origin_cpu = (_cpu_seconds(origin_pid) - o0) / secs
+    return done, errors, secs, client_cpu, origin_cpu
 
 
-async def _bench(args: argparse.Namespace, address: str, workdir: Path) -> int:
+async def _bench(
+    args: argparse.Namespace, address: str, bare_address: str, origin_pid: int
+) -> int:
     from contracts.identity import Identity
     from contracts.serve import verify_delivery
     from contracts.signed import open_statement
@@ -204,19 +231,23 @@ async def _bench(args: argparse.Namespace, address: str, workdir: Path) -> int:
         return True
 
     payload = os.urandom(args.payload)
+    bare_channel = grpc.aio.insecure_channel(bare_address, options=options)
+    echo = bare_channel.unary_unary(
+        ECHO_METHOD, request_serializer=_identity, response_deserializer=_identity
+    )
 
     async def bare() -> bool:
-        reply = await channel.unary_unary(
-            ECHO_METHOD, request_serializer=_identity, response_deserializer=_identity
-        )(payload, timeout=2.0)
+        reply = await echo(payload, timeout=2.0)
         return len(reply) == len(payload)
 
-    print(f"# bench_nodes: origin at {address}; {args.samples} samples per latency row")
-    lat: dict[str, list[float]] = {"bare unary": await _latencies(bare, args.samples)}
+    print(
+        f"# bench_nodes: origin {address}, bare echo {bare_address};"
+        f" {args.samples} interleaved samples per latency row"
+    )
+    calls: dict[str, Callable[[], Awaitable[object]]] = {"bare unary": bare}
     for size in FOLD_SIZES:
-        lat[f"verified {size}-hop"] = await _latencies(
-            lambda s=size: verified(s), args.samples  # type: ignore[misc]
-        )
+        calls[f"verified {size}-hop"] = lambda s=size: verified(s)  # type: ignore[misc]
+    lat = await _latencies(calls, args.samples)
     print(f"{'latency (ms)':<22}{'p50':>9}{'p99':>9}{'mean':>9}")
     for name, values in lat.items():
         print(
@@ -245,14 +276,24 @@ async def _bench(args: argparse.Namespace, address: str, workdir: Path) -> int:
         report = await h.rehydrate("bench-value", [folds[5]])
         return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
 
-    d_done, d_err, d_secs = await _throughput(verified_5, args.concurrency, args.duration)
-    b_done, b_err, b_secs = await _throughput(bare, args.concurrency, args.duration)
+    pid, conc = origin_pid, args.concurrency
+    b1_done, b1_err, b1_secs, b1_c, b1_o = await _throughput(bare, conc, args.duration / 2, pid)
+    d_done, d_err, d_secs, d_c, d_o = await _throughput(verified_5, conc, args.duration, pid)
+    b2_done, b2_err, b2_secs, b2_c, b2_o = await _throughput(bare, conc, args.duration / 2, pid)
+    b_done, b_err, b_secs = b1_done + b2_done, b1_err + b2_err, b1_secs + b2_secs
+    b_c, b_o = (b1_c + b2_c) / 2, (b1_o + b2_o) / 2
     d_rate, b_rate = d_done / d_secs, b_done / b_secs
     t_ratio = d_rate / b_rate if b_rate else 0.0
     ok_tp = t_ratio >= TARGET_THROUGHPUT_RATIO and d_err == 0
-    print(f"{'throughput':<22}{'ok/s':>10}{'errors':>8}{'secs':>7}  concurrency {args.concurrency}")
-    print(f"{'verified 5-hop':<22}{d_rate:>10.1f}{d_err:>8}{d_secs:>7.1f}")
-    print(f"{'bare unary':<22}{b_rate:>10.1f}{b_err:>8}{b_secs:>7.1f}")
+    print(
+        f"{'throughput':<22}{'ok/s':>10}{'errors':>8}{'secs':>7}{'holder cpu':>12}"
+        f"{'origin cpu':>12}  concurrency {args.concurrency}"
+    )
+    print(f"{'verified 5-hop':<22}{d_rate:>10.1f}{d_err:>8}{d_secs:>7.1f}{d_c:>12.0%}{d_o:>12.0%}")
+    print(
+        f"{'bare unary':<22}{b_rate:>10.1f}{b_err:>8}{b_secs:>7.1f}{b_c:>12.0%}{b_o:>12.0%}"
+        "  (half before, half after)"
+    )
     print(
         f"ratio verified/bare throughput = {t_ratio:.2f}"
         f" (target >= {TARGET_THROUGHPUT_RATIO}, zero errors) {'PASS' if ok_tp else 'FAIL'}"
@@ -273,6 +314,7 @@ async def _bench(args: argparse.Namespace, address: str, workdir: Path) -> int:
     )
     await transport.close()
     await channel.close(None)
+    await bare_channel.close(None)
     ok = ok_latency and ok_tp and ok_rpcs
     print(f"overall {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
@@ -306,8 +348,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"bench_nodes: origin failed to start: {err[-2000:]}", file=sys.stderr)
                     return 2
                 time.sleep(0.05)
-            address = f"127.0.0.1:{port_file.read_text(encoding='utf-8').strip()}"
-            return asyncio.run(_bench(args, address, workdir))
+            port, bare_port = port_file.read_text(encoding="utf-8").split()
+            return asyncio.run(
+                _bench(args, f"127.0.0.1:{port}", f"127.0.0.1:{bare_port}", child.pid)
+            )
         finally:
             child.send_signal(signal.SIGTERM)
             try:

@@ -288,9 +288,14 @@ class Holder:
         for held in folds:
             origin = held.commitment.statement.origin
             runs.setdefault(origin, _OriginRun(origin, [])).folds.append(_Fold(held))
-        results = await asyncio.gather(
-            *(self._run_origin(run, witnesses, deadline) for run in runs.values())
-        )
+        if len(runs) == 1:  # the common case: no task needed
+            results = [await self._run_origin(next(iter(runs.values())), witnesses, deadline)]
+        else:
+            results = list(
+                await asyncio.gather(
+                    *(self._run_origin(run, witnesses, deadline) for run in runs.values())
+                )
+            )
         outcomes = tuple(r[0] for r in results)
         hops = tuple(h for r in results for h in r[1])
         rpcs = sum(run.rpcs for run in runs.values())

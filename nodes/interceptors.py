@@ -2,7 +2,8 @@
 
 Every call gets a request id (the caller's ``x-request-id`` metadata if it
 sent a sane one, else a fresh one), bound into structlog's contextvars for
-the duration of the call and echoed back as initial metadata. Contract and
+the duration of the call and echoed back as trailing metadata (sent with the
+status, so it costs no extra message). Contract and
 store errors escaping a handler are mapped to precise status codes by
 :func:`nodes.errors.status_for` — the only place that translation happens;
 anything else is a bug and becomes INTERNAL with the id to find it in the log.
@@ -79,7 +80,7 @@ class RequestContextInterceptor(_ServerInterceptor):
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
                     start = time.perf_counter()
-                    await context.send_initial_metadata(((REQUEST_ID_KEY, request_id),))
+                    context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                     if count is not None:
                         count(rpc)
                     try:
@@ -104,7 +105,7 @@ class RequestContextInterceptor(_ServerInterceptor):
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
                 with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
-                    await context.send_initial_metadata(((REQUEST_ID_KEY, request_id),))
+                    context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                     if count is not None:
                         count(rpc)
                     try:

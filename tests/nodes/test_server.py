@@ -96,11 +96,11 @@ async def test_request_id_is_echoed_from_caller_or_generated(
         stub: Any = node_pb2_grpc.NodeStub(chan)
         call = stub.Info(node_pb2.InfoRequest(), metadata=((REQUEST_ID_KEY, "req-42"),), timeout=5)
         info = await call
-        assert dict(await call.initial_metadata())[REQUEST_ID_KEY] == "req-42"
+        assert dict(await call.trailing_metadata())[REQUEST_ID_KEY] == "req-42"
         assert info.node_id == node.node_id
         call = stub.Info(node_pb2.InfoRequest(), timeout=5)
         await call
-        generated = dict(await call.initial_metadata())[REQUEST_ID_KEY]
+        generated = dict(await call.trailing_metadata())[REQUEST_ID_KEY]
         assert len(generated) == 16
         assert generated != "req-42"
 
