@@ -125,6 +125,17 @@ def _load(path: Path | None, default_path: Path, sweep: bool) -> object:
     return cfg
 
 
+def _prepare_out(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"{out}: cannot create the results directory ({exc.strerror or exc})"
+        ) from None
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"{out}: results directory is not writable")
+
+
 def _run(args: argparse.Namespace) -> int:
     from harness.config import ExperimentConfig
     from harness.replay import ReplayError
@@ -145,6 +156,7 @@ def _run(args: argparse.Namespace) -> int:
         loaded = load_trace(args.trace, args.rules, decision_every=cfg.decision_every)
         events = list(loaded.events)
         summary = dict(loaded.summary)
+    _prepare_out(args.out)
     try:
         outcome = run_main(
             cfg,
@@ -158,6 +170,8 @@ def _run(args: argparse.Namespace) -> int:
     except ReplayError as exc:
         where = f"{args.trace}: " if args.trace is not None else ""
         raise UsageError(f"{where}{exc}") from None
+    except OSError as exc:
+        raise UsageError(f"{args.out}: cannot write results: {exc}") from None
     print(
         f"experiment: {outcome.n_runs} runs in {outcome.wall_seconds:.2f} s "
         f"({args.workers} workers) → {outcome.out}/"
@@ -189,10 +203,13 @@ def _sweep(args: argparse.Namespace) -> int:
         raise TypeError(cfg)
     if args.seeds is not None:
         cfg = cfg.with_seed_count(args.seeds)
+    _prepare_out(args.out)
     try:
         outcome = run_sweep(cfg, args.out, workers=args.workers, progress=args.progress)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"{args.out}: cannot write results: {exc}") from None
     print(
         f"sweep: {outcome.n_runs} runs in {outcome.wall_seconds:.2f} s "
         f"({args.workers} workers) → {outcome.out}/"

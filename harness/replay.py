@@ -176,6 +176,7 @@ class Replayer:
                 arm.retire(ev.value_id)
             tips.pop(ev.value_id, None)
         elif isinstance(ev, NewValue):
+            _check_axis(ev.axis, ev.step)
             if ev.value_id in gt.values:
                 raise ReplayError(f"event at step {ev.step}: value {ev.value_id} already exists")
             hop = build_hop(ev, ())
@@ -184,6 +185,7 @@ class Replayer:
             for arm in self.arms:
                 arm.new_value(ev, hop)
         elif isinstance(ev, OpEvent):
+            _check_axis(ev.axis, ev.step)
             live(gt, ev.value_id, ev.step)
             hop = build_hop(ev, (tips[ev.value_id],))
             _append(self.log, hop)
@@ -318,6 +320,13 @@ def replay(
     for ev in events:
         feed(ev)
     return replayer.result()
+
+
+def _check_axis(axis: str | None, step: int) -> None:
+    if axis is not None and axis not in AXES:
+        raise ReplayError(
+            f"event at step {step}: unknown axis {axis!r} (expected one of {', '.join(AXES)})"
+        )
 
 
 def _append(log: HopLog, hop: Hop) -> None:

@@ -120,3 +120,9 @@ def test_events_on_dead_values_are_rejected_with_step_and_value() -> None:
     dup: list[Event] = [NewValue(0, 0, False), NewValue(1, 0, False)]
     with pytest.raises(ReplayError, match="already exists"):
         replay(dup, ReplayParams(cadence=10))
+
+
+def test_unknown_axis_from_a_trace_is_rejected_with_its_step() -> None:
+    events: list[Event] = [NewValue(0, 0, False), OpEvent(4, 0, "db_query", "latency", 0.5, None)]
+    with pytest.raises(ReplayError, match="step 4: unknown axis 'latency'"):
+        replay(events, ReplayParams(cadence=10))

@@ -329,3 +329,20 @@ def test_report_on_a_missing_results_dir_exits_2(
     rc = main(["experiment", "report", "--out", str(tmp_path / "absent")])
     assert rc == 2
     assert "absent" in capsys.readouterr().err
+
+
+def test_unwritable_out_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    rc = main(
+        [
+            "experiment",
+            "run",
+            "--config",
+            str(_small_config(tmp_path)),
+            "--out",
+            str(blocker / "results"),
+        ]
+    )
+    assert rc == 2
+    assert "cannot create the results directory" in capsys.readouterr().err
