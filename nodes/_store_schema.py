@@ -4,8 +4,9 @@ Every statement a node stores — its own or a peer's — is kept as the exact
 envelope bytes it was signed or received as; nothing is re-serialised. Hop
 bytes are the canonical bytes the commitment root was computed over.
 
-Times are POSIX seconds (REAL). Digests are lowercase hex strings; Merkle
-roots are raw 32-byte BLOBs.
+Times are integer milliseconds since the Unix epoch (as in ``contracts``).
+Digests and Merkle roots are lowercase hex strings. Epochs are opaque
+strings (``<counter>-<random>``), unique even across a restore from backup.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ DDL: tuple[str, ...] = (
     """
     CREATE TABLE IF NOT EXISTS hops (
         origin      TEXT    NOT NULL,
-        epoch       INTEGER NOT NULL,
+        epoch       TEXT    NOT NULL,
         seq         INTEGER NOT NULL,
         hop_bytes   BLOB    NOT NULL,
         digest      TEXT    NOT NULL,
-        appended_at REAL    NOT NULL,
+        appended_at INTEGER NOT NULL,
         PRIMARY KEY (origin, epoch, seq)
     ) WITHOUT ROWID
     """,
@@ -37,15 +38,15 @@ DDL: tuple[str, ...] = (
     CREATE TABLE IF NOT EXISTS commitments (
         digest      TEXT    PRIMARY KEY,
         origin      TEXT    NOT NULL,
-        epoch       INTEGER NOT NULL,
+        epoch       TEXT    NOT NULL,
         value_ref   TEXT    NOT NULL,
         fold_seq    INTEGER NOT NULL,
         leaf_count  INTEGER NOT NULL CHECK (leaf_count >= 1),
-        root        BLOB    NOT NULL,
+        root        TEXT    NOT NULL,
         envelope    BLOB    NOT NULL,
         local       INTEGER NOT NULL CHECK (local IN (0, 1)),
         status      TEXT    NOT NULL CHECK (status IN ('durable', 'pending', 'lost')),
-        created_at  REAL    NOT NULL
+        created_at  INTEGER NOT NULL
     )
     """,
     # A correct origin signs one commitment per (epoch, value_ref, fold_seq);
@@ -63,7 +64,7 @@ DDL: tuple[str, ...] = (
         commitment_digest TEXT    NOT NULL REFERENCES commitments (digest),
         leaf_index        INTEGER NOT NULL,
         origin            TEXT    NOT NULL,
-        epoch             INTEGER NOT NULL,
+        epoch             TEXT    NOT NULL,
         seq               INTEGER NOT NULL,
         PRIMARY KEY (commitment_digest, leaf_index)
     ) WITHOUT ROWID
@@ -75,10 +76,10 @@ DDL: tuple[str, ...] = (
     CREATE TABLE IF NOT EXISTS obligations (
         digest            TEXT PRIMARY KEY,
         commitment_digest TEXT NOT NULL REFERENCES commitments (digest),
-        serve_until       REAL NOT NULL,
+        serve_until       INTEGER NOT NULL,
         envelope          BLOB NOT NULL,
         local             INTEGER NOT NULL CHECK (local IN (0, 1)),
-        created_at        REAL NOT NULL
+        created_at        INTEGER NOT NULL
     )
     """,
     """
@@ -93,7 +94,7 @@ DDL: tuple[str, ...] = (
         commitment_digest TEXT,
         file_path         TEXT,
         body              BLOB NOT NULL,
-        created_at        REAL NOT NULL
+        created_at        INTEGER NOT NULL
     )
     """,
     """
@@ -104,9 +105,9 @@ DDL: tuple[str, ...] = (
         digest       TEXT PRIMARY KEY,
         value_digest TEXT NOT NULL,
         attester     TEXT NOT NULL,
-        expires_at   REAL NOT NULL,
+        expires_at INTEGER NOT NULL,
         envelope     BLOB NOT NULL,
-        created_at   REAL NOT NULL
+        created_at   INTEGER NOT NULL
     )
     """,
     """
@@ -119,8 +120,8 @@ DDL: tuple[str, ...] = (
         holder     TEXT NOT NULL,
         nonce      TEXT NOT NULL,
         subject    TEXT NOT NULL,
-        seen_at    REAL NOT NULL,
-        expires_at REAL NOT NULL,
+        seen_at    INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
         PRIMARY KEY (holder, nonce)
     ) WITHOUT ROWID
     """,

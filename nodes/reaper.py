@@ -47,7 +47,7 @@ class ReaperStats:
 class Reaper:
     """Runs :meth:`HopStore.reap` every ``interval_s`` seconds in a task.
 
-    ``clock`` returns POSIX seconds (tests pass their own). Store errors in a
+    ``clock`` returns ms since the Unix epoch (tests pass their own). Store errors in a
     pass are logged and counted; the next pass tries again.
     """
 
@@ -56,17 +56,17 @@ class Reaper:
         store: HopStore,
         *,
         interval_s: float = 1.0,
-        grace_s: float = 0.0,
+        grace_ms: int = 0,
         batch: int = 10_000,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"reaper interval must be > 0 s, got {interval_s}")
-        if grace_s < 0:
-            raise ValueError(f"reaper grace must be >= 0 s, got {grace_s}")
+        if grace_ms < 0:
+            raise ValueError(f"reaper grace must be >= 0 ms, got {grace_ms}")
         self._store = store
         self._interval = interval_s
-        self._grace = grace_s
+        self._grace = grace_ms
         self._batch = batch
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
@@ -81,7 +81,9 @@ class Reaper:
 
     async def run_once(self) -> ReapReport:
         """One pass now; raises :class:`StoreError` if the pass failed."""
-        report = await self._store.reap(now=self._clock(), grace_s=self._grace, limit=self._batch)
+        report = await self._store.reap(
+            now_ms=self._clock(), grace_ms=self._grace, limit=self._batch
+        )
         self._passes += 1
         self._evicted += report.hops_evicted
         self._pruned += report.nonces_pruned

@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import secrets
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -217,11 +218,12 @@ class FoldDraft:
     """What the signer is asked to commit to: the exact stored hop bytes."""
 
     origin: str
-    epoch: int
+    epoch: str
     value_ref: str
     fold_seq: int
     seqs: tuple[int, ...]
     leaves: tuple[bytes, ...]
+    provenance_pending: bool = False
 
     @property
     def leaf_count(self) -> int:
@@ -234,10 +236,10 @@ class SignedFold:
 
     commitment_digest: str
     commitment_envelope: bytes
-    root: bytes
+    root: str
     obligation_digest: str
     obligation_envelope: bytes
-    serve_until: float
+    serve_until_ms: int
 
 
 #: Builds and signs the commitment + obligation for a draft (holds the key).
@@ -252,11 +254,11 @@ class FoldRecord:
 
     digest: str
     origin: str
-    epoch: int
+    epoch: str
     value_ref: str
     fold_seq: int
     leaf_count: int
-    root: bytes
+    root: str
     envelope: bytes
     local: bool
     status: FoldStatus
@@ -268,7 +270,7 @@ class ObligationRecord:
 
     digest: str
     commitment_digest: str
-    serve_until: float
+    serve_until_ms: int
     envelope: bytes
     local: bool
 
@@ -283,7 +285,7 @@ class EvidenceRecord:
     commitment_digest: str | None
     file_path: str | None
     body: bytes
-    created_at: float
+    created_at_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,8 +324,15 @@ def _sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _make_epoch(counter: int) -> str:
+    """``<counter>-<64 random bits>``: the counter orders epochs for humans; the
+    random part keeps an epoch unique even after a restore rolls the counter back.
+    """
+    return f"{counter}-{secrets.token_hex(8)}"
+
+
 def _default_root_function() -> RootFunction:
-    from contracts import merkle_root
+    from contracts.merkle import merkle_root
 
     fn: RootFunction = merkle_root
     return fn
@@ -344,7 +353,7 @@ class HopStore:
         origin: str,
         writer: aiosqlite.Connection,
         reader: aiosqlite.Connection,
-        epoch: int,
+        epoch: str,
         *,
         provenance_pending: bool,
         root_of: RootFunction,
@@ -429,7 +438,7 @@ class HopStore:
         return store
 
     @staticmethod
-    async def _init_schema(db: aiosqlite.Connection, path: Path, origin: str) -> int:
+    async def _init_schema(db: aiosqlite.Connection, path: Path, origin: str) -> str:
         await db.execute("BEGIN IMMEDIATE")
         try:
             for statement in DDL:
@@ -438,17 +447,20 @@ class HopStore:
                 str(k): str(v) for k, v in await db.execute_fetchall("SELECT key, value FROM meta")
             }
             if not meta:
-                now = repr(time.time())
+                now = str(int(time.time() * 1000))
+                first_epoch = _make_epoch(1)
                 await db.executemany(
                     "INSERT INTO meta (key, value) VALUES (?, ?)",
                     [
                         ("schema_version", str(SCHEMA_VERSION)),
                         ("origin", origin),
-                        ("epoch", "1"),
+                        ("epoch", first_epoch),
+                        ("epoch_counter", "1"),
                         ("created_at", now),
                     ],
                 )
-                meta = {"schema_version": str(SCHEMA_VERSION), "origin": origin, "epoch": "1"}
+                meta = {"schema_version": str(SCHEMA_VERSION), "origin": origin}
+                meta["epoch"] = first_epoch
             if meta.get("schema_version") != str(SCHEMA_VERSION):
                 raise StoreCorrupt(
                     f"open store {path}: schema version {meta.get('schema_version')!r}, "
@@ -459,7 +471,7 @@ class HopStore:
                     f"open store {path}: data dir belongs to origin {meta.get('origin')!r}, "
                     f"not {origin!r}"
                 )
-            epoch = int(meta["epoch"])
+            epoch = meta["epoch"]
             await db.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(Exception):
@@ -496,7 +508,7 @@ class HopStore:
         return self._origin
 
     @property
-    def epoch(self) -> int:
+    def epoch(self) -> str:
         """The current epoch (hop bytes must be built for it)."""
         return self._epoch
 
@@ -582,27 +594,29 @@ class HopStore:
 
     # ----------------------------------------------------------------- epochs
 
-    async def new_epoch(self) -> int:
+    async def new_epoch(self) -> str:
         """Start a new epoch (reset, new run, restore) and persist it; returns it.
 
         Seqs may restart at 0/1 afterwards: old commitments keep naming the
         old epoch, so they never resolve to the new hops.
         """
         async with self._write("start new epoch") as db:
-            rows = list(await db.execute_fetchall("SELECT value FROM meta WHERE key = 'epoch'"))
-            current = int(rows[0][0]) if rows else 0
-            new = current + 1
-            await db.execute(
-                "INSERT INTO meta (key, value) VALUES ('epoch', ?) "
+            rows = list(
+                await db.execute_fetchall("SELECT value FROM meta WHERE key = 'epoch_counter'")
+            )
+            counter = (int(rows[0][0]) if rows else 0) + 1
+            new = _make_epoch(counter)
+            await db.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(new),),
+                [("epoch", new), ("epoch_counter", str(counter))],
             )
         self._epoch = new
         return new
 
     # ----------------------------------------------------------------- hops
 
-    async def append_hops(self, epoch: int, hops: Sequence[HopInput], *, now: float) -> None:
+    async def append_hops(self, epoch: str, hops: Sequence[HopInput], *, now_ms: int) -> None:
         """Append hops to the log; durable (fsync'd) when this returns.
 
         Re-appending identical bytes is a no-op; different bytes at an
@@ -612,10 +626,10 @@ class HopStore:
         if not hops:
             return
         async with self._write(f"append {len(hops)} hops at epoch {epoch}") as db:
-            await self._insert_hops(db, epoch, hops, now)
+            await self._insert_hops(db, epoch, hops, now_ms)
 
     async def _insert_hops(
-        self, db: aiosqlite.Connection, epoch: int, hops: Iterable[HopInput], now: float
+        self, db: aiosqlite.Connection, epoch: str, hops: Iterable[HopInput], now_ms: int
     ) -> None:
         for hop in hops:
             digest = _sha256_hex(hop.hop_bytes)
@@ -635,16 +649,16 @@ class HopStore:
             await db.execute(
                 "INSERT INTO hops (origin, epoch, seq, hop_bytes, digest, appended_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (self._origin, epoch, hop.seq, hop.hop_bytes, digest, now),
+                (self._origin, epoch, hop.seq, hop.hop_bytes, digest, now_ms),
             )
 
-    def _check_epoch(self, epoch: int, what: str) -> None:
+    def _check_epoch(self, epoch: str, what: str) -> None:
         if epoch != self._epoch:
             raise StaleEpoch(
                 f"{what}: hops built for epoch {epoch}, current epoch is {self._epoch}"
             )
 
-    async def hop(self, epoch: int, seq: int, origin: str | None = None) -> bytes | None:
+    async def hop(self, epoch: str, seq: int, origin: str | None = None) -> bytes | None:
         """Bytes of one hop, or None if absent (never appended or evicted)."""
         who = origin or self._origin
         async with self._read("read hop") as db:
@@ -661,12 +675,12 @@ class HopStore:
     async def commit_fold(
         self,
         *,
-        epoch: int,
+        epoch: str,
         value_ref: str,
         fold_seq: int,
         hops: Sequence[HopInput],
         sign: FoldSigner,
-        now: float,
+        now_ms: int,
     ) -> SignedFold:
         """Make a fold's hops durable, then sign and store its commitment + obligation.
 
@@ -695,15 +709,15 @@ class HopStore:
                 return existing
             # (1) hops durable first (same transaction as the pointer).
             if not pending:
-                await self._insert_hops(db, epoch, hops, now)
+                await self._insert_hops(db, epoch, hops, now_ms)
             # (2) sign over exactly the bytes stored; verify before keeping.
-            draft = FoldDraft(self._origin, epoch, value_ref, fold_seq, seqs, leaves)
+            draft = FoldDraft(self._origin, epoch, value_ref, fold_seq, seqs, leaves, pending)
             signed = sign(draft)
-            expected_root = self._root_of(leaves)
+            expected_root = self._root_of(leaves).hex()
             if signed.root != expected_root:
                 raise SignerMismatch(
-                    f"{what}: signer root {signed.root.hex()[:16]}… is not the Merkle root "
-                    f"{expected_root.hex()[:16]}… of the stored hop bytes"
+                    f"{what}: signer root {signed.root[:16]}… is not the Merkle root "
+                    f"{expected_root[:16]}… of the stored hop bytes"
                 )
             # (3) pointer + obligation.
             await db.execute(
@@ -719,7 +733,7 @@ class HopStore:
                     signed.root,
                     signed.commitment_envelope,
                     str(FoldStatus.PENDING if pending else FoldStatus.DURABLE),
-                    now,
+                    now_ms,
                 ),
             )
             await db.executemany(
@@ -736,9 +750,9 @@ class HopStore:
                 (
                     signed.obligation_digest,
                     signed.commitment_digest,
-                    signed.serve_until,
+                    signed.serve_until_ms,
                     signed.obligation_envelope,
-                    now,
+                    now_ms,
                 ),
             )
             self.bump(CounterName.COMMITS)
@@ -752,7 +766,7 @@ class HopStore:
     async def _existing_fold(
         self,
         db: aiosqlite.Connection,
-        epoch: int,
+        epoch: str,
         value_ref: str,
         fold_seq: int,
         leaves: tuple[bytes, ...],
@@ -768,8 +782,8 @@ class HopStore:
         )
         if not rows:
             return None
-        c_digest, c_env, root, o_digest, o_env, serve_until = rows[0]
-        if bytes(root) != self._root_of(leaves):
+        c_digest, c_env, root, o_digest, o_env, serve_until_ms = rows[0]
+        if str(root) != self._root_of(leaves).hex():
             raise FoldConflict(
                 f"fold {value_ref}#{fold_seq} of epoch {epoch} is already committed as "
                 f"{str(c_digest)[:16]}… over other hops; a second root would be equivocation"
@@ -777,15 +791,15 @@ class HopStore:
         return SignedFold(
             str(c_digest),
             bytes(c_env),
-            bytes(root),
+            str(root),
             str(o_digest),
             bytes(o_env),
-            float(serve_until),
+            int(serve_until_ms),
         )
 
     # ----------------------------------------------------------------- pending mode
 
-    async def reconcile(self, *, now: float) -> int:
+    async def reconcile(self, *, now_ms: int) -> int:
         """Land pending folds' hops and flip them to durable; returns folds landed.
 
         A pending fold whose member hops are all already in the log (appended
@@ -799,11 +813,11 @@ class HopStore:
             )
         landed = 0
         for digest_raw, epoch_raw in rows:
-            digest, epoch = str(digest_raw), int(epoch_raw)
+            digest, epoch = str(digest_raw), str(epoch_raw)
             queued = self._pending_hops.get(digest)
             async with self._write(f"land pending fold {digest[:16]}…") as db:
                 if queued is not None:
-                    await self._insert_hops(db, epoch, [HopInput(s, b) for s, b in queued], now)
+                    await self._insert_hops(db, epoch, [HopInput(s, b) for s, b in queued], now_ms)
                 missing = await self._missing_members(db, digest)
                 if missing:
                     continue
@@ -854,7 +868,7 @@ class HopStore:
         self,
         commitment_digest: str,
         *,
-        now: float,
+        now_ms: int,
         leaf_indices: Sequence[int] | None = None,
     ) -> Resolution:
         """The hop bytes of a fold, or an explicit reason why not.
@@ -880,8 +894,8 @@ class HopStore:
                     (commitment_digest,),
                 )
             )
-        latest = max((o.serve_until for o in obligations), default=float("-inf"))
-        under_obligation = latest > now
+        latest = max((o.serve_until_ms for o in obligations), default=-1)
+        under_obligation = latest > now_ms
         if fold.status is FoldStatus.PENDING:
             self.bump(CounterName.PENDING_ANSWERS)
             return Resolution(
@@ -903,11 +917,12 @@ class HopStore:
                 return Resolution(
                     ResolveStatus.EXPIRED,
                     commitment_digest,
-                    f"{reason}; every obligation expired (latest serve_until {latest})",
+                    f"{reason}; every obligation expired"
+                    f" (latest serve_until {latest} ms, now {now_ms} ms)",
                     fold,
                     obligations,
                 )
-        elif self._root_of(leaves) != fold.root:
+        elif self._root_of(leaves).hex() != fold.root:
             reason = "stored hop bytes do not hash to the committed root"
         if reason:
             self.bump(CounterName.UNRESOLVABLE)
@@ -935,11 +950,11 @@ class HopStore:
         return FoldRecord(
             digest=str(row[0]),
             origin=str(row[1]),
-            epoch=int(row[2]),
+            epoch=str(row[2]),
             value_ref=str(row[3]),
             fold_seq=int(row[4]),
             leaf_count=int(row[5]),
-            root=bytes(row[6]),
+            root=str(row[6]),
             envelope=bytes(row[7]),
             local=bool(row[8]),
             status=FoldStatus(str(row[9])),
@@ -964,7 +979,7 @@ class HopStore:
             (commitment_digest,),
         )
         return tuple(
-            ObligationRecord(str(r[0]), str(r[1]), float(r[2]), bytes(r[3]), bool(r[4]))
+            ObligationRecord(str(r[0]), str(r[1]), int(r[2]), bytes(r[3]), bool(r[4]))
             for r in rows
         )
 
@@ -974,7 +989,7 @@ class HopStore:
             return await self._fold(db, digest)
 
     async def commitments_for(
-        self, origin: str, epoch: int, value_ref: str, fold_seq: int
+        self, origin: str, epoch: str, value_ref: str, fold_seq: int
     ) -> tuple[FoldRecord, ...]:
         """Every stored commitment for one fold slot (more than one = equivocation)."""
         async with self._read("read commitments for fold") as db:
@@ -999,7 +1014,7 @@ class HopStore:
         if not rows:
             return None
         r = rows[0]
-        return ObligationRecord(str(r[0]), str(r[1]), float(r[2]), bytes(r[3]), bool(r[4]))
+        return ObligationRecord(str(r[0]), str(r[1]), int(r[2]), bytes(r[3]), bool(r[4]))
 
     async def obligations_for(self, commitment_digest: str) -> tuple[ObligationRecord, ...]:
         """Every obligation naming a commitment, latest serve_until first."""
@@ -1013,13 +1028,13 @@ class HopStore:
         *,
         digest: str,
         origin: str,
-        epoch: int,
+        epoch: str,
         value_ref: str,
         fold_seq: int,
         leaf_count: int,
-        root: bytes,
+        root: str,
         envelope: bytes,
-        now: float,
+        now_ms: int,
     ) -> bool:
         """Keep a peer's (already verified) commitment verbatim; False if already kept."""
         async with self._write(f"store commitment {digest[:16]}… of {origin[:12]}…") as db:
@@ -1027,7 +1042,7 @@ class HopStore:
                 "INSERT INTO commitments (digest, origin, epoch, value_ref, fold_seq, leaf_count,"
                 " root, envelope, local, status, created_at) VALUES (?,?,?,?,?,?,?,?,0,'durable',?)"
                 " ON CONFLICT (digest) DO NOTHING",
-                (digest, origin, epoch, value_ref, fold_seq, leaf_count, root, envelope, now),
+                (digest, origin, epoch, value_ref, fold_seq, leaf_count, root, envelope, now_ms),
             )
             return cursor.rowcount == 1
 
@@ -1036,10 +1051,10 @@ class HopStore:
         *,
         digest: str,
         commitment_digest: str,
-        serve_until: float,
+        serve_until_ms: int,
         envelope: bytes,
         local: bool,
-        now: float,
+        now_ms: int,
     ) -> bool:
         """Keep an obligation verbatim (a peer's, or an extra one of ours).
 
@@ -1054,7 +1069,7 @@ class HopStore:
             cursor = await db.execute(
                 "INSERT INTO obligations (digest, commitment_digest, serve_until, envelope,"
                 " local, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
-                (digest, commitment_digest, serve_until, envelope, int(local), now),
+                (digest, commitment_digest, serve_until_ms, envelope, int(local), now_ms),
             )
             return cursor.rowcount == 1
 
@@ -1067,7 +1082,7 @@ class HopStore:
         kind: str,
         accused: str,
         body: bytes,
-        now: float,
+        now_ms: int,
         commitment_digest: str | None = None,
         file_path: str | None = None,
     ) -> bool:
@@ -1076,7 +1091,7 @@ class HopStore:
             cursor = await db.execute(
                 "INSERT INTO evidence (digest, kind, accused, commitment_digest, file_path, body,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
-                (digest, kind, accused, commitment_digest, file_path, body, now),
+                (digest, kind, accused, commitment_digest, file_path, body, now_ms),
             )
             return cursor.rowcount == 1
 
@@ -1106,7 +1121,7 @@ class HopStore:
                 None if r[3] is None else str(r[3]),
                 None if r[4] is None else str(r[4]),
                 bytes(r[5]),
-                float(r[6]),
+                int(r[6]),
             )
             for r in rows
         )
@@ -1117,33 +1132,33 @@ class HopStore:
         digest: str,
         value_digest: str,
         attester: str,
-        expires_at: float,
+        expires_at_ms: int,
         envelope: bytes,
-        now: float,
+        now_ms: int,
     ) -> bool:
         """Keep an (already verified) attestation verbatim; False if already kept."""
         async with self._write(f"store attestation {digest[:16]}…") as db:
             cursor = await db.execute(
                 "INSERT INTO attestations (digest, value_digest, attester, expires_at, envelope,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
-                (digest, value_digest, attester, expires_at, envelope, now),
+                (digest, value_digest, attester, expires_at_ms, envelope, now_ms),
             )
             return cursor.rowcount == 1
 
-    async def attestations_for(self, value_digest: str, *, now: float) -> tuple[bytes, ...]:
+    async def attestations_for(self, value_digest: str, *, now_ms: int) -> tuple[bytes, ...]:
         """Envelopes of unexpired attestations bound to a value digest."""
         async with self._read("read attestations") as db:
             rows = await db.execute_fetchall(
                 "SELECT envelope FROM attestations WHERE value_digest = ? AND expires_at > ?"
                 " ORDER BY created_at, digest",
-                (value_digest, now),
+                (value_digest, now_ms),
             )
         return tuple(bytes(r[0]) for r in rows)
 
     # ----------------------------------------------------------------- demand nonces
 
     async def record_nonce(
-        self, *, holder: str, nonce: str, subject: str, now: float, expires_at: float
+        self, *, holder: str, nonce: str, subject: str, now_ms: int, expires_at_ms: int
     ) -> None:
         """Accept a demand nonce once; :class:`ReplayedNonce` if seen in its window.
 
@@ -1157,7 +1172,7 @@ class HopStore:
                     (holder, nonce),
                 )
             )
-            if rows and float(rows[0][1]) > now:
+            if rows and int(rows[0][1]) > now_ms:
                 replayed = True
             else:
                 replayed = False
@@ -1166,31 +1181,31 @@ class HopStore:
                     " VALUES (?, ?, ?, ?, ?) ON CONFLICT (holder, nonce) DO UPDATE SET"
                     " subject = excluded.subject, seen_at = excluded.seen_at,"
                     " expires_at = excluded.expires_at",
-                    (holder, nonce, subject, now, expires_at),
+                    (holder, nonce, subject, now_ms, expires_at_ms),
                 )
         if replayed:
             self.bump(CounterName.NONCE_REPLAYS)
             raise ReplayedNonce(
                 f"demand nonce {nonce[:16]} from holder {holder[:12]}… already seen at "
-                f"{float(rows[0][0]):.3f} (window until {float(rows[0][1]):.3f}, now {now:.3f})"
+                f"{int(rows[0][0])} ms (window until {int(rows[0][1])} ms, now {now_ms} ms)"
             )
 
     # ----------------------------------------------------------------- reaper
 
-    async def reap(self, *, now: float, grace_s: float = 0.0, limit: int = 10_000) -> ReapReport:
+    async def reap(self, *, now_ms: int, grace_ms: int = 0, limit: int = 10_000) -> ReapReport:
         """Evict hops no unexpired obligation protects (S5); prune expired nonces.
 
         One DELETE reads the obligation table and fold membership in the same
         statement: a hop is a candidate only if it belongs to at least one fold
         and *every* obligation on *every* fold containing it expired before
-        ``now - grace_s``. Hops not yet folded are never evicted. Pending folds
+        ``now_ms - grace_ms``. Hops not yet folded are never evicted. Pending folds
         protect their members as well.
         """
-        cutoff = now - grace_s
+        cutoff = now_ms - grace_ms
         async with self._write("reap expired hops") as db:
             cursor = await db.execute(_REAP_SQL, (self._origin, cutoff, limit))
             evicted = max(cursor.rowcount, 0)
-            cursor = await db.execute("DELETE FROM demand_nonces WHERE expires_at <= ?", (now,))
+            cursor = await db.execute("DELETE FROM demand_nonces WHERE expires_at <= ?", (now_ms,))
             pruned = max(cursor.rowcount, 0)
             rows = list(
                 await db.execute_fetchall(

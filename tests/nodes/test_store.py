@@ -1,0 +1,625 @@
+"""Unit tests of the hop log store (nodes.store): ordering, pending, reaper, nonces."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from contracts.identity import Identity
+from contracts.merkle import merkle_root
+from nodes._store_signing import fold_signer, synthetic_hop
+from nodes.reaper import Reaper
+from nodes.store import (
+    CounterName,
+    FoldConflict,
+    FoldDraft,
+    FoldStatus,
+    HopConflict,
+    HopInput,
+    HopStore,
+    ReplayedNonce,
+    ResolveStatus,
+    SignedFold,
+    SignerMismatch,
+    StaleEpoch,
+    StoreClosed,
+    StoreCorrupt,
+    StoreError,
+    UnknownCommitment,
+)
+
+NOW = 1_800_000_000_000
+HOUR = 3_600_000
+SEC = 1_000
+IDENTITY = Identity.from_seed(bytes(range(32)))
+ORIGIN = IDENTITY.node_id
+
+
+def hops_for(epoch: str, seqs: range | list[int], tag: str = "") -> list[HopInput]:
+    return [HopInput(seq, synthetic_hop(ORIGIN, epoch, seq, tag=tag)) for seq in seqs]
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[HopStore]:
+    s = await HopStore.open(tmp_path / "node", ORIGIN)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def commit(
+    store: HopStore,
+    value_ref: str,
+    fold_seq: int,
+    hops: list[HopInput],
+    *,
+    serve_until_ms: int = NOW + HOUR,
+    now_ms: int = NOW,
+) -> SignedFold:
+    sign = fold_signer(IDENTITY, serve_until_ms=serve_until_ms, issued_at_ms=now_ms)
+    return await store.commit_fold(
+        epoch=store.epoch,
+        value_ref=value_ref,
+        fold_seq=fold_seq,
+        hops=hops,
+        sign=sign,
+        now_ms=now_ms,
+    )
+
+
+async def test_committed_fold_resolves_byte_exact_to_its_root(store: HopStore) -> None:
+    hops = hops_for(store.epoch, range(1, 6))
+    signed = await commit(store, "v1", 1, hops)
+    res = await store.resolve(signed.commitment_digest, now_ms=NOW)
+    assert res.status is ResolveStatus.FOUND
+    assert res.leaves == tuple(h.hop_bytes for h in hops)
+    assert merkle_root(res.leaves).hex() == signed.root
+    assert res.fold is not None
+    assert res.fold.envelope == signed.commitment_envelope
+    assert [o.envelope for o in res.obligations] == [signed.obligation_envelope]
+
+
+async def test_signer_sees_hops_already_durable_in_the_open_transaction(tmp_path: Path) -> None:
+    store = await HopStore.open(tmp_path, ORIGIN)
+    seen: list[bytes | None] = []
+    base = fold_signer(IDENTITY, serve_until_ms=NOW + HOUR, issued_at_ms=NOW)
+
+    def spying_signer(draft: FoldDraft) -> SignedFold:
+        # Another connection cannot see the uncommitted hops; the writer can.
+        other = sqlite3.connect(store.path)
+        try:
+            rows = other.execute("SELECT COUNT(*) FROM hops").fetchone()
+            seen.append(bytes(str(rows[0]), "ascii"))
+        finally:
+            other.close()
+        return base(draft)
+
+    try:
+        signed = await store.commit_fold(
+            epoch=store.epoch,
+            value_ref="v",
+            fold_seq=1,
+            hops=hops_for(store.epoch, range(1, 4)),
+            sign=spying_signer,
+            now_ms=NOW,
+        )
+    finally:
+        await store.close()
+    # Nothing was visible outside the transaction while signing: hops, pointer and
+    # obligation become visible together, at COMMIT.
+    assert seen == [b"0"]
+    reopened = await HopStore.open(tmp_path, ORIGIN)
+    try:
+        assert (await reopened.resolve(signed.commitment_digest, now_ms=NOW)).status is (
+            ResolveStatus.FOUND
+        )
+    finally:
+        await reopened.close()
+
+
+async def test_failing_signer_leaves_no_hops_and_no_pointer(store: HopStore) -> None:
+    before = await store.table_digest()
+
+    def broken(draft: FoldDraft) -> SignedFold:
+        raise RuntimeError("key unavailable")
+
+    with pytest.raises(RuntimeError, match="key unavailable"):
+        await store.commit_fold(
+            epoch=store.epoch,
+            value_ref="v",
+            fold_seq=1,
+            hops=hops_for(store.epoch, range(1, 3)),
+            sign=broken,
+            now_ms=NOW,
+        )
+    assert await store.table_digest() == before
+
+
+async def test_signer_root_over_other_bytes_is_rejected_and_nothing_stored(
+    store: HopStore,
+) -> None:
+    before = await store.table_digest()
+    honest = fold_signer(IDENTITY, serve_until_ms=NOW + HOUR, issued_at_ms=NOW)
+
+    def lying(draft: FoldDraft) -> SignedFold:
+        altered = FoldDraft(
+            draft.origin,
+            draft.epoch,
+            draft.value_ref,
+            draft.fold_seq,
+            draft.seqs,
+            (*draft.leaves[:-1], draft.leaves[-1] + b" "),
+        )
+        return honest(altered)
+
+    with pytest.raises(SignerMismatch, match="not the Merkle root"):
+        await store.commit_fold(
+            epoch=store.epoch,
+            value_ref="v",
+            fold_seq=1,
+            hops=hops_for(store.epoch, range(1, 3)),
+            sign=lying,
+            now_ms=NOW,
+        )
+    assert await store.table_digest() == before
+
+
+async def test_recommit_same_fold_returns_stored_statements(store: HopStore) -> None:
+    hops = hops_for(store.epoch, range(1, 4))
+    first = await commit(store, "v", 1, hops)
+    again = await commit(store, "v", 1, hops, serve_until_ms=NOW + 2 * HOUR, now_ms=NOW + 5)
+    assert again == first
+    assert (await store.counters())[CounterName.COMMITS] == 1
+
+
+async def test_second_root_for_same_fold_slot_is_refused_as_equivocation(
+    store: HopStore,
+) -> None:
+    await commit(store, "v", 1, hops_for(store.epoch, range(1, 4)))
+    before = await store.table_digest()
+    with pytest.raises(FoldConflict, match="equivocation"):
+        await commit(store, "v", 1, hops_for(store.epoch, range(4, 6)))
+    assert await store.table_digest() == before
+
+
+async def test_appended_hop_with_other_bytes_is_a_conflict(store: HopStore) -> None:
+    await store.append_hops(store.epoch, hops_for(store.epoch, [1]), now_ms=NOW)
+    await store.append_hops(store.epoch, hops_for(store.epoch, [1]), now_ms=NOW)  # idempotent
+    with pytest.raises(HopConflict, match="seq 1"):
+        await store.append_hops(store.epoch, hops_for(store.epoch, [1], tag="other"), now_ms=NOW)
+
+
+async def test_hops_built_for_an_old_epoch_are_refused(store: HopStore) -> None:
+    old = store.epoch
+    await store.new_epoch()
+    with pytest.raises(StaleEpoch, match=f"epoch {old}"):
+        await store.append_hops(old, hops_for(old, [1]), now_ms=NOW)
+
+
+async def test_epoch_is_persisted_across_reopen(tmp_path: Path) -> None:
+    store = await HopStore.open(tmp_path, ORIGIN)
+    assert store.epoch.startswith("1-")
+    second = await store.new_epoch()
+    assert second.startswith("2-")
+    await store.close()
+    reopened = await HopStore.open(tmp_path, ORIGIN)
+    try:
+        assert reopened.epoch == second
+    finally:
+        await reopened.close()
+
+
+async def test_epoch_after_restore_from_backup_is_not_reused(tmp_path: Path) -> None:
+    live, backup = tmp_path / "live", tmp_path / "backup"
+    store = await HopStore.open(live, ORIGIN)
+    await store.close()
+    backup.mkdir()
+    for f in live.iterdir():
+        (backup / f.name).write_bytes(f.read_bytes())
+    store = await HopStore.open(live, ORIGIN)
+    after_backup = await store.new_epoch()
+    await store.close()
+    restored = await HopStore.open(backup, ORIGIN)
+    try:
+        # The counter rolls back with the restore; the epoch does not repeat.
+        again = await restored.new_epoch()
+        assert again.split("-")[0] == after_backup.split("-")[0]
+        assert again != after_backup
+    finally:
+        await restored.close()
+
+
+async def test_recycled_seqs_in_new_epoch_never_resolve_old_commitment(store: HopStore) -> None:
+    old_hops = hops_for(store.epoch, range(1, 6))
+    old = await commit(store, "v", 1, old_hops, serve_until_ms=NOW + 1)
+    report = await store.reap(now_ms=NOW + 2)
+    assert report.hops_evicted == 5
+    epoch = await store.new_epoch()
+    # Same seqs (h000001…), same value_ref and fold_seq, new epoch.
+    new_hops = hops_for(epoch, range(1, 6))
+    new = await commit(store, "v", 1, new_hops, now_ms=NOW + 3)
+    old_res = await store.resolve(old.commitment_digest, now_ms=NOW + 3)
+    assert old_res.status is ResolveStatus.EXPIRED
+    assert old_res.leaves == ()
+    new_res = await store.resolve(new.commitment_digest, now_ms=NOW + 3)
+    assert new_res.leaves == tuple(h.hop_bytes for h in new_hops)
+    assert (await store.counters())[CounterName.UNRESOLVABLE] == 0
+
+
+async def test_altered_hop_row_resolves_unresolvable_never_wrong_bytes(store: HopStore) -> None:
+    signed = await commit(store, "v", 1, hops_for(store.epoch, range(1, 4)))
+    raw = sqlite3.connect(store.path)
+    try:
+        raw.execute("UPDATE hops SET hop_bytes = ? WHERE seq = 2", (b'{"forged":true}',))
+        raw.commit()
+    finally:
+        raw.close()
+    res = await store.resolve(signed.commitment_digest, now_ms=NOW)
+    assert res.status is ResolveStatus.UNRESOLVABLE
+    assert "do not hash to the committed root" in res.reason
+    assert res.leaves == ()
+    assert (await store.counters())[CounterName.UNRESOLVABLE] == 1
+
+
+async def test_hop_missing_under_live_obligation_is_unresolvable_and_counted(
+    store: HopStore,
+) -> None:
+    signed = await commit(store, "v", 1, hops_for(store.epoch, range(1, 4)))
+    raw = sqlite3.connect(store.path)
+    try:
+        raw.execute("DELETE FROM hops WHERE seq = 3")
+        raw.commit()
+    finally:
+        raw.close()
+    res = await store.resolve(signed.commitment_digest, now_ms=NOW)
+    assert res.status is ResolveStatus.UNRESOLVABLE
+    assert "1 of 3 hops absent" in res.reason
+    assert (await store.counters())[CounterName.UNRESOLVABLE] == 1
+
+
+async def test_unknown_commitment_is_reported_unknown(store: HopStore) -> None:
+    res = await store.resolve("ab" * 32, now_ms=NOW)
+    assert res.status is ResolveStatus.UNKNOWN
+    assert not res
+
+
+async def test_partial_resolve_selects_leaves_and_rejects_out_of_range(store: HopStore) -> None:
+    hops = hops_for(store.epoch, range(1, 6))
+    signed = await commit(store, "v", 1, hops)
+    res = await store.resolve(signed.commitment_digest, now_ms=NOW, leaf_indices=[0, 4])
+    assert dict(res.selected) == {0: hops[0].hop_bytes, 4: hops[4].hop_bytes}
+    assert len(res.leaves) == 5
+    with pytest.raises(ValueError, match="leaf index 5 outside"):
+        await store.resolve(signed.commitment_digest, now_ms=NOW, leaf_indices=[5])
+
+
+# ----------------------------------------------------------------------- reaper (S5)
+
+
+async def test_reaper_never_evicts_hop_under_unexpired_obligation(store: HopStore) -> None:
+    kept = await commit(
+        store, "keep", 1, hops_for(store.epoch, range(1, 4)), serve_until_ms=NOW + 10
+    )
+    gone = await commit(
+        store, "drop", 1, hops_for(store.epoch, range(4, 7)), serve_until_ms=NOW + 1
+    )
+    report = await store.reap(now_ms=NOW + 5)
+    assert report.hops_evicted == 3
+    assert report.protected_hops == 3
+    assert (await store.resolve(kept.commitment_digest, now_ms=NOW + 5)).status is (
+        ResolveStatus.FOUND
+    )
+    assert (await store.resolve(gone.commitment_digest, now_ms=NOW + 5)).status is (
+        ResolveStatus.EXPIRED
+    )
+    assert (await store.counters())[CounterName.HOPS_EVICTED] == 3
+
+
+async def test_hop_shared_with_live_fold_survives_expiry_of_other_fold(store: HopStore) -> None:
+    shared = hops_for(store.epoch, [1, 2, 3])
+    expired = await commit(store, "a", 1, shared, serve_until_ms=NOW + 1)
+    live = await commit(store, "b", 1, shared[1:], serve_until_ms=NOW + HOUR)
+    report = await store.reap(now_ms=NOW + 2)
+    assert report.hops_evicted == 1  # only seq 1 is in no live fold
+    assert (await store.resolve(live.commitment_digest, now_ms=NOW + 2)).status is (
+        ResolveStatus.FOUND
+    )
+    assert (await store.resolve(expired.commitment_digest, now_ms=NOW + 2)).status is (
+        ResolveStatus.EXPIRED
+    )
+
+
+async def test_extra_obligation_extends_protection(store: HopStore) -> None:
+    signed = await commit(store, "v", 1, hops_for(store.epoch, range(1, 3)), serve_until_ms=NOW + 1)
+    await store.put_obligation(
+        digest="cd" * 32,
+        commitment_digest=signed.commitment_digest,
+        serve_until_ms=NOW + HOUR,
+        envelope=b"{}",
+        local=True,
+        now_ms=NOW,
+    )
+    assert (await store.reap(now_ms=NOW + 2)).hops_evicted == 0
+    with pytest.raises(UnknownCommitment, match="does not hold"):
+        await store.put_obligation(
+            digest="ef" * 32,
+            commitment_digest="00" * 32,
+            serve_until_ms=NOW,
+            envelope=b"{}",
+            local=False,
+            now_ms=NOW,
+        )
+
+
+async def test_unfolded_hops_are_never_evicted(store: HopStore) -> None:
+    await store.append_hops(store.epoch, hops_for(store.epoch, range(1, 4)), now_ms=NOW)
+    assert (await store.reap(now_ms=NOW + 10 * HOUR)).hops_evicted == 0
+    assert await store.hop(store.epoch, 2) == hops_for(store.epoch, [2])[0].hop_bytes
+
+
+async def test_grace_delays_eviction_past_serve_until(store: HopStore) -> None:
+    await commit(store, "v", 1, hops_for(store.epoch, range(1, 3)), serve_until_ms=NOW + 1)
+    assert (await store.reap(now_ms=NOW + 2, grace_ms=5)).hops_evicted == 0
+    assert (await store.reap(now_ms=NOW + 7, grace_ms=5)).hops_evicted == 2
+
+
+async def test_concurrent_reaper_and_commits_never_lose_a_protected_hop(
+    store: HopStore,
+) -> None:
+    clock = {"now": NOW}
+    reaper = Reaper(store, interval_s=0.001, clock=lambda: clock["now"])
+    reaper.start()
+    live: list[SignedFold] = []
+    try:
+        for fold in range(40):
+            clock["now"] += 500
+            hops = hops_for(store.epoch, range(fold * 3 + 1, fold * 3 + 4))
+            short = fold % 2 == 0
+            signed = await commit(
+                store,
+                f"v{fold}",
+                1,
+                hops,
+                serve_until_ms=clock["now"] + (200 if short else HOUR),
+                now_ms=clock["now"],
+            )
+            if not short:
+                live.append(signed)
+            await asyncio.sleep(0)
+    finally:
+        await reaper.stop()
+    assert reaper.stats.hops_evicted > 0
+    for signed in live:
+        res = await store.resolve(signed.commitment_digest, now_ms=clock["now"])
+        assert res.status is ResolveStatus.FOUND
+        assert merkle_root(res.leaves).hex() == signed.root
+
+
+# ----------------------------------------------------------------------- pending mode
+
+
+async def test_pending_fold_answers_pending_until_reconciled(tmp_path: Path) -> None:
+    store = await HopStore.open(tmp_path, ORIGIN, provenance_pending=True)
+    try:
+        hops = hops_for(store.epoch, range(1, 4))
+        signed = await commit(store, "v", 1, hops)
+        res = await store.resolve(signed.commitment_digest, now_ms=NOW)
+        assert res.status is ResolveStatus.PENDING
+        assert res.leaves == ()
+        counters = await store.counters()
+        assert counters["provenance_pending"] == 1
+        # The reaper must not touch a pending fold's members (none landed yet anyway).
+        assert (await store.reap(now_ms=NOW + 10 * HOUR)).hops_evicted == 0
+        assert await store.reconcile(now_ms=NOW) == 1
+        res = await store.resolve(signed.commitment_digest, now_ms=NOW)
+        assert res.status is ResolveStatus.FOUND
+        assert res.leaves == tuple(h.hop_bytes for h in hops)
+        counters = await store.counters()
+        assert counters["provenance_pending"] == 0
+        assert counters[CounterName.RECONCILED] == 1
+        assert counters[CounterName.PENDING_ANSWERS] == 1
+    finally:
+        await store.close()
+
+
+async def test_pending_fold_lost_in_crash_resolves_unresolvable_not_wrong(
+    tmp_path: Path,
+) -> None:
+    store = await HopStore.open(tmp_path, ORIGIN, provenance_pending=True)
+    signed = await commit(store, "v", 1, hops_for(store.epoch, range(1, 4)))
+    await store.close()  # the in-memory cold-copy queue dies with the process
+    reopened = await HopStore.open(tmp_path, ORIGIN, provenance_pending=True)
+    try:
+        fold = await reopened.commitment(signed.commitment_digest)
+        assert fold is not None
+        assert fold.status is FoldStatus.LOST
+        res = await reopened.resolve(signed.commitment_digest, now_ms=NOW)
+        assert res.status is ResolveStatus.UNRESOLVABLE
+        assert "lost before landing" in res.reason
+    finally:
+        await reopened.close()
+
+
+async def test_pending_fold_whose_hops_were_appended_lands_on_reopen(tmp_path: Path) -> None:
+    store = await HopStore.open(tmp_path, ORIGIN, provenance_pending=True)
+    hops = hops_for(store.epoch, range(1, 4))
+    await store.append_hops(store.epoch, hops, now_ms=NOW)
+    signed = await commit(store, "v", 1, hops)
+    await store.close()
+    reopened = await HopStore.open(tmp_path, ORIGIN)
+    try:
+        res = await reopened.resolve(signed.commitment_digest, now_ms=NOW)
+        assert res.status is ResolveStatus.FOUND
+    finally:
+        await reopened.close()
+
+
+# ----------------------------------------------------------------------- nonces, counters
+
+
+async def test_replayed_demand_nonce_is_detected_until_window_ends(store: HopStore) -> None:
+    await store.record_nonce(
+        holder="h1", nonce="n", subject="c", now_ms=NOW, expires_at_ms=NOW + 60
+    )
+    with pytest.raises(ReplayedNonce, match="already seen"):
+        await store.record_nonce(
+            holder="h1", nonce="n", subject="c", now_ms=NOW + 1, expires_at_ms=NOW + 61
+        )
+    # Another holder may use the same nonce string.
+    await store.record_nonce(
+        holder="h2", nonce="n", subject="c", now_ms=NOW, expires_at_ms=NOW + 60
+    )
+    report = await store.reap(now_ms=NOW + 61)
+    assert report.nonces_pruned == 2
+    await store.record_nonce(
+        holder="h1", nonce="n", subject="c", now_ms=NOW + 62, expires_at_ms=NOW + 99
+    )
+    assert (await store.counters())[CounterName.NONCE_REPLAYS] == 1
+
+
+async def test_concurrent_identical_nonces_admit_exactly_one(store: HopStore) -> None:
+    results = await asyncio.gather(
+        *(
+            store.record_nonce(
+                holder="h", nonce="same", subject="c", now_ms=NOW, expires_at_ms=NOW + 9
+            )
+            for _ in range(8)
+        ),
+        return_exceptions=True,
+    )
+    assert sum(r is None for r in results) == 1
+    assert sum(isinstance(r, ReplayedNonce) for r in results) == 7
+
+
+async def test_counters_persist_across_reopen_and_count_evidence_by_kind(tmp_path: Path) -> None:
+    store = await HopStore.open(tmp_path, ORIGIN)
+    store.bump(CounterName.SERVES, 3)
+    store.bump(CounterName.REFUSALS)
+    for i, kind in enumerate(["bad_data", "bad_data", "unanswered"]):
+        await store.add_evidence(
+            digest=f"{i:064x}", kind=kind, accused="ab" * 32, body=b"{}", now_ms=NOW
+        )
+    assert not await store.add_evidence(
+        digest=f"{0:064x}", kind="bad_data", accused="ab" * 32, body=b"{}", now_ms=NOW
+    )
+    await store.close()
+    reopened = await HopStore.open(tmp_path, ORIGIN)
+    try:
+        counters = await reopened.counters()
+        assert counters[CounterName.SERVES] == 3
+        assert counters[CounterName.REFUSALS] == 1
+        assert counters["evidence_bad_data"] == 2
+        assert counters["evidence_unanswered"] == 1
+        assert counters["evidence_total"] == 3
+        assert len(await reopened.evidence(kind="bad_data")) == 2
+    finally:
+        await reopened.close()
+
+
+async def test_attestations_are_kept_verbatim_and_expire(store: HopStore) -> None:
+    envelope = b'{"payload":"x","payloadType":"t","signatures":[]}'
+    await store.add_attestation(
+        digest="aa" * 32,
+        value_digest="bb" * 32,
+        attester="cc" * 32,
+        expires_at_ms=NOW + 10,
+        envelope=envelope,
+        now_ms=NOW,
+    )
+    assert await store.attestations_for("bb" * 32, now_ms=NOW) == (envelope,)
+    assert await store.attestations_for("bb" * 32, now_ms=NOW + 11) == ()
+
+
+async def test_peer_commitments_may_equivocate_in_holder_store(store: HopStore) -> None:
+    peer = "ee" * 32
+    for i, root in enumerate(["01" * 32, "02" * 32]):
+        assert await store.put_commitment(
+            digest=f"{i + 7:064x}",
+            origin=peer,
+            epoch="1-peer",
+            value_ref="v",
+            fold_seq=1,
+            leaf_count=2,
+            root=root,
+            envelope=b"env%d" % i,
+            now_ms=NOW,
+        )
+    both = await store.commitments_for(peer, "1-peer", "v", 1)
+    assert [c.root for c in both] == ["01" * 32, "02" * 32]
+    assert all(not c.local for c in both)
+
+
+# ----------------------------------------------------------------------- errors
+
+
+async def test_data_dir_of_another_origin_is_refused(tmp_path: Path) -> None:
+    store = await HopStore.open(tmp_path, ORIGIN)
+    await store.close()
+    with pytest.raises(StoreCorrupt, match="belongs to origin"):
+        await HopStore.open(tmp_path, "ff" * 32)
+
+
+async def test_unknown_schema_version_is_refused(tmp_path: Path) -> None:
+    store = await HopStore.open(tmp_path, ORIGIN)
+    await store.close()
+    raw = sqlite3.connect(store.path)
+    try:
+        raw.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+        raw.commit()
+    finally:
+        raw.close()
+    with pytest.raises(StoreCorrupt, match="schema version '999'"):
+        await HopStore.open(tmp_path, ORIGIN)
+
+
+async def test_use_after_close_raises_store_closed(tmp_path: Path) -> None:
+    store = await HopStore.open(tmp_path, ORIGIN)
+    await store.close()
+    await store.close()  # idempotent
+    with pytest.raises(StoreClosed, match="closed"):
+        await store.resolve("00" * 32, now_ms=NOW)
+
+
+async def test_locked_database_is_reported_as_store_error_naming_operation(
+    tmp_path: Path,
+) -> None:
+    store = await HopStore.open(tmp_path, ORIGIN)
+    blocker = sqlite3.connect(store.path, timeout=0.1)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        await store._writer.execute("PRAGMA busy_timeout = 50")  # type: ignore[union-attr]
+        started = time.monotonic()
+        with pytest.raises(
+            StoreError, match=r"append 1 hops at epoch 1-[0-9a-f]{16}: database locked"
+        ):
+            await store.append_hops(store.epoch, hops_for(store.epoch, [1]), now_ms=NOW)
+        assert time.monotonic() - started < 5
+    finally:
+        blocker.rollback()
+        blocker.close()
+        await store.close()
+
+
+async def test_unwritable_data_dir_is_store_unavailable(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_bytes(b"")
+    with pytest.raises(StoreError, match="cannot create data dir"):
+        await HopStore.open(blocked / "sub", ORIGIN)
+
+
+async def test_empty_fold_is_caller_misuse(store: HopStore) -> None:
+    with pytest.raises(ValueError, match="has no hops"):
+        await commit(store, "v", 1, [])
+    with pytest.raises(ValueError, match="seq must be >= 0"):
+        HopInput(-1, b"x")
+
+
+async def test_integrity_check_reports_ok(store: HopStore) -> None:
+    await commit(store, "v", 1, hops_for(store.epoch, range(1, 3)))
+    assert await store.integrity_check() == "ok"
