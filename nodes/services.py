@@ -38,11 +38,11 @@ from contracts.canonical import parse_json_object
 from contracts.errors import EncodingError, Expired, ReplayedNonce
 from contracts.hops import MAX_HOP_BYTES, hop_bytes
 from contracts.identity import Identity
-from contracts.merkle import MerkleTree, leaf_hash
 from contracts.serve import (
     answer_demand,
     build_commitment,
     build_obligation,
+    sign_served,
     verify_delivery,
     verify_demand,
 )
@@ -696,26 +696,18 @@ class NodeCore:
         leaves: Sequence[bytes],
         now_ms: int,
     ) -> tuple[Signed[Receipt], tuple[bytes, ...]]:
-        # Tamper fault: altered hop bytes, and a receipt signing their hashes —
-        # so the holder holds signed hashes that miss the committed root.
+        # Tamper fault: altered hop bytes in a receipt the origin signs, so the
+        # holder holds signed hashes that miss the committed root (bad_data).
         altered = [tamper_bytes(leaf) for leaf in leaves]
-        tree = MerkleTree([leaf_hash(h) for h in altered])
-        wanted = demand.statement.leaves
-        indices = range(tree.size) if wanted is None else wanted
-        receipt = Receipt(
-            origin=self.node_id,
-            obligation=obligation.digest,
-            commitment=commitment.digest,
-            demand=demand.digest,
-            nonce=demand.statement.nonce,
-            status=ReceiptStatus.SERVED,
-            tree_size=commitment.statement.leaf_count,
-            leaves=wanted,
-            leaf_hashes=tuple(tree.leaf_hash(i) for i in indices),
-            proofs=() if wanted is None else tuple(tree.proof(i) for i in wanted),
-            issued_at=now_ms,
+        receipt = sign_served(
+            self.identity,
+            demand,
+            obligation=obligation,
+            commitment=commitment,
+            hops=altered,
+            now=now_ms,
         )
-        return sign_statement(self.identity, receipt), self._select(altered, wanted)
+        return receipt, self._select(altered, demand.statement.leaves)
 
     async def answer_demand_stream(
         self, demand: bytes, *, deadline: float | None = None, max_chunk_bytes: int = 0
