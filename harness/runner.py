@@ -169,11 +169,19 @@ def execute(
     from tqdm import tqdm
 
     total = len(tasks) + (1 if first is not None else 0)
-    bar = tqdm(
-        total=total, desc=desc, unit="run", file=sys.stderr, disable=progress_disabled(progress)
-    )
-    try:
-        if workers <= 1 or total <= 1:
+
+    def progress_bar() -> Any:
+        return tqdm(
+            total=total,
+            desc=desc,
+            unit="run",
+            file=sys.stderr,
+            disable=progress_disabled(progress),
+        )
+
+    if workers <= 1 or total <= 1:
+        bar = progress_bar()
+        try:
             held = run_task(first) if first is not None else None
             if held is not None:
                 bar.update(1)
@@ -183,11 +191,16 @@ def execute(
                 yield out
             if held is not None:
                 yield held
-            return
-        ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(processes=workers) as pool:
-            pending = pool.apply_async(run_task, (first,)) if first is not None else None
-            chunk = max(1, min(8, len(tasks) // (workers * 8)))
+        finally:
+            bar.close()
+        return
+    ctx = multiprocessing.get_context("fork")
+    # fork the workers before the progress bar exists (no thread crosses a fork)
+    with ctx.Pool(processes=workers) as pool:
+        pending = pool.apply_async(run_task, (first,)) if first is not None else None
+        chunk = max(1, min(8, len(tasks) // (workers * 8)))
+        bar = progress_bar()
+        try:
             for out in pool.imap(run_task, tasks, chunksize=chunk):
                 bar.update(1)
                 yield out
@@ -195,8 +208,8 @@ def execute(
                 held_out = pending.get()
                 bar.update(1)
                 yield held_out
-    finally:
-        bar.close()
+        finally:
+            bar.close()
 
 
 def progress_disabled(progress: bool | None) -> bool | None:
