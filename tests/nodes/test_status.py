@@ -337,3 +337,61 @@ async def test_rehydrate_of_unknown_value_is_not_found(
         lambda: stub.Rehydrate(deliver_pb2.RehydrateRequest(value_ref="nope"), timeout=5),
     )
     assert code is grpc.StatusCode.NOT_FOUND
+
+
+async def test_attestations_are_kept_verbatim_and_bad_ones_rejected(
+    origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    from contracts.attest import build_attestation
+    from contracts.statements import Axis
+    from nodes._pb.provnet.v1 import attest_pb2, attest_pb2_grpc
+
+    stub: Any = attest_pb2_grpc.AttestStub(channel)
+    now_ms = int(clock.now * 1000)
+    attester = Identity.generate()
+    good = build_attestation(
+        attester,
+        value_digest="ab" * 32,
+        axis=Axis.VERIFICATION,
+        floor=0.9,
+        discharged=("taint:unverified_web:3",),
+        issued_at=now_ms - 1000,
+        expires_at=now_ms + 60_000,
+    )
+    reply = await stub.Submit(attest_pb2.SubmitAttestationRequest(attestation=good.to_bytes()))
+    assert reply.digest == good.digest
+    listed = await stub.List(attest_pb2.ListAttestationsRequest(value_digest="ab" * 32))
+    assert list(listed.attestations) == [good.to_bytes()]
+    expired = build_attestation(
+        attester,
+        value_digest="cd" * 32,
+        axis=Axis.VERIFICATION,
+        floor=0.9,
+        issued_at=now_ms - 10_000,
+        expires_at=now_ms - 1,
+    )
+    code = await _rejected(
+        origin,
+        lambda: stub.Submit(attest_pb2.SubmitAttestationRequest(attestation=expired.to_bytes())),
+    )
+    assert code is grpc.StatusCode.FAILED_PRECONDITION
+    forged = json.loads(good.to_bytes())
+    forged["signatures"][0]["keyid"] = Identity.generate().node_id
+    code = await _rejected(
+        origin,
+        lambda: stub.Submit(
+            attest_pb2.SubmitAttestationRequest(attestation=json.dumps(forged).encode())
+        ),
+    )
+    assert code is grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_challenge_with_malformed_statements_is_invalid_argument(
+    origin: RunningNode, channel: grpc.aio.Channel
+) -> None:
+    from nodes._pb.provnet.v1 import evidence_pb2, evidence_pb2_grpc
+
+    stub: Any = evidence_pb2_grpc.EvidenceStub(channel)
+    request = evidence_pb2.ChallengeRequest(commitment=b"{}", obligation=b"[]", demand=b"")
+    code = await _rejected(origin, lambda: stub.Challenge(request, timeout=5))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT

@@ -50,8 +50,9 @@ class AttestServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Submit(self, request, context):
-        """Store a signed attestation after verifying its signature; it becomes a
-        hop of this node's log (A6: an attestation has provenance).
+        """Keep a signed attestation verbatim after verifying its signature and
+        expiry; whether it may raise an axis is the trust policy's call, made
+        where the attestation is used (contracts.attest).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

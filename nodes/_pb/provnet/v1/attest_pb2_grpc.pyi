@@ -32,8 +32,9 @@ class AttestStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> AttestAsyncStub: ...
     Submit: _grpc.UnaryUnaryMultiCallable[_attest_pb2.SubmitAttestationRequest, _attest_pb2.SubmitAttestationResponse]
-    """Store a signed attestation after verifying its signature; it becomes a
-    hop of this node's log (A6: an attestation has provenance).
+    """Keep a signed attestation verbatim after verifying its signature and
+    expiry; whether it may raise an axis is the trust policy's call, made
+    where the attestation is used (contracts.attest).
     """
     List: _grpc.UnaryUnaryMultiCallable[_attest_pb2.ListAttestationsRequest, _attest_pb2.ListAttestationsResponse]
 
@@ -41,8 +42,9 @@ class AttestStub:
 class AttestAsyncStub(AttestStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Submit: _aio.UnaryUnaryMultiCallable[_attest_pb2.SubmitAttestationRequest, _attest_pb2.SubmitAttestationResponse]  # type: ignore[assignment]
-    """Store a signed attestation after verifying its signature; it becomes a
-    hop of this node's log (A6: an attestation has provenance).
+    """Keep a signed attestation verbatim after verifying its signature and
+    expiry; whether it may raise an axis is the trust policy's call, made
+    where the attestation is used (contracts.attest).
     """
     List: _aio.UnaryUnaryMultiCallable[_attest_pb2.ListAttestationsRequest, _attest_pb2.ListAttestationsResponse]  # type: ignore[assignment]
 
@@ -53,8 +55,9 @@ class AttestServicer(metaclass=_abc_1.ABCMeta):
         request: _attest_pb2.SubmitAttestationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_attest_pb2.SubmitAttestationResponse, _abc.Awaitable[_attest_pb2.SubmitAttestationResponse]]:
-        """Store a signed attestation after verifying its signature; it becomes a
-        hop of this node's log (A6: an attestation has provenance).
+        """Keep a signed attestation verbatim after verifying its signature and
+        expiry; whether it may raise an axis is the trust policy's call, made
+        where the attestation is used (contracts.attest).
         """
 
     @_abc_1.abstractmethod
