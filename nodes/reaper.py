@@ -92,7 +92,6 @@ class Reaper:
                 "reaper_pass",
                 hops_evicted=report.hops_evicted,
                 nonces_pruned=report.nonces_pruned,
-                protected_hops=report.protected_hops,
             )
         return report
 

@@ -314,7 +314,7 @@ class ReapReport:
 
     hops_evicted: int
     nonces_pruned: int
-    protected_hops: int
+    protected_hops: int  # hops under a live obligation; -1 when not counted
 
 
 # --------------------------------------------------------------------------- store
@@ -1192,7 +1192,14 @@ class HopStore:
 
     # ----------------------------------------------------------------- reaper
 
-    async def reap(self, *, now_ms: int, grace_ms: int = 0, limit: int = 10_000) -> ReapReport:
+    async def reap(
+        self,
+        *,
+        now_ms: int,
+        grace_ms: int = 0,
+        limit: int = 10_000,
+        count_protected: bool = False,
+    ) -> ReapReport:
         """Evict hops no unexpired obligation protects (S5); prune expired nonces.
 
         One DELETE reads the obligation table and fold membership in the same
@@ -1207,17 +1214,20 @@ class HopStore:
             evicted = max(cursor.rowcount, 0)
             cursor = await db.execute("DELETE FROM demand_nonces WHERE expires_at <= ?", (now_ms,))
             pruned = max(cursor.rowcount, 0)
-            rows = list(
-                await db.execute_fetchall(
-                    "SELECT COUNT(DISTINCT m.epoch || ':' || m.seq) FROM fold_members m"
-                    " JOIN obligations o ON o.commitment_digest = m.commitment_digest"
-                    " WHERE m.origin = ? AND o.serve_until > ?",
-                    (self._origin, cutoff),
+            protected = -1
+            if count_protected:
+                rows = list(
+                    await db.execute_fetchall(
+                        "SELECT COUNT(DISTINCT m.epoch || ':' || m.seq) FROM fold_members m"
+                        " JOIN obligations o ON o.commitment_digest = m.commitment_digest"
+                        " WHERE m.origin = ? AND o.serve_until > ?",
+                        (self._origin, cutoff),
+                    )
                 )
-            )
+                protected = int(rows[0][0])
             if evicted:
                 self.bump(CounterName.HOPS_EVICTED, evicted)
-        return ReapReport(evicted, pruned, int(rows[0][0]))
+        return ReapReport(evicted, pruned, protected)
 
     # ----------------------------------------------------------------- counters, checks
 

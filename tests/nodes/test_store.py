@@ -309,7 +309,7 @@ async def test_reaper_never_evicts_hop_under_unexpired_obligation(store: HopStor
     gone = await commit(
         store, "drop", 1, hops_for(store.epoch, range(4, 7)), serve_until_ms=NOW + 1
     )
-    report = await store.reap(now_ms=NOW + 5)
+    report = await store.reap(now_ms=NOW + 5, count_protected=True)
     assert report.hops_evicted == 3
     assert report.protected_hops == 3
     assert (await store.resolve(kept.commitment_digest, now_ms=NOW + 5)).status is (
