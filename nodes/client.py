@@ -9,7 +9,9 @@ what the benchmark and drivers use directly). Per decision:
 2. an obligation already past ``serve_until`` is not demanded (EXPIRED, no
    evidence: S3);
 3. **one** ``Serve.Demand`` call per origin carries a signed demand for every
-   fold of that origin, with the deadline the obligation promises;
+   fold of that origin, with the deadline the obligation promises (a fold of
+   more than ``stream_leaves`` hops is demanded over ``Serve.DemandStream``
+   instead, one call of its own, so no message nears the size bound);
 4. each answer is judged by :func:`contracts.evidence.judge_answer`: served
    (hops verified: one signature + the Merkle root), legitimate non-answer
    (PENDING, EXPIRED), or a proof — ``bad_data`` / ``refused``; an answer
@@ -68,6 +70,7 @@ from nodes.logging import get_logger
 from nodes.transport import Answer, CallFailed, ChallengeResult, Transport
 
 __all__ = [
+    "DEFAULT_STREAM_LEAVES",
     "EVIDENCE_KINDS",
     "HeldFold",
     "Holder",
@@ -81,6 +84,9 @@ __all__ = [
 log = get_logger(__name__)
 
 _CACHE_FOLDS = 4096
+#: Folds with more leaves than this are demanded over ``Serve.DemandStream``
+#: (one call each) so no single message nears the size bound.
+DEFAULT_STREAM_LEAVES = 4096
 #: Time kept back from a caller's budget so a reply can still travel back.
 _MARGIN_S = 0.05
 
@@ -251,6 +257,7 @@ class Holder:
         resolve_address: Callable[[str], str] | None = None,
         on_evidence: EvidenceSink | None = None,
         cache: bool = True,
+        stream_leaves: int = DEFAULT_STREAM_LEAVES,
     ) -> None:
         if reasks < 0:
             raise ValueError(f"reasks must be >= 0, got {reasks}")
@@ -262,6 +269,7 @@ class Holder:
         self._resolve = resolve_address if resolve_address is not None else (lambda a: a)
         self._on_evidence = on_evidence
         self._use_cache = cache
+        self.stream_leaves = stream_leaves
         self._cache: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self.demand_rpcs = 0
         self.evidence_written: list[Path] = []
@@ -340,16 +348,33 @@ class Holder:
         return max(0.001, min(promised, deadline - time.monotonic() - _MARGIN_S))
 
     async def _ask(self, run: _OriginRun, folds: list[_Fold], deadline: float | None) -> None:
+        """One ``Serve.Demand`` for every ordinary fold; a huge fold streams on its own."""
         now_ms = self.now_ms()
         for fold in folds:
             fold.demand = build_demand(self.identity, fold.held.obligation, now=now_ms)
-        demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
         try:
             address = self._address(folds[0].held.obligation)
         except CallFailed as exc:
             for fold in folds:
                 fold.outcome, fold.detail = Outcome.UNANSWERED, str(exc)
             return
+        small = [f for f in folds if f.held.commitment.statement.leaf_count <= self.stream_leaves]
+        large = [f for f in folds if f.held.commitment.statement.leaf_count > self.stream_leaves]
+        groups: list[tuple[list[_Fold], bool]] = [(small, False)] if small else []
+        groups += [([fold], True) for fold in large]
+        await asyncio.gather(
+            *(self._ask_group(run, address, group, stream, deadline) for group, stream in groups)
+        )
+
+    async def _ask_group(
+        self,
+        run: _OriginRun,
+        address: str,
+        folds: list[_Fold],
+        stream: bool,
+        deadline: float | None,
+    ) -> None:
+        demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
         answers: list[Answer] | None = None
         last_error = ""
         for attempt in range(self.reasks + 1):
@@ -359,10 +384,12 @@ class Holder:
             run.asks += 1
             run.rpcs += 1
             self.demand_rpcs += 1
+            timeout = self._timeout(folds, deadline)
             try:
-                answers = await self.transport.demand(
-                    address, demands, self._timeout(folds, deadline)
-                )
+                if stream:
+                    answers = [await self.transport.demand_stream(address, demands[0], timeout)]
+                else:
+                    answers = await self.transport.demand(address, demands, timeout)
                 break
             except CallFailed as exc:
                 last_error = f"{exc.code}: {exc.message}"

@@ -151,3 +151,25 @@ async def test_unknown_origin_endpoint_is_unanswered_suspicion(cluster: MemClust
     assert outcome.outcome is Outcome.UNANSWERED
     assert outcome.asks == 2
     assert not outcome.witness_confirmed
+
+
+async def test_fold_over_stream_threshold_is_streamed_in_its_own_call(
+    cluster: MemCluster,
+) -> None:
+    await cluster.add("a")
+    await cluster.add("holder")
+    holder = cluster.holder("holder")
+    holder.stream_leaves = 10
+    transport = holder.transport
+    assert isinstance(transport, InMemoryTransport)
+    folds = [
+        await cluster.fold("a", "v", 5, first_step=1),
+        await cluster.fold("a", "v", 8, first_step=10),
+        await cluster.fold("a", "v", 50, first_step=100),
+    ]
+    before = transport.calls
+    report = await cluster.rehydrate("holder", "v", folds)
+    assert report.complete
+    assert len(report.hops) == 5 + 8 + 50
+    assert transport.calls - before == 2  # small folds batched, the large one streamed
+    assert report.demand_rpcs == 2

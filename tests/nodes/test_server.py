@@ -32,7 +32,14 @@ from nodes.faults import FaultMode
 from nodes.interceptors import REQUEST_ID_KEY
 from nodes.server import SERVICE_NAMES
 from nodes.transport import GrpcTransport
-from tests.nodes.rpc_support import accusation_audit, grpc_node, held_fold, hop_json, stop_all
+from tests.nodes.rpc_support import (
+    accusation_audit,
+    grpc_holder,
+    grpc_node,
+    held_fold,
+    hop_json,
+    stop_all,
+)
 
 __all__ = ["accusation_audit"]
 
@@ -189,6 +196,15 @@ async def test_large_fold_streams_in_chunks_and_verifies(
         commitment=fold.commitment,
     )
     assert len(served.hops) == 200
+    transport = GrpcTransport()
+    try:
+        holder = grpc_holder(tmp_path, transport)
+        holder.stream_leaves = 100
+        report = await holder.rehydrate("v1", [fold])
+    finally:
+        await transport.close()
+    assert report.complete
+    assert [h.hop for h in report.hops] == list(served.hops)
 
 
 async def test_tampering_origin_over_grpc_yields_bad_data_that_a_peer_accepts(
