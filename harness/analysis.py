@@ -23,28 +23,29 @@ Definitions (all on the main matrix, ``run_type == "main"``, unless noted):
 - Headline 4: lineage gates, both structural arms pooled: rehydrate-mode
   lookups per 100 decisions; blind flip rate → rehydrate flip rate.
 
-Preregistered hypotheses, as computed criteria:
-
-- H1 PASS iff the score-class blind flip rate is 0 on both structural arms
-  and the lineage-class (blocklist ∪ allowlist) blind flip rate is > 0 on
-  both.
-- H2 PASS iff in the death-spiral run structural_min's store
-  reconstruction never increases from one decision to the next, a
-  structural_min death cycle exists, and structural_perhop has none.
-- H3 PASS iff on both structural arms, blind: blocklist gates have
-  false-stops = 0 and false-proceeds > 0, allowlist gates have
-  false-proceeds = 0 and false-stops > 0.
-- H4 PASS iff prose's blind flip rate exceeds both structural arms' on
-  every gate class.
+Preregistered hypotheses: :mod:`harness.hypotheses`; the sweep's
+crossover analysis: :mod:`harness.crossover` (both re-exported here).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness._results import AnalysisError, closed_form_death_cycle
+from harness._results import flip as _flip
+from harness._results import pct as _pct
+from harness._results import read_csv as _read_csv
+from harness.crossover import (
+    Crossover,
+    SweepFindings,
+    SweepPoint,
+    analyze_sweep,
+    crossover_cadence,
+)
+from harness.hypotheses import Hypothesis, evaluate_hypotheses
 
 __all__ = [
     "DEATH_THRESHOLDS",
@@ -75,10 +76,6 @@ _STRUCTURAL = ("structural_min", "structural_perhop")
 _JUDGED = ("prose", "structural_min", "structural_perhop")
 _CLASSES = ("score", "reconstruction", "lineage_blocklist", "lineage_allowlist")
 _LINEAGE = ("lineage_blocklist", "lineage_allowlist")
-
-
-class AnalysisError(ValueError):
-    """A results directory is missing a file or a column."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,19 +144,6 @@ class ProseChannelRow:
     assumed_precision: float
     realized_recall: float
     realized_precision: float
-
-
-@dataclass(frozen=True, slots=True)
-class Hypothesis:
-    hid: str
-    statement: str
-    criterion: str
-    measured: str
-    passed: bool
-
-    @property
-    def verdict(self) -> str:
-        return "PASS" if self.passed else "FAIL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,113 +218,6 @@ class Findings:
             )
         lines.append("hypotheses: " + ", ".join(f"{h.hid} {h.verdict}" for h in self.hypotheses))
         return lines
-
-
-@dataclass(frozen=True, slots=True)
-class SweepPoint:
-    """Blind flip rates (%) at one (penalty, cadence)."""
-
-    penalty: float
-    cadence: int
-    min_reconstruction: float
-    prose_reconstruction: float
-    perhop_reconstruction: float
-    min_blocklist: float
-    prose_blocklist: float
-    min_all: float
-    prose_all: float
-
-
-@dataclass(frozen=True, slots=True)
-class Crossover:
-    """C* where structural_min's reconstruction flip rate drops to prose's."""
-
-    penalty: float
-    cadence: float | None
-    cycles: float | None
-    closed_form_death_cycle: float
-
-
-@dataclass(frozen=True, slots=True)
-class SweepFindings:
-    steps: int
-    points: tuple[SweepPoint, ...]
-    crossovers: tuple[Crossover, ...]
-    #: first sign change (either direction) of structural_min − prose on
-    #: blocklist gates at the first penalty (blocklist flips do not depend on p)
-    blocklist_crossover: float | None
-    blocklist_crossover_direction: str | None
-    #: penalties at which prose's pooled (all-gate) flip rate exceeds
-    #: structural_min's at every cadence of the grid
-    pooled_prose_behind_everywhere: tuple[float, ...]
-    exponent: float | None
-    n_runs: int
-
-    def lines(self) -> list[str]:
-        out = []
-        for c in self.crossovers:
-            cs = "none on grid" if c.cadence is None else f"C*={c.cadence:.1f}"
-            cy = "" if c.cycles is None else f", cycles*={c.cycles:.1f}"
-            out.append(f"p={c.penalty:g}: {cs}{cy}")
-        if self.blocklist_crossover is not None:
-            out.append(
-                f"blocklist sign change: C≈{self.blocklist_crossover:.1f} "
-                f"({self.blocklist_crossover_direction})"
-            )
-        if self.exponent is not None:
-            out.append(f"fitted exponent: cycles* ∝ p^{self.exponent:.2f}")
-        return out
-
-
-def closed_form_death_cycle(theta: float, penalty: float) -> float:
-    """n = ln θ / ln(1 − p): compactions until the min-folded value crosses θ."""
-    if penalty <= 0.0:
-        return math.inf
-    return math.log(theta) / math.log(1.0 - penalty)
-
-
-def crossover_cadence(
-    cadences: list[int], diff: list[float], *, either_direction: bool = False
-) -> float | None:
-    """First sign change of ``diff`` from > 0 to ≤ 0, interpolated in log10(cadence).
-
-    With ``either_direction`` a change from ≤ 0 to > 0 also counts.
-    """
-    for i in range(1, len(cadences)):
-        d0, d1 = diff[i - 1], diff[i]
-        down = d0 > 0.0 and d1 <= 0.0
-        up = either_direction and d0 <= 0.0 and d1 > 0.0
-        if down or up:
-            x0, x1 = math.log10(cadences[i - 1]), math.log10(cadences[i])
-            x = x0 + (x1 - x0) * d0 / (d0 - d1)
-            return float(10.0**x)
-    return None
-
-
-def _read_csv(path: Path, columns: list[str]) -> Any:
-    import pandas as pd
-
-    if not path.exists():
-        raise AnalysisError(f"{path}: missing (run `provnet experiment run` first)")
-    try:
-        df = pd.read_csv(path)
-    except Exception as exc:  # pandas raises several parser error types
-        raise AnalysisError(f"{path}: not a readable CSV: {exc}") from exc
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise AnalysisError(f"{path}: missing columns {missing}")
-    return df
-
-
-def _pct(num: float, den: float) -> float:
-    return 100.0 * num / den if den else float("nan")
-
-
-def _flip(df: Any) -> float:
-    # 100 × (1 − agree/n), the lab's formula: it differs from 100 × flips/n in the
-    # last float bit, which decides ties such as 16.175 → "16.17" when printed
-    n = float(df["n"].sum())
-    return 100.0 * (1.0 - float(df["n_agree"].sum()) / n) if n else float("nan")
 
 
 def _mode_row(df: Any, arm: str, scope: str, mode: str) -> ModeRow:
@@ -533,7 +410,7 @@ def analyze(out: Path) -> Findings:
             kept / (kept + fab) if kept + fab else float("nan"),
         )
 
-    hyps = _hypotheses(blind, per_class, death_min, death_perhop, monotone, lin_blind)
+    hyps = evaluate_hypotheses(blind, per_class, death_min, death_perhop, monotone, lin_blind)
     return Findings(
         n_runs=n_runs,
         headline_cell=cell,
@@ -568,172 +445,4 @@ def analyze(out: Path) -> Findings:
         prose_channel=prose_row,
         hypotheses=hyps,
         penalty=penalty,
-    )
-
-
-def _counts(df: Any) -> tuple[int, int, int]:
-    return int(df["n"].sum()), int(df["n_false_proceed"].sum()), int(df["n_false_stop"].sum())
-
-
-def _hypotheses(
-    blind: Any,
-    per_class: tuple[ClassRow, ...],
-    death_min: int | None,
-    death_perhop: int | None,
-    monotone: bool,
-    lineage_flip: float,
-) -> tuple[Hypothesis, ...]:
-    by_class = {row.gate_class: row for row in per_class}
-    score = by_class["score"]
-    lin_min = _flip(blind[(blind["arm"] == "structural_min") & blind["gate_class"].isin(_LINEAGE)])
-    lin_ph = _flip(
-        blind[(blind["arm"] == "structural_perhop") & blind["gate_class"].isin(_LINEAGE)]
-    )
-    h1 = Hypothesis(
-        "H1",
-        "score gates track (structural arms agree with the oracle) while lineage gates split",
-        "score-class blind flip = 0 on both structural arms and "
-        "lineage-class blind flip > 0 on both",
-        f"score flip {score.structural_min:.2f}% / {score.structural_perhop:.2f}%; "
-        f"lineage flip {lin_min:.2f}% / {lin_ph:.2f}% (pooled {lineage_flip:.2f}%)",
-        score.structural_min == 0.0
-        and score.structural_perhop == 0.0
-        and lin_min > 0
-        and lin_ph > 0,
-    )
-    h2 = Hypothesis(
-        "H2",
-        "min-folded reconstruction decays monotonically and dies; perhop never dies",
-        "death-spiral store reconstruction non-increasing, a structural_min death cycle exists, "
-        "no structural_perhop death cycle",
-        f"monotone {'yes' if monotone else 'no'}; death cycle structural_min {death_min}, "
-        f"structural_perhop {'never' if death_perhop is None else death_perhop}",
-        monotone and death_min is not None and death_perhop is None,
-    )
-    polar: list[str] = []
-    ok3 = True
-    for arm in _STRUCTURAL:
-        a = blind[blind["arm"] == arm]
-        n_b, fp_b, fs_b = _counts(a[a["gate_class"] == "lineage_blocklist"])
-        n_a, fp_a, fs_a = _counts(a[a["gate_class"] == "lineage_allowlist"])
-        ok3 = ok3 and fs_b == 0 and fp_b > 0 and fp_a == 0 and fs_a > 0
-        polar.append(
-            f"{arm}: blocklist fp {_pct(fp_b, n_b):.2f}% fs {_pct(fs_b, n_b):.2f}%, "
-            f"allowlist fp {_pct(fp_a, n_a):.2f}% fs {_pct(fs_a, n_a):.2f}%"
-        )
-    h3 = Hypothesis(
-        "H3",
-        "error polarity: blocklist gates fail only by false-proceed, allowlist only by false-stop",
-        "both structural arms, blind: blocklist fs = 0 < fp; allowlist fp = 0 < fs",
-        "; ".join(polar),
-        ok3,
-    )
-    lost = [
-        r.gate_class
-        for r in per_class
-        if not (r.prose > r.structural_min and r.prose > r.structural_perhop)
-    ]
-    h4 = Hypothesis(
-        "H4",
-        "prose flip rates dominate the structural arms on every gate class",
-        "prose blind flip > structural_min and > structural_perhop on all four classes",
-        "prose does not dominate on: " + (", ".join(lost) if lost else "none"),
-        not lost,
-    )
-    return (h1, h2, h3, h4)
-
-
-def analyze_sweep(out: Path) -> SweepFindings:
-    """Crossover C* per penalty, cycles* = steps / C*, and the fitted exponent."""
-    from harness.metrics import SWEEP_COLUMNS
-
-    df = _read_csv(out / "sweep_metrics.csv", SWEEP_COLUMNS)
-    steps = 500
-    meta_path = out / "run_meta.json"
-    if meta_path.exists():
-        try:
-            steps = int(json.loads(meta_path.read_text(encoding="utf-8"))["config"]["steps"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise AnalysisError(f"{meta_path}: malformed ({exc})") from exc
-    blind = df[df["mode"] == "blind"]
-    n_runs = int(blind[["penalty", "cadence", "seed"]].drop_duplicates().shape[0])
-    agg = (
-        blind.groupby(["penalty", "cadence", "arm", "gate_class"])[["n", "n_agree"]]
-        .sum()
-        .reset_index()
-    )
-    pooled = blind.groupby(["penalty", "cadence", "arm"])[["n", "n_agree"]].sum().reset_index()
-
-    def rate(frame: Any, **sel: object) -> float:
-        f = frame
-        for k, v in sel.items():
-            f = f[f[k] == v]
-        return _flip(f)
-
-    points = []
-    crossovers = []
-    penalties = sorted(float(p) for p in blind["penalty"].unique())
-    cadences = sorted(int(c) for c in blind["cadence"].unique())
-    block_cross: float | None = None
-    block_dir: str | None = None
-    behind: list[float] = []
-    for p in penalties:
-        a = agg[agg["penalty"] == p]
-        pa = pooled[pooled["penalty"] == p]
-        diffs = []
-        block_diffs = []
-        for c in cadences:
-            ac = a[a["cadence"] == c]
-            pt = SweepPoint(
-                p,
-                c,
-                rate(ac, arm="structural_min", gate_class="reconstruction"),
-                rate(ac, arm="prose", gate_class="reconstruction"),
-                rate(ac, arm="structural_perhop", gate_class="reconstruction"),
-                rate(ac, arm="structural_min", gate_class="lineage_blocklist"),
-                rate(ac, arm="prose", gate_class="lineage_blocklist"),
-                rate(pa[pa["cadence"] == c], arm="structural_min"),
-                rate(pa[pa["cadence"] == c], arm="prose"),
-            )
-            points.append(pt)
-            diffs.append(pt.min_reconstruction - pt.prose_reconstruction)
-            block_diffs.append(pt.min_blocklist - pt.prose_blocklist)
-        c_star = crossover_cadence(cadences, diffs)
-        crossovers.append(
-            Crossover(
-                p, c_star, steps / c_star if c_star else None, closed_form_death_cycle(0.5, p)
-            )
-        )
-        if p == penalties[0]:
-            block_cross = crossover_cadence(cadences, block_diffs, either_direction=True)
-            if block_cross is not None:
-                i = next(k for k in range(1, len(cadences)) if cadences[k] > block_cross)
-                block_dir = (
-                    "structural_min rises above prose"
-                    if block_diffs[i] > 0.0
-                    else "structural_min falls below prose"
-                )
-        pts = [pt for pt in points if pt.penalty == p]
-        if all(pt.prose_all > pt.min_all for pt in pts):
-            behind.append(p)
-    fit = [
-        (math.log(c.penalty), math.log(c.cycles)) for c in crossovers if c.cycles and c.penalty > 0
-    ]
-    exponent: float | None = None
-    if len(fit) >= 2:
-        xs = [x for x, _ in fit]
-        ys = [y for _, y in fit]
-        mx = sum(xs) / len(xs)
-        my = sum(ys) / len(ys)
-        sxx = sum((x - mx) ** 2 for x in xs)
-        exponent = sum((x - mx) * (y - my) for x, y in fit) / sxx if sxx else None
-    return SweepFindings(
-        steps,
-        tuple(points),
-        tuple(crossovers),
-        block_cross,
-        block_dir,
-        tuple(behind),
-        exponent,
-        n_runs,
     )

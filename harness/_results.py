@@ -1,0 +1,50 @@
+"""Reading results files and the rate arithmetic shared by the analyses.
+
+Internal to :mod:`harness.analysis`, :mod:`harness.crossover` and
+:mod:`harness.hypotheses`; the public names are re-exported there.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+__all__ = ["AnalysisError", "closed_form_death_cycle", "flip", "pct", "read_csv"]
+
+
+class AnalysisError(ValueError):
+    """A results directory is missing a file or a column."""
+
+
+def closed_form_death_cycle(theta: float, penalty: float) -> float:
+    """n = ln θ / ln(1 − p): compactions until the min-folded value crosses θ."""
+    if penalty <= 0.0:
+        return math.inf
+    return math.log(theta) / math.log(1.0 - penalty)
+
+
+def read_csv(path: Path, columns: list[str]) -> Any:
+    import pandas as pd
+
+    if not path.exists():
+        raise AnalysisError(f"{path}: missing (run `provnet experiment run` first)")
+    try:
+        df = pd.read_csv(path)
+    except Exception as exc:  # pandas raises several parser error types
+        raise AnalysisError(f"{path}: not a readable CSV: {exc}") from exc
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise AnalysisError(f"{path}: missing columns {missing}")
+    return df
+
+
+def pct(num: float, den: float) -> float:
+    return 100.0 * num / den if den else float("nan")
+
+
+def flip(df: Any) -> float:
+    # 100 × (1 − agree/n), the lab's formula: it differs from 100 × flips/n in the
+    # last float bit, which decides ties such as 16.175 → "16.17" when printed
+    n = float(df["n"].sum())
+    return 100.0 * (1.0 - float(df["n_agree"].sum()) / n) if n else float("nan")
