@@ -31,8 +31,8 @@ _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 log = get_logger(__name__)
 
 
-def _request_id(details: grpc.HandlerCallDetails) -> str:
-    for key, value in details.invocation_metadata or ():
+def _request_id(metadata: Any) -> str:
+    for key, value in metadata or ():
         if key == REQUEST_ID_KEY and isinstance(value, str) and _SANE_ID.match(value):
             return value
     return uuid.uuid4().hex[:16]
@@ -54,10 +54,15 @@ else:
 
 
 class RequestContextInterceptor(_ServerInterceptor):
-    """Binds ``request_id``/``rpc`` to the log context and maps errors to status codes."""
+    """Binds ``request_id``/``rpc`` to the log context and maps errors to status codes.
+
+    The wrapped handler is built once per method and reused: the per-call work
+    is reading the request id from the call's metadata and binding it.
+    """
 
     def __init__(self, counters: Callable[[str], None] | None = None) -> None:
         self._count = counters
+        self._wrapped: dict[str, Any] = {}
 
     async def intercept_service(
         self,
@@ -66,18 +71,26 @@ class RequestContextInterceptor(_ServerInterceptor):
         ],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
+        rpc = handler_call_details.method
+        cached = self._wrapped.get(rpc)
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
         # grpc's stubs type handlers for the sync server; in grpc.aio they are coroutines.
         handler: Any = await continuation(handler_call_details)
         if handler is None:
             return handler  # type: ignore[return-value]
-        rpc = handler_call_details.method
-        request_id = _request_id(handler_call_details)
-        count = self._count
+        wrapped = self._wrap(rpc, handler)
+        if wrapped is not handler:
+            self._wrapped[rpc] = wrapped
+        return wrapped  # type: ignore[no-any-return]
 
+    def _wrap(self, rpc: str, handler: Any) -> Any:
+        count = self._count
         if handler.unary_unary is not None:
             inner_uu: Any = handler.unary_unary
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+                request_id = _request_id(context.invocation_metadata())
                 with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
                     start = time.perf_counter()
                     context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
@@ -92,18 +105,18 @@ class RequestContextInterceptor(_ServerInterceptor):
                     finally:
                         log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
 
-            wrapped: Any = grpc.unary_unary_rpc_method_handler(
+            return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-            return wrapped  # type: ignore[no-any-return]
         if handler.unary_stream is not None:
             inner_us: Any = handler.unary_stream
 
             async def unary_stream(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
+                request_id = _request_id(context.invocation_metadata())
                 with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
                     context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                     if count is not None:
@@ -116,10 +129,9 @@ class RequestContextInterceptor(_ServerInterceptor):
                             raise
                         await _abort_for(exc, context, rpc)
 
-            wrapped_stream: Any = grpc.unary_stream_rpc_method_handler(
+            return grpc.unary_stream_rpc_method_handler(
                 unary_stream,
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-            return wrapped_stream  # type: ignore[no-any-return]
-        return handler  # type: ignore[no-any-return]
+        return handler

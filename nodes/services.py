@@ -86,6 +86,7 @@ __all__ = [
     "MAX_APPEND_HOPS",
     "MAX_DEMANDS_PER_CALL",
     "MAX_FOLD_HOPS",
+    "NONCE_FLUSH_S",
     "CommittedFold",
     "HeldValue",
     "NodeCore",
@@ -97,6 +98,8 @@ log = get_logger(__name__)
 #: A demand is accepted only if its ``time`` is this close to now; its nonce
 #: is remembered at least this long, so a replay is always caught.
 DEMAND_WINDOW_S = 60.0
+#: Accepted nonces are persisted write-behind at most this often.
+NONCE_FLUSH_S = 0.5
 MAX_DEMANDS_PER_CALL = 256
 MAX_APPEND_HOPS = 10_000
 MAX_FOLD_HOPS = 100_000
@@ -559,6 +562,9 @@ class NodeCore:
     async def _flush_nonces(self) -> None:
         while True:
             await self._nonce_flush.wait()
+            # Gather a batch first: the writes then happen in bursts, not
+            # interleaved with every demand being answered.
+            await asyncio.sleep(NONCE_FLUSH_S)
             self._nonce_flush.clear()
             await self._drain_nonces()
 

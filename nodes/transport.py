@@ -184,7 +184,21 @@ class GrpcTransport:
     def __init__(self, max_message_bytes: int = 4 * 1024 * 1024) -> None:
         self._max = max_message_bytes
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[tuple[str, str], Any] = {}
         self.calls = 0
+
+    def _stub(self, address: str, kind: str) -> Any:
+        key = (address, kind)
+        stub = self._stubs.get(key)
+        if stub is None:
+            factory = {
+                "serve": serve_pb2_grpc.ServeStub,
+                "evidence": evidence_pb2_grpc.EvidenceStub,
+                "deliver": deliver_pb2_grpc.DeliverStub,
+            }[kind]
+            stub = factory(self.channel(address))
+            self._stubs[key] = stub
+        return stub
 
     def channel(self, address: str) -> grpc.aio.Channel:
         chan = self._channels.get(address)
@@ -201,7 +215,7 @@ class GrpcTransport:
             raise CallFailed(exc.code().name, exc.details() or "", address) from exc
 
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
-        stub: Any = serve_pb2_grpc.ServeStub(self.channel(address))
+        stub = self._stub(address, "serve")
         reply = await self._call(
             address,
             stub.Demand(serve_pb2.DemandRequest(demands=list(demands)), timeout=timeout),
@@ -212,7 +226,7 @@ class GrpcTransport:
         ]
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
-        stub: Any = serve_pb2_grpc.ServeStub(self.channel(address))
+        stub = self._stub(address, "serve")
         self.calls += 1
         hops: list[bytes] = []
         receipt = commitment = b""
@@ -244,7 +258,7 @@ class GrpcTransport:
         origin_address: str,
         timeout: float,
     ) -> ChallengeResult:
-        stub: Any = evidence_pb2_grpc.EvidenceStub(self.channel(address))
+        stub = self._stub(address, "evidence")
         request = evidence_pb2.ChallengeRequest(
             commitment=commitment,
             obligation=obligation,
@@ -260,13 +274,14 @@ class GrpcTransport:
         )
 
     async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
-        stub: Any = deliver_pb2_grpc.DeliverStub(self.channel(address))
+        stub = self._stub(address, "deliver")
         request = deliver_pb2.DeliverRequest(value=delivery.to_pb(), sender=delivery.sender)
         reply = await self._call(address, stub.Deliver(request, timeout=timeout))
         return bytes(reply.delivery_receipt)
 
     async def close(self) -> None:
         channels, self._channels = self._channels, {}
+        self._stubs.clear()
         for chan in channels.values():
             await chan.close(None)
 
