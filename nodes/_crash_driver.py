@@ -7,8 +7,8 @@ is a new run of the origin on the same data dir:
 2. open the hop log, run ``PRAGMA integrity_check``, start a new epoch (seqs
    restart at 1, so hop ids ``h000001``… are recycled across runs — the
    seed-000 hazard) and print a ``start`` line;
-3. start an aggressive reaper (every ``--reaper-interval-ms``) and, in
-   ``--pending`` mode, a reconciler;
+3. start an aggressive reaper (every ``--reaper-interval-ms``; in
+   ``--pending`` mode each pass also lands pending folds);
 4. commit folds in a loop: fresh hops, sometimes re-folding hops of earlier
    folds (which the reaper may have evicted), sometimes appending hops before
    folding them; about half the folds get a short obligation so the reaper
@@ -96,15 +96,6 @@ async def _run(args: argparse.Namespace) -> int:
     rng = random.Random(f"{args.seed}:{epoch}")
     reaper = Reaper(store, interval_s=args.reaper_interval_ms / 1000)
     reaper.start()
-    reconciler: asyncio.Task[None] | None = None
-    if args.pending:
-
-        async def reconcile_forever() -> None:
-            while True:
-                await store.reconcile(now_ms=_now_ms())
-                await asyncio.sleep(args.reaper_interval_ms / 1000)
-
-        reconciler = asyncio.get_running_loop().create_task(reconcile_forever())
 
     next_seq = 1
     folded: list[int] = []
@@ -146,8 +137,6 @@ async def _run(args: argparse.Namespace) -> int:
             folded.extend(fresh)
             await asyncio.sleep(0)
     finally:
-        if reconciler is not None:
-            reconciler.cancel()
         await reaper.stop()
         counters = await store.counters()
         await store.close()

@@ -42,10 +42,14 @@ class ReaperStats:
     hops_evicted: int
     nonces_pruned: int
     errors: int
+    folds_reconciled: int
 
 
 class Reaper:
     """Runs :meth:`HopStore.reap` every ``interval_s`` seconds in a task.
+
+    With ``reconcile`` (default: the store's provenance_pending mode) each
+    pass also lands pending folds — the node's one background store task.
 
     ``clock`` returns ms since the Unix epoch (tests pass their own). Store errors in a
     pass are logged and counted; the next pass tries again.
@@ -58,6 +62,7 @@ class Reaper:
         interval_s: float = 1.0,
         grace_ms: int = 0,
         batch: int = 10_000,
+        reconcile: bool | None = None,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         if interval_s <= 0:
@@ -68,19 +73,27 @@ class Reaper:
         self._interval = interval_s
         self._grace = grace_ms
         self._batch = batch
+        self._reconcile = store.provenance_pending if reconcile is None else reconcile
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
         self._passes = 0
         self._evicted = 0
         self._pruned = 0
         self._errors = 0
+        self._landed = 0
 
     @property
     def stats(self) -> ReaperStats:
-        return ReaperStats(self._passes, self._evicted, self._pruned, self._errors)
+        return ReaperStats(self._passes, self._evicted, self._pruned, self._errors, self._landed)
 
     async def run_once(self) -> ReapReport:
-        """One pass now; raises :class:`StoreError` if the pass failed."""
+        """One pass now; raises :class:`StoreError` if the pass failed.
+
+        In provenance_pending mode the pass first lands pending folds
+        (:meth:`HopStore.reconcile`); their members are protected anyway.
+        """
+        if self._reconcile:
+            self._landed += await self._store.reconcile(now_ms=self._clock())
         report = await self._store.reap(
             now_ms=self._clock(), grace_ms=self._grace, limit=self._batch
         )
