@@ -377,6 +377,9 @@ class Holder:
         demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
         answers: list[Answer] | None = None
         last_error = ""
+        # The origin has until this instant (the obligation's deadline) to answer;
+        # re-asks after a fast failure are spread over that time.
+        due = time.monotonic() + self._timeout(folds, None)
         for attempt in range(self.reasks + 1):
             if deadline is not None and deadline - time.monotonic() <= _MARGIN_S:
                 last_error = "caller's deadline reached before asking"
@@ -404,6 +407,9 @@ class Holder:
                         attempt=attempt,
                         error=last_error,
                     )
+                    left = self.reasks - attempt
+                    if left > 0:
+                        await self._pause((due - time.monotonic()) / (left + 1), deadline)
                     continue
                 if exc.code == "ALREADY_EXISTS" and attempt > 0:
                     continue  # our earlier ask arrived late; still no receipt in time
@@ -497,7 +503,11 @@ class Holder:
     async def _suspect(
         self, run: _OriginRun, fold: _Fold, witnesses: Sequence[str], deadline: float | None
     ) -> None:
-        """An unanswered demand: ask witnesses, then build the suspicion record."""
+        """An unanswered demand: ask witnesses, then build the suspicion record.
+
+        A suspicion is recorded only once the demand is due (its time plus the
+        promised deadline): an origin that failed fast still had until then.
+        """
         if fold.demand is None:
             return
         origin_address = ""
@@ -560,6 +570,8 @@ class Holder:
                     )
                 except ContractError:
                     continue
+        due_ms = fold.demand.statement.time + fold.held.obligation.statement.deadline_ms
+        await self._pause((due_ms - self.now_ms()) / 1000.0 + 0.001, deadline)
         evidence = unanswered_evidence(
             fold.demand,
             obligation=fold.held.obligation,
@@ -582,6 +594,14 @@ class Holder:
         fold.evidence = evidence
         run.witness_confirmed = verdict.status is EvidenceStatus.WITNESS_CONFIRMED
         run.cleared = verdict.status is EvidenceStatus.CLEARED
+
+    @staticmethod
+    async def _pause(seconds: float, deadline: float | None) -> None:
+        """Sleep ``seconds`` (never past the caller's deadline)."""
+        if deadline is not None:
+            seconds = min(seconds, deadline - time.monotonic() - _MARGIN_S)
+        if seconds > 0:
+            await asyncio.sleep(seconds)
 
     # ----------------------------------------------------------------- summary, files
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nodes.client import Outcome
+from nodes.faults import FaultMode
 from nodes.transport import Answer, CallFailed, InMemoryTransport
 from tests.nodes.rpc_support import MemCluster, accusation_audit, single
 
@@ -141,16 +142,23 @@ async def test_failed_precondition_from_origin_reads_as_expired(cluster: MemClus
     assert not outcome.accuses
 
 
-async def test_unknown_origin_endpoint_is_unanswered_suspicion(cluster: MemCluster) -> None:
+async def test_unreachable_origin_is_suspected_only_once_its_deadline_passed(
+    cluster: MemCluster,
+) -> None:
     origin = await cluster.add("a")
     await cluster.add("holder")
     fold = await cluster.fold("a", "v", 2)
-    cluster.registry.pop(cluster.address("a"))
+    cluster.registry.pop(cluster.address("a"))  # the origin is gone: fails fast
+    cluster.faults["a"] = FaultMode.CRASH
+    started = asyncio.get_running_loop().time()
     outcome = single(await cluster.rehydrate("holder", "v", [fold]))
+    waited = asyncio.get_running_loop().time() - started
     cluster.registry[cluster.address("a")] = origin
     assert outcome.outcome is Outcome.UNANSWERED
     assert outcome.asks == 2
     assert not outcome.witness_confirmed
+    assert outcome.accuses  # a suspicion, recorded once the demand was due
+    assert waited >= 0.75  # the obligation's deadline_ms
 
 
 async def test_fold_over_stream_threshold_is_streamed_in_its_own_call(
