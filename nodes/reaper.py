@@ -15,21 +15,29 @@ Usage::
     reaper.start()
     ...
     await reaper.stop()
+
+``python -m nodes.reaper --data-dir DIR`` runs a standalone reaper on a
+node's existing hop log (its own connection; SQLite's ``BEGIN IMMEDIATE``
+serialises it with the node's writer). The crash tests use it to put
+eviction pressure on a node process from outside.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import signal
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
 
 from nodes.store import HopStore, ReapReport, StoreError
 
-__all__ = ["Reaper", "ReaperStats"]
+__all__ = ["Reaper", "ReaperStats", "main"]
 
 _log = structlog.get_logger("provnet.reaper")
 
@@ -130,3 +138,47 @@ class Reaper:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def _run_standalone(args: argparse.Namespace) -> int:
+    store = await HopStore.open(args.data_dir, None)
+    reaper = Reaper(store, interval_s=args.interval_ms / 1000, grace_ms=args.grace_ms)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    reaper.start()
+    try:
+        await stop.wait()
+    finally:
+        await reaper.stop()
+        await store.close()
+    stats = reaper.stats
+    print(
+        f"reaper: passes={stats.passes} hops_evicted={stats.hops_evicted} "
+        f"nonces_pruned={stats.nonces_pruned} errors={stats.errors}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m nodes.reaper``: reap a node's hop log until SIGTERM."""
+    parser = argparse.ArgumentParser(prog="python -m nodes.reaper", description=__doc__)
+    parser.add_argument("--data-dir", required=True, help="the node's data directory")
+    parser.add_argument("--interval-ms", type=float, default=1000.0, help="pass period")
+    parser.add_argument("--grace-ms", type=int, default=0, help="evict this long after expiry")
+    args = parser.parse_args(argv)
+    if args.interval_ms <= 0:
+        print(f"provnet: error: --interval-ms must be > 0, got {args.interval_ms}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_run_standalone(args))
+    except StoreError as exc:
+        print(f"provnet: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

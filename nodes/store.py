@@ -378,7 +378,7 @@ class HopStore:
     async def open(
         cls,
         data_dir: Path | str,
-        origin: str,
+        origin: str | None,
         *,
         provenance_pending: bool = False,
         root_of: RootFunction | None = None,
@@ -386,10 +386,12 @@ class HopStore:
         """Open (creating if needed) the hop log in ``data_dir`` for ``origin``.
 
         A data dir belongs to one origin: opening it for another raises
-        :class:`StoreCorrupt`. Pending folds whose hops can no longer land
-        (the process died first) are marked ``lost`` here.
+        :class:`StoreCorrupt`. ``origin=None`` opens an existing hop log as
+        the origin recorded in it (tools such as a standalone reaper).
+        Pending folds whose hops can no longer land (the process died first)
+        are marked ``lost`` here.
         """
-        if not origin:
+        if origin == "":
             raise ValueError("origin must be a non-empty node id")
         directory = Path(data_dir)
         try:
@@ -399,6 +401,8 @@ class HopStore:
                 f"open store: cannot create data dir {directory}: {exc}"
             ) from exc
         path = directory / DB_FILENAME
+        if origin is None and not path.exists():
+            raise StoreUnavailable(f"open store {path}: no hop log here to open")
         writer: aiosqlite.Connection | None = None
         reader: aiosqlite.Connection | None = None
         try:
@@ -410,7 +414,7 @@ class HopStore:
                 raise StoreUnavailable(f"open store {path}: WAL not available (got {mode})")
             await writer.execute("PRAGMA synchronous = FULL")
             await writer.execute("PRAGMA foreign_keys = ON")
-            epoch = await cls._init_schema(writer, path, origin)
+            origin, epoch = await cls._init_schema(writer, path, origin)
             reader = await aiosqlite.connect(path, isolation_level=None)
             await reader.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             await reader.execute("PRAGMA query_only = ON")
@@ -438,7 +442,9 @@ class HopStore:
         return store
 
     @staticmethod
-    async def _init_schema(db: aiosqlite.Connection, path: Path, origin: str) -> str:
+    async def _init_schema(
+        db: aiosqlite.Connection, path: Path, origin: str | None
+    ) -> tuple[str, str]:
         await db.execute("BEGIN IMMEDIATE")
         try:
             for statement in DDL:
@@ -446,6 +452,10 @@ class HopStore:
             meta = {
                 str(k): str(v) for k, v in await db.execute_fetchall("SELECT key, value FROM meta")
             }
+            if not meta and origin is None:
+                raise StoreUnavailable(f"open store {path}: no hop log here to open")
+            if origin is None:
+                origin = meta.get("origin", "")
             if not meta:
                 now = str(int(time.time() * 1000))
                 first_epoch = _make_epoch(1)
@@ -477,7 +487,7 @@ class HopStore:
             with contextlib.suppress(Exception):
                 await db.execute("ROLLBACK")
             raise
-        return epoch
+        return origin, epoch
 
     async def close(self) -> None:
         """Flush counters and close both connections (idempotent)."""
@@ -979,8 +989,7 @@ class HopStore:
             (commitment_digest,),
         )
         return tuple(
-            ObligationRecord(str(r[0]), str(r[1]), int(r[2]), bytes(r[3]), bool(r[4]))
-            for r in rows
+            ObligationRecord(str(r[0]), str(r[1]), int(r[2]), bytes(r[3]), bool(r[4])) for r in rows
         )
 
     async def commitment(self, digest: str) -> FoldRecord | None:
