@@ -69,18 +69,19 @@ def _reference(
             events = reference_generate(
                 task.key.seed, task.steps, task.decision_every, task.profile
             )
-            fp, _rows = reference_run(
-                events,
-                p.cadence,
-                keep=p.keep,
-                window=p.window,
-                penalty=p.penalty,
-                prose=p.prose,
-                prose_seed=p.prose_seed,
-                rehydrate=p.rehydrate,
-                lineage_modes=p.lineage_modes,
-            )
-            fingerprints[task.label] = fp
+            for label, penalty in zip(task.labels, task.result_penalties, strict=True):
+                fp, _rows = reference_run(
+                    events,
+                    p.cadence,
+                    keep=p.keep,
+                    window=p.window,
+                    penalty=penalty,
+                    prose=p.prose,
+                    prose_seed=p.prose_seed,
+                    rehydrate=p.rehydrate,
+                    lineage_modes=p.lineage_modes,
+                )
+                fingerprints[label] = fp
         return time.perf_counter() - start
 
     uniform = run(sampled) * len(tasks) / len(sampled)

@@ -37,7 +37,7 @@ from harness.lineage import HopLog, build_hop
 from harness.metrics import GateCounts
 from harness.prose import MockProseChannel, ProseChannel, ProseCounters
 
-__all__ = ["ReplayError", "ReplayParams", "Replayer", "RunResult", "replay"]
+__all__ = ["ReplayError", "ReplayParams", "Replayer", "RunResult", "replay", "replay_penalties"]
 
 
 class ReplayError(ValueError):
@@ -91,57 +91,82 @@ def _view(state: ValueState, fidelity: float | None) -> GateView:
 
 
 class Replayer:
-    """The replay state machine: feed events one by one, then :meth:`result`.
+    """The replay state machine: feed events one by one, then :meth:`results`.
 
-    ``arms`` (ground_truth, structural_min, structural_perhop, prose) and
-    ``log`` (the cold hop log) are public so callers can inspect a state
-    between events (e.g. a worked example at one decision point).
+    ``gt``, ``smin``, ``sper``, ``prose`` (the four arms) and ``log`` (the
+    cold hop log) are public so callers can inspect a state between events
+    (e.g. a worked example at one decision point).
+
+    With several ``penalties`` (the sweep), one replay serves them all:
+    ground truth, the prose arm and the trajectory do not depend on the
+    penalty, so they run once, and one structural_min / structural_perhop
+    pair runs per penalty. :meth:`results` returns one :class:`RunResult`
+    per penalty, identical to a single-penalty replay's (same rows, same
+    fingerprint) — the tests check this.
     """
 
-    def __init__(self, params: ReplayParams, channel: ProseChannel | None = None) -> None:
+    def __init__(
+        self,
+        params: ReplayParams,
+        channel: ProseChannel | None = None,
+        penalties: Sequence[float] | None = None,
+    ) -> None:
         self.params = params
+        self.penalties = tuple(penalties) if penalties is not None else (params.penalty,)
+        if not self.penalties:
+            raise ValueError("a replay needs at least one penalty")
         if channel is None:
             channel = MockProseChannel(params.prose_seed, params.prose)
         self.channel = channel
         self.gt = GroundTruthArm()
-        self.smin = StructuralMinArm(params.penalty, params.keep)
-        self.sper = StructuralPerhopArm(params.penalty, params.keep)
+        self.smins = tuple(StructuralMinArm(p, params.keep) for p in self.penalties)
+        self.spers = tuple(StructuralPerhopArm(p, params.keep) for p in self.penalties)
+        self.smin = self.smins[0]
+        self.sper = self.spers[0]
         self.prose = ProseArm(channel)
-        self.arms: tuple[Arm, ...] = (self.gt, self.smin, self.sper, self.prose)
-        self._judged: tuple[Arm, ...] = (self.smin, self.sper, self.prose)
+        # spec order: ground_truth, structural_min, structural_perhop, prose (only
+        # the prose arm draws random numbers, so the structural arms' order is free)
+        self.arms: tuple[Arm, ...] = (self.gt, *self.smins, *self.spers, self.prose)
+        self._judged: tuple[Arm, ...] = (*self.smins, *self.spers, self.prose)
+        self._perhop_index = {id(a): i for i, a in enumerate(self.spers)}
         self.log = HopLog()
         self._tips: dict[int, str] = {}
-        self._decisions = DecisionLog()
+        n = len(self.penalties)
+        self._decisions = [DecisionLog() for _ in range(n)]
         # Evaluation plan per judged arm: (gate index, gate, mode, counts, slot,
-        # reuse). structural_min and structural_perhop apply the same hops,
-        # merges and truncations (same K, same compaction steps) and differ only
-        # in the reconstruction score, which lineage gates never read: their
-        # lineage views are identical, so perhop reuses min's lineage decisions
-        # (slot) instead of recomputing them. tests/harness/test_replay_sharing.py
-        # checks the identity of the two lineages at every decision.
+        # reuse). All structural arms apply the same hops, merges and
+        # truncations (same K, same compaction steps) and differ only in the
+        # reconstruction score, which lineage gates never read: their lineage
+        # views are identical, so the first structural arm's lineage decisions
+        # are reused by the others (slot) instead of recomputed.
+        # tests/harness/test_replay_sharing.py checks the lineage identity at
+        # every decision.
         self._plan: list[list[tuple[int, Gate, Mode, GateCounts, int, bool]]] = []
-        self._rows_order: list[tuple[ArmName, Gate, Mode, GateCounts]] = []
+        self._arm_rows: list[list[tuple[ArmName, Gate, Mode, GateCounts]]] = []
         slots: dict[tuple[int, Mode], int] = {}
+        first = self._judged[0]
         for arm in self._judged:
             entries = []
+            arm_rows = []
             for gi, gate in enumerate(GATES):
                 structural = arm.structural and params.lineage_modes
                 for mode in gate_modes(gate, structural, params.rehydrate):
                     counts = GateCounts()
                     slot, reuse = -1, False
                     if arm.structural and gate.gate_class.is_lineage:
-                        if arm is self.smin:
+                        if arm is first:
                             slot = slots.setdefault((gi, mode), len(slots))
                         else:
                             slot, reuse = slots[(gi, mode)], True
                     entries.append((gi, gate, mode, counts, slot, reuse))
-                    self._rows_order.append((arm.name, gate, mode, counts))
+                    arm_rows.append((arm.name, gate, mode, counts))
             self._plan.append(entries)
+            self._arm_rows.append(arm_rows)
         self._shared: list[GateDecision | None] = [None] * len(slots)
         self._drift = [[0.0] * len(AXES) for _ in self._judged]
         self._n_drift = 0
-        self._curve: list[tuple[object, ...]] = []
-        self._death: list[tuple[object, ...]] = []
+        self._curve: list[list[tuple[object, ...]]] = [[] for _ in range(n)]
+        self._death: list[list[tuple[object, ...]]] = [[] for _ in range(n)]
         self._recon_gates = frozenset(
             gi for gi, g in enumerate(GATES) if g.gate_class is GateClass.RECONSTRUCTION
         )
@@ -216,23 +241,28 @@ class Replayer:
         window = params.window
         log = self.log
         live = self._live
-        sper = self.sper
         gt_state = live(self.gt, vid, step)
         oracle_view = _view(gt_state, None)
         oracle = [evaluate(g, oracle_view, Mode.BLIND, log, window).proceed for g in GATES]
-        tokens = ["1" if o else "0" for o in oracle]
-        fidelity = sper.fidelity
+        oracle_tokens = "".join(["1" if o else "0" for o in oracle])
         oracle_scores = [round(x, 6) for x in gt_state.vec]
         record_death = params.record_death_spiral
         shared = self._shared
+        perhop_index = self._perhop_index
+        n_compactions = self.smin.n_compactions
+        arm_tokens: list[str] = []
+        arm_death: list[list[tuple[object, ...]]] = []
         for ai, arm in enumerate(self._judged):
             state = live(arm, vid, step)
-            view = _view(state, fidelity if arm is sper else None)
+            k = perhop_index.get(id(arm))
+            view = _view(state, self.spers[k].fidelity if k is not None else None)
+            tokens: list[str] = []
+            deaths: list[tuple[object, ...]] = []
             for gi, gate, mode, counts, slot, reuse in self._plan[ai]:
                 if reuse:
                     d = shared[slot]
                     if d is None:
-                        raise RuntimeError("perhop lineage decision evaluated before min's")
+                        raise RuntimeError("a shared lineage decision was not computed first")
                 else:
                     d = evaluate(gate, view, mode, log, window)
                     if slot >= 0:
@@ -242,11 +272,11 @@ class Replayer:
                 if d.lookups:
                     tokens.append(f"({d.lookups},{d.bytes_read})")
                 if record_death and mode is Mode.BLIND and gi in self._recon_gates:
-                    self._death.append(
+                    deaths.append(
                         (
                             step,
                             step // cadence,
-                            self.smin.n_compactions,
+                            n_compactions,
                             arm.name.value,
                             gate.name,
                             gate.gate_class.value,
@@ -255,26 +285,36 @@ class Replayer:
                             view.scores[RECON],
                         )
                     )
+            arm_tokens.append("".join(tokens))
+            arm_death.append(deaths)
             acc = self._drift[ai]
-            for k, x in enumerate(view.scores):
-                acc[k] += abs(round(x, 6) - oracle_scores[k])
+            for j, x in enumerate(view.scores):
+                acc[j] += abs(round(x, 6) - oracle_scores[j])
         self._n_drift += 1
-        self._decisions.add(step, vid, "".join(tokens))
-        if params.record_curve:
-            self._curve.append(
-                (
-                    step,
-                    step // cadence,
-                    self.smin.n_compactions,
-                    self.smin.store_reconstruction,
-                    fidelity,
-                    live(self.prose, vid, step).vec[RECON],
-                )
+        n = len(self.penalties)
+        prose_tokens = arm_tokens[2 * n]
+        prose_reconstruction = live(self.prose, vid, step).vec[RECON]
+        for k in range(n):
+            self._decisions[k].add(
+                step, vid, oracle_tokens + arm_tokens[k] + arm_tokens[n + k] + prose_tokens
             )
+            if params.record_curve:
+                smin = self.smins[k]
+                self._curve[k].append(
+                    (
+                        step,
+                        step // cadence,
+                        smin.n_compactions,
+                        smin.store_reconstruction,
+                        self.spers[k].fidelity,
+                        prose_reconstruction,
+                    )
+                )
+            if record_death:
+                self._death[k].extend(arm_death[k] + arm_death[n + k] + arm_death[2 * n])
 
-    def result(self) -> RunResult:
-        """The run's rows and fingerprint (call once, after the last event)."""
-        gate_rows: list[tuple[object, ...]] = [
+    def _rows(self, ai: int) -> list[tuple[object, ...]]:
+        return [
             (
                 arm_name.value,
                 gate.name,
@@ -290,23 +330,41 @@ class Replayer:
                 c.lookups,
                 c.bytes_read,
             )
-            for arm_name, gate, mode, c in self._rows_order
+            for arm_name, gate, mode, c in self._arm_rows[ai]
         ]
-        drift_rows: list[tuple[object, ...]] = []
+
+    def _drift_rows(self, ai: int) -> list[tuple[object, ...]]:
         n = self._n_drift
-        for ai, arm in enumerate(self._judged):
-            for k, axis in enumerate(AXES):
-                total = self._drift[ai][k]
-                drift_rows.append((arm.name.value, axis, n, total, total / n if n else 0.0))
-        return RunResult(
-            gate_rows,
-            drift_rows,
-            self._curve,
-            self.channel.counters,
-            self._death,
-            self._decisions.hexdigest(),
-            self._decisions.count,
-        )
+        name = self._judged[ai].name.value
+        return [
+            (name, axis, n, total, total / n if n else 0.0)
+            for axis, total in zip(AXES, self._drift[ai], strict=True)
+        ]
+
+    def results(self) -> list[RunResult]:
+        """One result per penalty (call once, after the last event)."""
+        n = len(self.penalties)
+        out = []
+        for k in range(n):
+            arms = (k, n + k, 2 * n)
+            out.append(
+                RunResult(
+                    [row for ai in arms for row in self._rows(ai)],
+                    [row for ai in arms for row in self._drift_rows(ai)],
+                    self._curve[k],
+                    self.channel.counters,
+                    self._death[k],
+                    self._decisions[k].hexdigest(),
+                    self._decisions[k].count,
+                )
+            )
+        return out
+
+    def result(self) -> RunResult:
+        """The result of a single-penalty replay."""
+        if len(self.penalties) != 1:
+            raise ValueError("several penalties: use results()")
+        return self.results()[0]
 
 
 def replay(
@@ -320,6 +378,17 @@ def replay(
     for ev in events:
         feed(ev)
     return replayer.result()
+
+
+def replay_penalties(
+    events: Iterable[Event], params: ReplayParams, penalties: Sequence[float]
+) -> list[RunResult]:
+    """One replay serving several penalties; results in ``penalties`` order."""
+    replayer = Replayer(params, None, penalties)
+    feed = replayer.feed
+    for ev in events:
+        feed(ev)
+    return replayer.results()
 
 
 def _check_axis(axis: str | None, step: int) -> None:

@@ -36,7 +36,7 @@ from harness.metrics import (
     RECON_COLUMNS,
     RunKey,
 )
-from harness.replay import ReplayParams, RunResult, replay
+from harness.replay import ReplayParams, RunResult, replay, replay_penalties
 from harness.trajectory import generate
 
 __all__ = [
@@ -52,29 +52,41 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class RunTask:
-    """One run: its key, its trajectory parameters and its replay parameters."""
+    """One run (or, with ``penalties``, one run per penalty sharing a replay).
+
+    ``params.penalty`` is used when ``penalties`` is None; otherwise the task
+    yields one result per entry of ``penalties``, in that order.
+    """
 
     key: RunKey
     steps: int
     decision_every: int
     profile: Profile | None
     params: ReplayParams
-    penalty_label: float | None = None
+    penalties: tuple[float, ...] | None = None
 
     @property
     def label(self) -> str:
         k = self.key
-        base = f"{k.run_type}/C={k.cadence}/{k.profile}/seed={k.seed}"
-        if self.penalty_label is not None:
-            base += f"/p={self.penalty_label!r}"
-        return base
+        return f"{k.run_type}/C={k.cadence}/{k.profile}/seed={k.seed}"
+
+    @property
+    def labels(self) -> list[str]:
+        """One label per result: ``…/p={penalty}`` for multi-penalty tasks."""
+        if self.penalties is None:
+            return [self.label]
+        return [f"{self.label}/p={p!r}" for p in self.penalties]
+
+    @property
+    def result_penalties(self) -> tuple[float, ...]:
+        return self.penalties if self.penalties is not None else (self.params.penalty,)
 
 
 #: Events for trace tasks, set in the parent before the pool forks.
 _TRACE_EVENTS: list[Event] | None = None
 
 
-def run_task(task: RunTask) -> tuple[RunTask, RunResult]:
+def run_task(task: RunTask) -> tuple[RunTask, list[RunResult]]:
     """Worker entry point: generate (or take the trace) and replay."""
     if task.profile is None:
         if _TRACE_EVENTS is None:
@@ -82,7 +94,9 @@ def run_task(task: RunTask) -> tuple[RunTask, RunResult]:
         events: Sequence[Event] = _TRACE_EVENTS
     else:
         events = generate(task.key.seed, task.steps, task.decision_every, task.profile)
-    return task, replay(events, task.params)
+    if task.penalties is None:
+        return task, [replay(events, task.params)]
+    return task, replay_penalties(events, task.params, task.penalties)
 
 
 def _params(
@@ -159,8 +173,8 @@ def execute(
     first: RunTask | None = None,
     progress: bool | None = None,
     desc: str = "runs",
-) -> Iterator[tuple[RunTask, RunResult]]:
-    """Yield (task, result) in task order; ``first`` (if any) is yielded last.
+) -> Iterator[tuple[RunTask, list[RunResult]]]:
+    """Yield (task, results) in task order; ``first`` (if any) is yielded last.
 
     ``first`` is started before everything else because it is the longest
     run; its result is held back so the output order does not depend on
@@ -308,11 +322,12 @@ def run_main(
     fingerprints: dict[str, str] = {}
     writers = _Writers(out)
     try:
-        for task, result in execute(tasks, workers, first, progress, desc="experiment"):
-            writers.write(task, result)
-            fingerprints[task.label] = result.fingerprint
-            if on_result is not None:
-                on_result(task, result)
+        for task, results in execute(tasks, workers, first, progress, desc="experiment"):
+            for label, result in zip(task.labels, results, strict=True):
+                writers.write(task, result)
+                fingerprints[label] = result.fingerprint
+                if on_result is not None:
+                    on_result(task, result)
     finally:
         writers.close()
         _TRACE_EVENTS = None

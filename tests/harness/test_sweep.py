@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from harness.analysis import SweepFindings, analyze_sweep, crossover_cadence
-from harness.config import default_sweep_config
+from harness.config import DEFAULT_PROFILES, default_sweep_config
 from harness.metrics import SWEEP_COLUMNS
+from harness.replay import replay, replay_penalties
 from harness.sweep import run_sweep, sweep_tasks
+from harness.trajectory import generate
 
 
 @pytest.fixture(scope="module")
@@ -73,13 +76,23 @@ def test_sweep_rows_are_blind_only_with_penalty_column(sweep: tuple[Path, SweepF
     assert modes == {"blind"}
 
 
-def test_sweep_task_order_is_penalty_cadence_seed() -> None:
+def test_sweep_runs_one_replay_per_cadence_and_seed_serving_every_penalty() -> None:
     tasks = sweep_tasks(default_sweep_config())
-    assert len(tasks) == 1400
-    assert [t.params.penalty for t in tasks[:2]] == [0.005, 0.005]
+    assert len(tasks) == 280
+    assert sum(len(t.labels) for t in tasks) == 1400
     assert (tasks[0].key.cadence, tasks[0].key.seed) == (2, 0)
     assert (tasks[20].key.cadence, tasks[20].key.seed) == (3, 0)
-    assert tasks[280].params.penalty == 0.01
+    assert tasks[0].result_penalties == (0.005, 0.01, 0.02, 0.05, 0.1)
+    assert tasks[0].labels[2] == "sweep/C=2/med/seed=0/p=0.02"
+
+
+def test_shared_replay_equals_one_replay_per_penalty() -> None:
+    task = sweep_tasks(default_sweep_config())[21]  # C=3, seed 1
+    events = generate(task.key.seed, task.steps, task.decision_every, DEFAULT_PROFILES["med"])
+    shared = replay_penalties(events, task.params, task.result_penalties)
+    for penalty, result in zip(task.result_penalties, shared, strict=True):
+        alone = replay(events, replace(task.params, penalty=penalty))
+        assert result == alone
 
 
 def test_crossover_interpolates_in_log_cadence() -> None:
