@@ -19,7 +19,8 @@ Module map (main entry points)::
     signed      Signed[S] (envelope + statement, digest), sign_statement,
                 open_statement (parse + verify), open_any
     serve       origin: build_commitment, build_obligation, verify_demand,
-                answer_demand, NonceRegistry,
+                answer_demand (sign_served for what is
+                actually served), NonceRegistry,
                 eviction_blockers (S5); holder: verify_delivery,
                 build_demand, verify_served / check_served,
                 build_delivery_receipt; witness: build_witness_report
@@ -131,6 +132,7 @@ from contracts.merkle import (
     MerkleTree,
     inclusion_proof,
     leaf_hash,
+    leaf_hashes,
     merkle_root,
     node_hash,
     root_from_inclusion,
@@ -149,6 +151,7 @@ from contracts.serve import (
     check_served,
     eviction_blockers,
     new_nonce,
+    sign_served,
     verify_delivery,
     verify_demand,
     verify_receipt_binding,
@@ -261,6 +264,7 @@ __all__ = [
     "inclusion_proof",
     "judge_answer",
     "leaf_hash",
+    "leaf_hashes",
     "load_identity",
     "merkle_root",
     "new_nonce",
@@ -280,6 +284,7 @@ __all__ = [
     "save_identity",
     "sha256_hex",
     "sign_envelope",
+    "sign_served",
     "sign_statement",
     "unanswered_evidence",
     "verify_attestation",

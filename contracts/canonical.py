@@ -20,6 +20,8 @@ import datetime as _dt
 import hashlib
 import json
 import math
+import re
+from collections.abc import Callable
 from typing import Any
 
 import rfc8785
@@ -56,7 +58,7 @@ def canonical_bytes(obj: Any) -> bytes:
     """
     try:
         return bytes(rfc8785.dumps(obj))
-    except rfc8785.CanonicalizationError as exc:
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError) as exc:
         raise ValueError(f"cannot canonicalise: {exc}") from exc
 
 
@@ -90,11 +92,13 @@ def _check_depth(data: bytes, max_depth: int) -> None:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise EncodingError(f"duplicate JSON key {key!r}")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise EncodingError(f"duplicate JSON key {key!r:.80}")
+            seen.add(key)
     return out
 
 
@@ -109,11 +113,45 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_no_duplicates,
+    parse_constant=_no_constants,
+    parse_float=_finite_float,
+)
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+_WS_RE = re.compile(r"[ \t\n\r]*")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    match = _WS_RE.match(text, pos)
+    return pos if match is None else match.end()
+
+
+def _check_strings_encodable(value: Any, what: str) -> None:
+    # A lone UTF-16 surrogate (\ud800 …) is valid JSON but not valid UTF-8:
+    # such a string could never be re-encoded canonically, so refuse it here.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise EncodingError(f"{what}: string with a lone surrogate") from exc
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def parse_json(data: bytes, *, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
     """Parse untrusted JSON bytes with explicit size and depth bounds."""
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise EncodingError(f"{what}: expected bytes, got {type(data).__name__}")
-    data = bytes(data)
+    if type(data) is not bytes:
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise EncodingError(f"{what}: expected bytes, got {type(data).__name__}")
+        data = bytes(data)
     if len(data) > max_bytes:
         raise EncodingError(f"{what}: {len(data)} bytes exceeds the limit of {max_bytes}")
     # Fast path: nesting can only exceed the bound if there are enough brackets.
@@ -123,17 +161,20 @@ def parse_json(data: bytes, *, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise EncodingError(f"{what}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    # json.JSONDecoder.decode, minus one Python frame: this is on the hot path.
     try:
-        return json.loads(
-            text,
-            object_pairs_hook=_no_duplicates,
-            parse_constant=_no_constants,
-            parse_float=_finite_float,
-        )
+        value, end = _SCAN(text, _skip_ws(text, 0))
+    except StopIteration as exc:
+        raise EncodingError(f"{what}: not valid JSON (expecting a value at {exc.value})") from exc
     except EncodingError as exc:
         raise EncodingError(f"{what}: {exc}") from exc
     except (ValueError, RecursionError) as exc:
         raise EncodingError(f"{what}: not valid JSON ({exc})") from exc
+    if _skip_ws(text, end) != len(text):
+        raise EncodingError(f"{what}: not valid JSON (extra data at {end})")
+    if _SURROGATE_ESCAPE.search(text) is not None:
+        _check_strings_encodable(value, what)
+    return value
 
 
 def parse_json_object(data: bytes, *, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> JsonObject:

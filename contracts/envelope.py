@@ -30,7 +30,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from securesystemslib.dsse import Envelope as _SslibEnvelope
@@ -52,6 +52,8 @@ MAX_ENVELOPE_BYTES = MAX_DOCUMENT_BYTES
 MAX_SIGNATURES = 8
 _MAX_PAYLOAD_TYPE = 200
 _MAX_KEYID = 256
+_ENVELOPE_KEYS = frozenset({"payload", "payloadType", "signatures"})
+_SIGNATURE_KEYS = frozenset({"keyid", "sig"})
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -60,17 +62,16 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 
 def _b64decode(value: object, what: str) -> bytes:
-    if not isinstance(value, str):
+    if type(value) is not str:
         raise EncodingError(f"{what}: expected a base64 string, got {type(value).__name__}")
     try:
-        data = value.encode("ascii")
-    except UnicodeEncodeError as exc:
-        raise EncodingError(f"{what}: base64 must be ASCII") from exc
-    try:
-        return base64.b64decode(data, validate=True)
+        # Strict: only the standard alphabet, correct padding, no whitespace.
+        return binascii.a2b_base64(value, strict_mode=True)
     except (binascii.Error, ValueError):
         pass
     try:
+        # DSSE producers may use the URL-safe alphabet.
+        data = value.encode("ascii")
         return base64.b64decode(data, altchars=b"-_", validate=True)
     except (binascii.Error, ValueError) as exc:
         raise EncodingError(f"{what}: invalid base64 ({exc})") from exc
@@ -91,11 +92,15 @@ class Envelope:
     payload: bytes
     payload_type: str
     signatures: tuple[EnvelopeSignature, ...]
+    _digest: str = field(default="", init=False, repr=False, compare=False)
 
     @property
     def digest(self) -> str:
         """Hex SHA-256 of the payload bytes (the statement digest)."""
-        return hashlib.sha256(self.payload).hexdigest()
+        if not self._digest:
+            # Memoised: digests are compared on every binding check.
+            object.__setattr__(self, "_digest", hashlib.sha256(self.payload).hexdigest())
+        return self._digest
 
     def pae(self) -> bytes:
         return pae(self.payload_type, self.payload)
@@ -119,32 +124,28 @@ class Envelope:
         """Parse the DSSE JSON form (already decoded from bytes)."""
         if not isinstance(obj, dict):
             raise EncodingError(f"envelope: expected a JSON object, got {type(obj).__name__}")
-        unknown = set(obj) - {"payload", "payloadType", "signatures"}
-        if unknown:
-            raise EncodingError(f"envelope: unknown fields {sorted(unknown)[:5]}")
+        if obj.keys() - _ENVELOPE_KEYS:
+            unknown = sorted(obj.keys() - _ENVELOPE_KEYS)
+            raise EncodingError(f"envelope: unknown fields {unknown[:5]}")
         payload = _b64decode(obj.get("payload"), "envelope payload")
         payload_type = obj.get("payloadType")
-        if not isinstance(payload_type, str) or not 0 < len(payload_type) <= _MAX_PAYLOAD_TYPE:
+        if type(payload_type) is not str or not 0 < len(payload_type) <= _MAX_PAYLOAD_TYPE:
             raise EncodingError(
                 f"envelope: payloadType must be a short string, got {payload_type!r:.80}"
             )
         raw_sigs = obj.get("signatures")
-        if not isinstance(raw_sigs, list):
+        if type(raw_sigs) is not list:
             raise EncodingError("envelope: signatures must be a list")
         if len(raw_sigs) > MAX_SIGNATURES:
             raise EncodingError(f"envelope: {len(raw_sigs)} signatures exceeds {MAX_SIGNATURES}")
         sigs: list[EnvelopeSignature] = []
         for i, raw in enumerate(raw_sigs):
-            if not isinstance(raw, dict):
-                raise EncodingError(f"envelope: signature {i} must be an object")
+            if type(raw) is not dict or raw.keys() - _SIGNATURE_KEYS:
+                raise EncodingError(f"envelope: signature {i} must be an object {{keyid, sig}}")
             keyid = raw.get("keyid", "")
-            if not isinstance(keyid, str) or len(keyid) > _MAX_KEYID:
+            if type(keyid) is not str or len(keyid) > _MAX_KEYID:
                 raise EncodingError(f"envelope: signature {i} keyid must be a short string")
-            if set(raw) - {"keyid", "sig"}:
-                raise EncodingError(f"envelope: signature {i} has unknown fields")
-            sigs.append(
-                EnvelopeSignature(keyid=keyid, sig=_b64decode(raw.get("sig"), f"signature {i}"))
-            )
+            sigs.append(EnvelopeSignature(keyid, _b64decode(raw.get("sig"), f"signature {i}")))
         return cls(payload=payload, payload_type=payload_type, signatures=tuple(sigs))
 
     @classmethod

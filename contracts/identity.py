@@ -38,6 +38,8 @@ __all__ = [
 NODE_ID_HEX_LEN = 64
 _HEX = frozenset("0123456789abcdef")
 _MAX_KEY_FILE_BYTES = 4096
+_KEY_CACHE_SIZE = 4096
+_KEY_CACHE: dict[str, PublicKey] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +61,25 @@ class PublicKey:
 
     @classmethod
     def from_node_id(cls, node_id: str) -> PublicKey:
-        """Parse a node id (64 lower-case hex characters)."""
+        """Parse a node id (64 lower-case hex characters).
+
+        Parsed keys are memoised (bounded): verifying many statements by the
+        same few nodes should not re-decode the curve point every time.
+        """
+        cached = _KEY_CACHE.get(node_id) if isinstance(node_id, str) else None
+        if cached is not None:
+            return cached
         if not isinstance(node_id, str) or len(node_id) != NODE_ID_HEX_LEN:
             raise EncodingError(
                 f"node id must be {NODE_ID_HEX_LEN} hex characters: {node_id!r:.80}"
             )
         if not set(node_id) <= _HEX:
             raise EncodingError(f"node id must be lower-case hex: {node_id!r:.80}")
-        return cls.from_raw(bytes.fromhex(node_id))
+        key = cls.from_raw(bytes.fromhex(node_id))
+        if len(_KEY_CACHE) >= _KEY_CACHE_SIZE:
+            _KEY_CACHE.clear()
+        _KEY_CACHE[node_id] = key
+        return key
 
     @property
     def node_id(self) -> str:

@@ -23,7 +23,6 @@ Who is to blame when :func:`verify_served` fails matters (S8):
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -45,7 +44,12 @@ from contracts.errors import (
     run_check,
 )
 from contracts.identity import Identity
-from contracts.merkle import MerkleTree, root_from_inclusion, root_from_leaf_hashes
+from contracts.merkle import (
+    MerkleTree,
+    leaf_hashes,
+    merkle_root,
+    root_from_inclusion,
+)
 from contracts.signed import Signed, open_statement, sign_statement
 from contracts.statements import (
     Commitment,
@@ -71,6 +75,7 @@ __all__ = [
     "check_served",
     "eviction_blockers",
     "new_nonce",
+    "sign_served",
     "verify_delivery",
     "verify_demand",
     "verify_receipt_binding",
@@ -78,7 +83,6 @@ __all__ = [
     "verify_signed_leaves",
 ]
 
-_sha256 = hashlib.sha256
 EnvelopeInput = bytes | Envelope | dict[str, Any]
 
 
@@ -105,7 +109,7 @@ def build_commitment(
     S6: call this only once the hops are durable, or pass
     ``provenance_pending=True`` and answer demands PENDING until they are.
     """
-    root = MerkleTree([_sha256(b"\x00" + h).digest() for h in hops]).root
+    root = merkle_root(hops)
     statement = Commitment(
         origin=identity.node_id,
         epoch=epoch,
@@ -244,16 +248,41 @@ def answer_demand(
         if c.provenance_pending:
             return refuse(ReceiptStatus.PENDING, RefusalReason.PROVENANCE_PENDING)
         return refuse(ReceiptStatus.ABSENT, RefusalReason.EVICTED)
-    tree = MerkleTree([_sha256(b"\x00" + h).digest() for h in hops])
-    if tree.size != c.leaf_count or tree.root.hex() != c.root:
+    if len(hops) != c.leaf_count or merkle_root(hops).hex() != c.root:
         # The stored fold no longer matches what we committed: say so rather
         # than sign bytes that miss our own root (which would be bad_data).
         return refuse(ReceiptStatus.ABSENT, RefusalReason.EVICTED)
+    return sign_served(
+        identity, demand, obligation=obligation, commitment=commitment, hops=hops, now=now
+    )
+
+
+def sign_served(
+    identity: Identity,
+    demand: Signed[Demand],
+    *,
+    obligation: Signed[Obligation],
+    commitment: Signed[Commitment],
+    hops: Sequence[bytes],
+    now: int,
+) -> Signed[Receipt]:
+    """Sign a SERVED receipt over exactly ``hops`` (the whole fold as served).
+
+    No check that the bytes match the commitment: :func:`answer_demand` does
+    that first. Signing bytes that miss the committed root is what a faulty
+    or lying origin does, and the receipt is then proof against it.
+    """
+    d = demand.statement
+    tree = MerkleTree(leaf_hashes(hops))
     if d.leaves is None:
-        leaf_hashes = tuple(tree.leaf_hash(i) for i in range(tree.size))
+        served_root: str | None = tree.root.hex()
+        signed_hashes: tuple[bytes, ...] = ()
         proofs: tuple[tuple[bytes, ...], ...] = ()
     else:
-        leaf_hashes = tuple(tree.leaf_hash(i) for i in d.leaves)
+        if d.leaves and d.leaves[-1] >= tree.size:
+            raise ValueError(f"demand asks for leaf {d.leaves[-1]} of a {tree.size}-hop fold")
+        served_root = None
+        signed_hashes = tuple(tree.leaf_hash(i) for i in d.leaves)
         proofs = tuple(tree.proof(i) for i in d.leaves)
     receipt = Receipt(
         origin=identity.node_id,
@@ -262,9 +291,10 @@ def answer_demand(
         demand=demand.digest,
         nonce=d.nonce,
         status=ReceiptStatus.SERVED,
-        tree_size=c.leaf_count,
+        tree_size=commitment.statement.leaf_count,
         leaves=d.leaves,
-        leaf_hashes=leaf_hashes,
+        served_root=served_root,
+        leaf_hashes=signed_hashes,
         proofs=proofs,
         issued_at=now,
     )
@@ -415,10 +445,9 @@ def verify_signed_leaves(receipt: Signed[Receipt], demand: Demand, commitment: C
         raise BindingMismatch(f"receipt {receipt.digest[:12]}… serves leaves other than demanded")
     root = bytes.fromhex(commitment.root)
     if r.leaves is None:
-        got = root_from_leaf_hashes(r.leaf_hashes)
-        if got != root:
+        if r.served_root != commitment.root:
             raise RootMismatch(
-                f"receipt {receipt.digest[:12]}…: served leaves hash to root {got.hex()[:12]}…,"
+                f"receipt {receipt.digest[:12]}… signs served root {str(r.served_root)[:12]}…,"
                 f" committed root is {commitment.root[:12]}…"
             )
         return
@@ -467,18 +496,24 @@ def verify_served(
     # (4) the signed leaf hashes lead to the committed root
     verify_signed_leaves(signed, demand.statement, commitment.statement)
     # (5) the bytes received are the bytes signed
-    if len(hops) != len(r.leaf_hashes):
-        raise DigestMismatch(
-            f"receipt {signed.digest[:12]}… signs {len(r.leaf_hashes)} hops, {len(hops)} arrived"
-        )
-    sha = _sha256
-    for i, (hop, expected) in enumerate(zip(hops, r.leaf_hashes, strict=True)):
-        if sha(b"\x00" + hop).digest() != expected:
-            index = i if r.leaves is None else r.leaves[i]
+    if r.leaves is None:
+        got = merkle_root(hops)
+        if got.hex() != r.served_root:
             raise DigestMismatch(
-                f"hop {index} of receipt {signed.digest[:12]}…"
-                " does not hash to its signed leaf hash"
+                f"{len(hops)} hops received hash to root {got.hex()[:12]}…; receipt"
+                f" {signed.digest[:12]}… signs {str(r.served_root)[:12]}…"
             )
+    elif (hashes := leaf_hashes(hops)) != list(r.leaf_hashes):
+        if len(hashes) != len(r.leaf_hashes):
+            raise DigestMismatch(
+                f"receipt {signed.digest[:12]}… signs {len(r.leaf_hashes)} hops,"
+                f" {len(hops)} arrived"
+            )
+        bad = next(i for i, (a, b) in enumerate(zip(hashes, r.leaf_hashes, strict=True)) if a != b)
+        raise DigestMismatch(
+            f"hop {r.leaves[bad]} of receipt {signed.digest[:12]}…"
+            " does not hash to its signed leaf hash"
+        )
     leaves = tuple(range(r.tree_size)) if r.leaves is None else r.leaves
     return ServedFold(receipt=signed, leaves=leaves, hops=tuple(hops))
 

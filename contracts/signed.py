@@ -31,6 +31,7 @@ from contracts.statements import (
     Obligation,
     Receipt,
     Statement,
+    StatementKind,
     WitnessReport,
     payload_type_for,
 )
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 S = TypeVar("S", bound=Statement)
+_PAYLOAD_TYPES = {kind: payload_type_for(kind) for kind in StatementKind}
+_PAYLOAD_WHAT = {kind: f"{kind.value} payload" for kind in StatementKind}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,7 @@ def _as_envelope(data: bytes | Envelope | dict[str, Any], max_bytes: int) -> Env
 
 
 def _parse(envelope: Envelope, cls: type[Any]) -> Any:
-    payload = parse_json_object(envelope.payload, what=f"{cls.KIND.value} payload")
+    payload = parse_json_object(envelope.payload, what=_PAYLOAD_WHAT[cls.KIND])
     try:
         return cls.from_json(payload)
     except (ValueError, TypeError) as exc:
@@ -122,7 +125,7 @@ def open_statement(
     signer (:class:`BindingMismatch` otherwise).
     """
     envelope = _as_envelope(data, max_bytes)
-    expected_type = payload_type_for(cls.KIND)
+    expected_type = _PAYLOAD_TYPES[cls.KIND]
     # (1) payload type names the kind we were asked for
     if envelope.payload_type != expected_type:
         raise EncodingError(

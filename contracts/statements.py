@@ -38,18 +38,19 @@ attestation        attester   raise ``axis`` of value V to ``floor``; these
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from contracts._fields import (
     MAX_COUNT,
+    MAX_LIST,
     MAX_STR,
     MAX_TIME_MS,
     check_fields,
     get_bool,
     get_digest,
-    get_digest_bytes,
     get_enum,
     get_float01,
     get_int,
@@ -81,6 +82,7 @@ __all__ = [
 ]
 
 PAYLOAD_TYPE_PREFIX = "application/vnd.provnet."
+_LOWER_HEX = re.compile(r"[0-9a-f]*")
 _MAX_ENDPOINTS = 16
 _MAX_NONCE = 128
 _MIN_NONCE = 16
@@ -181,9 +183,36 @@ def _index_item(kind: str) -> Any:
     return read
 
 
+def _hash_list(value: object, kind: str, what: str, max_len: int = MAX_LIST) -> tuple[bytes, ...]:
+    """A list of hex SHA-256 hashes, decoded in one pass (this is on the hot path)."""
+    if not isinstance(value, list) or len(value) > max_len:
+        raise EncodingError(f"{kind}: {what} must be a list of at most {max_len} hashes")
+    if not value:
+        return ()
+    try:
+        joined = "".join(value)
+    except TypeError as exc:
+        raise EncodingError(f"{kind}: {what} must hold hex strings") from exc
+    if set(map(len, value)) != {64} or _LOWER_HEX.fullmatch(joined) is None:
+        raise EncodingError(f"{kind}: {what} must hold 64-character lower-case hex hashes")
+    raw = bytes.fromhex(joined)
+    return tuple(raw[i : i + 32] for i in range(0, len(raw), 32))
+
+
 def _validate_indices(indices: tuple[int, ...], kind: str, what: str) -> None:
     if any(b <= a for a, b in itertools.pairwise(indices)):
         raise EncodingError(f"{kind}: {what} must be strictly increasing")
+
+
+_T = TypeVar("_T")
+
+
+def _validated(cls: type[_T], **values: Any) -> _T:
+    """Build a frozen statement from fields a parser has already validated."""
+    obj = object.__new__(cls)
+    for name, value in values.items():
+        object.__setattr__(obj, name, value)
+    return obj
 
 
 def _check_node_id(value: str, what: str) -> None:
@@ -399,12 +428,15 @@ class Demand:
 class Receipt:
     """The origin's signed answer to one demand.
 
-    SERVED: ``leaf_hashes`` are the RFC 6962 leaf hashes of the hop bytes
-    served, for leaf indices ``leaves`` (``None``: all leaves, in order, and
-    ``proofs`` is empty) with one audit path per leaf in ``proofs`` when
-    partial. The served bytes travel beside the receipt; each must hash to
-    its signed leaf hash, and the signed hashes must lead to the committed
-    root, otherwise the origin signed bytes that miss its own root.
+    SERVED, full fold (``leaves`` is ``None``): ``served_root`` is the RFC
+    6962 root the origin computed over the hop bytes it served, in order.
+    SERVED, partial (``leaves`` lists indices): ``leaf_hashes`` are the leaf
+    hashes of the hops served and ``proofs`` one audit path per leaf.
+
+    The hop bytes travel beside the receipt. A signed ``served_root`` (or
+    signed leaf hashes and proofs) that does not lead to the committed root is
+    the origin's own admission of serving other bytes (``bad_data``); bytes
+    that do not match what the receipt signs were altered after signing.
     """
 
     KIND: ClassVar[StatementKind] = StatementKind.RECEIPT
@@ -420,6 +452,7 @@ class Receipt:
             "reason",
             "tree_size",
             "leaves",
+            "served_root",
             "leaf_hashes",
             "proofs",
             "issued_at",
@@ -436,10 +469,13 @@ class Receipt:
     reason: RefusalReason | None = None
     tree_size: int = 0
     leaves: tuple[int, ...] | None = None
+    served_root: str | None = None
     leaf_hashes: tuple[bytes, ...] = ()
     proofs: tuple[tuple[bytes, ...], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.served_root is not None:
+            _check_digest(self.served_root, "receipt served_root")
         _check_node_id(self.origin, "receipt origin")
         _check_digest(self.obligation, "receipt obligation")
         _check_digest(self.commitment, "receipt commitment")
@@ -461,6 +497,7 @@ class Receipt:
             "reason": None if self.reason is None else self.reason.value,
             "tree_size": self.tree_size,
             "leaves": None if self.leaves is None else list(self.leaves),
+            "served_root": self.served_root,
             "leaf_hashes": [h.hex() for h in self.leaf_hashes],
             "proofs": [[p.hex() for p in path] for path in self.proofs],
             "issued_at": self.issued_at,
@@ -468,54 +505,57 @@ class Receipt:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Receipt:
+        # Written out flat: this parser is on the fold-verification hot path.
         k = cls.KIND.value
         check_fields(obj, k, cls._FIELDS)
         status = get_enum(obj, "status", k, ReceiptStatus)
-        reason = get_opt(obj, "reason", lambda: get_enum(obj, "reason", k, RefusalReason))
-        leaves = get_opt(obj, "leaves", lambda: get_list(obj, "leaves", k, _index_item(k)))
-        if leaves is not None:
+        reason = None if obj.get("reason") is None else get_enum(obj, "reason", k, RefusalReason)
+        leaves = None
+        if obj.get("leaves") is not None:
+            leaves = get_list(obj, "leaves", k, _index_item(k))
             _validate_indices(leaves, k, "leaves")
-        raw_hashes = obj.get("leaf_hashes")
-        if not isinstance(raw_hashes, list) or len(raw_hashes) > MAX_COUNT:
-            raise EncodingError(f"{k}: field 'leaf_hashes' must be a list")
-        leaf_hashes = tuple(get_digest_bytes(h, k, "leaf hash") for h in raw_hashes)
+        served_root = obj.get("served_root")
+        if served_root is not None and not is_digest(served_root):
+            raise EncodingError(f"{k}: field 'served_root' must be 64 lower-case hex characters")
+        leaf_hashes = _hash_list(obj.get("leaf_hashes"), k, "leaf_hashes")
         raw_proofs = obj.get("proofs")
-        if not isinstance(raw_proofs, list):
+        if type(raw_proofs) is not list or len(raw_proofs) > MAX_LIST:
             raise EncodingError(f"{k}: field 'proofs' must be a list")
-        proofs: list[tuple[bytes, ...]] = []
-        for path in raw_proofs:
-            if not isinstance(path, list) or len(path) > 64:
-                raise EncodingError(f"{k}: each proof must be a list of at most 64 hashes")
-            proofs.append(tuple(get_digest_bytes(h, k, "proof hash") for h in path))
+        proofs = tuple(_hash_list(path, k, "proof", max_len=64) for path in raw_proofs)
         tree_size = get_int(obj, "tree_size", k)
         if status is ReceiptStatus.SERVED:
-            expected = tree_size if leaves is None else len(leaves)
-            if len(leaf_hashes) != expected:
-                raise EncodingError(
-                    f"{k}: {len(leaf_hashes)} leaf hashes for {expected} served leaves"
-                )
-            if len(proofs) != (0 if leaves is None else len(leaves)):
-                shape = "full" if leaves is None else "partial"
-                raise EncodingError(f"{k}: {len(proofs)} proofs for a {shape} serve")
             if reason is not None:
                 raise EncodingError(f"{k}: a SERVED receipt carries no reason")
-        elif leaf_hashes or proofs or leaves is not None:
+            if leaves is None:
+                if served_root is None or leaf_hashes or proofs:
+                    raise EncodingError(
+                        f"{k}: a full serve signs served_root, without leaf hashes or proofs"
+                    )
+            elif served_root is not None or not len(leaves) == len(leaf_hashes) == len(proofs):
+                raise EncodingError(
+                    f"{k}: a partial serve of {len(leaves)} leaves signs one leaf hash and one"
+                    f" proof per leaf ({len(leaf_hashes)} hashes, {len(proofs)} proofs)"
+                )
+        elif leaf_hashes or proofs or leaves is not None or served_root is not None:
             raise EncodingError(f"{k}: a {status.value} receipt carries no leaves")
         elif reason is None:
             raise EncodingError(f"{k}: a {status.value} receipt must give a reason")
-        return cls(
+        # Every field was validated above, so __post_init__ is not run again.
+        return _validated(
+            cls,
             origin=get_node_id(obj, "origin", k),
             obligation=get_digest(obj, "obligation", k),
             commitment=get_digest(obj, "commitment", k),
             demand=get_digest(obj, "demand", k),
             nonce=get_str(obj, "nonce", k, max_len=_MAX_NONCE),
             status=status,
+            issued_at=_time(obj, "issued_at", k),
             reason=reason,
             tree_size=tree_size,
             leaves=leaves,
+            served_root=served_root,
             leaf_hashes=leaf_hashes,
-            proofs=tuple(proofs),
-            issued_at=_time(obj, "issued_at", k),
+            proofs=proofs,
         )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from contracts import (
     ContractError,
     Envelope,
+    Evidence,
     Identity,
     TrustPolicy,
     build_demand,
@@ -213,11 +214,14 @@ def _mutate_envelope(rng: random.Random, keys: _Keys, env: Any) -> Any:
 
 
 def _target_envelope(data: bytes) -> object:
-    return open_any(data)
+    signed = open_any(data)
+    # Whatever is accepted can be carried on: re-encoding must not fail.
+    return signed.envelope.to_bytes()
 
 
 def _target_evidence(data: bytes) -> object:
     verdict = verify_evidence(data, now=NOW + DAY)
+    Evidence.from_bytes(data).to_bytes()
     origin = fixed_identity("origin").node_id
     if verdict.accused != origin:
         raise AssertionError(f"evidence accepted against {verdict.accused[:16]}…, not the origin")
@@ -225,7 +229,7 @@ def _target_evidence(data: bytes) -> object:
 
 
 def _target_policy(data: bytes) -> object:
-    return TrustPolicy.from_bytes(data)
+    return TrustPolicy.from_bytes(data).to_bytes()
 
 
 class _ServedTarget:

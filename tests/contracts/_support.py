@@ -25,7 +25,7 @@ from contracts import (
     hop_bytes,
     sign_statement,
 )
-from contracts.merkle import leaf_hash
+from contracts.merkle import leaf_hash, merkle_root
 
 __all__ = [
     "DAY",
@@ -130,7 +130,10 @@ def resign_receipt(
     signer: Identity, receipt: Signed[Receipt], served: Sequence[bytes]
 ) -> Signed[Receipt]:
     """The receipt an origin would sign had it served ``served`` instead."""
-    statement = dataclasses.replace(
-        receipt.statement, leaf_hashes=tuple(leaf_hash(h) for h in served)
-    )
+    if receipt.statement.leaves is None:
+        statement = dataclasses.replace(receipt.statement, served_root=merkle_root(served).hex())
+    else:
+        statement = dataclasses.replace(
+            receipt.statement, leaf_hashes=tuple(leaf_hash(h) for h in served)
+        )
     return sign_statement(signer, statement)

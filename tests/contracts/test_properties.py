@@ -176,3 +176,18 @@ def test_property_a_receipt_for_a_shorter_tree_is_bad_data(n: int, drop: int) ->
     )
     answer = judge_answer(shorter, kept, demand=d, obligation=o, commitment=c, reported_at=NOW)
     assert answer.kind is AnswerKind.EVIDENCE
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.text(alphabet="0123456789abcdefABCDEF g\u00e9", min_size=60, max_size=68)
+    | st.sampled_from(
+        ["0" * 64, "f" * 64, "0" * 63 + "G", " " + "0" * 63, "0" * 32 + "x" + "0" * 31]
+    )
+)
+def test_property_digest_check_agrees_with_the_regular_expression(value: str) -> None:
+    import re
+
+    from contracts._fields import is_digest
+
+    assert is_digest(value) == (re.fullmatch(r"[0-9a-f]{64}", value) is not None)

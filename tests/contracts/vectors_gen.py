@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -35,11 +34,11 @@ from contracts import (
     hop_bytes,
     judge_answer,
     sha256_hex,
+    sign_served,
     sign_statement,
     unanswered_evidence,
 )
 from contracts.evidence import Evidence, EvidenceKind
-from contracts.merkle import leaf_hash
 from tests.contracts._support import DAY, EPOCH, HOUR, NOW, fixed_identity, make_world
 
 __all__ = ["VECTOR_DIR", "build_vectors", "main"]
@@ -179,12 +178,13 @@ def build_vectors() -> dict[str, bytes]:
 
     # Evidence, one file per kind.
     tampered = [h.replace(b'"step":2', b'"step":20') for h in w.hops]
-    lying = sign_statement(
+    lying = sign_served(
         w.origin,
-        dataclasses.replace(
-            served.statement,
-            leaf_hashes=tuple(leaf_hash(h) for h in tampered),
-        ),
+        w.demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        hops=tampered,
+        now=NOW + 2_000,
     )
     bad = judge_answer(
         lying,
