@@ -339,7 +339,11 @@ class Holder:
         endpoints = obligation.statement.endpoints
         if not endpoints:
             raise CallFailed("UNAVAILABLE", "obligation lists no endpoint", "")
-        return self._resolve(endpoints[0])
+        try:
+            return self._resolve(endpoints[0])
+        except ValueError as exc:
+            reason = f"cannot resolve endpoint: {exc}"
+            raise CallFailed("UNAVAILABLE", reason, endpoints[0]) from exc
 
     def _timeout(self, folds: Sequence[_Fold], deadline: float | None) -> float:
         promised = max(f.held.obligation.statement.deadline_ms for f in folds) / 1000.0

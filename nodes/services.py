@@ -76,7 +76,13 @@ from nodes._pb.provnet.v1 import (
 )
 from nodes.client import HeldFold, Holder, RehydrationReport, verify_evidence_file
 from nodes.config import NodeConfig
-from nodes.errors import MalformedRequest, RequestTooLarge, UnknownCommitment, UnknownValue
+from nodes.errors import (
+    MalformedRequest,
+    RequestTooLarge,
+    UnknownCommitment,
+    UnknownPeer,
+    UnknownValue,
+)
 from nodes.faults import FaultMode, FaultPlan, tamper_bytes
 from nodes.logging import get_logger
 from nodes.transport import Answer, ChallengeResult, Delivery, Transport
@@ -836,7 +842,10 @@ class NodeCore:
     async def forward(self, value_ref: str, peer: str, *, deadline: float | None = None) -> bytes:
         """Deliver a held value unchanged to a peer; return its verified delivery receipt."""
         held = self.held(value_ref)
-        address = self.config.peer(peer) if ":" not in peer else peer
+        try:
+            address = self.config.peer(peer)
+        except ValueError as exc:
+            raise UnknownPeer(f"forward {value_ref}: {exc}") from exc
         timeout = self._timeout(deadline, self.config.deadline_ms / 1000.0)
         outgoing = Delivery(
             held.delivery.value_ref,

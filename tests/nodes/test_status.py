@@ -395,3 +395,18 @@ async def test_challenge_with_malformed_statements_is_invalid_argument(
     request = evidence_pb2.ChallengeRequest(commitment=b"{}", obligation=b"[]", demand=b"")
     code = await _rejected(origin, lambda: stub.Challenge(request, timeout=5))
     assert code is grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_forward_to_unknown_peer_is_invalid_argument(
+    origin: RunningNode, channel: grpc.aio.Channel
+) -> None:
+    stub: Any = hoplog_pb2_grpc.HopLogStub(channel)
+    appended = await stub.Append(hoplog_pb2.AppendRequest(hops=[hop_json(1)]), timeout=5)
+    await stub.CommitFold(
+        hoplog_pb2.CommitFoldRequest(value_ref="v1", seqs=list(appended.seqs), value=b"x"),
+        timeout=5,
+    )
+    deliver: Any = deliver_pb2_grpc.DeliverStub(channel)
+    request = deliver_pb2.ForwardRequest(value_ref="v1", peer="nobody")
+    code = await _rejected(origin, lambda: deliver.Forward(request, timeout=5))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
