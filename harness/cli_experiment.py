@@ -17,8 +17,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli import UsageError
+
+if TYPE_CHECKING:
+    from harness.config import ExperimentConfig
 
 __all__ = ["register"]
 
@@ -109,10 +113,9 @@ def _progress_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-progress", dest="progress", action="store_false")
 
 
-def _load(path: Path | None, default_path: Path, sweep: bool) -> object:
+def _load(path: Path | None, default_path: Path, sweep: bool) -> ExperimentConfig:
     from harness.config import ConfigError, ExperimentConfig, default_sweep_config, load_config
 
-    cfg: ExperimentConfig
     try:
         if path is not None:
             cfg = load_config(path)
@@ -137,13 +140,10 @@ def _prepare_out(out: Path) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from harness.config import ExperimentConfig
     from harness.replay import ReplayError
     from harness.runner import run_main
 
     cfg = _load(args.config, _DEFAULT_CONFIG, sweep=False)
-    if not isinstance(cfg, ExperimentConfig):
-        raise TypeError(cfg)
     if args.seeds is not None:
         cfg = cfg.with_seed_count(args.seeds)
     if args.rules is not None and args.trace is None:
@@ -195,12 +195,10 @@ def _print_headlines(out: Path) -> None:
 
 def _sweep(args: argparse.Namespace) -> int:
     from harness.analysis import AnalysisError, analyze_sweep
-    from harness.config import ConfigError, ExperimentConfig
+    from harness.config import ConfigError
     from harness.sweep import run_sweep
 
     cfg = _load(args.config, _DEFAULT_SWEEP_CONFIG, sweep=True)
-    if not isinstance(cfg, ExperimentConfig):
-        raise TypeError(cfg)
     if args.seeds is not None:
         cfg = cfg.with_seed_count(args.seeds)
     _prepare_out(args.out)
