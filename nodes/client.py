@@ -621,7 +621,7 @@ class Holder:
         path = ""
         if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:
             evidence_bytes = worst.evidence.to_bytes()
-            path = await self._write_evidence(worst.outcome, run.origin, evidence_bytes)
+            path = await self.record_evidence(worst.outcome, run.origin, evidence_bytes)
         detail = worst.detail if not run.extra else f"{worst.detail}; {'; '.join(run.extra)}"
         outcome = OriginOutcome(
             origin=run.origin,
@@ -646,7 +646,8 @@ class Holder:
         )
         return outcome, hops
 
-    async def _write_evidence(self, kind: Outcome, accused: str, body: bytes) -> str:
+    async def record_evidence(self, kind: Outcome, accused: str, body: bytes) -> str:
+        """Write an evidence file (if an evidence dir is set) and hand it to the sink."""
         path = ""
         if self.evidence_dir is not None:
             self.evidence_dir.mkdir(parents=True, exist_ok=True)

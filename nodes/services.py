@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from contracts.canonical import parse_json_object
-from contracts.errors import EncodingError, Expired, ReplayedNonce
+from contracts.errors import ContractError, EncodingError, Expired, ReplayedNonce
+from contracts.evidence import equivocation_evidence
 from contracts.hops import MAX_HOP_BYTES, hop_bytes
 from contracts.identity import Identity
 from contracts.serve import (
@@ -74,7 +75,7 @@ from nodes._pb.provnet.v1 import (
     serve_pb2,
     serve_pb2_grpc,
 )
-from nodes.client import HeldFold, Holder, RehydrationReport, verify_evidence_file
+from nodes.client import HeldFold, Holder, Outcome, RehydrationReport, verify_evidence_file
 from nodes.config import NodeConfig
 from nodes.errors import (
     MalformedRequest,
@@ -778,6 +779,7 @@ class NodeCore:
             pairs, delivery.commitments, delivery.obligations, strict=True
         ):
             c = commitment.statement
+            await self._check_equivocation(commitment)
             await self.store.put_commitment(
                 digest=commitment.digest,
                 origin=c.origin,
@@ -832,6 +834,30 @@ class NodeCore:
             sender=sender[:16],
         )
         return receipt.to_bytes()
+
+    async def _check_equivocation(self, commitment: Signed[Commitment]) -> None:
+        """Two commitments by one origin for one fold, different roots: record the proof.
+
+        The delivery itself is still accepted (the value is what it is); the
+        origin is named by an ``equivocation`` evidence file.
+        """
+        c = commitment.statement
+        for kept in await self.store.commitments_for(c.origin, c.epoch, c.value_ref, c.fold_seq):
+            if kept.digest == commitment.digest:
+                continue
+            other = self.open_cached(kept.envelope, Commitment, signer=c.origin)
+            try:
+                evidence = equivocation_evidence(other, commitment, reported_at=self.now_ms())
+            except ContractError:
+                continue
+            await self.holder.record_evidence(Outcome.EQUIVOCATION, c.origin, evidence.to_bytes())
+            log.warning(
+                "equivocation_on_delivery",
+                origin=c.origin[:16],
+                value_ref=c.value_ref,
+                fold_seq=c.fold_seq,
+            )
+            return
 
     def held(self, value_ref: str) -> HeldValue:
         value = self._held.get(value_ref)

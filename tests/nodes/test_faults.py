@@ -146,6 +146,35 @@ async def test_served_after_faulty_peer_in_same_decision_keeps_outcomes_per_orig
     assert report.demand_rpcs == 2  # one per origin
 
 
+async def test_two_commitments_for_one_fold_delivered_to_a_holder_are_equivocation(
+    cluster: MemCluster,
+) -> None:
+    from contracts.serve import build_obligation
+    from nodes.transport import Delivery
+
+    origin = await cluster.add("origin", FaultMode.EQUIVOCATE)
+    holder = await cluster.add("holder")
+    fold = await cluster.fold("origin", "v1", 3)
+    (alt,) = origin._equivocal.values()
+    alt_obligation = build_obligation(
+        origin.identity,
+        alt.commitment,
+        serve_until=origin.now_ms() + 60_000,
+        deadline_ms=300,
+        endpoints=(origin.advertised,),
+        issued_at=origin.now_ms(),
+    )
+    first = Delivery("v1", b"x", (fold.commitment_bytes,), (fold.obligation_bytes,))
+    second = Delivery("v1-copy", b"x", (alt.commitment.to_bytes(),), (alt_obligation.to_bytes(),))
+    await holder.deliver(first)
+    await holder.deliver(second)
+    (path,) = (cluster.root / "holder" / "evidence").glob("equivocation-*.json")
+    verdict = verify_evidence(path.read_bytes(), now=holder.now_ms())
+    assert verdict.is_proof
+    assert verdict.accused == origin.node_id
+    assert (await holder.stats())["evidence_equivocation"] == 1
+
+
 async def test_no_correct_origin_accused_in_this_module_so_far() -> None:
     await asyncio.sleep(0)
     assert AUDIT.correct_accused == []
