@@ -442,13 +442,18 @@ def _wait_serving(
 
 
 def start_nodes(
-    specs: Sequence[NodeSpec], *, timeout: float = DEFAULT_START_TIMEOUT_S
+    specs: Sequence[NodeSpec],
+    *,
+    timeout: float = DEFAULT_START_TIMEOUT_S,
+    on_spawned: Callable[[Sequence[NodeRecord]], None] | None = None,
 ) -> list[tuple[NodeRecord, subprocess.Popen[bytes]]]:
     """Start every spec at once and return when all answer SERVING.
 
-    If any node exits or is not SERVING within ``timeout``, every node of the
-    call is stopped and ``ClusterError`` names the failed node(s) with the
-    tail of each one's log.
+    ``on_spawned`` sees the records as soon as every process exists (before
+    the health gate), so they can be written down before anything can go
+    wrong. If any node exits or is not SERVING within ``timeout``, every node
+    of the call is stopped and ``ClusterError`` names the failed node(s) with
+    the tail of each one's log.
     """
     started: list[tuple[NodeRecord, subprocess.Popen[bytes]]] = []
     try:
@@ -464,6 +469,8 @@ def start_nodes(
                 started_at=time.time(),
             )
             started.append((record, proc))
+        if on_spawned is not None:
+            on_spawned([record for record, _ in started])
         deadline = time.monotonic() + timeout
         failures = []
         for spec, (record, proc) in zip(specs, started, strict=True):
@@ -546,20 +553,29 @@ def cluster_up(
                 "run 'provnet cluster down' first"
             )
         home.state_file.unlink(missing_ok=True)
+
+    # Recorded before the health gate: if this command is killed while
+    # waiting, 'provnet cluster down' still finds the processes.
+    def write_state(records: Sequence[NodeRecord]) -> None:
+        ClusterState(nodes=tuple(records)).save(home.state_file)
+
     for attempt in range(1, _START_ATTEMPTS + 1):
         specs = _specs(home, names)
         for spec in specs:
             say(f"starting node {spec.name} on {spec.address}")
         try:
-            started = start_nodes(specs, timeout=timeout)
-        except ClusterError as exc:
+            started = start_nodes(specs, timeout=timeout, on_spawned=write_state)
+        except BaseException as exc:
+            home.state_file.unlink(missing_ok=True)
+            if not isinstance(exc, ClusterError):
+                raise
             # Only a lost port race is worth another attempt with fresh ports.
             if "failed to bind" not in str(exc).lower() or attempt == _START_ATTEMPTS:
                 raise
             say(f"a port was taken meanwhile; retrying with fresh ports (attempt {attempt + 1})")
             continue
-        for record, _ in started:
-            say(f"node {record.name} SERVING (pid {record.pid})")
+        for node, _ in started:
+            say(f"node {node.name} SERVING (pid {node.pid})")
         state = ClusterState(nodes=tuple(r for r, _ in started))
         state.save(home.state_file)
         return state

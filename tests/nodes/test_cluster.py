@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -220,3 +221,27 @@ def test_up_retries_with_fresh_ports_when_a_chosen_port_is_taken_meanwhile(
     assert state.nodes[0].address == f"127.0.0.1:{calls[1][0]}"
     assert any("retrying with fresh ports" in line for line in said)
     assert cluster_down(Home(home), grace=2.0)[0][1] == "terminated"
+
+
+def test_nodes_of_an_up_killed_before_they_serve_are_still_stopped_by_down(home: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVNET_")}
+    env["PROVNET_HOME"] = str(home)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "harness", "cluster", "up"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    state_file = Home(home).state_file
+    deadline = time.monotonic() + 30
+    while not state_file.exists() and time.monotonic() < deadline and up.poll() is None:
+        time.sleep(0.005)
+    assert up.poll() is None, "cluster up finished before it could be interrupted"
+    up.kill()
+    up.wait(timeout=10)
+    state = load_state(Home(home))
+    assert state is not None
+    assert len(state.nodes) == 3
+    down = _provnet(home, "cluster", "down", "--grace", "2")
+    assert down.returncode == 0, down.stderr
+    assert not any(is_alive(r.pid) for r in state.nodes)
