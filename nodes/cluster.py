@@ -49,6 +49,7 @@ __all__ = [
     "NodeRecord",
     "NodeSpec",
     "StopOutcome",
+    "child_env",
     "cluster_down",
     "cluster_up",
     "free_ports",
@@ -59,6 +60,7 @@ __all__ = [
     "node_status",
     "peer_list",
     "probe_health",
+    "provnet_argv",
     "running_nodes",
     "start_node",
     "start_nodes",
@@ -261,13 +263,19 @@ def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
 # --------------------------------------------------------------------------- processes
 
 
+def provnet_argv(*args: str) -> list[str]:
+    """``provnet ARGS`` as a child process of this one, running this process's code.
+
+    ``-P`` keeps the working directory off ``sys.path`` and :func:`child_env`
+    puts this code's package root first on ``PYTHONPATH``, so a child never
+    picks up another checkout it happens to be started from.
+    """
+    return [sys.executable, "-P", "-m", "harness", *args]
+
+
 def node_argv(spec: NodeSpec) -> list[str]:
     """The command line that starts ``spec`` (the same ``provnet node`` as Compose runs)."""
-    argv = [
-        sys.executable,
-        "-P",  # not the working directory: nodes run the launcher's code (see _node_env)
-        "-m",
-        "harness",
+    argv = provnet_argv(
         "node",
         "--name",
         spec.name,
@@ -277,7 +285,7 @@ def node_argv(spec: NodeSpec) -> list[str]:
         str(spec.data_dir),
         "--log-format",
         "json",
-    ]
+    )
     if spec.peers:
         argv += ["--peers", ";".join(spec.peers)]
     if spec.advertise is not None:
@@ -290,7 +298,12 @@ def node_argv(spec: NodeSpec) -> list[str]:
     return argv
 
 
-def _node_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for :func:`provnet_argv` children (``base`` defaults to ours).
+
+    Node settings (``PROVNET_*`` except ``PROVNET_HOME``) are dropped: a
+    cluster's nodes are configured by their flags alone.
+    """
     environ = dict(os.environ if base is None else base)
     env = {k: v for k, v in environ.items() if not k.startswith(_NODE_ENV_PREFIX) or k in _KEPT_ENV}
     # The launcher's own package root first, so a node imports exactly the code
@@ -312,7 +325,7 @@ def _spawn(spec: NodeSpec) -> subprocess.Popen[bytes]:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=_node_env(),
+            env=child_env(),
             start_new_session=True,
             close_fds=True,
         )

@@ -30,7 +30,6 @@ import asyncio
 import json
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -45,10 +44,12 @@ from nodes.cluster import (
     HealthState,
     NodeRecord,
     NodeSpec,
+    child_env,
     free_ports,
     is_alive,
     load_state,
     probe_health,
+    provnet_argv,
     start_node,
     stop_node,
 )
@@ -442,7 +443,8 @@ def _extra_node(
 def _verify_evidence_file(path: Path) -> tuple[int, str]:
     """Run the real ``provnet evidence verify`` on ``path``: (exit code, its output)."""
     done = subprocess.run(
-        [sys.executable, "-m", "harness", "evidence", "verify", str(path)],
+        provnet_argv("evidence", "verify", str(path)),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=60,

@@ -26,7 +26,7 @@ from nodes.cluster import (
     NodeRecord,
     NodeSpec,
     StopOutcome,
-    _node_env,
+    child_env,
     free_ports,
     node_argv,
     stop_node,
@@ -204,7 +204,7 @@ def test_launcher_argv_parses_back_into_the_node_config_it_describes(
 
 
 def test_cluster_nodes_do_not_inherit_node_settings_from_the_callers_shell() -> None:
-    env = _node_env({"PROVNET_FAULT": "drop", "PROVNET_HOME": "/h", "PATH": "/bin"})
+    env = child_env({"PROVNET_FAULT": "drop", "PROVNET_HOME": "/h", "PATH": "/bin"})
     assert "PROVNET_FAULT" not in env
     assert env["PROVNET_HOME"] == "/h"
     assert env["PATH"] == "/bin"
@@ -213,7 +213,7 @@ def test_cluster_nodes_do_not_inherit_node_settings_from_the_callers_shell() -> 
 def test_cluster_nodes_import_the_launchers_code_not_the_working_directorys() -> None:
     import nodes
 
-    env = _node_env({"PYTHONPATH": "/extra"})
+    env = child_env({"PYTHONPATH": "/extra"})
     root = str(Path(nodes.__file__).resolve().parents[1])
     assert env["PYTHONPATH"].split(os.pathsep) == [root, "/extra"]
     assert "-P" in node_argv(NodeSpec(name="a", port=1, data_dir=Path("/d"), log_file=Path("/l")))
