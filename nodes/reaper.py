@@ -141,7 +141,9 @@ class Reaper:
 
 
 async def _run_standalone(args: argparse.Namespace) -> int:
-    store = await HopStore.open(args.data_dir, None)
+    # The node may be running in provenance_pending mode: its pending bytes
+    # are in its memory, so this process must not declare them lost.
+    store = await HopStore.open(args.data_dir, None, settle_pending=False)
     reaper = Reaper(store, interval_s=args.interval_ms / 1000, grace_ms=args.grace_ms)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

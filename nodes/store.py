@@ -382,6 +382,7 @@ class HopStore:
         *,
         provenance_pending: bool = False,
         root_of: RootFunction | None = None,
+        settle_pending: bool = True,
     ) -> HopStore:
         """Open (creating if needed) the hop log in ``data_dir`` for ``origin``.
 
@@ -389,7 +390,9 @@ class HopStore:
         :class:`StoreCorrupt`. ``origin=None`` opens an existing hop log as
         the origin recorded in it (tools such as a standalone reaper).
         Pending folds whose hops can no longer land (the process died first)
-        are marked ``lost`` here.
+        are marked ``lost`` here — unless ``settle_pending`` is false, which a
+        second process on a live node's log (a standalone reaper) must pass:
+        the pending bytes are then in the node's memory, not lost.
         """
         if origin == "":
             raise ValueError("origin must be a non-empty node id")
@@ -438,7 +441,8 @@ class HopStore:
             root_of=root_of if root_of is not None else _default_root_function(),
         )
         await store._load_counters()
-        await store._mark_lost_pending()
+        if settle_pending:
+            await store._mark_lost_pending()
         return store
 
     @staticmethod

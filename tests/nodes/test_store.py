@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -85,7 +88,50 @@ async def test_committed_fold_resolves_byte_exact_to_its_root(store: HopStore) -
     assert [o.envelope for o in res.obligations] == [signed.obligation_envelope]
 
 
-async def test_signer_sees_hops_already_durable_in_the_open_transaction(tmp_path: Path) -> None:
+async def test_commit_order_is_hops_then_sign_then_pointer_then_commit_then_return(
+    store: HopStore,
+) -> None:
+    trace: list[str] = []
+    base = fold_signer(IDENTITY, serve_until_ms=NOW + HOUR, issued_at_ms=NOW)
+
+    def traced_signer(draft: FoldDraft) -> SignedFold:
+        trace.append("SIGN")
+        return base(draft)
+
+    def on_sql(statement: str) -> None:
+        words = statement.split()
+        head = " ".join(words[:3]).upper()
+        if head.startswith(("BEGIN", "COMMIT", "ROLLBACK", "INSERT INTO")):
+            trace.append(head)
+
+    writer = store._writer
+    assert writer is not None
+    await writer.set_trace_callback(on_sql)
+    await store.commit_fold(
+        epoch=store.epoch,
+        value_ref="v",
+        fold_seq=1,
+        hops=hops_for(store.epoch, range(1, 3)),
+        sign=traced_signer,
+        now_ms=NOW,
+    )
+    trace.append("RETURNED")
+    assert trace == [
+        "BEGIN IMMEDIATE",
+        "INSERT INTO HOPS",
+        "INSERT INTO HOPS",
+        "SIGN",
+        "INSERT INTO COMMITMENTS",
+        "INSERT INTO FOLD_MEMBERS",
+        "INSERT INTO FOLD_MEMBERS",
+        "INSERT INTO OBLIGATIONS",
+        "INSERT INTO COUNTERS",
+        "COMMIT",
+        "RETURNED",
+    ]
+
+
+async def test_fold_becomes_visible_to_other_connections_only_at_commit(tmp_path: Path) -> None:
     store = await HopStore.open(tmp_path, ORIGIN)
     seen: list[bytes | None] = []
     base = fold_signer(IDENTITY, serve_until_ms=NOW + HOUR, issued_at_ms=NOW)
@@ -623,3 +669,69 @@ async def test_empty_fold_is_caller_misuse(store: HopStore) -> None:
 async def test_integrity_check_reports_ok(store: HopStore) -> None:
     await commit(store, "v", 1, hops_for(store.epoch, range(1, 3)))
     assert await store.integrity_check() == "ok"
+
+
+# ----------------------------------------------------------------------- standalone reaper
+
+
+def test_standalone_reaper_refuses_a_dir_without_hop_log(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nodes.reaper", "--data-dir", str(tmp_path), "--interval-ms", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "no hop log here to open" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+async def test_standalone_reaper_evicts_expired_and_leaves_live_pending_alone(
+    tmp_path: Path,
+) -> None:
+    now = int(time.time() * 1000)
+    store = await HopStore.open(tmp_path, ORIGIN, provenance_pending=True)
+    try:
+        await store.append_hops(store.epoch, hops_for(store.epoch, range(1, 4)), now_ms=now)
+        expired = await commit(
+            store, "old", 1, hops_for(store.epoch, range(1, 4)), serve_until_ms=now - 1, now_ms=now
+        )
+        assert await store.reconcile(now_ms=now) == 1
+        pending = await commit(store, "new", 1, hops_for(store.epoch, range(4, 6)), now_ms=now)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nodes.reaper",
+                "--data-dir",
+                str(tmp_path),
+                "--interval-ms",
+                "5",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                res = await store.resolve(expired.commitment_digest, now_ms=now)
+                if res.status is ResolveStatus.EXPIRED:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert "hops_evicted=3" in err
+        assert res.status is ResolveStatus.EXPIRED
+        # The node's pending fold was not declared lost by the other process.
+        fold = await store.commitment(pending.commitment_digest)
+        assert fold is not None
+        assert fold.status is FoldStatus.PENDING
+        assert await store.reconcile(now_ms=now) == 1
+        assert (await store.resolve(pending.commitment_digest, now_ms=now)).status is (
+            ResolveStatus.FOUND
+        )
+    finally:
+        await store.close()
