@@ -417,6 +417,13 @@ class Holder:
                     continue
                 if exc.code == "ALREADY_EXISTS" and attempt > 0:
                     continue  # our earlier ask arrived late; still no receipt in time
+                if exc.code == "ABORTED":
+                    # The origin restarted after our demand was made: issue fresh ones.
+                    now_ms = self.now_ms()
+                    for fold in folds:
+                        fold.demand = build_demand(self.identity, fold.held.obligation, now=now_ms)
+                    demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
+                    continue
                 for fold in folds:
                     fold.outcome, fold.detail = Outcome.REJECTED, last_error
                 return

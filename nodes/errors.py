@@ -8,6 +8,8 @@
     ├── UnknownCommitment         NOT_FOUND          no such commitment/obligation here
     ├── UnknownValue              NOT_FOUND          no held value with that ref
     ├── UnknownPeer               INVALID_ARGUMENT   peer name not configured
+    ├── DemandPredatesRestart     ABORTED            dated below the replay floor found at
+    │                                                start: re-issue a fresh demand
     └── PeerUnavailable           UNAVAILABLE        a peer this call depends on failed
 
 Errors raised by :mod:`contracts` (untrusted statements) and by
@@ -39,6 +41,7 @@ import grpc
 from contracts import errors as ce
 
 __all__ = [
+    "DemandPredatesRestart",
     "MalformedRequest",
     "NodeError",
     "PeerUnavailable",
@@ -74,6 +77,12 @@ class UnknownValue(NodeError):
 
 class UnknownPeer(NodeError):
     code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class DemandPredatesRestart(NodeError):
+    """A demand a previous run of this node may have answered (replay floor)."""
+
+    code = grpc.StatusCode.ABORTED
 
 
 class PeerUnavailable(NodeError):

@@ -16,8 +16,9 @@ is written before every demand of the call passed (1)-(5):
 3. it is fresh (``time`` within ``DEMAND_WINDOW_S`` of now);
 4. it names an obligation and commitment this node issued, addressed to it;
 5. the obligation has not expired (``Expired`` → FAILED_PRECONDITION);
-6. its nonce is new: exact in memory for this run, checked durably in the
-   store for demands a previous run could have seen (``_accept_nonces``);
+6. its nonce is new in this run (ALREADY_EXISTS otherwise) and it is not
+   dated below the replay floor found at start (ABORTED: a previous run may
+   have answered it); see ``_accept_nonces``;
 7. the fold is resolved from the store and the receipt signed by
    :func:`contracts.serve.answer_demand` — SERVED with the stored bytes,
    PENDING while the cold copy lags, never other bytes.
@@ -28,10 +29,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from contracts.canonical import parse_json_object
@@ -78,6 +81,7 @@ from nodes._pb.provnet.v1 import (
 from nodes.client import HeldFold, Holder, Outcome, RehydrationReport, verify_evidence_file
 from nodes.config import NodeConfig
 from nodes.errors import (
+    DemandPredatesRestart,
     MalformedRequest,
     RequestTooLarge,
     UnknownCommitment,
@@ -93,7 +97,8 @@ __all__ = [
     "MAX_APPEND_HOPS",
     "MAX_DEMANDS_PER_CALL",
     "MAX_FOLD_HOPS",
-    "NONCE_FLUSH_S",
+    "REPLAY_FLOOR_FILENAME",
+    "REPLAY_FLOOR_LEASE_MS",
     "CommittedFold",
     "HeldValue",
     "NodeCore",
@@ -105,8 +110,9 @@ log = get_logger(__name__)
 #: A demand is accepted only if its ``time`` is this close to now; its nonce
 #: is remembered at least this long, so a replay is always caught.
 DEMAND_WINDOW_S = 60.0
-#: Accepted nonces are persisted write-behind at most this often.
-NONCE_FLUSH_S = 0.5
+#: How far above the latest accepted demand the durable replay floor is set.
+REPLAY_FLOOR_LEASE_MS = 1_000
+REPLAY_FLOOR_FILENAME = "replay_floor"
 MAX_DEMANDS_PER_CALL = 256
 MAX_APPEND_HOPS = 10_000
 MAX_FOLD_HOPS = 100_000
@@ -122,6 +128,32 @@ S = TypeVar("S", bound=Statement)
 
 def _ms(seconds: float) -> int:
     return int(seconds * 1000)
+
+
+def _read_floor(path: Path) -> int:
+    """The durable replay floor (ms); 0 for a node that never accepted a demand."""
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        return 0
+    if not text.isdigit():
+        raise st.StoreCorrupt(f"replay floor {path}: expected an integer (ms), got {text[:40]!r}")
+    return int(text)
+
+
+def _write_floor(path: Path, floor_ms: int) -> None:
+    """Replace the floor file atomically and durably (fsync file, rename, fsync dir)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write(f"{floor_ms}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,12 +223,14 @@ class NodeCore:
         self._own: OrderedDict[str, _Own] = OrderedDict()
         self._leaves: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self._leaves_bytes = 0
-        # Demands dated before this instant may have reached a previous run.
-        self._replay_guard_until_ms = _ms(self.clock() + DEMAND_WINDOW_S)
+        # Replay protection (see _accept_nonces): nonces of this run in memory,
+        # and a durable floor every demand ever accepted is dated below.
         self._nonces: OrderedDict[tuple[str, str], int] = OrderedDict()
-        self._nonce_backlog: deque[tuple[str, str, str, int, int]] = deque()
-        self._nonce_flush = asyncio.Event()
-        self._flusher: asyncio.Task[None] | None = None
+        self._floor_path = config.data_dir / REPLAY_FLOOR_FILENAME
+        self._restart_floor_ms = _read_floor(self._floor_path)
+        self._floor_ms = self._restart_floor_ms
+        self._floor_lock = asyncio.Lock()
+        self.floor_writes = 0
 
     @classmethod
     async def open(
@@ -208,27 +242,18 @@ class NodeCore:
         clock: Callable[[], float] | None = None,
         fault: FaultPlan | None = None,
     ) -> NodeCore:
-        fresh = not (config.data_dir / st.DB_FILENAME).exists()
         store = await st.HopStore.open(
             config.data_dir, identity.node_id, provenance_pending=config.provenance_pending
         )
-        core = cls(config, identity, store, transport, clock=clock, fault=fault)
-        if fresh:
-            core._replay_guard_until_ms = 0  # no previous run can have seen any nonce
-        return core
+        return cls(config, identity, store, transport, clock=clock, fault=fault)
 
     async def flush(self) -> None:
-        """Persist what is kept write-behind (accepted nonces, counters)."""
-        await self._drain_nonces()
+        """Persist what is kept write-behind (counters)."""
         await self.store.flush_counters()
 
     async def close(self) -> None:
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
         with contextlib.suppress(st.StoreError):
-            await self._drain_nonces()
+            await self.store.flush_counters()
         await self.store.close()
         await self.transport.close()
 
@@ -518,78 +543,57 @@ class NodeCore:
         return [await self._answer(d, own, now) for d, own in checked]
 
     async def _accept_nonces(self, demands: Sequence[Signed[Demand]], now: float) -> None:
-        """Replay check: exact in memory for this run, durable for what a previous run saw.
+        """Replay protection, exact across restarts, without a write per demand.
 
-        A demand dated less than ``DEMAND_WINDOW_S`` after this node started
-        could have reached a previous run of it, so its nonce is checked and
-        recorded in the store synchronously. Any later-dated demand cannot
-        have (the previous run would have rejected it as too far in the
-        future), so the in-memory set is exact for it, and its nonce is
-        persisted write-behind for the record.
+        Invariant: every demand this node ever accepted is dated below the
+        durable *replay floor* (``<data_dir>/replay_floor``). Before accepting
+        a demand dated at or above it, the floor is raised — to the demand's
+        time (or now) plus ``REPLAY_FLOOR_LEASE_MS`` — and fsync'd, so the
+        write happens about once per lease, not per demand. Within a run every
+        accepted nonce is remembered until the demand is stale, so a replay is
+        ALREADY_EXISTS. A restarted node rejects demands dated below the floor
+        it found on disk with ABORTED (:class:`DemandPredatesRestart`): a
+        previous run may have answered them, and the holder simply issues a
+        fresh demand.
         """
         now_ms = _ms(now)
         self._prune_nonces(now_ms)
         for demand in demands:
-            key = (demand.statement.holder, demand.statement.nonce)
+            d = demand.statement
+            key = (d.holder, d.nonce)
             seen = self._nonces.get(key)
             if seen is not None:
                 self.bump(st.CounterName.NONCE_REPLAYS)
                 raise ReplayedNonce(
-                    f"demand nonce {key[1][:16]} from holder {key[0][:12]}… already answered"
+                    f"demand nonce {d.nonce[:16]} from holder {d.holder[:12]}… already answered"
                     f" (remembered until {seen} ms, now {now_ms} ms)"
                 )
-        expires_ms = now_ms + _ms(DEMAND_WINDOW_S * 2)
-        for demand in demands:
-            d = demand.statement
-            if d.time < self._replay_guard_until_ms:
-                await self.store.record_nonce(
-                    holder=d.holder,
-                    nonce=d.nonce,
-                    subject=demand.digest,
-                    now_ms=now_ms,
-                    expires_at_ms=expires_ms,
+            if d.time < self._restart_floor_ms:
+                raise DemandPredatesRestart(
+                    f"demand {demand.digest[:12]}… is dated {d.time} ms, before this node's"
+                    f" restart floor {self._restart_floor_ms} ms; issue a fresh demand"
                 )
-            else:
-                self._nonce_backlog.append((d.holder, d.nonce, demand.digest, now_ms, expires_ms))
-                self._nonce_flush.set()
-                self._ensure_flusher()
-            self._nonces[(d.holder, d.nonce)] = expires_ms
+        latest = max(d.statement.time for d in demands)
+        if latest >= self._floor_ms:
+            await self._raise_floor(max(latest, now_ms) + REPLAY_FLOOR_LEASE_MS)
+        forget_at = now_ms + _ms(DEMAND_WINDOW_S * 2)
+        for demand in demands:
+            self._nonces[(demand.statement.holder, demand.statement.nonce)] = forget_at
+
+    async def _raise_floor(self, floor_ms: int) -> None:
+        async with self._floor_lock:
+            if floor_ms <= self._floor_ms:
+                return
+            await asyncio.to_thread(_write_floor, self._floor_path, floor_ms)
+            self._floor_ms = floor_ms
+            self.floor_writes += 1
 
     def _prune_nonces(self, now_ms: int) -> None:
         while self._nonces:
-            key, expires = next(iter(self._nonces.items()))
-            if expires > now_ms:
+            key, forget_at = next(iter(self._nonces.items()))
+            if forget_at > now_ms:
                 break
             del self._nonces[key]
-
-    def _ensure_flusher(self) -> None:
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_nonces())
-
-    async def _flush_nonces(self) -> None:
-        while True:
-            await self._nonce_flush.wait()
-            # Gather a batch first: the writes then happen in bursts, not
-            # interleaved with every demand being answered.
-            await asyncio.sleep(NONCE_FLUSH_S)
-            self._nonce_flush.clear()
-            await self._drain_nonces()
-
-    async def _drain_nonces(self) -> None:
-        while self._nonce_backlog:
-            holder, nonce, subject, now_ms, expires_ms = self._nonce_backlog.popleft()
-            try:
-                await self.store.record_nonce(
-                    holder=holder,
-                    nonce=nonce,
-                    subject=subject,
-                    now_ms=now_ms,
-                    expires_at_ms=expires_ms,
-                )
-            except st.ReplayedNonce:
-                continue
-            except st.StoreError as exc:
-                log.warning("nonce_not_persisted", nonce=nonce[:16], error=str(exc))
 
     async def _answer(self, demand: Signed[Demand], own: _Own, now: float) -> Answer:
         d = demand.statement

@@ -40,6 +40,21 @@ class Recording(InMemoryTransport):
         return await super().demand(address, demands, timeout)
 
 
+class AbortOnce(Recording):
+    """Answers the first Serve call ABORTED, as an origin that just restarted would."""
+
+    def __init__(self, inner: InMemoryTransport) -> None:
+        super().__init__(inner)
+        self.sent: list[bytes] = []
+
+    async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
+        self.sent.extend(demands)
+        if len(self.sent) == 1:
+            self.demand_calls.append((address, len(demands), timeout))
+            raise CallFailed("ABORTED", "demand predates restart", address)
+        return await super().demand(address, demands, timeout)
+
+
 def _record(cluster: MemCluster, holder: str, fail_with: str = "") -> Recording:
     core = cluster.nodes[holder]
     recording = Recording(core.transport, fail_with)  # type: ignore[arg-type]
@@ -181,3 +196,16 @@ async def test_fold_over_stream_threshold_is_streamed_in_its_own_call(
     assert len(report.hops) == 5 + 8 + 50
     assert transport.calls - before == 2  # small folds batched, the large one streamed
     assert report.demand_rpcs == 2
+
+
+async def test_aborted_demand_is_reissued_fresh_and_served(cluster: MemCluster) -> None:
+    await cluster.add("a")
+    core = await cluster.add("holder")
+    aborting = AbortOnce(core.transport)  # type: ignore[arg-type]
+    core.holder.transport = aborting
+    fold = await cluster.fold("a", "v", 3)
+    outcome = single(await cluster.rehydrate("holder", "v", [fold]))
+    assert outcome.outcome is Outcome.SERVED
+    assert outcome.asks == 2
+    first, second = aborting.sent
+    assert first != second  # a new demand (new nonce), not the aborted one again

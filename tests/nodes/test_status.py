@@ -192,18 +192,24 @@ async def test_replayed_demand_nonce_is_already_exists(
     assert await _rejected(origin, call) is grpc.StatusCode.ALREADY_EXISTS
 
 
-async def test_replayed_nonce_after_restart_is_already_exists(
+async def test_demand_from_before_a_restart_is_aborted_and_a_fresh_one_served(
     tmp_path: Path, clock: Clock
 ) -> None:
-    # A restarted origin checks nonces of recently dated demands in the store.
+    # The restarted origin cannot know whether its previous run answered a demand
+    # dated below the durable replay floor: ABORTED, never served twice.
     config = NodeConfig(name="origin", data_dir=tmp_path / "o", listen="127.0.0.1:0")
+    holder = Identity.generate()
     node = await start_node(config, transport=GrpcTransport(), clock=clock)
     try:
         chan = grpc.aio.insecure_channel(node.address)
         fold = await _fold(chan)
         now_ms = int(clock.now * 1000)
-        demand = build_demand(Identity.generate(), _obligation(fold, now_ms), now=now_ms)
+        obligation = _obligation(fold, now_ms)
+        demand = build_demand(holder, obligation, now=now_ms)
         await _demand_call(chan, [demand.to_bytes()])()
+        second = build_demand(holder, obligation, now=now_ms + 10)
+        await _demand_call(chan, [second.to_bytes()])()
+        assert node.core.floor_writes == 1  # one durable write covers many demands
         await chan.close(None)
     finally:
         await node.stop(0.2)
@@ -211,7 +217,11 @@ async def test_replayed_nonce_after_restart_is_already_exists(
     try:
         chan = grpc.aio.insecure_channel(node.address)
         code = await _rejected(node, _demand_call(chan, [demand.to_bytes()]))
-        assert code is grpc.StatusCode.ALREADY_EXISTS
+        assert code is grpc.StatusCode.ABORTED
+        clock.now += 2.0  # past the floor the previous run left
+        fresh = build_demand(holder, obligation, now=int(clock.now * 1000))
+        reply = await _demand_call(chan, [fresh.to_bytes()])()
+        assert len(reply.answers[0].hops) == 3
         await chan.close(None)
     finally:
         await node.stop(0.2)
