@@ -549,7 +549,19 @@ class HopStore:
         async with self._write_lock:
             db = self._conn("writer")
             try:
-                await db.execute("BEGIN IMMEDIATE")
+                if db.in_transaction:
+                    # Left open by a caller cancelled mid-transaction.
+                    await db.execute("ROLLBACK")
+                begin = asyncio.ensure_future(db.execute("BEGIN IMMEDIATE"))
+                try:
+                    await asyncio.shield(begin)
+                except asyncio.CancelledError:
+                    # The BEGIN still runs on the connection's thread: wait for it
+                    # and roll back, so the next writer does not inherit it.
+                    with contextlib.suppress(Exception):
+                        await begin
+                        await db.execute("ROLLBACK")
+                    raise
             except (sqlite3.Error, ValueError) as exc:
                 raise _translate(exc, what) from exc
             try:

@@ -735,3 +735,26 @@ async def test_standalone_reaper_evicts_expired_and_leaves_live_pending_alone(
         )
     finally:
         await store.close()
+
+
+async def test_writer_cancelled_while_waiting_for_the_lock_leaves_store_usable(
+    store: HopStore,
+) -> None:
+    blocker = sqlite3.connect(store.path, timeout=0.1)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        task = asyncio.create_task(
+            store.append_hops(store.epoch, hops_for(store.epoch, [1]), now_ms=NOW)
+        )
+        await asyncio.sleep(0.2)  # the BEGIN IMMEDIATE is now waiting on the lock
+        task.cancel()
+        await asyncio.sleep(0)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    signed = await commit(store, "v", 1, hops_for(store.epoch, range(1, 3)))
+    assert (await store.resolve(signed.commitment_digest, now_ms=NOW)).status is (
+        ResolveStatus.FOUND
+    )
