@@ -324,6 +324,26 @@ def _sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+async def _begin(db: aiosqlite.Connection, statement: str) -> None:
+    """Start a transaction that a cancelled caller cannot leave open.
+
+    A cancelled ``await`` does not stop the statement on the connection's
+    thread; if the BEGIN runs anyway, the next user would inherit an open
+    transaction. So: close any transaction left over, run the BEGIN shielded,
+    and on cancellation wait for it and roll it back before re-raising.
+    """
+    if db.in_transaction:
+        await db.execute("ROLLBACK")
+    begin = asyncio.ensure_future(db.execute(statement))
+    try:
+        await asyncio.shield(begin)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await begin
+            await db.execute("ROLLBACK")
+        raise
+
+
 def _make_epoch(counter: int) -> str:
     """``<counter>-<64 random bits>``: the counter orders epochs for humans; the
     random part keeps an epoch unique even after a restore rolls the counter back.
@@ -549,19 +569,7 @@ class HopStore:
         async with self._write_lock:
             db = self._conn("writer")
             try:
-                if db.in_transaction:
-                    # Left open by a caller cancelled mid-transaction.
-                    await db.execute("ROLLBACK")
-                begin = asyncio.ensure_future(db.execute("BEGIN IMMEDIATE"))
-                try:
-                    await asyncio.shield(begin)
-                except asyncio.CancelledError:
-                    # The BEGIN still runs on the connection's thread: wait for it
-                    # and roll back, so the next writer does not inherit it.
-                    with contextlib.suppress(Exception):
-                        await begin
-                        await db.execute("ROLLBACK")
-                    raise
+                await _begin(db, "BEGIN IMMEDIATE")
             except (sqlite3.Error, ValueError) as exc:
                 raise _translate(exc, what) from exc
             try:
@@ -587,7 +595,7 @@ class HopStore:
         async with self._read_lock:
             db = self._conn("reader")
             try:
-                await db.execute("BEGIN")
+                await _begin(db, "BEGIN")
             except (sqlite3.Error, ValueError) as exc:
                 raise _translate(exc, what) from exc
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import signal
 import sqlite3
 import subprocess
@@ -758,3 +759,35 @@ async def test_writer_cancelled_while_waiting_for_the_lock_leaves_store_usable(
     assert (await store.resolve(signed.commitment_digest, now_ms=NOW)).status is (
         ResolveStatus.FOUND
     )
+
+
+async def test_random_cancellations_of_reads_and_writes_leave_store_consistent(
+    store: HopStore,
+) -> None:
+    rng = random.Random(7)
+    base = await commit(store, "base", 1, hops_for(store.epoch, range(1, 4)))
+    tasks: list[asyncio.Task[object]] = []
+    for i in range(60):
+        if i % 3 == 0:
+            seqs = range(100 + i * 4, 104 + i * 4)
+            task: asyncio.Task[object] = asyncio.create_task(
+                commit(store, f"c{i}", 1, hops_for(store.epoch, seqs))
+            )
+        else:
+            task = asyncio.create_task(store.resolve(base.commitment_digest, now_ms=NOW))
+        tasks.append(task)
+    for _ in range(40):
+        await asyncio.sleep(rng.choice([0, 0, 0.001]))
+        victim = rng.choice(tasks)
+        victim.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(
+        not isinstance(r, BaseException) or isinstance(r, asyncio.CancelledError) for r in results
+    ), [r for r in results if isinstance(r, BaseException)][:3]
+    committed = [r for r in results if isinstance(r, SignedFold)]
+    assert 0 < sum(isinstance(r, asyncio.CancelledError) for r in results) < len(results)
+    for signed in committed:
+        res = await store.resolve(signed.commitment_digest, now_ms=NOW)
+        assert res.status is ResolveStatus.FOUND
+    assert await store.integrity_check() == "ok"
+    assert (await store.resolve(base.commitment_digest, now_ms=NOW)).status is ResolveStatus.FOUND
