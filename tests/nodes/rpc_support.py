@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from contracts.serve import verify_delivery
 from contracts.signed import open_statement
 from contracts.statements import Commitment, Obligation
 from nodes.app import RunningNode, load_or_create_identity, start_node
-from nodes.client import HeldFold, Holder, OriginOutcome, RehydrationReport
+from nodes.client import EVIDENCE_KINDS, HeldFold, Holder, OriginOutcome, RehydrationReport
 from nodes.config import NodeConfig
 from nodes.faults import FaultMode, FaultPlan
 from nodes.services import CommittedFold, NodeCore
@@ -36,6 +37,7 @@ __all__ = [
     "MemCluster",
     "accusation_audit",
     "audit",
+    "audit_pb",
     "held_fold",
     "hop_json",
 ]
@@ -64,6 +66,22 @@ def audit(report: RehydrationReport, correct_origins: Iterable[str]) -> Rehydrat
         verdict = verify_evidence(outcome.evidence, now=int(time.time() * 1000) + 60_000)
         assert verdict.accused == outcome.origin
         assert verdict.kind.value == outcome.outcome.value
+        if outcome.origin in correct:
+            AUDIT.correct_accused.append(f"{outcome.origin[:16]} {outcome.outcome}")
+    return report
+
+
+def audit_pb(report: Any, correct_origins: Iterable[str]) -> Any:
+    """:func:`audit` for a ``RehydrateResponse`` that came over the wire."""
+    correct = set(correct_origins)
+    for outcome in report.outcomes:
+        AUDIT.outcomes_checked += 1
+        accuses = outcome.outcome in {k.value for k in EVIDENCE_KINDS} and not outcome.cleared
+        if not accuses:
+            continue
+        AUDIT.accusations += 1
+        verdict = verify_evidence(bytes(outcome.evidence), now=int(time.time() * 1000) + 60_000)
+        assert verdict.accused == outcome.origin
         if outcome.origin in correct:
             AUDIT.correct_accused.append(f"{outcome.origin[:16]} {outcome.outcome}")
     return report

@@ -34,6 +34,8 @@ from nodes.server import SERVICE_NAMES
 from nodes.transport import GrpcTransport
 from tests.nodes.rpc_support import (
     accusation_audit,
+    audit,
+    audit_pb,
     grpc_holder,
     grpc_node,
     held_fold,
@@ -158,6 +160,7 @@ async def test_value_forwarded_a_b_c_is_rehydrated_by_c_from_a_directly(
         stub = deliver_pb2_grpc.DeliverStub(chan)
         at_c = await stub.Rehydrate(deliver_pb2.RehydrateRequest(value_ref="v1"), timeout=10)
     for report in (at_b, at_c):
+        audit_pb(report, {a.node_id})
         assert report.complete
         assert [o.origin for o in report.outcomes] == [a.node_id]
         assert [o.outcome for o in report.outcomes] == ["served"]
@@ -200,7 +203,7 @@ async def test_large_fold_streams_in_chunks_and_verifies(
     try:
         holder = grpc_holder(tmp_path, transport)
         holder.stream_leaves = 100
-        report = await holder.rehydrate("v1", [fold])
+        report = audit(await holder.rehydrate("v1", [fold]), {origin.node_id})
     finally:
         await transport.close()
     assert report.complete
@@ -223,6 +226,7 @@ async def test_tampering_origin_over_grpc_yields_bad_data_that_a_peer_accepts(
         report = await deliver_pb2_grpc.DeliverStub(chan).Rehydrate(
             deliver_pb2.RehydrateRequest(value_ref="v1"), timeout=10
         )
+    audit_pb(report, {holder.node_id, peer.node_id})
     (outcome,) = report.outcomes
     assert outcome.outcome == "bad_data"
     assert Path(outcome.evidence_path).read_bytes() == outcome.evidence
@@ -261,6 +265,7 @@ async def test_dropping_origin_over_grpc_is_unanswered_and_witness_confirmed(
         report = await deliver_pb2_grpc.DeliverStub(chan).Rehydrate(
             deliver_pb2.RehydrateRequest(value_ref="v1", witnesses=[witness.address]), timeout=10
         )
+    audit_pb(report, {witness.node_id, holder.node_id})
     (outcome,) = report.outcomes
     assert outcome.outcome == "unanswered"
     assert outcome.asks == 2
