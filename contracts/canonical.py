@@ -120,6 +120,7 @@ _DECODER = json.JSONDecoder(
 )
 _SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 _WS_RE = re.compile(r"[ \t\n\r]*")
+_WS_CHARS = " \t\n\r"  # note: "" in _WS_CHARS, so empty text takes the slow path
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -163,14 +164,14 @@ def parse_json(data: bytes, *, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -
         raise EncodingError(f"{what}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
     # json.JSONDecoder.decode, minus one Python frame: this is on the hot path.
     try:
-        value, end = _SCAN(text, _skip_ws(text, 0))
+        value, end = _SCAN(text, 0 if text[:1] not in _WS_CHARS else _skip_ws(text, 0))
     except StopIteration as exc:
         raise EncodingError(f"{what}: not valid JSON (expecting a value at {exc.value})") from exc
     except EncodingError as exc:
         raise EncodingError(f"{what}: {exc}") from exc
     except (ValueError, RecursionError) as exc:
         raise EncodingError(f"{what}: not valid JSON ({exc})") from exc
-    if _skip_ws(text, end) != len(text):
+    if end != len(text) and _skip_ws(text, end) != len(text):
         raise EncodingError(f"{what}: not valid JSON (extra data at {end})")
     if _SURROGATE_ESCAPE.search(text) is not None:
         _check_strings_encodable(value, what)

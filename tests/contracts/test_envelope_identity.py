@@ -161,3 +161,16 @@ def test_rotation_keeps_the_old_key_so_its_statements_stay_attributable(tmp_path
     assert load_identity(path).node_id == new.node_id
     assert load_identity(retired).node_id == old.node_id
     assert stat.S_IMODE(retired.stat().st_mode) == 0o600
+
+
+def test_json_with_a_lone_surrogate_or_duplicate_key_is_malformed() -> None:
+    from contracts import parse_json
+
+    with pytest.raises(EncodingError, match="lone surrogate"):
+        parse_json(b'{"k":"\\ud800"}', what="t")
+    assert parse_json(b'"\\ud83d\\ude00"', what="t") == "\U0001f600"
+    with pytest.raises(EncodingError, match="duplicate JSON key 'payload'"):
+        Envelope.from_bytes(b'{"payload":"","payload":"","payloadType":"x","signatures":[]}')
+    with pytest.raises(EncodingError, match="nested deeper than 32"):
+        parse_json(b"[" * 33 + b"]" * 33, what="t")
+    assert parse_json(b"[" * 32 + b"]" * 32, what="t") is not None

@@ -191,3 +191,36 @@ def test_property_digest_check_agrees_with_the_regular_expression(value: str) ->
     from contracts._fields import is_digest
 
     assert is_digest(value) == (re.fullmatch(r"[0-9a-f]{64}", value) is not None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payload=st.binary(max_size=200),
+    payload_type=st.sampled_from(["application/vnd.provnet.receipt+json", "text/plain", "a b"]),
+    keyid=st.sampled_from(["", ORIGIN.node_id, "KEY", 'q"uote']),
+    flip=st.integers(0, 400),
+)
+def test_property_canonical_envelope_fast_path_agrees_with_the_general_parser(
+    payload: bytes, payload_type: str, keyid: str, flip: int
+) -> None:
+    from contracts.canonical import parse_json_object
+    from contracts.envelope import EnvelopeSignature
+
+    env = Envelope(payload, payload_type, (EnvelopeSignature(keyid, b"\x01" * 64),))
+    data = bytearray(env.to_bytes())
+    if flip < len(data):
+        data[flip] ^= 0x20
+    fast: Envelope | Exception
+    general: Envelope | Exception
+    try:
+        fast = Envelope.from_bytes(bytes(data))
+    except ContractError as exc:
+        fast = exc
+    try:
+        general = Envelope.from_json(parse_json_object(bytes(data), what="envelope"))
+    except ContractError as exc:
+        general = exc
+    if isinstance(general, Envelope):
+        assert fast == general
+    else:
+        assert isinstance(fast, ContractError)
