@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -57,6 +58,17 @@ def _load_identity(data_dir: Path) -> Any:
         with contextlib.suppress(FileExistsError):
             save_identity(Identity.generate(), key)
     return load_identity(key)
+
+
+def _killing(sign: Any) -> Any:
+    """A signer that dies mid-transaction: hops inserted, nothing committed."""
+
+    def die(draft: Any) -> Any:
+        _emit("dying", where="signer", fold_seq=draft.fold_seq, seqs=list(draft.seqs))
+        os.kill(os.getpid(), signal.SIGKILL)
+        return sign(draft)  # not reached
+
+    return die
 
 
 def _configure_logging() -> None:
@@ -107,12 +119,14 @@ async def _run(args: argparse.Namespace) -> int:
             shared = rng.sample(folded, min(2, len(folded))) if rng.random() < 0.3 else []
             seqs = [*shared, *fresh]
             hops = [HopInput(s, synthetic_hop(origin, epoch, s)) for s in seqs]
-            if rng.random() < 0.2:
+            if rng.random() < args.append_ratio:
                 # Hops logged before the fold exists: never evictable until folded.
                 await store.append_hops(epoch, hops[len(shared) :], now_ms=now)
             short = rng.random() < 0.5
             serve_until = now + (args.short_ttl_ms if short else _LONG_TTL_MS)
             sign = fold_signer(identity, serve_until_ms=serve_until, issued_at_ms=now)
+            if fold_seq == args.kill_in_signer:
+                sign = _killing(sign)
             signed = await store.commit_fold(
                 epoch=epoch,
                 value_ref=f"v{fold_seq % 7}",
@@ -121,6 +135,8 @@ async def _run(args: argparse.Namespace) -> int:
                 sign=sign,
                 now_ms=now,
             )
+            if fold_seq == args.kill_after_commit:
+                os.kill(os.getpid(), signal.SIGKILL)
             # Acknowledged only now, after commit_fold returned.
             _emit(
                 "commit",
@@ -155,6 +171,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--pending", action="store_true", help="provenance_pending mode (hops land later)"
+    )
+    parser.add_argument(
+        "--append-ratio",
+        type=float,
+        default=0.2,
+        help="share of folds whose hops are appended before the fold commits",
+    )
+    parser.add_argument(
+        "--kill-in-signer",
+        type=int,
+        default=0,
+        metavar="N",
+        help="SIGKILL itself inside fold N's commit transaction (after its hops were written)",
+    )
+    parser.add_argument(
+        "--kill-after-commit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="SIGKILL itself after fold N's commit_fold returned, before acknowledging it",
     )
     args = parser.parse_args(argv)
     _configure_logging()

@@ -17,6 +17,7 @@ import os
 import queue
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -272,3 +273,78 @@ async def test_pending_mode_crash_loses_only_explicitly_never_wrong_bytes(tmp_pa
     assert_campaign_sound(campaign, verdict, trials)
     # The reconciler landed most folds before the kills.
     assert verdict.resolved > 0
+
+
+def _run_to_death(data_dir: Path, *flags: str) -> list[dict[str, Any]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nodes._crash_driver", "--data-dir", str(data_dir), *flags],
+        capture_output=True,
+        timeout=120,
+        cwd=_REPO,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def _rows(db: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+async def test_kill_inside_commit_transaction_leaves_no_trace_of_the_fold(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "origin"
+    events = _run_to_death(data_dir, "--kill-in-signer", "6", "--append-ratio", "0")
+    start = events[0]
+    acks = [e for e in events if e["event"] == "commit"]
+    dying = [e for e in events if e["event"] == "dying"]
+    assert [a["fold_seq"] for a in acks] == [1, 2, 3, 4, 5]
+    assert len(dying) == 1
+    assert dying[0]["fold_seq"] == 6
+    # Reopening runs recovery; the dying fold's transaction must be gone entirely.
+    campaign = Campaign(trials=1, kills=1, starts=[start], acks=acks)
+    verdict = await verify_campaign(data_dir, campaign)
+    assert verdict.wrong == []
+    assert verdict.unresolvable == []
+    db = data_dir / "hops.sqlite3"
+    epoch = start["epoch"]
+    acked_digests = {a["digest"] for a in acks}
+    stored = {r[0] for r in _rows(db, "SELECT digest FROM commitments WHERE epoch = ?", epoch)}
+    assert stored == acked_digests
+    (obligations,) = _rows(db, "SELECT COUNT(*) FROM obligations")
+    assert obligations == (len(acks),)
+    acked_seqs = {s for a in acks for s in a["seqs"]}
+    only_dying = set(dying[0]["seqs"]) - acked_seqs
+    assert only_dying, "the dying fold had no hops of its own"
+    marks = ",".join("?" * len(only_dying))
+    leftover = _rows(
+        db, f"SELECT seq FROM hops WHERE epoch = ? AND seq IN ({marks})", epoch, *only_dying
+    )
+    assert leftover == []
+    assert verdict.integrity == "ok"
+
+
+async def test_fold_is_durable_once_commit_fold_returns_even_if_never_acknowledged(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "origin"
+    events = _run_to_death(data_dir, "--kill-after-commit", "4")
+    start = events[0]
+    acks = [e for e in events if e["event"] == "commit"]
+    assert [a["fold_seq"] for a in acks] == [1, 2, 3]
+    store = await HopStore.open(data_dir, start["origin"])
+    try:
+        folds = await store.commitments_for(start["origin"], start["epoch"], "v4", 4)
+        assert len(folds) == 1
+        res = await store.resolve(folds[0].digest, now_ms=int(time.time() * 1000))
+        # Short obligations may have lapsed by now; either way never other bytes.
+        assert res.status in (ResolveStatus.FOUND, ResolveStatus.EXPIRED)
+        if res:
+            assert merkle_root(res.leaves).hex() == folds[0].root
+    finally:
+        await store.close()
