@@ -791,3 +791,14 @@ async def test_random_cancellations_of_reads_and_writes_leave_store_consistent(
         assert res.status is ResolveStatus.FOUND
     assert await store.integrity_check() == "ok"
     assert (await store.resolve(base.commitment_digest, now_ms=NOW)).status is ResolveStatus.FOUND
+
+
+async def test_writer_connection_is_wal_with_synchronous_full(store: HopStore) -> None:
+    writer = store._writer
+    assert writer is not None
+    mode = await (await writer.execute("PRAGMA journal_mode")).fetchone()
+    sync = await (await writer.execute("PRAGMA synchronous")).fetchone()
+    fks = await (await writer.execute("PRAGMA foreign_keys")).fetchone()
+    assert mode == ("wal",)
+    assert sync == (2,)  # FULL: the WAL is fsync'd at every COMMIT
+    assert fks == (1,)
