@@ -5,7 +5,9 @@
 1. configure structlog (JSON lines, or console on a TTY);
 2. load the node key from ``<data_dir>/node.key``, creating it (0600) on
    first start — the node id is the hex public key;
-3. open the hop log (``<data_dir>/hoplog.sqlite3``, see :mod:`nodes.store`);
+3. open the hop log (see :mod:`nodes.store`) and start the retention reaper
+   (:mod:`nodes.reaper`, every ``reap_interval_s``; it also lands pending
+   hops in ``provenance_pending`` mode);
 4. serve the provnet services plus health and reflection on ``listen``
    (port 0 picks a free port; it is written to ``port_file`` if set);
 5. on SIGTERM/SIGINT: health NOT_SERVING, ``server.stop(grace)``, close the
@@ -30,6 +32,7 @@ from contracts.identity import Identity, load_identity, save_identity
 from nodes.config import NodeConfig
 from nodes.faults import FaultPlan
 from nodes.logging import configure_logging, get_logger
+from nodes.reaper import Reaper
 from nodes.server import NodeServer, build_server
 from nodes.services import NodeCore
 from nodes.transport import GrpcTransport, Transport
@@ -67,6 +70,7 @@ class RunningNode:
     config: NodeConfig
     core: NodeCore
     server: NodeServer
+    reaper: Reaper | None = None
 
     @property
     def address(self) -> str:
@@ -78,6 +82,8 @@ class RunningNode:
 
     async def stop(self, grace: float | None = None) -> None:
         await self.server.stop(self.config.shutdown_grace_s if grace is None else grace)
+        if self.reaper is not None:
+            await self.reaper.stop()
         await self.core.close()
 
 
@@ -108,7 +114,12 @@ async def start_node(
         tmp = config.port_file.with_name(config.port_file.name + ".tmp")
         tmp.write_text(f"{port}\n", encoding="utf-8")
         os.replace(tmp, config.port_file)
-    return RunningNode(config=config, core=core, server=server)
+    reaper = None
+    if config.reap_interval_s > 0:
+        # S5: the reaper evicts only through the store's obligation-reading delete.
+        reaper = Reaper(core.store, interval_s=config.reap_interval_s, clock=core.now_ms)
+        reaper.start()
+    return RunningNode(config=config, core=core, server=server, reaper=reaper)
 
 
 async def run_node(config: NodeConfig) -> None:

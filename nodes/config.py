@@ -82,6 +82,7 @@ ENV_VARS: Mapping[str, str] = {
     "evidence_dir": "PROVNET_EVIDENCE_DIR",
     "provenance_pending": "PROVNET_PROVENANCE_PENDING",
     "port_file": "PROVNET_PORT_FILE",
+    "reap_interval_s": "PROVNET_REAP_INTERVAL_S",
 }
 
 
@@ -158,6 +159,7 @@ class NodeConfig:
     evidence_dir: Path | None = None
     provenance_pending: bool = False
     port_file: Path | None = None
+    reap_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -174,6 +176,8 @@ class NodeConfig:
             raise ConfigError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
         if self.deadline_ms <= 0 or self.serve_for_ms <= 0:
             raise ConfigError("deadline_ms and serve_for_ms must be > 0")
+        if self.reap_interval_s < 0:
+            raise ConfigError(f"reap_interval_s must be >= 0 (0: off), got {self.reap_interval_s}")
         if self.log_level not in {"debug", "info", "warning", "error"}:
             raise ConfigError(
                 f"log_level: expected debug/info/warning/error, got {self.log_level!r}"
@@ -276,14 +280,14 @@ class NodeConfig:
         ):
             if key in raw:
                 kwargs[key] = _as_int(where(key), raw[key], minimum)
-        if "shutdown_grace_s" in raw:
-            try:
-                kwargs["shutdown_grace_s"] = float(str(raw["shutdown_grace_s"]))
-            except ValueError:
-                bad = raw["shutdown_grace_s"]
-                raise ConfigError(
-                    f"{where('shutdown_grace_s')}: expected seconds, got {bad!r}"
-                ) from None
+        for key in ("shutdown_grace_s", "reap_interval_s"):
+            if key in raw:
+                try:
+                    kwargs[key] = float(str(raw[key]))
+                except ValueError:
+                    raise ConfigError(
+                        f"{where(key)}: expected seconds, got {raw[key]!r}"
+                    ) from None
         for key in ("evidence_dir", "port_file"):
             if key in raw:
                 kwargs[key] = Path(str(raw[key]))

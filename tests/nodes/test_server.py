@@ -272,3 +272,36 @@ async def test_dropping_origin_over_grpc_is_unanswered_and_witness_confirmed(
     assert outcome.witness_confirmed
     assert outcome.witnesses_unanswered == 1
     assert report.rpcs == 3  # ask, re-ask, one witness challenge
+
+
+async def test_node_reaper_evicts_expired_folds_and_lands_pending_ones(
+    tmp_path: Path, nodes: list[RunningNode]
+) -> None:
+    origin = await grpc_node(tmp_path, "origin", reap_interval_s=0.05)
+    pending = await grpc_node(
+        tmp_path, "pending", provenance_pending=True, reap_interval_s=0.05
+    )
+    nodes.extend([origin, pending])
+    async with grpc.aio.insecure_channel(origin.address) as chan:
+        stub: Any = hoplog_pb2_grpc.HopLogStub(chan)
+        appended = await stub.Append(
+            hoplog_pb2.AppendRequest(hops=[hop_json(i) for i in range(1, 4)]), timeout=5
+        )
+        await stub.CommitFold(
+            hoplog_pb2.CommitFoldRequest(value_ref="v", seqs=list(appended.seqs), serve_for_ms=100),
+            timeout=5,
+        )
+    fold = held_fold(await _commit(pending, 4))
+    for _ in range(100):  # bounded: 100 × 50 ms
+        if (await _stats(origin)).get("hops_evicted", 0) >= 3:
+            break
+        await asyncio.sleep(0.05)
+    assert (await _stats(origin))["hops_evicted"] == 3
+    transport = GrpcTransport()
+    try:
+        holder = grpc_holder(tmp_path, transport)
+        report = audit(await holder.rehydrate("v1", [fold]), {pending.node_id})
+    finally:
+        await transport.close()
+    assert report.complete  # the reaper landed the pending hops
+    assert (await _stats(pending))["reconciled"] >= 1
