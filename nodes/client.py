@@ -441,13 +441,13 @@ class Holder:
             self._judge(fold, answer, reported_at)
 
     def _judge(self, fold: _Fold, answer: Answer, reported_at: int) -> None:
-        assert_demand = fold.demand
-        if assert_demand is None:
+        demand = fold.demand
+        if demand is None:
             raise RuntimeError("judging an answer to a demand never made")
         verdict = judge_answer(
             answer.receipt,
             answer.hops,
-            demand=assert_demand,
+            demand=demand,
             obligation=fold.held.obligation,
             commitment=fold.held.commitment,
             reported_at=reported_at,
@@ -456,7 +456,7 @@ class Holder:
         if verdict.kind is AnswerKind.SERVED and verdict.served is not None:
             fold.outcome = Outcome.SERVED
             fold.hops = tuple(zip(verdict.served.leaves, verdict.served.hops, strict=True))
-            if assert_demand.statement.leaves is None:
+            if demand.statement.leaves is None:
                 self._remember(fold.held.commitment.digest, verdict.served.hops)
             return
         if verdict.kind is AnswerKind.EVIDENCE and verdict.evidence is not None:
