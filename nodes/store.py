@@ -156,7 +156,9 @@ def _translate(exc: BaseException, what: str) -> StoreError:
         if "malformed" in lowered or "corrupt" in lowered:
             return StoreCorrupt(f"{what}: database corrupt ({text})")
         return StoreUnavailable(f"{what}: {text}")
-    if isinstance(exc, sqlite3.DatabaseError) and "malformed" in text.lower():
+    if isinstance(exc, sqlite3.DatabaseError) and (
+        "malformed" in text.lower() or "not a database" in text.lower()
+    ):
         return StoreCorrupt(f"{what}: database corrupt ({text})")
     if isinstance(exc, sqlite3.IntegrityError):
         return StoreCorrupt(f"{what}: constraint failed ({text})")
@@ -471,11 +473,22 @@ class HopStore:
     ) -> tuple[str, str]:
         await db.execute("BEGIN IMMEDIATE")
         try:
+            # Read the version before creating anything: a log written by
+            # another schema version is refused untouched.
+            has_meta = await db.execute_fetchall(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+            )
+            meta: dict[str, str] = {}
+            if list(has_meta):
+                rows = await db.execute_fetchall("SELECT key, value FROM meta")
+                meta = {str(k): str(v) for k, v in rows}
+            if meta and meta.get("schema_version") != str(SCHEMA_VERSION):
+                raise StoreCorrupt(
+                    f"open store {path}: schema version {meta.get('schema_version')!r}, "
+                    f"this build reads {SCHEMA_VERSION}"
+                )
             for statement in DDL:
                 await db.execute(statement)
-            meta = {
-                str(k): str(v) for k, v in await db.execute_fetchall("SELECT key, value FROM meta")
-            }
             if not meta and origin is None:
                 raise StoreUnavailable(f"open store {path}: no hop log here to open")
             if origin is None:

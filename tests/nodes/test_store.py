@@ -802,3 +802,9 @@ async def test_writer_connection_is_wal_with_synchronous_full(store: HopStore) -
     assert mode == ("wal",)
     assert sync == (2,)  # FULL: the WAL is fsync'd at every COMMIT
     assert fks == (1,)
+
+
+async def test_file_that_is_not_a_database_is_store_corrupt(tmp_path: Path) -> None:
+    (tmp_path / "hops.sqlite3").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreCorrupt, match=r"open store .*hops\.sqlite3: database corrupt"):
+        await HopStore.open(tmp_path, ORIGIN)
