@@ -673,10 +673,17 @@ class HopStore:
         if not hops:
             return
         async with self._write(f"append {len(hops)} hops at epoch {epoch}") as db:
+            self._check_epoch(epoch, "append hops")
             await self._insert_hops(db, epoch, hops, now_ms)
 
     async def _insert_hops(
-        self, db: aiosqlite.Connection, epoch: str, hops: Iterable[HopInput], now_ms: int
+        self,
+        db: aiosqlite.Connection,
+        epoch: str,
+        hops: Iterable[HopInput],
+        now_ms: int,
+        *,
+        check_only: bool = False,
     ) -> None:
         for hop in hops:
             digest = _sha256_hex(hop.hop_bytes)
@@ -692,6 +699,8 @@ class HopStore:
                         f"hop ({self._origin[:12]}…, epoch {epoch}, seq {hop.seq}) already "
                         f"holds digest {str(rows[0][0])[:16]}…, refusing {digest[:16]}…"
                     )
+                continue
+            if check_only:
                 continue
             await db.execute(
                 "INSERT INTO hops (origin, epoch, seq, hop_bytes, digest, appended_at) "
@@ -751,12 +760,17 @@ class HopStore:
         what = f"commit fold {value_ref}#{fold_seq} (epoch {epoch}, {len(hops)} hops)"
         pending = self._pending_mode
         async with self._write(what) as db:
+            # Re-checked under the write lock: a concurrent new_epoch() wins.
+            self._check_epoch(epoch, f"commit fold {value_ref}#{fold_seq}")
             existing = await self._existing_fold(db, epoch, value_ref, fold_seq, leaves)
             if existing is not None:
                 return existing
             # (1) hops durable first (same transaction as the pointer).
             if not pending:
                 await self._insert_hops(db, epoch, hops, now_ms)
+            else:
+                # Not written yet, but a conflict must fail now, not at landing.
+                await self._insert_hops(db, epoch, hops, now_ms, check_only=True)
             # (2) sign over exactly the bytes stored; verify before keeping.
             draft = FoldDraft(self._origin, epoch, value_ref, fold_seq, seqs, leaves, pending)
             signed = sign(draft)

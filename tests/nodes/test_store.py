@@ -808,3 +808,36 @@ async def test_file_that_is_not_a_database_is_store_corrupt(tmp_path: Path) -> N
     (tmp_path / "hops.sqlite3").write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreCorrupt, match=r"open store .*hops\.sqlite3: database corrupt"):
         await HopStore.open(tmp_path, ORIGIN)
+
+
+async def test_pending_fold_over_conflicting_hop_fails_at_commit_not_at_landing(
+    tmp_path: Path,
+) -> None:
+    store = await HopStore.open(tmp_path, ORIGIN, provenance_pending=True)
+    try:
+        await store.append_hops(store.epoch, hops_for(store.epoch, [1]), now_ms=NOW)
+        before = await store.table_digest()
+        with pytest.raises(HopConflict, match="seq 1"):
+            await commit(store, "v", 1, hops_for(store.epoch, [1, 2], tag="other"))
+        assert await store.table_digest() == before
+    finally:
+        await store.close()
+
+
+async def test_commit_racing_new_epoch_is_refused_as_stale(store: HopStore) -> None:
+    old = store.epoch
+    hops = hops_for(old, range(1, 3))
+    results = await asyncio.gather(
+        store.new_epoch(),
+        store.commit_fold(
+            epoch=old,
+            value_ref="v",
+            fold_seq=1,
+            hops=hops,
+            sign=fold_signer(IDENTITY, serve_until_ms=NOW + HOUR, issued_at_ms=NOW),
+            now_ms=NOW,
+        ),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], StaleEpoch)
+    assert await store.commitments_for(ORIGIN, old, "v", 1) == ()
