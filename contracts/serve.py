@@ -244,6 +244,8 @@ def answer_demand(
         return refuse(ReceiptStatus.REFUSED, RefusalReason.EXPIRED)
     if o.holder is not None and d.holder != o.holder:
         return refuse(ReceiptStatus.REFUSED, RefusalReason.NOT_BOUND_HOLDER)
+    if d.leaves and d.leaves[-1] >= c.leaf_count:
+        return refuse(ReceiptStatus.REFUSED, RefusalReason.BAD_DEMAND)
     if hops is None:
         if c.provenance_pending:
             return refuse(ReceiptStatus.PENDING, RefusalReason.PROVENANCE_PENDING)
