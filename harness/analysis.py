@@ -410,7 +410,15 @@ def analyze(out: Path) -> Findings:
             kept / (kept + fab) if kept + fab else float("nan"),
         )
 
-    hyps = evaluate_hypotheses(blind, per_class, death_min, death_perhop, monotone, lin_blind)
+    hyps = evaluate_hypotheses(
+        blind,
+        per_class,
+        death_min,
+        death_perhop,
+        monotone,
+        lin_blind,
+        has_death_spiral=ds is not None and not ds.empty,
+    )
     return Findings(
         n_runs=n_runs,
         headline_cell=cell,

@@ -46,9 +46,13 @@ class Hypothesis:
     criterion: str
     measured: str
     passed: bool
+    #: False when the results cannot decide it (H2 without a death-spiral run)
+    measurable: bool = True
 
     @property
     def verdict(self) -> str:
+        if not self.measurable:
+            return "N/A"
         return "PASS" if self.passed else "FAIL"
 
 
@@ -63,6 +67,7 @@ def evaluate_hypotheses(
     death_perhop: int | None,
     monotone: bool,
     lineage_flip: float,
+    has_death_spiral: bool = True,
 ) -> tuple[Hypothesis, ...]:
     by_class = {row.gate_class: row for row in per_class}
     score = by_class["score"]
@@ -88,8 +93,11 @@ def evaluate_hypotheses(
         "death-spiral store reconstruction non-increasing, a structural_min death cycle exists, "
         "no structural_perhop death cycle",
         f"monotone {'yes' if monotone else 'no'}; death cycle structural_min {death_min}, "
-        f"structural_perhop {'never' if death_perhop is None else death_perhop}",
+        f"structural_perhop {'never' if death_perhop is None else death_perhop}"
+        if has_death_spiral
+        else "no death-spiral run in these results",
         monotone and death_min is not None and death_perhop is None,
+        measurable=has_death_spiral,
     )
     polar: list[str] = []
     ok3 = True

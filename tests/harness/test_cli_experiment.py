@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis import analyze
 from harness.cli import main
 from harness.metrics import (
     DEATH_SPIRAL_COLUMNS,
@@ -271,6 +272,8 @@ def test_trace_replay_writes_trace_rows_and_the_mapping_summary(tmp_path: Path) 
     meta = json.loads((out / "run_meta.json").read_text())
     assert "trace" in meta
     assert meta["trace"]["records_read"] > 0
+    # H2 needs the death-spiral run, which a trace replay does not have
+    assert [h.verdict for h in analyze(out).hypotheses][1] == "N/A"
 
 
 def test_bad_trace_line_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
