@@ -102,3 +102,13 @@ def test_crossover_interpolates_in_log_cadence() -> None:
     assert crossover_cadence([10, 100], [-1.0, 1.0], either_direction=True) == pytest.approx(
         10**1.5
     )
+
+
+def test_sweep_files_are_identical_for_one_and_two_workers(tmp_path: Path) -> None:
+    cfg = replace(default_sweep_config(), compaction_cadence=(3, 25, 150), seeds=(0, 1, 2))
+    one = run_sweep(cfg, tmp_path / "w1", workers=1, progress=False)
+    two = run_sweep(cfg, tmp_path / "w2", workers=2, progress=False)
+    assert one.n_runs == two.n_runs == 45
+    assert one.fingerprint == two.fingerprint
+    csv1 = (tmp_path / "w1" / "sweep_metrics.csv").read_bytes()
+    assert csv1 == (tmp_path / "w2" / "sweep_metrics.csv").read_bytes()
