@@ -1119,13 +1119,33 @@ class HopStore:
         """Keep an obligation verbatim (a peer's, or an extra one of ours).
 
         Its commitment must already be stored (:class:`UnknownCommitment`).
+        An obligation of our own (``local``) is a promise to serve: it is
+        accepted only while every hop of the fold is still in the log (or the
+        fold is pending and will land) — checked in the same transaction, so
+        the reaper cannot evict in between. Otherwise :class:`MissingHop`.
         """
         async with self._write(f"store obligation {digest[:16]}…") as db:
-            if await self._fold(db, commitment_digest) is None:
+            fold = await self._fold(db, commitment_digest)
+            if fold is None:
                 raise UnknownCommitment(
                     f"obligation {digest[:16]}… names commitment {commitment_digest[:16]}…, "
                     "which this store does not hold"
                 )
+            known = await db.execute_fetchall(
+                "SELECT 1 FROM obligations WHERE digest = ?", (digest,)
+            )
+            if list(known):
+                return False  # already kept: receiving it again is not a new promise
+            if local:
+                missing = await self._missing_members(db, commitment_digest)
+                if fold.status is FoldStatus.LOST or (
+                    missing and fold.status is not FoldStatus.PENDING
+                ):
+                    raise MissingHop(
+                        f"obligation {digest[:16]}…: {missing} of {fold.leaf_count} hops of "
+                        f"commitment {commitment_digest[:16]}… are no longer in the log "
+                        f"(status {fold.status}); refusing to promise to serve them"
+                    )
             cursor = await db.execute(
                 "INSERT INTO obligations (digest, commitment_digest, serve_until, envelope,"
                 " local, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",

@@ -26,6 +26,7 @@ from nodes.store import (
     HopConflict,
     HopInput,
     HopStore,
+    MissingHop,
     ReplayedNonce,
     ResolveStatus,
     SignedFold,
@@ -841,3 +842,32 @@ async def test_commit_racing_new_epoch_is_refused_as_stale(store: HopStore) -> N
     )
     assert isinstance(results[1], StaleEpoch)
     assert await store.commitments_for(ORIGIN, old, "v", 1) == ()
+
+
+async def test_renewing_obligation_over_evicted_hops_is_refused(store: HopStore) -> None:
+    signed = await commit(store, "v", 1, hops_for(store.epoch, range(1, 3)), serve_until_ms=NOW + 1)
+    assert (await store.reap(now_ms=NOW + 2)).hops_evicted == 2
+    before = await store.table_digest()
+    with pytest.raises(MissingHop, match=r"2 of 2 hops .* no longer in the log"):
+        await store.put_obligation(
+            digest="ab" * 32,
+            commitment_digest=signed.commitment_digest,
+            serve_until_ms=NOW + HOUR,
+            envelope=b"{}",
+            local=True,
+            now_ms=NOW + 2,
+        )
+    assert await store.table_digest() == before
+
+
+async def test_own_obligation_received_again_after_eviction_is_a_no_op(store: HopStore) -> None:
+    signed = await commit(store, "v", 1, hops_for(store.epoch, range(1, 3)), serve_until_ms=NOW + 1)
+    await store.reap(now_ms=NOW + 2)
+    assert not await store.put_obligation(
+        digest=signed.obligation_digest,
+        commitment_digest=signed.commitment_digest,
+        serve_until_ms=signed.serve_until_ms,
+        envelope=signed.obligation_envelope,
+        local=True,
+        now_ms=NOW + 2,
+    )
