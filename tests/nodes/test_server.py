@@ -305,3 +305,35 @@ async def test_node_reaper_evicts_expired_folds_and_lands_pending_ones(
         await transport.close()
     assert report.complete  # the reaper landed the pending hops
     assert (await _stats(pending))["reconciled"] >= 1
+
+
+async def test_events_logged_during_a_call_carry_its_request_id_as_json(
+    tmp_path: Path, nodes: list[RunningNode], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    import structlog
+
+    from nodes.config import LogFormat
+    from nodes.logging import configure_logging
+
+    configure_logging(LogFormat.JSON, "info", node="a")
+    try:
+        node = await grpc_node(tmp_path, "a")
+        nodes.append(node)
+        async with grpc.aio.insecure_channel(node.address) as chan:
+            stub: Any = hoplog_pb2_grpc.HopLogStub(chan)
+            appended = await stub.Append(hoplog_pb2.AppendRequest(hops=[hop_json(1)]), timeout=5)
+            await stub.CommitFold(
+                hoplog_pb2.CommitFoldRequest(value_ref="v", seqs=list(appended.seqs)),
+                metadata=((REQUEST_ID_KEY, "commit-7"),),
+                timeout=5,
+            )
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line]
+    finally:
+        structlog.reset_defaults()
+    (committed,) = [e for e in lines if e["event"] == "fold_committed"]
+    assert committed["request_id"] == "commit-7"
+    assert committed["rpc"] == "/provnet.v1.HopLog/CommitFold"
+    assert committed["node"] == "a"
+    assert committed["level"] == "info"
