@@ -1,0 +1,197 @@
+"""The nodes a boundary run plays on: origins, relays, the holder and a witness.
+
+Two transports, the same node code (:class:`nodes.services.NodeCore` with a
+real SQLite hop log in a temporary directory and real Ed25519 keys):
+
+- ``memory`` — every node in this process, reaching the others through
+  :class:`nodes.transport.InMemoryTransport` (same deadline, size and
+  status behaviour as gRPC, no sockets);
+- ``grpc`` — every node a real grpc.aio server on ``127.0.0.1:0``
+  (:func:`nodes.app.start_node`), reached through
+  :class:`nodes.transport.GrpcTransport`; servers are stopped in
+  :meth:`Topology.close`, which the runner calls in ``finally``.
+
+Every node's outgoing calls pass through a
+:class:`harness._boundary_wire.MeteredTransport` so the runner can count
+them. Only ``origins[0]`` runs the requested fault; every other node is
+faithful — so any accusation of them would be a false one (S8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from harness._boundary_wire import MeteredTransport, WireMeter
+from nodes.app import RunningNode, load_or_create_identity, start_node
+from nodes.config import NodeConfig
+from nodes.faults import FaultMode, FaultPlan
+from nodes.services import NodeCore
+from nodes.transport import GrpcTransport, InMemoryTransport
+
+__all__ = ["NodeHandle", "Role", "Topology", "TransportKind", "start_topology"]
+
+
+class TransportKind(StrEnum):
+    MEMORY = "memory"
+    GRPC = "grpc"
+
+
+class Role(StrEnum):
+    ORIGIN = "origin"
+    RELAY = "relay"
+    HOLDER = "holder"
+    WITNESS = "witness"
+
+
+@dataclass(slots=True)
+class NodeHandle:
+    name: str
+    role: Role
+    core: NodeCore
+    address: str
+    fault: FaultMode
+    running: RunningNode | None = None
+
+    @property
+    def node_id(self) -> str:
+        return self.core.node_id
+
+
+@dataclass(slots=True)
+class Topology:
+    """The started nodes; close them with :meth:`close` (idempotent)."""
+
+    transport: TransportKind
+    origins: list[NodeHandle]
+    relays: list[NodeHandle]
+    holder: NodeHandle
+    witness: NodeHandle | None
+    meter: WireMeter
+    _closed: bool = field(default=False)
+
+    @property
+    def nodes(self) -> list[NodeHandle]:
+        extra = [self.witness] if self.witness is not None else []
+        return [*self.origins, *self.relays, self.holder, *extra]
+
+    def correct_ids(self) -> set[str]:
+        return {n.node_id for n in self.nodes if n.fault is FaultMode.NONE}
+
+    def name_of(self, node_id: str) -> str:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n.name
+        return node_id[:16]
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        errors: list[BaseException] = []
+        for node in reversed(self.nodes):
+            try:
+                if node.running is not None:
+                    await node.running.stop(0.5)
+                else:
+                    await node.core.close()
+            except Exception as exc:  # keep stopping the others
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    role: Role
+    fault: FaultMode = FaultMode.NONE
+    fault_delay_ms: int = 0
+
+
+async def start_topology(
+    root: Path,
+    specs: list[NodeSpec],
+    transport: TransportKind,
+    *,
+    deadline_ms: int,
+    reasks: int,
+) -> Topology:
+    """Start every node of ``specs`` (data dirs under ``root``); stop them all on failure."""
+    meter = WireMeter()
+    registry: dict[str, NodeCore] = {}
+    handles: list[NodeHandle] = []
+    try:
+        for spec in specs:
+            handles.append(
+                await _start_one(root, spec, transport, meter, registry, deadline_ms, reasks)
+            )
+    except BaseException:
+        for started in reversed(handles):
+            if started.running is not None:
+                await started.running.stop(0.1)
+            else:
+                await started.core.close()
+        raise
+    origins = [h for h in handles if h.role is Role.ORIGIN]
+    relays = [h for h in handles if h.role is Role.RELAY]
+    holders = [h for h in handles if h.role is Role.HOLDER]
+    witnesses = [h for h in handles if h.role is Role.WITNESS]
+    if not origins or len(holders) != 1:
+        raise ValueError("a topology needs at least one origin and exactly one holder")
+    return Topology(
+        transport, origins, relays, holders[0], witnesses[0] if witnesses else None, meter
+    )
+
+
+async def _start_one(
+    root: Path,
+    spec: NodeSpec,
+    transport: TransportKind,
+    meter: WireMeter,
+    registry: dict[str, NodeCore],
+    deadline_ms: int,
+    reasks: int,
+) -> NodeHandle:
+    data_dir = root / spec.name
+    if transport is TransportKind.MEMORY:
+        address = f"{spec.name}.mem:1"
+        config = NodeConfig(
+            name=spec.name,
+            data_dir=data_dir,
+            listen=address,
+            fault=spec.fault,
+            fault_delay_ms=spec.fault_delay_ms,
+            deadline_ms=deadline_ms,
+            reasks=reasks,
+        )
+        core_ref: list[NodeCore] = []
+
+        def crash() -> None:  # never os._exit inside the runner's process
+            core_ref[0].crashed = True
+
+        core = await NodeCore.open(
+            config,
+            load_or_create_identity(data_dir),
+            transport=MeteredTransport(InMemoryTransport(registry=registry), meter, spec.name),
+            fault=FaultPlan(spec.fault, spec.fault_delay_ms, crash=crash),
+        )
+        core_ref.append(core)
+        registry[address] = core
+        return NodeHandle(spec.name, spec.role, core, address, spec.fault)
+    config = NodeConfig(
+        name=spec.name,
+        data_dir=data_dir,
+        listen="127.0.0.1:0",
+        fault=spec.fault,
+        fault_delay_ms=spec.fault_delay_ms,
+        deadline_ms=deadline_ms,
+        reasks=reasks,
+        shutdown_grace_s=0.5,
+    )
+    running = await start_node(
+        config,
+        transport=MeteredTransport(GrpcTransport(config.max_message_bytes), meter, spec.name),
+    )
+    return NodeHandle(spec.name, spec.role, running.core, running.address, spec.fault, running)

@@ -1,0 +1,496 @@
+"""Result files of a boundary run: costs, decision agreement, evidence, summary, figure.
+
+- ``boundary_costs.csv`` — one row per (setting, arm, mode), in-process next
+  to boundary (:data:`COST_COLUMNS`), plus the origin's ``commit`` row;
+- ``boundary_decisions.csv`` — per run and (arm, gate, mode): decisions,
+  proceeds in-process and across the boundary, how many differ, how many
+  fell back (:data:`DECISION_COLUMNS`);
+- ``boundary_evidence.csv`` — every accusation the holder recorded;
+- ``boundary_meta.json`` — settings, fingerprints, counts, node ids;
+- ``boundary.md`` — the summary table; ``boundary_cost_vs_flips.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from harness.arms import ARM_ORDER, ArmName
+from harness.boundary import (
+    ArmCosts,
+    BoundaryOutcome,
+    Setting,
+    overall_fingerprints,
+)
+from harness.gates import GATES, Mode, gate_modes
+
+__all__ = [
+    "COST_COLUMNS",
+    "DECISION_COLUMNS",
+    "EVIDENCE_COLUMNS",
+    "cost_rows",
+    "percentile",
+    "summary_markdown",
+    "write_outputs",
+]
+
+COST_COLUMNS: list[str] = [
+    "setting",
+    "transport",
+    "fault",
+    "arm",
+    "mode",
+    "decisions",
+    "gate_evaluations",
+    "flip_rate",
+    "false_proceed",
+    "false_stop",
+    "fallbacks",
+    "lookups",
+    "rehydrating_decisions",
+    "hops_fetched",
+    "rpcs",
+    "delivery_rpcs",
+    "rehydrate_rpcs",
+    "delivery_bytes",
+    "delivery_value_bytes",
+    "delivery_statement_bytes",
+    "rehydrate_bytes",
+    "delivery_p50_ms",
+    "delivery_p99_ms",
+    "rehydrate_p50_ms",
+    "rehydrate_p99_ms",
+    "sign_ops",
+    "verify_ops",
+    "hash_leaves",
+    "delivery_crypto_ms",
+    "rehydrate_crypto_ms",
+]
+DECISION_COLUMNS: list[str] = [
+    "run_type",
+    "cadence",
+    "profile",
+    "seed",
+    "arm",
+    "policy",
+    "mode",
+    "n",
+    "in_process_proceed",
+    "boundary_proceed",
+    "differ",
+    "fallbacks",
+]
+EVIDENCE_COLUMNS: list[str] = [
+    "run",
+    "step",
+    "arm",
+    "kind",
+    "accused_name",
+    "accused",
+    "verified",
+    "correct_origin",
+    "file",
+]
+
+
+def _modes(arm: ArmName) -> list[Mode]:
+    structural = arm in (ArmName.STRUCTURAL_MIN, ArmName.STRUCTURAL_PERHOP)
+    seen: list[Mode] = []
+    for gate in GATES:
+        for mode in gate_modes(gate, structural, True):
+            if mode not in seen:
+                seen.append(mode)
+    return seen
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100); 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100.0 * (len(ordered) - 1))))
+    return ordered[rank]
+
+
+def _ms(values: Sequence[float], q: float) -> float:
+    return round(percentile(values, q) * 1000.0, 3)
+
+
+def _gate_totals(
+    rows: Iterable[tuple[object, ...]], arm: str, mode: str
+) -> tuple[int, int, int, int, int]:
+    """(n, false_proceed, false_stop, lookups, bytes_read) summed over gates."""
+    n = fp = fs = lookups = nbytes = 0
+    for r in rows:
+        if r[0] == arm and r[4] == mode:
+            n += int(str(r[5]))
+            fp += int(str(r[7]))
+            fs += int(str(r[8]))
+            lookups += int(str(r[11]))
+            nbytes += int(str(r[12]))
+    return n, fp, fs, lookups, nbytes
+
+
+def cost_rows(outcome: BoundaryOutcome) -> list[dict[str, object]]:
+    """The rows of ``boundary_costs.csv`` (see the module docstring)."""
+    s = outcome.settings
+    wire = outcome.wire
+    zero: dict[str, float] = {}
+    rows: list[dict[str, object]] = []
+    in_rows = [r for run in outcome.runs for r in run.in_process_rows]
+    b_rows = [r for run in outcome.runs for r in run.boundary_rows]
+    for setting in (Setting.IN_PROCESS, Setting.BOUNDARY):
+        gate_rows = in_rows if setting is Setting.IN_PROCESS else b_rows
+        for arm in ARM_ORDER:
+            costs: ArmCosts = outcome.arm_costs[arm.value]
+            delivery = wire.get((arm.value, "delivery"), zero)
+            rehydrate = wire.get((arm.value, "rehydrate"), zero)
+            for mode in _modes(arm):
+                if arm is ArmName.GROUND_TRUTH:
+                    n, fp, fs, lookups, nbytes = costs.decisions * len(GATES), 0, 0, 0, 0
+                else:
+                    n, fp, fs, lookups, nbytes = _gate_totals(gate_rows, arm.value, mode.value)
+                fallbacks = sum(
+                    rec[4]
+                    for run in outcome.runs
+                    for (a, _, m), rec in run.decisions.items()
+                    if a == arm.value and m == mode.value
+                )
+                rehydrating = mode is Mode.REHYDRATE
+                row: dict[str, object] = {
+                    "setting": setting.value,
+                    "transport": s.transport.value,
+                    "fault": s.fault.value,
+                    "arm": arm.value,
+                    "mode": mode.value,
+                    "decisions": costs.decisions,
+                    "gate_evaluations": n,
+                    "flip_rate": round((fp + fs) / n, 6) if n else 0.0,
+                    "false_proceed": fp,
+                    "false_stop": fs,
+                    "lookups": lookups,
+                }
+                if setting is Setting.IN_PROCESS:
+                    row.update(
+                        fallbacks=0,
+                        rehydrating_decisions=costs.inproc_rehydrations if rehydrating else 0,
+                        hops_fetched=lookups,
+                        rpcs=0,
+                        delivery_rpcs=0,
+                        rehydrate_rpcs=0,
+                        delivery_bytes=0,
+                        delivery_value_bytes=0,
+                        delivery_statement_bytes=0,
+                        rehydrate_bytes=nbytes,
+                        delivery_p50_ms=0.0,
+                        delivery_p99_ms=0.0,
+                        rehydrate_p50_ms=_ms(costs.inproc_latencies, 50) if rehydrating else 0.0,
+                        rehydrate_p99_ms=_ms(costs.inproc_latencies, 99) if rehydrating else 0.0,
+                        sign_ops=0,
+                        verify_ops=0,
+                        hash_leaves=0,
+                        delivery_crypto_ms=0.0,
+                        rehydrate_crypto_ms=0.0,
+                    )
+                else:
+                    r = rehydrate if rehydrating else zero
+                    row.update(
+                        fallbacks=fallbacks,
+                        rehydrating_decisions=costs.rehydrations if rehydrating else 0,
+                        hops_fetched=costs.hops_fetched if rehydrating else 0,
+                        rpcs=int(delivery.get("rpcs", 0) + r.get("rpcs", 0)),
+                        delivery_rpcs=int(delivery.get("rpcs", 0)),
+                        rehydrate_rpcs=int(r.get("rpcs", 0)),
+                        delivery_bytes=int(
+                            delivery.get("request_bytes", 0) + delivery.get("response_bytes", 0)
+                        ),
+                        delivery_value_bytes=costs.value_bytes,
+                        delivery_statement_bytes=costs.statement_bytes,
+                        rehydrate_bytes=int(r.get("request_bytes", 0) + r.get("response_bytes", 0)),
+                        delivery_p50_ms=_ms(costs.delivery_latencies, 50),
+                        delivery_p99_ms=_ms(costs.delivery_latencies, 99),
+                        rehydrate_p50_ms=_ms(costs.rehydration_latencies, 50)
+                        if rehydrating
+                        else 0.0,
+                        rehydrate_p99_ms=_ms(costs.rehydration_latencies, 99)
+                        if rehydrating
+                        else 0.0,
+                        sign_ops=int(delivery.get("sign_ops", 0) + r.get("sign_ops", 0)),
+                        verify_ops=int(delivery.get("verify_ops", 0) + r.get("verify_ops", 0)),
+                        hash_leaves=int(delivery.get("hash_leaves", 0) + r.get("hash_leaves", 0)),
+                        delivery_crypto_ms=round(
+                            delivery.get("sig_ms", 0) + delivery.get("hash_ms", 0), 3
+                        ),
+                        rehydrate_crypto_ms=round(r.get("sig_ms", 0) + r.get("hash_ms", 0), 3),
+                    )
+                rows.append(row)
+    commit = wire.get(("origin", "commit"), zero)
+    row = {c: 0 for c in COST_COLUMNS}
+    row.update(
+        setting=Setting.BOUNDARY.value,
+        transport=s.transport.value,
+        fault=s.fault.value,
+        arm="origin",
+        mode="commit",
+        decisions=outcome.folds_committed,
+        hops_fetched=outcome.hops_appended,
+        sign_ops=int(commit.get("sign_ops", 0)),
+        verify_ops=int(commit.get("verify_ops", 0)),
+        hash_leaves=int(commit.get("hash_leaves", 0)),
+        delivery_crypto_ms=round(commit.get("sig_ms", 0) + commit.get("hash_ms", 0), 3),
+    )
+    rows.append(row)
+    return rows
+
+
+def _write_csv(path: Path, columns: list[str], rows: Iterable[Sequence[object]]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(rows)
+
+
+def write_outputs(outcome: BoundaryOutcome, out: Path) -> list[Path]:
+    """Write every result file into ``out``; returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    costs = cost_rows(outcome)
+    path = out / "boundary_costs.csv"
+    _write_csv(path, COST_COLUMNS, ([row[c] for c in COST_COLUMNS] for row in costs))
+    written.append(path)
+
+    path = out / "boundary_decisions.csv"
+    _write_csv(
+        path,
+        DECISION_COLUMNS,
+        (
+            [*run.key.row(), arm, policy, mode, *rec]
+            for run in outcome.runs
+            for (arm, policy, mode), rec in run.decisions.items()
+        ),
+    )
+    written.append(path)
+
+    path = out / "boundary_evidence.csv"
+    _write_csv(
+        path,
+        EVIDENCE_COLUMNS,
+        (
+            [
+                e.run,
+                e.step,
+                e.arm,
+                e.kind,
+                e.accused_name,
+                e.accused,
+                e.verified,
+                e.correct_origin,
+                e.path,
+            ]
+            for e in outcome.evidence
+        ),
+    )
+    written.append(path)
+
+    in_fp, b_fp = overall_fingerprints(outcome)
+    meta = {
+        "settings": outcome.settings.to_json(),
+        "wall_seconds": round(outcome.wall_seconds, 3),
+        "n_runs": len(outcome.runs),
+        "in_process_fingerprint": in_fp,
+        "boundary_fingerprint": b_fp,
+        "fingerprints_equal": in_fp == b_fp,
+        "runs": {
+            r.label: {
+                "decisions": r.n_decisions,
+                "in_process": r.in_process_fingerprint,
+                "boundary": r.boundary_fingerprint,
+                "fingerprints_equal": r.fingerprints_equal,
+                "gate_rows_equal": r.rows_equal,
+            }
+            for r in outcome.runs
+        },
+        "folds_committed": outcome.folds_committed,
+        "hops_appended": outcome.hops_appended,
+        "evidence_by_kind": outcome.evidence_by_kind,
+        "correct_origins_accused": outcome.correct_accused,
+        "origin_outcomes": {f"{n}:{o}": c for (n, o), c in sorted(outcome.outcomes.items())},
+        "calls_by_node": outcome.wire.get(("calls", "by_node"), {}),
+        "nodes": outcome.node_ids,
+        "bytes_scheme": "protobuf-encoded request + response messages (no HTTP/2 framing)",
+    }
+    path = out / "boundary_meta.json"
+    path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    written.append(path)
+
+    path = out / "boundary.md"
+    path.write_text(summary_markdown(outcome, costs), encoding="utf-8")
+    written.append(path)
+
+    png = out / "boundary_cost_vs_flips.png"
+    if _figure(costs, png):
+        written.append(png)
+    return written
+
+
+def _per(value: float, n: int) -> str:
+    return f"{value / n:,.0f}" if n else "–"
+
+
+def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -> str:
+    s = outcome.settings
+    in_fp, b_fp = overall_fingerprints(outcome)
+    lines = [
+        "# The experiment across the boundary",
+        "",
+        f"Transport `{s.transport.value}`, fault `{s.fault.value}` on origin `{s.chain[0]}`,"
+        f" chain {' → '.join(s.chain)}, origins {', '.join(s.origin_names())};"
+        f" C = {', '.join(map(str, s.cadences))}, profile {', '.join(s.profiles)},"
+        f" {len(s.seeds)} seed(s), {s.steps} steps; deadline {s.deadline_ms} ms,"
+        f" {s.reasks} re-ask(s), witness {'on' if s.witness else 'off'},"
+        f" holder cache {'on' if s.holder_cache else 'off'}."
+        f" {len(outcome.runs)} run(s) in {outcome.wall_seconds:.2f} s.",
+        "",
+        "## Decisions",
+        "",
+        f"- in-process fingerprint `{in_fp[:16]}…`, boundary fingerprint `{b_fp[:16]}…`:"
+        f" **{'equal' if in_fp == b_fp else 'different'}**",
+    ]
+    n_eq = sum(1 for r in outcome.runs if r.fingerprints_equal)
+    rows_eq = sum(1 for r in outcome.runs if r.rows_equal)
+    differ = sum(rec[3] for r in outcome.runs for rec in r.decisions.values())
+    fallbacks = sum(rec[4] for r in outcome.runs for rec in r.decisions.values())
+    total = sum(rec[0] for r in outcome.runs for rec in r.decisions.values())
+    lines += [
+        f"- runs with equal fingerprints: {n_eq}/{len(outcome.runs)};"
+        f" equal gate_metrics rows: {rows_eq}/{len(outcome.runs)}",
+        f"- gate evaluations that differ from in-process: {differ} of {total};"
+        f" fell back to polarity: {fallbacks}",
+        "",
+        "## Costs per arm and mode",
+        "",
+        "Per decision unless stated. Delivery columns repeat for every mode of an arm"
+        " (each mode needs the delivered value); rehydration columns are per rehydrating"
+        " decision.",
+        "",
+        "| arm | mode | flip % (in → across) | lookups /100 dec | in-process p50 ms"
+        " | RPCs /dec | delivery B/dec (value + statements) | rehydr. B | hops fetched"
+        " | p50 / p99 ms | crypto ms/dec | fallbacks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    by_key = {(str(r["setting"]), str(r["arm"]), str(r["mode"])): r for r in costs}
+    for arm in ARM_ORDER:
+        for mode in _modes(arm):
+            i = by_key[(Setting.IN_PROCESS.value, arm.value, mode.value)]
+            b = by_key[(Setting.BOUNDARY.value, arm.value, mode.value)]
+            dec = int(str(b["decisions"]))
+            reh = int(str(b["rehydrating_decisions"]))
+            crypto = float(str(b["delivery_crypto_ms"])) + float(str(b["rehydrate_crypto_ms"]))
+            flip_in = 100 * float(str(i["flip_rate"]))
+            flip_b = 100 * float(str(b["flip_rate"]))
+            lines.append(
+                f"| {arm.value} | {mode.value} | {flip_in:.2f} → {flip_b:.2f}"
+                f" | {100 * int(str(i['lookups'])) / dec if dec else 0:.1f}"
+                f" | {i['rehydrate_p50_ms']}"
+                f" | {int(str(b['rpcs'])) / dec if dec else 0:.2f}"
+                f" | {_per(float(str(b['delivery_bytes'])), dec)}"
+                f" ({_per(float(str(b['delivery_value_bytes'])), dec)}"
+                f" + {_per(float(str(b['delivery_statement_bytes'])), dec)})"
+                f" | {_per(float(str(b['rehydrate_bytes'])), reh)}"
+                f" | {_per(float(str(b['hops_fetched'])), reh)}"
+                f" | {b['rehydrate_p50_ms']} / {b['rehydrate_p99_ms']}"
+                f" | {crypto / dec if dec else 0:.3f}"
+                f" | {b['fallbacks']} |"
+            )
+    commit = by_key[(Setting.BOUNDARY.value, "origin", "commit")]
+    gt = outcome.arm_costs[ArmName.GROUND_TRUTH.value]
+    smin = outcome.arm_costs[ArmName.STRUCTURAL_MIN.value]
+    lines += [
+        "",
+        f"Origin commits: {commit['decisions']} folds over {commit['hops_fetched']} appended"
+        f" hops; {commit['sign_ops']} signatures, {commit['hash_leaves']} leaves hashed,"
+        f" {commit['delivery_crypto_ms']} ms of signature + hash CPU.",
+        "",
+        "## What compaction saves on delivery",
+        "",
+    ]
+    if gt.decisions and smin.decisions:
+        gt_v = gt.value_bytes / gt.decisions
+        sm_v = smin.value_bytes / smin.decisions
+        sm_all = (smin.value_bytes + smin.statement_bytes) / smin.decisions
+        lines += [
+            f"- ground_truth ships its full lineage: {gt_v:,.0f} B of value per decision",
+            f"- structural_min ships the compacted value: {sm_v:,.0f} B"
+            f" ({100 * (1 - sm_v / gt_v):.1f}% less), plus"
+            f" {smin.statement_bytes / smin.decisions:,.0f} B of commitments and obligations"
+            f" ({smin.commitments_delivered / smin.decisions:.1f} per decision):"
+            f" {sm_all:,.0f} B in all ({100 * (1 - sm_all / gt_v):+.1f}% vs ground_truth;"
+            " negative means the signed statements cost more than folding saved)",
+        ]
+    lines += ["", "## Evidence", ""]
+    kinds = outcome.evidence_by_kind
+    if kinds:
+        lines.append("- by kind: " + ", ".join(f"`{k}` {v}" for k, v in sorted(kinds.items())))
+        named = sorted({e.accused_name for e in outcome.evidence})
+        lines.append(f"- accused: {', '.join(named)}")
+        lines.append(
+            f"- verified by file alone: {sum(1 for e in outcome.evidence if e.verified)}"
+            f" of {len(outcome.evidence)}"
+        )
+    else:
+        lines.append("- none recorded")
+    lines.append(f"- correct origins accused: {outcome.correct_accused}")
+    outcomes = ", ".join(f"{n} {o}: {c}" for (n, o), c in sorted(outcome.outcomes.items()))
+    lines += [f"- origin outcomes per rehydration: {outcomes or 'none'}", ""]
+    return "\n".join(lines)
+
+
+def _figure(costs: list[dict[str, object]], path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = []
+    for r in costs:
+        if r["arm"] in ("ground_truth", "origin"):
+            continue
+        dec = int(str(r["decisions"]))
+        if not dec:
+            continue
+        wire = (float(str(r["delivery_bytes"])) + float(str(r["rehydrate_bytes"]))) / dec
+        points.append(
+            (
+                str(r["setting"]),
+                str(r["arm"]),
+                str(r["mode"]),
+                100 * float(str(r["flip_rate"])),
+                wire,
+            )
+        )
+    if not points:
+        return False
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    markers = {"blind": "o", "degrade": "s", "rehydrate": "^"}
+    colors = {"structural_min": "tab:blue", "structural_perhop": "tab:orange", "prose": "tab:green"}
+    for setting, arm, mode, flip, wire in points:
+        if setting != Setting.BOUNDARY.value:
+            continue
+        ax.scatter(flip, wire, marker=markers.get(mode, "o"), color=colors.get(arm, "gray"), s=60)
+        ax.annotate(
+            f"{arm.split('_')[-1]}/{mode}",
+            (flip, wire),
+            fontsize=7,
+            xytext=(4, 3),
+            textcoords="offset points",
+        )
+    ax.set_xlabel("flip rate vs oracle, all gates of the mode (%)")
+    ax.set_ylabel("bytes on the wire per decision (delivery + rehydration)")
+    ax.set_title("Across the boundary: cost vs flip rate per arm and mode")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -1,0 +1,448 @@
+"""What crosses the boundary, and how it is metered (boundary runner internals).
+
+- **Value encoding.** A delivered value is the JSON of exactly what a gate
+  reads of it (spec §6): the five effective scores, ``tainted_by``, the
+  visible hops, the folded prefix (counts and pointers) and the prose blob.
+  Floats are written with ``repr`` (shortest round trip), so the holder
+  decodes the very scores the origin decided on: decisions can be equal
+  bit for bit. ground_truth ships its whole lineage this way ("ship
+  everything"); the structural arms ship their compacted lineage plus the
+  commitments and obligations in the delivery envelope.
+- **Hop bytes.** The origin appends a hop as its spec fields
+  (:func:`hop_fields`); the node stores the RFC 8785 bytes with ``origin``
+  and ``epoch`` added. A served hop is parsed back (:func:`hop_from_served`)
+  only after the holder client verified it against the signed root.
+- **Metering.** :class:`WireMeter` counts RPCs and protobuf-encoded request
+  and response bytes per *tag* (what the runner is doing: one arm's
+  delivery, one arm's rehydration, the origin's commits) through
+  :class:`MeteredTransport`, a :class:`nodes.transport.Transport` wrapper.
+  :class:`CryptoMeter` counts Ed25519 signatures and verifications and the
+  leaves hashed into Merkle roots, and times them, by wrapping the few
+  functions every such operation passes through while the run is active
+  (restored on exit). Operations are sequential, so a plain "current tag"
+  attributes work done on the serving side of a gRPC call too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from harness.events import Hop
+from harness.gates import GateView
+from harness.lineage import FoldedPrefix
+from nodes._pb.provnet.v1 import common_pb2, deliver_pb2, evidence_pb2, serve_pb2
+from nodes.transport import Answer, ChallengeResult, Delivery, Transport
+
+__all__ = [
+    "CryptoMeter",
+    "MeteredTransport",
+    "TagCounts",
+    "WireMeter",
+    "decode_value",
+    "encode_value",
+    "hop_fields",
+    "hop_from_served",
+]
+
+_VALUE_KEYS = frozenset({"arm", "value_id", "scores", "tainted_by", "visible", "folded", "blob"})
+
+
+def hop_fields(hop: Hop) -> dict[str, Any]:
+    """The hop's spec fields (§3) as the origin appends them to its hop log."""
+    return {
+        "hop_id": hop.hop_id,
+        "step": hop.step,
+        "op": hop.op,
+        "axis_deltas": dict(hop.axis_deltas),
+        "taints_added": list(hop.taints_added),
+        "parent_hop_ids": list(hop.parent_hop_ids),
+    }
+
+
+def _hop_doc(hop: Hop) -> dict[str, Any]:
+    # Deltas as pairs: their order is part of the hop as the arms applied it.
+    return {
+        "hop_id": hop.hop_id,
+        "step": hop.step,
+        "op": hop.op,
+        "axis_deltas": [[a, f] for a, f in hop.axis_deltas],
+        "taints_added": list(hop.taints_added),
+        "parent_hop_ids": list(hop.parent_hop_ids),
+    }
+
+
+def _str_tuple(value: object, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"{what}: expected a list of strings, got {value!r:.80}")
+    return tuple(value)
+
+
+def _int(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{what}: expected an integer, got {value!r:.80}")
+    return value
+
+
+def _number(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what}: expected a number, got {value!r:.80}")
+    return float(value)
+
+
+def _hop_from_doc(doc: object, what: str) -> Hop:
+    if not isinstance(doc, dict):
+        raise ValueError(f"{what}: expected an object, got {doc!r:.80}")
+    deltas = doc.get("axis_deltas")
+    if isinstance(deltas, dict):
+        pairs = tuple((str(a), _number(f, f"{what}.axis_deltas.{a}")) for a, f in deltas.items())
+    elif isinstance(deltas, list):
+        pairs = tuple(
+            (str(p[0]), _number(p[1], f"{what}.axis_deltas"))
+            for p in deltas
+            if isinstance(p, list) and len(p) == 2
+        )
+        if len(pairs) != len(deltas):
+            raise ValueError(f"{what}.axis_deltas: expected [axis, factor] pairs")
+    else:
+        raise ValueError(f"{what}.axis_deltas: expected an object or pairs, got {deltas!r:.80}")
+    hop_id, op = doc.get("hop_id"), doc.get("op")
+    if not isinstance(hop_id, str) or not isinstance(op, str):
+        raise ValueError(f"{what}: hop_id and op must be strings")
+    return Hop(
+        hop_id,
+        _int(doc.get("step"), f"{what}.step"),
+        op,
+        pairs,
+        _str_tuple(doc.get("taints_added"), f"{what}.taints_added"),
+        _str_tuple(doc.get("parent_hop_ids"), f"{what}.parent_hop_ids"),
+    )
+
+
+def hop_from_served(fields: dict[str, Any], what: str) -> Hop:
+    """A verified served hop (parsed canonical JSON) as the harness's :class:`Hop`."""
+    return _hop_from_doc(fields, what)
+
+
+def encode_value(arm: str, value_id: int, view: GateView, blob: str | None) -> bytes:
+    """The delivered value: everything a gate reads of it (see module docstring)."""
+    folded = view.folded
+    doc: dict[str, Any] = {
+        "arm": arm,
+        "value_id": value_id,
+        "scores": [float(x) for x in view.scores],
+        "tainted_by": sorted(view.tainted_by),
+        "visible": [_hop_doc(h) for h in view.visible],
+        "folded": None
+        if folded is None
+        else {
+            "n_hops_folded": folded.n_hops_folded,
+            "op_counts": [[op, n] for op, n in folded.op_counts],
+            "n_taints_folded": folded.n_taints_folded,
+            "folded_hop_ids": list(folded.folded_hop_ids),
+        },
+        "blob": blob,
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedValue:
+    arm: str
+    value_id: int
+    view: GateView
+
+
+def decode_value(data: bytes) -> DecodedValue:
+    """Parse a delivered value back into the :class:`GateView` the holder's gates read.
+
+    Raises ``ValueError`` naming the field that is missing or malformed.
+    """
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"delivered value is not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or set(doc) != _VALUE_KEYS:
+        got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
+        raise ValueError(f"delivered value: expected keys {sorted(_VALUE_KEYS)}, got {got}")
+    scores = doc["scores"]
+    if not isinstance(scores, list) or len(scores) != 5:
+        raise ValueError(f"delivered value: scores must be 5 numbers, got {scores!r:.80}")
+    visible = doc["visible"]
+    if not isinstance(visible, list):
+        raise ValueError("delivered value: visible must be a list of hops")
+    hops = [_hop_from_doc(h, f"visible[{i}]") for i, h in enumerate(visible)]
+    folded_doc = doc["folded"]
+    folded: FoldedPrefix | None = None
+    if folded_doc is not None:
+        if not isinstance(folded_doc, dict):
+            raise ValueError("delivered value: folded must be an object or null")
+        counts = folded_doc.get("op_counts")
+        if not isinstance(counts, list):
+            raise ValueError("delivered value: folded.op_counts must be a list")
+        folded = FoldedPrefix(
+            _int(folded_doc.get("n_hops_folded"), "folded.n_hops_folded"),
+            tuple((str(p[0]), _int(p[1], "folded.op_counts")) for p in counts),
+            _int(folded_doc.get("n_taints_folded"), "folded.n_taints_folded"),
+            _str_tuple(folded_doc.get("folded_hop_ids"), "folded.folded_hop_ids"),
+        )
+    blob = doc["blob"]
+    if blob is not None and not isinstance(blob, str):
+        raise ValueError("delivered value: blob must be a string or null")
+    view = GateView(
+        [_number(x, "scores") for x in scores],
+        set(_str_tuple(doc["tainted_by"], "tainted_by")),
+        hops,
+        folded,
+        folded is not None or blob is not None,
+    )
+    return DecodedValue(str(doc["arm"]), _int(doc["value_id"], "value_id"), view)
+
+
+# --------------------------------------------------------------------------- metering
+
+
+@dataclass(slots=True)
+class TagCounts:
+    """What one tag (arm × phase) cost: calls, wire bytes, crypto operations and time."""
+
+    rpcs: int = 0
+    request_bytes: int = 0
+    response_bytes: int = 0
+    sign_ops: int = 0
+    verify_ops: int = 0
+    sig_seconds: float = 0.0
+    hash_calls: int = 0
+    hash_leaves: int = 0
+    hash_seconds: float = 0.0
+    failed_rpcs: int = 0
+
+    @property
+    def wire_bytes(self) -> int:
+        return self.request_bytes + self.response_bytes
+
+
+class WireMeter:
+    """Counters per tag; ``tag`` is what the runner is doing right now."""
+
+    def __init__(self) -> None:
+        self.tag: tuple[str, str] = ("", "")
+        self.by_tag: dict[tuple[str, str], TagCounts] = {}
+        self.calls_by_node: dict[tuple[str, str], int] = {}
+
+    def counts(self, tag: tuple[str, str] | None = None) -> TagCounts:
+        key = self.tag if tag is None else tag
+        c = self.by_tag.get(key)
+        if c is None:
+            c = self.by_tag[key] = TagCounts()
+        return c
+
+    @contextmanager
+    def tagged(self, tag: tuple[str, str]) -> Iterator[TagCounts]:
+        previous = self.tag
+        self.tag = tag
+        try:
+            yield self.counts(tag)
+        finally:
+            self.tag = previous
+
+
+class MeteredTransport:
+    """A :class:`~nodes.transport.Transport` that counts every call it carries.
+
+    Bytes are the protobuf encodings of the request and response messages
+    (what gRPC frames carry, without HTTP/2 framing), computed the same way
+    for the in-memory and the gRPC transport.
+    """
+
+    def __init__(self, inner: Transport, meter: WireMeter, node: str) -> None:
+        self.inner = inner
+        self.meter = meter
+        self.node = node
+
+    def _count(self, method: str, request: int, response: int, failed: bool = False) -> None:
+        c = self.meter.counts()
+        c.rpcs += 1
+        c.request_bytes += request
+        c.response_bytes += response
+        if failed:
+            c.failed_rpcs += 1
+        key = (self.node, method)
+        self.meter.calls_by_node[key] = self.meter.calls_by_node.get(key, 0) + 1
+
+    async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
+        req = serve_pb2.DemandRequest(demands=list(demands)).ByteSize()
+        try:
+            answers = await self.inner.demand(address, demands, timeout)
+        except Exception:
+            self._count("Demand", req, 0, failed=True)
+            raise
+        resp = serve_pb2.DemandResponse(
+            answers=[
+                common_pb2.Answer(receipt=a.receipt, commitment=a.commitment, hops=list(a.hops))
+                for a in answers
+            ]
+        ).ByteSize()
+        self._count("Demand", req, resp)
+        return answers
+
+    async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
+        req = serve_pb2.DemandStreamRequest(demand=demand).ByteSize()
+        try:
+            answer = await self.inner.demand_stream(address, demand, timeout)
+        except Exception:
+            self._count("DemandStream", req, 0, failed=True)
+            raise
+        resp = serve_pb2.ReceiptChunk(
+            receipt=answer.receipt, commitment=answer.commitment, hops=list(answer.hops)
+        ).ByteSize()
+        self._count("DemandStream", req, resp)
+        return answer
+
+    async def challenge(
+        self,
+        address: str,
+        *,
+        commitment: bytes,
+        obligation: bytes,
+        demand: bytes,
+        origin_address: str,
+        timeout: float,
+    ) -> ChallengeResult:
+        req = evidence_pb2.ChallengeRequest(
+            commitment=commitment,
+            obligation=obligation,
+            demand=demand,
+            origin_address=origin_address,
+        ).ByteSize()
+        try:
+            result = await self.inner.challenge(
+                address,
+                commitment=commitment,
+                obligation=obligation,
+                demand=demand,
+                origin_address=origin_address,
+                timeout=timeout,
+            )
+        except Exception:
+            self._count("Challenge", req, 0, failed=True)
+            raise
+        resp = evidence_pb2.ChallengeResponse(
+            witness_report=result.witness_report,
+            answered=result.answered,
+            witness_demand=result.witness_demand,
+            receipt=result.receipt,
+        ).ByteSize()
+        self._count("Challenge", req, resp)
+        return result
+
+    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
+        req = deliver_pb2.DeliverRequest(value=delivery.to_pb(), sender=delivery.sender).ByteSize()
+        try:
+            receipt = await self.inner.deliver(address, delivery, timeout)
+        except Exception:
+            self._count("Deliver", req, 0, failed=True)
+            raise
+        self._count(
+            "Deliver", req, deliver_pb2.DeliverResponse(delivery_receipt=receipt).ByteSize()
+        )
+        return receipt
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class CryptoMeter:
+    """Counts and times signatures, verifications and Merkle hashing while active.
+
+    Wraps ``Identity.sign`` and ``PublicKey.verify`` (every Ed25519
+    operation of :mod:`contracts` goes through them) and the Merkle entry
+    points the serve path and the store's fold signer call. Use as a context
+    manager; the originals are restored on exit, also on error.
+    """
+
+    _active = False
+
+    def __init__(self, meter: WireMeter) -> None:
+        self.meter = meter
+        self._restore: list[tuple[object, str, object]] = []
+
+    def _patch(self, owner: object, name: str, make: Callable[[Any], Any]) -> None:
+        original = getattr(owner, name)
+        self._restore.append((owner, name, original))
+        setattr(owner, name, make(original))
+
+    def __enter__(self) -> CryptoMeter:
+        if CryptoMeter._active:
+            raise RuntimeError("a CryptoMeter is already active in this process")
+        import contracts.merkle
+        import contracts.serve
+        import nodes._store_signing
+        from contracts.identity import Identity, PublicKey
+
+        meter = self.meter
+        perf = time.perf_counter
+
+        def signer(original: Any) -> Any:
+            def sign(self: Identity, data: bytes) -> bytes:
+                start = perf()
+                try:
+                    return bytes(original(self, data))
+                finally:
+                    c = meter.counts()
+                    c.sign_ops += 1
+                    c.sig_seconds += perf() - start
+
+            return sign
+
+        def verifier(original: Any) -> Any:
+            def verify(self: PublicKey, signature: bytes, data: bytes) -> None:
+                start = perf()
+                try:
+                    original(self, signature, data)
+                finally:
+                    c = meter.counts()
+                    c.verify_ops += 1
+                    c.sig_seconds += perf() - start
+
+            return verify
+
+        def hasher(original: Any) -> Any:
+            def hashed(leaves: Any, *args: Any, **kwargs: Any) -> Any:
+                items = leaves if isinstance(leaves, list | tuple) else list(leaves)
+                start = perf()
+                try:
+                    return original(items, *args, **kwargs)
+                finally:
+                    c = meter.counts()
+                    c.hash_calls += 1
+                    c.hash_leaves += len(items)
+                    c.hash_seconds += perf() - start
+
+            return hashed
+
+        try:
+            self._patch(Identity, "sign", signer)
+            self._patch(PublicKey, "verify", verifier)
+            self._patch(contracts.merkle, "merkle_root", hasher)
+            self._patch(contracts.serve, "merkle_root", hasher)
+            self._patch(contracts.serve, "leaf_hashes", hasher)
+            self._patch(nodes._store_signing, "merkle_root", hasher)
+        except BaseException:
+            self._undo()
+            raise
+        CryptoMeter._active = True
+        return self
+
+    def _undo(self) -> None:
+        while self._restore:
+            owner, name, original = self._restore.pop()
+            setattr(owner, name, original)
+
+    def __exit__(self, *exc: object) -> None:
+        self._undo()
+        CryptoMeter._active = False
