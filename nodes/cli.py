@@ -305,10 +305,14 @@ def _status_line(row: dict[str, Any]) -> str:
 
 
 def _cluster_down(args: argparse.Namespace) -> int:
-    from nodes.cluster import ClusterError, cluster_down
+    from nodes.cluster import ClusterError, cluster_down, load_state
     from nodes.home import Home
 
     home = Home.resolve(args.home)
+    try:
+        load_state(home)
+    except ClusterError as exc:
+        return _error(str(exc))
     try:
         outcomes = cluster_down(home, grace=args.grace)
     except ClusterError as exc:
@@ -323,7 +327,7 @@ def _cluster_down(args: argparse.Namespace) -> int:
 
 
 def _cluster_smoke(args: argparse.Namespace) -> int:
-    from nodes.cluster import LOOPBACK, ClusterError
+    from nodes.cluster import LOOPBACK, ClusterError, load_state
     from nodes.home import Home
     from nodes.smoke import Member, run_smoke
 
@@ -331,7 +335,9 @@ def _cluster_smoke(args: argparse.Namespace) -> int:
     progress = None if args.quiet else _progress
     try:
         members = None if args.members is None else Member.parse_list(args.members)
-    except ValueError as exc:
+        if members is None:
+            load_state(home)
+    except (ValueError, ClusterError) as exc:
         return _error(str(exc))
     try:
         results = run_smoke(

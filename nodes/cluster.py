@@ -115,8 +115,6 @@ class NodeSpec:
     fault: str | None = None
     #: Where the node writes evidence files (default: under its data dir).
     evidence_dir: Path | None = None
-    #: Further ``provnet node`` arguments (e.g. fault parameters).
-    extra_args: tuple[str, ...] = ()
     #: Interface to listen on; ``0.0.0.0`` when other hosts must reach the node.
     host: str = LOOPBACK
     #: Address put in the node's obligations, when it differs from host:port.
@@ -189,13 +187,6 @@ class ClusterState:
 
     nodes: tuple[NodeRecord, ...]
     created_at: float = field(default_factory=time.time)
-
-    def node(self, name: str) -> NodeRecord:
-        for record in self.nodes:
-            if record.name == name:
-                return record
-        names = ", ".join(r.name for r in self.nodes)
-        raise ClusterError(f"the cluster has no node {name!r} (nodes: {names})")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -294,7 +285,6 @@ def node_argv(spec: NodeSpec) -> list[str]:
         argv += ["--evidence-dir", str(spec.evidence_dir)]
     if spec.fault:
         argv += ["--fault", spec.fault]
-    argv += list(spec.extra_args)
     return argv
 
 

@@ -144,9 +144,10 @@ def test_corrupt_cluster_state_is_named_by_file_and_line(
 ) -> None:
     home = Home(tmp_path)
     home.state_file.write_text('{"version": 1,\n "nodes": [oops]}\n', encoding="utf-8")
-    assert main(["cluster", "status", "--home", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert f"provnet: error: {home.state_file}: line 2: not JSON" in err
+    for command in ("status", "down", "smoke"):
+        assert main(["cluster", command, "--home", str(tmp_path)]) == 2, command
+        err = capsys.readouterr().err
+        assert f"provnet: error: {home.state_file}: line 2: not JSON" in err, command
 
 
 def test_smoke_rejects_a_malformed_node_list_with_exit_2(
