@@ -127,6 +127,7 @@ async def _run(args: argparse.Namespace) -> int:
             sign = fold_signer(identity, serve_until_ms=serve_until, issued_at_ms=now)
             if fold_seq == args.kill_in_signer:
                 sign = _killing(sign)
+            _emit("begin", fold_seq=fold_seq)  # lets the test see kills mid-commit
             signed = await store.commit_fold(
                 epoch=epoch,
                 value_ref=f"v{fold_seq % 7}",

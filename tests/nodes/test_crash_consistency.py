@@ -45,6 +45,7 @@ class Campaign:
     trials: int = 0
     kills: int = 0
     killed_before_start: int = 0
+    killed_in_commit: int = 0  # last line before the kill was "begin": commit_fold in flight
     starts: list[dict[str, Any]] = field(default_factory=list)
     acks: list[dict[str, Any]] = field(default_factory=list)
     partial_lines: int = 0
@@ -122,6 +123,7 @@ def run_trial(data_dir: Path, rng: random.Random, campaign: Campaign, extra: lis
             assert proc.stdout is not None
             proc.stdout.close()
     assert proc.returncode == -signal.SIGKILL, f"driver ended {proc.returncode} before the kill"
+    last = ""
     while True:
         line = lines.get_nowait()
         if line is None:
@@ -133,7 +135,10 @@ def run_trial(data_dir: Path, rng: random.Random, campaign: Campaign, extra: lis
             campaign.starts.append(event)
         elif event["event"] == "commit":
             campaign.acks.append(event)
+        last = event["event"]
     campaign.trials += 1
+    if last == "begin":
+        campaign.killed_in_commit += 1
     if early and not any(s["pid"] == proc.pid for s in campaign.starts):
         campaign.killed_before_start += 1
 
@@ -227,6 +232,7 @@ def assert_campaign_sound(campaign: Campaign, verdict: Verdict, trials: int) -> 
     assert acked >= trials, f"only {acked} acknowledgements over {trials} trials"
     assert verdict.expired_absent > 0, "the reaper evicted nothing: no eviction pressure"
     assert verdict.recycled_keys > 0, "no hop id was reused across epochs"
+    assert campaign.killed_in_commit > 0, "no kill landed while commit_fold was in flight"
 
 
 async def test_sigkilled_origin_never_loses_an_acknowledged_commitment(tmp_path: Path) -> None:
@@ -239,7 +245,8 @@ async def test_sigkilled_origin_never_loses_an_acknowledged_commitment(tmp_path:
         f"resolved={verdict.resolved} expired_absent={verdict.expired_absent} "
         f"unresolvable={len(verdict.unresolvable)} wrong={len(verdict.wrong)} "
         f"recycled_keys={verdict.recycled_keys} partial_lines={campaign.partial_lines} "
-        f"killed_before_start={campaign.killed_before_start}"
+        f"killed_before_start={campaign.killed_before_start} "
+        f"killed_in_commit={campaign.killed_in_commit}"
     )
     assert_campaign_sound(campaign, verdict, trials)
 
@@ -254,7 +261,8 @@ async def test_soak_500_sigkills_zero_unresolvable(tmp_path: Path) -> None:
     print(
         f"soak: trials={trials} acks={len(campaign.acks)} resolved={verdict.resolved} "
         f"expired_absent={verdict.expired_absent} unresolvable={len(verdict.unresolvable)} "
-        f"wrong={len(verdict.wrong)} recycled_keys={verdict.recycled_keys}"
+        f"wrong={len(verdict.wrong)} recycled_keys={verdict.recycled_keys} "
+        f"killed_in_commit={campaign.killed_in_commit}"
     )
     assert_campaign_sound(campaign, verdict, trials)
 
