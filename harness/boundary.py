@@ -49,6 +49,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import re
 import sys
 import tempfile
 import time
@@ -117,6 +118,7 @@ BOUNDARY_FAULTS: tuple[FaultMode, ...] = (
     FaultMode.DROP,
 )
 _DELIVERY_TIMEOUT_S = 30.0
+_NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
 
 class BoundaryError(ValueError):
@@ -170,6 +172,9 @@ class BoundarySettings:
         if len(self.chain) < 2:
             raise BoundaryError(f"chain needs an origin and a holder, got {','.join(self.chain)}")
         names = self.node_names()
+        bad = [n for n in names if not _NODE_NAME.match(n)]
+        if bad:
+            raise BoundaryError(f"node names must be lower-case [a-z0-9_-], 1-32 chars: {bad}")
         if len(set(names)) != len(names):
             raise BoundaryError(f"node names must be distinct, got {', '.join(names)}")
         if self.origins < 1:

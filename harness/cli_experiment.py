@@ -100,6 +100,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     report.add_argument("--sweep-out", type=Path, default=Path("results-sweep"))
     report.set_defaults(handler=_report)
 
+    boundary = exp_sub.add_parser(
+        "boundary", help="the experiment across nodes: origin and holder are different agents"
+    )
+    from harness._boundary_cli import configure as configure_boundary  # argparse only
+
+    configure_boundary(boundary)
+
 
 def _progress_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()

@@ -1,0 +1,203 @@
+"""Flags and handler of ``provnet experiment boundary`` (argparse only at import).
+
+The handler imports the boundary runner — and with it grpc and aiosqlite —
+only when the subcommand runs, so the rest of the CLI stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from harness.cli import UsageError
+
+__all__ = ["configure"]
+
+_DEFAULT_CONFIG = Path("experiments/config.yaml")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+_FAULTS = ("none", "refuse", "tamper", "equivocate", "slow", "drop")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    return tuple(_positive_int(part) for part in text.split(",") if part.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(","))
+    for name in names:
+        if not _NAME_RE.match(name):
+            raise argparse.ArgumentTypeError(
+                f"node names are lower-case [a-z0-9_-], 1-32 chars; got {name!r} in {text!r}"
+            )
+    if len(names) < 2:
+        raise argparse.ArgumentTypeError(f"a chain needs an origin and a holder, got {text!r}")
+    return names
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the boundary flags to ``parser`` and set its handler."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help=f"experiment YAML for K, W, penalty, profiles (default: {_DEFAULT_CONFIG}, "
+        "else built-in)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("results-boundary"))
+    parser.add_argument(
+        "--seeds", type=_positive_int, default=None, help="seeds 0..N-1 (default 2)"
+    )
+    parser.add_argument(
+        "--cadence", type=_int_list, default=None, help="compaction cadence(s), e.g. 25 or 10,25"
+    )
+    parser.add_argument("--profile", default=None, help="profile name(s), e.g. med or low,high")
+    parser.add_argument("--steps", type=_positive_int, default=None, help="steps per run")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="the config's whole main matrix (its cadences, profiles, seeds, steps)",
+    )
+    parser.add_argument("--transport", choices=("memory", "grpc"), default="memory")
+    parser.add_argument("--fault", choices=_FAULTS, default="none", help="fault of the origin")
+    parser.add_argument(
+        "--fault-delay-ms",
+        type=_positive_int,
+        default=None,
+        help="answer delay of 'slow' (default: twice --deadline-ms)",
+    )
+    parser.add_argument(
+        "--chain",
+        type=_names,
+        default=("origin", "holder"),
+        help="delivery path: origin,relay…,holder (e.g. a,b,c: c demands from a directly)",
+    )
+    parser.add_argument(
+        "--origins",
+        type=_positive_int,
+        default=1,
+        help="origins sharing the values (value v owned by origin v mod N); fault on the first",
+    )
+    parser.add_argument(
+        "--deadline-ms", type=_positive_int, default=200, help="answer time obligations promise"
+    )
+    parser.add_argument("--reasks", type=int, default=1, help="re-asks before 'unanswered'")
+    parser.add_argument(
+        "--no-witness", action="store_true", help="no witness to confirm unanswered demands"
+    )
+    parser.add_argument(
+        "--holder-cache",
+        action="store_true",
+        help="holder keeps verified folds between decisions (default: demand every time)",
+    )
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--progress", dest="progress", action="store_true", default=None)
+    group.add_argument("--no-progress", dest="progress", action="store_false")
+    parser.set_defaults(handler=_handler)
+
+
+def _handler(args: argparse.Namespace) -> int:
+    import os
+
+    from harness.config import ConfigError, ExperimentConfig, load_config
+
+    try:
+        if args.config is not None:
+            cfg = load_config(args.config)
+        elif _DEFAULT_CONFIG.exists():
+            cfg = load_config(_DEFAULT_CONFIG)
+        else:
+            cfg = ExperimentConfig()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if args.reasks < 0:
+        raise UsageError(f"--reasks: expected an integer >= 0, got {args.reasks}")
+    if args.fault_delay_ms is not None and args.fault != "slow":
+        raise UsageError("--fault-delay-ms applies to --fault slow only")
+    if args.full:
+        cadences = cfg.compaction_cadence
+        profiles = tuple(cfg.degradation_profiles)
+        seeds = cfg.seeds
+        steps = cfg.steps
+    else:
+        cadences = (25,)
+        profiles = ("med",)
+        seeds = (0, 1)
+        steps = cfg.steps
+    if args.cadence is not None:
+        cadences = args.cadence
+    if args.profile is not None:
+        profiles = tuple(p.strip() for p in args.profile.split(",") if p.strip())
+    if args.seeds is not None:
+        seeds = tuple(range(args.seeds))
+    if args.steps is not None:
+        steps = args.steps
+
+    from harness._boundary_nodes import TransportKind
+    from harness.boundary import BoundaryError, BoundarySettings, run_boundary
+    from nodes.config import LogFormat
+    from nodes.faults import FaultMode
+    from nodes.logging import configure_logging
+
+    settings = BoundarySettings(
+        cadences=tuple(cadences),
+        profiles=profiles,
+        seeds=tuple(seeds),
+        steps=steps,
+        transport=TransportKind(args.transport),
+        fault=FaultMode(args.fault),
+        fault_delay_ms=args.fault_delay_ms or 0,
+        chain=tuple(args.chain),
+        origins=args.origins,
+        deadline_ms=args.deadline_ms,
+        reasks=args.reasks,
+        witness=not args.no_witness,
+        holder_cache=args.holder_cache,
+    )
+    try:
+        settings.validate(cfg)
+    except BoundaryError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{args.out}: cannot create the results directory ({exc})") from None
+    if not os.access(args.out, os.W_OK):
+        raise UsageError(f"{args.out}: results directory is not writable")
+    # Node events go to stderr as JSON, warnings and above only: the run's
+    # own output is the summary below and the files.
+    configure_logging(LogFormat.JSON, "warning")
+    try:
+        outcome = run_boundary(cfg, settings, args.out, progress=args.progress)
+    except BoundaryError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"{args.out}: cannot write results: {exc}") from None
+    from harness.boundary import overall_fingerprints
+
+    in_fp, b_fp = overall_fingerprints(outcome)
+    same = sum(1 for r in outcome.runs if r.fingerprints_equal)
+    print(
+        f"boundary: {len(outcome.runs)} runs in {outcome.wall_seconds:.2f} s"
+        f" ({settings.transport.value}, fault {settings.fault.value}) → {args.out}/"
+    )
+    print(f"fingerprint in-process {in_fp}")
+    print(f"fingerprint boundary   {b_fp}")
+    print(f"runs deciding exactly as in-process: {same}/{len(outcome.runs)}")
+    kinds = outcome.evidence_by_kind
+    print(
+        "evidence: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) if kinds else "none")
+        + f"; correct origins accused: {outcome.correct_accused}"
+    )
+    return 0
