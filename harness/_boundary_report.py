@@ -453,43 +453,39 @@ def _figure(costs: list[dict[str, object]], path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = []
+    points: list[tuple[str, str, float, float]] = []
     for r in costs:
-        if r["arm"] in ("ground_truth", "origin"):
-            continue
         dec = int(str(r["decisions"]))
-        if not dec:
+        if r["setting"] != Setting.BOUNDARY.value or r["arm"] == "origin" or not dec:
             continue
         wire = (float(str(r["delivery_bytes"])) + float(str(r["rehydrate_bytes"]))) / dec
-        points.append(
-            (
-                str(r["setting"]),
-                str(r["arm"]),
-                str(r["mode"]),
-                100 * float(str(r["flip_rate"])),
-                wire,
-            )
-        )
+        points.append((str(r["arm"]), str(r["mode"]), 100 * float(str(r["flip_rate"])), wire))
     if not points:
         return False
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     markers = {"blind": "o", "degrade": "s", "rehydrate": "^"}
-    colors = {"structural_min": "tab:blue", "structural_perhop": "tab:orange", "prose": "tab:green"}
-    for setting, arm, mode, flip, wire in points:
-        if setting != Setting.BOUNDARY.value:
-            continue
-        ax.scatter(flip, wire, marker=markers.get(mode, "o"), color=colors.get(arm, "gray"), s=60)
-        ax.annotate(
-            f"{arm.split('_')[-1]}/{mode}",
-            (flip, wire),
-            fontsize=7,
-            xytext=(4, 3),
-            textcoords="offset points",
+    style = {
+        "ground_truth": ("black", 150, "*"),
+        "structural_min": ("tab:blue", 140, None),
+        "structural_perhop": ("tab:orange", 50, None),
+        "prose": ("tab:green", 70, None),
+    }
+    for arm, mode, flip, wire in points:
+        color, size, marker = style.get(arm, ("gray", 60, None))
+        ax.scatter(
+            flip,
+            wire,
+            marker=marker or markers.get(mode, "o"),
+            s=size,
+            facecolors="none" if arm == "structural_min" else color,
+            edgecolors=color,
+            label=f"{arm} / {mode}",
         )
     ax.set_xlabel("flip rate vs oracle, all gates of the mode (%)")
     ax.set_ylabel("bytes on the wire per decision (delivery + rehydration)")
     ax.set_title("Across the boundary: cost vs flip rate per arm and mode")
     ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
