@@ -17,7 +17,7 @@ folded prefix, prose blob). They differ only at compaction:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from harness.axes import AXIS_INDEX, RECON
@@ -111,7 +111,7 @@ class CompactionRecord:
     """structural_perhop's carried reconstruction: data, not a folded score."""
 
     n_compactions: int = 0
-    penalties: list[float] | None = None
+    penalties: list[float] = field(default_factory=list)
     worst_single_penalty: float = 0.0
 
 
@@ -209,7 +209,7 @@ class StructuralPerhopArm(Arm):
         super().__init__()
         self.penalty = penalty
         self.keep = keep
-        self.record = CompactionRecord(penalties=[])
+        self.record = CompactionRecord()
 
     @property
     def fidelity(self) -> float:
@@ -218,8 +218,7 @@ class StructuralPerhopArm(Arm):
     def compact(self, step: int) -> None:
         rec = self.record
         rec.n_compactions += 1
-        if rec.penalties is not None:
-            rec.penalties.append(self.penalty)
+        rec.penalties.append(self.penalty)
         rec.worst_single_penalty = max(rec.worst_single_penalty, self.penalty)
         for value_id in sorted(self.values):
             truncate(self.values[value_id], self.keep)
