@@ -18,12 +18,13 @@ Module map (main entry points)::
                 WitnessReport, Attestation; Axis, ReceiptStatus, RefusalReason
     signed      Signed[S] (envelope + statement, digest), sign_statement,
                 open_statement (parse + verify), open_any
-    serve       origin: build_commitment, build_obligation, verify_demand,
-                answer_demand (sign_served for what is
-                actually served), NonceRegistry,
-                eviction_blockers (S5); holder: verify_delivery,
-                build_demand, verify_served / check_served,
-                build_delivery_receipt; witness: build_witness_report
+    serve       origin: build_commitment, build_obligation,
+                verify_demand / check_demand, NonceRegistry, answer_demand
+                (what a correct origin answers), sign_served (sign exactly
+                what is served), eviction_blockers (S5);
+                holder: verify_delivery / check_delivery, build_demand,
+                verify_served / check_served, build_delivery_receipt;
+                witness: build_witness_report
     evidence    Evidence (standalone file), verify_evidence / check_evidence,
                 judge_answer (classify a receipt), unanswered_evidence,
                 equivocation_evidence, EquivocationDetector
@@ -148,6 +149,8 @@ from contracts.serve import (
     build_demand,
     build_obligation,
     build_witness_report,
+    check_delivery,
+    check_demand,
     check_served,
     eviction_blockers,
     new_nonce,
@@ -255,6 +258,8 @@ __all__ = [
     "build_witness_report",
     "canonical_bytes",
     "check_attestation",
+    "check_delivery",
+    "check_demand",
     "check_evidence",
     "check_served",
     "equivocation_evidence",

@@ -22,7 +22,6 @@ __all__ = [
     "check_fields",
     "get_bool",
     "get_digest",
-    "get_digest_bytes",
     "get_enum",
     "get_float01",
     "get_int",
@@ -117,12 +116,6 @@ def get_digest(obj: dict[str, Any], key: str, kind: str) -> str:
     if not is_digest(value):
         raise EncodingError(f"{kind}: field {key!r} must be 64 lower-case hex characters")
     return str(value)
-
-
-def get_digest_bytes(value: object, kind: str, what: str) -> bytes:
-    if not is_digest(value):
-        raise EncodingError(f"{kind}: {what} must be 64 lower-case hex characters")
-    return bytes.fromhex(str(value))
 
 
 def get_node_id(obj: dict[str, Any], key: str, kind: str) -> str:

@@ -72,6 +72,8 @@ __all__ = [
     "build_demand",
     "build_obligation",
     "build_witness_report",
+    "check_delivery",
+    "check_demand",
     "check_served",
     "eviction_blockers",
     "new_nonce",
@@ -203,6 +205,19 @@ def verify_demand(
     if nonces is not None:
         nonces.remember(d)
     return demand
+
+
+def check_demand(
+    data: EnvelopeInput | Signed[Demand],
+    *,
+    obligation: Signed[Obligation],
+    commitment: Signed[Commitment],
+    nonces: NonceRegistry | None = None,
+) -> CheckResult[Signed[Demand]]:
+    """:func:`verify_demand` returning a falsy result instead of raising."""
+    return run_check(
+        lambda: verify_demand(data, obligation=obligation, commitment=commitment, nonces=nonces)
+    )
 
 
 def answer_demand(
@@ -372,6 +387,20 @@ def verify_delivery(
             f"obligation {o.digest[:12]}… is bound to holder {bound[:16]}…, not {holder[:16]}…"
         )
     return c, o
+
+
+def check_delivery(
+    commitment: EnvelopeInput | Signed[Commitment],
+    obligation: EnvelopeInput | Signed[Obligation],
+    *,
+    now: int,
+    origin: str | None = None,
+    holder: str | None = None,
+) -> CheckResult[tuple[Signed[Commitment], Signed[Obligation]]]:
+    """:func:`verify_delivery` returning a falsy result instead of raising."""
+    return run_check(
+        lambda: verify_delivery(commitment, obligation, now=now, origin=origin, holder=holder)
+    )
 
 
 def build_demand(

@@ -596,3 +596,20 @@ def test_s8_same_root_reissued_or_different_fold_is_not_equivocation() -> None:
     )
     with pytest.raises(NotEvidence, match="different folds"):
         equivocation_evidence(w.commitment, next_fold, reported_at=NOW)
+
+
+def test_check_forms_are_falsy_and_name_the_failure_verify_forms_raise() -> None:
+    w = make_world(serve_until=NOW + HOUR)
+    from contracts import check_delivery, check_demand
+
+    ok = check_delivery(w.commitment.to_bytes(), w.obligation.to_bytes(), now=NOW)
+    assert ok
+    assert ok.value is not None
+    assert ok.value[0].digest == w.commitment.digest
+    late = check_delivery(w.commitment, w.obligation, now=NOW + HOUR)
+    assert not late
+    assert late.failed == "Expired"
+    assert f"obligation {w.obligation.digest[:12]}" in late.reason
+    other = make_world(n_hops=2)
+    wrong = check_demand(other.demand, obligation=w.obligation, commitment=w.commitment)
+    assert (bool(wrong), wrong.failed) == (False, "BindingMismatch")
