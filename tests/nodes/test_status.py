@@ -420,3 +420,23 @@ async def test_forward_to_unknown_peer_is_invalid_argument(
     request = deliver_pb2.ForwardRequest(value_ref="v1", peer="nobody")
     code = await _rejected(origin, lambda: deliver.Forward(request, timeout=5))
     assert code is grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_streamed_demand_errors_carry_the_same_status_codes(
+    origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    stub: Any = serve_pb2_grpc.ServeStub(channel)
+
+    async def stream(demand: bytes) -> list[Any]:
+        request = serve_pb2.DemandStreamRequest(demand=demand)
+        return [chunk async for chunk in stub.DemandStream(request, timeout=5)]
+
+    assert await _rejected(origin, lambda: stream(b"nope")) is grpc.StatusCode.INVALID_ARGUMENT
+    fold = await _fold(channel, hops=4)
+    now_ms = int(clock.now * 1000)
+    demand = build_demand(Identity.generate(), _obligation(fold, now_ms), now=now_ms)
+    chunks = await stream(demand.to_bytes())
+    assert chunks[-1].last
+    assert sum(len(c.hops) for c in chunks) == 4
+    code = await _rejected(origin, lambda: stream(demand.to_bytes()))
+    assert code is grpc.StatusCode.ALREADY_EXISTS
