@@ -764,7 +764,13 @@ class _FetchedLog(HopLog):
 
 
 class _Runner:
-    def __init__(self, topo: Topology, settings: BoundarySettings, bar: Any) -> None:
+    def __init__(
+        self,
+        topo: Topology,
+        settings: BoundarySettings,
+        bar: Any,
+        evidence_dir: Path | None = None,
+    ) -> None:
         self.topo = topo
         self.settings = settings
         self.bar = bar
@@ -778,7 +784,7 @@ class _Runner:
         self.client = Holder(
             holder.identity,
             holder.transport,
-            evidence_dir=holder.config.evidence_path,
+            evidence_dir=evidence_dir if evidence_dir is not None else holder.config.evidence_path,
             reasks=settings.reasks,
             on_evidence=self._on_evidence,
             cache=settings.holder_cache,
@@ -851,9 +857,15 @@ async def run_boundary_async(
     settings: BoundarySettings,
     *,
     work_dir: Path | None = None,
+    evidence_dir: Path | None = None,
     progress: bool | None = None,
 ) -> BoundaryOutcome:
-    """Play every run of the slice across the boundary (nothing written to disk but node data)."""
+    """Play every run of the slice across the boundary.
+
+    Node data lives in ``work_dir`` (default: a temporary directory removed
+    afterwards); evidence files the holder writes go to ``evidence_dir``
+    (default: the holder's data directory).
+    """
     from tqdm import tqdm
 
     settings.validate(cfg)
@@ -877,7 +889,7 @@ async def run_boundary_async(
             disable=None if progress is None else not progress,
         )
         try:
-            runner = _Runner(topo, settings, bar)
+            runner = _Runner(topo, settings, bar, evidence_dir)
             runs: list[RunComparison] = []
             with CryptoMeter(topo.meter):
                 for key, events, params in tasks:
@@ -924,8 +936,14 @@ def run_boundary(
     *,
     progress: bool | None = None,
 ) -> BoundaryOutcome:
-    """Play the slice and (with ``out``) write the result files; see the module docstring."""
-    outcome = asyncio.run(run_boundary_async(cfg, settings, progress=progress))
+    """Play the slice and (with ``out``) write the result files; see the module docstring.
+
+    Evidence files are kept in ``out/evidence/``.
+    """
+    evidence_dir = out / "evidence" if out is not None else None
+    outcome = asyncio.run(
+        run_boundary_async(cfg, settings, evidence_dir=evidence_dir, progress=progress)
+    )
     if out is not None:
         from harness._boundary_report import write_outputs
 

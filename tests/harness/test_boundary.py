@@ -1,0 +1,368 @@
+"""The experiment across the boundary: faithful origins decide as in-process; faulty ones are named.
+
+Real nodes (NodeCore with SQLite hop logs in temp dirs, real Ed25519 keys)
+over the in-memory transport, and one small run over real gRPC servers on
+loopback. Every run compares itself with the in-process replay of the same
+events: the decision-log fingerprint, the per-run gate_metrics rows and
+each evaluation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from contracts.evidence import verify_evidence
+from harness._boundary_nodes import TransportKind
+from harness._boundary_wire import CryptoMeter, WireMeter, decode_value, encode_value
+from harness.boundary import (
+    BoundaryError,
+    BoundaryOutcome,
+    BoundarySettings,
+    overall_fingerprints,
+    run_boundary,
+)
+from harness.cli import main
+from harness.config import ExperimentConfig
+from harness.events import Decision
+from harness.gates import GateView
+from harness.replay import Replayer, ReplayParams
+from harness.trajectory import generate
+from nodes.faults import FaultMode
+
+CFG = ExperimentConfig()
+STRUCTURAL = ("structural_min", "structural_perhop")
+
+
+def _play(out: Path | None = None, **kw: object) -> BoundaryOutcome:
+    settings = BoundarySettings(**{"seeds": (0,), "steps": 150, **kw})  # type: ignore[arg-type]
+    return run_boundary(CFG, settings, out, progress=False)
+
+
+@pytest.fixture(scope="module")
+def faithful() -> BoundaryOutcome:
+    return _play(steps=300, seeds=(0, 1))
+
+
+def _rehydrations(outcome: BoundaryOutcome) -> int:
+    return sum(outcome.arm_costs[a].rehydrations for a in STRUCTURAL)
+
+
+# --------------------------------------------------------------------------- faithful
+
+
+def test_faithful_origin_decisions_equal_in_process_fingerprint_and_rows(
+    faithful: BoundaryOutcome,
+) -> None:
+    assert len(faithful.runs) == 2
+    for run in faithful.runs:
+        assert run.n_decisions == 60
+        assert run.in_process_fingerprint == run.boundary_fingerprint
+        assert run.in_process_rows == run.boundary_rows
+        assert sum(rec[3] for rec in run.decisions.values()) == 0
+    in_fp, b_fp = overall_fingerprints(faithful)
+    assert in_fp == b_fp
+    # the comparison is not vacuous: hops really crossed the boundary
+    assert _rehydrations(faithful) > 0
+    assert all(faithful.arm_costs[a].hops_fetched > 0 for a in STRUCTURAL)
+    assert faithful.evidence == []
+
+
+def test_faithful_fingerprint_is_the_plain_replay_fingerprint(faithful: BoundaryOutcome) -> None:
+    # The in-process side of the comparison is the ordinary replay, not a copy of it.
+    events = generate(0, 300, CFG.decision_every, CFG.degradation_profiles["med"])
+    replayer = Replayer(ReplayParams(cadence=25, prose_seed=0, record_curve=False))
+    for ev in events:
+        replayer.feed(ev)
+    assert faithful.runs[0].boundary_fingerprint == replayer.result().fingerprint
+
+
+def test_rehydration_rpcs_equal_rehydrating_decisions_times_origins(
+    faithful: BoundaryOutcome,
+) -> None:
+    for arm in STRUCTURAL:
+        costs = faithful.arm_costs[arm]
+        # one origin, cache off: one Serve.Demand per rehydrating decision, no re-asks
+        assert costs.demand_rpcs == costs.origins_asked == costs.rehydrations
+        assert faithful.wire[(arm, "rehydrate")]["rpcs"] == costs.rehydrations
+        assert costs.failed_rehydrations == 0
+        in_process_needing = costs.inproc_rehydrations
+        assert in_process_needing == costs.rehydrations
+    for arm in ("ground_truth", "structural_min", "structural_perhop", "prose"):
+        assert faithful.wire[(arm, "delivery")]["rpcs"] == faithful.arm_costs[arm].decisions == 120
+        assert (arm, "rehydrate") not in faithful.wire or arm in STRUCTURAL
+
+
+def test_signatures_and_hashes_are_counted_where_they_happen(faithful: BoundaryOutcome) -> None:
+    commit = faithful.wire[("origin", "commit")]
+    # each fold: one commitment + one obligation signed, its leaves hashed into the root
+    assert commit["sign_ops"] == 2 * faithful.folds_committed
+    assert commit["hash_leaves"] >= faithful.hops_appended > 0
+    rehydrate = faithful.wire[("structural_min", "rehydrate")]
+    # per demand: holder signs the demand, origin signs the receipt, both verify
+    assert rehydrate["sign_ops"] >= 2 * faithful.arm_costs["structural_min"].rehydrations
+    assert rehydrate["verify_ops"] >= 2 * faithful.arm_costs["structural_min"].rehydrations
+    assert rehydrate["hash_leaves"] >= faithful.arm_costs["structural_min"].hops_fetched
+    assert rehydrate["sig_ms"] > 0.0
+
+
+def test_ground_truth_ships_more_value_bytes_than_the_compacted_arms(
+    faithful: BoundaryOutcome,
+) -> None:
+    gt = faithful.arm_costs["ground_truth"]
+    smin = faithful.arm_costs["structural_min"]
+    assert gt.value_bytes > smin.value_bytes
+    assert smin.statement_bytes > 0
+    assert gt.statement_bytes == 0
+
+
+def test_holder_cache_saves_demands_without_changing_decisions() -> None:
+    cached = _play(steps=300, holder_cache=True)
+    run = cached.runs[0]
+    assert run.fingerprints_equal
+    costs = cached.arm_costs["structural_perhop"]
+    # smin's demands already verified the same folds perhop carries
+    assert costs.rehydrations > 0
+    assert costs.demand_rpcs < costs.rehydrations
+
+
+def test_faithful_run_over_grpc_decides_as_in_process() -> None:
+    outcome = _play(steps=100, transport=TransportKind.GRPC)
+    run = outcome.runs[0]
+    assert run.fingerprints_equal
+    assert run.rows_equal
+    assert _rehydrations(outcome) > 0
+    calls = outcome.wire[("calls", "by_node")]
+    assert calls["origin:Deliver"] == 4 * run.n_decisions
+    assert calls["holder:Demand"] == _rehydrations(outcome)
+
+
+# --------------------------------------------------------------------------- faults
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [
+        (FaultMode.REFUSE, "refused"),
+        (FaultMode.TAMPER, "bad_data"),
+        (FaultMode.EQUIVOCATE, "equivocation"),
+        (FaultMode.SLOW, "unanswered"),
+        (FaultMode.DROP, "unanswered"),
+    ],
+)
+def test_faulty_origin_falls_back_to_polarity_and_is_named(
+    fault: FaultMode, kind: str, tmp_path: Path
+) -> None:
+    outcome = _play(tmp_path, steps=100, fault=fault, deadline_ms=40)
+    run = outcome.runs[0]
+    failed = sum(outcome.arm_costs[a].failed_rehydrations for a in STRUCTURAL)
+    assert failed == _rehydrations(outcome) > 0
+    # one accusation per failed rehydration, of the kind the fault produces
+    assert outcome.evidence_by_kind == {kind: failed}
+    origin_id = outcome.node_ids["origin"]
+    for record in outcome.evidence:
+        assert record.accused == origin_id
+        assert record.verified
+        assert not record.correct_origin
+        # the file alone proves (or, for silence, records) the failure of that origin
+        assert Path(record.path).parent == tmp_path / "evidence"
+        verdict = verify_evidence(Path(record.path).read_bytes(), now=2**62)
+        assert verdict.accused == origin_id
+    assert outcome.correct_accused == 0
+    fallbacks = 0
+    for (arm, _, mode), (_n, in_proc, boundary, differ, fell_back) in run.decisions.items():
+        assert boundary <= in_proc  # a fallback only ever blocks
+        if mode != "rehydrate":
+            assert differ == 0, (arm, mode)
+        fallbacks += fell_back
+    assert fallbacks > 0
+    # every fallback blocks; where in-process proceeded, the boundary decision differs
+    blocked_by_fallback = sum(
+        rec[1] - rec[2] for (_, _, mode), rec in run.decisions.items() if mode == "rehydrate"
+    )
+    assert blocked_by_fallback == sum(rec[3] for rec in run.decisions.values())
+    assert not run.fingerprints_equal
+
+
+def test_unanswered_origin_is_witness_confirmed_after_one_reask() -> None:
+    outcome = _play(steps=60, fault=FaultMode.DROP, deadline_ms=40)
+    calls = outcome.wire[("calls", "by_node")]
+    rehydrations = _rehydrations(outcome)
+    assert rehydrations > 0
+    assert calls["holder:Demand"] == 2 * rehydrations  # ask + one re-ask
+    assert calls["holder:Challenge"] == rehydrations
+    assert calls["witness:Demand"] == rehydrations
+    assert outcome.outcomes == {("origin", "unanswered"): rehydrations}
+
+
+# --------------------------------------------------------------------------- chain, several origins
+
+
+def test_chain_forwards_the_value_and_the_holder_demands_from_the_origin_directly() -> None:
+    outcome = _play(chain=("a", "b", "c"))
+    run = outcome.runs[0]
+    assert run.fingerprints_equal
+    assert run.rows_equal
+    calls = outcome.wire[("calls", "by_node")]
+    assert calls["a:Deliver"] == calls["b:Deliver"] == 4 * run.n_decisions
+    assert calls["c:Demand"] == _rehydrations(outcome) > 0
+    assert not any(key.startswith(("b:Demand", "a:Demand")) for key in calls)
+    assert set(outcome.outcomes) == {("a", "served")}
+
+
+def test_values_merged_from_two_origins_carry_both_and_each_is_asked() -> None:
+    outcome = _play(steps=200, origins=2)
+    run = outcome.runs[0]
+    assert run.fingerprints_equal
+    assert run.rows_equal
+    costs = outcome.arm_costs["structural_min"]
+    # some decisions needed hops from both origins: one demand each
+    assert costs.origins_asked > costs.rehydrations > 0
+    assert costs.demand_rpcs == costs.origins_asked
+    assert {name for name, _ in outcome.outcomes} == {"origin", "origin2"}
+
+
+def test_faulty_origin_among_two_is_the_only_one_accused() -> None:
+    outcome = _play(steps=200, origins=2, fault=FaultMode.TAMPER)
+    assert outcome.evidence, "the tampering origin was asked at least once"
+    assert {e.accused_name for e in outcome.evidence} == {"origin"}
+    assert outcome.correct_accused == 0
+    assert ("origin2", "served") in outcome.outcomes
+    assert not any(name == "origin2" and o != "served" for name, o in outcome.outcomes)
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def test_delivered_value_decodes_to_the_view_the_origin_decided_on() -> None:
+    events = generate(3, 120, 5, CFG.degradation_profiles["high"])
+    replayer = Replayer(ReplayParams(cadence=10))
+    checked = 0
+    for ev in events:
+        replayer.feed(ev)
+        if not isinstance(ev, Decision):
+            continue
+        state = replayer.smin.values[ev.value_id]
+        view = GateView(
+            list(state.vec), state.taints, state.visible, state.folded, state.history_truncated
+        )
+        back = decode_value(encode_value("structural_min", ev.value_id, view, state.blob)).view
+        assert list(back.scores) == list(view.scores)
+        assert back.tainted_by == view.tainted_by
+        assert list(back.visible) == list(view.visible)
+        assert back.folded == view.folded
+        assert back.history_truncated == view.history_truncated
+        checked += back.folded is not None
+    assert checked > 0
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        (b"not json", "not JSON"),
+        (b'{"arm": "x"}', "expected keys"),
+        (
+            b'{"arm":"a","value_id":1,"scores":[1,1,1,1],"tainted_by":[],"visible":[],'
+            b'"folded":null,"blob":null}',
+            "scores",
+        ),
+        (
+            b'{"arm":"a","value_id":1,"scores":[1,1,1,1,1],"tainted_by":[],'
+            b'"visible":[{"hop_id":"h1"}],"folded":null,"blob":null}',
+            "visible[0]",
+        ),
+    ],
+)
+def test_malformed_delivered_value_is_rejected_naming_the_field(data: bytes, named: str) -> None:
+    with pytest.raises(ValueError, match=named.replace("[", r"\[")):
+        decode_value(data)
+
+
+def test_crypto_meter_restores_the_originals_on_exit() -> None:
+    from contracts.identity import Identity, PublicKey
+
+    sign, verify = Identity.sign, PublicKey.verify
+    meter = WireMeter()
+    with CryptoMeter(meter):
+        assert Identity.sign is not sign
+        identity = Identity.generate()
+        identity.public.verify(identity.sign(b"x"), b"x")
+        with pytest.raises(RuntimeError), CryptoMeter(WireMeter()):
+            pass
+    assert Identity.sign is sign
+    assert PublicKey.verify is verify
+    counts = meter.counts(("", ""))
+    assert (counts.sign_ops, counts.verify_ops) == (1, 1)
+
+
+def test_unplayable_settings_are_rejected_before_any_node_starts() -> None:
+    with pytest.raises(BoundaryError, match="unknown profile"):
+        BoundarySettings(profiles=("nosuch",)).validate(CFG)
+    with pytest.raises(BoundaryError, match="node names"):
+        BoundarySettings(chain=("Origin", "holder")).validate(CFG)
+    with pytest.raises(BoundaryError, match="distinct"):
+        BoundarySettings(chain=("a", "a")).validate(CFG)
+    with pytest.raises(BoundaryError, match="not playable"):
+        BoundarySettings(fault=FaultMode.CRASH).validate(CFG)
+    with pytest.raises(BoundaryError):
+        asyncio.run(_async_reject())
+
+
+async def _async_reject() -> None:
+    from harness.boundary import run_boundary_async
+
+    await run_boundary_async(CFG, BoundarySettings(seeds=()), progress=False)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_writes_costs_decisions_evidence_and_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "rb"
+    rc = main(
+        [
+            "experiment",
+            "boundary",
+            "--steps",
+            "80",
+            "--seeds",
+            "1",
+            "--fault",
+            "refuse",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "evidence: refused" in printed
+    assert "correct origins accused: 0" in printed
+    with (out / "boundary_costs.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    settings = {(r["setting"], r["arm"], r["mode"]) for r in rows}
+    assert ("in_process", "structural_min", "rehydrate") in settings
+    assert ("boundary", "structural_min", "rehydrate") in settings
+    assert ("boundary", "origin", "commit") in settings
+    with (out / "boundary_evidence.csv").open() as fh:
+        evidence = list(csv.DictReader(fh))
+    assert evidence
+    assert {e["kind"] for e in evidence} == {"refused"}
+    meta = json.loads((out / "boundary_meta.json").read_text())
+    assert meta["evidence_by_kind"]["refused"] == len(evidence)
+    assert "| structural_min | rehydrate |" in (out / "boundary.md").read_text()
+    assert (out / "boundary_cost_vs_flips.png").stat().st_size > 0
+
+
+def test_cli_unknown_profile_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["experiment", "boundary", "--profile", "nosuch", "--out", str(tmp_path / "x")])
+    assert rc == 2
+    assert "provnet: error: unknown profile" in capsys.readouterr().err
