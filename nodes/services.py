@@ -573,12 +573,20 @@ class NodeCore:
                     f"demand {demand.digest[:12]}… is dated {d.time} ms, before this node's"
                     f" restart floor {self._restart_floor_ms} ms; issue a fresh demand"
                 )
+        # Claim the nonces before the first await, so a concurrent call with the
+        # same nonce sees it; give them back if the floor cannot be made durable.
+        forget_at = now_ms + _ms(DEMAND_WINDOW_S * 2)
+        keys = [(d.statement.holder, d.statement.nonce) for d in demands]
+        for key in keys:
+            self._nonces[key] = forget_at
         latest = max(d.statement.time for d in demands)
         if latest >= self._floor_ms:
-            await self._raise_floor(max(latest, now_ms) + REPLAY_FLOOR_LEASE_MS)
-        forget_at = now_ms + _ms(DEMAND_WINDOW_S * 2)
-        for demand in demands:
-            self._nonces[(demand.statement.holder, demand.statement.nonce)] = forget_at
+            try:
+                await self._raise_floor(max(latest, now_ms) + REPLAY_FLOOR_LEASE_MS)
+            except BaseException:
+                for key in keys:
+                    self._nonces.pop(key, None)
+                raise
 
     async def _raise_floor(self, floor_ms: int) -> None:
         async with self._floor_lock:

@@ -440,3 +440,19 @@ async def test_streamed_demand_errors_carry_the_same_status_codes(
     assert sum(len(c.hops) for c in chunks) == 4
     code = await _rejected(origin, lambda: stream(demand.to_bytes()))
     assert code is grpc.StatusCode.ALREADY_EXISTS
+
+
+async def test_concurrent_copies_of_one_demand_are_answered_once(
+    origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    import asyncio
+
+    fold = await _fold(channel)
+    now_ms = int(clock.now * 1000)
+    demand = build_demand(Identity.generate(), _obligation(fold, now_ms), now=now_ms)
+    call = _demand_call(channel, [demand.to_bytes()])
+    results = await asyncio.gather(*(call() for _ in range(8)), return_exceptions=True)
+    answered = [r for r in results if not isinstance(r, BaseException)]
+    codes = [r.code() for r in results if isinstance(r, grpc.aio.AioRpcError)]
+    assert len(answered) == 1
+    assert codes == [grpc.StatusCode.ALREADY_EXISTS] * 7
