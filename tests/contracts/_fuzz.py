@@ -24,16 +24,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts import (
+    Axis,
     ContractError,
     Envelope,
     Evidence,
     Identity,
     TrustPolicy,
+    apply_attestations,
     build_demand,
     canonical_bytes,
     judge_answer,
     open_any,
     pae,
+    sha256_hex,
+    verify_attestation,
     verify_evidence,
     verify_served,
 )
@@ -232,6 +236,21 @@ def _target_policy(data: bytes) -> object:
     return TrustPolicy.from_bytes(data).to_bytes()
 
 
+def _target_attestation(data: bytes) -> object:
+    attester = fixed_identity("attester").node_id
+    policy = TrustPolicy(
+        grants={attester: {Axis.RECONSTRUCTION: 1.0, Axis.VERIFICATION: 0.9}},
+        revocations={fixed_identity("stranger").node_id: NOW},
+    )
+    value = sha256_hex(b"provnet golden value")
+    outcome = apply_attestations(
+        {a: 0.5 for a in Axis}, [data], value_digest=value, policy=policy, now=NOW + 4_000
+    )
+    if outcome.applied and outcome.applied[0].statement.axis is Axis.RECONSTRUCTION:
+        raise AssertionError("reconstruction raised without a rehydration proof")
+    return verify_attestation(data, value_digest=value, policy=policy, now=NOW + 4_000)
+
+
 class _ServedTarget:
     """A mutated receipt judged against the real demand, obligation and commitment."""
 
@@ -276,6 +295,8 @@ def _one(
         target = _target_policy
     elif name in ("keys.json", "hops.json", "attestation-hop.json"):
         return _mutate_bytes(rng, data), _target_envelope
+    elif name == "attestation.json" and rng.random() < 0.5:
+        target = _target_attestation
     elif name in ("receipt-served.json", "receipt-partial.json") and rng.random() < 0.5:
         target = _SERVED[name == "receipt-partial.json"]
     else:
