@@ -230,6 +230,7 @@ class NodeCore:
         self._restart_floor_ms = _read_floor(self._floor_path)
         self._floor_ms = self._restart_floor_ms
         self._floor_lock = asyncio.Lock()
+        self._commit_lock = asyncio.Lock()
         self.floor_writes = 0
 
     @classmethod
@@ -375,6 +376,18 @@ class NodeCore:
                     f"commit {value_ref}: hop seq {seq} of epoch {epoch} is not in the log"
                 )
             inputs.append(st.HopInput(seq=int(seq), hop_bytes=data))
+        async with self._commit_lock:  # fold_seq is next-free per value ref
+            return await self._commit(epoch, value_ref, inputs, serve_for_ms, deadline_ms, value)
+
+    async def _commit(
+        self,
+        epoch: str,
+        value_ref: str,
+        inputs: list[st.HopInput],
+        serve_for_ms: int,
+        deadline_ms: int,
+        value: bytes,
+    ) -> CommittedFold:
         fold_seq = await self._next_fold_seq(epoch, value_ref)
         serve_for = serve_for_ms or self.config.serve_for_ms
         deadline = deadline_ms or self.config.deadline_ms

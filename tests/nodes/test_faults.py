@@ -179,3 +179,19 @@ async def test_no_correct_origin_accused_in_this_module_so_far() -> None:
     await asyncio.sleep(0)
     assert AUDIT.correct_accused == []
     assert AUDIT.accusations >= 1  # the fault tests did accuse the faulty origins
+
+
+async def test_concurrent_commits_of_one_value_get_consecutive_fold_seqs(
+    cluster: MemCluster,
+) -> None:
+    from contracts.signed import open_statement
+    from contracts.statements import Commitment
+    from tests.nodes.rpc_support import hop_json
+
+    origin = await cluster.add("origin")
+    _, seqs = await origin.append([hop_json(i) for i in range(1, 9)])
+    folds = await asyncio.gather(
+        *(origin.commit_fold("v", seqs[i : i + 2]) for i in range(0, 8, 2))
+    )
+    fold_seqs = sorted(open_statement(f.commitment, Commitment).statement.fold_seq for f in folds)
+    assert fold_seqs == [0, 1, 2, 3]
