@@ -1,0 +1,211 @@
+"""Benchmark: the experiment in-process next to across the boundary, one slice, one run.
+
+For the default slice (C = 25, profile med, 2 seeds, 500 steps) it times:
+
+1. the in-process replay alone (:func:`harness.replay.replay`, the engine of
+   ``provnet experiment run``);
+2. the boundary runner over the in-memory transport (real nodes, SQLite hop
+   logs, Ed25519 signatures, no sockets);
+3. the boundary runner over real grpc.aio servers on loopback.
+
+It checks that all three decide identically (same overall decision-log
+fingerprint) and prints, side by side: wall time, RPCs and bytes on the wire
+per decision (delivery and rehydration separately), rehydrating-decision
+latency p50/p99, hops fetched, signature/hash operations and their CPU time,
+and the delivery bytes compaction saves (ground_truth's full lineage vs the
+compacted structural value, with and without its signed statements).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_boundary.py [--seeds 2] [--steps 500] [--cadence 25]
+                                                  [--transports memory,grpc]
+
+Exit status 1 if a boundary run decides differently from in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from harness._boundary_nodes import TransportKind
+from harness._boundary_report import percentile
+from harness.boundary import BoundaryOutcome, BoundarySettings, run_boundary
+from harness.config import ExperimentConfig
+from harness.fingerprint import combine
+from harness.replay import ReplayParams, replay
+from harness.trajectory import generate
+from nodes.config import LogFormat
+from nodes.logging import configure_logging
+
+STRUCTURAL = ("structural_min", "structural_perhop")
+
+
+def _in_process(cfg: ExperimentConfig, s: BoundarySettings) -> tuple[float, str, float, float]:
+    """(seconds, overall fingerprint, lookups and bytes read per rehydrate-mode decision)."""
+    start = time.perf_counter()
+    entries = []
+    lookups = nbytes = decisions = 0
+    for cadence in s.cadences:
+        for profile in s.profiles:
+            for seed in s.seeds:
+                events = generate(
+                    seed, s.steps, cfg.decision_every, cfg.degradation_profiles[profile]
+                )
+                params = ReplayParams(cadence=cadence, prose_seed=seed, record_curve=False)
+                result = replay(events, params)
+                entries.append((f"boundary/C={cadence}/{profile}/seed={seed}", result.fingerprint))
+                decisions += result.n_decisions
+                for row in result.gate_rows:
+                    if row[0] in STRUCTURAL and row[4] == "rehydrate":
+                        lookups += int(str(row[11]))
+                        nbytes += int(str(row[12]))
+    wall = time.perf_counter() - start
+    per = 2 * decisions
+    return wall, combine(entries), lookups / per, nbytes / per
+
+
+def _summary(o: BoundaryOutcome) -> dict[str, float]:
+    decisions = sum(c.decisions for c in o.arm_costs.values())
+    deliveries = sum(o.wire[(a, "delivery")]["rpcs"] for a, _ in o.wire if _ == "delivery")
+    delivery_bytes = sum(
+        v["request_bytes"] + v["response_bytes"] for (a, k), v in o.wire.items() if k == "delivery"
+    )
+    rehydrate = [v for (a, k), v in o.wire.items() if k == "rehydrate"]
+    rehydrations = sum(o.arm_costs[a].rehydrations for a in STRUCTURAL)
+    latencies = [x for a in STRUCTURAL for x in o.arm_costs[a].rehydration_latencies]
+    crypto = [v for (a, k), v in o.wire.items() if a != "calls"]
+    gt = o.arm_costs["ground_truth"]
+    smin = o.arm_costs["structural_min"]
+    return {
+        "wall_s": o.wall_seconds,
+        "decisions": decisions / 4,
+        "rpcs_per_decision": (deliveries + sum(v["rpcs"] for v in rehydrate)) / (decisions / 4),
+        "delivery_bytes_per_arm_decision": delivery_bytes / decisions,
+        "rehydrations": rehydrations,
+        "rehydrate_bytes_per_rehydration": sum(
+            v["request_bytes"] + v["response_bytes"] for v in rehydrate
+        )
+        / max(1, rehydrations),
+        "hops_fetched_per_rehydration": sum(o.arm_costs[a].hops_fetched for a in STRUCTURAL)
+        / max(1, rehydrations),
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
+        "sign_ops": sum(v["sign_ops"] for v in crypto),
+        "verify_ops": sum(v["verify_ops"] for v in crypto),
+        "hash_leaves": sum(v["hash_leaves"] for v in crypto),
+        "crypto_ms": sum(v["sig_ms"] + v["hash_ms"] for v in crypto),
+        "gt_value_b": gt.value_bytes / max(1, gt.decisions),
+        "smin_value_b": smin.value_bytes / max(1, smin.decisions),
+        "smin_all_b": (smin.value_bytes + smin.statement_bytes) / max(1, smin.decisions),
+        "inproc_p50_ms": percentile(
+            [x for a in STRUCTURAL for x in o.arm_costs[a].inproc_latencies], 50
+        )
+        * 1000,
+        "inproc_p99_ms": percentile(
+            [x for a in STRUCTURAL for x in o.arm_costs[a].inproc_latencies], 99
+        )
+        * 1000,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--cadence", type=int, default=25)
+    ap.add_argument("--transports", default="memory,grpc")
+    args = ap.parse_args(argv)
+    configure_logging(LogFormat.JSON, "warning")
+    cfg = ExperimentConfig()
+    base = BoundarySettings(
+        cadences=(args.cadence,), seeds=tuple(range(args.seeds)), steps=args.steps
+    )
+    wall_in, fp_in, lookups, read = _in_process(cfg, base)
+    print(
+        f"slice: C={args.cadence}, med, {args.seeds} seeds, {args.steps} steps"
+        f" (structural arms: lookups {lookups:.2f} and {read:,.0f} B read"
+        " per rehydrate-mode decision in-process)"
+    )
+    results: dict[str, dict[str, float]] = {}
+    ok = True
+    for name in args.transports.split(","):
+        settings = BoundarySettings(
+            cadences=base.cadences,
+            seeds=base.seeds,
+            steps=base.steps,
+            transport=TransportKind(name),
+        )
+        outcome = run_boundary(cfg, settings, progress=False)
+        fp = combine((r.label, r.boundary_fingerprint) for r in outcome.runs)
+        same = fp == fp_in
+        ok = ok and same
+        results[name] = _summary(outcome)
+        print(f"{name}: fingerprint {'equal to' if same else 'DIFFERENT from'} in-process")
+    rows = [
+        ("wall time (s)", "wall_s", "{:.3f}"),
+        ("RPCs per decision point (4 arms)", "rpcs_per_decision", "{:.2f}"),
+        ("delivery B per arm decision", "delivery_bytes_per_arm_decision", "{:,.0f}"),
+        ("rehydrating decisions (2 arms)", "rehydrations", "{:,.0f}"),
+        ("rehydration B per rehydration", "rehydrate_bytes_per_rehydration", "{:,.0f}"),
+        ("hops fetched per rehydration", "hops_fetched_per_rehydration", "{:.1f}"),
+        ("rehydrating decision p50 (ms)", "p50_ms", "{:.3f}"),
+        ("rehydrating decision p99 (ms)", "p99_ms", "{:.3f}"),
+        ("signatures made", "sign_ops", "{:,.0f}"),
+        ("signatures verified", "verify_ops", "{:,.0f}"),
+        ("leaves hashed", "hash_leaves", "{:,.0f}"),
+        ("signature + hash CPU (ms)", "crypto_ms", "{:.1f}"),
+        ("ground_truth value B / decision", "gt_value_b", "{:,.0f}"),
+        ("structural_min value B / decision", "smin_value_b", "{:,.0f}"),
+        ("  … with commitments+obligations", "smin_all_b", "{:,.0f}"),
+    ]
+    names = list(results)
+    header = f"{'':38}{'in-process':>14}" + "".join(f"{n:>14}" for n in names)
+    print(header)
+    first = results[names[0]] if names else {}
+    inproc = {
+        "wall_s": wall_in,
+        "rpcs_per_decision": 0.0,
+        "delivery_bytes_per_arm_decision": 0.0,
+        "rehydrations": first.get("rehydrations", 0.0),
+        "rehydrate_bytes_per_rehydration": 0.0,
+        "hops_fetched_per_rehydration": float("nan"),
+        "p50_ms": first.get("inproc_p50_ms", 0.0),
+        "p99_ms": first.get("inproc_p99_ms", 0.0),
+        "sign_ops": 0.0,
+        "verify_ops": 0.0,
+        "hash_leaves": 0.0,
+        "crypto_ms": 0.0,
+        "gt_value_b": float("nan"),
+        "smin_value_b": float("nan"),
+        "smin_all_b": float("nan"),
+    }
+    for label, key, fmt in rows:
+        cells = [inproc[key], *(results[n][key] for n in names)]
+        print(
+            f"{label:38}"
+            + "".join(
+                f"{'–':>14}" if c != c else f"{fmt.format(c):>14}"  # NaN: not applicable
+                for c in cells
+            )
+        )
+    for n in names:
+        r = results[n]
+        print(
+            f"ratio {n}/in-process: wall {r['wall_s'] / wall_in:,.0f}x,"
+            f" rehydrating decision p50 {r['p50_ms'] / max(1e-9, inproc['p50_ms']):,.0f}x"
+        )
+    if names:
+        r = results[names[0]]
+        print(
+            f"compaction saves {100 * (1 - r['smin_value_b'] / r['gt_value_b']):.1f}% of delivered"
+            f" value bytes; with its signed statements the compacted value costs"
+            f" {100 * (r['smin_all_b'] / r['gt_value_b'] - 1):+.1f}% vs shipping everything"
+        )
+    print("PASS: every transport decides as in-process" if ok else "FAIL: decisions differ")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
