@@ -276,6 +276,12 @@ def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
             raise top.fail("seeds", "a seed count ≥ 1 or a non-empty list of seeds", raw)
 
     death: DeathSpiralConfig | None = DeathSpiralConfig()
+    if "death_spiral_run" not in data and death.profile not in profiles:
+        raise ConfigError(
+            f"{source}: key 'death_spiral_run.profile' defaults to '{death.profile}', which is"
+            f" not among the profiles {sorted(profiles)}: set death_spiral_run.profile"
+            " or death_spiral_run: null"
+        )
     if "death_spiral_run" in data:
         ds_reader = top.mapping("death_spiral_run")
         if ds_reader is None:

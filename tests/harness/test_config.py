@@ -121,3 +121,13 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_default_death_spiral_profile_must_exist(tmp_path: Path) -> None:
+    msg = _bad(
+        tmp_path,
+        "degradation_profiles:\n  calm: {p_unverified: 0.1, p_fallback: 0.1, "
+        "p_flaky: 0.1, p_stale: 0.1}\n",
+    )
+    assert "'death_spiral_run.profile'" in msg
+    assert "calm" in msg
