@@ -275,10 +275,12 @@ def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
         else:
             raise top.fail("seeds", "a seed count ≥ 1 or a non-empty list of seeds", raw)
 
-    death: DeathSpiralConfig | None = DeathSpiralConfig()
-    if "death_spiral_run" not in data and death.profile not in profiles:
+    default_death = DeathSpiralConfig()
+    death: DeathSpiralConfig | None = default_death
+    if "death_spiral_run" not in data and default_death.profile not in profiles:
         raise ConfigError(
-            f"{source}: key 'death_spiral_run.profile' defaults to '{death.profile}', which is"
+            f"{source}: key 'death_spiral_run.profile' defaults to"
+            f" '{default_death.profile}', which is"
             f" not among the profiles {sorted(profiles)}: set death_spiral_run.profile"
             " or death_spiral_run: null"
         )
