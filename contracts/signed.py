@@ -136,7 +136,7 @@ def open_statement(
     # (3) the statement's signer is the expected one, if the caller has one
     if signer is not None and statement.signer != signer:
         raise BindingMismatch(
-            f"{cls.KIND.value} {envelope.digest[:12]}… is signed by {statement.signer[:16]}…,"
+            f"{cls.KIND.value} {envelope.digest[:12]}… names signer {statement.signer[:16]}…,"
             f" expected {signer[:16]}…"
         )
     # (4) an Ed25519 signature by that signer over PAE(payload as received)

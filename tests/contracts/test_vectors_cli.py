@@ -117,7 +117,7 @@ def test_cli_evidence_verify_exits_1_with_the_reason_for_invalid_evidence(tmp_pa
     code, out, _ = run_cli("evidence", "verify", str(path))
     assert code == 1
     assert out.startswith("INVALID refused against ")
-    assert "signed by" in out
+    assert "names signer" in out
 
 
 def test_cli_evidence_verify_exits_2_for_unreadable_input(tmp_path: Path) -> None:
