@@ -420,14 +420,20 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
         gt_v = gt.value_bytes / gt.decisions
         sm_v = smin.value_bytes / smin.decisions
         sm_all = (smin.value_bytes + smin.statement_bytes) / smin.decisions
+        change = sm_all / gt_v - 1.0
+        verdict = (
+            f"{100 * change:.1f}% more than shipping everything: the signed statements cost"
+            " more than folding saved"
+            if change > 0
+            else f"{-100 * change:.1f}% less than shipping everything"
+        )
         lines += [
             f"- ground_truth ships its full lineage: {gt_v:,.0f} B of value per decision",
             f"- structural_min ships the compacted value: {sm_v:,.0f} B"
             f" ({100 * (1 - sm_v / gt_v):.1f}% less), plus"
             f" {smin.statement_bytes / smin.decisions:,.0f} B of commitments and obligations"
             f" ({smin.commitments_delivered / smin.decisions:.1f} per decision):"
-            f" {sm_all:,.0f} B in all ({100 * (1 - sm_all / gt_v):+.1f}% vs ground_truth;"
-            " negative means the signed statements cost more than folding saved)",
+            f" {sm_all:,.0f} B in all, {verdict}",
         ]
     lines += ["", "## Evidence", ""]
     kinds = outcome.evidence_by_kind
