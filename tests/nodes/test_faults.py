@@ -175,10 +175,15 @@ async def test_two_commitments_for_one_fold_delivered_to_a_holder_are_equivocati
     assert (await holder.stats())["evidence_equivocation"] == 1
 
 
-async def test_no_correct_origin_accused_in_this_module_so_far() -> None:
-    await asyncio.sleep(0)
+async def test_audit_counts_faulty_accusations_and_no_correct_ones(cluster: MemCluster) -> None:
+    before = AUDIT.accusations
+    await cluster.add("good")
+    await cluster.add("bad", FaultMode.REFUSE)
+    await cluster.add("holder")
+    folds = [await cluster.fold("good", "v", 2), await cluster.fold("bad", "v", 2)]
+    await cluster.rehydrate("holder", "v", folds)
+    assert AUDIT.accusations == before + 1
     assert AUDIT.correct_accused == []
-    assert AUDIT.accusations >= 1  # the fault tests did accuse the faulty origins
 
 
 async def test_concurrent_commits_of_one_value_get_consecutive_fold_seqs(
