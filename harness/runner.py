@@ -3,7 +3,7 @@
 Each run is an independent task (generate → replay → rows). Tasks go to a
 fork-based process pool through an *ordered* ``imap``, so rows reach the
 CSV files in the canonical task order whatever the number of workers; the
-death-spiral run — ten times longer than any other, the critical path — is
+death-spiral run — ten times the steps of any other, the critical path — is
 submitted first on its own and written last. Rows are streamed to disk as
 runs complete: memory does not grow with the number of runs.
 
@@ -42,10 +42,12 @@ from harness.trajectory import generate
 __all__ = [
     "MainOutcome",
     "RunTask",
+    "death_spiral_task",
     "execute",
     "main_tasks",
     "run_main",
     "run_task",
+    "trace_tasks",
     "versions",
 ]
 
