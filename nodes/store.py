@@ -62,6 +62,7 @@ from typing import Any, Final
 
 import aiosqlite
 
+from contracts.canonical import sha256_hex
 from nodes._store_schema import DDL, SCHEMA_VERSION
 
 __all__ = [
@@ -320,10 +321,6 @@ class ReapReport:
 
 
 # --------------------------------------------------------------------------- store
-
-
-def _sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 async def _begin(db: aiosqlite.Connection, statement: str) -> None:
@@ -686,7 +683,7 @@ class HopStore:
         check_only: bool = False,
     ) -> None:
         for hop in hops:
-            digest = _sha256_hex(hop.hop_bytes)
+            digest = sha256_hex(hop.hop_bytes)
             rows = list(
                 await db.execute_fetchall(
                     "SELECT digest FROM hops WHERE origin = ? AND epoch = ? AND seq = ?",
