@@ -943,6 +943,14 @@ class HopStore:
                 return Resolution(
                     ResolveStatus.UNKNOWN, commitment_digest, "no such commitment here"
                 )
+            if not fold.local:
+                # A peer's commitment we hold as a holder: its origin serves it.
+                return Resolution(
+                    ResolveStatus.UNKNOWN,
+                    commitment_digest,
+                    f"commitment of origin {fold.origin[:16]}…; this node does not serve it",
+                    fold,
+                )
             obligations = await self._obligations(db, commitment_digest)
             rows = list(
                 await db.execute_fetchall(

@@ -871,3 +871,23 @@ async def test_own_obligation_received_again_after_eviction_is_a_no_op(store: Ho
         local=True,
         now_ms=NOW + 2,
     )
+
+
+async def test_peer_commitment_is_not_served_here_and_not_counted_unresolvable(
+    store: HopStore,
+) -> None:
+    await store.put_commitment(
+        digest="12" * 32,
+        origin="ee" * 32,
+        epoch="1-peer",
+        value_ref="v",
+        fold_seq=1,
+        leaf_count=3,
+        root="34" * 32,
+        envelope=b"env",
+        now_ms=NOW,
+    )
+    res = await store.resolve("12" * 32, now_ms=NOW)
+    assert res.status is ResolveStatus.UNKNOWN
+    assert "does not serve it" in res.reason
+    assert (await store.counters())[CounterName.UNRESOLVABLE] == 0
