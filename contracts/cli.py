@@ -53,6 +53,7 @@ def _keys_show(args: argparse.Namespace) -> int:
 
 
 def _evidence_verify(args: argparse.Namespace) -> int:
+    from contracts.canonical import MAX_DOCUMENT_BYTES
     from contracts.errors import ContractError, EncodingError
     from contracts.evidence import Evidence, verify_evidence
 
@@ -60,9 +61,13 @@ def _evidence_verify(args: argparse.Namespace) -> int:
     if args.min_witnesses < 1:
         return _error(f"--min-witnesses must be at least 1, got {args.min_witnesses}")
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:
+            # Bounded read: never pull an arbitrarily large file into memory.
+            data = fh.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
         return _error(f"{path}: cannot read ({exc.strerror})")
+    if len(data) > MAX_DOCUMENT_BYTES:
+        return _error(f"{path}: larger than {MAX_DOCUMENT_BYTES} bytes; not an evidence file")
     try:
         evidence = Evidence.from_bytes(data)
     except EncodingError as exc:

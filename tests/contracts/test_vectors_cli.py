@@ -145,3 +145,14 @@ def test_cli_keys_new_and_show_round_trip_and_refuse_open_permissions(tmp_path: 
     code, _, err = run_cli("keys", "show", str(path))
     assert code == 2
     assert "mode 0644" in err
+
+
+def test_cli_evidence_verify_refuses_an_oversized_file_without_reading_it_all(
+    tmp_path: Path,
+) -> None:
+    big = tmp_path / "big.json"
+    with big.open("wb") as fh:
+        fh.truncate(64 * 1024 * 1024)  # sparse: 64 MiB of zeros, no disk used
+    code, _, err = run_cli("evidence", "verify", str(big))
+    assert code == 2
+    assert "larger than 8388608 bytes" in err
