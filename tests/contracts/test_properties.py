@@ -224,3 +224,62 @@ def test_property_canonical_envelope_fast_path_agrees_with_the_general_parser(
         assert fast == general
     else:
         assert isinstance(fast, ContractError)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n_witnesses=st.integers(0, 4),
+    silent=st.lists(st.booleans(), min_size=4, max_size=4),
+    answered_by=st.none() | st.integers(0, 4),
+    min_witnesses=st.integers(1, 4),
+    re_asks=st.integers(0, 10),
+)
+def test_property_unanswered_is_never_proof_and_any_answer_clears_it(
+    n_witnesses: int,
+    silent: list[bool],
+    answered_by: int | None,
+    min_witnesses: int,
+    re_asks: int,
+) -> None:
+    from contracts import (
+        EvidenceLevel,
+        EvidenceStatus,
+        build_witness_report,
+        unanswered_evidence,
+    )
+
+    c, o, hops = _world(4, DAY)
+    d = build_demand(HOLDER, o, now=NOW, nonce="0a" * 16)
+    witnesses = [fixed_identity(f"w{i}") for i in range(n_witnesses)]
+    w_demands = [
+        build_demand(w, o, now=NOW + 10, nonce=f"{i:032x}") for i, w in enumerate(witnesses)
+    ]
+    reports = [
+        build_witness_report(w, wd, at=NOW + 5_000)
+        for w, wd, quiet in zip(witnesses, w_demands, silent, strict=False)
+        if quiet
+    ]
+    ev = unanswered_evidence(
+        d,
+        obligation=o,
+        commitment=c,
+        re_asks=re_asks,
+        reported_at=NOW + 6_000,
+        witness_demands=w_demands,
+        witness_reports=reports,
+    )
+    demands = [d, *w_demands]
+    if answered_by is not None and answered_by < len(demands):
+        receipt = answer_demand(
+            ORIGIN, demands[answered_by], obligation=o, commitment=c, hops=hops, now=NOW + 9_000
+        )
+        ev = ev.with_answer(receipt)
+    verdict = verify_evidence(ev.to_bytes(), now=NOW + 10_000, min_witnesses=min_witnesses)
+    assert verdict.level is EvidenceLevel.SUSPICION
+    assert not verdict.is_proof
+    if answered_by is not None and answered_by < len(demands):
+        assert verdict.status is EvidenceStatus.CLEARED
+    elif len(reports) >= min_witnesses:
+        assert verdict.status is EvidenceStatus.WITNESS_CONFIRMED
+    else:
+        assert verdict.status is EvidenceStatus.SUSPECTED
