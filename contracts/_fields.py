@@ -57,9 +57,9 @@ def check_fields(obj: dict[str, Any], kind: str, allowed: frozenset[str]) -> Non
     got = obj.get("type")
     if got != kind:
         raise EncodingError(f"{kind}: field 'type' is {got!r:.60}, expected {kind!r}")
-    unknown = obj.keys() - allowed
-    if unknown:
-        raise EncodingError(f"{kind}: unknown fields {sorted(unknown)[:5]}")
+    if not obj.keys() <= allowed:
+        unknown = sorted(obj.keys() - allowed)
+        raise EncodingError(f"{kind}: unknown fields {unknown[:5]}")
 
 
 def _missing(kind: str, key: str) -> EncodingError:

@@ -31,6 +31,7 @@ import base64
 import binascii
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,9 @@ def _parse_canonical_single(data: bytes) -> Envelope | None:
     )
 
 
+_SSLIB_PAE: Callable[[Any], bytes] = _SslibEnvelope.pae
+
+
 def pae(payload_type: str, payload: bytes) -> bytes:
     """DSSE v1 pre-authentication encoding of ``payload`` (the signed bytes)."""
     return bytes(_SslibEnvelope(payload, payload_type, {}).pae())
@@ -130,7 +134,9 @@ class Envelope:
         return self._digest
 
     def pae(self) -> bytes:
-        return pae(self.payload_type, self.payload)
+        # securesystemslib's PAE reads only ``payload_type`` and ``payload``,
+        # which this class has under the same names.
+        return bytes(_SSLIB_PAE(self))
 
     def to_json(self) -> JsonObject:
         return {

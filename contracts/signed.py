@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from contracts.canonical import canonical_bytes, parse_json_object
+from contracts.canonical import canonical_bytes, parse_json
 from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, sign_envelope
 from contracts.errors import BindingMismatch, EncodingError
 from contracts.identity import Identity, PublicKey
@@ -96,6 +96,8 @@ def sign_statement(identity: Identity, statement: S) -> Signed[S]:
 
 
 def _as_envelope(data: bytes | Envelope | dict[str, Any], max_bytes: int) -> Envelope:
+    if type(data) is bytes:
+        return Envelope.from_bytes(data, max_bytes=max_bytes)
     if isinstance(data, Envelope):
         return data
     if isinstance(data, dict):
@@ -104,7 +106,9 @@ def _as_envelope(data: bytes | Envelope | dict[str, Any], max_bytes: int) -> Env
 
 
 def _parse(envelope: Envelope, cls: type[Any]) -> Any:
-    payload = parse_json_object(envelope.payload, what=_PAYLOAD_WHAT[cls.KIND])
+    payload = parse_json(envelope.payload, what=_PAYLOAD_WHAT[cls.KIND])
+    if type(payload) is not dict:
+        raise EncodingError(f"{_PAYLOAD_WHAT[cls.KIND]}: expected a JSON object")
     try:
         return cls.from_json(payload)
     except (ValueError, TypeError) as exc:

@@ -514,7 +514,8 @@ class Receipt:
         # verifying a served fold. Same rules as the generic field readers.
         k = "receipt"
         get = obj.get
-        check_fields(obj, k, cls._FIELDS)
+        if get("type") != k or not obj.keys() <= cls._FIELDS:
+            check_fields(obj, k, cls._FIELDS)  # raises with the precise reason
         values: dict[str, Any] = {}
         for name in ("origin", "obligation", "commitment", "demand"):
             v = get(name)
