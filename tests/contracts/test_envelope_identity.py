@@ -36,9 +36,9 @@ from tests.contracts._support import fixed_identity, make_world
 
 def test_pae_matches_the_dsse_specification_example() -> None:
     # DSSE v1 protocol.md: PAE("http://example.com/HelloWorld", "hello world")
-    assert pae("http://example.com/HelloWorld", b"hello world") == (
-        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
-    )
+    expected = b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    assert pae("http://example.com/HelloWorld", b"hello world") == expected
+    assert Envelope(b"hello world", "http://example.com/HelloWorld", ()).pae() == expected
 
 
 def _sslib_key(identity: Identity) -> SSlibKey:
