@@ -93,6 +93,7 @@ from harness.trajectory import generate
 from nodes.client import Holder, RehydrationReport
 from nodes.faults import FaultMode
 from nodes.services import HeldValue
+from nodes.transport import CallFailed
 
 __all__ = [
     "BOUNDARY_FAULTS",
@@ -575,7 +576,7 @@ class _RunPlayer:
                 raise BoundaryError(f"run {self.label}: decision on value {vid} that is not live")
             origin_view = _view(state, fidelity)
             folds = self.tracks[ai][vid].folds if ai >= 0 else ()
-            held = await self._deliver(name, vid, origin_view, state.blob, folds)
+            held = await self._deliver(name, step, vid, origin_view, state.blob, folds)
             decoded = decode_value(held.delivery.value)
             if decoded.arm != name.value or decoded.value_id != vid:
                 raise BoundaryError(
@@ -596,6 +597,7 @@ class _RunPlayer:
     async def _deliver(
         self,
         arm: ArmName,
+        step: int,
         vid: int,
         view: GateView,
         blob: str | None,
@@ -607,7 +609,9 @@ class _RunPlayer:
         topo = self.runner.topo
         owner = self.owner(vid)
         path = [owner, *topo.relays, topo.holder]
-        value_ref = f"{self.label}/{arm.value}/v{vid}"
+        # One ref per (arm, value) across runs: the holder keeps the latest delivery
+        # of each, so what it holds stays bounded by one run's values.
+        value_ref = f"{arm.value}/v{vid}"
         delivery = Delivery(
             value_ref,
             encode_value(arm.value, vid, view, blob),
@@ -618,19 +622,24 @@ class _RunPlayer:
         costs = self.runner.costs(arm)
         with topo.meter.tagged((arm.value, "delivery")):
             start = time.perf_counter()
-            data = await owner.core.transport.deliver(
-                path[1].address, delivery, _DELIVERY_TIMEOUT_S
-            )
+            try:
+                data = await owner.core.transport.deliver(
+                    path[1].address, delivery, _DELIVERY_TIMEOUT_S
+                )
+                for relay, nxt in itertools.pairwise(path[1:]):
+                    await relay.core.forward(
+                        value_ref, nxt.address, deadline=time.monotonic() + _DELIVERY_TIMEOUT_S
+                    )
+            except CallFailed as exc:
+                raise BoundaryError(
+                    f"run {self.label}: delivering {value_ref} at step {step} failed: {exc}"
+                ) from exc
             try:
                 receipt = open_statement(data, DeliveryReceipt, signer=path[1].node_id)
             except ContractError as exc:
                 raise BoundaryError(f"delivery of {value_ref} to {path[1].name}: {exc}") from exc
             if receipt.statement.value_digest != hashlib.sha256(delivery.value).hexdigest():
                 raise BoundaryError(f"{path[1].name} acknowledged another value than {value_ref}")
-            for relay, nxt in itertools.pairwise(path[1:]):
-                await relay.core.forward(
-                    value_ref, nxt.address, deadline=time.monotonic() + _DELIVERY_TIMEOUT_S
-                )
             costs.delivery_latencies.append(time.perf_counter() - start)
         costs.decisions += 1
         costs.value_bytes += len(delivery.value)
