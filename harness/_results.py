@@ -36,7 +36,43 @@ def read_csv(path: Path, columns: list[str]) -> Any:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise AnalysisError(f"{path}: missing columns {missing}")
+    for column in columns:
+        if column in _NUMERIC and not df.empty:
+            if not pd.api.types.is_numeric_dtype(df[column]):
+                raise AnalysisError(f"{path}: column '{column}' must be numeric")
+        elif column in _BOOLEAN and not df.empty and not pd.api.types.is_bool_dtype(df[column]):
+            raise AnalysisError(f"{path}: column '{column}' must be True/False")
     return df
+
+
+_NUMERIC = frozenset(
+    {
+        "cadence",
+        "seed",
+        "n",
+        "n_agree",
+        "n_false_proceed",
+        "n_false_stop",
+        "n_proceed",
+        "n_oracle_proceed",
+        "lookups",
+        "bytes_read",
+        "penalty",
+        "sum_abs_err",
+        "mae",
+        "step",
+        "cycle",
+        "n_compactions",
+        "store_reconstruction",
+        "reconstruction",
+        "extractions",
+        "parse_failures",
+        "true_taints",
+        "kept",
+        "fabricated",
+    }
+)
+_BOOLEAN = frozenset({"irreversible", "proceed", "oracle_proceed"})
 
 
 def pct(num: float, den: float) -> float:

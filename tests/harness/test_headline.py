@@ -177,3 +177,20 @@ def test_seed_0_c25_med_irreversible_counts() -> None:
     assert rows[("structural_min", wire, "rehydrate")] == (100, 100, 0, 0, 76, 76, 232, 28028)
     assert rows[("prose", pay, "blind")] == (100, 84, 16, 0, 75, 59, 0, 0)
     assert rows[("prose", wire, "blind")] == (100, 76, 0, 24, 52, 76, 0, 0)
+
+
+def test_analysis_names_the_file_and_column_of_a_corrupt_count(tmp_path: Path) -> None:
+    from harness.analysis import AnalysisError
+
+    run_main(ExperimentConfig(seeds=(0,), death_spiral_run=None), tmp_path, workers=1)
+    path = tmp_path / "gate_metrics.csv"
+    lines = path.read_text().splitlines()
+    cells = lines[1].split(",")
+    cells[9] = "many"  # the n column
+    lines[1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(AnalysisError, match="gate_metrics.csv: column 'n' must be numeric"):
+        analyze(tmp_path)
+    (tmp_path / "drift.csv").unlink()
+    with pytest.raises(AnalysisError, match="drift.csv: missing"):
+        analyze(tmp_path)
