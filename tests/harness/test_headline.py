@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -184,13 +185,16 @@ def test_analysis_names_the_file_and_column_of_a_corrupt_count(tmp_path: Path) -
 
     run_main(ExperimentConfig(seeds=(0,), death_spiral_run=None), tmp_path, workers=1)
     path = tmp_path / "gate_metrics.csv"
-    lines = path.read_text().splitlines()
+    original = path.read_text()
+    lines = original.splitlines()
     cells = lines[1].split(",")
     cells[9] = "many"  # the n column
     lines[1] = ",".join(cells)
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(AnalysisError, match="gate_metrics.csv: column 'n' must be numeric"):
+    expected = re.escape("gate_metrics.csv: column 'n' must be numeric")
+    with pytest.raises(AnalysisError, match=expected):
         analyze(tmp_path)
+    path.write_text(original)
     (tmp_path / "drift.csv").unlink()
-    with pytest.raises(AnalysisError, match="drift.csv: missing"):
+    with pytest.raises(AnalysisError, match=re.escape("drift.csv: missing")):
         analyze(tmp_path)
