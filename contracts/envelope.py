@@ -58,25 +58,49 @@ _ENVELOPE_KEYS = frozenset({"payload", "payloadType", "signatures"})
 _SIGNATURE_KEYS = frozenset({"keyid", "sig"})
 
 
-# The exact shape ``Envelope.to_bytes`` produces for one signature: RFC 8785
-# key order, no whitespace, no escapes possible in these alphabets. Bytes of
-# this shape mean the same as the general parser would make of them (one
-# object, these three keys once each), so they may skip it; anything else
-# takes the general, bounded path.
-_CANONICAL_SINGLE = re.compile(
-    rb'\{"payload":"([A-Za-z0-9+/]*={0,2})","payloadType":"([A-Za-z0-9.+/_-]{1,200})",'
-    rb'"signatures":\[\{"keyid":"([0-9a-f]{0,256})","sig":"([A-Za-z0-9+/]*={0,2})"\}\]\}'
-)
+# The exact shape ``Envelope.to_bytes`` produces for one signature:
+#   {"payload":"<b64>","payloadType":"<type>","signatures":[{"keyid":"<hex>","sig":"<b64>"}]}
+# in RFC 8785 key order, without whitespace. The base64 and hex alphabets
+# contain no quote or backslash, so bytes of this shape mean exactly what the
+# general parser would make of them (one object, three keys once each); they
+# may skip it. Anything else takes the general, bounded path.
+_HEAD = b'{"payload":"'
+_MID_TYPE = b'","payloadType":"'
+_MID_KEYID = b'","signatures":[{"keyid":"'
+_MID_SIG = b'","sig":"'
+_TAIL = b'"}]}'
+_PAYLOAD_TYPE_CHARS = re.compile(rb"[A-Za-z0-9.+/_-]{1,200}")
+_HEX_BYTES = b"0123456789abcdef"
 
 
 def _parse_canonical_single(data: bytes) -> Envelope | None:
-    match = _CANONICAL_SINGLE.fullmatch(data)
-    if match is None:
+    if not (data.startswith(_HEAD) and data.endswith(_TAIL)):
         return None
-    b64_payload, payload_type, keyid, b64_sig = match.groups()
+    end_payload = data.find(b'"', len(_HEAD))
+    start_type = end_payload + len(_MID_TYPE)
+    if end_payload < 0 or data[end_payload:start_type] != _MID_TYPE:
+        return None
+    end_type = data.find(b'"', start_type)
+    start_keyid = end_type + len(_MID_KEYID)
+    if end_type < 0 or data[end_type:start_keyid] != _MID_KEYID:
+        return None
+    end_keyid = data.find(b'"', start_keyid)
+    start_sig = end_keyid + len(_MID_SIG)
+    if end_keyid < 0 or data[end_keyid:start_sig] != _MID_SIG:
+        return None
+    payload_type = data[start_type:end_type]
+    keyid = data[start_keyid:end_keyid]
+    if (
+        _PAYLOAD_TYPE_CHARS.fullmatch(payload_type) is None
+        or len(keyid) > _MAX_KEYID
+        or keyid.strip(_HEX_BYTES)
+    ):
+        return None
     try:
-        payload = binascii.a2b_base64(b64_payload, strict_mode=True)
-        sig = binascii.a2b_base64(b64_sig, strict_mode=True)
+        # strict_mode admits only the base64 alphabet with correct padding,
+        # so no quote, bracket or brace can hide in these two segments.
+        payload = binascii.a2b_base64(data[len(_HEAD) : end_payload], strict_mode=True)
+        sig = binascii.a2b_base64(data[start_sig : len(data) - len(_TAIL)], strict_mode=True)
     except (binascii.Error, ValueError):
         return None  # the general path reports the error precisely
     return Envelope(

@@ -283,3 +283,37 @@ def test_property_unanswered_is_never_proof_and_any_answer_clears_it(
         assert verdict.status is EvidenceStatus.WITNESS_CONFIRMED
     else:
         assert verdict.status is EvidenceStatus.SUSPECTED
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    payload=st.binary(max_size=60),
+    at=st.integers(0, 300),
+    insert=st.sampled_from([b'"', b"\\", b",", b"}", b"]", b" ", b'"x":1,', b'","sig":"', b"=="]),
+    cut=st.integers(0, 3),
+)
+def test_property_fast_path_never_accepts_what_the_general_parser_reads_otherwise(
+    payload: bytes, at: int, insert: bytes, cut: int
+) -> None:
+    from contracts.canonical import parse_json_object
+    from contracts.envelope import EnvelopeSignature
+
+    env = Envelope(
+        payload,
+        "application/vnd.provnet.receipt+json",
+        (EnvelopeSignature(ORIGIN.node_id, b"\x02" * 64),),
+    )
+    raw = env.to_bytes()
+    at %= len(raw) + 1
+    data = raw[:at] + insert + raw[at + cut :]
+    fast: Envelope | None
+    general: Envelope | None
+    try:
+        fast = Envelope.from_bytes(data)
+    except ContractError:
+        fast = None
+    try:
+        general = Envelope.from_json(parse_json_object(data, what="envelope"))
+    except ContractError:
+        general = None
+    assert fast == general
