@@ -89,7 +89,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="origins sharing the values (value v owned by origin v mod N); fault on the first",
     )
     parser.add_argument(
-        "--deadline-ms", type=_positive_int, default=200, help="answer time obligations promise"
+        "--deadline-ms",
+        type=_positive_int,
+        default=1000,
+        help="answer time obligations promise (lower it for drop/slow runs)",
     )
     parser.add_argument("--reasks", type=int, default=1, help="re-asks before 'unanswered'")
     parser.add_argument(

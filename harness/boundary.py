@@ -149,7 +149,7 @@ class BoundarySettings:
     fault_delay_ms: int = 0
     chain: tuple[str, ...] = ("origin", "holder")
     origins: int = 1
-    deadline_ms: int = 200
+    deadline_ms: int = 1000
     reasks: int = 1
     witness: bool = True
     holder_cache: bool = False
@@ -726,7 +726,8 @@ class _RunPlayer:
         costs.demand_rpcs += report.demand_rpcs
         costs.origins_asked += len(report.outcomes)
         for o in report.outcomes:
-            key = (topo.name_of(o.origin), o.outcome.value)
+            label = o.outcome.value + ("_cleared" if o.cleared else "")
+            key = (topo.name_of(o.origin), label)
             runner.outcomes[key] = runner.outcomes.get(key, 0) + 1
         costs.hops_fetched += len(report.hops)
         fetched = self._verified_log(report) if report.complete else None
