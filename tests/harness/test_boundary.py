@@ -188,6 +188,16 @@ def test_faulty_origin_falls_back_to_polarity_and_is_named(
     assert not run.fingerprints_equal
 
 
+def test_slow_origin_within_its_deadline_is_served_and_decides_as_in_process() -> None:
+    outcome = _play(steps=100, fault=FaultMode.SLOW, fault_delay_ms=5, deadline_ms=1000)
+    run = outcome.runs[0]
+    assert run.fingerprints_equal
+    assert outcome.evidence == []
+    assert set(outcome.outcomes) == {("origin", "served")}
+    # the delay is visible in the latency, not in the decisions
+    assert min(outcome.arm_costs["structural_min"].rehydration_latencies) >= 0.005
+
+
 def test_unanswered_origin_is_witness_confirmed_after_one_reask() -> None:
     outcome = _play(steps=60, fault=FaultMode.DROP, deadline_ms=40)
     calls = outcome.wire[("calls", "by_node")]
