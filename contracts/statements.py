@@ -41,7 +41,7 @@ import itertools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol
 
 from contracts._fields import (
     MAX_COUNT,
@@ -207,17 +207,6 @@ def _hash_list(value: object, kind: str, what: str, max_len: int = MAX_LIST) -> 
 def _validate_indices(indices: tuple[int, ...], kind: str, what: str) -> None:
     if any(b <= a for a, b in itertools.pairwise(indices)):
         raise EncodingError(f"{kind}: {what} must be strictly increasing")
-
-
-_T = TypeVar("_T")
-
-
-def _validated(cls: type[_T], **values: Any) -> _T:
-    """Build a frozen statement from fields a parser has already validated."""
-    obj = object.__new__(cls)
-    for name, value in values.items():
-        object.__setattr__(obj, name, value)
-    return obj
 
 
 def _check_node_id(value: str, what: str) -> None:
@@ -573,20 +562,24 @@ class Receipt:
             raise EncodingError(f"{k}: a {status.value} receipt carries no leaves")
         elif reason is None:
             raise EncodingError(f"{k}: a {status.value} receipt must give a reason")
-        # Every field was validated above, so __post_init__ is not run again.
-        return _validated(
-            cls,
-            **values,
-            nonce=nonce,
-            status=status,
-            issued_at=issued_at,
-            reason=reason,
-            tree_size=tree_size,
-            leaves=leaves,
-            served_root=served_root,
-            leaf_hashes=leaf_hashes,
-            proofs=proofs,
-        )
+        # Every field was validated above, so __post_init__ is not run again;
+        # the attributes are set one by one (cheaper than ** on this hot path).
+        receipt = object.__new__(cls)
+        put = object.__setattr__
+        put(receipt, "origin", values["origin"])
+        put(receipt, "obligation", values["obligation"])
+        put(receipt, "commitment", values["commitment"])
+        put(receipt, "demand", values["demand"])
+        put(receipt, "nonce", nonce)
+        put(receipt, "status", status)
+        put(receipt, "issued_at", issued_at)
+        put(receipt, "reason", reason)
+        put(receipt, "tree_size", tree_size)
+        put(receipt, "leaves", leaves)
+        put(receipt, "served_root", served_root)
+        put(receipt, "leaf_hashes", leaf_hashes)
+        put(receipt, "proofs", proofs)
+        return receipt
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from contracts import (
     Evidence,
     EvidenceKind,
     EvidenceStatus,
+    canonical_bytes,
     merkle_root,
     open_any,
     verify_evidence,
@@ -67,6 +68,8 @@ def test_every_statement_vector_verifies_with_its_fixed_key(name: str, signer: s
     signed = open_any(data)
     assert signed.signer == _keys()[signer]
     assert Envelope.from_bytes(data).to_bytes() == data
+    # Parsing loses nothing: the statement re-encodes to the payload signed.
+    assert canonical_bytes(signed.statement.to_json()) == signed.envelope.payload
 
 
 def test_hop_vector_root_is_the_committed_root() -> None:
