@@ -13,11 +13,12 @@ import asyncio
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from contracts.evidence import verify_evidence
-from harness._boundary_nodes import TransportKind
+from harness._boundary_nodes import Topology, TransportKind
 from harness._boundary_wire import CryptoMeter, WireMeter, decode_value, encode_value
 from harness.boundary import (
     BoundaryError,
@@ -139,6 +140,39 @@ def test_faithful_run_over_grpc_decides_as_in_process() -> None:
     calls = outcome.wire[("calls", "by_node")]
     assert calls["origin:Deliver"] == 4 * run.n_decisions
     assert calls["holder:Demand"] == _rehydrations(outcome)
+
+
+def test_grpc_node_servers_are_stopped_even_when_a_run_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    import harness.boundary as boundary
+
+    started: list[Topology] = []
+    real_start = boundary.start_topology  # type: ignore[attr-defined]
+
+    async def recording_start(*args: Any, **kwargs: Any) -> Topology:
+        topo = await real_start(*args, **kwargs)
+        started.append(topo)
+        return topo
+
+    async def failing_decide(self: object, step: int, vid: int) -> None:
+        raise RuntimeError(f"decision at step {step} failed on purpose")
+
+    monkeypatch.setattr(boundary, "start_topology", recording_start)
+    monkeypatch.setattr(boundary._RunPlayer, "_decide", failing_decide)
+    with pytest.raises(RuntimeError, match="on purpose"):
+        _play(steps=20, transport=TransportKind.GRPC)
+    (topo,) = started
+    assert len(topo.nodes) == 3
+    for node in topo.nodes:
+        host, port = node.address.rsplit(":", 1)
+        assert host == "127.0.0.1"
+        with socket.socket() as sock:
+            sock.settimeout(1.0)
+            with pytest.raises(ConnectionRefusedError):
+                sock.connect((host, int(port)))
 
 
 # --------------------------------------------------------------------------- faults
