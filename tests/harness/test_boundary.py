@@ -410,3 +410,18 @@ def test_cli_unknown_profile_is_a_usage_error(
     rc = main(["experiment", "boundary", "--profile", "nosuch", "--out", str(tmp_path / "x")])
     assert rc == 2
     assert "provnet: error: unknown profile" in capsys.readouterr().err
+
+
+def test_registering_the_boundary_subcommand_imports_neither_grpc_nor_aiosqlite() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, argparse, harness.cli_experiment as m\n"
+        "p = argparse.ArgumentParser(); m.register(p.add_subparsers())\n"
+        "print('grpc' in sys.modules, 'aiosqlite' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["False", "False"]
