@@ -147,6 +147,7 @@ def test_grpc_node_servers_are_stopped_even_when_a_run_fails(
 ) -> None:
     import socket
 
+    import harness._boundary_play as play
     import harness.boundary as boundary
 
     started: list[Topology] = []
@@ -161,7 +162,7 @@ def test_grpc_node_servers_are_stopped_even_when_a_run_fails(
         raise RuntimeError(f"decision at step {step} failed on purpose")
 
     monkeypatch.setattr(boundary, "start_topology", recording_start)
-    monkeypatch.setattr(boundary._RunPlayer, "_decide", failing_decide)
+    monkeypatch.setattr(play.RunPlayer, "_decide", failing_decide)
     with pytest.raises(RuntimeError, match="on purpose"):
         _play(steps=20, transport=TransportKind.GRPC)
     (topo,) = started

@@ -1,0 +1,571 @@
+"""One boundary run played out: origin commits, deliveries, the holder's gates.
+
+:class:`Runner` holds what lasts across runs (the topology, the holder's
+client, the cost accumulators, the evidence sink); :class:`RunPlayer` plays
+one run's events through the in-process :class:`harness.replay.Replayer`
+and adds the origin's commits, the deliveries and the holder's decisions
+(the steps are described in :mod:`harness.boundary`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import ContractError
+from contracts.evidence import verify_evidence
+from contracts.hops import parse_hop
+from contracts.signed import open_statement
+from contracts.statements import DeliveryReceipt
+from harness._boundary_nodes import NodeHandle, Topology
+from harness._boundary_records import (
+    ArmCosts,
+    BoundaryError,
+    BoundarySettings,
+    EvidenceRecord,
+    RunComparison,
+)
+from harness._boundary_wire import decode_value, encode_value, hop_fields, hop_from_served
+from harness.arms import Arm, ArmName, ValueState
+from harness.axes import RECON
+from harness.events import Decision, Event, Hop, Merge, NewValue, OpEvent, Retire
+from harness.fingerprint import DecisionLog
+from harness.gates import GATES, Gate, GateView, Mode, evaluate, gate_modes
+from harness.gates import Decision as GateDecision
+from harness.lineage import HopLog, merge_folded
+from harness.metrics import GateCounts, RunKey
+from harness.replay import Replayer, ReplayError, ReplayParams
+from nodes.client import Holder, RehydrationReport
+from nodes.services import HeldValue
+from nodes.transport import CallFailed
+
+__all__ = ["RunPlayer", "Runner"]
+
+_DELIVERY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Fold:
+    """A fold the origin committed: the exact envelope bytes it issued."""
+
+    origin: str
+    commitment: bytes
+    obligation: bytes
+    leaves: int
+
+
+@dataclass(slots=True)
+class _Track:
+    """The commitments a value carries and how much of its folded prefix they cover."""
+
+    folds: tuple[_Fold, ...] = ()
+    covered: int = 0
+
+
+# --------------------------------------------------------------------------- views, hop logs
+
+
+def _view(state: ValueState, fidelity: float | None) -> GateView:
+    scores: Sequence[float] = state.vec
+    if fidelity is not None:
+        eff = list(state.vec)
+        eff[RECON] = fidelity
+        scores = eff
+    return GateView(scores, state.taints, state.visible, state.folded, state.history_truncated)
+
+
+class _Probe(HopLog):
+    """Answers nothing; notes that a gate asked (so the holder knows it must demand)."""
+
+    __slots__ = ("asked",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = False
+
+    def fetch(self, hop_ids: Sequence[str]) -> tuple[list[Hop], int]:
+        self.asked = True
+        return [], 0
+
+
+class _ColdReads(HopLog):
+    """The in-process cold log, read without the replay's memo (a fair in-process cost)."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log: HopLog) -> None:
+        super().__init__()
+        self._log = log
+
+    def fetch(self, hop_ids: Sequence[str]) -> tuple[list[Hop], int]:
+        log = self._log
+        return [log.get(h) for h in hop_ids], sum(log.size_of(h) for h in hop_ids)
+
+
+def _needs_hops(gate: Gate, view: GateView, window: int) -> bool:
+    probe = _Probe()
+    evaluate(gate, view, Mode.REHYDRATE, probe, window)
+    return probe.asked
+
+
+# --------------------------------------------------------------------------- one run
+
+
+class RunPlayer:
+    """Plays one run: the origin's replay, commits, deliveries and the holder's gates."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        key: RunKey,
+        events: Sequence[Event],
+        params: ReplayParams,
+    ) -> None:
+        self.runner = runner
+        self.key = key
+        self.events = events
+        self.params = params
+        self.label = f"C{key.cadence}-{key.profile}-s{key.seed}"
+        self.rep = Replayer(params)
+        self.structural: tuple[Arm, ...] = (self.rep.smin, self.rep.sper)
+        self.tracks: list[dict[int, _Track]] = [{}, {}]
+        self.appended: dict[str, set[int]] = {}
+        self.folds: dict[tuple[int, tuple[str, ...]], _Fold] = {}
+        self.log = DecisionLog()
+        self.plans: dict[ArmName, list[tuple[int, Gate, Mode, GateCounts]]] = {}
+        self.decisions: dict[tuple[str, str, str], list[int]] = {}
+        for name, structural in (
+            (ArmName.STRUCTURAL_MIN, True),
+            (ArmName.STRUCTURAL_PERHOP, True),
+            (ArmName.PROSE, False),
+        ):
+            self.plans[name] = [
+                (gi, gate, mode, GateCounts())
+                for gi, gate in enumerate(GATES)
+                for mode in gate_modes(gate, structural, params.rehydrate)
+            ]
+
+    def owner(self, value_id: int) -> NodeHandle:
+        origins = self.runner.topo.origins
+        return origins[value_id % len(origins)]
+
+    async def play(self) -> RunComparison:
+        for origin in self.runner.topo.origins:
+            await origin.core.store.new_epoch()  # hop ids restart every run (seed 000)
+        rep = self.rep
+        for ev in self.events:
+            before = rep.smin.n_compactions
+            pre_merge: list[_Track] | None = None
+            if isinstance(ev, Merge):
+                pre_merge = [self._merged_track(ai, ev) for ai in range(2)]
+            try:
+                rep.feed(ev)
+            except ReplayError as exc:
+                raise BoundaryError(f"run {self.label}: {exc}") from exc
+            if isinstance(ev, NewValue):
+                for tracks in self.tracks:
+                    tracks[ev.value_id] = _Track()
+            elif isinstance(ev, Merge) and pre_merge is not None:
+                for tracks, track in zip(self.tracks, pre_merge, strict=True):
+                    tracks[ev.value_id] = track
+            elif isinstance(ev, Retire):
+                for tracks in self.tracks:
+                    tracks.pop(ev.value_id, None)
+            if rep.smin.n_compactions != before:
+                await self._commit_new_folds()
+            if isinstance(ev, Decision):
+                await self._decide(ev.step, ev.value_id)
+                self.runner.tick()
+            elif not isinstance(ev, NewValue | OpEvent | Merge | Retire):
+                raise BoundaryError(f"run {self.label}: unknown event {type(ev).__name__}")
+        result = rep.result()
+        rows: list[tuple[object, ...]] = [
+            (
+                arm.value,
+                gate.name,
+                gate.gate_class.value,
+                gate.irreversible,
+                mode.value,
+                c.n,
+                c.agree,
+                c.false_proceed,
+                c.false_stop,
+                c.proceed,
+                c.oracle_proceed,
+                c.lookups,
+                c.bytes_read,
+            )
+            for arm in (ArmName.STRUCTURAL_MIN, ArmName.STRUCTURAL_PERHOP, ArmName.PROSE)
+            for _, gate, mode, c in self.plans[arm]
+        ]
+        return RunComparison(
+            self.key,
+            self.log.count,
+            result.fingerprint,
+            self.log.hexdigest(),
+            result.gate_rows,
+            rows,
+            self.decisions,
+        )
+
+    # ----------------------------------------------------------------- origin: commits
+
+    def _merged_track(self, ai: int, ev: Merge) -> _Track:
+        """Before the merge: the inputs' commitments and the merged prefix they cover."""
+        arm = self.structural[ai]
+        tracks = self.tracks[ai]
+        folds: dict[bytes, _Fold] = {}
+        for v in ev.inputs:
+            track = tracks.get(v)
+            if track is None or v not in arm.values:
+                raise BoundaryError(f"run {self.label}: merge input {v} at step {ev.step} unknown")
+            for f in track.folds:
+                folds.setdefault(f.commitment, f)
+        prefix = merge_folded([arm.values[v].folded for v in ev.inputs])
+        return _Track(tuple(folds.values()), len(prefix.folded_hop_ids) if prefix else 0)
+
+    async def _commit_new_folds(self) -> None:
+        """Commit each value's newly folded hops (one fold per value and compaction)."""
+        wanted: list[tuple[int, int, tuple[str, ...], int]] = []
+        for ai, arm in enumerate(self.structural):
+            tracks = self.tracks[ai]
+            for vid in sorted(arm.values):
+                folded = arm.values[vid].folded
+                ids = folded.folded_hop_ids if folded is not None else ()
+                track = tracks.get(vid)
+                if track is None or len(ids) < track.covered:
+                    raise BoundaryError(
+                        f"run {self.label}: value {vid} lost folded hops it had committed"
+                    )
+                if len(ids) > track.covered:
+                    wanted.append((ai, vid, ids[track.covered :], len(ids)))
+        if not wanted:
+            return
+        runner = self.runner
+        log = self.rep.log
+        with runner.topo.meter.tagged(("origin", "commit")):
+            # (1) hops durable at their owner first (seed 000), one append per origin
+            missing: dict[str, dict[int, Hop]] = {}
+            for _, vid, segment, _ in wanted:
+                owner = self.owner(vid)
+                have = self.appended.setdefault(owner.name, set())
+                for hop_id in segment:
+                    hop = log.get(hop_id)
+                    if hop.step not in have:
+                        missing.setdefault(owner.name, {})[hop.step] = hop
+            for origin in runner.topo.origins:
+                hops = sorted(missing.get(origin.name, {}).values(), key=lambda h: h.step)
+                for start in range(0, len(hops), 5000):
+                    chunk = hops[start : start + 5000]
+                    await origin.core.append(
+                        [json.dumps(hop_fields(h)).encode("utf-8") for h in chunk],
+                        [h.step for h in chunk],
+                    )
+                    self.appended[origin.name].update(h.step for h in chunk)
+                    runner.hops_appended += len(chunk)
+            # (2) then one signed commitment + obligation per distinct fold
+            for ai, vid, segment, covered in wanted:
+                fold = self.folds.get((vid, segment))
+                if fold is None:
+                    owner = self.owner(vid)
+                    committed = await owner.core.commit_fold(
+                        f"{self.label}/v{vid}", [log.get(h).step for h in segment]
+                    )
+                    fold = _Fold(
+                        owner.name, committed.commitment, committed.obligation, len(segment)
+                    )
+                    self.folds[(vid, segment)] = fold
+                    runner.folds_committed += 1
+                track = self.tracks[ai][vid]
+                track.folds = (*track.folds, fold)
+                track.covered = covered
+
+    # ----------------------------------------------------------------- decision point
+
+    async def _decide(self, step: int, vid: int) -> None:
+        rep = self.rep
+        window = self.params.window
+        arms: list[tuple[ArmName, Arm, float | None, int]] = [
+            (ArmName.GROUND_TRUTH, rep.gt, None, -1),
+            (ArmName.STRUCTURAL_MIN, rep.smin, None, 0),
+            (ArmName.STRUCTURAL_PERHOP, rep.sper, rep.sper.fidelity, 1),
+            (ArmName.PROSE, rep.prose, None, -1),
+        ]
+        oracle: list[bool] = []
+        line: list[str] = []
+        for name, arm, fidelity, ai in arms:
+            state = arm.values.get(vid)
+            if state is None:
+                raise BoundaryError(f"run {self.label}: decision on value {vid} that is not live")
+            origin_view = _view(state, fidelity)
+            folds = self.tracks[ai][vid].folds if ai >= 0 else ()
+            held = await self._deliver(name, step, vid, origin_view, state.blob, folds)
+            decoded = decode_value(held.delivery.value)
+            if decoded.arm != name.value or decoded.value_id != vid:
+                raise BoundaryError(
+                    f"run {self.label}: holder received {decoded.arm}/v{decoded.value_id}"
+                    f" for {name.value}/v{vid}"
+                )
+            if name is ArmName.GROUND_TRUTH:
+                oracle = [
+                    evaluate(g, decoded.view, Mode.BLIND, None, window).proceed for g in GATES
+                ]
+                line.append("".join("1" if o else "0" for o in oracle))
+                continue
+            line.append(
+                await self._judge_arm(name, step, vid, decoded.view, origin_view, held, oracle)
+            )
+        self.log.add(step, vid, "".join(line))
+
+    async def _deliver(
+        self,
+        arm: ArmName,
+        step: int,
+        vid: int,
+        view: GateView,
+        blob: str | None,
+        folds: tuple[_Fold, ...],
+    ) -> HeldValue:
+        """Origin → (relays →) holder; returns what the holder holds."""
+        from nodes.transport import Delivery
+
+        topo = self.runner.topo
+        owner = self.owner(vid)
+        path = [owner, *topo.relays, topo.holder]
+        # One ref per (arm, value) across runs: the holder keeps the latest delivery
+        # of each, so what it holds stays bounded by one run's values.
+        value_ref = f"{arm.value}/v{vid}"
+        delivery = Delivery(
+            value_ref,
+            encode_value(arm.value, vid, view, blob),
+            tuple(f.commitment for f in folds),
+            tuple(f.obligation for f in folds),
+            owner.node_id,
+        )
+        costs = self.runner.costs(arm)
+        with topo.meter.tagged((arm.value, "delivery")):
+            start = time.perf_counter()
+            try:
+                data = await owner.core.transport.deliver(
+                    path[1].address, delivery, _DELIVERY_TIMEOUT_S
+                )
+                for relay, nxt in itertools.pairwise(path[1:]):
+                    await relay.core.forward(
+                        value_ref, nxt.address, deadline=time.monotonic() + _DELIVERY_TIMEOUT_S
+                    )
+            except CallFailed as exc:
+                raise BoundaryError(
+                    f"run {self.label}: delivering {value_ref} at step {step} failed: {exc}"
+                ) from exc
+            try:
+                receipt = open_statement(data, DeliveryReceipt, signer=path[1].node_id)
+            except ContractError as exc:
+                raise BoundaryError(f"delivery of {value_ref} to {path[1].name}: {exc}") from exc
+            if receipt.statement.value_digest != hashlib.sha256(delivery.value).hexdigest():
+                raise BoundaryError(f"{path[1].name} acknowledged another value than {value_ref}")
+            costs.delivery_latencies.append(time.perf_counter() - start)
+        costs.decisions += 1
+        costs.value_bytes += len(delivery.value)
+        costs.statement_bytes += delivery.size - len(delivery.value)
+        costs.commitments_delivered += len(folds)
+        return topo.holder.core.held(value_ref)
+
+    async def _judge_arm(
+        self,
+        name: ArmName,
+        step: int,
+        vid: int,
+        view: GateView,
+        origin_view: GateView,
+        held: HeldValue,
+        oracle: list[bool],
+    ) -> str:
+        window = self.params.window
+        plan = self.plans[name]
+        needs = {
+            gi
+            for gi, gate, mode, _ in plan
+            if mode is Mode.REHYDRATE and _needs_hops(gate, view, window)
+        }
+        costs = self.runner.costs(name)
+        fetched: HopLog | None = None
+        rehydrate_started = 0.0
+        if needs:
+            rehydrate_started = time.perf_counter()
+            fetched = await self._rehydrate(name, step, view, held)
+        tokens: list[str] = []
+        boundary: list[GateDecision] = []
+        for gi, gate, mode, counts in plan:
+            if mode is Mode.REHYDRATE and gi in needs and fetched is None:
+                d = GateDecision(False)  # fallback to polarity: both polarities block
+            elif mode is Mode.REHYDRATE and gi in needs:
+                d = evaluate(gate, view, mode, fetched, window)
+            else:
+                d = evaluate(gate, view, mode, None, window)
+            boundary.append(d)
+            counts.add(d.proceed, oracle[gi], d.lookups, d.bytes_read)
+            tokens.append("1" if d.proceed else "0")
+            if d.lookups:
+                tokens.append(f"({d.lookups},{d.bytes_read})")
+        if needs:
+            costs.rehydration_latencies.append(time.perf_counter() - rehydrate_started)
+        # The same decisions in-process (cold log, same view), timed, for the comparison.
+        cold = _ColdReads(self.rep.log)
+        inproc_started = time.perf_counter()
+        local = [
+            evaluate(gate, origin_view, mode, cold if mode is Mode.REHYDRATE else None, window)
+            for _, gate, mode, _ in plan
+        ]
+        inproc_elapsed = time.perf_counter() - inproc_started
+        if needs:
+            costs.inproc_rehydrations += 1
+            costs.inproc_latencies.append(inproc_elapsed)
+        for (gi, gate, mode, _), b, d_local in zip(plan, boundary, local, strict=True):
+            key = (name.value, gate.name, mode.value)
+            rec = self.decisions.get(key)
+            if rec is None:
+                rec = self.decisions[key] = [0, 0, 0, 0, 0]
+            rec[0] += 1
+            rec[1] += d_local.proceed
+            rec[2] += b.proceed
+            rec[3] += d_local.proceed != b.proceed
+            rec[4] += mode is Mode.REHYDRATE and gi in needs and fetched is None
+        return "".join(tokens)
+
+    async def _rehydrate(
+        self, name: ArmName, step: int, view: GateView, held: HeldValue
+    ) -> HopLog | None:
+        """Demand the value's folds from their origins; the verified hops, or None."""
+        runner = self.runner
+        topo = runner.topo
+        costs = runner.costs(name)
+        witnesses = [topo.witness.address] if topo.witness is not None else []
+        runner.context = (self.label, step, name.value)
+        with topo.meter.tagged((name.value, "rehydrate")):
+            report = await runner.client.rehydrate(
+                held.delivery.value_ref, held.folds, witnesses=witnesses
+            )
+        costs.rehydrations += 1
+        costs.demand_rpcs += report.demand_rpcs
+        costs.origins_asked += len(report.outcomes)
+        for o in report.outcomes:
+            label = o.outcome.value + ("_cleared" if o.cleared else "")
+            key = (topo.name_of(o.origin), label)
+            runner.outcomes[key] = runner.outcomes.get(key, 0) + 1
+        costs.hops_fetched += len(report.hops)
+        fetched = self._verified_log(report) if report.complete else None
+        folded = view.folded
+        if (
+            fetched is not None
+            and folded is not None
+            and any(h not in fetched for h in folded.folded_hop_ids)
+        ):
+            fetched = None  # served folds do not cover the pointers: cannot decide on them
+        if fetched is None:
+            costs.failed_rehydrations += 1
+        return fetched
+
+    def _verified_log(self, report: RehydrationReport) -> _FetchedLog | None:
+        log = _FetchedLog()
+        for h in report.hops:
+            try:
+                fields = parse_hop(h.hop, origin=h.origin)
+                fields.pop("origin")
+                fields.pop("epoch")
+                hop = hop_from_served(fields, f"hop {h.leaf_index} of {h.commitment[:12]}…")
+            except (ContractError, ValueError):
+                return None
+            if hop.hop_id not in log:
+                log.append(hop)
+        return log
+
+
+class _FetchedLog(HopLog):
+    """Hops the holder received and verified, as a hop log its gates can read."""
+
+    __slots__ = ()
+
+    def __contains__(self, hop_id: object) -> bool:
+        try:
+            self.get(str(hop_id))
+        except KeyError:
+            return False
+        return True
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+class Runner:
+    """What lasts across the runs of a slice: nodes, holder client, costs, evidence."""
+
+    def __init__(
+        self,
+        topo: Topology,
+        settings: BoundarySettings,
+        bar: Any,
+        evidence_dir: Path | None = None,
+    ) -> None:
+        self.topo = topo
+        self.settings = settings
+        self.bar = bar
+        self.arm_costs: dict[str, ArmCosts] = {a.value: ArmCosts() for a in ArmName}
+        self.evidence: list[EvidenceRecord] = []
+        self.outcomes: dict[tuple[str, str], int] = {}
+        self.folds_committed = 0
+        self.hops_appended = 0
+        self.context: tuple[str, int, str] = ("", 0, "")
+        holder = topo.holder.core
+        self.client = Holder(
+            holder.identity,
+            holder.transport,
+            evidence_dir=evidence_dir if evidence_dir is not None else holder.config.evidence_path,
+            reasks=settings.reasks,
+            on_evidence=self._on_evidence,
+            cache=settings.holder_cache,
+        )
+
+    def costs(self, arm: ArmName) -> ArmCosts:
+        return self.arm_costs[arm.value]
+
+    def tick(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    async def _on_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
+        holder = self.topo.holder.core
+        now = holder.now_ms()
+        await holder.store.add_evidence(
+            digest=hashlib.sha256(body).hexdigest(),
+            kind=kind,
+            accused=accused,
+            body=body,
+            now_ms=now,
+            file_path=path,
+        )
+        verified = False
+        try:
+            verdict = verify_evidence(body, now=now + 60_000)
+            verified = verdict.accused == accused and verdict.kind.value == kind
+        except ContractError:
+            verified = False
+        run, step, arm = self.context
+        self.evidence.append(
+            EvidenceRecord(
+                run,
+                step,
+                arm,
+                kind,
+                accused,
+                self.topo.name_of(accused),
+                verified,
+                accused in self.topo.correct_ids(),
+                path,
+            )
+        )

@@ -1,0 +1,231 @@
+"""Settings and result records of a boundary run (see :mod:`harness.boundary`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from harness._boundary_nodes import NodeSpec, Role, TransportKind
+from harness.config import ExperimentConfig
+from harness.metrics import RunKey
+from nodes.faults import FaultMode
+
+__all__ = [
+    "BOUNDARY_FAULTS",
+    "ArmCosts",
+    "BoundaryError",
+    "BoundaryOutcome",
+    "BoundarySettings",
+    "EvidenceRecord",
+    "RunComparison",
+    "Setting",
+]
+
+#: Fault modes a boundary run can give its first origin.
+BOUNDARY_FAULTS: tuple[FaultMode, ...] = (
+    FaultMode.NONE,
+    FaultMode.REFUSE,
+    FaultMode.TAMPER,
+    FaultMode.EQUIVOCATE,
+    FaultMode.SLOW,
+    FaultMode.DROP,
+)
+_NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
+class BoundaryError(ValueError):
+    """Bad boundary settings, or a run that cannot be played (message names what)."""
+
+
+class Setting(StrEnum):
+    IN_PROCESS = "in_process"
+    BOUNDARY = "boundary"
+
+
+@dataclass(frozen=True, slots=True)
+class BoundarySettings:
+    """One boundary slice: which runs, on which topology, with which fault.
+
+    ``chain`` names the delivery path: first the origin, last the holder,
+    relays between. ``origins`` > 1 adds origins ``{chain[0]}2``, … that own
+    a share of the values. Only the first origin runs ``fault``.
+    """
+
+    cadences: tuple[int, ...] = (25,)
+    profiles: tuple[str, ...] = ("med",)
+    seeds: tuple[int, ...] = (0, 1)
+    steps: int = 500
+    transport: TransportKind = TransportKind.MEMORY
+    fault: FaultMode = FaultMode.NONE
+    fault_delay_ms: int = 0
+    chain: tuple[str, ...] = ("origin", "holder")
+    origins: int = 1
+    deadline_ms: int = 1000
+    reasks: int = 1
+    witness: bool = True
+    holder_cache: bool = False
+
+    def validate(self, cfg: ExperimentConfig) -> None:
+        if not self.cadences or any(c < 1 for c in self.cadences):
+            raise BoundaryError(f"cadences must be positive integers, got {self.cadences}")
+        unknown = [p for p in self.profiles if p not in cfg.degradation_profiles]
+        if not self.profiles or unknown:
+            known = ", ".join(cfg.degradation_profiles)
+            raise BoundaryError(f"unknown profile(s) {unknown} (known: {known})")
+        if not self.seeds:
+            raise BoundaryError("at least one seed is needed")
+        if self.steps < 1:
+            raise BoundaryError(f"steps must be >= 1, got {self.steps}")
+        if self.fault not in BOUNDARY_FAULTS:
+            raise BoundaryError(
+                f"fault {self.fault.value!r} is not playable here (one of "
+                f"{', '.join(f.value for f in BOUNDARY_FAULTS)})"
+            )
+        if len(self.chain) < 2:
+            raise BoundaryError(f"chain needs an origin and a holder, got {','.join(self.chain)}")
+        names = self.node_names()
+        bad = [n for n in names if not _NODE_NAME.match(n)]
+        if bad:
+            raise BoundaryError(f"node names must be lower-case [a-z0-9_-], 1-32 chars: {bad}")
+        if len(set(names)) != len(names):
+            raise BoundaryError(f"node names must be distinct, got {', '.join(names)}")
+        if self.origins < 1:
+            raise BoundaryError(f"origins must be >= 1, got {self.origins}")
+        if self.deadline_ms < 1 or self.reasks < 0:
+            raise BoundaryError("deadline_ms must be >= 1 and reasks >= 0")
+
+    @property
+    def effective_delay_ms(self) -> int:
+        """``slow`` without a delay: twice the promised deadline (always too slow)."""
+        if self.fault is FaultMode.SLOW and self.fault_delay_ms <= 0:
+            return 2 * self.deadline_ms
+        return self.fault_delay_ms
+
+    def origin_names(self) -> list[str]:
+        first = self.chain[0]
+        return [first] + [f"{first}{i}" for i in range(2, self.origins + 1)]
+
+    def node_names(self) -> list[str]:
+        extra = ["witness"] if self.witness else []
+        return [*self.origin_names(), *self.chain[1:], *extra]
+
+    def specs(self) -> list[NodeSpec]:
+        out = [
+            NodeSpec(
+                name,
+                Role.ORIGIN,
+                self.fault if i == 0 else FaultMode.NONE,
+                self.effective_delay_ms if i == 0 else 0,
+            )
+            for i, name in enumerate(self.origin_names())
+        ]
+        out += [NodeSpec(name, Role.RELAY) for name in self.chain[1:-1]]
+        out.append(NodeSpec(self.chain[-1], Role.HOLDER))
+        if self.witness:
+            out.append(NodeSpec("witness", Role.WITNESS))
+        return out
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "cadences": list(self.cadences),
+            "profiles": list(self.profiles),
+            "seeds": list(self.seeds),
+            "steps": self.steps,
+            "transport": self.transport.value,
+            "fault": self.fault.value,
+            "fault_delay_ms": self.effective_delay_ms,
+            "chain": list(self.chain),
+            "origins": self.origin_names(),
+            "deadline_ms": self.deadline_ms,
+            "reasks": self.reasks,
+            "witness": self.witness,
+            "holder_cache": self.holder_cache,
+        }
+
+
+@dataclass(slots=True)
+class ArmCosts:
+    """What deciding one arm across the boundary took, summed over runs."""
+
+    decisions: int = 0
+    #: bytes of the delivered values, and of the commitments + obligations riding along
+    value_bytes: int = 0
+    statement_bytes: int = 0
+    commitments_delivered: int = 0
+    delivery_latencies: list[float] = field(default_factory=list)
+    rehydrations: int = 0
+    rehydration_latencies: list[float] = field(default_factory=list)
+    hops_fetched: int = 0
+    failed_rehydrations: int = 0
+    demand_rpcs: int = 0
+    inproc_rehydrations: int = 0
+    inproc_latencies: list[float] = field(default_factory=list)
+    origins_asked: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceRecord:
+    run: str
+    step: int
+    arm: str
+    kind: str
+    accused: str
+    accused_name: str
+    verified: bool
+    correct_origin: bool
+    path: str
+
+
+@dataclass(slots=True)
+class RunComparison:
+    """One run in-process and across the boundary."""
+
+    key: RunKey
+    n_decisions: int
+    in_process_fingerprint: str
+    boundary_fingerprint: str
+    in_process_rows: list[tuple[object, ...]]
+    boundary_rows: list[tuple[object, ...]]
+    #: (arm, gate, mode) → [n, in-process proceeds, boundary proceeds, differ, fallbacks]
+    decisions: dict[tuple[str, str, str], list[int]]
+
+    @property
+    def fingerprints_equal(self) -> bool:
+        return self.in_process_fingerprint == self.boundary_fingerprint
+
+    @property
+    def rows_equal(self) -> bool:
+        return self.in_process_rows == self.boundary_rows
+
+    @property
+    def label(self) -> str:
+        k = self.key
+        return f"{k.run_type}/C={k.cadence}/{k.profile}/seed={k.seed}"
+
+
+@dataclass(slots=True)
+class BoundaryOutcome:
+    settings: BoundarySettings
+    runs: list[RunComparison]
+    arm_costs: dict[str, ArmCosts]
+    wire: dict[tuple[str, str], dict[str, float]]
+    evidence: list[EvidenceRecord]
+    outcomes: dict[tuple[str, str], int]
+    folds_committed: int
+    hops_appended: int
+    wall_seconds: float
+    node_ids: dict[str, str]
+    written: list[Path] = field(default_factory=list)
+
+    @property
+    def evidence_by_kind(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for e in self.evidence:
+            out[e.kind] = out.get(e.kind, 0) + 1
+        return out
+
+    @property
+    def correct_accused(self) -> int:
+        return sum(1 for e in self.evidence if e.correct_origin)
