@@ -178,7 +178,7 @@ class EvidenceRecord:
     path: str
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RunComparison:
     """One run in-process and across the boundary."""
 
