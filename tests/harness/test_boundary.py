@@ -369,22 +369,15 @@ async def _async_reject() -> None:
 def test_cli_writes_costs_decisions_evidence_and_summary(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    import structlog
+
     out = tmp_path / "rb"
-    rc = main(
-        [
-            "experiment",
-            "boundary",
-            "--steps",
-            "80",
-            "--seeds",
-            "1",
-            "--fault",
-            "refuse",
-            "--out",
-            str(out),
-            "--no-progress",
-        ]
-    )
+    argv = ["experiment", "boundary", "--steps", "80", "--seeds", "1", "--fault", "refuse"]
+    try:
+        rc = main([*argv, "--out", str(out), "--no-progress"])
+    finally:
+        # the handler configures node logging process-wide (to this test's stderr)
+        structlog.reset_defaults()
     assert rc == 0
     printed = capsys.readouterr().out
     assert "evidence: refused" in printed
