@@ -206,6 +206,7 @@ class NodeCore:
         *,
         clock: Callable[[], float] | None = None,
         fault: FaultPlan | None = None,
+        restart_floor_ms: int = 0,
     ) -> None:
         self.config = config
         self.identity = identity
@@ -227,8 +228,8 @@ class NodeCore:
         # and a durable floor every demand ever accepted is dated below.
         self._nonces: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._floor_path = config.data_dir / REPLAY_FLOOR_FILENAME
-        self._restart_floor_ms = _read_floor(self._floor_path)
-        self._floor_ms = self._restart_floor_ms
+        self._restart_floor_ms = restart_floor_ms
+        self._floor_ms = restart_floor_ms
         self._floor_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
         self.floor_writes = 0
@@ -243,10 +244,13 @@ class NodeCore:
         clock: Callable[[], float] | None = None,
         fault: FaultPlan | None = None,
     ) -> NodeCore:
+        floor = _read_floor(config.data_dir / REPLAY_FLOOR_FILENAME)
         store = await st.HopStore.open(
             config.data_dir, identity.node_id, provenance_pending=config.provenance_pending
         )
-        return cls(config, identity, store, transport, clock=clock, fault=fault)
+        return cls(
+            config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
+        )
 
     async def flush(self) -> None:
         """Persist what is kept write-behind (counters)."""
