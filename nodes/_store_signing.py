@@ -16,9 +16,7 @@ from collections.abc import Callable, Sequence
 
 from contracts.hops import hop_bytes
 from contracts.identity import Identity
-from contracts.merkle import merkle_root
-from contracts.signed import sign_statement
-from contracts.statements import Commitment, Obligation
+from contracts.serve import build_commitment, build_obligation
 from nodes.store import FoldDraft, FoldSigner, SignedFold
 
 __all__ = ["fold_signer", "synthetic_hop"]
@@ -46,37 +44,29 @@ def fold_signer(
             raise ValueError(
                 f"fold of origin {draft.origin[:16]}… cannot be signed by {identity.node_id[:16]}…"
             )
-        root = merkle_root(draft.leaves).hex()
-        commitment = sign_statement(
+        commitment = build_commitment(
             identity,
-            Commitment(
-                origin=draft.origin,
-                epoch=draft.epoch,
-                value_ref=draft.value_ref,
-                fold_seq=draft.fold_seq,
-                leaf_count=draft.leaf_count,
-                root=root,
-                issued_at=issued_at_ms,
-                provenance_pending=draft.provenance_pending,
-            ),
+            epoch=draft.epoch,
+            value_ref=draft.value_ref,
+            fold_seq=draft.fold_seq,
+            hops=draft.leaves,
+            issued_at=issued_at_ms,
+            provenance_pending=draft.provenance_pending,
         )
         until = serve_until_ms(draft) if callable(serve_until_ms) else serve_until_ms
-        obligation = sign_statement(
+        obligation = build_obligation(
             identity,
-            Obligation(
-                origin=draft.origin,
-                commitment=commitment.digest,
-                serve_until=until,
-                deadline_ms=deadline_ms,
-                endpoints=tuple(endpoints),
-                issued_at=issued_at_ms,
-                holder=holder,
-            ),
+            commitment,
+            serve_until=until,
+            deadline_ms=deadline_ms,
+            endpoints=endpoints,
+            issued_at=issued_at_ms,
+            holder=holder,
         )
         return SignedFold(
             commitment_digest=commitment.digest,
             commitment_envelope=commitment.to_bytes(),
-            root=root,
+            root=commitment.statement.root,
             obligation_digest=obligation.digest,
             obligation_envelope=obligation.to_bytes(),
             serve_until_ms=until,
