@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -360,8 +361,9 @@ class CryptoMeter:
     """Counts and times signatures, verifications and Merkle hashing while active.
 
     Wraps ``Identity.sign`` and ``PublicKey.verify`` (every Ed25519
-    operation of :mod:`contracts` goes through them) and the Merkle entry
-    points the serve path and the store's fold signer call. Use as a context
+    operation of :mod:`contracts` goes through them) and ``merkle_root`` /
+    ``leaf_hashes`` wherever a loaded ``contracts``/``nodes`` module bound
+    them. Use as a context
     manager; the originals are restored on exit, also on error.
     """
 
@@ -381,7 +383,7 @@ class CryptoMeter:
             raise RuntimeError("a CryptoMeter is already active in this process")
         import contracts.merkle
         import contracts.serve
-        import nodes._store_signing
+        import nodes.store  # noqa: F401
         from contracts.identity import Identity, PublicKey
 
         meter = self.meter
@@ -428,10 +430,16 @@ class CryptoMeter:
         try:
             self._patch(Identity, "sign", signer)
             self._patch(PublicKey, "verify", verifier)
-            self._patch(contracts.merkle, "merkle_root", hasher)
-            self._patch(contracts.serve, "merkle_root", hasher)
-            self._patch(contracts.serve, "leaf_hashes", hasher)
-            self._patch(nodes._store_signing, "merkle_root", hasher)
+            # Every module of contracts/nodes that bound a Merkle entry point by
+            # name (``from contracts.merkle import merkle_root``), and the module
+            # itself for callers that look it up at call time.
+            targets = {contracts.merkle.merkle_root, contracts.merkle.leaf_hashes}
+            for mod_name, module in sorted(sys.modules.items()):
+                if module is None or not mod_name.startswith(("contracts", "nodes")):
+                    continue
+                for attr in ("merkle_root", "leaf_hashes"):
+                    if getattr(module, attr, None) in targets:
+                        self._patch(module, attr, hasher)
         except BaseException:
             self._undo()
             raise
