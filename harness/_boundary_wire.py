@@ -413,13 +413,19 @@ class CryptoMeter:
 
             return verify
 
+        depth = [0]  # a Merkle entry point calling another is one operation, not two
+
         def hasher(original: Any) -> Any:
             def hashed(leaves: Any, *args: Any, **kwargs: Any) -> Any:
+                if depth[0]:
+                    return original(leaves, *args, **kwargs)
                 items = leaves if isinstance(leaves, list | tuple) else list(leaves)
+                depth[0] += 1
                 start = perf()
                 try:
                     return original(items, *args, **kwargs)
                 finally:
+                    depth[0] -= 1
                     c = meter.counts()
                     c.hash_calls += 1
                     c.hash_leaves += len(items)

@@ -344,10 +344,14 @@ def test_crypto_meter_restores_the_originals_on_exit() -> None:
         identity.public.verify(identity.sign(b"x"), b"x")
         with pytest.raises(RuntimeError), CryptoMeter(WireMeter()):
             pass
+        import contracts.merkle
+
+        contracts.merkle.merkle_root([b"one leaf"])  # calls leaf_hashes inside: counted once
     assert Identity.sign is sign
     assert PublicKey.verify is verify
     counts = meter.counts(("", ""))
     assert (counts.sign_ops, counts.verify_ops) == (1, 1)
+    assert (counts.hash_calls, counts.hash_leaves) == (1, 1)
 
 
 def test_unplayable_settings_are_rejected_before_any_node_starts() -> None:
