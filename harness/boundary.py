@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from harness._boundary_nodes import start_topology
 from harness._boundary_play import Runner, RunPlayer
@@ -64,8 +65,7 @@ from harness._boundary_records import (
     Setting,
 )
 from harness._boundary_wire import CryptoMeter
-from harness.config import ExperimentConfig
-from harness.events import Decision, Event
+from harness.config import ExperimentConfig, Profile
 from harness.fingerprint import combine
 from harness.metrics import RunKey
 from harness.replay import ReplayParams
@@ -88,24 +88,25 @@ __all__ = [
 
 def _tasks(
     cfg: ExperimentConfig, settings: BoundarySettings
-) -> list[tuple[RunKey, list[Event], ReplayParams]]:
-    out = []
-    for cadence in settings.cadences:
-        for profile_name in settings.profiles:
-            profile = cfg.degradation_profiles[profile_name]
-            for seed in settings.seeds:
-                params = ReplayParams(
-                    cadence=cadence,
-                    keep=cfg.lineage_keep_hops,
-                    window=cfg.allowlist_window,
-                    penalty=cfg.reconstruction_penalty,
-                    prose=cfg.prose,
-                    prose_seed=seed,
-                    record_curve=False,
-                )
-                events = generate(seed, settings.steps, cfg.decision_every, profile)
-                out.append((RunKey("boundary", cadence, profile_name, seed), events, params))
-    return out
+) -> list[tuple[RunKey, Profile, ReplayParams]]:
+    return [
+        (
+            RunKey("boundary", cadence, profile_name, seed),
+            cfg.degradation_profiles[profile_name],
+            ReplayParams(
+                cadence=cadence,
+                keep=cfg.lineage_keep_hops,
+                window=cfg.allowlist_window,
+                penalty=cfg.reconstruction_penalty,
+                prose=cfg.prose,
+                prose_seed=seed,
+                record_curve=False,
+            ),
+        )
+        for cadence in settings.cadences
+        for profile_name in settings.profiles
+        for seed in settings.seeds
+    ]
 
 
 async def run_boundary_async(
@@ -126,7 +127,7 @@ async def run_boundary_async(
 
     settings.validate(cfg)
     tasks = _tasks(cfg, settings)
-    total = sum(1 for _, events, _ in tasks for e in events if isinstance(e, Decision))
+    total = len(tasks) * (settings.steps // cfg.decision_every)  # decisions at step % D == 0
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="provnet-boundary-") as tmp:
         root = work_dir if work_dir is not None else Path(tmp)
@@ -137,18 +138,21 @@ async def run_boundary_async(
             deadline_ms=settings.deadline_ms,
             reasks=settings.reasks,
         )
-        bar = tqdm(
-            total=total,
-            desc="boundary",
-            unit="decision",
-            file=sys.stderr,
-            disable=None if progress is None else not progress,
-        )
+        bar: Any = None
         try:
+            bar = tqdm(
+                total=total,
+                desc="boundary",
+                unit="decision",
+                file=sys.stderr,
+                disable=None if progress is None else not progress,
+            )
             runner = Runner(topo, settings, bar, evidence_dir)
             runs: list[RunComparison] = []
             with CryptoMeter(topo.meter):
-                for key, events, params in tasks:
+                for key, profile, params in tasks:
+                    # events are generated per run, so memory stays flat over the matrix
+                    events = generate(key.seed, settings.steps, cfg.decision_every, profile)
                     runs.append(await RunPlayer(runner, key, events, params).play())
             wire = {
                 tag: {
@@ -169,7 +173,8 @@ async def run_boundary_async(
             wire[("calls", "by_node")] = {k: float(v) for k, v in calls.items()}
             node_ids = {n.name: n.node_id for n in topo.nodes}
         finally:
-            bar.close()
+            if bar is not None:
+                bar.close()
             await topo.close()
     return BoundaryOutcome(
         settings,
