@@ -1,8 +1,25 @@
-"""Canonical JSON (RFC 8785), bounded strict parsing, digests and times.
+r"""Canonical JSON (RFC 8785), bounded strict parsing, digests and times.
 
 Every statement is serialised with :func:`canonical_bytes`, the RFC 8785
-JSON Canonicalization Scheme as implemented by the ``rfc8785`` package, so
-that the same statement always has the same bytes and the same digest.
+JSON Canonicalization Scheme, so that the same statement always has the same
+bytes and the same digest. Two encoders produce those bytes:
+
+* the fast path, for values built only of ``dict`` (ASCII string keys),
+  ``list``/``tuple``, ``str``, ``bool``, ``None`` and ``int`` within
+  ±(2**53 - 1): the standard library's ``json.dumps(obj, sort_keys=True,
+  separators=(",", ":"), ensure_ascii=False)`` encoded as UTF-8. For such
+  values its output *is* RFC 8785: ASCII keys sort the same by code point
+  as by UTF-16 code unit (§3.2.3); strings are escaped exactly as §3.2.2.2
+  requires (``\"``, ``\\``, ``\b \f \n \r \t``, other controls as
+  lower-case ``\u00xx``, everything else as is); integers in that range
+  print as ECMAScript prints the same double (§3.2.2.3). The property test
+  ``tests/contracts/test_canonical_fast.py`` checks byte equality against
+  the ``rfc8785`` package over generated values, control characters and
+  non-BMP text included;
+* the ``rfc8785`` package for everything else (floats, non-ASCII keys,
+  integers outside the safe range, other types), and whenever the fast
+  output cannot be encoded as UTF-8 (a lone surrogate), so errors are the
+  package's.
 
 Parsing untrusted JSON goes through :func:`parse_json`, which bounds the
 input before the standard library sees it: at most ``max_bytes`` bytes and
@@ -50,12 +67,53 @@ _OPEN = frozenset(b"[{")
 _CLOSE = frozenset(b"]}")
 
 
+_SAFE_INT_MIN = -(2**53) + 1
+_SAFE_INT_MAX = 2**53 - 1
+_FAST_DUMPS = json.JSONEncoder(
+    skipkeys=False,
+    ensure_ascii=False,
+    check_circular=False,
+    allow_nan=False,
+    sort_keys=True,
+    separators=(",", ":"),
+).encode
+
+
+def _fast_encodable(obj: Any) -> bool:
+    """True if ``json.dumps`` output of ``obj`` is its RFC 8785 form (module docstring)."""
+    stack = [obj]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        value = pop()
+        kind = type(value)
+        if kind is str or kind is bool or value is None:
+            continue
+        if kind is int:
+            if not _SAFE_INT_MIN <= value <= _SAFE_INT_MAX:
+                return False
+        elif kind is dict:
+            for key in value:
+                if type(key) is not str or not key.isascii():
+                    return False
+            extend(value.values())
+        elif kind is list or kind is tuple:
+            extend(value)
+        else:
+            return False
+    return True
+
+
 def canonical_bytes(obj: Any) -> bytes:
     """RFC 8785 canonical JSON of ``obj`` (UTF-8).
 
     Raises ``ValueError`` for values JSON cannot carry (NaN, huge integers):
     that is caller misuse, since callers only canonicalise what they built.
     """
+    if _fast_encodable(obj):
+        try:
+            return _FAST_DUMPS(obj).encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: let the reference encoder report it
     try:
         return bytes(rfc8785.dumps(obj))
     except (rfc8785.CanonicalizationError, UnicodeEncodeError) as exc:

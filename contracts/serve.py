@@ -265,13 +265,12 @@ def answer_demand(
         if c.provenance_pending:
             return refuse(ReceiptStatus.PENDING, RefusalReason.PROVENANCE_PENDING)
         return refuse(ReceiptStatus.ABSENT, RefusalReason.EVICTED)
-    if len(hops) != c.leaf_count or merkle_root(hops).hex() != c.root:
+    root = merkle_root(hops).hex() if len(hops) == c.leaf_count else None
+    if root != c.root:
         # The stored fold no longer matches what we committed: say so rather
         # than sign bytes that miss our own root (which would be bad_data).
         return refuse(ReceiptStatus.ABSENT, RefusalReason.EVICTED)
-    return sign_served(
-        identity, demand, obligation=obligation, commitment=commitment, hops=hops, now=now
-    )
+    return _sign_served(identity, demand, obligation, commitment, hops, now, root)
 
 
 def sign_served(
@@ -289,13 +288,26 @@ def sign_served(
     that first. Signing bytes that miss the committed root is what a faulty
     or lying origin does, and the receipt is then proof against it.
     """
+    return _sign_served(identity, demand, obligation, commitment, hops, now, None)
+
+
+def _sign_served(
+    identity: Identity,
+    demand: Signed[Demand],
+    obligation: Signed[Obligation],
+    commitment: Signed[Commitment],
+    hops: Sequence[bytes],
+    now: int,
+    root: str | None,
+) -> Signed[Receipt]:
+    # ``root``: the hex root of ``hops`` if the caller has just computed it.
     d = demand.statement
-    tree = MerkleTree(leaf_hashes(hops))
     if d.leaves is None:
-        served_root: str | None = tree.root.hex()
+        served_root: str | None = merkle_root(hops).hex() if root is None else root
         signed_hashes: tuple[bytes, ...] = ()
         proofs: tuple[tuple[bytes, ...], ...] = ()
     else:
+        tree = MerkleTree(leaf_hashes(hops))
         if d.leaves and d.leaves[-1] >= tree.size:
             raise ValueError(f"demand asks for leaf {d.leaves[-1]} of a {tree.size}-hop fold")
         served_root = None
