@@ -454,6 +454,7 @@ class RunPlayer:
         costs.rehydrations += 1
         costs.demand_rpcs += report.demand_rpcs
         costs.origins_asked += len(report.outcomes)
+        costs.origins_named += len({f.commitment.statement.origin for f in held.folds})
         for o in report.outcomes:
             label = o.outcome.value + ("_cleared" if o.cleared else "")
             key = (topo.name_of(o.origin), label)

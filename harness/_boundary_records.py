@@ -163,6 +163,8 @@ class ArmCosts:
     inproc_rehydrations: int = 0
     inproc_latencies: list[float] = field(default_factory=list)
     origins_asked: int = 0
+    #: distinct origins named by the commitments of the values rehydrated (counted here)
+    origins_named: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,7 +91,7 @@ def test_rehydration_rpcs_equal_rehydrating_decisions_times_origins(
     for arm in STRUCTURAL:
         costs = faithful.arm_costs[arm]
         # one origin, cache off: one Serve.Demand per rehydrating decision, no re-asks
-        assert costs.demand_rpcs == costs.origins_asked == costs.rehydrations
+        assert costs.demand_rpcs == costs.origins_named == costs.rehydrations
         assert faithful.wire[(arm, "rehydrate")]["rpcs"] == costs.rehydrations
         assert costs.failed_rehydrations == 0
         in_process_needing = costs.inproc_rehydrations
@@ -272,8 +272,8 @@ def test_values_merged_from_two_origins_carry_both_and_each_is_asked() -> None:
     assert run.rows_equal
     costs = outcome.arm_costs["structural_min"]
     # some decisions needed hops from both origins: one demand each
-    assert costs.origins_asked > costs.rehydrations > 0
-    assert costs.demand_rpcs == costs.origins_asked
+    assert costs.origins_named > costs.rehydrations > 0
+    assert costs.demand_rpcs == costs.origins_asked == costs.origins_named
     assert {name for name, _ in outcome.outcomes} == {"origin", "origin2"}
 
 
