@@ -18,7 +18,14 @@ compacted structural value, with and without its signed statements).
 Usage::
 
     .venv/bin/python benchmarks/bench_boundary.py [--seeds 2] [--steps 500] [--cadence 25]
-                                                  [--transports memory,grpc]
+                                                  [--transports memory,grpc,memory+cache]
+                                                  [--faults [--fault-deadline-ms 50]]
+
+``memory+cache`` lets the holder keep the folds it verified (no second
+demand for a fold it already holds). ``--faults`` adds one slice per fault
+of the origin: the rehydrate-mode flip rate of structural_min, fallbacks,
+evidence by kind (all re-verified from the files alone), accusations of
+correct nodes (must be 0) and the rehydrating-decision latency.
 
 Exit status 1 if a boundary run decides differently from in-process.
 """
@@ -37,6 +44,7 @@ from harness.fingerprint import combine
 from harness.replay import ReplayParams, replay
 from harness.trajectory import generate
 from nodes.config import LogFormat
+from nodes.faults import FaultMode
 from nodes.logging import configure_logging
 
 STRUCTURAL = ("structural_min", "structural_perhop")
@@ -88,7 +96,7 @@ def _summary(o: BoundaryOutcome) -> dict[str, float]:
             v["request_bytes"] + v["response_bytes"] for v in rehydrate
         )
         / max(1, rehydrations),
-        "hops_fetched_per_rehydration": sum(o.arm_costs[a].hops_fetched for a in STRUCTURAL)
+        "hops_fetched_per_rehydration": sum(v.get("hops_received", 0) for v in rehydrate)
         / max(1, rehydrations),
         "p50_ms": percentile(latencies, 50) * 1000,
         "p99_ms": percentile(latencies, 99) * 1000,
@@ -115,7 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--cadence", type=int, default=25)
-    ap.add_argument("--transports", default="memory,grpc")
+    ap.add_argument(
+        "--transports",
+        default="memory,grpc,memory+cache",
+        help="columns: memory, grpc, and memory+cache (holder keeps verified folds)",
+    )
+    ap.add_argument(
+        "--faults",
+        action="store_true",
+        help="also play each fault of the first origin (deadline --fault-deadline-ms)",
+    )
+    ap.add_argument("--fault-deadline-ms", type=int, default=50)
     args = ap.parse_args(argv)
     configure_logging(LogFormat.JSON, "warning")
     cfg = ExperimentConfig()
@@ -131,11 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, float]] = {}
     ok = True
     for name in args.transports.split(","):
+        transport, _, extra = name.partition("+")
         settings = BoundarySettings(
             cadences=base.cadences,
             seeds=base.seeds,
             steps=base.steps,
-            transport=TransportKind(name),
+            transport=TransportKind(transport),
+            holder_cache=extra == "cache",
         )
         outcome = run_boundary(cfg, settings, progress=False)
         fp = combine((r.label, r.boundary_fingerprint) for r in outcome.runs)
@@ -149,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         ("delivery B per arm decision", "delivery_bytes_per_arm_decision", "{:,.0f}"),
         ("rehydrating decisions (2 arms)", "rehydrations", "{:,.0f}"),
         ("rehydration B per rehydration", "rehydrate_bytes_per_rehydration", "{:,.0f}"),
-        ("hops fetched per rehydration", "hops_fetched_per_rehydration", "{:.1f}"),
+        ("hops received per rehydration", "hops_fetched_per_rehydration", "{:.1f}"),
         ("rehydrating decision p50 (ms)", "p50_ms", "{:.3f}"),
         ("rehydrating decision p99 (ms)", "p99_ms", "{:.3f}"),
         ("signatures made", "sign_ops", "{:,.0f}"),
@@ -203,8 +223,44 @@ def main(argv: list[str] | None = None) -> int:
             f" value bytes; with its signed statements the compacted value costs"
             f" {100 * (r['smin_all_b'] / r['gt_value_b'] - 1):+.1f}% vs shipping everything"
         )
+    if args.faults:
+        _faults(cfg, base, args.fault_deadline_ms)
     print("PASS: every transport decides as in-process" if ok else "FAIL: decisions differ")
     return 0 if ok else 1
+
+
+def _faults(cfg: ExperimentConfig, base: BoundarySettings, deadline_ms: int) -> None:
+    """What each fault of the origin does to the rehydrate mode, and what it leaves behind."""
+    print(f"faults of the origin (deadline {deadline_ms} ms, witness on, 1 re-ask):")
+    print(
+        f"{'fault':12}{'rehydr. flip %':>15}{'fallbacks':>11}{'evidence':>22}"
+        f"{'verified':>10}{'correct accused':>17}{'p50 ms':>9}{'p99 ms':>9}"
+    )
+    for fault in ("none", "refuse", "tamper", "equivocate", "slow", "drop"):
+        settings = BoundarySettings(
+            cadences=base.cadences,
+            seeds=base.seeds,
+            steps=base.steps,
+            fault=FaultMode(fault),
+            deadline_ms=deadline_ms if fault in ("slow", "drop") else 1000,
+        )
+        o = run_boundary(cfg, settings, progress=False)
+        n = flips = fallbacks = 0
+        for run in o.runs:
+            for row in run.boundary_rows:
+                if row[0] == "structural_min" and row[4] == "rehydrate":
+                    n += int(str(row[5]))
+                    flips += int(str(row[7])) + int(str(row[8]))
+            fallbacks += sum(
+                rec[4] for (a, _, m), rec in run.decisions.items() if a == "structural_min"
+            )
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(o.evidence_by_kind.items())) or "none"
+        latencies = o.arm_costs["structural_min"].rehydration_latencies
+        print(
+            f"{fault:12}{100 * flips / max(1, n):>15.2f}{fallbacks:>11}{kinds:>22}"
+            f"{sum(e.verified for e in o.evidence):>10}{o.correct_accused:>17}"
+            f"{1000 * percentile(latencies, 50):>9.1f}{1000 * percentile(latencies, 99):>9.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -459,7 +459,7 @@ class RunPlayer:
             label = o.outcome.value + ("_cleared" if o.cleared else "")
             key = (topo.name_of(o.origin), label)
             runner.outcomes[key] = runner.outcomes.get(key, 0) + 1
-        costs.hops_fetched += len(report.hops)
+        costs.hops_verified += len(report.hops)
         fetched = self._verified_log(report) if report.complete else None
         folded = view.folded
         if (

@@ -157,7 +157,8 @@ class ArmCosts:
     delivery_latencies: list[float] = field(default_factory=list)
     rehydrations: int = 0
     rehydration_latencies: list[float] = field(default_factory=list)
-    hops_fetched: int = 0
+    #: verified hops the gates received per rehydration (from the wire or the holder cache)
+    hops_verified: int = 0
     failed_rehydrations: int = 0
     demand_rpcs: int = 0
     inproc_rehydrations: int = 0

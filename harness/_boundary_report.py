@@ -199,7 +199,7 @@ def cost_rows(outcome: BoundaryOutcome) -> list[dict[str, object]]:
                     row.update(
                         fallbacks=fallbacks,
                         rehydrating_decisions=costs.rehydrations if rehydrating else 0,
-                        hops_fetched=costs.hops_fetched if rehydrating else 0,
+                        hops_fetched=int(r.get("hops_received", 0)),
                         rpcs=int(delivery.get("rpcs", 0) + r.get("rpcs", 0)),
                         delivery_rpcs=int(delivery.get("rpcs", 0)),
                         rehydrate_rpcs=int(r.get("rpcs", 0)),

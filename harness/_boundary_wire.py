@@ -221,6 +221,8 @@ class TagCounts:
     hash_leaves: int = 0
     hash_seconds: float = 0.0
     failed_rpcs: int = 0
+    #: hop bytes strings that arrived in demand answers (what crossed the wire)
+    hops_received: int = 0
 
     @property
     def wire_bytes(self) -> int:
@@ -265,9 +267,12 @@ class MeteredTransport:
         self.meter = meter
         self.node = node
 
-    def _count(self, method: str, request: int, response: int, failed: bool = False) -> None:
+    def _count(
+        self, method: str, request: int, response: int, failed: bool = False, hops: int = 0
+    ) -> None:
         c = self.meter.counts()
         c.rpcs += 1
+        c.hops_received += hops
         c.request_bytes += request
         c.response_bytes += response
         if failed:
@@ -288,7 +293,7 @@ class MeteredTransport:
                 for a in answers
             ]
         ).ByteSize()
-        self._count("Demand", req, resp)
+        self._count("Demand", req, resp, hops=sum(len(a.hops) for a in answers))
         return answers
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
@@ -301,7 +306,7 @@ class MeteredTransport:
         resp = serve_pb2.ReceiptChunk(
             receipt=answer.receipt, commitment=answer.commitment, hops=list(answer.hops)
         ).ByteSize()
-        self._count("DemandStream", req, resp)
+        self._count("DemandStream", req, resp, hops=len(answer.hops))
         return answer
 
     async def challenge(

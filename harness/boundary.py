@@ -158,6 +158,7 @@ async def run_boundary_async(
                 tag: {
                     "rpcs": c.rpcs,
                     "failed_rpcs": c.failed_rpcs,
+                    "hops_received": c.hops_received,
                     "request_bytes": c.request_bytes,
                     "response_bytes": c.response_bytes,
                     "sign_ops": c.sign_ops,

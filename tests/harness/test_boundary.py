@@ -72,7 +72,11 @@ def test_faithful_origin_decisions_equal_in_process_fingerprint_and_rows(
     assert in_fp == b_fp
     # the comparison is not vacuous: hops really crossed the boundary
     assert _rehydrations(faithful) > 0
-    assert all(faithful.arm_costs[a].hops_fetched > 0 for a in STRUCTURAL)
+    assert all(faithful.arm_costs[a].hops_verified > 0 for a in STRUCTURAL)
+    for arm in STRUCTURAL:  # without the cache every verified hop crossed the wire
+        assert faithful.wire[(arm, "rehydrate")]["hops_received"] == (
+            faithful.arm_costs[arm].hops_verified
+        )
     assert faithful.evidence == []
 
 
@@ -110,7 +114,7 @@ def test_signatures_and_hashes_are_counted_where_they_happen(faithful: BoundaryO
     # per demand: holder signs the demand, origin signs the receipt, both verify
     assert rehydrate["sign_ops"] >= 2 * faithful.arm_costs["structural_min"].rehydrations
     assert rehydrate["verify_ops"] >= 2 * faithful.arm_costs["structural_min"].rehydrations
-    assert rehydrate["hash_leaves"] >= faithful.arm_costs["structural_min"].hops_fetched
+    assert rehydrate["hash_leaves"] >= faithful.arm_costs["structural_min"].hops_verified
     assert rehydrate["sig_ms"] > 0.0
 
 
@@ -132,6 +136,8 @@ def test_holder_cache_saves_demands_without_changing_decisions() -> None:
     # smin's demands already verified the same folds perhop carries
     assert costs.rehydrations > 0
     assert costs.demand_rpcs < costs.rehydrations
+    # the gates still see every hop; fewer of them cross the wire
+    assert cached.wire[("structural_perhop", "rehydrate")]["hops_received"] < costs.hops_verified
 
 
 def test_faithful_run_over_grpc_decides_as_in_process() -> None:
