@@ -103,6 +103,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="holder keeps verified folds between decisions (default: demand every time)",
     )
+    parser.add_argument(
+        "--node-dir",
+        type=Path,
+        default=None,
+        help="keep the nodes' data directories (keys, hop logs, stores) here"
+        " instead of a temporary directory",
+    )
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--progress", dest="progress", action="store_true", default=None)
     group.add_argument("--no-progress", dest="progress", action="store_false")
@@ -181,7 +188,9 @@ def _handler(args: argparse.Namespace) -> int:
     # own output is the summary below and the files.
     configure_logging(LogFormat.JSON, "warning")
     try:
-        outcome = run_boundary(cfg, settings, args.out, progress=args.progress)
+        outcome = run_boundary(
+            cfg, settings, args.out, progress=args.progress, node_dir=args.node_dir
+        )
     except BoundaryError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:

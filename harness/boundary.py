@@ -197,14 +197,18 @@ def run_boundary(
     out: Path | None = None,
     *,
     progress: bool | None = None,
+    node_dir: Path | None = None,
 ) -> BoundaryOutcome:
     """Play the slice and (with ``out``) write the result files; see the module docstring.
 
-    Evidence files are kept in ``out/evidence/``.
+    Evidence files are kept in ``out/evidence/``; the nodes' data directories
+    in ``node_dir`` if given (else a temporary directory, removed).
     """
     evidence_dir = out / "evidence" if out is not None else None
     outcome = asyncio.run(
-        run_boundary_async(cfg, settings, evidence_dir=evidence_dir, progress=progress)
+        run_boundary_async(
+            cfg, settings, work_dir=node_dir, evidence_dir=evidence_dir, progress=progress
+        )
     )
     if out is not None:
         from harness._boundary_report import write_outputs

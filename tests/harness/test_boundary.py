@@ -435,3 +435,14 @@ def test_registering_the_boundary_subcommand_imports_neither_grpc_nor_aiosqlite(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_kept_node_dir_is_reused_by_a_second_run_with_the_same_keys(tmp_path: Path) -> None:
+    settings = BoundarySettings(seeds=(0,), steps=100, deadline_ms=10_000)
+    first = run_boundary(CFG, settings, progress=False, node_dir=tmp_path / "nodes")
+    second = run_boundary(CFG, settings, progress=False, node_dir=tmp_path / "nodes")
+    assert first.node_ids == second.node_ids
+    assert (tmp_path / "nodes" / "origin" / "node.key").exists()
+    # a new epoch per run: the same hop ids recommitted, decisions unchanged
+    assert first.runs[0].boundary_fingerprint == second.runs[0].boundary_fingerprint
+    assert second.runs[0].fingerprints_equal
