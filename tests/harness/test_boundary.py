@@ -437,7 +437,9 @@ def test_registering_the_boundary_subcommand_imports_neither_grpc_nor_aiosqlite(
     assert done.stdout.split() == ["False", "False"]
 
 
-def test_kept_node_dir_is_reused_by_a_second_run_with_the_same_keys(tmp_path: Path) -> None:
+def test_kept_node_dir_is_reused_by_a_second_run_with_the_same_keys_and_decisions(
+    tmp_path: Path,
+) -> None:
     settings = BoundarySettings(seeds=(0,), steps=100, deadline_ms=10_000)
     first = run_boundary(CFG, settings, progress=False, node_dir=tmp_path / "nodes")
     second = run_boundary(CFG, settings, progress=False, node_dir=tmp_path / "nodes")
@@ -446,3 +448,5 @@ def test_kept_node_dir_is_reused_by_a_second_run_with_the_same_keys(tmp_path: Pa
     # a new epoch per run: the same hop ids recommitted, decisions unchanged
     assert first.runs[0].boundary_fingerprint == second.runs[0].boundary_fingerprint
     assert second.runs[0].fingerprints_equal
+    # the reused origin restarted; demands wait out its replay floor, so nobody is accused
+    assert second.evidence == []
