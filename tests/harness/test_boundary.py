@@ -450,3 +450,27 @@ def test_kept_node_dir_is_reused_by_a_second_run_with_the_same_keys_and_decision
     assert second.runs[0].fingerprints_equal
     # the reused origin restarted; demands wait out its replay floor, so nobody is accused
     assert second.evidence == []
+
+
+def test_cost_rows_put_equal_flip_rates_next_to_different_costs(
+    faithful: BoundaryOutcome,
+) -> None:
+    from harness._boundary_report import COST_COLUMNS, cost_rows
+
+    rows = {(r["setting"], r["arm"], r["mode"]): r for r in cost_rows(faithful)}
+    assert all(set(r) == set(COST_COLUMNS) for r in rows.values())
+    for (setting, arm, mode), row in rows.items():
+        if setting != "boundary" or arm == "origin":
+            continue
+        local = rows[("in_process", arm, mode)]
+        for column in ("flip_rate", "false_proceed", "false_stop", "lookups", "decisions"):
+            assert row[column] == local[column], (arm, mode, column)
+        assert local["rpcs"] == local["delivery_bytes"] == 0
+        assert row["delivery_rpcs"] == row["decisions"] == 120
+    smin = rows[("boundary", "structural_min", "rehydrate")]
+    assert smin["rehydrate_rpcs"] == smin["rehydrating_decisions"]
+    assert int(str(smin["rehydrating_decisions"])) > 0
+    assert smin["hops_fetched"] == faithful.arm_costs["structural_min"].hops_verified
+    assert rows[("boundary", "structural_min", "blind")]["rehydrate_rpcs"] == 0
+    commit = rows[("boundary", "origin", "commit")]
+    assert commit["decisions"] == faithful.folds_committed
