@@ -73,9 +73,7 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
 
     configure_logging(LogFormat.JSON, "warning")
     config = NodeConfig(name="bench-origin", data_dir=data_dir, listen="127.0.0.1:0")
-    core = await NodeCore.open(
-        config, load_or_create_identity(data_dir), transport=GrpcTransport()
-    )
+    core = await NodeCore.open(config, load_or_create_identity(data_dir), transport=GrpcTransport())
     node = build_server(core, config.listen, config.max_message_bytes)
 
     async def echo(request: bytes, context: Any) -> bytes:
@@ -134,6 +132,79 @@ async def _latencies(
     return out
 
 
+def _per_op(cpu_share: float, rate: float) -> float:
+    """CPU µs per operation from a CPU share (1.0 = one core) and operations/s."""
+    return cpu_share / rate * 1e6 if rate else 0.0
+
+
+def _stage_costs(hops: list[bytes]) -> dict[str, float]:
+    """Best-of CPU µs of each contracts step of a verified demand for ``hops``, in this process.
+
+    The same kinds of statements as the wire run, with local keys, computed
+    here with hot caches and no I/O: what the two processes cannot do with
+    less, by contract.
+    """
+    import timeit
+
+    from contracts.evidence import judge_answer
+    from contracts.identity import Identity
+    from contracts.serve import answer_demand, build_commitment, build_demand, build_obligation
+    from contracts.signed import open_statement
+    from contracts.statements import Demand
+
+    origin_identity, holder_identity = Identity.generate(), Identity.generate()
+    now = int(time.time() * 1000)
+    commitment = build_commitment(
+        origin_identity, epoch="e1", value_ref="bench-value", fold_seq=0, hops=hops, issued_at=now
+    )
+    obligation = build_obligation(
+        origin_identity,
+        commitment,
+        serve_until=now + 3_600_000,
+        deadline_ms=2000,
+        endpoints=["127.0.0.1:1"],
+        issued_at=now,
+    )
+
+    demand = build_demand(holder_identity, obligation, now=now)
+    demand_bytes = demand.to_bytes()
+    receipt = answer_demand(
+        origin_identity, demand, obligation=obligation, commitment=commitment, hops=hops, now=now
+    )
+    receipt_bytes = receipt.to_bytes()
+    pae = receipt.envelope.pae()
+    sig = receipt.envelope.signatures[0].sig
+    public = origin_identity.public
+    steps: dict[str, Callable[[], object]] = {
+        "holder: build + encode demand": lambda: build_demand(
+            holder_identity, obligation, now=now
+        ).to_bytes(),
+        "origin: open + verify demand": lambda: open_statement(demand_bytes, Demand),
+        "origin: answer + encode receipt": lambda: answer_demand(
+            origin_identity,
+            demand,
+            obligation=obligation,
+            commitment=commitment,
+            hops=hops,
+            now=now,
+        ).to_bytes(),
+        "holder: judge receipt + hops": lambda: judge_answer(
+            receipt_bytes,
+            hops,
+            demand=demand,
+            obligation=obligation,
+            commitment=commitment,
+            reported_at=now,
+        ),
+        "of which Ed25519 sign": lambda: origin_identity.sign(pae),
+        "of which Ed25519 verify": lambda: public.verify(sig, pae),
+    }
+    return {
+        name: min(timeit.repeat(fn, number=300, repeat=5, timer=time.process_time)) / 300 * 1e6
+        for name, fn in steps.items()
+    }
+
+
 def _cpu_seconds(pid: int) -> float:
     """User+system CPU seconds of a process (Linux /proc), 0.0 where unavailable."""
     try:
@@ -171,9 +242,7 @@ async def _throughput(
     return done, errors, secs, client_cpu, origin_cpu
 
 
-async def _bench(
-    args: argparse.Namespace, address: str, bare_address: str, origin_pid: int
-) -> int:
+async def _bench(args: argparse.Namespace, address: str, bare_address: str, origin_pid: int) -> int:
     from contracts.identity import Identity
     from contracts.serve import verify_delivery
     from contracts.signed import open_statement
@@ -191,6 +260,7 @@ async def _bench(
     # Origin state: one value folded three times (1, 5, 50 hops).
     step = 0
     folds: dict[int, HeldFold] = {}
+    fold_hops: dict[int, list[bytes]] = {}
     now_ms = int(time.time() * 1000)
     for size in FOLD_SIZES:
         hops = []
@@ -219,6 +289,7 @@ async def _bench(
         o = open_statement(bytes(fold.obligation), Obligation)
         verify_delivery(c, o, now=now_ms)
         folds[size] = HeldFold(c, o, bytes(fold.commitment), bytes(fold.obligation))
+        fold_hops[size] = hops
 
     transport = GrpcTransport()
     holder = Holder(Identity.generate(), transport, cache=False, reasks=0)
@@ -262,6 +333,18 @@ async def _bench(
         f" (target <= {TARGET_LATENCY_RATIO}) {'PASS' if ok_latency else 'FAIL'}"
     )
 
+    # Where a verified demand's time goes: the contracts steps alone, in this process.
+    stages = _stage_costs(fold_hops[5])
+    print(f"{'contracts step, 5-hop (CPU µs, no I/O)':<40}{'µs':>8}")
+    for name, us in stages.items():
+        print(f"{name:<40}{us:>8.1f}")
+    critical = sum(us for name, us in stages.items() if not name.startswith("of which"))
+    print(
+        f"{'sum on the critical path':<40}{critical:>8.1f}"
+        f"  (bare p50 {bare_p50 * 1e3:.0f} µs; verified 5-hop p50"
+        f" {_pct(lat['verified 5-hop'], 0.5) * 1e3:.0f} µs)"
+    )
+
     # Throughput: concurrent holders for the same duration, bare unary in the same run.
     holders = [
         Holder(Identity.generate(), transport, cache=False, reasks=0)
@@ -287,12 +370,15 @@ async def _bench(
     ok_tp = t_ratio >= TARGET_THROUGHPUT_RATIO and d_err == 0
     print(
         f"{'throughput':<22}{'ok/s':>10}{'errors':>8}{'secs':>7}{'holder cpu':>12}"
-        f"{'origin cpu':>12}  concurrency {args.concurrency}"
+        f"{'origin cpu':>12}{'holder µs/op':>14}{'origin µs/op':>14}  concurrency {conc}"
     )
-    print(f"{'verified 5-hop':<22}{d_rate:>10.1f}{d_err:>8}{d_secs:>7.1f}{d_c:>12.0%}{d_o:>12.0%}")
+    print(
+        f"{'verified 5-hop':<22}{d_rate:>10.1f}{d_err:>8}{d_secs:>7.1f}{d_c:>12.0%}{d_o:>12.0%}"
+        f"{_per_op(d_c, d_rate):>14.0f}{_per_op(d_o, d_rate):>14.0f}"
+    )
     print(
         f"{'bare unary':<22}{b_rate:>10.1f}{b_err:>8}{b_secs:>7.1f}{b_c:>12.0%}{b_o:>12.0%}"
-        "  (half before, half after)"
+        f"{_per_op(b_c, b_rate):>14.0f}{_per_op(b_o, b_rate):>14.0f}  (half before, half after)"
     )
     print(
         f"ratio verified/bare throughput = {t_ratio:.2f}"

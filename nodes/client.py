@@ -366,6 +366,9 @@ class Holder:
         large = [f for f in folds if f.held.commitment.statement.leaf_count > self.stream_leaves]
         groups: list[tuple[list[_Fold], bool]] = [(small, False)] if small else []
         groups += [([fold], True) for fold in large]
+        if len(groups) == 1:  # the common case: no task needed
+            await self._ask_group(run, address, groups[0][0], groups[0][1], deadline)
+            return
         await asyncio.gather(
             *(self._ask_group(run, address, group, stream, deadline) for group, stream in groups)
         )
