@@ -248,9 +248,27 @@ class NodeCore:
         store = await st.HopStore.open(
             config.data_dir, identity.node_id, provenance_pending=config.provenance_pending
         )
-        return cls(
+        core = cls(
             config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
         )
+        await core._outwait_restart_floor()
+        return core
+
+    async def _outwait_restart_floor(self) -> None:
+        """Start serving only once the floor a previous run left is in the past.
+
+        The floor runs up to ``REPLAY_FLOOR_LEASE_MS`` ahead of the clock. A
+        node back at once would otherwise turn away even demands made after
+        it came back (ABORTED), and a holder or witness asking in that moment
+        would record a correct origin as ``unanswered``. Waiting out the lease
+        (at most that long, plus a margin; a floor further ahead means the
+        clock went back, and demands below it stay refused) makes every demand
+        dated after the start acceptable.
+        """
+        give_up = time.monotonic() + REPLAY_FLOOR_LEASE_MS / 1000 + 0.25
+        while self._restart_floor_ms > _ms(self.clock()) and time.monotonic() < give_up:
+            ahead_s = (self._restart_floor_ms - _ms(self.clock())) / 1000
+            await asyncio.sleep(min(0.05, max(0.001, ahead_s)))
 
     async def flush(self) -> None:
         """Persist what is kept write-behind (counters)."""
