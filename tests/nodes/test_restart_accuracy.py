@@ -1,0 +1,57 @@
+"""A correct origin that restarts is never accused (S8 across the replay floor).
+
+A node keeps replay protection across restarts with a durable *replay floor*:
+every demand it ever accepted is dated below it, and after a restart it
+answers ABORTED to demands dated below it (they may be replays). The floor
+runs up to a lease ahead of the clock, so a node that came straight back
+would turn away even fresh demands for a moment — and a holder re-asking, or
+a witness re-issuing, inside that moment would record a correct origin as
+``unanswered``. These tests restart a faithful origin right after it served
+and demand again at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from nodes.client import Outcome
+from tests.nodes.rpc_support import AUDIT, MemCluster, accusation_audit, single
+
+__all__ = ["accusation_audit"]
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
+    mem = MemCluster(tmp_path, deadline_ms=300, reasks=1)
+    try:
+        yield mem
+    finally:
+        await mem.close()
+
+
+async def test_origin_restarted_right_after_serving_serves_fresh_demands_unaccused(
+    cluster: MemCluster,
+) -> None:
+    origin = await cluster.add("origin")
+    await cluster.add("holder")
+    await cluster.add("witness")
+    fold = await cluster.fold("origin", "v1", 4)
+    first = await cluster.rehydrate("holder", "v1", [fold], witnesses=["witness"])
+    assert single(first).outcome is Outcome.SERVED
+
+    # Restart on the same data dir at once: the floor the first run left is ahead.
+    await origin.close()
+    restarted = await cluster.add("origin")
+    assert restarted.node_id == origin.node_id
+    # A holder with an empty cache must go to the origin for the hops.
+    await cluster.add("holder2")
+    accused_before = len(AUDIT.correct_accused)
+    second = await cluster.rehydrate("holder2", "v1", [fold], witnesses=["witness"])
+
+    outcome = single(second)
+    assert outcome.outcome is Outcome.SERVED, outcome.detail
+    assert not outcome.accuses
+    assert len(AUDIT.correct_accused) == accused_before
