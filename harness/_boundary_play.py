@@ -186,21 +186,7 @@ class RunPlayer:
                 raise BoundaryError(f"run {self.label}: unknown event {type(ev).__name__}")
         result = rep.result()
         rows: list[tuple[object, ...]] = [
-            (
-                arm.value,
-                gate.name,
-                gate.gate_class.value,
-                gate.irreversible,
-                mode.value,
-                c.n,
-                c.agree,
-                c.false_proceed,
-                c.false_stop,
-                c.proceed,
-                c.oracle_proceed,
-                c.lookups,
-                c.bytes_read,
-            )
+            c.row(arm.value, gate.name, gate.gate_class.value, gate.irreversible, mode.value)
             for arm in (ArmName.STRUCTURAL_MIN, ArmName.STRUCTURAL_PERHOP, ArmName.PROSE)
             for _, gate, mode, c in self.plans[arm]
         ]

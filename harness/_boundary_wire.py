@@ -35,7 +35,7 @@ from typing import Any
 
 from harness.events import Hop
 from harness.gates import GateView
-from harness.lineage import FoldedPrefix
+from harness.lineage import FoldedPrefix, hop_fields
 from nodes._pb.provnet.v1 import common_pb2, deliver_pb2, evidence_pb2, serve_pb2
 from nodes.transport import Answer, ChallengeResult, Delivery, Transport
 
@@ -51,18 +51,6 @@ __all__ = [
 ]
 
 _VALUE_KEYS = frozenset({"arm", "value_id", "scores", "tainted_by", "visible", "folded", "blob"})
-
-
-def hop_fields(hop: Hop) -> dict[str, Any]:
-    """The hop's spec fields (§3) as the origin appends them to its hop log."""
-    return {
-        "hop_id": hop.hop_id,
-        "step": hop.step,
-        "op": hop.op,
-        "axis_deltas": dict(hop.axis_deltas),
-        "taints_added": list(hop.taints_added),
-        "parent_hop_ids": list(hop.parent_hop_ids),
-    }
 
 
 def _hop_doc(hop: Hop) -> dict[str, Any]:

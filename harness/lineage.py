@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Any
 
 from harness.events import Hop, Merge, NewValue, OpEvent
 
@@ -26,6 +27,7 @@ __all__ = [
     "HopLog",
     "build_hop",
     "hop_bytes",
+    "hop_fields",
     "merge_folded",
     "merge_visible",
     "sort_hops",
@@ -139,14 +141,9 @@ def build_hop(event: NewValue | OpEvent | Merge, parents: tuple[str, ...]) -> Ho
     return Hop(hop_id, step, str(event.op), (), (), parents)
 
 
-def hop_bytes(hop: Hop) -> int:
-    """Size of the hop's canonical JSON: sorted keys, no spaces, UTF-8.
-
-    ``json.dumps({...}, sort_keys=True, separators=(",", ":"))`` over
-    hop_id, step, op, axis_deltas (an object), taints_added and
-    parent_hop_ids (arrays) — what a rehydrating gate reads per lookup.
-    """
-    doc = {
+def hop_fields(hop: Hop) -> dict[str, Any]:
+    """The hop's spec fields (§3) as a JSON object: what is logged, served and read."""
+    return {
         "hop_id": hop.hop_id,
         "step": hop.step,
         "op": hop.op,
@@ -154,6 +151,15 @@ def hop_bytes(hop: Hop) -> int:
         "taints_added": list(hop.taints_added),
         "parent_hop_ids": list(hop.parent_hop_ids),
     }
+
+
+def hop_bytes(hop: Hop) -> int:
+    """Size of the hop's canonical JSON: sorted keys, no spaces, UTF-8.
+
+    ``json.dumps(hop_fields(hop), sort_keys=True, separators=(",", ":"))`` —
+    what a rehydrating gate reads per lookup.
+    """
+    doc = hop_fields(hop)
     return len(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8"))
 
 

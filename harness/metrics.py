@@ -127,3 +127,23 @@ class GateCounts:
     @property
     def agree(self) -> int:
         return self.n - self.false_proceed - self.false_stop
+
+    def row(
+        self, arm: str, policy: str, gate_class: str, irreversible: bool, mode: str
+    ) -> tuple[object, ...]:
+        """The ``GATE_COLUMNS`` after the run key, for this (arm, gate, mode)."""
+        return (
+            arm,
+            policy,
+            gate_class,
+            irreversible,
+            mode,
+            self.n,
+            self.agree,
+            self.false_proceed,
+            self.false_stop,
+            self.proceed,
+            self.oracle_proceed,
+            self.lookups,
+            self.bytes_read,
+        )

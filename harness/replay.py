@@ -315,21 +315,7 @@ class Replayer:
 
     def _rows(self, ai: int) -> list[tuple[object, ...]]:
         return [
-            (
-                arm_name.value,
-                gate.name,
-                gate.gate_class.value,
-                gate.irreversible,
-                mode.value,
-                c.n,
-                c.agree,
-                c.false_proceed,
-                c.false_stop,
-                c.proceed,
-                c.oracle_proceed,
-                c.lookups,
-                c.bytes_read,
-            )
+            c.row(arm_name.value, gate.name, gate.gate_class.value, gate.irreversible, mode.value)
             for arm_name, gate, mode, c in self._arm_rows[ai]
         ]
 
