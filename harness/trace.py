@@ -366,7 +366,7 @@ def load_trace(trace: Path, rules: Path | None, *, decision_every: int | None = 
             lineno += 1
             if not text.strip():
                 continue
-            step, op, fields, merge_with = _parse_record(trace, lineno, text)
+            step, op, fields, merge_with = _parse_record(trace, lineno, text.rstrip("\r\n"))
             if previous is not None and step <= previous[0]:
                 raise TraceError(
                     f"{trace}:{lineno}: step: {step} does not increase (line {previous[1]} had "

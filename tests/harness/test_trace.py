@@ -381,3 +381,15 @@ def test_experiment_run_with_a_bad_rule_exits_two_naming_rule_and_key(
     err = capsys.readouterr().err
     assert code == 2
     assert f"provnet: error: {rules}:5: rules[0].factor: expected a number in [0, 1]" in err
+
+
+def test_truncated_record_error_points_at_the_column_where_the_line_ends(
+    tmp_path: Path,
+) -> None:
+    # The line's own newline is not part of the record: the missing value is
+    # reported where the text stops, not at "column 1" of a phantom next line.
+    truncated = '{"step": 2, "op": '
+    path = _trace(tmp_path, _GOOD, truncated)
+    with pytest.raises(TraceError) as info:
+        load_trace(path, None)
+    assert f":2: malformed JSON (Expecting value at column {len(truncated) + 1})" in str(info.value)
