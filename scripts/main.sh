@@ -12,7 +12,8 @@ PY=${PYTHON:-python3}
 P=.venv/bin/provnet
 $P experiment run --out results
 $P experiment report --out results
-$P cluster up
+# Set before 'up': a start that fails half-way still has its nodes stopped.
 trap '$P cluster down' EXIT
+$P cluster up
 $P cluster status
 $P cluster smoke
