@@ -61,7 +61,7 @@ from contracts.errors import (
 from contracts.serve import (
     ServedFold,
     verify_receipt_binding,
-    verify_served,
+    verify_served_bytes,
     verify_signed_leaves,
 )
 from contracts.signed import Signed, open_statement
@@ -657,8 +657,9 @@ def judge_answer(
             return Answer(AnswerKind.UNATTRIBUTABLE, str(exc))
         return Answer(AnswerKind.EVIDENCE, verdict.reason, evidence=base)
     # (4) the bytes must be the bytes signed; if not, nobody can prove who changed them
+    # (steps 1-3 above are verify_served's own; only its byte check is left)
     try:
-        served = verify_served(r, hops, demand=demand, obligation=obligation, commitment=commitment)
+        served = verify_served_bytes(r, hops)
     except ContractError as exc:
         return Answer(AnswerKind.UNATTRIBUTABLE, str(exc))
     return Answer(AnswerKind.SERVED, f"served {len(served.hops)} hop(s)", served=served)

@@ -82,6 +82,7 @@ __all__ = [
     "verify_demand",
     "verify_receipt_binding",
     "verify_served",
+    "verify_served_bytes",
     "verify_signed_leaves",
 ]
 
@@ -539,6 +540,17 @@ def verify_served(
     # (4) the signed leaf hashes lead to the committed root
     verify_signed_leaves(signed, demand.statement, commitment.statement)
     # (5) the bytes received are the bytes signed
+    return verify_served_bytes(signed, hops)
+
+
+def verify_served_bytes(signed: Signed[Receipt], hops: Sequence[bytes]) -> ServedFold:
+    """Step (5) of :func:`verify_served` alone: ``hops`` are the bytes ``signed`` signs.
+
+    For a SERVED receipt already bound to its demand and checked by
+    :func:`verify_signed_leaves`; a mismatch here is :class:`DigestMismatch`
+    (altered after signing, not attributable to the origin).
+    """
+    r = signed.statement
     if r.leaves is None:
         got = merkle_root(hops)
         if got.hex() != r.served_root:
