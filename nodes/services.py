@@ -557,9 +557,7 @@ class NodeCore:
             )
         return demand, own
 
-    async def answer_demands(
-        self, demands: Sequence[bytes], *, deadline: float | None = None
-    ) -> list[Answer]:
+    async def answer_demands(self, demands: Sequence[bytes]) -> list[Answer]:
         """Answer every demand of one call (see module docstring for the order)."""
         await self.fault.before_serving()
         if not demands:
@@ -770,10 +768,10 @@ class NodeCore:
         return receipt, self._select(altered, demand.statement.leaves)
 
     async def answer_demand_stream(
-        self, demand: bytes, *, deadline: float | None = None, max_chunk_bytes: int = 0
+        self, demand: bytes, *, max_chunk_bytes: int = 0
     ) -> AsyncIterator[Answer]:
         """One demand, answered as chunks: the first carries receipt + commitment."""
-        (answer,) = await self.answer_demands([demand], deadline=deadline)
+        (answer,) = await self.answer_demands([demand])
         limit = max_chunk_bytes or min(_DEFAULT_CHUNK_BYTES, self.config.max_message_bytes // 2)
         chunk: list[bytes] = []
         size = 0
@@ -1072,7 +1070,7 @@ class _Serve(serve_pb2_grpc.ServeServicer):
         self.core = core
 
     async def Demand(self, request: Any, context: Any) -> Any:
-        answers = await self.core.answer_demands(list(request.demands), deadline=_deadline(context))
+        answers = await self.core.answer_demands(list(request.demands))
         return serve_pb2.DemandResponse(
             answers=[
                 common_pb2.Answer(receipt=a.receipt, commitment=a.commitment, hops=list(a.hops))
@@ -1082,9 +1080,7 @@ class _Serve(serve_pb2_grpc.ServeServicer):
 
     async def DemandStream(self, request: Any, context: Any) -> AsyncIterator[Any]:
         chunks = self.core.answer_demand_stream(
-            bytes(request.demand),
-            deadline=_deadline(context),
-            max_chunk_bytes=int(request.max_chunk_bytes),
+            bytes(request.demand), max_chunk_bytes=int(request.max_chunk_bytes)
         )
         index = 0
         pending: Answer | None = None

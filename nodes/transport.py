@@ -346,24 +346,18 @@ class InMemoryTransport:
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
         core = self._node(address)
         self._check_size(address, sum(len(d) for d in demands))
-        deadline = time.monotonic() + timeout
-        answers: list[Answer] = await self._run(
-            address, timeout, core.answer_demands(demands, deadline=deadline)
-        )
+        answers: list[Answer] = await self._run(address, timeout, core.answer_demands(demands))
         self._check_size(address, sum(a.size for a in answers))
         return answers
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
         core = self._node(address)
         self._check_size(address, len(demand))
-        deadline = time.monotonic() + timeout
 
         async def collect() -> Answer:
             hops: list[bytes] = []
             first: Answer | None = None
-            async for chunk in core.answer_demand_stream(
-                demand, deadline=deadline, max_chunk_bytes=0
-            ):
+            async for chunk in core.answer_demand_stream(demand):
                 self._check_size(address, chunk.size)
                 if first is None:
                     first = chunk
