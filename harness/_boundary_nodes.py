@@ -19,8 +19,6 @@ faithful — so any accusation of them would be a false one (S8).
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -29,7 +27,7 @@ from harness._boundary_wire import MeteredTransport, WireMeter
 from nodes.app import RunningNode, load_or_create_identity, start_node
 from nodes.config import NodeConfig
 from nodes.faults import FaultMode, FaultPlan
-from nodes.services import REPLAY_FLOOR_FILENAME, NodeCore
+from nodes.services import NodeCore
 from nodes.transport import GrpcTransport, InMemoryTransport
 
 __all__ = ["NodeHandle", "Role", "Topology", "TransportKind", "start_topology"]
@@ -104,33 +102,6 @@ class Topology:
             raise errors[0]
 
 
-#: Longest wait for a restarted node's replay floor (it is at most one lease ahead).
-_MAX_FLOOR_WAIT_S = 5.0
-
-
-async def _wait_out_replay_floors(root: Path, specs: list[NodeSpec]) -> None:
-    """Start only once every reused node accepts fresh demands.
-
-    A node restarted on an existing data directory answers ABORTED to
-    demands dated below the replay floor its previous run left (at most one
-    lease ahead of its last accepted demand). Demanding inside that window
-    would measure the restart, not the boundary, so a run on kept node
-    directories waits it out (bounded).
-    """
-    floor_ms = 0
-    for spec in specs:
-        path = root / spec.name / REPLAY_FLOOR_FILENAME
-        try:
-            text = path.read_text(encoding="ascii").strip()
-        except FileNotFoundError:
-            continue
-        if text.isdigit():
-            floor_ms = max(floor_ms, int(text))
-    wait = floor_ms / 1000.0 - time.time() + 0.01
-    if wait > 0:
-        await asyncio.sleep(min(wait, _MAX_FLOOR_WAIT_S))
-
-
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
     name: str
@@ -163,7 +134,6 @@ async def start_topology(
             else:
                 await started.core.close()
         raise
-    await _wait_out_replay_floors(root, specs)
     origins = [h for h in handles if h.role is Role.ORIGIN]
     relays = [h for h in handles if h.role is Role.RELAY]
     holders = [h for h in handles if h.role is Role.HOLDER]

@@ -448,7 +448,7 @@ def test_kept_node_dir_is_reused_by_a_second_run_with_the_same_keys_and_decision
     # a new epoch per run: the same hop ids recommitted, decisions unchanged
     assert first.runs[0].boundary_fingerprint == second.runs[0].boundary_fingerprint
     assert second.runs[0].fingerprints_equal
-    # the reused origin restarted; demands wait out its replay floor, so nobody is accused
+    # the reused origin restarted and waited out its replay floor, so nobody is accused
     assert second.evidence == []
 
 
