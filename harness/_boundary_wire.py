@@ -212,10 +212,6 @@ class TagCounts:
     #: hop bytes strings that arrived in demand answers (what crossed the wire)
     hops_received: int = 0
 
-    @property
-    def wire_bytes(self) -> int:
-        return self.request_bytes + self.response_bytes
-
 
 class WireMeter:
     """Counters per tag; ``tag`` is what the runner is doing right now."""
