@@ -172,12 +172,6 @@ class RehydrationReport:
     def complete(self) -> bool:
         return all(o.outcome is Outcome.SERVED for o in self.outcomes)
 
-    def outcome_for(self, origin: str) -> OriginOutcome:
-        for o in self.outcomes:
-            if o.origin == origin:
-                return o
-        raise KeyError(origin)
-
     def to_pb(self) -> Any:
         from nodes._pb.provnet.v1 import deliver_pb2
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
@@ -201,9 +201,6 @@ class NodeConfig:
             return _check_address("peer", name_or_address)
         known = [p.name for p in self.peers]
         raise ConfigError(f"unknown peer {name_or_address!r}; known: {known}")
-
-    def with_listen(self, listen: str) -> NodeConfig:
-        return replace(self, listen=listen)
 
     @classmethod
     def from_env_and_args(

@@ -1081,11 +1081,6 @@ class HopStore:
         r = rows[0]
         return ObligationRecord(str(r[0]), str(r[1]), int(r[2]), bytes(r[3]), bool(r[4]))
 
-    async def obligations_for(self, commitment_digest: str) -> tuple[ObligationRecord, ...]:
-        """Every obligation naming a commitment, latest serve_until first."""
-        async with self._read("read obligations") as db:
-            return await self._obligations(db, commitment_digest)
-
     # ----------------------------------------------------------------- peers' statements
 
     async def put_commitment(

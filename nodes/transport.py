@@ -312,9 +312,6 @@ class InMemoryTransport:
     def register(self, address: str, core: NodeCore) -> None:
         self._nodes[address] = core
 
-    def unregister(self, address: str) -> None:
-        self._nodes.pop(address, None)
-
     def _node(self, address: str) -> NodeCore:
         core = self._nodes.get(address)
         if core is None or core.crashed or address in self.blocked:
