@@ -230,7 +230,6 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from harness.analysis import AnalysisError
     from harness.report import write_report
 
     sweep_out: Path | None = args.sweep_out
@@ -239,10 +238,6 @@ def _report(args: argparse.Namespace) -> int:
             f"report: no sweep results in {sweep_out}/ — crossover section skipped", file=sys.stderr
         )
         sweep_out = None
-    try:
-        written = write_report(args.out, sweep_out)
-    except AnalysisError as exc:
-        raise UsageError(str(exc)) from None
-    for path in written:
+    for path in write_report(args.out, sweep_out):
         print(path)
     return 0
