@@ -204,8 +204,7 @@ class RunComparison:
 
     @property
     def label(self) -> str:
-        k = self.key
-        return f"{k.run_type}/C={k.cadence}/{k.profile}/seed={k.seed}"
+        return self.key.label
 
 
 @dataclass(slots=True)

@@ -88,6 +88,11 @@ class RunKey:
     def row(self) -> list[object]:
         return [self.run_type, self.cadence, self.profile, self.seed]
 
+    @property
+    def label(self) -> str:
+        """The run's name in a combined fingerprint (:func:`harness.fingerprint.combine`)."""
+        return f"{self.run_type}/C={self.cadence}/{self.profile}/seed={self.seed}"
+
 
 class GateCounts:
     """Confusion counts of one (arm, gate, mode) against the oracle."""

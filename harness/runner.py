@@ -69,8 +69,7 @@ class RunTask:
 
     @property
     def label(self) -> str:
-        k = self.key
-        return f"{k.run_type}/C={k.cadence}/{k.profile}/seed={k.seed}"
+        return self.key.label
 
     @property
     def labels(self) -> list[str]:
