@@ -38,10 +38,16 @@ import time
 
 from harness._boundary_nodes import TransportKind
 from harness._boundary_report import percentile
-from harness.boundary import BoundaryOutcome, BoundarySettings, run_boundary
+from harness.boundary import (
+    BoundaryOutcome,
+    BoundarySettings,
+    _tasks,
+    overall_fingerprints,
+    run_boundary,
+)
 from harness.config import ExperimentConfig
 from harness.fingerprint import combine
-from harness.replay import ReplayParams, replay
+from harness.replay import replay
 from harness.trajectory import generate
 from nodes.config import LogFormat
 from nodes.faults import FaultMode
@@ -55,20 +61,14 @@ def _in_process(cfg: ExperimentConfig, s: BoundarySettings) -> tuple[float, str,
     start = time.perf_counter()
     entries = []
     lookups = nbytes = decisions = 0
-    for cadence in s.cadences:
-        for profile in s.profiles:
-            for seed in s.seeds:
-                events = generate(
-                    seed, s.steps, cfg.decision_every, cfg.degradation_profiles[profile]
-                )
-                params = ReplayParams(cadence=cadence, prose_seed=seed, record_curve=False)
-                result = replay(events, params)
-                entries.append((f"boundary/C={cadence}/{profile}/seed={seed}", result.fingerprint))
-                decisions += result.n_decisions
-                for row in result.gate_rows:
-                    if row[0] in STRUCTURAL and row[4] == "rehydrate":
-                        lookups += int(str(row[11]))
-                        nbytes += int(str(row[12]))
+    for key, profile, params in _tasks(cfg, s):  # the boundary runner's own runs
+        result = replay(generate(key.seed, s.steps, cfg.decision_every, profile), params)
+        entries.append((key.label, result.fingerprint))
+        decisions += result.n_decisions
+        for row in result.gate_rows:
+            if row[0] in STRUCTURAL and row[4] == "rehydrate":
+                lookups += int(str(row[11]))
+                nbytes += int(str(row[12]))
     wall = time.perf_counter() - start
     per = 2 * decisions
     return wall, combine(entries), lookups / per, nbytes / per
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             holder_cache=extra == "cache",
         )
         outcome = run_boundary(cfg, settings, progress=False)
-        fp = combine((r.label, r.boundary_fingerprint) for r in outcome.runs)
+        _, fp = overall_fingerprints(outcome)
         same = fp == fp_in
         ok = ok and same
         results[name] = _summary(outcome)
