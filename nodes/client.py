@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import time
 from collections import OrderedDict
@@ -44,6 +43,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from contracts.canonical import sha256_hex
 from contracts.errors import ContractError, NotEvidence
 from contracts.evidence import (
     AnswerKind,
@@ -655,7 +655,7 @@ class Holder:
         path = ""
         if self.evidence_dir is not None:
             self.evidence_dir.mkdir(parents=True, exist_ok=True)
-            digest = hashlib.sha256(body).hexdigest()
+            digest = sha256_hex(body)
             target = self.evidence_dir / f"{kind.value}-{accused[:16]}-{digest[:16]}.json"
             tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
             tmp.write_bytes(body)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import time
 from collections import OrderedDict
@@ -37,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from contracts.canonical import parse_json_object
+from contracts.canonical import parse_json_object, sha256_hex
 from contracts.errors import ContractError, EncodingError, Expired, ReplayedNonce
 from contracts.evidence import equivocation_evidence
 from contracts.hops import MAX_HOP_BYTES, hop_bytes
@@ -866,7 +865,7 @@ class NodeCore:
             DeliveryReceipt(
                 holder=self.node_id,
                 sender=sender,
-                value_digest=hashlib.sha256(delivery.value).hexdigest(),
+                value_digest=sha256_hex(delivery.value),
                 commitments=tuple(c.digest for c, _ in pairs),
                 obligations=tuple(o.digest for _, o in pairs),
                 received_at=_ms(now),
@@ -929,7 +928,7 @@ class NodeCore:
         receipt = open_statement(data, DeliveryReceipt)
         r = receipt.statement
         expected = tuple(f.commitment.digest for f in held.folds)
-        if r.value_digest != hashlib.sha256(held.delivery.value).hexdigest() or (
+        if r.value_digest != sha256_hex(held.delivery.value) or (
             r.commitments != expected
         ):
             raise EncodingError(
@@ -963,7 +962,7 @@ class NodeCore:
 
     async def _record_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
         await self.store.add_evidence(
-            digest=hashlib.sha256(body).hexdigest(),
+            digest=sha256_hex(body),
             kind=kind,
             accused=accused,
             body=body,
@@ -1027,7 +1026,7 @@ class NodeCore:
     async def report_evidence(self, data: bytes) -> tuple[str, str, str]:
         """Accept evidence only if it verifies with the accused origin's own key."""
         kind, accused = verify_evidence_file(data, now_ms=self.now_ms())
-        digest = hashlib.sha256(data).hexdigest()
+        digest = sha256_hex(data)
         await self.store.add_evidence(
             digest=digest, kind=kind, accused=accused, body=data, now_ms=self.now_ms()
         )
