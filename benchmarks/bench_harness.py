@@ -123,11 +123,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--repeat", type=int, default=3, help="engine timings: best of N (the box is shared)"
     )
     args = parser.parse_args(argv)
-    every = max(1, args.reference_every)
+    # every results directory the engine writes lives here and is removed at the end
+    with tempfile.TemporaryDirectory(prefix="provnet-bench-") as tmp:
+        return _bench(args, Path(tmp))
 
+
+def _bench(args: argparse.Namespace, tmp: Path) -> int:
+    every = max(1, args.reference_every)
     main_cfg = ExperimentConfig()
     sweep_cfg = default_sweep_config()
-    tmp = Path(tempfile.mkdtemp(prefix="provnet-bench-"))
     rows: list[tuple[str, int, float, float, float, float, bool]] = []
 
     # --- main matrix -------------------------------------------------------
