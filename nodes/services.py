@@ -389,9 +389,10 @@ class NodeCore:
         if len(set(seqs)) != len(seqs):
             raise MalformedRequest(f"commit {value_ref}: a seq appears twice")
         epoch = self.store.epoch
+        stored = await self.store.hops(epoch, seqs)
         inputs: list[st.HopInput] = []
         for seq in seqs:
-            data = await self.store.hop(epoch, int(seq))
+            data = stored.get(int(seq))
             if data is None:
                 raise st.MissingHop(
                     f"commit {value_ref}: hop seq {seq} of epoch {epoch} is not in the log"

@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import secrets
 import sqlite3
 import time
@@ -711,17 +712,23 @@ class HopStore:
                 f"{what}: hops built for epoch {epoch}, current epoch is {self._epoch}"
             )
 
-    async def hop(self, epoch: str, seq: int, origin: str | None = None) -> bytes | None:
+    async def hop(self, epoch: str, seq: int) -> bytes | None:
         """Bytes of one hop, or None if absent (never appended or evicted)."""
-        who = origin or self._origin
-        async with self._read("read hop") as db:
-            rows = list(
-                await db.execute_fetchall(
-                    "SELECT hop_bytes FROM hops WHERE origin = ? AND epoch = ? AND seq = ?",
-                    (who, epoch, seq),
-                )
+        return (await self.hops(epoch, (seq,))).get(seq)
+
+    async def hops(self, epoch: str, seqs: Sequence[int]) -> dict[int, bytes]:
+        """Bytes of this origin's hops at ``seqs`` in ``epoch``: seq -> bytes, absent ones left out.
+
+        One query in one read snapshot, however many seqs (they go in as a
+        JSON array, so no bound on SQL variables applies).
+        """
+        async with self._read(f"read {len(seqs)} hops") as db:
+            rows = await db.execute_fetchall(
+                "SELECT seq, hop_bytes FROM hops WHERE origin = ? AND epoch = ?"
+                " AND seq IN (SELECT value FROM json_each(?))",
+                (self._origin, epoch, json.dumps([int(s) for s in seqs])),
             )
-        return bytes(rows[0][0]) if rows else None
+        return {int(r[0]): bytes(r[1]) for r in rows}
 
     # ----------------------------------------------------------------- commit
 

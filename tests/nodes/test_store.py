@@ -411,6 +411,15 @@ async def test_unfolded_hops_are_never_evicted(store: HopStore) -> None:
     assert await store.hop(store.epoch, 2) == hops_for(store.epoch, [2])[0].hop_bytes
 
 
+async def test_hops_reads_many_seqs_at_once_leaving_out_absent_ones(store: HopStore) -> None:
+    stored = hops_for(store.epoch, range(1, 6))
+    await store.append_hops(store.epoch, stored, now_ms=NOW)
+    got = await store.hops(store.epoch, [5, 2, 9, 2])
+    assert got == {5: stored[4].hop_bytes, 2: stored[1].hop_bytes}
+    assert await store.hops(store.epoch, []) == {}
+    assert await store.hop(store.epoch, 9) is None
+
+
 async def test_grace_delays_eviction_past_serve_until(store: HopStore) -> None:
     await commit(store, "v", 1, hops_for(store.epoch, range(1, 3)), serve_until_ms=NOW + 1)
     assert (await store.reap(now_ms=NOW + 2, grace_ms=5)).hops_evicted == 0
