@@ -69,6 +69,7 @@ from harness.config import ExperimentConfig, Profile
 from harness.fingerprint import combine
 from harness.metrics import RunKey
 from harness.replay import ReplayParams
+from harness.runner import progress_disabled, replay_params
 from harness.trajectory import generate
 
 __all__ = [
@@ -93,15 +94,7 @@ def _tasks(
         (
             RunKey("boundary", cadence, profile_name, seed),
             cfg.degradation_profiles[profile_name],
-            ReplayParams(
-                cadence=cadence,
-                keep=cfg.lineage_keep_hops,
-                window=cfg.allowlist_window,
-                penalty=cfg.reconstruction_penalty,
-                prose=cfg.prose,
-                prose_seed=seed,
-                record_curve=False,
-            ),
+            replay_params(cfg, cadence, seed, record_curve=False),
         )
         for cadence in settings.cadences
         for profile_name in settings.profiles
@@ -145,7 +138,7 @@ async def run_boundary_async(
                 desc="boundary",
                 unit="decision",
                 file=sys.stderr,
-                disable=None if progress is None else not progress,
+                disable=progress_disabled(progress),
             )
             runner = Runner(topo, settings, bar, evidence_dir)
             runs: list[RunComparison] = []

@@ -45,6 +45,8 @@ __all__ = [
     "death_spiral_task",
     "execute",
     "main_tasks",
+    "progress_disabled",
+    "replay_params",
     "run_main",
     "run_task",
     "trace_tasks",
@@ -100,7 +102,7 @@ def run_task(task: RunTask) -> tuple[RunTask, list[RunResult]]:
     return task, replay_penalties(events, task.params, task.penalties)
 
 
-def _params(
+def replay_params(
     cfg: ExperimentConfig,
     cadence: int,
     prose_seed: int,
@@ -111,6 +113,7 @@ def _params(
     record_curve: bool = True,
     record_death_spiral: bool = False,
 ) -> ReplayParams:
+    """A run's replay parameters: the config's K, W, penalty and prose settings."""
     return ReplayParams(
         cadence=cadence,
         keep=cfg.lineage_keep_hops,
@@ -133,7 +136,7 @@ def main_tasks(cfg: ExperimentConfig, rehydrate: bool = True) -> list[RunTask]:
             cfg.steps,
             cfg.decision_every,
             profile,
-            _params(cfg, c, seed, rehydrate=rehydrate),
+            replay_params(cfg, c, seed, rehydrate=rehydrate),
         )
         for c in cfg.compaction_cadence
         for name, profile in cfg.degradation_profiles.items()
@@ -150,7 +153,9 @@ def death_spiral_task(cfg: ExperimentConfig, rehydrate: bool = True) -> RunTask 
         ds.steps,
         cfg.decision_every,
         cfg.degradation_profiles[ds.profile],
-        _params(cfg, ds.compaction_cadence, ds.seed, rehydrate=rehydrate, record_death_spiral=True),
+        replay_params(
+            cfg, ds.compaction_cadence, ds.seed, rehydrate=rehydrate, record_death_spiral=True
+        ),
     )
 
 
@@ -162,7 +167,7 @@ def trace_tasks(cfg: ExperimentConfig, rehydrate: bool = True) -> list[RunTask]:
             0,
             cfg.decision_every,
             None,
-            _params(cfg, c, 0, rehydrate=rehydrate),
+            replay_params(cfg, c, 0, rehydrate=rehydrate),
         )
         for c in cfg.compaction_cadence
     ]

@@ -26,8 +26,7 @@ from pathlib import Path
 from harness.config import ConfigError, ExperimentConfig
 from harness.fingerprint import combine
 from harness.metrics import SWEEP_COLUMNS, RunKey
-from harness.replay import ReplayParams
-from harness.runner import RunTask, execute, versions
+from harness.runner import RunTask, execute, replay_params, versions
 
 __all__ = ["SweepOutcome", "run_sweep", "sweep_tasks"]
 
@@ -45,13 +44,11 @@ def sweep_tasks(cfg: ExperimentConfig) -> list[RunTask]:
             cfg.steps,
             cfg.decision_every,
             profile,
-            ReplayParams(
-                cadence=c,
-                keep=cfg.lineage_keep_hops,
-                window=cfg.allowlist_window,
+            replay_params(
+                cfg,
+                c,
+                seed,
                 penalty=grid[0],
-                prose=cfg.prose,
-                prose_seed=seed,
                 lineage_modes=False,
                 rehydrate=False,
                 record_curve=False,
