@@ -11,10 +11,10 @@ import re
 from pathlib import Path
 
 from harness.cli import UsageError
+from harness.cli_experiment import _DEFAULT_CONFIG, _load, _prepare_out, _progress_flags
 
 __all__ = ["configure"]
 
-_DEFAULT_CONFIG = Path("experiments/config.yaml")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _FAULTS = ("none", "refuse", "tamper", "equivocate", "slow", "drop")
 
@@ -110,26 +110,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="keep the nodes' data directories (keys, hop logs, stores) here"
         " instead of a temporary directory",
     )
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--progress", dest="progress", action="store_true", default=None)
-    group.add_argument("--no-progress", dest="progress", action="store_false")
+    _progress_flags(parser)
     parser.set_defaults(handler=_handler)
 
 
 def _handler(args: argparse.Namespace) -> int:
-    import os
-
-    from harness.config import ConfigError, ExperimentConfig, load_config
-
-    try:
-        if args.config is not None:
-            cfg = load_config(args.config)
-        elif _DEFAULT_CONFIG.exists():
-            cfg = load_config(_DEFAULT_CONFIG)
-        else:
-            cfg = ExperimentConfig()
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+    cfg = _load(args.config, _DEFAULT_CONFIG, sweep=False)
     if args.reasks < 0:
         raise UsageError(f"--reasks: expected an integer >= 0, got {args.reasks}")
     if args.fault_delay_ms is not None and args.fault != "slow":
@@ -178,12 +164,7 @@ def _handler(args: argparse.Namespace) -> int:
         settings.validate(cfg)
     except BoundaryError as exc:
         raise UsageError(str(exc)) from None
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"{args.out}: cannot create the results directory ({exc})") from None
-    if not os.access(args.out, os.W_OK):
-        raise UsageError(f"{args.out}: results directory is not writable")
+    _prepare_out(args.out)
     # Node events go to stderr as JSON, warnings and above only: the run's
     # own output is the summary below and the files.
     configure_logging(LogFormat.JSON, "warning")
