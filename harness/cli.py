@@ -19,8 +19,7 @@ from collections.abc import Callable, Sequence
 
 __all__ = ["UsageError", "build_parser", "main"]
 
-#: Modules that provide ``register(subparsers) -> None``; missing ones are
-#: skipped so a partial checkout still gives a working CLI.
+#: Modules that provide ``register(subparsers) -> None``.
 _SUBCOMMAND_MODULES = (
     "harness.cli_experiment",
     "harness.cli_audit",
@@ -40,12 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
+        module = importlib.import_module(name)
         register: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]
         register = module.register
         register(sub)
