@@ -152,12 +152,6 @@ def cost_rows(outcome: BoundaryOutcome) -> list[dict[str, object]]:
                     n, fp, fs, lookups, nbytes = costs.decisions * len(GATES), 0, 0, 0, 0
                 else:
                     n, fp, fs, lookups, nbytes = _gate_totals(gate_rows, arm.value, mode.value)
-                fallbacks = sum(
-                    rec[4]
-                    for run in outcome.runs
-                    for (a, _, m), rec in run.decisions.items()
-                    if a == arm.value and m == mode.value
-                )
                 rehydrating = mode is Mode.REHYDRATE
                 row: dict[str, object] = {
                     "setting": setting.value,
@@ -197,7 +191,12 @@ def cost_rows(outcome: BoundaryOutcome) -> list[dict[str, object]]:
                 else:
                     r = rehydrate if rehydrating else zero
                     row.update(
-                        fallbacks=fallbacks,
+                        fallbacks=sum(
+                            rec[4]
+                            for run in outcome.runs
+                            for (a, _, m), rec in run.decisions.items()
+                            if a == arm.value and m == mode.value
+                        ),
                         rehydrating_decisions=costs.rehydrations if rehydrating else 0,
                         hops_fetched=int(r.get("hops_received", 0)),
                         rpcs=int(delivery.get("rpcs", 0) + r.get("rpcs", 0)),
