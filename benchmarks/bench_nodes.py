@@ -49,6 +49,10 @@ from typing import Any
 import grpc
 
 ECHO_METHOD = "/bench.Echo/Echo"
+SIGN4_METHOD = "/bench.Echo/Sign4"
+CONTRACTS_METHOD = "/bench.Echo/Contracts"
+FLOOR_CRYPTO = "floor: bare + 4 Ed25519 ops"
+FLOOR_CONTRACTS = "floor: bare + contracts calls, 5-hop"
 FOLD_SIZES = (1, 5, 50)
 TARGET_LATENCY_RATIO = 1.5
 TARGET_THROUGHPUT_RATIO = 0.5
@@ -58,12 +62,38 @@ def _identity(x: bytes) -> bytes:
     return x
 
 
+def _fold_hops(first_step: int, count: int) -> list[bytes]:
+    """``count`` hop records (JSON bytes) of a fallback-model chain from ``first_step``."""
+    return [
+        json.dumps(
+            {
+                "hop_id": f"h{step:06d}",
+                "step": step,
+                "op": "LLM_TRANSFORM",
+                "axis_deltas": {"capability": 0.65},
+                "taints_added": [f"taint:fallback_model:{step}"],
+                "parent_hop_ids": [f"h{step - 1:06d}"],
+            }
+        ).encode()
+        for step in range(first_step, first_step + count)
+    ]
+
+
 # --------------------------------------------------------------------------- child: the origin
 
 
 async def _serve(data_dir: Path, port_file: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
     from grpc_health.v1 import health_pb2
 
+    from contracts.identity import Identity
+    from contracts.serve import answer_demand, build_commitment, build_obligation, verify_demand
+    from contracts.signed import open_statement
+    from contracts.statements import Demand
+    from nodes._pb.provnet.v1 import common_pb2, serve_pb2
     from nodes.app import load_or_create_identity
     from nodes.config import LogFormat, NodeConfig
     from nodes.logging import configure_logging
@@ -79,6 +109,54 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     async def echo(request: bytes, context: Any) -> bytes:
         return request
 
+    # Floor 1: only the four Ed25519 operations the serve contract requires
+    # (holder signs the demand, origin verifies it and signs its answer,
+    # holder verifies that); request = holder key ‖ signature ‖ message.
+    floor_key = Ed25519PrivateKey.generate()
+
+    async def sign4(request: bytes, context: Any) -> bytes:
+        holder = Ed25519PublicKey.from_public_bytes(request[:32])
+        message = request[96:]
+        holder.verify(request[32:96], message)
+        return floor_key.sign(message) + message
+
+    # Floor 2: the contracts library's calls for a 5-hop demand and nothing
+    # else (no node, store, interceptor, nonce memory or holder bookkeeping).
+    floor_origin = Identity.generate()
+    floor_hops = _fold_hops(1, 5)
+    now = int(time.time() * 1000)
+    commitment = build_commitment(
+        floor_origin, epoch="e1", value_ref="floor", fold_seq=0, hops=floor_hops, issued_at=now
+    )
+    obligation = build_obligation(
+        floor_origin,
+        commitment,
+        serve_until=now + 24 * 3_600_000,
+        deadline_ms=2000,
+        endpoints=["127.0.0.1:1"],
+        issued_at=now,
+    )
+    commitment_bytes = commitment.to_bytes()
+
+    async def contracts_only(request: Any, context: Any) -> Any:
+        demand = open_statement(bytes(request.demands[0]), Demand)
+        verify_demand(demand, obligation=obligation, commitment=commitment)
+        receipt = answer_demand(
+            floor_origin,
+            demand,
+            obligation=obligation,
+            commitment=commitment,
+            hops=floor_hops,
+            now=int(time.time() * 1000),
+        )
+        return serve_pb2.DemandResponse(
+            answers=[
+                common_pb2.Answer(
+                    receipt=receipt.to_bytes(), commitment=commitment_bytes, hops=floor_hops
+                )
+            ]
+        )
+
     bare = grpc.aio.server(options=server_options(config.max_message_bytes))
     bare.add_generic_rpc_handlers(
         (
@@ -87,7 +165,15 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
                 {
                     "Echo": grpc.unary_unary_rpc_method_handler(
                         echo, request_deserializer=_identity, response_serializer=_identity
-                    )
+                    ),
+                    "Sign4": grpc.unary_unary_rpc_method_handler(
+                        sign4, request_deserializer=_identity, response_serializer=_identity
+                    ),
+                    "Contracts": grpc.unary_unary_rpc_method_handler(
+                        contracts_only,
+                        request_deserializer=serve_pb2.DemandRequest.FromString,
+                        response_serializer=serve_pb2.DemandResponse.SerializeToString,
+                    ),
                 },
             ),
         )
@@ -97,7 +183,20 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     port = await node.start()
     core.set_advertised(f"127.0.0.1:{port}")
     await node.health.set("", health_pb2.HealthCheckResponse.SERVING)
-    port_file.write_text(f"{port} {bare_port}", encoding="utf-8")
+    staged = port_file.with_suffix(".tmp")
+    staged.write_text(
+        json.dumps(
+            {
+                "port": port,
+                "bare_port": bare_port,
+                "floor_key": floor_key.public_key().public_bytes_raw().hex(),
+                "obligation": obligation.to_bytes().decode(),
+                "commitment": commitment_bytes.decode(),
+            }
+        ),
+        encoding="utf-8",
+    )
+    staged.replace(port_file)  # the parent sees the whole file or none
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -242,7 +341,68 @@ async def _throughput(
     return done, errors, secs, client_cpu, origin_cpu
 
 
-async def _bench(args: argparse.Namespace, address: str, bare_address: str, origin_pid: int) -> int:
+class _Floors:
+    """Calls for the two floors served by the child's bare server (see ``_serve``)."""
+
+    def __init__(self, channel: Any, started: dict[str, Any], payload: bytes) -> None:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+            Ed25519PrivateKey,
+            Ed25519PublicKey,
+        )
+
+        from contracts.identity import Identity
+        from contracts.signed import open_statement
+        from contracts.statements import Commitment, Obligation
+        from nodes._pb.provnet.v1 import serve_pb2
+
+        self._payload = payload
+        self._holder_key = Ed25519PrivateKey.generate()
+        self._holder_raw = self._holder_key.public_key().public_bytes_raw()
+        self._floor_key = Ed25519PublicKey.from_public_bytes(bytes.fromhex(started["floor_key"]))
+        self._sign4 = channel.unary_unary(
+            SIGN4_METHOD, request_serializer=_identity, response_deserializer=_identity
+        )
+        self._contracts = channel.unary_unary(
+            CONTRACTS_METHOD,
+            request_serializer=serve_pb2.DemandRequest.SerializeToString,
+            response_deserializer=serve_pb2.DemandResponse.FromString,
+        )
+        self._request = serve_pb2.DemandRequest
+        self._identity = Identity.generate()
+        self._obligation = open_statement(started["obligation"].encode(), Obligation)
+        self._commitment = open_statement(started["commitment"].encode(), Commitment)
+
+    async def crypto(self) -> bool:
+        """Bare round trip plus the four Ed25519 operations, nothing else."""
+        message = os.urandom(16) + self._payload  # a fresh nonce, like a demand's
+        request = self._holder_raw + self._holder_key.sign(message) + message
+        reply = await self._sign4(request, timeout=2.0)
+        self._floor_key.verify(reply[:64], reply[64:])
+        return reply[64:] == message
+
+    async def contracts(self) -> bool:
+        """Bare round trip plus the contracts calls of a 5-hop demand, nothing else."""
+        from contracts.evidence import AnswerKind, judge_answer
+        from contracts.serve import build_demand
+
+        now = int(time.time() * 1000)
+        demand = build_demand(self._identity, self._obligation, now=now)
+        reply = await self._contracts(self._request(demands=[demand.to_bytes()]), timeout=2.0)
+        answer = reply.answers[0]
+        verdict = judge_answer(
+            bytes(answer.receipt),
+            [bytes(h) for h in answer.hops],
+            demand=demand,
+            obligation=self._obligation,
+            commitment=self._commitment,
+            reported_at=int(time.time() * 1000),
+        )
+        if verdict.kind is not AnswerKind.SERVED:
+            raise RuntimeError(f"contracts floor not served: {verdict.reason}")
+        return True
+
+
+async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: int) -> int:
     from contracts.identity import Identity
     from contracts.serve import verify_delivery
     from contracts.signed import open_statement
@@ -254,30 +414,18 @@ async def _bench(args: argparse.Namespace, address: str, bare_address: str, orig
     from nodes.transport import GrpcTransport
 
     configure_logging(LogFormat.JSON, "warning")
+    address = f"127.0.0.1:{started['port']}"
+    bare_address = f"127.0.0.1:{started['bare_port']}"
     options = [("grpc.max_receive_message_length", 4 << 20)]
     channel = grpc.aio.insecure_channel(address, options=options)
     hoplog: Any = hoplog_pb2_grpc.HopLogStub(channel)
     # Origin state: one value folded three times (1, 5, 50 hops).
     step = 0
     folds: dict[int, HeldFold] = {}
-    fold_hops: dict[int, list[bytes]] = {}
     now_ms = int(time.time() * 1000)
     for size in FOLD_SIZES:
-        hops = []
-        for _ in range(size):
-            step += 1
-            hops.append(
-                json.dumps(
-                    {
-                        "hop_id": f"h{step:06d}",
-                        "step": step,
-                        "op": "LLM_TRANSFORM",
-                        "axis_deltas": {"capability": 0.65},
-                        "taints_added": [f"taint:fallback_model:{step}"],
-                        "parent_hop_ids": [f"h{step - 1:06d}"],
-                    }
-                ).encode()
-            )
+        hops = _fold_hops(step + 1, size)
+        step += size
         appended = await hoplog.Append(hoplog_pb2.AppendRequest(hops=hops), timeout=10)
         fold = await hoplog.CommitFold(
             hoplog_pb2.CommitFoldRequest(
@@ -289,7 +437,6 @@ async def _bench(args: argparse.Namespace, address: str, bare_address: str, orig
         o = open_statement(bytes(fold.obligation), Obligation)
         verify_delivery(c, o, now=now_ms)
         folds[size] = HeldFold(c, o, bytes(fold.commitment), bytes(fold.obligation))
-        fold_hops[size] = hops
 
     transport = GrpcTransport()
     holder = Holder(Identity.generate(), transport, cache=False, reasks=0)
@@ -306,35 +453,48 @@ async def _bench(args: argparse.Namespace, address: str, bare_address: str, orig
     echo = bare_channel.unary_unary(
         ECHO_METHOD, request_serializer=_identity, response_deserializer=_identity
     )
+    floors = _Floors(bare_channel, started, payload)
 
     async def bare() -> bool:
         reply = await echo(payload, timeout=2.0)
         return len(reply) == len(payload)
 
     print(
-        f"# bench_nodes: origin {address}, bare echo {bare_address};"
+        f"# bench_nodes: origin {address}, bare server {bare_address};"
         f" {args.samples} interleaved samples per latency row"
     )
-    calls: dict[str, Callable[[], Awaitable[object]]] = {"bare unary": bare}
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
+        "bare unary": bare,
+        FLOOR_CRYPTO: floors.crypto,
+        FLOOR_CONTRACTS: floors.contracts,
+    }
     for size in FOLD_SIZES:
         calls[f"verified {size}-hop"] = lambda s=size: verified(s)  # type: ignore[misc]
     lat = await _latencies(calls, args.samples)
-    print(f"{'latency (ms)':<22}{'p50':>9}{'p99':>9}{'mean':>9}")
-    for name, values in lat.items():
-        print(
-            f"{name:<22}{_pct(values, 0.5):>9.3f}{_pct(values, 0.99):>9.3f}"
-            f"{statistics.fmean(values):>9.3f}"
-        )
+    print(f"{'latency (ms)':<34}{'p50':>9}{'p99':>9}{'mean':>9}{'p50/bare':>10}")
     bare_p50 = _pct(lat["bare unary"], 0.5)
+    for name, values in lat.items():
+        p50 = _pct(values, 0.5)
+        print(
+            f"{name:<34}{p50:>9.3f}{_pct(values, 0.99):>9.3f}"
+            f"{statistics.fmean(values):>9.3f}{p50 / bare_p50:>10.2f}"
+        )
     ratio5 = _pct(lat["verified 5-hop"], 0.5) / bare_p50
     ok_latency = ratio5 <= TARGET_LATENCY_RATIO
+    budget_us = (TARGET_LATENCY_RATIO - 1) * bare_p50 * 1e3
+    crypto_us = (_pct(lat[FLOOR_CRYPTO], 0.5) - bare_p50) * 1e3
     print(
         f"ratio p50 verified 5-hop / bare unary = {ratio5:.2f}"
         f" (target <= {TARGET_LATENCY_RATIO}) {'PASS' if ok_latency else 'FAIL'}"
     )
+    print(
+        f"  the target allows {budget_us:.0f} µs above a bare round trip; the four Ed25519"
+        f" operations alone take {crypto_us:.0f} µs of it, leaving {budget_us - crypto_us:.0f} µs"
+        " for everything else"
+    )
 
     # Where a verified demand's time goes: the contracts steps alone, in this process.
-    stages = _stage_costs(fold_hops[5])
+    stages = _stage_costs(_fold_hops(1, 5))
     print(f"{'contracts step, 5-hop (CPU µs, no I/O)':<40}{'µs':>8}")
     for name, us in stages.items():
         print(f"{name:<40}{us:>8.1f}")
@@ -359,27 +519,36 @@ async def _bench(args: argparse.Namespace, address: str, bare_address: str, orig
         report = await h.rehydrate("bench-value", [folds[5]])
         return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
 
-    pid, conc = origin_pid, args.concurrency
-    b1_done, b1_err, b1_secs, b1_c, b1_o = await _throughput(bare, conc, args.duration / 2, pid)
-    d_done, d_err, d_secs, d_c, d_o = await _throughput(verified_5, conc, args.duration, pid)
-    b2_done, b2_err, b2_secs, b2_c, b2_o = await _throughput(bare, conc, args.duration / 2, pid)
-    b_done, b_err, b_secs = b1_done + b2_done, b1_err + b2_err, b1_secs + b2_secs
-    b_c, b_o = (b1_c + b2_c) / 2, (b1_o + b2_o) / 2
-    d_rate, b_rate = d_done / d_secs, b_done / b_secs
+    pid, conc, half = origin_pid, args.concurrency, args.duration / 2
+    b1 = await _throughput(bare, conc, half, pid)
+    f1 = await _throughput(floors.crypto, conc, half, pid)
+    f2 = await _throughput(floors.contracts, conc, half, pid)
+    d = await _throughput(verified_5, conc, args.duration, pid)
+    b2 = await _throughput(bare, conc, half, pid)
+    b_done, b_err, b_secs = b1[0] + b2[0], b1[1] + b2[1], b1[2] + b2[2]
+    b_c, b_o = (b1[3] + b2[3]) / 2, (b1[4] + b2[4]) / 2
+    b_rate = b_done / b_secs
+    print(
+        f"{'throughput':<34}{'ok/s':>9}{'errors':>7}{'secs':>6}{'holder cpu':>11}"
+        f"{'origin cpu':>11}{'holder µs/op':>13}{'origin µs/op':>13}{'/bare':>7}"
+        f"  concurrency {conc}"
+    )
+
+    def row(name: str, done: int, err: int, secs: float, hc: float, oc: float) -> float:
+        rate = done / secs
+        print(
+            f"{name:<34}{rate:>9.1f}{err:>7}{secs:>6.1f}{hc:>11.0%}{oc:>11.0%}"
+            f"{_per_op(hc, rate):>13.0f}{_per_op(oc, rate):>13.0f}"
+            f"{rate / b_rate if b_rate else 0.0:>7.2f}"
+        )
+        return rate
+
+    row("bare unary (half before, half after)", b_done, b_err, b_secs, b_c, b_o)
+    row(FLOOR_CRYPTO, *f1)
+    row(FLOOR_CONTRACTS, *f2)
+    d_rate = row("verified 5-hop", *d)
     t_ratio = d_rate / b_rate if b_rate else 0.0
-    ok_tp = t_ratio >= TARGET_THROUGHPUT_RATIO and d_err == 0
-    print(
-        f"{'throughput':<22}{'ok/s':>10}{'errors':>8}{'secs':>7}{'holder cpu':>12}"
-        f"{'origin cpu':>12}{'holder µs/op':>14}{'origin µs/op':>14}  concurrency {conc}"
-    )
-    print(
-        f"{'verified 5-hop':<22}{d_rate:>10.1f}{d_err:>8}{d_secs:>7.1f}{d_c:>12.0%}{d_o:>12.0%}"
-        f"{_per_op(d_c, d_rate):>14.0f}{_per_op(d_o, d_rate):>14.0f}"
-    )
-    print(
-        f"{'bare unary':<22}{b_rate:>10.1f}{b_err:>8}{b_secs:>7.1f}{b_c:>12.0%}{b_o:>12.0%}"
-        f"{_per_op(b_c, b_rate):>14.0f}{_per_op(b_o, b_rate):>14.0f}  (half before, half after)"
-    )
+    ok_tp = t_ratio >= TARGET_THROUGHPUT_RATIO and d[1] == 0
     print(
         f"ratio verified/bare throughput = {t_ratio:.2f}"
         f" (target >= {TARGET_THROUGHPUT_RATIO}, zero errors) {'PASS' if ok_tp else 'FAIL'}"
@@ -434,10 +603,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"bench_nodes: origin failed to start: {err[-2000:]}", file=sys.stderr)
                     return 2
                 time.sleep(0.05)
-            port, bare_port = port_file.read_text(encoding="utf-8").split()
-            return asyncio.run(
-                _bench(args, f"127.0.0.1:{port}", f"127.0.0.1:{bare_port}", child.pid)
-            )
+            started = json.loads(port_file.read_text(encoding="utf-8"))
+            return asyncio.run(_bench(args, started, child.pid))
         finally:
             child.send_signal(signal.SIGTERM)
             try:
