@@ -1,0 +1,47 @@
+"""The node benchmark runs end to end: every row is served, none errs.
+
+A short run (sub-second phases, a few samples) of ``benchmarks/bench_nodes.py``
+as a real child process with its real origin child. It checks the machinery
+the published ratios rest on — both floors answer correctly, the verified
+path serves every demand, one Serve RPC per origin per decision — not the
+ratios themselves, which are measured by running the script on a quiet box.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_nodes.py"
+ROWS = (
+    "bare unary",
+    "floor: bare + 4 Ed25519 ops",
+    "floor: bare + contracts calls, 5-hop",
+    "verified 5-hop",
+)
+
+
+def test_bench_nodes_short_run_serves_every_row_without_errors() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--duration", "0.6", "--samples", "20", "--concurrency", "4"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    out = proc.stdout
+    # 0 = all targets met, 1 = a ratio missed; anything else is a broken run.
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    for name in (*ROWS, "verified 1-hop", "verified 50-hop"):
+        assert re.search(rf"^{re.escape(name)}\s+\d+\.\d{{3}}\s", out, re.M), (name, out)
+    throughput = out[out.index("throughput") :]
+    for name in ROWS:
+        line = next(ln for ln in throughput.splitlines() if ln.startswith(name))
+        rate, errors = re.findall(r"\d+(?:\.\d+)?", line[len(name) :])[:2]
+        assert float(rate) > 0, line
+        assert errors == "0", line
+    assert "Serve RPCs per decision (1 origin, folds 1+5+50 hops) = 1.00" in out
+    verdict = "PASS" if proc.returncode == 0 else "FAIL"
+    assert out.rstrip().endswith(f"overall {verdict}")
