@@ -327,21 +327,29 @@ class ReapReport:
 async def _begin(db: aiosqlite.Connection, statement: str) -> None:
     """Start a transaction that a cancelled caller cannot leave open.
 
-    A cancelled ``await`` does not stop the statement on the connection's
-    thread; if the BEGIN runs anyway, the next user would inherit an open
-    transaction. So: close any transaction left over, run the BEGIN shielded,
-    and on cancellation wait for it and roll it back before re-raising.
+    A cancelled ``await`` does not stop a statement on the connection's
+    thread: it still runs, in order. So the BEGIN runs shielded, and on
+    cancellation it is waited for and rolled back before re-raising. The
+    connection's ``in_transaction`` is not consulted — a COMMIT a cancelled
+    caller queued may not have run yet, so it can read True for a
+    transaction that is about to close. Instead the BEGIN itself says so:
+    if a transaction was truly left open (a caller cancelled twice during its
+    clean-up), it is rolled back and the BEGIN issued again.
     """
-    if db.in_transaction:
-        await db.execute("ROLLBACK")
-    begin = asyncio.ensure_future(db.execute(statement))
-    try:
-        await asyncio.shield(begin)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await begin
+    for attempt in (1, 2):
+        begin = asyncio.ensure_future(db.execute(statement))
+        try:
+            await asyncio.shield(begin)
+            return
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):  # already leaving with CancelledError
+                await begin
+                await db.execute("ROLLBACK")
+            raise
+        except sqlite3.OperationalError as exc:
+            if attempt == 2 or "within a transaction" not in str(exc):
+                raise
             await db.execute("ROLLBACK")
-        raise
 
 
 def _make_epoch(counter: int) -> str:

@@ -36,6 +36,7 @@ from nodes.store import (
     StoreCorrupt,
     StoreError,
     UnknownCommitment,
+    _begin,
 )
 
 NOW = 1_800_000_000_000
@@ -791,9 +792,12 @@ async def test_random_cancellations_of_reads_and_writes_leave_store_consistent(
         victim = rng.choice(tasks)
         victim.cancel()
     results = await asyncio.gather(*tasks, return_exceptions=True)
-    assert all(
-        not isinstance(r, BaseException) or isinstance(r, asyncio.CancelledError) for r in results
-    ), [r for r in results if isinstance(r, BaseException)][:3]
+    failures = [
+        r
+        for r in results
+        if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
+    ]
+    assert not failures, [f"{type(r).__name__}: {r}" for r in failures[:3]]
     committed = [r for r in results if isinstance(r, SignedFold)]
     assert 0 < sum(isinstance(r, asyncio.CancelledError) for r in results) < len(results)
     for signed in committed:
@@ -900,3 +904,34 @@ async def test_peer_commitment_is_not_served_here_and_not_counted_unresolvable(
     assert res.status is ResolveStatus.UNKNOWN
     assert "does not serve it" in res.reason
     assert (await store.counters())[CounterName.UNRESOLVABLE] == 0
+
+
+async def test_begin_after_a_cancelled_readers_queued_commit_starts_cleanly(tmp_path: Path) -> None:
+    # A reader cancelled in its clean-up leaves its COMMIT queued on the
+    # connection's thread; the connection still says in_transaction until it
+    # runs. The next BEGIN must neither roll back a transaction that is
+    # about to close (sqlite: "cannot rollback - no transaction is active")
+    # nor start inside it.
+    import aiosqlite
+
+    db = await aiosqlite.connect(tmp_path / "t.db", isolation_level=None)
+    try:
+        await db.execute("CREATE TABLE t (x INTEGER)")
+        for _ in range(20):
+            await _begin(db, "BEGIN")
+            pending_commit = asyncio.ensure_future(db.execute("COMMIT"))
+            assert db.in_transaction  # the COMMIT has not run yet
+            await _begin(db, "BEGIN")
+            await pending_commit
+            assert db.in_transaction
+            await db.execute("INSERT INTO t VALUES (1)")
+            await db.execute("COMMIT")
+        # A transaction truly left open is closed and the BEGIN issued again.
+        await db.execute("BEGIN")
+        await db.execute("INSERT INTO t VALUES (2)")
+        await _begin(db, "BEGIN")
+        await db.execute("COMMIT")
+        rows = await db.execute_fetchall("SELECT x, count(*) FROM t GROUP BY x")
+        assert list(rows) == [(1, 20)]
+    finally:
+        await db.close()
