@@ -85,6 +85,25 @@ def _fold_hops(first_step: int, count: int) -> list[bytes]:
     ]
 
 
+def _local_fold(origin: Any, hops: list[bytes], value_ref: str) -> tuple[Any, Any]:
+    """A commitment and obligation over ``hops``, signed by ``origin``, valid for a day."""
+    from contracts.serve import build_commitment, build_obligation
+
+    now = int(time.time() * 1000)
+    commitment = build_commitment(
+        origin, epoch="e1", value_ref=value_ref, fold_seq=0, hops=hops, issued_at=now
+    )
+    obligation = build_obligation(
+        origin,
+        commitment,
+        serve_until=now + 24 * 3_600_000,
+        deadline_ms=2000,
+        endpoints=["127.0.0.1:1"],
+        issued_at=now,
+    )
+    return commitment, obligation
+
+
 # --------------------------------------------------------------------------- child: the origin
 
 
@@ -96,7 +115,7 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     from grpc_health.v1 import health_pb2
 
     from contracts.identity import Identity
-    from contracts.serve import answer_demand, build_commitment, build_obligation, verify_demand
+    from contracts.serve import answer_demand, verify_demand
     from contracts.signed import open_statement
     from contracts.statements import Demand
     from nodes._pb.provnet.v1 import common_pb2, serve_pb2
@@ -130,18 +149,7 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     # else (no node, store, interceptor, nonce memory or holder bookkeeping).
     floor_origin = Identity.generate()
     floor_hops = _fold_hops(1, 5)
-    now = int(time.time() * 1000)
-    commitment = build_commitment(
-        floor_origin, epoch="e1", value_ref="floor", fold_seq=0, hops=floor_hops, issued_at=now
-    )
-    obligation = build_obligation(
-        floor_origin,
-        commitment,
-        serve_until=now + 24 * 3_600_000,
-        deadline_ms=2000,
-        endpoints=["127.0.0.1:1"],
-        issued_at=now,
-    )
+    commitment, obligation = _local_fold(floor_origin, floor_hops, "floor")
     commitment_bytes = commitment.to_bytes()
 
     async def contracts_only(request: Any, context: Any) -> Any:
@@ -253,23 +261,13 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
 
     from contracts.evidence import judge_answer
     from contracts.identity import Identity
-    from contracts.serve import answer_demand, build_commitment, build_demand, build_obligation
+    from contracts.serve import answer_demand, build_demand
     from contracts.signed import open_statement
     from contracts.statements import Demand
 
     origin_identity, holder_identity = Identity.generate(), Identity.generate()
     now = int(time.time() * 1000)
-    commitment = build_commitment(
-        origin_identity, epoch="e1", value_ref="bench-value", fold_seq=0, hops=hops, issued_at=now
-    )
-    obligation = build_obligation(
-        origin_identity,
-        commitment,
-        serve_until=now + 3_600_000,
-        deadline_ms=2000,
-        endpoints=["127.0.0.1:1"],
-        issued_at=now,
-    )
+    commitment, obligation = _local_fold(origin_identity, hops, "bench-value")
 
     demand = build_demand(holder_identity, obligation, now=now)
     demand_bytes = demand.to_bytes()
