@@ -354,11 +354,15 @@ class _Floors:
             Ed25519PublicKey,
         )
 
+        from contracts.evidence import AnswerKind, judge_answer
         from contracts.identity import Identity
+        from contracts.serve import build_demand
         from contracts.signed import open_statement
         from contracts.statements import Commitment, Obligation
         from nodes._pb.provnet.v1 import serve_pb2
 
+        self._build_demand, self._judge_answer = build_demand, judge_answer
+        self._served = AnswerKind.SERVED
         self._payload = payload
         self._holder_key = Ed25519PrivateKey.generate()
         self._holder_raw = self._holder_key.public_key().public_bytes_raw()
@@ -386,14 +390,11 @@ class _Floors:
 
     async def contracts(self) -> bool:
         """Bare round trip plus the contracts calls of a 5-hop demand, nothing else."""
-        from contracts.evidence import AnswerKind, judge_answer
-        from contracts.serve import build_demand
-
         now = int(time.time() * 1000)
-        demand = build_demand(self._identity, self._obligation, now=now)
+        demand = self._build_demand(self._identity, self._obligation, now=now)
         reply = await self._contracts(self._request(demands=[demand.to_bytes()]), timeout=2.0)
         answer = reply.answers[0]
-        verdict = judge_answer(
+        verdict = self._judge_answer(
             bytes(answer.receipt),
             [bytes(h) for h in answer.hops],
             demand=demand,
@@ -401,7 +402,7 @@ class _Floors:
             commitment=self._commitment,
             reported_at=int(time.time() * 1000),
         )
-        if verdict.kind is not AnswerKind.SERVED:
+        if verdict.kind is not self._served:
             raise RuntimeError(f"contracts floor not served: {verdict.reason}")
         return True
 
