@@ -234,7 +234,11 @@ async def run_rpc_campaign(tmp_path: Path, trials: int, seed: int) -> dict[str, 
     finally:
         if reaper is not None:
             reaper.send_signal(signal.SIGTERM)
-            reaper.wait(timeout=30)
+            try:
+                reaper.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                reaper.kill()
+                reaper.wait(timeout=10)
         reaper_log.close()
     assert reaper is not None
     assert reaper.returncode == 0, (tmp_path / "reaper.log").read_text()

@@ -118,12 +118,14 @@ async def test_graceful_stop_lets_an_in_flight_demand_finish(
     tmp_path: Path, nodes: list[RunningNode]
 ) -> None:
     origin = await grpc_node(tmp_path, "origin", FaultMode.SLOW, delay_ms=300, deadline_ms=2000)
-    fold = held_fold(await _commit(origin, 3))
     transport = GrpcTransport()
+    stopped = False
     try:
+        fold = held_fold(await _commit(origin, 3))
         demand = build_demand(Identity.generate(), fold.obligation, now=origin.core.now_ms())
         in_flight = asyncio.create_task(transport.demand(origin.address, [demand.to_bytes()], 5))
         await asyncio.sleep(0.1)
+        stopped = True  # the stop under test; not repeated on the way out
         await origin.stop(grace=3.0)
         (answer,) = await in_flight
         served = verify_served(
@@ -136,6 +138,8 @@ async def test_graceful_stop_lets_an_in_flight_demand_finish(
         assert len(served.hops) == 3
     finally:
         await transport.close()
+        if not stopped:
+            await origin.stop(0.2)
 
 
 async def test_value_forwarded_a_b_c_is_rehydrated_by_c_from_a_directly(
@@ -278,9 +282,7 @@ async def test_node_reaper_evicts_expired_folds_and_lands_pending_ones(
     tmp_path: Path, nodes: list[RunningNode]
 ) -> None:
     origin = await grpc_node(tmp_path, "origin", reap_interval_s=0.05)
-    pending = await grpc_node(
-        tmp_path, "pending", provenance_pending=True, reap_interval_s=0.05
-    )
+    pending = await grpc_node(tmp_path, "pending", provenance_pending=True, reap_interval_s=0.05)
     nodes.extend([origin, pending])
     async with grpc.aio.insecure_channel(origin.address) as chan:
         stub: Any = hoplog_pb2_grpc.HopLogStub(chan)

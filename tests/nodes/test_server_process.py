@@ -35,6 +35,9 @@ __all__ = ["accusation_audit"]
 class NodeProcess:
     def __init__(self, root: Path, name: str, fault: str = "none") -> None:
         self.port_file = root / f"{name}.port"
+        # A file, not a pipe: nobody reads while the node runs, and a full
+        # pipe would block its logging.
+        self.log_path = root / f"{name}.log"
         env = {
             **os.environ,
             "PROVNET_NAME": name,
@@ -46,12 +49,13 @@ class NodeProcess:
             "PROVNET_DEADLINE_MS": "400",
             "PROVNET_SHUTDOWN_GRACE_S": "1",
         }
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nodes.app"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "nodes.app"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
 
     def address(self, timeout: float = 20.0) -> str:
         deadline = time.monotonic() + timeout
@@ -62,9 +66,7 @@ class NodeProcess:
         return f"127.0.0.1:{self.port_file.read_text().strip()}"
 
     def stderr(self) -> str:
-        if self.proc.poll() is None or self.proc.stderr is None:
-            return ""
-        return self.proc.stderr.read().decode(errors="replace")
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
