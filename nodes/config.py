@@ -192,6 +192,13 @@ class NodeConfig:
     def advertised(self) -> str:
         return self.advertise or self.listen
 
+    def pinned_key(self, name_or_address: str) -> str | None:
+        """The node id pinned for a peer (by name or address), if the config gives one."""
+        for peer in self.peers:
+            if name_or_address in (peer.name, peer.address):
+                return peer.node_id
+        return None
+
     def peer(self, name_or_address: str) -> str:
         """Resolve a peer name to its address; anything with a ':' is already one."""
         for peer in self.peers:

@@ -926,14 +926,19 @@ class NodeCore:
             self.node_id,
         )
         data = await self.transport.deliver(address, outgoing, timeout)
-        receipt = open_statement(data, DeliveryReceipt)
+        # Signed by the peer's pinned key when the config pins one; in any case
+        # it must acknowledge this value, its duties, and us as the sender.
+        receipt = open_statement(data, DeliveryReceipt, signer=self.config.pinned_key(peer))
         r = receipt.statement
-        expected = tuple(f.commitment.digest for f in held.folds)
-        if r.value_digest != sha256_hex(held.delivery.value) or (
-            r.commitments != expected
+        if (
+            r.sender != self.node_id
+            or r.value_digest != sha256_hex(held.delivery.value)
+            or r.commitments != tuple(f.commitment.digest for f in held.folds)
+            or r.obligations != tuple(f.obligation.digest for f in held.folds)
         ):
             raise EncodingError(
-                f"forward {value_ref}: peer {peer} acknowledged another value or commitments"
+                f"forward {value_ref}: peer {peer} acknowledged another sender, value,"
+                " commitments or obligations"
             )
         return data
 

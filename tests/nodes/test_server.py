@@ -339,3 +339,61 @@ async def test_events_logged_during_a_call_carry_its_request_id_as_json(
     assert committed["rpc"] == "/provnet.v1.HopLog/CommitFold"
     assert committed["node"] == "a"
     assert committed["level"] == "info"
+
+
+async def test_forward_accepts_only_a_receipt_for_this_sender_value_and_pinned_peer(
+    tmp_path: Path, nodes: list[RunningNode]
+) -> None:
+    from contracts import sha256_hex
+    from contracts.errors import BindingMismatch, EncodingError
+    from contracts.serve import build_delivery_receipt
+    from nodes.config import Peer
+
+    b = await grpc_node(tmp_path, "b")
+    nodes.append(b)
+    impostor = Identity.generate()
+    a = await grpc_node(
+        tmp_path,
+        "a",
+        peers=(Peer("b", b.address, b.node_id), Peer("pinned-wrong", b.address, impostor.node_id)),
+    )
+    nodes.append(a)
+    await _commit(a, 3, value_ref="v1", value=b"compacted value")
+    assert await a.core.forward("v1", "b")  # b signs, as pinned
+    with pytest.raises(BindingMismatch):
+        await a.core.forward("v1", "pinned-wrong")  # b's signature, another pinned key
+
+    held = a.core.held("v1")
+    transport = a.core.transport
+    right = {
+        "sender": a.node_id,
+        "value_digest": sha256_hex(b"compacted value"),
+        "commitments": [f.commitment for f in held.folds],
+        "obligations": [f.obligation for f in held.folds],
+        "received_at": a.core.now_ms(),
+    }
+    forged = {  # what the peer acknowledges instead
+        "another sender": {**right, "sender": impostor.node_id},
+        "another value": {**right, "value_digest": sha256_hex(b"other")},
+        "no obligations": {**right, "obligations": []},
+    }
+    try:
+        for fields in forged.values():
+            receipt = build_delivery_receipt(impostor, **fields).to_bytes()  # type: ignore[arg-type]
+
+            async def deliver(*_: object, receipt: bytes = receipt) -> bytes:
+                return receipt
+
+            a.core.transport = type("Forged", (), {"deliver": staticmethod(deliver)})()
+            with pytest.raises(EncodingError, match="acknowledged another"):
+                await a.core.forward("v1", "127.0.0.1:1")  # no key pinned for it
+        # The same forger with every field right is accepted (nothing pinned for the address).
+        receipt = build_delivery_receipt(impostor, **right).to_bytes()  # type: ignore[arg-type]
+
+        async def deliver_right(*_: object) -> bytes:
+            return receipt
+
+        a.core.transport = type("Right", (), {"deliver": staticmethod(deliver_right)})()
+        assert await a.core.forward("v1", "127.0.0.1:1") == receipt
+    finally:
+        a.core.transport = transport
