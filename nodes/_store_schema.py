@@ -113,18 +113,6 @@ DDL: tuple[str, ...] = (
     """
     CREATE INDEX IF NOT EXISTS attestations_value ON attestations (value_digest)
     """,
-    # Replay protection: a (holder, nonce) pair is accepted once while it is
-    # inside its window; expired rows are pruned by the reaper.
-    """
-    CREATE TABLE IF NOT EXISTS demand_nonces (
-        holder     TEXT NOT NULL,
-        nonce      TEXT NOT NULL,
-        subject    TEXT NOT NULL,
-        seen_at    INTEGER NOT NULL,
-        expires_at INTEGER NOT NULL,
-        PRIMARY KEY (holder, nonce)
-    ) WITHOUT ROWID
-    """,
     """
     CREATE TABLE IF NOT EXISTS counters (
         name  TEXT PRIMARY KEY,

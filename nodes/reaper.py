@@ -48,7 +48,6 @@ class ReaperStats:
 
     passes: int
     hops_evicted: int
-    nonces_pruned: int
     errors: int
     folds_reconciled: int
 
@@ -86,13 +85,12 @@ class Reaper:
         self._task: asyncio.Task[None] | None = None
         self._passes = 0
         self._evicted = 0
-        self._pruned = 0
         self._errors = 0
         self._landed = 0
 
     @property
     def stats(self) -> ReaperStats:
-        return ReaperStats(self._passes, self._evicted, self._pruned, self._errors, self._landed)
+        return ReaperStats(self._passes, self._evicted, self._errors, self._landed)
 
     async def run_once(self) -> ReapReport:
         """One pass now; raises :class:`StoreError` if the pass failed.
@@ -107,13 +105,8 @@ class Reaper:
         )
         self._passes += 1
         self._evicted += report.hops_evicted
-        self._pruned += report.nonces_pruned
-        if report.hops_evicted or report.nonces_pruned:
-            _log.debug(
-                "reaper_pass",
-                hops_evicted=report.hops_evicted,
-                nonces_pruned=report.nonces_pruned,
-            )
+        if report.hops_evicted:
+            _log.debug("reaper_pass", hops_evicted=report.hops_evicted)
         return report
 
     async def _loop(self) -> None:
@@ -158,8 +151,7 @@ async def _run_standalone(args: argparse.Namespace) -> int:
         await store.close()
     stats = reaper.stats
     print(
-        f"reaper: passes={stats.passes} hops_evicted={stats.hops_evicted} "
-        f"nonces_pruned={stats.nonces_pruned} errors={stats.errors}",
+        f"reaper: passes={stats.passes} hops_evicted={stats.hops_evicted} errors={stats.errors}",
         file=sys.stderr,
     )
     return 0

@@ -40,8 +40,7 @@ the :class:`StoreError` tree, with a message naming the operation::
     ├── MissingHop            a fold names a hop the log does not have
     ├── FoldConflict          a second, different fold for (epoch, value_ref, fold_seq)
     ├── SignerMismatch        the signer's commitment does not cover the stored bytes
-    ├── UnknownCommitment     obligation/evidence for a commitment not stored here
-    └── ReplayedNonce         a demand nonce already seen inside its window
+    └── UnknownCommitment     obligation/evidence for a commitment not stored here
 
 Misuse by the caller (empty fold, negative seq) is ``ValueError``.
 """
@@ -81,7 +80,6 @@ __all__ = [
     "MissingHop",
     "ObligationRecord",
     "ReapReport",
-    "ReplayedNonce",
     "Resolution",
     "ResolveStatus",
     "RootFunction",
@@ -142,10 +140,6 @@ class SignerMismatch(StoreError):
 
 class UnknownCommitment(StoreError):
     """A statement refers to a commitment digest this store does not hold."""
-
-
-class ReplayedNonce(StoreError):
-    """A demand nonce was already accepted from this holder inside its window."""
 
 
 def _translate(exc: BaseException, what: str) -> StoreError:
@@ -317,7 +311,6 @@ class ReapReport:
     """What one reaper pass did."""
 
     hops_evicted: int
-    nonces_pruned: int
     protected_hops: int  # hops under a live obligation; -1 when not counted
 
 
@@ -1250,41 +1243,6 @@ class HopStore:
             )
         return tuple(bytes(r[0]) for r in rows)
 
-    # ----------------------------------------------------------------- demand nonces
-
-    async def record_nonce(
-        self, *, holder: str, nonce: str, subject: str, now_ms: int, expires_at_ms: int
-    ) -> None:
-        """Accept a demand nonce once; :class:`ReplayedNonce` if seen in its window.
-
-        The check and the insert are one write transaction, so two concurrent
-        demands with the same nonce cannot both pass.
-        """
-        async with self._write(f"record nonce {nonce[:16]} of {holder[:12]}…") as db:
-            rows = list(
-                await db.execute_fetchall(
-                    "SELECT seen_at, expires_at FROM demand_nonces WHERE holder = ? AND nonce = ?",
-                    (holder, nonce),
-                )
-            )
-            if rows and int(rows[0][1]) > now_ms:
-                replayed = True
-            else:
-                replayed = False
-                await db.execute(
-                    "INSERT INTO demand_nonces (holder, nonce, subject, seen_at, expires_at)"
-                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (holder, nonce) DO UPDATE SET"
-                    " subject = excluded.subject, seen_at = excluded.seen_at,"
-                    " expires_at = excluded.expires_at",
-                    (holder, nonce, subject, now_ms, expires_at_ms),
-                )
-        if replayed:
-            self.bump(CounterName.NONCE_REPLAYS)
-            raise ReplayedNonce(
-                f"demand nonce {nonce[:16]} from holder {holder[:12]}… already seen at "
-                f"{int(rows[0][0])} ms (window until {int(rows[0][1])} ms, now {now_ms} ms)"
-            )
-
     # ----------------------------------------------------------------- reaper
 
     async def reap(
@@ -1295,7 +1253,7 @@ class HopStore:
         limit: int = 10_000,
         count_protected: bool = False,
     ) -> ReapReport:
-        """Evict hops no unexpired obligation protects (S5); prune expired nonces.
+        """Evict hops no unexpired obligation protects (S5).
 
         One DELETE reads the obligation table and fold membership in the same
         statement: a hop is a candidate only if it belongs to at least one fold
@@ -1307,8 +1265,6 @@ class HopStore:
         async with self._write("reap expired hops") as db:
             cursor = await db.execute(_REAP_SQL, (self._origin, cutoff, limit))
             evicted = max(cursor.rowcount, 0)
-            cursor = await db.execute("DELETE FROM demand_nonces WHERE expires_at <= ?", (now_ms,))
-            pruned = max(cursor.rowcount, 0)
             protected = -1
             if count_protected:
                 rows = list(
@@ -1322,7 +1278,7 @@ class HopStore:
                 protected = int(rows[0][0])
             if evicted:
                 self.bump(CounterName.HOPS_EVICTED, evicted)
-        return ReapReport(evicted, pruned, protected)
+        return ReapReport(evicted, protected)
 
     # ----------------------------------------------------------------- counters, checks
 
@@ -1377,7 +1333,6 @@ _TABLES: Final = (
     "obligations",
     "evidence",
     "attestations",
-    "demand_nonces",
     "meta",
 )
 

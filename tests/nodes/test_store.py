@@ -27,7 +27,6 @@ from nodes.store import (
     HopInput,
     HopStore,
     MissingHop,
-    ReplayedNonce,
     ResolveStatus,
     SignedFold,
     SignerMismatch,
@@ -518,41 +517,7 @@ async def test_pending_fold_whose_hops_were_appended_lands_on_reopen(tmp_path: P
         await reopened.close()
 
 
-# ----------------------------------------------------------------------- nonces, counters
-
-
-async def test_replayed_demand_nonce_is_detected_until_window_ends(store: HopStore) -> None:
-    await store.record_nonce(
-        holder="h1", nonce="n", subject="c", now_ms=NOW, expires_at_ms=NOW + 60
-    )
-    with pytest.raises(ReplayedNonce, match="already seen"):
-        await store.record_nonce(
-            holder="h1", nonce="n", subject="c", now_ms=NOW + 1, expires_at_ms=NOW + 61
-        )
-    # Another holder may use the same nonce string.
-    await store.record_nonce(
-        holder="h2", nonce="n", subject="c", now_ms=NOW, expires_at_ms=NOW + 60
-    )
-    report = await store.reap(now_ms=NOW + 61)
-    assert report.nonces_pruned == 2
-    await store.record_nonce(
-        holder="h1", nonce="n", subject="c", now_ms=NOW + 62, expires_at_ms=NOW + 99
-    )
-    assert (await store.counters())[CounterName.NONCE_REPLAYS] == 1
-
-
-async def test_concurrent_identical_nonces_admit_exactly_one(store: HopStore) -> None:
-    results = await asyncio.gather(
-        *(
-            store.record_nonce(
-                holder="h", nonce="same", subject="c", now_ms=NOW, expires_at_ms=NOW + 9
-            )
-            for _ in range(8)
-        ),
-        return_exceptions=True,
-    )
-    assert sum(r is None for r in results) == 1
-    assert sum(isinstance(r, ReplayedNonce) for r in results) == 7
+# ----------------------------------------------------------------------- counters
 
 
 async def test_counters_persist_across_reopen_and_count_evidence_by_kind(tmp_path: Path) -> None:
