@@ -266,7 +266,6 @@ class Holder:
         self.stream_leaves = stream_leaves
         self._cache: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self.demand_rpcs = 0
-        self.evidence_written: list[Path] = []
 
     @property
     def node_id(self) -> str:
@@ -660,7 +659,6 @@ class Holder:
             tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
             tmp.write_bytes(body)
             os.replace(tmp, target)
-            self.evidence_written.append(target)
             path = str(target)
         if self._on_evidence is not None:
             await self._on_evidence(kind.value, accused, body, path)

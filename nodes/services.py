@@ -161,7 +161,6 @@ class HeldValue:
 
     delivery: Delivery
     folds: tuple[HeldFold, ...]
-    received_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,9 +455,9 @@ class NodeCore:
             now_ms=_ms(now),
         )
         # Only now, after COMMIT, may the fold be served from memory.
-        for own in made:
-            if own.commitment.digest == signed.commitment_digest:
-                self._remember_own(own)
+        ours = next((o for o in made if o.commitment.digest == signed.commitment_digest), None)
+        if ours is not None:
+            self._remember_own(ours)
         result = CommittedFold(
             signed.commitment_envelope, signed.obligation_envelope, pending
         )
@@ -475,15 +474,19 @@ class NodeCore:
             )
             self._equivocal[signed.commitment_digest] = _Equivocal(alt, alt_leaves)
         if value:
-            commitment = self.open_cached(result.commitment, Commitment)
-            obligation = self.open_cached(result.obligation, Obligation)
+            # Statements signed just now need no second verification; a fold the
+            # store already had (an identical re-commit) is opened from its bytes.
+            if ours is not None:
+                commitment, obligation = ours.commitment, ours.obligation
+            else:
+                commitment = self.open_cached(result.commitment, Commitment)
+                obligation = self.open_cached(result.obligation, Obligation)
             delivery = Delivery(
                 value_ref, value, (result.commitment,), (result.obligation,), self.node_id
             )
             self._held[value_ref] = HeldValue(
                 delivery,
                 (HeldFold(commitment, obligation, result.commitment, result.obligation),),
-                now,
             )
         log.info(
             "fold_committed",
@@ -859,7 +862,6 @@ class NodeCore:
                     pairs, delivery.commitments, delivery.obligations, strict=True
                 )
             ),
-            now,
         )
         receipt = sign_statement(
             self.identity,

@@ -54,8 +54,8 @@ import json
 import secrets
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
@@ -291,7 +291,7 @@ class Resolution:
     """Answer to "give me the hops of commitment X" — falsy unless FOUND.
 
     ``leaves`` is the whole fold in leaf order when FOUND (inclusion proofs
-    need every leaf); ``selected`` maps each requested leaf index to its bytes.
+    need every leaf; the server picks the demanded ones).
     """
 
     status: ResolveStatus
@@ -300,7 +300,6 @@ class Resolution:
     fold: FoldRecord | None = None
     obligations: tuple[ObligationRecord, ...] = ()
     leaves: tuple[bytes, ...] = ()
-    selected: Mapping[int, bytes] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return self.status is ResolveStatus.FOUND
@@ -935,7 +934,6 @@ class HopStore:
         commitment_digest: str,
         *,
         now_ms: int,
-        leaf_indices: Sequence[int] | None = None,
     ) -> Resolution:
         """The hop bytes of a fold, or an explicit reason why not.
 
@@ -1004,20 +1002,7 @@ class HopStore:
             return Resolution(
                 ResolveStatus.UNRESOLVABLE, commitment_digest, reason, fold, obligations
             )
-        selected: dict[int, bytes] = {}
-        if leaf_indices is not None:
-            for index in leaf_indices:
-                if not 0 <= index < len(leaves):
-                    raise ValueError(
-                        f"leaf index {index} outside fold {commitment_digest[:16]}… "
-                        f"of {len(leaves)} leaves"
-                    )
-                selected[index] = leaves[index]
-        else:
-            selected = dict(enumerate(leaves))
-        return Resolution(
-            ResolveStatus.FOUND, commitment_digest, "", fold, obligations, leaves, selected
-        )
+        return Resolution(ResolveStatus.FOUND, commitment_digest, "", fold, obligations, leaves)
 
     @staticmethod
     def _fold_from_row(row: Sequence[Any]) -> FoldRecord:

@@ -337,16 +337,6 @@ async def test_unknown_commitment_is_reported_unknown(store: HopStore) -> None:
     assert not res
 
 
-async def test_partial_resolve_selects_leaves_and_rejects_out_of_range(store: HopStore) -> None:
-    hops = hops_for(store.epoch, range(1, 6))
-    signed = await commit(store, "v", 1, hops)
-    res = await store.resolve(signed.commitment_digest, now_ms=NOW, leaf_indices=[0, 4])
-    assert dict(res.selected) == {0: hops[0].hop_bytes, 4: hops[4].hop_bytes}
-    assert len(res.leaves) == 5
-    with pytest.raises(ValueError, match="leaf index 5 outside"):
-        await store.resolve(signed.commitment_digest, now_ms=NOW, leaf_indices=[5])
-
-
 # ----------------------------------------------------------------------- reaper (S5)
 
 
