@@ -683,28 +683,38 @@ class HopStore:
         *,
         check_only: bool = False,
     ) -> None:
+        # One query for what is already stored, one executemany for the rest.
+        wanted: dict[int, tuple[str, bytes]] = {}
         for hop in hops:
             digest = sha256_hex(hop.hop_bytes)
-            rows = list(
-                await db.execute_fetchall(
-                    "SELECT digest FROM hops WHERE origin = ? AND epoch = ? AND seq = ?",
-                    (self._origin, epoch, hop.seq),
+            earlier = wanted.setdefault(hop.seq, (digest, hop.hop_bytes))
+            if earlier[0] != digest:
+                raise HopConflict(
+                    f"hop ({self._origin[:12]}…, epoch {epoch}, seq {hop.seq}) given twice"
+                    f" with digests {earlier[0][:16]}… and {digest[:16]}…"
                 )
-            )
-            if rows:
-                if rows[0][0] != digest:
-                    raise HopConflict(
-                        f"hop ({self._origin[:12]}…, epoch {epoch}, seq {hop.seq}) already "
-                        f"holds digest {str(rows[0][0])[:16]}…, refusing {digest[:16]}…"
-                    )
-                continue
-            if check_only:
-                continue
-            await db.execute(
-                "INSERT INTO hops (origin, epoch, seq, hop_bytes, digest, appended_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (self._origin, epoch, hop.seq, hop.hop_bytes, digest, now_ms),
-            )
+        stored = await db.execute_fetchall(
+            "SELECT seq, digest FROM hops WHERE origin = ? AND epoch = ?"
+            " AND seq IN (SELECT value FROM json_each(?))",
+            (self._origin, epoch, json.dumps(list(wanted))),
+        )
+        for seq, have in stored:
+            digest = wanted.pop(int(seq))[0]
+            if have != digest:
+                raise HopConflict(
+                    f"hop ({self._origin[:12]}…, epoch {epoch}, seq {seq}) already "
+                    f"holds digest {str(have)[:16]}…, refusing {digest[:16]}…"
+                )
+        if check_only or not wanted:
+            return
+        await db.executemany(
+            "INSERT INTO hops (origin, epoch, seq, hop_bytes, digest, appended_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (self._origin, epoch, seq, data, digest, now_ms)
+                for seq, (digest, data) in wanted.items()
+            ],
+        )
 
     def _check_epoch(self, epoch: str, what: str) -> None:
         if epoch != self._epoch:
