@@ -822,31 +822,36 @@ class NodeCore:
             )
             for c, o in zip(delivery.commitments, delivery.obligations, strict=True)
         ]
-        # Verified: keep the statements verbatim (the bytes received, not re-encoded).
+        # Verified: keep the statements verbatim (the bytes received, not re-encoded),
+        # all pairs in one transaction.
+        kept: list[tuple[st.KeptCommitment, st.KeptObligation]] = []
         for (commitment, obligation), c_bytes, o_bytes in zip(
             pairs, delivery.commitments, delivery.obligations, strict=True
         ):
             c = commitment.statement
             await self._check_equivocation(commitment)
-            await self.store.put_commitment(
-                digest=commitment.digest,
-                origin=c.origin,
-                epoch=c.epoch,
-                value_ref=c.value_ref,
-                fold_seq=c.fold_seq,
-                leaf_count=c.leaf_count,
-                root=c.root,
-                envelope=c_bytes,
-                now_ms=_ms(now),
+            kept.append(
+                (
+                    st.KeptCommitment(
+                        commitment.digest,
+                        c.origin,
+                        c.epoch,
+                        c.value_ref,
+                        c.fold_seq,
+                        c.leaf_count,
+                        c.root,
+                        c_bytes,
+                    ),
+                    st.KeptObligation(
+                        obligation.digest,
+                        commitment.digest,
+                        obligation.statement.serve_until,
+                        o_bytes,
+                        obligation.statement.origin == self.node_id,
+                    ),
+                )
             )
-            await self.store.put_obligation(
-                digest=obligation.digest,
-                commitment_digest=commitment.digest,
-                serve_until_ms=obligation.statement.serve_until,
-                envelope=o_bytes,
-                local=obligation.statement.origin == self.node_id,
-                now_ms=_ms(now),
-            )
+        await self.store.put_delivered(kept, now_ms=_ms(now))
         sender = delivery.sender or (pairs[0][0].statement.origin if pairs else self.node_id)
         self._held[delivery.value_ref] = HeldValue(
             Delivery(

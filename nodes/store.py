@@ -77,6 +77,8 @@ __all__ = [
     "HopConflict",
     "HopInput",
     "HopStore",
+    "KeptCommitment",
+    "KeptObligation",
     "MissingHop",
     "ObligationRecord",
     "ReapReport",
@@ -303,6 +305,31 @@ class Resolution:
 
     def __bool__(self) -> bool:
         return self.status is ResolveStatus.FOUND
+
+
+@dataclass(frozen=True, slots=True)
+class KeptCommitment:
+    """A verified commitment to keep verbatim (``envelope``: the bytes received)."""
+
+    digest: str
+    origin: str
+    epoch: str
+    value_ref: str
+    fold_seq: int
+    leaf_count: int
+    root: str
+    envelope: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class KeptObligation:
+    """A verified obligation to keep verbatim; ``local`` when this node issued it."""
+
+    digest: str
+    commitment_digest: str
+    serve_until_ms: int
+    envelope: bytes
+    local: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -1100,14 +1127,11 @@ class HopStore:
         now_ms: int,
     ) -> bool:
         """Keep a peer's (already verified) commitment verbatim; False if already kept."""
+        kept = KeptCommitment(
+            digest, origin, epoch, value_ref, fold_seq, leaf_count, root, envelope
+        )
         async with self._write(f"store commitment {digest[:16]}… of {origin[:12]}…") as db:
-            cursor = await db.execute(
-                "INSERT INTO commitments (digest, origin, epoch, value_ref, fold_seq, leaf_count,"
-                " root, envelope, local, status, created_at) VALUES (?,?,?,?,?,?,?,?,0,'durable',?)"
-                " ON CONFLICT (digest) DO NOTHING",
-                (digest, origin, epoch, value_ref, fold_seq, leaf_count, root, envelope, now_ms),
-            )
-            return cursor.rowcount == 1
+            return await self._insert_commitment(db, kept, now_ms)
 
     async def put_obligation(
         self,
@@ -1127,34 +1151,71 @@ class HopStore:
         fold is pending and will land) — checked in the same transaction, so
         the reaper cannot evict in between. Otherwise :class:`MissingHop`.
         """
+        kept = KeptObligation(digest, commitment_digest, serve_until_ms, envelope, local)
         async with self._write(f"store obligation {digest[:16]}…") as db:
-            fold = await self._fold(db, commitment_digest)
-            if fold is None:
-                raise UnknownCommitment(
-                    f"obligation {digest[:16]}… names commitment {commitment_digest[:16]}…, "
-                    "which this store does not hold"
+            return await self._insert_obligation(db, kept, now_ms)
+
+    async def put_delivered(
+        self, pairs: Sequence[tuple[KeptCommitment, KeptObligation]], *, now_ms: int
+    ) -> None:
+        """Keep a delivered value's commitments and obligations in one transaction.
+
+        The same checks as :meth:`put_commitment` and :meth:`put_obligation`;
+        all pairs land, or (on any error) none.
+        """
+        async with self._write(f"store {len(pairs)} delivered commitment(s)") as db:
+            for commitment, obligation in pairs:
+                await self._insert_commitment(db, commitment, now_ms)
+                await self._insert_obligation(db, obligation, now_ms)
+
+    @staticmethod
+    async def _insert_commitment(db: aiosqlite.Connection, c: KeptCommitment, now_ms: int) -> bool:
+        cursor = await db.execute(
+            "INSERT INTO commitments (digest, origin, epoch, value_ref, fold_seq, leaf_count,"
+            " root, envelope, local, status, created_at) VALUES (?,?,?,?,?,?,?,?,0,'durable',?)"
+            " ON CONFLICT (digest) DO NOTHING",
+            (
+                c.digest,
+                c.origin,
+                c.epoch,
+                c.value_ref,
+                c.fold_seq,
+                c.leaf_count,
+                c.root,
+                c.envelope,
+                now_ms,
+            ),
+        )
+        return cursor.rowcount == 1
+
+    async def _insert_obligation(
+        self, db: aiosqlite.Connection, o: KeptObligation, now_ms: int
+    ) -> bool:
+        fold = await self._fold(db, o.commitment_digest)
+        if fold is None:
+            raise UnknownCommitment(
+                f"obligation {o.digest[:16]}… names commitment {o.commitment_digest[:16]}…, "
+                "which this store does not hold"
+            )
+        known = await db.execute_fetchall("SELECT 1 FROM obligations WHERE digest = ?", (o.digest,))
+        if list(known):
+            return False  # already kept: receiving it again is not a new promise
+        if o.local:
+            missing = await self._missing_members(db, o.commitment_digest)
+            if fold.status is FoldStatus.LOST or (
+                missing and fold.status is not FoldStatus.PENDING
+            ):
+                raise MissingHop(
+                    f"obligation {o.digest[:16]}…: {missing} of {fold.leaf_count} hops of "
+                    f"commitment {o.commitment_digest[:16]}… are no longer in the log "
+                    f"(status {fold.status}); refusing to promise to serve them"
                 )
-            known = await db.execute_fetchall(
-                "SELECT 1 FROM obligations WHERE digest = ?", (digest,)
-            )
-            if list(known):
-                return False  # already kept: receiving it again is not a new promise
-            if local:
-                missing = await self._missing_members(db, commitment_digest)
-                if fold.status is FoldStatus.LOST or (
-                    missing and fold.status is not FoldStatus.PENDING
-                ):
-                    raise MissingHop(
-                        f"obligation {digest[:16]}…: {missing} of {fold.leaf_count} hops of "
-                        f"commitment {commitment_digest[:16]}… are no longer in the log "
-                        f"(status {fold.status}); refusing to promise to serve them"
-                    )
-            cursor = await db.execute(
-                "INSERT INTO obligations (digest, commitment_digest, serve_until, envelope,"
-                " local, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
-                (digest, commitment_digest, serve_until_ms, envelope, int(local), now_ms),
-            )
-            return cursor.rowcount == 1
+        cursor = await db.execute(
+            "INSERT INTO obligations (digest, commitment_digest, serve_until, envelope,"
+            " local, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
+            (o.digest, o.commitment_digest, o.serve_until_ms, o.envelope, int(o.local), now_ms),
+        )
+        return cursor.rowcount == 1
 
     # ----------------------------------------------------------------- evidence, attestations
 

@@ -22,10 +22,13 @@ from nodes.store import (
     CounterName,
     FoldConflict,
     FoldDraft,
+    FoldRecord,
     FoldStatus,
     HopConflict,
     HopInput,
     HopStore,
+    KeptCommitment,
+    KeptObligation,
     MissingHop,
     ResolveStatus,
     SignedFold,
@@ -826,6 +829,37 @@ async def test_renewing_obligation_over_evicted_hops_is_refused(store: HopStore)
             now_ms=NOW + 2,
         )
     assert await store.table_digest() == before
+
+
+async def test_delivered_pairs_land_together_or_not_at_all(store: HopStore) -> None:
+    signed = await commit(store, "v", 1, hops_for(store.epoch, range(1, 3)), serve_until_ms=NOW + 1)
+    assert (await store.reap(now_ms=NOW + 2)).hops_evicted == 2
+    peer = KeptCommitment("12" * 32, "ee" * 32, "1-peer", "w", 1, 3, "34" * 32, b"env")
+    peer_duty = KeptObligation("56" * 32, "12" * 32, NOW + HOUR, b"{}", local=False)
+    # A fresh promise of ours over evicted hops is refused: the peer's pair goes too.
+    ours = await store.commitment(signed.commitment_digest)
+    assert ours is not None
+    ours_again = KeptObligation("ab" * 32, signed.commitment_digest, NOW + HOUR, b"{}", True)
+    before = await store.table_digest()
+    with pytest.raises(MissingHop):
+        await store.put_delivered([(peer, peer_duty), (_kept(ours), ours_again)], now_ms=NOW + 2)
+    assert await store.table_digest() == before
+    await store.put_delivered([(peer, peer_duty)], now_ms=NOW + 2)
+    assert await store.commitment("12" * 32) is not None
+    assert await store.table_digest() != before
+
+
+def _kept(fold: FoldRecord) -> KeptCommitment:
+    return KeptCommitment(
+        fold.digest,
+        fold.origin,
+        fold.epoch,
+        fold.value_ref,
+        fold.fold_seq,
+        fold.leaf_count,
+        fold.root,
+        fold.envelope,
+    )
 
 
 async def test_own_obligation_received_again_after_eviction_is_a_no_op(store: HopStore) -> None:
