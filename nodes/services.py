@@ -409,7 +409,7 @@ class NodeCore:
         deadline_ms: int,
         value: bytes,
     ) -> CommittedFold:
-        fold_seq = await self._next_fold_seq(epoch, value_ref)
+        fold_seq = await self.store.next_fold_seq(self.node_id, epoch, value_ref)
         serve_for = serve_for_ms or self.config.serve_for_ms
         deadline = deadline_ms or self.config.deadline_ms
         now = self.clock()
@@ -497,12 +497,6 @@ class NodeCore:
             pending=pending,
         )
         return result
-
-    async def _next_fold_seq(self, epoch: str, value_ref: str) -> int:
-        fold_seq = 0
-        while await self.store.commitments_for(self.node_id, epoch, value_ref, fold_seq):
-            fold_seq += 1
-        return fold_seq
 
     # ----------------------------------------------------------------- serve
 

@@ -1096,6 +1096,18 @@ class HopStore:
             )
         return tuple(self._fold_from_row(r) for r in rows)
 
+    async def next_fold_seq(self, origin: str, epoch: str, value_ref: str) -> int:
+        """One past the highest fold sequence stored for (origin, epoch, value ref); 0 if none."""
+        async with self._read("read next fold sequence") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT COALESCE(MAX(fold_seq) + 1, 0) FROM commitments"
+                    " WHERE origin = ? AND epoch = ? AND value_ref = ?",
+                    (origin, epoch, value_ref),
+                )
+            )
+        return int(rows[0][0])
+
     async def obligation(self, digest: str) -> ObligationRecord | None:
         """A stored obligation by its digest."""
         async with self._read("read obligation") as db:
