@@ -695,12 +695,15 @@ class Holder:
         address = self._resolve(origin_address) if origin_address else self._address(o)
         remaining = None if deadline is None else deadline - time.monotonic() - _MARGIN_S
         timeout = promised if remaining is None else max(0.001, min(promised, remaining))
-        receipt_bytes = b""
+        answered: Signed[Receipt] | None = None
+        receipt_bytes = b""  # verbatim, as the origin sent them
         try:
             self.demand_rpcs += 1
             (answer,) = await self.transport.demand(address, [demand.to_bytes()], timeout)
+            # Opened (and its signature verified) once, then judged.
+            receipt = open_statement(answer.receipt, Receipt, signer=o.statement.origin)
             verdict = judge_answer(
-                answer.receipt,
+                receipt,
                 answer.hops,
                 demand=demand,
                 obligation=o,
@@ -708,13 +711,13 @@ class Holder:
                 reported_at=self.now_ms(),
             )
             if verdict.kind is not AnswerKind.UNATTRIBUTABLE:
-                receipt_bytes = answer.receipt
+                answered, receipt_bytes = receipt, answer.receipt
         except CallFailed as exc:
             log.info("witness_demand_unanswered", origin=o.statement.origin[:16], error=str(exc))
-        except ValueError:
-            pass
-        if receipt_bytes:
-            receipt = open_statement(receipt_bytes, Receipt, signer=o.statement.origin)
+        except (ContractError, ValueError):
+            pass  # no answer attributable to the origin: as if unanswered
+        if answered is not None:
+            receipt = answered
             report = WitnessReport(
                 witness=self.node_id,
                 origin=o.statement.origin,
