@@ -290,13 +290,25 @@ def _core(e: Evidence) -> _Core:
     o: Signed[Obligation] = _by_accused(e.obligation, Obligation, e.accused, "obligation")
     if e.demand is None:
         raise EncodingError("evidence: missing demand")
-    d = open_statement(e.demand, Demand)
+    return _bound_core(c, o, open_statement(e.demand, Demand), e.accused)
+
+
+def _bound_core(
+    c: Signed[Commitment], o: Signed[Obligation], d: Signed[Demand], accused: str
+) -> _Core:
+    """The bindings between already opened (signature-checked) statements."""
+    for statement in (c, o):
+        if statement.signer != accused:
+            raise BindingMismatch(
+                f"{statement.statement.KIND.value} {statement.digest[:12]}… is signed by"
+                f" {statement.signer[:16]}…, not the accused {accused[:16]}…"
+            )
     if o.statement.commitment != c.digest:
         raise BindingMismatch(
             f"obligation {o.digest[:12]}… names commitment {o.statement.commitment[:12]}…,"
             f" not {c.digest[:12]}…"
         )
-    _check_demand(d, o, c, e.accused)
+    _check_demand(d, o, c, accused)
     return _Core(c, o, d)
 
 
@@ -351,16 +363,21 @@ def _verify_bad_data(e: Evidence) -> EvidenceVerdict:
     try:
         verify_signed_leaves(r, core.demand.statement, core.commitment.statement)
     except VerificationError as exc:
-        return _verdict(
-            e,
-            EvidenceStatus.PROVEN,
-            core.commitment,
-            core.obligation,
-            f"origin {e.accused[:16]}… signed receipt {r.digest[:12]}… that misses"
-            f" its commitment {core.commitment.digest[:12]}…: {exc}",
-        )
+        return _bad_data(e, core, r, exc)
     raise NotEvidence(
         f"receipt {r.digest[:12]}…: signed leaves lead to the committed root; no bad data"
+    )
+
+
+def _bad_data(e: Evidence, core: _Core, r: Signed[Receipt], miss: Exception) -> EvidenceVerdict:
+    """The verdict on a bound, SERVED receipt whose signed leaves missed the root (``miss``)."""
+    return _verdict(
+        e,
+        EvidenceStatus.PROVEN,
+        core.commitment,
+        core.obligation,
+        f"origin {e.accused[:16]}… signed receipt {r.digest[:12]}… that misses"
+        f" its commitment {core.commitment.digest[:12]}…: {miss}",
     )
 
 
@@ -370,6 +387,11 @@ def _verify_refused(e: Evidence) -> EvidenceVerdict:
     verify_receipt_binding(
         r, demand=core.demand, obligation=core.obligation, commitment=core.commitment
     )
+    return _refused(e, core, r)
+
+
+def _refused(e: Evidence, core: _Core, r: Signed[Receipt]) -> EvidenceVerdict:
+    """The verdict on a receipt already bound to the demand, obligation and commitment."""
     rs, os_ = r.statement, core.obligation.statement
     if rs.status is ReceiptStatus.SERVED:
         raise NotEvidence(f"receipt {r.digest[:12]}… is SERVED, not a refusal")
@@ -637,11 +659,12 @@ def judge_answer(
         receipt=r.envelope,
         reported_at=reported_at,
     )
-    # (2) a refusal: proof, unless legitimate
+    # (2) a refusal: proof, unless legitimate. The statements are open and the
+    # receipt bound already: the verdict takes the evidence checks that remain.
     if r.statement.status is not ReceiptStatus.SERVED:
         refused = dataclasses.replace(base, kind=EvidenceKind.REFUSED)
         try:
-            verdict = _verify_refused(refused)
+            verdict = _refused(refused, _bound_core(commitment, obligation, demand, origin), r)
         except NotEvidence as exc:
             return Answer(AnswerKind.LEGITIMATE, str(exc))
         except ContractError as exc:
@@ -650,9 +673,9 @@ def judge_answer(
     # (3) signed leaves that miss the committed root: bad_data
     try:
         verify_signed_leaves(r, demand.statement, commitment.statement)
-    except VerificationError:
+    except VerificationError as miss:
         try:
-            verdict = _verify_bad_data(base)
+            verdict = _bad_data(base, _bound_core(commitment, obligation, demand, origin), r, miss)
         except ContractError as exc:
             return Answer(AnswerKind.UNATTRIBUTABLE, str(exc))
         return Answer(AnswerKind.EVIDENCE, verdict.reason, evidence=base)
