@@ -89,17 +89,22 @@ class Topology:
         if self._closed:
             return
         self._closed = True
-        errors: list[BaseException] = []
-        for node in reversed(self.nodes):
-            try:
-                if node.running is not None:
-                    await node.running.stop(0.5)
-                else:
-                    await node.core.close()
-            except Exception as exc:  # keep stopping the others
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        await _stop_all(self.nodes, grace=0.5)
+
+
+async def _stop_all(handles: list[NodeHandle], *, grace: float) -> None:
+    """Stop nodes in reverse start order; keep going past a failure, then raise the first."""
+    errors: list[BaseException] = []
+    for node in reversed(handles):
+        try:
+            if node.running is not None:
+                await node.running.stop(grace)
+            else:
+                await node.core.close()
+        except Exception as exc:  # keep stopping the others
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +133,7 @@ async def start_topology(
                 await _start_one(root, spec, transport, meter, registry, deadline_ms, reasks)
             )
     except BaseException:
-        for started in reversed(handles):
-            if started.running is not None:
-                await started.running.stop(0.1)
-            else:
-                await started.core.close()
+        await _stop_all(handles, grace=0.1)
         raise
     origins = [h for h in handles if h.role is Role.ORIGIN]
     relays = [h for h in handles if h.role is Role.RELAY]

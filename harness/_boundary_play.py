@@ -9,7 +9,6 @@ and adds the origin's commits, the deliveries and the holder's decisions
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import time
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contracts.canonical import sha256_hex
 from contracts.errors import ContractError
 from contracts.evidence import verify_evidence
 from contracts.hops import parse_hop
@@ -353,7 +353,7 @@ class RunPlayer:
                 receipt = open_statement(data, DeliveryReceipt, signer=path[1].node_id)
             except ContractError as exc:
                 raise BoundaryError(f"delivery of {value_ref} to {path[1].name}: {exc}") from exc
-            if receipt.statement.value_digest != hashlib.sha256(delivery.value).hexdigest():
+            if receipt.statement.value_digest != sha256_hex(delivery.value):
                 raise BoundaryError(f"{path[1].name} acknowledged another value than {value_ref}")
             costs.delivery_latencies.append(time.perf_counter() - start)
         costs.decisions += 1
@@ -528,14 +528,7 @@ class Runner:
     async def _on_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
         holder = self.topo.holder.core
         now = holder.now_ms()
-        await holder.store.add_evidence(
-            digest=hashlib.sha256(body).hexdigest(),
-            kind=kind,
-            accused=accused,
-            body=body,
-            now_ms=now,
-            file_path=path,
-        )
+        await holder.keep_evidence(kind, accused, body, path)
         verified = False
         try:
             verdict = verify_evidence(body, now=now + 60_000)

@@ -960,14 +960,15 @@ class NodeCore:
                 clock=self.clock,
                 reasks=self.config.reasks,
                 resolve_address=self._resolve_peer,
-                on_evidence=self._record_evidence,
+                on_evidence=self.keep_evidence,
             )
         return self._holder
 
     def _resolve_peer(self, name_or_address: str) -> str:
         return self.config.peer(name_or_address)
 
-    async def _record_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
+    async def keep_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
+        """Store an evidence record (and where its file is) in the node's log."""
         await self.store.add_evidence(
             digest=sha256_hex(body),
             kind=kind,
