@@ -7,10 +7,19 @@ Internal to :mod:`harness.analysis`, :mod:`harness.crossover` and
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AnalysisError", "closed_form_death_cycle", "flip", "pct", "read_csv"]
+__all__ = [
+    "AnalysisError",
+    "check_frame",
+    "closed_form_death_cycle",
+    "flip",
+    "pct",
+    "read_csv",
+    "read_or_check",
+]
 
 
 class AnalysisError(ValueError):
@@ -33,6 +42,23 @@ def read_csv(path: Path, columns: list[str]) -> Any:
         df = pd.read_csv(path)
     except Exception as exc:  # pandas raises several parser error types
         raise AnalysisError(f"{path}: not a readable CSV: {exc}") from exc
+    return check_frame(path, df, columns)
+
+
+def read_or_check(
+    out: Path, name: str, columns: list[str], loaded: Mapping[str, Any] | None
+) -> Any:
+    """``out/name`` read and checked, or the frame the caller already read from it, checked."""
+    frame = None if loaded is None else loaded.get(name)
+    if frame is None:
+        return read_csv(out / name, columns)
+    return check_frame(out / name, frame, columns)
+
+
+def check_frame(path: Path, df: Any, columns: list[str]) -> Any:
+    """The column checks of :func:`read_csv` on a frame read from ``path``."""
+    import pandas as pd
+
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise AnalysisError(f"{path}: missing columns {missing}")

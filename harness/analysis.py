@@ -30,11 +30,12 @@ crossover analysis: :mod:`harness.crossover` (both re-exported here).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness._results import AnalysisError, closed_form_death_cycle
+from harness._results import AnalysisError, closed_form_death_cycle, read_or_check
 from harness._results import flip as _flip
 from harness._results import pct as _pct
 from harness._results import read_csv as _read_csv
@@ -150,6 +151,7 @@ class ProseChannelRow:
 class Findings:
     """Every number the report prints for a main run."""
 
+    run_type: str  # "main", or "trace" for a results directory of trace replays
     n_runs: int
     # headline 1
     headline_cell: tuple[int, str] | None
@@ -248,12 +250,16 @@ def _death_cycle(rows: Any) -> int | None:
     return last + 1
 
 
-def analyze(out: Path) -> Findings:
-    """Compute every published number from a results directory."""
+def analyze(out: Path, *, loaded: Mapping[str, Any] | None = None) -> Findings:
+    """Compute every published number from a results directory.
+
+    ``loaded`` maps file names in ``out`` to frames the caller has already
+    read from them (checked again here, not re-read).
+    """
     from harness.metrics import DEATH_SPIRAL_COLUMNS, DRIFT_COLUMNS, GATE_COLUMNS
 
-    gm = _read_csv(out / "gate_metrics.csv", GATE_COLUMNS)
-    drift_df = _read_csv(out / "drift.csv", DRIFT_COLUMNS)
+    gm = read_or_check(out, "gate_metrics.csv", GATE_COLUMNS, loaded)
+    drift_df = read_or_check(out, "drift.csv", DRIFT_COLUMNS, loaded)
     meta_path = out / "run_meta.json"
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -384,7 +390,9 @@ def analyze(out: Path) -> Findings:
             else max(x for x in per_gate_perhop if x is not None)
         )
         n_compactions = int(ds["n_compactions"].max())
-        curve = _read_csv(out / "recon_curve.csv", ["run_type", "store_reconstruction"])
+        curve = read_or_check(
+            out, "recon_curve.csv", ["run_type", "store_reconstruction"], loaded
+        )
         store = curve[curve["run_type"] == "death_spiral"]["store_reconstruction"].to_numpy()
         monotone = bool(len(store) > 1 and (store[1:] <= store[:-1]).all())
 
@@ -420,6 +428,7 @@ def analyze(out: Path) -> Findings:
         has_death_spiral=ds is not None and not ds.empty,
     )
     return Findings(
+        run_type=run_type,
         n_runs=n_runs,
         headline_cell=cell,
         irreversible_false_proceed_pct=irr_fp,

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness._results import AnalysisError, closed_form_death_cycle, read_csv
+from harness._results import AnalysisError, closed_form_death_cycle, read_or_check
 from harness._results import flip as _flip
 
 __all__ = ["Crossover", "SweepFindings", "SweepPoint", "analyze_sweep", "crossover_cadence"]
@@ -96,11 +97,14 @@ def crossover_cadence(
     return None
 
 
-def analyze_sweep(out: Path) -> SweepFindings:
-    """Crossover C* per penalty, cycles* = steps / C*, and the fitted exponent."""
+def analyze_sweep(out: Path, *, loaded: Mapping[str, Any] | None = None) -> SweepFindings:
+    """Crossover C* per penalty, cycles* = steps / C*, and the fitted exponent.
+
+    ``loaded``: frames already read from files in ``out``, by file name.
+    """
     from harness.metrics import SWEEP_COLUMNS
 
-    df = read_csv(out / "sweep_metrics.csv", SWEEP_COLUMNS)
+    df = read_or_check(out, "sweep_metrics.csv", SWEEP_COLUMNS, loaded)
     steps = 500
     meta_path = out / "run_meta.json"
     if meta_path.exists():

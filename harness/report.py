@@ -489,8 +489,15 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
 
     run_what = "the output directory of `provnet experiment run`"
     _check_dir(out, run_what)
-    gates = _read_csv(out / "gate_metrics.csv", GATE_COLUMNS, what="gate metrics rows")
-    _read_csv(out / "drift.csv", DRIFT_COLUMNS, what="per-axis drift rows")
+    # Read and checked here with the report's messages, then handed to the
+    # analyses, which check their columns without reading the files again.
+    loaded = {
+        "gate_metrics.csv": _read_csv(
+            out / "gate_metrics.csv", GATE_COLUMNS, what="gate metrics rows"
+        ),
+        "drift.csv": _read_csv(out / "drift.csv", DRIFT_COLUMNS, what="per-axis drift rows"),
+    }
+    gates = loaded["gate_metrics.csv"]
     meta = _read_meta(out / "run_meta.json")
     recon_path = out / "recon_curve.csv"
     recon = (
@@ -498,8 +505,10 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
         if recon_path.is_file()
         else None
     )
+    if recon is not None:
+        loaded["recon_curve.csv"] = recon
     try:
-        findings = analyze(out)
+        findings = analyze(out, loaded=loaded)
     except AnalysisError as exc:
         raise UsageError(str(exc)) from None
     sweep = None
@@ -510,12 +519,12 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
             sweep_out / "sweep_metrics.csv", SWEEP_COLUMNS, what="sweep metrics rows"
         )
         try:
-            sweep = analyze_sweep(sweep_out)
+            sweep = analyze_sweep(sweep_out, loaded={"sweep_metrics.csv": sweep_frame})
         except AnalysisError as exc:
             raise UsageError(str(exc)) from None
 
-    is_trace = "main" not in set(gates["run_type"]) and "trace" in set(gates["run_type"])
-    run_type = "trace" if is_trace else "main"
+    run_type = findings.run_type
+    is_trace = run_type == "trace"
     primary = gates[gates["run_type"] == run_type]
 
     figures: dict[str, Path] = {}
