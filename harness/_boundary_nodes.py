@@ -28,7 +28,7 @@ from nodes.app import RunningNode, load_or_create_identity, start_node
 from nodes.config import NodeConfig
 from nodes.faults import FaultMode, FaultPlan
 from nodes.services import NodeCore
-from nodes.transport import GrpcTransport, InMemoryTransport
+from nodes.transport import GrpcTransport, InMemoryTransport, LocalNode
 
 __all__ = ["NodeHandle", "Role", "Topology", "TransportKind", "start_topology"]
 
@@ -125,7 +125,7 @@ async def start_topology(
 ) -> Topology:
     """Start every node of ``specs`` (data dirs under ``root``); stop them all on failure."""
     meter = WireMeter()
-    registry: dict[str, NodeCore] = {}
+    registry: dict[str, LocalNode] = {}
     handles: list[NodeHandle] = []
     try:
         for spec in specs:
@@ -151,7 +151,7 @@ async def _start_one(
     spec: NodeSpec,
     transport: TransportKind,
     meter: WireMeter,
-    registry: dict[str, NodeCore],
+    registry: dict[str, LocalNode],
     deadline_ms: int,
     reasks: int,
 ) -> NodeHandle:

@@ -36,7 +36,7 @@ from typing import Any
 from harness.events import Hop
 from harness.gates import GateView
 from harness.lineage import FoldedPrefix, hop_fields
-from nodes._pb.provnet.v1 import common_pb2, deliver_pb2, evidence_pb2, serve_pb2
+from nodes import wire
 from nodes.transport import Answer, ChallengeResult, Delivery, Transport
 
 __all__ = [
@@ -265,31 +265,24 @@ class MeteredTransport:
         self.meter.calls_by_node[key] = self.meter.calls_by_node.get(key, 0) + 1
 
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
-        req = serve_pb2.DemandRequest(demands=list(demands)).ByteSize()
+        req = wire.demand_request_size(demands)
         try:
             answers = await self.inner.demand(address, demands, timeout)
         except Exception:
             self._count("Demand", req, 0, failed=True)
             raise
-        resp = serve_pb2.DemandResponse(
-            answers=[
-                common_pb2.Answer(receipt=a.receipt, commitment=a.commitment, hops=list(a.hops))
-                for a in answers
-            ]
-        ).ByteSize()
+        resp = wire.demand_response_size(answers)
         self._count("Demand", req, resp, hops=sum(len(a.hops) for a in answers))
         return answers
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
-        req = serve_pb2.DemandStreamRequest(demand=demand).ByteSize()
+        req = wire.stream_request_size(demand)
         try:
             answer = await self.inner.demand_stream(address, demand, timeout)
         except Exception:
             self._count("DemandStream", req, 0, failed=True)
             raise
-        resp = serve_pb2.ReceiptChunk(
-            receipt=answer.receipt, commitment=answer.commitment, hops=list(answer.hops)
-        ).ByteSize()
+        resp = wire.stream_answer_size(answer)
         self._count("DemandStream", req, resp, hops=len(answer.hops))
         return answer
 
@@ -303,12 +296,12 @@ class MeteredTransport:
         origin_address: str,
         timeout: float,
     ) -> ChallengeResult:
-        req = evidence_pb2.ChallengeRequest(
+        req = wire.challenge_request_size(
             commitment=commitment,
             obligation=obligation,
             demand=demand,
             origin_address=origin_address,
-        ).ByteSize()
+        )
         try:
             result = await self.inner.challenge(
                 address,
@@ -321,25 +314,18 @@ class MeteredTransport:
         except Exception:
             self._count("Challenge", req, 0, failed=True)
             raise
-        resp = evidence_pb2.ChallengeResponse(
-            witness_report=result.witness_report,
-            answered=result.answered,
-            witness_demand=result.witness_demand,
-            receipt=result.receipt,
-        ).ByteSize()
+        resp = wire.challenge_response_size(result)
         self._count("Challenge", req, resp)
         return result
 
     async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
-        req = deliver_pb2.DeliverRequest(value=delivery.to_pb(), sender=delivery.sender).ByteSize()
+        req = wire.deliver_request_size(delivery)
         try:
             receipt = await self.inner.deliver(address, delivery, timeout)
         except Exception:
             self._count("Deliver", req, 0, failed=True)
             raise
-        self._count(
-            "Deliver", req, deliver_pb2.DeliverResponse(delivery_receipt=receipt).ByteSize()
-        )
+        self._count("Deliver", req, wire.deliver_response_size(receipt))
         return receipt
 
     async def close(self) -> None:

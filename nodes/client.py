@@ -39,9 +39,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from contracts.canonical import sha256_hex
 from contracts.errors import ContractError, NotEvidence
@@ -67,7 +66,17 @@ from contracts.statements import (
     WitnessReport,
 )
 from nodes.logging import get_logger
-from nodes.transport import Answer, CallFailed, ChallengeResult, Transport
+from nodes.messages import (
+    EVIDENCE_KINDS,
+    Answer,
+    ChallengeResult,
+    OriginOutcome,
+    Outcome,
+    RehydrationReport,
+    VerifiedHop,
+    outcome_for,
+)
+from nodes.transport import CallFailed, Transport
 
 __all__ = [
     "DEFAULT_STREAM_LEAVES",
@@ -91,35 +100,23 @@ DEFAULT_STREAM_LEAVES = 4096
 _MARGIN_S = 0.05
 
 
-class Outcome(StrEnum):
-    """What a holder got from one origin for one decision."""
-
-    SERVED = "served"  # every fold verified (possibly from cache)
-    PENDING = "pending"  # origin says provenance_pending (legitimate; ask later)
-    EXPIRED = "expired"  # obligation past serve_until (legitimate, S3)
-    REJECTED = "rejected"  # origin answered an unsigned error: not attributable
-    UNATTRIBUTABLE = "unattributable"  # a reply nobody can pin on the origin
-    BAD_DATA = "bad_data"
-    REFUSED = "refused"
-    EQUIVOCATION = "equivocation"
-    UNANSWERED = "unanswered"
-
-
-#: Outcomes that are evidence against the origin.
-EVIDENCE_KINDS = frozenset(
-    {Outcome.BAD_DATA, Outcome.REFUSED, Outcome.EQUIVOCATION, Outcome.UNANSWERED}
-)
-_SEVERITY = {
-    Outcome.SERVED: 0,
-    Outcome.PENDING: 1,
-    Outcome.EXPIRED: 1,
-    Outcome.REJECTED: 2,
-    Outcome.UNATTRIBUTABLE: 2,
-    Outcome.UNANSWERED: 3,
-    Outcome.REFUSED: 4,
-    Outcome.BAD_DATA: 5,
-    Outcome.EQUIVOCATION: 5,
-}
+def _severity(outcome: Outcome) -> int:
+    """How bad an outcome is; the worst fold of an origin is its outcome."""
+    match outcome:
+        case Outcome.SERVED:
+            return 0
+        case Outcome.PENDING | Outcome.EXPIRED:
+            return 1
+        case Outcome.REJECTED | Outcome.UNATTRIBUTABLE:
+            return 2
+        case Outcome.UNANSWERED:
+            return 3
+        case Outcome.REFUSED:
+            return 4
+        case Outcome.BAD_DATA | Outcome.EQUIVOCATION:
+            return 5
+        case _:
+            assert_never(outcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,75 +127,6 @@ class HeldFold:
     obligation: Signed[Obligation]
     commitment_bytes: bytes
     obligation_bytes: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class VerifiedHop:
-    origin: str
-    commitment: str
-    leaf_index: int
-    hop: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class OriginOutcome:
-    """The result for one origin; ``evidence``/``evidence_path`` set when it accuses."""
-
-    origin: str
-    outcome: Outcome
-    detail: str
-    evidence: bytes = b""
-    evidence_path: str = ""
-    asks: int = 0
-    witnesses_asked: int = 0
-    witnesses_unanswered: int = 0
-    witness_confirmed: bool = False
-    cleared: bool = False
-
-    @property
-    def accuses(self) -> bool:
-        return self.outcome in EVIDENCE_KINDS and not self.cleared
-
-
-@dataclass(frozen=True, slots=True)
-class RehydrationReport:
-    value_ref: str
-    outcomes: tuple[OriginOutcome, ...]
-    hops: tuple[VerifiedHop, ...]
-    rpcs: int
-    demand_rpcs: int
-
-    @property
-    def complete(self) -> bool:
-        return all(o.outcome is Outcome.SERVED for o in self.outcomes)
-
-    def to_pb(self) -> Any:
-        from nodes._pb.provnet.v1 import deliver_pb2
-
-        return deliver_pb2.RehydrateResponse(
-            value_ref=self.value_ref,
-            outcomes=[
-                deliver_pb2.OriginOutcome(
-                    origin=o.origin,
-                    outcome=o.outcome.value,
-                    detail=o.detail,
-                    evidence=o.evidence,
-                    evidence_path=o.evidence_path,
-                    asks=o.asks,
-                    witnesses_asked=o.witnesses_asked,
-                    witnesses_unanswered=o.witnesses_unanswered,
-                    witness_confirmed=o.witness_confirmed,
-                    cleared=o.cleared,
-                )
-                for o in self.outcomes
-            ],
-            hops=[
-                deliver_pb2.VerifiedHop(origin=h.origin, leaf_index=h.leaf_index, hop=h.hop)
-                for h in self.hops
-            ],
-            rpcs=self.rpcs,
-            complete=self.complete,
-        )
 
 
 @dataclass(slots=True)
@@ -457,7 +385,7 @@ class Holder:
             return
         if verdict.kind is AnswerKind.EVIDENCE and verdict.evidence is not None:
             fold.evidence = verdict.evidence
-            fold.outcome = Outcome(verdict.evidence.kind.value)
+            fold.outcome = outcome_for(verdict.evidence.kind)
             return
         if verdict.kind is AnswerKind.LEGITIMATE:
             fold.outcome = self._legitimate(answer)
@@ -613,7 +541,7 @@ class Holder:
     # ----------------------------------------------------------------- summary, files
 
     async def _summarise(self, run: _OriginRun) -> tuple[OriginOutcome, list[VerifiedHop]]:
-        worst = max(run.folds, key=lambda f: _SEVERITY[f.outcome])
+        worst = max(run.folds, key=lambda f: _severity(f.outcome))
         hops = [
             VerifiedHop(run.origin, f.held.commitment.digest, index, data)
             for f in run.folds

@@ -630,11 +630,10 @@ def _fetch_counters(address: str, timeout: float) -> dict[str, int] | None:
     """The node's counters from ``provnet.v1.Node/Stats``; None if it does not answer."""
     import grpc
 
-    from nodes._pb.provnet.v1 import node_pb2, node_pb2_grpc
+    from nodes import wire
 
     with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
         try:
-            reply = node_pb2_grpc.NodeStub(channel).Stats(node_pb2.StatsRequest(), timeout=timeout)
+            return wire.read_counters(channel, timeout)
         except grpc.RpcError:
             return None
-    return {str(k): int(v) for k, v in reply.counters.items()}

@@ -146,34 +146,26 @@ class _Driver:
             self.timings[label] = (time.perf_counter() - start) * 1000.0
 
     def stubs(self, address: str) -> Any:
-        from nodes._pb.provnet.v1 import (
-            deliver_pb2_grpc,
-            hoplog_pb2_grpc,
-            node_pb2_grpc,
-        )
+        from nodes import wire
 
         channel = self._channel(address)
-        return (
-            hoplog_pb2_grpc.HopLogStub(channel),
-            deliver_pb2_grpc.DeliverStub(channel),
-            node_pb2_grpc.NodeStub(channel),
-        )
+        return (wire.hoplog_stub(channel), wire.deliver_stub(channel), wire.node_stub(channel))
 
     async def info(self, address: str) -> Any:
-        from nodes._pb.provnet.v1 import node_pb2
+        from nodes import wire
 
         _, _, node = self.stubs(address)
-        return await node.Info(node_pb2.InfoRequest(), timeout=_RPC_TIMEOUT_S)
+        return await node.Info(wire.info_request(), timeout=_RPC_TIMEOUT_S)
 
     async def counters(self, address: str) -> dict[str, int]:
-        from nodes._pb.provnet.v1 import node_pb2
+        from nodes import wire
 
         _, _, node = self.stubs(address)
-        reply = await node.Stats(node_pb2.StatsRequest(), timeout=_RPC_TIMEOUT_S)
+        reply = await node.Stats(wire.stats_request(), timeout=_RPC_TIMEOUT_S)
         return dict(reply.counters)
 
     async def commit(self, address: str, value_ref: str, tag: str) -> Any:
-        from nodes._pb.provnet.v1 import hoplog_pb2
+        from nodes import wire
 
         hoplog, _, _ = self.stubs(address)
         hops = _fold_hops(tag)
@@ -182,14 +174,14 @@ class _Driver:
         seqs = [base + i for i in range(len(hops))]
         appended = await self.timed(
             "append_ms",
-            hoplog.Append(hoplog_pb2.AppendRequest(hops=hops, seqs=seqs), timeout=_RPC_TIMEOUT_S),
+            hoplog.Append(wire.append_request(hops, seqs), timeout=_RPC_TIMEOUT_S),
         )
         return await self.timed(
             "commit_fold_ms",
             hoplog.CommitFold(
-                hoplog_pb2.CommitFoldRequest(
-                    value_ref=value_ref,
-                    seqs=list(appended.seqs),
+                wire.commit_fold_request(
+                    value_ref,
+                    list(appended.seqs),
                     serve_for_ms=_SERVE_FOR_MS,
                     deadline_ms=_DEADLINE_MS,
                     value=f"compacted value {value_ref}".encode(),
@@ -199,25 +191,25 @@ class _Driver:
         )
 
     async def forward(self, address: str, value_ref: str, peer: str) -> Any:
-        from nodes._pb.provnet.v1 import deliver_pb2
+        from nodes import wire
 
         _, deliver, _ = self.stubs(address)
         return await self.timed(
             "forward_ms",
             deliver.Forward(
-                deliver_pb2.ForwardRequest(value_ref=value_ref, peer=peer),
+                wire.forward_request(value_ref, peer),
                 timeout=_RPC_TIMEOUT_S,
             ),
         )
 
     async def rehydrate(self, address: str, value_ref: str, witnesses: list[str]) -> Any:
-        from nodes._pb.provnet.v1 import deliver_pb2
+        from nodes import wire
 
         _, deliver, _ = self.stubs(address)
         return await self.timed(
             "rehydrate_ms",
             deliver.Rehydrate(
-                deliver_pb2.RehydrateRequest(value_ref=value_ref, witnesses=witnesses),
+                wire.rehydrate_request(value_ref, witnesses),
                 timeout=_REHYDRATE_TIMEOUT_S,
             ),
         )

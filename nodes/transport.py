@@ -6,8 +6,9 @@ A holder, a witness or a forwarding node reaches other nodes only through a
 - :class:`GrpcTransport` — grpc.aio channels (one per address, reused),
   bounded message sizes, a deadline on every call;
 - :class:`InMemoryTransport` — calls another in-process
-  :class:`~nodes.services.NodeCore` directly (fast unit tests), with the
-  same deadline, size and status-code behaviour.
+  :class:`LocalNode` (a node core) directly (fast unit tests), with the
+  same deadline, size and status-code behaviour; message sizes are
+  :func:`nodes.wire.message_size`, the encoding the gRPC path carries.
 
 Every failure is a :class:`CallFailed` carrying the gRPC status name, so the
 client classifies failures once, whatever carried the call:
@@ -19,25 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
 
 import grpc
 
-from nodes._pb.provnet.v1 import (
-    common_pb2,
-    deliver_pb2,
-    deliver_pb2_grpc,
-    evidence_pb2,
-    evidence_pb2_grpc,
-    serve_pb2,
-    serve_pb2_grpc,
-)
+from nodes import wire
 from nodes.errors import status_for
-
-if TYPE_CHECKING:
-    from nodes.services import NodeCore
+from nodes.messages import Answer, ChallengeResult, Delivery
 
 __all__ = [
     "NO_ANSWER_CODES",
@@ -47,79 +37,12 @@ __all__ = [
     "Delivery",
     "GrpcTransport",
     "InMemoryTransport",
+    "LocalNode",
     "Transport",
 ]
 
 #: Status codes that mean the peer did not answer at all.
 NO_ANSWER_CODES = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED"})
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """An origin's answer to one demand, as received (nothing verified yet).
-
-    ``receipt`` and ``commitment`` are envelope bytes; ``hops`` the served hop
-    bytes in the receipt's leaf order (empty unless the receipt is SERVED).
-    """
-
-    receipt: bytes
-    commitment: bytes
-    hops: tuple[bytes, ...] = ()
-
-    @property
-    def size(self) -> int:
-        return len(self.receipt) + len(self.commitment) + sum(len(h) for h in self.hops)
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """A compacted value with its origins' commitments and obligations (same order)."""
-
-    value_ref: str
-    value: bytes
-    commitments: tuple[bytes, ...]
-    obligations: tuple[bytes, ...]
-    sender: str = ""
-
-    def to_pb(self) -> Any:
-        return common_pb2.DeliveredValue(
-            value_ref=self.value_ref,
-            value=self.value,
-            commitments=list(self.commitments),
-            obligations=list(self.obligations),
-        )
-
-    @classmethod
-    def from_pb(cls, msg: Any, sender: str = "") -> Delivery:
-        return cls(
-            value_ref=str(msg.value_ref),
-            value=bytes(msg.value),
-            commitments=tuple(bytes(c) for c in msg.commitments),
-            obligations=tuple(bytes(o) for o in msg.obligations),
-            sender=sender,
-        )
-
-    @property
-    def size(self) -> int:
-        return (
-            len(self.value)
-            + sum(len(c) for c in self.commitments)
-            + sum(len(o) for o in self.obligations)
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ChallengeResult:
-    """A witness's answer: its signed report, its own demand, the origin's receipt if any.
-
-    ``witness_report`` is empty when the witness ran out of budget before the
-    origin's deadline passed (inconclusive).
-    """
-
-    witness_report: bytes
-    answered: bool
-    witness_demand: bytes = b""
-    receipt: bytes = b""
 
 
 class CallFailed(Exception):
@@ -134,6 +57,31 @@ class CallFailed(Exception):
     @property
     def no_answer(self) -> bool:
         return self.code in NO_ANSWER_CODES
+
+
+class LocalNode(Protocol):
+    """What :class:`InMemoryTransport` calls on an in-process node (a node core)."""
+
+    @property
+    def crashed(self) -> bool: ...
+
+    async def answer_demands(self, demands: Sequence[bytes]) -> list[Answer]: ...
+
+    def answer_demand_stream(
+        self, demand: bytes, *, max_chunk_bytes: int = 0
+    ) -> AsyncIterator[Answer]: ...
+
+    async def challenge(
+        self,
+        *,
+        commitment: bytes,
+        obligation: bytes,
+        demand: bytes,
+        origin_address: str,
+        deadline: float | None = None,
+    ) -> ChallengeResult: ...
+
+    async def deliver(self, delivery: Delivery) -> bytes: ...
 
 
 class Transport(Protocol):
@@ -184,20 +132,27 @@ class GrpcTransport:
     def __init__(self, max_message_bytes: int = 4 * 1024 * 1024) -> None:
         self._max = max_message_bytes
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[tuple[str, str], Any] = {}
+        self._serve: dict[str, wire.ServeStub] = {}
+        self._evidence: dict[str, wire.EvidenceStub] = {}
+        self._deliver: dict[str, wire.DeliverStub] = {}
         self.calls = 0
 
-    def _stub(self, address: str, kind: str) -> Any:
-        key = (address, kind)
-        stub = self._stubs.get(key)
+    def _serve_stub(self, address: str) -> wire.ServeStub:
+        stub = self._serve.get(address)
         if stub is None:
-            factory = {
-                "serve": serve_pb2_grpc.ServeStub,
-                "evidence": evidence_pb2_grpc.EvidenceStub,
-                "deliver": deliver_pb2_grpc.DeliverStub,
-            }[kind]
-            stub = factory(self.channel(address))
-            self._stubs[key] = stub
+            stub = self._serve[address] = wire.serve_stub(self.channel(address))
+        return stub
+
+    def _evidence_stub(self, address: str) -> wire.EvidenceStub:
+        stub = self._evidence.get(address)
+        if stub is None:
+            stub = self._evidence[address] = wire.evidence_stub(self.channel(address))
+        return stub
+
+    def _deliver_stub(self, address: str) -> wire.DeliverStub:
+        stub = self._deliver.get(address)
+        if stub is None:
+            stub = self._deliver[address] = wire.deliver_stub(self.channel(address))
         return stub
 
     def channel(self, address: str) -> grpc.aio.Channel:
@@ -215,24 +170,20 @@ class GrpcTransport:
             raise CallFailed(exc.code().name, exc.details() or "", address) from exc
 
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
-        stub = self._stub(address, "serve")
+        stub = self._serve_stub(address)
         reply = await self._call(
-            address,
-            stub.Demand(serve_pb2.DemandRequest(demands=list(demands)), timeout=timeout),
+            address, stub.Demand(wire.demand_request(demands), timeout=timeout)
         )
-        return [
-            Answer(bytes(a.receipt), bytes(a.commitment), tuple(bytes(h) for h in a.hops))
-            for a in reply.answers
-        ]
+        return wire.answers_from_pb(reply)
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
-        stub = self._stub(address, "serve")
+        stub = self._serve_stub(address)
         self.calls += 1
         hops: list[bytes] = []
         receipt = commitment = b""
         expected = 0
         try:
-            call = stub.DemandStream(serve_pb2.DemandStreamRequest(demand=demand), timeout=timeout)
+            call = stub.DemandStream(wire.stream_request(demand), timeout=timeout)
             async for chunk in call:
                 if chunk.index != expected:
                     raise CallFailed("DATA_LOSS", f"chunk {chunk.index} out of order", address)
@@ -258,30 +209,28 @@ class GrpcTransport:
         origin_address: str,
         timeout: float,
     ) -> ChallengeResult:
-        stub = self._stub(address, "evidence")
-        request = evidence_pb2.ChallengeRequest(
+        stub = self._evidence_stub(address)
+        request = wire.challenge_request(
             commitment=commitment,
             obligation=obligation,
             demand=demand,
             origin_address=origin_address,
         )
         reply = await self._call(address, stub.Challenge(request, timeout=timeout))
-        return ChallengeResult(
-            bytes(reply.witness_report),
-            bool(reply.answered),
-            bytes(reply.witness_demand),
-            bytes(reply.receipt),
-        )
+        return wire.challenge_result_from_pb(reply)
 
     async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
-        stub = self._stub(address, "deliver")
-        request = deliver_pb2.DeliverRequest(value=delivery.to_pb(), sender=delivery.sender)
-        reply = await self._call(address, stub.Deliver(request, timeout=timeout))
+        stub = self._deliver_stub(address)
+        reply = await self._call(
+            address, stub.Deliver(wire.deliver_request(delivery), timeout=timeout)
+        )
         return bytes(reply.delivery_receipt)
 
     async def close(self) -> None:
         channels, self._channels = self._channels, {}
-        self._stubs.clear()
+        self._serve.clear()
+        self._evidence.clear()
+        self._deliver.clear()
         for chan in channels.values():
             await chan.close(None)
 
@@ -300,19 +249,19 @@ class InMemoryTransport:
     def __init__(
         self,
         max_message_bytes: int = 4 * 1024 * 1024,
-        registry: dict[str, NodeCore] | None = None,
+        registry: dict[str, LocalNode] | None = None,
     ) -> None:
         # Several transports may share one registry: each node its own view,
         # with its own ``blocked`` set (a partition as seen from that node).
-        self._nodes: dict[str, NodeCore] = {} if registry is None else registry
+        self._nodes: dict[str, LocalNode] = {} if registry is None else registry
         self._max = max_message_bytes
         self.blocked: set[str] = set()
         self.calls = 0
 
-    def register(self, address: str, core: NodeCore) -> None:
+    def register(self, address: str, core: LocalNode) -> None:
         self._nodes[address] = core
 
-    def _node(self, address: str) -> NodeCore:
+    def _node(self, address: str) -> LocalNode:
         core = self._nodes.get(address)
         if core is None or core.crashed or address in self.blocked:
             raise CallFailed("UNAVAILABLE", "no node listening", address)
@@ -342,20 +291,23 @@ class InMemoryTransport:
 
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
         core = self._node(address)
-        self._check_size(address, sum(len(d) for d in demands))
+        self._check_size(address, wire.demand_request_size(demands))
         answers: list[Answer] = await self._run(address, timeout, core.answer_demands(demands))
-        self._check_size(address, sum(a.size for a in answers))
+        self._check_size(address, wire.demand_response_size(answers))
         return answers
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
         core = self._node(address)
-        self._check_size(address, len(demand))
+        self._check_size(address, wire.stream_request_size(demand))
 
         async def collect() -> Answer:
             hops: list[bytes] = []
             first: Answer | None = None
+            index = 0
             async for chunk in core.answer_demand_stream(demand):
-                self._check_size(address, chunk.size)
+                # Sized as the chunk that may be the last (the larger encoding).
+                self._check_size(address, wire.receipt_chunk_size(chunk, index, True))
+                index += 1
                 if first is None:
                     first = chunk
                 hops.extend(chunk.hops)
@@ -393,7 +345,7 @@ class InMemoryTransport:
 
     async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
         core = self._node(address)
-        self._check_size(address, delivery.size)
+        self._check_size(address, wire.deliver_request_size(delivery))
         receipt: bytes = await self._run(address, timeout, core.deliver(delivery))
         return receipt
 

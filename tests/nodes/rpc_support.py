@@ -29,7 +29,7 @@ from nodes.client import EVIDENCE_KINDS, HeldFold, Holder, OriginOutcome, Rehydr
 from nodes.config import NodeConfig
 from nodes.faults import FaultMode, FaultPlan
 from nodes.services import CommittedFold, NodeCore
-from nodes.transport import GrpcTransport, InMemoryTransport
+from nodes.transport import GrpcTransport, InMemoryTransport, LocalNode
 
 __all__ = [
     "AUDIT",
@@ -122,7 +122,7 @@ class MemCluster:
     reasks: int = 1
     nodes: dict[str, NodeCore] = field(default_factory=dict)
     faults: dict[str, FaultMode] = field(default_factory=dict)
-    registry: dict[str, NodeCore] = field(default_factory=dict)
+    registry: dict[str, LocalNode] = field(default_factory=dict)
 
     @staticmethod
     def address(name: str) -> str:

@@ -58,6 +58,9 @@ async def test_both_transports_name_failures_with_the_same_status(
             seen[name] = [
                 await _code(transport.demand(good_addr, [b"not an envelope"], 2.0)),
                 await _code(transport.demand(good_addr, [b"x" * 70_000], 2.0)),
+                # Fits the bound as raw bytes, not as the encoded message: the
+                # bound is on the message (nodes.wire.message_size) for both.
+                await _code(transport.demand(good_addr, [b"x" * (64 * 1024 - 2)], 2.0)),
                 await _code(transport.demand(drop_addr, [b"{}"], 0.2)),
                 await _code(transport.demand("127.0.0.1:1", [b"{}"], 1.0)),
             ]
@@ -65,6 +68,7 @@ async def test_both_transports_name_failures_with_the_same_status(
             await transport.close()
     assert seen["memory"] == seen["grpc"] == [
         "INVALID_ARGUMENT",
+        "RESOURCE_EXHAUSTED",
         "RESOURCE_EXHAUSTED",
         "DEADLINE_EXCEEDED",
         "UNAVAILABLE",

@@ -1,0 +1,187 @@
+"""The values that travel between nodes, as the node's own types (no protobuf here).
+
+These are what the :class:`~nodes.transport.Transport` seam, the holder
+client and the node core pass around; :mod:`nodes.wire` converts each of
+them to and from its protobuf message, and is the only module that does.
+Statements inside them are envelope bytes exactly as received: nothing
+here verifies or re-encodes them.
+
+:class:`Outcome` is what a holder got from one origin. Its accusing members
+are :class:`contracts.evidence.EvidenceKind`, member for member
+(:func:`outcome_for` maps a kind to its outcome exhaustively, so a kind added
+to ``contracts`` without an outcome here fails the type check, and a test
+pins that the values agree).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import assert_never
+
+from contracts.evidence import EvidenceKind
+
+__all__ = [
+    "EVIDENCE_KINDS",
+    "Answer",
+    "ChallengeResult",
+    "CommittedFold",
+    "Delivery",
+    "NodeInfo",
+    "OriginOutcome",
+    "Outcome",
+    "RehydrationReport",
+    "VerifiedHop",
+    "outcome_for",
+    "select_hops",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An origin's answer to one demand, as received (nothing verified yet).
+
+    ``receipt`` and ``commitment`` are envelope bytes; ``hops`` the served hop
+    bytes in the receipt's leaf order (empty unless the receipt is SERVED).
+    """
+
+    receipt: bytes
+    commitment: bytes
+    hops: tuple[bytes, ...] = ()
+
+
+def select_hops(leaves: Sequence[bytes], wanted: Sequence[int] | None) -> tuple[bytes, ...]:
+    """The demanded leaves of a fold, in demand order (``None``: all of them)."""
+    return tuple(leaves) if wanted is None else tuple(leaves[i] for i in wanted)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A compacted value with its origins' commitments and obligations (same order)."""
+
+    value_ref: str
+    value: bytes
+    commitments: tuple[bytes, ...]
+    obligations: tuple[bytes, ...]
+    sender: str = ""
+
+    @property
+    def size(self) -> int:
+        """Bytes of the value and its statements (the payload; the message size on
+        the wire is :func:`nodes.wire.deliver_request_size`)."""
+        return (
+            len(self.value)
+            + sum(len(c) for c in self.commitments)
+            + sum(len(o) for o in self.obligations)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChallengeResult:
+    """A witness's answer: its signed report, its own demand, the origin's receipt if any.
+
+    ``witness_report`` is empty when the witness ran out of budget before the
+    origin's deadline passed (inconclusive).
+    """
+
+    witness_report: bytes
+    answered: bool
+    witness_demand: bytes = b""
+    receipt: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedFold:
+    """What ``HopLog.CommitFold`` returns: the signed statements' envelope bytes."""
+
+    commitment: bytes
+    obligation: bytes
+    provenance_pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What ``Node.Info`` reports about a node."""
+
+    name: str
+    node_id: str
+    public_key: bytes
+    epoch: str
+    fault: str
+    listen: str
+
+
+class Outcome(StrEnum):
+    """What a holder got from one origin for one decision."""
+
+    SERVED = "served"  # every fold verified (possibly from cache)
+    PENDING = "pending"  # origin says provenance_pending (legitimate; ask later)
+    EXPIRED = "expired"  # obligation past serve_until (legitimate, S3)
+    REJECTED = "rejected"  # origin answered an unsigned error: not attributable
+    UNATTRIBUTABLE = "unattributable"  # a reply nobody can pin on the origin
+    # The accusing outcomes: one per contracts EvidenceKind, same value.
+    BAD_DATA = EvidenceKind.BAD_DATA.value
+    REFUSED = EvidenceKind.REFUSED.value
+    EQUIVOCATION = EvidenceKind.EQUIVOCATION.value
+    UNANSWERED = EvidenceKind.UNANSWERED.value
+
+
+def outcome_for(kind: EvidenceKind) -> Outcome:
+    """The holder outcome an evidence kind is recorded as."""
+    match kind:
+        case EvidenceKind.BAD_DATA:
+            return Outcome.BAD_DATA
+        case EvidenceKind.REFUSED:
+            return Outcome.REFUSED
+        case EvidenceKind.EQUIVOCATION:
+            return Outcome.EQUIVOCATION
+        case EvidenceKind.UNANSWERED:
+            return Outcome.UNANSWERED
+        case _:
+            assert_never(kind)
+
+
+#: Outcomes that are evidence against the origin (one per evidence kind).
+EVIDENCE_KINDS = frozenset(outcome_for(kind) for kind in EvidenceKind)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedHop:
+    origin: str
+    commitment: str
+    leaf_index: int
+    hop: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OriginOutcome:
+    """The result for one origin; ``evidence``/``evidence_path`` set when it accuses."""
+
+    origin: str
+    outcome: Outcome
+    detail: str
+    evidence: bytes = b""
+    evidence_path: str = ""
+    asks: int = 0
+    witnesses_asked: int = 0
+    witnesses_unanswered: int = 0
+    witness_confirmed: bool = False
+    cleared: bool = False
+
+    @property
+    def accuses(self) -> bool:
+        return self.outcome in EVIDENCE_KINDS and not self.cleared
+
+
+@dataclass(frozen=True, slots=True)
+class RehydrationReport:
+    value_ref: str
+    outcomes: tuple[OriginOutcome, ...]
+    hops: tuple[VerifiedHop, ...]
+    rpcs: int
+    demand_rpcs: int
+
+    @property
+    def complete(self) -> bool:
+        return all(o.outcome is Outcome.SERVED for o in self.outcomes)

@@ -1,0 +1,391 @@
+"""The node's types ⇄ protobuf: the one module that converts, and the one size rule.
+
+Generated code (:mod:`nodes._pb`) is imported here and by the servicers
+(:mod:`nodes.servicers`, which are typed with the generated classes); every
+other module — transport, client, node core, cluster tools, the harness —
+speaks :mod:`nodes.messages` and calls this module to cross the wire.
+
+Conversions go both ways and keep bytes as they are: statement envelopes and
+hop bytes are copied into and out of ``bytes`` fields verbatim, never
+re-encoded.
+
+**Message size** has one definition, :func:`message_size`: the protobuf
+encoding of the message gRPC carries for a call (without HTTP/2 framing) —
+the quantity gRPC's ``max_*_message_length`` options bound. The in-memory
+transport enforces its size bound with it, and the harness meters bytes
+with it, through the per-RPC ``*_size`` helpers below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import grpc
+from google.protobuf.message import Message
+
+from nodes._pb.provnet.v1 import (
+    common_pb2,
+    deliver_pb2,
+    deliver_pb2_grpc,
+    evidence_pb2,
+    evidence_pb2_grpc,
+    hoplog_pb2,
+    hoplog_pb2_grpc,
+    node_pb2,
+    node_pb2_grpc,
+    serve_pb2,
+    serve_pb2_grpc,
+)
+from nodes.messages import (
+    Answer,
+    ChallengeResult,
+    CommittedFold,
+    Delivery,
+    NodeInfo,
+    RehydrationReport,
+)
+
+if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
+    from typing import TypeAlias
+
+    from nodes._pb.provnet.v1.deliver_pb2_grpc import DeliverAsyncStub
+    from nodes._pb.provnet.v1.evidence_pb2_grpc import EvidenceAsyncStub
+    from nodes._pb.provnet.v1.hoplog_pb2_grpc import HopLogAsyncStub
+    from nodes._pb.provnet.v1.node_pb2_grpc import NodeAsyncStub
+    from nodes._pb.provnet.v1.serve_pb2_grpc import ServeAsyncStub
+
+    DeliverStub: TypeAlias = DeliverAsyncStub
+    EvidenceStub: TypeAlias = EvidenceAsyncStub
+    HopLogStub: TypeAlias = HopLogAsyncStub
+    NodeStub: TypeAlias = NodeAsyncStub
+    ServeStub: TypeAlias = ServeAsyncStub
+
+__all__ = [
+    "answer_from_pb",
+    "answer_to_pb",
+    "answers_from_pb",
+    "append_request",
+    "challenge_request",
+    "challenge_request_size",
+    "challenge_response",
+    "challenge_response_size",
+    "challenge_result_from_pb",
+    "commit_fold_request",
+    "commit_fold_response",
+    "committed_fold_from_pb",
+    "deliver_request",
+    "deliver_request_size",
+    "deliver_response",
+    "deliver_response_size",
+    "deliver_stub",
+    "delivered_value",
+    "delivery_from_pb",
+    "demand_request",
+    "demand_request_size",
+    "demand_response",
+    "demand_response_size",
+    "evidence_stub",
+    "forward_request",
+    "hoplog_stub",
+    "info_request",
+    "info_response",
+    "message_size",
+    "node_stub",
+    "read_counters",
+    "receipt_chunk",
+    "receipt_chunk_size",
+    "rehydrate_request",
+    "rehydrate_response",
+    "serve_stub",
+    "stats_request",
+    "stats_response",
+    "stream_answer_size",
+    "stream_request",
+    "stream_request_size",
+]
+
+
+def message_size(message: Message) -> int:
+    """Bytes of a message on the wire: its protobuf encoding (what gRPC bounds)."""
+    return message.ByteSize()
+
+
+# --------------------------------------------------------------------------- values
+
+
+def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
+    return common_pb2.DeliveredValue(
+        value_ref=delivery.value_ref,
+        value=delivery.value,
+        commitments=list(delivery.commitments),
+        obligations=list(delivery.obligations),
+    )
+
+
+def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delivery:
+    return Delivery(
+        value_ref=str(msg.value_ref),
+        value=bytes(msg.value),
+        commitments=tuple(bytes(c) for c in msg.commitments),
+        obligations=tuple(bytes(o) for o in msg.obligations),
+        sender=sender,
+    )
+
+
+def answer_to_pb(answer: Answer) -> common_pb2.Answer:
+    return common_pb2.Answer(
+        receipt=answer.receipt, commitment=answer.commitment, hops=list(answer.hops)
+    )
+
+
+def answer_from_pb(msg: common_pb2.Answer) -> Answer:
+    return Answer(bytes(msg.receipt), bytes(msg.commitment), tuple(bytes(h) for h in msg.hops))
+
+
+# --------------------------------------------------------------------------- Serve
+
+
+def demand_request(demands: Sequence[bytes]) -> serve_pb2.DemandRequest:
+    return serve_pb2.DemandRequest(demands=list(demands))
+
+
+def demand_response(answers: Iterable[Answer]) -> serve_pb2.DemandResponse:
+    return serve_pb2.DemandResponse(answers=[answer_to_pb(a) for a in answers])
+
+
+def answers_from_pb(msg: serve_pb2.DemandResponse) -> list[Answer]:
+    return [answer_from_pb(a) for a in msg.answers]
+
+
+def stream_request(demand: bytes, max_chunk_bytes: int = 0) -> serve_pb2.DemandStreamRequest:
+    return serve_pb2.DemandStreamRequest(demand=demand, max_chunk_bytes=max_chunk_bytes)
+
+
+def receipt_chunk(chunk: Answer, index: int, last: bool) -> serve_pb2.ReceiptChunk:
+    return serve_pb2.ReceiptChunk(
+        index=index,
+        receipt=chunk.receipt,
+        commitment=chunk.commitment,
+        hops=list(chunk.hops),
+        last=last,
+    )
+
+
+# --------------------------------------------------------------------------- Evidence
+
+
+def challenge_request(
+    *, commitment: bytes, obligation: bytes, demand: bytes, origin_address: str
+) -> evidence_pb2.ChallengeRequest:
+    return evidence_pb2.ChallengeRequest(
+        commitment=commitment,
+        obligation=obligation,
+        demand=demand,
+        origin_address=origin_address,
+    )
+
+
+def challenge_response(result: ChallengeResult) -> evidence_pb2.ChallengeResponse:
+    return evidence_pb2.ChallengeResponse(
+        witness_report=result.witness_report,
+        answered=result.answered,
+        witness_demand=result.witness_demand,
+        receipt=result.receipt,
+    )
+
+
+def challenge_result_from_pb(msg: evidence_pb2.ChallengeResponse) -> ChallengeResult:
+    return ChallengeResult(
+        bytes(msg.witness_report),
+        bool(msg.answered),
+        bytes(msg.witness_demand),
+        bytes(msg.receipt),
+    )
+
+
+# --------------------------------------------------------------------------- Deliver
+
+
+def deliver_request(delivery: Delivery) -> deliver_pb2.DeliverRequest:
+    return deliver_pb2.DeliverRequest(value=delivered_value(delivery), sender=delivery.sender)
+
+
+def deliver_response(receipt: bytes) -> deliver_pb2.DeliverResponse:
+    return deliver_pb2.DeliverResponse(delivery_receipt=receipt)
+
+
+def forward_request(value_ref: str, peer: str) -> deliver_pb2.ForwardRequest:
+    return deliver_pb2.ForwardRequest(value_ref=value_ref, peer=peer)
+
+
+def rehydrate_request(value_ref: str, witnesses: Sequence[str]) -> deliver_pb2.RehydrateRequest:
+    return deliver_pb2.RehydrateRequest(value_ref=value_ref, witnesses=list(witnesses))
+
+
+def rehydrate_response(report: RehydrationReport) -> deliver_pb2.RehydrateResponse:
+    return deliver_pb2.RehydrateResponse(
+        value_ref=report.value_ref,
+        outcomes=[
+            deliver_pb2.OriginOutcome(
+                origin=o.origin,
+                outcome=o.outcome.value,
+                detail=o.detail,
+                evidence=o.evidence,
+                evidence_path=o.evidence_path,
+                asks=o.asks,
+                witnesses_asked=o.witnesses_asked,
+                witnesses_unanswered=o.witnesses_unanswered,
+                witness_confirmed=o.witness_confirmed,
+                cleared=o.cleared,
+            )
+            for o in report.outcomes
+        ],
+        hops=[
+            deliver_pb2.VerifiedHop(origin=h.origin, leaf_index=h.leaf_index, hop=h.hop)
+            for h in report.hops
+        ],
+        rpcs=report.rpcs,
+        complete=report.complete,
+    )
+
+
+# --------------------------------------------------------------------------- HopLog, Node
+
+
+def append_request(hops: Sequence[bytes], seqs: Sequence[int] = ()) -> hoplog_pb2.AppendRequest:
+    return hoplog_pb2.AppendRequest(hops=list(hops), seqs=list(seqs))
+
+
+def commit_fold_request(
+    value_ref: str,
+    seqs: Sequence[int],
+    *,
+    serve_for_ms: int = 0,
+    deadline_ms: int = 0,
+    value: bytes = b"",
+) -> hoplog_pb2.CommitFoldRequest:
+    return hoplog_pb2.CommitFoldRequest(
+        value_ref=value_ref,
+        seqs=list(seqs),
+        serve_for_ms=serve_for_ms,
+        deadline_ms=deadline_ms,
+        value=value,
+    )
+
+
+def commit_fold_response(fold: CommittedFold) -> hoplog_pb2.CommitFoldResponse:
+    return hoplog_pb2.CommitFoldResponse(
+        commitment=fold.commitment,
+        obligation=fold.obligation,
+        provenance_pending=fold.provenance_pending,
+    )
+
+
+def committed_fold_from_pb(msg: hoplog_pb2.CommitFoldResponse) -> CommittedFold:
+    return CommittedFold(bytes(msg.commitment), bytes(msg.obligation), msg.provenance_pending)
+
+
+def info_request() -> node_pb2.InfoRequest:
+    return node_pb2.InfoRequest()
+
+
+def info_response(info: NodeInfo) -> node_pb2.InfoResponse:
+    return node_pb2.InfoResponse(
+        name=info.name,
+        node_id=info.node_id,
+        public_key=info.public_key,
+        epoch=info.epoch,
+        fault=info.fault,
+        listen=info.listen,
+    )
+
+
+def stats_request() -> node_pb2.StatsRequest:
+    return node_pb2.StatsRequest()
+
+
+def stats_response(counters: dict[str, int]) -> node_pb2.StatsResponse:
+    return node_pb2.StatsResponse(counters=counters)
+
+
+def read_counters(channel: grpc.Channel, timeout: float) -> dict[str, int]:
+    """``Node.Stats`` over a blocking channel (status tools); raises ``grpc.RpcError``."""
+    reply = node_pb2_grpc.NodeStub(channel).Stats(stats_request(), timeout=timeout)
+    return {str(k): int(v) for k, v in reply.counters.items()}
+
+
+# --------------------------------------------------------------------------- stubs
+
+
+def serve_stub(channel: grpc.aio.Channel) -> ServeStub:
+    return serve_pb2_grpc.ServeStub(channel)
+
+
+def evidence_stub(channel: grpc.aio.Channel) -> EvidenceStub:
+    return evidence_pb2_grpc.EvidenceStub(channel)
+
+
+def deliver_stub(channel: grpc.aio.Channel) -> DeliverStub:
+    return deliver_pb2_grpc.DeliverStub(channel)
+
+
+def hoplog_stub(channel: grpc.aio.Channel) -> HopLogStub:
+    return hoplog_pb2_grpc.HopLogStub(channel)
+
+
+def node_stub(channel: grpc.aio.Channel) -> NodeStub:
+    return node_pb2_grpc.NodeStub(channel)
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+def demand_request_size(demands: Sequence[bytes]) -> int:
+    return message_size(demand_request(demands))
+
+
+def demand_response_size(answers: Iterable[Answer]) -> int:
+    return message_size(demand_response(answers))
+
+
+def stream_request_size(demand: bytes) -> int:
+    return message_size(stream_request(demand))
+
+
+def receipt_chunk_size(chunk: Answer, index: int, last: bool) -> int:
+    return message_size(receipt_chunk(chunk, index, last))
+
+
+def stream_answer_size(answer: Answer) -> int:
+    """A reassembled streamed answer, counted as one chunk holding all of it."""
+    return message_size(
+        serve_pb2.ReceiptChunk(
+            receipt=answer.receipt, commitment=answer.commitment, hops=list(answer.hops)
+        )
+    )
+
+
+def challenge_request_size(
+    *, commitment: bytes, obligation: bytes, demand: bytes, origin_address: str
+) -> int:
+    return message_size(
+        challenge_request(
+            commitment=commitment,
+            obligation=obligation,
+            demand=demand,
+            origin_address=origin_address,
+        )
+    )
+
+
+def challenge_response_size(result: ChallengeResult) -> int:
+    return message_size(challenge_response(result))
+
+
+def deliver_request_size(delivery: Delivery) -> int:
+    return message_size(deliver_request(delivery))
+
+
+def deliver_response_size(receipt: bytes) -> int:
+    return message_size(deliver_response(receipt))
