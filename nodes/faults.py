@@ -1,4 +1,4 @@
-"""Fault modes a node can be started in, for tests and experiments.
+"""Fault modes a node can be started in, for tests and experiments — and all they do.
 
 A faulty node is a real node that misbehaves in exactly one way when it is
 asked to serve (``Serve.Demand``/``DemandStream``); everything else it does
@@ -22,17 +22,56 @@ mode            what the node does on a demand                 holder sees
                 caller's deadline cancels it)                  witness-confirmed
 ``crash``       exits the process as soon as a demand arrives  unanswered
 ==============  ============================================================
+
+Each mode is one class below (:class:`Refuse`, :class:`Tamper`, …), and
+:meth:`FaultPlan.behaviour` picks it with an exhaustive ``match``: a mode
+added to :class:`FaultMode` without a class fails the type check. The node
+core (:mod:`nodes.services`) is the honest node; it calls a
+:class:`Behaviour` at the three points a fault can act — before serving
+(:meth:`~Behaviour.before_serving`), after a fold is committed
+(:meth:`~Behaviour.after_commit`) and when answering one demand
+(:meth:`~Behaviour.answer`, ``None`` meaning "answer honestly") — and has
+no branch of its own on the mode.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import assert_never
 
-__all__ = ["CRASH_EXIT_CODE", "FaultMode", "FaultPlan", "tamper_bytes"]
+from contracts.identity import Identity
+from contracts.serve import answer_demand, build_commitment, sign_served
+from contracts.signed import Signed, sign_statement
+from contracts.statements import (
+    Commitment,
+    Demand,
+    Obligation,
+    Receipt,
+    ReceiptStatus,
+    RefusalReason,
+)
+from nodes.messages import Answer, select_hops
+
+__all__ = [
+    "CRASH_EXIT_CODE",
+    "Behaviour",
+    "Crash",
+    "Drop",
+    "Equivocate",
+    "FaultAnswer",
+    "FaultMode",
+    "FaultPlan",
+    "Honest",
+    "Refuse",
+    "Resolve",
+    "Slow",
+    "Tamper",
+    "tamper_bytes",
+]
 
 #: Exit status of a node that crashed on purpose (``crash`` mode).
 CRASH_EXIT_CODE = 70
@@ -53,6 +92,221 @@ def _exit_now() -> None:
     os._exit(CRASH_EXIT_CODE)
 
 
+def tamper_bytes(data: bytes) -> bytes:
+    """The same hop with its last byte flipped: still well-formed length, wrong hash."""
+    if not data:
+        return b"\x00"
+    return data[:-1] + bytes([data[-1] ^ 0x01])
+
+
+#: Resolves the stored bytes of the demanded fold (None: not resolvable now).
+Resolve = Callable[[], Awaitable[tuple[bytes, ...] | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class FaultAnswer:
+    """A faulty answer to one demand; ``served`` says which counter it counts as."""
+
+    answer: Answer
+    served: bool
+
+
+class Behaviour:
+    """The honest behaviour at every point a fault can act; each fault overrides one."""
+
+    async def before_serving(self) -> None:
+        """Returns when (and if) the node should answer the call."""
+
+    def after_commit(
+        self,
+        commitment_digest: str,
+        *,
+        epoch: str,
+        value_ref: str,
+        fold_seq: int,
+        hops: Sequence[bytes],
+        issued_at: int,
+        provenance_pending: bool,
+    ) -> None:
+        """Called once a fold is durably committed (and before it is returned)."""
+
+    async def answer(
+        self,
+        demand: Signed[Demand],
+        obligation: Signed[Obligation],
+        commitment: Signed[Commitment],
+        commitment_bytes: bytes,
+        resolve: Resolve,
+        now_ms: int,
+    ) -> FaultAnswer | None:
+        """A faulty answer to a checked demand, or ``None`` to answer honestly."""
+        return None
+
+
+class Honest(Behaviour):
+    """``none``: serves faithfully."""
+
+
+@dataclass(slots=True)
+class Refuse(Behaviour):
+    """``refuse``: a signed refusal before ``serve_until`` (a ``refused`` proof)."""
+
+    identity: Identity
+
+    async def answer(
+        self,
+        demand: Signed[Demand],
+        obligation: Signed[Obligation],
+        commitment: Signed[Commitment],
+        commitment_bytes: bytes,
+        resolve: Resolve,
+        now_ms: int,
+    ) -> FaultAnswer | None:
+        receipt = sign_statement(
+            self.identity,
+            Receipt(
+                origin=self.identity.node_id,
+                obligation=obligation.digest,
+                commitment=commitment.digest,
+                demand=demand.digest,
+                nonce=demand.statement.nonce,
+                status=ReceiptStatus.REFUSED,
+                reason=RefusalReason.OTHER,
+                tree_size=commitment.statement.leaf_count,
+                issued_at=now_ms,
+            ),
+        )
+        return FaultAnswer(Answer(receipt.to_bytes(), commitment_bytes), served=False)
+
+
+@dataclass(slots=True)
+class Tamper(Behaviour):
+    """``tamper``: altered hop bytes in a receipt the origin signs.
+
+    The holder then holds signed hashes that miss the committed root
+    (``bad_data``). A fold that cannot be resolved is answered honestly.
+    """
+
+    identity: Identity
+
+    async def answer(
+        self,
+        demand: Signed[Demand],
+        obligation: Signed[Obligation],
+        commitment: Signed[Commitment],
+        commitment_bytes: bytes,
+        resolve: Resolve,
+        now_ms: int,
+    ) -> FaultAnswer | None:
+        leaves = await resolve()
+        if leaves is None:
+            return None
+        altered = [tamper_bytes(leaf) for leaf in leaves]
+        receipt = sign_served(
+            self.identity,
+            demand,
+            obligation=obligation,
+            commitment=commitment,
+            hops=altered,
+            now=now_ms,
+        )
+        served = select_hops(altered, demand.statement.leaves)
+        return FaultAnswer(Answer(receipt.to_bytes(), commitment_bytes, served), served=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Equivocal:
+    """The second commitment signed for a fold, and its hops."""
+
+    commitment: Signed[Commitment]
+    leaves: tuple[bytes, ...]
+
+
+@dataclass(slots=True)
+class Equivocate(Behaviour):
+    """``equivocate``: a second commitment per fold (other root), served instead."""
+
+    identity: Identity
+    _second: dict[str, _Equivocal] = field(default_factory=dict)
+
+    def after_commit(
+        self,
+        commitment_digest: str,
+        *,
+        epoch: str,
+        value_ref: str,
+        fold_seq: int,
+        hops: Sequence[bytes],
+        issued_at: int,
+        provenance_pending: bool,
+    ) -> None:
+        alt_leaves = tuple(tamper_bytes(h) for h in hops)
+        alt = build_commitment(
+            self.identity,
+            epoch=epoch,
+            value_ref=value_ref,
+            fold_seq=fold_seq,
+            hops=alt_leaves,
+            issued_at=issued_at,
+            provenance_pending=provenance_pending,
+        )
+        self._second[commitment_digest] = _Equivocal(alt, alt_leaves)
+
+    async def answer(
+        self,
+        demand: Signed[Demand],
+        obligation: Signed[Obligation],
+        commitment: Signed[Commitment],
+        commitment_bytes: bytes,
+        resolve: Resolve,
+        now_ms: int,
+    ) -> FaultAnswer | None:
+        second = self._second.get(commitment.digest)
+        if second is None:  # a fold committed before this run: served honestly
+            return None
+        receipt = answer_demand(
+            self.identity,
+            demand,
+            obligation=obligation,
+            commitment=second.commitment,
+            hops=second.leaves,
+            now=now_ms,
+        )
+        served = select_hops(second.leaves, demand.statement.leaves)
+        return FaultAnswer(
+            Answer(receipt.to_bytes(), second.commitment.to_bytes(), served), served=True
+        )
+
+
+@dataclass(slots=True)
+class Slow(Behaviour):
+    """``slow``: answers after ``delay_ms``."""
+
+    delay_ms: int
+
+    async def before_serving(self) -> None:
+        await asyncio.sleep(self.delay_ms / 1000.0)
+
+
+class Drop(Behaviour):
+    """``drop``: never answers; the caller's deadline cancels the call."""
+
+    async def before_serving(self) -> None:
+        await asyncio.Event().wait()
+
+
+@dataclass(slots=True)
+class Crash(Behaviour):
+    """``crash``: exits the process as soon as a demand arrives."""
+
+    crash: Callable[[], None]
+
+    async def before_serving(self) -> None:
+        self.crash()
+        # An injected crash hook that returns: behave as a dead peer would.
+        await asyncio.Event().wait()
+
+
 @dataclass(frozen=True, slots=True)
 class FaultPlan:
     """The fault a node runs with; ``crash`` is injectable so in-process tests survive it."""
@@ -67,20 +321,22 @@ class FaultPlan:
         if self.mode is FaultMode.SLOW and self.delay_ms == 0:
             raise ValueError("fault mode 'slow' needs a delay > 0 ms")
 
-    async def before_serving(self) -> None:
-        """Apply the timing faults; returns when (and if) the node should answer."""
-        if self.mode is FaultMode.CRASH:
-            self.crash()
-            # An injected crash hook that returns: behave as a dead peer would.
-            await asyncio.Event().wait()
-        elif self.mode is FaultMode.DROP:
-            await asyncio.Event().wait()  # cancelled by the caller's deadline
-        elif self.mode is FaultMode.SLOW:
-            await asyncio.sleep(self.delay_ms / 1000.0)
-
-
-def tamper_bytes(data: bytes) -> bytes:
-    """The same hop with its last byte flipped: still well-formed length, wrong hash."""
-    if not data:
-        return b"\x00"
-    return data[:-1] + bytes([data[-1] ^ 0x01])
+    def behaviour(self, identity: Identity) -> Behaviour:
+        """What a node signing as ``identity`` does under this plan."""
+        match self.mode:
+            case FaultMode.NONE:
+                return Honest()
+            case FaultMode.REFUSE:
+                return Refuse(identity)
+            case FaultMode.TAMPER:
+                return Tamper(identity)
+            case FaultMode.EQUIVOCATE:
+                return Equivocate(identity)
+            case FaultMode.SLOW:
+                return Slow(self.delay_ms)
+            case FaultMode.DROP:
+                return Drop()
+            case FaultMode.CRASH:
+                return Crash(self.crash)
+            case _:
+                assert_never(self.mode)

@@ -1,7 +1,8 @@
 """The grpc.aio server of a node: provnet services, health, reflection.
 
 ``build_server`` wires a :class:`nodes.services.NodeCore` into a grpc.aio
-server with the request-context interceptor, bounded message sizes and
+server (every service of :data:`nodes.servicers.SERVICES`) with the
+request-context interceptor, bounded message sizes and
 SO_REUSEPORT off (two nodes can never silently share a port). ``NodeServer``
 owns its lifecycle: ``start`` binds (port 0 allowed) and marks health
 SERVING; ``stop`` marks NOT_SERVING, then gives in-flight calls ``grace``
@@ -18,34 +19,14 @@ from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from nodes._pb.provnet.v1 import (
-    attest_pb2,
-    attest_pb2_grpc,
-    deliver_pb2,
-    deliver_pb2_grpc,
-    evidence_pb2,
-    evidence_pb2_grpc,
-    hoplog_pb2,
-    hoplog_pb2_grpc,
-    node_pb2,
-    node_pb2_grpc,
-    serve_pb2,
-    serve_pb2_grpc,
-)
 from nodes.interceptors import RequestContextInterceptor
 from nodes.logging import get_logger
-from nodes.services import NodeCore, servicers
+from nodes.servicers import SERVICE_NAMES, add_services
+from nodes.services import NodeCore
 
 __all__ = ["SERVICE_NAMES", "NodeServer", "build_server", "server_options"]
 
 log = get_logger(__name__)
-
-#: Fully-qualified names of the provnet services (health reports each one).
-SERVICE_NAMES: tuple[str, ...] = tuple(
-    svc.full_name
-    for mod in (hoplog_pb2, serve_pb2, deliver_pb2, attest_pb2, evidence_pb2, node_pb2)
-    for svc in mod.DESCRIPTOR.services_by_name.values()
-)
 
 
 def server_options(max_message_bytes: int) -> list[tuple[str, Any]]:
@@ -95,13 +76,7 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
         interceptors=[RequestContextInterceptor(core.count_rpc)],
         options=server_options(max_message_bytes),
     )
-    hoplog, serve, deliver, attest, evidence, node = servicers(core)
-    hoplog_pb2_grpc.add_HopLogServicer_to_server(hoplog, server)
-    serve_pb2_grpc.add_ServeServicer_to_server(serve, server)
-    deliver_pb2_grpc.add_DeliverServicer_to_server(deliver, server)
-    attest_pb2_grpc.add_AttestServicer_to_server(attest, server)
-    evidence_pb2_grpc.add_EvidenceServicer_to_server(evidence, server)
-    node_pb2_grpc.add_NodeServicer_to_server(node, server)
+    add_services(core, server)
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -1,12 +1,15 @@
-"""What a node does, independent of gRPC: :class:`NodeCore`; and the thin servicers.
+"""What a node does, independent of gRPC: :class:`NodeCore`, the honest node.
 
 ``NodeCore`` is the node: its identity, its hop log (:class:`nodes.store.HopStore`),
 the values it holds, its fault plan, and a :class:`~nodes.transport.Transport`
 to reach peers. Every method takes and returns bytes and plain values and
 raises typed errors (``contracts`` errors, store errors, :mod:`nodes.errors`);
-the gRPC servicers at the bottom of this module only convert messages, and
+the gRPC servicers (:mod:`nodes.servicers`) only convert messages, and
 :mod:`nodes.interceptors` maps the errors to status codes. The in-memory
-transport calls ``NodeCore`` directly, so both paths run the same code.
+transport calls ``NodeCore`` directly, so both paths run the same code. This
+module imports no gRPC and no generated code. A fault mode's misbehaviour is
+not written here: the core calls its :class:`nodes.faults.Behaviour` at the
+points a fault can act (before serving, after a commit, per answer).
 
 Serving a demand (``answer_demands``), per demand, in this order — nothing
 is written before every demand of the call passed (1)-(5):
@@ -45,7 +48,6 @@ from contracts.serve import (
     answer_demand,
     build_commitment,
     build_obligation,
-    sign_served,
     verify_delivery,
     verify_demand,
 )
@@ -56,28 +58,11 @@ from contracts.statements import (
     DeliveryReceipt,
     Demand,
     Obligation,
-    Receipt,
     ReceiptStatus,
-    RefusalReason,
     Statement,
 )
 from nodes import store as st
-from nodes._pb.provnet.v1 import (
-    attest_pb2,
-    attest_pb2_grpc,
-    common_pb2,
-    deliver_pb2,
-    deliver_pb2_grpc,
-    evidence_pb2,
-    evidence_pb2_grpc,
-    hoplog_pb2,
-    hoplog_pb2_grpc,
-    node_pb2,
-    node_pb2_grpc,
-    serve_pb2,
-    serve_pb2_grpc,
-)
-from nodes.client import HeldFold, Holder, Outcome, RehydrationReport, verify_evidence_file
+from nodes.client import HeldFold, Holder, verify_evidence_file
 from nodes.config import NodeConfig
 from nodes.errors import (
     DemandPredatesRestart,
@@ -87,9 +72,19 @@ from nodes.errors import (
     UnknownPeer,
     UnknownValue,
 )
-from nodes.faults import FaultMode, FaultPlan, tamper_bytes
+from nodes.faults import FaultPlan
 from nodes.logging import get_logger
-from nodes.transport import Answer, ChallengeResult, Delivery, Transport
+from nodes.messages import (
+    Answer,
+    ChallengeResult,
+    CommittedFold,
+    Delivery,
+    NodeInfo,
+    Outcome,
+    RehydrationReport,
+    select_hops,
+)
+from nodes.transport import Transport
 
 __all__ = [
     "DEMAND_WINDOW_S",
@@ -101,7 +96,6 @@ __all__ = [
     "CommittedFold",
     "HeldValue",
     "NodeCore",
-    "servicers",
 ]
 
 log = get_logger(__name__)
@@ -164,27 +158,12 @@ class HeldValue:
 
 
 @dataclass(frozen=True, slots=True)
-class CommittedFold:
-    commitment: bytes
-    obligation: bytes
-    provenance_pending: bool
-
-
-@dataclass(frozen=True, slots=True)
 class _Own:
     """An obligation this node issued, its commitment, and the commitment's stored bytes."""
 
     obligation: Signed[Obligation]
     commitment: Signed[Commitment]
     commitment_bytes: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class _Equivocal:
-    """Equivocate fault: the second commitment signed for a fold, and its hops."""
-
-    commitment: Signed[Commitment]
-    leaves: tuple[bytes, ...]
 
 
 def _check_value_ref(value_ref: str) -> None:
@@ -212,10 +191,10 @@ class NodeCore:
         self.transport = transport
         self.clock: Callable[[], float] = clock if clock is not None else time.time
         self.fault = fault if fault is not None else FaultPlan(config.fault, config.fault_delay_ms)
+        self.behaviour = self.fault.behaviour(identity)
         self.crashed = False
         self._advertised = config.advertise or config.listen
         self._held: dict[str, HeldValue] = {}
-        self._equivocal: dict[str, _Equivocal] = {}
         self._cache: OrderedDict[tuple[str, bytes], Signed[Any]] = OrderedDict()
         self._rpc_counts: dict[str, int] = {}
         self._holder: Holder | None = None  # created on first use
@@ -307,15 +286,15 @@ class NodeCore:
         counters["held_values"] = len(self._held)
         return counters
 
-    def info(self) -> dict[str, Any]:
-        return {
-            "name": self.config.name,
-            "node_id": self.node_id,
-            "public_key": self.identity.public.raw,
-            "epoch": self.store.epoch,
-            "fault": str(self.fault.mode),
-            "listen": self._advertised,
-        }
+    def info(self) -> NodeInfo:
+        return NodeInfo(
+            name=self.config.name,
+            node_id=self.node_id,
+            public_key=self.identity.public.raw,
+            epoch=self.store.epoch,
+            fault=str(self.fault.mode),
+            listen=self._advertised,
+        )
 
     def open_cached(self, data: bytes, cls: type[S], *, signer: str | None = None) -> Signed[S]:
         """``open_statement`` with a cache keyed by the exact bytes (statements are immutable)."""
@@ -461,18 +440,15 @@ class NodeCore:
         result = CommittedFold(
             signed.commitment_envelope, signed.obligation_envelope, pending
         )
-        if self.fault.mode is FaultMode.EQUIVOCATE:
-            alt_leaves = tuple(tamper_bytes(h.hop_bytes) for h in inputs)
-            alt = build_commitment(
-                self.identity,
-                epoch=epoch,
-                value_ref=value_ref,
-                fold_seq=fold_seq,
-                hops=alt_leaves,
-                issued_at=_ms(now),
-                provenance_pending=pending,
-            )
-            self._equivocal[signed.commitment_digest] = _Equivocal(alt, alt_leaves)
+        self.behaviour.after_commit(
+            signed.commitment_digest,
+            epoch=epoch,
+            value_ref=value_ref,
+            fold_seq=fold_seq,
+            hops=[h.hop_bytes for h in inputs],
+            issued_at=_ms(now),
+            provenance_pending=pending,
+        )
         if value:
             # Statements signed just now need no second verification; a fold the
             # store already had (an identical re-commit) is opened from its bytes.
@@ -556,7 +532,7 @@ class NodeCore:
 
     async def answer_demands(self, demands: Sequence[bytes]) -> list[Answer]:
         """Answer every demand of one call (see module docstring for the order)."""
-        await self.fault.before_serving()
+        await self.behaviour.before_serving()
         if not demands:
             raise MalformedRequest("demand: no demands given")
         if len(demands) > MAX_DEMANDS_PER_CALL:
@@ -636,33 +612,18 @@ class NodeCore:
     async def _answer(self, demand: Signed[Demand], own: _Own, now: float) -> Answer:
         d = demand.statement
         obligation, commitment = own.obligation, own.commitment
-        mode = self.fault.mode
         now_ms = _ms(now)
-        if mode is FaultMode.REFUSE:
-            receipt = self._sign_refusal(demand, obligation, commitment, now_ms)
-            self.bump(st.CounterName.REFUSALS)
-            return Answer(receipt.to_bytes(), own.commitment_bytes)
-        equivocal = self._equivocal.get(commitment.digest) if mode is FaultMode.EQUIVOCATE else None
-        if equivocal is not None:
-            alt_receipt = answer_demand(
-                self.identity,
-                demand,
-                obligation=obligation,
-                commitment=equivocal.commitment,
-                hops=equivocal.leaves,
-                now=now_ms,
-            )
-            self.bump(st.CounterName.SERVES)
-            return Answer(
-                alt_receipt.to_bytes(),
-                equivocal.commitment.to_bytes(),
-                self._select(equivocal.leaves, d.leaves),
-            )
-        leaves = await self._resolve(commitment, now_ms)
-        if mode is FaultMode.TAMPER and leaves is not None:
-            receipt, served = self._sign_tampered(demand, obligation, commitment, leaves, now_ms)
-            self.bump(st.CounterName.SERVES)
-            return Answer(receipt.to_bytes(), own.commitment_bytes, served)
+
+        async def resolve() -> tuple[bytes, ...] | None:
+            return await self._resolve(commitment, now_ms)
+
+        faulty = await self.behaviour.answer(
+            demand, obligation, commitment, own.commitment_bytes, resolve, now_ms
+        )
+        if faulty is not None:
+            self.bump(st.CounterName.SERVES if faulty.served else st.CounterName.REFUSALS)
+            return faulty.answer
+        leaves = await resolve()
         signed = answer_demand(
             self.identity,
             demand,
@@ -673,7 +634,7 @@ class NodeCore:
         )
         served_hops: tuple[bytes, ...] = ()
         if signed.statement.status is ReceiptStatus.SERVED and leaves is not None:
-            served_hops = self._select(leaves, d.leaves)
+            served_hops = select_hops(leaves, d.leaves)
             self.bump(st.CounterName.SERVES)
         else:
             self.bump(st.CounterName.REFUSALS)
@@ -715,54 +676,6 @@ class NodeCore:
             _, old = self._leaves.popitem(last=False)
             self._leaves_bytes -= sum(len(x) for x in old)
         return leaves
-
-    @staticmethod
-    def _select(leaves: Sequence[bytes], wanted: Sequence[int] | None) -> tuple[bytes, ...]:
-        return tuple(leaves) if wanted is None else tuple(leaves[i] for i in wanted)
-
-    def _sign_refusal(
-        self,
-        demand: Signed[Demand],
-        obligation: Signed[Obligation],
-        commitment: Signed[Commitment],
-        now_ms: int,
-    ) -> Signed[Receipt]:
-        # Refuse fault: a signed refusal before serve_until (a `refused` proof).
-        return sign_statement(
-            self.identity,
-            Receipt(
-                origin=self.node_id,
-                obligation=obligation.digest,
-                commitment=commitment.digest,
-                demand=demand.digest,
-                nonce=demand.statement.nonce,
-                status=ReceiptStatus.REFUSED,
-                reason=RefusalReason.OTHER,
-                tree_size=commitment.statement.leaf_count,
-                issued_at=now_ms,
-            ),
-        )
-
-    def _sign_tampered(
-        self,
-        demand: Signed[Demand],
-        obligation: Signed[Obligation],
-        commitment: Signed[Commitment],
-        leaves: Sequence[bytes],
-        now_ms: int,
-    ) -> tuple[Signed[Receipt], tuple[bytes, ...]]:
-        # Tamper fault: altered hop bytes in a receipt the origin signs, so the
-        # holder holds signed hashes that miss the committed root (bad_data).
-        altered = [tamper_bytes(leaf) for leaf in leaves]
-        receipt = sign_served(
-            self.identity,
-            demand,
-            obligation=obligation,
-            commitment=commitment,
-            hops=altered,
-            now=now_ms,
-        )
-        return receipt, self._select(altered, demand.statement.leaves)
 
     async def answer_demand_stream(
         self, demand: bytes, *, max_chunk_bytes: int = 0
@@ -818,7 +731,7 @@ class NodeCore:
         ]
         # Verified: keep the statements verbatim (the bytes received, not re-encoded),
         # all pairs in one transaction.
-        kept: list[tuple[st.KeptCommitment, st.KeptObligation]] = []
+        kept: list[tuple[st.KeptCommitment, st.ObligationRecord]] = []
         for (commitment, obligation), c_bytes, o_bytes in zip(
             pairs, delivery.commitments, delivery.obligations, strict=True
         ):
@@ -836,7 +749,7 @@ class NodeCore:
                         c.root,
                         c_bytes,
                     ),
-                    st.KeptObligation(
+                    st.ObligationRecord(
                         obligation.digest,
                         commitment.digest,
                         obligation.statement.serve_until,
@@ -1039,151 +952,3 @@ class NodeCore:
             digest=digest, kind=kind, accused=accused, body=data, now_ms=self.now_ms()
         )
         return kind, accused, digest
-
-
-# =========================================================================== gRPC servicers
-
-
-def _deadline(context: Any) -> float | None:
-    remaining = context.time_remaining()
-    return None if remaining is None else time.monotonic() + float(remaining)
-
-
-class _HopLog(hoplog_pb2_grpc.HopLogServicer):
-    def __init__(self, core: NodeCore) -> None:
-        self.core = core
-
-    async def Append(self, request: Any, context: Any) -> Any:
-        epoch, seqs = await self.core.append(list(request.hops), list(request.seqs))
-        return hoplog_pb2.AppendResponse(epoch=epoch, seqs=list(seqs))
-
-    async def CommitFold(self, request: Any, context: Any) -> Any:
-        fold = await self.core.commit_fold(
-            request.value_ref,
-            list(request.seqs),
-            serve_for_ms=request.serve_for_ms,
-            deadline_ms=request.deadline_ms,
-            value=bytes(request.value),
-        )
-        return hoplog_pb2.CommitFoldResponse(
-            commitment=fold.commitment,
-            obligation=fold.obligation,
-            provenance_pending=fold.provenance_pending,
-        )
-
-
-class _Serve(serve_pb2_grpc.ServeServicer):
-    def __init__(self, core: NodeCore) -> None:
-        self.core = core
-
-    async def Demand(self, request: Any, context: Any) -> Any:
-        answers = await self.core.answer_demands(list(request.demands))
-        return serve_pb2.DemandResponse(
-            answers=[
-                common_pb2.Answer(receipt=a.receipt, commitment=a.commitment, hops=list(a.hops))
-                for a in answers
-            ]
-        )
-
-    async def DemandStream(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        chunks = self.core.answer_demand_stream(
-            bytes(request.demand), max_chunk_bytes=int(request.max_chunk_bytes)
-        )
-        index = 0
-        pending: Answer | None = None
-        async for chunk in chunks:
-            if pending is not None:
-                yield serve_pb2.ReceiptChunk(
-                    index=index,
-                    receipt=pending.receipt,
-                    commitment=pending.commitment,
-                    hops=list(pending.hops),
-                    last=False,
-                )
-                index += 1
-            pending = chunk
-        if pending is not None:
-            yield serve_pb2.ReceiptChunk(
-                index=index,
-                receipt=pending.receipt,
-                commitment=pending.commitment,
-                hops=list(pending.hops),
-                last=True,
-            )
-
-
-class _Deliver(deliver_pb2_grpc.DeliverServicer):
-    def __init__(self, core: NodeCore) -> None:
-        self.core = core
-
-    async def Deliver(self, request: Any, context: Any) -> Any:
-        if not request.HasField("value"):
-            raise MalformedRequest("deliver: no value given")
-        receipt = await self.core.deliver(Delivery.from_pb(request.value, request.sender))
-        return deliver_pb2.DeliverResponse(delivery_receipt=receipt)
-
-    async def Rehydrate(self, request: Any, context: Any) -> Any:
-        report = await self.core.rehydrate(
-            request.value_ref, list(request.witnesses), deadline=_deadline(context)
-        )
-        return report.to_pb()
-
-    async def Forward(self, request: Any, context: Any) -> Any:
-        receipt = await self.core.forward(
-            request.value_ref, request.peer, deadline=_deadline(context)
-        )
-        return deliver_pb2.ForwardResponse(delivery_receipt=receipt)
-
-
-class _Attest(attest_pb2_grpc.AttestServicer):
-    def __init__(self, core: NodeCore) -> None:
-        self.core = core
-
-    async def Submit(self, request: Any, context: Any) -> Any:
-        digest = await self.core.submit_attestation(bytes(request.attestation))
-        return attest_pb2.SubmitAttestationResponse(digest=digest)
-
-    async def List(self, request: Any, context: Any) -> Any:
-        found = await self.core.list_attestations(request.value_digest)
-        return attest_pb2.ListAttestationsResponse(attestations=list(found))
-
-
-class _Evidence(evidence_pb2_grpc.EvidenceServicer):
-    def __init__(self, core: NodeCore) -> None:
-        self.core = core
-
-    async def Report(self, request: Any, context: Any) -> Any:
-        kind, accused, digest = await self.core.report_evidence(bytes(request.evidence))
-        return evidence_pb2.ReportResponse(kind=kind, accused=accused, digest=digest)
-
-    async def Challenge(self, request: Any, context: Any) -> Any:
-        result = await self.core.challenge(
-            commitment=bytes(request.commitment),
-            obligation=bytes(request.obligation),
-            demand=bytes(request.demand),
-            origin_address=request.origin_address,
-            deadline=_deadline(context),
-        )
-        return evidence_pb2.ChallengeResponse(
-            witness_report=result.witness_report,
-            answered=result.answered,
-            witness_demand=result.witness_demand,
-            receipt=result.receipt,
-        )
-
-
-class _Node(node_pb2_grpc.NodeServicer):
-    def __init__(self, core: NodeCore) -> None:
-        self.core = core
-
-    async def Info(self, request: Any, context: Any) -> Any:
-        return node_pb2.InfoResponse(**self.core.info())
-
-    async def Stats(self, request: Any, context: Any) -> Any:
-        return node_pb2.StatsResponse(counters=await self.core.stats())
-
-
-def servicers(core: NodeCore) -> tuple[Any, Any, Any, Any, Any, Any]:
-    """(HopLog, Serve, Deliver, Attest, Evidence, Node) servicers over one core."""
-    return _HopLog(core), _Serve(core), _Deliver(core), _Attest(core), _Evidence(core), _Node(core)
-

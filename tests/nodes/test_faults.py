@@ -14,7 +14,7 @@ import pytest
 
 from contracts.evidence import EvidenceStatus, verify_evidence
 from nodes.client import Outcome
-from nodes.faults import FaultMode
+from nodes.faults import Equivocate, FaultMode
 from tests.nodes.rpc_support import AUDIT, MemCluster, accusation_audit, single
 
 __all__ = ["accusation_audit"]
@@ -155,7 +155,8 @@ async def test_two_commitments_for_one_fold_delivered_to_a_holder_are_equivocati
     origin = await cluster.add("origin", FaultMode.EQUIVOCATE)
     holder = await cluster.add("holder")
     fold = await cluster.fold("origin", "v1", 3)
-    (alt,) = origin._equivocal.values()
+    assert isinstance(origin.behaviour, Equivocate)
+    (alt,) = origin.behaviour._second.values()
     alt_obligation = build_obligation(
         origin.identity,
         alt.commitment,
