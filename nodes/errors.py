@@ -1,36 +1,43 @@
-"""Errors of the node layer and their gRPC status codes.
+"""The node layer's errors — one tree — each carrying its gRPC status code.
 
 ::
 
-    NodeError                     a request could not be carried out
-    ├── MalformedRequest          INVALID_ARGUMENT   fields missing / wrong shape
-    ├── RequestTooLarge           RESOURCE_EXHAUSTED over a node size bound
-    ├── UnknownCommitment         NOT_FOUND          no such commitment/obligation here
-    ├── UnknownValue              NOT_FOUND          no held value with that ref
-    ├── UnknownPeer               INVALID_ARGUMENT   peer name not configured
-    ├── DemandPredatesRestart     ABORTED            dated below the replay floor found at
-    │                                                start: re-issue a fresh demand
-    └── PeerUnavailable           UNAVAILABLE        a peer this call depends on failed
+    NodeError                     a request could not be carried out     (code)
+    ├── MalformedRequest          fields missing / wrong shape           INVALID_ARGUMENT
+    ├── RequestTooLarge           over a node size bound                 RESOURCE_EXHAUSTED
+    ├── UnknownValue              no held value with that ref            NOT_FOUND
+    ├── UnknownPeer               peer name not configured               INVALID_ARGUMENT
+    ├── DemandPredatesRestart     dated below the replay floor found at  ABORTED
+    │                             start: re-issue a fresh demand
+    ├── PeerUnavailable           a peer this call depends on failed     UNAVAILABLE
+    └── StoreError                the hop log failed (nodes.store)       INTERNAL
+        ├── StoreUnavailable      cannot open / disk I/O / locked        UNAVAILABLE
+        ├── StoreCorrupt          integrity failure, schema or owner     INTERNAL
+        ├── StoreClosed           used after close()                     UNAVAILABLE
+        ├── StaleEpoch            hops built for an epoch not current    FAILED_PRECONDITION
+        ├── HopConflict           (origin, epoch, seq) holds other bytes ALREADY_EXISTS
+        ├── MissingHop            a fold names a hop the log lacks       FAILED_PRECONDITION
+        ├── FoldConflict          another fold for the same key          ALREADY_EXISTS
+        ├── SignerMismatch        commitment not over the stored bytes   INTERNAL
+        └── UnknownCommitment     no such commitment/obligation here     NOT_FOUND
 
-Errors raised by :mod:`contracts` (untrusted statements) and by
-:mod:`nodes.store` are not wrapped; :func:`status_for` maps every one of them
-to a precise status code, and the server interceptor
-(:mod:`nodes.interceptors`) is the one place that calls it:
+Every class carries its status in ``code``. Errors raised by
+:mod:`contracts` (untrusted statements) are not wrapped: ``contracts`` stays
+free of gRPC, so their codes are the one table below, by class.
+:func:`status_for` gives the code of any error, and the server interceptor
+(:mod:`nodes.interceptors`) and the in-memory transport are the places
+that call it:
 
 ====================================  ====================
 contracts ``EncodingError``           INVALID_ARGUMENT
 ``BadSignature``                      UNAUTHENTICATED
 ``NotAuthorized``, ``Revoked``        PERMISSION_DENIED
 ``Expired``                           FAILED_PRECONDITION
-``ReplayedNonce`` (contracts, store)  ALREADY_EXISTS
+``ReplayedNonce``                     ALREADY_EXISTS
 ``DigestMismatch``/``RootMismatch``/  INVALID_ARGUMENT
 ``BindingMismatch``
 ``NotEvidence``                       FAILED_PRECONDITION
-store ``UnknownCommitment``           NOT_FOUND
-store ``HopConflict``/``FoldConflict`` ALREADY_EXISTS
-store ``StaleEpoch``, ``MissingHop``  FAILED_PRECONDITION
-store ``StoreUnavailable``            UNAVAILABLE
-any other store error                 INTERNAL
+``KeyFileError``                      INTERNAL
 ====================================  ====================
 """
 
@@ -42,10 +49,19 @@ from contracts import errors as ce
 
 __all__ = [
     "DemandPredatesRestart",
+    "FoldConflict",
+    "HopConflict",
     "MalformedRequest",
+    "MissingHop",
     "NodeError",
     "PeerUnavailable",
     "RequestTooLarge",
+    "SignerMismatch",
+    "StaleEpoch",
+    "StoreClosed",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreUnavailable",
     "UnknownCommitment",
     "UnknownPeer",
     "UnknownValue",
@@ -54,7 +70,7 @@ __all__ = [
 
 
 class NodeError(Exception):
-    """Root of the node layer's own request errors."""
+    """Root of the node layer's errors; ``code`` is the status a caller receives."""
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
 
@@ -65,10 +81,6 @@ class MalformedRequest(NodeError):
 
 class RequestTooLarge(NodeError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
-class UnknownCommitment(NodeError):
-    code = grpc.StatusCode.NOT_FOUND
 
 
 class UnknownValue(NodeError):
@@ -89,6 +101,62 @@ class PeerUnavailable(NodeError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class StoreError(NodeError):
+    """Root of every error the store raises (sqlite errors are translated)."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be opened or written (I/O, locked past the timeout)."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class StoreCorrupt(StoreError):
+    """Integrity failure, unknown schema version, or a data dir of another node."""
+
+
+class StoreClosed(StoreError):
+    """The store was used after :meth:`nodes.store.HopStore.close`."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class StaleEpoch(StoreError):
+    """Hops were built for an epoch that is not the store's current epoch."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class HopConflict(StoreError):
+    """(origin, epoch, seq) already holds different bytes; hops are append-only."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class MissingHop(StoreError):
+    """A fold names a hop the log does not hold (never appended, or evicted)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class FoldConflict(StoreError):
+    """A different fold was already committed for (epoch, value_ref, fold_seq)."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class SignerMismatch(StoreError):
+    """The signer returned a commitment whose root is not over the stored bytes."""
+
+
+class UnknownCommitment(StoreError):
+    """A statement names a commitment or obligation this node does not hold (or issue)."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
 _CONTRACT_CODES: tuple[tuple[type[ce.ContractError], grpc.StatusCode], ...] = (
     (ce.BadSignature, grpc.StatusCode.UNAUTHENTICATED),
     (ce.NotAuthorized, grpc.StatusCode.PERMISSION_DENIED),
@@ -102,30 +170,6 @@ _CONTRACT_CODES: tuple[tuple[type[ce.ContractError], grpc.StatusCode], ...] = (
     (ce.ContractError, grpc.StatusCode.INVALID_ARGUMENT),
 )
 
-_STORE_CODES_BY_NAME: dict[str, grpc.StatusCode] = {
-    "ReplayedNonce": grpc.StatusCode.ALREADY_EXISTS,
-    "UnknownCommitment": grpc.StatusCode.NOT_FOUND,
-    "HopConflict": grpc.StatusCode.ALREADY_EXISTS,
-    "FoldConflict": grpc.StatusCode.ALREADY_EXISTS,
-    "StaleEpoch": grpc.StatusCode.FAILED_PRECONDITION,
-    "MissingHop": grpc.StatusCode.FAILED_PRECONDITION,
-    "StoreUnavailable": grpc.StatusCode.UNAVAILABLE,
-    "StoreClosed": grpc.StatusCode.UNAVAILABLE,
-}
-
-
-def _store_code(exc: BaseException) -> grpc.StatusCode | None:
-    from nodes import store
-
-    if not isinstance(exc, store.StoreError):
-        return None
-    for cls in type(exc).__mro__:
-        code = _STORE_CODES_BY_NAME.get(cls.__name__)
-        if code is not None and cls.__module__ == store.__name__:
-            return code
-    return grpc.StatusCode.INTERNAL
-
-
 def status_for(exc: BaseException) -> grpc.StatusCode | None:
     """The status code a request error maps to; ``None`` for an unexpected error (a bug)."""
     if isinstance(exc, NodeError):
@@ -134,4 +178,4 @@ def status_for(exc: BaseException) -> grpc.StatusCode | None:
         for cls, code in _CONTRACT_CODES:
             if isinstance(exc, cls):
                 return code
-    return _store_code(exc)
+    return None

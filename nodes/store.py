@@ -29,7 +29,8 @@ land, the fold becomes ``lost`` on the next open and resolves
 ``UNRESOLVABLE`` (counted; the origin is then rightly accused).
 
 Errors: every sqlite/aiosqlite failure is translated at this boundary into
-the :class:`StoreError` tree, with a message naming the operation::
+the :class:`StoreError` tree (part of the node's one tree, with status codes,
+in :mod:`nodes.errors`), with a message naming the operation::
 
     StoreError
     ├── StoreUnavailable      cannot open / disk I/O / locked past the timeout
@@ -64,6 +65,18 @@ import aiosqlite
 
 from contracts.canonical import sha256_hex
 from nodes._store_schema import DDL, SCHEMA_VERSION
+from nodes.errors import (
+    FoldConflict,
+    HopConflict,
+    MissingHop,
+    SignerMismatch,
+    StaleEpoch,
+    StoreClosed,
+    StoreCorrupt,
+    StoreError,
+    StoreUnavailable,
+    UnknownCommitment,
+)
 
 __all__ = [
     "DB_FILENAME",
@@ -78,7 +91,6 @@ __all__ = [
     "HopInput",
     "HopStore",
     "KeptCommitment",
-    "KeptObligation",
     "MissingHop",
     "ObligationRecord",
     "ReapReport",
@@ -102,46 +114,6 @@ _BUSY_TIMEOUT_MS: Final = 10_000
 
 
 # --------------------------------------------------------------------------- errors
-
-
-class StoreError(Exception):
-    """Root of every error the store raises (sqlite errors are translated)."""
-
-
-class StoreUnavailable(StoreError):
-    """The database cannot be opened or written (I/O, locked past the timeout)."""
-
-
-class StoreCorrupt(StoreError):
-    """Integrity failure, unknown schema version, or a data dir of another node."""
-
-
-class StoreClosed(StoreError):
-    """The store was used after :meth:`HopStore.close`."""
-
-
-class StaleEpoch(StoreError):
-    """Hops were built for an epoch that is not the store's current epoch."""
-
-
-class HopConflict(StoreError):
-    """(origin, epoch, seq) already holds different bytes; hops are append-only."""
-
-
-class MissingHop(StoreError):
-    """A fold names a hop the log does not hold (never appended, or evicted)."""
-
-
-class FoldConflict(StoreError):
-    """A different fold was already committed for (epoch, value_ref, fold_seq)."""
-
-
-class SignerMismatch(StoreError):
-    """The signer returned a commitment whose root is not over the stored bytes."""
-
-
-class UnknownCommitment(StoreError):
-    """A statement refers to a commitment digest this store does not hold."""
 
 
 def _translate(exc: BaseException, what: str) -> StoreError:
@@ -266,7 +238,10 @@ class FoldRecord:
 
 @dataclass(frozen=True, slots=True)
 class ObligationRecord:
-    """A stored obligation with its envelope bytes."""
+    """An obligation with its envelope bytes, as stored or to be kept verbatim.
+
+    ``local`` when this node issued it.
+    """
 
     digest: str
     commitment_digest: str
@@ -319,17 +294,6 @@ class KeptCommitment:
     leaf_count: int
     root: str
     envelope: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class KeptObligation:
-    """A verified obligation to keep verbatim; ``local`` when this node issued it."""
-
-    digest: str
-    commitment_digest: str
-    serve_until_ms: int
-    envelope: bytes
-    local: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -1163,12 +1127,12 @@ class HopStore:
         fold is pending and will land) — checked in the same transaction, so
         the reaper cannot evict in between. Otherwise :class:`MissingHop`.
         """
-        kept = KeptObligation(digest, commitment_digest, serve_until_ms, envelope, local)
+        kept = ObligationRecord(digest, commitment_digest, serve_until_ms, envelope, local)
         async with self._write(f"store obligation {digest[:16]}…") as db:
             return await self._insert_obligation(db, kept, now_ms)
 
     async def put_delivered(
-        self, pairs: Sequence[tuple[KeptCommitment, KeptObligation]], *, now_ms: int
+        self, pairs: Sequence[tuple[KeptCommitment, ObligationRecord]], *, now_ms: int
     ) -> None:
         """Keep a delivered value's commitments and obligations in one transaction.
 
@@ -1201,7 +1165,7 @@ class HopStore:
         return cursor.rowcount == 1
 
     async def _insert_obligation(
-        self, db: aiosqlite.Connection, o: KeptObligation, now_ms: int
+        self, db: aiosqlite.Connection, o: ObligationRecord, now_ms: int
     ) -> bool:
         fold = await self._fold(db, o.commitment_digest)
         if fold is None:

@@ -28,8 +28,8 @@ from nodes.store import (
     HopInput,
     HopStore,
     KeptCommitment,
-    KeptObligation,
     MissingHop,
+    ObligationRecord,
     ResolveStatus,
     SignedFold,
     SignerMismatch,
@@ -835,11 +835,11 @@ async def test_delivered_pairs_land_together_or_not_at_all(store: HopStore) -> N
     signed = await commit(store, "v", 1, hops_for(store.epoch, range(1, 3)), serve_until_ms=NOW + 1)
     assert (await store.reap(now_ms=NOW + 2)).hops_evicted == 2
     peer = KeptCommitment("12" * 32, "ee" * 32, "1-peer", "w", 1, 3, "34" * 32, b"env")
-    peer_duty = KeptObligation("56" * 32, "12" * 32, NOW + HOUR, b"{}", local=False)
+    peer_duty = ObligationRecord("56" * 32, "12" * 32, NOW + HOUR, b"{}", local=False)
     # A fresh promise of ours over evicted hops is refused: the peer's pair goes too.
     ours = await store.commitment(signed.commitment_digest)
     assert ours is not None
-    ours_again = KeptObligation("ab" * 32, signed.commitment_digest, NOW + HOUR, b"{}", True)
+    ours_again = ObligationRecord("ab" * 32, signed.commitment_digest, NOW + HOUR, b"{}", True)
     before = await store.table_digest()
     with pytest.raises(MissingHop):
         await store.put_delivered([(peer, peer_duty), (_kept(ours), ours_again)], now_ms=NOW + 2)
