@@ -41,7 +41,7 @@ _FLAG_HELP: Mapping[str, str] = {
     "listen": "host:port to serve on (default 127.0.0.1:50051)",
     "data_dir": "directory for the key file and the hop log (required)",
     "peers": "known nodes: 'name=host:port[,pubkey]' entries separated by ';' or spaces",
-    "fault": "fault mode for tests: none, refuse, tamper, equivocate, slow, drop, crash",
+    "fault": "fault mode for tests: {fault_modes}",
     "fault_delay_ms": "delay of the 'slow' fault mode, in ms",
     "log_format": "auto (console on a TTY, else JSON lines), json, console",
     "log_level": "debug, info, warning, error (default info)",
@@ -73,8 +73,12 @@ def _add_node_parser(sub: _Sub) -> None:
             "data dir on first start. Every flag falls back to its PROVNET_* variable."
         ),
     )
+    from nodes.faults import FaultMode
+
+    modes = ", ".join(FaultMode)
     for key, (flag, var) in node_flags().items():
-        node.add_argument(flag, dest=key, default=None, help=f"{_FLAG_HELP.get(key, key)} (${var})")
+        text = _FLAG_HELP.get(key, key).format(fault_modes=modes)
+        node.add_argument(flag, dest=key, default=None, help=f"{text} (${var})")
     node.set_defaults(handler=_node_run)
     node_sub = node.add_subparsers(dest="node_command", metavar="SUBCOMMAND")
     health = node_sub.add_parser(

@@ -1,0 +1,122 @@
+"""Where each concept of the node layer lives, pinned so it cannot spread again.
+
+- generated code is imported by :mod:`nodes.wire` and :mod:`nodes.servicers` only;
+- the node core (:mod:`nodes.services`) imports no gRPC;
+- the services a node registers are one table covering every proto service;
+- closed sets derive from one definition (outcomes from evidence kinds,
+  fault behaviours from fault modes);
+- one error tree, each error carrying its status code.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import grpc
+
+import contracts
+import harness
+import nodes
+from contracts.evidence import EvidenceKind
+from contracts.identity import Identity
+from nodes import errors, faults, store
+from nodes._pb.provnet.v1 import (
+    attest_pb2,
+    deliver_pb2,
+    evidence_pb2,
+    hoplog_pb2,
+    node_pb2,
+    serve_pb2,
+)
+from nodes.faults import Behaviour, FaultMode, FaultPlan
+from nodes.messages import EVIDENCE_KINDS, Outcome, outcome_for
+from nodes.servicers import SERVICE_NAMES
+
+_ROOTS = [Path(str(p.__file__)).parent for p in (contracts, nodes, harness)]
+_MAY_IMPORT_GENERATED = {"nodes/wire.py", "nodes/servicers.py"}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _library_files() -> list[tuple[str, Path]]:
+    files = []
+    for root in _ROOTS:
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root.parent).as_posix()
+            if not rel.startswith("nodes/_pb/"):
+                files.append((rel, path))
+    return files
+
+
+def test_only_the_wire_module_and_servicers_import_generated_code() -> None:
+    offenders = sorted(
+        f"{rel}: {name}"
+        for rel, path in _library_files()
+        if rel not in _MAY_IMPORT_GENERATED
+        for name in _imports(path)
+        if name == "nodes._pb" or name.startswith("nodes._pb.")
+    )
+    assert offenders == []
+
+
+def test_node_core_imports_no_grpc() -> None:
+    core = Path(str(nodes.__file__)).parent / "services.py"
+    grpc_imports = sorted(
+        name for name in _imports(core) if name.split(".")[0] == "grpc" or "._pb" in name
+    )
+    assert grpc_imports == []
+
+
+def test_service_table_registers_every_service_in_the_protos() -> None:
+    in_protos = {
+        svc.full_name
+        for mod in (hoplog_pb2, serve_pb2, deliver_pb2, attest_pb2, evidence_pb2, node_pb2)
+        for svc in mod.DESCRIPTOR.services_by_name.values()
+    }
+    assert len(SERVICE_NAMES) == len(set(SERVICE_NAMES))
+    assert set(SERVICE_NAMES) == in_protos
+
+
+def test_accusing_outcomes_are_the_evidence_kinds() -> None:
+    assert {o.value for o in EVIDENCE_KINDS} == {k.value for k in EvidenceKind}
+    for kind in EvidenceKind:
+        assert outcome_for(kind).value == kind.value
+    # Nothing else in Outcome shares a value with an evidence kind.
+    assert {o for o in Outcome if o.value in set(EvidenceKind)} == EVIDENCE_KINDS
+
+
+def test_every_fault_mode_has_its_own_behaviour_class() -> None:
+    identity = Identity.generate()
+    classes = {
+        mode: type(FaultPlan(mode, 1, crash=lambda: None).behaviour(identity))
+        for mode in FaultMode
+    }
+    assert len(set(classes.values())) == len(FaultMode)
+    for cls in classes.values():
+        assert issubclass(cls, Behaviour)
+        assert inspect.getmodule(cls) is faults
+
+
+def test_one_error_tree_each_error_with_its_status_code() -> None:
+    assert store.UnknownCommitment is errors.UnknownCommitment
+    assert store.StoreError is errors.StoreError
+    for name in errors.__all__:
+        obj = getattr(errors, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, errors.NodeError), name
+            assert isinstance(obj.code, grpc.StatusCode), name
+            assert errors.status_for(obj("x")) is obj.code
+    assert errors.status_for(store.StoreClosed("x")) is grpc.StatusCode.UNAVAILABLE
+    assert errors.status_for(store.StoreCorrupt("x")) is grpc.StatusCode.INTERNAL
