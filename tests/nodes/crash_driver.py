@@ -1,6 +1,6 @@
 """Crash-consistency driver: an origin that commits folds until it is killed.
 
-Run as ``python -m nodes._crash_driver --data-dir DIR --seed N``. Each start
+Run as ``python -m tests.nodes.crash_driver --data-dir DIR --seed N``. Each start
 is a new run of the origin on the same data dir:
 
 1. load (or create, first start) the node key ``DIR/node.key``;
@@ -162,7 +162,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nodes._crash_driver", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.nodes.crash_driver", description=__doc__)
     parser.add_argument("--data-dir", required=True, help="node data directory (reused)")
     parser.add_argument("--seed", type=int, default=0, help="seed for fold shapes")
     parser.add_argument("--max-folds", type=int, default=100_000, help="stop after N folds")

@@ -1,6 +1,6 @@
 """Crash consistency of the hop log with real processes (seed 000, design S5/S6).
 
-A driver process (``python -m nodes._crash_driver``) plays the origin: it
+A driver process (``python -m tests.nodes.crash_driver``) plays the origin: it
 commits folds in a loop under an aggressive concurrent reaper and prints each
 commitment only after ``commit_fold`` returned. We SIGKILL it at seeded random
 moments, restart it on the same data dir (every start is a new epoch that
@@ -86,7 +86,7 @@ def run_trial(data_dir: Path, rng: random.Random, campaign: Campaign, extra: lis
             [
                 sys.executable,
                 "-m",
-                "nodes._crash_driver",
+                "tests.nodes.crash_driver",
                 "--data-dir",
                 str(data_dir),
                 "--seed",
@@ -285,7 +285,7 @@ async def test_pending_mode_crash_loses_only_explicitly_never_wrong_bytes(tmp_pa
 
 def _run_to_death(data_dir: Path, *flags: str) -> list[dict[str, Any]]:
     proc = subprocess.run(
-        [sys.executable, "-m", "nodes._crash_driver", "--data-dir", str(data_dir), *flags],
+        [sys.executable, "-m", "tests.nodes.crash_driver", "--data-dir", str(data_dir), *flags],
         capture_output=True,
         timeout=120,
         cwd=_REPO,
