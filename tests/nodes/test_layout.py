@@ -120,3 +120,29 @@ def test_one_error_tree_each_error_with_its_status_code() -> None:
             assert errors.status_for(obj("x")) is obj.code
     assert errors.status_for(store.StoreClosed("x")) is grpc.StatusCode.UNAVAILABLE
     assert errors.status_for(store.StoreCorrupt("x")) is grpc.StatusCode.INTERNAL
+
+
+def _doc_table_first_column(heading: str) -> set[str]:
+    """The backticked first cells of the first table under ``heading`` in docs/wire.md."""
+    text = (Path(str(nodes.__file__)).parent.parent / "docs" / "wire.md").read_text("utf-8")
+    section = text.split(f"\n{heading}\n", 1)[1]
+    cells: set[str] = set()
+    in_table = False
+    for line in section.splitlines():
+        if line.startswith("|"):
+            in_table = True
+            first = line.split("|")[1].strip()
+            if first.startswith("`") and first.endswith("`"):
+                cells.add(first.strip("`"))
+        elif in_table:
+            break
+    return cells
+
+
+def test_wire_doc_tables_list_every_fault_mode_and_outcome() -> None:
+    assert _doc_table_first_column("## Fault modes (`--fault`, `PROVNET_FAULT`)") == {
+        m.value for m in FaultMode
+    }
+    assert _doc_table_first_column("## The holder client (`nodes.client.Holder`)") == {
+        o.value for o in Outcome
+    }
