@@ -614,8 +614,13 @@ class NodeCore:
         obligation, commitment = own.obligation, own.commitment
         now_ms = _ms(now)
 
+        resolved: list[tuple[bytes, ...] | None] = []
+
         async def resolve() -> tuple[bytes, ...] | None:
-            return await self._resolve(commitment, now_ms)
+            # At most once per answer, whoever asks first (a fault or the honest path).
+            if not resolved:
+                resolved.append(await self._resolve(commitment, now_ms))
+            return resolved[0]
 
         faulty = await self.behaviour.answer(
             demand, obligation, commitment, own.commitment_bytes, resolve, now_ms
