@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from harness.arms import ARM_ORDER, ArmName
-from harness.boundary import (
+from harness.boundary.records import (
     ArmCosts,
     BoundaryOutcome,
     Setting,

@@ -4,7 +4,7 @@
 client, the cost accumulators, the evidence sink); :class:`RunPlayer` plays
 one run's events through the in-process :class:`harness.replay.Replayer`
 and adds the origin's commits, the deliveries and the holder's decisions
-(the steps are described in :mod:`harness.boundary`).
+(the steps are described in :mod:`harness.boundary.runner`).
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from contracts.evidence import verify_evidence
 from contracts.hops import parse_hop
 from contracts.signed import open_statement
 from contracts.statements import DeliveryReceipt
-from harness._boundary_nodes import NodeHandle, Topology
-from harness._boundary_records import (
+from harness.arms import Arm, ArmName, ValueState
+from harness.axes import RECON
+from harness.boundary.records import (
     ArmCosts,
     BoundaryError,
     BoundarySettings,
     EvidenceRecord,
     RunComparison,
 )
-from harness._boundary_wire import decode_value, encode_value, hop_fields, hop_from_served
-from harness.arms import Arm, ArmName, ValueState
-from harness.axes import RECON
+from harness.boundary.topology import NodeHandle, Topology
+from harness.boundary.wire import decode_value, encode_value, hop_fields, hop_from_served
 from harness.events import Decision, Event, Hop, Merge, NewValue, OpEvent, Retire
 from harness.fingerprint import DecisionLog
 from harness.gates import GATES, Gate, GateView, Mode, evaluate, gate_modes
