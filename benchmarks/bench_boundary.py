@@ -36,6 +36,7 @@ import argparse
 import sys
 import time
 
+from harness.arms import STRUCTURAL_ARMS
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
 from harness.boundary.report import percentile
 from harness.boundary.runner import (
@@ -53,7 +54,7 @@ from nodes.config import LogFormat
 from nodes.faults import FaultMode
 from nodes.logging import configure_logging
 
-STRUCTURAL = ("structural_min", "structural_perhop")
+STRUCTURAL = tuple(a.value for a in STRUCTURAL_ARMS)
 
 
 def _in_process(cfg: ExperimentConfig, s: BoundarySettings) -> tuple[float, str, float, float]:

@@ -140,15 +140,11 @@ class RunPlayer:
         self.log = DecisionLog()
         self.plans: dict[ArmName, list[tuple[int, Gate, Mode, GateCounts]]] = {}
         self.decisions: dict[tuple[str, str, str], list[int]] = {}
-        for name, structural in (
-            (ArmName.STRUCTURAL_MIN, True),
-            (ArmName.STRUCTURAL_PERHOP, True),
-            (ArmName.PROSE, False),
-        ):
+        for name in (ArmName.STRUCTURAL_MIN, ArmName.STRUCTURAL_PERHOP, ArmName.PROSE):
             self.plans[name] = [
                 (gi, gate, mode, GateCounts())
                 for gi, gate in enumerate(GATES)
-                for mode in gate_modes(gate, structural, params.rehydrate)
+                for mode in gate_modes(gate, name.structural, params.rehydrate)
             ]
 
     def owner(self, value_id: int) -> NodeHandle:
