@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import assert_never
 
 from harness.boundary.choices import Role, TransportKind
 from harness.boundary.wire import MeteredTransport, WireMeter
@@ -169,6 +170,8 @@ async def _start_one(
         core_ref.append(core)
         registry[address] = core
         return NodeHandle(spec.name, spec.role, core, address, spec.fault)
+    if transport is not TransportKind.GRPC:
+        assert_never(transport)
     config = NodeConfig(
         name=spec.name,
         data_dir=data_dir,
