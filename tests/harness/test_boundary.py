@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from contracts.evidence import verify_evidence
-from harness.boundary.choices import TransportKind
+from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
 from harness.boundary.runner import (
     BoundaryError,
     BoundaryOutcome,
@@ -189,16 +189,23 @@ def test_grpc_node_servers_are_stopped_even_when_a_run_fails(
 # --------------------------------------------------------------------------- faults
 
 
-@pytest.mark.parametrize(
-    ("fault", "kind"),
-    [
-        (FaultMode.REFUSE, "refused"),
-        (FaultMode.TAMPER, "bad_data"),
-        (FaultMode.EQUIVOCATE, "equivocation"),
-        (FaultMode.SLOW, "unanswered"),
-        (FaultMode.DROP, "unanswered"),
-    ],
-)
+#: The evidence each playable fault leaves (one record per failed rehydration).
+FAULT_EVIDENCE: dict[FaultMode, str] = {
+    FaultMode.REFUSE: "refused",
+    FaultMode.TAMPER: "bad_data",
+    FaultMode.EQUIVOCATE: "equivocation",
+    FaultMode.SLOW: "unanswered",
+    FaultMode.DROP: "unanswered",
+}
+
+
+def test_every_playable_fault_has_its_expected_evidence_here() -> None:
+    # A fault mode added to BOUNDARY_FAULTS is played by the test below only once
+    # its expected evidence kind is written down here.
+    assert set(FAULT_EVIDENCE) == set(BOUNDARY_FAULTS) - {FaultMode.NONE}
+
+
+@pytest.mark.parametrize(("fault", "kind"), list(FAULT_EVIDENCE.items()))
 def test_faulty_origin_falls_back_to_polarity_and_is_named(
     fault: FaultMode, kind: str, tmp_path: Path
 ) -> None:
