@@ -36,14 +36,15 @@ import argparse
 import sys
 import time
 
-from harness._boundary_nodes import TransportKind
-from harness._boundary_report import percentile
-from harness.boundary import (
+from harness.arms import STRUCTURAL_ARMS
+from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
+from harness.boundary.report import percentile
+from harness.boundary.runner import (
     BoundaryOutcome,
     BoundarySettings,
-    _tasks,
     overall_fingerprints,
     run_boundary,
+    slice_tasks,
 )
 from harness.config import ExperimentConfig
 from harness.fingerprint import combine
@@ -53,7 +54,7 @@ from nodes.config import LogFormat
 from nodes.faults import FaultMode
 from nodes.logging import configure_logging
 
-STRUCTURAL = ("structural_min", "structural_perhop")
+STRUCTURAL = tuple(a.value for a in STRUCTURAL_ARMS)
 
 
 def _in_process(cfg: ExperimentConfig, s: BoundarySettings) -> tuple[float, str, float, float]:
@@ -61,7 +62,7 @@ def _in_process(cfg: ExperimentConfig, s: BoundarySettings) -> tuple[float, str,
     start = time.perf_counter()
     entries = []
     lookups = nbytes = decisions = 0
-    for key, profile, params in _tasks(cfg, s):  # the boundary runner's own runs
+    for key, profile, params in slice_tasks(cfg, s):  # the boundary runner's own runs
         result = replay(generate(key.seed, s.steps, cfg.decision_every, profile), params)
         entries.append((key.label, result.fingerprint))
         decisions += result.n_decisions
@@ -236,13 +237,13 @@ def _faults(cfg: ExperimentConfig, base: BoundarySettings, deadline_ms: int) -> 
         f"{'fault':12}{'rehydr. flip %':>15}{'fallbacks':>11}{'evidence':>22}"
         f"{'verified':>10}{'correct accused':>17}{'p50 ms':>9}{'p99 ms':>9}"
     )
-    for fault in ("none", "refuse", "tamper", "equivocate", "slow", "drop"):
+    for fault in BOUNDARY_FAULTS:
         settings = BoundarySettings(
             cadences=base.cadences,
             seeds=base.seeds,
             steps=base.steps,
-            fault=FaultMode(fault),
-            deadline_ms=deadline_ms if fault in ("slow", "drop") else 1000,
+            fault=fault,
+            deadline_ms=deadline_ms if fault in (FaultMode.SLOW, FaultMode.DROP) else 1000,
         )
         o = run_boundary(cfg, settings, progress=False)
         n = flips = fallbacks = 0
@@ -257,7 +258,7 @@ def _faults(cfg: ExperimentConfig, base: BoundarySettings, deadline_ms: int) -> 
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(o.evidence_by_kind.items())) or "none"
         latencies = o.arm_costs["structural_min"].rehydration_latencies
         print(
-            f"{fault:12}{100 * flips / max(1, n):>15.2f}{fallbacks:>11}{kinds:>22}"
+            f"{fault.value:12}{100 * flips / max(1, n):>15.2f}{fallbacks:>11}{kinds:>22}"
             f"{sum(e.verified for e in o.evidence):>10}{o.correct_accused:>17}"
             f"{1000 * percentile(latencies, 50):>9.1f}{1000 * percentile(latencies, 99):>9.1f}"
         )

@@ -39,6 +39,7 @@ from harness._results import AnalysisError, closed_form_death_cycle, read_or_che
 from harness._results import flip as _flip
 from harness._results import pct as _pct
 from harness._results import read_csv as _read_csv
+from harness.arms import STRUCTURAL_ARMS
 from harness.crossover import (
     Crossover,
     SweepFindings,
@@ -46,6 +47,7 @@ from harness.crossover import (
     analyze_sweep,
     crossover_cadence,
 )
+from harness.gates import GateClass
 from harness.hypotheses import Hypothesis, evaluate_hypotheses
 
 __all__ = [
@@ -73,10 +75,10 @@ DEATH_THRESHOLDS: dict[str, float] = {
     "archive_all_axes_floor": 0.50,
     "publish_discounted_thresholds": 0.55,
 }
-_STRUCTURAL = ("structural_min", "structural_perhop")
-_JUDGED = ("prose", "structural_min", "structural_perhop")
-_CLASSES = ("score", "reconstruction", "lineage_blocklist", "lineage_allowlist")
-_LINEAGE = ("lineage_blocklist", "lineage_allowlist")
+_STRUCTURAL = tuple(a.value for a in STRUCTURAL_ARMS)
+_JUDGED = ("prose", *_STRUCTURAL)
+_CLASSES = tuple(c.value for c in GateClass)
+_LINEAGE = tuple(c.value for c in GateClass if c.is_lineage)
 
 
 @dataclass(frozen=True, slots=True)

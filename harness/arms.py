@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import assert_never
 
 from harness.axes import AXIS_INDEX, RECON
 from harness.events import Hop, Merge, NewValue, OpEvent
@@ -27,6 +28,7 @@ from harness.prose import ProseChannel
 
 __all__ = [
     "ARM_ORDER",
+    "STRUCTURAL_ARMS",
     "Arm",
     "ArmName",
     "GroundTruthArm",
@@ -44,6 +46,17 @@ class ArmName(StrEnum):
     STRUCTURAL_PERHOP = "structural_perhop"
     PROSE = "prose"
 
+    @property
+    def structural(self) -> bool:
+        """Keeps lineage as hops (truncated, folded): its lineage gates have every mode."""
+        match self:
+            case ArmName.STRUCTURAL_MIN | ArmName.STRUCTURAL_PERHOP:
+                return True
+            case ArmName.GROUND_TRUTH | ArmName.PROSE:
+                return False
+            case _:
+                assert_never(self)
+
 
 ARM_ORDER: tuple[ArmName, ...] = (
     ArmName.GROUND_TRUTH,
@@ -51,6 +64,8 @@ ARM_ORDER: tuple[ArmName, ...] = (
     ArmName.STRUCTURAL_PERHOP,
     ArmName.PROSE,
 )
+#: The structural arms, in :data:`ARM_ORDER`.
+STRUCTURAL_ARMS: tuple[ArmName, ...] = tuple(a for a in ARM_ORDER if a.structural)
 
 
 class ValueState:
@@ -119,7 +134,7 @@ class Arm:
     """Common event handling (spec §4); subclasses define compaction."""
 
     name: ArmName = ArmName.GROUND_TRUTH
-    structural = False
+    structural = name.structural
 
     def __init__(self) -> None:
         self.values: dict[int, ValueState] = {}
@@ -178,7 +193,7 @@ class GroundTruthArm(Arm):
 
 class StructuralMinArm(Arm):
     name = ArmName.STRUCTURAL_MIN
-    structural = True
+    structural = name.structural
 
     def __init__(self, penalty: float, keep: int) -> None:
         super().__init__()
@@ -203,7 +218,7 @@ class StructuralMinArm(Arm):
 
 class StructuralPerhopArm(Arm):
     name = ArmName.STRUCTURAL_PERHOP
-    structural = True
+    structural = name.structural
 
     def __init__(self, penalty: float, keep: int) -> None:
         super().__init__()

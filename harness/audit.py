@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import assert_never
 
 from harness.audit_spec import (
     AuditSpec,
@@ -140,16 +141,22 @@ class AuditResult:
 def _starvation(compaction: Compaction, gate: GateSpec) -> tuple[Starvation, ...]:
     found: list[Starvation] = []
     for read in gate.reads:
-        if read is Read.SCORES and not compaction.score_aggregates:
-            found.append(Starvation(read, "scores dropped"))
-        elif read is Read.TAINT_IDS and not compaction.taint_ids:
-            found.append(Starvation(read, "taint ids folded"))
-        elif read is Read.HOP_WINDOW:
-            keep = compaction.lineage_window
-            if gate.window is not None and keep is not None and gate.window > keep:
-                found.append(Starvation(read, f"window {gate.window} > lineage {keep}"))
-        elif read is Read.ORDERING and not compaction.ordering_preserved:
-            found.append(Starvation(read, "hop order lost"))
+        match read:
+            case Read.SCORES:
+                if not compaction.score_aggregates:
+                    found.append(Starvation(read, "scores dropped"))
+            case Read.TAINT_IDS:
+                if not compaction.taint_ids:
+                    found.append(Starvation(read, "taint ids folded"))
+            case Read.HOP_WINDOW:
+                keep = compaction.lineage_window
+                if gate.window is not None and keep is not None and gate.window > keep:
+                    found.append(Starvation(read, f"window {gate.window} > lineage {keep}"))
+            case Read.ORDERING:
+                if not compaction.ordering_preserved:
+                    found.append(Starvation(read, "hop order lost"))
+            case _:
+                assert_never(read)
     return tuple(found)
 
 
@@ -163,8 +170,10 @@ def audit(spec: AuditSpec) -> AuditResult:
         elif gate.polarity is Polarity.ALLOW:
             failure = Failure.FALSE_PROCEED
             severity = Severity.CRITICAL if gate.irreversible else Severity.DANGEROUS
-        else:
+        elif gate.polarity is Polarity.DENY:
             failure, severity = Failure.FALSE_STOP, Severity.EXPENSIVE
+        else:
+            assert_never(gate.polarity)
         verdicts.append(GateVerdict(gate, starved_by, failure, severity))
     return AuditResult(spec=spec, verdicts=tuple(verdicts))
 

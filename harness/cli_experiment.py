@@ -17,27 +17,18 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness.cli import UsageError
-
-if TYPE_CHECKING:
-    from harness.config import ExperimentConfig
+from harness.cli_common import (
+    DEFAULT_CONFIG,
+    DEFAULT_SWEEP_CONFIG,
+    add_progress_flags,
+    load_experiment_config,
+    positive_int,
+    prepare_out,
+)
 
 __all__ = ["register"]
-
-_DEFAULT_CONFIG = Path("experiments/config.yaml")
-_DEFAULT_SWEEP_CONFIG = Path("experiments/config-sweep.yaml")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _default_workers() -> int:
@@ -53,15 +44,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--config",
         type=Path,
         default=None,
-        help=f"experiment YAML (default: {_DEFAULT_CONFIG}, else built-in)",
+        help=f"experiment YAML (default: {DEFAULT_CONFIG}, else built-in)",
     )
     run.add_argument("--out", type=Path, default=Path("results"), help="results directory")
     run.add_argument(
-        "--seeds", type=_positive_int, default=None, help="override the seed count (seeds 0..N-1)"
+        "--seeds", type=positive_int, default=None, help="override the seed count (seeds 0..N-1)"
     )
     run.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=_default_workers(),
         help="worker processes (results are identical for any value)",
     )
@@ -77,7 +68,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="replay a JSONL agent trace instead of synthetic trajectories",
     )
     run.add_argument("--rules", type=Path, default=None, help="YAML taint rules for --trace")
-    _progress_flags(run)
+    add_progress_flags(run)
     run.set_defaults(handler=_run)
 
     sweep = exp_sub.add_parser("sweep", help="cadence × penalty crossover sweep")
@@ -85,14 +76,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--config",
         type=Path,
         default=None,
-        help=f"sweep YAML (default: {_DEFAULT_SWEEP_CONFIG}, else built-in)",
+        help=f"sweep YAML (default: {DEFAULT_SWEEP_CONFIG}, else built-in)",
     )
     sweep.add_argument("--out", type=Path, default=Path("results-sweep"))
     sweep.add_argument(
-        "--seeds", type=_positive_int, default=None, help="override the seed count (seeds 0..N-1)"
+        "--seeds", type=positive_int, default=None, help="override the seed count (seeds 0..N-1)"
     )
-    sweep.add_argument("--workers", type=_positive_int, default=_default_workers())
-    _progress_flags(sweep)
+    sweep.add_argument("--workers", type=positive_int, default=_default_workers())
+    add_progress_flags(sweep)
     sweep.set_defaults(handler=_sweep)
 
     report = exp_sub.add_parser("report", help="write summary.md and figures")
@@ -103,54 +94,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     boundary = exp_sub.add_parser(
         "boundary", help="the experiment across nodes: origin and holder are different agents"
     )
-    from harness._boundary_cli import configure as configure_boundary  # argparse only
+    from harness.boundary.cli import configure as configure_boundary  # argparse only
 
     configure_boundary(boundary)
-
-
-def _progress_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument(
-        "--progress",
-        dest="progress",
-        action="store_true",
-        default=None,
-        help="force progress bars (default: only when stderr is a TTY)",
-    )
-    group.add_argument("--no-progress", dest="progress", action="store_false")
-
-
-def _load(path: Path | None, default_path: Path, sweep: bool) -> ExperimentConfig:
-    from harness.config import ConfigError, ExperimentConfig, default_sweep_config, load_config
-
-    try:
-        if path is not None:
-            cfg = load_config(path)
-        elif default_path.exists():
-            cfg = load_config(default_path)
-        else:
-            cfg = default_sweep_config() if sweep else ExperimentConfig()
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
-    return cfg
-
-
-def _prepare_out(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(
-            f"{out}: cannot create the results directory ({exc.strerror or exc})"
-        ) from None
-    if not os.access(out, os.W_OK):
-        raise UsageError(f"{out}: results directory is not writable")
 
 
 def _run(args: argparse.Namespace) -> int:
     from harness.replay import ReplayError
     from harness.runner import run_main
 
-    cfg = _load(args.config, _DEFAULT_CONFIG, sweep=False)
+    cfg = load_experiment_config(args.config, DEFAULT_CONFIG, sweep=False)
     if args.seeds is not None:
         cfg = cfg.with_seed_count(args.seeds)
     if args.rules is not None and args.trace is None:
@@ -163,7 +116,7 @@ def _run(args: argparse.Namespace) -> int:
         loaded = load_trace(args.trace, args.rules, decision_every=cfg.decision_every)
         events = list(loaded.events)
         summary = dict(loaded.summary)
-    _prepare_out(args.out)
+    prepare_out(args.out)
     try:
         outcome = run_main(
             cfg,
@@ -205,10 +158,10 @@ def _sweep(args: argparse.Namespace) -> int:
     from harness.config import ConfigError
     from harness.sweep import run_sweep
 
-    cfg = _load(args.config, _DEFAULT_SWEEP_CONFIG, sweep=True)
+    cfg = load_experiment_config(args.config, DEFAULT_SWEEP_CONFIG, sweep=True)
     if args.seeds is not None:
         cfg = cfg.with_seed_count(args.seeds)
-    _prepare_out(args.out)
+    prepare_out(args.out)
     try:
         outcome = run_sweep(cfg, args.out, workers=args.workers, progress=args.progress)
     except ConfigError as exc:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import assert_never
 
 from harness.events import Hop
 from harness.lineage import FoldedPrefix, HopLog, sort_hops
@@ -163,6 +164,8 @@ def evaluate(
             return Decision(not _any_prefixed(view.tainted_by, gate.prefixes))
         if mode is Mode.DEGRADE:
             return Decision(False)
+        if mode is not Mode.REHYDRATE:
+            assert_never(mode)
         if hop_log is None:
             raise ValueError("rehydrate mode needs the cold hop log")
         hops, nbytes = hop_log.fetch(folded.folded_hop_ids)
@@ -170,6 +173,8 @@ def evaluate(
             (t for h in hops for t in h.taints_added), gate.prefixes
         )
         return Decision(not blocked, len(folded.folded_hop_ids), nbytes)
+    if cls is not GateClass.LINEAGE_ALLOWLIST:
+        assert_never(cls)
     w = gate.window if window is None else window
     visible = view.visible
     if len(visible) >= w or not view.history_truncated:

@@ -21,11 +21,13 @@ from typing import Any, Protocol
 
 from harness._results import flip as _flip
 from harness._results import pct as _pct
+from harness.arms import STRUCTURAL_ARMS
+from harness.gates import GateClass
 
 __all__ = ["Hypothesis", "evaluate_hypotheses"]
 
-_STRUCTURAL = ("structural_min", "structural_perhop")
-_LINEAGE = ("lineage_blocklist", "lineage_allowlist")
+_STRUCTURAL = tuple(a.value for a in STRUCTURAL_ARMS)
+_LINEAGE = tuple(c.value for c in GateClass if c.is_lineage)
 
 
 class _ClassRates(Protocol):

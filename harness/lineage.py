@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from harness.events import Hop, Merge, NewValue, OpEvent
+from harness.events import Hop, Merge, NewValue, OpEvent, hop_id_for
 
 __all__ = [
     "FoldedPrefix",
@@ -117,7 +117,7 @@ def merge_visible(lists: Sequence[list[Hop]]) -> list[Hop]:
 def build_hop(event: NewValue | OpEvent | Merge, parents: tuple[str, ...]) -> Hop:
     """The hop an event yields (spec §3); ``parents`` are the inputs' tips."""
     step = event.step
-    hop_id = f"h{step:06d}"
+    hop_id = hop_id_for(step)
     if isinstance(event, NewValue):
         deltas: list[tuple[str, float]] = []
         taints: list[str] = []

@@ -58,7 +58,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from harness.events import Decision, Event, Merge, NewValue, Op, OpEvent, Retire
 from harness.trace_rules import (
@@ -157,17 +157,22 @@ class _Builder:
             if not rule.applies_to(name):
                 continue
             outcome, value = rule.evaluate(fields)
-            if outcome is Outcome.HOLDS:
-                self.rule_stats[rule.index].matched += 1
-                return rule
-            if outcome is Outcome.FIELD_MISSING:
-                self.rule_stats[rule.index].field_missing += 1
-            elif outcome is Outcome.NOT_A_NUMBER:
-                raise self.fail(
-                    line,
-                    f"fields.{rule.when.field}: expected a number for rules[{rule.index}] "
-                    f"({rule.when.describe()}), got {describe_value(value)}",
-                )
+            match outcome:
+                case Outcome.HOLDS:
+                    self.rule_stats[rule.index].matched += 1
+                    return rule
+                case Outcome.FIELD_MISSING:
+                    self.rule_stats[rule.index].field_missing += 1
+                case Outcome.NOT_A_NUMBER:
+                    raise self.fail(
+                        line,
+                        f"fields.{rule.when.field}: expected a number for rules[{rule.index}] "
+                        f"({rule.when.describe()}), got {describe_value(value)}",
+                    )
+                case Outcome.FAILS:
+                    pass
+                case _:
+                    assert_never(outcome)
         return None
 
     def record(

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from harness._yaml_lines import LineDict, LineList, YamlInputError, load_yaml_with_lines
 from harness.cli import UsageError
@@ -105,9 +105,19 @@ class Condition:
     value: object = None
 
     def describe(self) -> str:
-        if self.comparator is Comparator.ALWAYS:
-            return "always"
-        symbol = {"equals": "==", "not_equals": "!=", "gt": ">", "lt": "<"}[self.comparator]
+        match self.comparator:
+            case Comparator.ALWAYS:
+                return "always"
+            case Comparator.EQUALS:
+                symbol = "=="
+            case Comparator.NOT_EQUALS:
+                symbol = "!="
+            case Comparator.GT:
+                symbol = ">"
+            case Comparator.LT:
+                symbol = "<"
+            case _:
+                assert_never(self.comparator)
         return f"{self.field} {symbol} {json.dumps(self.value)}"
 
 
@@ -141,15 +151,19 @@ class TaintRule:
         present, value = _lookup(fields, cond.field or "")
         if not present:
             return Outcome.FIELD_MISSING, None
-        if cond.comparator in (Comparator.GT, Comparator.LT):
-            if not is_number(value) or math.isnan(float(value)):  # type: ignore[arg-type]
-                return Outcome.NOT_A_NUMBER, value
-            number, threshold = float(value), float(cond.value)  # type: ignore[arg-type]
-            holds = number > threshold if cond.comparator is Comparator.GT else number < threshold
-        elif cond.comparator is Comparator.EQUALS:
-            holds = _same(value, cond.value)
-        else:
-            holds = not _same(value, cond.value)
+        match cond.comparator:
+            case Comparator.GT | Comparator.LT:
+                if not is_number(value) or math.isnan(float(value)):  # type: ignore[arg-type]
+                    return Outcome.NOT_A_NUMBER, value
+                number, threshold = float(value), float(cond.value)  # type: ignore[arg-type]
+                gt = cond.comparator is Comparator.GT
+                holds = number > threshold if gt else number < threshold
+            case Comparator.EQUALS:
+                holds = _same(value, cond.value)
+            case Comparator.NOT_EQUALS:
+                holds = not _same(value, cond.value)
+            case _:
+                assert_never(cond.comparator)
         return (Outcome.HOLDS if holds else Outcome.FAILS), value
 
 

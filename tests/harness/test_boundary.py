@@ -18,15 +18,16 @@ from typing import Any
 import pytest
 
 from contracts.evidence import verify_evidence
-from harness._boundary_nodes import Topology, TransportKind
-from harness._boundary_wire import CryptoMeter, WireMeter, decode_value, encode_value
-from harness.boundary import (
+from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
+from harness.boundary.runner import (
     BoundaryError,
     BoundaryOutcome,
     BoundarySettings,
     overall_fingerprints,
     run_boundary,
 )
+from harness.boundary.topology import Topology
+from harness.boundary.wire import CryptoMeter, WireMeter, decode_value, encode_value
 from harness.cli import main
 from harness.config import ExperimentConfig
 from harness.events import Decision
@@ -156,8 +157,8 @@ def test_grpc_node_servers_are_stopped_even_when_a_run_fails(
 ) -> None:
     import socket
 
-    import harness._boundary_play as play
-    import harness.boundary as boundary
+    import harness.boundary.play as play
+    import harness.boundary.runner as boundary
 
     started: list[Topology] = []
     real_start = boundary.start_topology  # type: ignore[attr-defined]
@@ -188,16 +189,23 @@ def test_grpc_node_servers_are_stopped_even_when_a_run_fails(
 # --------------------------------------------------------------------------- faults
 
 
-@pytest.mark.parametrize(
-    ("fault", "kind"),
-    [
-        (FaultMode.REFUSE, "refused"),
-        (FaultMode.TAMPER, "bad_data"),
-        (FaultMode.EQUIVOCATE, "equivocation"),
-        (FaultMode.SLOW, "unanswered"),
-        (FaultMode.DROP, "unanswered"),
-    ],
-)
+#: The evidence each playable fault leaves (one record per failed rehydration).
+FAULT_EVIDENCE: dict[FaultMode, str] = {
+    FaultMode.REFUSE: "refused",
+    FaultMode.TAMPER: "bad_data",
+    FaultMode.EQUIVOCATE: "equivocation",
+    FaultMode.SLOW: "unanswered",
+    FaultMode.DROP: "unanswered",
+}
+
+
+def test_every_playable_fault_has_its_expected_evidence_here() -> None:
+    # A fault mode added to BOUNDARY_FAULTS is played by the test below only once
+    # its expected evidence kind is written down here.
+    assert set(FAULT_EVIDENCE) == set(BOUNDARY_FAULTS) - {FaultMode.NONE}
+
+
+@pytest.mark.parametrize(("fault", "kind"), list(FAULT_EVIDENCE.items()))
 def test_faulty_origin_falls_back_to_polarity_and_is_named(
     fault: FaultMode, kind: str, tmp_path: Path
 ) -> None:
@@ -374,7 +382,7 @@ def test_unplayable_settings_are_rejected_before_any_node_starts() -> None:
 
 
 async def _async_reject() -> None:
-    from harness.boundary import run_boundary_async
+    from harness.boundary.runner import run_boundary_async
 
     await run_boundary_async(CFG, BoundarySettings(seeds=()), progress=False)
 
@@ -455,7 +463,7 @@ def test_kept_node_dir_is_reused_by_a_second_run_with_the_same_keys_and_decision
 def test_cost_rows_put_equal_flip_rates_next_to_different_costs(
     faithful: BoundaryOutcome,
 ) -> None:
-    from harness._boundary_report import COST_COLUMNS, cost_rows
+    from harness.boundary.report import COST_COLUMNS, cost_rows
 
     rows = {(r["setting"], r["arm"], r["mode"]): r for r in cost_rows(faithful)}
     assert all(set(r) == set(COST_COLUMNS) for r in rows.values())

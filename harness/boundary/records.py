@@ -1,4 +1,4 @@
-"""Settings and result records of a boundary run (see :mod:`harness.boundary`)."""
+"""Settings and result records of a boundary run (see :mod:`harness.boundary.runner`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from harness._boundary_nodes import NodeSpec, Role, TransportKind
+from harness.boundary.choices import BOUNDARY_FAULTS, Role, TransportKind
+from harness.boundary.topology import NodeSpec
 from harness.config import ExperimentConfig
+from harness.fingerprint import combine
 from harness.metrics import RunKey
 from nodes.faults import FaultMode
 
 __all__ = [
-    "BOUNDARY_FAULTS",
     "ArmCosts",
     "BoundaryError",
     "BoundaryOutcome",
@@ -21,17 +22,9 @@ __all__ = [
     "EvidenceRecord",
     "RunComparison",
     "Setting",
+    "overall_fingerprints",
 ]
 
-#: Fault modes a boundary run can give its first origin.
-BOUNDARY_FAULTS: tuple[FaultMode, ...] = (
-    FaultMode.NONE,
-    FaultMode.REFUSE,
-    FaultMode.TAMPER,
-    FaultMode.EQUIVOCATE,
-    FaultMode.SLOW,
-    FaultMode.DROP,
-)
 _NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
 
@@ -231,3 +224,11 @@ class BoundaryOutcome:
     @property
     def correct_accused(self) -> int:
         return sum(1 for e in self.evidence if e.correct_origin)
+
+
+def overall_fingerprints(outcome: BoundaryOutcome) -> tuple[str, str]:
+    """(in-process, boundary) fingerprints over all runs, in run order."""
+    return (
+        combine((r.label, r.in_process_fingerprint) for r in outcome.runs),
+        combine((r.label, r.boundary_fingerprint) for r in outcome.runs),
+    )

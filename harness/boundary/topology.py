@@ -12,7 +12,7 @@ real SQLite hop log in a temporary directory and real Ed25519 keys):
   :meth:`Topology.close`, which the runner calls in ``finally``.
 
 Every node's outgoing calls pass through a
-:class:`harness._boundary_wire.MeteredTransport` so the runner can count
+:class:`harness.boundary.wire.MeteredTransport` so the runner can count
 them. Only ``origins[0]`` runs the requested fault; every other node is
 faithful — so any accusation of them would be a false one (S8).
 """
@@ -20,29 +20,18 @@ faithful — so any accusation of them would be a false one (S8).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
+from typing import assert_never
 
-from harness._boundary_wire import MeteredTransport, WireMeter
+from harness.boundary.choices import Role, TransportKind
+from harness.boundary.wire import MeteredTransport, WireMeter
 from nodes.app import RunningNode, load_or_create_identity, start_node
 from nodes.config import NodeConfig
 from nodes.faults import FaultMode, FaultPlan
 from nodes.services import NodeCore
 from nodes.transport import GrpcTransport, InMemoryTransport, LocalNode
 
-__all__ = ["NodeHandle", "Role", "Topology", "TransportKind", "start_topology"]
-
-
-class TransportKind(StrEnum):
-    MEMORY = "memory"
-    GRPC = "grpc"
-
-
-class Role(StrEnum):
-    ORIGIN = "origin"
-    RELAY = "relay"
-    HOLDER = "holder"
-    WITNESS = "witness"
+__all__ = ["NodeHandle", "NodeSpec", "Topology", "start_topology"]
 
 
 @dataclass(slots=True)
@@ -181,6 +170,8 @@ async def _start_one(
         core_ref.append(core)
         registry[address] = core
         return NodeHandle(spec.name, spec.role, core, address, spec.fault)
+    if transport is not TransportKind.GRPC:
+        assert_never(transport)
     config = NodeConfig(
         name=spec.name,
         data_dir=data_dir,

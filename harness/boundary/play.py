@@ -4,7 +4,7 @@
 client, the cost accumulators, the evidence sink); :class:`RunPlayer` plays
 one run's events through the in-process :class:`harness.replay.Replayer`
 and adds the origin's commits, the deliveries and the holder's decisions
-(the steps are described in :mod:`harness.boundary`).
+(the steps are described in :mod:`harness.boundary.runner`).
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from contracts.evidence import verify_evidence
 from contracts.hops import parse_hop
 from contracts.signed import open_statement
 from contracts.statements import DeliveryReceipt
-from harness._boundary_nodes import NodeHandle, Topology
-from harness._boundary_records import (
+from harness.arms import Arm, ArmName, ValueState
+from harness.axes import RECON
+from harness.boundary.records import (
     ArmCosts,
     BoundaryError,
     BoundarySettings,
     EvidenceRecord,
     RunComparison,
 )
-from harness._boundary_wire import decode_value, encode_value, hop_fields, hop_from_served
-from harness.arms import Arm, ArmName, ValueState
-from harness.axes import RECON
+from harness.boundary.topology import NodeHandle, Topology
+from harness.boundary.wire import decode_value, encode_value, hop_fields, hop_from_served
 from harness.events import Decision, Event, Hop, Merge, NewValue, OpEvent, Retire
 from harness.fingerprint import DecisionLog
 from harness.gates import GATES, Gate, GateView, Mode, evaluate, gate_modes
@@ -140,15 +140,11 @@ class RunPlayer:
         self.log = DecisionLog()
         self.plans: dict[ArmName, list[tuple[int, Gate, Mode, GateCounts]]] = {}
         self.decisions: dict[tuple[str, str, str], list[int]] = {}
-        for name, structural in (
-            (ArmName.STRUCTURAL_MIN, True),
-            (ArmName.STRUCTURAL_PERHOP, True),
-            (ArmName.PROSE, False),
-        ):
+        for name in (ArmName.STRUCTURAL_MIN, ArmName.STRUCTURAL_PERHOP, ArmName.PROSE):
             self.plans[name] = [
                 (gi, gate, mode, GateCounts())
                 for gi, gate in enumerate(GATES)
-                for mode in gate_modes(gate, structural, params.rehydrate)
+                for mode in gate_modes(gate, name.structural, params.rehydrate)
             ]
 
     def owner(self, value_id: int) -> NodeHandle:

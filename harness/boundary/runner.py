@@ -22,7 +22,7 @@ One run here is one in-process run (same events, same
   the holder (``Deliver``; through relays with ``Forward`` for a chain
   A → B → C, the obligation travelling with it, S7): ground_truth with its
   whole lineage, the structural arms compacted with their commitments and
-  obligations, prose as its blob (:mod:`harness._boundary_wire`).
+  obligations, prose as its blob (:mod:`harness.boundary.wire`).
 - the **holder** decodes the value and runs the nine gates in every mode. A
   rehydrate-mode gate that needs the folded hops gets them from one
   :meth:`nodes.client.Holder.rehydrate` per arm and decision — one
@@ -52,10 +52,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness._boundary_nodes import start_topology
-from harness._boundary_play import Runner, RunPlayer
-from harness._boundary_records import (
-    BOUNDARY_FAULTS,
+from harness.boundary.choices import BOUNDARY_FAULTS
+from harness.boundary.play import Runner, RunPlayer
+from harness.boundary.records import (
     ArmCosts,
     BoundaryError,
     BoundaryOutcome,
@@ -63,10 +62,12 @@ from harness._boundary_records import (
     EvidenceRecord,
     RunComparison,
     Setting,
+    overall_fingerprints,
 )
-from harness._boundary_wire import CryptoMeter
+from harness.boundary.report import write_outputs
+from harness.boundary.topology import start_topology
+from harness.boundary.wire import CryptoMeter
 from harness.config import ExperimentConfig, Profile
-from harness.fingerprint import combine
 from harness.metrics import RunKey
 from harness.replay import ReplayParams
 from harness.runner import progress_disabled, replay_params
@@ -84,12 +85,14 @@ __all__ = [
     "overall_fingerprints",
     "run_boundary",
     "run_boundary_async",
+    "slice_tasks",
 ]
 
 
-def _tasks(
+def slice_tasks(
     cfg: ExperimentConfig, settings: BoundarySettings
 ) -> list[tuple[RunKey, Profile, ReplayParams]]:
+    """The slice's runs in play order: (key, degradation profile, replay parameters)."""
     return [
         (
             RunKey("boundary", cadence, profile_name, seed),
@@ -119,7 +122,7 @@ async def run_boundary_async(
     from tqdm import tqdm
 
     settings.validate(cfg)
-    tasks = _tasks(cfg, settings)
+    tasks = slice_tasks(cfg, settings)
     total = len(tasks) * (settings.steps // cfg.decision_every)  # decisions at step % D == 0
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="provnet-boundary-") as tmp:
@@ -204,15 +207,5 @@ def run_boundary(
         )
     )
     if out is not None:
-        from harness._boundary_report import write_outputs
-
         outcome.written = write_outputs(outcome, out)
     return outcome
-
-
-def overall_fingerprints(outcome: BoundaryOutcome) -> tuple[str, str]:
-    """(in-process, boundary) fingerprints over all runs, in run order."""
-    return (
-        combine((r.label, r.in_process_fingerprint) for r in outcome.runs),
-        combine((r.label, r.boundary_fingerprint) for r in outcome.runs),
-    )

@@ -9,26 +9,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
 from harness.cli import UsageError
-from harness.cli_experiment import _DEFAULT_CONFIG, _load, _prepare_out, _progress_flags
+from harness.cli_common import (
+    DEFAULT_CONFIG,
+    add_progress_flags,
+    load_experiment_config,
+    positive_int,
+    prepare_out,
+)
+from nodes.faults import FaultMode
 
 __all__ = ["configure"]
 
-_FAULTS = ("none", "refuse", "tamper", "equivocate", "slow", "drop")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
 
 def _int_list(text: str) -> tuple[int, ...]:
-    return tuple(_positive_int(part) for part in text.split(",") if part.strip())
+    return tuple(positive_int(part) for part in text.split(",") if part.strip())
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -42,28 +38,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         default=None,
-        help=f"experiment YAML for K, W, penalty, profiles (default: {_DEFAULT_CONFIG}, "
+        help=f"experiment YAML for K, W, penalty, profiles (default: {DEFAULT_CONFIG}, "
         "else built-in)",
     )
     parser.add_argument("--out", type=Path, default=Path("results-boundary"))
-    parser.add_argument(
-        "--seeds", type=_positive_int, default=None, help="seeds 0..N-1 (default 2)"
-    )
+    parser.add_argument("--seeds", type=positive_int, default=None, help="seeds 0..N-1 (default 2)")
     parser.add_argument(
         "--cadence", type=_int_list, default=None, help="compaction cadence(s), e.g. 25 or 10,25"
     )
     parser.add_argument("--profile", default=None, help="profile name(s), e.g. med or low,high")
-    parser.add_argument("--steps", type=_positive_int, default=None, help="steps per run")
+    parser.add_argument("--steps", type=positive_int, default=None, help="steps per run")
     parser.add_argument(
         "--full",
         action="store_true",
         help="the config's whole main matrix (its cadences, profiles, seeds, steps)",
     )
-    parser.add_argument("--transport", choices=("memory", "grpc"), default="memory")
-    parser.add_argument("--fault", choices=_FAULTS, default="none", help="fault of the origin")
+    # Choices as strings (argparse shows them verbatim in errors), derived from the enums.
+    parser.add_argument(
+        "--transport",
+        choices=tuple(t.value for t in TransportKind),
+        default=TransportKind.MEMORY.value,
+    )
+    parser.add_argument(
+        "--fault",
+        choices=tuple(f.value for f in BOUNDARY_FAULTS),
+        default=FaultMode.NONE.value,
+        help="fault of the origin",
+    )
     parser.add_argument(
         "--fault-delay-ms",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="answer delay of 'slow' (default: twice --deadline-ms)",
     )
@@ -75,13 +79,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--origins",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         help="origins sharing the values (value v owned by origin v mod N); fault on the first",
     )
     parser.add_argument(
         "--deadline-ms",
-        type=_positive_int,
+        type=positive_int,
         default=1000,
         help="answer time obligations promise (lower it for drop/slow runs)",
     )
@@ -101,15 +105,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="keep the nodes' data directories (keys, hop logs, stores) here"
         " instead of a temporary directory",
     )
-    _progress_flags(parser)
+    add_progress_flags(parser)
     parser.set_defaults(handler=_handler)
 
 
 def _handler(args: argparse.Namespace) -> int:
-    cfg = _load(args.config, _DEFAULT_CONFIG, sweep=False)
+    cfg = load_experiment_config(args.config, DEFAULT_CONFIG, sweep=False)
     if args.reasks < 0:
         raise UsageError(f"--reasks: expected an integer >= 0, got {args.reasks}")
-    if args.fault_delay_ms is not None and args.fault != "slow":
+    fault = FaultMode(args.fault)
+    if args.fault_delay_ms is not None and fault is not FaultMode.SLOW:
         raise UsageError("--fault-delay-ms applies to --fault slow only")
     if args.full:
         cadences = cfg.compaction_cadence
@@ -130,10 +135,14 @@ def _handler(args: argparse.Namespace) -> int:
     if args.steps is not None:
         steps = args.steps
 
-    from harness._boundary_nodes import TransportKind
-    from harness.boundary import BoundaryError, BoundarySettings, run_boundary
+    from harness.boundary.report import percentile
+    from harness.boundary.runner import (
+        BoundaryError,
+        BoundarySettings,
+        overall_fingerprints,
+        run_boundary,
+    )
     from nodes.config import LogFormat
-    from nodes.faults import FaultMode
     from nodes.logging import configure_logging
 
     settings = BoundarySettings(
@@ -142,7 +151,7 @@ def _handler(args: argparse.Namespace) -> int:
         seeds=tuple(seeds),
         steps=steps,
         transport=TransportKind(args.transport),
-        fault=FaultMode(args.fault),
+        fault=fault,
         fault_delay_ms=args.fault_delay_ms or 0,
         chain=tuple(args.chain),
         origins=args.origins,
@@ -155,7 +164,7 @@ def _handler(args: argparse.Namespace) -> int:
         settings.validate(cfg)
     except BoundaryError as exc:
         raise UsageError(str(exc)) from None
-    _prepare_out(args.out)
+    prepare_out(args.out)
     # Node events go to stderr as JSON, warnings and above only: the run's
     # own output is the summary below and the files.
     configure_logging(LogFormat.JSON, "warning")
@@ -167,8 +176,6 @@ def _handler(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"{args.out}: cannot write results: {exc}") from None
-    from harness.boundary import overall_fingerprints
-
     in_fp, b_fp = overall_fingerprints(outcome)
     same = sum(1 for r in outcome.runs if r.fingerprints_equal)
     print(
@@ -178,8 +185,6 @@ def _handler(args: argparse.Namespace) -> int:
     print(f"fingerprint in-process {in_fp}")
     print(f"fingerprint boundary   {b_fp}")
     print(f"runs deciding exactly as in-process: {same}/{len(outcome.runs)}")
-    from harness._boundary_report import percentile
-
     arms = ("structural_min", "structural_perhop")
     rehydrations = sum(outcome.arm_costs[a].rehydrations for a in arms)
     if rehydrations:

@@ -16,9 +16,10 @@ import csv
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import assert_never
 
 from harness.arms import ARM_ORDER, ArmName
-from harness.boundary import (
+from harness.boundary.records import (
     ArmCosts,
     BoundaryOutcome,
     Setting,
@@ -96,7 +97,7 @@ EVIDENCE_COLUMNS: list[str] = [
 
 
 def _modes(arm: ArmName) -> list[Mode]:
-    structural = arm in (ArmName.STRUCTURAL_MIN, ArmName.STRUCTURAL_PERHOP)
+    structural = arm.structural
     seen: list[Mode] = []
     for gate in GATES:
         for mode in gate_modes(gate, structural, True):
@@ -141,7 +142,7 @@ def cost_rows(outcome: BoundaryOutcome) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     in_rows = [r for run in outcome.runs for r in run.in_process_rows]
     b_rows = [r for run in outcome.runs for r in run.boundary_rows]
-    for setting in (Setting.IN_PROCESS, Setting.BOUNDARY):
+    for setting in Setting:
         gate_rows = in_rows if setting is Setting.IN_PROCESS else b_rows
         for arm in ARM_ORDER:
             costs: ArmCosts = outcome.arm_costs[arm.value]
@@ -188,7 +189,7 @@ def cost_rows(outcome: BoundaryOutcome) -> list[dict[str, object]]:
                         delivery_crypto_ms=0.0,
                         rehydrate_crypto_ms=0.0,
                     )
-                else:
+                elif setting is Setting.BOUNDARY:
                     r = rehydrate if rehydrating else zero
                     row.update(
                         fallbacks=sum(
@@ -224,6 +225,8 @@ def cost_rows(outcome: BoundaryOutcome) -> list[dict[str, object]]:
                         ),
                         rehydrate_crypto_ms=round(r.get("sig_ms", 0) + r.get("hash_ms", 0), 3),
                     )
+                else:
+                    assert_never(setting)
                 rows.append(row)
     commit = wire.get(("origin", "commit"), zero)
     row = {c: 0 for c in COST_COLUMNS}

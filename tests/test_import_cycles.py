@@ -1,0 +1,157 @@
+"""No import cycles inside ``nodes/`` or inside ``harness/`` (static check).
+
+Every ``.py`` file of the package is parsed with :mod:`ast` and every
+``import`` / ``from … import`` statement anywhere in it becomes an edge of
+the module graph: module level, inside functions (the lazy imports that keep
+the CLI light), under ``if TYPE_CHECKING:`` and relative imports alike. A
+deferred import still ties the two modules together — it merely hides the
+cycle until the function runs — so none is ignored. Importing
+``a.b.c`` also runs ``a/b/__init__.py``, so each import adds an edge to every
+enclosing package of the target inside the checked package too.
+
+Only edges between modules of the same package count (``harness`` →
+``nodes`` is the layering, checked elsewhere); generated protobuf code
+(``nodes/_pb``) is excluded as it is from ruff and mypy.
+
+A cycle is a strongly connected component of more than one module (or a
+module importing itself); the failure lists every one of them.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXCLUDED = ("nodes._pb",)
+
+
+def _modules(package: str, root: Path) -> dict[str, Path]:
+    """Dotted module name → file, for every module of ``package`` (packages as ``__init__``)."""
+    out: dict[str, Path] = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        name = ".".join(parts)
+        if name.startswith(EXCLUDED):
+            continue
+        out[name] = path
+    return out
+
+
+def _imported_names(module: str, path: Path, is_package: bool) -> Iterator[str]:
+    """Every dotted name ``module`` imports (``from a import b`` yields ``a`` and ``a.b``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    here = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = here[: len(here) - (node.level - 1)]
+                base = ".".join([*base_parts, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            yield base
+            for alias in node.names:
+                yield f"{base}.{alias.name}"
+
+
+def import_graph(package: str, root: Path = ROOT) -> dict[str, set[str]]:
+    """Module → the modules of the same package it imports (directly or via ``__init__``)."""
+    modules = _modules(package, root)
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for name in _imported_names(module, path, path.name == "__init__.py"):
+            parts = name.split(".")
+            # the target module and every enclosing package it makes Python run
+            for i in range(1, len(parts) + 1):
+                target = ".".join(parts[:i])
+                if target in modules and target != package and target != module:
+                    graph[module].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component: list[str] = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph[v]:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_cycle_finder_reports_a_cycle_and_passes_a_chain() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_import_graph_sees_function_level_relative_and_package_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from pkg.b import x\n")
+    (pkg / "a.py").write_text("def f() -> None:\n    from .sub import c\n")
+    (pkg / "b.py").write_text("import typing\nif typing.TYPE_CHECKING:\n    import pkg.a\nx = 1\n")
+    (pkg / "sub" / "c.py").write_text("from .. import b\n")
+    graph = import_graph("pkg", tmp_path)
+    assert graph == {
+        "pkg": set(),
+        "pkg.a": {"pkg.sub", "pkg.sub.c"},  # function level, relative; runs sub/__init__
+        "pkg.b": {"pkg.a"},  # under TYPE_CHECKING
+        "pkg.sub": {"pkg.b"},
+        "pkg.sub.c": {"pkg.b"},
+    }
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub", "pkg.sub.c"]]
+
+
+@pytest.mark.parametrize(
+    "package",
+    [
+        "harness",
+        pytest.param(
+            "nodes",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="nodes.client, nodes.services and nodes.transport import each other",
+            ),
+        ),
+    ],
+)
+def test_no_import_cycles_within_package(package: str) -> None:
+    found = cycles(import_graph(package))
+    assert found == [], f"import cycles in {package}/: " + "; ".join(" ↔ ".join(c) for c in found)
