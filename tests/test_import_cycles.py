@@ -141,16 +141,7 @@ def test_import_graph_sees_function_level_relative_and_package_imports(tmp_path:
 
 @pytest.mark.parametrize(
     "package",
-    [
-        "harness",
-        pytest.param(
-            "nodes",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="nodes.client, nodes.services and nodes.transport import each other",
-            ),
-        ),
-    ],
+    ["harness", "nodes"],
 )
 def test_no_import_cycles_within_package(package: str) -> None:
     found = cycles(import_graph(package))
