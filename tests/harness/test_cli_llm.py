@@ -118,6 +118,12 @@ def test_llm_run_counts_refusals_as_parse_failures(
     assert sum(int(r["n_refusals"]) for r in rows) == failures
     meta = json.loads((out / "run_meta.json").read_text())["llm_channel"]
     assert meta["refusals"] == meta["parse_failures"] == failures
+    # the report says which channel ran and what it cost
+    assert main(["experiment", "report", "--out", str(out), "--sweep-out", str(tmp_path)]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "Real summarize→extract channel (openai m)" in summary
+    assert f"{meta['calls']} requests sent, {meta['cache_hits']} answers from the cache" in summary
+    assert f"{failures} refusals (counted among the parse failures)" in summary
 
 
 def test_budget_stops_before_the_next_call_with_one_error_line(
