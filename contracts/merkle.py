@@ -203,7 +203,9 @@ def inclusion_proof(leaves: Sequence[bytes], index: int) -> tuple[bytes, ...]:
 def _check_hash(value: object, what: str) -> bytes:
     """RFC 9162 length check: a SHA-256 hash is exactly 32 bytes."""
     if type(value) is not bytes or len(value) != HASH_LEN:
-        got = f"{len(value)} bytes" if isinstance(value, bytes | bytearray) else type(value).__name__
+        got = type(value).__name__
+        if isinstance(value, bytes | bytearray):
+            got = f"{len(value)} bytes"
         raise EncodingError(f"{what} must be a {HASH_LEN}-byte hash, got {got}")
     return value
 
@@ -367,7 +369,9 @@ def verify_consistency(
     # (2) equal sizes: nothing to prove but equal roots
     if first == second:
         if proof:
-            raise EncodingError(f"trees of equal size {first} take an empty proof, got {len(proof)}")
+            raise EncodingError(
+                f"trees of equal size {first} take an empty proof, got {len(proof)} hashes"
+            )
         if first_root != second_root:
             raise RootMismatch(
                 f"two trees of size {first} with roots {first_root.hex()[:12]}…"

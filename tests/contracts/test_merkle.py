@@ -24,8 +24,7 @@ from contracts import (
     root_from_inclusion,
     verify_inclusion,
 )
-from contracts.merkle import consistency_roots, verify_consistency
-from contracts.merkle import leaf_hash
+from contracts.merkle import consistency_roots, leaf_hash, verify_consistency
 
 
 def _h(data: bytes) -> bytes:
