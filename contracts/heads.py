@@ -64,7 +64,7 @@ from contracts.errors import (
     RootMismatch,
 )
 from contracts.identity import Identity
-from contracts.merkle import MerkleTree, leaf_hash, merkle_root, verify_inclusion
+from contracts.merkle import HASH_LEN, MerkleTree, leaf_hash, merkle_root, verify_inclusion
 from contracts.signed import Signed, open_statement, sign_statement
 from contracts.statements import Commitment, Head, Obligation
 
@@ -138,7 +138,15 @@ class FoldRecord:
     def from_bytes(cls, data: bytes) -> FoldRecord:
         """Strict parse; the bytes must be the canonical form (they are hashed as sent)."""
         obj = parse_json_object(data, what="fold record", max_bytes=_MAX_RECORD_BYTES)
-        if obj.keys() != _RECORD_KEYS:
+        record = cls.from_json(obj)
+        if record.to_bytes() != data:
+            raise EncodingError("fold record: bytes are not RFC 8785 canonical")
+        return record
+
+    @classmethod
+    def from_json(cls, obj: Any) -> FoldRecord:
+        """Strict parse of the decoded record; its leaf data is :meth:`to_bytes`."""
+        if type(obj) is not dict or obj.keys() != _RECORD_KEYS:
             raise EncodingError(f"fold record: fields must be {sorted(_RECORD_KEYS)}")
         n, p, r, s, v = obj["n"], obj["p"], obj["r"], obj["s"], obj["v"]
         if type(n) is not int or type(s) is not int or type(v) is not str:
@@ -146,12 +154,9 @@ class FoldRecord:
         if not is_digest(r) or not (p is None or is_digest(p)):
             raise EncodingError("fold record: r and p must be 64 lower-case hex (p may be null)")
         try:
-            record = cls(value_ref=v, fold_seq=s, leaf_count=n, root=r, prev=p)
+            return cls(value_ref=v, fold_seq=s, leaf_count=n, root=r, prev=p)
         except ValueError as exc:
             raise EncodingError(f"fold record: {exc}") from exc
-        if record.to_bytes() != data:
-            raise EncodingError("fold record: bytes are not RFC 8785 canonical")
-        return record
 
 
 def batch_record(size: int, root: str) -> bytes:
@@ -159,25 +164,25 @@ def batch_record(size: int, root: str) -> bytes:
     return canonical_bytes({"root": root, "size": size})
 
 
-def _b64(data: bytes) -> str:
-    return base64.standard_b64encode(data).decode("ascii")
+def _path_b64(path: Sequence[bytes]) -> str:
+    return base64.standard_b64encode(b"".join(path)).decode("ascii")
 
 
-def _unb64(value: object, what: str) -> bytes:
-    if type(value) is not str or len(value) > _MAX_RECORD_BYTES * 2:
-        raise EncodingError(f"fold proof: {what} must be a base64 string")
+def _path_from_b64(value: object) -> tuple[bytes, ...]:
+    """An audit path: the concatenated 32-byte hashes, standard base64."""
+    if type(value) is not str or len(value) > 4 * _MAX_PATH * HASH_LEN // 3 + 4:
+        raise EncodingError(f"fold proof: path must be base64 of at most {_MAX_PATH} hashes")
     try:
-        return binascii.a2b_base64(value, strict_mode=True)
+        raw = binascii.a2b_base64(value, strict_mode=True)
     except (binascii.Error, ValueError) as exc:
-        raise EncodingError(f"fold proof: {what} is not base64 ({exc})") from exc
+        raise EncodingError(f"fold proof: path is not base64 ({exc})") from exc
+    if len(raw) % HASH_LEN:
+        raise EncodingError(f"fold proof: path of {len(raw)} bytes is not whole 32-byte hashes")
+    return tuple(raw[i : i + HASH_LEN] for i in range(0, len(raw), HASH_LEN))
 
 
-def _hex_hashes(value: object, what: str, limit: int) -> tuple[bytes, ...]:
-    if type(value) is not list or len(value) > limit:
-        raise EncodingError(f"fold proof: {what} must be a list of at most {limit} hashes")
-    if not all(is_digest(h) for h in value):
-        raise EncodingError(f"fold proof: {what} must hold 64 lower-case hex hashes")
-    return tuple(bytes.fromhex(h) for h in value)
+def _record_bytes(value: object) -> bytes:
+    return FoldRecord.from_json(value).to_bytes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +195,12 @@ class FoldProof:
     fold proven is the last of the chain (or ``record`` when it is empty).
     Unsigned: it is verified against the head's signed root.
 
-    Wire form (JSON): ``{"head": hex, "index": int, "path": [hex…],
-    "record": base64}`` plus ``"chain": [base64…]`` when not empty.
+    Wire form (JSON, kept small: it travels with every value):
+    ``{"head": hex digest, "index": int, "path": base64 of the concatenated
+    hashes, "record": {fold record}}`` plus ``"chain": [{fold record}…]``
+    when not empty. A record travels as its JSON object; its leaf data is the
+    RFC 8785 encoding of that object (:meth:`FoldRecord.to_bytes`), which is
+    exact for its integer, string and hex fields.
     """
 
     head: str
@@ -209,11 +218,11 @@ class FoldProof:
         out: JsonObject = {
             "head": self.head,
             "index": self.index,
-            "path": [p.hex() for p in self.path],
-            "record": _b64(self.record),
+            "path": _path_b64(self.path),
+            "record": FoldRecord.from_bytes(self.record).to_json(),
         }
         if self.chain:
-            out["chain"] = [_b64(c) for c in self.chain]
+            out["chain"] = [FoldRecord.from_bytes(c).to_json() for c in self.chain]
         return out
 
     def to_bytes(self) -> bytes:
@@ -236,9 +245,9 @@ class FoldProof:
         return cls(
             head=head,
             index=index,
-            path=_hex_hashes(obj["path"], "path", _MAX_PATH),
-            record=_unb64(obj["record"], "record"),
-            chain=tuple(_unb64(c, f"chain[{i}]") for i, c in enumerate(chain)),
+            path=_path_from_b64(obj["path"]),
+            record=_record_bytes(obj["record"]),
+            chain=tuple(_record_bytes(c) for c in chain),
         )
 
     @classmethod
