@@ -54,6 +54,7 @@ from tests.contracts._support import (
     fixed_identity,
     make_head_world,
     make_hops,
+    make_world,
     resign_receipt,
 )
 
@@ -509,3 +510,20 @@ def test_head_cache_points_out_a_conflicting_head_of_the_same_compaction() -> No
     assert cache.conflicting(x.heads[0]) is None
     ev = split_view_evidence(other, seen, reported_at=NOW)
     assert verify_evidence(ev, now=NOW).status is EvidenceStatus.PROVEN
+
+
+@pytest.mark.parametrize("values", [1, 4])
+def test_bytes_per_value_with_a_verified_head_stay_under_400_for_any_number_of_folds(
+    values: int,
+) -> None:
+    ow = make_world()
+    old_per_fold = len(ow.commitment.to_bytes()) + len(ow.obligation.to_bytes())
+    sizes = []
+    for folds in (1, 5, 50):
+        w = make_head_world(values=values, compactions=folds)
+        proof = w.log.fold_proof("value:42").to_bytes()
+        sizes.append(len(proof))
+        assert len(proof) <= 400, (values, folds, len(proof))
+        # The per-fold scheme carries every fold's pair; one pair already costs more.
+        assert len(proof) < old_per_fold
+    assert sizes[1] == sizes[2] - 1  # fold_seq 4 -> 49: one more digit, nothing else
