@@ -39,6 +39,7 @@ from contracts import (
     build_witness_report,
     check_evidence,
     cite_head,
+    eviction_blockers,
     judge_fold_answer,
     sign_envelope,
     sign_served,
@@ -527,3 +528,13 @@ def test_bytes_per_value_with_a_verified_head_stay_under_400_for_any_number_of_f
         # The per-fold scheme carries every fold's pair; one pair already costs more.
         assert len(proof) < old_per_fold
     assert sizes[1] == sizes[2] - 1  # fold_seq 4 -> 49: one more digit, nothing else
+
+
+def test_s5_heads_an_unexpired_head_blocks_evicting_its_folds() -> None:
+    w = make_head_world()
+    leaf = w.fold.leaf_hash.hex()
+    blockers = eviction_blockers([w.fold.obligation], commitment=leaf, now=NOW + 1)
+    assert [b.digest for b in blockers] == [w.head.digest]
+    assert eviction_blockers([w.fold.obligation], commitment=leaf, now=NOW + DAY) == ()
+    other = verify_fold(w.log.fold_proof("value:1"), w.head)
+    assert eviction_blockers([other.obligation], commitment=leaf, now=NOW + 1) == ()
