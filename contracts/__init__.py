@@ -38,7 +38,8 @@ Module map (main entry points)::
     evidence    Evidence (standalone file), verify_evidence / check_evidence,
                 judge_answer (classify a receipt), unanswered_evidence,
                 equivocation_evidence, EquivocationDetector,
-                split_view_evidence, cite_head (head-bound records)
+                split_view_evidence, judge_head_extension, cite_head
+                (head-bound records)
     attest      TrustPolicy, build_attestation, verify_attestation /
                 check_attestation, RehydrationProof, apply_attestations (the
                 only way an axis goes up), remaining_taints,
@@ -123,6 +124,7 @@ from contracts.evidence import (
     cite_head,
     equivocation_evidence,
     judge_answer,
+    judge_head_extension,
     split_view_evidence,
     unanswered_evidence,
     verify_evidence,
@@ -315,6 +317,7 @@ __all__ = [
     "inclusion_proof",
     "judge_answer",
     "judge_fold_answer",
+    "judge_head_extension",
     "leaf_hash",
     "leaf_hashes",
     "load_identity",

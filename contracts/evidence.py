@@ -69,6 +69,7 @@ from contracts.errors import (
     ContractError,
     EncodingError,
     NotEvidence,
+    RootMismatch,
     VerificationError,
     run_check,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "cite_head",
     "equivocation_evidence",
     "judge_answer",
+    "judge_head_extension",
     "split_view_evidence",
     "unanswered_evidence",
     "verify_evidence",
@@ -689,6 +691,41 @@ def split_view_evidence(
     )
     _verify_split_view(e)
     return e
+
+
+def judge_head_extension(
+    earlier: Signed[Head],
+    later: Signed[Head],
+    path: Sequence[bytes],
+    *,
+    reported_at: int,
+) -> Evidence | None:
+    """Does ``later`` extend ``earlier`` (two verified heads of one origin and epoch)?
+
+    ``None`` when it provably does (same tree for the same ``seq``, or the
+    consistency path, in the seeded form of
+    :meth:`contracts.heads.HeadLog.consistency_path`, reproduces both log
+    roots); split-view evidence when the path reproduces ``later``'s signed
+    log root but not ``earlier``'s (or the same ``seq`` has another tree).
+    A path that does not reproduce ``later``'s log root proves nothing either
+    way: :class:`RootMismatch` (ask again; it is not evidence).
+    """
+    a, b = earlier.statement, later.statement
+    if (a.origin, a.epoch) != (b.origin, b.epoch) or a.seq > b.seq:
+        raise ValueError("judge_head_extension takes two heads of one log, earlier first")
+    if a.seq == b.seq:
+        if a.tree == b.tree:
+            return None
+        return split_view_evidence(earlier, later, reported_at=reported_at)
+    fr, fh = consistency_roots(a.seq + 1, b.seq + 1, path)
+    if fh.hex() != b.log_root:
+        raise RootMismatch(
+            f"consistency path from head {earlier.digest[:12]}… does not lead to the log root"
+            f" of head {later.digest[:12]}…"
+        )
+    if fr.hex() == a.log_root:
+        return None
+    return split_view_evidence(earlier, later, reported_at=reported_at, path=path)
 
 
 def cite_head(evidence: Evidence, fold: VerifiedFold) -> Evidence:

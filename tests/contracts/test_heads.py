@@ -41,6 +41,7 @@ from contracts import (
     cite_head,
     eviction_blockers,
     judge_fold_answer,
+    judge_head_extension,
     sign_envelope,
     sign_served,
     split_view_evidence,
@@ -538,3 +539,20 @@ def test_s5_heads_an_unexpired_head_blocks_evicting_its_folds() -> None:
     assert eviction_blockers([w.fold.obligation], commitment=leaf, now=NOW + DAY) == ()
     other = verify_fold(w.log.fold_proof("value:1"), w.head)
     assert eviction_blockers([other.obligation], commitment=leaf, now=NOW + 1) == ()
+
+
+def test_split_view_a_holder_judges_whether_a_later_head_extends_the_one_it_holds() -> None:
+    x, y = _two_views(diverge_at=2, length=6)
+    # One view: the origin's path shows head 5 extends head 1.
+    path = y.consistency_path(1, 5)
+    assert judge_head_extension(y.heads[1], y.heads[5], path, reported_at=NOW) is None
+    assert judge_head_extension(y.heads[3], y.heads[3], (), reported_at=NOW) is None
+    # The holder of X's head 3 is shown Y's head 5: the origin's own path convicts it.
+    ev = judge_head_extension(x.heads[3], y.heads[5], y.consistency_path(3, 5), reported_at=NOW)
+    assert ev is not None
+    assert verify_evidence(ev, now=NOW).kind is EvidenceKind.SPLIT_VIEW
+    # A path that does not lead to the later signed root proves nothing either way.
+    with pytest.raises(RootMismatch):
+        judge_head_extension(x.heads[3], y.heads[5], x.consistency_path(3, 5), reported_at=NOW)
+    with pytest.raises(ValueError, match="earlier first"):
+        judge_head_extension(y.heads[5], y.heads[1], (), reported_at=NOW)
