@@ -50,10 +50,12 @@ from contracts import (
     build_obligation,
     canonical_bytes,
     hop_bytes,
+    judge_fold_answer,
     merkle_root,
     open_statement,
     pae,
     sign_statement,
+    verify_fold,
     verify_served,
 )
 
@@ -225,6 +227,39 @@ def print_bytes(origin: Identity) -> bool:
     return ok
 
 
+class LazyFold:
+    """A fold under a verified head and a faithful receipt: the lazy hot path."""
+
+    def __init__(self, origin: Identity, holder: Identity, n: int) -> None:
+        self.hops = make_hops(origin.node_id, n)
+        log = HeadLog(origin, "run-1")
+        compaction = log.compact(
+            [FoldInput("v", 0, self.hops)],
+            serve_until=NOW + 86_400_000,
+            deadline_ms=2_000,
+            endpoints=["127.0.0.1:50051"],
+            issued_at=NOW,
+        )
+        self.fold = verify_fold(compaction.proofs["v"], compaction.head)
+        self.demand = build_demand(holder, self.fold.obligation, now=NOW + 1, nonce="ab" * 16)
+        receipt = answer_demand(
+            origin,
+            self.demand,
+            obligation=self.fold.obligation,
+            commitment=self.fold.commitment,
+            hops=self.hops,
+            now=NOW + 2,
+        )
+        self.receipt_bytes = receipt.to_bytes()
+
+    def judge(self) -> None:
+        answer = judge_fold_answer(
+            self.receipt_bytes, self.hops, demand=self.demand, fold=self.fold, reported_at=NOW
+        )
+        if answer.served is None:
+            raise RuntimeError(f"lazy judge did not serve: {answer.reason}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="contracts per-operation timings")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
@@ -284,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
         row(f"merkle root, {n}-hop fold", lambda hops=hops: merkle_root(hops), max(4, 2_000 // n))  # type: ignore[misc]
     for n, fold in folds.items():
         row(f"verify served {n}-hop fold end to end", fold.verify, max(4, 1_000 // n))
+    for n in (5, 50, 500):
+        lazy = LazyFold(origin, holder, n)
+        row(f"judge_fold_answer {n}-hop fold, head verified", lazy.judge, max(4, 1_000 // n))
 
     # The ratio, measured interleaved so both sides see the same machine state.
     fold = folds[50]

@@ -335,3 +335,29 @@ def test_property_a_changed_prefix_or_a_flipped_proof_bit_fails_consistency(
     flipped[i] = bytes([flipped[i][0] ^ 1]) + flipped[i][1:]
     with pytest.raises((RootMismatch, EncodingError)):
         verify_consistency(m, n, flipped, tree.root_at(m), tree.root)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    a=st.integers(-3, 70),
+    b=st.integers(-3, 70),
+    hashes=st.lists(st.binary(min_size=0, max_size=34), max_size=9),
+    r1=st.binary(max_size=34),
+    r2=st.binary(max_size=34),
+)
+def test_property_verification_of_arbitrary_input_only_ever_raises_contract_errors(
+    a: int, b: int, hashes: list[bytes], r1: bytes, r2: bytes
+) -> None:
+    from contracts import ContractError
+
+    for check in (
+        lambda: verify_inclusion(r1, a, b, hashes, r2),
+        lambda: verify_consistency(a, b, hashes, r1, r2),
+        lambda: consistency_roots(a, b, hashes),
+    ):
+        try:
+            check()
+        except ContractError:
+            continue
+        # Accepted: then every hash given had the right length.
+        assert all(len(h) == 32 for h in hashes)
