@@ -45,7 +45,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, assert_never
 
 from contracts._fields import (
     MAX_COUNT,
@@ -138,13 +138,19 @@ class EvidenceStatus(StrEnum):
     CLEARED = "cleared"
 
 
-_LEVEL = {
-    EvidenceKind.BAD_DATA: EvidenceLevel.PROOF,
-    EvidenceKind.REFUSED: EvidenceLevel.PROOF,
-    EvidenceKind.EQUIVOCATION: EvidenceLevel.PROOF,
-    EvidenceKind.UNANSWERED: EvidenceLevel.SUSPICION,
-    EvidenceKind.SPLIT_VIEW: EvidenceLevel.PROOF,
-}
+def _level(kind: EvidenceKind) -> EvidenceLevel:
+    match kind:
+        case (
+            EvidenceKind.BAD_DATA
+            | EvidenceKind.REFUSED
+            | EvidenceKind.EQUIVOCATION
+            | EvidenceKind.SPLIT_VIEW
+        ):
+            return EvidenceLevel.PROOF
+        case EvidenceKind.UNANSWERED:
+            return EvidenceLevel.SUSPICION
+        case _:
+            assert_never(kind)
 
 _FIELDS = frozenset(
     {
@@ -203,7 +209,7 @@ class Evidence:
 
     @property
     def level(self) -> EvidenceLevel:
-        return _LEVEL[self.kind]
+        return _level(self.kind)
 
     @property
     def digest(self) -> str:
@@ -631,15 +637,19 @@ def verify_evidence(
     if min_witnesses < 1:
         raise ValueError("min_witnesses must be at least 1")
     e = evidence if isinstance(evidence, Evidence) else Evidence.from_bytes(evidence)
-    if e.kind is EvidenceKind.BAD_DATA:
-        return _verify_bad_data(e)
-    if e.kind is EvidenceKind.REFUSED:
-        return _verify_refused(e)
-    if e.kind is EvidenceKind.EQUIVOCATION:
-        return _verify_equivocation(e)
-    if e.kind is EvidenceKind.SPLIT_VIEW:
-        return _verify_split_view(e)
-    return _verify_unanswered(e, now, min_witnesses)
+    match e.kind:
+        case EvidenceKind.BAD_DATA:
+            return _verify_bad_data(e)
+        case EvidenceKind.REFUSED:
+            return _verify_refused(e)
+        case EvidenceKind.EQUIVOCATION:
+            return _verify_equivocation(e)
+        case EvidenceKind.UNANSWERED:
+            return _verify_unanswered(e, now, min_witnesses)
+        case EvidenceKind.SPLIT_VIEW:
+            return _verify_split_view(e)
+        case _:
+            assert_never(e.kind)
 
 
 def check_evidence(
