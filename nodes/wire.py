@@ -40,6 +40,7 @@ from nodes._pb.provnet.v1 import (
 from nodes.messages import (
     Answer,
     ChallengeResult,
+    CommittedCompaction,
     CommittedFold,
     Delivery,
     NodeInfo,
@@ -71,9 +72,13 @@ __all__ = [
     "challenge_response",
     "challenge_response_size",
     "challenge_result_from_pb",
+    "commit_compaction_request",
+    "commit_compaction_response",
     "commit_fold_request",
     "commit_fold_response",
+    "committed_compaction_from_pb",
     "committed_fold_from_pb",
+    "compaction_folds_from_pb",
     "deliver_request",
     "deliver_request_size",
     "deliver_response",
@@ -120,6 +125,8 @@ def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
         value=delivery.value,
         commitments=list(delivery.commitments),
         obligations=list(delivery.obligations),
+        fold_proofs=list(delivery.fold_proofs),
+        heads=list(delivery.heads),
     )
 
 
@@ -130,6 +137,8 @@ def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delive
         commitments=tuple(bytes(c) for c in msg.commitments),
         obligations=tuple(bytes(o) for o in msg.obligations),
         sender=sender,
+        fold_proofs=tuple(bytes(p) for p in msg.fold_proofs),
+        heads=tuple(bytes(h) for h in msg.heads),
     )
 
 
@@ -284,6 +293,46 @@ def commit_fold_response(fold: CommittedFold) -> hoplog_pb2.CommitFoldResponse:
 
 def committed_fold_from_pb(msg: hoplog_pb2.CommitFoldResponse) -> CommittedFold:
     return CommittedFold(bytes(msg.commitment), bytes(msg.obligation), msg.provenance_pending)
+
+
+def commit_compaction_request(
+    folds: Sequence[tuple[str, Sequence[int], bytes]],
+    *,
+    serve_for_ms: int = 0,
+    deadline_ms: int = 0,
+) -> hoplog_pb2.CommitCompactionRequest:
+    return hoplog_pb2.CommitCompactionRequest(
+        folds=[
+            hoplog_pb2.CompactionFold(value_ref=ref, seqs=list(seqs), value=value)
+            for ref, seqs, value in folds
+        ],
+        serve_for_ms=serve_for_ms,
+        deadline_ms=deadline_ms,
+    )
+
+
+def compaction_folds_from_pb(
+    msg: hoplog_pb2.CommitCompactionRequest,
+) -> list[tuple[str, tuple[int, ...], bytes]]:
+    return [(str(f.value_ref), tuple(int(s) for s in f.seqs), bytes(f.value)) for f in msg.folds]
+
+
+def commit_compaction_response(
+    compaction: CommittedCompaction,
+) -> hoplog_pb2.CommitCompactionResponse:
+    return hoplog_pb2.CommitCompactionResponse(
+        head=compaction.head,
+        fold_proofs=list(compaction.fold_proofs),
+        provenance_pending=compaction.provenance_pending,
+    )
+
+
+def committed_compaction_from_pb(
+    msg: hoplog_pb2.CommitCompactionResponse,
+) -> CommittedCompaction:
+    return CommittedCompaction(
+        bytes(msg.head), tuple(bytes(p) for p in msg.fold_proofs), msg.provenance_pending
+    )
 
 
 def info_request() -> node_pb2.InfoRequest:

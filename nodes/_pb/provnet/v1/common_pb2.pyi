@@ -27,9 +27,13 @@ DESCRIPTOR: _descriptor.FileDescriptor
 @_typing.final
 class DeliveredValue(_message.Message):
     """A compacted value as it crosses the boundary: the value blob plus, for each
-    origin whose hops were folded out of it, that origin's signed commitment and
-    the serving obligation naming it (same order: obligations[i] names
-    commitments[i]).
+    origin whose hops were folded out of it, either (per-fold form) that
+    origin's signed commitment and the serving obligation naming it (same
+    order: obligations[i] names commitments[i]), or (head form) a fold proof
+    (contracts.heads.FoldProof JSON: a fold record proven under a signed tree
+    head, naming the head by digest) and the signed heads those proofs name.
+    A head the receiver already verified may be left out: its digest in the
+    fold proof is then the reference (see DeliverResponse).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -38,12 +42,18 @@ class DeliveredValue(_message.Message):
     VALUE_FIELD_NUMBER: _builtins.int
     COMMITMENTS_FIELD_NUMBER: _builtins.int
     OBLIGATIONS_FIELD_NUMBER: _builtins.int
+    FOLD_PROOFS_FIELD_NUMBER: _builtins.int
+    HEADS_FIELD_NUMBER: _builtins.int
     value_ref: _builtins.str
     value: _builtins.bytes
     @_builtins.property
     def commitments(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     @_builtins.property
     def obligations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    @_builtins.property
+    def fold_proofs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    @_builtins.property
+    def heads(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
         self,
         *,
@@ -51,10 +61,12 @@ class DeliveredValue(_message.Message):
         value: _builtins.bytes = ...,
         commitments: _abc.Iterable[_builtins.bytes] | None = ...,
         obligations: _abc.Iterable[_builtins.bytes] | None = ...,
+        fold_proofs: _abc.Iterable[_builtins.bytes] | None = ...,
+        heads: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "obligations", b"obligations", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "fold_proofs", b"fold_proofs", "heads", b"heads", "obligations", b"obligations", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
