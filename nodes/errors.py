@@ -170,7 +170,6 @@ _CONTRACT_CODES: tuple[tuple[type[ce.ContractError], grpc.StatusCode], ...] = (
     (ce.ContractError, grpc.StatusCode.INVALID_ARGUMENT),
 )
 
-
 def status_for(exc: BaseException) -> grpc.StatusCode | None:
     """The status code a request error maps to; ``None`` for an unexpected error (a bug)."""
     if isinstance(exc, NodeError):

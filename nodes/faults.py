@@ -42,7 +42,7 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import assert_never
+from typing import TYPE_CHECKING, assert_never
 
 from contracts.heads import FoldProof, FoldRecord, build_head, verify_fold
 from contracts.identity import Identity
@@ -59,7 +59,9 @@ from contracts.statements import (
     RefusalReason,
 )
 from nodes.messages import Answer, select_hops
-from nodes.store import CompactionInput
+
+if TYPE_CHECKING:  # the store (aiosqlite, grpc status codes) is not needed to name a mode
+    from nodes.store import CompactionInput
 
 __all__ = [
     "CRASH_EXIT_CODE",

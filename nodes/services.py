@@ -1116,7 +1116,7 @@ class NodeCore:
             held.delivery.fold_proofs,
             held.delivery.heads,
         )
-        data, receipt = await self.send(
+        data, receipt, _ = await self.send(
             address, outgoing, timeout, signer=self.config.pinned_key(peer)
         )
         r = receipt.statement
@@ -1134,8 +1134,10 @@ class NodeCore:
 
     async def send(
         self, address: str, delivery: Delivery, timeout: float, *, signer: str | None = None
-    ) -> tuple[bytes, Signed[DeliveryReceipt]]:
+    ) -> tuple[bytes, Signed[DeliveryReceipt], Delivery]:
         """Deliver to ``address``, sending only the digests of heads it acknowledged before.
+
+        Returns the peer's receipt (bytes, opened) and the delivery as sent.
 
         The peer's signed delivery receipt lists, for a head-form fold, the head
         digest: a head it lists is held verified there, so later deliveries to
@@ -1159,12 +1161,13 @@ class NodeCore:
             for h in elided:
                 self._heads_acked.discard((address, _envelope_digest(h)))
             data = await self.transport.deliver(address, delivery, timeout)
+            outgoing = delivery
         receipt = open_statement(data, DeliveryReceipt, signer=signer)
         sent = {_envelope_digest(h) for h in delivery.heads}
         for digest in receipt.statement.obligations:
             if digest in sent:
                 self._heads_acked.add((address, digest))
-        return data, receipt
+        return data, receipt, outgoing
 
     def _timeout(self, deadline: float | None, default: float) -> float:
         if deadline is None:

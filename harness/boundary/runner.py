@@ -184,6 +184,7 @@ async def run_boundary_async(
         runner.hops_appended,
         time.perf_counter() - start,
         node_ids,
+        heads_committed=runner.heads_committed,
     )
 
 

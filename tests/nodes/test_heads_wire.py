@@ -79,7 +79,7 @@ async def _deliver(
 ) -> tuple[HeldValue, DeliveryReceipt]:
     core = cluster.nodes[origin]
     delivery = Delivery(ref, b"value " + ref.encode(), (), (), core.node_id, (proof,), (head,))
-    _, receipt = await core.send(cluster.address(holder), delivery, 1.0)
+    _, receipt, _ = await core.send(cluster.address(holder), delivery, 1.0)
     return cluster.nodes[holder].held(ref), receipt.statement
 
 
@@ -92,9 +92,7 @@ async def test_one_signature_per_compaction_however_many_values(cluster: MemClus
     h = open_statement(head, Head, signer=origin.node_id).statement
     assert h.size == len(refs)
     assert h.endpoints == (cluster.address("origin"),)
-    assert {FoldProof.from_bytes(p).head for p in proofs} == {
-        open_statement(head, Head).digest
-    }
+    assert {FoldProof.from_bytes(p).head for p in proofs} == {open_statement(head, Head).digest}
 
 
 async def test_faithful_serve_costs_the_holder_no_signature_verification(
@@ -107,9 +105,7 @@ async def test_faithful_serve_costs_the_holder_no_signature_verification(
     (fold,) = held.folds
     assert fold.fold is not None
     with ed25519_counts() as counts:
-        report = audit(
-            await holder.holder.rehydrate("a", list(held.folds)), cluster.correct_ids()
-        )
+        report = audit(await holder.holder.rehydrate("a", list(held.folds)), cluster.correct_ids())
     outcome = single(report)
     assert outcome.outcome is Outcome.SERVED, outcome.detail
     assert [h.leaf_index for h in report.hops] == [0, 1, 2, 3]
