@@ -41,6 +41,7 @@ from harness.gates import Decision as GateDecision
 from harness.lineage import HopLog, merge_folded
 from harness.metrics import GateCounts, RunKey
 from harness.replay import Replayer, ReplayError, ReplayParams
+from nodes import wire
 from nodes.client import Holder, RehydrationReport
 from nodes.services import HeldValue
 from nodes.transport import CallFailed
@@ -406,7 +407,8 @@ class RunPlayer:
             costs.delivery_latencies.append(time.perf_counter() - start)
         costs.decisions += 1
         costs.value_bytes += len(delivery.value)
-        costs.statement_bytes += sent.size - len(sent.value)
+        # Statement bytes as they cross the wire: the protobuf fields they add.
+        costs.statement_bytes += wire.delivery_statement_size(sent)
         costs.commitments_delivered += len(folds)
         return topo.holder.core.held(value_ref)
 
