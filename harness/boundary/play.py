@@ -284,7 +284,11 @@ class RunPlayer:
                     batch: dict[str, tuple[int, tuple[str, ...]]] = {}
                     rest: list[tuple[int, tuple[str, ...]]] = []
                     for key in keys:  # at most one fold per value ref and compaction
-                        ref = f"{self.label}/v{key[0]}"
+                        # A cumulative fold is named by its value and the hops it
+                        # covers: it supersedes the value's earlier folds, so it
+                        # chains to none (its record's prev is null). Every run is
+                        # a new epoch, so the name needs no run label.
+                        ref = f"v{key[0]}.{len(key[1])}"
                         if ref in batch:
                             rest.append(key)
                         else:
@@ -408,7 +412,12 @@ class RunPlayer:
         costs.decisions += 1
         costs.value_bytes += len(delivery.value)
         # Statement bytes as they cross the wire: the protobuf fields they add.
-        costs.statement_bytes += wire.delivery_statement_size(sent)
+        statement_bytes = wire.delivery_statement_size(sent)
+        costs.statement_bytes += statement_bytes
+        per = self.runner.delivery_by_cadence.setdefault((self.key.cadence, arm.value), [0, 0, 0])
+        per[0] += 1
+        per[1] += len(delivery.value)
+        per[2] += statement_bytes
         costs.commitments_delivered += len(folds)
         return topo.holder.core.held(value_ref)
 
@@ -557,6 +566,7 @@ class Runner:
         self.outcomes: dict[tuple[str, str], int] = {}
         self.folds_committed = 0
         self.heads_committed = 0
+        self.delivery_by_cadence: dict[tuple[int, str], list[int]] = {}
         self.hops_appended = 0
         self.context: tuple[str, int, str] = ("", 0, "")
         holder = topo.holder.core

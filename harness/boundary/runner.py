@@ -185,6 +185,7 @@ async def run_boundary_async(
         time.perf_counter() - start,
         node_ids,
         heads_committed=runner.heads_committed,
+        delivery_by_cadence=runner.delivery_by_cadence,
     )
 
 

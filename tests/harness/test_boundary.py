@@ -471,7 +471,7 @@ def test_cost_rows_put_equal_flip_rates_next_to_different_costs(
     rows = {(r["setting"], r["arm"], r["mode"]): r for r in cost_rows(faithful)}
     assert all(set(r) == set(COST_COLUMNS) for r in rows.values())
     for (setting, arm, mode), row in rows.items():
-        if setting != "boundary" or arm == "origin":
+        if setting != "boundary" or arm == "origin" or mode == "delivery":
             continue
         local = rows[("in_process", arm, mode)]
         for column in ("flip_rate", "false_proceed", "false_stop", "lookups", "decisions"):
@@ -485,3 +485,25 @@ def test_cost_rows_put_equal_flip_rates_next_to_different_costs(
     assert rows[("boundary", "structural_min", "blind")]["rehydrate_rpcs"] == 0
     commit = rows[("boundary", "origin", "commit")]
     assert commit["decisions"] == faithful.folds_committed
+
+
+def test_compacted_value_with_head_statements_costs_under_the_full_lineage(
+    faithful: BoundaryOutcome,
+) -> None:
+    from harness.boundary.report import cadence_ratios, cost_rows
+
+    (row,) = cadence_ratios(faithful)
+    cadence, full, value, statements, ratio = row
+    assert cadence == 25
+    assert value < full
+    assert 0 < statements
+    # one fold proof per origin and ancestor value, heads mostly as digests
+    assert ratio <= 0.75, row
+    per_cadence = [r for r in cost_rows(faithful) if r["mode"] == "delivery"]
+    assert {r["arm"] for r in per_cadence} == {
+        "ground_truth",
+        "structural_min",
+        "structural_perhop",
+        "prose",
+    }
+    assert all(r["cadence"] == 25 for r in per_cadence)
