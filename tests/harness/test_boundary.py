@@ -496,7 +496,7 @@ def test_compacted_value_with_head_statements_costs_under_the_full_lineage(
     cadence, full, value, statements, ratio = row
     assert cadence == 25
     assert value < full
-    assert 0 < statements
+    assert statements > 0
     # one fold proof per origin and ancestor value, heads mostly as digests
     assert ratio <= 0.75, row
     per_cadence = [r for r in cost_rows(faithful) if r["mode"] == "delivery"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import contracts.identity as identity_mod
+from contracts.errors import BadSignature
 from contracts.evidence import EvidenceKind, verify_evidence
 from contracts.heads import FoldProof
 from contracts.signed import open_statement
@@ -196,3 +197,30 @@ async def test_a_restarted_origin_rebuilds_its_log_of_heads(tmp_path: Path) -> N
         assert h1.log_root != h0.log_root
     finally:
         await again.close()
+
+
+async def test_heads_and_fold_proofs_cross_protobuf_as_parts_and_come_back_byte_exact(
+    cluster: MemCluster,
+) -> None:
+    from nodes import wire
+
+    origin = await cluster.add("origin")
+    head, proofs = await _compaction(origin, ["a", "b", "c"])
+    pb = wire.signed_head_to_pb(head)
+    assert len(pb.signature) == 64
+    assert pb.payload == open_statement(head, Head).envelope.payload  # the bytes as signed
+    assert wire.signed_head_from_pb(pb) == head
+    for proof in proofs:
+        binary = wire.fold_proof_to_pb(proof)
+        assert len(binary.head) == 32
+        assert wire.fold_proof_from_pb(binary) == proof
+    # what a value adds on first delivery, and once the receiver holds the head
+    first = Delivery("a", b"v", (), (), "", (proofs[0],), (head,))
+    later = Delivery("a", b"v", (), (), "", (proofs[0],), ())
+    assert wire.delivery_statement_size(later) < 400 < wire.delivery_statement_size(first)
+    assert wire.delivery_from_pb(wire.delivered_value(first)) == first
+    # a tampered payload no longer verifies under the signature that travelled
+    pb.payload = pb.payload.replace(b'"size":3', b'"size":4')
+    forged = wire.signed_head_from_pb(pb)
+    with pytest.raises(BadSignature):
+        open_statement(forged, Head)
