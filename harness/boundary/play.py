@@ -21,8 +21,6 @@ from contracts.canonical import sha256_hex
 from contracts.errors import ContractError
 from contracts.evidence import verify_evidence
 from contracts.hops import parse_hop
-from contracts.signed import open_statement
-from contracts.statements import DeliveryReceipt
 from harness.arms import Arm, ArmName, ValueState
 from harness.axes import RECON
 from harness.boundary.records import (
@@ -390,9 +388,10 @@ class RunPlayer:
         with topo.meter.tagged((arm.value, "delivery")):
             start = time.perf_counter()
             try:
-                # Heads the next node acknowledged before travel as their digests.
-                data, _, sent = await owner.core.send(
-                    path[1].address, delivery, _DELIVERY_TIMEOUT_S
+                # Heads the next node acknowledged before travel as their digests;
+                # its receipt is opened (signature verified, by its key) once, there.
+                _, receipt, sent = await owner.core.send(
+                    path[1].address, delivery, _DELIVERY_TIMEOUT_S, signer=path[1].node_id
                 )
                 for relay, nxt in itertools.pairwise(path[1:]):
                     await relay.core.forward(
@@ -402,8 +401,6 @@ class RunPlayer:
                 raise BoundaryError(
                     f"run {self.label}: delivering {value_ref} at step {step} failed: {exc}"
                 ) from exc
-            try:
-                receipt = open_statement(data, DeliveryReceipt, signer=path[1].node_id)
             except ContractError as exc:
                 raise BoundaryError(f"delivery of {value_ref} to {path[1].name}: {exc}") from exc
             if receipt.statement.value_digest != sha256_hex(delivery.value):
