@@ -503,7 +503,7 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
             f"- ground_truth ships its full lineage: {gt_v:,.0f} B of value per decision",
             f"- structural_min ships the compacted value: {sm_v:,.0f} B"
             f" ({100 * (1 - sm_v / gt_v):.1f}% less), plus"
-            f" {smin.statement_bytes / smin.decisions:,.0f} B of commitments and obligations"
+            f" {smin.statement_bytes / smin.decisions:,.0f} B of statements (fold proofs, heads)"
             f" ({smin.commitments_delivered / smin.decisions:.1f} per decision):"
             f" {sm_all:,.0f} B in all, {verdict}",
         ]
