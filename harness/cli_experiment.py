@@ -16,15 +16,24 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 from harness.cli import UsageError
 
 if TYPE_CHECKING:
     from harness.config import ExperimentConfig
 
-__all__ = ["register"]
+__all__ = ["TraceFormat", "register"]
+
+
+class TraceFormat(StrEnum):
+    """Trace schemas ``run --trace`` reads (docs/experiment.md, "Trace mode")."""
+
+    LAB = "lab"
+    PROVNET = "provnet"
+
 
 _DEFAULT_CONFIG = Path("experiments/config.yaml")
 _DEFAULT_SWEEP_CONFIG = Path("experiments/config-sweep.yaml")
@@ -76,7 +85,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="replay a JSONL agent trace instead of synthetic trajectories",
     )
-    run.add_argument("--rules", type=Path, default=None, help="YAML taint rules for --trace")
+    run.add_argument(
+        "--taint-rules",
+        "--rules",
+        dest="rules",
+        type=Path,
+        default=None,
+        help="YAML taint rules for --trace (default: the lab's four rules)",
+    )
+    run.add_argument(
+        "--trace-format",
+        choices=[f.value for f in TraceFormat],
+        default=TraceFormat.LAB.value,
+        help="trace schema: the lab's (SOURCE_FETCH …, default) or provnet's (fetch, "
+        "llm_call …; integer steps)",
+    )
+    run.add_argument(
+        "--mock",
+        action="store_true",
+        help="the deterministic mock prose channel (the default; the lab's flag)",
+    )
     _progress_flags(run)
     run.set_defaults(handler=_run)
 
@@ -136,14 +164,18 @@ def _load(path: Path | None, default_path: Path, sweep: bool) -> ExperimentConfi
 
 
 def _prepare_out(out: Path) -> None:
+    """Check before running that the results folder can be written (and swapped in)."""
+    parent = out.absolute().parent
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(
             f"{out}: cannot create the results directory ({exc.strerror or exc})"
         ) from None
-    if not os.access(out, os.W_OK):
-        raise UsageError(f"{out}: results directory is not writable")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: exists and is not a directory (expected a results folder)")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"{out}: cannot create the results directory ({parent} is not writable)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -153,16 +185,37 @@ def _run(args: argparse.Namespace) -> int:
     cfg = _load(args.config, _DEFAULT_CONFIG, sweep=False)
     if args.seeds is not None:
         cfg = cfg.with_seed_count(args.seeds)
-    if args.rules is not None and args.trace is None:
-        raise UsageError("--rules needs --trace FILE.jsonl")
-    events = None
-    summary = None
-    if args.trace is not None:
-        from harness.trace import load_trace
+    from harness.lineage import HopBytes
 
-        loaded = load_trace(args.trace, args.rules, decision_every=cfg.decision_every)
+    if args.rules is not None and args.trace is None:
+        raise UsageError("--taint-rules needs --trace FILE.jsonl")
+    events = None
+    summary: dict[str, object] | None = None
+    coverage: dict[str, object] | None = None
+    hop_bytes = HopBytes.CANONICAL
+    if args.trace is not None:
+        fmt = TraceFormat(args.trace_format)
+        match fmt:
+            case TraceFormat.LAB:
+                from harness.lab_trace import load_lab_trace
+
+                loaded = load_lab_trace(args.trace, args.rules, decision_every=cfg.decision_every)
+                coverage = dict(loaded.summary)
+                summary = {
+                    "format": fmt.value,
+                    "trace": str(args.trace),
+                    "rules": None if args.rules is None else str(args.rules),
+                    "decision_every": cfg.decision_every,
+                }
+                hop_bytes = HopBytes.JSONL_LINE
+            case TraceFormat.PROVNET:
+                from harness.trace import load_trace
+
+                loaded = load_trace(args.trace, args.rules, decision_every=cfg.decision_every)
+                summary = {"format": fmt.value, **loaded.summary}
+            case _:
+                assert_never(fmt)
         events = list(loaded.events)
-        summary = dict(loaded.summary)
     _prepare_out(args.out)
     try:
         outcome = run_main(
@@ -173,6 +226,8 @@ def _run(args: argparse.Namespace) -> int:
             progress=args.progress,
             trace_events=events,
             trace_summary=summary,
+            trace_coverage=coverage,
+            hop_bytes=hop_bytes,
         )
     except ReplayError as exc:
         where = f"{args.trace}: " if args.trace is not None else ""
@@ -184,9 +239,29 @@ def _run(args: argparse.Namespace) -> int:
         f"({args.workers} workers) → {outcome.out}/"
     )
     print(f"fingerprint: {outcome.fingerprint}")
-    if events is None:
-        _print_headlines(outcome.out)
+    if coverage is not None:
+        _print_coverage(coverage)
+    elif summary is not None:
+        print(
+            f"trace: {summary.get('records_read')} records, {summary.get('records_mapped')} "
+            f"mapped, {summary.get('records_skipped')} skipped"
+        )
+    _print_headlines(outcome.out)
     return 0
+
+
+def _print_coverage(coverage: dict[str, object]) -> None:
+    print(
+        f"trace: {coverage['n_records']} records, {coverage['n_mapped']} mapped, "
+        f"{coverage['n_skipped']} skipped → trace_coverage.json"
+    )
+    for title, key in (("skipped", "skipped_by_reason"), ("warnings", "warnings")):
+        entries = coverage.get(key)
+        if isinstance(entries, dict) and entries:
+            print(f"  {title}: " + "; ".join(f"{k} ×{v}" for k, v in entries.items()))
+    hits = coverage.get("rule_hits")
+    if isinstance(hits, dict):
+        print("  rule hits: " + (", ".join(f"{k} {v}" for k, v in hits.items()) or "none"))
 
 
 def _print_headlines(out: Path) -> None:
