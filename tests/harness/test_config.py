@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_shipped_main_config_equals_the_built_in_defaults() -> None:
     # the lab's config.yaml also names its real-LLM models; nothing else differs
     shipped = load_config(REPO / "experiments" / "config.yaml")
-    assert shipped.prose.anthropic_model and shipped.prose.openai_model
+    assert shipped.prose.anthropic_model
+    assert shipped.prose.openai_model
     bare = replace(shipped, prose=replace(shipped.prose, anthropic_model=None, openai_model=None))
     assert bare == ExperimentConfig()
 
