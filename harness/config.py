@@ -335,10 +335,10 @@ def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
         )
         models: dict[str, str | None] = {}
         for key in ("anthropic_model", "openai_model"):
-            name = pr.data.get(key)
-            if name is not None and (not isinstance(name, str) or not name.strip()):
-                raise pr.fail(key, "a model name (a non-empty string)", name)
-            models[key] = name
+            model = pr.data.get(key)
+            if model is not None and (not isinstance(model, str) or not model.strip()):
+                raise pr.fail(key, "a model name (a non-empty string)", model)
+            models[key] = model
         sigma = pr.data.get("sigma", prose.sigma)
         if (
             isinstance(sigma, bool)
@@ -404,9 +404,9 @@ def load_config(path: Path) -> ExperimentConfig:
     try:
         text.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = text[: exc.start].count(b"\n") + 1
+        bad_line = text[: exc.start].count(b"\n") + 1
         raise ConfigError(
-            f"{path}: not UTF-8 text (byte 0x{text[exc.start]:02x} on line {line});"
+            f"{path}: not UTF-8 text (byte 0x{text[exc.start]:02x} on line {bad_line});"
             " save the config as UTF-8"
         ) from None
     try:
@@ -416,8 +416,8 @@ def load_config(path: Path) -> ExperimentConfig:
         if message.startswith(f"{path}:") and not message.startswith(f"{path}: "):
             # "{path}:{line}: …" → say "line N" as the other config errors do
             rest = message[len(str(path)) + 1 :]
-            line, _, problem = rest.partition(": ")
-            message = f"{path}: malformed YAML at line {line}: " + problem.removeprefix(
+            at, _, problem = rest.partition(": ")
+            message = f"{path}: malformed YAML at line {at}: " + problem.removeprefix(
                 "malformed YAML: "
             )
         raise ConfigError(message) from None

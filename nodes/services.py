@@ -458,9 +458,7 @@ class NodeCore:
         ours = next((o for o in made if o.commitment.digest == signed.commitment_digest), None)
         if ours is not None:
             self._remember_own(ours)
-        result = CommittedFold(
-            signed.commitment_envelope, signed.obligation_envelope, pending
-        )
+        result = CommittedFold(signed.commitment_envelope, signed.obligation_envelope, pending)
         if self.fault.mode is FaultMode.EQUIVOCATE:
             alt_leaves = tuple(tamper_bytes(h.hop_bytes) for h in inputs)
             alt = build_commitment(
@@ -1186,4 +1184,3 @@ class _Node(node_pb2_grpc.NodeServicer):
 def servicers(core: NodeCore) -> tuple[Any, Any, Any, Any, Any, Any]:
     """(HopLog, Serve, Deliver, Attest, Evidence, Node) servicers over one core."""
     return _HopLog(core), _Serve(core), _Deliver(core), _Attest(core), _Evidence(core), _Node(core)
-

@@ -67,7 +67,7 @@ def test_a_merge_that_finds_no_second_input_is_a_plain_op_without_a_decision(
     tmp_path: Path,
 ) -> None:
     trace = tmp_path / "t.jsonl"
-    records = [{"step": "a", "op": "SOURCE_FETCH"}]
+    records: list[dict[str, object]] = [{"step": "a", "op": "SOURCE_FETCH"}]
     records += [{"op": "TOOL_CALL", "fields": {"status": "ok"}}] * 3
     records += [{"step": "m", "op": "MERGE", "merge_with": ["a"]}]  # "a" is the working value
     trace.write_text("\n".join(json.dumps(r) for r in records) + "\n")

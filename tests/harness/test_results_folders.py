@@ -17,8 +17,9 @@ from harness.metrics import (
     LAB_PROSE_COLUMNS,
     LAB_RECON_COLUMNS,
 )
+from harness.replay import RunResult
 from harness.report import write_report
-from harness.runner import RunResult, RunTask, run_main
+from harness.runner import RunTask, run_main
 from harness.sweep import run_sweep
 
 # spec §10: the lab's run_meta.json and sweep_meta.json keys, nothing else
