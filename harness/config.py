@@ -204,6 +204,16 @@ class _Reader:
             raise self.fail(key, expected, value)
         return number
 
+    def penalty_value(self, key: str, value: object) -> float:
+        """A compaction penalty: one rule, one wording, whatever is wrong with it."""
+        expected = "a penalty in [0, 1)"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(key, expected, value)
+        number = float(value)
+        if not math.isfinite(number) or not 0.0 <= number < 1.0:
+            raise self.fail(key, expected, value)
+        return number
+
     def int_list(self, key: str, default: tuple[int, ...], low: int) -> tuple[int, ...]:
         if key not in self.data:
             return default
@@ -253,9 +263,11 @@ def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
     cadences = top.int_list("compaction_cadence", base.compaction_cadence, 1)
     keep = top.int_("lineage_keep_hops", base.lineage_keep_hops, 1)
     window = top.int_("allowlist_window", base.allowlist_window, 1)
-    penalty = top.prob("reconstruction_penalty", base.reconstruction_penalty)
-    if penalty >= 1.0:
-        raise top.fail("reconstruction_penalty", "a number in [0, 1)", penalty)
+    penalty = (
+        top.penalty_value("reconstruction_penalty", data["reconstruction_penalty"])
+        if "reconstruction_penalty" in data
+        else base.reconstruction_penalty
+    )
 
     profiles = dict(DEFAULT_PROFILES)
     prof_reader = top.mapping("degradation_profiles")
@@ -361,10 +373,7 @@ def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
         raw_grid = data["penalty_grid"]
         if not isinstance(raw_grid, list) or not raw_grid:
             raise top.fail("penalty_grid", "a non-empty list of penalties in [0, 1)", raw_grid)
-        grid = tuple(top.prob_value(f"penalty_grid[{i}]", v) for i, v in enumerate(raw_grid))
-        for i, p in enumerate(grid):
-            if p >= 1.0:
-                raise top.fail(f"penalty_grid[{i}]", "a penalty in [0, 1)", p)
+        grid = tuple(top.penalty_value(f"penalty_grid[{i}]", v) for i, v in enumerate(raw_grid))
 
     profile: str | None = None
     if "profile" in data:

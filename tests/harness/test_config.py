@@ -180,3 +180,19 @@ def test_default_death_spiral_profile_must_exist(tmp_path: Path) -> None:
     )
     assert "'death_spiral_run.profile'" in msg
     assert "calm" in msg
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "reconstruction_penalty: 1.0\n",
+        "reconstruction_penalty: 1.5\n",
+        "reconstruction_penalty: -0.1\n",
+        "reconstruction_penalty: high\n",
+        "penalty_grid: [0.01, 2]\n",
+        "penalty_grid: [0.01, 1.0]\n",
+    ],
+)
+def test_every_bad_penalty_is_worded_the_same(tmp_path: Path, text: str) -> None:
+    msg = _bad(tmp_path, text)
+    assert "expected a penalty in [0, 1)" in msg
