@@ -151,3 +151,44 @@ def test_a_folder_holding_other_files_is_not_replaced(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"mine: holds files that are not results \(thesis.tex\)"):
         run_main(SMALL, out, workers=1, progress=False)
     assert (out / "thesis.tex").read_text() == "precious"
+
+
+def test_ctrl_c_during_a_run_is_one_line_exit_130_and_keeps_the_old_results(
+    tmp_path: Path,
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "results"
+    run_main(SMALL, out, workers=1, progress=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "experiment", "run", "--workers", "2",
+         "--no-progress", "--out", str(out)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        # interrupt once the workers are writing rows into the partial folder
+        while not any(
+            len(p.read_bytes().splitlines()) > 2
+            for p in tmp_path.glob(".results.partial-*/gate_metrics.csv")
+        ):
+            assert proc.poll() is None, "the run ended before it could be interrupted"
+            assert time.monotonic() < deadline, "no rows reached the partial folder"
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole group
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130
+    assert err.decode() == "provnet: interrupted\n"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
