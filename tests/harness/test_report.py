@@ -147,7 +147,7 @@ def test_report_on_a_trace_run_states_what_was_mapped_skipped_and_derived(
     )
     meta = json.loads((tmp_path / "run_meta.json").read_text(encoding="utf-8"))
     loaded = load_trace(trace, rules)
-    assert meta["trace"] == json.loads(json.dumps(loaded.summary))
+    assert meta["trace"] == {"format": "provnet", **json.loads(json.dumps(loaded.summary))}
     written = write_report(tmp_path, None)
     text = (tmp_path / SUMMARY_FILE).read_text(encoding="utf-8")
     assert {p.name for p in written} == {
@@ -164,7 +164,9 @@ def test_report_on_a_trace_run_states_what_was_mapped_skipped_and_derived(
     import pandas as pd
 
     gates = pd.read_csv(tmp_path / "gate_metrics.csv")
-    assert set(gates["run_type"]) == {"trace"}
+    # keyed as the lab keys trace replays: (main, C, trace, 0)
+    assert set(gates["run_type"]) == {"main"}
+    assert set(gates["profile"]) == {"trace"}
     assert set(gates["n"]) == {decisions["total"]}
 
 
