@@ -237,8 +237,6 @@ main() {
     export PROVNET_RESULTS_DIR=$RESULTS PROVNET_UID=$(id -u) PROVNET_GID=$(id -g)
     export BASE_IMAGE=$BASE PIP_INDEX_URL=$index PIP_EXTRA_INDEX_URL=$extra \
         PIP_TRUSTED_HOST=$trusted
-    # Compose falls back to the classic builder when buildx is absent.
-    export COMPOSE_BAKE=${COMPOSE_BAKE:-false}
 
     COMPOSE=(docker compose -p "$PROJECT" -f docker-compose.yml)
     local extra_file
