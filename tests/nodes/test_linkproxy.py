@@ -189,7 +189,7 @@ async def test_drop_probability_resets_some_connections_not_all(echo: Echo) -> N
             try:
                 data, _ = await _roundtrip(proxy.port, b"ping")
                 outcomes.append(data == b"ping")
-            except ConnectionResetError:
+            except ConnectionError:  # reset, or a broken pipe when writing after it
                 outcomes.append(False)
         resets = proxy.stats.resets
     assert 0 < resets < 40
