@@ -229,7 +229,7 @@ class LinkStats:
     """Counters of one proxy (read them from the proxy's own event loop)."""
 
     connections: int = 0
-    resets: int = 0
+    resets: int = 0  # connections reset by drop or by a failure on the link, not by close()
     blackholed: int = 0
     connect_failures: int = 0
     bytes_to_target: int = 0
@@ -293,11 +293,14 @@ class LinkProxy:
         self._server = await asyncio.start_server(self._handle, host, port, reuse_address=True)
 
     async def close(self) -> None:
-        """Stop listening and reset every open connection."""
+        """Stop listening and reset every open connection (not counted as drops)."""
         if self._server is not None:
             self._server.close()
         for conn in list(self._conns):
-            self._reset(conn)
+            conn.reset = True
+            _rst(conn.client)
+            if conn.upstream is not None:
+                _rst(conn.upstream)
         tasks = [t for conn in self._conns for t in conn.tasks]
         for task in tasks:
             task.cancel()
