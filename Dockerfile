@@ -48,6 +48,8 @@ VOLUME ["/data"]
 USER provnet
 WORKDIR /data
 EXPOSE 50051
+# Lets scripts/compose-check.sh prune the untagged images earlier builds left.
+LABEL org.opencontainers.image.title=provnet
 
 ENTRYPOINT ["provnet"]
 CMD ["node"]

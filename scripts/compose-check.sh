@@ -248,6 +248,9 @@ main() {
     phase "building the image on $BASE"
     timeout "$UP_TIMEOUT" "${COMPOSE[@]}" build \
         || die "docker compose build failed (output above)"
+    # A rebuild leaves the previous provnet:local untagged; drop only those.
+    docker image prune -f --filter label=org.opencontainers.image.title=provnet >/dev/null \
+        || log "warning: could not prune untagged provnet images"
     phase_done build
 
     phase "docker compose up --exit-code-from runner (results: $RESULTS)"
