@@ -120,14 +120,6 @@ def _summary(o: BoundaryOutcome) -> dict[str, float]:
     }
 
 
-#: Signatures per 100 decision points of this slice with per-fold statements
-#: (one commitment + obligation per fold, every receipt verified), as measured
-#: by this benchmark before folds were committed under signed tree heads
-#: (docs/boundary.md: 1,788 made and 1,628 verified over 200 decision points).
-PER_FOLD_SIGNED_PER_100 = 894.0
-PER_FOLD_VERIFIED_PER_100 = 814.0
-
-
 async def _bare_rtt_ms(samples: int = 400) -> float:
     """p50 of a bare grpc.aio unary round trip on loopback (bytes echoed, no provnet code)."""
     import grpc
@@ -276,10 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         r = results[n]
         per = 100 / max(1.0, r["decisions"])
         print(
-            f"{n}: per 100 decision points, signatures made {r['sign_ops'] * per:,.0f}"
-            f" (per-fold statements: {PER_FOLD_SIGNED_PER_100:,.0f}),"
+            f"{n}: per 100 decision points, signatures made {r['sign_ops'] * per:,.0f},"
             f" verified {r['verify_ops'] * per:,.0f}"
-            f" (per-fold statements: {PER_FOLD_VERIFIED_PER_100:,.0f})"
         )
     if bare_rtt and "grpc" in results:
         rtt = sum(bare_rtt) / len(bare_rtt)
