@@ -18,18 +18,20 @@ with it, through the per-RPC ``*_size`` helpers below.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import grpc
 from google.protobuf.message import Message
 
 from contracts._fields import is_digest
-from contracts.canonical import parse_json_object
+from contracts.canonical import canonical_bytes, parse_json_object
 from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeSignature
 from contracts.errors import EncodingError
 from contracts.heads import FoldProof, FoldRecord
-from contracts.statements import StatementKind, payload_type_for
+from contracts.merkle import leaf_hash, root_from_inclusion
+from contracts.statements import Head, StatementKind, payload_type_for
 from nodes._pb.provnet.v1 import (
     common_pb2,
     deliver_pb2,
@@ -131,42 +133,120 @@ def message_size(message: Message) -> int:
 
 
 def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
+    """A delivery in binary, compact: a fold proof naming a head of the same delivery
+    names it by position (``head_part``) and that head travels without its root."""
+    parts = {Envelope.from_bytes(h).digest: i + 1 for i, h in enumerate(delivery.heads)}
+    proofs = [fold_proof_to_pb(p, delivery.value_ref, parts) for p in delivery.fold_proofs]
+    derivable = {p.head_part for p in proofs if p.head_part}
     return common_pb2.DeliveredValue(
         value_ref=delivery.value_ref,
         value=delivery.value,
         commitments=list(delivery.commitments),
         obligations=list(delivery.obligations),
-        fold_proofs=[fold_proof_to_pb(p) for p in delivery.fold_proofs],
-        heads=[signed_head_to_pb(h) for h in delivery.heads],
+        fold_proofs=proofs,
+        heads=[
+            signed_head_to_pb(h, omit_root=i + 1 in derivable) for i, h in enumerate(delivery.heads)
+        ],
     )
 
 
 def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delivery:
+    value_ref = str(msg.value_ref)
+    parts = [_proof_parts(p, value_ref) for p in msg.fold_proofs]
+    heads: list[bytes] = []
+    for i, h in enumerate(msg.heads):
+        root = None
+        if h.HasField("fields") and not h.fields.root:
+            # (the root this head signs is the one its fold proof implies)
+            first = next((q for q in parts if q.head_part == i + 1), None)
+            if first is None:
+                raise EncodingError(f"head {i + 1}: no root, and no fold proof names it")
+            root = first.implied_root(h.fields.size)
+        heads.append(signed_head_from_pb(h, root=root))
+    digests = [Envelope.from_bytes(h).digest for h in heads]
     return Delivery(
-        value_ref=str(msg.value_ref),
+        value_ref=value_ref,
         value=bytes(msg.value),
         commitments=tuple(bytes(c) for c in msg.commitments),
         obligations=tuple(bytes(o) for o in msg.obligations),
         sender=sender,
-        fold_proofs=tuple(fold_proof_from_pb(p) for p in msg.fold_proofs),
-        heads=tuple(signed_head_from_pb(h) for h in msg.heads),
+        fold_proofs=tuple(q.to_bytes(digests) for q in parts),
+        heads=tuple(heads),
     )
 
 
 _HEAD_TYPE = payload_type_for(StatementKind.HEAD)
 
 
-def signed_head_to_pb(envelope: bytes) -> common_pb2.SignedHead:
-    """A head envelope as its parts: payload bytes as signed, raw signature."""
+def signed_head_to_pb(envelope: bytes, *, omit_root: bool = False) -> common_pb2.SignedHead:
+    """A head envelope as its parts: the payload's fields in binary and the raw signature.
+
+    The compact form (``fields``) is sent whenever rebuilding the payload from
+    the fields gives the signed bytes back (always, for a head an origin
+    signed with :func:`contracts.signed.sign_statement`); otherwise the
+    payload bytes travel as signed. ``omit_root``: a fold proof travelling
+    with the head implies its root (:func:`delivered_value`).
+    """
     env = Envelope.from_bytes(envelope)
     if env.payload_type != _HEAD_TYPE or len(env.signatures) != 1:
         raise EncodingError(f"head: expected one signature over a {_HEAD_TYPE} payload")
-    return common_pb2.SignedHead(payload=env.payload, signature=env.signatures[0].sig)
+    signature = env.signatures[0].sig
+    try:
+        head: Head | None = Head.from_json(parse_json_object(env.payload, what="head payload"))
+    except (EncodingError, ValueError):
+        head = None
+    if head is not None and canonical_bytes(head.to_json()) == env.payload:
+        fields = common_pb2.HeadFields(
+            origin=bytes.fromhex(head.origin),
+            epoch=head.epoch,
+            seq=head.seq,
+            size=head.size,
+            root=b"" if omit_root else bytes.fromhex(head.root),
+            log_root=bytes.fromhex(head.log_root),
+            serve_until=head.serve_until,
+            deadline_ms=head.deadline_ms,
+            endpoints=list(head.endpoints),
+            pending=head.pending,
+            issued_at=head.issued_at,
+        )
+        return common_pb2.SignedHead(signature=signature, fields=fields)
+    return common_pb2.SignedHead(payload=env.payload, signature=signature)
 
 
-def signed_head_from_pb(msg: common_pb2.SignedHead) -> bytes:
-    """The DSSE envelope rebuilt around the received payload bytes (verified later by PAE)."""
-    payload = bytes(msg.payload)
+def _head_payload(f: common_pb2.HeadFields, root: bytes | None) -> bytes:
+    """The RFC 8785 head payload rebuilt from its binary fields (verified later by PAE)."""
+    root = bytes(f.root) if root is None else root
+    if len(f.origin) != 32 or len(root) != 32 or len(f.log_root) != 32:
+        raise EncodingError("head: origin, root and log_root must be 32 bytes each")
+    try:
+        head = Head(
+            origin=bytes(f.origin).hex(),
+            epoch=str(f.epoch),
+            seq=int(f.seq),
+            size=int(f.size),
+            root=root.hex(),
+            log_root=bytes(f.log_root).hex(),
+            serve_until=int(f.serve_until),
+            deadline_ms=int(f.deadline_ms),
+            endpoints=tuple(str(e) for e in f.endpoints),
+            issued_at=int(f.issued_at),
+            pending=bool(f.pending),
+        )
+        # the bounds a parsed payload meets (times, epoch and endpoint lengths)
+        return canonical_bytes(Head.from_json(head.to_json()).to_json())
+    except ValueError as exc:
+        raise EncodingError(f"head: {exc}") from exc
+
+
+def signed_head_from_pb(msg: common_pb2.SignedHead, *, root: bytes | None = None) -> bytes:
+    """The DSSE envelope rebuilt around the payload (received, or rebuilt from its fields;
+    ``root`` when the fields leave it out)."""
+    if msg.HasField("fields"):
+        if msg.payload:
+            raise EncodingError("head: payload and fields are exclusive")
+        payload = _head_payload(msg.fields, root)
+    else:
+        payload = bytes(msg.payload)
     origin = parse_json_object(payload, what="head payload", max_bytes=MAX_ENVELOPE_BYTES).get(
         "origin"
     )
@@ -176,34 +256,110 @@ def signed_head_from_pb(msg: common_pb2.SignedHead) -> bytes:
     return Envelope(payload, _HEAD_TYPE, (signature,)).to_bytes()
 
 
-def fold_proof_to_pb(proof: bytes) -> common_pb2.FoldProof:
-    """A fold proof (JSON) as binary fields: raw head digest and path, record leaf data."""
-    p = FoldProof.from_bytes(proof)
-    return common_pb2.FoldProof(
-        head=bytes.fromhex(p.head),
-        index=p.index,
-        path=b"".join(p.path),
-        record=p.record,
-        chain=list(p.chain),
+def _record_to_pb(record: bytes, value_ref: str) -> common_pb2.FoldRecordFields:
+    r = FoldRecord.from_bytes(record)
+    return common_pb2.FoldRecordFields(
+        value_ref="" if r.value_ref == value_ref else r.value_ref,
+        fold_seq=r.fold_seq,
+        leaf_count=r.leaf_count,
+        root=bytes.fromhex(r.root),
+        prev=b"" if r.prev is None else bytes.fromhex(r.prev),
     )
 
 
-def fold_proof_from_pb(msg: common_pb2.FoldProof) -> bytes:
-    """The fold proof's JSON form, rebuilt from its binary fields (checked when verified)."""
-    path = bytes(msg.path)
-    if len(msg.head) != 32 or len(path) % 32:
-        raise EncodingError("fold proof: head must be 32 bytes and path whole 32-byte hashes")
+def _record_from_pb(f: common_pb2.FoldRecordFields, value_ref: str) -> bytes:
+    if len(f.root) != 32 or len(f.prev) not in (0, 32):
+        raise EncodingError("fold record: root must be 32 bytes and prev 32 bytes or empty")
     try:
-        proof = FoldProof(
-            bytes(msg.head).hex(),
-            int(msg.index),
-            tuple(path[i : i + 32] for i in range(0, len(path), 32)),
-            FoldRecord.from_bytes(bytes(msg.record)).to_bytes(),
-            tuple(FoldRecord.from_bytes(bytes(c)).to_bytes() for c in msg.chain),
-        )
+        return FoldRecord(
+            value_ref=str(f.value_ref) or value_ref,
+            fold_seq=int(f.fold_seq),
+            leaf_count=int(f.leaf_count),
+            root=bytes(f.root).hex(),
+            prev=bytes(f.prev).hex() if f.prev else None,
+        ).to_bytes()
     except ValueError as exc:
-        raise EncodingError(f"fold proof: {exc}") from exc
-    return proof.to_bytes()
+        raise EncodingError(f"fold record: {exc}") from exc
+
+
+def fold_proof_to_pb(
+    proof: bytes, value_ref: str = "", head_parts: Mapping[str, int] | None = None
+) -> common_pb2.FoldProof:
+    """A fold proof (JSON) as binary fields: raw head digest (or its position in
+    ``head_parts``, the delivery's heads by digest) and path, records field by field
+    (a record's value_ref left out when it is ``value_ref``, the delivered value's)."""
+    p = FoldProof.from_bytes(proof)
+    part = (head_parts or {}).get(p.head, 0)
+    return common_pb2.FoldProof(
+        head=b"" if part else bytes.fromhex(p.head),
+        head_part=part,
+        index=p.index,
+        path=b"".join(p.path),
+        record_fields=_record_to_pb(p.record, value_ref),
+        chain_fields=[_record_to_pb(c, value_ref) for c in p.chain],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _ProofParts:
+    """A decoded binary fold proof whose head may still be named by position."""
+
+    head: bytes
+    head_part: int
+    index: int
+    path: tuple[bytes, ...]
+    record: bytes
+    chain: tuple[bytes, ...]
+
+    def implied_root(self, size: int) -> bytes:
+        """The root of a ``size``-leaf tree this proof's record and path imply."""
+        return root_from_inclusion(leaf_hash(self.record), self.index, size, self.path)
+
+    def to_bytes(self, head_digests: Sequence[str]) -> bytes:
+        if self.head_part:
+            if self.head_part > len(head_digests):
+                raise EncodingError(f"fold proof names head part {self.head_part}, not sent")
+            head = head_digests[self.head_part - 1]
+        else:
+            head = self.head.hex()
+        try:
+            proof = FoldProof(head, self.index, self.path, self.record, self.chain)
+        except ValueError as exc:
+            raise EncodingError(f"fold proof: {exc}") from exc
+        return proof.to_bytes()
+
+
+def _proof_parts(msg: common_pb2.FoldProof, value_ref: str) -> _ProofParts:
+    path = bytes(msg.path)
+    if len(path) % 32 or len(path) > 64 * 32:
+        raise EncodingError("fold proof: path must be whole 32-byte hashes (at most 64)")
+    by_digest, by_part = len(msg.head) == 32 and not msg.head_part, not msg.head and msg.head_part
+    if not (by_digest or by_part):
+        raise EncodingError("fold proof: name its head by a 32-byte digest or by head_part")
+    if msg.HasField("record_fields"):
+        if msg.record or msg.chain:
+            raise EncodingError("fold proof: record bytes and record fields are exclusive")
+        record = _record_from_pb(msg.record_fields, value_ref)
+        chain = tuple(_record_from_pb(c, value_ref) for c in msg.chain_fields)
+    else:
+        if msg.chain_fields:
+            raise EncodingError("fold proof: chain fields without record fields")
+        record = FoldRecord.from_bytes(bytes(msg.record)).to_bytes()
+        chain = tuple(FoldRecord.from_bytes(bytes(c)).to_bytes() for c in msg.chain)
+    return _ProofParts(
+        bytes(msg.head),
+        int(msg.head_part),
+        int(msg.index),
+        tuple(path[i : i + 32] for i in range(0, len(path), 32)),
+        record,
+        chain,
+    )
+
+
+def fold_proof_from_pb(msg: common_pb2.FoldProof, value_ref: str = "") -> bytes:
+    """The fold proof's JSON form, rebuilt from its binary fields (checked when verified);
+    a proof naming its head by position needs its delivery (:func:`delivery_from_pb`)."""
+    return _proof_parts(msg, value_ref).to_bytes(())
 
 
 def answer_to_pb(answer: Answer) -> common_pb2.Answer:

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 import contracts.identity as identity_mod
-from contracts.errors import BadSignature
+from contracts.errors import BadSignature, EncodingError
 from contracts.evidence import EvidenceKind, verify_evidence
 from contracts.heads import FoldProof
 from contracts.signed import open_statement
 from contracts.statements import DeliveryReceipt, Head
+from nodes._pb.provnet.v1 import common_pb2
 from nodes.client import Outcome
 from nodes.faults import FaultMode
 from nodes.messages import Delivery
@@ -208,19 +209,86 @@ async def test_heads_and_fold_proofs_cross_protobuf_as_parts_and_come_back_byte_
     head, proofs = await _compaction(origin, ["a", "b", "c"])
     pb = wire.signed_head_to_pb(head)
     assert len(pb.signature) == 64
-    assert pb.payload == open_statement(head, Head).envelope.payload  # the bytes as signed
+    # compact: the payload's fields in binary, rebuilt to the very bytes signed
+    assert not pb.payload
+    assert len(pb.fields.root) == len(pb.fields.origin) == 32
     assert wire.signed_head_from_pb(pb) == head
+    # the payload as signed is still accepted
+    signed_payload = open_statement(head, Head).envelope.payload
+    legacy = common_pb2.SignedHead(payload=signed_payload, signature=pb.signature)
+    assert wire.signed_head_from_pb(legacy) == head
     for proof in proofs:
-        binary = wire.fold_proof_to_pb(proof)
+        binary = wire.fold_proof_to_pb(proof, "a")
         assert len(binary.head) == 32
-        assert wire.fold_proof_from_pb(binary) == proof
+        assert not binary.record
+        assert wire.fold_proof_from_pb(binary, "a") == proof
     # what a value adds on first delivery, and once the receiver holds the head
     first = Delivery("a", b"v", (), (), "", (proofs[0],), (head,))
     later = Delivery("a", b"v", (), (), "", (proofs[0],), ())
-    assert wire.delivery_statement_size(later) < 400 < wire.delivery_statement_size(first)
-    assert wire.delivery_from_pb(wire.delivered_value(first)) == first
-    # a tampered payload no longer verifies under the signature that travelled
-    pb.payload = pb.payload.replace(b'"size":3', b'"size":4')
-    forged = wire.signed_head_from_pb(pb)
+    compact = wire.delivered_value(first)
+    # the proof names the head by position; the head's root is implied by the proof
+    assert compact.fold_proofs[0].head_part == 1
+    assert not compact.fold_proofs[0].head
+    assert not compact.heads[0].fields.root
+    assert wire.delivery_statement_size(later) < wire.delivery_statement_size(first) < 400
+    assert wire.delivery_from_pb(compact) == first
+    assert wire.delivery_from_pb(wire.delivered_value(later)) == later
+    # a tampered field no longer verifies under the signature that travelled
+    pb.fields.size += 1
     with pytest.raises(BadSignature):
-        open_statement(forged, Head)
+        open_statement(wire.signed_head_from_pb(pb), Head)
+    # a path that implies another root makes the head's signature fail
+    bad = wire.delivered_value(first)
+    bad.fold_proofs[0].path = bytes(32) + bad.fold_proofs[0].path[32:]
+    with pytest.raises(BadSignature):
+        open_statement(wire.delivery_from_pb(bad).heads[0], Head)
+    # a proof naming a head part that was not sent is malformed
+    bad = wire.delivered_value(later)
+    bad.fold_proofs[0].head, bad.fold_proofs[0].head_part = b"", 2
+    with pytest.raises(EncodingError):
+        wire.delivery_from_pb(bad)
+
+
+def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() -> None:
+    """The figure docs/contracts.md quotes: a value folded twice (its record chains to the
+    first fold), its compaction covering 20 values (a 5-hash audit path)."""
+    from contracts.heads import FoldInput, HeadLog
+    from contracts.identity import Identity
+    from nodes import wire
+
+    log = HeadLog(Identity.from_seed(bytes(32)), "7-0123456789abcdef")
+    refs = [f"C25-med-s0/v0.{40 + i}" for i in range(20)]
+    terms = {
+        "serve_until": 1_764_503_600_000,
+        "deadline_ms": 2000,
+        "endpoints": ["127.0.0.1:50051"],
+        "issued_at": 1_764_500_000_000,
+    }
+    for fold_seq in (0, 1):
+        hops = [b"hop %d %d" % (fold_seq, i) for i in range(25)]
+        compaction = log.compact([FoldInput(r, fold_seq, hops) for r in refs], **terms)  # type: ignore[arg-type]
+    head, proof = compaction.head.to_bytes(), compaction.proofs[refs[0]].to_bytes()
+    first = Delivery(refs[0], b"v", (), (), "", (proof,), (head,))
+    later = Delivery(refs[0], b"v", (), (), "", (proof,), ())
+    sizes = (wire.delivery_statement_size(first), wire.delivery_statement_size(later))
+    # Before: the payload bytes as signed, the record as leaf data, the head digest.
+    signed = compaction.head.envelope
+    p = compaction.proofs[refs[0]]
+    legacy_proof = common_pb2.FoldProof(
+        head=bytes.fromhex(p.head), index=p.index, path=b"".join(p.path), record=p.record
+    )
+    legacy_head = common_pb2.SignedHead(payload=signed.payload, signature=signed.signatures[0].sig)
+
+    def framed(msg: common_pb2.FoldProof | common_pb2.SignedHead) -> int:
+        return (
+            common_pb2.DeliveredValue(heads=[msg]).ByteSize()
+            if isinstance(msg, common_pb2.SignedHead)
+            else common_pb2.DeliveredValue(fold_proofs=[msg]).ByteSize()
+        )
+
+    legacy = (framed(legacy_proof) + framed(legacy_head), framed(legacy_proof))
+    # Now: the payload's fields in binary (raw hashes, no JSON keys), the record field by
+    # field, the head's root and digest implied by the proof travelling with it.
+    assert sizes == (440, 275)
+    assert legacy == (865, 382)
+    assert wire.delivery_from_pb(wire.delivered_value(first)) == first

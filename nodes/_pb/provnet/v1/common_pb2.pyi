@@ -80,27 +80,94 @@ class SignedHead(_message.Message):
     is the origin the payload names, so neither travels; the receiver rebuilds
     the envelope and verifies the DSSE PAE over these very payload bytes
     (nothing signed is re-serialised).
+
+    Compact form (what a sender emits): ``payload`` empty and ``fields`` set:
+    the payload's fields in binary (raw 32-byte origin, root and log_root).
+    The receiver rebuilds the RFC 8785 payload from them
+    (contracts.statements.Head.to_json): canonical JSON has exactly one
+    encoding, so the rebuilt bytes are the signed bytes of an honest origin,
+    and any other payload fails the signature check like a tampered one.
+    In a delivery, ``fields.root`` is empty when a fold proof of the same
+    delivery names this head (FoldProof.head_part): the root is the one that
+    proof's record and audit path imply (RFC 9162 §2.1.3.2); a wrong path
+    yields another root and the head's signature fails.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     PAYLOAD_FIELD_NUMBER: _builtins.int
     SIGNATURE_FIELD_NUMBER: _builtins.int
+    FIELDS_FIELD_NUMBER: _builtins.int
     payload: _builtins.bytes
     signature: _builtins.bytes
+    @_builtins.property
+    def fields(self) -> Global___HeadFields: ...
     def __init__(
         self,
         *,
         payload: _builtins.bytes = ...,
         signature: _builtins.bytes = ...,
+        fields: Global___HeadFields | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload", "signature", b"signature"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "payload", b"payload", "signature", b"signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SignedHead: _TypeAlias = SignedHead  # noqa: Y015
+
+@_typing.final
+class HeadFields(_message.Message):
+    """contracts.statements.Head field by field (the payload type is implied)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    ROOT_FIELD_NUMBER: _builtins.int
+    LOG_ROOT_FIELD_NUMBER: _builtins.int
+    SERVE_UNTIL_FIELD_NUMBER: _builtins.int
+    DEADLINE_MS_FIELD_NUMBER: _builtins.int
+    ENDPOINTS_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    ISSUED_AT_FIELD_NUMBER: _builtins.int
+    origin: _builtins.bytes
+    epoch: _builtins.str
+    seq: _builtins.int
+    size: _builtins.int
+    root: _builtins.bytes
+    log_root: _builtins.bytes
+    serve_until: _builtins.int
+    deadline_ms: _builtins.int
+    pending: _builtins.bool
+    issued_at: _builtins.int
+    @_builtins.property
+    def endpoints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        origin: _builtins.bytes = ...,
+        epoch: _builtins.str = ...,
+        seq: _builtins.int = ...,
+        size: _builtins.int = ...,
+        root: _builtins.bytes = ...,
+        log_root: _builtins.bytes = ...,
+        serve_until: _builtins.int = ...,
+        deadline_ms: _builtins.int = ...,
+        endpoints: _abc.Iterable[_builtins.str] | None = ...,
+        pending: _builtins.bool = ...,
+        issued_at: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_ms", b"deadline_ms", "endpoints", b"endpoints", "epoch", b"epoch", "issued_at", b"issued_at", "log_root", b"log_root", "origin", b"origin", "pending", b"pending", "root", b"root", "seq", b"seq", "serve_until", b"serve_until", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeadFields: _TypeAlias = HeadFields  # noqa: Y015
 
 @_typing.final
 class FoldProof(_message.Message):
@@ -108,6 +175,14 @@ class FoldProof(_message.Message):
     record's leaf index and audit path (concatenated raw 32-byte hashes) in
     that head's tree, the fold record's leaf data (RFC 8785 bytes, hashed as
     sent) and, optionally, earlier records of the value (newest first).
+
+    Compact form (what a sender emits): ``record``/``chain`` empty and
+    ``record_fields``/``chain_fields`` set: each fold record field by field,
+    its value_ref empty when it is the delivered value's. The receiver
+    rebuilds the RFC 8785 leaf data (contracts.heads.FoldRecord.to_bytes),
+    which is exactly what was hashed into the head's root. ``head`` is empty
+    and ``head_part`` names the head (1-based, in DeliveredValue.heads) when the
+    head travels in the same delivery: its digest is computed there.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -117,12 +192,20 @@ class FoldProof(_message.Message):
     PATH_FIELD_NUMBER: _builtins.int
     RECORD_FIELD_NUMBER: _builtins.int
     CHAIN_FIELD_NUMBER: _builtins.int
+    RECORD_FIELDS_FIELD_NUMBER: _builtins.int
+    CHAIN_FIELDS_FIELD_NUMBER: _builtins.int
+    HEAD_PART_FIELD_NUMBER: _builtins.int
     head: _builtins.bytes
     index: _builtins.int
     path: _builtins.bytes
     record: _builtins.bytes
+    head_part: _builtins.int
     @_builtins.property
     def chain(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    @_builtins.property
+    def record_fields(self) -> Global___FoldRecordFields: ...
+    @_builtins.property
+    def chain_fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___FoldRecordFields]: ...
     def __init__(
         self,
         *,
@@ -131,14 +214,52 @@ class FoldProof(_message.Message):
         path: _builtins.bytes = ...,
         record: _builtins.bytes = ...,
         chain: _abc.Iterable[_builtins.bytes] | None = ...,
+        record_fields: Global___FoldRecordFields | None = ...,
+        chain_fields: _abc.Iterable[Global___FoldRecordFields] | None = ...,
+        head_part: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["record_fields", b"record_fields"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chain", b"chain", "head", b"head", "index", b"index", "path", b"path", "record", b"record"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chain", b"chain", "chain_fields", b"chain_fields", "head", b"head", "head_part", b"head_part", "index", b"index", "path", b"path", "record", b"record", "record_fields", b"record_fields"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FoldProof: _TypeAlias = FoldProof  # noqa: Y015
+
+@_typing.final
+class FoldRecordFields(_message.Message):
+    """contracts.heads.FoldRecord field by field: raw 32-byte root and prev
+    (prev empty: the value's first fold).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUE_REF_FIELD_NUMBER: _builtins.int
+    FOLD_SEQ_FIELD_NUMBER: _builtins.int
+    LEAF_COUNT_FIELD_NUMBER: _builtins.int
+    ROOT_FIELD_NUMBER: _builtins.int
+    PREV_FIELD_NUMBER: _builtins.int
+    value_ref: _builtins.str
+    fold_seq: _builtins.int
+    leaf_count: _builtins.int
+    root: _builtins.bytes
+    prev: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        value_ref: _builtins.str = ...,
+        fold_seq: _builtins.int = ...,
+        leaf_count: _builtins.int = ...,
+        root: _builtins.bytes = ...,
+        prev: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fold_seq", b"fold_seq", "leaf_count", b"leaf_count", "prev", b"prev", "root", b"root", "value_ref", b"value_ref"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FoldRecordFields: _TypeAlias = FoldRecordFields  # noqa: Y015
 
 @_typing.final
 class Answer(_message.Message):
