@@ -48,6 +48,11 @@ class PublicKey:
 
     raw: bytes
     _key: Ed25519PublicKey = field(repr=False, compare=False, hash=False)
+    # hex of ``raw``, computed once: node ids are compared on every statement
+    _node_id: str = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_node_id", self.raw.hex())
 
     @classmethod
     def from_raw(cls, raw: bytes) -> PublicKey:
@@ -83,7 +88,7 @@ class PublicKey:
 
     @property
     def node_id(self) -> str:
-        return self.raw.hex()
+        return self._node_id
 
     def verify(self, signature: bytes, data: bytes) -> None:
         """Raise :class:`BadSignature` unless ``signature`` is valid over ``data``."""

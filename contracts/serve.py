@@ -229,8 +229,15 @@ def answer_demand(
     commitment: Signed[Commitment],
     hops: Sequence[bytes] | None,
     now: int,
+    hops_root: str | None = None,
 ) -> Signed[Receipt]:
     """The receipt a correct origin signs for a verified demand.
+
+    ``hops_root``: the hex RFC 6962 root of exactly ``hops`` when the caller
+    already computed it (an origin that checked its stored fold against the
+    committed root when it read it); the hops are then not hashed again.
+    Passing a root the hops do not have signs bytes that miss it: ``bad_data``
+    against the caller, as with :func:`sign_served`.
 
     ``hops`` is the whole fold as stored (canonical bytes, fold order), or
     ``None`` when the origin cannot find it. Legitimate non-answers: EXPIRED
@@ -266,7 +273,12 @@ def answer_demand(
         if c.provenance_pending:
             return refuse(ReceiptStatus.PENDING, RefusalReason.PROVENANCE_PENDING)
         return refuse(ReceiptStatus.ABSENT, RefusalReason.EVICTED)
-    root = merkle_root(hops).hex() if len(hops) == c.leaf_count else None
+    if len(hops) != c.leaf_count:
+        root = None
+    elif hops_root is not None:
+        root = hops_root
+    else:
+        root = merkle_root(hops).hex()
     if root != c.root:
         # The stored fold no longer matches what we committed: say so rather
         # than sign bytes that miss our own root (which would be bad_data).

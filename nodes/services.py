@@ -840,6 +840,8 @@ class NodeCore:
             commitment=commitment,
             hops=leaves,
             now=now_ms,
+            # _resolve returns only a fold the store read back under the committed root
+            hops_root=commitment.statement.root,
         )
         served_hops: tuple[bytes, ...] = ()
         if signed.statement.status is ReceiptStatus.SERVED and leaves is not None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+import contracts.serve as serve_mod
 from contracts import (
     Answer,
     AnswerKind,
@@ -46,6 +47,7 @@ from contracts import (
     verify_evidence,
     verify_served,
 )
+from contracts.merkle import merkle_root
 from contracts.serve import NonceRegistry
 from tests.contracts._support import (
     DAY,
@@ -613,3 +615,39 @@ def test_check_forms_are_falsy_and_name_the_failure_verify_forms_raise() -> None
     other = make_world(n_hops=2)
     wrong = check_demand(other.demand, obligation=w.obligation, commitment=w.commitment)
     assert (bool(wrong), wrong.failed) == (False, "BindingMismatch")
+
+
+def test_s1_an_origin_that_read_its_fold_under_the_root_does_not_hash_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = make_world()
+    hashed: list[int] = []
+
+    def counting(leaves: Sequence[bytes]) -> bytes:
+        hashed.append(1)
+        return merkle_root(leaves)
+
+    monkeypatch.setattr(serve_mod, "merkle_root", counting)
+    kwargs = {"obligation": w.obligation, "commitment": w.commitment, "now": NOW + 2_000}
+    receipt = answer_demand(w.origin, w.demand, hops=w.hops, **kwargs)  # type: ignore[arg-type]
+    assert hashed == [1]
+    known = answer_demand(
+        w.origin,
+        w.demand,
+        hops=w.hops,
+        hops_root=w.commitment.statement.root,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    assert hashed == [1]  # the caller's root stood in for the hash
+    assert known.statement.served_root == receipt.statement.served_root
+    assert judge(w, receipt, w.hops).kind is AnswerKind.SERVED
+    assert judge(w, known, w.hops).kind is AnswerKind.SERVED
+    # a fold of the wrong length is never served, whatever root the caller passes
+    short = answer_demand(
+        w.origin,
+        w.demand,
+        hops=w.hops[:-1],
+        hops_root=w.commitment.statement.root,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    assert short.statement.reason is RefusalReason.EVICTED
