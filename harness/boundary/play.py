@@ -152,6 +152,9 @@ class RunPlayer:
         self.appended: dict[str, set[int]] = {}
         self.folds: dict[tuple[int, tuple[str, ...]], _Fold] = {}
         self.log = DecisionLog()
+        # Served hops already parsed, by (origin, exact bytes): a value's folds are
+        # rehydrated again and again, and the same verified bytes parse the same.
+        self.parsed: dict[tuple[str, bytes], Hop] = {}
         self.plans: dict[ArmName, list[tuple[int, Gate, Mode, GateCounts]]] = {}
         self.decisions: dict[tuple[str, str, str], list[int]] = {}
         for name in (ArmName.STRUCTURAL_MIN, ArmName.STRUCTURAL_PERHOP, ArmName.PROSE):
@@ -516,17 +519,27 @@ class RunPlayer:
 
     def _verified_log(self, report: RehydrationReport) -> _FetchedLog | None:
         log = _FetchedLog()
+        parsed = self.parsed
         for h in report.hops:
-            try:
-                fields = parse_hop(h.hop, origin=h.origin)
-                fields.pop("origin")
-                fields.pop("epoch")
-                hop = hop_from_served(fields, f"hop {h.leaf_index} of {h.commitment[:12]}…")
-            except (ContractError, ValueError):
-                return None
+            hop = parsed.get((h.origin, h.hop))
+            if hop is None:
+                try:
+                    fields = parse_hop(h.hop, origin=h.origin)
+                    fields.pop("origin")
+                    fields.pop("epoch")
+                    hop = hop_from_served(fields, f"hop {h.leaf_index} of {h.commitment[:12]}…")
+                except (ContractError, ValueError):
+                    return None
+                if len(parsed) >= _PARSED_HOPS:
+                    parsed.clear()
+                parsed[(h.origin, h.hop)] = hop
             if hop.hop_id not in log:
                 log.append(hop)
         return log
+
+
+#: Parsed served hops a run keeps (then it starts over): bounds the cache's memory.
+_PARSED_HOPS = 65_536
 
 
 class _FetchedLog(HopLog):
