@@ -292,3 +292,33 @@ def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() 
     assert sizes == (440, 275)
     assert legacy == (865, 382)
     assert wire.delivery_from_pb(wire.delivered_value(first)) == first
+
+
+async def test_compact_head_and_record_fields_of_the_wrong_shape_are_malformed(
+    cluster: MemCluster,
+) -> None:
+    from nodes import wire
+
+    origin = await cluster.add("origin")
+    head, proofs = await _compaction(origin, ["a", "b"])
+    good = wire.delivered_value(Delivery("a", b"v", (), (), "", (proofs[0],), (head,)))
+    cases: list[tuple[str, common_pb2.DeliveredValue]] = []
+    short_origin = common_pb2.DeliveredValue()
+    short_origin.CopyFrom(good)
+    short_origin.heads[0].fields.origin = b"\x01" * 31
+    cases.append(("must be 32 bytes each", short_origin))
+    both = common_pb2.DeliveredValue()
+    both.CopyFrom(good)
+    both.heads[0].payload = b"{}"
+    cases.append(("payload and fields are exclusive", both))
+    bad_prev = common_pb2.DeliveredValue()
+    bad_prev.CopyFrom(good)
+    bad_prev.fold_proofs[0].record_fields.prev = b"\x02" * 5
+    cases.append(("prev 32 bytes or empty", bad_prev))
+    orphan = common_pb2.DeliveredValue()
+    orphan.CopyFrom(good)
+    del orphan.fold_proofs[:]
+    cases.append(("no fold proof names it", orphan))
+    for message, msg in cases:
+        with pytest.raises(EncodingError, match=message):
+            wire.delivery_from_pb(msg)
