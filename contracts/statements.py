@@ -638,7 +638,17 @@ class WitnessReport:
 
     KIND: ClassVar[StatementKind] = StatementKind.WITNESS_REPORT
     _FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"type", "witness", "origin", "obligation", "demand", "outcome", "receipt", "at"}
+        {
+            "type",
+            "witness",
+            "origin",
+            "obligation",
+            "demand",
+            "address",
+            "outcome",
+            "receipt",
+            "at",
+        }
     )
 
     witness: str
@@ -648,6 +658,8 @@ class WitnessReport:
     outcome: WitnessOutcome
     at: int
     receipt: str | None = None
+    #: The endpoint the witness asked (one the origin signed into the obligation).
+    address: str = ""
 
     def __post_init__(self) -> None:
         _check_node_id(self.witness, "witness report witness")
@@ -656,6 +668,8 @@ class WitnessReport:
         _check_digest(self.demand, "witness report demand")
         if (self.outcome is WitnessOutcome.ANSWERED) != (self.receipt is not None):
             raise ValueError("an ANSWERED witness report names a receipt, an UNANSWERED one none")
+        if not self.address or len(self.address) > 512:
+            raise ValueError("a witness report names the address it asked (1..512 chars)")
 
     @property
     def signer(self) -> str:
@@ -668,6 +682,7 @@ class WitnessReport:
             "origin": self.origin,
             "obligation": self.obligation,
             "demand": self.demand,
+            "address": self.address,
             "outcome": self.outcome.value,
             "receipt": self.receipt,
             "at": self.at,
@@ -689,6 +704,7 @@ class WitnessReport:
             outcome=outcome,
             receipt=receipt,
             at=_time(obj, "at", k),
+            address=get_str(obj, "address", k, max_len=512),
         )
 
 

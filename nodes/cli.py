@@ -54,6 +54,11 @@ _FLAG_HELP: Mapping[str, str] = {
     "evidence_dir": "where evidence files are written (default <data-dir>/evidence)",
     "provenance_pending": "true: the cold copy lags, demands are answered PENDING",
     "port_file": "write the bound port here (useful with port 0)",
+    "operator_keys": "public keys (64 hex, ';'-separated) allowed to make control calls;"
+    " none: control calls are refused",
+    "min_witnesses": "witness confirmations an unanswered suspicion needs (default 1)",
+    "max_concurrent_rpcs": "calls handled at once; more are shed with RESOURCE_EXHAUSTED"
+    " (default 256)",
 }
 
 
@@ -106,10 +111,12 @@ def _node_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _error(str(exc))
     from contracts.errors import KeyFileError
-    from nodes.app import run_node
+    from nodes.app import PortBusy, run_node
 
     try:
         asyncio.run(run_node(config))
+    except PortBusy as exc:
+        return _error(f"--listen ($PROVNET_LISTEN): {exc}")
     except KeyFileError as exc:
         return _error(f"--data-dir ($PROVNET_DATA_DIR) {config.data_dir}: {exc}")
     except RuntimeError as exc:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import grpc
 
 from nodes import wire
+from nodes.auth import ControlCredentials, control_channel
 from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
 
@@ -127,10 +128,21 @@ def _client_options(max_message_bytes: int) -> list[tuple[str, Any]]:
 
 
 class GrpcTransport:
-    """grpc.aio client side: one insecure channel per address (loopback/cluster use)."""
+    """grpc.aio client side: one channel per address (loopback/cluster use).
 
-    def __init__(self, max_message_bytes: int = 4 * 1024 * 1024) -> None:
+    Channels come from :func:`nodes.auth.control_channel`: with
+    ``credentials`` set, every control call (and ``Deliver``) is signed with
+    them. A node's own transport signs with the node key (a forwarded value
+    names it as sender); tools pass the operator key.
+    """
+
+    def __init__(
+        self,
+        max_message_bytes: int = 4 * 1024 * 1024,
+        credentials: ControlCredentials | None = None,
+    ) -> None:
         self._max = max_message_bytes
+        self.credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._serve: dict[str, wire.ServeStub] = {}
         self._evidence: dict[str, wire.EvidenceStub] = {}
@@ -158,7 +170,7 @@ class GrpcTransport:
     def channel(self, address: str) -> grpc.aio.Channel:
         chan = self._channels.get(address)
         if chan is None:
-            chan = grpc.aio.insecure_channel(address, options=_client_options(self._max))
+            chan = control_channel(address, self.credentials, _client_options(self._max))
             self._channels[address] = chan
         return chan
 
