@@ -416,11 +416,11 @@ class _Floors:
 
 async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: int) -> int:
     from contracts.identity import Identity, load_identity
-    from nodes.auth import ControlCredentials, control_channel
     from contracts.serve import verify_delivery
     from contracts.signed import open_statement
     from contracts.statements import Commitment, Obligation
     from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc
+    from nodes.auth import ControlCredentials, control_channel
     from nodes.client import HeldFold, Holder, Outcome
     from nodes.config import LogFormat
     from nodes.logging import configure_logging

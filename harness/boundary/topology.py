@@ -26,10 +26,10 @@ from typing import assert_never
 from harness.boundary.choices import Role, TransportKind
 from harness.boundary.wire import MeteredTransport, WireMeter
 from nodes.app import RunningNode, load_or_create_identity, start_node
+from nodes.auth import ControlCredentials
 from nodes.config import NodeConfig
 from nodes.faults import FaultMode, FaultPlan
 from nodes.services import NodeCore
-from nodes.auth import ControlCredentials
 from nodes.transport import GrpcTransport, InMemoryTransport, LocalNode
 
 __all__ = ["NodeHandle", "NodeSpec", "Topology", "start_topology"]
