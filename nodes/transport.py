@@ -124,6 +124,12 @@ def _client_options(max_message_bytes: int) -> list[tuple[str, Any]]:
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.enable_retries", 0),
+        # A peer that restarts is reached again within a promised deadline: a
+        # channel in reconnect backoff would otherwise fail every call at once
+        # and an honest origin that came back would look unanswered.
+        ("grpc.initial_reconnect_backoff_ms", 50),
+        ("grpc.min_reconnect_backoff_ms", 50),
+        ("grpc.max_reconnect_backoff_ms", 500),
     ]
 
 
@@ -184,7 +190,8 @@ class GrpcTransport:
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
         stub = self._serve_stub(address)
         reply = await self._call(
-            address, stub.Demand(wire.demand_request(demands), timeout=timeout)
+            address,
+            stub.Demand(wire.demand_request(demands), timeout=timeout, wait_for_ready=True),
         )
         return wire.answers_from_pb(reply)
 
@@ -195,7 +202,9 @@ class GrpcTransport:
         receipt = commitment = b""
         expected = 0
         try:
-            call = stub.DemandStream(wire.stream_request(demand), timeout=timeout)
+            call = stub.DemandStream(
+                wire.stream_request(demand), timeout=timeout, wait_for_ready=True
+            )
             async for chunk in call:
                 if chunk.index != expected:
                     raise CallFailed("DATA_LOSS", f"chunk {chunk.index} out of order", address)
