@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,7 +163,7 @@ def trio(tmp_path: Path) -> Iterator[list[Node]]:
 
 
 @pytest.fixture
-async def attacker() -> AsyncIterator[Identity]:
+def attacker() -> Identity:
     return Identity.generate()
 
 
@@ -457,7 +457,7 @@ async def test_health_reflection_and_the_json_log(trio: list[Node]) -> None:
                 request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
                 response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
             )(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
-            reply = await call.read()
+            reply: Any = await call.read()
             names = {s.name for s in reply.list_services_response.service}
             assert "provnet.v1.Serve" in names, service
     lines = a.log.read_text(encoding="utf-8").splitlines()
