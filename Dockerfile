@@ -9,7 +9,8 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PROVNET_LOG_FORMAT=json \
-    PROVNET_HOME=/data/home
+    PROVNET_HOME=/data/home \
+    GRPC_VERBOSITY=NONE
 
 WORKDIR /src
 COPY pyproject.toml README.md ./

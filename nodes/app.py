@@ -26,7 +26,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from contracts.identity import Identity, load_identity, save_identity
@@ -124,6 +124,10 @@ async def start_node(
 ) -> RunningNode:
     """Open key and store and start serving; the caller stops the returned node."""
     check_port_free(config.listen)  # before anything (the key file) is written
+    if config.operator_key_file is not None:
+        operator = load_identity(config.operator_key_file).node_id
+        if operator not in config.operator_keys:
+            config = replace(config, operator_keys=(*config.operator_keys, operator))
     identity = load_or_create_identity(config.data_dir)
     if transport is None:
         transport = GrpcTransport(config.max_message_bytes)

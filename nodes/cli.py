@@ -56,6 +56,7 @@ _FLAG_HELP: Mapping[str, str] = {
     "port_file": "write the bound port here (useful with port 0)",
     "operator_keys": "public keys (64 hex, ';'-separated) allowed to make control calls;"
     " none: control calls are refused",
+    "operator_key_file": "operator key file whose public key is authorised too (read at start)",
     "min_witnesses": "witness confirmations an unanswered suspicion needs (default 1)",
     "max_concurrent_rpcs": "calls handled at once; more are shed with RESOURCE_EXHAUSTED"
     " (default 256)",
@@ -118,6 +119,8 @@ def _node_run(args: argparse.Namespace) -> int:
     except PortBusy as exc:
         return _error(f"--listen ($PROVNET_LISTEN): {exc}")
     except KeyFileError as exc:
+        if config.operator_key_file is not None and str(config.operator_key_file) in str(exc):
+            return _error(f"--operator-key-file ($PROVNET_OPERATOR_KEY_FILE): {exc}")
         return _error(f"--data-dir ($PROVNET_DATA_DIR) {config.data_dir}: {exc}")
     except RuntimeError as exc:
         if "failed to bind" not in str(exc).lower():

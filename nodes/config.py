@@ -85,6 +85,7 @@ ENV_VARS: Mapping[str, str] = {
     "port_file": "PROVNET_PORT_FILE",
     "reap_interval_s": "PROVNET_REAP_INTERVAL_S",
     "operator_keys": "PROVNET_OPERATOR_KEYS",
+    "operator_key_file": "PROVNET_OPERATOR_KEY_FILE",
     "min_witnesses": "PROVNET_MIN_WITNESSES",
     "max_concurrent_rpcs": "PROVNET_MAX_CONCURRENT_RPCS",
 }
@@ -167,6 +168,9 @@ class NodeConfig:
     #: Public keys (64 hex) whose signed control calls this node accepts
     #: (:mod:`nodes.auth`); none: every control call is refused.
     operator_keys: tuple[str, ...] = ()
+    #: An operator key file whose public key is authorised too (read at start;
+    #: the same variable the clients sign with, e.g. on a shared Compose volume).
+    operator_key_file: Path | None = None
     #: Witness confirmations an ``unanswered`` suspicion needs to be stored.
     min_witnesses: int = 1
     #: Calls in progress at once; beyond it a call is shed at once with
@@ -316,7 +320,7 @@ class NodeConfig:
                     raise ConfigError(
                         f"{where(key)}: expected seconds, got {raw[key]!r}"
                     ) from None
-        for key in ("evidence_dir", "port_file"):
+        for key in ("evidence_dir", "port_file", "operator_key_file"):
             if key in raw:
                 kwargs[key] = Path(str(raw[key]))
         if "operator_keys" in raw:

@@ -66,7 +66,23 @@ def _dockerfile_instructions() -> dict[str, list[str]]:
 
 
 def test_compose_has_three_nodes_and_a_runner() -> None:
-    assert set(_services()) == {*NODE_SERVICES, "runner"}
+    assert set(_services()) == {*NODE_SERVICES, "runner", "operator-key"}
+
+
+def test_nodes_and_runner_share_the_operator_key_read_only() -> None:
+    # The one-shot service creates the key; nodes authorise it, the runner signs with it.
+    key = _services()["operator-key"]
+    assert key["volumes"] == ["operator:/operator"]
+    assert "/operator/operator.key" in " ".join(key["command"])
+    for name in (*NODE_SERVICES, "runner"):
+        service = _services()[name]
+        assert "operator:/operator:ro" in service["volumes"], name
+        assert _env(service)["PROVNET_OPERATOR_KEY_FILE"] == "/operator/operator.key", name
+    for name in NODE_SERVICES:
+        config = _node_config(name)
+        assert config.operator_key_file == Path("/operator/operator.key"), name
+        depends = _services()[name]["depends_on"]
+        assert depends["operator-key"] == {"condition": "service_completed_successfully"}
 
 
 def test_every_service_runs_under_an_init_process() -> None:
@@ -149,7 +165,8 @@ def test_each_node_keeps_its_data_on_its_own_named_volume() -> None:
     mounts: dict[str, str] = {}
     for name in NODE_SERVICES:
         service = _services()[name]
-        (volume,) = service["volumes"]
+        volume, *shared = service["volumes"]
+        assert shared == ["operator:/operator:ro"], f"{name}: only the operator key is shared"
         source, _, target = str(volume).partition(":")
         assert source in declared, f"{name}: volume {source} is not a declared named volume"
         assert source not in mounts.values(), f"{name} shares volume {source}"
