@@ -59,7 +59,9 @@ _FLAG_HELP: Mapping[str, str] = {
     "operator_key_file": "operator key file whose public key is authorised too (read at start)",
     "min_witnesses": "witness confirmations an unanswered suspicion needs (default 1)",
     "max_concurrent_rpcs": "calls handled at once; more are shed with RESOURCE_EXHAUSTED"
-    " (default 256)",
+    " (default 128)",
+    "max_bulk_rpcs": "bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;"
+    " more are shed with RESOURCE_EXHAUSTED (default 16, 0: no separate limit)",
 }
 
 

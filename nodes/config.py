@@ -36,7 +36,8 @@ __all__ = [
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 DEFAULT_SERVE_FOR_MS = 3_600_000
 DEFAULT_DEADLINE_MS = 2_000
-DEFAULT_MAX_CONCURRENT_RPCS = 256
+DEFAULT_MAX_CONCURRENT_RPCS = 128
+DEFAULT_MAX_BULK_RPCS = 16
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -88,6 +89,7 @@ ENV_VARS: Mapping[str, str] = {
     "operator_key_file": "PROVNET_OPERATOR_KEY_FILE",
     "min_witnesses": "PROVNET_MIN_WITNESSES",
     "max_concurrent_rpcs": "PROVNET_MAX_CONCURRENT_RPCS",
+    "max_bulk_rpcs": "PROVNET_MAX_BULK_RPCS",
 }
 
 
@@ -176,6 +178,9 @@ class NodeConfig:
     #: Calls in progress at once; beyond it a call is shed at once with
     #: RESOURCE_EXHAUSTED, so admitted callers keep their latency.
     max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS
+    #: Bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;
+    #: beyond it they are shed with RESOURCE_EXHAUSTED (0: no separate limit).
+    max_bulk_rpcs: int = DEFAULT_MAX_BULK_RPCS
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -309,6 +314,7 @@ class NodeConfig:
             ("reasks", 0),
             ("min_witnesses", 1),
             ("max_concurrent_rpcs", 1),
+            ("max_bulk_rpcs", 0),
         ):
             if key in raw:
                 kwargs[key] = _as_int(where(key), raw[key], minimum)

@@ -22,10 +22,22 @@ import grpc
 import structlog
 
 from nodes.auth import ControlAuth
-from nodes.errors import status_for
+from nodes.errors import RequestTooLarge, status_for
 from nodes.logging import get_logger
 
-__all__ = ["REQUEST_ID_KEY", "RequestContextInterceptor"]
+__all__ = ["BULK_METHODS", "REQUEST_ID_KEY", "RequestContextInterceptor"]
+
+#: Calls that carry or produce bulk work; shed first under overload.
+BULK_METHODS = frozenset(
+    {
+        "/provnet.v1.Deliver/Deliver",
+        "/provnet.v1.Deliver/Rehydrate",
+        "/provnet.v1.Deliver/Forward",
+        "/provnet.v1.HopLog/Append",
+        "/provnet.v1.HopLog/CommitFold",
+        "/provnet.v1.Attest/Submit",
+    }
+)
 
 REQUEST_ID_KEY = "x-request-id"
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -66,9 +78,15 @@ class RequestContextInterceptor(_ServerInterceptor):
         self,
         counters: Callable[[str], None] | None = None,
         auth: ControlAuth | None = None,
+        bulk_limit: int = 0,
     ) -> None:
         self._count = counters
         self._auth = auth
+        # Load shedding: at most ``bulk_limit`` bulk calls (deliveries, appends,
+        # commits, rehydrations, forwards, attestations) at once; more are
+        # RESOURCE_EXHAUSTED at once, so demands keep their latency.
+        self._bulk_limit = bulk_limit
+        self.bulk_in_flight = 0
         self._wrapped: dict[str, Any] = {}
 
     async def intercept_service(
@@ -110,6 +128,8 @@ class RequestContextInterceptor(_ServerInterceptor):
             ControlAuth.bind(auth.check(rpc, raw, context.invocation_metadata()))
             return parsed
 
+        bulk = self._bulk_limit > 0 and rpc in BULK_METHODS
+
         if handler.unary_unary is not None:
             inner_uu: Any = handler.unary_unary
 
@@ -120,13 +140,24 @@ class RequestContextInterceptor(_ServerInterceptor):
                     context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                     if count is not None:
                         count(rpc)
+                    admitted = False
                     try:
+                        if bulk:
+                            if self.bulk_in_flight >= self._bulk_limit:
+                                raise RequestTooLarge(
+                                    f"{rpc}: {self._bulk_limit} bulk calls in progress;"
+                                    " shed, try again shortly"
+                                )
+                            self.bulk_in_flight += 1
+                            admitted = True
                         return await inner_uu(admit(request, context), context)
                     except Exception as exc:
                         if isinstance(exc, grpc.aio.AbortError):
                             raise
                         await _abort_for(exc, context, rpc)
                     finally:
+                        if admitted:
+                            self.bulk_in_flight -= 1
                         log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
 
             return grpc.unary_unary_rpc_method_handler(

@@ -46,9 +46,16 @@ REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 log = get_logger(__name__)
 
 
+#: HTTP/2 streams one connection may have open at once: a client's further
+#: calls wait on its side, so the node never buffers more than this many
+#: in-flight request bodies per connection.
+MAX_STREAMS_PER_CONNECTION = 64
+
+
 def server_options(max_message_bytes: int) -> list[tuple[str, Any]]:
     return [
         ("grpc.so_reuseport", 0),
+        ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
     ]
@@ -122,7 +129,9 @@ class NodeServer:
 def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeServer:
     auth = ControlAuth(core.config.operator_keys, node_name=core.config.name, clock=core.clock)
     server = grpc.aio.server(
-        interceptors=[RequestContextInterceptor(core.count_rpc, auth)],
+        interceptors=[
+            RequestContextInterceptor(core.count_rpc, auth, core.config.max_bulk_rpcs)
+        ],
         options=server_options(max_message_bytes),
         maximum_concurrent_rpcs=core.config.max_concurrent_rpcs,
     )
