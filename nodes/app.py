@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from contracts.errors import KeyFileError
 from contracts.identity import Identity, load_identity, save_identity
 from nodes.auth import ControlCredentials
 from nodes.config import NodeConfig
@@ -79,6 +80,17 @@ def check_port_free(listen: str) -> None:
             ) from None
 
 
+def operator_key_id(path: Path) -> str:
+    """The operator public key a file names: a file holding the 64-hex id, or a key file."""
+    try:
+        head = path.read_bytes()[:256].strip()
+    except OSError as exc:
+        raise KeyFileError(f"operator key file {path}: cannot read ({exc.strerror})") from None
+    if len(head) == 64 and all(c in b"0123456789abcdef" for c in head):
+        return head.decode()
+    return load_identity(path).node_id
+
+
 def load_or_create_identity(data_dir: Path) -> Identity:
     """The node's key from ``data_dir/node.key``; generated (mode 0600) on first start."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -125,7 +137,7 @@ async def start_node(
     """Open key and store and start serving; the caller stops the returned node."""
     check_port_free(config.listen)  # before anything (the key file) is written
     if config.operator_key_file is not None:
-        operator = load_identity(config.operator_key_file).node_id
+        operator = operator_key_id(config.operator_key_file)
         if operator not in config.operator_keys:
             config = replace(config, operator_keys=(*config.operator_keys, operator))
     identity = load_or_create_identity(config.data_dir)

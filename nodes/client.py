@@ -114,7 +114,7 @@ def _severity(outcome: Outcome) -> int:
             return 3
         case Outcome.REFUSED:
             return 4
-        case Outcome.BAD_DATA | Outcome.EQUIVOCATION:
+        case Outcome.BAD_DATA | Outcome.EQUIVOCATION | Outcome.SPLIT_VIEW:
             return 5
         case _:
             assert_never(outcome)
@@ -422,9 +422,7 @@ class Holder:
         return Outcome.EXPIRED
 
     @staticmethod
-    def _equivocation(
-        ours: Signed[Commitment], theirs: bytes, reported_at: int
-    ) -> Evidence | None:
+    def _equivocation(ours: Signed[Commitment], theirs: bytes, reported_at: int) -> Evidence | None:
         if not theirs:
             return None
         try:
@@ -512,9 +510,7 @@ class Holder:
                 run.witnesses_unanswered += 1
             elif result.receipt:
                 try:
-                    answers.append(
-                        open_statement(result.receipt, Receipt, signer=run.origin)
-                    )
+                    answers.append(open_statement(result.receipt, Receipt, signer=run.origin))
                 except ContractError:
                     continue
         due_ms = fold.demand.statement.time + fold.held.obligation.statement.deadline_ms
