@@ -185,7 +185,26 @@ class GrpcTransport:
         try:
             return await coro
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(exc.code().name, exc.details() or "", address) from exc
+            raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
+
+    def _code(self, address: str, exc: grpc.aio.AioRpcError) -> str:
+        """The status name; a call that waited for a channel never connected is UNAVAILABLE.
+
+        Demands wait for the channel within their deadline (a restarted origin
+        is reached); when it never connected, the peer is unreachable, as the
+        in-memory transport says, not slow.
+        """
+        code = exc.code().name
+        chan = self._channels.get(address)
+        if code == "DEADLINE_EXCEEDED" and chan is not None:
+            state = chan.get_state(try_to_connect=False)
+            if state in (
+                grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+                grpc.ChannelConnectivity.CONNECTING,
+                grpc.ChannelConnectivity.IDLE,
+            ):
+                return "UNAVAILABLE"
+        return code
 
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
         stub = self._serve_stub(address)
@@ -217,7 +236,7 @@ class GrpcTransport:
             else:
                 raise CallFailed("DATA_LOSS", "stream ended without a last chunk", address)
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(exc.code().name, exc.details() or "", address) from exc
+            raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
         return Answer(receipt, commitment, tuple(hops))
 
     async def challenge(
