@@ -8,6 +8,7 @@ when it carries a per-call Ed25519 signature by a key the node authorises:
 
 ======================================  =====================================
 ``HopLog.Append``, ``HopLog.CommitFold``  an operator key (``--operator-keys``)
+``HopLog.CommitCompaction``
 ``Deliver.Rehydrate``, ``Deliver.Forward``
 ``Evidence.Report``
 ``Deliver.Deliver``                      an operator key, or the node key of the
@@ -83,6 +84,7 @@ CONTROL_METHODS = frozenset(
     {
         "/provnet.v1.HopLog/Append",
         "/provnet.v1.HopLog/CommitFold",
+        "/provnet.v1.HopLog/CommitCompaction",
         "/provnet.v1.Deliver/Rehydrate",
         "/provnet.v1.Deliver/Forward",
         "/provnet.v1.Evidence/Report",

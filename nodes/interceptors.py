@@ -35,6 +35,7 @@ BULK_METHODS = frozenset(
         "/provnet.v1.Deliver/Forward",
         "/provnet.v1.HopLog/Append",
         "/provnet.v1.HopLog/CommitFold",
+        "/provnet.v1.HopLog/CommitCompaction",
         "/provnet.v1.Attest/Submit",
     }
 )

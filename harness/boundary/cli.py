@@ -217,7 +217,7 @@ def _handler(args: argparse.Namespace) -> int:
         print(
             f"delivered per decision: ground_truth {gt.value_bytes / gt.decisions:,.0f} B;"
             f" structural_min {smin.value_bytes / smin.decisions:,.0f} B"
-            f" + {smin.statement_bytes / smin.decisions:,.0f} B of commitments and obligations"
+            f" + {smin.statement_bytes / smin.decisions:,.0f} B of statements (fold proofs, heads)"
         )
     kinds = outcome.evidence_by_kind
     print(

@@ -91,6 +91,27 @@ CALLS: dict[str, tuple[Any, Any]] = {
             }
         ),
     ),
+    "/provnet.v1.HopLog/CommitCompaction": (
+        hoplog_pb2.CommitCompactionRequest,
+        st.fixed_dictionaries(
+            {
+                "folds": st.lists(
+                    st.builds(
+                        hoplog_pb2.CompactionFold,
+                        value_ref=st.one_of(st.sampled_from(["v", "w"]), TEXT),
+                        seqs=st.one_of(
+                            st.lists(st.sampled_from(HELD), min_size=1, max_size=3, unique=True),
+                            SEQS,
+                        ),
+                        value=BLOB,
+                    ),
+                    max_size=2,
+                ),
+                "serve_for_ms": U64,
+                "deadline_ms": U32,
+            }
+        ),
+    ),
     "/provnet.v1.Serve/Demand": (
         serve_pb2.DemandRequest,
         st.fixed_dictionaries({"demands": st.lists(BLOB, max_size=3)}),
