@@ -91,6 +91,7 @@ from nodes.config import NodeConfig
 from nodes.errors import (
     DemandPredatesRestart,
     MalformedRequest,
+    PeerUnavailable,
     PromiseOutOfRange,
     RequestTooLarge,
     UnknownCommitment,
@@ -1334,9 +1335,13 @@ class NodeCore:
             held.delivery.fold_proofs,
             held.delivery.heads,
         )
-        data, receipt, _ = await self.send(
-            address, outgoing, timeout, signer=self.config.pinned_key(peer)
-        )
+        try:
+            data, receipt, _ = await self.send(
+                address, outgoing, timeout, signer=self.config.pinned_key(peer)
+            )
+        except CallFailed as exc:
+            # The peer's failure, not ours: never INTERNAL.
+            raise PeerUnavailable(f"forward {value_ref}: peer {peer}: {exc}") from exc
         r = receipt.statement
         if (
             r.sender != self.node_id
