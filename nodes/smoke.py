@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from nodes.cluster import (
     DEFAULT_START_TIMEOUT_S,
@@ -54,6 +54,9 @@ from nodes.cluster import (
     stop_node,
 )
 from nodes.home import Home, HomeError, check_node_name
+
+if TYPE_CHECKING:
+    from nodes.auth import ControlCredentials
 
 __all__ = ["SMOKE_STEPS", "Member", "StepResult", "cluster_members", "run_smoke"]
 
@@ -117,19 +120,20 @@ def _fold_hops(tag: str, count: int = _FOLD_HOPS) -> list[bytes]:
 class _Driver:
     """Raw gRPC calls to cluster nodes, one channel per address, every call with a deadline."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: ControlCredentials | None) -> None:
         import grpc
 
         self._grpc = grpc
+        self.credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
         self.timings: dict[str, float] = {}
 
     def _channel(self, address: str) -> Any:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._grpc.aio.insecure_channel(
-                address, options=[("grpc.enable_http_proxy", 0)]
-            )
+            from nodes.auth import control_channel
+
+            channel = control_channel(address, self.credentials)
             self._channels[address] = channel
         return channel
 
@@ -421,6 +425,9 @@ def _extra_node(
         peers=tuple(f"{m.name}={m.address}" for m in run.members),
         evidence_dir=run.home.evidence_dir / name,
         fault=fault,
+        operator_keys=(
+            (run.driver.credentials.key_id,) if run.driver.credentials is not None else ()
+        ),
     )
     run.say(f"starting extra node {name} (fault {fault}) on {spec.address}")
     record, proc = start_node(spec, timeout=run.start_timeout)
@@ -655,6 +662,21 @@ def _rpc_error(exc: Exception) -> str:
     return str(exc)
 
 
+def smoke_credentials(home: Home, local: bool) -> ControlCredentials | None:
+    """The operator key the smoke test signs control calls with.
+
+    ``$PROVNET_OPERATOR_KEY_FILE`` if set (a Compose cluster's key), else the
+    local cluster's ``<home>/operator.key`` (created with the cluster).
+    """
+    from nodes.auth import operator_credentials
+    from nodes.cluster import operator_key
+
+    found = operator_credentials(home.root)
+    if found is None and local:
+        found = operator_key(home)
+    return found
+
+
 def cluster_members(home: Home) -> tuple[Member, ...]:
     """The first three nodes of the local cluster recorded under ``home``, all SERVING."""
     state = load_state(home)
@@ -701,7 +723,7 @@ def run_smoke(
     run = _Run(
         home=home,
         run_id=time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{time.time_ns() % 1000000:06d}",
-        driver=_Driver(),
+        driver=_Driver(smoke_credentials(home, members is None)),
         start_timeout=start_timeout,
         say=say,
         members=chosen,
