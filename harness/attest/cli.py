@@ -50,7 +50,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--rows",
         default="all",
         help="rows to play: all, headline (none, honest and the lifetime sweep),"
-        " or a comma list such as none,honest,forged_receipts,dishonest:verification",
+        " or a comma list such as none,honest,forged_receipts,dishonest:verification"
+        " (with --matrix, all means none,honest)",
     )
     parser.add_argument(
         "--lifetimes",
@@ -75,7 +76,7 @@ def _specs(text: str, lifetimes: tuple[int, ...], matrix: bool) -> list[object]:
 
     honest_sweep = [RowSpec(Row.HONEST, lifetime_steps=n) for n in lifetimes]
     if text == "all" and matrix:
-        text = "headline"
+        text = "none,honest"
     if text == "headline":
         return [RowSpec(Row.NONE), RowSpec(Row.HONEST), *honest_sweep]
     if text == "all":
