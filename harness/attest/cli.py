@@ -66,6 +66,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--transport", choices=("memory", "grpc"), default="memory")
     parser.add_argument("--workers", type=positive_int, default=1, help="rows played in parallel")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="re-render the files from --out/attest_results.json without playing",
+    )
     add_progress_flags(parser)
     parser.set_defaults(handler=_handler)
 
@@ -114,6 +119,18 @@ def _handler(args: argparse.Namespace) -> int:
     from nodes.config import LogFormat
     from nodes.logging import configure_logging
 
+    if args.report_only:
+        from harness.attest.report import load_results
+
+        try:
+            saved = load_results(args.out / "attest_results.json")
+            meta = json.loads((args.out / "attest_meta.json").read_text(encoding="utf-8"))
+            meta.pop("rows", None)
+            written = write_outputs(saved, args.out, meta)
+        except (ValueError, OSError) as exc:
+            raise UsageError(str(exc)) from None
+        print(f"attest: re-rendered {len(written)} files in {args.out}/")
+        return 0
     cfg = load_experiment_config(args.config, DEFAULT_CONFIG, sweep=False)
     path = args.policy if args.policy is not None else DEFAULT_POLICY
     try:

@@ -29,7 +29,15 @@ from harness.attest.runner import RowResult
 from harness.boundary.report import percentile
 from harness.gates import GATES, GateClass
 
-__all__ = ["RowNumbers", "death_cycle", "row_numbers", "write_outputs"]
+__all__ = [
+    "CycleNumbers",
+    "RowNumbers",
+    "death_cycle",
+    "load_results",
+    "row_numbers",
+    "save_results",
+    "write_outputs",
+]
 
 _RECON = tuple(i for i, g in enumerate(GATES) if g.gate_class is GateClass.RECONSTRUCTION)
 #: Gate index → axes (canonical indices) its rule reads.
@@ -148,20 +156,50 @@ def row_numbers(r: RowResult) -> RowNumbers:
     )
 
 
-def _per_cycle(records: Sequence[DecisionRecord]) -> dict[int, tuple[int, int, int, float, float]]:
-    """cycle → (recon evaluations, agree before, agree after, mean r before, mean r after)."""
+@dataclass(frozen=True, slots=True)
+class CycleNumbers:
+    """One cycle of reconstruction-coupled decisions, before and after attestations."""
+
+    evaluations: int
+    agree_before: int
+    agree_after: int
+    allowed: int  # evaluations the oracle proceeds on
+    allowed_before: int  # … on which the holder proceeds too, before attestations
+    allowed_after: int
+    mean_r_before: float
+    mean_r_after: float
+
+    @staticmethod
+    def pct(k: int, n: int) -> float:
+        return 100.0 * k / n if n else float("nan")
+
+
+def _per_cycle(records: Sequence[DecisionRecord]) -> dict[int, CycleNumbers]:
     acc: dict[int, list[float]] = {}
     for d in records:
-        a = acc.setdefault(d.cycle, [0, 0, 0, 0.0, 0.0, 0])
+        a = acc.setdefault(d.cycle, [0, 0, 0, 0, 0, 0, 0.0, 0.0, 0])
         for gi in _RECON:
             a[0] += 1
             a[1] += d.before[gi] == d.oracle[gi]
             a[2] += d.after[gi] == d.oracle[gi]
-        a[3] += d.recon_before
-        a[4] += d.recon_after
-        a[5] += 1
+            if d.oracle[gi] == "1":
+                a[3] += 1
+                a[4] += d.before[gi] == "1"
+                a[5] += d.after[gi] == "1"
+        a[6] += d.recon_before
+        a[7] += d.recon_after
+        a[8] += 1
     return {
-        c: (int(a[0]), int(a[1]), int(a[2]), a[3] / a[5], a[4] / a[5])
+        c: CycleNumbers(
+            int(a[0]),
+            int(a[1]),
+            int(a[2]),
+            int(a[3]),
+            int(a[4]),
+            int(a[5]),
+            a[6] / a[8],
+            a[7] / a[8],
+        )
         for c, a in sorted(acc.items())
     }
 
@@ -319,16 +357,20 @@ def write_outputs(results: Sequence[RowResult], out: Path, meta: Mapping[str, An
     head = honest[0] if honest else None
     cyc_rows: list[tuple[object, ...]] = []
     for r in [x for x in (none, *honest) if x is not None]:
-        for c, (n_e, ab, aa, rb, ra) in _per_cycle(r.records).items():
+        for c, k in _per_cycle(r.records).items():
+            pct = CycleNumbers.pct
             cyc_rows.append(
                 (
                     r.name,
                     c,
-                    n_e,
-                    f"{100 * ab / n_e:.2f}",
-                    f"{100 * aa / n_e:.2f}",
-                    f"{rb:.4f}",
-                    f"{ra:.4f}",
+                    k.evaluations,
+                    f"{pct(k.agree_before, k.evaluations):.2f}",
+                    f"{pct(k.agree_after, k.evaluations):.2f}",
+                    k.allowed,
+                    f"{pct(k.allowed_before, k.allowed):.2f}",
+                    f"{pct(k.allowed_after, k.allowed):.2f}",
+                    f"{k.mean_r_before:.4f}",
+                    f"{k.mean_r_after:.4f}",
                 )
             )
     written.append(
@@ -340,6 +382,9 @@ def write_outputs(results: Sequence[RowResult], out: Path, meta: Mapping[str, An
                 "recon_evaluations",
                 "agreement_before_pct",
                 "agreement_after_pct",
+                "oracle_allowed",
+                "allowed_proceed_before_pct",
+                "allowed_proceed_after_pct",
                 "mean_recon_before",
                 "mean_recon_after",
             ),
@@ -415,6 +460,7 @@ def write_outputs(results: Sequence[RowResult], out: Path, meta: Mapping[str, An
     meta_path.write_text(json.dumps(meta_obj, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     written.append(meta_path)
     written += _figures(results, out)
+    written.append(save_results(results, out / "attest_results.json"))
     summary = out / "summary.md"
     summary.write_text(summary_md(results, nums, none_fp), encoding="utf-8")
     written.append(summary)
@@ -431,21 +477,23 @@ def _figures(results: Sequence[RowResult], out: Path) -> list[Path]:
         head = honest[0]
         cycles = _per_cycle(head.records)
         xs = list(cycles)
+        ks = list(cycles.values())
+        pct = CycleNumbers.pct
         fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.5, 6.5), sharex=True)
-        ax1.plot(xs, [v[3] for v in cycles.values()], label="blind (delivered)", color="tab:red")
-        ax1.plot(xs, [v[4] for v in cycles.values()], label="attested", color="tab:green")
+        ax1.plot(xs, [k.mean_r_before for k in ks], label="blind (as delivered)", color="tab:red")
+        ax1.plot(xs, [k.mean_r_after for k in ks], label="attested", color="tab:green")
         for theta, style in ((0.5, "--"), (0.55, ":")):
             ax1.axhline(theta, color="grey", linestyle=style, label=f"θ = {theta}")
-        ax1.set_ylabel("mean reconstruction\nof decided values")
+        ax1.set_ylabel("mean reconstruction\nof the decided values")
         ax1.set_title("structural_min, death-spiral run: reconstruction per cycle")
         ax1.legend(loc="upper right", fontsize=8)
-        ax2.plot(xs, [100 * v[1] / v[0] for v in cycles.values()], label="blind", color="tab:red")
+        ax2.plot(xs, [pct(k.allowed_before, k.allowed) for k in ks], label="blind", color="tab:red")
         ax2.plot(
-            xs, [100 * v[2] / v[0] for v in cycles.values()], label="attested", color="tab:green"
+            xs, [pct(k.allowed_after, k.allowed) for k in ks], label="attested", color="tab:green"
         )
-        ax2.set_ylabel("agreement with oracle,\nreconstruction gates (%)")
+        ax2.set_ylabel("oracle-allowed reconstruction-\ngate decisions that proceed (%)")
         ax2.set_xlabel("compaction cycle")
-        ax2.legend(loc="lower left", fontsize=8)
+        ax2.legend(loc="center right", fontsize=8)
         paths.append(_save(fig, out / "attest_recon_per_cycle.png"))
     if len(honest) > 1:
         honest = sorted(honest, key=lambda r: r.lifetime_steps)
@@ -486,7 +534,15 @@ def summary_md(
         h = honest[0]
         n = nums[h.name]
         c = h.counts
+        per_h = _per_cycle(h.records)
+        dead = [k for c, k in per_h.items() if n.death_before is not None and c >= n.death_before]
+        allowed = sum(k.allowed for k in dead)
         lines += [
+            f"- from cycle {_fmt(n.death_before)} on, oracle-allowed reconstruction-gate decisions"
+            f" that proceed: without attest"
+            f" **{CycleNumbers.pct(sum(k.allowed_before for k in dead), allowed):.1f}%**,"
+            f" with attest **{CycleNumbers.pct(sum(k.allowed_after for k in dead), allowed):.1f}%**"
+            f" ({allowed} evaluations)",
             f"- attest ({h.name}): reconstruction-gate agreement with the oracle"
             f" {n.recon_agree_before:.2f}% → **{n.recon_agree_after:.2f}%** over the run;"
             f" death cycle {_fmt(n.death_before)} → **{_fmt(n.death_after)}**;"
@@ -503,16 +559,21 @@ def summary_md(
             "",
             "## Agreement on reconstruction-coupled gates per cycle (structural_min)",
             "",
-            "| cycle | evaluations | without attest % | with attest % | mean r delivered"
-            " | mean r attested |",
-            "|---|---|---|---|---|---|",
+            "| cycle | evaluations | agreement without attest % | with attest %"
+            " | oracle-allowed | of those proceeding without attest % | with attest %"
+            " | mean r delivered | mean r attested |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         per = _per_cycle(h.records)
-        for cyc, (n_e, ab, aa, rb, ra) in per.items():
-            if cyc % 5 == 0 or (n.death_before is not None and abs(cyc - n.death_before) <= 1):
+        pct = CycleNumbers.pct
+        for cyc, k in per.items():
+            if cyc % 10 == 0 or (n.death_before is not None and abs(cyc - n.death_before) <= 1):
                 lines.append(
-                    f"| {cyc} | {n_e} | {100 * ab / n_e:.1f} | {100 * aa / n_e:.1f}"
-                    f" | {rb:.3f} | {ra:.3f} |"
+                    f"| {cyc} | {k.evaluations} | {pct(k.agree_before, k.evaluations):.1f}"
+                    f" | {pct(k.agree_after, k.evaluations):.1f} | {k.allowed}"
+                    f" | {pct(k.allowed_before, k.allowed):.1f}"
+                    f" | {pct(k.allowed_after, k.allowed):.1f}"
+                    f" | {k.mean_r_before:.3f} | {k.mean_r_after:.3f} |"
                 )
         lines += ["", "## Price per 100 structural_min decisions", ""]
         lines += [
@@ -572,3 +633,31 @@ def summary_md(
                 )
     lines.append("")
     return "\n".join(lines)
+
+
+def save_results(results: Sequence[RowResult], path: Path) -> Path:
+    """Every row's numbers as JSON (bundle files are written separately), for re-rendering."""
+    import dataclasses
+
+    rows = []
+    for r in results:
+        obj = dataclasses.asdict(r)
+        obj["bundle_files"] = []
+        rows.append(obj)
+    path.write_text(json.dumps(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def load_results(path: Path) -> list[RowResult]:
+    """The rows :func:`save_results` wrote (``ValueError`` on a malformed file)."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        out = []
+        for obj in rows:
+            obj["records"] = [DecisionRecord(**d) for d in obj["records"]]
+            obj["runs"] = [tuple(x) for x in obj["runs"]]
+            obj["bundle_files"] = []
+            out.append(RowResult(**obj))
+    except (OSError, TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"{path}: not a saved attest result: {exc}") from exc
+    return out
