@@ -52,6 +52,8 @@ from nodes.transport import CallFailed, GrpcTransport, InMemoryTransport
 
 __all__ = ["AttestSlice", "RowResult", "play_rows", "run_row"]
 
+_DEADLINE_MS = 10_000
+
 
 @dataclass(frozen=True, slots=True)
 class AttestSlice:
@@ -194,8 +196,13 @@ async def run_row(
     tasks = slice_.tasks(cfg)
     steps = tasks[0][3]
     policy = spec.policy(base_policy, steps)
+    # A 10 s answer deadline: a faithful origin on a loaded machine must not miss
+    # it, or a fallback would make the decisions depend on the machine's load.
     settings = BoundarySettings(
-        cadences=(tasks[0][0].cadence,), steps=steps, transport=slice_.transport
+        cadences=(tasks[0][0].cadence,),
+        steps=steps,
+        transport=slice_.transport,
+        deadline_ms=_DEADLINE_MS,
     )
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="provnet-attest-") as tmp:
