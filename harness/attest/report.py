@@ -520,6 +520,14 @@ def summary_md(
     results: Sequence[RowResult], nums: Mapping[str, RowNumbers], none_fp: str | None
 ) -> str:
     lines: list[str] = ["# attest across the boundary (Part 6 in numbers)", ""]
+    pooled = max((len(r.runs) for r in results), default=0)
+    if pooled > 1:
+        lines += [
+            f"{pooled} runs pooled per row (cycle = step // C of each run, cadences mixed):"
+            " read agreement, changes and price; death cycles and the per-cycle table"
+            " are the death-spiral run's quantities.",
+            "",
+        ]
     none = next((r for r in results if r.row == Row.NONE.value), None)
     honest = [r for r in results if r.row == Row.HONEST.value]
     if none is not None:
