@@ -26,6 +26,7 @@ _SUBCOMMAND_MODULES = (
     "harness.attest.cli",
     "contracts.cli",
     "nodes.cli",
+    "nodes.cli_link",
 )
 
 

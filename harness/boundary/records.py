@@ -213,6 +213,10 @@ class BoundaryOutcome:
     wall_seconds: float
     node_ids: dict[str, str]
     written: list[Path] = field(default_factory=list)
+    #: Signed tree heads the origins made: one per origin per compaction.
+    heads_committed: int = 0
+    #: Per (cadence, arm): [decisions, value bytes, statement bytes] delivered.
+    delivery_by_cadence: dict[tuple[int, str], list[int]] = field(default_factory=dict)
 
     @property
     def evidence_by_kind(self) -> dict[str, int]:

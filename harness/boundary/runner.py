@@ -184,6 +184,8 @@ async def run_boundary_async(
         runner.hops_appended,
         time.perf_counter() - start,
         node_ids,
+        heads_committed=runner.heads_committed,
+        delivery_by_cadence=runner.delivery_by_cadence,
     )
 
 
