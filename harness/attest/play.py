@@ -233,8 +233,10 @@ class AttestPlayer(RunPlayer):
         triggered = scores[Axis.RECONSTRUCTION] < ctx.restore_below and blocks
         if triggered:
             ctx.counts["restorations_needed"] += 1
-            if not folds:
-                # nothing folded yet: the origin commits the visible lineage (2b)
+            if not folds or any(f.fold is not None for f in folds):
+                # nothing folded yet, or folds held under signed tree heads, which
+                # A4's proofs do not take: the origin commits the value's whole
+                # lineage as one per-fold commitment (rule 2.2)
                 folds = await self._restoration_fold(vid)
                 digests = tuple(f.commitment.digest for f in folds)
                 digest = restoration_digest(ref, digests)
@@ -363,14 +365,21 @@ class AttestPlayer(RunPlayer):
         return scores
 
     async def _restoration_fold(self, vid: int) -> tuple[HeldFold, ...]:
-        """Commit a value's visible lineage at its origin, once per distinct lineage.
+        """Commit a value's whole lineage at its origin, once per distinct lineage.
 
-        The same commit path as a compaction's fold (hops durable first, then
-        the signed commitment and obligation), so the restoration has
-        receipts to cite (A4) for a value that never had anything folded.
+        Folded hops (from the cold log, in fold order) then visible ones, through
+        the per-fold commit path (hops durable first, then the signed commitment
+        and obligation), so the restoration has receipts to cite (A4) whether
+        the value had nothing folded or its folds travel under signed heads.
         """
         state = self.rep.smin.values[vid]
-        hops = list(state.visible)
+        folded = state.folded.folded_hop_ids if state.folded is not None else ()
+        seen: set[str] = set()
+        hops = []
+        for h in [*(self.rep.log.get(i) for i in folded), *state.visible]:
+            if h.hop_id not in seen:
+                seen.add(h.hop_id)
+                hops.append(h)
         key = (vid, tuple(h.hop_id for h in hops))
         cached = self.restoration_folds.get(key)
         if cached is not None:
