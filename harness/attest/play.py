@@ -235,7 +235,7 @@ class AttestPlayer(RunPlayer):
             ctx.counts["restorations_needed"] += 1
             if not folds or any(f.fold is not None for f in folds):
                 # nothing folded yet, or folds held under signed tree heads, which
-                # A4's proofs do not take: the origin commits the value's whole
+                # A4's proofs do not take: the origin commits the value's folded
                 # lineage as one per-fold commitment (rule 2.2)
                 folds = await self._restoration_fold(vid)
                 digests = tuple(f.commitment.digest for f in folds)
@@ -365,18 +365,22 @@ class AttestPlayer(RunPlayer):
         return scores
 
     async def _restoration_fold(self, vid: int) -> tuple[HeldFold, ...]:
-        """Commit a value's whole lineage at its origin, once per distinct lineage.
+        """Commit a value's folded lineage at its origin, once per distinct lineage.
 
-        Folded hops (from the cold log, in fold order) then visible ones, through
-        the per-fold commit path (hops durable first, then the signed commitment
-        and obligation), so the restoration has receipts to cite (A4) whether
-        the value had nothing folded or its folds travel under signed heads.
+        Its folded hops (from the cold log, in fold order), or its visible ones
+        when nothing is folded, through the per-fold commit path (hops durable
+        first, then the signed commitment and obligation), so the restoration
+        has receipts to cite (A4) whether the value had nothing folded or its
+        folds travel under signed heads.
         """
         state = self.rep.smin.values[vid]
         folded = state.folded.folded_hop_ids if state.folded is not None else ()
         seen: set[str] = set()
         hops = []
-        for h in [*(self.rep.log.get(i) for i in folded), *state.visible]:
+        # the folded hops when there are any (what the value cannot show), else
+        # the visible lineage (a value with nothing folded)
+        source = [self.rep.log.get(i) for i in folded] if folded else list(state.visible)
+        for h in source:
             if h.hop_id not in seen:
                 seen.add(h.hop_id)
                 hops.append(h)
