@@ -558,8 +558,8 @@ def summary_md(
             f"- restorations needed {c.get('restorations_needed', 0)}, full rehydrations"
             f" {c.get('full_rehydrations', 0)}, attestations issued"
             f" {c.get('attestations_issued', 0)}, reused {c.get('attestations_reused', 0)},"
-            f" expired and renewed {c.get('held_expired', 0)}; restoration folds committed for"
-            f" values with nothing folded yet: {c.get('restoration_folds_committed', 0)}",
+            f" expired and renewed {c.get('held_expired', 0)}; restoration folds committed"
+            f" (rule 2.2): {c.get('restoration_folds_committed', 0)}",
             f"- decisions changed {n.changed} (to proceed {n.to_proceed}, to block"
             f" {n.to_block}); flips vs oracle {n.flips_before} → {n.flips_after};"
             f" false-proceeds {n.false_proceed_before} → {n.false_proceed_after}",
