@@ -355,10 +355,16 @@ class RunPlayer:
                 ]
                 line.append("".join("1" if o else "0" for o in oracle))
                 continue
-            line.append(
-                await self._judge_arm(name, step, vid, decoded.view, origin_view, held, oracle)
-            )
+            view = await self.holder_view(name, step, vid, decoded.view, held)
+            line.append(await self._judge_arm(name, step, vid, view, origin_view, held, oracle))
         self.log.add(step, vid, "".join(line))
+
+    async def holder_view(
+        self, name: ArmName, step: int, vid: int, view: GateView, held: HeldValue
+    ) -> GateView:
+        """The view the holder's gates decide on: the delivered one here; a
+        player that applies attestations (:mod:`harness.attest`) overrides it."""
+        return view
 
     async def _deliver(
         self,
