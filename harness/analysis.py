@@ -392,9 +392,7 @@ def analyze(out: Path, *, loaded: Mapping[str, Any] | None = None) -> Findings:
             else max(x for x in per_gate_perhop if x is not None)
         )
         n_compactions = int(ds["n_compactions"].max())
-        curve = read_or_check(
-            out, "recon_curve.csv", ["run_type", "store_reconstruction"], loaded
-        )
+        curve = read_or_check(out, "recon_curve.csv", ["run_type", "store_reconstruction"], loaded)
         store = curve[curve["run_type"] == "death_spiral"]["store_reconstruction"].to_numpy()
         monotone = bool(len(store) > 1 and (store[1:] <= store[:-1]).all())
 

@@ -55,7 +55,14 @@ from nodes.cluster import (
 )
 from nodes.home import Home, check_node_name
 
-__all__ = ["SMOKE_STEPS", "Member", "StepResult", "cluster_members", "run_smoke"]
+__all__ = [
+    "SMOKE_STEPS",
+    "Member",
+    "StepResult",
+    "cluster_members",
+    "control_channel",
+    "run_smoke",
+]
 
 
 #: Hops per fold in the smoke test (each a lineage record as in the experiment).
@@ -114,22 +121,29 @@ def _fold_hops(tag: str, count: int = _FOLD_HOPS) -> list[bytes]:
     return hops
 
 
+def control_channel(address: str) -> Any:
+    """The channel every control client (smoke test, boundary driver) opens to a node.
+
+    One construction for all of them, so what a node requires of its
+    control-plane clients (credentials, options) is attached here once.
+    Returns a ``grpc.aio.Channel``; the caller closes it.
+    """
+    import grpc
+
+    return grpc.aio.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)])
+
+
 class _Driver:
     """Raw gRPC calls to cluster nodes, one channel per address, every call with a deadline."""
 
     def __init__(self) -> None:
-        import grpc
-
-        self._grpc = grpc
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
 
     def _channel(self, address: str) -> Any:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._grpc.aio.insecure_channel(
-                address, options=[("grpc.enable_http_proxy", 0)]
-            )
+            channel = control_channel(address)
             self._channels[address] = channel
         return channel
 

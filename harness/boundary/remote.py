@@ -1,0 +1,371 @@
+"""The experiment on running nodes: every call a real gRPC call to another process.
+
+``provnet experiment boundary --cluster [HOME]`` or ``--nodes name=host:port,…``
+plays a slice on nodes this process did not start (a local cluster, Compose
+services). Roles map onto them by name (``--chain origin,relay…,holder``,
+``--origins`` names, ``--witness``); each node's fault is the one it was
+started with (``provnet node --fault …``), read from its ``Info``.
+
+Who does what:
+
+- **origins** are the node processes: the driver sends them the run's hops
+  (``HopLog.Append``) and asks them to commit each fold
+  (``HopLog.CommitFold``); they sign with their own keys and serve demands
+  from their own stores.
+- **deliveries** leave this process: the driver sends the value with the
+  origin's commitments and obligations to the first node of the path
+  (``Deliver``, sender = the origin's id; the origin signs the statements,
+  not the value), and each relay forwards it with ``Forward``. The holder
+  verifies every statement pair in its own process.
+- **the holder is a node**: the driver asks it to rehydrate the held value
+  (``Deliver.Rehydrate``); the holder process makes the ``Serve.Demand``
+  calls to the origins named by the obligations, re-asks, challenges the
+  witness and verifies, and returns the verified hops and the outcomes with
+  their evidence bytes, which the driver writes to ``--out/evidence/`` and
+  re-verifies. Demand, verification and evidence are therefore measured
+  where a deployment pays them (holder process → origin process); the one
+  extra loopback call (driver → holder) is part of the measured latency.
+
+**Runs are kept apart** on long-lived nodes: a node's store epoch changes
+only when it restarts, so each session takes a fresh id (value refs are
+``{session}/…``) and each run its own range of hop sequence numbers
+(``session_ms × 10⁶ + run × (steps + 1) + step``): no run's hops, folds or
+held values can meet another's, and the nodes need no reset.
+
+**Control calls** open their channels with :func:`nodes.smoke.control_channel`,
+the one construction the cluster tools use, so what the nodes require of a
+control client applies here too. Every call has a deadline. A node that
+stops answering (``UNAVAILABLE``, deadline exceeded) is *lost*: it commits
+nothing more, values keep the folds they had, and the holder's demands to it
+end ``unanswered`` naming it; the run completes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.boundary.choices import Role, TransportKind
+from harness.boundary.topology import EvidenceSink, NodeLost, NodeRef
+from harness.boundary.wire import WireMeter
+from nodes.faults import FaultMode
+from nodes.messages import Delivery, Outcome, RehydrationReport
+
+__all__ = ["RemoteNode", "RemoteOps", "RemoteTopology", "connect_remote"]
+
+_CONTROL_TIMEOUT_S = 30.0
+#: gRPC status codes after which a node counts as lost rather than as misbehaving.
+_LOST_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
+
+
+class RemoteError(Exception):
+    """A remote node cannot play its role (names the node and what it answered)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteNode:
+    name: str
+    role: Role
+    address: str
+    node_id: str
+    fault: FaultMode
+
+
+@dataclass(slots=True)
+class RemoteTopology:
+    """Running nodes and the channels to them; :meth:`close` closes the channels."""
+
+    origins: list[RemoteNode]
+    relays: list[RemoteNode]
+    holder: RemoteNode
+    witness: RemoteNode | None
+    meter: WireMeter
+    channels: dict[str, Any] = field(default_factory=dict)
+    transport: TransportKind = TransportKind.REMOTE
+
+    @property
+    def nodes(self) -> list[RemoteNode]:
+        extra = [self.witness] if self.witness is not None else []
+        return [*self.origins, *self.relays, self.holder, *extra]
+
+    def correct_ids(self) -> set[str]:
+        return {n.node_id for n in self.nodes if n.fault is FaultMode.NONE}
+
+    def name_of(self, node_id: str) -> str:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n.name
+        return node_id[:16]
+
+    def channel(self, address: str) -> Any:
+        from nodes.smoke import control_channel
+
+        chan = self.channels.get(address)
+        if chan is None:
+            chan = self.channels[address] = control_channel(address)
+        return chan
+
+    async def close(self) -> None:
+        channels, self.channels = self.channels, {}
+        for chan in channels.values():
+            await chan.close(None)
+
+
+def _code(exc: BaseException) -> str:
+    code = getattr(exc, "code", None)
+    if callable(code):
+        value = code()
+        return str(getattr(value, "name", value))
+    return ""
+
+
+def _details(exc: BaseException) -> str:
+    details = getattr(exc, "details", None)
+    return f"{_code(exc)}: {details()}" if callable(details) else str(exc)
+
+
+async def connect_remote(
+    members: Sequence[tuple[str, str]],
+    *,
+    origins: Sequence[str],
+    relays: Sequence[str],
+    holder: str,
+    witness: str | None,
+) -> RemoteTopology:
+    """Ask each named node for its identity and fault; map the roles onto them.
+
+    Raises :class:`RemoteError` naming a role whose node is not among
+    ``members`` or does not answer ``Info``.
+    """
+    import grpc
+
+    from nodes import wire
+
+    addresses = dict(members)
+    roles: list[tuple[str, Role]] = [
+        *((n, Role.ORIGIN) for n in origins),
+        *((n, Role.RELAY) for n in relays),
+        (holder, Role.HOLDER),
+        *(((witness, Role.WITNESS),) if witness is not None else ()),
+    ]
+    topo = RemoteTopology(
+        [], [], RemoteNode("", Role.HOLDER, "", "", FaultMode.NONE), None, WireMeter()
+    )
+    try:
+        nodes: list[RemoteNode] = []
+        for name, role in roles:
+            address = addresses.get(name)
+            if address is None:
+                known = ", ".join(addresses) or "none"
+                raise RemoteError(f"{role.value} {name!r} is not a node here (nodes: {known})")
+            stub = wire.node_stub(topo.channel(address))
+            try:
+                info = await stub.Info(wire.info_request(), timeout=5.0)
+            except grpc.aio.AioRpcError as exc:
+                raise RemoteError(
+                    f"{role.value} {name} at {address} does not answer: {_details(exc)}"
+                ) from None
+            if info.name and info.name != name:
+                raise RemoteError(f"node at {address} is named {info.name!r}, not {name!r}")
+            try:
+                fault = FaultMode(info.fault or FaultMode.NONE.value)
+            except ValueError:
+                raise RemoteError(f"node {name} reports unknown fault {info.fault!r}") from None
+            nodes.append(RemoteNode(name, role, address, info.node_id, fault))
+    except BaseException:
+        await topo.close()
+        raise
+    topo.origins = [n for n in nodes if n.role is Role.ORIGIN]
+    topo.relays = [n for n in nodes if n.role is Role.RELAY]
+    topo.holder = next(n for n in nodes if n.role is Role.HOLDER)
+    topo.witness = next((n for n in nodes if n.role is Role.WITNESS), None)
+    return topo
+
+
+class RemoteOps:
+    """:class:`harness.boundary.topology.NodeOps` over gRPC to running nodes."""
+
+    def __init__(
+        self,
+        topo: RemoteTopology,
+        *,
+        steps: int,
+        deadline_ms: int,
+        reasks: int,
+        evidence_dir: Path | None,
+        sink: EvidenceSink,
+        on_lost: Callable[[str], None],
+    ) -> None:
+        self.topo = topo
+        self._sink = sink
+        self._on_lost = on_lost
+        self._evidence_dir = evidence_dir
+        self._deadline_ms = deadline_ms
+        self._reasks = reasks
+        self._stride = steps + 1
+        started_ms = time.time_ns() // 1_000_000
+        self.session = f"s{started_ms:x}"
+        self._session_base = started_ms * 1_000_000
+        self._run = -1
+        self._base = self._session_base
+
+    # ----------------------------------------------------------------- helpers
+
+    def _count(
+        self, node: str, method: str, request: int, response: int, *, rpcs: int = 1, hops: int = 0
+    ) -> None:
+        meter = self.topo.meter
+        c = meter.counts()
+        c.rpcs += rpcs
+        c.hops_received += hops
+        c.request_bytes += request
+        c.response_bytes += response
+        key = (node, method)
+        meter.calls_by_node[key] = meter.calls_by_node.get(key, 0) + 1
+
+    def _fail(self, node: NodeRef, what: str, exc: BaseException) -> Exception:
+        if _code(exc) in _LOST_CODES:
+            return NodeLost(node.name, f"{what}: {_details(exc)}")
+        return RemoteError(f"{what} on node {node.name}: {_details(exc)}")
+
+    async def _check_alive(self, node_id: str) -> None:
+        """An origin accused of not answering: does it answer anything at all?
+
+        A node that no longer answers ``Info`` either (killed, cut off) is
+        lost from here on; a faithful node that merely missed a deadline
+        still answers and stays correct, so its accusation counts as false.
+        """
+        import grpc
+
+        from nodes import wire
+
+        node = next((n for n in self.topo.nodes if n.node_id == node_id), None)
+        if node is None:
+            return
+        try:
+            await wire.node_stub(self.topo.channel(node.address)).Info(
+                wire.info_request(), timeout=2.0
+            )
+        except grpc.aio.AioRpcError as exc:
+            if _code(exc) in _LOST_CODES:
+                self._on_lost(node.name)
+
+    # ----------------------------------------------------------------- NodeOps
+
+    async def begin_run(self, label: str) -> None:
+        self._run += 1
+        self._base = self._session_base + self._run * self._stride
+        if self._run * self._stride >= 1_000_000:
+            raise RemoteError(
+                f"run {label}: more than 10^6 hop sequence numbers in one session"
+                f" ({self._run} runs of {self._stride - 1} steps)"
+            )
+
+    def commit_ref(self, label: str, value_id: int) -> str:
+        return f"{self.session}/{label}/v{value_id}"
+
+    def delivery_ref(self, arm: str, value_id: int) -> str:
+        return f"{self.session}/{arm}/v{value_id}"
+
+    async def append(self, origin: NodeRef, hops: list[bytes], steps: list[int]) -> None:
+        import grpc
+
+        from nodes import wire
+
+        stub = wire.hoplog_stub(self.topo.channel(origin.address))
+        request = wire.append_request(hops, [self._base + s for s in steps])
+        try:
+            reply = await stub.Append(request, timeout=_CONTROL_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            raise self._fail(origin, "append", exc) from None
+        self._count(origin.name, "Append", request.ByteSize(), reply.ByteSize())
+
+    async def commit(
+        self, origin: NodeRef, value_ref: str, steps: list[int]
+    ) -> tuple[bytes, bytes]:
+        import grpc
+
+        from nodes import wire
+
+        stub = wire.hoplog_stub(self.topo.channel(origin.address))
+        request = wire.commit_fold_request(
+            value_ref, [self._base + s for s in steps], deadline_ms=self._deadline_ms
+        )
+        try:
+            reply = await stub.CommitFold(request, timeout=_CONTROL_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            raise self._fail(origin, f"commit {value_ref}", exc) from None
+        self._count(origin.name, "CommitFold", request.ByteSize(), reply.ByteSize())
+        return reply.commitment, reply.obligation
+
+    async def deliver(self, path: Sequence[NodeRef], delivery: Delivery, timeout: float) -> bytes:
+        import grpc
+
+        from nodes import wire
+
+        first = path[1]
+        request = wire.deliver_request(delivery)
+        try:
+            reply = await wire.deliver_stub(self.topo.channel(first.address)).Deliver(
+                request, timeout=timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise self._fail(first, f"deliver {delivery.value_ref}", exc) from None
+        self._count(path[0].name, "Deliver", request.ByteSize(), reply.ByteSize())
+        for relay, nxt in itertools.pairwise(path[1:]):
+            forward = wire.forward_request(delivery.value_ref, nxt.name)
+            try:
+                answer = await wire.deliver_stub(self.topo.channel(relay.address)).Forward(
+                    forward, timeout=timeout
+                )
+            except grpc.aio.AioRpcError as exc:
+                raise self._fail(
+                    relay, f"forward {delivery.value_ref} to {nxt.name}", exc
+                ) from None
+            # The relay's own Deliver to the next node carries the same value and statements.
+            self._count(relay.name, "Deliver", request.ByteSize(), answer.ByteSize())
+        return bytes(reply.delivery_receipt)
+
+    async def rehydrate(self, value_ref: str) -> RehydrationReport:
+        import grpc
+
+        from nodes import wire
+
+        holder = self.topo.holder
+        witness = self.topo.witness
+        request = wire.rehydrate_request(value_ref, [witness.name] if witness is not None else [])
+        # ask + re-asks + a witness challenge, each bounded by the promised deadline
+        timeout = (self._reasks + 3) * self._deadline_ms / 1000.0 + _CONTROL_TIMEOUT_S
+        try:
+            reply = await wire.deliver_stub(self.topo.channel(holder.address)).Rehydrate(
+                request, timeout=timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise self._fail(holder, f"rehydrate {value_ref}", exc) from None
+        report = wire.rehydration_report_from_pb(reply)
+        self._count(
+            holder.name,
+            "Rehydrate",
+            request.ByteSize(),
+            reply.ByteSize(),
+            rpcs=report.rpcs,
+            hops=len(report.hops),
+        )
+        for o in report.outcomes:
+            if not o.accuses or not o.evidence:
+                continue
+            if o.outcome is Outcome.UNANSWERED:
+                await self._check_alive(o.origin)
+            path = o.evidence_path
+            if self._evidence_dir is not None:
+                self._evidence_dir.mkdir(parents=True, exist_ok=True)
+                name = Path(o.evidence_path).name or f"{o.outcome.value}-{len(o.evidence)}.json"
+                local = self._evidence_dir / name
+                local.write_bytes(o.evidence)
+                path = str(local)
+            await self._sink(o.outcome.value, o.origin, o.evidence, path)
+        return report
