@@ -196,6 +196,10 @@ class NodeCore:
         self._advertised = config.advertise or config.listen
         self._held: dict[str, HeldValue] = {}
         self._cache: OrderedDict[tuple[str, bytes], Signed[Any]] = OrderedDict()
+        # (commitment, obligation) digests already checked for equivocation and kept
+        # in the store: delivered again (every decision re-delivers a value's
+        # statements), they need neither the check nor the no-op write again.
+        self._kept_pairs: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._rpc_counts: dict[str, int] = {}
         self._holder: Holder | None = None  # created on first use
         self._own: OrderedDict[str, _Own] = OrderedDict()
@@ -740,6 +744,9 @@ class NodeCore:
         for (commitment, obligation), c_bytes, o_bytes in zip(
             pairs, delivery.commitments, delivery.obligations, strict=True
         ):
+            if (commitment.digest, obligation.digest) in self._kept_pairs:
+                self._kept_pairs.move_to_end((commitment.digest, obligation.digest))
+                continue
             c = commitment.statement
             await self._check_equivocation(commitment)
             kept.append(
@@ -763,7 +770,12 @@ class NodeCore:
                     ),
                 )
             )
-        await self.store.put_delivered(kept, now_ms=_ms(now))
+        if kept:
+            await self.store.put_delivered(kept, now_ms=_ms(now))
+            for c_kept, o_kept in kept:
+                self._kept_pairs[(c_kept.digest, o_kept.digest)] = None
+            while len(self._kept_pairs) > _STATEMENT_CACHE:
+                self._kept_pairs.popitem(last=False)
         sender = delivery.sender or (pairs[0][0].statement.origin if pairs else self.node_id)
         self._held[delivery.value_ref] = HeldValue(
             Delivery(
