@@ -228,7 +228,7 @@ def _handler(args: argparse.Namespace) -> int:
             witness_name = "witness"
     witness = not args.no_witness and witness_name is not None
 
-    from harness.boundary.report import percentile
+    from harness.boundary.report import conditions, cost_table
     from harness.boundary.runner import (
         BoundaryError,
         BoundarySettings,
@@ -283,27 +283,8 @@ def _handler(args: argparse.Namespace) -> int:
     print(f"fingerprint in-process {in_fp}")
     print(f"fingerprint boundary   {b_fp}")
     print(f"runs deciding exactly as in-process: {same}/{len(outcome.runs)}")
-    arms = ("structural_min", "structural_perhop")
-    rehydrations = sum(outcome.arm_costs[a].rehydrations for a in arms)
-    if rehydrations:
-        wire = [outcome.wire.get((a, "rehydrate"), {}) for a in arms]
-        rpcs = sum(w.get("rpcs", 0) for w in wire)
-        nbytes = sum(w.get("request_bytes", 0) + w.get("response_bytes", 0) for w in wire)
-        across = [x for a in arms for x in outcome.arm_costs[a].rehydration_latencies]
-        local = [x for a in arms for x in outcome.arm_costs[a].inproc_latencies]
-        print(
-            f"rehydrating decisions: {rehydrations}, {rpcs:.0f} RPCs,"
-            f" {nbytes / rehydrations:,.0f} B each; p50 {1000 * percentile(across, 50):.2f} ms,"
-            f" p99 {1000 * percentile(across, 99):.2f} ms"
-            f" (in-process p50 {1000 * percentile(local, 50):.3f} ms)"
-        )
-    gt, smin = outcome.arm_costs["ground_truth"], outcome.arm_costs["structural_min"]
-    if gt.decisions and smin.decisions:
-        print(
-            f"delivered per decision: ground_truth {gt.value_bytes / gt.decisions:,.0f} B;"
-            f" structural_min {smin.value_bytes / smin.decisions:,.0f} B"
-            f" + {smin.statement_bytes / smin.decisions:,.0f} B of commitments and obligations"
-        )
+    print(f"cost table ({conditions(outcome)}):")
+    print(cost_table(outcome), end="")
     kinds = outcome.evidence_by_kind
     print(
         "evidence: "

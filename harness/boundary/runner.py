@@ -428,7 +428,8 @@ async def run_boundary_async(
     if settings.transport is TransportKind.REMOTE:
         # each running node runs the fault it was started with; the first origin's is the run's
         first = merged.node_faults.get(settings.origin_names()[0], FaultMode.NONE.value)
-        settings = replace(settings, fault=FaultMode(first))
+        # and a node's holder keeps the folds it verified (as deployed)
+        settings = replace(settings, fault=FaultMode(first), holder_cache=True)
     return BoundaryOutcome(
         settings,
         [r for _, r in merged.runs],
