@@ -15,6 +15,15 @@ Then it prints and asserts the contract of issue 3: end-to-end verification
 of a 50-hop fold costs at most 1.5× (one Ed25519 verify + 50 SHA-256 of the
 same hop bytes), both measured here, in this run, interleaved. There are no
 per-hop signatures: one signature covers the whole receipt.
+
+First (``--bytes`` prints only this) it measures the statement bytes a
+delivered value carries per origin, for values of 1, 5 and 50 folds, old
+scheme next to new (design revision 2): per-fold commitment + obligation
+envelopes, against one fold proof plus the signed head on first delivery, or
+the fold proof alone (it names the head by digest) once the receiver has
+verified the head; and the signatures an origin makes per compaction. It
+exits 1 if a fold proof grows with the number of folds or a compaction takes
+more than one signature.
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from contracts import (
     Commitment,
+    FoldInput,
+    HeadLog,
     Identity,
     PublicKey,
     answer_demand,
@@ -39,10 +50,12 @@ from contracts import (
     build_obligation,
     canonical_bytes,
     hop_bytes,
+    judge_fold_answer,
     merkle_root,
     open_statement,
     pae,
     sign_statement,
+    verify_fold,
     verify_served,
 )
 
@@ -116,10 +129,145 @@ class Fold:
         )
 
 
+class _Signatures:
+    """Counts Ed25519 signatures made through ``Identity.sign`` while active."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._real = Identity.sign
+
+    def __enter__(self) -> _Signatures:
+        real = self._real
+
+        def counting(identity: Identity, data: bytes) -> bytes:
+            self.count += 1
+            return real(identity, data)
+
+        Identity.sign = counting  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        Identity.sign = self._real  # type: ignore[method-assign]
+
+
+def statement_bytes(origin: Identity, folds: int, values: int, hops: int = 8) -> dict[str, int]:
+    """Bytes of statements a value with ``folds`` folds carries from one origin.
+
+    ``values``: values folded by each compaction (they share its head).
+    """
+    fold_hops = make_hops(origin.node_id, hops)
+    # Old scheme: a commitment and an obligation per fold, every fold carried.
+    old = 0
+    with _Signatures() as old_sigs:
+        for f in range(folds):
+            c = build_commitment(
+                origin, epoch="run-1", value_ref="v0", fold_seq=f, hops=fold_hops, issued_at=NOW
+            )
+            o = build_obligation(
+                origin,
+                c,
+                serve_until=NOW + 86_400_000,
+                deadline_ms=2_000,
+                endpoints=["127.0.0.1:50051"],
+                issued_at=NOW,
+            )
+            old += len(c.to_bytes()) + len(o.to_bytes())
+    # New scheme: one head per compaction; the value carries its latest fold proof.
+    log = HeadLog(origin, "run-1")
+    with _Signatures() as new_sigs:
+        for f in range(folds):
+            log.compact(
+                [FoldInput(f"v{v}", f, fold_hops) for v in range(values)],
+                serve_until=NOW + 86_400_000,
+                deadline_ms=2_000,
+                endpoints=["127.0.0.1:50051"],
+                issued_at=NOW + f,
+            )
+    proof = len(log.fold_proof("v0").to_bytes())
+    head = len(log.heads[-1].to_bytes())
+    return {
+        "old": old,
+        "new_first": head + proof,
+        "new_first_shared": proof + -(-head // values),
+        "new_cached": proof,
+        "head": head,
+        "old_sigs_per_compaction": old_sigs.count * values // folds,
+        "new_sigs_per_compaction": new_sigs.count // folds,
+    }
+
+
+def print_bytes(origin: Identity) -> bool:
+    """The byte table; False if a fold proof grows with folds or a compaction signs twice."""
+    ok = True
+    print("statement bytes per delivered value, one origin (8-hop folds)")
+    print(
+        f"{'values/compaction':>17} {'folds':>5} {'old: c+o per fold':>18}"
+        f" {'new: head+proof':>16} {'head shared':>12} {'head verified':>14}"
+        f" {'sigs/compaction old':>20} {'new':>4}"
+    )
+    for values in (1, 4, 16):
+        cached = set()
+        for folds in (1, 5, 50):
+            b = statement_bytes(origin, folds, values)
+            cached.add(b["new_cached"])
+            print(
+                f"{values:>17} {folds:>5} {b['old']:>18} {b['new_first']:>16}"
+                f" {b['new_first_shared']:>12} {b['new_cached']:>14}"
+                f" {b['old_sigs_per_compaction']:>20} {b['new_sigs_per_compaction']:>4}"
+            )
+            ok &= b["new_sigs_per_compaction"] == 1
+        # 1 fold has a null prev; from 2 folds on only fold_seq's digits change.
+        ok &= max(cached) - min(cached) <= 64
+    print(
+        "old: every fold's commitment + obligation envelope; new: head envelope + fold proof"
+        " on first delivery, 'head shared' = the head's bytes split over the values of its"
+        " compaction, 'head verified' = the fold proof alone (names the head by digest)"
+    )
+    print()
+    return ok
+
+
+class LazyFold:
+    """A fold under a verified head and a faithful receipt: the lazy hot path."""
+
+    def __init__(self, origin: Identity, holder: Identity, n: int) -> None:
+        self.hops = make_hops(origin.node_id, n)
+        log = HeadLog(origin, "run-1")
+        compaction = log.compact(
+            [FoldInput("v", 0, self.hops)],
+            serve_until=NOW + 86_400_000,
+            deadline_ms=2_000,
+            endpoints=["127.0.0.1:50051"],
+            issued_at=NOW,
+        )
+        self.fold = verify_fold(compaction.proofs["v"], compaction.head)
+        self.demand = build_demand(holder, self.fold.obligation, now=NOW + 1, nonce="ab" * 16)
+        receipt = answer_demand(
+            origin,
+            self.demand,
+            obligation=self.fold.obligation,
+            commitment=self.fold.commitment,
+            hops=self.hops,
+            now=NOW + 2,
+        )
+        self.receipt_bytes = receipt.to_bytes()
+
+    def judge(self) -> None:
+        answer = judge_fold_answer(
+            self.receipt_bytes, self.hops, demand=self.demand, fold=self.fold, reported_at=NOW
+        )
+        if answer.served is None:
+            raise RuntimeError(f"lazy judge did not serve: {answer.reason}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="contracts per-operation timings")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
+    parser.add_argument("--bytes", action="store_true", help="only the statement-byte table")
     args = parser.parse_args(argv)
+    bytes_ok = print_bytes(Identity.from_seed(hashlib.sha256(b"bench origin").digest()))
+    if args.bytes:
+        return 0 if bytes_ok else 1
     repeat = 3 if args.quick else 7
     scale = 1 if args.quick else 5
 
@@ -171,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
         row(f"merkle root, {n}-hop fold", lambda hops=hops: merkle_root(hops), max(4, 2_000 // n))  # type: ignore[misc]
     for n, fold in folds.items():
         row(f"verify served {n}-hop fold end to end", fold.verify, max(4, 1_000 // n))
+    for n in (5, 50, 500):
+        lazy = LazyFold(origin, holder, n)
+        row(f"judge_fold_answer {n}-hop fold, head verified", lazy.judge, max(4, 1_000 // n))
 
     # The ratio, measured interleaved so both sides see the same machine state.
     fold = folds[50]
@@ -200,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if ratio > RATIO_LIMIT:
         print(f"FAIL: ratio {ratio:.3f} exceeds {RATIO_LIMIT}", file=sys.stderr)
+        return 1
+    if not bytes_ok:
+        print("FAIL: fold proofs grow with folds or a compaction signs twice", file=sys.stderr)
         return 1
     return 0
 

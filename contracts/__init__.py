@@ -12,10 +12,20 @@ Module map (main entry points)::
     envelope    Envelope (DSSE JSON: to_bytes/from_bytes, digest, verify),
                 pae, sign_envelope
     merkle      RFC 6962: leaf_hash, node_hash, merkle_root, MerkleTree.proof,
-                root_from_inclusion, verify_inclusion
+                root_from_inclusion, verify_inclusion; consistency_proof /
+                MerkleTree.consistency, verify_consistency, consistency_roots
+                (RFC 9162 §2.1.3/§2.1.4 input checks on every verification)
     hops        hop_bytes(fields, origin, epoch): the one byte string per hop
     statements  Commitment, Obligation, Demand, Receipt, DeliveryReceipt,
-                WitnessReport, Attestation; Axis, ReceiptStatus, RefusalReason
+                WitnessReport, Attestation, Head; Axis, ReceiptStatus,
+                RefusalReason
+    heads       signed tree heads (revision 2): HeadLog (origin: one
+                signature per compaction), FoldRecord, FoldProof,
+                verify_fold, VerifiedFold (stands in for commitment +
+                obligation), HeadCache (holder: a head verified once, by
+                digest)
+    lazy        judge_fold_answer: served bytes that reproduce a root under a
+                verified head need no receipt signature
     signed      Signed[S] (envelope + statement, digest), sign_statement,
                 open_statement (parse + verify), open_any
     serve       origin: build_commitment, build_obligation,
@@ -27,7 +37,9 @@ Module map (main entry points)::
                 witness: build_witness_report
     evidence    Evidence (standalone file), verify_evidence / check_evidence,
                 judge_answer (classify a receipt), unanswered_evidence,
-                equivocation_evidence, EquivocationDetector
+                equivocation_evidence, EquivocationDetector,
+                split_view_evidence, judge_head_extension, cite_head
+                (head-bound records)
     attest      TrustPolicy, build_attestation, verify_attestation /
                 check_attestation, RehydrationProof, apply_attestations (the
                 only way an axis goes up), remaining_taints,
@@ -109,10 +121,26 @@ from contracts.evidence import (
     EvidenceStatus,
     EvidenceVerdict,
     check_evidence,
+    cite_head,
     equivocation_evidence,
     judge_answer,
+    judge_head_extension,
+    split_view_evidence,
     unanswered_evidence,
     verify_evidence,
+)
+from contracts.heads import (
+    FOLD_RECORD_TYPE,
+    Compaction,
+    FoldInput,
+    FoldProof,
+    FoldRecord,
+    HeadCache,
+    HeadLog,
+    VerifiedFold,
+    batch_record,
+    build_head,
+    verify_fold,
 )
 from contracts.hops import (
     MAX_HOP_BYTES,
@@ -127,10 +155,13 @@ from contracts.identity import (
     rotate_identity,
     save_identity,
 )
+from contracts.lazy import judge_fold_answer, served_without_signature
 from contracts.merkle import (
     EMPTY_ROOT,
     HASH_LEN,
     MerkleTree,
+    consistency_proof,
+    consistency_roots,
     inclusion_proof,
     leaf_hash,
     leaf_hashes,
@@ -138,6 +169,7 @@ from contracts.merkle import (
     node_hash,
     root_from_inclusion,
     root_from_leaf_hashes,
+    verify_consistency,
     verify_inclusion,
 )
 from contracts.serve import (
@@ -166,6 +198,7 @@ from contracts.signed import (
     Signed,
     open_any,
     open_statement,
+    parse_statement,
     sign_statement,
 )
 from contracts.statements import (
@@ -176,6 +209,7 @@ from contracts.statements import (
     Commitment,
     DeliveryReceipt,
     Demand,
+    Head,
     Obligation,
     Receipt,
     ReceiptStatus,
@@ -191,6 +225,7 @@ __all__ = [
     "AXES",
     "EMPTY_ROOT",
     "EVIDENCE_FORMAT",
+    "FOLD_RECORD_TYPE",
     "HASH_LEN",
     "MAX_DEPTH",
     "MAX_DOCUMENT_BYTES",
@@ -209,6 +244,7 @@ __all__ = [
     "BindingMismatch",
     "CheckResult",
     "Commitment",
+    "Compaction",
     "ContractError",
     "DeliveryReceipt",
     "Demand",
@@ -223,6 +259,12 @@ __all__ = [
     "EvidenceStatus",
     "EvidenceVerdict",
     "Expired",
+    "FoldInput",
+    "FoldProof",
+    "FoldRecord",
+    "Head",
+    "HeadCache",
+    "HeadLog",
     "Identity",
     "KeyFileError",
     "MerkleTree",
@@ -245,15 +287,18 @@ __all__ = [
     "StatementKind",
     "TrustPolicy",
     "VerificationError",
+    "VerifiedFold",
     "WitnessOutcome",
     "WitnessReport",
     "answer_demand",
     "apply_attestations",
     "attestation_hop_fields",
+    "batch_record",
     "build_attestation",
     "build_commitment",
     "build_delivery_receipt",
     "build_demand",
+    "build_head",
     "build_obligation",
     "build_witness_report",
     "canonical_bytes",
@@ -262,12 +307,17 @@ __all__ = [
     "check_demand",
     "check_evidence",
     "check_served",
+    "cite_head",
+    "consistency_proof",
+    "consistency_roots",
     "equivocation_evidence",
     "eviction_blockers",
     "format_ms",
     "hop_bytes",
     "inclusion_proof",
     "judge_answer",
+    "judge_fold_answer",
+    "judge_head_extension",
     "leaf_hash",
     "leaf_hashes",
     "load_identity",
@@ -280,6 +330,7 @@ __all__ = [
     "parse_hop",
     "parse_json",
     "parse_json_object",
+    "parse_statement",
     "payload_type_for",
     "remaining_taints",
     "root_from_inclusion",
@@ -287,15 +338,19 @@ __all__ = [
     "rotate_identity",
     "run_check",
     "save_identity",
+    "served_without_signature",
     "sha256_hex",
     "sign_envelope",
     "sign_served",
     "sign_statement",
+    "split_view_evidence",
     "unanswered_evidence",
     "verify_attestation",
+    "verify_consistency",
     "verify_delivery",
     "verify_demand",
     "verify_evidence",
+    "verify_fold",
     "verify_inclusion",
     "verify_receipt_binding",
     "verify_rehydration",

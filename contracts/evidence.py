@@ -9,6 +9,10 @@ Two levels, as in PeerReview:
   durable) answering a valid demand, issued before ``serve_until``;
   ``equivocation``: two commitments signed by the origin for the same
   (origin, epoch, value_ref, fold_seq) with different roots or sizes;
+  ``split_view``: two heads signed by the origin for the same epoch that no
+  consistency proof reconciles — the same compaction ``seq`` with another
+  tree, or a consistency path that reproduces the later head's log root but
+  not the earlier one's (design revision 2);
 * **suspicions** are clearable — ``unanswered``: the holder's signed demand,
   made while the obligation ran, re-asked ``re_asks`` times, with no receipt
   by the deadline. It becomes ``witness_confirmed`` when enough other nodes'
@@ -23,6 +27,15 @@ statement attributed to the accused must verify with the accused's own key
 Anything that does not verify that way is rejected, so a correct origin
 cannot be framed (S8 accuracy); :func:`judge_answer` turns every attributable
 failure a holder observes into evidence (S8 completeness).
+
+Head-bound records (design revision 2): a ``bad_data``, ``refused`` or
+``unanswered`` record about a fold proven under a signed head holds the head
+envelope in ``commitment``, no ``obligation`` (the head carries the serving
+terms) and the fold proof in ``proof`` (:class:`contracts.heads.FoldProof`
+JSON); :func:`cite_head` turns a record built with a
+:class:`~contracts.heads.VerifiedFold`'s stand-ins into that form. The verifier
+checks the head's signature by the accused and the fold's inclusion under it,
+then the same bindings as for per-fold statements.
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ from contracts._fields import (
     get_enum,
     get_int,
     get_node_id,
+    is_digest,
 )
 from contracts.canonical import (
     JsonObject,
@@ -55,9 +69,12 @@ from contracts.errors import (
     ContractError,
     EncodingError,
     NotEvidence,
+    RootMismatch,
     VerificationError,
     run_check,
 )
+from contracts.heads import FoldProof, VerifiedFold, verify_fold
+from contracts.merkle import consistency_roots
 from contracts.serve import (
     ServedFold,
     verify_receipt_binding,
@@ -68,6 +85,7 @@ from contracts.signed import Signed, open_statement
 from contracts.statements import (
     Commitment,
     Demand,
+    Head,
     Obligation,
     Receipt,
     ReceiptStatus,
@@ -86,8 +104,11 @@ __all__ = [
     "EvidenceStatus",
     "EvidenceVerdict",
     "check_evidence",
+    "cite_head",
     "equivocation_evidence",
     "judge_answer",
+    "judge_head_extension",
+    "split_view_evidence",
     "unanswered_evidence",
     "verify_evidence",
 ]
@@ -102,6 +123,7 @@ class EvidenceKind(StrEnum):
     REFUSED = "refused"
     EQUIVOCATION = "equivocation"
     UNANSWERED = "unanswered"
+    SPLIT_VIEW = "split_view"
 
 
 class EvidenceLevel(StrEnum):
@@ -118,7 +140,12 @@ class EvidenceStatus(StrEnum):
 
 def _level(kind: EvidenceKind) -> EvidenceLevel:
     match kind:
-        case EvidenceKind.BAD_DATA | EvidenceKind.REFUSED | EvidenceKind.EQUIVOCATION:
+        case (
+            EvidenceKind.BAD_DATA
+            | EvidenceKind.REFUSED
+            | EvidenceKind.EQUIVOCATION
+            | EvidenceKind.SPLIT_VIEW
+        ):
             return EvidenceLevel.PROOF
         case EvidenceKind.UNANSWERED:
             return EvidenceLevel.SUSPICION
@@ -141,6 +168,7 @@ _FIELDS = frozenset(
         "witness_demands",
         "witness_reports",
         "answers",
+        "proof",
     }
 )
 
@@ -177,6 +205,7 @@ class Evidence:
     witness_reports: tuple[Envelope, ...] = ()
     answers: tuple[Envelope, ...] = ()
     reported_at: int = 0
+    proof: JsonObject | None = None
 
     @property
     def level(self) -> EvidenceLevel:
@@ -191,7 +220,7 @@ class Evidence:
         def env(e: Envelope | None) -> JsonObject | None:
             return None if e is None else e.to_json()
 
-        return {
+        out: JsonObject = {
             "type": "evidence",
             "format": EVIDENCE_FORMAT,
             "kind": self.kind.value,
@@ -207,6 +236,10 @@ class Evidence:
             "witness_reports": [e.to_json() for e in self.witness_reports],
             "answers": [e.to_json() for e in self.answers],
         }
+        if self.proof is not None:
+            # Only head-bound and split-view records have it: older files keep their bytes.
+            out["proof"] = self.proof
+        return out
 
     def to_bytes(self) -> bytes:
         """RFC 8785 canonical JSON: the evidence file's content."""
@@ -224,6 +257,9 @@ class Evidence:
         commitment = _env_or_none(obj, "commitment")
         if commitment is None:
             raise EncodingError("evidence: missing field 'commitment'")
+        proof = obj.get("proof")
+        if proof is not None and type(proof) is not dict:
+            raise EncodingError("evidence: field 'proof' must be a JSON object")
         return cls(
             kind=get_enum(obj, "kind", "evidence", EvidenceKind),
             accused=get_node_id(obj, "accused", "evidence"),
@@ -237,6 +273,7 @@ class Evidence:
             witness_reports=_env_list(obj, "witness_reports", _MAX_WITNESSES),
             answers=_env_list(obj, "answers", _MAX_ANSWERS),
             reported_at=get_int(obj, "reported_at", "evidence", hi=MAX_TIME_MS),
+            proof=proof,
         )
 
     @classmethod
@@ -288,11 +325,28 @@ def _by_accused(env: Envelope | None, cls: Any, accused: str, what: str) -> Any:
 
 
 def _core(e: Evidence) -> _Core:
+    if e.proof is not None:
+        return _head_core(e)
     c: Signed[Commitment] = _by_accused(e.commitment, Commitment, e.accused, "commitment")
     o: Signed[Obligation] = _by_accused(e.obligation, Obligation, e.accused, "obligation")
     if e.demand is None:
         raise EncodingError("evidence: missing demand")
     return _bound_core(c, o, open_statement(e.demand, Demand), e.accused)
+
+
+def _head_core(e: Evidence) -> _Core:
+    """A head-bound record: the head by the accused, the fold proven under it."""
+    # (1) the head is signed by the accused
+    head: Signed[Head] = _by_accused(e.commitment, Head, e.accused, "head")
+    if e.obligation is not None:
+        raise EncodingError("evidence: a head-bound record has no obligation (the head has it)")
+    # (2) the fold record is included under the head's root
+    fold = verify_fold(FoldProof.from_json(e.proof), head)
+    if e.demand is None:
+        raise EncodingError("evidence: missing demand")
+    # (3) the demand names the head and the fold (as for per-fold statements)
+    demand = open_statement(e.demand, Demand)
+    return _bound_core(fold.commitment, fold.obligation, demand, e.accused)
 
 
 def _bound_core(
@@ -336,7 +390,7 @@ def _check_demand(
 def _verdict(
     e: Evidence,
     status: EvidenceStatus,
-    c: Signed[Commitment],
+    c: Signed[Commitment] | Signed[Head],
     o: Signed[Obligation] | None,
     reason: str,
     witnesses: tuple[str, ...] = (),
@@ -441,6 +495,57 @@ def _verify_equivocation(e: Evidence) -> EvidenceVerdict:
     )
 
 
+def _split_view_path(e: Evidence) -> tuple[bytes, ...]:
+    raw = None if e.proof is None else e.proof.get("path")
+    if type(raw) is not list or len(raw) > 64 or not all(is_digest(h) for h in raw):
+        raise EncodingError(
+            "evidence: split view of two heads of different seq needs proof.path,"
+            " a list of 64 lower-case hex hashes"
+        )
+    return tuple(bytes.fromhex(h) for h in raw)
+
+
+def _verify_split_view(e: Evidence) -> EvidenceVerdict:
+    # (1) both heads signed by the accused, for the same epoch
+    a: Signed[Head] = _by_accused(e.commitment, Head, e.accused, "head")
+    b: Signed[Head] = _by_accused(e.conflicting, Head, e.accused, "conflicting head")
+    sa, sb = a.statement, b.statement
+    if sa.epoch != sb.epoch:
+        raise NotEvidence(f"heads {a.digest[:12]}… and {b.digest[:12]}… are of different epochs")
+    if sa.seq == sb.seq:
+        # (2a) one compaction, two trees
+        if sa.tree == sb.tree:
+            raise NotEvidence(
+                f"heads {a.digest[:12]}… and {b.digest[:12]}… agree on compaction {sa.seq}"
+            )
+        reason = (
+            f"origin {e.accused[:16]}… signed two trees for compaction {sa.seq} of epoch"
+            f" {sa.epoch!r}: {sa.size} folds, root {sa.root[:12]}…, log {sa.log_root[:12]}…"
+            f" and {sb.size} folds, root {sb.root[:12]}…, log {sb.log_root[:12]}…"
+        )
+    else:
+        # (2b) a consistency path authenticated by the later head's log root
+        # yields another log root for the earlier size than the earlier head signed
+        lo, hi = (a, b) if sa.seq < sb.seq else (b, a)
+        first, second = lo.statement.seq + 1, hi.statement.seq + 1
+        fr, fh = consistency_roots(first, second, _split_view_path(e))
+        if fh.hex() != hi.statement.log_root:
+            raise NotEvidence(
+                f"consistency path does not lead to the log root of head {hi.digest[:12]}…;"
+                " it proves nothing"
+            )
+        if fr.hex() == lo.statement.log_root:
+            raise NotEvidence(
+                f"head {hi.digest[:12]}… extends head {lo.digest[:12]}…: the logs are consistent"
+            )
+        reason = (
+            f"origin {e.accused[:16]}… signed log root {lo.statement.log_root[:12]}… for"
+            f" {first} compaction(s) of epoch {sa.epoch!r}, but its head {hi.digest[:12]}…"
+            f" of {second} has {fr.hex()[:12]}… for those: a split view"
+        )
+    return _verdict(e, EvidenceStatus.PROVEN, a, None, reason)
+
+
 def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVerdict:
     core = _core(e)
     c, o, d = core.commitment, core.obligation, core.demand
@@ -541,6 +646,8 @@ def verify_evidence(
             return _verify_equivocation(e)
         case EvidenceKind.UNANSWERED:
             return _verify_unanswered(e, now, min_witnesses)
+        case EvidenceKind.SPLIT_VIEW:
+            return _verify_split_view(e)
         case _:
             assert_never(e.kind)
 
@@ -568,6 +675,80 @@ def equivocation_evidence(
     )
     _verify_equivocation(e)
     return e
+
+
+def split_view_evidence(
+    a: Signed[Head],
+    b: Signed[Head],
+    *,
+    reported_at: int,
+    path: Sequence[bytes] = (),
+) -> Evidence:
+    """Evidence from two heads of one epoch; raises NotEvidence if they are consistent.
+
+    Heads of the same ``seq`` need nothing else. Heads of different ``seq``
+    need ``path``: the consistency path between their logs in the seeded form
+    of :meth:`contracts.heads.HeadLog.consistency_path`, as the origin gave it
+    for the later head.
+    """
+    e = Evidence(
+        kind=EvidenceKind.SPLIT_VIEW,
+        accused=a.statement.origin,
+        commitment=a.envelope,
+        conflicting=b.envelope,
+        reported_at=reported_at,
+        proof=None if a.statement.seq == b.statement.seq else {"path": [p.hex() for p in path]},
+    )
+    _verify_split_view(e)
+    return e
+
+
+def judge_head_extension(
+    earlier: Signed[Head],
+    later: Signed[Head],
+    path: Sequence[bytes],
+    *,
+    reported_at: int,
+) -> Evidence | None:
+    """Does ``later`` extend ``earlier`` (two verified heads of one origin and epoch)?
+
+    ``None`` when it provably does (same tree for the same ``seq``, or the
+    consistency path, in the seeded form of
+    :meth:`contracts.heads.HeadLog.consistency_path`, reproduces both log
+    roots); split-view evidence when the path reproduces ``later``'s signed
+    log root but not ``earlier``'s (or the same ``seq`` has another tree).
+    A path that does not reproduce ``later``'s log root proves nothing either
+    way: :class:`RootMismatch` (ask again; it is not evidence).
+    """
+    a, b = earlier.statement, later.statement
+    if (a.origin, a.epoch) != (b.origin, b.epoch) or a.seq > b.seq:
+        raise ValueError("judge_head_extension takes two heads of one log, earlier first")
+    if a.seq == b.seq:
+        if a.tree == b.tree:
+            return None
+        return split_view_evidence(earlier, later, reported_at=reported_at)
+    fr, fh = consistency_roots(a.seq + 1, b.seq + 1, path)
+    if fh.hex() != b.log_root:
+        raise RootMismatch(
+            f"consistency path from head {earlier.digest[:12]}… does not lead to the log root"
+            f" of head {later.digest[:12]}…"
+        )
+    if fr.hex() == a.log_root:
+        return None
+    return split_view_evidence(earlier, later, reported_at=reported_at, path=path)
+
+
+def cite_head(evidence: Evidence, fold: VerifiedFold) -> Evidence:
+    """A record built from ``fold``'s stand-ins, re-cited as head + fold proof.
+
+    The stand-in commitment is not a signed envelope; the head is. The result
+    verifies with :func:`verify_evidence` like any record.
+    """
+    if evidence.obligation is None or evidence.obligation.digest != fold.head.digest:
+        raise ValueError("evidence was not built from this fold's head")
+    return dataclasses.replace(
+        evidence, commitment=fold.head.envelope, obligation=None, proof=fold.proof.to_json()
+    )
 
 
 class EquivocationDetector:

@@ -440,11 +440,17 @@ def build_demand(
 
 @dataclass(frozen=True, slots=True)
 class ServedFold:
-    """Hops verified against a commitment: ``hops[i]`` is leaf ``leaves[i]``."""
+    """Hops verified against a commitment: ``hops[i]`` is leaf ``leaves[i]``.
+
+    ``receipt_verified`` is False when the hops were accepted lazily (they
+    reproduce a root proven under a verified head) without checking the
+    receipt's signature; such a receipt must be opened before it is cited.
+    """
 
     receipt: Signed[Receipt]
     leaves: tuple[int, ...]
     hops: tuple[bytes, ...]
+    receipt_verified: bool = True
 
 
 def verify_receipt_binding(

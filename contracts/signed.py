@@ -28,6 +28,7 @@ from contracts.statements import (
     Commitment,
     DeliveryReceipt,
     Demand,
+    Head,
     Obligation,
     Receipt,
     Statement,
@@ -41,6 +42,7 @@ __all__ = [
     "Signed",
     "open_any",
     "open_statement",
+    "parse_statement",
     "sign_statement",
 ]
 
@@ -81,6 +83,7 @@ AnySigned = (
     | Signed[DeliveryReceipt]
     | Signed[WitnessReport]
     | Signed[Attestation]
+    | Signed[Head]
 )
 
 
@@ -145,6 +148,29 @@ def open_statement(
         )
     # (4) an Ed25519 signature by that signer over PAE(payload as received)
     envelope.verify(PublicKey.from_node_id(statement.signer))
+    return Signed(envelope, statement)
+
+
+def parse_statement(
+    data: bytes | Envelope | dict[str, Any],
+    cls: type[S],
+    *,
+    max_bytes: int = MAX_ENVELOPE_BYTES,
+) -> Signed[S]:
+    """Steps (1) and (2) of :func:`open_statement` only: **no signature is checked**.
+
+    For lazy verification (design revision 2): a caller that needs the
+    statement's content but not its signature (bytes that already reproduce a
+    root proven under a verified head). Nothing parsed here may be cited or
+    kept as evidence; :func:`open_statement` it first.
+    """
+    envelope = _as_envelope(data, max_bytes)
+    expected_type = _PAYLOAD_TYPES[cls.KIND]
+    if envelope.payload_type != expected_type:
+        raise EncodingError(
+            f"payload type {envelope.payload_type!r:.80} where {expected_type!r} was expected"
+        )
+    statement: S = _parse(envelope, cls)
     return Signed(envelope, statement)
 
 

@@ -32,7 +32,16 @@ witness-report     witness    I re-issued demand D' for obligation X: answered
                               with receipt R | unanswered
 attestation        attester   raise ``axis`` of value V to ``floor``; these
                               taints are discharged; evidence cited; expiry
+head               origin     compaction ``seq`` of ``epoch``: ``size`` fold
+                              records with RFC 6962 ``root``; the log of this
+                              epoch's compactions 0..seq has root ``log_root``;
+                              I serve every fold under it until ``serve_until``,
+                              within ``deadline_ms``, at ``endpoints``
 =================  =========  ==================================================
+
+A ``head`` is the signed tree head of design revision 2 (one signature per
+compaction; see :mod:`contracts.heads`). The per-fold ``commitment`` and
+``obligation`` remain valid statements.
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ __all__ = [
     "Commitment",
     "DeliveryReceipt",
     "Demand",
+    "Head",
     "Obligation",
     "Receipt",
     "ReceiptStatus",
@@ -97,6 +107,7 @@ class StatementKind(StrEnum):
     DELIVERY_RECEIPT = "delivery-receipt"
     WITNESS_REPORT = "witness-report"
     ATTESTATION = "attestation"
+    HEAD = "head"
 
 
 def payload_type_for(kind: StatementKind) -> str:
@@ -759,6 +770,109 @@ class Attestation:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A signed tree head: one compaction's fold records, in the epoch's log of heads.
+
+    ``root`` is the RFC 6962 root over the ``size`` fold records of compaction
+    ``seq`` (leaf data: :meth:`contracts.heads.FoldRecord.to_bytes`).
+    ``log_root`` is the RFC 6962 root over the batch records (``size``,
+    ``root``) of compactions ``0..seq`` of ``epoch``, a tree of ``seq + 1``
+    leaves, so a later head proves it extends this one with a consistency
+    proof. The serving terms are signed here once for every fold under the
+    head (design revision 2), not once per fold.
+    """
+
+    KIND: ClassVar[StatementKind] = StatementKind.HEAD
+    _FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "type",
+            "origin",
+            "epoch",
+            "seq",
+            "size",
+            "root",
+            "log_root",
+            "serve_until",
+            "deadline_ms",
+            "endpoints",
+            "pending",
+            "issued_at",
+        }
+    )
+
+    origin: str
+    epoch: str
+    seq: int
+    size: int
+    root: str
+    log_root: str
+    serve_until: int
+    deadline_ms: int
+    endpoints: tuple[str, ...]
+    issued_at: int
+    pending: bool = False
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.origin, "head origin")
+        _check_digest(self.root, "head root")
+        _check_digest(self.log_root, "head log_root")
+        if not 0 <= self.seq < MAX_COUNT:
+            raise ValueError(f"head seq {self.seq} outside [0, {MAX_COUNT})")
+        if not 1 <= self.size <= MAX_COUNT:
+            raise ValueError(f"head size {self.size}: a head covers at least one fold")
+        if self.deadline_ms < 1:
+            raise ValueError(f"head deadline_ms {self.deadline_ms} must be positive")
+
+    @property
+    def signer(self) -> str:
+        return self.origin
+
+    @property
+    def log_key(self) -> tuple[str, str, int]:
+        """(origin, epoch, seq): one tree per key, or a split view."""
+        return (self.origin, self.epoch, self.seq)
+
+    @property
+    def tree(self) -> tuple[int, str, str]:
+        """What the head says about the log: (size, root, log_root)."""
+        return (self.size, self.root, self.log_root)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.KIND.value,
+            "origin": self.origin,
+            "epoch": self.epoch,
+            "seq": self.seq,
+            "size": self.size,
+            "root": self.root,
+            "log_root": self.log_root,
+            "serve_until": self.serve_until,
+            "deadline_ms": self.deadline_ms,
+            "endpoints": list(self.endpoints),
+            "pending": self.pending,
+            "issued_at": self.issued_at,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Head:
+        k = cls.KIND.value
+        check_fields(obj, k, cls._FIELDS)
+        return cls(
+            origin=get_node_id(obj, "origin", k),
+            epoch=get_str(obj, "epoch", k, max_len=128),
+            seq=get_int(obj, "seq", k, hi=MAX_COUNT - 1),
+            size=get_int(obj, "size", k, lo=1),
+            root=get_digest(obj, "root", k),
+            log_root=get_digest(obj, "log_root", k),
+            serve_until=_time(obj, "serve_until", k),
+            deadline_ms=get_int(obj, "deadline_ms", k, lo=1, hi=MAX_TIME_MS),
+            endpoints=get_list(obj, "endpoints", k, _str_item(k, 512), max_len=_MAX_ENDPOINTS),
+            pending=get_bool(obj, "pending", k),
+            issued_at=_time(obj, "issued_at", k),
+        )
+
+
 STATEMENT_TYPES: dict[str, type[Any]] = {
     payload_type_for(cls.KIND): cls
     for cls in (
@@ -769,5 +883,6 @@ STATEMENT_TYPES: dict[str, type[Any]] = {
         DeliveryReceipt,
         WitnessReport,
         Attestation,
+        Head,
     )
 }

@@ -147,6 +147,8 @@ class ProseChannelRow:
     assumed_precision: float
     realized_recall: float
     realized_precision: float
+    #: run_meta.json's ``llm_channel`` when a real channel ran (None: the mock)
+    llm: dict[str, object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,6 +418,7 @@ def analyze(out: Path, *, loaded: Mapping[str, Any] | None = None) -> Findings:
             float(prose_cfg.get("taint_precision", float("nan"))),
             kept / true if true else float("nan"),
             kept / (kept + fab) if kept + fab else float("nan"),
+            meta["llm_channel"] if isinstance(meta.get("llm_channel"), dict) else None,
         )
 
     hyps = evaluate_hypotheses(

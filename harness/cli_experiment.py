@@ -68,6 +68,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="replay a JSONL agent trace instead of synthetic trajectories",
     )
     run.add_argument("--rules", type=Path, default=None, help="YAML taint rules for --trace")
+    from harness._llm_cli import add_llm_flags  # argparse only
+
+    add_llm_flags(run)
     add_progress_flags(run)
     run.set_defaults(handler=_run)
 
@@ -117,6 +120,13 @@ def _run(args: argparse.Namespace) -> int:
         events = list(loaded.events)
         summary = dict(loaded.summary)
     prepare_out(args.out)
+    from harness._llm_cli import open_llm_source
+    from harness.llm_errors import LLMError
+
+    try:
+        source = open_llm_source(args, cfg)
+    except LLMError as exc:
+        raise UsageError(str(exc)) from None
     try:
         outcome = run_main(
             cfg,
@@ -126,15 +136,28 @@ def _run(args: argparse.Namespace) -> int:
             progress=args.progress,
             trace_events=events,
             trace_summary=summary,
+            prose_source=source,
         )
+    except LLMError as exc:
+        raise UsageError(str(exc)) from None
     except ReplayError as exc:
         where = f"{args.trace}: " if args.trace is not None else ""
         raise UsageError(f"{where}{exc}") from None
     except OSError as exc:
         raise UsageError(f"{args.out}: cannot write results: {exc}") from None
+    finally:
+        if source is not None:
+            source.close()
+    if source is not None:
+        llm = source.meta()
+        print(
+            f"llm: {llm['provider']} {llm['model']}: {llm['calls']} calls, "
+            f"{llm['cache_hits']} cache hits, {llm['parse_failures']} parse failures "
+            f"({llm['refusals']} refusals) in {llm['extractions']} round trips"
+        )
     print(
         f"experiment: {outcome.n_runs} runs in {outcome.wall_seconds:.2f} s "
-        f"({args.workers} workers) → {outcome.out}/"
+        f"({args.workers if source is None else 1} workers) → {outcome.out}/"
     )
     print(f"fingerprint: {outcome.fingerprint}")
     if events is None:

@@ -62,6 +62,10 @@ PROSE_COLUMNS: list[str] = [
     "fabricated",
     "realized_recall",
     "realized_precision",
+    # real prose channel only (0 with the mock): requests sent, cache answers, refusals
+    "n_llm_calls",
+    "n_cache_hits",
+    "n_refusals",
 ]
 DEATH_SPIRAL_COLUMNS: list[str] = [
     "step",

@@ -29,6 +29,7 @@ from harness.config import ProseConfig
 __all__ = [
     "FAB_FAMILIES",
     "PROSE_SEED_OFFSET",
+    "ChannelSource",
     "Extraction",
     "MockProseChannel",
     "ProseChannel",
@@ -57,6 +58,11 @@ class ProseCounters:
     true_taints: int = 0
     kept: int = 0
     fabricated: int = 0
+    #: real channel only (:mod:`harness.prose_llm`): requests sent, answers
+    #: taken from the cache, refusals (each refusal is also a parse failure)
+    llm_calls: int = 0
+    cache_hits: int = 0
+    refusals: int = 0
 
     @property
     def realized_recall(self) -> float:
@@ -76,6 +82,20 @@ class ProseChannel(Protocol):
     def round_trip(
         self, scores: Sequence[float], taints: frozenset[str] | set[str], step: int
     ) -> Extraction: ...
+
+
+class ChannelSource(Protocol):
+    """Where a run's prose channel comes from when it is not the mock.
+
+    The default (no source) builds a :class:`MockProseChannel` inside each
+    run from its prose seed; a source (the real channel of
+    :mod:`harness.prose_llm`) hands out one channel per run and describes
+    itself for ``run_meta.json``.
+    """
+
+    def channel(self, seed: int) -> ProseChannel: ...
+
+    def meta(self) -> dict[str, object]: ...
 
 
 class MockProseChannel:

@@ -296,7 +296,14 @@ def _prose(f: Any) -> list[str]:
     p = f.prose_channel
     if p is None:
         return []
-    lines = ["## Prose channel", "", "Mock summarize→extract channel, assumed vs realised:", ""]
+    if p.llm is None:
+        intro = "Mock summarize→extract channel, assumed vs realised:"
+    else:
+        intro = (
+            f"Real summarize→extract channel ({p.llm.get('provider')} {p.llm.get('model')}); "
+            "realised vs the mock's assumed values:"
+        )
+    lines = ["## Prose channel", "", intro, ""]
     lines += _table(
         ("", "assumed", "realised"),
         (
@@ -313,6 +320,12 @@ def _prose(f: Any) -> list[str]:
         f"{p.true_taints:,} true taints offered, {p.kept:,} kept, {p.fabricated:,} fabricated.",
         "",
     ]
+    if p.llm is not None:
+        lines += [
+            f"{p.llm.get('calls')} requests sent, {p.llm.get('cache_hits')} answers from the "
+            f"cache, {p.llm.get('refusals')} refusals (counted among the parse failures).",
+            "",
+        ]
     return lines
 
 

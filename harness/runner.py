@@ -36,6 +36,7 @@ from harness.metrics import (
     RECON_COLUMNS,
     RunKey,
 )
+from harness.prose import ChannelSource, ProseChannel
 from harness.replay import ReplayParams, RunResult, replay, replay_penalties
 from harness.trajectory import generate
 
@@ -89,8 +90,11 @@ class RunTask:
 _TRACE_EVENTS: list[Event] | None = None
 
 
-def run_task(task: RunTask) -> tuple[RunTask, list[RunResult]]:
-    """Worker entry point: generate (or take the trace) and replay."""
+def run_task(task: RunTask, channel: ProseChannel | None = None) -> tuple[RunTask, list[RunResult]]:
+    """Worker entry point: generate (or take the trace) and replay.
+
+    ``channel`` replaces the run's mock prose channel (single-penalty runs).
+    """
     if task.profile is None:
         if _TRACE_EVENTS is None:
             raise RuntimeError("trace task without trace events")
@@ -98,7 +102,9 @@ def run_task(task: RunTask) -> tuple[RunTask, list[RunResult]]:
     else:
         events = generate(task.key.seed, task.steps, task.decision_every, task.profile)
     if task.penalties is None:
-        return task, [replay(events, task.params)]
+        return task, [replay(events, task.params, channel)]
+    if channel is not None:
+        raise ValueError("a prose channel serves single-penalty runs only")
     return task, replay_penalties(events, task.params, task.penalties)
 
 
@@ -179,12 +185,15 @@ def execute(
     first: RunTask | None = None,
     progress: bool | None = None,
     desc: str = "runs",
+    source: ChannelSource | None = None,
 ) -> Iterator[tuple[RunTask, list[RunResult]]]:
     """Yield (task, results) in task order; ``first`` (if any) is yielded last.
 
     ``first`` is started before everything else because it is the longest
     run; its result is held back so the output order does not depend on
-    which worker finishes when.
+    which worker finishes when. With a channel ``source`` (a real prose
+    channel) every run executes in this process, one after the other: the
+    source's client, cache and call budget are shared by all runs.
     """
     from tqdm import tqdm
 
@@ -199,14 +208,19 @@ def execute(
             disable=progress_disabled(progress),
         )
 
-    if workers <= 1 or total <= 1:
+    def one(task: RunTask) -> tuple[RunTask, list[RunResult]]:
+        if source is None:
+            return run_task(task)
+        return run_task(task, source.channel(task.params.prose_seed))
+
+    if workers <= 1 or total <= 1 or source is not None:
         bar = progress_bar()
         try:
-            held = run_task(first) if first is not None else None
+            held = one(first) if first is not None else None
             if held is not None:
                 bar.update(1)
             for task in tasks:
-                out = run_task(task)
+                out = one(task)
                 bar.update(1)
                 yield out
             if held is not None:
@@ -274,6 +288,9 @@ class _Writers:
                 p.fabricated,
                 p.realized_recall,
                 p.realized_precision,
+                p.llm_calls,
+                p.cache_hits,
+                p.refusals,
             ]
         )
         self.death.writerows(result.death_rows)
@@ -314,8 +331,14 @@ def run_main(
     trace_events: list[Event] | None = None,
     trace_summary: dict[str, object] | None = None,
     on_result: Callable[[RunTask, RunResult], None] | None = None,
+    prose_source: ChannelSource | None = None,
 ) -> MainOutcome:
-    """Run the matrix (or the trace replays) and write every output file."""
+    """Run the matrix (or the trace replays) and write every output file.
+
+    ``prose_source`` (a real prose channel) replaces the mock channel of
+    every run; runs then execute serially in this process and
+    ``run_meta.json`` records the source under ``llm_channel``.
+    """
     global _TRACE_EVENTS
     start = time.perf_counter()
     if trace_events is not None:
@@ -328,7 +351,9 @@ def run_main(
     fingerprints: dict[str, str] = {}
     writers = _Writers(out)
     try:
-        for task, results in execute(tasks, workers, first, progress, desc="experiment"):
+        for task, results in execute(
+            tasks, workers, first, progress, desc="experiment", source=prose_source
+        ):
             for label, result in zip(task.labels, results, strict=True):
                 writers.write(task, result)
                 fingerprints[label] = result.fingerprint
@@ -342,7 +367,7 @@ def run_main(
     meta: dict[str, object] = {
         "config": cfg.to_json(),
         "versions": versions(),
-        "workers": workers,
+        "workers": workers if prose_source is None else 1,
         "rehydrate": rehydrate,
         "wall_seconds": round(wall, 3),
         "n_runs": len(fingerprints),
@@ -353,5 +378,7 @@ def run_main(
     }
     if trace_summary is not None:
         meta["trace"] = trace_summary
+    if prose_source is not None:
+        meta["llm_channel"] = prose_source.meta()
     (out / "run_meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return MainOutcome(out, len(fingerprints), wall, overall, fingerprints)

@@ -113,7 +113,7 @@ def _severity(outcome: Outcome) -> int:
             return 3
         case Outcome.REFUSED:
             return 4
-        case Outcome.BAD_DATA | Outcome.EQUIVOCATION:
+        case Outcome.BAD_DATA | Outcome.EQUIVOCATION | Outcome.SPLIT_VIEW:
             return 5
         case _:
             assert_never(outcome)

@@ -124,6 +124,7 @@ class Outcome(StrEnum):
     BAD_DATA = EvidenceKind.BAD_DATA.value
     REFUSED = EvidenceKind.REFUSED.value
     EQUIVOCATION = EvidenceKind.EQUIVOCATION.value
+    SPLIT_VIEW = EvidenceKind.SPLIT_VIEW.value
     UNANSWERED = EvidenceKind.UNANSWERED.value
 
 
@@ -136,6 +137,8 @@ def outcome_for(kind: EvidenceKind) -> Outcome:
             return Outcome.REFUSED
         case EvidenceKind.EQUIVOCATION:
             return Outcome.EQUIVOCATION
+        case EvidenceKind.SPLIT_VIEW:
+            return Outcome.SPLIT_VIEW
         case EvidenceKind.UNANSWERED:
             return Outcome.UNANSWERED
         case _:

@@ -6,7 +6,8 @@ duplication), JSON level (wrong types, deleted/added/swapped keys, huge or
 deeply nested values, wrong payload type, swapped signatures) and
 statement level (the payload is mutated and then *re-signed with the right
 key*, so the strict statement parsers and the evidence checks are reached,
-not only the signature check).
+not only the signature check). Heads, fold proofs, head-cited and split-view
+evidence, and receipts judged lazily under a head are fuzzed the same way.
 
 Every input must be accepted (then it verified) or rejected with a
 :class:`contracts.ContractError`; anything else is a finding.
@@ -28,25 +29,30 @@ from contracts import (
     ContractError,
     Envelope,
     Evidence,
+    FoldProof,
+    Head,
     Identity,
     TrustPolicy,
     apply_attestations,
     build_demand,
     canonical_bytes,
     judge_answer,
+    judge_fold_answer,
     open_any,
+    open_statement,
     pae,
     sha256_hex,
     verify_attestation,
     verify_evidence,
+    verify_fold,
     verify_served,
 )
-from tests.contracts._support import DAY, NOW, fixed_identity, make_world
+from tests.contracts._support import DAY, NOW, fixed_identity, make_head_world, make_world
 from tests.contracts.vectors_gen import KEY_NAMES, build_vectors
 
 __all__ = ["FuzzReport", "run_fuzz"]
 
-_SERVED: dict[bool, Callable[[bytes], object]] = {}
+_SERVED: dict[bool | str, Callable[[bytes], object]] = {}
 
 _NASTY: list[Any] = [
     None,
@@ -77,6 +83,7 @@ class FuzzReport:
     accepted: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
+    targets: Counter[str] = field(default_factory=Counter)
 
 
 class _Keys:
@@ -284,6 +291,34 @@ class _ServedTarget:
         )
 
 
+class _HeadServedTarget:
+    """A mutated receipt judged lazily for a fold under a verified head."""
+
+    def __init__(self) -> None:
+        self.world = make_head_world(values=3, compactions=2)
+
+    def __call__(self, data: bytes) -> object:
+        w = self.world
+        hops = w.hops["value:42"]
+        answer = judge_fold_answer(data, hops, demand=w.demand, fold=w.fold, reported_at=NOW)
+        if answer.evidence is not None:
+            # Whatever the lazy judge calls evidence must verify standalone.
+            verify_evidence(answer.evidence.to_bytes(), now=NOW)
+        if answer.served is not None and answer.served.hops != tuple(hops):
+            raise AssertionError("lazy judge served other bytes than the committed ones")
+        return answer
+
+
+class _FoldProofTarget:
+    """A mutated fold proof, proven under the golden head."""
+
+    def __init__(self, head: bytes) -> None:
+        self.head = open_statement(head, Head)
+
+    def __call__(self, data: bytes) -> object:
+        return verify_fold(FoldProof.from_bytes(data), self.head)
+
+
 def _one(
     rng: random.Random, keys: _Keys, seeds: dict[str, bytes]
 ) -> tuple[bytes, Callable[[bytes], object]]:
@@ -295,6 +330,10 @@ def _one(
         target = _target_policy
     elif name in ("keys.json", "hops.json", "attestation-hop.json"):
         return _mutate_bytes(rng, data), _target_envelope
+    elif name == "fold-proof.json":
+        target = _SERVED["fold-proof"]
+    elif name == "receipt-head-served.json" and rng.random() < 0.5:
+        target = _SERVED["head"]
     elif name == "attestation.json" and rng.random() < 0.5:
         target = _target_attestation
     elif name in ("receipt-served.json", "receipt-partial.json") and rng.random() < 0.5:
@@ -324,6 +363,10 @@ def _one(
                 obj[pick], obj[a] = obj.get(a), obj.get(pick)
         else:
             obj = _mutate_json(rng, obj)
+    elif name.startswith("evidence") and isinstance(obj.get("proof"), dict) and mode == 1:
+        obj["proof"] = _mutate_json(rng, obj["proof"])
+    elif name == "fold-proof.json":
+        obj = _mutate_json(rng, obj)
     elif target is not _target_evidence and target is not _target_policy and mode == 2:
         obj = _mutate_envelope(rng, keys, obj)
     else:
@@ -341,6 +384,8 @@ def run_fuzz(n: int, seed: int) -> FuzzReport:
     seeds = build_vectors()
     _SERVED.clear()
     _SERVED.update({False: _ServedTarget(False), True: _ServedTarget(True)})
+    _SERVED["head"] = _HeadServedTarget()
+    _SERVED["fold-proof"] = _FoldProofTarget(seeds["head.json"].rstrip(b"\n"))
     # A signature from another envelope, grafted on: swapped signatures.
     extra = Envelope.from_bytes(seeds["commitment.json"].rstrip(b"\n")).to_json()
     receipt = Envelope.from_bytes(seeds["receipt-served.json"].rstrip(b"\n")).to_json()
@@ -350,6 +395,7 @@ def run_fuzz(n: int, seed: int) -> FuzzReport:
     for _ in range(n):
         data, target = _one(rng, keys, seeds)
         report.inputs += 1
+        report.targets[getattr(target, "__name__", type(target).__name__)] += 1
         try:
             target(data)
         except ContractError as exc:

@@ -15,15 +15,20 @@ from dataclasses import dataclass
 from contracts import (
     Commitment,
     Demand,
+    FoldInput,
+    Head,
+    HeadLog,
     Identity,
     Obligation,
     Receipt,
     Signed,
+    VerifiedFold,
     build_commitment,
     build_demand,
     build_obligation,
     hop_bytes,
     sign_statement,
+    verify_fold,
 )
 from contracts.merkle import leaf_hash, merkle_root
 
@@ -32,8 +37,10 @@ __all__ = [
     "EPOCH",
     "HOUR",
     "NOW",
+    "HeadWorld",
     "World",
     "fixed_identity",
+    "make_head_world",
     "make_hops",
     "make_world",
     "resign_receipt",
@@ -137,3 +144,51 @@ def resign_receipt(
             receipt.statement, leaf_hashes=tuple(leaf_hash(h) for h in served)
         )
     return sign_statement(signer, statement)
+
+
+@dataclass(frozen=True, slots=True)
+class HeadWorld:
+    """An origin's epoch log after a few compactions, as a holder sees value:42."""
+
+    origin: Identity
+    holder: Identity
+    log: HeadLog
+    hops: dict[str, tuple[bytes, ...]]
+    head: Signed[Head]
+    fold: VerifiedFold
+    demand: Signed[Demand]
+
+
+def make_head_world(
+    *,
+    values: int = 3,
+    n_hops: int = 8,
+    compactions: int = 1,
+    serve_until: int = NOW + DAY,
+    pending: bool = False,
+    leaves: Sequence[int] | None = None,
+) -> HeadWorld:
+    """``compactions`` compactions, each folding ``values`` values (value:42 among them)."""
+    origin = fixed_identity("origin")
+    holder = fixed_identity("holder")
+    log = HeadLog(origin, EPOCH)
+    refs = ["value:42", *(f"value:{i}" for i in range(1, values))]
+    hops: dict[str, tuple[bytes, ...]] = {}
+    for c in range(compactions):
+        folds = []
+        for v, ref in enumerate(refs):
+            fold_hops = tuple(make_hops(origin.node_id, n_hops, start=1 + 100 * (c * values + v)))
+            hops[ref] = fold_hops
+            folds.append(FoldInput(value_ref=ref, fold_seq=c, hops=fold_hops))
+        compaction = log.compact(
+            folds,
+            serve_until=serve_until,
+            deadline_ms=2_000,
+            endpoints=["127.0.0.1:50051"],
+            issued_at=NOW + c,
+            pending=pending,
+        )
+    head = compaction.head
+    fold = verify_fold(compaction.proofs["value:42"], head)
+    demand = build_demand(holder, fold.obligation, now=NOW + 1_000, leaves=leaves, nonce="a1" * 16)
+    return HeadWorld(origin, holder, log, hops, head, fold, demand)

@@ -16,6 +16,9 @@ def test_fuzz_mutated_inputs_only_ever_raise_contract_errors() -> None:
     assert report.rejected["BadSignature"] > 0
     assert sum(report.rejected.values()) - report.rejected["EncodingError"] > 100
     assert report.accepted > 0
+    # Heads, fold proofs and lazily judged receipts are among the targets.
+    assert report.targets["_HeadServedTarget"] > 20
+    assert report.targets["_FoldProofTarget"] > 20
 
 
 @pytest.mark.long

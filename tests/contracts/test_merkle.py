@@ -4,7 +4,11 @@ the published test vectors of the Certificate Transparency reference code."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +24,7 @@ from contracts import (
     root_from_inclusion,
     verify_inclusion,
 )
-from contracts.merkle import leaf_hash
+from contracts.merkle import consistency_roots, leaf_hash, verify_consistency
 
 
 def _h(data: bytes) -> bytes:
@@ -140,3 +144,220 @@ def test_leaf_and_node_prefixes_keep_a_node_from_posing_as_a_leaf() -> None:
     forged_leaf = leaf_hash(b"a") + leaf_hash(b"b")
     # Without the 0x00/0x01 prefixes this single-leaf tree would share the root.
     assert merkle_root([forged_leaf]) != root
+
+
+# ---------------------------------------------------------------- RFC 9162 checks
+# Published vectors, kept as data in tests/contracts/vectors/rfc6962 with their
+# source repository, path and commit named in each file.
+
+RFC6962_VECTORS = Path(__file__).with_name("vectors") / "rfc6962"
+
+# Where provnet is stricter than the Go library the vectors come from, on purpose:
+# RFC 9162 fixes every hash at the hash function's size, and the Go verifier
+# compares equal-size roots without checking their length.
+STRICTER_THAN_SOURCE = {
+    "testdata/consistency/additional/sizes-are-equal-one-and-proof-is-empty.json":
+        "13-byte roots are not SHA-256 hashes",
+}
+
+
+def _vector_file(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((RFC6962_VECTORS / name).read_text())
+    assert data["source"]["repository"].startswith("https://github.com/")
+    assert len(data["source"]["commit"]) == 40
+    return data
+
+
+def _b64(value: str | None) -> bytes:
+    return base64.b64decode(value or "")
+
+
+def _b64_list(values: list[str] | None) -> list[bytes]:
+    return [_b64(v) for v in values or []]
+
+
+def _cases(name: str) -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = _vector_file(name)["cases"]
+    return cases
+
+
+@pytest.mark.parametrize(
+    "case", _cases("transparency-dev-merkle-inclusion.json"), ids=lambda c: c["path"][18:]
+)
+def test_transparency_dev_inclusion_vectors_accept_exactly_the_valid_proofs(
+    case: dict[str, Any],
+) -> None:
+    args = (
+        _b64(case["leafHash"]),
+        case["leafIdx"],
+        case["treeSize"],
+        _b64_list(case["proof"]),
+        _b64(case["root"]),
+    )
+    want_error = case["wantErr"] or case["path"] in STRICTER_THAN_SOURCE
+    if want_error:
+        with pytest.raises((EncodingError, RootMismatch)):
+            verify_inclusion(*args)
+    else:
+        verify_inclusion(*args)
+
+
+@pytest.mark.parametrize(
+    "case", _cases("transparency-dev-merkle-consistency.json"), ids=lambda c: c["path"][20:]
+)
+def test_transparency_dev_consistency_vectors_accept_exactly_the_valid_proofs(
+    case: dict[str, Any],
+) -> None:
+    args = (
+        case["size1"],
+        case["size2"],
+        _b64_list(case["proof"]),
+        _b64(case["root1"]),
+        _b64(case["root2"]),
+    )
+    if case["wantErr"] or case["path"] in STRICTER_THAN_SOURCE:
+        with pytest.raises((EncodingError, RootMismatch)):
+            verify_consistency(*args)
+    else:
+        verify_consistency(*args)
+
+
+def test_transparency_dev_vectors_cover_both_outcomes_and_every_happy_path_is_ours() -> None:
+    for name in ("inclusion", "consistency"):
+        cases = _cases(f"transparency-dev-merkle-{name}.json")
+        happy = [c for c in cases if not c["wantErr"]]
+        assert len(cases) > 90
+        assert len(happy) >= 5
+        assert len(cases) - len(happy) > 80
+    assert set(STRICTER_THAN_SOURCE) <= {
+        c["path"] for c in _cases("transparency-dev-merkle-consistency.json")
+    }
+
+
+CT = _vector_file("certificate-transparency-merkle-tree-test.json")
+CT_HASHES = [leaf_hash(bytes.fromhex(x)) for x in CT["inputs"]]
+
+
+def test_ct_vectors_roots_of_every_prefix() -> None:
+    assert bytes.fromhex(CT["empty_tree_hash"]) == EMPTY_ROOT
+    tree = MerkleTree(CT_HASHES)
+    for n, root in enumerate(CT["roots"], start=1):
+        assert tree.root_at(n).hex() == root
+
+
+@pytest.mark.parametrize("case", CT["paths"][1:], ids=lambda c: f"{c['leaf']}of{c['snapshot']}")
+def test_ct_vectors_audit_paths_are_generated_and_verified(case: dict[str, Any]) -> None:
+    n, index = case["snapshot"], case["leaf"] - 1
+    tree = MerkleTree(CT_HASHES[:n])
+    assert [p.hex() for p in tree.proof(index)] == case["path"]
+    path = [bytes.fromhex(p) for p in case["path"]]
+    verify_inclusion(CT_HASHES[index], index, n, path, bytes.fromhex(CT["roots"][n - 1]))
+
+
+@pytest.mark.parametrize(
+    "case", CT["proofs"], ids=lambda c: f"{c['snapshot1']}to{c['snapshot2']}"
+)
+def test_ct_vectors_consistency_proofs_are_generated_and_verified(case: dict[str, Any]) -> None:
+    m, n = case["snapshot1"], case["snapshot2"]
+    tree = MerkleTree(CT_HASHES[:n])
+    assert [p.hex() for p in tree.consistency(m)] == case["proof"]
+    root1, root2 = bytes.fromhex(CT["roots"][m - 1]), bytes.fromhex(CT["roots"][n - 1])
+    proof = [bytes.fromhex(p) for p in case["proof"]]
+    verify_consistency(m, n, proof, root1, root2)
+    if m < n:
+        # The CT verifier's own negative cases: swapped roots, wrong sizes.
+        with pytest.raises((EncodingError, RootMismatch)):
+            verify_consistency(m, n, proof, root2, root1)
+        for m2, n2 in ((m - 1, n), (m + 1, n), (m ^ 2, n), (m, n * 2), (m, n // 2)):
+            with pytest.raises((EncodingError, RootMismatch)):
+                verify_consistency(m2, n2, proof, root1, root2)
+
+
+def test_rfc9162_length_checks_reject_hashes_that_are_not_32_bytes() -> None:
+    # This returned without error before the length checks.
+    with pytest.raises(EncodingError, match="must be a 32-byte hash, got 0 bytes"):
+        verify_inclusion(b"", 0, 1, [], b"")
+    good = leaf_hash(b"x")
+    with pytest.raises(EncodingError, match="root must be a 32-byte hash"):
+        verify_inclusion(good, 0, 1, [], good[:31])
+    with pytest.raises(EncodingError, match="leaf hash"):
+        root_from_inclusion(good + b"\x00", 0, 1, [])
+    with pytest.raises(EncodingError, match="outside tree of size 0"):
+        verify_inclusion(good, 0, 0, [], EMPTY_ROOT)
+    with pytest.raises(EncodingError, match="non-negative"):
+        verify_inclusion(good, -1, 1, [], good)
+    with pytest.raises(EncodingError, match="first root"):
+        verify_consistency(1, 1, [], b"", b"")
+    with pytest.raises(EncodingError, match="empty tree"):
+        verify_consistency(0, 0, [], EMPTY_ROOT, EMPTY_ROOT)
+    with pytest.raises(EncodingError, match="empty proof"):
+        verify_consistency(1, 1, [good], good, good)
+    with pytest.raises(EncodingError, match="consistency proof hash 1"):
+        consistency_roots(3, 4, [good, b"\x01"])
+
+
+def reference_subproof(m: int, d: list[bytes], complete: bool) -> list[bytes]:
+    """SUBPROOF(m, D[n], b) exactly as RFC 6962 §2.1.2 states it."""
+    n = len(d)
+    if m == n:
+        return [] if complete else [reference_mth(d)]
+    k = _k(n)
+    if m <= k:
+        return [*reference_subproof(m, d[:k], complete), reference_mth(d[k:])]
+    return [*reference_subproof(m - k, d[k:], False), reference_mth(d[:k])]
+
+
+@pytest.mark.parametrize("n", [*range(1, 34), 64, 65, 100])
+def test_consistency_proofs_match_the_recursive_rfc_definition_and_verify(n: int) -> None:
+    leaves = [f"fold {i}".encode() for i in range(n)]
+    tree = MerkleTree.from_leaves(leaves)
+    for m in range(1, n + 1):
+        proof = tree.consistency(m)
+        assert list(proof) == reference_subproof(m, leaves, True)
+        verify_consistency(m, n, proof, reference_mth(leaves[:m]), tree.root)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 70), st.data())
+def test_property_a_changed_prefix_or_a_flipped_proof_bit_fails_consistency(
+    n: int, data: st.DataObject
+) -> None:
+    leaves = [f"fold {i}".encode() for i in range(n)]
+    m = data.draw(st.integers(1, n - 1))
+    tree = MerkleTree.from_leaves(leaves)
+    proof = list(tree.consistency(m))
+    changed = list(leaves)
+    changed[data.draw(st.integers(0, m - 1))] += b"!"
+    with pytest.raises(RootMismatch):
+        verify_consistency(m, n, proof, merkle_root(changed[:m]), tree.root)
+    i = data.draw(st.integers(0, len(proof) - 1))
+    flipped = list(proof)
+    flipped[i] = bytes([flipped[i][0] ^ 1]) + flipped[i][1:]
+    with pytest.raises((RootMismatch, EncodingError)):
+        verify_consistency(m, n, flipped, tree.root_at(m), tree.root)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    a=st.integers(-3, 70),
+    b=st.integers(-3, 70),
+    hashes=st.lists(st.binary(min_size=0, max_size=34), max_size=9),
+    r1=st.binary(max_size=34),
+    r2=st.binary(max_size=34),
+)
+def test_property_verification_of_arbitrary_input_only_ever_raises_contract_errors(
+    a: int, b: int, hashes: list[bytes], r1: bytes, r2: bytes
+) -> None:
+    from contracts import ContractError
+
+    for check in (
+        lambda: verify_inclusion(r1, a, b, hashes, r2),
+        lambda: verify_consistency(a, b, hashes, r1, r2),
+        lambda: consistency_roots(a, b, hashes),
+    ):
+        try:
+            check()
+        except ContractError:
+            continue
+        # Accepted: then every hash given had the right length.
+        assert all(len(h) == 32 for h in hashes)

@@ -317,3 +317,113 @@ def test_property_fast_path_never_accepts_what_the_general_parser_reads_otherwis
     except ContractError:
         general = None
     assert fast == general
+
+
+# ------------------------------------------------------------ heads (revision 2)
+
+
+def _head_log(values: int, compactions: int, n: int) -> Any:
+    from contracts import FoldInput, HeadLog
+
+    log = HeadLog(ORIGIN, EPOCH)
+    hops: dict[str, list[bytes]] = {}
+    for c in range(compactions):
+        folds = []
+        for v in range(values):
+            hops[f"v{v}"] = make_hops(ORIGIN.node_id, n, start=1 + 50 * (c * values + v))
+            folds.append(FoldInput(f"v{v}", c, hops[f"v{v}"]))
+        log.compact(folds, serve_until=NOW + DAY, deadline_ms=1_000, endpoints=[], issued_at=NOW)
+    return log, hops
+
+
+@FAST
+@given(
+    values=st.integers(1, 9),
+    compactions=st.integers(1, 4),
+    n=st.integers(1, 12),
+    pick=st.integers(0, 8),
+    leaves=st.none() | st.sets(st.integers(0, 11), min_size=1, max_size=4),
+    at=st.integers(0, 2 * DAY),
+)
+def test_property_heads_a_correct_origin_is_never_accused_and_never_verified_when_serving(
+    values: int, compactions: int, n: int, pick: int, leaves: set[int] | None, at: int
+) -> None:
+    from contracts import HeadCache, judge_fold_answer
+
+    log, hops = _head_log(values, compactions, n)
+    ref = f"v{pick % values}"
+    cache = HeadCache()
+    proof = log.fold_proof(ref)
+    fold = cache.verify_fold(proof, now=NOW, head=log.heads[-1].to_bytes())
+    picked = None if leaves is None else sorted(i for i in leaves if i < n) or [0]
+    d = build_demand(HOLDER, fold.obligation, now=NOW, leaves=picked, nonce="ab" * 16)
+    c, o = fold.commitment, fold.obligation
+    r = answer_demand(ORIGIN, d, obligation=o, commitment=c, hops=hops[ref], now=NOW + at)
+    served = [hops[ref][i] for i in (range(n) if picked is None else picked)]
+    if r.statement.status is not ReceiptStatus.SERVED:
+        served = []
+    answer = judge_fold_answer(r.to_bytes(), served, demand=d, fold=fold, reported_at=NOW + at)
+    assert answer.kind in (AnswerKind.SERVED, AnswerKind.LEGITIMATE), answer.reason
+    assert answer.evidence is None
+    if answer.kind is AnswerKind.SERVED:
+        assert answer.served is not None
+        assert not answer.served.receipt_verified
+    assert cache.signature_checks == 1
+
+
+@FAST
+@given(n=st.integers(1, 20), victim=st.integers(0, 19), junk=st.binary(min_size=1, max_size=8))
+def test_property_heads_an_origin_signing_any_wrong_hop_is_caught_as_bad_data(
+    n: int, victim: int, junk: bytes
+) -> None:
+    from contracts import judge_fold_answer, verify_fold
+
+    log, hops = _head_log(3, 1, n)
+    fold = verify_fold(log.fold_proof("v1"), log.heads[-1])
+    d = build_demand(HOLDER, fold.obligation, now=NOW, nonce="cd" * 16)
+    honest = answer_demand(
+        ORIGIN, d, obligation=fold.obligation, commitment=fold.commitment, hops=hops["v1"], now=NOW
+    )
+    wrong = list(hops["v1"])
+    wrong[victim % n] += junk
+    lying = resign_receipt(ORIGIN, honest, wrong)
+    answer = judge_fold_answer(lying, wrong, demand=d, fold=fold, reported_at=NOW)
+    assert answer.kind is AnswerKind.EVIDENCE
+    assert answer.evidence is not None
+    assert verify_evidence(answer.evidence.to_bytes(), now=NOW).kind is EvidenceKind.BAD_DATA
+
+
+@FAST
+@given(length=st.integers(2, 12), data=st.data())
+def test_property_split_views_are_proven_and_one_view_never_is(
+    length: int, data: st.DataObject
+) -> None:
+    from contracts import FoldInput, HeadLog, NotEvidence, split_view_evidence
+
+    diverge = data.draw(st.integers(0, length - 1))
+    x, y = HeadLog(ORIGIN, EPOCH), HeadLog(ORIGIN, EPOCH)
+    for c in range(length):
+        for view, shift in ((x, 0), (y, 500 if c >= diverge else 0)):
+            fold = FoldInput("v", c, make_hops(ORIGIN.node_id, 2, start=1 + 3 * c + shift))
+            view.compact([fold], serve_until=NOW + DAY, deadline_ms=1, endpoints=[], issued_at=NOW)
+    first = data.draw(st.integers(0, length - 1))
+    second = data.draw(st.integers(first, length - 1))
+    path = () if first == second else y.consistency_path(first, second)
+    if second < diverge:
+        # Before the views diverge the heads are the same tree: nothing to prove.
+        with contextlib.suppress(NotEvidence):
+            split_view_evidence(x.heads[first], y.heads[second], reported_at=NOW, path=path)
+            raise AssertionError("heads before the divergence reported as a split view")
+    elif first >= diverge or first == second:
+        ev = split_view_evidence(x.heads[first], y.heads[second], reported_at=NOW, path=path)
+        assert verify_evidence(ev.to_bytes(), now=NOW).is_proof
+    # Two heads of one view are never a split view.
+    for view in (x, y):
+        with contextlib.suppress(NotEvidence):
+            split_view_evidence(
+                view.heads[first],
+                view.heads[second],
+                reported_at=NOW,
+                path=() if first == second else view.consistency_path(first, second),
+            )
+            raise AssertionError("one view's heads reported as a split view")

@@ -15,10 +15,14 @@ from contracts import (
     Evidence,
     EvidenceKind,
     EvidenceStatus,
+    FoldProof,
+    Head,
     canonical_bytes,
     merkle_root,
     open_any,
+    open_statement,
     verify_evidence,
+    verify_fold,
 )
 from harness.cli import main as provnet_main
 from tests.contracts._support import DAY, NOW
@@ -38,6 +42,9 @@ ENVELOPE_VECTORS = {
     "delivery-receipt.json": "holder",
     "witness-report.json": "witness",
     "attestation.json": "attester",
+    "head.json": "origin",
+    "demand-head.json": "holder",
+    "receipt-head-served.json": "origin",
 }
 EVIDENCE_VECTORS = {
     "evidence-bad_data.json": (EvidenceKind.BAD_DATA, EvidenceStatus.PROVEN),
@@ -45,6 +52,10 @@ EVIDENCE_VECTORS = {
     "evidence-equivocation.json": (EvidenceKind.EQUIVOCATION, EvidenceStatus.PROVEN),
     "evidence-unanswered.json": (EvidenceKind.UNANSWERED, EvidenceStatus.WITNESS_CONFIRMED),
     "evidence-unanswered-cleared.json": (EvidenceKind.UNANSWERED, EvidenceStatus.CLEARED),
+    "evidence-bad_data-head.json": (EvidenceKind.BAD_DATA, EvidenceStatus.PROVEN),
+    "evidence-refused-head.json": (EvidenceKind.REFUSED, EvidenceStatus.PROVEN),
+    "evidence-split_view.json": (EvidenceKind.SPLIT_VIEW, EvidenceStatus.PROVEN),
+    "evidence-split_view-consistency.json": (EvidenceKind.SPLIT_VIEW, EvidenceStatus.PROVEN),
 }
 
 
@@ -159,3 +170,36 @@ def test_cli_evidence_verify_refuses_an_oversized_file_without_reading_it_all(
     code, _, err = run_cli("evidence", "verify", str(big))
     assert code == 2
     assert "larger than 8388608 bytes" in err
+
+
+def test_fold_proof_vector_is_proven_under_the_head_vector() -> None:
+    head = open_statement((VECTOR_DIR / "head.json").read_bytes().rstrip(b"\n"), Head)
+    proof = FoldProof.from_bytes((VECTOR_DIR / "fold-proof.json").read_bytes())
+    fold = verify_fold(proof, head)
+    assert fold.record.value_ref == "value:42"
+    assert proof.to_bytes() + b"\n" == (VECTOR_DIR / "fold-proof.json").read_bytes()
+    demand = open_any((VECTOR_DIR / "demand-head.json").read_bytes().rstrip(b"\n"))
+    assert demand.statement.to_json()["obligation"] == head.digest
+    assert demand.statement.to_json()["commitment"] == fold.leaf_hash.hex()
+
+
+def test_cli_evidence_verify_handles_split_views(tmp_path: Path) -> None:
+    for name in ("evidence-split_view.json", "evidence-split_view-consistency.json"):
+        code, out, err = run_cli("evidence", "verify", str(VECTOR_DIR / name), "--json")
+        assert code == 0, err
+        verdict = json.loads(out)
+        assert (verdict["kind"], verdict["status"]) == ("split_view", "proven")
+    evidence = json.loads((VECTOR_DIR / "evidence-split_view.json").read_bytes())
+    # The same head twice: it agrees with itself, no split view.
+    evidence["conflicting"] = evidence["commitment"]
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(evidence))
+    code, out, _ = run_cli("evidence", "verify", str(same))
+    assert code == 1
+    assert out.startswith("INVALID split_view against ")
+    evidence["proof"] = "not an object"
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(evidence))
+    code, _, err = run_cli("evidence", "verify", str(broken))
+    assert code == 2
+    assert err.startswith("provnet: error:")

@@ -30,16 +30,28 @@ from contracts import (
     build_demand,
     build_witness_report,
     canonical_bytes,
+    cite_head,
     equivocation_evidence,
     hop_bytes,
     judge_answer,
     sha256_hex,
     sign_served,
     sign_statement,
+    split_view_evidence,
     unanswered_evidence,
 )
 from contracts.evidence import Evidence, EvidenceKind
-from tests.contracts._support import DAY, EPOCH, HOUR, NOW, fixed_identity, make_world
+from contracts.heads import FoldInput, HeadLog
+from tests.contracts._support import (
+    DAY,
+    EPOCH,
+    HOUR,
+    NOW,
+    fixed_identity,
+    make_head_world,
+    make_hops,
+    make_world,
+)
 
 __all__ = ["VECTOR_DIR", "build_vectors", "main"]
 
@@ -239,6 +251,95 @@ def build_vectors() -> dict[str, bytes]:
         now=NOW + 20_000,
     )
     put("evidence-unanswered-cleared.json", unanswered.with_answer(cleared_by).to_bytes())
+    out.update(build_head_vectors())
+    return out
+
+
+def build_head_vectors() -> dict[str, bytes]:
+    """Design revision 2: a signed head, a fold proof, and the evidence that cites heads."""
+    out: dict[str, bytes] = {}
+
+    def put(name: str, data: bytes) -> None:
+        out[name] = data + b"\n"
+
+    w = make_head_world(values=3, compactions=2)
+    put("head.json", w.head.to_bytes())
+    put("fold-proof.json", w.fold.proof.to_bytes())
+    put("demand-head.json", w.demand.to_bytes())
+    hops = w.hops["value:42"]
+    served = answer_demand(
+        w.origin,
+        w.demand,
+        obligation=w.fold.obligation,
+        commitment=w.fold.commitment,
+        hops=hops,
+        now=NOW + 2_000,
+    )
+    put("receipt-head-served.json", served.to_bytes())
+    tampered = [hops[0].replace(b'"step":', b'"step":9'), *hops[1:]]
+    lying = sign_served(
+        w.origin,
+        w.demand,
+        obligation=w.fold.obligation,
+        commitment=w.fold.commitment,
+        hops=tampered,
+        now=NOW + 2_000,
+    )
+    bad = judge_answer(
+        lying,
+        tampered,
+        demand=w.demand,
+        obligation=w.fold.obligation,
+        commitment=w.fold.commitment,
+        reported_at=NOW + 4_000,
+    )
+    if bad.evidence is None:
+        raise RuntimeError(f"golden head bad_data evidence not produced: {bad.reason}")
+    put("evidence-bad_data-head.json", cite_head(bad.evidence, w.fold).to_bytes())
+    refused = answer_demand(
+        w.origin,
+        w.demand,
+        obligation=w.fold.obligation,
+        commitment=w.fold.commitment,
+        hops=None,
+        now=NOW + 2_000,
+    )
+    ref = judge_answer(
+        refused,
+        [],
+        demand=w.demand,
+        obligation=w.fold.obligation,
+        commitment=w.fold.commitment,
+        reported_at=NOW + 4_000,
+    )
+    if ref.evidence is None:
+        raise RuntimeError(f"golden head refused evidence not produced: {ref.reason}")
+    put("evidence-refused-head.json", cite_head(ref.evidence, w.fold).to_bytes())
+
+    # Two views of one epoch's log, diverging at compaction 1.
+    origin = fixed_identity("origin")
+    x, y = HeadLog(origin, EPOCH), HeadLog(origin, EPOCH)
+    for c in range(4):
+        for view, shift in ((x, 0), (y, 1000 if c >= 1 else 0)):
+            fold_hops = make_hops(origin.node_id, 3, start=1 + 10 * c + shift)
+            folds = [FoldInput("value:7", c, fold_hops)]
+            view.compact(
+                folds,
+                serve_until=NOW + DAY,
+                deadline_ms=2_000,
+                endpoints=["127.0.0.1:50051"],
+                issued_at=NOW + c,
+            )
+    put(
+        "evidence-split_view.json",
+        split_view_evidence(x.heads[1], y.heads[1], reported_at=NOW + 6_000).to_bytes(),
+    )
+    put(
+        "evidence-split_view-consistency.json",
+        split_view_evidence(
+            x.heads[1], y.heads[3], reported_at=NOW + 6_000, path=y.consistency_path(1, 3)
+        ).to_bytes(),
+    )
     return out
 
 

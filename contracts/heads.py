@@ -1,0 +1,596 @@
+"""Signed tree heads (design revision 2): one signature per compaction.
+
+Layout — the choice design revision 2 leaves to the implementer:
+
+* **One RFC 6962 tree per compaction** over its *fold records*: one leaf per
+  fold the compaction made (one per value it compacted). A fold record
+  (:class:`FoldRecord`) names ``value_ref``, ``fold_seq``, ``leaf_count``,
+  the RFC 6962 ``root`` over the fold's hop bytes, and ``prev``, the leaf
+  hash of the same value's previous fold record (``None`` for its first).
+* **The compactions of an epoch form a log of heads**: leaf ``k`` of that
+  log is the batch record ``(size, root)`` of compaction ``k``
+  (:func:`batch_record`), and head ``k`` signs the log's root at size
+  ``k + 1`` (``log_root``). A later head proves that it extends an earlier
+  one with an RFC 6962 consistency proof; two heads that no consistency proof
+  reconciles are a split view (:func:`contracts.evidence.split_view_evidence`).
+* **The serving terms** (``serve_until``, ``deadline_ms``, ``endpoints``) are
+  signed in the head, once for every fold under it.
+
+Why this layout: a value carries *one* fold proof per origin — its latest
+fold record with the audit path in that compaction's tree — because ``prev``
+chains the record to every earlier fold of the value (:attr:`FoldProof.chain`
+proves an earlier one when it is rehydrated). The bytes a value carries are
+therefore independent of how many folds it has, and its audit path grows with
+the number of values folded by one compaction, not with the epoch. One tree
+over the whole epoch would make every value carry ``log2(folds in the
+epoch)`` hashes.
+
+What is signed: only the :class:`~contracts.statements.Head` (a DSSE
+envelope, RFC 8785 payload). Fold records are leaf data (RFC 8785 bytes,
+hashed ``SHA-256(0x00 ‖ bytes)``); fold proofs and consistency paths are
+unsigned and verify against a signed root.
+
+Holder side: :class:`HeadCache` verifies a head's signature once and keeps
+it by digest (a receiver that already verified a head gets only its
+digest); :func:`verify_fold` proves a fold record under a head with no
+signature at all. A :class:`VerifiedFold` stands in for the per-fold
+commitment and obligation (:attr:`VerifiedFold.commitment`,
+:attr:`VerifiedFold.obligation`), so demands, receipts and evidence keep
+their meaning: a demand's ``obligation`` is the head digest and its
+``commitment`` the fold record's leaf hash.
+
+Origin side: :class:`HeadLog` (pure, in memory; the caller persists) builds
+the records, the tree, the head and every fold proof of a compaction, and the
+consistency paths between its heads.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts._fields import MAX_COUNT, is_digest
+from contracts.canonical import JsonObject, canonical_bytes, format_ms, parse_json_object
+from contracts.envelope import Envelope
+from contracts.errors import (
+    BindingMismatch,
+    DigestMismatch,
+    EncodingError,
+    Expired,
+    RootMismatch,
+)
+from contracts.identity import Identity
+from contracts.merkle import HASH_LEN, MerkleTree, leaf_hash, merkle_root, verify_inclusion
+from contracts.signed import Signed, open_statement, sign_statement
+from contracts.statements import Commitment, Head, Obligation
+
+__all__ = [
+    "FOLD_RECORD_TYPE",
+    "MAX_CHAIN",
+    "Compaction",
+    "FoldInput",
+    "FoldProof",
+    "FoldRecord",
+    "HeadCache",
+    "HeadLog",
+    "VerifiedFold",
+    "batch_record",
+    "build_head",
+    "verify_fold",
+]
+
+#: Payload type of the unsigned stand-in envelope of a fold record (never on the wire).
+FOLD_RECORD_TYPE = "application/vnd.provnet.fold-record"
+#: Most earlier fold records one proof may chain back through.
+MAX_CHAIN = 4096
+_MAX_RECORD_BYTES = 4096
+_MAX_PATH = 64
+_RECORD_KEYS = frozenset({"n", "p", "r", "s", "v"})
+_PROOF_KEYS = frozenset({"chain", "head", "index", "path", "record"})
+
+HeadInput = bytes | Envelope | Signed[Head]
+
+
+@dataclass(frozen=True, slots=True)
+class FoldRecord:
+    """One fold, as a leaf of its compaction's tree.
+
+    Leaf data: RFC 8785 bytes of ``{"n": leaf_count, "p": prev, "r": root,
+    "s": fold_seq, "v": value_ref}`` (short keys: these bytes travel with
+    every delivered value). ``root`` is the RFC 6962 root over the fold's hop
+    bytes; ``prev`` the hex leaf hash of the value's previous fold record.
+    """
+
+    value_ref: str
+    fold_seq: int
+    leaf_count: int
+    root: str
+    prev: str | None = None
+
+    def __post_init__(self) -> None:
+        if not is_digest(self.root):
+            raise ValueError(f"fold record root must be a hex SHA-256, got {self.root!r:.80}")
+        if self.prev is not None and not is_digest(self.prev):
+            raise ValueError(f"fold record prev must be a hex SHA-256, got {self.prev!r:.80}")
+        if not 0 <= self.fold_seq <= MAX_COUNT or not 0 <= self.leaf_count <= MAX_COUNT:
+            raise ValueError("fold record fold_seq and leaf_count must be counts")
+        if len(self.value_ref) > 1024:
+            raise ValueError("fold record value_ref longer than 1024 characters")
+
+    def to_json(self) -> JsonObject:
+        return {
+            "n": self.leaf_count,
+            "p": self.prev,
+            "r": self.root,
+            "s": self.fold_seq,
+            "v": self.value_ref,
+        }
+
+    def to_bytes(self) -> bytes:
+        """The leaf data: RFC 8785 canonical JSON."""
+        return canonical_bytes(self.to_json())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> FoldRecord:
+        """Strict parse; the bytes must be the canonical form (they are hashed as sent)."""
+        obj = parse_json_object(data, what="fold record", max_bytes=_MAX_RECORD_BYTES)
+        record = cls.from_json(obj)
+        if record.to_bytes() != data:
+            raise EncodingError("fold record: bytes are not RFC 8785 canonical")
+        return record
+
+    @classmethod
+    def from_json(cls, obj: Any) -> FoldRecord:
+        """Strict parse of the decoded record; its leaf data is :meth:`to_bytes`."""
+        if type(obj) is not dict or obj.keys() != _RECORD_KEYS:
+            raise EncodingError(f"fold record: fields must be {sorted(_RECORD_KEYS)}")
+        n, p, r, s, v = obj["n"], obj["p"], obj["r"], obj["s"], obj["v"]
+        if type(n) is not int or type(s) is not int or type(v) is not str:
+            raise EncodingError("fold record: n and s must be integers, v a string")
+        if not is_digest(r) or not (p is None or is_digest(p)):
+            raise EncodingError("fold record: r and p must be 64 lower-case hex (p may be null)")
+        try:
+            return cls(value_ref=v, fold_seq=s, leaf_count=n, root=r, prev=p)
+        except ValueError as exc:
+            raise EncodingError(f"fold record: {exc}") from exc
+
+
+def batch_record(size: int, root: str) -> bytes:
+    """Leaf data of a compaction in its epoch's log of heads: RFC 8785 ``{"root", "size"}``."""
+    return canonical_bytes({"root": root, "size": size})
+
+
+def _path_b64(path: Sequence[bytes]) -> str:
+    return base64.standard_b64encode(b"".join(path)).decode("ascii")
+
+
+def _path_from_b64(value: object) -> tuple[bytes, ...]:
+    """An audit path: the concatenated 32-byte hashes, standard base64."""
+    if type(value) is not str or len(value) > 4 * _MAX_PATH * HASH_LEN // 3 + 4:
+        raise EncodingError(f"fold proof: path must be base64 of at most {_MAX_PATH} hashes")
+    try:
+        raw = binascii.a2b_base64(value, strict_mode=True)
+    except (binascii.Error, ValueError) as exc:
+        raise EncodingError(f"fold proof: path is not base64 ({exc})") from exc
+    if len(raw) % HASH_LEN:
+        raise EncodingError(f"fold proof: path of {len(raw)} bytes is not whole 32-byte hashes")
+    return tuple(raw[i : i + HASH_LEN] for i in range(0, len(raw), HASH_LEN))
+
+
+def _record_bytes(value: object) -> bytes:
+    return FoldRecord.from_json(value).to_bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class FoldProof:
+    """A fold record proven under a head: what a delivered value carries per origin.
+
+    ``record`` (leaf data) is leaf ``index`` of the tree of head ``head``
+    (digest), with audit path ``path``. ``chain`` lists earlier fold records
+    of the same value, newest first, each the ``prev`` of the one before; the
+    fold proven is the last of the chain (or ``record`` when it is empty).
+    Unsigned: it is verified against the head's signed root.
+
+    Wire form (JSON, kept small: it travels with every value):
+    ``{"head": hex digest, "index": int, "path": base64 of the concatenated
+    hashes, "record": {fold record}}`` plus ``"chain": [{fold record}…]``
+    when not empty. A record travels as its JSON object; its leaf data is the
+    RFC 8785 encoding of that object (:meth:`FoldRecord.to_bytes`), which is
+    exact for its integer, string and hex fields.
+    """
+
+    head: str
+    index: int
+    path: tuple[bytes, ...]
+    record: bytes
+    chain: tuple[bytes, ...] = ()
+
+    @property
+    def target(self) -> bytes:
+        """Leaf data of the fold this proof proves."""
+        return self.chain[-1] if self.chain else self.record
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
+            "head": self.head,
+            "index": self.index,
+            "path": _path_b64(self.path),
+            "record": FoldRecord.from_bytes(self.record).to_json(),
+        }
+        if self.chain:
+            out["chain"] = [FoldRecord.from_bytes(c).to_json() for c in self.chain]
+        return out
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(self.to_json())
+
+    @classmethod
+    def from_json(cls, obj: Any) -> FoldProof:
+        if type(obj) is not dict:
+            raise EncodingError("fold proof: expected a JSON object")
+        if not obj.keys() <= _PROOF_KEYS or not obj.keys() >= _PROOF_KEYS - {"chain"}:
+            raise EncodingError(f"fold proof: fields must be {sorted(_PROOF_KEYS)}")
+        head, index = obj["head"], obj["index"]
+        if not is_digest(head):
+            raise EncodingError("fold proof: head must be a head digest (64 lower-case hex)")
+        if type(index) is not int or not 0 <= index < MAX_COUNT:
+            raise EncodingError("fold proof: index must be a leaf index")
+        chain = obj.get("chain", [])
+        if type(chain) is not list or len(chain) > MAX_CHAIN:
+            raise EncodingError(f"fold proof: chain must be a list of at most {MAX_CHAIN} records")
+        return cls(
+            head=head,
+            index=index,
+            path=_path_from_b64(obj["path"]),
+            record=_record_bytes(obj["record"]),
+            chain=tuple(_record_bytes(c) for c in chain),
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> FoldProof:
+        return cls.from_json(parse_json_object(data, what="fold proof"))
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedFold:
+    """A fold record proven under a verified head.
+
+    :attr:`commitment` and :attr:`obligation` stand in for the per-fold
+    statements wherever those are expected (demands, receipts, evidence):
+
+    * the commitment's digest is the fold record's RFC 6962 leaf hash (its
+      envelope is unsigned, payload ``0x00 ‖ record``, so that ``digest`` is
+      that leaf hash; it never goes on the wire: the head vouches for it);
+    * the obligation is the head itself read as this fold's obligation: its
+      digest is the head digest and its envelope the signed head.
+    """
+
+    head: Signed[Head]
+    proof: FoldProof
+    record: FoldRecord
+    leaf_hash: bytes
+
+    @property
+    def commitment(self) -> Signed[Commitment]:
+        h, r = self.head.statement, self.record
+        statement = Commitment(
+            origin=h.origin,
+            epoch=h.epoch,
+            value_ref=r.value_ref,
+            fold_seq=r.fold_seq,
+            leaf_count=r.leaf_count,
+            root=r.root,
+            issued_at=h.issued_at,
+            provenance_pending=h.pending,
+        )
+        envelope = Envelope(b"\x00" + self.proof.target, FOLD_RECORD_TYPE, ())
+        return Signed(envelope, statement)
+
+    @property
+    def obligation(self) -> Signed[Obligation]:
+        h = self.head.statement
+        statement = Obligation(
+            origin=h.origin,
+            commitment=self.leaf_hash.hex(),
+            serve_until=h.serve_until,
+            deadline_ms=h.deadline_ms,
+            endpoints=h.endpoints,
+            issued_at=h.issued_at,
+        )
+        return Signed(self.head.envelope, statement)
+
+
+def verify_fold(proof: FoldProof | JsonObject, head: Signed[Head]) -> VerifiedFold:
+    """Prove a fold record under an (already verified) head; no signature is checked.
+
+    Raises :class:`BindingMismatch` when the proof names another head or the
+    chain is broken, :class:`RootMismatch` when the path misses the head's
+    root, :class:`EncodingError` for malformed input.
+    """
+    p = proof if isinstance(proof, FoldProof) else FoldProof.from_json(proof)
+    # (1) the proof is for this head
+    if p.head != head.digest:
+        raise BindingMismatch(f"fold proof names head {p.head[:12]}…, not {head.digest[:12]}…")
+    # (2) the record is leaf ``index`` of the head's tree
+    record = FoldRecord.from_bytes(p.record)
+    h = leaf_hash(p.record)
+    try:
+        verify_inclusion(
+            h, p.index, head.statement.size, p.path, bytes.fromhex(head.statement.root)
+        )
+    except RootMismatch as exc:
+        raise RootMismatch(
+            f"fold record of {record.value_ref!r:.60} under head {head.digest[:12]}…: {exc}"
+        ) from exc
+    # (3) each chained record is the ``prev`` of the one before
+    for i, data in enumerate(p.chain):
+        earlier = FoldRecord.from_bytes(data)
+        if record.prev != leaf_hash(data).hex():
+            raise BindingMismatch(
+                f"fold proof chain[{i}] is not the record before fold {record.fold_seq}"
+                f" of {record.value_ref!r:.60}"
+            )
+        if earlier.value_ref != record.value_ref or earlier.fold_seq >= record.fold_seq:
+            raise BindingMismatch(f"fold proof chain[{i}] is not an earlier fold of the same value")
+        record, h = earlier, leaf_hash(data)
+    return VerifiedFold(head=head, proof=p, record=record, leaf_hash=h)
+
+
+class HeadCache:
+    """Heads this holder verified, by digest: each head's signature is checked once.
+
+    Pure: a plain object the caller owns (no I/O, no clock; ``now`` is an
+    argument). ``signature_checks`` counts the Ed25519 verifications made.
+    Expiry is checked on every use (it costs no signature).
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        if capacity <= 0:
+            raise ValueError("capacity must be positive")
+        self._capacity = capacity
+        self._heads: OrderedDict[str, Signed[Head]] = OrderedDict()
+        self._by_key: dict[tuple[str, str, int], Signed[Head]] = {}
+        self.signature_checks = 0
+
+    def __len__(self) -> int:
+        return len(self._heads)
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._heads
+
+    def get(self, digest: str) -> Signed[Head] | None:
+        return self._heads.get(digest)
+
+    def verify(self, head: HeadInput, *, now: int, origin: str | None = None) -> Signed[Head]:
+        """The verified head (from the cache when its digest is known); unexpired at ``now``."""
+        if isinstance(head, Signed):
+            envelope = head.envelope
+        elif isinstance(head, Envelope):
+            envelope = head
+        else:
+            envelope = Envelope.from_bytes(head)
+        signed = self._heads.get(envelope.digest)
+        if signed is None:
+            # (1) signed by the origin it names — once per head
+            signed = open_statement(envelope, Head, signer=origin)
+            self.signature_checks += 1
+            self._remember(signed)
+        elif origin is not None and signed.statement.origin != origin:
+            raise BindingMismatch(f"head {signed.digest[:12]}… is not by origin {origin[:16]}…")
+        # (2) unexpired
+        h = signed.statement
+        if now >= h.serve_until:
+            raise Expired(
+                f"head {signed.digest[:12]}… expired at {format_ms(h.serve_until)}"
+                f" (now {format_ms(now)})"
+            )
+        return signed
+
+    def verify_fold(
+        self,
+        proof: FoldProof | JsonObject,
+        *,
+        now: int,
+        head: HeadInput | None = None,
+        origin: str | None = None,
+    ) -> VerifiedFold:
+        """A fold proof under ``head`` (bytes on first delivery) or under a cached head.
+
+        With ``head=None`` the proof's head digest must name a head verified
+        before (:class:`DigestMismatch` otherwise: ask for the head).
+        """
+        p = proof if isinstance(proof, FoldProof) else FoldProof.from_json(proof)
+        if head is None:
+            cached = self._heads.get(p.head)
+            if cached is None:
+                raise DigestMismatch(f"fold proof names head {p.head[:12]}…, not verified here")
+            head = cached
+        return verify_fold(p, self.verify(head, now=now, origin=origin))
+
+    def conflicting(self, head: Signed[Head]) -> Signed[Head] | None:
+        """A cached head of the same (origin, epoch, seq) that says another tree, if any."""
+        other = self._by_key.get(head.statement.log_key)
+        if other is None or other.statement.tree == head.statement.tree:
+            return None
+        return other
+
+    def _remember(self, signed: Signed[Head]) -> None:
+        self._heads[signed.digest] = signed
+        self._by_key.setdefault(signed.statement.log_key, signed)
+        if len(self._heads) > self._capacity:
+            _, old = self._heads.popitem(last=False)
+            if self._by_key.get(old.statement.log_key) is old:
+                del self._by_key[old.statement.log_key]
+
+
+# ----------------------------------------------------------------- origin side
+
+
+@dataclass(frozen=True, slots=True)
+class FoldInput:
+    """One fold of a compaction: a value's hops moved out of view, in fold order."""
+
+    value_ref: str
+    fold_seq: int
+    hops: Sequence[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """What one compaction produced: the signed head and one fold proof per value."""
+
+    head: Signed[Head]
+    records: tuple[bytes, ...]
+    proofs: Mapping[str, FoldProof]
+
+
+def build_head(
+    identity: Identity,
+    *,
+    epoch: str,
+    seq: int,
+    records: Sequence[bytes],
+    log_root: bytes,
+    serve_until: int,
+    deadline_ms: int,
+    endpoints: Sequence[str],
+    issued_at: int,
+    pending: bool = False,
+) -> Signed[Head]:
+    """Sign the head of compaction ``seq`` over its fold records (leaf data, in order).
+
+    S6: sign only once the hops are durable, or pass ``pending=True``.
+    """
+    statement = Head(
+        origin=identity.node_id,
+        epoch=epoch,
+        seq=seq,
+        size=len(records),
+        root=merkle_root(records).hex(),
+        log_root=log_root.hex(),
+        serve_until=serve_until,
+        deadline_ms=deadline_ms,
+        endpoints=tuple(endpoints),
+        issued_at=issued_at,
+        pending=pending,
+    )
+    return sign_statement(identity, statement)
+
+
+@dataclass
+class _ValueFolds:
+    records: list[bytes] = field(default_factory=list)
+    heads: list[str] = field(default_factory=list)
+
+
+class HeadLog:
+    """An origin's log of heads for one epoch (pure, in memory; the caller persists).
+
+    :meth:`compact` makes one signature per compaction however many values
+    and folds it covers. ``batches`` restores the batch records of earlier
+    compactions, ``last_folds`` each value's last fold record (leaf data).
+    """
+
+    def __init__(
+        self,
+        identity: Identity,
+        epoch: str,
+        *,
+        batches: Sequence[bytes] = (),
+        last_folds: Mapping[str, bytes] | None = None,
+    ) -> None:
+        self._identity = identity
+        self.epoch = epoch
+        self._batches = [leaf_hash(b) for b in batches]
+        self._last = {v: leaf_hash(r).hex() for v, r in (last_folds or {}).items()}
+        self._values: dict[str, _ValueFolds] = {}
+        self._trees: dict[str, tuple[Signed[Head], MerkleTree, tuple[bytes, ...]]] = {}
+        self.heads: list[Signed[Head]] = []
+
+    @property
+    def size(self) -> int:
+        """Compactions in the log so far (the next head's ``seq``)."""
+        return len(self._batches)
+
+    def compact(
+        self,
+        folds: Sequence[FoldInput],
+        *,
+        serve_until: int,
+        deadline_ms: int,
+        endpoints: Sequence[str],
+        issued_at: int,
+        pending: bool = False,
+    ) -> Compaction:
+        """Record one compaction's folds and sign its head (one signature)."""
+        if not folds:
+            raise ValueError("a compaction folds at least one value")
+        if len({f.value_ref for f in folds}) != len(folds):
+            raise ValueError("a compaction makes at most one fold per value")
+        records = tuple(
+            FoldRecord(
+                value_ref=f.value_ref,
+                fold_seq=f.fold_seq,
+                leaf_count=len(f.hops),
+                root=merkle_root(f.hops).hex(),
+                prev=self._last.get(f.value_ref),
+            ).to_bytes()
+            for f in folds
+        )
+        tree = MerkleTree.from_leaves(records)
+        seq = len(self._batches)
+        batches = [*self._batches, leaf_hash(batch_record(tree.size, tree.root.hex()))]
+        head = build_head(
+            self._identity,
+            epoch=self.epoch,
+            seq=seq,
+            records=records,
+            log_root=MerkleTree(batches).root,
+            serve_until=serve_until,
+            deadline_ms=deadline_ms,
+            endpoints=endpoints,
+            issued_at=issued_at,
+            pending=pending,
+        )
+        self._batches = batches
+        self.heads.append(head)
+        self._trees[head.digest] = (head, tree, records)
+        proofs: dict[str, FoldProof] = {}
+        for index, (f, record) in enumerate(zip(folds, records, strict=True)):
+            self._last[f.value_ref] = leaf_hash(record).hex()
+            folds_of = self._values.setdefault(f.value_ref, _ValueFolds())
+            folds_of.records.append(record)
+            folds_of.heads.append(head.digest)
+            proofs[f.value_ref] = FoldProof(head.digest, index, tree.proof(index), record)
+        return Compaction(head=head, records=records, proofs=proofs)
+
+    def fold_proof(self, value_ref: str, *, back: int = 0) -> FoldProof:
+        """The value's latest fold proof, chained ``back`` folds further (0: the latest)."""
+        folds = self._values.get(value_ref)
+        if folds is None or not 0 <= back < len(folds.records):
+            raise KeyError(f"no fold {back} back of value {value_ref!r:.60} in this log")
+        head, tree, records = self._trees[folds.heads[-1]]
+        index = records.index(folds.records[-1])
+        chain = tuple(reversed(folds.records[len(folds.records) - 1 - back : -1]))
+        return FoldProof(head.digest, index, tree.proof(index), folds.records[-1], chain)
+
+    def consistency_path(self, first_seq: int, second_seq: int) -> tuple[bytes, ...]:
+        """Path proving head ``second_seq`` extends head ``first_seq`` (seeded form).
+
+        The RFC 6962 consistency proof between log sizes ``first_seq + 1`` and
+        ``second_seq + 1``, after step 2 of RFC 9162 §2.1.4.2: it always starts
+        with the first log's root when that size is a power of two, so the path
+        alone determines both roots (:func:`contracts.merkle.consistency_roots`).
+        """
+        first, second = first_seq + 1, second_seq + 1
+        if not 0 < first < second <= len(self._batches):
+            raise ValueError(f"no consistency path from head {first_seq} to {second_seq}")
+        tree = MerkleTree(self._batches[:second])
+        proof = tree.consistency(first)
+        if first & (first - 1) == 0:
+            return (tree.root_at(first), *proof)
+        return proof
