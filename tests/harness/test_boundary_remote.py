@@ -180,6 +180,8 @@ def test_origin_killed_during_a_run_is_named_unanswered_and_the_run_completes(
 def test_cli_cluster_home_plays_on_the_recorded_cluster(
     nodes: Nodes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    import structlog
+
     from nodes.cluster import ClusterState
     from nodes.home import Home
 
@@ -187,21 +189,25 @@ def test_cli_cluster_home_plays_on_the_recorded_cluster(
     home.ensure()
     ClusterState(tuple(nodes.started[n][0] for n in ("a", "b", "c"))).save(home.state_file)
     out = tmp_path / "out"
-    code = main(
-        [
-            "experiment",
-            "boundary",
-            "--cluster",
-            str(home.root),
-            "--out",
-            str(out),
-            "--seeds",
-            "1",
-            "--steps",
-            "100",
-            "--no-progress",
-        ]
-    )
+    try:
+        code = main(
+            [
+                "experiment",
+                "boundary",
+                "--cluster",
+                str(home.root),
+                "--out",
+                str(out),
+                "--seeds",
+                "1",
+                "--steps",
+                "100",
+                "--no-progress",
+            ]
+        )
+    finally:
+        # the handler configures node logging process-wide (to this test's stderr)
+        structlog.reset_defaults()
     printed = capsys.readouterr().out
     assert code == 0
     assert "(remote, fault none)" in printed
