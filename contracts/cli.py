@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,16 +26,46 @@ def _keys_new(args: argparse.Namespace) -> int:
     from contracts.identity import Identity, save_identity
 
     path = Path(args.path)
+    retired: Path | None = None
     try:
         identity = Identity.generate()
+        if args.force and path.exists():
+            retired = _retire_key(path)
         save_identity(identity, path, overwrite=args.force)
     except FileExistsError:
         return _error(f"{path}: key file exists (use --force to replace it)")
     except OSError as exc:
         return _error(f"{path}: cannot write key file ({exc.strerror})")
+    if retired is not None:
+        print(f"retired {retired} (the replaced key, kept: statements it signed still verify)")
     print(f"node_id {identity.node_id}")
     print(f"key     {path} (mode 0600)")
     return 0
+
+
+def _retire_key(path: Path) -> Path:
+    """Keep the key ``--force`` replaces as ``<name>.retired-<node id prefix>-<UTC time>``.
+
+    A hard link: same bytes, same 0600 mode, no window without the file.
+    """
+
+    from contracts.errors import KeyFileError
+    from contracts.identity import load_identity
+
+    try:
+        tag = load_identity(path).node_id[:16]
+    except KeyFileError:
+        tag = "unreadable"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for n in range(100):
+        suffix = "" if n == 0 else f"-{n}"
+        target = path.with_name(f"{path.name}.retired-{tag}-{stamp}{suffix}")
+        try:
+            os.link(path, target)
+        except FileExistsError:
+            continue
+        return target
+    raise FileExistsError(f"{path}: too many retired keys named {stamp}")
 
 
 def _keys_show(args: argparse.Namespace) -> int:
@@ -113,7 +144,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     new = keys_sub.add_parser("new", help="generate a key file (mode 0600) and print its node id")
     new.add_argument("path", help="key file to create")
-    new.add_argument("--force", action="store_true", help="replace an existing key file")
+    new.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing key file (the old key is kept as a retired file)",
+    )
     new.set_defaults(handler=_keys_new)
     show = keys_sub.add_parser("show", help="print the node id of a key file")
     show.add_argument("path", help="key file (refused if group/other can read it)")

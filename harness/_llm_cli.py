@@ -7,6 +7,7 @@ until ``--llm`` is given, so the default run never loads the HTTP client.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,7 +71,9 @@ def add_llm_flags(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="answer cache keyed by request digest (default: OUT/llm-cache)",
+        help="answer cache keyed by request digest, kept outside the results folder so a "
+        "rerun or a run stopped by its budget keeps it (default: $PROVNET_LLM_CACHE, else "
+        "$XDG_CACHE_HOME/provnet/llm, else ~/.cache/provnet/llm)",
     )
     group.add_argument(
         "--llm-retries",
@@ -87,6 +90,20 @@ def add_llm_flags(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="timeout of one request (default: 60)",
     )
+
+
+def default_cache_dir() -> Path:
+    """Where answers are cached when ``--llm-cache`` is not given.
+
+    Not inside ``--out``: a results folder is replaced whole when a run
+    completes and discarded when it stops early (budget, Ctrl-C), and the
+    cache must outlive both so a rerun costs nothing.
+    """
+    explicit = os.environ.get("PROVNET_LLM_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "provnet" / "llm"
 
 
 def open_llm_source(args: argparse.Namespace, config: object) -> LLMChannelSource | None:
@@ -109,7 +126,7 @@ def open_llm_source(args: argparse.Namespace, config: object) -> LLMChannelSourc
         provider,
         model=args.llm_model,
         base_url=args.llm_base_url,
-        cache_dir=args.llm_cache if args.llm_cache is not None else args.out / "llm-cache",
+        cache_dir=args.llm_cache if args.llm_cache is not None else default_cache_dir(),
         budget=args.llm_budget,
         timeout=args.llm_timeout,
         max_retries=args.llm_retries,

@@ -89,13 +89,16 @@ _NUMERIC = frozenset(
         "step",
         "cycle",
         "n_compactions",
-        "store_reconstruction",
+        "recon_min",
+        "fidelity_perhop",
+        "recon_prose",
         "reconstruction",
-        "extractions",
-        "parse_failures",
-        "true_taints",
-        "kept",
-        "fabricated",
+        "n_extractions",
+        "n_parse_failures",
+        "parse_failure_rate",
+        "n_true_taints",
+        "n_kept_taints",
+        "n_fabricated_taints",
     }
 )
 _BOOLEAN = frozenset({"irreversible", "proceed", "oracle_proceed"})

@@ -260,16 +260,28 @@ def analyze(out: Path, *, loaded: Mapping[str, Any] | None = None) -> Findings:
     ``loaded`` maps file names in ``out`` to frames the caller has already
     read from them (checked again here, not re-read).
     """
-    from harness.metrics import DEATH_SPIRAL_COLUMNS, DRIFT_COLUMNS, GATE_COLUMNS
+    from harness.metrics import (
+        GATE_COLUMNS,
+        LAB_DEATH_SPIRAL_COLUMNS,
+        LAB_DRIFT_COLUMNS,
+        LAB_PROSE_COLUMNS,
+    )
 
     gm = read_or_check(out, "gate_metrics.csv", GATE_COLUMNS, loaded)
-    drift_df = read_or_check(out, "drift.csv", DRIFT_COLUMNS, loaded)
+    drift_df = read_or_check(out, "drift.csv", LAB_DRIFT_COLUMNS, loaded)
     meta_path = out / "run_meta.json"
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        penalty = float(meta["config"]["reconstruction_penalty"])
+        # the lab's top-level key; older provnet folders have it in config only
+        penalty = float(
+            meta["reconstruction_penalty"]
+            if "reconstruction_penalty" in meta
+            else meta["config"]["reconstruction_penalty"]
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise AnalysisError(f"{meta_path}: missing or malformed ({exc})") from exc
+    config = meta.get("config")
+    config = config if isinstance(config, dict) else {}
 
     run_type = "main" if (gm["run_type"] == "main").any() else "trace"
     main = gm[gm["run_type"] == run_type]
@@ -348,9 +360,13 @@ def analyze(out: Path, *, loaded: Mapping[str, Any] | None = None) -> Findings:
     drift_rows = []
     for (arm, axis), grp in dmain.groupby(["arm", "axis"], sort=False):
         n = int(grp["n"].sum())
-        drift_rows.append(
-            DriftRow(str(arm), str(axis), n, float(grp["sum_abs_err"].sum()) / n if n else 0.0)
+        # provnet's extra column sum_abs_err is exact; a lab folder has mae and n only
+        total = (
+            float(grp["sum_abs_err"].sum())
+            if "sum_abs_err" in grp.columns
+            else float((grp["mae"] * grp["n"]).sum())
         )
+        drift_rows.append(DriftRow(str(arm), str(axis), n, total / n if n else 0.0))
 
     def mae(arm: str, axis: str) -> float:
         for d in drift_rows:
@@ -370,8 +386,10 @@ def analyze(out: Path, *, loaded: Mapping[str, Any] | None = None) -> Findings:
     n_compactions: int | None = None
     monotone = False
     ds_path = out / "death_spiral_decisions.csv"
-    ds = _read_csv(ds_path, DEATH_SPIRAL_COLUMNS) if ds_path.exists() else None
+    ds = _read_csv(ds_path, LAB_DEATH_SPIRAL_COLUMNS) if ds_path.exists() else None
     if ds is not None and not ds.empty:
+        if "cycle" not in ds.columns:  # a lab folder: cycle = step // cadence
+            ds = ds.assign(cycle=ds["step"] // ds["cadence"])
         per_gate_min: list[int | None] = []
         per_gate_perhop: list[int | None] = []
         for gate, theta in DEATH_THRESHOLDS.items():
@@ -393,24 +411,29 @@ def analyze(out: Path, *, loaded: Mapping[str, Any] | None = None) -> Findings:
             if any(x is None for x in per_gate_perhop)
             else max(x for x in per_gate_perhop if x is not None)
         )
-        n_compactions = int(ds["n_compactions"].max())
-        curve = read_or_check(out, "recon_curve.csv", ["run_type", "store_reconstruction"], loaded)
-        store = curve[curve["run_type"] == "death_spiral"]["store_reconstruction"].to_numpy()
+        curve = read_or_check(out, "recon_curve.csv", ["run_type", "recon_min"], loaded)
+        spiral = curve[curve["run_type"] == "death_spiral"]
+        n_compactions = (
+            int(ds["n_compactions"].max())
+            if "n_compactions" in ds.columns
+            else int(spiral["n_compactions"].max())
+        )
+        store = spiral["recon_min"].to_numpy()
         monotone = bool(len(store) > 1 and (store[1:] <= store[:-1]).all())
 
     # prose channel
     prose_row: ProseChannelRow | None = None
     pc_path = out / "prose_channel.csv"
     if pc_path.exists():
-        pc = _read_csv(pc_path, ["run_type", "extractions", "kept", "true_taints", "fabricated"])
+        pc = _read_csv(pc_path, LAB_PROSE_COLUMNS)
         pc = pc[pc["run_type"] == run_type]
-        kept = int(pc["kept"].sum())
-        true = int(pc["true_taints"].sum())
-        fab = int(pc["fabricated"].sum())
-        prose_cfg = meta["config"].get("prose", {})
+        kept = int(pc["n_kept_taints"].sum())
+        true = int(pc["n_true_taints"].sum())
+        fab = int(pc["n_fabricated_taints"].sum())
+        prose_cfg = config.get("prose", {}) if isinstance(config.get("prose"), dict) else {}
         prose_row = ProseChannelRow(
-            int(pc["extractions"].sum()),
-            int(pc["parse_failures"].sum()),
+            int(pc["n_extractions"].sum()),
+            int(pc["n_parse_failures"].sum()),
             true,
             kept,
             fab,

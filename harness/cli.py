@@ -25,6 +25,7 @@ _SUBCOMMAND_MODULES = (
     "harness.cli_audit",
     "contracts.cli",
     "nodes.cli",
+    "nodes.cli_link",
 )
 
 

@@ -76,12 +76,20 @@ def load_experiment_config(path: Path | None, default_path: Path, sweep: bool) -
 
 
 def prepare_out(out: Path) -> None:
-    """Create the results directory; a usage error if it cannot be created or written."""
+    """Check before running that the results folder can be written (and swapped in).
+
+    Results are written into a fresh sibling folder and renamed to ``out`` when
+    complete (:func:`harness._outdir.staged_dir`), so ``out`` itself is not
+    created here: its parent must be creatable and writable.
+    """
+    parent = out.absolute().parent
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(
             f"{out}: cannot create the results directory ({exc.strerror or exc})"
         ) from None
-    if not os.access(out, os.W_OK):
-        raise UsageError(f"{out}: results directory is not writable")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: exists and is not a directory (expected a results folder)")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"{out}: cannot create the results directory ({parent} is not writable)")

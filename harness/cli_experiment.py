@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from enum import StrEnum
 from pathlib import Path
+from typing import assert_never
 
 from harness.cli import UsageError
 from harness.cli_common import (
@@ -28,7 +30,15 @@ from harness.cli_common import (
     prepare_out,
 )
 
-__all__ = ["register"]
+__all__ = ["TraceFormat", "register"]
+
+
+class TraceFormat(StrEnum):
+    """Trace schemas ``run --trace`` reads (docs/experiment.md, "Trace mode")."""
+
+    LAB = "lab"
+    PROVNET = "provnet"
+
 
 
 def _default_workers() -> int:
@@ -67,7 +77,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="replay a JSONL agent trace instead of synthetic trajectories",
     )
-    run.add_argument("--rules", type=Path, default=None, help="YAML taint rules for --trace")
+    run.add_argument(
+        "--taint-rules",
+        "--rules",
+        dest="rules",
+        type=Path,
+        default=None,
+        help="YAML taint rules for --trace (default: the lab's four rules)",
+    )
+    run.add_argument(
+        "--trace-format",
+        choices=[f.value for f in TraceFormat],
+        default=TraceFormat.LAB.value,
+        help="trace schema: the lab's (SOURCE_FETCH …, default) or provnet's (fetch, "
+        "llm_call …; integer steps)",
+    )
+    run.add_argument(
+        "--mock",
+        action="store_true",
+        help="the deterministic mock prose channel (the default; the lab's flag)",
+    )
     from harness._llm_cli import add_llm_flags  # argparse only
 
     add_llm_flags(run)
@@ -109,17 +138,40 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_experiment_config(args.config, DEFAULT_CONFIG, sweep=False)
     if args.seeds is not None:
         cfg = cfg.with_seed_count(args.seeds)
-    if args.rules is not None and args.trace is None:
-        raise UsageError("--rules needs --trace FILE.jsonl")
-    events = None
-    summary = None
-    if args.trace is not None:
-        from harness.trace import load_trace
+    from harness.lineage import HopBytes
 
-        loaded = load_trace(args.trace, args.rules, decision_every=cfg.decision_every)
+    if args.rules is not None and args.trace is None:
+        raise UsageError("--taint-rules needs --trace FILE.jsonl")
+    events = None
+    summary: dict[str, object] | None = None
+    coverage: dict[str, object] | None = None
+    hop_bytes = HopBytes.CANONICAL
+    if args.trace is not None:
+        fmt = TraceFormat(args.trace_format)
+        match fmt:
+            case TraceFormat.LAB:
+                from harness.lab_trace import load_lab_trace
+
+                loaded = load_lab_trace(args.trace, args.rules, decision_every=cfg.decision_every)
+                coverage = dict(loaded.summary)
+                summary = {
+                    "format": fmt.value,
+                    "trace": str(args.trace),
+                    "rules": None if args.rules is None else str(args.rules),
+                    "decision_every": cfg.decision_every,
+                }
+                hop_bytes = HopBytes.JSONL_LINE
+            case TraceFormat.PROVNET:
+                from harness.trace import load_trace
+
+                loaded = load_trace(args.trace, args.rules, decision_every=cfg.decision_every)
+                summary = {"format": fmt.value, **loaded.summary}
+            case _:
+                assert_never(fmt)
         events = list(loaded.events)
-        summary = dict(loaded.summary)
     prepare_out(args.out)
+    if args.mock and args.llm is not None:
+        raise UsageError("--mock and --llm exclude each other: --mock is the mock prose channel")
     from harness._llm_cli import open_llm_source
     from harness.llm_errors import LLMError
 
@@ -137,6 +189,8 @@ def _run(args: argparse.Namespace) -> int:
             trace_events=events,
             trace_summary=summary,
             prose_source=source,
+            trace_coverage=coverage,
+            hop_bytes=hop_bytes,
         )
     except LLMError as exc:
         raise UsageError(str(exc)) from None
@@ -160,9 +214,29 @@ def _run(args: argparse.Namespace) -> int:
         f"({args.workers if source is None else 1} workers) → {outcome.out}/"
     )
     print(f"fingerprint: {outcome.fingerprint}")
-    if events is None:
-        _print_headlines(outcome.out)
+    if coverage is not None:
+        _print_coverage(coverage)
+    elif summary is not None:
+        print(
+            f"trace: {summary.get('records_read')} records, {summary.get('records_mapped')} "
+            f"mapped, {summary.get('records_skipped')} skipped"
+        )
+    _print_headlines(outcome.out)
     return 0
+
+
+def _print_coverage(coverage: dict[str, object]) -> None:
+    print(
+        f"trace: {coverage['n_records']} records, {coverage['n_mapped']} mapped, "
+        f"{coverage['n_skipped']} skipped → trace_coverage.json"
+    )
+    for title, key in (("skipped", "skipped_by_reason"), ("warnings", "warnings")):
+        entries = coverage.get(key)
+        if isinstance(entries, dict) and entries:
+            print(f"  {title}: " + "; ".join(f"{k} ×{v}" for k, v in entries.items()))
+    hits = coverage.get("rule_hits")
+    if isinstance(hits, dict):
+        print("  rule hits: " + (", ".join(f"{k} {v}" for k, v in hits.items()) or "none"))
 
 
 def _print_headlines(out: Path) -> None:

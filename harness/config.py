@@ -9,7 +9,12 @@ A config file is a YAML mapping with exactly the keys the Part 5 lab uses
 p_stale}), ``seeds`` (a count or an explicit list), ``death_spiral_run``
 ({steps, compaction_cadence, profile?, seed?} or null), ``prose`` ({sigma,
 taint_recall, taint_precision, parse_failure_rate}); sweep configs add
-``penalty_grid`` and ``profile``.
+``penalty_grid`` and ``profile``. The lab's ``prose.anthropic_model`` and
+``prose.openai_model`` (the model names of its real-LLM channel, spec §10)
+are valid and recorded; the mock channel does not use them.
+
+A config file must be UTF-8, non-empty, and free of duplicate keys (YAML
+would keep the last of two equal keys silently, hiding a typo).
 
 Every problem is reported as a :class:`ConfigError` naming the file, the
 key path and what was expected; unknown keys are errors (a typo must not
@@ -66,6 +71,9 @@ class ProseConfig:
     taint_recall: float = 0.6
     taint_precision: float = 0.9
     parse_failure_rate: float = 0.0
+    #: model names of a real-LLM prose channel (the lab's keys); None = unset
+    anthropic_model: str | None = None
+    openai_model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +139,16 @@ class ExperimentConfig:
                 "taint_recall": self.prose.taint_recall,
                 "taint_precision": self.prose.taint_precision,
                 "parse_failure_rate": self.prose.parse_failure_rate,
+                **(
+                    {"anthropic_model": self.prose.anthropic_model}
+                    if self.prose.anthropic_model is not None
+                    else {}
+                ),
+                **(
+                    {"openai_model": self.prose.openai_model}
+                    if self.prose.openai_model is not None
+                    else {}
+                ),
             },
             "penalty_grid": list(self.penalty_grid),
             "profile": self.profile,
@@ -186,6 +204,16 @@ class _Reader:
             raise self.fail(key, expected, value)
         return number
 
+    def penalty_value(self, key: str, value: object) -> float:
+        """A compaction penalty: one rule, one wording, whatever is wrong with it."""
+        expected = "a penalty in [0, 1)"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(key, expected, value)
+        number = float(value)
+        if not math.isfinite(number) or not 0.0 <= number < 1.0:
+            raise self.fail(key, expected, value)
+        return number
+
     def int_list(self, key: str, default: tuple[int, ...], low: int) -> tuple[int, ...]:
         if key not in self.data:
             return default
@@ -235,9 +263,11 @@ def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
     cadences = top.int_list("compaction_cadence", base.compaction_cadence, 1)
     keep = top.int_("lineage_keep_hops", base.lineage_keep_hops, 1)
     window = top.int_("allowlist_window", base.allowlist_window, 1)
-    penalty = top.prob("reconstruction_penalty", base.reconstruction_penalty)
-    if penalty >= 1.0:
-        raise top.fail("reconstruction_penalty", "a number in [0, 1)", penalty)
+    penalty = (
+        top.penalty_value("reconstruction_penalty", data["reconstruction_penalty"])
+        if "reconstruction_penalty" in data
+        else base.reconstruction_penalty
+    )
 
     profiles = dict(DEFAULT_PROFILES)
     prof_reader = top.mapping("degradation_profiles")
@@ -305,7 +335,22 @@ def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
     prose = base.prose
     pr = top.mapping("prose")
     if pr is not None:
-        pr.check_keys({"sigma", "taint_recall", "taint_precision", "parse_failure_rate"})
+        pr.check_keys(
+            {
+                "sigma",
+                "taint_recall",
+                "taint_precision",
+                "parse_failure_rate",
+                "anthropic_model",
+                "openai_model",
+            }
+        )
+        models: dict[str, str | None] = {}
+        for key in ("anthropic_model", "openai_model"):
+            model = pr.data.get(key)
+            if model is not None and (not isinstance(model, str) or not model.strip()):
+                raise pr.fail(key, "a model name (a non-empty string)", model)
+            models[key] = model
         sigma = pr.data.get("sigma", prose.sigma)
         if (
             isinstance(sigma, bool)
@@ -319,6 +364,8 @@ def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
             taint_recall=pr.prob("taint_recall", prose.taint_recall),
             taint_precision=pr.prob("taint_precision", prose.taint_precision, open_low=True),
             parse_failure_rate=pr.prob("parse_failure_rate", prose.parse_failure_rate),
+            anthropic_model=models["anthropic_model"],
+            openai_model=models["openai_model"],
         )
 
     grid: tuple[float, ...] = ()
@@ -326,10 +373,7 @@ def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
         raw_grid = data["penalty_grid"]
         if not isinstance(raw_grid, list) or not raw_grid:
             raise top.fail("penalty_grid", "a non-empty list of penalties in [0, 1)", raw_grid)
-        grid = tuple(top.prob_value(f"penalty_grid[{i}]", v) for i, v in enumerate(raw_grid))
-        for i, p in enumerate(grid):
-            if p >= 1.0:
-                raise top.fail(f"penalty_grid[{i}]", "a penalty in [0, 1)", p)
+        grid = tuple(top.penalty_value(f"penalty_grid[{i}]", v) for i, v in enumerate(raw_grid))
 
     profile: str | None = None
     if "profile" in data:
@@ -355,22 +399,42 @@ def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
 
 
 def load_config(path: Path) -> ExperimentConfig:
-    """Read and validate a YAML config file; every failure is a ConfigError."""
-    import yaml
+    """Read and validate a YAML config file; every failure is a ConfigError.
+
+    Rejected before validation: a file that cannot be read, is not UTF-8,
+    is empty (or only comments), is malformed YAML or repeats a key.
+    """
+    from harness._yaml_lines import YamlInputError, load_yaml_with_lines
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from exc
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = ""
-        mark = getattr(exc, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}: malformed YAML{where}: {problem}") from exc
+        text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad_line = text[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{text[exc.start]:02x} on line {bad_line});"
+            " save the config as UTF-8"
+        ) from None
+    try:
+        data = load_yaml_with_lines(path)
+    except YamlInputError as exc:
+        message = str(exc).replace(": invalid YAML: ", ": malformed YAML: ", 1)
+        if message.startswith(f"{path}:") and not message.startswith(f"{path}: "):
+            # "{path}:{line}: …" → say "line N" as the other config errors do
+            rest = message[len(str(path)) + 1 :]
+            at, _, problem = rest.partition(": ")
+            message = f"{path}: malformed YAML at line {at}: " + problem.removeprefix(
+                "malformed YAML: "
+            )
+        raise ConfigError(message) from None
+    if data is None:
+        raise ConfigError(
+            f"{path}: empty config (expected a YAML mapping of experiment keys such as"
+            " steps, compaction_cadence, seeds)"
+        )
     return parse_config(data, str(path))
 
 

@@ -106,10 +106,15 @@ def analyze_sweep(out: Path, *, loaded: Mapping[str, Any] | None = None) -> Swee
 
     df = read_or_check(out, "sweep_metrics.csv", SWEEP_COLUMNS, loaded)
     steps = 500
-    meta_path = out / "run_meta.json"
+    # sweep_meta.json (the lab's and provnet's) carries `steps`; older provnet
+    # sweep folders have run_meta.json with config.steps
+    meta_path = out / "sweep_meta.json"
+    if not meta_path.exists():
+        meta_path = out / "run_meta.json"
     if meta_path.exists():
         try:
-            steps = int(json.loads(meta_path.read_text(encoding="utf-8"))["config"]["steps"])
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            steps = int(meta["steps"] if "steps" in meta else meta["config"]["steps"])
         except (ValueError, KeyError, TypeError) as exc:
             raise AnalysisError(f"{meta_path}: malformed ({exc})") from exc
     blind = df[df["mode"] == "blind"]

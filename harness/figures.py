@@ -105,12 +105,14 @@ def plot_recon_decay(
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 5))
+    if "cycle" not in recon.columns:  # a lab folder: cycle = step // cadence
+        recon = recon.assign(cycle=recon["step"] // recon["cadence"])
     by_cycle = recon.groupby("cycle", sort=True).last()
     cycles = by_cycle.index.to_numpy()
     last_cycle = int(cycles.max()) if len(cycles) else 1
     ax.plot(
         recon["cycle"],
-        recon["prose_reconstruction"],
+        recon["recon_prose"],
         color=ARM_COLORS["prose"],
         lw=0.6,
         alpha=0.45,
@@ -118,14 +120,14 @@ def plot_recon_decay(
     )
     ax.plot(
         cycles,
-        by_cycle["store_reconstruction"],
+        by_cycle["recon_min"],
         color=ARM_COLORS["structural_min"],
         lw=2.2,
         label="structural_min: store reconstruction (min-folded)",
     )
     ax.plot(
         cycles,
-        by_cycle["perhop_fidelity"],
+        by_cycle["fidelity_perhop"],
         color=ARM_COLORS["structural_perhop"],
         lw=2.2,
         label="structural_perhop: fidelity = 1 − worst single penalty",

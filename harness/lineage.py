@@ -17,13 +17,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from operator import attrgetter
-from typing import Any
+from typing import Any, assert_never
 
 from harness.events import Hop, Merge, NewValue, OpEvent, hop_id_for
 
 __all__ = [
     "FoldedPrefix",
+    "HopBytes",
     "HopLog",
     "build_hop",
     "hop_bytes",
@@ -163,15 +165,41 @@ def hop_bytes(hop: Hop) -> int:
     return len(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8"))
 
 
+class HopBytes(StrEnum):
+    """How a rehydrating gate counts the bytes of one fetched hop.
+
+    ``canonical``: :func:`hop_bytes`, the hop's canonical JSON (synthetic
+    runs; the pinned decision-log fingerprints include these counts).
+    ``jsonl_line``: the same JSON as one line of a JSONL hop log, newline
+    included (+1 byte per hop) — what the Part 5 lab reports for its trace
+    replays (shared/fixtures/lab-trace/expected_gate_metrics.csv), so
+    lab-schema trace replays count this way.
+    """
+
+    CANONICAL = "canonical"
+    JSONL_LINE = "jsonl_line"
+
+    @property
+    def framing(self) -> int:
+        match self:
+            case HopBytes.CANONICAL:
+                return 0
+            case HopBytes.JSONL_LINE:
+                return 1
+            case _:
+                assert_never(self)
+
+
 class HopLog:
     """The append-only cold hop log of one run (in-process, keyed per run).
 
     Hop ids restart every run, so a log must never be shared across runs.
     """
 
-    __slots__ = ("_bytes", "_hops", "_memo")
+    __slots__ = ("_bytes", "_framing", "_hops", "_memo")
 
-    def __init__(self) -> None:
+    def __init__(self, accounting: HopBytes = HopBytes.CANONICAL) -> None:
+        self._framing = accounting.framing
         self._hops: dict[str, Hop] = {}
         self._bytes: dict[str, int] = {}
         # fetches keyed by the identity of the (immutable) id tuple; the entry
@@ -195,7 +223,7 @@ class HopLog:
     def size_of(self, hop_id: str) -> int:
         size = self._bytes.get(hop_id)
         if size is None:
-            size = hop_bytes(self._hops[hop_id])
+            size = hop_bytes(self._hops[hop_id]) + self._framing
             self._bytes[hop_id] = size
         return size
 

@@ -18,6 +18,10 @@ __all__ = [
     "DEATH_SPIRAL_COLUMNS",
     "DRIFT_COLUMNS",
     "GATE_COLUMNS",
+    "LAB_DEATH_SPIRAL_COLUMNS",
+    "LAB_DRIFT_COLUMNS",
+    "LAB_PROSE_COLUMNS",
+    "LAB_RECON_COLUMNS",
     "PROSE_COLUMNS",
     "RECON_COLUMNS",
     "SWEEP_COLUMNS",
@@ -43,41 +47,49 @@ GATE_COLUMNS: list[str] = [
     "bytes_read",
 ]
 SWEEP_COLUMNS: list[str] = [*GATE_COLUMNS, "penalty"]
-DRIFT_COLUMNS: list[str] = [*_KEY, "arm", "axis", "n", "sum_abs_err", "mae"]
+# The lab's columns first, in the lab's order (spec §10); provnet's extras after.
+DRIFT_COLUMNS: list[str] = [*_KEY, "arm", "axis", "mae", "n", "sum_abs_err"]
 RECON_COLUMNS: list[str] = [
     *_KEY,
     "step",
-    "cycle",
     "n_compactions",
-    "store_reconstruction",
-    "perhop_fidelity",
-    "prose_reconstruction",
+    "recon_min",
+    "fidelity_perhop",
+    "recon_prose",
+    "cycle",
 ]
 PROSE_COLUMNS: list[str] = [
     *_KEY,
-    "extractions",
-    "parse_failures",
-    "true_taints",
-    "kept",
-    "fabricated",
-    "realized_recall",
-    "realized_precision",
+    "n_extractions",
+    "n_parse_failures",
+    "parse_failure_rate",
+    "n_true_taints",
+    "n_kept_taints",
+    "n_fabricated_taints",
+    "realized_taint_recall",
+    "realized_taint_precision",
     # real prose channel only (0 with the mock): requests sent, cache answers, refusals
     "n_llm_calls",
     "n_cache_hits",
     "n_refusals",
 ]
 DEATH_SPIRAL_COLUMNS: list[str] = [
+    *_KEY,
     "step",
-    "cycle",
-    "n_compactions",
     "arm",
     "policy",
-    "gate_class",
     "proceed",
     "oracle_proceed",
+    "cycle",
+    "n_compactions",
+    "gate_class",
     "reconstruction",
 ]
+#: The columns a results file must have to be read: the lab's (spec §10).
+LAB_DRIFT_COLUMNS: list[str] = DRIFT_COLUMNS[:8]
+LAB_RECON_COLUMNS: list[str] = RECON_COLUMNS[:9]
+LAB_PROSE_COLUMNS: list[str] = PROSE_COLUMNS[:12]
+LAB_DEATH_SPIRAL_COLUMNS: list[str] = DEATH_SPIRAL_COLUMNS[:9]
 
 
 @dataclass(frozen=True, slots=True)

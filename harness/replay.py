@@ -33,7 +33,7 @@ from harness.events import Decision, Event, Hop, Merge, NewValue, OpEvent, Retir
 from harness.fingerprint import DecisionLog
 from harness.gates import GATES, Gate, GateClass, GateView, Mode, evaluate, gate_modes
 from harness.gates import Decision as GateDecision
-from harness.lineage import HopLog, build_hop
+from harness.lineage import HopBytes, HopLog, build_hop
 from harness.metrics import GateCounts
 from harness.prose import MockProseChannel, ProseChannel, ProseCounters
 
@@ -59,6 +59,8 @@ class ReplayParams:
     rehydrate: bool = True
     record_curve: bool = True
     record_death_spiral: bool = False
+    #: bytes counted per fetched hop (lab-schema trace replays: JSONL lines)
+    hop_bytes: HopBytes = HopBytes.CANONICAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +131,7 @@ class Replayer:
         self.arms: tuple[Arm, ...] = (self.gt, *self.smins, *self.spers, self.prose)
         self._judged: tuple[Arm, ...] = (*self.smins, *self.spers, self.prose)
         self._perhop_index = {id(a): i for i, a in enumerate(self.spers)}
-        self.log = HopLog()
+        self.log = HopLog(params.hop_bytes)
         self._tips: dict[int, str] = {}
         n = len(self.penalties)
         self._decisions = [DecisionLog() for _ in range(n)]

@@ -109,8 +109,8 @@ def _read_meta(path: Path) -> dict[str, Any]:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
-        raise UsageError(f"{path}: expected a JSON object with a 'config' mapping")
+    if not isinstance(meta, dict) or "config" not in meta:
+        raise UsageError(f"{path}: expected a JSON object with a 'config' entry")
     return meta
 
 
@@ -473,6 +473,44 @@ def _trace(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _coverage(coverage: dict[str, Any], summary: object) -> list[str]:
+    """The lab's trace_coverage.json: what was mapped, skipped, warned and derived."""
+    lines = ["## Trace mapping", ""]
+    if isinstance(summary, dict) and summary.get("trace"):
+        lines += [
+            f"Trace `{summary.get('trace')}`, rules `{summary.get('rules') or '(lab defaults)'}`.",
+            "",
+        ]
+    lines.append(
+        f"- records: {coverage.get('n_records')}; mapped: {coverage.get('n_mapped')}; "
+        f"skipped: {coverage.get('n_skipped')}"
+    )
+    for title, key in (
+        ("skipped", "skipped_by_reason"),
+        ("warnings", "warnings"),
+        ("rule hits", "rule_hits"),
+    ):
+        entries = coverage.get(key) or {}
+        if isinstance(entries, dict) and entries:
+            lines.append(
+                f"- {title}: " + "; ".join(f"{k}: {v}" for k, v in sorted(entries.items()))
+            )
+        else:
+            lines.append(f"- {title}: none")
+    lines.append("")
+    return lines
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a JSON object")
+    return data
+
+
 def _figures_section(written: dict[str, Path]) -> list[str]:
     captions = {
         "recon_decay": "Reconstruction decay in the death-spiral run",
@@ -491,6 +529,7 @@ def _figures_section(written: dict[str, Path]) -> list[str]:
 
 def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
     """Write ``summary.md`` and the figures into ``out``; return the paths written."""
+    from harness._outdir import check_digests
     from harness.analysis import AnalysisError, analyze, analyze_sweep
     from harness.figures import (
         plot_agreement_by_class,
@@ -498,23 +537,24 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
         plot_false_proceed_vs_cadence,
         plot_recon_decay,
     )
-    from harness.metrics import DRIFT_COLUMNS, GATE_COLUMNS, RECON_COLUMNS, SWEEP_COLUMNS
+    from harness.metrics import GATE_COLUMNS, LAB_DRIFT_COLUMNS, LAB_RECON_COLUMNS, SWEEP_COLUMNS
 
     run_what = "the output directory of `provnet experiment run`"
     _check_dir(out, run_what)
+    meta = _read_meta(out / "run_meta.json")
+    check_digests(out, "run_meta.json", meta.get("files"))
     # Read and checked here with the report's messages, then handed to the
     # analyses, which check their columns without reading the files again.
     loaded = {
         "gate_metrics.csv": _read_csv(
             out / "gate_metrics.csv", GATE_COLUMNS, what="gate metrics rows"
         ),
-        "drift.csv": _read_csv(out / "drift.csv", DRIFT_COLUMNS, what="per-axis drift rows"),
+        "drift.csv": _read_csv(out / "drift.csv", LAB_DRIFT_COLUMNS, what="per-axis drift rows"),
     }
     gates = loaded["gate_metrics.csv"]
-    meta = _read_meta(out / "run_meta.json")
     recon_path = out / "recon_curve.csv"
     recon = (
-        _read_csv(recon_path, RECON_COLUMNS, what="the reconstruction curve")
+        _read_csv(recon_path, LAB_RECON_COLUMNS, what="the reconstruction curve")
         if recon_path.is_file()
         else None
     )
@@ -528,6 +568,9 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
     sweep_frame = None
     if sweep_out is not None:
         _check_dir(sweep_out, "the output directory of `provnet experiment sweep`")
+        sweep_meta = sweep_out / "sweep_meta.json"
+        if sweep_meta.is_file():
+            check_digests(sweep_out, "sweep_meta.json", _read_json(sweep_meta).get("files"))
         sweep_frame = _read_csv(
             sweep_out / "sweep_metrics.csv", SWEEP_COLUMNS, what="sweep metrics rows"
         )
@@ -537,7 +580,9 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
             raise UsageError(str(exc)) from None
 
     run_type = findings.run_type
-    is_trace = run_type == "trace"
+    # trace replays are keyed (main, C, trace, 0) as in the lab; older provnet
+    # folders used run_type "trace"
+    is_trace = run_type == "trace" or bool((gates["profile"] == "trace").all())
     primary = gates[gates["run_type"] == run_type]
 
     figures: dict[str, Path] = {}
@@ -587,7 +632,10 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
     if sweep is not None and sweep_out is not None:
         lines += _crossover(sweep, sweep_out)
     trace_summary = meta.get("trace")
-    if isinstance(trace_summary, dict):
+    coverage_path = out / "trace_coverage.json"
+    if coverage_path.is_file():
+        lines += _coverage(_read_json(coverage_path), trace_summary)
+    elif isinstance(trace_summary, dict):
         lines += _trace(trace_summary)
     lines += _figures_section(figures)
     summary_path = out / SUMMARY_FILE

@@ -18,16 +18,18 @@ import csv
 import json
 import multiprocessing
 import platform
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
 from harness.config import ExperimentConfig, Profile
 from harness.events import Event
 from harness.fingerprint import combine
+from harness.lineage import HopBytes
 from harness.metrics import (
     DEATH_SPIRAL_COLUMNS,
     DRIFT_COLUMNS,
@@ -41,6 +43,7 @@ from harness.replay import ReplayParams, RunResult, replay, replay_penalties
 from harness.trajectory import generate
 
 __all__ = [
+    "RECON_GATE_THRESHOLDS",
     "MainOutcome",
     "RunTask",
     "death_spiral_task",
@@ -50,6 +53,7 @@ __all__ = [
     "replay_params",
     "run_main",
     "run_task",
+    "sorted_gate_rows",
     "trace_tasks",
     "versions",
 ]
@@ -165,15 +169,21 @@ def death_spiral_task(cfg: ExperimentConfig, rehydrate: bool = True) -> RunTask 
     )
 
 
-def trace_tasks(cfg: ExperimentConfig, rehydrate: bool = True) -> list[RunTask]:
-    """One replay of the loaded trace per configured cadence (prose seed 0)."""
+def trace_tasks(
+    cfg: ExperimentConfig, rehydrate: bool = True, hop_bytes: HopBytes = HopBytes.CANONICAL
+) -> list[RunTask]:
+    """One replay of the loaded trace per configured cadence (prose seed 0).
+
+    Keyed as the lab keys them (spec §9): run_type ``main``, profile
+    ``trace``, seed 0.
+    """
     return [
         RunTask(
-            RunKey("trace", c, "trace", 0),
+            RunKey("main", c, "trace", 0),
             0,
             cfg.decision_every,
             None,
-            replay_params(cfg, c, 0, rehydrate=rehydrate),
+            replace(replay_params(cfg, c, 0, rehydrate=rehydrate), hop_bytes=hop_bytes),
         )
         for c in cfg.compaction_cadence
     ]
@@ -230,7 +240,9 @@ def execute(
         return
     ctx = multiprocessing.get_context("fork")
     # fork the workers before the progress bar exists (no thread crosses a fork)
-    with ctx.Pool(processes=workers) as pool:
+    # workers ignore Ctrl-C: the parent alone handles it (one line, exit 130),
+    # and leaving the pool terminates them — no traceback from each worker
+    with ctx.Pool(processes=workers, initializer=_ignore_sigint) as pool:
         pending = pool.apply_async(run_task, (first,)) if first is not None else None
         chunk = max(1, min(8, len(tasks) // (workers * 8)))
         bar = progress_bar()
@@ -246,6 +258,10 @@ def execute(
             bar.close()
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def progress_disabled(progress: bool | None) -> bool | None:
     """tqdm's ``disable``: None = auto (off when stderr is not a TTY)."""
     if progress is None:
@@ -253,8 +269,18 @@ def progress_disabled(progress: bool | None) -> bool | None:
     return not progress
 
 
+def _gate_order(row: tuple[object, ...]) -> tuple[str, str, str]:
+    # (arm, policy, mode): the lab's row order within a run
+    return (str(row[0]), str(row[1]), str(row[4]))
+
+
+def sorted_gate_rows(rows: Sequence[tuple[object, ...]]) -> list[tuple[object, ...]]:
+    """One run's gate rows in the lab's order: arm, then policy, then mode."""
+    return sorted(rows, key=_gate_order)
+
+
 class _Writers:
-    """The five CSV streams of a results directory."""
+    """The five CSV streams of a results directory, in the lab's columns (spec §10)."""
 
     def __init__(self, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
@@ -274,15 +300,23 @@ class _Writers:
 
     def write(self, task: RunTask, result: RunResult) -> None:
         key = task.key.row()
-        self.gate.writerows([*key, *row] for row in result.gate_rows)
-        self.drift.writerows([*key, *row] for row in result.drift_rows)
-        self.curve.writerows([*key, *row] for row in result.curve_rows)
+        self.gate.writerows([*key, *row] for row in sorted_gate_rows(result.gate_rows))
+        # drift rows: (arm, axis, n, sum_abs_err, mae)
+        self.drift.writerows(
+            [*key, arm, axis, mae, n, total] for arm, axis, n, total, mae in result.drift_rows
+        )
+        # curve rows: (step, cycle, n_compactions, store_reconstruction, fidelity, prose)
+        self.curve.writerows(
+            [*key, step, n_comp, recon_min, fidelity, recon_prose, cycle]
+            for step, cycle, n_comp, recon_min, fidelity, recon_prose in result.curve_rows
+        )
         p = result.prose
         self.prose.writerow(
             [
                 *key,
                 p.extractions,
                 p.parse_failures,
+                p.parse_failures / p.extractions if p.extractions else 0.0,
                 p.true_taints,
                 p.kept,
                 p.fabricated,
@@ -293,7 +327,14 @@ class _Writers:
                 p.refusals,
             ]
         )
-        self.death.writerows(result.death_rows)
+        # death rows: (step, cycle, n_compactions, arm, policy, gate_class, proceed,
+        # oracle_proceed, reconstruction)
+        self.death.writerows(
+            [*key, step, arm, policy, proceed, oracle, cycle, n_comp, gate_class, recon]
+            for step, cycle, n_comp, arm, policy, gate_class, proceed, oracle, recon in (
+                result.death_rows
+            )
+        )
 
     def close(self) -> None:
         for fh in self._files:
@@ -321,6 +362,21 @@ class MainOutcome:
     run_fingerprints: dict[str, str]
 
 
+#: The reconstruction-coupled gates' thresholds θ (spec §6), as run_meta records them.
+RECON_GATE_THRESHOLDS: dict[str, float] = {
+    "archive_all_axes_floor": 0.50,
+    "publish_discounted_thresholds": 0.55,
+}
+
+_RUN_FILES = (
+    "gate_metrics.csv",
+    "drift.csv",
+    "recon_curve.csv",
+    "prose_channel.csv",
+    "death_spiral_decisions.csv",
+)
+
+
 def run_main(
     cfg: ExperimentConfig,
     out: Path,
@@ -330,6 +386,8 @@ def run_main(
     progress: bool | None = None,
     trace_events: list[Event] | None = None,
     trace_summary: dict[str, object] | None = None,
+    trace_coverage: dict[str, object] | None = None,
+    hop_bytes: HopBytes = HopBytes.CANONICAL,
     on_result: Callable[[RunTask, RunResult], None] | None = None,
     prose_source: ChannelSource | None = None,
 ) -> MainOutcome:
@@ -338,47 +396,76 @@ def run_main(
     ``prose_source`` (a real prose channel) replaces the mock channel of
     every run; runs then execute serially in this process and
     ``run_meta.json`` records the source under ``llm_channel``.
+
+    Files are written into a fresh folder renamed to ``out`` when complete
+    (:func:`harness._outdir.staged_dir`): an interrupted run leaves the
+    previous results untouched. ``trace_coverage`` (lab-schema traces) is
+    written as ``trace_coverage.json``.
     """
+    from harness._outdir import file_digests, staged_dir
+    from harness.lab_trace import coverage_json
+
     global _TRACE_EVENTS
     start = time.perf_counter()
     if trace_events is not None:
         _TRACE_EVENTS = trace_events
-        tasks = trace_tasks(cfg, rehydrate)
+        tasks = trace_tasks(cfg, rehydrate, hop_bytes)
         first = None
     else:
         tasks = main_tasks(cfg, rehydrate)
         first = death_spiral_task(cfg, rehydrate)
     fingerprints: dict[str, str] = {}
-    writers = _Writers(out)
-    try:
-        for task, results in execute(
-            tasks, workers, first, progress, desc="experiment", source=prose_source
-        ):
-            for label, result in zip(task.labels, results, strict=True):
-                writers.write(task, result)
-                fingerprints[label] = result.fingerprint
-                if on_result is not None:
-                    on_result(task, result)
-    finally:
-        writers.close()
-        _TRACE_EVENTS = None
-    wall = time.perf_counter() - start
-    overall = combine(fingerprints.items())
-    meta: dict[str, object] = {
-        "config": cfg.to_json(),
-        "versions": versions(),
-        "workers": workers if prose_source is None else 1,
-        "rehydrate": rehydrate,
-        "wall_seconds": round(wall, 3),
-        "n_runs": len(fingerprints),
-        "fingerprint": overall,
-        "run_fingerprints": fingerprints,
-        "fingerprint_scheme": "sha256 over canonical decision log (harness.fingerprint)",
-        "hop_bytes_encoding": 'json.dumps(hop, sort_keys=True, separators=(",", ":")), UTF-8',
-    }
-    if trace_summary is not None:
-        meta["trace"] = trace_summary
-    if prose_source is not None:
-        meta["llm_channel"] = prose_source.meta()
-    (out / "run_meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    with staged_dir(out) as partial:
+        writers = _Writers(partial)
+        try:
+            for task, results in execute(
+                tasks, workers, first, progress, desc="experiment", source=prose_source
+            ):
+                for label, result in zip(task.labels, results, strict=True):
+                    writers.write(task, result)
+                    fingerprints[label] = result.fingerprint
+                    if on_result is not None:
+                        on_result(task, result)
+        finally:
+            writers.close()
+            _TRACE_EVENTS = None
+        files = list(_RUN_FILES)
+        if trace_coverage is not None:
+            (partial / "trace_coverage.json").write_text(
+                coverage_json(trace_coverage), encoding="utf-8"
+            )
+            files.append("trace_coverage.json")
+        wall = time.perf_counter() - start
+        overall = combine(fingerprints.items())
+        ds = cfg.death_spiral_run if trace_events is None else None
+        meta: dict[str, object] = {
+            # the lab's keys, in the lab's order (spec §10)
+            "config": cfg.to_json(),
+            "llm": None if prose_source is None else prose_source.meta()["provider"],
+            "rehydrate": rehydrate,
+            "seeds": [0] if trace_events is not None else list(cfg.seeds),
+            "runs": len(fingerprints),
+            "steps": cfg.steps,
+            "reconstruction_penalty": cfg.reconstruction_penalty,
+            "recon_gate_thresholds": dict(RECON_GATE_THRESHOLDS),
+            "death_spiral_cadence": None if ds is None else ds.compaction_cadence,
+            "wall_seconds": round(wall, 3),
+            "decision_log_sha256_last_run": next(reversed(fingerprints.values()), None),
+            # provnet's
+            "prose_channel": "mock" if prose_source is None else "llm",
+            "versions": versions(),
+            "workers": workers if prose_source is None else 1,
+            "n_runs": len(fingerprints),
+            "fingerprint": overall,
+            "run_fingerprints": fingerprints,
+            "fingerprint_scheme": "sha256 over canonical decision log (harness.fingerprint)",
+            "hop_bytes_encoding": 'json.dumps(hop, sort_keys=True, separators=(",", ":")), UTF-8'
+            + (" + 1 (newline of a JSONL line)" if hop_bytes is HopBytes.JSONL_LINE else ""),
+        }
+        if trace_summary is not None:
+            meta["trace"] = trace_summary
+        if prose_source is not None:
+            meta["llm_channel"] = prose_source.meta()
+        meta["files"] = file_digests(partial, files)
+        (partial / "run_meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return MainOutcome(out, len(fingerprints), wall, overall, fingerprints)

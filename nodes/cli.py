@@ -26,6 +26,13 @@ if TYPE_CHECKING:
     _Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
+#: What to do about an unreadable cluster.json (status and down say it).
+_RECOVER = (
+    "run 'provnet cluster down' to stop the nodes still running under this home"
+    " (found by their data dirs) and set the file aside, then 'provnet cluster up'"
+)
+
+
 def _error(message: str) -> int:
     print(f"provnet: error: {message}", file=sys.stderr)
     return 2
@@ -259,11 +266,12 @@ def _cluster_up(args: argparse.Namespace) -> int:
     try:
         names = [check_node_name(n) for n in _names(args)]
         home = Home.resolve(args.home)
+        home.ensure()  # a bad home is bad input (HomeError, a ValueError): exit 2
         state = cluster_up(home, names, timeout=args.timeout, progress=_progress)
     except ValueError as exc:
         return _error(str(exc))
     except ClusterError as exc:
-        print(f"provnet: cluster up failed: {exc}", file=sys.stderr)
+        print(f"provnet: error: cluster up failed: {exc}", file=sys.stderr)
         return 1
     for record in state.nodes:
         print(f"{record.name}\t{record.address}\tpid {record.pid}\t{record.data_dir}")
@@ -279,7 +287,7 @@ def _cluster_status(args: argparse.Namespace) -> int:
     try:
         state = load_state(home)
     except ClusterError as exc:
-        return _error(str(exc))
+        return _error(f"{exc}; {_RECOVER}")
     if state is None:
         print(f"no cluster recorded under {home.root}")
         return 1
@@ -309,18 +317,27 @@ def _status_line(row: dict[str, Any]) -> str:
 
 
 def _cluster_down(args: argparse.Namespace) -> int:
-    from nodes.cluster import ClusterError, cluster_down, load_state
+    from nodes.cluster import ClusterError, cluster_down, load_state, recover_down
     from nodes.home import Home
 
     home = Home.resolve(args.home)
     try:
         load_state(home)
     except ClusterError as exc:
-        return _error(str(exc))
+        # unreadable state: stop the nodes found by their data dirs, set the file aside
+        aside, found = recover_down(home, grace=args.grace)
+        print(f"provnet: warning: {exc}", file=sys.stderr)
+        for record, outcome in found:
+            print(f"{record.name}\tpid {record.pid}\t{outcome}")
+        print(
+            f"stopped {len(found)} node process(es) found under {home.nodes_dir};"
+            f" the unreadable state was moved to {aside}; 'provnet cluster up' starts afresh"
+        )
+        return 0
     try:
         outcomes = cluster_down(home, grace=args.grace)
     except ClusterError as exc:
-        print(f"provnet: cluster down failed: {exc}", file=sys.stderr)
+        print(f"provnet: error: cluster down failed: {exc}", file=sys.stderr)
         return 1
     if not outcomes:
         print(f"no cluster recorded under {home.root}; nothing to stop")
@@ -353,11 +370,11 @@ def _cluster_smoke(args: argparse.Namespace) -> int:
             out=sys.stdout,
         )
     except ClusterError as exc:
-        print(f"provnet: cluster smoke failed: {exc}", file=sys.stderr)
+        print(f"provnet: error: cluster smoke failed: {exc}", file=sys.stderr)
         return 1
     failed = [r.name for r in results if not r.ok]
     if failed:
-        print(f"provnet: smoke steps deviating: {', '.join(failed)}", file=sys.stderr)
+        print(f"provnet: error: smoke steps deviating: {', '.join(failed)}", file=sys.stderr)
         return 1
     if progress is not None:
         progress(f"smoke: all {len(results)} steps ok")

@@ -410,9 +410,7 @@ class Holder:
         return Outcome.EXPIRED
 
     @staticmethod
-    def _equivocation(
-        ours: Signed[Commitment], theirs: bytes, reported_at: int
-    ) -> Evidence | None:
+    def _equivocation(ours: Signed[Commitment], theirs: bytes, reported_at: int) -> Evidence | None:
         if not theirs:
             return None
         try:
@@ -500,9 +498,7 @@ class Holder:
                 run.witnesses_unanswered += 1
             elif result.receipt:
                 try:
-                    answers.append(
-                        open_statement(result.receipt, Receipt, signer=run.origin)
-                    )
+                    answers.append(open_statement(result.receipt, Receipt, signer=run.origin))
                 except ContractError:
                     continue
         due_ms = fold.demand.statement.time + fold.held.obligation.statement.deadline_ms

@@ -36,7 +36,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from nodes.home import Home, check_node_name
+from nodes.home import Home, HomeError, check_node_name
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -52,6 +52,7 @@ __all__ = [
     "child_env",
     "cluster_down",
     "cluster_up",
+    "find_node_processes",
     "free_ports",
     "is_alive",
     "load_state",
@@ -61,6 +62,7 @@ __all__ = [
     "peer_list",
     "probe_health",
     "provnet_argv",
+    "recover_down",
     "running_nodes",
     "start_node",
     "start_nodes",
@@ -545,7 +547,10 @@ def cluster_up(
         raise ClusterError(f"node names must be distinct, got {', '.join(names)}")
     if not names:
         raise ClusterError("a cluster needs at least one node name")
-    home.ensure()
+    try:
+        home.ensure()
+    except HomeError as exc:
+        raise ClusterError(str(exc)) from None
     previous = load_state(home)
     if previous is not None:
         live = running_nodes(previous)
@@ -598,6 +603,50 @@ def cluster_down(
     outcomes = [(r, stop_node(r, grace=grace)) for r in state.nodes]
     home.state_file.unlink(missing_ok=True)
     return outcomes
+
+
+def find_node_processes(home: Home) -> list[NodeRecord]:
+    """Node processes running on a data dir under ``home`` — found without the state file.
+
+    Used when ``cluster.json`` is unreadable: a cluster node's command line
+    names its data dir (``home/nodes/<name>``), which is what
+    :func:`_is_node_process` checks before any pid is signalled.
+    """
+    nodes_dir = home.nodes_dir.absolute()
+    found: list[NodeRecord] = []
+    for entry in sorted(Path("/proc").glob("[0-9]*"), key=lambda p: int(p.name)):
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for arg in argv:
+            path = Path(os.fsdecode(arg)) if arg else None
+            if path is not None and path.parent == nodes_dir:
+                found.append(
+                    NodeRecord(
+                        name=path.name,
+                        pid=int(entry.name),
+                        address="unknown",
+                        data_dir=path,
+                        log_file=home.logs_dir / f"{path.name}.log",
+                    )
+                )
+                break
+    return found
+
+
+def recover_down(
+    home: Home, *, grace: float = DEFAULT_GRACE_S
+) -> tuple[Path, list[tuple[NodeRecord, StopOutcome]]]:
+    """``down`` when ``cluster.json`` is unreadable: stop what can be found, set the file aside.
+
+    Returns where the unreadable state file was moved and each node stopped.
+    """
+    outcomes = [(r, stop_node(r, grace=grace)) for r in find_node_processes(home)]
+    aside = home.state_file.with_name(f"{home.state_file.name}.unreadable-{int(time.time())}")
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(home.state_file, aside)
+    return aside, outcomes
 
 
 def stop_all(

@@ -289,9 +289,7 @@ class NodeConfig:
                 try:
                     kwargs[key] = float(str(raw[key]))
                 except ValueError:
-                    raise ConfigError(
-                        f"{where(key)}: expected seconds, got {raw[key]!r}"
-                    ) from None
+                    raise ConfigError(f"{where(key)}: expected seconds, got {raw[key]!r}") from None
         for key in ("evidence_dir", "port_file"):
             if key in raw:
                 kwargs[key] = Path(str(raw[key]))

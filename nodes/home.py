@@ -24,7 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_HOME", "HOME_ENV", "Home", "check_node_name"]
+__all__ = ["DEFAULT_HOME", "HOME_ENV", "Home", "HomeError", "check_node_name"]
+
+
+class HomeError(ValueError):
+    """The provnet home cannot be used; the message names the path and the fix."""
+
 
 #: Environment variable naming the cluster root.
 HOME_ENV = "PROVNET_HOME"
@@ -97,6 +102,21 @@ class Home:
         return self.logs_dir / f"{check_node_name(name)}.log"
 
     def ensure(self) -> None:
-        """Create the root and its fixed subdirectories (owner-only access)."""
+        """Create the root and its fixed subdirectories (owner-only access).
+
+        Raises :class:`HomeError` naming the path when it cannot be created
+        or written (a file in the way, no permission).
+        """
         for path in (self.root, self.nodes_dir, self.logs_dir, self.evidence_dir):
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise HomeError(
+                    f"PROVNET_HOME {self.root}: cannot create {path} ({exc.strerror or exc});"
+                    " choose a writable directory with --home or PROVNET_HOME"
+                ) from None
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise HomeError(
+                f"PROVNET_HOME {self.root}: not writable; choose a writable directory"
+                " with --home or PROVNET_HOME"
+            )

@@ -53,7 +53,7 @@ from nodes.cluster import (
     start_node,
     stop_node,
 )
-from nodes.home import Home, check_node_name
+from nodes.home import Home, HomeError, check_node_name
 
 __all__ = [
     "SMOKE_STEPS",
@@ -708,7 +708,10 @@ def run_smoke(
             raise ClusterError(
                 f"node {member.name} at {member.address} answers {health}, not SERVING"
             )
-    home.ensure()
+    try:
+        home.ensure()
+    except HomeError as exc:
+        raise ClusterError(str(exc)) from None
     run = _Run(
         home=home,
         run_id=time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{time.time_ns() % 1000000:06d}",

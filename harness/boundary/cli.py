@@ -262,17 +262,30 @@ def _handler(args: argparse.Namespace) -> int:
     except BoundaryError as exc:
         raise UsageError(str(exc)) from None
     prepare_out(args.out)
+    if args.node_dir is not None:
+        try:
+            args.node_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(
+                f"--node-dir {args.node_dir}: cannot create the node directory"
+                f" ({exc.strerror or exc})"
+            ) from None
     # Node events go to stderr as JSON, warnings and above only: the run's
     # own output is the summary below and the files.
     configure_logging(LogFormat.JSON, "warning")
-    try:
-        outcome = run_boundary(
-            cfg, settings, args.out, progress=args.progress, node_dir=args.node_dir
-        )
-    except BoundaryError as exc:
-        raise UsageError(str(exc)) from None
-    except OSError as exc:
-        raise UsageError(f"{args.out}: cannot write results: {exc}") from None
+    from harness._outdir import staged_dir
+
+    # written into a fresh folder renamed to --out when complete (as run/sweep)
+    with staged_dir(args.out) as partial:
+        try:
+            outcome = run_boundary(
+                cfg, settings, partial, progress=args.progress, node_dir=args.node_dir
+            )
+        except BoundaryError as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            where = exc.filename if exc.filename is not None else args.out
+            raise UsageError(f"{where}: cannot write: {exc.strerror or exc}") from None
     in_fp, b_fp = overall_fingerprints(outcome)
     same = sum(1 for r in outcome.runs if r.fingerprints_equal)
     faults = [f"{n} {f}" for n, f in outcome.node_faults.items() if f != FaultMode.NONE.value]

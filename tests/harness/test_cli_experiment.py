@@ -215,7 +215,7 @@ def test_rules_without_trace_is_a_usage_error(
         ]
     )
     assert rc == 2
-    assert "--rules needs --trace" in capsys.readouterr().err
+    assert "--taint-rules needs --trace" in capsys.readouterr().err
 
 
 def test_small_sweep_prints_crossovers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -254,6 +254,8 @@ def test_trace_replay_writes_trace_rows_and_the_mapping_summary(tmp_path: Path) 
             "run",
             "--trace",
             str(trace),
+            "--trace-format",
+            "provnet",
             "--rules",
             str(rules),
             "--config",
@@ -267,7 +269,7 @@ def test_trace_replay_writes_trace_rows_and_the_mapping_summary(tmp_path: Path) 
     with (out / "gate_metrics.csv").open() as fh:
         gm = list(csv.DictReader(fh))
     assert {(r["run_type"], r["cadence"], r["profile"], r["seed"]) for r in gm} == {
-        ("trace", "25", "trace", "0")
+        ("main", "25", "trace", "0")
     }
     meta = json.loads((out / "run_meta.json").read_text())
     assert "trace" in meta

@@ -19,6 +19,13 @@ from tests.harness._llm_server import KEY, FakeLLM, Refuse, Status
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default answer cache lives under XDG_CACHE_HOME: keep it in the test's folder."""
+    monkeypatch.delenv("PROVNET_LLM_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeLLM]:
     server = FakeLLM().start()
@@ -80,13 +87,13 @@ def test_llm_run_records_the_channel_and_a_rerun_makes_no_http_call(
     rows = _prose_rows(out)
     assert list(rows[0]) == PROSE_COLUMNS
     assert sum(int(r["n_llm_calls"]) for r in rows) == calls
-    assert sum(int(r["parse_failures"]) for r in rows) == 0
-    assert all(float(r["realized_recall"]) == 1.0 for r in rows if int(r["true_taints"]))
+    assert sum(int(r["n_parse_failures"]) for r in rows) == 0
+    assert all(float(r["realized_taint_recall"]) == 1.0 for r in rows if int(r["n_true_taints"]))
     meta = json.loads((out / "run_meta.json").read_text())
     llm = meta["llm_channel"]
     assert (llm["provider"], llm["model"], llm["calls"]) == (provider, "test-model", calls)
     assert llm["parse_failures"] == 0
-    assert llm["cache_dir"] == str(out / "llm-cache")
+    assert llm["cache_dir"] == str(tmp_path / "xdg" / "provnet" / "llm")
     assert f"llm: {provider} test-model: {calls} calls" in printed
 
     # rerun: every answer from the cache — no request, no key needed, same decisions
@@ -112,7 +119,7 @@ def test_llm_run_counts_refusals_as_parse_failures(
         == 0
     )
     rows = _prose_rows(out)
-    failures = sum(int(r["parse_failures"]) for r in rows)
+    failures = sum(int(r["n_parse_failures"]) for r in rows)
     # a refused request is cached like any answer: an equal state later is refused again
     assert failures >= 2
     assert sum(int(r["n_refusals"]) for r in rows) == failures

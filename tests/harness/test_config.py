@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,55 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_shipped_main_config_equals_the_built_in_defaults() -> None:
-    assert load_config(REPO / "experiments" / "config.yaml") == ExperimentConfig()
+    # the lab's config.yaml also names its real-LLM models; nothing else differs
+    shipped = load_config(REPO / "experiments" / "config.yaml")
+    assert shipped.prose.anthropic_model
+    assert shipped.prose.openai_model
+    bare = replace(shipped, prose=replace(shipped.prose, anthropic_model=None, openai_model=None))
+    assert bare == ExperimentConfig()
+
+
+@pytest.mark.parametrize(
+    "name", ["config.yaml", "config-sweep.yaml", "config-llm.yaml", "config.matched.yaml"]
+)
+def test_every_lab_config_loads_unchanged(name: str) -> None:
+    cfg = load_config(REPO / "experiments" / name)
+    assert cfg.steps == 500
+
+
+def test_lab_prose_model_keys_are_accepted_and_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("prose: {anthropic_model: claude-x, openai_model: gpt-y}\n")
+    cfg = load_config(path)
+    assert (cfg.prose.anthropic_model, cfg.prose.openai_model) == ("claude-x", "gpt-y")
+    prose = cfg.to_json()["prose"]
+    assert isinstance(prose, dict)
+    assert prose["openai_model"] == "gpt-y"
+
+
+def test_unknown_prose_key_is_still_named_with_the_expected_keys(tmp_path: Path) -> None:
+    msg = _bad(tmp_path, "prose: {gemini_model: g}\n")
+    assert "unknown key 'prose.gemini_model'" in msg
+    assert "anthropic_model" in msg
+
+
+def test_config_that_is_not_utf8_is_rejected_naming_byte_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"steps: 500\n# caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: not UTF-8 text \(byte 0xe9 on line 2\)"):
+        load_config(path)
+
+
+def test_duplicate_key_is_rejected_not_silently_the_last(tmp_path: Path) -> None:
+    msg = _bad(tmp_path, "steps: 500\nseeds: 3\nsteps: 50\n")
+    assert "duplicate key 'steps' (first on line 1)" in msg
+    assert "line 3" in msg
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "\n\n"])
+def test_empty_config_is_rejected(tmp_path: Path, text: str) -> None:
+    msg = _bad(tmp_path, text)
+    assert "empty config" in msg
 
 
 def test_shipped_sweep_config_equals_the_built_in_sweep() -> None:
@@ -131,3 +180,19 @@ def test_default_death_spiral_profile_must_exist(tmp_path: Path) -> None:
     )
     assert "'death_spiral_run.profile'" in msg
     assert "calm" in msg
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "reconstruction_penalty: 1.0\n",
+        "reconstruction_penalty: 1.5\n",
+        "reconstruction_penalty: -0.1\n",
+        "reconstruction_penalty: high\n",
+        "penalty_grid: [0.01, 2]\n",
+        "penalty_grid: [0.01, 1.0]\n",
+    ],
+)
+def test_every_bad_penalty_is_worded_the_same(tmp_path: Path, text: str) -> None:
+    msg = _bad(tmp_path, text)
+    assert "expected a penalty in [0, 1)" in msg

@@ -65,11 +65,11 @@ def _recon(cycles: int = 60, penalty: float = 0.02) -> pd.DataFrame:
                     "profile": "med",
                     "seed": 0,
                     "step": cycle * 25 + 5 * (k + 1),
-                    "cycle": cycle,
                     "n_compactions": cycle,
-                    "store_reconstruction": (1 - penalty) ** cycle,
-                    "perhop_fidelity": 1 - penalty if cycle else 1.0,
-                    "prose_reconstruction": 1.0 - 0.01 * (k % 3),
+                    "recon_min": (1 - penalty) ** cycle,
+                    "fidelity_perhop": 1 - penalty if cycle else 1.0,
+                    "recon_prose": 1.0 - 0.01 * (k % 3),
+                    "cycle": cycle,
                 }
             )
     frame = pd.DataFrame(rows)

@@ -133,10 +133,21 @@ def test_report_on_a_trace_run_states_what_was_mapped_skipped_and_derived(
 
     trace = EXAMPLES / "trace-research.jsonl"
     rules = EXAMPLES / "rules-research.yaml"
-    _run("experiment", "run", "--trace", str(trace), "--rules", str(rules), "--out", str(tmp_path))
+    _run(
+        "experiment",
+        "run",
+        "--trace",
+        str(trace),
+        "--trace-format",
+        "provnet",
+        "--rules",
+        str(rules),
+        "--out",
+        str(tmp_path),
+    )
     meta = json.loads((tmp_path / "run_meta.json").read_text(encoding="utf-8"))
     loaded = load_trace(trace, rules)
-    assert meta["trace"] == json.loads(json.dumps(loaded.summary))
+    assert meta["trace"] == {"format": "provnet", **json.loads(json.dumps(loaded.summary))}
     written = write_report(tmp_path, None)
     text = (tmp_path / SUMMARY_FILE).read_text(encoding="utf-8")
     assert {p.name for p in written} == {
@@ -153,15 +164,21 @@ def test_report_on_a_trace_run_states_what_was_mapped_skipped_and_derived(
     import pandas as pd
 
     gates = pd.read_csv(tmp_path / "gate_metrics.csv")
-    assert set(gates["run_type"]) == {"trace"}
+    # keyed as the lab keys trace replays: (main, C, trace, 0)
+    assert set(gates["run_type"]) == {"main"}
+    assert set(gates["profile"]) == {"trace"}
     assert set(gates["n"]) == {decisions["total"]}
 
 
 def _copy_run(src: Path, dst: Path) -> Path:
+    """A copy without the run's file digests (as a lab folder has none), to damage."""
     dst.mkdir()
     for item in src.iterdir():
         if item.is_file() and item.suffix in (".csv", ".json"):
             (dst / item.name).write_bytes(item.read_bytes())
+    meta = json.loads((dst / "run_meta.json").read_text(encoding="utf-8"))
+    del meta["files"]
+    (dst / "run_meta.json").write_text(json.dumps(meta), encoding="utf-8")
     return dst
 
 
@@ -174,7 +191,7 @@ def _copy_run(src: Path, dst: Path) -> Path:
         ("header-only drift.csv", "drift.csv: no rows (expected per-axis drift rows)"),
         ("text gate_metrics.csv n", "gate_metrics.csv: column n: expected integers"),
         ("garbage run_meta.json", "run_meta.json: not valid JSON"),
-        ("list run_meta.json", "run_meta.json: expected a JSON object with a 'config' mapping"),
+        ("list run_meta.json", "run_meta.json: expected a JSON object with a 'config' entry"),
     ],
 )
 def test_malformed_results_dir_is_a_usage_error_naming_file_and_expectation(

@@ -63,17 +63,28 @@ def test_prose_stays_behind_pooled_at_the_published_penalty(
     assert 0.02 in f.pooled_prose_behind_everywhere
 
 
-def test_sweep_rows_are_blind_only_with_penalty_column(sweep: tuple[Path, SweepFindings]) -> None:
+def test_sweep_rows_are_blind_plus_degrade_for_structural_lineage_gates_as_in_the_lab(
+    sweep: tuple[Path, SweepFindings],
+) -> None:
     out, _f = sweep
     with (out / "sweep_metrics.csv").open() as fh:
         reader = csv.reader(fh)
         header = next(reader)
         first = next(reader)
-        modes = {row[8] for row in reader}
+        rows = [first, *reader]
     assert header == SWEEP_COLUMNS
     assert first[0] == "sweep"
     assert first[-1] == "0.005"
-    assert modes == {"blind"}
+    assert {row[8] for row in rows} == {"blind", "degrade"}
+    degrade = {(row[4], row[6]) for row in rows if row[8] == "degrade"}
+    assert degrade == {
+        (arm, cls)
+        for arm in ("structural_min", "structural_perhop")
+        for cls in ("lineage_blocklist", "lineage_allowlist")
+    }
+    # per run and penalty: 27 blind rows + 2 arms x 4 lineage gates in degrade
+    runs = {(row[1], row[3], row[-1]) for row in rows}
+    assert len(rows) == 35 * len(runs)
 
 
 def test_sweep_runs_one_replay_per_cadence_and_seed_serving_every_penalty() -> None:

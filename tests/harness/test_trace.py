@@ -361,7 +361,18 @@ def test_experiment_run_with_a_bad_trace_exits_two_naming_the_line(
     from harness.cli import main
 
     path = _trace(tmp_path, _GOOD, '{"step": 2, "op": "tool_call", "fields": []}')
-    code = main(["experiment", "run", "--trace", str(path), "--out", str(tmp_path / "out")])
+    code = main(
+        [
+            "experiment",
+            "run",
+            "--trace",
+            str(path),
+            "--trace-format",
+            "provnet",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert f"provnet: error: {path}:2: fields: expected an object, got a list" in err
@@ -377,7 +388,20 @@ def test_experiment_run_with_a_bad_rule_exits_two_naming_rule_and_key(
     rules = _rules(tmp_path, _RULE + "  axis: freshness\n  factor: 2\n")
     trace = str(_trace(tmp_path, _GOOD))
     out = str(tmp_path / "out")
-    code = main(["experiment", "run", "--trace", trace, "--rules", str(rules), "--out", out])
+    code = main(
+        [
+            "experiment",
+            "run",
+            "--trace",
+            trace,
+            "--trace-format",
+            "provnet",
+            "--rules",
+            str(rules),
+            "--out",
+            out,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert f"provnet: error: {rules}:5: rules[0].factor: expected a number in [0, 1]" in err

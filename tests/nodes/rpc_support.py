@@ -232,4 +232,3 @@ async def stop_all(nodes: Iterable[RunningNode]) -> None:
 def grpc_holder(root: Path, transport: GrpcTransport, reasks: int = 1) -> Holder:
     identity: Identity = load_or_create_identity(root / "holder")
     return Holder(identity, transport, evidence_dir=root / "evidence", reasks=reasks)
-

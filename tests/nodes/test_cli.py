@@ -144,10 +144,14 @@ def test_corrupt_cluster_state_is_named_by_file_and_line(
 ) -> None:
     home = Home(tmp_path)
     home.state_file.write_text('{"version": 1,\n "nodes": [oops]}\n', encoding="utf-8")
-    for command in ("status", "down", "smoke"):
+    for command in ("status", "smoke"):
         assert main(["cluster", command, "--home", str(tmp_path)]) == 2, command
         err = capsys.readouterr().err
         assert f"provnet: error: {home.state_file}: line 2: not JSON" in err, command
+    # down recovers instead: it stops the nodes it finds and sets the file aside
+    assert main(["cluster", "down", "--home", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert f"provnet: warning: {home.state_file}: line 2: not JSON" in err
 
 
 def test_smoke_rejects_a_malformed_node_list_with_exit_2(

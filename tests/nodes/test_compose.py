@@ -1,8 +1,10 @@
-"""Static checks of docker-compose.yml, the Dockerfile and .dockerignore.
+"""Static checks of docker-compose.yml, docker-compose.wan.yml, the Dockerfile and .dockerignore.
 
-No Docker engine is needed: the compose file is read as YAML and every command
-in it is parsed by the real ``provnet`` argument parser, and every node
-service's environment is turned into a real ``NodeConfig``.
+No Docker engine is needed: the compose files are read as YAML and every
+command in them is parsed by the real ``provnet`` argument parser (the
+runner's shell script line by line, with its variables expanded), every node
+service's environment is turned into a real ``NodeConfig`` and every link
+service's into a real ``LinkSpec``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -19,21 +22,80 @@ import yaml
 
 from harness.cli import build_parser
 from nodes.config import ENV_VARS, NodeConfig
+from nodes.linkproxy import LINK_ENV_VARS, LinkSpec
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_SERVICES = ("a", "b", "c")
+#: The runner script's own settings (read by its shell lines, not by provnet).
+RUNNER_VARS = {"PROVNET_SMOKE_NODES", "PROVNET_BOUNDARY_ARGS"}
+_DEFAULT_VAR = re.compile(r"\$\{(\w+):-([^}]*)\}")
 
 
-def _compose() -> dict[str, Any]:
-    data = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
+def _load(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((REPO / name).read_text(encoding="utf-8"))
     assert isinstance(data, dict)
     return data
 
 
-def _services() -> dict[str, dict[str, Any]]:
-    services = _compose()["services"]
+def _merge(base: Any, override: Any) -> Any:
+    """Compose's merge of an override file, for the keys used here: mappings merge."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            merged[key] = _merge(base[key], value) if key in base else value
+        return merged
+    return override
+
+
+def _interpolate(value: Any) -> Any:
+    """``${VAR:-default}`` as Compose reads it with VAR unset."""
+    if isinstance(value, str):
+        return _DEFAULT_VAR.sub(lambda m: m[2], value)
+    if isinstance(value, dict):
+        return {k: _interpolate(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v) for v in value]
+    return value
+
+
+def _compose(*overrides: str) -> dict[str, Any]:
+    data = _load("docker-compose.yml")
+    for name in overrides:
+        data = _merge(data, _load(name))
+    result = _interpolate(data)
+    assert isinstance(result, dict)
+    return result
+
+
+def _services(*overrides: str) -> dict[str, dict[str, Any]]:
+    services = _compose(*overrides)["services"]
     assert isinstance(services, dict)
     return services
+
+
+def _runner_commands(*overrides: str) -> list[tuple[list[str], list[str]]]:
+    """The runner script's lines as (provnet argv, argv after a pipe), variables expanded."""
+    runner = _services(*overrides)["runner"]
+    assert runner["entrypoint"][:1] == ["bash"], "runner script runs under bash"
+    assert "pipefail" in runner["entrypoint"], "a failing provnet before a pipe must fail"
+    (script,) = runner["command"]
+    env = _env(runner)
+    commands = []
+    for line in script.replace("$$", "$").splitlines():
+        if not line.strip():
+            continue
+        expanded = re.sub(r"\$(\w+)", lambda m: env[m[1]], line)
+        lexer = shlex.shlex(expanded, posix=True, punctuation_chars="|")
+        lexer.whitespace_split = True
+        words = list(lexer)
+        argv, _, piped = (
+            (words[: words.index("|")], "|", words[words.index("|") + 1 :])
+            if "|" in words
+            else (words, "", [])
+        )
+        assert argv[0] == "provnet", f"runner line does not run provnet: {line!r}"
+        commands.append((argv[1:], piped))
+    return commands
 
 
 def _env(service: dict[str, Any]) -> dict[str, str]:
@@ -50,16 +112,16 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         pytest.fail(f"provnet {shlex.join(argv)} is not a valid command (exit {exc.code})")
 
 
-def _node_config(name: str) -> NodeConfig:
+def _node_config(name: str, *overrides: str) -> NodeConfig:
     """The NodeConfig a node service's container builds from its command and environment."""
-    service = _services()[name]
+    service = _services(*overrides)[name]
     return NodeConfig.from_env_and_args(_parse(list(service["command"])), env=_env(service))
 
 
 def _dockerfile_instructions() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for line in (REPO / "Dockerfile").read_text(encoding="utf-8").splitlines():
-        match = re.match(r"^(FROM|ENTRYPOINT|CMD|USER|VOLUME|EXPOSE)\s+(.*)$", line.strip())
+        match = re.match(r"^(ARG|FROM|ENTRYPOINT|CMD|USER|VOLUME|EXPOSE)\s+(.*)$", line.strip())
         if match:
             found.setdefault(match[1], []).append(match[2])
     return found
@@ -74,11 +136,35 @@ def test_every_service_runs_under_an_init_process() -> None:
         assert service.get("init") is True, f"service {name}: init: true missing"
 
 
-def test_every_service_builds_the_repository_image() -> None:
+def test_one_service_builds_the_repository_image_and_all_run_it() -> None:
     images = {service.get("image") for service in _services().values()}
     assert len(images) == 1, f"one image for all services, got {images}"
-    for name, service in _services().items():
-        assert service.get("build") == ".", f"service {name}: build context must be the repo"
+    builders = [name for name, service in _services().items() if "build" in service]
+    # Built once: several services building one tag would build it several times.
+    assert builders == ["runner"], f"services that build: {builders}"
+    build = _services()["runner"]["build"]
+    assert build["context"] == ".", "build context must be the repository"
+    # Unset, the base is the official image the Dockerfile defaults to.
+    assert build["args"]["BASE_IMAGE"] == "python:3.11-slim"
+    assert set(build["args"]) <= set(_dockerfile_args()), "unknown build args"
+
+
+def _dockerfile_args() -> dict[str, str]:
+    args = {}
+    for text in _dockerfile_instructions()["ARG"]:
+        key, _, default = text.partition("=")
+        args[key] = default
+    return args
+
+
+def test_dockerfile_takes_the_base_image_as_a_build_argument() -> None:
+    found = _dockerfile_instructions()
+    assert _dockerfile_args()["BASE_IMAGE"] == "python:3.11-slim"
+    assert found["FROM"] == ["${BASE_IMAGE}"]
+    text = (REPO / "Dockerfile").read_text(encoding="utf-8")
+    # A distribution python is externally managed: install into a venv on PATH.
+    assert "python3 -m venv /opt/venv" in text
+    assert re.search(r"PATH=/opt/venv/bin:", text)
 
 
 def test_node_commands_parse_as_provnet_node_and_build_a_node_config() -> None:
@@ -100,7 +186,7 @@ def test_node_environment_uses_only_node_config_variables() -> None:
 
 
 def test_runner_environment_uses_only_known_variables() -> None:
-    known = set(ENV_VARS.values()) | {"PROVNET_HOME"}
+    known = set(ENV_VARS.values()) | {"PROVNET_HOME"} | RUNNER_VARS
     unknown = {k for k in _env(_services()["runner"]) if k not in known}
     assert not unknown, f"runner: unknown variables {unknown}"
 
@@ -134,7 +220,8 @@ def test_runner_waits_for_healthy_nodes_and_runs_the_smoke_test_on_them() -> Non
     assert set(depends) == set(NODE_SERVICES)
     for name in NODE_SERVICES:
         assert depends[name] == {"condition": "service_healthy"}, name
-    args = _parse(list(runner["command"]))
+    (smoke, piped), _ = _runner_commands()
+    args = _parse(smoke)
     assert (args.command, args.cluster_command) == ("cluster", "smoke")
     from nodes.smoke import Member
 
@@ -142,6 +229,24 @@ def test_runner_waits_for_healthy_nodes_and_runs_the_smoke_test_on_them() -> Non
     assert [m.name for m in members] == list(NODE_SERVICES)
     assert [m.address for m in members] == [f"{n}:50051" for n in NODE_SERVICES]
     assert args.extra_host == "runner"
+    # The step lines stay in the runner's log and land in the results folder.
+    assert piped == ["tee", "/results/smoke.jsonl"]
+
+
+def test_runner_then_plays_the_boundary_experiment_into_the_results_folder() -> None:
+    runner = _services()["runner"]
+    _, (boundary, piped) = _runner_commands()
+    args = _parse(boundary)
+    assert (args.command, args.experiment_command) == ("experiment", "boundary")
+    assert not piped
+    # played on the node containers, not on nodes inside the runner's process
+    assert [name for name, _ in args.nodes] == list(NODE_SERVICES)
+    assert [address for _, address in args.nodes] == [f"{n}:50051" for n in NODE_SERVICES]
+    (mount,) = runner["volumes"]
+    source, _, target = str(mount).partition(":")
+    assert source == "./results-compose", "results go to a folder the user can read"
+    assert Path(args.out).is_relative_to(target)
+    assert Path(_env(runner)["PROVNET_HOME"]).is_relative_to(target)
 
 
 def test_each_node_keeps_its_data_on_its_own_named_volume() -> None:
@@ -180,3 +285,53 @@ def test_dockerignore_keeps_the_environment_and_history_out_of_the_image() -> No
     ignored = {line.strip() for line in lines if line.strip() and not line.startswith("#")}
     assert {".git", ".venv", ".provnet"} <= ignored
     assert not {"contracts", "nodes", "harness", "pyproject.toml", "README.md"} & ignored
+
+
+# ------------------------------------------------------------- WAN override
+
+WAN = "docker-compose.wan.yml"
+
+
+def test_wan_link_service_is_a_link_proxy_in_front_of_node_a() -> None:
+    link = _services(WAN)["link-a"]
+    assert link["image"] == _services()["a"]["image"]
+    assert link.get("init") is True
+    args = _parse(list(link["command"]))
+    assert args.command == "link-proxy"
+    env = _env(link)
+    assert set(env) <= set(LINK_ENV_VARS.values()), f"link-a: unknown variables {env}"
+    spec = LinkSpec.from_env_and_args(vars(args), env)
+    a_port = int(_node_config("a").listen.rpartition(":")[2])
+    assert spec.target == ("a", a_port)
+    assert spec.delay_ms > 0
+    assert not spec.blackhole
+    assert link["depends_on"] == {"a": {"condition": "service_healthy"}}
+    health = _parse(list(link["healthcheck"]["test"][2:]))
+    assert health.addr == f"127.0.0.1:{spec.listen[1]}", "healthcheck asks a through the link"
+
+
+def test_wan_override_routes_every_path_to_a_through_the_link() -> None:
+    link_env = _env(_services(WAN)["link-a"])
+    spec = LinkSpec.from_mapping(
+        {key: link_env[var] for key, var in LINK_ENV_VARS.items() if var in link_env}
+    )
+    via = f"link-a:{spec.listen[1]}"
+    # a advertises the link, so obligations send demands through it.
+    assert _node_config("a", WAN).advertised == via
+    for name in ("b", "c"):
+        peers = {p.name: p.address for p in _node_config(name, WAN).peers}
+        assert peers["a"] == via, f"{name} reaches a at {peers['a']}"
+    (smoke, _), _ = _runner_commands(WAN)
+    from nodes.smoke import Member
+
+    members = {m.name: m.address for m in Member.parse_list(_parse(smoke).members)}
+    assert members == {"a": via, "b": "b:50051", "c": "c:50051"}
+    assert _services(WAN)["runner"]["depends_on"]["link-a"] == {"condition": "service_healthy"}
+
+
+def test_compose_check_script_is_valid_bash() -> None:
+    script = REPO / "scripts" / "compose-check.sh"
+    result = subprocess.run(
+        ["bash", "-n", str(script)], capture_output=True, text=True, check=False, timeout=30
+    )
+    assert result.returncode == 0, result.stderr

@@ -1,15 +1,16 @@
-"""The Compose cluster for real: build, start three nodes, run the smoke runner, tear down.
+"""The Compose cluster for real: scripts/compose-check.sh end to end.
 
-Selected only with ``-m docker``. Without a reachable Docker engine (and its
-compose plugin) this test FAILS, naming what is missing: a selected test that
-skipped would look like a pass.
+Selected only with ``-m docker``. The script installs what is missing (the
+Docker engine, Compose v2, a base image), builds the image, starts the three
+nodes and the runner (smoke test, then the boundary experiment) and tears the
+project down. When it cannot, this test FAILS with the script's own error
+line: a selected test that skipped would look like a pass.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,40 +19,53 @@ import pytest
 from nodes.smoke import SMOKE_STEPS
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(2700)]
 
 
-def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
-def _require_engine() -> None:
-    if shutil.which("docker") is None:
-        pytest.fail("docker test selected but no 'docker' client is on PATH")
-    info = _run(["docker", "info", "--format", "{{.ServerVersion}}"], 60)
-    if info.returncode != 0:
-        pytest.fail(f"docker test selected but no Docker engine answers: {info.stderr.strip()}")
-    compose = _run(["docker", "compose", "version"], 60)
-    if compose.returncode != 0:
-        pytest.fail(f"docker test selected but 'docker compose' is missing: {compose.stderr}")
-
-
-def test_compose_runner_smoke_steps_all_ok() -> None:
-    _require_engine()
+def test_compose_check_runs_smoke_and_boundary_and_tears_down(tmp_path: Path) -> None:
+    results = tmp_path / "results-compose"
     project = f"provnet-test-{os.getpid()}"
-    base = ["docker", "compose", "-p", project]
+    env = {
+        **os.environ,
+        "PROVNET_COMPOSE_RESULTS": str(results),
+        "PROVNET_COMPOSE_PROJECT": project,
+    }
     try:
-        up = _run([*base, "up", "--build", "--exit-code-from", "runner"], 1000)
-        logs = _run([*base, "logs", "--no-color", "--no-log-prefix", "runner"], 120)
-        steps = [
-            json.loads(line)
-            for line in logs.stdout.splitlines()
-            if line.startswith("{") and '"expected"' in line
-        ]
-        assert up.returncode == 0, f"compose up exited {up.returncode}:\n{up.stdout[-4000:]}"
-        assert [s["name"] for s in steps] == list(SMOKE_STEPS)
-        assert all(s["ok"] for s in steps), [s for s in steps if not s["ok"]]
-    finally:
-        _run([*base, "down", "-v", "--remove-orphans"], 300)
+        run = subprocess.run(
+            ["bash", str(REPO / "scripts" / "compose-check.sh")],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=2600,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"scripts/compose-check.sh did not finish in {exc.timeout} s")
+    if run.returncode != 0:
+        pytest.fail(f"scripts/compose-check.sh exited {run.returncode}:\n{run.stderr[-6000:]}")
+
+    lines = (results / "smoke.jsonl").read_text(encoding="utf-8").splitlines()
+    steps = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [s["name"] for s in steps] == list(SMOKE_STEPS)
+    assert all(s["ok"] for s in steps), [s for s in steps if not s["ok"]]
+
+    boundary = results / "boundary"
+    meta = json.loads((boundary / "boundary_meta.json").read_text(encoding="utf-8"))
+    assert meta["n_runs"] == 2, meta["n_runs"]
+    assert meta["fingerprints_equal"] is True
+    for name in ("boundary_costs.csv", "boundary_decisions.csv", "boundary.md"):
+        assert (boundary / name).stat().st_size > 0, name
+    runner_log = (results / "runner.log").read_text(encoding="utf-8")
+    assert "runs deciding exactly as in-process: 2/2" in runner_log
+
+    # Torn down: no container of the project is left.
+    left = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert left.returncode == 0, left.stderr
+    assert left.stdout.strip() == "", f"containers of {project} left behind: {left.stdout}"

@@ -96,9 +96,7 @@ def _obligation(fold: Any, now_ms: int) -> Signed[Obligation]:
     return held.obligation
 
 
-async def _rejected(
-    node: RunningNode, call: Callable[[], Awaitable[Any]]
-) -> grpc.StatusCode:
+async def _rejected(node: RunningNode, call: Callable[[], Awaitable[Any]]) -> grpc.StatusCode:
     """Run a call that must fail; return its status; assert the store did not change."""
     await node.core.flush()
     before = await node.core.store.table_digest()

@@ -67,7 +67,6 @@ def test_peers_with_duplicate_names_are_rejected() -> None:
         parse_peers("a=127.0.0.1:1 a=127.0.0.1:2")
 
 
-
 def test_every_setting_has_a_provnet_variable() -> None:
     fields = set(NodeConfig.__dataclass_fields__)
     assert set(ENV_VARS) == fields
