@@ -86,6 +86,39 @@ DDL: tuple[str, ...] = (
     CREATE INDEX IF NOT EXISTS obligations_commitment
         ON obligations (commitment_digest, serve_until)
     """,
+    # Signed tree heads (contracts.heads): one per compaction. An own head's
+    # folds are ordinary commitments rows (digest = the fold record's RFC 6962
+    # leaf hash, envelope = the record's leaf data) with one obligations row
+    # each whose digest is the fold's *binding* (SHA-256 of head digest ‖ leaf
+    # hash, both raw) and whose envelope is the signed head: the head is every
+    # one of its folds' obligation, so eviction (S5) and resolution read the
+    # same tables as for per-fold statements.
+    """
+    CREATE TABLE IF NOT EXISTS heads (
+        digest      TEXT    PRIMARY KEY,
+        origin      TEXT    NOT NULL,
+        epoch       TEXT    NOT NULL,
+        seq         INTEGER NOT NULL,
+        serve_until INTEGER NOT NULL,
+        envelope    BLOB    NOT NULL,
+        local       INTEGER NOT NULL CHECK (local IN (0, 1)),
+        created_at  INTEGER NOT NULL
+    )
+    """,
+    """
+    CREATE UNIQUE INDEX IF NOT EXISTS heads_local_seq
+        ON heads (origin, epoch, seq) WHERE local = 1
+    """,
+    # One row per fold under a head: its fold proof (FoldProof JSON bytes).
+    """
+    CREATE TABLE IF NOT EXISTS head_folds (
+        head_digest TEXT NOT NULL REFERENCES heads (digest),
+        leaf_hash   TEXT NOT NULL REFERENCES commitments (digest),
+        binding     TEXT NOT NULL,
+        proof       BLOB NOT NULL,
+        PRIMARY KEY (head_digest, leaf_hash)
+    ) WITHOUT ROWID
+    """,
     """
     CREATE TABLE IF NOT EXISTS evidence (
         digest            TEXT PRIMARY KEY,

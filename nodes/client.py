@@ -43,27 +43,34 @@ from pathlib import Path
 from typing import Any, assert_never
 
 from contracts.canonical import sha256_hex
+from contracts.envelope import Envelope
 from contracts.errors import ContractError, NotEvidence
 from contracts.evidence import (
     AnswerKind,
     Evidence,
     EvidenceStatus,
+    cite_head,
     equivocation_evidence,
     judge_answer,
+    split_view_evidence,
     unanswered_evidence,
     verify_evidence,
 )
+from contracts.heads import FoldProof, HeadCache, VerifiedFold, verify_fold
 from contracts.identity import Identity
+from contracts.lazy import judge_fold_answer
 from contracts.serve import build_demand, verify_delivery
 from contracts.signed import Signed, open_statement, sign_statement
 from contracts.statements import (
     Commitment,
     Demand,
+    Head,
     Obligation,
     Receipt,
     ReceiptStatus,
     WitnessOutcome,
     WitnessReport,
+    payload_type_for,
 )
 from nodes.logging import get_logger
 from nodes.messages import (
@@ -121,12 +128,20 @@ def _severity(outcome: Outcome) -> int:
 
 @dataclass(frozen=True, slots=True)
 class HeldFold:
-    """A verified commitment + obligation pair, with the exact bytes it arrived as."""
+    """A verified commitment + obligation pair, with the exact bytes it arrived as.
+
+    Head form (``fold`` set): ``commitment`` and ``obligation`` are the fold's
+    stand-ins (:attr:`contracts.heads.VerifiedFold.commitment`, ``.obligation``:
+    digests = record leaf hash and head digest), ``commitment_bytes`` the fold
+    proof and ``obligation_bytes`` the signed head. Answers are then judged
+    lazily (:func:`contracts.lazy.judge_fold_answer`).
+    """
 
     commitment: Signed[Commitment]
     obligation: Signed[Obligation]
     commitment_bytes: bytes
     obligation_bytes: bytes
+    fold: VerifiedFold | None = None
 
 
 @dataclass(slots=True)
@@ -368,14 +383,25 @@ class Holder:
         demand = fold.demand
         if demand is None:
             raise RuntimeError("judging an answer to a demand never made")
-        verdict = judge_answer(
-            answer.receipt,
-            answer.hops,
-            demand=demand,
-            obligation=fold.held.obligation,
-            commitment=fold.held.commitment,
-            reported_at=reported_at,
-        )
+        if fold.held.fold is not None:
+            # Head form: served bytes reproducing the root under the verified
+            # head need no signature; the receipt is verified only when it decides.
+            verdict = judge_fold_answer(
+                answer.receipt,
+                answer.hops,
+                demand=demand,
+                fold=fold.held.fold,
+                reported_at=reported_at,
+            )
+        else:
+            verdict = judge_answer(
+                answer.receipt,
+                answer.hops,
+                demand=demand,
+                obligation=fold.held.obligation,
+                commitment=fold.held.commitment,
+                reported_at=reported_at,
+            )
         fold.detail = verdict.reason
         if verdict.kind is AnswerKind.SERVED and verdict.served is not None:
             fold.outcome = Outcome.SERVED
@@ -391,7 +417,15 @@ class Holder:
             fold.outcome = self._legitimate(answer)
             return
         # Unattributable: maybe the origin answered against another commitment
-        # for the same fold — two signed roots for one fold is equivocation.
+        # for the same fold — two signed roots for one fold is equivocation —
+        # or, for a head-form fold, under a second head of the same compaction
+        # (a split view).
+        if fold.held.fold is not None:
+            split = self._split_view(fold.held.fold.head, answer.commitment, reported_at)
+            if split is not None:
+                fold.evidence, fold.outcome = split, Outcome.SPLIT_VIEW
+                fold.detail = "origin signed a second head for the same compaction"
+                return
         equivocation = self._equivocation(fold.held.commitment, answer.commitment, reported_at)
         if equivocation is not None:
             fold.evidence, fold.outcome = equivocation, Outcome.EQUIVOCATION
@@ -408,6 +442,21 @@ class Holder:
         if receipt.status is ReceiptStatus.PENDING:
             return Outcome.PENDING
         return Outcome.EXPIRED
+
+    @staticmethod
+    def _split_view(ours: Signed[Head], theirs: bytes, reported_at: int) -> Evidence | None:
+        if not theirs:
+            return None
+        try:
+            other = open_statement(theirs, Head, signer=ours.statement.origin)
+        except ContractError:
+            return None
+        if other.digest == ours.digest or other.statement.log_key != ours.statement.log_key:
+            return None
+        try:
+            return split_view_evidence(ours, other, reported_at=reported_at)
+        except ContractError:
+            return None
 
     @staticmethod
     def _equivocation(ours: Signed[Commitment], theirs: bytes, reported_at: int) -> Evidence | None:
@@ -512,6 +561,8 @@ class Holder:
             witness_demands=witness_demands,
             witness_reports=witness_reports,
         )
+        if fold.held.fold is not None:
+            evidence = cite_head(evidence, fold.held.fold)  # the head, not its stand-ins
         for receipt in answers:
             evidence = evidence.with_answer(receipt)
         try:
@@ -607,7 +658,7 @@ class Holder:
         the result is inconclusive (empty report).
         """
         now_ms = self.now_ms()
-        c, o = verify_delivery(commitment, obligation, now=now_ms)
+        c, o = _challenged(commitment, obligation, now_ms)
         if holder_demand:
             held = open_statement(holder_demand, Demand)
             if held.statement.obligation != o.digest:
@@ -674,6 +725,18 @@ class Holder:
         )
         signed = sign_statement(self.identity, report)
         return ChallengeResult(signed.to_bytes(), False, demand.to_bytes(), b"")
+
+
+def _challenged(
+    commitment: bytes, obligation: bytes, now_ms: int
+) -> tuple[Signed[Commitment], Signed[Obligation]]:
+    """The statements a challenge names: a commitment + obligation pair, or (head form)
+    a fold proof + the signed head, read as the fold's stand-ins."""
+    if Envelope.from_bytes(obligation).payload_type == payload_type_for(Head.KIND):
+        head = HeadCache().verify(obligation, now=now_ms)
+        fold = verify_fold(FoldProof.from_bytes(commitment), head)
+        return fold.commitment, fold.obligation
+    return verify_delivery(commitment, obligation, now=now_ms)
 
 
 def _payload(envelope_bytes: bytes) -> dict[str, Any]:

@@ -13,8 +13,9 @@ mode            what the node does on a demand                 holder sees
 ``tamper``      serves the hops with one byte flipped, in a    bad_data (proof)
                 receipt it signs
 ``equivocate``  at commit, also signs a second commitment for  equivocation
-                the same fold key with another root; serves    (proof)
-                that one's hops
+                the same fold key with another root (for a     (proof);
+                compaction: a second head of the same seq),    split_view
+                serves that one's hops                         (proof)
 ``slow``        answers after ``fault_delay_ms``               served if within
                                                                the deadline,
                                                                else unanswered
@@ -41,20 +42,26 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import assert_never
+from typing import TYPE_CHECKING, assert_never
 
+from contracts.heads import FoldProof, FoldRecord, build_head, verify_fold
 from contracts.identity import Identity
+from contracts.merkle import MerkleTree, leaf_hash, merkle_root
 from contracts.serve import answer_demand, build_commitment, sign_served
 from contracts.signed import Signed, sign_statement
 from contracts.statements import (
     Commitment,
     Demand,
+    Head,
     Obligation,
     Receipt,
     ReceiptStatus,
     RefusalReason,
 )
 from nodes.messages import Answer, select_hops
+
+if TYPE_CHECKING:  # the store (aiosqlite, grpc status codes) is not needed to name a mode
+    from nodes.store import CompactionInput
 
 __all__ = [
     "CRASH_EXIT_CODE",
@@ -129,6 +136,14 @@ class Behaviour:
         provenance_pending: bool,
     ) -> None:
         """Called once a fold is durably committed (and before it is returned)."""
+
+    def after_compaction(
+        self,
+        head: Signed[Head],
+        records: Sequence[bytes],
+        folds: Sequence[CompactionInput],
+    ) -> None:
+        """Called once a compaction's head is durably committed (and before it is returned)."""
 
     async def answer(
         self,
@@ -216,10 +231,16 @@ class Tamper(Behaviour):
 
 @dataclass(frozen=True, slots=True)
 class _Equivocal:
-    """The second commitment signed for a fold, and its hops."""
+    """The second commitment signed for a fold, and its hops.
+
+    Head form: ``commitment`` and ``obligation`` are the stand-ins of the fold
+    under the second head, and ``sent`` that head's envelope.
+    """
 
     commitment: Signed[Commitment]
     leaves: tuple[bytes, ...]
+    obligation: Signed[Obligation] | None = None
+    sent: bytes = b""
 
 
 @dataclass(slots=True)
@@ -252,6 +273,48 @@ class Equivocate(Behaviour):
         )
         self._second[commitment_digest] = _Equivocal(alt, alt_leaves)
 
+    def after_compaction(
+        self,
+        head: Signed[Head],
+        records: Sequence[bytes],
+        folds: Sequence[CompactionInput],
+    ) -> None:
+        # A second head for the same (epoch, seq) over records of altered hops:
+        # a split view. Each fold is answered from it instead.
+        h = head.statement
+        alt_leaves = [tuple(tamper_bytes(x.hop_bytes) for x in f.hops) for f in folds]
+        alt_records = [
+            FoldRecord(
+                value_ref=f.value_ref,
+                fold_seq=f.fold_seq,
+                leaf_count=len(leaves),
+                root=merkle_root(leaves).hex(),
+                prev=FoldRecord.from_bytes(r).prev,
+            ).to_bytes()
+            for r, f, leaves in zip(records, folds, alt_leaves, strict=True)
+        ]
+        alt_head = build_head(
+            self.identity,
+            epoch=h.epoch,
+            seq=h.seq,
+            records=alt_records,
+            log_root=bytes.fromhex(h.log_root),
+            serve_until=h.serve_until,
+            deadline_ms=h.deadline_ms,
+            endpoints=h.endpoints,
+            issued_at=h.issued_at,
+            pending=h.pending,
+        )
+        tree = MerkleTree.from_leaves(alt_records)
+        for index, (record, alt, leaves) in enumerate(
+            zip(records, alt_records, alt_leaves, strict=True)
+        ):
+            proof = FoldProof(alt_head.digest, index, tree.proof(index), alt)
+            fold = verify_fold(proof, alt_head)
+            self._second[leaf_hash(record).hex()] = _Equivocal(
+                fold.commitment, leaves, fold.obligation, alt_head.to_bytes()
+            )
+
     async def answer(
         self,
         demand: Signed[Demand],
@@ -264,6 +327,18 @@ class Equivocate(Behaviour):
         second = self._second.get(commitment.digest)
         if second is None:  # a fold committed before this run: served honestly
             return None
+        if second.obligation is not None:
+            # Head form: a receipt under the second head; the answer carries that head.
+            receipt = sign_served(
+                self.identity,
+                demand,
+                obligation=second.obligation,
+                commitment=second.commitment,
+                hops=second.leaves,
+                now=now_ms,
+            )
+            served = select_hops(second.leaves, demand.statement.leaves)
+            return FaultAnswer(Answer(receipt.to_bytes(), second.sent, served), served=True)
         receipt = answer_demand(
             self.identity,
             demand,

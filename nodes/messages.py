@@ -26,6 +26,7 @@ __all__ = [
     "EVIDENCE_KINDS",
     "Answer",
     "ChallengeResult",
+    "CommittedCompaction",
     "CommittedFold",
     "Delivery",
     "NodeInfo",
@@ -58,13 +59,22 @@ def select_hops(leaves: Sequence[bytes], wanted: Sequence[int] | None) -> tuple[
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """A compacted value with its origins' commitments and obligations (same order)."""
+    """A compacted value with its origins' statements.
+
+    Per-fold form: ``commitments`` and ``obligations`` (same order). Head
+    form: ``fold_proofs`` (:class:`contracts.heads.FoldProof` JSON, each
+    naming its head by digest) and ``heads``, the signed head envelopes the
+    receiver is not known to hold already (a head it verified before travels
+    as the digest in the fold proof only). A value may carry both forms.
+    """
 
     value_ref: str
     value: bytes
     commitments: tuple[bytes, ...]
     obligations: tuple[bytes, ...]
     sender: str = ""
+    fold_proofs: tuple[bytes, ...] = ()
+    heads: tuple[bytes, ...] = ()
 
     @property
     def size(self) -> int:
@@ -73,6 +83,8 @@ class Delivery:
         return (
             len(self.value)
             + sum(len(c) for c in self.commitments)
+            + sum(len(p) for p in self.fold_proofs)
+            + sum(len(h) for h in self.heads)
             + sum(len(o) for o in self.obligations)
         )
 
@@ -97,6 +109,15 @@ class CommittedFold:
 
     commitment: bytes
     obligation: bytes
+    provenance_pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedCompaction:
+    """What ``HopLog.CommitCompaction`` returns: ONE signed head and a fold proof per value."""
+
+    head: bytes
+    fold_proofs: tuple[bytes, ...]
     provenance_pending: bool
 
 

@@ -68,6 +68,16 @@ class HopLog(hoplog_pb2_grpc.HopLogServicer):
         )
         return wire.commit_fold_response(fold)
 
+    async def CommitCompaction(
+        self, request: hoplog_pb2.CommitCompactionRequest, context: _Context
+    ) -> hoplog_pb2.CommitCompactionResponse:
+        compaction = await self.core.commit_compaction(
+            wire.compaction_folds_from_pb(request),
+            serve_for_ms=request.serve_for_ms,
+            deadline_ms=request.deadline_ms,
+        )
+        return wire.commit_compaction_response(compaction)
+
 
 class Serve(serve_pb2_grpc.ServeServicer):
     def __init__(self, core: NodeCore) -> None:
@@ -168,9 +178,7 @@ class Node(node_pb2_grpc.NodeServicer):
     def __init__(self, core: NodeCore) -> None:
         self.core = core
 
-    async def Info(
-        self, request: node_pb2.InfoRequest, context: _Context
-    ) -> node_pb2.InfoResponse:
+    async def Info(self, request: node_pb2.InfoRequest, context: _Context) -> node_pb2.InfoResponse:
         return wire.info_response(self.core.info())
 
     async def Stats(
@@ -203,9 +211,7 @@ SERVICES: tuple[Service, ...] = (
     ),
     Service(
         _name(deliver_pb2, "Deliver"),
-        lambda core, server: deliver_pb2_grpc.add_DeliverServicer_to_server(
-            Deliver(core), server
-        ),
+        lambda core, server: deliver_pb2_grpc.add_DeliverServicer_to_server(Deliver(core), server),
     ),
     Service(
         _name(attest_pb2, "Attest"),

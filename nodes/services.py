@@ -15,7 +15,10 @@ Serving a demand (``answer_demands``), per demand, in this order — nothing
 is written before every demand of the call passed (1)-(5):
 
 1. sizes bounded (:class:`RequestTooLarge`);
-2. the demand envelope parses and is signed by the holder it names;
+2. the demand envelope parses and is signed by the holder it names — checked
+   only where it carries information: a bearer demand for a fold under one of
+   our signed heads is answered the same whoever signed it, so its signature
+   is not verified on this path (whoever cites the demand in evidence does);
 3. it is fresh (``time`` within ``DEMAND_WINDOW_S`` of now);
 4. it names an obligation and commitment this node issued, addressed to it;
 5. the obligation has not expired (``Expired`` → FAILED_PRECONDITION);
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections import OrderedDict
@@ -39,11 +43,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from contracts._fields import is_digest
 from contracts.canonical import parse_json_object, sha256_hex
+from contracts.envelope import Envelope
 from contracts.errors import ContractError, EncodingError, Expired, ReplayedNonce
-from contracts.evidence import equivocation_evidence
+from contracts.evidence import equivocation_evidence, split_view_evidence
+from contracts.heads import (
+    FoldInput,
+    FoldProof,
+    FoldRecord,
+    HeadCache,
+    HeadLog,
+    VerifiedFold,
+    verify_fold,
+)
 from contracts.hops import MAX_HOP_BYTES, hop_bytes
 from contracts.identity import Identity
+from contracts.merkle import leaf_hash
 from contracts.serve import (
     answer_demand,
     build_commitment,
@@ -51,12 +67,13 @@ from contracts.serve import (
     verify_delivery,
     verify_demand,
 )
-from contracts.signed import Signed, open_statement, sign_statement
+from contracts.signed import Signed, open_statement, parse_statement, sign_statement
 from contracts.statements import (
     Attestation,
     Commitment,
     DeliveryReceipt,
     Demand,
+    Head,
     Obligation,
     ReceiptStatus,
     Statement,
@@ -77,6 +94,7 @@ from nodes.logging import get_logger
 from nodes.messages import (
     Answer,
     ChallengeResult,
+    CommittedCompaction,
     CommittedFold,
     Delivery,
     NodeInfo,
@@ -84,7 +102,7 @@ from nodes.messages import (
     RehydrationReport,
     select_hops,
 )
-from nodes.transport import Transport
+from nodes.transport import CallFailed, Transport
 
 __all__ = [
     "DEMAND_WINDOW_S",
@@ -164,6 +182,24 @@ class _Own:
     obligation: Signed[Obligation]
     commitment: Signed[Commitment]
     commitment_bytes: bytes
+    fold: VerifiedFold | None = None
+
+
+def _binding_key(d: Demand) -> str:
+    """The own-cache key of a head-form fold (head digest + leaf hash), else ""."""
+    if not (is_digest(d.obligation) and is_digest(d.commitment)):
+        return ""
+    return st.head_binding(d.obligation, d.commitment)
+
+
+def _held_fold(fold: VerifiedFold, proof: bytes, head: bytes) -> HeldFold:
+    """A head-form fold as the holder client keeps it: stand-ins plus the proof."""
+    return HeldFold(fold.commitment, fold.obligation, proof, head, fold)
+
+
+def _envelope_digest(data: bytes) -> str:
+    """Digest of an envelope as sent (the digest statements name it by)."""
+    return Envelope.from_bytes(data).digest
 
 
 def _check_value_ref(value_ref: str) -> None:
@@ -200,6 +236,10 @@ class NodeCore:
         # in the store: delivered again (every decision re-delivers a value's
         # statements), they need neither the check nor the no-op write again.
         self._kept_pairs: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # Fold proofs already proved under a head this node verified, by the proof
+        # bytes' digest: delivered again, the proof is not parsed and hashed again
+        # (its head is still checked unexpired, which costs no signature).
+        self._kept_folds: OrderedDict[str, tuple[str, HeldFold]] = OrderedDict()
         self._rpc_counts: dict[str, int] = {}
         self._holder: Holder | None = None  # created on first use
         self._own: OrderedDict[str, _Own] = OrderedDict()
@@ -214,6 +254,13 @@ class NodeCore:
         self._floor_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
         self.floor_writes = 0
+        # Signed tree heads: this origin's log of heads for the current epoch
+        # (rebuilt from the store when missing), the heads this node verified
+        # as a receiver (each signature checked once), and the heads each peer
+        # acknowledged in a signed delivery receipt (sent as digests after).
+        self._head_log: HeadLog | None = None
+        self.heads = HeadCache()
+        self._heads_acked: set[tuple[str, str]] = set()
 
     @classmethod
     async def open(
@@ -441,9 +488,7 @@ class NodeCore:
         ours = next((o for o in made if o.commitment.digest == signed.commitment_digest), None)
         if ours is not None:
             self._remember_own(ours)
-        result = CommittedFold(
-            signed.commitment_envelope, signed.obligation_envelope, pending
-        )
+        result = CommittedFold(signed.commitment_envelope, signed.obligation_envelope, pending)
         self.behaviour.after_commit(
             signed.commitment_digest,
             epoch=epoch,
@@ -478,6 +523,145 @@ class NodeCore:
         )
         return result
 
+    async def commit_compaction(
+        self,
+        folds: Sequence[tuple[str, Sequence[int], bytes]],
+        *,
+        serve_for_ms: int = 0,
+        deadline_ms: int = 0,
+    ) -> CommittedCompaction:
+        """Fold several values' stored hops at once under ONE signed tree head.
+
+        ``folds`` are ``(value_ref, seqs, value)``: at most one per value. The
+        store makes every hop durable, then the head is signed over the fold
+        records inside the same transaction (one signature, however many
+        values), and only after COMMIT are head and fold proofs returned.
+        """
+        if not folds:
+            raise MalformedRequest("commit compaction: no folds given")
+        if len(folds) > MAX_DEMANDS_PER_CALL:
+            raise RequestTooLarge(
+                f"commit compaction: {len(folds)} folds exceeds {MAX_DEMANDS_PER_CALL}"
+            )
+        if len({ref for ref, _, _ in folds}) != len(folds):
+            raise MalformedRequest("commit compaction: a value_ref appears twice")
+        epoch = self.store.epoch
+        wanted: list[tuple[str, list[st.HopInput], bytes]] = []
+        for value_ref, seqs, value in folds:
+            _check_value_ref(value_ref)
+            if not seqs or len(seqs) > MAX_FOLD_HOPS or len(set(seqs)) != len(seqs):
+                raise MalformedRequest(
+                    f"commit {value_ref}: 1..{MAX_FOLD_HOPS} distinct seqs, got {len(seqs)}"
+                )
+            stored = await self.store.hops(epoch, seqs)
+            inputs: list[st.HopInput] = []
+            for seq in seqs:
+                data = stored.get(int(seq))
+                if data is None:
+                    raise st.MissingHop(
+                        f"commit {value_ref}: hop seq {seq} of epoch {epoch} is not in the log"
+                    )
+                inputs.append(st.HopInput(seq=int(seq), hop_bytes=data))
+            wanted.append((value_ref, inputs, value))
+        async with self._commit_lock:
+            return await self._commit_compaction(epoch, wanted, serve_for_ms, deadline_ms)
+
+    async def _epoch_head_log(self, epoch: str) -> HeadLog:
+        """This origin's log of heads for ``epoch``, rebuilt from the store if needed."""
+        log_ = self._head_log
+        if log_ is not None and log_.epoch == epoch:
+            return log_
+        batches, last = await self.store.head_log_state(epoch)
+        log_ = HeadLog(self.identity, epoch, batches=batches, last_folds=last)
+        self._head_log = log_
+        return log_
+
+    async def _commit_compaction(
+        self,
+        epoch: str,
+        wanted: list[tuple[str, list[st.HopInput], bytes]],
+        serve_for_ms: int,
+        deadline_ms: int,
+    ) -> CommittedCompaction:
+        head_log = await self._epoch_head_log(epoch)
+        inputs = [
+            st.CompactionInput(
+                ref,
+                await self.store.next_fold_seq(self.node_id, epoch, ref),
+                tuple(hops),
+            )
+            for ref, hops, _ in wanted
+        ]
+        serve_for = serve_for_ms or self.config.serve_for_ms
+        deadline = deadline_ms or self.config.deadline_ms
+        issued = _ms(self.clock())
+        pending = self.store.provenance_pending
+        made: list[tuple[Signed[Head], dict[str, FoldProof]]] = []
+
+        def sign(drafts: Sequence[st.FoldDraft]) -> st.SignedCompaction:
+            compaction = head_log.compact(
+                [FoldInput(d.value_ref, d.fold_seq, d.leaves) for d in drafts],
+                serve_until=issued + serve_for,
+                deadline_ms=deadline,
+                endpoints=(self._advertised,),
+                issued_at=issued,
+                pending=pending,
+            )
+            made.append((compaction.head, dict(compaction.proofs)))
+            folds: list[st.SignedHeadFold] = []
+            for draft, record in zip(drafts, compaction.records, strict=True):
+                proof = compaction.proofs[draft.value_ref]
+                folds.append(
+                    st.SignedHeadFold(
+                        leaf_hash(record).hex(),
+                        record,
+                        FoldRecord.from_bytes(record).root,
+                        proof.to_bytes(),
+                    )
+                )
+            return st.SignedCompaction(
+                compaction.head.digest,
+                compaction.head.to_bytes(),
+                compaction.head.statement.seq,
+                issued + serve_for,
+                tuple(folds),
+            )
+
+        try:
+            signed = await self.store.commit_compaction(
+                epoch=epoch, folds=inputs, sign=sign, now_ms=issued
+            )
+        except BaseException:
+            self._head_log = None  # the in-memory log ran ahead of the store: rebuild
+            raise
+        head, proofs = made[-1]
+        # Our own head and folds, committed just now: served from memory, no re-verification.
+        self._cache[(Head.KIND.value, signed.head_envelope)] = head
+        for (ref, _, _), fold_row in zip(wanted, signed.folds, strict=True):
+            verified = verify_fold(proofs[ref], head)
+            self._own[st.head_binding(head.digest, fold_row.leaf_hash)] = _Own(
+                verified.obligation, verified.commitment, b"", verified
+            )
+        self.behaviour.after_compaction(head, [f.record for f in signed.folds], inputs)
+        out = CommittedCompaction(
+            signed.head_envelope, tuple(f.proof for f in signed.folds), pending
+        )
+        for (ref, _, value), fold in zip(wanted, signed.folds, strict=True):
+            if value:
+                verified = verify_fold(proofs[ref], head)
+                self._held[ref] = HeldValue(
+                    Delivery(ref, value, (), (), self.node_id, (fold.proof,), (out.head,)),
+                    (_held_fold(verified, fold.proof, out.head),),
+                )
+        log.info(
+            "compaction_committed",
+            folds=len(inputs),
+            head=signed.head_digest[:16],
+            seq=signed.seq,
+            pending=pending,
+        )
+        return out
+
     # ----------------------------------------------------------------- serve
 
     def _remember_own(self, own: _Own) -> None:
@@ -487,10 +671,14 @@ class NodeCore:
 
     async def _own_statements(self, demand: Signed[Demand]) -> _Own:
         d = demand.statement
-        own = self._own.get(d.obligation)
+        own = self._own.get(d.obligation) or self._own.get(_binding_key(d))
         if own is not None:
             return own
         record = await self.store.obligation(d.obligation)
+        if record is None:
+            own = await self._own_head_fold(demand)
+            if own is not None:
+                return own
         if record is None or not record.local:
             raise UnknownCommitment(
                 f"demand {demand.digest[:12]}… names obligation {d.obligation[:12]}…,"
@@ -510,9 +698,27 @@ class NodeCore:
         self._remember_own(own)
         return own
 
+    async def _own_head_fold(self, demand: Signed[Demand]) -> _Own | None:
+        """A demand naming one of our heads and a fold record under it (no signature checked:
+        the head is our own, opened once and cached; the fold proof is hashed)."""
+        d = demand.statement
+        if not (is_digest(d.obligation) and is_digest(d.commitment)):
+            return None
+        row = await self.store.head_fold(d.obligation, d.commitment)
+        if row is None:
+            return None
+        head = self.open_cached(row.head_envelope, Head, signer=self.node_id)
+        fold = verify_fold(FoldProof.from_bytes(row.proof), head)
+        own = _Own(fold.obligation, fold.commitment, b"", fold)
+        self._own[row.binding] = own
+        if len(self._own) > _OWN_CACHE:
+            self._own.popitem(last=False)
+        return own
+
     async def _check_demand(self, data: bytes, now: float) -> tuple[Signed[Demand], _Own]:
-        # (2) parse + holder's signature
-        demand = open_statement(data, Demand)
+        # (2) parse; the holder's signature is checked below unless it carries no
+        # information (a bearer demand for a fold under one of our heads)
+        demand = parse_statement(data, Demand)
         d = demand.statement
         # (3) fresh
         skew = abs(now - d.time / 1000.0)
@@ -524,6 +730,8 @@ class NodeCore:
         # (4) ours, and bound correctly
         own = await self._own_statements(demand)
         obligation, commitment = own.obligation, own.commitment
+        if own.fold is None or obligation.statement.holder is not None:
+            demand = open_statement(data, Demand)
         verify_demand(demand, obligation=obligation, commitment=commitment)
         # (5) unexpired obligation
         o = obligation.statement
@@ -770,13 +978,30 @@ class NodeCore:
                     ),
                 )
             )
+        head_folds = await self._verify_head_folds(delivery, _ms(now))
         if kept:
             await self.store.put_delivered(kept, now_ms=_ms(now))
             for c_kept, o_kept in kept:
                 self._kept_pairs[(c_kept.digest, o_kept.digest)] = None
             while len(self._kept_pairs) > _STATEMENT_CACHE:
                 self._kept_pairs.popitem(last=False)
-        sender = delivery.sender or (pairs[0][0].statement.origin if pairs else self.node_id)
+        first_origin = (
+            pairs[0][0].statement.origin
+            if pairs
+            else head_folds[0].commitment.statement.origin
+            if head_folds
+            else self.node_id
+        )
+        sender = delivery.sender or first_origin
+        folds = (
+            *(
+                HeldFold(c, o, c_bytes, o_bytes)
+                for (c, o), c_bytes, o_bytes in zip(
+                    pairs, delivery.commitments, delivery.obligations, strict=True
+                )
+            ),
+            *head_folds,
+        )
         self._held[delivery.value_ref] = HeldValue(
             Delivery(
                 delivery.value_ref,
@@ -784,22 +1009,21 @@ class NodeCore:
                 delivery.commitments,
                 delivery.obligations,
                 sender,
+                delivery.fold_proofs,
+                tuple(dict.fromkeys(f.obligation_bytes for f in head_folds)),
             ),
-            tuple(
-                HeldFold(c, o, c_bytes, o_bytes)
-                for (c, o), c_bytes, o_bytes in zip(
-                    pairs, delivery.commitments, delivery.obligations, strict=True
-                )
-            ),
+            folds,
         )
+        # For a head-form fold the obligation digest is the head digest: the
+        # signed receipt acknowledges every head this node now holds verified.
         receipt = sign_statement(
             self.identity,
             DeliveryReceipt(
                 holder=self.node_id,
                 sender=sender,
                 value_digest=sha256_hex(delivery.value),
-                commitments=tuple(c.digest for c, _ in pairs),
-                obligations=tuple(o.digest for _, o in pairs),
+                commitments=tuple(f.commitment.digest for f in folds),
+                obligations=tuple(f.obligation.digest for f in folds),
                 received_at=_ms(now),
             ),
         )
@@ -810,6 +1034,68 @@ class NodeCore:
             sender=sender[:16],
         )
         return receipt.to_bytes()
+
+    async def _verify_head_folds(self, delivery: Delivery, now_ms: int) -> tuple[HeldFold, ...]:
+        """Head form: each head's signature once (cached by digest), each fold proof hashed.
+
+        A fold proof naming a head that is neither in the delivery nor verified
+        here before is ``NOT_FOUND`` (the sender then sends the head itself).
+        Two heads of one (origin, epoch, seq) with different trees are a split
+        view: recorded as evidence, the delivery is still accepted.
+        """
+        if len(delivery.fold_proofs) + len(delivery.commitments) > MAX_COMMITMENTS_PER_VALUE:
+            raise RequestTooLarge(
+                f"deliver {delivery.value_ref}: {len(delivery.fold_proofs)} fold proofs exceeds"
+                f" {MAX_COMMITMENTS_PER_VALUE}"
+            )
+        if len(delivery.heads) > len(delivery.fold_proofs):
+            raise MalformedRequest(
+                f"deliver {delivery.value_ref}: {len(delivery.heads)} heads for"
+                f" {len(delivery.fold_proofs)} fold proofs"
+            )
+        heads: dict[str, Signed[Head]] = {}
+        for data in delivery.heads:
+            known = self.heads.verify(data, now=now_ms)
+            heads[known.digest] = known
+            await self._check_split_view(known)
+        held: list[HeldFold] = []
+        for data in delivery.fold_proofs:
+            key = sha256_hex(data)
+            kept = self._kept_folds.get(key)
+            kept_head = self.heads.get(kept[0]) if kept is not None else None
+            if kept is not None and kept_head is not None:
+                self.heads.verify(kept_head, now=now_ms)  # still unexpired
+                self._kept_folds.move_to_end(key)
+                held.append(kept[1])
+                continue
+            proof = FoldProof.from_bytes(data)
+            head = heads.get(proof.head) or self.heads.get(proof.head)
+            if head is None:
+                raise UnknownCommitment(
+                    f"deliver {delivery.value_ref}: fold proof names head {proof.head[:12]}…,"
+                    " which this node has not verified; send the head"
+                )
+            head = self.heads.verify(head, now=now_ms)
+            fold = verify_fold(proof, head)
+            held_fold = _held_fold(fold, data, head.to_bytes())
+            self._kept_folds[key] = (head.digest, held_fold)
+            while len(self._kept_folds) > _STATEMENT_CACHE:
+                self._kept_folds.popitem(last=False)
+            held.append(held_fold)
+        return tuple(held)
+
+    async def _check_split_view(self, head: Signed[Head]) -> None:
+        """Two heads of one compaction slot with different trees: split-view evidence."""
+        other = self.heads.conflicting(head)
+        if other is None:
+            return
+        try:
+            evidence = split_view_evidence(other, head, reported_at=self.now_ms())
+        except ContractError:
+            return
+        origin = head.statement.origin
+        await self.holder.record_evidence(Outcome.SPLIT_VIEW, origin, evidence.to_bytes())
+        log.warning("split_view_on_delivery", origin=origin[:16], seq=head.statement.seq)
 
     async def _check_equivocation(self, commitment: Signed[Commitment]) -> None:
         """Two commitments by one origin for one fold, different roots: record the proof.
@@ -855,11 +1141,12 @@ class NodeCore:
             held.delivery.commitments,
             held.delivery.obligations,
             self.node_id,
+            held.delivery.fold_proofs,
+            held.delivery.heads,
         )
-        data = await self.transport.deliver(address, outgoing, timeout)
-        # Signed by the peer's pinned key when the config pins one; in any case
-        # it must acknowledge this value, its duties, and us as the sender.
-        receipt = open_statement(data, DeliveryReceipt, signer=self.config.pinned_key(peer))
+        data, receipt, _ = await self.send(
+            address, outgoing, timeout, signer=self.config.pinned_key(peer)
+        )
         r = receipt.statement
         if (
             r.sender != self.node_id
@@ -872,6 +1159,43 @@ class NodeCore:
                 " commitments or obligations"
             )
         return data
+
+    async def send(
+        self, address: str, delivery: Delivery, timeout: float, *, signer: str | None = None
+    ) -> tuple[bytes, Signed[DeliveryReceipt], Delivery]:
+        """Deliver to ``address``, sending only the digests of heads it acknowledged before.
+
+        Returns the peer's receipt (bytes, opened) and the delivery as sent.
+
+        The peer's signed delivery receipt lists, for a head-form fold, the head
+        digest: a head it lists is held verified there, so later deliveries to
+        that address carry the fold proof (which names the head) without the
+        head. A peer that no longer holds it answers ``NOT_FOUND``; the
+        delivery is then repeated once with every head.
+        """
+        elided = tuple(
+            h for h in delivery.heads if (address, _envelope_digest(h)) in self._heads_acked
+        )
+        outgoing = delivery
+        if elided:
+            outgoing = dataclasses.replace(
+                delivery, heads=tuple(h for h in delivery.heads if h not in elided)
+            )
+        try:
+            data = await self.transport.deliver(address, outgoing, timeout)
+        except CallFailed as exc:
+            if not elided or exc.code != "NOT_FOUND":
+                raise
+            for h in elided:
+                self._heads_acked.discard((address, _envelope_digest(h)))
+            data = await self.transport.deliver(address, delivery, timeout)
+            outgoing = delivery
+        receipt = open_statement(data, DeliveryReceipt, signer=signer)
+        sent = {_envelope_digest(h) for h in delivery.heads}
+        for digest in receipt.statement.obligations:
+            if digest in sent:
+                self._heads_acked.add((address, digest))
+        return data, receipt, outgoing
 
     def _timeout(self, deadline: float | None, default: float) -> float:
         if deadline is None:

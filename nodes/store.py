@@ -64,6 +64,9 @@ from typing import Any, Final
 import aiosqlite
 
 from contracts.canonical import sha256_hex
+from contracts.heads import batch_record
+from contracts.signed import parse_statement
+from contracts.statements import Head
 from nodes._store_schema import DDL, SCHEMA_VERSION
 from nodes.errors import (
     FoldConflict,
@@ -80,6 +83,8 @@ from nodes.errors import (
 
 __all__ = [
     "DB_FILENAME",
+    "CompactionInput",
+    "CompactionSigner",
     "CounterName",
     "EvidenceRecord",
     "FoldConflict",
@@ -87,6 +92,7 @@ __all__ = [
     "FoldRecord",
     "FoldSigner",
     "FoldStatus",
+    "HeadFoldRecord",
     "HopConflict",
     "HopInput",
     "HopStore",
@@ -97,7 +103,9 @@ __all__ = [
     "Resolution",
     "ResolveStatus",
     "RootFunction",
+    "SignedCompaction",
     "SignedFold",
+    "SignedHeadFold",
     "SignerMismatch",
     "StaleEpoch",
     "StoreClosed",
@@ -105,6 +113,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "UnknownCommitment",
+    "head_binding",
 ]
 
 #: File name of the database inside a node's data directory.
@@ -216,6 +225,58 @@ class SignedFold:
 
 #: Builds and signs the commitment + obligation for a draft (holds the key).
 FoldSigner = Callable[[FoldDraft], SignedFold]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionInput:
+    """One value's fold in a compaction: its fold sequence and hops in fold order."""
+
+    value_ref: str
+    fold_seq: int
+    hops: tuple[HopInput, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SignedHeadFold:
+    """One fold under a signed head: record (leaf data), its leaf hash, proof bytes."""
+
+    leaf_hash: str
+    record: bytes
+    root: str
+    proof: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SignedCompaction:
+    """The signer's answer for a compaction: ONE signed head and a fold per draft."""
+
+    head_digest: str
+    head_envelope: bytes
+    seq: int
+    serve_until_ms: int
+    folds: tuple[SignedHeadFold, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HeadFoldRecord:
+    """A stored own fold under a head: the head envelope, the fold proof, the record."""
+
+    head_digest: str
+    head_envelope: bytes
+    leaf_hash: str
+    proof: bytes
+    binding: str
+
+
+#: Builds the fold records, tree and head of a compaction and signs the head once.
+CompactionSigner = Callable[[Sequence[FoldDraft]], SignedCompaction]
+
+
+def head_binding(head_digest: str, leaf_hash: str) -> str:
+    """Key of a fold's obligations row under a head: SHA-256(head digest ‖ leaf hash)."""
+    return hashlib.sha256(bytes.fromhex(head_digest) + bytes.fromhex(leaf_hash)).hexdigest()
+
+
 #: RFC 6962 Merkle root over leaf bytes (from ``contracts``).
 RootFunction = Callable[[Sequence[bytes]], bytes]
 
@@ -829,6 +890,172 @@ class HopStore:
         # (4) released only after COMMIT returned.
         return signed
 
+    async def commit_compaction(
+        self,
+        *,
+        epoch: str,
+        folds: Sequence[CompactionInput],
+        sign: CompactionSigner,
+        now_ms: int,
+    ) -> SignedCompaction:
+        """Make a compaction's hops durable, then sign ONE head and store every fold.
+
+        The ordering of :meth:`commit_fold`, once for the whole compaction:
+        (1) every fold's hops, (2) the signer builds the fold records and the
+        head over exactly the stored bytes (each record root re-checked here),
+        (3) commitments rows (one per fold record), membership, one
+        obligations row per fold naming the head, the head and the fold
+        proofs — all in one transaction, returned only after COMMIT.
+        """
+        if not folds:
+            raise ValueError("a compaction folds at least one value")
+        if len({f.value_ref for f in folds}) != len(folds):
+            raise ValueError("a compaction makes at most one fold per value")
+        self._check_epoch(epoch, "commit compaction")
+        what = f"commit compaction of {len(folds)} fold(s) (epoch {epoch})"
+        pending = self._pending_mode
+        drafts: list[FoldDraft] = []
+        for f in folds:
+            seqs = tuple(h.seq for h in f.hops)
+            if not f.hops or len(set(seqs)) != len(seqs):
+                raise ValueError(f"fold {f.value_ref}#{f.fold_seq}: no hops or a seq twice")
+            leaves = tuple(h.hop_bytes for h in f.hops)
+            drafts.append(
+                FoldDraft(self._origin, epoch, f.value_ref, f.fold_seq, seqs, leaves, pending)
+            )
+        async with self._write(what) as db:
+            self._check_epoch(epoch, "commit compaction")
+            # (1) hops durable first
+            for f in folds:
+                await self._insert_hops(db, epoch, f.hops, now_ms, check_only=pending)
+            # (2) one signature over every fold record
+            signed = sign(drafts)
+            if len(signed.folds) != len(drafts):
+                raise SignerMismatch(f"{what}: signer returned {len(signed.folds)} folds")
+            for draft, fold in zip(drafts, signed.folds, strict=True):
+                expected = self._root_of(draft.leaves).hex()
+                if fold.root != expected:
+                    raise SignerMismatch(
+                        f"{what}: record root {fold.root[:16]}… of {draft.value_ref} is not"
+                        f" the Merkle root {expected[:16]}… of the stored hop bytes"
+                    )
+            # (3) head, records, membership, per-fold obligation rows, proofs
+            await db.execute(
+                "INSERT INTO heads (digest, origin, epoch, seq, serve_until, envelope, local,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
+                (
+                    signed.head_digest,
+                    self._origin,
+                    epoch,
+                    signed.seq,
+                    signed.serve_until_ms,
+                    signed.head_envelope,
+                    now_ms,
+                ),
+            )
+            status = str(FoldStatus.PENDING if pending else FoldStatus.DURABLE)
+            for draft, fold, f in zip(drafts, signed.folds, folds, strict=True):
+                binding = head_binding(signed.head_digest, fold.leaf_hash)
+                await db.execute(
+                    "INSERT INTO commitments (digest, origin, epoch, value_ref, fold_seq,"
+                    " leaf_count, root, envelope, local, status, created_at)"
+                    " VALUES (?,?,?,?,?,?,?,?,1,?,?)",
+                    (
+                        fold.leaf_hash,
+                        self._origin,
+                        epoch,
+                        draft.value_ref,
+                        draft.fold_seq,
+                        draft.leaf_count,
+                        fold.root,
+                        fold.record,
+                        status,
+                        now_ms,
+                    ),
+                )
+                await db.executemany(
+                    "INSERT INTO fold_members (commitment_digest, leaf_index, origin, epoch, seq)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (fold.leaf_hash, index, self._origin, epoch, seq)
+                        for index, seq in enumerate(draft.seqs)
+                    ],
+                )
+                await db.execute(
+                    "INSERT INTO obligations (digest, commitment_digest, serve_until, envelope,"
+                    " local, created_at) VALUES (?, ?, ?, ?, 1, ?)",
+                    (binding, fold.leaf_hash, signed.serve_until_ms, signed.head_envelope, now_ms),
+                )
+                await db.execute(
+                    "INSERT INTO head_folds (head_digest, leaf_hash, binding, proof)"
+                    " VALUES (?, ?, ?, ?)",
+                    (signed.head_digest, fold.leaf_hash, binding, fold.proof),
+                )
+                self.bump(CounterName.COMMITS)
+                if pending:
+                    self._pending_hops[fold.leaf_hash] = tuple((h.seq, h.hop_bytes) for h in f.hops)
+        # (4) released only after COMMIT returned.
+        return signed
+
+    async def head_fold(self, head_digest: str, leaf_hash: str) -> HeadFoldRecord | None:
+        """An own fold under an own head, by head digest and record leaf hash."""
+        async with self._read("read head fold") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT h.envelope, f.proof, f.binding FROM head_folds f"
+                    " JOIN heads h ON h.digest = f.head_digest"
+                    " WHERE f.head_digest = ? AND f.leaf_hash = ? AND h.local = 1",
+                    (head_digest, leaf_hash),
+                )
+            )
+        if not rows:
+            return None
+        envelope, proof, binding = rows[0]
+        return HeadFoldRecord(head_digest, bytes(envelope), leaf_hash, bytes(proof), str(binding))
+
+    async def head_log_state(self, epoch: str) -> tuple[list[bytes], dict[str, bytes]]:
+        """What rebuilds this origin's log of heads for ``epoch``.
+
+        The batch record (:func:`contracts.heads.batch_record`) of every own
+        head, in ``seq`` order, read from each signed head's payload, and each
+        value's latest fold record under a head (leaf data).
+        """
+        async with self._read("read head log") as db:
+            heads = list(
+                await db.execute_fetchall(
+                    "SELECT envelope FROM heads WHERE origin = ? AND epoch = ? AND local = 1"
+                    " ORDER BY seq",
+                    (self._origin, epoch),
+                )
+            )
+            records = list(
+                await db.execute_fetchall(
+                    "SELECT c.value_ref, c.envelope FROM commitments c"
+                    " JOIN head_folds f ON f.leaf_hash = c.digest"
+                    " WHERE c.local = 1 AND c.origin = ? AND c.epoch = ?"
+                    " ORDER BY c.value_ref, c.fold_seq",
+                    (self._origin, epoch),
+                )
+            )
+        batches: list[bytes] = []
+        for (envelope,) in heads:
+            head = parse_statement(bytes(envelope), Head).statement  # our own, stored signed
+            batches.append(batch_record(head.size, head.root))
+        last = {str(ref): bytes(record) for ref, record in records}
+        return batches, last
+
+    async def head_seq_next(self, epoch: str) -> int:
+        """The next own head sequence number in ``epoch`` (0 for the first compaction)."""
+        async with self._read("read next head seq") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM heads"
+                    " WHERE origin = ? AND epoch = ? AND local = 1",
+                    (self._origin, epoch),
+                )
+            )
+        return int(rows[0][0])
+
     async def _existing_fold(
         self,
         db: aiosqlite.Connection,
@@ -1363,6 +1590,8 @@ _TABLES: Final = (
     "commitments",
     "fold_members",
     "obligations",
+    "heads",
+    "head_folds",
     "evidence",
     "attestations",
     "meta",

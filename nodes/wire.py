@@ -24,6 +24,12 @@ from typing import TYPE_CHECKING
 import grpc
 from google.protobuf.message import Message
 
+from contracts._fields import is_digest
+from contracts.canonical import parse_json_object
+from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeSignature
+from contracts.errors import EncodingError
+from contracts.heads import FoldProof, FoldRecord
+from contracts.statements import StatementKind, payload_type_for
 from nodes._pb.provnet.v1 import (
     common_pb2,
     deliver_pb2,
@@ -40,6 +46,7 @@ from nodes._pb.provnet.v1 import (
 from nodes.messages import (
     Answer,
     ChallengeResult,
+    CommittedCompaction,
     CommittedFold,
     Delivery,
     NodeInfo,
@@ -74,9 +81,13 @@ __all__ = [
     "challenge_response",
     "challenge_response_size",
     "challenge_result_from_pb",
+    "commit_compaction_request",
+    "commit_compaction_response",
     "commit_fold_request",
     "commit_fold_response",
+    "committed_compaction_from_pb",
     "committed_fold_from_pb",
+    "compaction_folds_from_pb",
     "deliver_request",
     "deliver_request_size",
     "deliver_response",
@@ -84,11 +95,14 @@ __all__ = [
     "deliver_stub",
     "delivered_value",
     "delivery_from_pb",
+    "delivery_statement_size",
     "demand_request",
     "demand_request_size",
     "demand_response",
     "demand_response_size",
     "evidence_stub",
+    "fold_proof_from_pb",
+    "fold_proof_to_pb",
     "forward_request",
     "hoplog_stub",
     "info_request",
@@ -102,6 +116,8 @@ __all__ = [
     "rehydrate_response",
     "rehydration_report_from_pb",
     "serve_stub",
+    "signed_head_from_pb",
+    "signed_head_to_pb",
     "stats_request",
     "stats_response",
     "stream_answer_size",
@@ -124,6 +140,8 @@ def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
         value=delivery.value,
         commitments=list(delivery.commitments),
         obligations=list(delivery.obligations),
+        fold_proofs=[fold_proof_to_pb(p) for p in delivery.fold_proofs],
+        heads=[signed_head_to_pb(h) for h in delivery.heads],
     )
 
 
@@ -134,7 +152,62 @@ def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delive
         commitments=tuple(bytes(c) for c in msg.commitments),
         obligations=tuple(bytes(o) for o in msg.obligations),
         sender=sender,
+        fold_proofs=tuple(fold_proof_from_pb(p) for p in msg.fold_proofs),
+        heads=tuple(signed_head_from_pb(h) for h in msg.heads),
     )
+
+
+_HEAD_TYPE = payload_type_for(StatementKind.HEAD)
+
+
+def signed_head_to_pb(envelope: bytes) -> common_pb2.SignedHead:
+    """A head envelope as its parts: payload bytes as signed, raw signature."""
+    env = Envelope.from_bytes(envelope)
+    if env.payload_type != _HEAD_TYPE or len(env.signatures) != 1:
+        raise EncodingError(f"head: expected one signature over a {_HEAD_TYPE} payload")
+    return common_pb2.SignedHead(payload=env.payload, signature=env.signatures[0].sig)
+
+
+def signed_head_from_pb(msg: common_pb2.SignedHead) -> bytes:
+    """The DSSE envelope rebuilt around the received payload bytes (verified later by PAE)."""
+    payload = bytes(msg.payload)
+    origin = parse_json_object(payload, what="head payload", max_bytes=MAX_ENVELOPE_BYTES).get(
+        "origin"
+    )
+    if not isinstance(origin, str) or not is_digest(origin):
+        raise EncodingError("head payload names no origin node id")
+    signature = EnvelopeSignature(origin, bytes(msg.signature))
+    return Envelope(payload, _HEAD_TYPE, (signature,)).to_bytes()
+
+
+def fold_proof_to_pb(proof: bytes) -> common_pb2.FoldProof:
+    """A fold proof (JSON) as binary fields: raw head digest and path, record leaf data."""
+    p = FoldProof.from_bytes(proof)
+    return common_pb2.FoldProof(
+        head=bytes.fromhex(p.head),
+        index=p.index,
+        path=b"".join(p.path),
+        record=p.record,
+        chain=list(p.chain),
+    )
+
+
+def fold_proof_from_pb(msg: common_pb2.FoldProof) -> bytes:
+    """The fold proof's JSON form, rebuilt from its binary fields (checked when verified)."""
+    path = bytes(msg.path)
+    if len(msg.head) != 32 or len(path) % 32:
+        raise EncodingError("fold proof: head must be 32 bytes and path whole 32-byte hashes")
+    try:
+        proof = FoldProof(
+            bytes(msg.head).hex(),
+            int(msg.index),
+            tuple(path[i : i + 32] for i in range(0, len(path), 32)),
+            FoldRecord.from_bytes(bytes(msg.record)).to_bytes(),
+            tuple(FoldRecord.from_bytes(bytes(c)).to_bytes() for c in msg.chain),
+        )
+    except ValueError as exc:
+        raise EncodingError(f"fold proof: {exc}") from exc
+    return proof.to_bytes()
 
 
 def answer_to_pb(answer: Answer) -> common_pb2.Answer:
@@ -323,6 +396,46 @@ def committed_fold_from_pb(msg: hoplog_pb2.CommitFoldResponse) -> CommittedFold:
     return CommittedFold(bytes(msg.commitment), bytes(msg.obligation), msg.provenance_pending)
 
 
+def commit_compaction_request(
+    folds: Sequence[tuple[str, Sequence[int], bytes]],
+    *,
+    serve_for_ms: int = 0,
+    deadline_ms: int = 0,
+) -> hoplog_pb2.CommitCompactionRequest:
+    return hoplog_pb2.CommitCompactionRequest(
+        folds=[
+            hoplog_pb2.CompactionFold(value_ref=ref, seqs=list(seqs), value=value)
+            for ref, seqs, value in folds
+        ],
+        serve_for_ms=serve_for_ms,
+        deadline_ms=deadline_ms,
+    )
+
+
+def compaction_folds_from_pb(
+    msg: hoplog_pb2.CommitCompactionRequest,
+) -> list[tuple[str, tuple[int, ...], bytes]]:
+    return [(str(f.value_ref), tuple(int(s) for s in f.seqs), bytes(f.value)) for f in msg.folds]
+
+
+def commit_compaction_response(
+    compaction: CommittedCompaction,
+) -> hoplog_pb2.CommitCompactionResponse:
+    return hoplog_pb2.CommitCompactionResponse(
+        head=compaction.head,
+        fold_proofs=list(compaction.fold_proofs),
+        provenance_pending=compaction.provenance_pending,
+    )
+
+
+def committed_compaction_from_pb(
+    msg: hoplog_pb2.CommitCompactionResponse,
+) -> CommittedCompaction:
+    return CommittedCompaction(
+        bytes(msg.head), tuple(bytes(p) for p in msg.fold_proofs), msg.provenance_pending
+    )
+
+
 def info_request() -> node_pb2.InfoRequest:
     return node_pb2.InfoRequest()
 
@@ -422,6 +535,13 @@ def challenge_response_size(result: ChallengeResult) -> int:
 
 def deliver_request_size(delivery: Delivery) -> int:
     return message_size(deliver_request(delivery))
+
+
+def delivery_statement_size(delivery: Delivery) -> int:
+    """Protobuf bytes a delivery's statements add to its request (commitments,
+    obligations, fold proofs, heads, with their field framing)."""
+    bare = Delivery(delivery.value_ref, delivery.value, (), (), delivery.sender)
+    return deliver_request_size(delivery) - deliver_request_size(bare)
 
 
 def deliver_response_size(receipt: bytes) -> int:

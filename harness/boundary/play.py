@@ -20,8 +20,6 @@ from contracts.canonical import sha256_hex
 from contracts.errors import ContractError
 from contracts.evidence import verify_evidence
 from contracts.hops import parse_hop
-from contracts.signed import open_statement
-from contracts.statements import DeliveryReceipt
 from harness.arms import Arm, ArmName, ValueState
 from harness.axes import RECON
 from harness.boundary.records import (
@@ -41,6 +39,7 @@ from harness.gates import Decision as GateDecision
 from harness.lineage import HopLog, merge_folded
 from harness.metrics import GateCounts, RunKey
 from harness.replay import Replayer, ReplayError, ReplayParams
+from nodes import wire
 from nodes.faults import FaultMode
 from nodes.messages import Delivery, RehydrationReport
 from nodes.transport import CallFailed
@@ -52,12 +51,27 @@ _DELIVERY_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class _Fold:
-    """A fold the origin committed: the exact envelope bytes it issued."""
+    """A fold the origin committed: the exact bytes it issued.
+
+    Head form (every fold this runner commits): ``proof`` is the fold proof
+    and ``head`` the signed head of the compaction that made it; the fold is
+    cumulative — it covers ``hop_ids``, every hop value ``vid`` folded so far
+    at its owner — so a value carries ONE fold per origin and value it grew
+    from, however many compactions it went through.
+    """
 
     origin: str
     commitment: bytes
     obligation: bytes
     leaves: int
+    proof: bytes = b""
+    head: bytes = b""
+    vid: int = -1
+    hop_ids: tuple[str, ...] = ()
+
+    @property
+    def ident(self) -> bytes:
+        return self.proof or self.commitment
 
 
 @dataclass(slots=True)
@@ -207,7 +221,7 @@ class RunPlayer:
             if track is None or v not in arm.values:
                 raise BoundaryError(f"run {self.label}: merge input {v} at step {ev.step} unknown")
             for f in track.folds:
-                folds.setdefault(f.commitment, f)
+                folds.setdefault(f.ident, f)
         prefix = merge_folded([arm.values[v].folded for v in ev.inputs])
         return _Track(tuple(folds.values()), len(prefix.folded_hop_ids) if prefix else 0)
 
@@ -258,29 +272,68 @@ class RunPlayer:
                         break
                     self.appended[origin.name].update(h.step for h in chunk)
                     runner.hops_appended += len(chunk)
-            # (2) then one signed commitment + obligation per distinct fold
+            # (2) then ONE compaction per origin: one signed head over the
+            # (cumulative) fold of every value it compacted now
+            plan: list[tuple[int, int, tuple[int, tuple[str, ...]], int]] = []
+            todo: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
             for ai, vid, segment, covered in wanted:
-                fold = self.folds.get((vid, segment))
-                if fold is None:
-                    owner = self.owner(vid)
-                    if owner.name in runner.lost:
-                        # A lost origin commits nothing more: the value keeps the folds it
-                        # has, its new pointers stay uncovered and rehydration falls back.
-                        continue
+                track = self.tracks[ai][vid]
+                own = track.folds[-1] if track.folds and track.folds[-1].vid == vid else None
+                key = (vid, (own.hop_ids if own is not None else ()) + segment)
+                if key not in self.folds and key not in todo.get(self.owner(vid).name, []):
+                    todo.setdefault(self.owner(vid).name, []).append(key)
+                plan.append((ai, vid, key, covered))
+            for origin in runner.topo.origins:
+                # A lost origin commits nothing more: the value keeps the folds it
+                # has, its new pointers stay uncovered and rehydration falls back.
+                keys = todo.get(origin.name, []) if origin.name not in runner.lost else []
+                while keys:
+                    batch: dict[str, tuple[int, tuple[str, ...]]] = {}
+                    rest: list[tuple[int, tuple[str, ...]]] = []
+                    for key in keys:  # at most one fold per value ref and compaction
+                        # A cumulative fold is named by its value and the hops it
+                        # covers: it supersedes the value's earlier folds, so it
+                        # chains to none (its record's prev is null). The seam adds
+                        # what keeps runs apart where they share an epoch.
+                        ref = ops.commit_ref(self.label, f"v{key[0]}.{len(key[1])}")
+                        if ref in batch:
+                            rest.append(key)
+                        else:
+                            batch[ref] = key
                     try:
-                        commitment, obligation = await ops.commit(
-                            owner,
-                            ops.commit_ref(self.label, vid),
-                            [log.get(h).step for h in segment],
+                        committed = await ops.commit_compaction(
+                            origin,
+                            [
+                                (ref, [log.get(h).step for h in key[1]], b"")
+                                for ref, key in batch.items()
+                            ],
                         )
                     except NodeLost as exc:
                         runner.lose(exc.name)
-                        continue
-                    fold = _Fold(owner.name, commitment, obligation, len(segment))
-                    self.folds[(vid, segment)] = fold
-                    runner.folds_committed += 1
+                        break
+                    runner.heads_committed += 1
+                    for key, proof in zip(batch.values(), committed.fold_proofs, strict=True):
+                        self.folds[key] = _Fold(
+                            origin.name,
+                            b"",
+                            b"",
+                            len(key[1]),
+                            proof,
+                            committed.head,
+                            key[0],
+                            key[1],
+                        )
+                        runner.folds_committed += 1
+                    keys = rest
+            for ai, vid, key, covered in plan:
+                fold = self.folds.get(key)
+                if fold is None:  # its origin was lost before committing it
+                    continue
                 track = self.tracks[ai][vid]
-                track.folds = (*track.folds, fold)
+                kept = (
+                    track.folds[:-1] if track.folds and track.folds[-1].vid == vid else track.folds
+                )
+                track.folds = (*kept, fold)
                 track.covered = covered
 
     # ----------------------------------------------------------------- decision point
@@ -342,21 +395,23 @@ class RunPlayer:
         delivery = Delivery(
             value_ref,
             encode_value(arm.value, vid, view, blob),
-            tuple(f.commitment for f in folds),
-            tuple(f.obligation for f in folds),
+            tuple(f.commitment for f in folds if not f.proof),
+            tuple(f.obligation for f in folds if not f.proof),
             owner.node_id,
+            tuple(f.proof for f in folds if f.proof),
+            tuple(dict.fromkeys(f.head for f in folds if f.proof)),
         )
         costs = self.runner.costs(arm)
         with topo.meter.tagged((arm.value, "delivery")):
             start = time.perf_counter()
             try:
-                data = await runner.ops.deliver(path, delivery, _DELIVERY_TIMEOUT_S)
+                # Heads the next node acknowledged before travel as their digests;
+                # its receipt is opened (signature verified, by its key) once, there.
+                receipt, sent = await runner.ops.deliver(path, delivery, _DELIVERY_TIMEOUT_S)
             except (CallFailed, NodeLost) as exc:
                 raise BoundaryError(
                     f"run {self.label}: delivering {value_ref} at step {step} failed: {exc}"
                 ) from exc
-            try:
-                receipt = open_statement(data, DeliveryReceipt, signer=path[1].node_id)
             except ContractError as exc:
                 raise BoundaryError(f"delivery of {value_ref} to {path[1].name}: {exc}") from exc
             if receipt.statement.value_digest != sha256_hex(delivery.value):
@@ -364,7 +419,13 @@ class RunPlayer:
             costs.delivery_latencies.append(time.perf_counter() - start)
         costs.decisions += 1
         costs.value_bytes += len(delivery.value)
-        costs.statement_bytes += delivery.size - len(delivery.value)
+        # Statement bytes as they cross the wire: the protobuf fields they add.
+        statement_bytes = wire.delivery_statement_size(sent)
+        costs.statement_bytes += statement_bytes
+        per = self.runner.delivery_by_cadence.setdefault((self.key.cadence, arm.value), [0, 0, 0])
+        per[0] += 1
+        per[1] += len(delivery.value)
+        per[2] += statement_bytes
         costs.commitments_delivered += len(folds)
         return delivery
 
@@ -509,6 +570,8 @@ class Runner:
         self.evidence: list[EvidenceRecord] = []
         self.outcomes: dict[tuple[str, str], int] = {}
         self.folds_committed = 0
+        self.heads_committed = 0
+        self.delivery_by_cadence: dict[tuple[int, str], list[int]] = {}
         self.hops_appended = 0
         self.context: tuple[str, int, str] = ("", 0, "")
         #: nodes that stopped answering during the slice (no longer counted as correct)

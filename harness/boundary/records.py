@@ -265,6 +265,10 @@ class BoundaryOutcome:
     written: list[Path] = field(default_factory=list)
     #: node name → the fault it ran (for running nodes: what it reported)
     node_faults: dict[str, str] = field(default_factory=dict)
+    #: Signed tree heads the origins made: one per origin per compaction.
+    heads_committed: int = 0
+    #: Per (cadence, arm): [decisions, value bytes, statement bytes] delivered.
+    delivery_by_cadence: dict[tuple[int, str], list[int]] = field(default_factory=dict)
 
     @property
     def evidence_by_kind(self) -> dict[str, int]:

@@ -9,14 +9,17 @@ started with (``provnet node --fault …``), read from its ``Info``.
 Who does what:
 
 - **origins** are the node processes: the driver sends them the run's hops
-  (``HopLog.Append``) and asks them to commit each fold
-  (``HopLog.CommitFold``); they sign with their own keys and serve demands
+  (``HopLog.Append``) and asks each for one compaction per commit point
+  (``HopLog.CommitCompaction``: ONE signed head over the folds of every
+  value it compacted then); they sign with their own keys and serve demands
   from their own stores.
 - **deliveries** leave this process: the driver sends the value with the
-  origin's commitments and obligations to the first node of the path
-  (``Deliver``, sender = the origin's id; the origin signs the statements,
-  not the value), and each relay forwards it with ``Forward``. The holder
-  verifies every statement pair in its own process.
+  origin's fold proofs and heads to the first node of the path (``Deliver``,
+  sender = the origin's id; the origin signs the heads, not the value) the
+  way a node's ``send`` does — a head the first node acknowledged in a signed
+  receipt travels as its digest afterwards, and in full again after a
+  ``NOT_FOUND`` — and each relay forwards it with ``Forward`` (its own
+  ``send``). The holder verifies heads and fold proofs in its own process.
 - **the holder is a node**: the driver asks it to rehydrate the held value
   (``Deliver.Rehydrate``); the holder process makes the ``Serve.Demand``
   calls to the origins named by the obligations, re-asks, challenges the
@@ -45,15 +48,18 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from contracts.envelope import Envelope
+from contracts.signed import Signed, open_statement
+from contracts.statements import DeliveryReceipt
 from harness.boundary.choices import Role, TransportKind
 from harness.boundary.topology import EvidenceSink, NodeLost, NodeRef
 from harness.boundary.wire import WireMeter
 from nodes.faults import FaultMode
-from nodes.messages import Delivery, Outcome, RehydrationReport
+from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationReport
 
 __all__ = ["RemoteNode", "RemoteOps", "RemoteTopology", "connect_remote"]
 
@@ -64,6 +70,10 @@ _LOST_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 
 class RemoteError(Exception):
     """A remote node cannot play its role (names the node and what it answered)."""
+
+
+class _HeadsUnknown(Exception):
+    """The receiving node answered ``NOT_FOUND``: it does not hold a head the delivery names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +222,8 @@ class RemoteOps:
         self._session_base = started_ms * 1_000_000
         self._run = -1
         self._base = self._session_base
+        #: (address, head digest) the node at address acknowledged holding verified
+        self._acked: set[tuple[str, str]] = set()
 
     # ----------------------------------------------------------------- helpers
 
@@ -265,8 +277,8 @@ class RemoteOps:
                 f" ({self._run} runs of {self._stride - 1} steps)"
             )
 
-    def commit_ref(self, label: str, value_id: int) -> str:
-        return f"{self.session}/{label}/v{value_id}"
+    def commit_ref(self, label: str, name: str) -> str:
+        return f"{self.session}/{label}/{name}"
 
     def delivery_ref(self, arm: str, value_id: int) -> str:
         return f"{self.session}/{arm}/v{value_id}"
@@ -284,38 +296,85 @@ class RemoteOps:
             raise self._fail(origin, "append", exc) from None
         self._count(origin.name, "Append", request.ByteSize(), reply.ByteSize())
 
-    async def commit(
-        self, origin: NodeRef, value_ref: str, steps: list[int]
-    ) -> tuple[bytes, bytes]:
+    async def commit_compaction(
+        self, origin: NodeRef, folds: list[tuple[str, list[int], bytes]]
+    ) -> CommittedCompaction:
         import grpc
 
         from nodes import wire
 
         stub = wire.hoplog_stub(self.topo.channel(origin.address))
-        request = wire.commit_fold_request(
-            value_ref, [self._base + s for s in steps], deadline_ms=self._deadline_ms
+        request = wire.commit_compaction_request(
+            [(ref, [self._base + s for s in steps], value) for ref, steps, value in folds],
+            deadline_ms=self._deadline_ms,
         )
         try:
-            reply = await stub.CommitFold(request, timeout=_CONTROL_TIMEOUT_S)
+            reply = await stub.CommitCompaction(request, timeout=_CONTROL_TIMEOUT_S)
         except grpc.aio.AioRpcError as exc:
-            raise self._fail(origin, f"commit {value_ref}", exc) from None
-        self._count(origin.name, "CommitFold", request.ByteSize(), reply.ByteSize())
-        return reply.commitment, reply.obligation
+            refs = ", ".join(ref for ref, _, _ in folds[:3])
+            raise self._fail(origin, f"commit compaction ({refs}…)", exc) from None
+        self._count(origin.name, "CommitCompaction", request.ByteSize(), reply.ByteSize())
+        return wire.committed_compaction_from_pb(reply)
 
-    async def deliver(self, path: Sequence[NodeRef], delivery: Delivery, timeout: float) -> bytes:
+    async def _deliver_once(
+        self, sender: NodeRef, first: NodeRef, delivery: Delivery, timeout: float
+    ) -> bytes:
         import grpc
 
         from nodes import wire
 
-        first = path[1]
         request = wire.deliver_request(delivery)
         try:
             reply = await wire.deliver_stub(self.topo.channel(first.address)).Deliver(
                 request, timeout=timeout
             )
         except grpc.aio.AioRpcError as exc:
+            if _code(exc) == "NOT_FOUND":
+                raise _HeadsUnknown(_details(exc)) from None
             raise self._fail(first, f"deliver {delivery.value_ref}", exc) from None
-        self._count(path[0].name, "Deliver", request.ByteSize(), reply.ByteSize())
+        self._count(sender.name, "Deliver", request.ByteSize(), reply.ByteSize())
+        return bytes(reply.delivery_receipt)
+
+    async def deliver(
+        self, path: Sequence[NodeRef], delivery: Delivery, timeout: float
+    ) -> tuple[Signed[DeliveryReceipt], Delivery]:
+        """The origin's delivery as :meth:`nodes.services.NodeCore.send` makes it.
+
+        Heads the first node acknowledged in an earlier signed receipt travel
+        as the digests their fold proofs name; a ``NOT_FOUND`` answer (the
+        node no longer holds one) repeats the delivery once with every head.
+        Relays forward with their own ``send``.
+        """
+        import grpc
+
+        from nodes import wire
+
+        sender, first = path[0], path[1]
+        digests = {h: Envelope.from_bytes(h).digest for h in delivery.heads}
+        elided = tuple(h for h in delivery.heads if (first.address, digests[h]) in self._acked)
+        sent = delivery
+        if elided:
+            sent = replace(delivery, heads=tuple(h for h in delivery.heads if h not in elided))
+        try:
+            data = await self._deliver_once(sender, first, sent, timeout)
+        except _HeadsUnknown as exc:
+            if not elided:
+                raise RemoteError(
+                    f"deliver {delivery.value_ref} on node {first.name}: {exc}"
+                ) from None
+            for h in elided:
+                self._acked.discard((first.address, digests[h]))
+            sent = delivery
+            try:
+                data = await self._deliver_once(sender, first, sent, timeout)
+            except _HeadsUnknown as again:
+                raise RemoteError(
+                    f"deliver {delivery.value_ref} on node {first.name}: {again}"
+                ) from None
+        receipt = open_statement(data, DeliveryReceipt, signer=first.node_id)
+        for digest in receipt.statement.obligations:
+            if digest in digests.values():
+                self._acked.add((first.address, digest))
         for relay, nxt in itertools.pairwise(path[1:]):
             forward = wire.forward_request(delivery.value_ref, nxt.name)
             try:
@@ -326,9 +385,10 @@ class RemoteOps:
                 raise self._fail(
                     relay, f"forward {delivery.value_ref} to {nxt.name}", exc
                 ) from None
-            # The relay's own Deliver to the next node carries the same value and statements.
-            self._count(relay.name, "Deliver", request.ByteSize(), answer.ByteSize())
-        return bytes(reply.delivery_receipt)
+            # The relay's own Deliver to the next node carries the value and statements
+            # (its heads as digests once the next node acknowledged them).
+            self._count(relay.name, "Deliver", forward.ByteSize(), answer.ByteSize())
+        return receipt, sent
 
     async def rehydrate(self, value_ref: str) -> RehydrationReport:
         import grpc

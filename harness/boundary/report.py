@@ -8,9 +8,10 @@
 - ``boundary_evidence.csv`` — every accusation the holder recorded;
 - ``boundary_meta.json`` — settings, fingerprints, counts, node ids;
 - ``boundary.md`` — the summary table and :func:`cost_table`;
-  ``boundary_costs.png`` (latency and bytes side by side) and
-  ``boundary_cost_vs_flips.png``; every figure title names the transport,
-  the link RTT and the fault.
+  ``boundary_costs.png`` (latency and bytes side by side),
+  ``boundary_cost_vs_flips.png`` and ``boundary_bytes_by_cadence.png``
+  (delivered bytes relative to full lineage per cadence); every figure
+  title names the transport, the link RTT and the fault.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ COST_COLUMNS: list[str] = [
     "fault",
     "arm",
     "mode",
+    "cadence",
     "decisions",
     "gate_evaluations",
     "flip_rate",
@@ -166,6 +168,7 @@ def cost_rows(outcome: BoundaryOutcome) -> list[dict[str, object]]:
                     "fault": s.fault.value,
                     "arm": arm.value,
                     "mode": mode.value,
+                    "cadence": "all",
                     "decisions": costs.decisions,
                     "gate_evaluations": n,
                     "flip_rate": round((fp + fs) / n, 6) if n else 0.0,
@@ -249,8 +252,45 @@ def cost_rows(outcome: BoundaryOutcome) -> list[dict[str, object]]:
         hash_leaves=int(commit.get("hash_leaves", 0)),
         delivery_crypto_ms=round(commit.get("sig_ms", 0) + commit.get("hash_ms", 0), 3),
     )
+    row["cadence"] = "all"
     rows.append(row)
+    # Delivered bytes per cadence (mode "delivery"): what a value and its
+    # statements cost at each compaction cadence of the slice.
+    for (cadence, arm_name), (decisions, value_bytes, statement_bytes) in sorted(
+        outcome.delivery_by_cadence.items()
+    ):
+        row = {c: 0 for c in COST_COLUMNS}
+        row.update(
+            setting=Setting.BOUNDARY.value,
+            transport=s.transport.value,
+            fault=s.fault.value,
+            arm=arm_name,
+            mode="delivery",
+            cadence=cadence,
+            decisions=decisions,
+            delivery_value_bytes=value_bytes,
+            delivery_statement_bytes=statement_bytes,
+        )
+        rows.append(row)
     return rows
+
+
+def cadence_ratios(outcome: BoundaryOutcome) -> list[tuple[int, float, float, float, float]]:
+    """Per cadence: (C, full lineage B, compacted value B, statement B, ratio) per decision.
+
+    The ratio is structural_min's compacted value + statements over
+    ground_truth's full lineage (both per decision at that cadence).
+    """
+    out: list[tuple[int, float, float, float, float]] = []
+    for cadence in sorted({c for c, _ in outcome.delivery_by_cadence}):
+        gt = outcome.delivery_by_cadence.get((cadence, ArmName.GROUND_TRUTH.value))
+        sm = outcome.delivery_by_cadence.get((cadence, ArmName.STRUCTURAL_MIN.value))
+        if not gt or not sm or not gt[0] or not sm[0] or not gt[1]:
+            continue
+        full = gt[1] / gt[0]
+        value, statements = sm[1] / sm[0], sm[2] / sm[0]
+        out.append((cadence, full, value, statements, (value + statements) / full))
+    return out
 
 
 def _write_csv(path: Path, columns: list[str], rows: Iterable[Sequence[object]]) -> None:
@@ -343,6 +383,9 @@ def write_outputs(outcome: BoundaryOutcome, out: Path) -> list[Path]:
     png = out / "boundary_cost_vs_flips.png"
     if _figure(costs, png, conditions(outcome)):
         written.append(png)
+    png = out / "boundary_bytes_by_cadence.png"
+    if _cadence_figure(cadence_ratios(outcome), png, conditions(outcome)):
+        written.append(png)
     return written
 
 
@@ -403,7 +446,7 @@ def cost_table(outcome: BoundaryOutcome) -> str:
         (
             f"| bytes delivered per decision | {full:,.0f} (full lineage, ground_truth) |"
             f" {value + statements:,.0f} (structural_min: {value:,.0f} value +"
-            f" {statements:,.0f} commitments and obligations) |",
+            f" {statements:,.0f} statements: fold proofs, heads) |",
             None,
         ),
         (
@@ -492,7 +535,7 @@ def _costs_figure(outcome: BoundaryOutcome, path: Path) -> bool:
         statements,
         0.6,
         bottom=values_b,
-        label="commitments + obligations",
+        label="statements (fold proofs, heads)",
         color="tab:orange",
         edgecolor="black",
     )
@@ -509,6 +552,37 @@ def _costs_figure(outcome: BoundaryOutcome, path: Path) -> bool:
     nbytes.grid(True, axis="y", alpha=0.3)
     nbytes.set_ylim(0, max(v + s for v, s in zip(values_b, statements, strict=True)) * 1.2)
     fig.suptitle(f"Across the boundary — {conditions(outcome)}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _cadence_figure(
+    ratios: list[tuple[int, float, float, float, float]], path: Path, where: str
+) -> bool:
+    """Compacted value + statements over full lineage, per compaction cadence."""
+    if not ratios:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    cs = [r[0] for r in ratios]
+    ax.plot(cs, [r[4] for r in ratios], marker="o", label="(compacted value + statements) / full")
+    ax.plot(cs, [r[2] / r[1] for r in ratios], marker="s", ls="--", label="compacted value / full")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.axhline(0.75, color="gray", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("compaction cadence C (steps)")
+    ax.set_ylabel("bytes delivered per decision, relative to full lineage")
+    ax.set_title(
+        f"Delivered bytes per cadence (structural_min vs ground_truth)\n{where}", fontsize=9
+    )
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -616,9 +690,22 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
             f"- ground_truth ships its full lineage: {gt_v:,.0f} B of value per decision",
             f"- structural_min ships the compacted value: {sm_v:,.0f} B"
             f" ({100 * (1 - sm_v / gt_v):.1f}% less), plus"
-            f" {smin.statement_bytes / smin.decisions:,.0f} B of commitments and obligations"
+            f" {smin.statement_bytes / smin.decisions:,.0f} B of statements (fold proofs, heads)"
             f" ({smin.commitments_delivered / smin.decisions:.1f} per decision):"
             f" {sm_all:,.0f} B in all, {verdict}",
+        ]
+    ratios = cadence_ratios(outcome)
+    if ratios:
+        lines += [
+            "",
+            "Per cadence (per decision; ratio = compacted value + statements over full lineage):",
+            "",
+            "| C | full lineage B | compacted value B | statements B | ratio |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {c} | {full:,.0f} | {value:,.0f} | {st:,.0f} | {ratio:.3f} |"
+            for c, full, value, st, ratio in ratios
         ]
     lines += ["", "## Evidence", ""]
     kinds = outcome.evidence_by_kind

@@ -124,6 +124,8 @@ class _Partial:
     hops_appended: int
     node_ids: dict[str, str]
     node_faults: dict[str, str]
+    heads_committed: int
+    delivery_by_cadence: dict[tuple[int, str], list[int]]
 
 
 def _scratch_root() -> str | None:
@@ -204,6 +206,8 @@ async def _play_tasks(
         runner.hops_appended,
         node_ids,
         node_faults,
+        runner.heads_committed,
+        runner.delivery_by_cadence,
     )
 
 
@@ -358,6 +362,12 @@ def _merge(settings: BoundarySettings, partials: list[_Partial]) -> _Partial:
                 into[k] = into.get(k, 0.0) + v
         for key, n in p.outcomes.items():
             outcomes[key] = outcomes.get(key, 0) + n
+    by_cadence: dict[tuple[int, str], list[int]] = {}
+    for p in partials:
+        for cadence_arm, sums in p.delivery_by_cadence.items():
+            into_sums = by_cadence.setdefault(cadence_arm, [0] * len(sums))
+            for i, n in enumerate(sums):
+                into_sums[i] += n
     evidence = sorted(
         (e for p in partials for e in p.evidence), key=lambda e: (order.get(e.run, -1), e.step)
     )
@@ -371,6 +381,8 @@ def _merge(settings: BoundarySettings, partials: list[_Partial]) -> _Partial:
         sum(p.hops_appended for p in partials),
         partials[0].node_ids if partials else {},
         partials[0].node_faults if partials else {},
+        sum(p.heads_committed for p in partials),
+        by_cadence,
     )
 
 
@@ -442,6 +454,8 @@ async def run_boundary_async(
         time.perf_counter() - start,
         merged.node_ids,
         node_faults=merged.node_faults,
+        heads_committed=merged.heads_committed,
+        delivery_by_cadence=merged.delivery_by_cadence,
     )
 
 

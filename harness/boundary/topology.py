@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, assert_never
 
+from contracts.signed import Signed
+from contracts.statements import DeliveryReceipt
 from harness.boundary.choices import Role, TransportKind
 from harness.boundary.wire import MeteredTransport, WireMeter
 from nodes.app import RunningNode, load_or_create_identity, start_node
 from nodes.client import Holder
 from nodes.config import NodeConfig
 from nodes.faults import FaultMode, FaultPlan
-from nodes.messages import Delivery, RehydrationReport
+from nodes.messages import CommittedCompaction, Delivery, RehydrationReport
 from nodes.services import NodeCore
 from nodes.transport import GrpcTransport, InMemoryTransport, LocalNode
 
@@ -75,21 +77,26 @@ class NodeOps(Protocol):
     """The calls a run makes on its nodes: in this process (:class:`LocalOps`) or remote.
 
     ``begin_run`` keeps runs apart on the origins; ``commit_ref`` names a
-    fold's value ref; ``deliver`` sends ``delivery`` along ``path`` (origin,
-    relays…, holder) and returns the first receiver's signed receipt;
-    ``rehydrate`` has the holder demand a held value's folds.
+    fold's value ref (``name`` is unique within a run); ``commit_compaction``
+    has an origin fold several values' hops under ONE signed head;
+    ``deliver`` sends ``delivery`` along ``path`` (origin, relays…, holder)
+    the way :meth:`nodes.services.NodeCore.send` does — heads the next node
+    acknowledged before travel as their digests, resent in full on
+    ``NOT_FOUND`` — and returns the first receiver's receipt, opened under
+    its key, and the delivery as sent; ``rehydrate`` has the holder demand a
+    held value's folds.
     """
 
     async def begin_run(self, label: str) -> None: ...
-    def commit_ref(self, label: str, value_id: int) -> str: ...
+    def commit_ref(self, label: str, name: str) -> str: ...
     def delivery_ref(self, arm: str, value_id: int) -> str: ...
     async def append(self, origin: NodeRef, hops: list[bytes], steps: list[int]) -> None: ...
-    async def commit(
-        self, origin: NodeRef, value_ref: str, steps: list[int]
-    ) -> tuple[bytes, bytes]: ...
+    async def commit_compaction(
+        self, origin: NodeRef, folds: list[tuple[str, list[int], bytes]]
+    ) -> CommittedCompaction: ...
     async def deliver(
         self, path: Sequence[NodeRef], delivery: Delivery, timeout: float
-    ) -> bytes: ...
+    ) -> tuple[Signed[DeliveryReceipt], Delivery]: ...
     async def rehydrate(self, value_ref: str) -> RehydrationReport: ...
 
 
@@ -199,8 +206,8 @@ class LocalOps:
         for origin in self.topo.origins:
             await origin.core.store.new_epoch()  # hop ids restart every run (seed 000)
 
-    def commit_ref(self, label: str, value_id: int) -> str:
-        return f"{label}/v{value_id}"
+    def commit_ref(self, label: str, name: str) -> str:
+        return name  # every run is a new epoch here: names cannot meet across runs
 
     def delivery_ref(self, arm: str, value_id: int) -> str:
         return f"{arm}/v{value_id}"
@@ -208,19 +215,22 @@ class LocalOps:
     async def append(self, origin: NodeRef, hops: list[bytes], steps: list[int]) -> None:
         await self._core(origin).append(hops, steps)
 
-    async def commit(
-        self, origin: NodeRef, value_ref: str, steps: list[int]
-    ) -> tuple[bytes, bytes]:
-        committed = await self._core(origin).commit_fold(value_ref, steps)
-        return committed.commitment, committed.obligation
+    async def commit_compaction(
+        self, origin: NodeRef, folds: list[tuple[str, list[int], bytes]]
+    ) -> CommittedCompaction:
+        return await self._core(origin).commit_compaction(folds)
 
-    async def deliver(self, path: Sequence[NodeRef], delivery: Delivery, timeout: float) -> bytes:
-        data = await self._core(path[0]).transport.deliver(path[1].address, delivery, timeout)
+    async def deliver(
+        self, path: Sequence[NodeRef], delivery: Delivery, timeout: float
+    ) -> tuple[Signed[DeliveryReceipt], Delivery]:
+        _, receipt, sent = await self._core(path[0]).send(
+            path[1].address, delivery, timeout, signer=path[1].node_id
+        )
         for relay, nxt in itertools.pairwise(path[1:]):
             await self._core(relay).forward(
                 delivery.value_ref, nxt.address, deadline=time.monotonic() + timeout
             )
-        return data
+        return receipt, sent
 
     async def rehydrate(self, value_ref: str) -> RehydrationReport:
         topo = self.topo

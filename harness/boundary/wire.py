@@ -7,7 +7,7 @@
   decodes the very scores the origin decided on: decisions can be equal
   bit for bit. ground_truth ships its whole lineage this way ("ship
   everything"); the structural arms ship their compacted lineage plus the
-  commitments and obligations in the delivery envelope.
+  fold proofs and signed heads in the delivery envelope.
 - **Hop bytes.** The origin appends a hop as its spec fields
   (:func:`hop_fields`); the node stores the RFC 8785 bytes with ``origin``
   and ``epoch`` added. A served hop is parsed back (:func:`hop_from_served`)

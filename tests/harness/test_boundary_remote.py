@@ -106,7 +106,15 @@ def test_running_nodes_decide_as_in_process_nodes_run_by_run(nodes: Nodes) -> No
     assert remote.wire[("structural_min", "rehydrate")]["hops_received"] > 0
     assert remote.evidence == []
     calls = remote.wire[("calls", "by_node")]
-    assert calls["a:CommitFold"] > 0
+    assert calls["a:CommitCompaction"] > 0
+    # heads travel as the in-process sender sends them: in full once, then as digests.
+    # (Remote fold records name longer, session-scoped value refs, hence not equal; a
+    # signed head resent with every delivery would more than double the statements.)
+    for arm in ("structural_min", "structural_perhop"):
+        remote_b = remote.arm_costs[arm].statement_bytes
+        assert local.arm_costs[arm].statement_bytes <= remote_b
+        assert remote_b < 1.2 * local.arm_costs[arm].statement_bytes
+    assert remote.heads_committed == local.heads_committed > 0
     assert calls["b:Rehydrate"] == rehydrations
     assert remote.node_ids["a"] != remote.node_ids["b"]
 
@@ -138,6 +146,8 @@ def test_node_started_with_a_fault_gives_the_in_process_outcomes(
     assert remote.evidence
     assert all(e.accused_name == name for e in remote.evidence)
     assert all(e.verified for e in remote.evidence)
+    if fault is FaultMode.EQUIVOCATE:  # a second head of one compaction slot
+        assert "split_view" in remote.evidence_by_kind
     assert remote.correct_accused == 0
 
 

@@ -24,15 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/common.proto\x12\nprovnet.v1\"\\\n\x0e\x44\x65liveredValue\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63ommitments\x18\x03 \x03(\x0c\x12\x13\n\x0bobligations\x18\x04 \x03(\x0c\";\n\x06\x41nswer\x12\x0f\n\x07receipt\x18\x01 \x01(\x0c\x12\x12\n\ncommitment\x18\x02 \x01(\x0c\x12\x0c\n\x04hops\x18\x03 \x03(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/common.proto\x12\nprovnet.v1\"\xaf\x01\n\x0e\x44\x65liveredValue\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63ommitments\x18\x03 \x03(\x0c\x12\x13\n\x0bobligations\x18\x04 \x03(\x0c\x12*\n\x0b\x66old_proofs\x18\x05 \x03(\x0b\x32\x15.provnet.v1.FoldProof\x12%\n\x05heads\x18\x06 \x03(\x0b\x32\x16.provnet.v1.SignedHead\"0\n\nSignedHead\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"U\n\tFoldProof\x12\x0c\n\x04head\x18\x01 \x01(\x0c\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0c\n\x04path\x18\x03 \x01(\x0c\x12\x0e\n\x06record\x18\x04 \x01(\x0c\x12\r\n\x05\x63hain\x18\x05 \x03(\x0c\";\n\x06\x41nswer\x12\x0f\n\x07receipt\x18\x01 \x01(\x0c\x12\x12\n\ncommitment\x18\x02 \x01(\x0c\x12\x0c\n\x04hops\x18\x03 \x03(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'provnet.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DELIVEREDVALUE']._serialized_start=39
-  _globals['_DELIVEREDVALUE']._serialized_end=131
-  _globals['_ANSWER']._serialized_start=133
-  _globals['_ANSWER']._serialized_end=192
+  _globals['_DELIVEREDVALUE']._serialized_start=40
+  _globals['_DELIVEREDVALUE']._serialized_end=215
+  _globals['_SIGNEDHEAD']._serialized_start=217
+  _globals['_SIGNEDHEAD']._serialized_end=265
+  _globals['_FOLDPROOF']._serialized_start=267
+  _globals['_FOLDPROOF']._serialized_end=352
+  _globals['_ANSWER']._serialized_start=354
+  _globals['_ANSWER']._serialized_end=413
 # @@protoc_insertion_point(module_scope)

@@ -27,9 +27,13 @@ DESCRIPTOR: _descriptor.FileDescriptor
 @_typing.final
 class DeliveredValue(_message.Message):
     """A compacted value as it crosses the boundary: the value blob plus, for each
-    origin whose hops were folded out of it, that origin's signed commitment and
-    the serving obligation naming it (same order: obligations[i] names
-    commitments[i]).
+    origin whose hops were folded out of it, either (per-fold form) that
+    origin's signed commitment and the serving obligation naming it (same
+    order: obligations[i] names commitments[i]), or (head form) a fold proof
+    (a fold record proven under a signed tree head, naming the head by digest)
+    and the signed heads those proofs name. A head the receiver already
+    verified is left out: its digest in the fold proof is then the reference
+    (see DeliverResponse).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -38,12 +42,18 @@ class DeliveredValue(_message.Message):
     VALUE_FIELD_NUMBER: _builtins.int
     COMMITMENTS_FIELD_NUMBER: _builtins.int
     OBLIGATIONS_FIELD_NUMBER: _builtins.int
+    FOLD_PROOFS_FIELD_NUMBER: _builtins.int
+    HEADS_FIELD_NUMBER: _builtins.int
     value_ref: _builtins.str
     value: _builtins.bytes
     @_builtins.property
     def commitments(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     @_builtins.property
     def obligations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    @_builtins.property
+    def fold_proofs(self) -> _containers.RepeatedCompositeFieldContainer[Global___FoldProof]: ...
+    @_builtins.property
+    def heads(self) -> _containers.RepeatedCompositeFieldContainer[Global___SignedHead]: ...
     def __init__(
         self,
         *,
@@ -51,14 +61,84 @@ class DeliveredValue(_message.Message):
         value: _builtins.bytes = ...,
         commitments: _abc.Iterable[_builtins.bytes] | None = ...,
         obligations: _abc.Iterable[_builtins.bytes] | None = ...,
+        fold_proofs: _abc.Iterable[Global___FoldProof] | None = ...,
+        heads: _abc.Iterable[Global___SignedHead] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "obligations", b"obligations", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "fold_proofs", b"fold_proofs", "heads", b"heads", "obligations", b"obligations", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeliveredValue: _TypeAlias = DeliveredValue  # noqa: Y015
+
+@_typing.final
+class SignedHead(_message.Message):
+    """A signed tree head (contracts.statements.Head) as the parts of its DSSE
+    envelope: the payload bytes exactly as signed (RFC 8785 JSON) and the raw
+    64-byte Ed25519 signature. The payload type is the head's and the key id
+    is the origin the payload names, so neither travels; the receiver rebuilds
+    the envelope and verifies the DSSE PAE over these very payload bytes
+    (nothing signed is re-serialised).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
+    payload: _builtins.bytes
+    signature: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        payload: _builtins.bytes = ...,
+        signature: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload", "signature", b"signature"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SignedHead: _TypeAlias = SignedHead  # noqa: Y015
+
+@_typing.final
+class FoldProof(_message.Message):
+    """contracts.heads.FoldProof in binary: the head's digest (raw SHA-256), the
+    record's leaf index and audit path (concatenated raw 32-byte hashes) in
+    that head's tree, the fold record's leaf data (RFC 8785 bytes, hashed as
+    sent) and, optionally, earlier records of the value (newest first).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEAD_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    RECORD_FIELD_NUMBER: _builtins.int
+    CHAIN_FIELD_NUMBER: _builtins.int
+    head: _builtins.bytes
+    index: _builtins.int
+    path: _builtins.bytes
+    record: _builtins.bytes
+    @_builtins.property
+    def chain(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    def __init__(
+        self,
+        *,
+        head: _builtins.bytes = ...,
+        index: _builtins.int = ...,
+        path: _builtins.bytes = ...,
+        record: _builtins.bytes = ...,
+        chain: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chain", b"chain", "head", b"head", "index", b"index", "path", b"path", "record", b"record"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FoldProof: _TypeAlias = FoldProof  # noqa: Y015
 
 @_typing.final
 class Answer(_message.Message):

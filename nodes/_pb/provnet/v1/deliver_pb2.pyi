@@ -51,6 +51,10 @@ class DeliverResponse(_message.Message):
 
     DELIVERY_RECEIPT_FIELD_NUMBER: _builtins.int
     delivery_receipt: _builtins.bytes
+    """Signed delivery receipt. For a head-form fold its `obligations` entry is
+    the head digest: the receipt acknowledges the heads the receiver now
+    holds verified, so the sender may send their digests alone next time.
+    """
     def __init__(
         self,
         *,

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/hoplog.proto\x12\nprovnet.v1\"+\n\rAppendRequest\x12\x0c\n\x04hops\x18\x01 \x03(\x0c\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\"-\n\x0e\x41ppendResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\"n\n\x11\x43ommitFoldRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\x12\x14\n\x0cserve_for_ms\x18\x03 \x01(\x04\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x04 \x01(\r\x12\r\n\x05value\x18\x05 \x01(\x0c\"X\n\x12\x43ommitFoldResponse\x12\x12\n\ncommitment\x18\x01 \x01(\x0c\x12\x12\n\nobligation\x18\x02 \x01(\x0c\x12\x1a\n\x12provenance_pending\x18\x03 \x01(\x08\x32\x96\x01\n\x06HopLog\x12?\n\x06\x41ppend\x12\x19.provnet.v1.AppendRequest\x1a\x1a.provnet.v1.AppendResponse\x12K\n\nCommitFold\x12\x1d.provnet.v1.CommitFoldRequest\x1a\x1e.provnet.v1.CommitFoldResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/hoplog.proto\x12\nprovnet.v1\"+\n\rAppendRequest\x12\x0c\n\x04hops\x18\x01 \x03(\x0c\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\"-\n\x0e\x41ppendResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\"n\n\x11\x43ommitFoldRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\x12\x14\n\x0cserve_for_ms\x18\x03 \x01(\x04\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x04 \x01(\r\x12\r\n\x05value\x18\x05 \x01(\x0c\"X\n\x12\x43ommitFoldResponse\x12\x12\n\ncommitment\x18\x01 \x01(\x0c\x12\x12\n\nobligation\x18\x02 \x01(\x0c\x12\x1a\n\x12provenance_pending\x18\x03 \x01(\x08\"@\n\x0e\x43ompactionFold\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\x12\r\n\x05value\x18\x03 \x01(\x0c\"o\n\x17\x43ommitCompactionRequest\x12)\n\x05\x66olds\x18\x01 \x03(\x0b\x32\x1a.provnet.v1.CompactionFold\x12\x14\n\x0cserve_for_ms\x18\x02 \x01(\x04\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\r\"Y\n\x18\x43ommitCompactionResponse\x12\x0c\n\x04head\x18\x01 \x01(\x0c\x12\x13\n\x0b\x66old_proofs\x18\x02 \x03(\x0c\x12\x1a\n\x12provenance_pending\x18\x03 \x01(\x08\x32\xf5\x01\n\x06HopLog\x12?\n\x06\x41ppend\x12\x19.provnet.v1.AppendRequest\x1a\x1a.provnet.v1.AppendResponse\x12K\n\nCommitFold\x12\x1d.provnet.v1.CommitFoldRequest\x1a\x1e.provnet.v1.CommitFoldResponse\x12]\n\x10\x43ommitCompaction\x12#.provnet.v1.CommitCompactionRequest\x1a$.provnet.v1.CommitCompactionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,6 +39,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMMITFOLDREQUEST']._serialized_end=241
   _globals['_COMMITFOLDRESPONSE']._serialized_start=243
   _globals['_COMMITFOLDRESPONSE']._serialized_end=331
-  _globals['_HOPLOG']._serialized_start=334
-  _globals['_HOPLOG']._serialized_end=484
+  _globals['_COMPACTIONFOLD']._serialized_start=333
+  _globals['_COMPACTIONFOLD']._serialized_end=397
+  _globals['_COMMITCOMPACTIONREQUEST']._serialized_start=399
+  _globals['_COMMITCOMPACTIONREQUEST']._serialized_end=510
+  _globals['_COMMITCOMPACTIONRESPONSE']._serialized_start=512
+  _globals['_COMMITCOMPACTIONRESPONSE']._serialized_end=601
+  _globals['_HOPLOG']._serialized_start=604
+  _globals['_HOPLOG']._serialized_end=849
 # @@protoc_insertion_point(module_scope)

@@ -138,3 +138,91 @@ class CommitFoldResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CommitFoldResponse: _TypeAlias = CommitFoldResponse  # noqa: Y015
+
+@_typing.final
+class CompactionFold(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUE_REF_FIELD_NUMBER: _builtins.int
+    SEQS_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    value_ref: _builtins.str
+    value: _builtins.bytes
+    """Optional compacted value blob, held for Deliver.Forward."""
+    @_builtins.property
+    def seqs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Hops of the current epoch to fold, in fold order."""
+
+    def __init__(
+        self,
+        *,
+        value_ref: _builtins.str = ...,
+        seqs: _abc.Iterable[_builtins.int] | None = ...,
+        value: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["seqs", b"seqs", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactionFold: _TypeAlias = CompactionFold  # noqa: Y015
+
+@_typing.final
+class CommitCompactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FOLDS_FIELD_NUMBER: _builtins.int
+    SERVE_FOR_MS_FIELD_NUMBER: _builtins.int
+    DEADLINE_MS_FIELD_NUMBER: _builtins.int
+    serve_for_ms: _builtins.int
+    """Head lifetime from now, in milliseconds (0: node default)."""
+    deadline_ms: _builtins.int
+    """Promised answer time per demand, in milliseconds (0: node default)."""
+    @_builtins.property
+    def folds(self) -> _containers.RepeatedCompositeFieldContainer[Global___CompactionFold]:
+        """At most one fold per value."""
+
+    def __init__(
+        self,
+        *,
+        folds: _abc.Iterable[Global___CompactionFold] | None = ...,
+        serve_for_ms: _builtins.int = ...,
+        deadline_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_ms", b"deadline_ms", "folds", b"folds", "serve_for_ms", b"serve_for_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitCompactionRequest: _TypeAlias = CommitCompactionRequest  # noqa: Y015
+
+@_typing.final
+class CommitCompactionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEAD_FIELD_NUMBER: _builtins.int
+    FOLD_PROOFS_FIELD_NUMBER: _builtins.int
+    PROVENANCE_PENDING_FIELD_NUMBER: _builtins.int
+    head: _builtins.bytes
+    """DSSE envelope of the signed tree head (contracts.statements.Head)."""
+    provenance_pending: _builtins.bool
+    @_builtins.property
+    def fold_proofs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """One fold proof per requested fold, in request order (FoldProof JSON)."""
+
+    def __init__(
+        self,
+        *,
+        head: _builtins.bytes = ...,
+        fold_proofs: _abc.Iterable[_builtins.bytes] | None = ...,
+        provenance_pending: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fold_proofs", b"fold_proofs", "head", b"head", "provenance_pending", b"provenance_pending"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitCompactionResponse: _TypeAlias = CommitCompactionResponse  # noqa: Y015

@@ -44,6 +44,11 @@ class HopLogStub:
                 request_serializer=provnet_dot_v1_dot_hoplog__pb2.CommitFoldRequest.SerializeToString,
                 response_deserializer=provnet_dot_v1_dot_hoplog__pb2.CommitFoldResponse.FromString,
                 _registered_method=True)
+        self.CommitCompaction = channel.unary_unary(
+                '/provnet.v1.HopLog/CommitCompaction',
+                request_serializer=provnet_dot_v1_dot_hoplog__pb2.CommitCompactionRequest.SerializeToString,
+                response_deserializer=provnet_dot_v1_dot_hoplog__pb2.CommitCompactionResponse.FromString,
+                _registered_method=True)
 
 
 class HopLogServicer:
@@ -66,6 +71,15 @@ class HopLogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CommitCompaction(self, request, context):
+        """One compaction: fold hops of several values at once, make them durable,
+        then sign ONE tree head over their fold records (serving terms inside)
+        and return it with one fold proof per value (contracts.heads).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HopLogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +92,11 @@ def add_HopLogServicer_to_server(servicer, server):
                     servicer.CommitFold,
                     request_deserializer=provnet_dot_v1_dot_hoplog__pb2.CommitFoldRequest.FromString,
                     response_serializer=provnet_dot_v1_dot_hoplog__pb2.CommitFoldResponse.SerializeToString,
+            ),
+            'CommitCompaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitCompaction,
+                    request_deserializer=provnet_dot_v1_dot_hoplog__pb2.CommitCompactionRequest.FromString,
+                    response_serializer=provnet_dot_v1_dot_hoplog__pb2.CommitCompactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +153,33 @@ class HopLog:
             '/provnet.v1.HopLog/CommitFold',
             provnet_dot_v1_dot_hoplog__pb2.CommitFoldRequest.SerializeToString,
             provnet_dot_v1_dot_hoplog__pb2.CommitFoldResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitCompaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/provnet.v1.HopLog/CommitCompaction',
+            provnet_dot_v1_dot_hoplog__pb2.CommitCompactionRequest.SerializeToString,
+            provnet_dot_v1_dot_hoplog__pb2.CommitCompactionResponse.FromString,
             options,
             channel_credentials,
             insecure,

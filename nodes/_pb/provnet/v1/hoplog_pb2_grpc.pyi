@@ -40,6 +40,11 @@ class HopLogStub:
     """Fold hops: make them durable, then sign and store the commitment and the
     serving obligation, and only then return them (write ordering of seed 000).
     """
+    CommitCompaction: _grpc.UnaryUnaryMultiCallable[_hoplog_pb2.CommitCompactionRequest, _hoplog_pb2.CommitCompactionResponse]
+    """One compaction: fold hops of several values at once, make them durable,
+    then sign ONE tree head over their fold records (serving terms inside)
+    and return it with one fold proof per value (contracts.heads).
+    """
 
 @_typing.type_check_only
 class HopLogAsyncStub(HopLogStub):
@@ -52,6 +57,11 @@ class HopLogAsyncStub(HopLogStub):
     CommitFold: _aio.UnaryUnaryMultiCallable[_hoplog_pb2.CommitFoldRequest, _hoplog_pb2.CommitFoldResponse]  # type: ignore[assignment]
     """Fold hops: make them durable, then sign and store the commitment and the
     serving obligation, and only then return them (write ordering of seed 000).
+    """
+    CommitCompaction: _aio.UnaryUnaryMultiCallable[_hoplog_pb2.CommitCompactionRequest, _hoplog_pb2.CommitCompactionResponse]  # type: ignore[assignment]
+    """One compaction: fold hops of several values at once, make them durable,
+    then sign ONE tree head over their fold records (serving terms inside)
+    and return it with one fold proof per value (contracts.heads).
     """
 
 class HopLogServicer(metaclass=_abc_1.ABCMeta):
@@ -74,6 +84,17 @@ class HopLogServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_hoplog_pb2.CommitFoldResponse, _abc.Awaitable[_hoplog_pb2.CommitFoldResponse]]:
         """Fold hops: make them durable, then sign and store the commitment and the
         serving obligation, and only then return them (write ordering of seed 000).
+        """
+
+    @_abc_1.abstractmethod
+    def CommitCompaction(
+        self,
+        request: _hoplog_pb2.CommitCompactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_hoplog_pb2.CommitCompactionResponse, _abc.Awaitable[_hoplog_pb2.CommitCompactionResponse]]:
+        """One compaction: fold hops of several values at once, make them durable,
+        then sign ONE tree head over their fold records (serving terms inside)
+        and return it with one fold proof per value (contracts.heads).
         """
 
 def add_HopLogServicer_to_server(servicer: HopLogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
