@@ -22,4 +22,4 @@ part "cluster up" $P cluster up
 $P cluster status
 part "cluster smoke" $P cluster smoke
 part "boundary on the cluster" $P experiment boundary --cluster --out results-boundary --no-progress
-echo "figures: results-boundary/boundary_costs.png results-boundary/boundary_cost_vs_flips.png"
+echo "figures: results-boundary/boundary_costs.png results-boundary/boundary_cost_vs_flips.png results-boundary/boundary_bytes_by_cadence.png"
