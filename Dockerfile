@@ -25,6 +25,7 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PROVNET_LOG_FORMAT=json \
     PROVNET_HOME=/data/home \
+    GRPC_VERBOSITY=NONE \
     MPLCONFIGDIR=/tmp/matplotlib \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin

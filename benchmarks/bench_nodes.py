@@ -127,8 +127,15 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     from nodes.transport import GrpcTransport
 
     configure_logging(LogFormat.JSON, "warning")
-    config = NodeConfig(name="bench-origin", data_dir=data_dir, listen="127.0.0.1:0")
-    core = await NodeCore.open(config, load_or_create_identity(data_dir), transport=GrpcTransport())
+    identity = load_or_create_identity(data_dir)
+    # The bench's control calls (Append, CommitFold) are signed with the node's own key.
+    config = NodeConfig(
+        name="bench-origin",
+        data_dir=data_dir,
+        listen="127.0.0.1:0",
+        operator_keys=(identity.node_id,),
+    )
+    core = await NodeCore.open(config, identity, transport=GrpcTransport())
     node = build_server(core, config.listen, config.max_message_bytes)
 
     async def echo(request: bytes, context: Any) -> bytes:
@@ -409,11 +416,12 @@ class _Floors:
 
 async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: int) -> int:
     from contracts.heads import FoldProof, HeadCache
-    from contracts.identity import Identity
+    from contracts.identity import Identity, load_identity
     from contracts.serve import verify_delivery
     from contracts.signed import open_statement
     from contracts.statements import Commitment, Obligation
     from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc
+    from nodes.auth import ControlCredentials, control_channel
     from nodes.client import HeldFold, Holder, Outcome
     from nodes.config import LogFormat
     from nodes.logging import configure_logging
@@ -423,7 +431,8 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     address = f"127.0.0.1:{started['port']}"
     bare_address = f"127.0.0.1:{started['bare_port']}"
     options = [("grpc.max_receive_message_length", 4 << 20)]
-    channel = grpc.aio.insecure_channel(address, options=options)
+    operator = ControlCredentials(load_identity(Path(started["data_dir"]) / "node.key"))
+    channel = control_channel(address, operator, options)
     hoplog: Any = hoplog_pb2_grpc.HopLogStub(channel)
     # Origin state: one value folded three times (1, 5, 50 hops).
     step = 0
@@ -654,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
                     return 2
                 time.sleep(0.05)
             started = json.loads(port_file.read_text(encoding="utf-8"))
+            started["data_dir"] = str(workdir / "origin")
             return asyncio.run(_bench(args, started, child.pid))
         finally:
             child.send_signal(signal.SIGTERM)

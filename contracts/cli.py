@@ -86,7 +86,7 @@ def _keys_show(args: argparse.Namespace) -> int:
 def _evidence_verify(args: argparse.Namespace) -> int:
     from contracts.canonical import MAX_DOCUMENT_BYTES
     from contracts.errors import ContractError, EncodingError
-    from contracts.evidence import Evidence, verify_evidence
+    from contracts.evidence import Evidence, verify_clearing, verify_evidence
 
     path = Path(args.file)
     if args.min_witnesses < 1:
@@ -104,8 +104,19 @@ def _evidence_verify(args: argparse.Namespace) -> int:
     except EncodingError as exc:
         return _error(f"{path}: not an evidence file: {exc}")
     now = args.now if args.now is not None else int(time.time() * 1000)
+    receipt = b""
+    if args.cleared_by is not None:
+        try:
+            receipt = Path(args.cleared_by).read_bytes()[: MAX_DOCUMENT_BYTES + 1]
+        except OSError as exc:
+            return _error(f"--cleared-by {args.cleared_by}: cannot read ({exc.strerror})")
     try:
-        verdict = verify_evidence(evidence, now=now, min_witnesses=args.min_witnesses)
+        if args.cleared_by is not None:
+            verdict = verify_clearing(
+                evidence, receipt, now=now, min_witnesses=args.min_witnesses
+            )
+        else:
+            verdict = verify_evidence(evidence, now=now, min_witnesses=args.min_witnesses)
     except ContractError as exc:
         if args.json:
             print(json.dumps({"valid": False, "kind": evidence.kind.value, "reason": str(exc)}))
@@ -172,4 +183,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="witness reports that confirm an unanswered suspicion (default 1)",
     )
     verify.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    verify.add_argument(
+        "--cleared-by",
+        default=None,
+        metavar="RECEIPT",
+        help="a later receipt of the accused (DSSE envelope file) that clears the suspicion",
+    )
     verify.set_defaults(handler=_evidence_verify)

@@ -110,6 +110,7 @@ __all__ = [
     "judge_head_extension",
     "split_view_evidence",
     "unanswered_evidence",
+    "verify_clearing",
     "verify_evidence",
 ]
 
@@ -583,6 +584,12 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
                 " node that signed its own demand"
             )
         if rs.outcome is WitnessOutcome.UNANSWERED:
+            if rs.address not in os_.endpoints:
+                raise BindingMismatch(
+                    f"witness report {rep.digest[:12]}… asked {rs.address[:80]!r}, not an"
+                    f" endpoint the origin signed into obligation {o.digest[:12]}…"
+                    f" ({', '.join(os_.endpoints)[:200]})"
+                )
             w_due = wd_.statement.time + os_.deadline_ms
             if wd_.statement.time >= os_.serve_until or rs.at < w_due:
                 raise BindingMismatch(
@@ -650,6 +657,45 @@ def verify_evidence(
             return _verify_split_view(e)
         case _:
             assert_never(e.kind)
+
+
+def verify_clearing(
+    evidence: Evidence | bytes, receipt: bytes, *, now: int, min_witnesses: int = 1
+) -> EvidenceVerdict:
+    """A suspicion cleared by a later receipt of the accused (design: "cleared by any
+    later valid receipt").
+
+    The receipt must verify with the accused's own key, answer a demand for
+    the same obligation, and be issued at or after the suspected demand's
+    time. Proofs never clear (``NotEvidence`` is not raised for them: a
+    ``VerificationError`` says so). Returns the CLEARED verdict.
+    """
+    e = evidence if isinstance(evidence, Evidence) else Evidence.from_bytes(evidence)
+    if e.kind is not EvidenceKind.UNANSWERED:
+        raise VerificationError(f"{e.kind.value} is a proof; a later receipt does not clear it")
+    verify_evidence(e, now=now, min_witnesses=min_witnesses)  # the record itself holds up
+    core = _core(e)
+    r: Signed[Receipt] = open_statement(receipt, Receipt, signer=e.accused)
+    rs = r.statement
+    if rs.obligation != core.obligation.digest or rs.commitment != core.commitment.digest:
+        raise BindingMismatch(
+            f"receipt {r.digest[:12]}… answers obligation {rs.obligation[:12]}…, not the"
+            f" suspected {core.obligation.digest[:12]}…"
+        )
+    if rs.issued_at < core.demand.statement.time:
+        raise BindingMismatch(
+            f"receipt {r.digest[:12]}… was issued at {format_ms(rs.issued_at)}, before the"
+            f" suspected demand ({format_ms(core.demand.statement.time)})"
+        )
+    return _verdict(
+        e,
+        EvidenceStatus.CLEARED,
+        core.commitment,
+        core.obligation,
+        f"origin {e.accused[:16]}… answered obligation {core.obligation.digest[:12]}… later"
+        f" ({rs.status.value}, receipt {r.digest[:12]}… at {format_ms(rs.issued_at)}):"
+        " suspicion cleared",
+    )
 
 
 def check_evidence(

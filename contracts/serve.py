@@ -621,9 +621,14 @@ def build_witness_report(
     demand: Signed[Demand],
     *,
     at: int,
+    address: str,
     receipt: Signed[Receipt] | None = None,
 ) -> Signed[WitnessReport]:
-    """Witness side: report the outcome of the witness's own re-issued ``demand``."""
+    """Witness side: report the outcome of the witness's own re-issued ``demand``.
+
+    ``address`` is the endpoint the witness asked; it must be one the origin
+    signed into the obligation, or the report confirms nothing.
+    """
     if demand.statement.holder != identity.node_id:
         raise ValueError("a witness reports on a demand it signed itself")
     statement = WitnessReport(
@@ -634,5 +639,6 @@ def build_witness_report(
         outcome=WitnessOutcome.UNANSWERED if receipt is None else WitnessOutcome.ANSWERED,
         receipt=None if receipt is None else receipt.digest,
         at=at,
+        address=address,
     )
     return sign_statement(identity, statement)

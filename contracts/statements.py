@@ -649,7 +649,17 @@ class WitnessReport:
 
     KIND: ClassVar[StatementKind] = StatementKind.WITNESS_REPORT
     _FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"type", "witness", "origin", "obligation", "demand", "outcome", "receipt", "at"}
+        {
+            "type",
+            "witness",
+            "origin",
+            "obligation",
+            "demand",
+            "address",
+            "outcome",
+            "receipt",
+            "at",
+        }
     )
 
     witness: str
@@ -659,6 +669,8 @@ class WitnessReport:
     outcome: WitnessOutcome
     at: int
     receipt: str | None = None
+    #: The endpoint the witness asked (one the origin signed into the obligation).
+    address: str = ""
 
     def __post_init__(self) -> None:
         _check_node_id(self.witness, "witness report witness")
@@ -667,6 +679,8 @@ class WitnessReport:
         _check_digest(self.demand, "witness report demand")
         if (self.outcome is WitnessOutcome.ANSWERED) != (self.receipt is not None):
             raise ValueError("an ANSWERED witness report names a receipt, an UNANSWERED one none")
+        if not self.address or len(self.address) > 512:
+            raise ValueError("a witness report names the address it asked (1..512 chars)")
 
     @property
     def signer(self) -> str:
@@ -679,6 +693,7 @@ class WitnessReport:
             "origin": self.origin,
             "obligation": self.obligation,
             "demand": self.demand,
+            "address": self.address,
             "outcome": self.outcome.value,
             "receipt": self.receipt,
             "at": self.at,
@@ -700,6 +715,7 @@ class WitnessReport:
             outcome=outcome,
             receipt=receipt,
             at=_time(obj, "at", k),
+            address=get_str(obj, "address", k, max_len=512),
         )
 
 

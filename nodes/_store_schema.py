@@ -133,6 +133,14 @@ DDL: tuple[str, ...] = (
     """
     CREATE INDEX IF NOT EXISTS evidence_accused ON evidence (accused, kind)
     """,
+    # A suspicion cleared by a later receipt of the accused (design: S4).
+    """
+    CREATE TABLE IF NOT EXISTS evidence_cleared (
+        digest     TEXT PRIMARY KEY REFERENCES evidence (digest),
+        receipt    BLOB NOT NULL,
+        cleared_at INTEGER NOT NULL
+    )
+    """,
     """
     CREATE TABLE IF NOT EXISTS attestations (
         digest       TEXT PRIMARY KEY,

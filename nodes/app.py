@@ -24,11 +24,14 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from contracts.errors import KeyFileError
 from contracts.identity import Identity, load_identity, save_identity
+from nodes.auth import ControlCredentials
 from nodes.config import NodeConfig
 from nodes.faults import FaultPlan
 from nodes.logging import configure_logging, get_logger
@@ -39,7 +42,9 @@ from nodes.transport import GrpcTransport, Transport
 
 __all__ = [
     "KEY_FILENAME",
+    "PortBusy",
     "RunningNode",
+    "check_port_free",
     "load_or_create_identity",
     "main",
     "run_node",
@@ -49,6 +54,41 @@ __all__ = [
 KEY_FILENAME = "node.key"
 
 log = get_logger(__name__)
+
+
+class PortBusy(OSError):
+    """The listen address is taken (or cannot be bound at all)."""
+
+
+def check_port_free(listen: str) -> None:
+    """Fail with one clear error if ``listen`` cannot be bound (port 0 always can)."""
+    host, _, port_text = listen.rpartition(":")
+    port = int(port_text)
+    if port == 0:
+        return
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As gRPC binds: a port left in TIME_WAIT is free, one with a listener is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise PortBusy(
+                f"cannot listen on {listen}: {exc.strerror or exc} (is another node running"
+                " there?)"
+            ) from None
+
+
+def operator_key_id(path: Path) -> str:
+    """The operator public key a file names: a file holding the 64-hex id, or a key file."""
+    try:
+        head = path.read_bytes()[:256].strip()
+    except OSError as exc:
+        raise KeyFileError(f"operator key file {path}: cannot read ({exc.strerror})") from None
+    if len(head) == 64 and all(c in b"0123456789abcdef" for c in head):
+        return head.decode()
+    return load_identity(path).node_id
 
 
 def load_or_create_identity(data_dir: Path) -> Identity:
@@ -95,11 +135,21 @@ async def start_node(
     fault: FaultPlan | None = None,
 ) -> RunningNode:
     """Open key and store and start serving; the caller stops the returned node."""
+    check_port_free(config.listen)  # before anything (the key file) is written
+    if config.operator_key_file is not None:
+        operator = operator_key_id(config.operator_key_file)
+        if operator not in config.operator_keys:
+            config = replace(config, operator_keys=(*config.operator_keys, operator))
     identity = load_or_create_identity(config.data_dir)
+    if transport is None:
+        transport = GrpcTransport(config.max_message_bytes)
+    if isinstance(transport, GrpcTransport) and transport.credentials is None:
+        # Deliveries this node makes (Forward) are signed with its own key.
+        transport.credentials = ControlCredentials(identity)
     core = await NodeCore.open(
         config,
         identity,
-        transport=transport if transport is not None else GrpcTransport(config.max_message_bytes),
+        transport=transport,
         clock=clock,
         fault=fault,
     )
@@ -157,7 +207,11 @@ def main() -> int:
     except ConfigError as exc:
         print(f"provnet: error: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(run_node(config))
+    try:
+        asyncio.run(run_node(config))
+    except PortBusy as exc:
+        print(f"provnet: error: --listen ($PROVNET_LISTEN): {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -61,6 +61,14 @@ _FLAG_HELP: Mapping[str, str] = {
     "evidence_dir": "where evidence files are written (default <data-dir>/evidence)",
     "provenance_pending": "true: the cold copy lags, demands are answered PENDING",
     "port_file": "write the bound port here (useful with port 0)",
+    "operator_keys": "public keys (64 hex, ';'-separated) allowed to make control calls;"
+    " none: control calls are refused",
+    "operator_key_file": "operator key file whose public key is authorised too (read at start)",
+    "min_witnesses": "witness confirmations an unanswered suspicion needs (default 1)",
+    "max_concurrent_rpcs": "calls handled at once; more are shed with RESOURCE_EXHAUSTED"
+    " (default 128)",
+    "max_bulk_rpcs": "bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;"
+    " more are shed with RESOURCE_EXHAUSTED (default 16, 0: no separate limit)",
 }
 
 
@@ -113,11 +121,15 @@ def _node_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _error(str(exc))
     from contracts.errors import KeyFileError
-    from nodes.app import run_node
+    from nodes.app import PortBusy, run_node
 
     try:
         asyncio.run(run_node(config))
+    except PortBusy as exc:
+        return _error(f"--listen ($PROVNET_LISTEN): {exc}")
     except KeyFileError as exc:
+        if config.operator_key_file is not None and str(config.operator_key_file) in str(exc):
+            return _error(f"--operator-key-file ($PROVNET_OPERATOR_KEY_FILE): {exc}")
         return _error(f"--data-dir ($PROVNET_DATA_DIR) {config.data_dir}: {exc}")
     except RuntimeError as exc:
         if "failed to bind" not in str(exc).lower():

@@ -72,6 +72,7 @@ from contracts.statements import (
     WitnessReport,
     payload_type_for,
 )
+from nodes.errors import MalformedRequest
 from nodes.logging import get_logger
 from nodes.messages import (
     EVIDENCE_KINDS,
@@ -167,9 +168,12 @@ class _OriginRun:
     witness_confirmed: bool = False
     cleared: bool = False
     extra: list[str] = field(default_factory=list)
+    receipts: list[bytes] = field(default_factory=list)
 
 
 EvidenceSink = Callable[[str, str, bytes, str], Awaitable[None]]
+#: Called with (origin, receipt bytes) for every receipt the origin signed.
+ReceiptSink = Callable[[str, bytes], Awaitable[int]]
 
 
 def verify_evidence_file(data: bytes, *, now_ms: int) -> tuple[str, str]:
@@ -193,11 +197,16 @@ class Holder:
         reasks: int = 1,
         resolve_address: Callable[[str], str] | None = None,
         on_evidence: EvidenceSink | None = None,
+        on_receipt: ReceiptSink | None = None,
         cache: bool = True,
         stream_leaves: int = DEFAULT_STREAM_LEAVES,
+        min_witnesses: int = 1,
     ) -> None:
         if reasks < 0:
             raise ValueError(f"reasks must be >= 0, got {reasks}")
+        if min_witnesses < 1:
+            raise ValueError(f"min_witnesses must be >= 1, got {min_witnesses}")
+        self.min_witnesses = min_witnesses
         self.identity = identity
         self.transport = transport
         self.evidence_dir = evidence_dir
@@ -205,6 +214,7 @@ class Holder:
         self.reasks = reasks
         self._resolve = resolve_address if resolve_address is not None else (lambda a: a)
         self._on_evidence = on_evidence
+        self._on_receipt = on_receipt
         self._use_cache = cache
         self.stream_leaves = stream_leaves
         self._cache: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
@@ -378,6 +388,8 @@ class Holder:
         reported_at = self.now_ms()
         for fold, answer in zip(folds, answers, strict=True):
             self._judge(fold, answer, reported_at)
+            if fold.outcome is not Outcome.UNATTRIBUTABLE and answer.receipt:
+                run.receipts.append(answer.receipt)
 
     def _judge(self, fold: _Fold, answer: Answer, reported_at: int) -> None:
         demand = fold.demand
@@ -519,7 +531,7 @@ class Holder:
                             commitment=fold.held.commitment_bytes,
                             obligation=fold.held.obligation_bytes,
                             demand=fold.demand.to_bytes(),
-                            origin_address=origin_address,
+                            origin_address="",
                             timeout=budget,
                         )
                         for a in addresses
@@ -588,6 +600,10 @@ class Holder:
     # ----------------------------------------------------------------- summary, files
 
     async def _summarise(self, run: _OriginRun) -> tuple[OriginOutcome, list[VerifiedHop]]:
+        if self._on_receipt is not None:
+            # A later signed receipt of the origin clears what we suspected it of.
+            for receipt in run.receipts:
+                await self._on_receipt(run.origin, receipt)
         worst = max(run.folds, key=lambda f: _severity(f.outcome))
         hops = [
             VerifiedHop(run.origin, f.held.commitment.digest, index, data)
@@ -599,7 +615,16 @@ class Holder:
         path = ""
         if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:
             evidence_bytes = worst.evidence.to_bytes()
-            path = await self.record_evidence(worst.outcome, run.origin, evidence_bytes)
+            if worst.outcome is Outcome.UNANSWERED and (
+                run.witnesses_unanswered < self.min_witnesses or not run.witness_confirmed
+            ):
+                # A suspicion is stored only with the confirmations the policy asks for.
+                run.extra.append(
+                    f"suspicion not recorded: {run.witnesses_unanswered} of"
+                    f" {self.min_witnesses} witness confirmation(s)"
+                )
+            else:
+                path = await self.record_evidence(worst.outcome, run.origin, evidence_bytes)
         detail = worst.detail if not run.extra else f"{worst.detail}; {'; '.join(run.extra)}"
         outcome = OriginOutcome(
             origin=run.origin,
@@ -665,9 +690,24 @@ class Holder:
                 raise NotEvidence(
                     f"challenge: demand {held.digest[:12]}… is not for obligation {o.digest[:12]}…"
                 )
+        # Only an endpoint the origin itself signed into the obligation is ever asked:
+        # a caller cannot point the witness at an address of its choosing.
+        endpoints = o.statement.endpoints
+        if origin_address and origin_address not in endpoints:
+            raise MalformedRequest(
+                f"challenge: origin_address {origin_address[:80]!r} is not an endpoint of"
+                f" obligation {o.digest[:12]}… ({', '.join(endpoints)[:200]}); a witness asks"
+                " only the endpoints the origin signed"
+            )
+        if not endpoints:
+            raise MalformedRequest(f"challenge: obligation {o.digest[:12]}… lists no endpoint")
+        asked = origin_address or endpoints[0]
+        try:
+            address = self._resolve(asked)
+        except ValueError as exc:
+            raise MalformedRequest(f"challenge: endpoint {asked[:80]!r}: {exc}") from exc
         demand = build_demand(self.identity, o, now=now_ms)
         promised = o.statement.deadline_ms / 1000.0
-        address = self._resolve(origin_address) if origin_address else self._address(o)
         remaining = None if deadline is None else deadline - time.monotonic() - _MARGIN_S
         timeout = promised if remaining is None else max(0.001, min(promised, remaining))
         answered: Signed[Receipt] | None = None
@@ -701,6 +741,7 @@ class Holder:
                 outcome=WitnessOutcome.ANSWERED,
                 at=self.now_ms(),
                 receipt=receipt.digest,
+                address=asked,
             )
             signed = sign_statement(self.identity, report)
             return ChallengeResult(signed.to_bytes(), True, demand.to_bytes(), receipt_bytes)
@@ -722,8 +763,15 @@ class Holder:
             demand=demand.digest,
             outcome=WitnessOutcome.UNANSWERED,
             at=self.now_ms(),
+            address=asked,
         )
         signed = sign_statement(self.identity, report)
+        log.info(
+            "witness_reported_unanswered",
+            origin=o.statement.origin[:16],
+            address=asked,
+            obligation=o.digest[:16],
+        )
         return ChallengeResult(signed.to_bytes(), False, demand.to_bytes(), b"")
 
 

@@ -34,9 +34,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodes.home import Home, HomeError, check_node_name
+
+if TYPE_CHECKING:
+    from nodes.auth import ControlCredentials
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -121,6 +124,8 @@ class NodeSpec:
     host: str = LOOPBACK
     #: Address put in the node's obligations, when it differs from host:port.
     advertise: str | None = None
+    #: Operator public keys the node accepts control calls from (:mod:`nodes.auth`).
+    operator_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_node_name(self.name)
@@ -287,6 +292,8 @@ def node_argv(spec: NodeSpec) -> list[str]:
         argv += ["--evidence-dir", str(spec.evidence_dir)]
     if spec.fault:
         argv += ["--fault", spec.fault]
+    if spec.operator_keys:
+        argv += ["--operator-keys", ";".join(spec.operator_keys)]
     return argv
 
 
@@ -303,6 +310,8 @@ def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    # gRPC's C core writes plain-text lines to stderr; the node log is JSON lines only.
+    env.setdefault("GRPC_VERBOSITY", "NONE")
     return env
 
 
@@ -509,8 +518,22 @@ def peer_list(specs: Sequence[NodeSpec], name: str) -> tuple[str, ...]:
     return tuple(f"{s.name}={s.address}" for s in specs if s.name != name)
 
 
+def operator_key(home: Home) -> ControlCredentials:
+    """The cluster's operator key (``<home>/operator.key``), created on first use.
+
+    Every node the cluster starts accepts control calls signed with it; the
+    cluster tools, smoke test and boundary runner sign with it (through
+    :func:`nodes.auth.control_channel`).
+    """
+    from nodes.auth import OPERATOR_KEY_FILENAME, create_operator_key
+
+    home.ensure()
+    return create_operator_key(home.root / OPERATOR_KEY_FILENAME)
+
+
 def _specs(home: Home, names: Sequence[str]) -> list[NodeSpec]:
     ports = free_ports(len(names))
+    operator = operator_key(home).key_id
     base = [
         NodeSpec(
             name=n,
@@ -518,6 +541,7 @@ def _specs(home: Home, names: Sequence[str]) -> list[NodeSpec]:
             data_dir=home.data_dir(n),
             log_file=home.log_file(n),
             evidence_dir=home.evidence_dir / n,
+            operator_keys=(operator,),
         )
         for n, p in zip(names, ports, strict=True)
     ]
@@ -578,7 +602,8 @@ def cluster_up(
             if not isinstance(exc, ClusterError):
                 raise
             # Only a lost port race is worth another attempt with fresh ports.
-            if "failed to bind" not in str(exc).lower() or attempt == _START_ATTEMPTS:
+            lost = any(m in str(exc).lower() for m in ("failed to bind", "cannot listen on"))
+            if not lost or attempt == _START_ATTEMPTS:
                 raise
             say(f"a port was taken meanwhile; retrying with fresh ports (attempt {attempt + 1})")
             continue

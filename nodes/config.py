@@ -36,6 +36,8 @@ __all__ = [
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 DEFAULT_SERVE_FOR_MS = 3_600_000
 DEFAULT_DEADLINE_MS = 2_000
+DEFAULT_MAX_CONCURRENT_RPCS = 128
+DEFAULT_MAX_BULK_RPCS = 16
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -83,6 +85,11 @@ ENV_VARS: Mapping[str, str] = {
     "provenance_pending": "PROVNET_PROVENANCE_PENDING",
     "port_file": "PROVNET_PORT_FILE",
     "reap_interval_s": "PROVNET_REAP_INTERVAL_S",
+    "operator_keys": "PROVNET_OPERATOR_KEYS",
+    "operator_key_file": "PROVNET_OPERATOR_KEY_FILE",
+    "min_witnesses": "PROVNET_MIN_WITNESSES",
+    "max_concurrent_rpcs": "PROVNET_MAX_CONCURRENT_RPCS",
+    "max_bulk_rpcs": "PROVNET_MAX_BULK_RPCS",
 }
 
 
@@ -160,6 +167,20 @@ class NodeConfig:
     provenance_pending: bool = False
     port_file: Path | None = None
     reap_interval_s: float = 5.0
+    #: Public keys (64 hex) whose signed control calls this node accepts
+    #: (:mod:`nodes.auth`); none: every control call is refused.
+    operator_keys: tuple[str, ...] = ()
+    #: An operator key file whose public key is authorised too (read at start;
+    #: the same variable the clients sign with, e.g. on a shared Compose volume).
+    operator_key_file: Path | None = None
+    #: Witness confirmations an ``unanswered`` suspicion needs to be stored.
+    min_witnesses: int = 1
+    #: Calls in progress at once; beyond it a call is shed at once with
+    #: RESOURCE_EXHAUSTED, so admitted callers keep their latency.
+    max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS
+    #: Bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;
+    #: beyond it they are shed with RESOURCE_EXHAUSTED (0: no separate limit).
+    max_bulk_rpcs: int = DEFAULT_MAX_BULK_RPCS
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -176,6 +197,16 @@ class NodeConfig:
             raise ConfigError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
         if self.deadline_ms <= 0 or self.serve_for_ms <= 0:
             raise ConfigError("deadline_ms and serve_for_ms must be > 0")
+        for key in self.operator_keys:
+            if not _HEX64_RE.match(key):
+                raise ConfigError(
+                    f"operator_keys ({ENV_VARS['operator_keys']}): expected 64 hex chars"
+                    f" (an Ed25519 public key), got {key!r:.80}"
+                )
+        if self.max_concurrent_rpcs < 1:
+            raise ConfigError(f"max_concurrent_rpcs must be >= 1, got {self.max_concurrent_rpcs}")
+        if self.min_witnesses < 1:
+            raise ConfigError(f"min_witnesses must be >= 1, got {self.min_witnesses}")
         if self.reap_interval_s < 0:
             raise ConfigError(f"reap_interval_s must be >= 0 (0: off), got {self.reap_interval_s}")
         if self.log_level not in {"debug", "info", "warning", "error"}:
@@ -281,6 +312,9 @@ class NodeConfig:
             ("serve_for_ms", 1),
             ("deadline_ms", 1),
             ("reasks", 0),
+            ("min_witnesses", 1),
+            ("max_concurrent_rpcs", 1),
+            ("max_bulk_rpcs", 0),
         ):
             if key in raw:
                 kwargs[key] = _as_int(where(key), raw[key], minimum)
@@ -290,9 +324,22 @@ class NodeConfig:
                     kwargs[key] = float(str(raw[key]))
                 except ValueError:
                     raise ConfigError(f"{where(key)}: expected seconds, got {raw[key]!r}") from None
-        for key in ("evidence_dir", "port_file"):
+        for key in ("evidence_dir", "port_file", "operator_key_file"):
             if key in raw:
                 kwargs[key] = Path(str(raw[key]))
+        if "operator_keys" in raw:
+            value = raw["operator_keys"]
+            if isinstance(value, tuple):
+                kwargs["operator_keys"] = value
+            else:
+                keys = tuple(k for k in re.split(r"[;,\s]+", str(value).strip()) if k)
+                for key in keys:
+                    if not _HEX64_RE.match(key):
+                        raise ConfigError(
+                            f"{where('operator_keys')}: expected 64 hex chars per key,"
+                            f" got {key!r:.80}"
+                        )
+                kwargs["operator_keys"] = keys
         if "provenance_pending" in raw:
             kwargs["provenance_pending"] = _as_bool(
                 where("provenance_pending"), raw["provenance_pending"]

@@ -7,6 +7,7 @@
     ├── RequestTooLarge           over a node size bound                 RESOURCE_EXHAUSTED
     ├── UnknownValue              no held value with that ref            NOT_FOUND
     ├── UnknownPeer               peer name not configured               INVALID_ARGUMENT
+    ├── PromiseOutOfRange         a promise the node cannot keep         OUT_OF_RANGE
     ├── DemandPredatesRestart     dated below the replay floor found at  ABORTED
     │                             start: re-issue a fresh demand
     ├── PeerUnavailable           a peer this call depends on failed     UNAVAILABLE
@@ -55,6 +56,7 @@ __all__ = [
     "MissingHop",
     "NodeError",
     "PeerUnavailable",
+    "PromiseOutOfRange",
     "RequestTooLarge",
     "SignerMismatch",
     "StaleEpoch",
@@ -81,6 +83,12 @@ class MalformedRequest(NodeError):
 
 class RequestTooLarge(NodeError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class PromiseOutOfRange(NodeError):
+    """A commit asks for a deadline or lifetime outside the node's documented bounds."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
 
 
 class UnknownValue(NodeError):

@@ -38,11 +38,15 @@ no branch of its own on the mode.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, assert_never
+
+import structlog
 
 from contracts.heads import FoldProof, FoldRecord, build_head, verify_fold
 from contracts.identity import Identity
@@ -59,6 +63,9 @@ from contracts.statements import (
     RefusalReason,
 )
 from nodes.messages import Answer, select_hops
+
+# nodes.logging imports nodes.config, which imports this module: log through structlog.
+log = structlog.get_logger(module=__name__)
 
 if TYPE_CHECKING:  # the store (aiosqlite, grpc status codes) is not needed to name a mode
     from nodes.store import CompactionInput
@@ -121,8 +128,9 @@ class FaultAnswer:
 class Behaviour:
     """The honest behaviour at every point a fault can act; each fault overrides one."""
 
-    async def before_serving(self) -> None:
-        """Returns when (and if) the node should answer the call."""
+    async def before_serving(self, peer: Callable[[], str]) -> None:
+        """Returns when (and if) the node should answer the call (``peer()``: the
+        holder the call's first demand names, for the log)."""
 
     def after_commit(
         self,
@@ -359,14 +367,15 @@ class Slow(Behaviour):
 
     delay_ms: int
 
-    async def before_serving(self) -> None:
+    async def before_serving(self, peer: Callable[[], str]) -> None:
         await asyncio.sleep(self.delay_ms / 1000.0)
 
 
 class Drop(Behaviour):
     """``drop``: never answers; the caller's deadline cancels the call."""
 
-    async def before_serving(self) -> None:
+    async def before_serving(self, peer: Callable[[], str]) -> None:
+        log.info("demand_dropped", peer=peer(), fault="drop")
         await asyncio.Event().wait()
 
 
@@ -376,7 +385,11 @@ class Crash(Behaviour):
 
     crash: Callable[[], None]
 
-    async def before_serving(self) -> None:
+    async def before_serving(self, peer: Callable[[], str]) -> None:
+        log.warning("crash_fault", peer=peer(), fault="crash", exit_code=CRASH_EXIT_CODE)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()  # the log line, not node state: a crash still skips cleanup
         self.crash()
         # An injected crash hook that returns: behave as a dead peer would.
         await asyncio.Event().wait()

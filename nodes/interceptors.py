@@ -11,6 +11,7 @@ anything else is a bug and becomes INTERNAL with the id to find it in the log.
 
 from __future__ import annotations
 
+import inspect
 import re
 import time
 import uuid
@@ -20,10 +21,24 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import structlog
 
-from nodes.errors import status_for
+from nodes.auth import ControlAuth
+from nodes.errors import RequestTooLarge, status_for
 from nodes.logging import get_logger
 
-__all__ = ["REQUEST_ID_KEY", "RequestContextInterceptor"]
+__all__ = ["BULK_METHODS", "REQUEST_ID_KEY", "RequestContextInterceptor"]
+
+#: Calls that carry or produce bulk work; shed first under overload.
+BULK_METHODS = frozenset(
+    {
+        "/provnet.v1.Deliver/Deliver",
+        "/provnet.v1.Deliver/Rehydrate",
+        "/provnet.v1.Deliver/Forward",
+        "/provnet.v1.HopLog/Append",
+        "/provnet.v1.HopLog/CommitFold",
+        "/provnet.v1.HopLog/CommitCompaction",
+        "/provnet.v1.Attest/Submit",
+    }
+)
 
 REQUEST_ID_KEY = "x-request-id"
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -60,8 +75,19 @@ class RequestContextInterceptor(_ServerInterceptor):
     is reading the request id from the call's metadata and binding it.
     """
 
-    def __init__(self, counters: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        counters: Callable[[str], None] | None = None,
+        auth: ControlAuth | None = None,
+        bulk_limit: int = 0,
+    ) -> None:
         self._count = counters
+        self._auth = auth
+        # Load shedding: at most ``bulk_limit`` bulk calls (deliveries, appends,
+        # commits, rehydrations, forwards, attestations) at once; more are
+        # RESOURCE_EXHAUSTED at once, so demands keep their latency.
+        self._bulk_limit = bulk_limit
+        self.bulk_in_flight = 0
         self._wrapped: dict[str, Any] = {}
 
     async def intercept_service(
@@ -86,6 +112,25 @@ class RequestContextInterceptor(_ServerInterceptor):
 
     def _wrap(self, rpc: str, handler: Any) -> Any:
         count = self._count
+        auth = self._auth
+        inner_deserialize: Any = handler.request_deserializer
+
+        def keep_raw(raw: bytes) -> Any:
+            # Keep the exact bytes received: the control signature covers them.
+            return (raw, inner_deserialize(raw) if inner_deserialize else raw)
+
+        deserialize: Any = keep_raw if auth is not None else inner_deserialize
+
+        def admit(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            """Verify the control signature (if this server checks them); the parsed request."""
+            if auth is None:
+                return request
+            raw, parsed = request
+            ControlAuth.bind(auth.check(rpc, raw, context.invocation_metadata()))
+            return parsed
+
+        bulk = self._bulk_limit > 0 and rpc in BULK_METHODS
+
         if handler.unary_unary is not None:
             inner_uu: Any = handler.unary_unary
 
@@ -96,18 +141,54 @@ class RequestContextInterceptor(_ServerInterceptor):
                     context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                     if count is not None:
                         count(rpc)
+                    admitted = False
                     try:
-                        return await inner_uu(request, context)
+                        if bulk:
+                            if self.bulk_in_flight >= self._bulk_limit:
+                                raise RequestTooLarge(
+                                    f"{rpc}: {self._bulk_limit} bulk calls in progress;"
+                                    " shed, try again shortly"
+                                )
+                            self.bulk_in_flight += 1
+                            admitted = True
+                        return await inner_uu(admit(request, context), context)
                     except Exception as exc:
                         if isinstance(exc, grpc.aio.AbortError):
                             raise
                         await _abort_for(exc, context, rpc)
                     finally:
+                        if admitted:
+                            self.bulk_in_flight -= 1
                         log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserialize,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None and not inspect.isasyncgenfunction(
+            handler.unary_stream
+        ):
+            # A streaming handler that writes with ``context.write`` (health Watch).
+            inner_uw: Any = handler.unary_stream
+
+            async def unary_write(
+                request: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> None:
+                request_id = _request_id(context.invocation_metadata())
+                with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
+                    if count is not None:
+                        count(rpc)
+                    try:
+                        await inner_uw(admit(request, context), context)
+                    except Exception as exc:
+                        if isinstance(exc, grpc.aio.AbortError):
+                            raise
+                        await _abort_for(exc, context, rpc)
+
+            return grpc.unary_stream_rpc_method_handler(
+                unary_write,
+                request_deserializer=deserialize,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
@@ -122,7 +203,7 @@ class RequestContextInterceptor(_ServerInterceptor):
                     if count is not None:
                         count(rpc)
                     try:
-                        async for item in inner_us(request, context):
+                        async for item in inner_us(admit(request, context), context):
                             yield item
                     except Exception as exc:
                         if isinstance(exc, grpc.aio.AbortError):
@@ -131,7 +212,7 @@ class RequestContextInterceptor(_ServerInterceptor):
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserialize,
                 response_serializer=handler.response_serializer,
             )
         return handler

@@ -45,6 +45,25 @@ def configure_logging(fmt: LogFormat = LogFormat.AUTO, level: str = "info", **bi
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+    # Anything logged through the standard library (asyncio, grpc's Python
+    # side) is rendered by the same renderer: a JSON log holds only JSON lines.
+    handler = _stdlib_logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                renderer,
+            ],
+            foreign_pre_chain=[
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+            ],
+        )
+    )
+    root = _stdlib_logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(_LEVELS.get(level, 20))
     structlog.contextvars.clear_contextvars()
     if bind:
         structlog.contextvars.bind_contextvars(**bind)

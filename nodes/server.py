@@ -16,25 +16,80 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import _async as health_aio
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import _async as reflection_aio
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from nodes.auth import ControlAuth
 from nodes.interceptors import RequestContextInterceptor
 from nodes.logging import get_logger
 from nodes.servicers import SERVICE_NAMES, add_services
 from nodes.services import NodeCore
 
-__all__ = ["SERVICE_NAMES", "NodeServer", "build_server", "server_options"]
+__all__ = [
+    "HEALTH_SERVICE",
+    "REFLECTION_V1",
+    "REFLECTION_V1ALPHA",
+    "SERVICE_NAMES",
+    "HealthServicer",
+    "NodeServer",
+    "build_server",
+    "server_options",
+]
+
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+REFLECTION_V1ALPHA = reflection.SERVICE_NAME
+#: The v1 reflection service is the v1alpha one renamed (same messages, same
+#: field numbers), so the v1alpha servicer answers it byte for byte.
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 
 log = get_logger(__name__)
+
+
+#: HTTP/2 streams one connection may have open at once: a client's further
+#: calls wait on its side, so the node never buffers more than this many
+#: in-flight request bodies per connection.
+MAX_STREAMS_PER_CONNECTION = 64
 
 
 def server_options(max_message_bytes: int) -> list[tuple[str, Any]]:
     return [
         ("grpc.so_reuseport", 0),
+        ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
     ]
+
+
+class HealthServicer(health_aio.HealthServicer):  # type: ignore[misc]
+    """grpc.aio health (Check, Watch) plus ``List``, which the aio servicer lacks."""
+
+    async def List(
+        self, request: health_pb2.HealthListRequest, context: Any
+    ) -> health_pb2.HealthListResponse:
+        statuses = dict(self._server_status)
+        return health_pb2.HealthListResponse(
+            statuses={
+                name: health_pb2.HealthCheckResponse(status=status)
+                for name, status in statuses.items()
+            }
+        )
+
+
+def _add_reflection(names: tuple[str, ...], server: grpc.aio.Server) -> None:
+    servicer = reflection_aio.ReflectionServicer(names)
+    for service in (REFLECTION_V1ALPHA, REFLECTION_V1):
+        handler = grpc.method_handlers_generic_handler(
+            service,
+            {
+                "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+                    servicer.ServerReflectionInfo,
+                    request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+                    response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+                )
+            },
+        )
+        server.add_generic_rpc_handlers((handler,))
 
 
 @dataclass(slots=True)
@@ -42,7 +97,7 @@ class NodeServer:
     """A built (not yet started) node server; ``port`` is known after ``start``."""
 
     server: grpc.aio.Server
-    health: health_aio.HealthServicer
+    health: HealthServicer
     core: NodeCore
     listen: str
     port: int = 0
@@ -72,14 +127,18 @@ class NodeServer:
 
 
 def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeServer:
+    auth = ControlAuth(core.config.operator_keys, node_name=core.config.name, clock=core.clock)
     server = grpc.aio.server(
-        interceptors=[RequestContextInterceptor(core.count_rpc)],
+        interceptors=[
+            RequestContextInterceptor(core.count_rpc, auth, core.config.max_bulk_rpcs)
+        ],
         options=server_options(max_message_bytes),
+        maximum_concurrent_rpcs=core.config.max_concurrent_rpcs,
     )
     add_services(core, server)
-    health_servicer = health_aio.HealthServicer()
+    health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    _add_reflection(
+        (*SERVICE_NAMES, HEALTH_SERVICE, REFLECTION_V1ALPHA, REFLECTION_V1), server
     )
     return NodeServer(server=server, health=health_servicer, core=core, listen=listen)

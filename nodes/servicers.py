@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from nodes import wire
+from nodes import auth, wire
 from nodes._pb.provnet.v1 import (
     attest_pb2,
     attest_pb2_grpc,
@@ -44,6 +44,27 @@ _Context = grpc.aio.ServicerContext[Any, Any]
 def _deadline(context: _Context) -> float | None:
     remaining = context.time_remaining()
     return None if remaining is None else time.monotonic() + float(remaining)
+
+
+def _authorised_sender(core: NodeCore, sender: str) -> str:
+    """The sender a delivery receipt may name: the call's signer, or anyone for an operator.
+
+    The interceptor has verified the call's signature (:mod:`nodes.auth`); a
+    node may deliver as itself only, so a receipt never names a node that did
+    not sign the call. An operator key may name any sender (or none: the
+    value's origin).
+    """
+    signer = auth.caller()
+    if signer is None:
+        raise auth.NotAuthenticated("Deliver: the call is not signed")
+    if signer in core.config.operator_keys:
+        return sender
+    if sender and sender != signer:
+        raise auth.PermissionDenied(
+            f"Deliver: sender {sender[:16]}… is not the key that signed the call"
+            f" ({signer[:16]}…); a node delivers only as itself"
+        )
+    return signer
 
 
 class HopLog(hoplog_pb2_grpc.HopLogServicer):
@@ -114,7 +135,8 @@ class Deliver(deliver_pb2_grpc.DeliverServicer):
     ) -> deliver_pb2.DeliverResponse:
         if not request.HasField("value"):
             raise MalformedRequest("deliver: no value given")
-        receipt = await self.core.deliver(wire.delivery_from_pb(request.value, request.sender))
+        sender = _authorised_sender(self.core, request.sender)
+        receipt = await self.core.deliver(wire.delivery_from_pb(request.value, sender))
         return wire.deliver_response(receipt)
 
     async def Rehydrate(

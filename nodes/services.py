@@ -46,8 +46,15 @@ from typing import Any, TypeVar
 from contracts._fields import is_digest
 from contracts.canonical import parse_json_object, sha256_hex
 from contracts.envelope import Envelope
-from contracts.errors import ContractError, EncodingError, Expired, ReplayedNonce
-from contracts.evidence import equivocation_evidence, split_view_evidence
+from contracts.errors import ContractError, EncodingError, Expired, NotEvidence, ReplayedNonce
+from contracts.evidence import (
+    EvidenceLevel,
+    EvidenceStatus,
+    equivocation_evidence,
+    split_view_evidence,
+    verify_clearing,
+    verify_evidence,
+)
 from contracts.heads import (
     FoldInput,
     FoldProof,
@@ -79,11 +86,13 @@ from contracts.statements import (
     Statement,
 )
 from nodes import store as st
-from nodes.client import HeldFold, Holder, verify_evidence_file
+from nodes.client import HeldFold, Holder
 from nodes.config import NodeConfig
 from nodes.errors import (
     DemandPredatesRestart,
     MalformedRequest,
+    PeerUnavailable,
+    PromiseOutOfRange,
     RequestTooLarge,
     UnknownCommitment,
     UnknownPeer,
@@ -106,9 +115,22 @@ from nodes.transport import CallFailed, Transport
 
 __all__ = [
     "DEMAND_WINDOW_S",
+    "FUTURE_NONCES_FILENAME",
     "MAX_APPEND_HOPS",
+    "MAX_ATTESTATIONS",
+    "MAX_ATTESTATIONS_PER_ATTESTER",
+    "MAX_ATTESTATION_BYTES",
+    "MAX_DEADLINE_MS",
     "MAX_DEMANDS_PER_CALL",
     "MAX_FOLD_HOPS",
+    "MAX_FUTURE_NONCES",
+    "MAX_FUTURE_NONCES_PER_HOLDER",
+    "MAX_HELD_BYTES",
+    "MAX_HELD_VALUES",
+    "MAX_NONCES",
+    "MAX_SERVE_FOR_MS",
+    "MIN_DEADLINE_MS",
+    "MIN_SERVE_FOR_MS",
     "REPLAY_FLOOR_FILENAME",
     "REPLAY_FLOOR_LEASE_MS",
     "CommittedFold",
@@ -118,9 +140,34 @@ __all__ = [
 
 log = get_logger(__name__)
 
-#: A demand is accepted only if its ``time`` is this close to now; its nonce
-#: is remembered at least this long, so a replay is always caught.
-DEMAND_WINDOW_S = 60.0
+#: A demand is accepted only if its ``time`` is this close to now (the
+#: documented clock skew, both ways); its nonce is remembered at least this
+#: long, so a replay is always caught.
+DEMAND_WINDOW_S = 30.0
+#: A demand dated more than this ahead of the node's clock does not move the
+#: replay floor: its nonce is kept durably instead (``FUTURE_NONCES_FILENAME``),
+#: so no caller can push the floor ahead and make a restarted node refuse.
+FUTURE_SLACK_MS = 500
+FUTURE_NONCES_FILENAME = "future_nonces"
+#: Future-dated demands remembered durably at once: all, and per holder.
+MAX_FUTURE_NONCES = 4096
+MAX_FUTURE_NONCES_PER_HOLDER = 64
+#: Promises this node signs (``CommitFold``): deadline and lifetime bounds.
+MIN_DEADLINE_MS = 50
+MAX_DEADLINE_MS = 60_000
+MIN_SERVE_FOR_MS = 1
+MAX_SERVE_FOR_MS = 30 * 24 * 3_600_000
+#: Sequence numbers are SQLite integers.
+MAX_SEQ = 2**63 - 1
+#: Held (delivered) values kept in memory: count and bytes; oldest evicted.
+MAX_HELD_VALUES = 4096
+MAX_HELD_BYTES = 256 * 1024 * 1024
+#: Attestations kept: per attester key, in all, and the largest envelope.
+MAX_ATTESTATIONS_PER_ATTESTER = 1024
+MAX_ATTESTATIONS = 100_000
+MAX_ATTESTATION_BYTES = 64 * 1024
+#: Demand nonces remembered at once (each for twice the window).
+MAX_NONCES = 200_000
 #: How far above the latest accepted demand the durable replay floor is set.
 REPLAY_FLOOR_LEASE_MS = 1_000
 REPLAY_FLOOR_FILENAME = "replay_floor"
@@ -167,6 +214,41 @@ def _write_floor(path: Path, floor_ms: int) -> None:
         os.close(dir_fd)
 
 
+def _read_future_nonces(path: Path, now_ms: int) -> dict[tuple[str, str], int]:
+    """Nonces of future-dated demands a previous run accepted, still inside the window."""
+    try:
+        text = path.read_text(encoding="ascii")
+    except FileNotFoundError:
+        return {}
+    live: dict[tuple[str, str], int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 3 or not parts[2].isdigit():
+            continue  # a torn last line: its demand was never answered
+        forget_at = int(parts[2]) + _ms(DEMAND_WINDOW_S)
+        if forget_at > now_ms:
+            live[(parts[0], parts[1])] = forget_at
+    return live
+
+
+def _rewrite_future_nonces(path: Path, live: dict[tuple[str, str], int]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="ascii") as fh:
+        for (holder, nonce), forget_at in live.items():
+            fh.write(f"{holder} {nonce} {forget_at - _ms(DEMAND_WINDOW_S)}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _append_future_nonces(path: Path, entries: Sequence[tuple[str, str, int]]) -> None:
+    with open(path, "a", encoding="ascii") as fh:
+        for holder, nonce, time_ms in entries:
+            fh.write(f"{holder} {nonce} {time_ms}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 @dataclass(frozen=True, slots=True)
 class HeldValue:
     """A compacted value this node holds, as delivered (statements verbatim)."""
@@ -200,6 +282,21 @@ def _held_fold(fold: VerifiedFold, proof: bytes, head: bytes) -> HeldFold:
 def _envelope_digest(data: bytes) -> str:
     """Digest of an envelope as sent (the digest statements name it by)."""
     return Envelope.from_bytes(data).digest
+
+
+def _held_size(value: HeldValue) -> int:
+    d = value.delivery
+    return len(d.value) + sum(map(len, d.commitments)) + sum(map(len, d.obligations))
+
+
+def _claimed_holder(demands: Sequence[bytes]) -> str:
+    """The holder the first demand names (unverified: for a log line only)."""
+    try:
+        payload = Envelope.from_bytes(demands[0]).payload
+        holder = parse_json_object(payload, what="demand").get("holder")
+    except (ContractError, ValueError, IndexError):
+        return ""
+    return holder if isinstance(holder, str) else ""
 
 
 def _check_value_ref(value_ref: str) -> None:
@@ -254,6 +351,11 @@ class NodeCore:
         self._floor_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
         self.floor_writes = 0
+        # Future-dated demands accepted (this run and runs before): durable nonces.
+        self._future_path = config.data_dir / FUTURE_NONCES_FILENAME
+        self._future: dict[tuple[str, str], int] = {}
+        self._held_bytes = 0
+        self._suspects: set[str] | None = None  # origins with stored suspicions (lazy)
         # Signed tree heads: this origin's log of heads for the current epoch
         # (rebuilt from the store when missing), the heads this node verified
         # as a receiver (each signature checked once), and the heads each peer
@@ -279,8 +381,17 @@ class NodeCore:
         core = cls(
             config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
         )
+        core._load_future_nonces()
         await core._outwait_restart_floor()
         return core
+
+    def _load_future_nonces(self) -> None:
+        live = _read_future_nonces(self._future_path, self.now_ms())
+        if live or self._future_path.exists():
+            _rewrite_future_nonces(self._future_path, live)
+        self._future = dict(live)
+        for key, forget_at in sorted(live.items(), key=lambda kv: kv[1]):
+            self._nonces[key] = forget_at
 
     async def _outwait_restart_floor(self) -> None:
         """Start serving only once the floor a previous run left is in the past.
@@ -293,7 +404,7 @@ class NodeCore:
         clock went back, and demands below it stay refused) makes every demand
         dated after the start acceptable.
         """
-        give_up = time.monotonic() + REPLAY_FLOOR_LEASE_MS / 1000 + 0.25
+        give_up = time.monotonic() + (REPLAY_FLOOR_LEASE_MS + FUTURE_SLACK_MS) / 1000 + 0.25
         while self._restart_floor_ms > _ms(self.clock()) and time.monotonic() < give_up:
             ahead_s = (self._restart_floor_ms - _ms(self.clock())) / 1000
             await asyncio.sleep(min(0.05, max(0.001, ahead_s)))
@@ -381,10 +492,14 @@ class NodeCore:
             fields = parse_json_object(raw, what=f"hop {i}", max_bytes=MAX_HOP_BYTES)
             if seqs:
                 seq = int(seqs[i])
+                if not 0 <= seq <= MAX_SEQ:
+                    raise MalformedRequest(f"append: seq {seq} of hop {i} is outside 0..2^63-1")
             else:
                 step = fields.get("step")
-                if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-                    raise MalformedRequest(f"append: hop {i} has no seq and no integer 'step'")
+                if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_SEQ:
+                    raise MalformedRequest(
+                        f"append: hop {i} has no seq and no integer 'step' in 0..2^63-1"
+                    )
                 seq = step
             try:
                 data = hop_bytes(fields, self.node_id, epoch)
@@ -417,6 +532,10 @@ class NodeCore:
             raise RequestTooLarge(f"commit {value_ref}: {len(seqs)} hops exceeds {MAX_FOLD_HOPS}")
         if len(set(seqs)) != len(seqs):
             raise MalformedRequest(f"commit {value_ref}: a seq appears twice")
+        bad = next((q for q in seqs if not 0 <= int(q) <= MAX_SEQ), None)
+        if bad is not None:
+            raise MalformedRequest(f"commit {value_ref}: seq {bad} is outside 0..2^63-1")
+        self._check_promise(value_ref, serve_for_ms, deadline_ms)
         epoch = self.store.epoch
         stored = await self.store.hops(epoch, seqs)
         inputs: list[st.HopInput] = []
@@ -429,6 +548,20 @@ class NodeCore:
             inputs.append(st.HopInput(seq=int(seq), hop_bytes=data))
         async with self._commit_lock:  # fold_seq is next-free per value ref
             return await self._commit(epoch, value_ref, inputs, serve_for_ms, deadline_ms, value)
+
+    def _check_promise(self, value_ref: str, serve_for_ms: int, deadline_ms: int) -> None:
+        """Sign only promises this node can keep (0 = this node's configured default)."""
+        if deadline_ms and not MIN_DEADLINE_MS <= deadline_ms <= MAX_DEADLINE_MS:
+            raise PromiseOutOfRange(
+                f"commit {value_ref}: deadline_ms {deadline_ms} is outside"
+                f" {MIN_DEADLINE_MS}..{MAX_DEADLINE_MS}: this node does not promise to answer"
+                " that fast or that slowly"
+            )
+        if serve_for_ms and not MIN_SERVE_FOR_MS <= serve_for_ms <= MAX_SERVE_FOR_MS:
+            raise PromiseOutOfRange(
+                f"commit {value_ref}: serve_for_ms {serve_for_ms} is outside"
+                f" {MIN_SERVE_FOR_MS}..{MAX_SERVE_FOR_MS} (30 days)"
+            )
 
     async def _commit(
         self,
@@ -509,9 +642,12 @@ class NodeCore:
             delivery = Delivery(
                 value_ref, value, (result.commitment,), (result.obligation,), self.node_id
             )
-            self._held[value_ref] = HeldValue(
-                delivery,
-                (HeldFold(commitment, obligation, result.commitment, result.obligation),),
+            self._hold(
+                value_ref,
+                HeldValue(
+                    delivery,
+                    (HeldFold(commitment, obligation, result.commitment, result.obligation),),
+                ),
             )
         log.info(
             "fold_committed",
@@ -545,6 +681,7 @@ class NodeCore:
             )
         if len({ref for ref, _, _ in folds}) != len(folds):
             raise MalformedRequest("commit compaction: a value_ref appears twice")
+        self._check_promise("compaction", serve_for_ms, deadline_ms)
         epoch = self.store.epoch
         wanted: list[tuple[str, list[st.HopInput], bytes]] = []
         for value_ref, seqs, value in folds:
@@ -553,6 +690,9 @@ class NodeCore:
                 raise MalformedRequest(
                     f"commit {value_ref}: 1..{MAX_FOLD_HOPS} distinct seqs, got {len(seqs)}"
                 )
+            bad = next((q for q in seqs if not 0 <= int(q) <= MAX_SEQ), None)
+            if bad is not None:
+                raise MalformedRequest(f"commit {value_ref}: seq {bad} is outside 0..2^63-1")
             stored = await self.store.hops(epoch, seqs)
             inputs: list[st.HopInput] = []
             for seq in seqs:
@@ -649,9 +789,12 @@ class NodeCore:
         for (ref, _, value), fold in zip(wanted, signed.folds, strict=True):
             if value:
                 verified = verify_fold(proofs[ref], head)
-                self._held[ref] = HeldValue(
-                    Delivery(ref, value, (), (), self.node_id, (fold.proof,), (out.head,)),
-                    (_held_fold(verified, fold.proof, out.head),),
+                self._hold(
+                    ref,
+                    HeldValue(
+                        Delivery(ref, value, (), (), self.node_id, (fold.proof,), (out.head,)),
+                        (_held_fold(verified, fold.proof, out.head),),
+                    ),
                 )
         log.info(
             "compaction_committed",
@@ -744,7 +887,7 @@ class NodeCore:
 
     async def answer_demands(self, demands: Sequence[bytes]) -> list[Answer]:
         """Answer every demand of one call (see module docstring for the order)."""
-        await self.behaviour.before_serving()
+        await self.behaviour.before_serving(lambda: _claimed_holder(demands))
         if not demands:
             raise MalformedRequest("demand: no demands given")
         if len(demands) > MAX_DEMANDS_PER_CALL:
@@ -791,20 +934,61 @@ class NodeCore:
                     f"demand {demand.digest[:12]}… is dated {d.time} ms, before this node's"
                     f" restart floor {self._restart_floor_ms} ms; issue a fresh demand"
                 )
+        if len(self._nonces) + len(demands) > MAX_NONCES:
+            raise RequestTooLarge(
+                f"demand: {len(self._nonces)} demand nonces remembered (cap {MAX_NONCES});"
+                " try again shortly"
+            )
+        ahead = now_ms + FUTURE_SLACK_MS
+        future = [d for d in demands if d.statement.time > ahead]
+        present = [d for d in demands if d.statement.time <= ahead]
+        if future:
+            self._check_future_caps(future, now_ms)
         # Claim the nonces before the first await, so a concurrent call with the
-        # same nonce sees it; give them back if the floor cannot be made durable.
+        # same nonce sees it; give them back if they cannot be made durable.
         forget_at = now_ms + _ms(DEMAND_WINDOW_S * 2)
         keys = [(d.statement.holder, d.statement.nonce) for d in demands]
         for key in keys:
             self._nonces[key] = forget_at
-        latest = max(d.statement.time for d in demands)
-        if latest >= self._floor_ms:
-            try:
-                await self._raise_floor(max(latest, now_ms) + REPLAY_FLOOR_LEASE_MS)
-            except BaseException:
-                for key in keys:
-                    self._nonces.pop(key, None)
-                raise
+        try:
+            if future:
+                # Dated ahead of our clock: remembered durably one by one, so the
+                # floor never runs ahead of the clock by more than its lease.
+                entries = [
+                    (d.statement.holder, d.statement.nonce, d.statement.time) for d in future
+                ]
+                await asyncio.to_thread(_append_future_nonces, self._future_path, entries)
+                for holder, nonce, time_ms in entries:
+                    self._future[(holder, nonce)] = time_ms + _ms(DEMAND_WINDOW_S)
+            if present:
+                latest = max(d.statement.time for d in present)
+                if latest >= self._floor_ms:
+                    await self._raise_floor(max(latest, now_ms) + REPLAY_FLOOR_LEASE_MS)
+        except BaseException:
+            for key in keys:
+                self._nonces.pop(key, None)
+                self._future.pop(key, None)
+            raise
+
+    def _check_future_caps(self, future: Sequence[Signed[Demand]], now_ms: int) -> None:
+        for key in [k for k, t in self._future.items() if t <= now_ms]:
+            del self._future[key]
+        if len(self._future) + len(future) > MAX_FUTURE_NONCES:
+            raise RequestTooLarge(
+                f"demand dated ahead of this node's clock: {len(self._future)} such demands"
+                f" remembered (cap {MAX_FUTURE_NONCES}); check the holder's clock"
+            )
+        per: dict[str, int] = {}
+        for holder, _ in self._future:
+            per[holder] = per.get(holder, 0) + 1
+        for d in future:
+            h = d.statement.holder
+            per[h] = per.get(h, 0) + 1
+            if per[h] > MAX_FUTURE_NONCES_PER_HOLDER:
+                raise RequestTooLarge(
+                    f"demand dated ahead of this node's clock: holder {h[:16]}… has"
+                    f" {MAX_FUTURE_NONCES_PER_HOLDER} such demands pending; check its clock"
+                )
 
     async def _raise_floor(self, floor_ms: int) -> None:
         async with self._floor_lock:
@@ -839,6 +1023,13 @@ class NodeCore:
         )
         if faulty is not None:
             self.bump(st.CounterName.SERVES if faulty.served else st.CounterName.REFUSALS)
+            log.info(
+                "demand_served" if faulty.served else "demand_not_served",
+                peer=d.holder,
+                demand=demand.digest[:16],
+                commitment=commitment.digest[:16],
+                fault=str(self.fault.mode),
+            )
             return faulty.answer
         leaves = await resolve()
         signed = answer_demand(
@@ -853,10 +1044,19 @@ class NodeCore:
         if signed.statement.status is ReceiptStatus.SERVED and leaves is not None:
             served_hops = select_hops(leaves, d.leaves)
             self.bump(st.CounterName.SERVES)
+            log.info(
+                "demand_served",
+                peer=d.holder,
+                demand=demand.digest[:16],
+                commitment=commitment.digest[:16],
+                hops=len(served_hops),
+            )
         else:
             self.bump(st.CounterName.REFUSALS)
             log.info(
                 "demand_not_served",
+                peer=d.holder,
+                demand=demand.digest[:16],
                 commitment=commitment.digest[:16],
                 status=str(signed.statement.status),
                 reason=str(signed.statement.reason),
@@ -1002,17 +1202,20 @@ class NodeCore:
             ),
             *head_folds,
         )
-        self._held[delivery.value_ref] = HeldValue(
-            Delivery(
-                delivery.value_ref,
-                delivery.value,
-                delivery.commitments,
-                delivery.obligations,
-                sender,
-                delivery.fold_proofs,
-                tuple(dict.fromkeys(f.obligation_bytes for f in head_folds)),
+        self._hold(
+            delivery.value_ref,
+            HeldValue(
+                Delivery(
+                    delivery.value_ref,
+                    delivery.value,
+                    delivery.commitments,
+                    delivery.obligations,
+                    sender,
+                    delivery.fold_proofs,
+                    tuple(dict.fromkeys(f.obligation_bytes for f in head_folds)),
+                ),
+                folds,
             ),
-            folds,
         )
         # For a head-form fold the obligation digest is the head digest: the
         # signed receipt acknowledges every head this node now holds verified.
@@ -1121,6 +1324,22 @@ class NodeCore:
             )
             return
 
+    def _hold(self, value_ref: str, value: HeldValue) -> None:
+        """Keep a held value; the oldest are evicted beyond MAX_HELD_VALUES/BYTES."""
+        old = self._held.pop(value_ref, None)
+        if old is not None:
+            self._held_bytes -= _held_size(old)
+        self._held[value_ref] = value
+        self._held_bytes += _held_size(value)
+        while len(self._held) > 1 and (
+            len(self._held) > MAX_HELD_VALUES or self._held_bytes > MAX_HELD_BYTES
+        ):
+            ref = next(iter(self._held))
+            evicted = self._held.pop(ref)
+            self._held_bytes -= _held_size(evicted)
+            self.bump("held_evicted")
+            log.info("held_value_evicted", value_ref=ref, peer=evicted.delivery.sender)
+
     def held(self, value_ref: str) -> HeldValue:
         value = self._held.get(value_ref)
         if value is None:
@@ -1144,9 +1363,13 @@ class NodeCore:
             held.delivery.fold_proofs,
             held.delivery.heads,
         )
-        data, receipt, _ = await self.send(
-            address, outgoing, timeout, signer=self.config.pinned_key(peer)
-        )
+        try:
+            data, receipt, _ = await self.send(
+                address, outgoing, timeout, signer=self.config.pinned_key(peer)
+            )
+        except CallFailed as exc:
+            # The peer's failure, not ours: never INTERNAL.
+            raise PeerUnavailable(f"forward {value_ref}: peer {peer}: {exc}") from exc
         r = receipt.statement
         if (
             r.sender != self.node_id
@@ -1215,6 +1438,8 @@ class NodeCore:
                 reasks=self.config.reasks,
                 resolve_address=self._resolve_peer,
                 on_evidence=self.keep_evidence,
+                on_receipt=self.clear_suspicions,
+                min_witnesses=self.config.min_witnesses,
             )
         return self._holder
 
@@ -1223,6 +1448,9 @@ class NodeCore:
 
     async def keep_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
         """Store an evidence record (and where its file is) in the node's log."""
+        if self._suspects is not None and kind == "unanswered":
+            self._suspects.add(accused)
+        log.info("evidence_recorded", peer=accused, kind=kind, path=path or None)
         await self.store.add_evidence(
             digest=sha256_hex(body),
             kind=kind,
@@ -1264,9 +1492,18 @@ class NodeCore:
     # ----------------------------------------------------------------- attest, evidence
 
     async def submit_attestation(self, data: bytes) -> str:
+        if len(data) > MAX_ATTESTATION_BYTES:
+            raise RequestTooLarge(f"attestation: {len(data)} bytes exceeds {MAX_ATTESTATION_BYTES}")
         attestation = open_statement(data, Attestation)
         a = attestation.statement
         now_ms = self.now_ms()
+        if await self.store.attestation_count(a.attester) >= MAX_ATTESTATIONS_PER_ATTESTER:
+            raise RequestTooLarge(
+                f"attestation: attester {a.attester[:16]}… already has"
+                f" {MAX_ATTESTATIONS_PER_ATTESTER} attestations kept here"
+            )
+        if await self.store.attestation_count() >= MAX_ATTESTATIONS:
+            raise RequestTooLarge(f"attestation: {MAX_ATTESTATIONS} attestations kept here")
         if now_ms >= a.expires_at:
             raise Expired(
                 f"attestation {attestation.digest[:12]}… expired at {a.expires_at} ms"
@@ -1286,10 +1523,68 @@ class NodeCore:
         return await self.store.attestations_for(value_digest, now_ms=self.now_ms())
 
     async def report_evidence(self, data: bytes) -> tuple[str, str, str]:
-        """Accept evidence only if it verifies with the accused origin's own key."""
-        kind, accused = verify_evidence_file(data, now_ms=self.now_ms())
+        """Accept evidence only if it verifies with the accused origin's own key.
+
+        A suspicion (``unanswered``) is accepted only with the witness
+        confirmations this node's policy requires (``min_witnesses``).
+        """
+        verdict = verify_evidence(data, now=self.now_ms(), min_witnesses=self.config.min_witnesses)
+        if not verdict.accuses:
+            raise NotEvidence(
+                f"evidence against {verdict.accused[:16]}… was cleared: {verdict.reason}"
+            )
+        if verdict.level is EvidenceLevel.SUSPICION and (
+            verdict.status is not EvidenceStatus.WITNESS_CONFIRMED
+        ):
+            raise NotEvidence(
+                f"unanswered suspicion against {verdict.accused[:16]}… has"
+                f" {len(verdict.witnesses)} of {self.config.min_witnesses} witness"
+                " confirmation(s) this node requires; not stored"
+            )
+        kind, accused = verdict.kind.value, verdict.accused
         digest = sha256_hex(data)
         await self.store.add_evidence(
             digest=digest, kind=kind, accused=accused, body=data, now_ms=self.now_ms()
         )
+        if self._suspects is not None and kind == "unanswered":
+            self._suspects.add(accused)
+        log.info("evidence_reported", peer=accused, kind=kind, digest=digest[:16])
         return kind, accused, digest
+
+    async def clear_suspicions(self, origin: str, receipt: bytes) -> int:
+        """Mark stored suspicions against ``origin`` cleared by a later receipt of it.
+
+        Each stored ``unanswered`` record is checked with
+        :func:`contracts.evidence.verify_clearing` (same obligation, receipt
+        signed by the origin, issued at or after the suspected demand); the
+        receipt is kept beside it (and beside its file), so a third party can
+        check the clearing with ``provnet evidence verify FILE --cleared-by``.
+        """
+        if self._suspects is None:
+            self._suspects = {r.accused for r in await self.store.evidence(kind="unanswered")}
+        if origin not in self._suspects:
+            return 0  # the hot path: nothing suspected of this origin
+        cleared = 0
+        records = await self.store.uncleared_suspicions(origin)
+        if not records:
+            self._suspects.discard(origin)
+        for record in records:
+            try:
+                verify_clearing(record.body, receipt, now=self.now_ms() + 3_600_000)
+            except (ContractError, ValueError):
+                continue
+            if not await self.store.mark_cleared(
+                record.digest, receipt=receipt, now_ms=self.now_ms()
+            ):
+                continue
+            cleared += 1
+            if record.file_path:
+                with contextlib.suppress(OSError):
+                    Path(record.file_path + ".cleared-by").write_bytes(receipt)
+            log.info(
+                "suspicion_cleared",
+                peer=origin,
+                evidence=record.digest[:16],
+                receipt=sha256_hex(receipt)[:16],
+            )
+        return cleared

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from nodes.cluster import (
     DEFAULT_START_TIMEOUT_S,
@@ -54,6 +54,9 @@ from nodes.cluster import (
     stop_node,
 )
 from nodes.home import Home, HomeError, check_node_name
+
+if TYPE_CHECKING:
+    from nodes.auth import ControlCredentials
 
 __all__ = [
     "SMOKE_STEPS",
@@ -121,29 +124,32 @@ def _fold_hops(tag: str, count: int = _FOLD_HOPS) -> list[bytes]:
     return hops
 
 
-def control_channel(address: str) -> Any:
+def control_channel(address: str, credentials: ControlCredentials | None) -> Any:
     """The channel every control client (smoke test, boundary driver) opens to a node.
 
-    One construction for all of them, so what a node requires of its
-    control-plane clients (credentials, options) is attached here once.
-    Returns a ``grpc.aio.Channel``; the caller closes it.
+    One construction for all of them: :func:`nodes.auth.control_channel`, which
+    signs every control-plane call with ``credentials`` (the operator key, see
+    :func:`smoke_credentials`); ``None`` gives a plain channel, on which
+    only serve-plane calls are accepted. Returns a ``grpc.aio.Channel``; the
+    caller closes it.
     """
-    import grpc
+    from nodes.auth import control_channel as signed_channel
 
-    return grpc.aio.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)])
+    return signed_channel(address, credentials)
 
 
 class _Driver:
     """Raw gRPC calls to cluster nodes, one channel per address, every call with a deadline."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: ControlCredentials | None) -> None:
+        self.credentials = credentials
         self._channels: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
 
     def _channel(self, address: str) -> Any:
         channel = self._channels.get(address)
         if channel is None:
-            channel = control_channel(address)
+            channel = control_channel(address, self.credentials)
             self._channels[address] = channel
         return channel
 
@@ -435,6 +441,9 @@ def _extra_node(
         peers=tuple(f"{m.name}={m.address}" for m in run.members),
         evidence_dir=run.home.evidence_dir / name,
         fault=fault,
+        operator_keys=(
+            (run.driver.credentials.key_id,) if run.driver.credentials is not None else ()
+        ),
     )
     run.say(f"starting extra node {name} (fault {fault}) on {spec.address}")
     record, proc = start_node(spec, timeout=run.start_timeout)
@@ -669,6 +678,21 @@ def _rpc_error(exc: Exception) -> str:
     return str(exc)
 
 
+def smoke_credentials(home: Home, local: bool) -> ControlCredentials | None:
+    """The operator key the smoke test signs control calls with.
+
+    ``$PROVNET_OPERATOR_KEY_FILE`` if set (a Compose cluster's key), else the
+    local cluster's ``<home>/operator.key`` (created with the cluster).
+    """
+    from nodes.auth import operator_credentials
+    from nodes.cluster import operator_key
+
+    found = operator_credentials(home.root)
+    if found is None and local:
+        found = operator_key(home)
+    return found
+
+
 def cluster_members(home: Home) -> tuple[Member, ...]:
     """The first three nodes of the local cluster recorded under ``home``, all SERVING."""
     state = load_state(home)
@@ -715,7 +739,7 @@ def run_smoke(
     run = _Run(
         home=home,
         run_id=time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{time.time_ns() % 1000000:06d}",
-        driver=_Driver(),
+        driver=_Driver(smoke_credentials(home, members is None)),
         start_timeout=start_timeout,
         say=say,
         members=chosen,

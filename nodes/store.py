@@ -1473,6 +1473,61 @@ class HopStore:
             for r in rows
         )
 
+    async def uncleared_suspicions(self, accused: str) -> tuple[EvidenceRecord, ...]:
+        """Stored ``unanswered`` records against ``accused`` not yet cleared, oldest first."""
+        async with self._read("read suspicions") as db:
+            rows = await db.execute_fetchall(
+                "SELECT digest, kind, accused, commitment_digest, file_path, body, created_at"
+                " FROM evidence WHERE accused = ? AND kind = 'unanswered' AND digest NOT IN"
+                " (SELECT digest FROM evidence_cleared) ORDER BY created_at, digest",
+                (accused,),
+            )
+        return tuple(
+            EvidenceRecord(
+                str(r[0]),
+                str(r[1]),
+                str(r[2]),
+                None if r[3] is None else str(r[3]),
+                None if r[4] is None else str(r[4]),
+                bytes(r[5]),
+                int(r[6]),
+            )
+            for r in rows
+        )
+
+    async def mark_cleared(self, digest: str, *, receipt: bytes, now_ms: int) -> bool:
+        """Mark a stored suspicion cleared by ``receipt``; False if it already was."""
+        async with self._write(f"clear suspicion {digest[:16]}…") as db:
+            cursor = await db.execute(
+                "INSERT INTO evidence_cleared (digest, receipt, cleared_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (digest) DO NOTHING",
+                (digest, receipt, now_ms),
+            )
+            return cursor.rowcount == 1
+
+    async def clearing_receipt(self, digest: str) -> bytes | None:
+        """The receipt that cleared a stored suspicion, if one did."""
+        async with self._read("read clearing receipt") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT receipt FROM evidence_cleared WHERE digest = ?", (digest,)
+                )
+            )
+        return bytes(rows[0][0]) if rows else None
+
+    async def attestation_count(self, attester: str | None = None) -> int:
+        """Attestations kept (by one attester, or all)."""
+        async with self._read("count attestations") as db:
+            if attester is None:
+                rows = list(await db.execute_fetchall("SELECT COUNT(*) FROM attestations"))
+            else:
+                rows = list(
+                    await db.execute_fetchall(
+                        "SELECT COUNT(*) FROM attestations WHERE attester = ?", (attester,)
+                    )
+                )
+        return int(rows[0][0])
+
     async def add_attestation(
         self,
         *,
@@ -1557,14 +1612,17 @@ class HopStore:
                 )
             )
             kinds = await db.execute_fetchall(
-                "SELECT kind, COUNT(*) FROM evidence GROUP BY kind ORDER BY kind"
+                "SELECT kind, COUNT(*) FROM evidence WHERE digest NOT IN"
+                " (SELECT digest FROM evidence_cleared) GROUP BY kind ORDER BY kind"
             )
+            cleared = list(await db.execute_fetchall("SELECT COUNT(*) FROM evidence_cleared"))
         out["provenance_pending"] = int(pending[0][0])
         total = 0
         for kind, count in kinds:
             out[f"evidence_{kind}"] = int(count)
             total += int(count)
         out["evidence_total"] = total
+        out["evidence_cleared"] = int(cleared[0][0])
         return out
 
     async def integrity_check(self) -> str:
@@ -1593,6 +1651,7 @@ _TABLES: Final = (
     "heads",
     "head_folds",
     "evidence",
+    "evidence_cleared",
     "attestations",
     "meta",
 )

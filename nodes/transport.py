@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import grpc
 
 from nodes import wire
+from nodes.auth import ControlCredentials, control_channel
 from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
 
@@ -123,14 +124,31 @@ def _client_options(max_message_bytes: int) -> list[tuple[str, Any]]:
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.enable_retries", 0),
+        # A peer that restarts is reached again within a promised deadline: a
+        # channel in reconnect backoff would otherwise fail every call at once
+        # and an honest origin that came back would look unanswered.
+        ("grpc.initial_reconnect_backoff_ms", 50),
+        ("grpc.min_reconnect_backoff_ms", 50),
+        ("grpc.max_reconnect_backoff_ms", 500),
     ]
 
 
 class GrpcTransport:
-    """grpc.aio client side: one insecure channel per address (loopback/cluster use)."""
+    """grpc.aio client side: one channel per address (loopback/cluster use).
 
-    def __init__(self, max_message_bytes: int = 4 * 1024 * 1024) -> None:
+    Channels come from :func:`nodes.auth.control_channel`: with
+    ``credentials`` set, every control call (and ``Deliver``) is signed with
+    them. A node's own transport signs with the node key (a forwarded value
+    names it as sender); tools pass the operator key.
+    """
+
+    def __init__(
+        self,
+        max_message_bytes: int = 4 * 1024 * 1024,
+        credentials: ControlCredentials | None = None,
+    ) -> None:
         self._max = max_message_bytes
+        self.credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._serve: dict[str, wire.ServeStub] = {}
         self._evidence: dict[str, wire.EvidenceStub] = {}
@@ -158,7 +176,7 @@ class GrpcTransport:
     def channel(self, address: str) -> grpc.aio.Channel:
         chan = self._channels.get(address)
         if chan is None:
-            chan = grpc.aio.insecure_channel(address, options=_client_options(self._max))
+            chan = control_channel(address, self.credentials, _client_options(self._max))
             self._channels[address] = chan
         return chan
 
@@ -167,12 +185,32 @@ class GrpcTransport:
         try:
             return await coro
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(exc.code().name, exc.details() or "", address) from exc
+            raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
+
+    def _code(self, address: str, exc: grpc.aio.AioRpcError) -> str:
+        """The status name; a call that waited for a channel never connected is UNAVAILABLE.
+
+        Demands wait for the channel within their deadline (a restarted origin
+        is reached); when it never connected, the peer is unreachable, as the
+        in-memory transport says, not slow.
+        """
+        code = exc.code().name
+        chan = self._channels.get(address)
+        if code == "DEADLINE_EXCEEDED" and chan is not None:
+            state = chan.get_state(try_to_connect=False)
+            if state in (
+                grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+                grpc.ChannelConnectivity.CONNECTING,
+                grpc.ChannelConnectivity.IDLE,
+            ):
+                return "UNAVAILABLE"
+        return code
 
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
         stub = self._serve_stub(address)
         reply = await self._call(
-            address, stub.Demand(wire.demand_request(demands), timeout=timeout)
+            address,
+            stub.Demand(wire.demand_request(demands), timeout=timeout, wait_for_ready=True),
         )
         return wire.answers_from_pb(reply)
 
@@ -183,7 +221,9 @@ class GrpcTransport:
         receipt = commitment = b""
         expected = 0
         try:
-            call = stub.DemandStream(wire.stream_request(demand), timeout=timeout)
+            call = stub.DemandStream(
+                wire.stream_request(demand), timeout=timeout, wait_for_ready=True
+            )
             async for chunk in call:
                 if chunk.index != expected:
                     raise CallFailed("DATA_LOSS", f"chunk {chunk.index} out of order", address)
@@ -196,7 +236,7 @@ class GrpcTransport:
             else:
                 raise CallFailed("DATA_LOSS", "stream ended without a last chunk", address)
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(exc.code().name, exc.details() or "", address) from exc
+            raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
         return Answer(receipt, commitment, tuple(hops))
 
     async def challenge(

@@ -198,8 +198,12 @@ def _handler(args: argparse.Namespace) -> int:
         steps = args.steps
 
     members: tuple[tuple[str, str], ...] = ()
+    control_home = ""
     if args.cluster is not None:
         members = _cluster_members(args.cluster)
+        from nodes.home import Home
+
+        control_home = str(Home.resolve(args.cluster or None).root)
     elif args.nodes is not None:
         members = args.nodes
     transport = TransportKind(args.transport)
@@ -256,6 +260,7 @@ def _handler(args: argparse.Namespace) -> int:
         witness_name=witness_name or "witness",
         nodes=members,
         workers=args.workers,
+        control_home=control_home,
     )
     try:
         settings.validate(cfg)

@@ -67,6 +67,9 @@ class BoundarySettings:
     origin_nodes: tuple[str, ...] = ()
     nodes: tuple[tuple[str, str], ...] = ()
     workers: int = 1
+    #: running nodes: the cluster home whose operator key signs control calls
+    #: (``$PROVNET_OPERATOR_KEY_FILE`` first, as :func:`nodes.auth.operator_credentials`)
+    control_home: str = ""
 
     def validate(self, cfg: ExperimentConfig) -> None:
         if not self.cadences or any(c < 1 for c in self.cadences):

@@ -36,11 +36,13 @@ only when it restarts, so each session takes a fresh id (value refs are
 held values can meet another's, and the nodes need no reset.
 
 **Control calls** open their channels with :func:`nodes.smoke.control_channel`,
-the one construction the cluster tools use, so what the nodes require of a
-control client applies here too. Every call has a deadline. A node that
-stops answering (``UNAVAILABLE``, deadline exceeded) is *lost*: it commits
-nothing more, values keep the folds they had, and the holder's demands to it
-end ``unanswered`` naming it; the run completes.
+the one construction the cluster tools use: every control call is signed
+with the operator key (``$PROVNET_OPERATOR_KEY_FILE``, else the cluster
+home's ``operator.key``), which the nodes authorise (``nodes.auth``).
+Every call has a deadline. A node that stops answering (``UNAVAILABLE``,
+deadline exceeded) is *lost*: it commits nothing more, values keep the folds
+they had, and the holder's demands to it end ``unanswered`` naming it; the
+run completes.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from contracts.statements import DeliveryReceipt
 from harness.boundary.choices import Role, TransportKind
 from harness.boundary.topology import EvidenceSink, NodeLost, NodeRef
 from harness.boundary.wire import WireMeter
+from nodes.auth import ControlCredentials
 from nodes.faults import FaultMode
 from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationReport
 
@@ -96,6 +99,8 @@ class RemoteTopology:
     meter: WireMeter
     channels: dict[str, Any] = field(default_factory=dict)
     transport: TransportKind = TransportKind.REMOTE
+    #: the operator key control calls are signed with (None: plain channels)
+    credentials: ControlCredentials | None = None
 
     @property
     def nodes(self) -> list[RemoteNode]:
@@ -116,7 +121,7 @@ class RemoteTopology:
 
         chan = self.channels.get(address)
         if chan is None:
-            chan = self.channels[address] = control_channel(address)
+            chan = self.channels[address] = control_channel(address, self.credentials)
         return chan
 
     async def close(self) -> None:
@@ -145,6 +150,7 @@ async def connect_remote(
     relays: Sequence[str],
     holder: str,
     witness: str | None,
+    credentials: ControlCredentials | None = None,
 ) -> RemoteTopology:
     """Ask each named node for its identity and fault; map the roles onto them.
 
@@ -163,7 +169,12 @@ async def connect_remote(
         *(((witness, Role.WITNESS),) if witness is not None else ()),
     ]
     topo = RemoteTopology(
-        [], [], RemoteNode("", Role.HOLDER, "", "", FaultMode.NONE), None, WireMeter()
+        [],
+        [],
+        RemoteNode("", Role.HOLDER, "", "", FaultMode.NONE),
+        None,
+        WireMeter(),
+        credentials=credentials,
     )
     try:
         nodes: list[RemoteNode] = []

@@ -77,6 +77,7 @@ from harness.metrics import RunKey
 from harness.replay import ReplayParams
 from harness.runner import progress_disabled, replay_params
 from harness.trajectory import generate
+from nodes.auth import ControlCredentials
 from nodes.faults import FaultMode
 
 __all__ = [
@@ -128,6 +129,13 @@ class _Partial:
     delivery_by_cadence: dict[tuple[int, str], list[int]]
 
 
+def _control_credentials(settings: BoundarySettings) -> ControlCredentials | None:
+    """The operator key that signs control calls to running nodes (None: none found)."""
+    from nodes.auth import operator_credentials
+
+    return operator_credentials(Path(settings.control_home) if settings.control_home else None)
+
+
 def _scratch_root() -> str | None:
     """Where temporary node stores go: tmpfs if there is one (fsyncs cost nothing there).
 
@@ -157,6 +165,7 @@ async def _play_tasks(
             relays=settings.chain[1:-1],
             holder=settings.chain[-1],
             witness=settings.witness_name if settings.witness else None,
+            credentials=_control_credentials(settings),
         )
     else:
         topo = await start_topology(

@@ -31,6 +31,7 @@ from contracts.statements import DeliveryReceipt
 from harness.boundary.choices import Role, TransportKind
 from harness.boundary.wire import MeteredTransport, WireMeter
 from nodes.app import RunningNode, load_or_create_identity, start_node
+from nodes.auth import ControlCredentials
 from nodes.client import Holder
 from nodes.config import NodeConfig
 from nodes.faults import FaultMode, FaultPlan
@@ -330,8 +331,12 @@ async def _start_one(
         reasks=reasks,
         shutdown_grace_s=0.5,
     )
+    # The node signs what it delivers with its own key (nodes.auth: deliver-as-sender).
+    signer = ControlCredentials(load_or_create_identity(data_dir))
     running = await start_node(
         config,
-        transport=MeteredTransport(GrpcTransport(config.max_message_bytes), meter, spec.name),
+        transport=MeteredTransport(
+            GrpcTransport(config.max_message_bytes, credentials=signer), meter, spec.name
+        ),
     )
     return NodeHandle(spec.name, spec.role, running.core, running.address, spec.fault, running)

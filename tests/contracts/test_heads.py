@@ -353,7 +353,7 @@ def test_s4_heads_unanswered_cites_the_head_and_clears_on_an_answer() -> None:
     w = make_head_world()
     witness = fixed_identity("witness")
     wd = build_demand(witness, w.fold.obligation, now=NOW + 3_000, nonce="c3" * 16)
-    report = build_witness_report(witness, wd, at=NOW + 9_000)
+    report = build_witness_report(witness, wd, at=NOW + 9_000, address="127.0.0.1:50051")
     record = cite_head(
         unanswered_evidence(
             w.demand,

@@ -120,7 +120,12 @@ def _world(n: int, serve_for: int) -> tuple[Any, Any, list[bytes]]:
     hops = make_hops(ORIGIN.node_id, n)
     c = build_commitment(ORIGIN, epoch=EPOCH, value_ref="v", fold_seq=0, hops=hops, issued_at=NOW)
     o = build_obligation(
-        ORIGIN, c, serve_until=NOW + serve_for, deadline_ms=1_000, endpoints=[], issued_at=NOW
+        ORIGIN,
+        c,
+        serve_until=NOW + serve_for,
+        deadline_ms=1_000,
+        endpoints=["127.0.0.1:50051"],
+        issued_at=NOW,
     )
     return c, o, hops
 
@@ -255,7 +260,7 @@ def test_property_unanswered_is_never_proof_and_any_answer_clears_it(
         build_demand(w, o, now=NOW + 10, nonce=f"{i:032x}") for i, w in enumerate(witnesses)
     ]
     reports = [
-        build_witness_report(w, wd, at=NOW + 5_000)
+        build_witness_report(w, wd, at=NOW + 5_000, address="127.0.0.1:50051")
         for w, wd, quiet in zip(witnesses, w_demands, silent, strict=False)
         if quiet
     ]

@@ -339,7 +339,7 @@ def test_s4_unanswered_before_its_deadline_is_not_evidence() -> None:
 def test_s4_witness_reports_confirm_but_never_turn_silence_into_proof() -> None:
     w = make_world()
     wd = build_demand(w.witness, w.obligation, now=NOW + 2_000, nonce="d4" * 16)
-    report = build_witness_report(w.witness, wd, at=NOW + 9_000)
+    report = build_witness_report(w.witness, wd, at=NOW + 9_000, address="127.0.0.1:50051")
     ev = _unanswered(w, witness_demands=[wd], witness_reports=[report])
     verdict = verify_evidence(ev.to_bytes(), now=NOW + 10_000)
     assert verdict.status is EvidenceStatus.WITNESS_CONFIRMED
@@ -352,7 +352,7 @@ def test_s4_witness_reports_confirm_but_never_turn_silence_into_proof() -> None:
 def test_s4_holder_cannot_confirm_its_own_suspicion_as_witness() -> None:
     w = make_world()
     wd = build_demand(w.holder, w.obligation, now=NOW + 2_000, nonce="e5" * 16)
-    report = build_witness_report(w.holder, wd, at=NOW + 9_000)
+    report = build_witness_report(w.holder, wd, at=NOW + 9_000, address="127.0.0.1:50051")
     with pytest.raises(BindingMismatch, match="third node"):
         verify_evidence(
             _unanswered(w, witness_demands=[wd], witness_reports=[report]), now=NOW + 10_000
@@ -362,7 +362,7 @@ def test_s4_holder_cannot_confirm_its_own_suspicion_as_witness() -> None:
 def test_s4_any_answer_to_a_witness_clears_the_suspicion() -> None:
     w = make_world()
     wd = build_demand(w.witness, w.obligation, now=NOW + 2_000, nonce="f6" * 16)
-    silent = build_witness_report(w.witness, wd, at=NOW + 9_000)
+    silent = build_witness_report(w.witness, wd, at=NOW + 9_000, address="127.0.0.1:50051")
     confirmed = _unanswered(w, witness_demands=[wd], witness_reports=[silent])
     assert verify_evidence(confirmed, now=NOW + 10_000).status is EvidenceStatus.WITNESS_CONFIRMED
     # The origin answers the witness's re-issued demand, late: that clears it.

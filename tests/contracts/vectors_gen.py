@@ -163,7 +163,9 @@ def build_vectors() -> dict[str, bytes]:
     )
     witness_demand = build_demand(w.witness, w.obligation, now=NOW + 3_000, nonce="c3" * 16)
     put("demand-witness.json", witness_demand.to_bytes())
-    silent = build_witness_report(w.witness, witness_demand, at=NOW + 9_000)
+    silent = build_witness_report(
+        w.witness, witness_demand, at=NOW + 9_000, address="127.0.0.1:50051"
+    )
     put("witness-report.json", silent.to_bytes())
     attestation = build_attestation(
         w.attester,

@@ -9,6 +9,7 @@ the same slice on in-process nodes. Every process is stopped at the end.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from harness.boundary.choices import TransportKind
 from harness.boundary.runner import BoundaryOutcome, BoundarySettings, run_boundary
 from harness.cli import main
 from harness.config import ExperimentConfig
+from nodes.auth import OPERATOR_KEY_ENV, OPERATOR_KEY_FILENAME, create_operator_key
 from nodes.cluster import NodeRecord, NodeSpec, free_ports, peer_list, start_nodes, stop_all
 from nodes.faults import FaultMode
 
@@ -35,6 +37,8 @@ class Nodes:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.started: dict[str, tuple[NodeRecord, subprocess.Popen[bytes]]] = {}
+        # the nodes authorise this operator key; the runner finds it in root (its home)
+        self.operator = create_operator_key(root / OPERATOR_KEY_FILENAME)
         self.faithful = ("a", "b", "c")
 
     def start(self, faults: dict[str, str | None]) -> None:
@@ -54,6 +58,7 @@ class Nodes:
                 s.log_file,
                 peers=peer_list(base, s.name),
                 fault=faults[s.name],
+                operator_keys=(self.operator.key_id,),
             )
             for s in base
             if s.name in faults
@@ -79,9 +84,15 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
         started.stop()
 
 
-def _remote(members: tuple[tuple[str, str], ...], **kw: object) -> BoundaryOutcome:
+def _remote(nodes: Nodes, members: tuple[tuple[str, str], ...], **kw: object) -> BoundaryOutcome:
     settings = BoundarySettings(
-        **{**SLICE, "transport": TransportKind.REMOTE, "nodes": members, **kw}  # type: ignore[arg-type]
+        **{
+            **SLICE,
+            "transport": TransportKind.REMOTE,
+            "nodes": members,
+            "control_home": str(nodes.root),
+            **kw,
+        }  # type: ignore[arg-type]
     )
     return run_boundary(CFG, settings, progress=False)
 
@@ -92,7 +103,7 @@ def _local(**kw: object) -> BoundaryOutcome:
 
 
 def test_running_nodes_decide_as_in_process_nodes_run_by_run(nodes: Nodes) -> None:
-    remote = _remote(nodes.members("a", "b", "c"), chain=("a", "b"), witness_name="c")
+    remote = _remote(nodes, nodes.members("a", "b", "c"), chain=("a", "b"), witness_name="c")
     local = _local()
     assert [r.label for r in remote.runs] == [r.label for r in local.runs]
     for r, loc in zip(remote.runs, local.runs, strict=True):
@@ -120,7 +131,7 @@ def test_running_nodes_decide_as_in_process_nodes_run_by_run(nodes: Nodes) -> No
 
 
 def test_chain_on_running_nodes_forwards_and_decides_as_in_process(nodes: Nodes) -> None:
-    remote = _remote(nodes.members("a", "b", "c"), chain=("a", "b", "c"), witness=False)
+    remote = _remote(nodes, nodes.members("a", "b", "c"), chain=("a", "b", "c"), witness=False)
     local = _local(chain=("a", "b", "c"), witness=False)
     assert [r.boundary_fingerprint for r in remote.runs] == [
         r.boundary_fingerprint for r in local.runs
@@ -134,7 +145,9 @@ def test_node_started_with_a_fault_gives_the_in_process_outcomes(
 ) -> None:
     name = f"f{fault.value[:3]}"
     nodes.start({name: fault.value})
-    remote = _remote(nodes.members(name, "b", "c"), chain=(name, "b"), witness_name="c", seeds=(0,))
+    remote = _remote(
+        nodes, nodes.members(name, "b", "c"), chain=(name, "b"), witness_name="c", seeds=(0,)
+    )
     # a running holder keeps folds it verified, so compare with the cached in-process holder
     local = _local(fault=fault, seeds=(0,), holder_cache=True)
     assert remote.settings.fault is fault
@@ -172,6 +185,7 @@ def test_origin_killed_during_a_run_is_named_unanswered_and_the_run_completes(
             "nodes": nodes.members("k", "b", "c"),
             "chain": ("k", "b"),
             "witness_name": "c",
+            "control_home": str(nodes.root),
         }  # type: ignore[arg-type]
     )
     outcome = run_boundary(
@@ -197,6 +211,8 @@ def test_cli_cluster_home_plays_on_the_recorded_cluster(
 
     home = Home(tmp_path / "home")
     home.ensure()
+    # the cluster's operator key lives in its home, as 'provnet cluster up' leaves it
+    shutil.copy2(nodes.root / OPERATOR_KEY_FILENAME, home.root / OPERATOR_KEY_FILENAME)
     ClusterState(tuple(nodes.started[n][0] for n in ("a", "b", "c"))).save(home.state_file)
     out = tmp_path / "out"
     try:
@@ -244,3 +260,17 @@ def test_cli_rejects_a_role_on_a_node_that_is_not_running(
     assert code == 2
     assert "z" in err
     assert "not among the running nodes" in err
+
+
+def test_control_calls_without_the_operator_key_are_refused_by_the_nodes(
+    nodes: Nodes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # No key anywhere: the runner's control calls are unsigned and the node refuses them.
+    monkeypatch.delenv(OPERATOR_KEY_ENV, raising=False)
+    roles: dict[str, object] = {"chain": ("a", "b"), "witness_name": "c", "seeds": (0,)}
+    with pytest.raises(Exception, match="UNAUTHENTICATED"):
+        _remote(nodes, nodes.members("a", "b", "c"), **roles, control_home="")
+    # A key the nodes do not authorise: signed, but not permitted.
+    create_operator_key(tmp_path / OPERATOR_KEY_FILENAME)
+    with pytest.raises(Exception, match="PERMISSION_DENIED"):
+        _remote(nodes, nodes.members("a", "b", "c"), **roles, control_home=str(tmp_path))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from contracts.evidence import verify_evidence
@@ -25,6 +26,7 @@ from contracts.serve import verify_delivery
 from contracts.signed import open_statement
 from contracts.statements import Commitment, Obligation
 from nodes.app import RunningNode, load_or_create_identity, start_node
+from nodes.auth import ControlCredentials, control_channel
 from nodes.client import EVIDENCE_KINDS, HeldFold, Holder, OriginOutcome, RehydrationReport
 from nodes.config import NodeConfig
 from nodes.faults import FaultMode, FaultPlan
@@ -33,6 +35,7 @@ from nodes.transport import GrpcTransport, InMemoryTransport, LocalNode
 
 __all__ = [
     "AUDIT",
+    "TEST_OPERATOR",
     "AccusationAudit",
     "MemCluster",
     "accusation_audit",
@@ -40,7 +43,17 @@ __all__ = [
     "audit_pb",
     "held_fold",
     "hop_json",
+    "operator_channel",
 ]
+
+
+#: The operator key the test nodes authorise (deterministic: a fixed seed).
+TEST_OPERATOR = ControlCredentials(Identity.from_seed(b"provnet-test-operator-key-seed!!"))
+
+
+def operator_channel(address: str) -> grpc.aio.Channel:
+    """A channel whose control calls are signed with :data:`TEST_OPERATOR`."""
+    return control_channel(address, TEST_OPERATOR)
 
 
 @dataclass(slots=True)
@@ -209,7 +222,7 @@ async def grpc_node(
         fault=fault,
         fault_delay_ms=delay_ms,
         deadline_ms=deadline_ms,
-        **extra,  # type: ignore[arg-type]
+        **{"operator_keys": (TEST_OPERATOR.key_id,), **extra},  # type: ignore[arg-type]
     )
     crash_target: list[RunningNode] = []
 

@@ -190,7 +190,12 @@ def test_a_port_held_with_so_reuseport_is_never_shared_by_a_node(home: Path) -> 
     finally:
         holder.close()
     assert "before serving" in str(caught.value)
-    assert f"Failed to bind to address 127.0.0.1:{port}" in str(caught.value)
+    assert f"cannot listen on 127.0.0.1:{port}" in str(caught.value)
+    # One `provnet: error:` line and nothing else; nothing (no key file) written first.
+    lines = h.log_file("a").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("provnet: error: --listen"), lines
+    assert not (h.data_dir("a") / "node.key").exists()
 
 
 def test_up_retries_with_fresh_ports_when_a_chosen_port_is_taken_meanwhile(

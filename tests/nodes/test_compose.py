@@ -128,7 +128,25 @@ def _dockerfile_instructions() -> dict[str, list[str]]:
 
 
 def test_compose_has_three_nodes_and_a_runner() -> None:
-    assert set(_services()) == {*NODE_SERVICES, "runner"}
+    assert set(_services()) == {*NODE_SERVICES, "runner", "operator-key"}
+
+
+def test_nodes_and_runner_share_the_operator_key_read_only() -> None:
+    # A one-shot service creates the key in the results folder; the nodes read
+    # its public id (read-only mount), the runner signs with the key itself.
+    results = "./results-compose"  # the default the loader interpolates
+    key = _services()["operator-key"]
+    assert key["volumes"] == [f"{results}:/results"]
+    assert key["user"] == _services()["runner"]["user"], "the runner must own the key"
+    assert "/results/operator.pub" in " ".join(key["command"])
+    assert _env(_services()["runner"])["PROVNET_OPERATOR_KEY_FILE"] == "/results/operator.key"
+    for name in NODE_SERVICES:
+        service = _services()[name]
+        assert f"{results}:/operator:ro" in service["volumes"], name
+        config = _node_config(name)
+        assert config.operator_key_file == Path("/operator/operator.pub"), name
+        depends = service["depends_on"]
+        assert depends["operator-key"] == {"condition": "service_completed_successfully"}
 
 
 def test_every_service_runs_under_an_init_process() -> None:
@@ -254,7 +272,8 @@ def test_each_node_keeps_its_data_on_its_own_named_volume() -> None:
     mounts: dict[str, str] = {}
     for name in NODE_SERVICES:
         service = _services()[name]
-        (volume,) = service["volumes"]
+        volume, *shared = service["volumes"]
+        assert shared == ["./results-compose:/operator:ro"], name
         source, _, target = str(volume).partition(":")
         assert source in declared, f"{name}: volume {source} is not a declared named volume"
         assert source not in mounts.values(), f"{name} shares volume {source}"

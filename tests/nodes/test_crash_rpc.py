@@ -36,6 +36,7 @@ from contracts.statements import Commitment, Obligation
 from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc
 from nodes.store import HopStore, ResolveStatus
 from nodes.transport import GrpcTransport
+from tests.nodes.rpc_support import TEST_OPERATOR, operator_channel
 
 _REPO = Path(__file__).resolve().parents[2]
 _LONG_MS = 3_600_000
@@ -71,6 +72,7 @@ class NodeProcess:
             "PROVNET_DATA_DIR": str(data_dir),
             "PROVNET_PORT_FILE": str(self.port_file),
             "PROVNET_LOG_FORMAT": "json",
+            "PROVNET_OPERATOR_KEYS": TEST_OPERATOR.key_id,
             "PROVNET_SHUTDOWN_GRACE_S": "1",
         }
         with log.open("ab") as out:
@@ -120,7 +122,7 @@ def _hop_fields(seq: int) -> bytes:
 
 async def _commit_until_failure(address: str, client: Client) -> None:
     """Append + commit folds until a call fails (the node was killed)."""
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with operator_channel(address) as channel:
         stub = hoplog_pb2_grpc.HopLogStub(channel)
         while True:
             rng = client.rng

@@ -40,6 +40,7 @@ from tests.nodes.rpc_support import (
     grpc_node,
     held_fold,
     hop_json,
+    operator_channel,
     stop_all,
 )
 
@@ -56,7 +57,7 @@ async def nodes(tmp_path: Path) -> AsyncIterator[list[RunningNode]]:
 
 
 async def _commit(node: RunningNode, hops: int, value_ref: str = "v1", value: bytes = b"") -> Any:
-    async with grpc.aio.insecure_channel(node.address) as chan:
+    async with operator_channel(node.address) as chan:
         stub: Any = hoplog_pb2_grpc.HopLogStub(chan)
         appended = await stub.Append(
             hoplog_pb2.AppendRequest(hops=[hop_json(i + 1) for i in range(hops)]), timeout=5
@@ -70,7 +71,7 @@ async def _commit(node: RunningNode, hops: int, value_ref: str = "v1", value: by
 
 
 async def _stats(node: RunningNode) -> dict[str, int]:
-    async with grpc.aio.insecure_channel(node.address) as chan:
+    async with operator_channel(node.address) as chan:
         stub: Any = node_pb2_grpc.NodeStub(chan)
         reply = await stub.Stats(node_pb2.StatsRequest(), timeout=5)
         return dict(reply.counters)
@@ -81,7 +82,7 @@ async def test_health_serves_every_service_and_reflection_lists_them(
 ) -> None:
     node = await grpc_node(tmp_path, "a")
     nodes.append(node)
-    async with grpc.aio.insecure_channel(node.address) as chan:
+    async with operator_channel(node.address) as chan:
         health: Any = health_pb2_grpc.HealthStub(chan)
         for service in ("", *SERVICE_NAMES):
             reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
@@ -101,7 +102,7 @@ async def test_request_id_is_echoed_from_caller_or_generated(
 ) -> None:
     node = await grpc_node(tmp_path, "a")
     nodes.append(node)
-    async with grpc.aio.insecure_channel(node.address) as chan:
+    async with operator_channel(node.address) as chan:
         stub: Any = node_pb2_grpc.NodeStub(chan)
         call = stub.Info(node_pb2.InfoRequest(), metadata=((REQUEST_ID_KEY, "req-42"),), timeout=5)
         info = await call
@@ -150,17 +151,17 @@ async def test_value_forwarded_a_b_c_is_rehydrated_by_c_from_a_directly(
     c = await grpc_node(tmp_path, "c")
     nodes.extend([a, b, c])
     await _commit(a, 5, value_ref="v1", value=b"compacted value")
-    async with grpc.aio.insecure_channel(a.address) as chan:
+    async with operator_channel(a.address) as chan:
         reply = await deliver_pb2_grpc.DeliverStub(chan).Forward(
             deliver_pb2.ForwardRequest(value_ref="v1", peer=b.address), timeout=5
         )
         assert reply.delivery_receipt
-    async with grpc.aio.insecure_channel(b.address) as chan:
+    async with operator_channel(b.address) as chan:
         stub: Any = deliver_pb2_grpc.DeliverStub(chan)
         at_b = await stub.Rehydrate(deliver_pb2.RehydrateRequest(value_ref="v1"), timeout=10)
         await stub.Forward(deliver_pb2.ForwardRequest(value_ref="v1", peer=c.address), timeout=5)
     demands_before = (await _stats(a)).get("rpc_Demand", 0)
-    async with grpc.aio.insecure_channel(c.address) as chan:
+    async with operator_channel(c.address) as chan:
         stub = deliver_pb2_grpc.DeliverStub(chan)
         at_c = await stub.Rehydrate(deliver_pb2.RehydrateRequest(value_ref="v1"), timeout=10)
     for report in (at_b, at_c):
@@ -222,11 +223,11 @@ async def test_tampering_origin_over_grpc_yields_bad_data_that_a_peer_accepts(
     peer = await grpc_node(tmp_path, "peer")
     nodes.extend([origin, holder, peer])
     await _commit(origin, 4, value=b"v")
-    async with grpc.aio.insecure_channel(origin.address) as chan:
+    async with operator_channel(origin.address) as chan:
         await deliver_pb2_grpc.DeliverStub(chan).Forward(
             deliver_pb2.ForwardRequest(value_ref="v1", peer=holder.address), timeout=5
         )
-    async with grpc.aio.insecure_channel(holder.address) as chan:
+    async with operator_channel(holder.address) as chan:
         report = await deliver_pb2_grpc.DeliverStub(chan).Rehydrate(
             deliver_pb2.RehydrateRequest(value_ref="v1"), timeout=10
         )
@@ -236,7 +237,7 @@ async def test_tampering_origin_over_grpc_yields_bad_data_that_a_peer_accepts(
     assert Path(outcome.evidence_path).read_bytes() == outcome.evidence
     verdict = verify_evidence(bytes(outcome.evidence), now=holder.core.now_ms())
     assert verdict.accused == origin.node_id
-    async with grpc.aio.insecure_channel(peer.address) as chan:
+    async with operator_channel(peer.address) as chan:
         stub: Any = evidence_pb2_grpc.EvidenceStub(chan)
         request = evidence_pb2.ReportRequest(evidence=outcome.evidence)
         accepted = await stub.Report(request, timeout=5)
@@ -261,11 +262,11 @@ async def test_dropping_origin_over_grpc_is_unanswered_and_witness_confirmed(
     holder = await grpc_node(tmp_path, "holder", reasks=1)
     nodes.extend([origin, witness, holder])
     await _commit(origin, 2, value=b"v")
-    async with grpc.aio.insecure_channel(origin.address) as chan:
+    async with operator_channel(origin.address) as chan:
         await deliver_pb2_grpc.DeliverStub(chan).Forward(
             deliver_pb2.ForwardRequest(value_ref="v1", peer=holder.address), timeout=5
         )
-    async with grpc.aio.insecure_channel(holder.address) as chan:
+    async with operator_channel(holder.address) as chan:
         report = await deliver_pb2_grpc.DeliverStub(chan).Rehydrate(
             deliver_pb2.RehydrateRequest(value_ref="v1", witnesses=[witness.address]), timeout=10
         )
@@ -284,7 +285,7 @@ async def test_node_reaper_evicts_expired_folds_and_lands_pending_ones(
     origin = await grpc_node(tmp_path, "origin", reap_interval_s=0.05)
     pending = await grpc_node(tmp_path, "pending", provenance_pending=True, reap_interval_s=0.05)
     nodes.extend([origin, pending])
-    async with grpc.aio.insecure_channel(origin.address) as chan:
+    async with operator_channel(origin.address) as chan:
         stub: Any = hoplog_pb2_grpc.HopLogStub(chan)
         appended = await stub.Append(
             hoplog_pb2.AppendRequest(hops=[hop_json(i) for i in range(1, 4)]), timeout=5
@@ -323,7 +324,7 @@ async def test_events_logged_during_a_call_carry_its_request_id_as_json(
     try:
         node = await grpc_node(tmp_path, "a")
         nodes.append(node)
-        async with grpc.aio.insecure_channel(node.address) as chan:
+        async with operator_channel(node.address) as chan:
             stub: Any = hoplog_pb2_grpc.HopLogStub(chan)
             appended = await stub.Append(hoplog_pb2.AppendRequest(hops=[hop_json(1)]), timeout=5)
             await stub.CommitFold(

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -21,12 +20,14 @@ from nodes.client import Outcome
 from nodes.faults import CRASH_EXIT_CODE
 from nodes.transport import GrpcTransport
 from tests.nodes.rpc_support import (
+    TEST_OPERATOR,
     accusation_audit,
     audit,
     grpc_holder,
     grpc_node,
     held_fold,
     hop_json,
+    operator_channel,
 )
 
 __all__ = ["accusation_audit"]
@@ -46,6 +47,7 @@ class NodeProcess:
             "PROVNET_PORT_FILE": str(self.port_file),
             "PROVNET_FAULT": fault,
             "PROVNET_LOG_FORMAT": "json",
+            "PROVNET_OPERATOR_KEYS": TEST_OPERATOR.key_id,
             "PROVNET_DEADLINE_MS": "400",
             "PROVNET_SHUTDOWN_GRACE_S": "1",
         }
@@ -94,7 +96,7 @@ async def test_sigterm_stops_the_node_gracefully_with_json_logs(
     node = NodeProcess(tmp_path, "a")
     processes.append(node)
     address = node.address()
-    async with grpc.aio.insecure_channel(address) as chan:
+    async with operator_channel(address) as chan:
         health: Any = health_pb2_grpc.HealthStub(chan)
         reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
@@ -113,7 +115,7 @@ async def test_crash_mode_exits_on_demand_and_is_witness_confirmed_unanswered(
     origin = NodeProcess(tmp_path, "origin", fault="crash")
     processes.append(origin)
     address = origin.address()
-    async with grpc.aio.insecure_channel(address) as chan:
+    async with operator_channel(address) as chan:
         stub: Any = hoplog_pb2_grpc.HopLogStub(chan)
         appended = await stub.Append(hoplog_pb2.AppendRequest(hops=[hop_json(1)]), timeout=5)
         fold = await stub.CommitFold(

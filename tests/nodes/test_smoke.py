@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from nodes.cluster import NodeRecord, NodeSpec, free_ports, peer_list, start_nodes, stop_all
+from nodes.cluster import (
+    NodeRecord,
+    NodeSpec,
+    free_ports,
+    operator_key,
+    peer_list,
+    start_nodes,
+    stop_all,
+)
 from nodes.home import Home
 from nodes.smoke import SMOKE_STEPS
 
@@ -38,6 +46,7 @@ def refusing_origin_cluster(tmp_path: Path) -> Iterator[tuple[Path, list[NodeRec
             log_file=s.log_file,
             peers=peer_list(base, s.name),
             fault="refuse" if s.name == "a" else None,
+            operator_keys=(operator_key(home).key_id,),
         )
         for s in base
     ]

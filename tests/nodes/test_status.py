@@ -32,11 +32,18 @@ from nodes._pb.provnet.v1 import (
 from nodes.app import RunningNode, start_node
 from nodes.config import NodeConfig
 from nodes.transport import GrpcTransport
-from tests.nodes.rpc_support import accusation_audit, held_fold, hop_json
+from tests.nodes.rpc_support import (
+    TEST_OPERATOR,
+    accusation_audit,
+    held_fold,
+    hop_json,
+    operator_channel,
+)
 
 __all__ = ["accusation_audit"]
 
 MAX_MESSAGE = 64 * 1024
+OPS = (TEST_OPERATOR.key_id,)
 
 
 class Clock:
@@ -55,6 +62,7 @@ def clock() -> Clock:
 @pytest.fixture
 async def origin(tmp_path: Path, clock: Clock) -> AsyncIterator[RunningNode]:
     config = NodeConfig(
+        operator_keys=OPS,
         name="origin",
         data_dir=tmp_path / "origin",
         listen="127.0.0.1:0",
@@ -69,7 +77,7 @@ async def origin(tmp_path: Path, clock: Clock) -> AsyncIterator[RunningNode]:
 
 @pytest.fixture
 async def channel(origin: RunningNode) -> AsyncIterator[grpc.aio.Channel]:
-    chan = grpc.aio.insecure_channel(origin.address)
+    chan = operator_channel(origin.address)
     try:
         yield chan
     finally:
@@ -195,11 +203,13 @@ async def test_demand_from_before_a_restart_is_aborted_and_a_fresh_one_served(
 ) -> None:
     # The restarted origin cannot know whether its previous run answered a demand
     # dated below the durable replay floor: ABORTED, never served twice.
-    config = NodeConfig(name="origin", data_dir=tmp_path / "o", listen="127.0.0.1:0")
+    config = NodeConfig(
+        operator_keys=OPS, name="origin", data_dir=tmp_path / "o", listen="127.0.0.1:0"
+    )
     holder = Identity.generate()
     node = await start_node(config, transport=GrpcTransport(), clock=clock)
     try:
-        chan = grpc.aio.insecure_channel(node.address)
+        chan = operator_channel(node.address)
         fold = await _fold(chan)
         now_ms = int(clock.now * 1000)
         obligation = _obligation(fold, now_ms)
@@ -213,7 +223,7 @@ async def test_demand_from_before_a_restart_is_aborted_and_a_fresh_one_served(
         await node.stop(0.2)
     node = await start_node(config, transport=GrpcTransport(), clock=clock)
     try:
-        chan = grpc.aio.insecure_channel(node.address)
+        chan = operator_channel(node.address)
         code = await _rejected(node, _demand_call(chan, [demand.to_bytes()]))
         assert code is grpc.StatusCode.ABORTED
         clock.now += 2.0  # past the floor the previous run left
@@ -229,10 +239,12 @@ async def test_demand_for_unknown_obligation_is_not_found(
     tmp_path: Path, origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
 ) -> None:
     # A valid demand addressed to this origin, for an obligation it never issued.
-    other = NodeConfig(name="other", data_dir=tmp_path / "other", listen="127.0.0.1:0")
+    other = NodeConfig(
+        operator_keys=OPS, name="other", data_dir=tmp_path / "other", listen="127.0.0.1:0"
+    )
     elsewhere = await start_node(other, transport=GrpcTransport(), clock=clock)
     try:
-        chan = grpc.aio.insecure_channel(elsewhere.address)
+        chan = operator_channel(elsewhere.address)
         fold = await _fold(chan)
         await chan.close(None)
     finally:
@@ -279,11 +291,13 @@ async def test_delivery_with_forged_commitment_is_unauthenticated(
     sig[-1] ^= 0x80
     envelope["signatures"][0]["sig"] = base64.b64encode(bytes(sig)).decode()
     holder = await start_node(
-        NodeConfig(name="holder", data_dir=tmp_path / "holder", listen="127.0.0.1:0"),
+        NodeConfig(
+            operator_keys=OPS, name="holder", data_dir=tmp_path / "holder", listen="127.0.0.1:0"
+        ),
         transport=GrpcTransport(),
     )
     try:
-        chan = grpc.aio.insecure_channel(holder.address)
+        chan = operator_channel(holder.address)
         stub: Any = deliver_pb2_grpc.DeliverStub(chan)
         value = common_pb2.DeliveredValue(
             value_ref="v1",
@@ -314,12 +328,14 @@ async def test_delivery_with_expired_obligation_is_failed_precondition(
     late = Clock()
     late.now = clock.now + 5.0
     holder = await start_node(
-        NodeConfig(name="holder", data_dir=tmp_path / "holder", listen="127.0.0.1:0"),
+        NodeConfig(
+            operator_keys=OPS, name="holder", data_dir=tmp_path / "holder", listen="127.0.0.1:0"
+        ),
         transport=GrpcTransport(),
         clock=late,
     )
     try:
-        chan = grpc.aio.insecure_channel(holder.address)
+        chan = operator_channel(holder.address)
         stub: Any = deliver_pb2_grpc.DeliverStub(chan)
         value = common_pb2.DeliveredValue(
             value_ref="v1",
