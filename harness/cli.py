@@ -23,6 +23,7 @@ __all__ = ["UsageError", "build_parser", "main"]
 _SUBCOMMAND_MODULES = (
     "harness.cli_experiment",
     "harness.cli_audit",
+    "harness.attest.cli",
     "contracts.cli",
     "nodes.cli",
     "nodes.cli_link",

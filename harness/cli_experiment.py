@@ -130,6 +130,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     configure_boundary(boundary)
 
+    attest = exp_sub.add_parser(
+        "attest", help="Part 6 across the boundary: restoration by attestation, and its authority"
+    )
+    from harness.attest.cli import configure as configure_attest  # argparse only
+
+    configure_attest(attest)
+
 
 def _run(args: argparse.Namespace) -> int:
     from harness.replay import ReplayError

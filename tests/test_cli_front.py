@@ -14,7 +14,7 @@ def test_every_package_contributes_its_subcommands() -> None:
     parser = build_parser()
     # The registered names, not the help text: its description mentions some of them.
     (subcommands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for command in ("experiment", "audit", "keys", "evidence", "node", "cluster"):
+    for command in ("experiment", "audit", "keys", "evidence", "node", "cluster", "attest"):
         assert command in subcommands.choices, f"provnet {command} is not registered"
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from contracts.evidence import EvidenceKind
 from harness.arms import ArmName
+from harness.attest.rows import Row
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
 from harness.gates import Mode
 from nodes.faults import FaultMode
@@ -69,6 +70,11 @@ CASES: list[tuple[str, list[str], tuple[StrEnum, ...]]] = [
         tuple(TransportKind),
     ),
     ("docs/experiment.md modes", _synopsis("docs/experiment.md", "`mode` ("), tuple(Mode)),
+    (
+        "docs/attest.md rows",
+        _table_first_column("docs/attest.md", "row", "the attester"),
+        tuple(Row),
+    ),
     (
         "README.md fault modes",
         ["none", *_synopsis("README.md", "`--fault ")],

@@ -42,6 +42,7 @@ from harness.replay import Replayer, ReplayError, ReplayParams
 from nodes import wire
 from nodes.faults import FaultMode
 from nodes.messages import Delivery, RehydrationReport
+from nodes.services import HeldValue
 from nodes.transport import CallFailed
 
 __all__ = ["RunPlayer", "Runner"]
@@ -368,12 +369,23 @@ class RunPlayer:
                 ]
                 line.append("".join("1" if o else "0" for o in oracle))
                 continue
+            view = decoded.view
+            if isinstance(self.runner.topo, Topology):
+                # Attestations are applied by in-process players (harness.attest),
+                # which read the holder node's verified folds directly.
+                held = self.runner.topo.holder.core.held(delivery.value_ref)
+                view = await self.holder_view(name, step, vid, view, held)
             line.append(
-                await self._judge_arm(
-                    name, step, decoded.view, origin_view, delivery, folds, oracle
-                )
+                await self._judge_arm(name, step, view, origin_view, delivery, folds, oracle)
             )
         self.log.add(step, vid, "".join(line))
+
+    async def holder_view(
+        self, name: ArmName, step: int, vid: int, view: GateView, held: HeldValue
+    ) -> GateView:
+        """The view the holder's gates decide on: the delivered one here; a
+        player that applies attestations (:mod:`harness.attest`) overrides it."""
+        return view
 
     async def _deliver(
         self,

@@ -1,0 +1,249 @@
+"""Flags and handlers of ``provnet experiment attest`` and ``provnet attest verify``.
+
+``experiment attest`` plays rows (:mod:`harness.attest.rows`) over the
+death-spiral run — or, with ``--matrix``, the main matrix — across the
+boundary with an attester node and writes the files of
+:mod:`harness.attest.report`. ``attest verify FILE`` checks an attestation
+bundle file alone: exit 0 valid, 1 invalid, 2 unreadable (as ``provnet
+evidence verify``). Heavy imports happen only when a handler runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness.cli import UsageError
+from harness.cli_common import (
+    DEFAULT_CONFIG,
+    add_progress_flags,
+    load_experiment_config,
+    positive_int,
+    prepare_out,
+)
+
+__all__ = ["DEFAULT_POLICY", "configure", "register"]
+
+DEFAULT_POLICY = Path("experiments/attest-policy.yaml")
+_DEFAULT_LIFETIMES = (5, 25, 625, 5000)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    return tuple(positive_int(part) for part in text.split(",") if part.strip())
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``experiment attest`` flags to ``parser`` and set its handler."""
+    parser.add_argument(
+        "--config", type=Path, default=None, help=f"experiment YAML (default: {DEFAULT_CONFIG})"
+    )
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        default=None,
+        help=f"trust policy YAML (default: {DEFAULT_POLICY}, else built-in)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("results-attest"))
+    parser.add_argument(
+        "--rows",
+        default="all",
+        help="rows to play: all, headline (none, honest and the lifetime sweep),"
+        " or a comma list such as none,honest,forged_receipts,dishonest:verification"
+        " (with --matrix, all means none,honest)",
+    )
+    parser.add_argument(
+        "--lifetimes",
+        type=_int_list,
+        default=_DEFAULT_LIFETIMES,
+        help="extra honest rows with these attestation lifetimes in steps"
+        f" (default {','.join(map(str, _DEFAULT_LIFETIMES))})",
+    )
+    parser.add_argument("--steps", type=positive_int, default=None, help="death-spiral steps")
+    parser.add_argument(
+        "--matrix", action="store_true", help="play the rows over the main matrix instead"
+    )
+    parser.add_argument("--transport", choices=("memory", "grpc"), default="memory")
+    parser.add_argument("--workers", type=positive_int, default=1, help="rows played in parallel")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="re-render the files from --out/attest_results.json without playing",
+    )
+    add_progress_flags(parser)
+    parser.set_defaults(handler=_handler)
+
+
+def _specs(text: str, lifetimes: tuple[int, ...], matrix: bool) -> list[object]:
+    from contracts.statements import Axis
+    from harness.attest.rows import Row, RowSpec
+
+    honest_sweep = [RowSpec(Row.HONEST, lifetime_steps=n) for n in lifetimes]
+    if text == "all" and matrix:
+        text = "none,honest"
+    if text == "headline":
+        return [RowSpec(Row.NONE), RowSpec(Row.HONEST), *honest_sweep]
+    if text == "all":
+        return [
+            RowSpec(Row.NONE),
+            RowSpec(Row.HONEST),
+            *honest_sweep,
+            *(RowSpec(r) for r in Row if r not in (Row.NONE, Row.HONEST, Row.DISHONEST)),
+            *(RowSpec(Row.DISHONEST, axis=a) for a in Axis),
+        ]
+    out: list[object] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, axis = part.partition(":")
+        try:
+            row = Row(name)
+            out.append(RowSpec(row, axis=Axis(axis) if axis else None))
+        except ValueError:
+            rows = ", ".join(r.value for r in Row)
+            raise UsageError(
+                f"--rows: unknown row {part!r} (one of {rows}; dishonest:AXIS)"
+            ) from None
+        if row is Row.DISHONEST and not axis:
+            raise UsageError(
+                "--rows: dishonest needs the axis it is granted, e.g. dishonest:verification"
+            )
+    return out
+
+
+def _handler(args: argparse.Namespace) -> int:
+    from harness.attest.policy import AttestPolicy, AttestPolicyError
+    from harness.attest.report import row_numbers, write_outputs
+    from harness.attest.rows import RowSpec
+    from harness.attest.runner import AttestSlice, play_rows
+    from harness.boundary.choices import TransportKind
+    from nodes.config import LogFormat
+    from nodes.logging import configure_logging
+
+    if args.report_only:
+        from harness.attest.report import load_results
+
+        try:
+            saved = load_results(args.out / "attest_results.json")
+            meta = json.loads((args.out / "attest_meta.json").read_text(encoding="utf-8"))
+            meta.pop("rows", None)
+            written = write_outputs(saved, args.out, meta)
+        except (ValueError, OSError) as exc:
+            raise UsageError(str(exc)) from None
+        print(f"attest: re-rendered {len(written)} files in {args.out}/")
+        return 0
+    cfg = load_experiment_config(args.config, DEFAULT_CONFIG, sweep=False)
+    path = args.policy if args.policy is not None else DEFAULT_POLICY
+    try:
+        policy = (
+            AttestPolicy.load(path) if path.exists() or args.policy is not None else AttestPolicy()
+        )
+    except AttestPolicyError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.matrix and cfg.death_spiral_run is None:
+        raise UsageError(f"{args.config or DEFAULT_CONFIG}: death_spiral_run: expected a mapping")
+    specs = [s for s in _specs(args.rows, args.lifetimes, args.matrix) if isinstance(s, RowSpec)]
+    slice_ = AttestSlice(args.matrix, args.steps, TransportKind(args.transport))
+    prepare_out(args.out)
+    configure_logging(LogFormat.JSON, "error")
+    results = play_rows(cfg, specs, policy, slice_, workers=args.workers)
+    meta = {
+        "config": str(args.config or DEFAULT_CONFIG),
+        "policy": policy.to_json(),
+        "matrix": args.matrix,
+        "transport": args.transport,
+        "workers": args.workers,
+        "rows": [s.name for s in specs],
+    }
+    try:
+        written = write_outputs(results, args.out, meta)
+    except OSError as exc:
+        raise UsageError(f"{args.out}: cannot write results: {exc}") from None
+    wall = sum(r.wall_seconds for r in results)
+    print(
+        f"attest: {len(results)} rows, {wall:.1f} s of row time → {args.out}/"
+        f" ({len(written)} files)"
+    )
+    for r in results:
+        n = row_numbers(r)
+        print(
+            f"  {r.name:32s} recon agreement {n.recon_agree_before:6.2f}%"
+            f" → {n.recon_agree_after:6.2f}%"
+            f"  death {n.death_before} → {n.death_after}  changed {n.changed:5d}"
+            f"  issued {r.counts.get('attestations_issued', 0):5d}"
+            f"  applied {r.counts.get('attestations_applied', 0):5d}"
+            f"  fingerprint {r.fingerprint[:16]}"
+        )
+    return 0
+
+
+# --------------------------------------------------------------------------- attest verify
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    attest = sub.add_parser("attest", help="attestation bundles (Part 6)")
+    a_sub = attest.add_subparsers(dest="attest_command", required=True, metavar="ACTION")
+    verify = a_sub.add_parser(
+        "verify",
+        help="verify an attestation bundle file by itself (exit 0 valid, 1 invalid, 2 unreadable)",
+    )
+    verify.add_argument("file", type=Path, help="attestation bundle JSON (type attestation-bundle)")
+    verify.add_argument(
+        "--policy",
+        type=Path,
+        default=None,
+        help="trust policy JSON (type trust-policy) to use instead of the file's own",
+    )
+    verify.add_argument("--at", type=int, default=None, help="time in ms (default: the file's)")
+    verify.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    verify.set_defaults(handler=_verify)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from contracts.attest import TrustPolicy
+    from contracts.errors import ContractError
+    from harness.attest.bundle import BundleFile, verify_bundle
+
+    try:
+        data = args.file.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{args.file}: cannot read: {exc.strerror or exc}") from None
+    try:
+        f = BundleFile.from_bytes(data)
+        if args.policy is not None:
+            f = replace(f, policy=TrustPolicy.from_bytes(args.policy.read_bytes()))
+    except (ContractError, OSError) as exc:
+        raise UsageError(f"{args.file}: not an attestation bundle: {exc}") from None
+    if args.at is not None:
+        f = replace(f, at_ms=args.at)
+    try:
+        signed = verify_bundle(f)
+    except ContractError as exc:
+        if args.json:
+            print(json.dumps({"valid": False, "reason": str(exc)}))
+        else:
+            print(f"INVALID attestation in {args.file}: {exc}")
+        return 1
+    a = signed.statement
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "valid": True,
+                    "attestation": signed.digest,
+                    "attester": a.attester,
+                    "axis": a.axis.value,
+                    "floor": a.floor,
+                    "discharged": list(a.discharged),
+                    "cites": len(a.cites),
+                }
+            )
+        )
+    else:
+        print(
+            f"VALID attestation {signed.digest[:16]}… by {a.attester[:16]}…: {a.axis.value}"
+            f" ≥ {a.floor:g}, {len(a.cites)} receipts cited, {len(a.discharged)} taints discharged"
+        )
+    sys.stdout.flush()
+    return 0
