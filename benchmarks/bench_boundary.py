@@ -18,11 +18,17 @@ compacted structural value, with and without its signed statements).
 Usage::
 
     .venv/bin/python benchmarks/bench_boundary.py [--seeds 2] [--steps 500] [--cadence 25]
-                                                  [--transports memory,grpc,memory+cache]
+                                                  [--transports memory,grpc,memory+cache,memory+w2]
+                                                  [--full]
                                                   [--faults [--fault-deadline-ms 50]]
 
 ``memory+cache`` lets the holder keep the folds it verified (no second
-demand for a fold it already holds). ``--faults`` adds one slice per fault
+demand for a fold it already holds); ``memory+w2`` shares the runs over two
+worker processes (``--workers 2``). ``--full`` takes the config's whole main
+matrix (``provnet experiment boundary --full``: 180 runs) instead of the
+slice. Every column also reports the CPU seconds it took (user + system, of
+this process and its worker processes), which on a shared machine says more
+than the wall time. ``--faults`` adds one slice per fault
 of the origin: the rehydrate-mode flip rate of structural_min, fallbacks,
 evidence by kind (all re-verified from the files alone), accusations of
 correct nodes (must be 0) and the rehydrating-decision latency.
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import sys
 import time
 
@@ -56,6 +63,13 @@ from nodes.faults import FaultMode
 from nodes.logging import configure_logging
 
 STRUCTURAL = tuple(a.value for a in STRUCTURAL_ARMS)
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU of this process and of its waited-for children so far."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _in_process(cfg: ExperimentConfig, s: BoundarySettings) -> tuple[float, str, float, float]:
@@ -170,15 +184,27 @@ def main(argv: list[str] | None = None) -> int:
         help="also play each fault of the first origin (deadline --fault-deadline-ms)",
     )
     ap.add_argument("--fault-deadline-ms", type=int, default=50)
+    ap.add_argument("--full", action="store_true", help="the config's whole main matrix")
     args = ap.parse_args(argv)
     configure_logging(LogFormat.JSON, "warning")
     cfg = ExperimentConfig()
-    base = BoundarySettings(
-        cadences=(args.cadence,), seeds=tuple(range(args.seeds)), steps=args.steps
-    )
+    if args.full:
+        base = BoundarySettings(
+            cadences=cfg.compaction_cadence,
+            profiles=tuple(cfg.degradation_profiles),
+            seeds=cfg.seeds,
+            steps=cfg.steps,
+        )
+    else:
+        base = BoundarySettings(
+            cadences=(args.cadence,), seeds=tuple(range(args.seeds)), steps=args.steps
+        )
+    cpu_start = _cpu_seconds()
     wall_in, fp_in, lookups, read = _in_process(cfg, base)
+    cpu_in = _cpu_seconds() - cpu_start
     print(
-        f"slice: C={args.cadence}, med, {args.seeds} seeds, {args.steps} steps"
+        f"matrix: C={','.join(map(str, base.cadences))}, {','.join(base.profiles)},"
+        f" {len(base.seeds)} seeds, {base.steps} steps"
         f" (structural arms: lookups {lookups:.2f} and {read:,.0f} B read"
         " per rehydrate-mode decision in-process)"
     )
@@ -186,26 +212,32 @@ def main(argv: list[str] | None = None) -> int:
     bare_rtt: list[float] = []
     ok = True
     for name in args.transports.split(","):
-        transport, _, extra = name.partition("+")
+        transport, *extras = name.split("+")
+        workers = [int(e[1:]) for e in extras if e.startswith("w") and e[1:].isdigit()]
         settings = BoundarySettings(
             cadences=base.cadences,
+            profiles=base.profiles,
             seeds=base.seeds,
             steps=base.steps,
             transport=TransportKind(transport),
-            holder_cache=extra == "cache",
+            holder_cache="cache" in extras,
+            workers=workers[0] if workers else 1,
         )
         if transport == TransportKind.GRPC.value:
             bare_rtt.append(asyncio.run(_bare_rtt_ms()))  # before and after the grpc run
+        cpu_start = _cpu_seconds()
         outcome = run_boundary(cfg, settings, progress=False)
+        cpu = _cpu_seconds() - cpu_start
         if transport == TransportKind.GRPC.value:
             bare_rtt.append(asyncio.run(_bare_rtt_ms()))
         _, fp = overall_fingerprints(outcome)
         same = fp == fp_in
         ok = ok and same
-        results[name] = _summary(outcome)
+        results[name] = {**_summary(outcome), "cpu_s": cpu}
         print(f"{name}: fingerprint {'equal to' if same else 'DIFFERENT from'} in-process")
     rows = [
         ("wall time (s)", "wall_s", "{:.3f}"),
+        ("CPU time, user + system (s)", "cpu_s", "{:.2f}"),
         ("RPCs per decision point (4 arms)", "rpcs_per_decision", "{:.2f}"),
         ("delivery B per arm decision", "delivery_bytes_per_arm_decision", "{:,.0f}"),
         ("rehydrating decisions (2 arms)", "rehydrations", "{:,.0f}"),
@@ -227,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     first = results[names[0]] if names else {}
     inproc = {
         "wall_s": wall_in,
+        "cpu_s": cpu_in,
         "rpcs_per_decision": 0.0,
         "delivery_bytes_per_arm_decision": 0.0,
         "rehydrations": first.get("rehydrations", 0.0),

@@ -329,6 +329,14 @@ class NodeCore:
         self._advertised = config.advertise or config.listen
         self._held: dict[str, HeldValue] = {}
         self._cache: OrderedDict[tuple[str, bytes], Signed[Any]] = OrderedDict()
+        # (commitment, obligation) digests already checked for equivocation and kept
+        # in the store: delivered again (every decision re-delivers a value's
+        # statements), they need neither the check nor the no-op write again.
+        self._kept_pairs: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # Fold proofs already proved under a head this node verified, by the proof
+        # bytes' digest: delivered again, the proof is not parsed and hashed again
+        # (its head is still checked unexpired, which costs no signature).
+        self._kept_folds: OrderedDict[str, tuple[str, HeldFold]] = OrderedDict()
         self._rpc_counts: dict[str, int] = {}
         self._holder: Holder | None = None  # created on first use
         self._own: OrderedDict[str, _Own] = OrderedDict()
@@ -1146,6 +1154,9 @@ class NodeCore:
         for (commitment, obligation), c_bytes, o_bytes in zip(
             pairs, delivery.commitments, delivery.obligations, strict=True
         ):
+            if (commitment.digest, obligation.digest) in self._kept_pairs:
+                self._kept_pairs.move_to_end((commitment.digest, obligation.digest))
+                continue
             c = commitment.statement
             await self._check_equivocation(commitment)
             kept.append(
@@ -1170,7 +1181,12 @@ class NodeCore:
                 )
             )
         head_folds = await self._verify_head_folds(delivery, _ms(now))
-        await self.store.put_delivered(kept, now_ms=_ms(now))
+        if kept:
+            await self.store.put_delivered(kept, now_ms=_ms(now))
+            for c_kept, o_kept in kept:
+                self._kept_pairs[(c_kept.digest, o_kept.digest)] = None
+            while len(self._kept_pairs) > _STATEMENT_CACHE:
+                self._kept_pairs.popitem(last=False)
         first_origin = (
             pairs[0][0].statement.origin
             if pairs
@@ -1249,6 +1265,14 @@ class NodeCore:
             await self._check_split_view(known)
         held: list[HeldFold] = []
         for data in delivery.fold_proofs:
+            key = sha256_hex(data)
+            kept = self._kept_folds.get(key)
+            kept_head = self.heads.get(kept[0]) if kept is not None else None
+            if kept is not None and kept_head is not None:
+                self.heads.verify(kept_head, now=now_ms)  # still unexpired
+                self._kept_folds.move_to_end(key)
+                held.append(kept[1])
+                continue
             proof = FoldProof.from_bytes(data)
             head = heads.get(proof.head) or self.heads.get(proof.head)
             if head is None:
@@ -1258,7 +1282,11 @@ class NodeCore:
                 )
             head = self.heads.verify(head, now=now_ms)
             fold = verify_fold(proof, head)
-            held.append(_held_fold(fold, data, head.to_bytes()))
+            held_fold = _held_fold(fold, data, head.to_bytes())
+            self._kept_folds[key] = (head.digest, held_fold)
+            while len(self._kept_folds) > _STATEMENT_CACHE:
+                self._kept_folds.popitem(last=False)
+            held.append(held_fold)
         return tuple(held)
 
     async def _check_split_view(self, head: Signed[Head]) -> None:

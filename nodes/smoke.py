@@ -58,7 +58,14 @@ from nodes.home import Home, HomeError, check_node_name
 if TYPE_CHECKING:
     from nodes.auth import ControlCredentials
 
-__all__ = ["SMOKE_STEPS", "Member", "StepResult", "cluster_members", "run_smoke"]
+__all__ = [
+    "SMOKE_STEPS",
+    "Member",
+    "StepResult",
+    "cluster_members",
+    "control_channel",
+    "run_smoke",
+]
 
 
 #: Hops per fold in the smoke test (each a lineage record as in the experiment).
@@ -117,22 +124,31 @@ def _fold_hops(tag: str, count: int = _FOLD_HOPS) -> list[bytes]:
     return hops
 
 
+def control_channel(address: str, credentials: ControlCredentials | None) -> Any:
+    """The channel every control client (smoke test, boundary driver) opens to a node.
+
+    One construction for all of them: :func:`nodes.auth.control_channel`, which
+    signs every control-plane call with ``credentials`` (the operator key, see
+    :func:`smoke_credentials`); ``None`` gives a plain channel, on which
+    only serve-plane calls are accepted. Returns a ``grpc.aio.Channel``; the
+    caller closes it.
+    """
+    from nodes.auth import control_channel as signed_channel
+
+    return signed_channel(address, credentials)
+
+
 class _Driver:
     """Raw gRPC calls to cluster nodes, one channel per address, every call with a deadline."""
 
     def __init__(self, credentials: ControlCredentials | None) -> None:
-        import grpc
-
-        self._grpc = grpc
         self.credentials = credentials
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
 
     def _channel(self, address: str) -> Any:
         channel = self._channels.get(address)
         if channel is None:
-            from nodes.auth import control_channel
-
             channel = control_channel(address, self.credentials)
             self._channels[address] = channel
         return channel

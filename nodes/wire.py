@@ -52,7 +52,10 @@ from nodes.messages import (
     CommittedFold,
     Delivery,
     NodeInfo,
+    OriginOutcome,
+    Outcome,
     RehydrationReport,
+    VerifiedHop,
 )
 
 if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
@@ -113,6 +116,7 @@ __all__ = [
     "receipt_chunk_size",
     "rehydrate_request",
     "rehydrate_response",
+    "rehydration_report_from_pb",
     "serve_stub",
     "signed_head_from_pb",
     "signed_head_to_pb",
@@ -476,6 +480,39 @@ def rehydrate_response(report: RehydrationReport) -> deliver_pb2.RehydrateRespon
         ],
         rpcs=report.rpcs,
         complete=report.complete,
+    )
+
+
+def rehydration_report_from_pb(msg: deliver_pb2.RehydrateResponse) -> RehydrationReport:
+    """A holder node's Rehydrate reply as the report its client made.
+
+    The reply carries the total of calls the holder made (``rpcs``: demands,
+    re-asks, witness challenges), not the demands alone, so ``demand_rpcs``
+    is that total too; verified hops do not name their commitment.
+    """
+    return RehydrationReport(
+        value_ref=msg.value_ref,
+        outcomes=tuple(
+            OriginOutcome(
+                origin=o.origin,
+                outcome=Outcome(o.outcome),
+                detail=o.detail,
+                evidence=o.evidence,
+                evidence_path=o.evidence_path,
+                asks=o.asks,
+                witnesses_asked=o.witnesses_asked,
+                witnesses_unanswered=o.witnesses_unanswered,
+                witness_confirmed=o.witness_confirmed,
+                cleared=o.cleared,
+            )
+            for o in msg.outcomes
+        ),
+        hops=tuple(
+            VerifiedHop(origin=h.origin, commitment="", leaf_index=h.leaf_index, hop=h.hop)
+            for h in msg.hops
+        ),
+        rpcs=msg.rpcs,
+        demand_rpcs=msg.rpcs,
     )
 
 

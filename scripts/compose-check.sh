@@ -260,7 +260,7 @@ main() {
     phase_done up
     "${COMPOSE[@]}" logs --no-color --no-log-prefix runner >"$RESULTS/runner.log" 2>&1 || true
     grep -h '"expected"' "$RESULTS/runner.log" >&2 || true
-    grep -h -E '^(smoke|boundary|fingerprint|runs deciding|rehydrating|delivered|runner)' \
+    grep -h -E '^(smoke|boundary|fingerprint|runs deciding|cost table|[|]|evidence|runner)' \
         "$RESULTS/runner.log" >&2 || true
     TIMINGS+=("total $(( $(date +%s) - t0 )) s")
     if [ "$status" -ne 0 ]; then

@@ -2,7 +2,10 @@
 # The main job on the embedded default (local processes, no Docker):
 # build .venv from the project's files, run the Part 5 experiment and its
 # report, then bring up a local three-node cluster, run the cross-agent smoke
-# test against it and tear it down again.
+# test and the boundary experiment's default slice on the cluster's nodes
+# (node processes a = origin, b = holder, c = witness), print the cost table
+# (in-process vs across) and write the figures, and tear the cluster down.
+# Each part's wall time is printed as it ends (docs/cluster.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -10,10 +13,13 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e .
 P=.venv/bin/provnet
-$P experiment run --out results
-$P experiment report --out results
+part() { local name=$1 t0=$SECONDS; shift; "$@"; echo "main: $name done in $((SECONDS - t0)) s" >&2; }
+part "experiment run" $P experiment run --out results --no-progress
+part "experiment report" $P experiment report --out results
 # Set before 'up': a start that fails half-way still has its nodes stopped.
 trap '$P cluster down' EXIT
-$P cluster up
+part "cluster up" $P cluster up
 $P cluster status
-$P cluster smoke
+part "cluster smoke" $P cluster smoke
+part "boundary on the cluster" $P experiment boundary --cluster --out results-boundary --no-progress
+echo "figures: results-boundary/boundary_costs.png results-boundary/boundary_cost_vs_flips.png results-boundary/boundary_bytes_by_cadence.png"

@@ -60,6 +60,7 @@ from harness.attest.bundle import AttestationBundle, BundleFile, restoration_dig
 from harness.attest.policy import ResolvedPolicy, run_ms
 from harness.axes import AXES, RECON
 from harness.boundary.play import Runner, RunPlayer
+from harness.boundary.topology import NodeHandle, NodeRef, Topology
 from harness.boundary.wire import hop_fields
 from harness.events import Event
 from harness.gates import GATES, GateClass, GateView, Mode, evaluate
@@ -169,6 +170,16 @@ class AttestPlayer(RunPlayer):
         self.ctx = ctx
         self.restoration_folds: dict[tuple[int, tuple[str, ...]], tuple[HeldFold, ...]] = {}
 
+    def _topo(self) -> Topology:
+        """The in-process nodes this player reads and commits on directly."""
+        topo = self.runner.topo
+        if not isinstance(topo, Topology):
+            raise RuntimeError("the attestation experiment plays on in-process nodes only")
+        return topo
+
+    def _handle(self, node: NodeRef) -> NodeHandle:
+        return next(h for h in self._topo().nodes if h.name == node.name)
+
     async def holder_view(
         self, name: ArmName, step: int, vid: int, view: GateView, held: HeldValue
     ) -> GateView:
@@ -266,7 +277,7 @@ class AttestPlayer(RunPlayer):
         attester = ctx.attester
         if attester is None:
             raise RuntimeError("restoration without an attester")
-        holder = self.runner.topo.holder.core
+        holder = self._topo().holder.core
         below = ctx.restore_below
         # (a) attestations kept for this value, through the holder's Attest service
         for envelope in await holder.list_attestations(digest):
@@ -388,7 +399,7 @@ class AttestPlayer(RunPlayer):
         cached = self.restoration_folds.get(key)
         if cached is not None:
             return cached
-        owner = self.owner(vid)
+        owner = self._handle(self.owner(vid))
         have = self.appended.setdefault(owner.name, set())
         missing = [h for h in hops if h.step not in have]
         if missing:
@@ -415,7 +426,7 @@ class AttestPlayer(RunPlayer):
     ) -> tuple[RehydrationProof, ...] | None:
         """Demand every leaf of every commitment; each answer verified (A4)."""
         ctx = self.ctx
-        holder = self.runner.topo.holder.core
+        holder = self._topo().holder.core
         ctx.counts["full_rehydrations"] += 1
         by_origin: dict[str, list[HeldFold]] = {}
         for f in folds:

@@ -27,6 +27,8 @@ BOUNDARY_FAULTS: tuple[FaultMode, ...] = tuple(m for m in FaultMode if m is not 
 class TransportKind(StrEnum):
     MEMORY = "memory"
     GRPC = "grpc"
+    #: nodes this process did not start (``--cluster``, ``--nodes``), over gRPC
+    REMOTE = "remote"
 
 
 class Role(StrEnum):

@@ -7,6 +7,7 @@ only when the subcommand runs, so the rest of the CLI stays light.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
@@ -30,6 +31,36 @@ def _int_list(text: str) -> tuple[int, ...]:
 def _names(text: str) -> tuple[str, ...]:
     # Name and length rules are BoundarySettings.validate's (a usage error there).
     return tuple(part.strip() for part in text.split(","))
+
+
+def _origins(text: str) -> int | tuple[str, ...]:
+    """``N`` origins named after the chain's first, or the origins' names (``a,d``)."""
+    if text.strip().isdigit():
+        return positive_int(text)
+    return _names(text)
+
+
+def _members(text: str) -> tuple[tuple[str, str], ...]:
+    """``name=host:port`` entries separated by ',', ';' or spaces."""
+    from nodes.home import check_node_name
+
+    members: list[tuple[str, str]] = []
+    for entry in re.split(r"[;,\s]+", text.strip()):
+        if not entry:
+            continue
+        name, sep, address = entry.partition("=")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not host or not port.isdigit():
+            raise argparse.ArgumentTypeError(f"entry {entry!r}: expected name=host:port")
+        try:
+            members.append((check_node_name(name), address))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    if len({n for n, _ in members}) != len(members):
+        raise argparse.ArgumentTypeError(f"{text!r}: a node name appears twice")
+    if len(members) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: an origin and a holder need 2 nodes")
+    return tuple(members)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -74,14 +105,45 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--chain",
         type=_names,
-        default=("origin", "holder"),
-        help="delivery path: origin,relay…,holder (e.g. a,b,c: c demands from a directly)",
+        default=None,
+        help="delivery path: origin,relay…,holder (e.g. a,b,c: c demands from a directly;"
+        " default origin,holder, on running nodes the first two)",
     )
     parser.add_argument(
         "--origins",
+        type=_origins,
+        default=1,
+        help="origins sharing the values (value v owned by origin v mod N): a count, or"
+        " their names (first = the chain's first); the fault is on the first",
+    )
+    parser.add_argument(
+        "--witness",
+        default=None,
+        help="name of the witness node (default 'witness'; on running nodes the first"
+        " node without a role)",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--cluster",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PROVNET_HOME",
+        help="play on the running local cluster (provnet cluster up) under PROVNET_HOME"
+        " (default $PROVNET_HOME, else ./.provnet)",
+    )
+    where.add_argument(
+        "--nodes",
+        type=_members,
+        default=None,
+        help="play on running nodes name=host:port[,…] (e.g. Compose services)",
+    )
+    parser.add_argument(
+        "--workers",
         type=positive_int,
         default=1,
-        help="origins sharing the values (value v owned by origin v mod N); fault on the first",
+        help="processes the runs are shared over (in-process nodes; results merged in"
+        " run order, fingerprints as with one)",
     )
     parser.add_argument(
         "--deadline-ms",
@@ -135,7 +197,42 @@ def _handler(args: argparse.Namespace) -> int:
     if args.steps is not None:
         steps = args.steps
 
-    from harness.boundary.report import percentile
+    members: tuple[tuple[str, str], ...] = ()
+    control_home = ""
+    if args.cluster is not None:
+        members = _cluster_members(args.cluster)
+        from nodes.home import Home
+
+        control_home = str(Home.resolve(args.cluster or None).root)
+    elif args.nodes is not None:
+        members = args.nodes
+    transport = TransportKind(args.transport)
+    if members:
+        if args.transport not in (TransportKind.MEMORY.value, TransportKind.REMOTE.value):
+            raise UsageError(f"--transport {args.transport}: running nodes are reached remotely")
+        transport = TransportKind.REMOTE
+    names = [n for n, _ in members]
+    chain = args.chain
+    if chain is None:
+        chain = tuple(names[:2]) if members else ("origin", "holder")
+    origin_nodes: tuple[str, ...] = ()
+    origins = 1
+    if isinstance(args.origins, tuple):
+        origin_nodes = args.origins
+        origins = len(origin_nodes)
+    else:
+        origins = args.origins
+    witness_name = args.witness
+    if witness_name is None:
+        if members:
+            taken = {*chain, *origin_nodes}
+            free = [n for n in names if n not in taken]
+            witness_name = free[0] if free else None
+        else:
+            witness_name = "witness"
+    witness = not args.no_witness and witness_name is not None
+
+    from harness.boundary.report import conditions, cost_table
     from harness.boundary.runner import (
         BoundaryError,
         BoundarySettings,
@@ -150,15 +247,20 @@ def _handler(args: argparse.Namespace) -> int:
         profiles=profiles,
         seeds=tuple(seeds),
         steps=steps,
-        transport=TransportKind(args.transport),
+        transport=transport,
         fault=fault,
         fault_delay_ms=args.fault_delay_ms or 0,
-        chain=tuple(args.chain),
-        origins=args.origins,
+        chain=tuple(chain),
+        origins=origins,
+        origin_nodes=origin_nodes,
         deadline_ms=args.deadline_ms,
         reasks=args.reasks,
-        witness=not args.no_witness,
+        witness=witness,
         holder_cache=args.holder_cache,
+        witness_name=witness_name or "witness",
+        nodes=members,
+        workers=args.workers,
+        control_home=control_home,
     )
     try:
         settings.validate(cfg)
@@ -191,34 +293,16 @@ def _handler(args: argparse.Namespace) -> int:
             raise UsageError(f"{where}: cannot write: {exc.strerror or exc}") from None
     in_fp, b_fp = overall_fingerprints(outcome)
     same = sum(1 for r in outcome.runs if r.fingerprints_equal)
+    faults = [f"{n} {f}" for n, f in outcome.node_faults.items() if f != FaultMode.NONE.value]
     print(
         f"boundary: {len(outcome.runs)} runs in {outcome.wall_seconds:.2f} s"
-        f" ({settings.transport.value}, fault {settings.fault.value}) → {args.out}/"
+        f" ({settings.transport.value}, fault {', '.join(faults) or 'none'}) → {args.out}/"
     )
     print(f"fingerprint in-process {in_fp}")
     print(f"fingerprint boundary   {b_fp}")
     print(f"runs deciding exactly as in-process: {same}/{len(outcome.runs)}")
-    arms = ("structural_min", "structural_perhop")
-    rehydrations = sum(outcome.arm_costs[a].rehydrations for a in arms)
-    if rehydrations:
-        wire = [outcome.wire.get((a, "rehydrate"), {}) for a in arms]
-        rpcs = sum(w.get("rpcs", 0) for w in wire)
-        nbytes = sum(w.get("request_bytes", 0) + w.get("response_bytes", 0) for w in wire)
-        across = [x for a in arms for x in outcome.arm_costs[a].rehydration_latencies]
-        local = [x for a in arms for x in outcome.arm_costs[a].inproc_latencies]
-        print(
-            f"rehydrating decisions: {rehydrations}, {rpcs:.0f} RPCs,"
-            f" {nbytes / rehydrations:,.0f} B each; p50 {1000 * percentile(across, 50):.2f} ms,"
-            f" p99 {1000 * percentile(across, 99):.2f} ms"
-            f" (in-process p50 {1000 * percentile(local, 50):.3f} ms)"
-        )
-    gt, smin = outcome.arm_costs["ground_truth"], outcome.arm_costs["structural_min"]
-    if gt.decisions and smin.decisions:
-        print(
-            f"delivered per decision: ground_truth {gt.value_bytes / gt.decisions:,.0f} B;"
-            f" structural_min {smin.value_bytes / smin.decisions:,.0f} B"
-            f" + {smin.statement_bytes / smin.decisions:,.0f} B of statements (fold proofs, heads)"
-        )
+    print(f"cost table ({conditions(outcome)}):")
+    print(cost_table(outcome), end="")
     kinds = outcome.evidence_by_kind
     print(
         "evidence: "
@@ -226,3 +310,24 @@ def _handler(args: argparse.Namespace) -> int:
         + f"; correct origins accused: {outcome.correct_accused}"
     )
     return 0
+
+
+def _cluster_members(home_arg: str) -> tuple[tuple[str, str], ...]:
+    """The live nodes of the local cluster recorded under ``home_arg`` (or $PROVNET_HOME)."""
+    from nodes.cluster import load_state, running_nodes
+    from nodes.home import Home
+
+    home = Home.resolve(home_arg or None)
+    state = load_state(home)
+    if state is None:
+        raise UsageError(
+            f"--cluster: no cluster recorded under {home.root}; run 'provnet cluster up'"
+        )
+    live = running_nodes(state)
+    dead = [r.name for r in state.nodes if r not in live]
+    if dead:
+        raise UsageError(
+            f"--cluster {home.root}: node(s) {', '.join(dead)} not running;"
+            " see 'provnet cluster status'"
+        )
+    return tuple((r.name, r.address) for r in live)

@@ -9,7 +9,6 @@ and adds the origin's commits, the deliveries and the holder's decisions
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from collections.abc import Sequence
@@ -30,7 +29,8 @@ from harness.boundary.records import (
     EvidenceRecord,
     RunComparison,
 )
-from harness.boundary.topology import NodeHandle, Topology
+from harness.boundary.remote import RemoteOps, RemoteTopology
+from harness.boundary.topology import LocalOps, NodeLost, NodeOps, NodeRef, Topology
 from harness.boundary.wire import decode_value, encode_value, hop_fields, hop_from_served
 from harness.events import Decision, Event, Hop, Merge, NewValue, OpEvent, Retire
 from harness.fingerprint import DecisionLog
@@ -40,7 +40,8 @@ from harness.lineage import HopLog, merge_folded
 from harness.metrics import GateCounts, RunKey
 from harness.replay import Replayer, ReplayError, ReplayParams
 from nodes import wire
-from nodes.client import Holder, RehydrationReport
+from nodes.faults import FaultMode
+from nodes.messages import Delivery, RehydrationReport
 from nodes.services import HeldValue
 from nodes.transport import CallFailed
 
@@ -164,13 +165,12 @@ class RunPlayer:
                 for mode in gate_modes(gate, name.structural, params.rehydrate)
             ]
 
-    def owner(self, value_id: int) -> NodeHandle:
-        origins = self.runner.topo.origins
+    def owner(self, value_id: int) -> NodeRef:
+        origins: Sequence[NodeRef] = self.runner.topo.origins
         return origins[value_id % len(origins)]
 
     async def play(self) -> RunComparison:
-        for origin in self.runner.topo.origins:
-            await origin.core.store.new_epoch()  # hop ids restart every run (seed 000)
+        await self.runner.ops.begin_run(self.label)
         rep = self.rep
         for ev in self.events:
             before = rep.smin.n_compactions
@@ -258,14 +258,22 @@ class RunPlayer:
                     hop = log.get(hop_id)
                     if hop.step not in have:
                         missing.setdefault(owner.name, {})[hop.step] = hop
+            ops = runner.ops
             for origin in runner.topo.origins:
+                if origin.name in runner.lost:
+                    continue
                 hops = sorted(missing.get(origin.name, {}).values(), key=lambda h: h.step)
                 for start in range(0, len(hops), 5000):
                     chunk = hops[start : start + 5000]
-                    await origin.core.append(
-                        [json.dumps(hop_fields(h)).encode("utf-8") for h in chunk],
-                        [h.step for h in chunk],
-                    )
+                    try:
+                        await ops.append(
+                            origin,
+                            [json.dumps(hop_fields(h)).encode("utf-8") for h in chunk],
+                            [h.step for h in chunk],
+                        )
+                    except NodeLost as exc:
+                        runner.lose(exc.name)
+                        break
                     self.appended[origin.name].update(h.step for h in chunk)
                     runner.hops_appended += len(chunk)
             # (2) then ONE compaction per origin: one signed head over the
@@ -280,26 +288,33 @@ class RunPlayer:
                     todo.setdefault(self.owner(vid).name, []).append(key)
                 plan.append((ai, vid, key, covered))
             for origin in runner.topo.origins:
-                keys = todo.get(origin.name, [])
+                # A lost origin commits nothing more: the value keeps the folds it
+                # has, its new pointers stay uncovered and rehydration falls back.
+                keys = todo.get(origin.name, []) if origin.name not in runner.lost else []
                 while keys:
                     batch: dict[str, tuple[int, tuple[str, ...]]] = {}
                     rest: list[tuple[int, tuple[str, ...]]] = []
                     for key in keys:  # at most one fold per value ref and compaction
                         # A cumulative fold is named by its value and the hops it
                         # covers: it supersedes the value's earlier folds, so it
-                        # chains to none (its record's prev is null). Every run is
-                        # a new epoch, so the name needs no run label.
-                        ref = f"v{key[0]}.{len(key[1])}"
+                        # chains to none (its record's prev is null). The seam adds
+                        # what keeps runs apart where they share an epoch.
+                        ref = ops.commit_ref(self.label, f"v{key[0]}.{len(key[1])}")
                         if ref in batch:
                             rest.append(key)
                         else:
                             batch[ref] = key
-                    committed = await origin.core.commit_compaction(
-                        [
-                            (ref, [log.get(h).step for h in key[1]], b"")
-                            for ref, key in batch.items()
-                        ]
-                    )
+                    try:
+                        committed = await ops.commit_compaction(
+                            origin,
+                            [
+                                (ref, [log.get(h).step for h in key[1]], b"")
+                                for ref, key in batch.items()
+                            ],
+                        )
+                    except NodeLost as exc:
+                        runner.lose(exc.name)
+                        break
                     runner.heads_committed += 1
                     for key, proof in zip(batch.values(), committed.fold_proofs, strict=True):
                         self.folds[key] = _Fold(
@@ -315,7 +330,9 @@ class RunPlayer:
                         runner.folds_committed += 1
                     keys = rest
             for ai, vid, key, covered in plan:
-                fold = self.folds[key]
+                fold = self.folds.get(key)
+                if fold is None:  # its origin was lost before committing it
+                    continue
                 track = self.tracks[ai][vid]
                 kept = (
                     track.folds[:-1] if track.folds and track.folds[-1].vid == vid else track.folds
@@ -342,8 +359,8 @@ class RunPlayer:
                 raise BoundaryError(f"run {self.label}: decision on value {vid} that is not live")
             origin_view = _view(state, fidelity)
             folds = self.tracks[ai][vid].folds if ai >= 0 else ()
-            held = await self._deliver(name, step, vid, origin_view, state.blob, folds)
-            decoded = decode_value(held.delivery.value)
+            delivery = await self._deliver(name, step, vid, origin_view, state.blob, folds)
+            decoded = decode_value(delivery.value)
             if decoded.arm != name.value or decoded.value_id != vid:
                 raise BoundaryError(
                     f"run {self.label}: holder received {decoded.arm}/v{decoded.value_id}"
@@ -355,8 +372,15 @@ class RunPlayer:
                 ]
                 line.append("".join("1" if o else "0" for o in oracle))
                 continue
-            view = await self.holder_view(name, step, vid, decoded.view, held)
-            line.append(await self._judge_arm(name, step, vid, view, origin_view, held, oracle))
+            view = decoded.view
+            if isinstance(self.runner.topo, Topology):
+                # Attestations are applied by in-process players (harness.attest),
+                # which read the holder node's verified folds directly.
+                held = self.runner.topo.holder.core.held(delivery.value_ref)
+                view = await self.holder_view(name, step, vid, view, held)
+            line.append(
+                await self._judge_arm(name, step, view, origin_view, delivery, folds, oracle)
+            )
         self.log.add(step, vid, "".join(line))
 
     async def holder_view(
@@ -374,16 +398,15 @@ class RunPlayer:
         view: GateView,
         blob: str | None,
         folds: tuple[_Fold, ...],
-    ) -> HeldValue:
-        """Origin → (relays →) holder; returns what the holder holds."""
-        from nodes.transport import Delivery
-
-        topo = self.runner.topo
+    ) -> Delivery:
+        """Origin → (relays →) holder; returns what the holder acknowledged holding."""
+        runner = self.runner
+        topo = runner.topo
         owner = self.owner(vid)
-        path = [owner, *topo.relays, topo.holder]
+        path: list[NodeRef] = [owner, *topo.relays, topo.holder]
         # One ref per (arm, value) across runs: the holder keeps the latest delivery
         # of each, so what it holds stays bounded by one run's values.
-        value_ref = f"{arm.value}/v{vid}"
+        value_ref = runner.ops.delivery_ref(arm.value, vid)
         delivery = Delivery(
             value_ref,
             encode_value(arm.value, vid, view, blob),
@@ -399,14 +422,8 @@ class RunPlayer:
             try:
                 # Heads the next node acknowledged before travel as their digests;
                 # its receipt is opened (signature verified, by its key) once, there.
-                _, receipt, sent = await owner.core.send(
-                    path[1].address, delivery, _DELIVERY_TIMEOUT_S, signer=path[1].node_id
-                )
-                for relay, nxt in itertools.pairwise(path[1:]):
-                    await relay.core.forward(
-                        value_ref, nxt.address, deadline=time.monotonic() + _DELIVERY_TIMEOUT_S
-                    )
-            except CallFailed as exc:
+                receipt, sent = await runner.ops.deliver(path, delivery, _DELIVERY_TIMEOUT_S)
+            except (CallFailed, NodeLost) as exc:
                 raise BoundaryError(
                     f"run {self.label}: delivering {value_ref} at step {step} failed: {exc}"
                 ) from exc
@@ -425,16 +442,16 @@ class RunPlayer:
         per[1] += len(delivery.value)
         per[2] += statement_bytes
         costs.commitments_delivered += len(folds)
-        return topo.holder.core.held(value_ref)
+        return delivery
 
     async def _judge_arm(
         self,
         name: ArmName,
         step: int,
-        vid: int,
         view: GateView,
         origin_view: GateView,
-        held: HeldValue,
+        delivery: Delivery,
+        folds: tuple[_Fold, ...],
         oracle: list[bool],
     ) -> str:
         window = self.params.window
@@ -449,7 +466,7 @@ class RunPlayer:
         rehydrate_started = 0.0
         if needs:
             rehydrate_started = time.perf_counter()
-            fetched = await self._rehydrate(name, step, view, held)
+            fetched = await self._rehydrate(name, step, view, delivery.value_ref, folds)
         tokens: list[str] = []
         boundary: list[GateDecision] = []
         for gi, gate, mode, counts in plan:
@@ -490,22 +507,19 @@ class RunPlayer:
         return "".join(tokens)
 
     async def _rehydrate(
-        self, name: ArmName, step: int, view: GateView, held: HeldValue
+        self, name: ArmName, step: int, view: GateView, value_ref: str, folds: tuple[_Fold, ...]
     ) -> HopLog | None:
         """Demand the value's folds from their origins; the verified hops, or None."""
         runner = self.runner
         topo = runner.topo
         costs = runner.costs(name)
-        witnesses = [topo.witness.address] if topo.witness is not None else []
         runner.context = (self.label, step, name.value)
         with topo.meter.tagged((name.value, "rehydrate")):
-            report = await runner.client.rehydrate(
-                held.delivery.value_ref, held.folds, witnesses=witnesses
-            )
+            report = await runner.ops.rehydrate(value_ref)
         costs.rehydrations += 1
         costs.demand_rpcs += report.demand_rpcs
         costs.origins_asked += len(report.outcomes)
-        costs.origins_named += len({f.commitment.statement.origin for f in held.folds})
+        costs.origins_named += len({f.origin for f in folds})
         for o in report.outcomes:
             label = o.outcome.value + ("_cleared" if o.cleared else "")
             key = (topo.name_of(o.origin), label)
@@ -565,11 +579,11 @@ class _FetchedLog(HopLog):
 
 
 class Runner:
-    """What lasts across the runs of a slice: nodes, holder client, costs, evidence."""
+    """What lasts across the runs of a slice: nodes, the calls on them, costs, evidence."""
 
     def __init__(
         self,
-        topo: Topology,
+        topo: Topology | RemoteTopology,
         settings: BoundarySettings,
         bar: Any,
         evidence_dir: Path | None = None,
@@ -585,15 +599,27 @@ class Runner:
         self.delivery_by_cadence: dict[tuple[int, str], list[int]] = {}
         self.hops_appended = 0
         self.context: tuple[str, int, str] = ("", 0, "")
-        holder = topo.holder.core
-        self.client = Holder(
-            holder.identity,
-            holder.transport,
-            evidence_dir=evidence_dir if evidence_dir is not None else holder.config.evidence_path,
-            reasks=settings.reasks,
-            on_evidence=self._on_evidence,
-            cache=settings.holder_cache,
-        )
+        #: nodes that stopped answering during the slice (no longer counted as correct)
+        self.lost: set[str] = set()
+        self.ops: NodeOps
+        if isinstance(topo, RemoteTopology):
+            self.ops = RemoteOps(
+                topo,
+                steps=settings.steps,
+                deadline_ms=settings.deadline_ms,
+                reasks=settings.reasks,
+                evidence_dir=evidence_dir,
+                sink=self._on_evidence,
+                on_lost=self.lose,
+            )
+        else:
+            self.ops = LocalOps(
+                topo,
+                reasks=settings.reasks,
+                cache=settings.holder_cache,
+                evidence_dir=evidence_dir,
+                sink=self._on_evidence,
+            )
 
     def costs(self, arm: ArmName) -> ArmCosts:
         return self.arm_costs[arm.value]
@@ -602,10 +628,23 @@ class Runner:
         if self.bar is not None:
             self.bar.update(1)
 
+    def lose(self, name: str) -> None:
+        """``name`` stopped answering: it commits nothing more and is no longer correct."""
+        if name in self.lost:
+            return
+        self.lost.add(name)
+        key = (name, "lost")
+        self.outcomes[key] = self.outcomes.get(key, 0) + 1
+
+    def correct_ids(self) -> set[str]:
+        return {
+            n.node_id
+            for n in self.topo.nodes
+            if n.fault is FaultMode.NONE and n.name not in self.lost
+        }
+
     async def _on_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
-        holder = self.topo.holder.core
-        now = holder.now_ms()
-        await holder.keep_evidence(kind, accused, body, path)
+        now = int(time.time() * 1000)
         verified = False
         try:
             verdict = verify_evidence(body, now=now + 60_000)
@@ -622,7 +661,7 @@ class Runner:
                 accused,
                 self.topo.name_of(accused),
                 verified,
-                accused in self.topo.correct_ids(),
+                accused in self.correct_ids(),
                 path,
             )
         )

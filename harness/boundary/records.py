@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 
@@ -43,7 +43,11 @@ class BoundarySettings:
 
     ``chain`` names the delivery path: first the origin, last the holder,
     relays between. ``origins`` > 1 adds origins ``{chain[0]}2``, … that own
-    a share of the values. Only the first origin runs ``fault``.
+    a share of the values (``origin_nodes`` names them instead). Only the
+    first origin runs ``fault``. ``nodes`` (name, address) are running nodes
+    to play on (transport ``remote``): roles map onto them by name, each
+    runs the fault it was started with. ``workers`` > 1 plays the runs in
+    that many processes (in-process nodes only).
     """
 
     cadences: tuple[int, ...] = (25,)
@@ -59,6 +63,13 @@ class BoundarySettings:
     reasks: int = 1
     witness: bool = True
     holder_cache: bool = False
+    witness_name: str = "witness"
+    origin_nodes: tuple[str, ...] = ()
+    nodes: tuple[tuple[str, str], ...] = ()
+    workers: int = 1
+    #: running nodes: the cluster home whose operator key signs control calls
+    #: (``$PROVNET_OPERATOR_KEY_FILE`` first, as :func:`nodes.auth.operator_credentials`)
+    control_home: str = ""
 
     def validate(self, cfg: ExperimentConfig) -> None:
         if not self.cadences or any(c < 1 for c in self.cadences):
@@ -88,6 +99,34 @@ class BoundarySettings:
             raise BoundaryError(f"origins must be >= 1, got {self.origins}")
         if self.deadline_ms < 1 or self.reasks < 0:
             raise BoundaryError("deadline_ms must be >= 1 and reasks >= 0")
+        if self.workers < 1:
+            raise BoundaryError(f"workers must be >= 1, got {self.workers}")
+        if self.origin_nodes and self.origin_nodes[0] != self.chain[0]:
+            raise BoundaryError(
+                f"the first origin {self.origin_nodes[0]} must start the chain"
+                f" ({','.join(self.chain)})"
+            )
+        remote = self.transport is TransportKind.REMOTE
+        if remote != bool(self.nodes):
+            raise BoundaryError(
+                "transport remote needs running nodes (--cluster or --nodes), and they"
+                f" need transport remote (got {self.transport.value})"
+            )
+        if remote:
+            running = {n for n, _ in self.nodes}
+            missing = [n for n in names if n not in running]
+            if missing:
+                raise BoundaryError(
+                    f"node(s) {', '.join(missing)} named by the roles are not among the"
+                    f" running nodes ({', '.join(sorted(running))})"
+                )
+            if self.fault is not FaultMode.NONE:
+                raise BoundaryError(
+                    "on running nodes each node runs the fault it was started with"
+                    " (provnet node --fault …); --fault applies to in-process nodes"
+                )
+            if self.holder_cache:
+                raise BoundaryError("--holder-cache applies to in-process nodes only")
 
     @property
     def effective_delay_ms(self) -> int:
@@ -97,11 +136,13 @@ class BoundarySettings:
         return self.fault_delay_ms
 
     def origin_names(self) -> list[str]:
+        if self.origin_nodes:
+            return list(self.origin_nodes)
         first = self.chain[0]
         return [first] + [f"{first}{i}" for i in range(2, self.origins + 1)]
 
     def node_names(self) -> list[str]:
-        extra = ["witness"] if self.witness else []
+        extra = [self.witness_name] if self.witness else []
         return [*self.origin_names(), *self.chain[1:], *extra]
 
     def specs(self) -> list[NodeSpec]:
@@ -117,7 +158,7 @@ class BoundarySettings:
         out += [NodeSpec(name, Role.RELAY) for name in self.chain[1:-1]]
         out.append(NodeSpec(self.chain[-1], Role.HOLDER))
         if self.witness:
-            out.append(NodeSpec("witness", Role.WITNESS))
+            out.append(NodeSpec(self.witness_name, Role.WITNESS))
         return out
 
     def to_json(self) -> dict[str, object]:
@@ -135,6 +176,9 @@ class BoundarySettings:
             "reasks": self.reasks,
             "witness": self.witness,
             "holder_cache": self.holder_cache,
+            "witness_name": self.witness_name if self.witness else None,
+            "nodes": {n: a for n, a in self.nodes},
+            "workers": self.workers,
         }
 
 
@@ -159,6 +203,15 @@ class ArmCosts:
     origins_asked: int = 0
     #: distinct origins named by the commitments of the values rehydrated (counted here)
     origins_named: int = 0
+
+    def add(self, other: ArmCosts) -> None:
+        """Add ``other``'s counts and measurements (runs played elsewhere) to these."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, list):
+                mine.extend(theirs)
+            else:
+                setattr(self, f.name, mine + theirs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +266,8 @@ class BoundaryOutcome:
     wall_seconds: float
     node_ids: dict[str, str]
     written: list[Path] = field(default_factory=list)
+    #: node name → the fault it ran (for running nodes: what it reported)
+    node_faults: dict[str, str] = field(default_factory=dict)
     #: Signed tree heads the origins made: one per origin per compaction.
     heads_committed: int = 0
     #: Per (cadence, arm): [decisions, value bytes, statement bytes] delivered.

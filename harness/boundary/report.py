@@ -7,8 +7,11 @@
   fell back (:data:`DECISION_COLUMNS`);
 - ``boundary_evidence.csv`` — every accusation the holder recorded;
 - ``boundary_meta.json`` — settings, fingerprints, counts, node ids;
-- ``boundary.md`` — the summary table; ``boundary_cost_vs_flips.png``;
-  ``boundary_bytes_by_cadence.png`` (delivered bytes relative to full lineage per cadence).
+- ``boundary.md`` — the summary table and :func:`cost_table`;
+  ``boundary_costs.png`` (latency and bytes side by side),
+  ``boundary_cost_vs_flips.png`` and ``boundary_bytes_by_cadence.png``
+  (delivered bytes relative to full lineage per cadence); every figure
+  title names the transport, the link RTT and the fault.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import assert_never
 
-from harness.arms import ARM_ORDER, ArmName
+from harness.arms import ARM_ORDER, STRUCTURAL_ARMS, ArmName
+from harness.boundary.choices import TransportKind
 from harness.boundary.records import (
     ArmCosts,
     BoundaryOutcome,
@@ -32,7 +36,9 @@ __all__ = [
     "COST_COLUMNS",
     "DECISION_COLUMNS",
     "EVIDENCE_COLUMNS",
+    "conditions",
     "cost_rows",
+    "cost_table",
     "percentile",
     "summary_markdown",
     "write_outputs",
@@ -371,16 +377,190 @@ def write_outputs(outcome: BoundaryOutcome, out: Path) -> list[Path]:
     path.write_text(summary_markdown(outcome, costs), encoding="utf-8")
     written.append(path)
 
+    png = out / "boundary_costs.png"
+    if _costs_figure(outcome, png):
+        written.append(png)
     png = out / "boundary_cost_vs_flips.png"
-    if _figure(costs, png):
+    if _figure(costs, png, conditions(outcome)):
         written.append(png)
     png = out / "boundary_bytes_by_cadence.png"
-    if _cadence_figure(cadence_ratios(outcome), png):
+    if _cadence_figure(cadence_ratios(outcome), png, conditions(outcome)):
         written.append(png)
     return written
 
 
-def _cadence_figure(ratios: list[tuple[int, float, float, float, float]], path: Path) -> bool:
+def conditions(outcome: BoundaryOutcome) -> str:
+    """Transport, link RTT and fault of a run, as figure titles and tables name them."""
+    s = outcome.settings
+    nodes = len(outcome.node_ids)
+    match s.transport:
+        case TransportKind.MEMORY:
+            where = f"in-memory transport, {nodes} nodes in one process"
+            rtt = "RTT: none (no network)"
+        case TransportKind.GRPC:
+            where = f"gRPC on loopback, {nodes} nodes in one process"
+            rtt = "RTT: loopback, no added delay"
+        case TransportKind.REMOTE:
+            where = f"gRPC to {nodes} running node processes"
+            rtt = "RTT: as the network gives (loopback: no added delay)"
+        case _:
+            assert_never(s.transport)
+    faults = [f"{n} {f}" for n, f in outcome.node_faults.items() if f != "none"]
+    return f"{where}; {rtt}; fault: {', '.join(faults) or 'none'}"
+
+
+def _rehydration_stats(outcome: BoundaryOutcome) -> tuple[int, float, list[float], list[float]]:
+    """(rehydrating decisions, RPCs, latencies across, latencies in-process) of both arms."""
+    arms = [a.value for a in STRUCTURAL_ARMS]
+    n = sum(outcome.arm_costs[a].rehydrations for a in arms)
+    rpcs = sum(outcome.wire.get((a, "rehydrate"), {}).get("rpcs", 0.0) for a in arms)
+    across = [x for a in arms for x in outcome.arm_costs[a].rehydration_latencies]
+    local = [x for a in arms for x in outcome.arm_costs[a].inproc_latencies]
+    return n, rpcs, across, local
+
+
+def cost_table(outcome: BoundaryOutcome) -> str:
+    """In-process next to across the boundary: calls, bytes, latency, evidence (Markdown)."""
+    gt = outcome.arm_costs[ArmName.GROUND_TRUTH.value]
+    smin = outcome.arm_costs[ArmName.STRUCTURAL_MIN.value]
+    n, rpcs, across, local = _rehydration_stats(outcome)
+    decisions = sum(outcome.arm_costs[a].decisions for a in outcome.arm_costs)
+    delivery_rpcs = sum(
+        outcome.wire.get((a, "delivery"), {}).get("rpcs", 0.0) for a in outcome.arm_costs
+    )
+    kinds = outcome.evidence_by_kind
+    evidence = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) if kinds else "none"
+    full = gt.value_bytes / gt.decisions if gt.decisions else 0.0
+    value = smin.value_bytes / smin.decisions if smin.decisions else 0.0
+    statements = smin.statement_bytes / smin.decisions if smin.decisions else 0.0
+    rows = [
+        ("| | in-process | across the boundary |", None),
+        ("|---|---|---|", None),
+        (
+            f"| RPCs per arm decision | 0 | {(delivery_rpcs + rpcs) / decisions:.2f}"
+            f" ({delivery_rpcs / decisions:.2f} delivery + {rpcs / decisions:.2f} rehydration) |"
+            if decisions
+            else "| RPCs per arm decision | 0 | – |",
+            None,
+        ),
+        (
+            f"| bytes delivered per decision | {full:,.0f} (full lineage, ground_truth) |"
+            f" {value + statements:,.0f} (structural_min: {value:,.0f} value +"
+            f" {statements:,.0f} statements: fold proofs, heads) |",
+            None,
+        ),
+        (
+            f"| rehydrating decisions | {n} (cold-log reads) | {n} ({rpcs:.0f} RPCs) |",
+            None,
+        ),
+        (
+            f"| rehydrating decision p50 / p99 | {_ms(local, 50):.3f} / {_ms(local, 99):.3f} ms |"
+            f" {_ms(across, 50):.2f} / {_ms(across, 99):.2f} ms |",
+            None,
+        ),
+        (
+            f"| evidence | – | {evidence}; correct origins accused: {outcome.correct_accused} |",
+            None,
+        ),
+    ]
+    return "\n".join(r for r, _ in rows) + "\n"
+
+
+def _costs_figure(outcome: BoundaryOutcome, path: Path) -> bool:
+    """Latency (left) and bytes (right) of deciding across the boundary vs in-process."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = [a for a in STRUCTURAL_ARMS if outcome.arm_costs[a.value].rehydrations]
+    gt = outcome.arm_costs[ArmName.GROUND_TRUTH.value]
+    if not gt.decisions:
+        return False
+    fig, (lat, nbytes) = plt.subplots(1, 2, figsize=(11, 4.6))
+    # left: rehydrating-decision latency, p50 and p99, per structural arm
+    labels: list[str] = []
+    local50: list[float] = []
+    local99: list[float] = []
+    across50: list[float] = []
+    across99: list[float] = []
+    for arm in arms:
+        c = outcome.arm_costs[arm.value]
+        labels.append(arm.value)
+        local50.append(_ms(c.inproc_latencies, 50))
+        local99.append(_ms(c.inproc_latencies, 99))
+        across50.append(_ms(c.rehydration_latencies, 50))
+        across99.append(_ms(c.rehydration_latencies, 99))
+    xs = list(range(len(labels)))
+    width = 0.2
+    for offset, values, label, color, hatch in (
+        (-1.5, local50, "in-process p50", "tab:gray", ""),
+        (-0.5, local99, "in-process p99", "tab:gray", "//"),
+        (0.5, across50, "across p50", "tab:blue", ""),
+        (1.5, across99, "across p99", "tab:blue", "//"),
+    ):
+        bars = lat.bar(
+            [x + offset * width for x in xs],
+            values,
+            width,
+            label=label,
+            color=color,
+            hatch=hatch,
+            edgecolor="black",
+        )
+        lat.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=8, padding=2)
+    lat.set_yscale("log")
+    shown = [v for v in (*local50, *local99, *across50, *across99) if v > 0]
+    if shown:  # head room above the tallest bar for its label and the legend
+        lat.set_ylim(min(shown) / 2, max(shown) * 30)
+    lat.set_xticks(xs, labels)
+    lat.set_ylabel("rehydrating decision latency (ms, log scale)")
+    lat.set_title("Latency of a decision that needs folded hops", fontsize=10)
+    lat.legend(fontsize=8, loc="upper left", ncol=2)
+    lat.grid(True, axis="y", alpha=0.3)
+    # right: bytes per decision delivered, full lineage vs compacted + statements
+    names = ["ground_truth\n(full lineage)"]
+    values_b = [gt.value_bytes / gt.decisions]
+    statements = [0.0]
+    for arm in STRUCTURAL_ARMS:
+        c = outcome.arm_costs[arm.value]
+        if c.decisions:
+            names.append(f"{arm.value}\n(compacted)")
+            values_b.append(c.value_bytes / c.decisions)
+            statements.append(c.statement_bytes / c.decisions)
+    bx = list(range(len(names)))
+    nbytes.bar(bx, values_b, 0.6, label="value", color="tab:green", edgecolor="black")
+    top = nbytes.bar(
+        bx,
+        statements,
+        0.6,
+        bottom=values_b,
+        label="statements (fold proofs, heads)",
+        color="tab:orange",
+        edgecolor="black",
+    )
+    nbytes.bar_label(
+        top,
+        labels=[f"{v + s:,.0f} B" for v, s in zip(values_b, statements, strict=True)],
+        fontsize=8,
+        padding=2,
+    )
+    nbytes.set_xticks(bx, names, fontsize=9)
+    nbytes.set_ylabel("bytes delivered per decision")
+    nbytes.set_title("What one delivery carries", fontsize=10)
+    nbytes.legend(fontsize=8, loc="upper right")
+    nbytes.grid(True, axis="y", alpha=0.3)
+    nbytes.set_ylim(0, max(v + s for v, s in zip(values_b, statements, strict=True)) * 1.2)
+    fig.suptitle(f"Across the boundary — {conditions(outcome)}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _cadence_figure(
+    ratios: list[tuple[int, float, float, float, float]], path: Path, where: str
+) -> bool:
     """Compacted value + statements over full lineage, per compaction cadence."""
     if not ratios:
         return False
@@ -398,7 +578,9 @@ def _cadence_figure(ratios: list[tuple[int, float, float, float, float]], path: 
     ax.set_xscale("log")
     ax.set_xlabel("compaction cadence C (steps)")
     ax.set_ylabel("bytes delivered per decision, relative to full lineage")
-    ax.set_title("Delivered bytes per cadence (structural_min vs ground_truth)")
+    ax.set_title(
+        f"Delivered bytes per cadence (structural_min vs ground_truth)\n{where}", fontsize=9
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -441,6 +623,11 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
         f"- gate evaluations that differ from in-process: {differ} of {total};"
         f" fell back to polarity: {fallbacks}",
         "",
+        "## In-process vs across",
+        "",
+        f"{conditions(outcome)}.",
+        "",
+        cost_table(outcome),
         "## Costs per arm and mode",
         "",
         "Per decision unless stated. Delivery columns repeat for every mode of an arm"
@@ -538,7 +725,7 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
     return "\n".join(lines)
 
 
-def _figure(costs: list[dict[str, object]], path: Path) -> bool:
+def _figure(costs: list[dict[str, object]], path: Path, where: str) -> bool:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -574,7 +761,7 @@ def _figure(costs: list[dict[str, object]], path: Path) -> bool:
         )
     ax.set_xlabel("flip rate vs oracle, all gates of the mode (%)")
     ax.set_ylabel("bytes on the wire per decision (delivery + rehydration)")
-    ax.set_title("Across the boundary: cost vs flip rate per arm and mode")
+    ax.set_title(f"Cost vs flip rate per arm and mode\n{where}", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()

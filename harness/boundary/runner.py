@@ -46,13 +46,17 @@ Outputs (``--out``): ``boundary_costs.csv``, ``boundary_decisions.csv``,
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.boundary.choices import BOUNDARY_FAULTS
+from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
 from harness.boundary.play import Runner, RunPlayer
 from harness.boundary.records import (
     ArmCosts,
@@ -64,14 +68,17 @@ from harness.boundary.records import (
     Setting,
     overall_fingerprints,
 )
+from harness.boundary.remote import RemoteTopology, connect_remote
 from harness.boundary.report import write_outputs
-from harness.boundary.topology import start_topology
+from harness.boundary.topology import Topology, start_topology
 from harness.boundary.wire import CryptoMeter
 from harness.config import ExperimentConfig, Profile
 from harness.metrics import RunKey
 from harness.replay import ReplayParams
 from harness.runner import progress_disabled, replay_params
 from harness.trajectory import generate
+from nodes.auth import ControlCredentials
+from nodes.faults import FaultMode
 
 __all__ = [
     "BOUNDARY_FAULTS",
@@ -105,28 +112,62 @@ def slice_tasks(
     ]
 
 
-async def run_boundary_async(
+@dataclass(slots=True)
+class _Partial:
+    """What playing some of the slice's runs produced (picklable, merged in run order)."""
+
+    runs: list[tuple[int, RunComparison]]
+    arm_costs: dict[str, ArmCosts]
+    wire: dict[tuple[str, str], dict[str, float]]
+    evidence: list[EvidenceRecord]
+    outcomes: dict[tuple[str, str], int]
+    folds_committed: int
+    hops_appended: int
+    node_ids: dict[str, str]
+    node_faults: dict[str, str]
+    heads_committed: int
+    delivery_by_cadence: dict[tuple[int, str], list[int]]
+
+
+def _control_credentials(settings: BoundarySettings) -> ControlCredentials | None:
+    """The operator key that signs control calls to running nodes (None: none found)."""
+    from nodes.auth import operator_credentials
+
+    return operator_credentials(Path(settings.control_home) if settings.control_home else None)
+
+
+def _scratch_root() -> str | None:
+    """Where temporary node stores go: tmpfs if there is one (fsyncs cost nothing there).
+
+    The stores still run WAL with synchronous=FULL — the node code is the
+    deployed one; only the medium differs, as it would on a RAM disk.
+    """
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
+        return str(shm)
+    return None
+
+
+async def _play_tasks(
     cfg: ExperimentConfig,
     settings: BoundarySettings,
-    *,
-    work_dir: Path | None = None,
-    evidence_dir: Path | None = None,
-    progress: bool | None = None,
-) -> BoundaryOutcome:
-    """Play every run of the slice across the boundary.
-
-    Node data lives in ``work_dir`` (default: a temporary directory removed
-    afterwards); evidence files the holder writes go to ``evidence_dir``
-    (default: the holder's data directory).
-    """
-    from tqdm import tqdm
-
-    settings.validate(cfg)
-    tasks = slice_tasks(cfg, settings)
-    total = len(tasks) * (settings.steps // cfg.decision_every)  # decisions at step % D == 0
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="provnet-boundary-") as tmp:
-        root = work_dir if work_dir is not None else Path(tmp)
+    tasks: list[tuple[int, RunKey, Profile, ReplayParams]],
+    root: Path,
+    evidence_dir: Path | None,
+    tick: Callable[[], None],
+) -> _Partial:
+    """Start (or connect to) the nodes, play ``tasks`` in order, stop the nodes."""
+    topo: Topology | RemoteTopology
+    if settings.transport is TransportKind.REMOTE:
+        topo = await connect_remote(
+            settings.nodes,
+            origins=settings.origin_names(),
+            relays=settings.chain[1:-1],
+            holder=settings.chain[-1],
+            witness=settings.witness_name if settings.witness else None,
+            credentials=_control_credentials(settings),
+        )
+    else:
         topo = await start_topology(
             root,
             settings.specs(),
@@ -134,47 +175,37 @@ async def run_boundary_async(
             deadline_ms=settings.deadline_ms,
             reasks=settings.reasks,
         )
-        bar: Any = None
-        try:
-            bar = tqdm(
-                total=total,
-                desc="boundary",
-                unit="decision",
-                file=sys.stderr,
-                disable=progress_disabled(progress),
-            )
-            runner = Runner(topo, settings, bar, evidence_dir)
-            runs: list[RunComparison] = []
-            with CryptoMeter(topo.meter):
-                for key, profile, params in tasks:
-                    # events are generated per run, so memory stays flat over the matrix
-                    events = generate(key.seed, settings.steps, cfg.decision_every, profile)
-                    runs.append(await RunPlayer(runner, key, events, params).play())
-            wire = {
-                tag: {
-                    "rpcs": c.rpcs,
-                    "failed_rpcs": c.failed_rpcs,
-                    "hops_received": c.hops_received,
-                    "request_bytes": c.request_bytes,
-                    "response_bytes": c.response_bytes,
-                    "sign_ops": c.sign_ops,
-                    "verify_ops": c.verify_ops,
-                    "sig_ms": c.sig_seconds * 1000.0,
-                    "hash_calls": c.hash_calls,
-                    "hash_leaves": c.hash_leaves,
-                    "hash_ms": c.hash_seconds * 1000.0,
-                }
-                for tag, c in topo.meter.by_tag.items()
+    try:
+        runner = Runner(topo, settings, _Ticks(tick), evidence_dir)
+        runs: list[tuple[int, RunComparison]] = []
+        with CryptoMeter(topo.meter):
+            for index, key, profile, params in tasks:
+                # events are generated per run, so memory stays flat over the matrix
+                events = generate(key.seed, settings.steps, cfg.decision_every, profile)
+                runs.append((index, await RunPlayer(runner, key, events, params).play()))
+        wire = {
+            tag: {
+                "rpcs": c.rpcs,
+                "failed_rpcs": c.failed_rpcs,
+                "hops_received": c.hops_received,
+                "request_bytes": c.request_bytes,
+                "response_bytes": c.response_bytes,
+                "sign_ops": c.sign_ops,
+                "verify_ops": c.verify_ops,
+                "sig_ms": c.sig_seconds * 1000.0,
+                "hash_calls": c.hash_calls,
+                "hash_leaves": c.hash_leaves,
+                "hash_ms": c.hash_seconds * 1000.0,
             }
-            calls = {f"{n}:{m}": v for (n, m), v in topo.meter.calls_by_node.items()}
-            wire[("calls", "by_node")] = {k: float(v) for k, v in calls.items()}
-            node_ids = {n.name: n.node_id for n in topo.nodes}
-        finally:
-            if bar is not None:
-                bar.close()
-            await topo.close()
-    return BoundaryOutcome(
-        settings,
+            for tag, c in topo.meter.by_tag.items()
+        }
+        calls = {f"{n}:{m}": v for (n, m), v in topo.meter.calls_by_node.items()}
+        wire[("calls", "by_node")] = {k: float(v) for k, v in calls.items()}
+        node_ids = {n.name: n.node_id for n in topo.nodes}
+        node_faults = {n.name: n.fault.value for n in topo.nodes}
+    finally:
+        await topo.close()
+    return _Partial(
         runs,
         runner.arm_costs,
         wire,
@@ -182,10 +213,258 @@ async def run_boundary_async(
         runner.outcomes,
         runner.folds_committed,
         runner.hops_appended,
-        time.perf_counter() - start,
         node_ids,
-        heads_committed=runner.heads_committed,
-        delivery_by_cadence=runner.delivery_by_cadence,
+        node_faults,
+        runner.heads_committed,
+        runner.delivery_by_cadence,
+    )
+
+
+class _Ticks:
+    """The progress 'bar' a :class:`Runner` updates: one call per decision."""
+
+    __slots__ = ("_tick",)
+
+    def __init__(self, tick: Callable[[], None]) -> None:
+        self._tick = tick
+
+    def update(self, n: int) -> None:
+        for _ in range(n):
+            self._tick()
+
+
+# ----------------------------------------------------------------- worker processes
+
+_WORKER_TICKS: Any = None
+
+
+def _worker_init(ticks: Any) -> None:
+    global _WORKER_TICKS
+    _WORKER_TICKS = ticks
+
+
+def _worker_tick(pending: list[int]) -> None:
+    pending[0] += 1
+    if pending[0] >= 20 and _WORKER_TICKS is not None:  # batch: one queue put per 20
+        _WORKER_TICKS.put(pending[0])
+        pending[0] = 0
+
+
+def _worker_play(
+    cfg: ExperimentConfig,
+    settings: BoundarySettings,
+    indices: list[int],
+    root: str,
+    evidence_dir: str | None,
+) -> _Partial:
+    """One worker: its share of the slice, on its own in-process nodes."""
+    from nodes.config import LogFormat
+    from nodes.logging import configure_logging
+
+    configure_logging(LogFormat.JSON, "warning")
+    all_tasks = slice_tasks(cfg, settings)
+    mine = [(i, *all_tasks[i]) for i in indices]
+    pending = [0]
+    partial = asyncio.run(
+        _play_tasks(
+            cfg,
+            settings,
+            mine,
+            Path(root),
+            Path(evidence_dir) if evidence_dir is not None else None,
+            lambda: _worker_tick(pending),
+        )
+    )
+    if pending[0] and _WORKER_TICKS is not None:
+        _WORKER_TICKS.put(pending[0])
+    return partial
+
+
+def _seed_identities(root: Path, names: list[str], workers: int) -> None:
+    """One key per node name, copied into every worker's node dir: same node ids everywhere."""
+    from nodes.app import KEY_FILENAME, load_or_create_identity
+
+    for name in names:
+        load_or_create_identity(root / "keys" / name)
+        for w in range(workers):
+            target = root / f"w{w}" / name
+            target.mkdir(parents=True, exist_ok=True)
+            key = target / KEY_FILENAME
+            if not key.exists():
+                shutil.copy2(root / "keys" / name / KEY_FILENAME, key)
+
+
+async def _play_parallel(
+    cfg: ExperimentConfig,
+    settings: BoundarySettings,
+    n_tasks: int,
+    root: Path,
+    evidence_dir: Path | None,
+    bar: Any,
+) -> list[_Partial]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = min(settings.workers, n_tasks)
+    _seed_identities(root, [s.name for s in settings.specs()], workers)
+    # Interleaved shares balance cadences and profiles; results are put back in run order.
+    shares = [list(range(w, n_tasks, workers)) for w in range(workers)]
+    # spawn, not fork: grpc's core does not survive a fork of a process that uses it
+    ctx = multiprocessing.get_context("spawn")
+    ticks = ctx.Queue()
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(ticks,)
+    ) as pool:
+        futures = [
+            loop.run_in_executor(
+                pool,
+                _worker_play,
+                cfg,
+                settings,
+                share,
+                str(root / f"w{w}"),
+                str(evidence_dir) if evidence_dir is not None else None,
+            )
+            for w, share in enumerate(shares)
+        ]
+        gathered = asyncio.gather(*futures)
+        while not gathered.done():
+            done = await asyncio.to_thread(_drain, ticks, 0.2)
+            if done and bar is not None:
+                bar.update(done)
+            await asyncio.sleep(0)
+        partials = await gathered
+        leftover = _drain(ticks, 0.0)
+        if leftover and bar is not None:
+            bar.update(leftover)
+    ticks.close()
+    return partials
+
+
+def _drain(queue: Any, wait: float) -> int:
+    import queue as queue_mod
+
+    total = 0
+    try:
+        total += queue.get(timeout=wait) if wait > 0 else queue.get_nowait()
+        while True:
+            total += queue.get_nowait()
+    except queue_mod.Empty:
+        pass
+    return total
+
+
+def _merge(settings: BoundarySettings, partials: list[_Partial]) -> _Partial:
+    """The partials as if one process had played every run, in the slice's run order."""
+    runs = sorted((r for p in partials for r in p.runs), key=lambda r: r[0])
+    order = {r.label: i for i, r in runs}
+    arm_costs: dict[str, ArmCosts] = {}
+    wire: dict[tuple[str, str], dict[str, float]] = {}
+    outcomes: dict[tuple[str, str], int] = {}
+    for p in partials:
+        for arm, costs in p.arm_costs.items():
+            arm_costs.setdefault(arm, ArmCosts()).add(costs)
+        for tag, counts in p.wire.items():
+            into = wire.setdefault(tag, {})
+            for k, v in counts.items():
+                into[k] = into.get(k, 0.0) + v
+        for key, n in p.outcomes.items():
+            outcomes[key] = outcomes.get(key, 0) + n
+    by_cadence: dict[tuple[int, str], list[int]] = {}
+    for p in partials:
+        for cadence_arm, sums in p.delivery_by_cadence.items():
+            into_sums = by_cadence.setdefault(cadence_arm, [0] * len(sums))
+            for i, n in enumerate(sums):
+                into_sums[i] += n
+    evidence = sorted(
+        (e for p in partials for e in p.evidence), key=lambda e: (order.get(e.run, -1), e.step)
+    )
+    return _Partial(
+        runs,
+        arm_costs,
+        wire,
+        evidence,
+        outcomes,
+        sum(p.folds_committed for p in partials),
+        sum(p.hops_appended for p in partials),
+        partials[0].node_ids if partials else {},
+        partials[0].node_faults if partials else {},
+        sum(p.heads_committed for p in partials),
+        by_cadence,
+    )
+
+
+async def run_boundary_async(
+    cfg: ExperimentConfig,
+    settings: BoundarySettings,
+    *,
+    work_dir: Path | None = None,
+    evidence_dir: Path | None = None,
+    progress: bool | None = None,
+    on_decision: Callable[[], None] | None = None,
+) -> BoundaryOutcome:
+    """Play every run of the slice across the boundary.
+
+    Node data lives in ``work_dir`` (default: a temporary directory removed
+    afterwards, on tmpfs where there is one); evidence files the holder
+    writes go to ``evidence_dir`` (default: the holder's data directory).
+    ``on_decision`` is called after each decision point (one process only).
+    With ``settings.workers`` > 1 the runs are shared out over that many
+    processes, each with its own in-process nodes under the same keys; the
+    results are merged in run order, so the outputs and fingerprints are
+    those of one process.
+    """
+    from tqdm import tqdm
+
+    settings.validate(cfg)
+    tasks = slice_tasks(cfg, settings)
+    total = len(tasks) * (settings.steps // cfg.decision_every)  # decisions at step % D == 0
+    start = time.perf_counter()
+    parallel = settings.workers > 1 and settings.transport is not TransportKind.REMOTE
+    with tempfile.TemporaryDirectory(prefix="provnet-boundary-", dir=_scratch_root()) as tmp:
+        root = work_dir if work_dir is not None else Path(tmp)
+        bar = tqdm(
+            total=total,
+            desc="boundary",
+            unit="decision",
+            file=sys.stderr,
+            disable=progress_disabled(progress),
+        )
+        try:
+            if parallel:
+                partials = await _play_parallel(cfg, settings, len(tasks), root, evidence_dir, bar)
+            else:
+
+                def tick() -> None:
+                    bar.update(1)
+                    if on_decision is not None:
+                        on_decision()
+
+                indexed = [(i, *t) for i, t in enumerate(tasks)]
+                partials = [await _play_tasks(cfg, settings, indexed, root, evidence_dir, tick)]
+        finally:
+            bar.close()
+    merged = _merge(settings, partials)
+    if settings.transport is TransportKind.REMOTE:
+        # each running node runs the fault it was started with; the first origin's is the run's
+        first = merged.node_faults.get(settings.origin_names()[0], FaultMode.NONE.value)
+        # and a node's holder keeps the folds it verified (as deployed)
+        settings = replace(settings, fault=FaultMode(first), holder_cache=True)
+    return BoundaryOutcome(
+        settings,
+        [r for _, r in merged.runs],
+        merged.arm_costs,
+        merged.wire,
+        merged.evidence,
+        merged.outcomes,
+        merged.folds_committed,
+        merged.hops_appended,
+        time.perf_counter() - start,
+        merged.node_ids,
+        node_faults=merged.node_faults,
+        heads_committed=merged.heads_committed,
+        delivery_by_cadence=merged.delivery_by_cadence,
     )
 
 
@@ -196,6 +475,7 @@ def run_boundary(
     *,
     progress: bool | None = None,
     node_dir: Path | None = None,
+    on_decision: Callable[[], None] | None = None,
 ) -> BoundaryOutcome:
     """Play the slice and (with ``out``) write the result files; see the module docstring.
 
@@ -205,7 +485,12 @@ def run_boundary(
     evidence_dir = out / "evidence" if out is not None else None
     outcome = asyncio.run(
         run_boundary_async(
-            cfg, settings, work_dir=node_dir, evidence_dir=evidence_dir, progress=progress
+            cfg,
+            settings,
+            work_dir=node_dir,
+            evidence_dir=evidence_dir,
+            progress=progress,
+            on_decision=on_decision,
         )
     )
     if out is not None:

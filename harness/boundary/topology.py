@@ -19,20 +19,86 @@ faithful — so any accusation of them would be a false one (S8).
 
 from __future__ import annotations
 
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import assert_never
+from typing import Protocol, assert_never
 
+from contracts.signed import Signed
+from contracts.statements import DeliveryReceipt
 from harness.boundary.choices import Role, TransportKind
 from harness.boundary.wire import MeteredTransport, WireMeter
 from nodes.app import RunningNode, load_or_create_identity, start_node
 from nodes.auth import ControlCredentials
+from nodes.client import Holder
 from nodes.config import NodeConfig
 from nodes.faults import FaultMode, FaultPlan
+from nodes.messages import CommittedCompaction, Delivery, RehydrationReport
 from nodes.services import NodeCore
 from nodes.transport import GrpcTransport, InMemoryTransport, LocalNode
 
-__all__ = ["NodeHandle", "NodeSpec", "Topology", "start_topology"]
+__all__ = [
+    "EvidenceSink",
+    "LocalOps",
+    "NodeHandle",
+    "NodeLost",
+    "NodeOps",
+    "NodeRef",
+    "NodeSpec",
+    "Topology",
+    "start_topology",
+]
+
+#: Called with (kind, accused node id, evidence bytes, file path) for each record.
+EvidenceSink = Callable[[str, str, bytes, str], Awaitable[None]]
+
+
+class NodeLost(Exception):
+    """A node stopped answering its control calls (killed, unreachable) during a run."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"node {name} is lost: {detail}")
+        self.name = name
+
+
+class NodeRef(Protocol):
+    """What the player needs to know of a node, wherever it runs."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+
+
+class NodeOps(Protocol):
+    """The calls a run makes on its nodes: in this process (:class:`LocalOps`) or remote.
+
+    ``begin_run`` keeps runs apart on the origins; ``commit_ref`` names a
+    fold's value ref (``name`` is unique within a run); ``commit_compaction``
+    has an origin fold several values' hops under ONE signed head;
+    ``deliver`` sends ``delivery`` along ``path`` (origin, relays…, holder)
+    the way :meth:`nodes.services.NodeCore.send` does — heads the next node
+    acknowledged before travel as their digests, resent in full on
+    ``NOT_FOUND`` — and returns the first receiver's receipt, opened under
+    its key, and the delivery as sent; ``rehydrate`` has the holder demand a
+    held value's folds.
+    """
+
+    async def begin_run(self, label: str) -> None: ...
+    def commit_ref(self, label: str, name: str) -> str: ...
+    def delivery_ref(self, arm: str, value_id: int) -> str: ...
+    async def append(self, origin: NodeRef, hops: list[bytes], steps: list[int]) -> None: ...
+    async def commit_compaction(
+        self, origin: NodeRef, folds: list[tuple[str, list[int], bytes]]
+    ) -> CommittedCompaction: ...
+    async def deliver(
+        self, path: Sequence[NodeRef], delivery: Delivery, timeout: float
+    ) -> tuple[Signed[DeliveryReceipt], Delivery]: ...
+    async def rehydrate(self, value_ref: str) -> RehydrationReport: ...
 
 
 @dataclass(slots=True)
@@ -95,6 +161,86 @@ async def _stop_all(handles: list[NodeHandle], *, grace: float) -> None:
             errors.append(exc)
     if errors:
         raise errors[0]
+
+
+class LocalOps:
+    """:class:`NodeOps` on nodes this process started: direct calls into their cores.
+
+    Deliveries leave from the origin's own transport; the holder's demands
+    go through a :class:`nodes.client.Holder` on the holder's identity and
+    transport, whose evidence is kept in the holder's store, then handed to
+    ``sink``.
+    """
+
+    def __init__(
+        self,
+        topo: Topology,
+        *,
+        reasks: int,
+        cache: bool,
+        evidence_dir: Path | None,
+        sink: EvidenceSink,
+    ) -> None:
+        self.topo = topo
+        self._sink = sink
+        holder = topo.holder.core
+        self.client = Holder(
+            holder.identity,
+            holder.transport,
+            evidence_dir=evidence_dir if evidence_dir is not None else holder.config.evidence_path,
+            reasks=reasks,
+            on_evidence=self._keep,
+            cache=cache,
+        )
+
+    async def _keep(self, kind: str, accused: str, body: bytes, path: str) -> None:
+        await self.topo.holder.core.keep_evidence(kind, accused, body, path)
+        await self._sink(kind, accused, body, path)
+
+    def _core(self, node: NodeRef) -> NodeCore:
+        for handle in self.topo.nodes:
+            if handle.name == node.name:
+                return handle.core
+        raise KeyError(node.name)
+
+    async def begin_run(self, label: str) -> None:
+        for origin in self.topo.origins:
+            await origin.core.store.new_epoch()  # hop ids restart every run (seed 000)
+
+    def commit_ref(self, label: str, name: str) -> str:
+        return name  # every run is a new epoch here: names cannot meet across runs
+
+    def delivery_ref(self, arm: str, value_id: int) -> str:
+        return f"{arm}/v{value_id}"
+
+    async def append(self, origin: NodeRef, hops: list[bytes], steps: list[int]) -> None:
+        await self._core(origin).append(hops, steps)
+
+    async def commit_compaction(
+        self, origin: NodeRef, folds: list[tuple[str, list[int], bytes]]
+    ) -> CommittedCompaction:
+        return await self._core(origin).commit_compaction(folds)
+
+    async def deliver(
+        self, path: Sequence[NodeRef], delivery: Delivery, timeout: float
+    ) -> tuple[Signed[DeliveryReceipt], Delivery]:
+        _, receipt, sent = await self._core(path[0]).send(
+            path[1].address, delivery, timeout, signer=path[1].node_id
+        )
+        for relay, nxt in itertools.pairwise(path[1:]):
+            await self._core(relay).forward(
+                delivery.value_ref, nxt.address, deadline=time.monotonic() + timeout
+            )
+        return receipt, sent
+
+    async def rehydrate(self, value_ref: str) -> RehydrationReport:
+        topo = self.topo
+        held = topo.holder.core.held(value_ref)
+        witnesses = [topo.witness.address] if topo.witness is not None else []
+        report: RehydrationReport = await self.client.rehydrate(
+            value_ref, held.folds, witnesses=witnesses
+        )
+        return report
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +317,8 @@ async def _start_one(
         core_ref.append(core)
         registry[address] = core
         return NodeHandle(spec.name, spec.role, core, address, spec.fault)
+    if transport is TransportKind.REMOTE:
+        raise ValueError(f"node {spec.name}: remote nodes are connected to, not started here")
     if transport is not TransportKind.GRPC:
         assert_never(transport)
     config = NodeConfig(

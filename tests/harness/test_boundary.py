@@ -487,6 +487,29 @@ def test_cost_rows_put_equal_flip_rates_next_to_different_costs(
     assert commit["decisions"] == faithful.folds_committed
 
 
+def test_runs_shared_over_worker_processes_give_the_one_process_outputs() -> None:
+    # three runs over two workers: shares [0, 2] and [1] must come back in run order
+    one = _play(steps=150, seeds=(0, 1, 2))
+    shared = _play(steps=150, seeds=(0, 1, 2), workers=2)
+    assert [r.label for r in shared.runs] == [r.label for r in one.runs]
+    assert [r.boundary_fingerprint for r in shared.runs] == [
+        r.boundary_fingerprint for r in one.runs
+    ]
+    assert overall_fingerprints(shared) == overall_fingerprints(one)
+    assert [r.boundary_rows for r in shared.runs] == [r.boundary_rows for r in one.runs]
+    for arm in STRUCTURAL:
+        mine, theirs = shared.arm_costs[arm], one.arm_costs[arm]
+        assert (mine.rehydrations, mine.hops_verified, mine.decisions) == (
+            theirs.rehydrations,
+            theirs.hops_verified,
+            theirs.decisions,
+        )
+    assert shared.folds_committed == one.folds_committed
+    assert shared.heads_committed == one.heads_committed
+    assert shared.delivery_by_cadence == one.delivery_by_cadence
+    assert shared.wire[("calls", "by_node")] == one.wire[("calls", "by_node")]
+
+
 def test_compacted_value_with_head_statements_costs_under_the_full_lineage(
     faithful: BoundaryOutcome,
 ) -> None:

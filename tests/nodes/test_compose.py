@@ -257,6 +257,9 @@ def test_runner_then_plays_the_boundary_experiment_into_the_results_folder() -> 
     args = _parse(boundary)
     assert (args.command, args.experiment_command) == ("experiment", "boundary")
     assert not piped
+    # played on the node containers, not on nodes inside the runner's process
+    assert [name for name, _ in args.nodes] == list(NODE_SERVICES)
+    assert [address for _, address in args.nodes] == [f"{n}:50051" for n in NODE_SERVICES]
     (mount,) = runner["volumes"]
     source, _, target = str(mount).partition(":")
     assert source == "./results-compose", "results go to a folder the user can read"

@@ -176,6 +176,38 @@ async def test_two_commitments_for_one_fold_delivered_to_a_holder_are_equivocati
     assert (await holder.stats())["evidence_equivocation"] == 1
 
 
+async def test_equivocation_is_caught_after_the_first_commitment_was_delivered_again_and_again(
+    cluster: MemCluster,
+) -> None:
+    # A holder skips re-checking pairs it has kept; a second commitment for the
+    # same fold is a new pair and must still be checked against the kept one.
+    from contracts.serve import build_obligation
+    from nodes.transport import Delivery
+
+    origin = await cluster.add("origin", FaultMode.EQUIVOCATE)
+    holder = await cluster.add("holder")
+    fold = await cluster.fold("origin", "v1", 3)
+    assert isinstance(origin.behaviour, Equivocate)
+    (alt,) = origin.behaviour._second.values()
+    alt_obligation = build_obligation(
+        origin.identity,
+        alt.commitment,
+        serve_until=origin.now_ms() + 60_000,
+        deadline_ms=300,
+        endpoints=(origin.advertised,),
+        issued_at=origin.now_ms(),
+    )
+    first = Delivery("v1", b"x", (fold.commitment_bytes,), (fold.obligation_bytes,))
+    for _ in range(3):
+        assert await holder.deliver(first)
+    assert (await holder.stats()).get("evidence_equivocation", 0) == 0
+    second = Delivery("v1-copy", b"x", (alt.commitment.to_bytes(),), (alt_obligation.to_bytes(),))
+    await holder.deliver(second)
+    await holder.deliver(second)  # kept now: not reported twice
+    assert (await holder.stats())["evidence_equivocation"] == 1
+    assert len(list((cluster.root / "holder" / "evidence").glob("equivocation-*.json"))) == 1
+
+
 async def test_audit_counts_faulty_accusations_and_no_correct_ones(cluster: MemCluster) -> None:
     before = AUDIT.accusations
     await cluster.add("good")

@@ -17,17 +17,19 @@ from pathlib import Path
 
 import pytest
 
+import contracts.heads as heads_mod
 import contracts.identity as identity_mod
 from contracts.errors import BadSignature, EncodingError
 from contracts.evidence import EvidenceKind, verify_evidence
-from contracts.heads import FoldProof
-from contracts.signed import open_statement
+from contracts.heads import FoldProof, VerifiedFold
+from contracts.signed import Signed, open_statement
 from contracts.statements import DeliveryReceipt, Head
 from nodes._pb.provnet.v1 import common_pb2
 from nodes.client import Outcome
 from nodes.faults import FaultMode
 from nodes.messages import Delivery
 from nodes.services import HeldValue, NodeCore
+from nodes.transport import CallFailed
 from tests.nodes.rpc_support import MemCluster, audit, hop_json, single
 
 
@@ -322,3 +324,30 @@ async def test_compact_head_and_record_fields_of_the_wrong_shape_are_malformed(
     for message, msg in cases:
         with pytest.raises(EncodingError, match=message):
             wire.delivery_from_pb(msg)
+
+
+async def test_a_fold_proof_delivered_again_is_not_proved_again_yet_its_head_still_expires(
+    cluster: MemCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every decision re-delivers a value's fold proofs: a proof already proved
+    # under a head the holder verified is kept, not parsed and hashed again,
+    # but the head's serving term is still checked on every delivery.
+    origin = await cluster.add("origin")
+    holder = await cluster.add("holder")
+    head, proofs = await _compaction(origin, ["a"])
+    proved = [0]
+    real = heads_mod.verify_fold
+
+    def counting(proof: FoldProof, signed: Signed[Head]) -> VerifiedFold:
+        proved[0] += 1
+        return real(proof, signed)
+
+    monkeypatch.setattr("nodes.services.verify_fold", counting)
+    first, _ = await _deliver(cluster, "origin", "holder", "a", proofs[0], head)
+    again, _ = await _deliver(cluster, "origin", "holder", "a", proofs[0], head)
+    assert proved[0] == 1
+    assert again.folds == first.folds
+    serve_until = open_statement(head, Head).statement.serve_until
+    holder.clock = lambda: serve_until / 1000.0 + 1.0
+    with pytest.raises(CallFailed, match="expired"):
+        await _deliver(cluster, "origin", "holder", "a", proofs[0], head)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,16 @@ def fake_node(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     data_dir = home.data_dir("a")
     data_dir.mkdir()
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(data_dir)])
+    # Popen returns once the child is forked; its command line names the data dir
+    # only after exec, which a loaded machine can delay: wait for it (bounded).
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    for _ in range(500):
+        if str(data_dir).encode() in cmdline.read_bytes():
+            break
+        time.sleep(0.01)
+    else:
+        proc.kill()
+        raise AssertionError(f"fake node {proc.pid} never showed {data_dir} in its command line")
     try:
         yield proc
     finally:
