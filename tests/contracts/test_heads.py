@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 
 import pytest
 
@@ -49,10 +50,13 @@ from contracts import (
     verify_evidence,
     verify_fold,
 )
+from contracts.signed import Signed
+from contracts.statements import Receipt
 from tests.contracts._support import (
     DAY,
     EPOCH,
     NOW,
+    HeadWorld,
     fixed_identity,
     make_head_world,
     make_hops,
@@ -61,6 +65,18 @@ from tests.contracts._support import (
 )
 
 TERMS = {"serve_until": NOW + DAY, "deadline_ms": 2_000, "endpoints": ["127.0.0.1:50051"]}
+
+
+def _answer(w: HeadWorld, hops: Sequence[bytes] | None, *, now: int) -> Signed[Receipt]:
+    """The origin's signed answer to the world's demand for its fold (S1–S3, S6)."""
+    return answer_demand(
+        w.origin,
+        w.demand,
+        obligation=w.fold.obligation,
+        commitment=w.fold.commitment,
+        hops=hops,
+        now=now,
+    )
 
 
 @pytest.fixture
@@ -113,14 +129,7 @@ def test_one_signature_per_compaction_however_many_values_and_folds(
 
 def test_s1_heads_fold_proof_serves_byte_exact_to_the_holder() -> None:
     w = make_head_world()
-    receipt = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        hops=w.hops["value:42"],
-        now=NOW + 2_000,
-    )
+    receipt = _answer(w, w.hops["value:42"], now=NOW + 2_000)
     answer = judge_fold_answer(
         receipt.to_bytes(), w.hops["value:42"], demand=w.demand, fold=w.fold, reported_at=NOW
     )
@@ -222,14 +231,7 @@ def test_verify_where_it_carries_information_a_faithful_serve_checks_no_signatur
     signature_checks: list[str],
 ) -> None:
     w = make_head_world(leaves=None)
-    receipt = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        hops=w.hops["value:42"],
-        now=NOW + 2_000,
-    )
+    receipt = _answer(w, w.hops["value:42"], now=NOW + 2_000)
     # Even a receipt whose signature is broken: the bytes alone reproduce the signed root.
     raw = json.loads(receipt.to_bytes())
     raw["signatures"][0]["sig"] = "A" * 86 + "=="
@@ -246,14 +248,7 @@ def test_verify_where_it_carries_information_partial_serve_checks_no_signature(
     signature_checks: list[str],
 ) -> None:
     w = make_head_world(leaves=[1, 6])
-    receipt = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        hops=w.hops["value:42"],
-        now=NOW + 2_000,
-    )
+    receipt = _answer(w, w.hops["value:42"], now=NOW + 2_000)
     served = [w.hops["value:42"][i] for i in (1, 6)]
     answer = judge_fold_answer(receipt, served, demand=w.demand, fold=w.fold, reported_at=NOW)
     assert answer.kind is AnswerKind.SERVED, answer.reason
@@ -292,14 +287,7 @@ def test_s2_heads_signed_wrong_bytes_are_bad_data_verified_only_then(
 
 def test_s2_heads_bytes_altered_after_signing_are_never_evidence() -> None:
     w = make_head_world()
-    honest = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        hops=w.hops["value:42"],
-        now=NOW + 2_000,
-    )
+    honest = _answer(w, w.hops["value:42"], now=NOW + 2_000)
     altered = [*w.hops["value:42"][:-1], b'{"forged":true}']
     answer = judge_fold_answer(honest, altered, demand=w.demand, fold=w.fold, reported_at=NOW)
     assert answer.kind is AnswerKind.UNATTRIBUTABLE
@@ -308,27 +296,13 @@ def test_s2_heads_bytes_altered_after_signing_are_never_evidence() -> None:
 
 def test_s3_heads_refusal_before_serve_until_is_proof_after_it_is_legitimate() -> None:
     w = make_head_world()
-    refused = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        hops=None,
-        now=NOW + 2_000,
-    )
+    refused = _answer(w, None, now=NOW + 2_000)
     assert refused.statement.reason is RefusalReason.EVICTED
     answer = judge_fold_answer(refused, [], demand=w.demand, fold=w.fold, reported_at=NOW)
     assert answer.kind is AnswerKind.EVIDENCE
     assert answer.evidence is not None
     assert verify_evidence(answer.evidence.to_bytes(), now=NOW).kind is EvidenceKind.REFUSED
-    expired = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        hops=w.hops["value:42"],
-        now=NOW + DAY,
-    )
+    expired = _answer(w, w.hops["value:42"], now=NOW + DAY)
     assert expired.statement.status is ReceiptStatus.REFUSED
     answer = judge_fold_answer(expired, [], demand=w.demand, fold=w.fold, reported_at=NOW + DAY)
     assert answer.kind is AnswerKind.LEGITIMATE
@@ -336,14 +310,7 @@ def test_s3_heads_refusal_before_serve_until_is_proof_after_it_is_legitimate() -
 
 def test_s6_heads_pending_answer_for_a_pending_head_is_legitimate() -> None:
     w = make_head_world(pending=True)
-    pending = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        hops=None,
-        now=NOW + 2_000,
-    )
+    pending = _answer(w, None, now=NOW + 2_000)
     assert pending.statement.status is ReceiptStatus.PENDING
     answer = judge_fold_answer(pending, [], demand=w.demand, fold=w.fold, reported_at=NOW)
     assert answer.kind is AnswerKind.LEGITIMATE
@@ -401,14 +368,7 @@ def test_s7_heads_any_bearer_of_the_fold_proof_demands_from_the_origin() -> None
 
 def test_s8_heads_evidence_against_a_correct_origin_does_not_verify() -> None:
     w = make_head_world()
-    honest = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        hops=w.hops["value:42"],
-        now=NOW + 2_000,
-    )
+    honest = _answer(w, w.hops["value:42"], now=NOW + 2_000)
     framed = cite_head(
         Evidence(
             kind=EvidenceKind.BAD_DATA,
