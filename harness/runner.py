@@ -438,10 +438,11 @@ def run_main(
         wall = time.perf_counter() - start
         overall = combine(fingerprints.items())
         ds = cfg.death_spiral_run if trace_events is None else None
+        llm_channel = None if prose_source is None else prose_source.meta()
         meta: dict[str, object] = {
             # the lab's keys, in the lab's order (spec §10)
             "config": cfg.to_json(),
-            "llm": None if prose_source is None else prose_source.meta()["provider"],
+            "llm": None if llm_channel is None else llm_channel["provider"],
             "rehydrate": rehydrate,
             "seeds": [0] if trace_events is not None else list(cfg.seeds),
             "runs": len(fingerprints),
@@ -464,8 +465,8 @@ def run_main(
         }
         if trace_summary is not None:
             meta["trace"] = trace_summary
-        if prose_source is not None:
-            meta["llm_channel"] = prose_source.meta()
+        if llm_channel is not None:
+            meta["llm_channel"] = llm_channel
         meta["files"] = file_digests(partial, files)
         (partial / "run_meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return MainOutcome(out, len(fingerprints), wall, overall, fingerprints)

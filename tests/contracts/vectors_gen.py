@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import base64
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from contracts import (
@@ -42,6 +43,7 @@ from contracts import (
 )
 from contracts.evidence import Evidence, EvidenceKind
 from contracts.heads import FoldInput, HeadLog
+from contracts.signed import Signed
 from tests.contracts._support import (
     DAY,
     EPOCH,
@@ -287,17 +289,21 @@ def build_head_vectors() -> dict[str, bytes]:
         hops=tampered,
         now=NOW + 2_000,
     )
-    bad = judge_answer(
-        lying,
-        tampered,
-        demand=w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        reported_at=NOW + 4_000,
-    )
-    if bad.evidence is None:
-        raise RuntimeError(f"golden head bad_data evidence not produced: {bad.reason}")
-    put("evidence-bad_data-head.json", cite_head(bad.evidence, w.fold).to_bytes())
+
+    def put_cited(name: str, receipt: Signed[Receipt], served_hops: Sequence[bytes]) -> None:
+        judged = judge_answer(
+            receipt,
+            served_hops,
+            demand=w.demand,
+            obligation=w.fold.obligation,
+            commitment=w.fold.commitment,
+            reported_at=NOW + 4_000,
+        )
+        if judged.evidence is None:
+            raise RuntimeError(f"golden head evidence for {name} not produced: {judged.reason}")
+        put(name, cite_head(judged.evidence, w.fold).to_bytes())
+
+    put_cited("evidence-bad_data-head.json", lying, tampered)
     refused = answer_demand(
         w.origin,
         w.demand,
@@ -306,17 +312,7 @@ def build_head_vectors() -> dict[str, bytes]:
         hops=None,
         now=NOW + 2_000,
     )
-    ref = judge_answer(
-        refused,
-        [],
-        demand=w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        reported_at=NOW + 4_000,
-    )
-    if ref.evidence is None:
-        raise RuntimeError(f"golden head refused evidence not produced: {ref.reason}")
-    put("evidence-refused-head.json", cite_head(ref.evidence, w.fold).to_bytes())
+    put_cited("evidence-refused-head.json", refused, [])
 
     # Two views of one epoch's log, diverging at compaction 1.
     origin = fixed_identity("origin")
