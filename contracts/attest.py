@@ -10,8 +10,10 @@ signed by an attester and
   (A3);
 * for ``reconstruction`` counts only with proof of a full verified
   rehydration of the value's commitments — the receipts it cites, each a
-  SERVED full fold whose bytes reproduce the committed root; no trust policy
-  can raise reconstruction otherwise (A4);
+  SERVED full fold whose bytes reproduce the committed root; the fold is
+  either a per-fold commitment or a fold record proven under a signed tree
+  head (:class:`RehydrationProof`); no trust policy can raise
+  reconstruction otherwise (A4);
 * names the taint ids it discharges; a blocklist gate ignores exactly those
   (A5, :func:`remaining_taints`);
 * is itself a hop: :func:`attestation_hop_fields` gives the hop appended to
@@ -23,6 +25,8 @@ signed by an attester and
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +37,7 @@ from contracts.canonical import (
     canonical_bytes,
     format_ms,
     parse_json_object,
+    sha256_hex,
 )
 from contracts.envelope import Envelope
 from contracts.errors import (
@@ -46,6 +51,7 @@ from contracts.errors import (
     Revoked,
     run_check,
 )
+from contracts.heads import FoldProof, verify_fold
 from contracts.identity import Identity
 from contracts.serve import verify_served
 from contracts.signed import Signed, open_statement, sign_statement
@@ -54,11 +60,13 @@ from contracts.statements import (
     Axis,
     Commitment,
     Demand,
+    Head,
     Obligation,
     Receipt,
 )
 
 __all__ = [
+    "PROOF_VERSION",
     "AttestationOutcome",
     "RehydrationProof",
     "TrustPolicy",
@@ -67,6 +75,7 @@ __all__ = [
     "build_attestation",
     "check_attestation",
     "remaining_taints",
+    "restoration_digest",
     "verify_attestation",
     "verify_rehydration",
 ]
@@ -153,6 +162,26 @@ class TrustPolicy:
         return cls.from_json(parse_json_object(data, what="trust policy"))
 
 
+def restoration_digest(value_ref: str, commitment_digests: Iterable[str]) -> str:
+    """The value digest a ``reconstruction`` attestation binds (A2).
+
+    SHA-256 over the RFC 8785 bytes of ``{"type": "restored-value",
+    "value_ref": …, "commitments": [sorted commitment digests]}``: it changes
+    when the value gains a fold (the new fold needs its own rehydration, A4)
+    and differs between two values carrying the same folds under different
+    refs, so an attestation cannot be replayed on another value.
+    """
+    return sha256_hex(
+        canonical_bytes(
+            {
+                "type": "restored-value",
+                "value_ref": value_ref,
+                "commitments": sorted(set(commitment_digests)),
+            }
+        )
+    )
+
+
 def build_attestation(
     identity: Identity,
     *,
@@ -182,15 +211,48 @@ def build_attestation(
 EnvelopeInput = bytes | Envelope | dict[str, Any]
 
 
+#: Version of the JSON form of a :class:`RehydrationProof` (``"v"``): 2 added the
+#: head form (a fold proven under a signed tree head); a form without ``"v"``
+#: is version 1, the per-fold form, and still reads.
+PROOF_VERSION = 2
+_PROOF_KEYS_V1 = frozenset({"commitment", "obligation", "demand", "receipt", "hops"})
+_PROOF_KEYS_HEAD = frozenset({"v", "head", "fold_proof", "demand", "receipt", "hops"})
+_MAX_PROOF_HOPS = 1_000_000
+
+
 @dataclass(frozen=True, slots=True)
 class RehydrationProof:
-    """One fold fetched in full and verified: the statements and bytes that show it."""
+    """One fold fetched in full and verified: the statements and bytes that show it.
 
-    commitment: Envelope
+    Two forms, one meaning (A4):
+
+    * **per-fold** (``fold`` is None): ``commitment`` and ``obligation`` are the
+      origin's signed per-fold statements;
+    * **under a signed tree head** (design revision 2): ``obligation`` is the
+      origin's signed head and ``fold`` the fold proof (fold record, audit
+      path to the head's root, chain) — what a holder of a head-form value
+      already has; ``commitment`` is None. The fold's commitment digest is
+      the fold record's RFC 6962 leaf hash, as everywhere heads are used
+      (:class:`contracts.heads.VerifiedFold`).
+
+    The demand, the origin's SERVED receipt and the hop bytes are the same in
+    both forms. JSON (:meth:`to_json`): the per-fold form keeps its version-1
+    keys; the head form is ``{"v": 2, "head", "fold_proof", "demand",
+    "receipt", "hops"}`` (envelopes as JSON objects, hops standard base64).
+    """
+
+    commitment: Envelope | None
     obligation: Envelope
     demand: Envelope
     receipt: Envelope
     hops: tuple[bytes, ...]
+    fold: FoldProof | None = None
+
+    def __post_init__(self) -> None:
+        if (self.commitment is None) == (self.fold is None):
+            raise ValueError(
+                "a rehydration proof has either a per-fold commitment or a fold proof under a head"
+            )
 
     @classmethod
     def of(
@@ -206,18 +268,152 @@ class RehydrationProof:
             commitment.envelope, obligation.envelope, demand.envelope, receipt.envelope, tuple(hops)
         )
 
+    @classmethod
+    def under_head(
+        cls,
+        *,
+        head: Envelope | Signed[Head],
+        fold: FoldProof,
+        demand: Envelope | Signed[Demand],
+        receipt: Envelope | Signed[Receipt],
+        hops: Sequence[bytes],
+    ) -> RehydrationProof:
+        """The head form: the signed head and fold proof the holder already keeps."""
+
+        def env(x: Envelope | Signed[Any]) -> Envelope:
+            return x if isinstance(x, Envelope) else x.envelope
+
+        return cls(None, env(head), env(demand), env(receipt), tuple(hops), fold)
+
+    @property
+    def size(self) -> int:
+        """Bytes of the proof's parts as they travel (envelopes, fold proof, hops)."""
+        first = (
+            len(self.commitment.to_bytes())
+            if self.commitment is not None
+            else len(self.fold.to_bytes())
+            if self.fold is not None
+            else 0
+        )
+        return (
+            first
+            + len(self.obligation.to_bytes())
+            + len(self.demand.to_bytes())
+            + len(self.receipt.to_bytes())
+            + sum(len(h) for h in self.hops)
+        )
+
+    def to_json(self) -> JsonObject:
+        hops = [base64.standard_b64encode(h).decode("ascii") for h in self.hops]
+        if self.fold is not None:
+            return {
+                "v": PROOF_VERSION,
+                "head": self.obligation.to_json(),
+                "fold_proof": self.fold.to_json(),
+                "demand": self.demand.to_json(),
+                "receipt": self.receipt.to_json(),
+                "hops": hops,
+            }
+        if self.commitment is None:  # pragma: no cover - excluded by __post_init__
+            raise ValueError("rehydration proof without commitment or fold proof")
+        return {
+            "commitment": self.commitment.to_json(),
+            "obligation": self.obligation.to_json(),
+            "demand": self.demand.to_json(),
+            "receipt": self.receipt.to_json(),
+            "hops": hops,
+        }
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(self.to_json())
+
+    @classmethod
+    def from_json(cls, obj: Any) -> RehydrationProof:
+        """Strict parse of either form; an unknown ``"v"`` is rejected naming it."""
+        if type(obj) is not dict:
+            raise EncodingError("rehydration proof: expected a JSON object")
+        version = obj.get("v", 1)
+        if version == 1 and obj.keys() == _PROOF_KEYS_V1:
+            head_form = False
+        elif version == PROOF_VERSION and obj.keys() == _PROOF_KEYS_HEAD:
+            head_form = True
+        elif version in (1, PROOF_VERSION):
+            want = _PROOF_KEYS_V1 if version == 1 else _PROOF_KEYS_HEAD
+            raise EncodingError(f"rehydration proof v{version}: fields must be {sorted(want)}")
+        else:
+            raise EncodingError(
+                f"rehydration proof: unknown version {version!r:.20} (this code reads 1 and"
+                f" {PROOF_VERSION})"
+            )
+        hops = obj["hops"]
+        if (
+            type(hops) is not list
+            or len(hops) > _MAX_PROOF_HOPS
+            or not all(type(h) is str for h in hops)
+        ):
+            raise EncodingError("rehydration proof: hops must be a list of base64 strings")
+        try:
+            decoded = tuple(binascii.a2b_base64(h, strict_mode=True) for h in hops)
+        except (binascii.Error, ValueError) as exc:
+            raise EncodingError(f"rehydration proof: a hop is not base64 ({exc})") from exc
+        demand = Envelope.from_json(obj["demand"])
+        receipt = Envelope.from_json(obj["receipt"])
+        if head_form:
+            return cls(
+                None,
+                Envelope.from_json(obj["head"]),
+                demand,
+                receipt,
+                decoded,
+                FoldProof.from_json(obj["fold_proof"]),
+            )
+        return cls(
+            Envelope.from_json(obj["commitment"]),
+            Envelope.from_json(obj["obligation"]),
+            demand,
+            receipt,
+            decoded,
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> RehydrationProof:
+        return cls.from_json(parse_json_object(data, what="rehydration proof"))
+
+
+def _proof_statements(
+    proof: RehydrationProof,
+) -> tuple[Signed[Commitment], Signed[Obligation]]:
+    """The commitment and obligation a proof stands on (signatures checked)."""
+    if proof.fold is None:
+        if proof.commitment is None:  # pragma: no cover - excluded by __post_init__
+            raise EncodingError("rehydration proof without commitment or fold proof")
+        c = open_statement(proof.commitment, Commitment)
+        return c, open_statement(proof.obligation, Obligation, signer=c.signer)
+    # head form: the head signed by the origin it names, the fold proven under it
+    head = open_statement(proof.obligation, Head)
+    try:
+        fold = verify_fold(proof.fold, head)
+    except ContractError as exc:
+        raise type(exc)(f"inclusion proof under head {head.digest[:12]}… rejected: {exc}") from exc
+    return fold.commitment, fold.obligation
+
 
 def verify_rehydration(proof: RehydrationProof) -> tuple[str, str]:
     """Check one full rehydration; return (commitment digest, receipt digest).
 
-    The commitment and obligation are the origin's; the demand asked for all
-    leaves; the receipt is the origin's SERVED answer to that demand and the
-    hop bytes reproduce the committed root (:func:`verify_served`).
+    Per-fold form: the commitment and obligation are the origin's. Head form:
+    the head is signed by its origin and the fold proof's record is included
+    under the head's root (:func:`contracts.heads.verify_fold`); the fold's
+    commitment digest is the record's leaf hash. Both: the demand asked for
+    all leaves of that fold, under that obligation (head); the receipt is the
+    origin's SERVED answer to it and the hop bytes reproduce the fold's root
+    (:func:`verify_served`).
     """
-    c = open_statement(proof.commitment, Commitment)
-    o = open_statement(proof.obligation, Obligation, signer=c.signer)
+    c, o = _proof_statements(proof)
     d = open_statement(proof.demand, Demand)
-    if o.statement.commitment != c.digest or d.statement.obligation != o.digest:
+    if o.statement.origin != c.statement.origin:
+        raise BindingMismatch(f"rehydration of {c.digest[:12]}…: obligation by another origin")
+    if d.statement.obligation != o.digest or d.statement.commitment != c.digest:
         raise BindingMismatch(f"rehydration of {c.digest[:12]}…: statements do not chain")
     if d.statement.leaves is not None:
         raise NotAuthorized(

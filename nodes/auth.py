@@ -10,12 +10,16 @@ when it carries a per-call Ed25519 signature by a key the node authorises:
 ``HopLog.Append``, ``HopLog.CommitFold``  an operator key (``--operator-keys``)
 ``HopLog.CommitCompaction``
 ``Deliver.Rehydrate``, ``Deliver.Forward``
-``Evidence.Report``
+``Evidence.Report``, ``Attest.Restore``
 ``Deliver.Deliver``                      an operator key, or the node key of the
                                          sender the delivery receipt will name
                                          (a node forwarding a value signs with
                                          its own key; ``sender`` empty = the
                                          signer)
+``Attest.Request``                       an operator key, or the node key of the
+                                         holder that signed every demand the
+                                         request cites (it makes the attester
+                                         sign and log on that holder's behalf)
 ======================================  =====================================
 
 The signature travels in metadata and covers a domain tag, the full method
@@ -66,6 +70,7 @@ __all__ = [
     "MAX_CONTROL_NONCES",
     "OPERATOR_KEY_ENV",
     "OPERATOR_KEY_FILENAME",
+    "REQUESTER_METHODS",
     "SENDER_METHODS",
     "SIGNED_METHODS",
     "ControlAuth",
@@ -88,12 +93,16 @@ CONTROL_METHODS = frozenset(
         "/provnet.v1.Deliver/Rehydrate",
         "/provnet.v1.Deliver/Forward",
         "/provnet.v1.Evidence/Report",
+        "/provnet.v1.Attest/Restore",
     }
 )
 #: Methods where the sender's own node key is accepted too (deliver-as-sender).
 SENDER_METHODS = frozenset({"/provnet.v1.Deliver/Deliver"})
+#: Methods where the holder that signed every cited demand is accepted too
+#: (the node core checks the signer against the demands).
+REQUESTER_METHODS = frozenset({"/provnet.v1.Attest/Request"})
 #: Every method a client signs.
-SIGNED_METHODS = CONTROL_METHODS | SENDER_METHODS
+SIGNED_METHODS = CONTROL_METHODS | SENDER_METHODS | REQUESTER_METHODS
 
 #: A control call's time must be this close to the node's clock.
 CONTROL_SKEW_S = 30.0

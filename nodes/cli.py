@@ -50,6 +50,9 @@ _FLAG_HELP: Mapping[str, str] = {
     "peers": "known nodes: 'name=host:port[,pubkey]' entries separated by ';' or spaces",
     "fault": "fault mode for tests: {fault_modes}",
     "fault_delay_ms": "delay of the 'slow' fault mode, in ms",
+    "attest_fault": "what this node signs as an attester, for tests: none (honest), no_proof,"
+    " other_value_receipts, forged_receipts, tampered_receipts, partial_receipts, replayed,"
+    " expired, lax",
     "log_format": "auto (console on a TTY, else JSON lines), json, console",
     "log_level": "debug, info, warning, error (default info)",
     "max_message_bytes": "largest gRPC message accepted or sent (default 4 MiB)",

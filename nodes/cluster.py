@@ -126,6 +126,8 @@ class NodeSpec:
     advertise: str | None = None
     #: Operator public keys the node accepts control calls from (:mod:`nodes.auth`).
     operator_keys: tuple[str, ...] = ()
+    #: What the node signs as an attester (``--attest-fault``; None: honest).
+    attest_fault: str | None = None
 
     def __post_init__(self) -> None:
         check_node_name(self.name)
@@ -294,6 +296,8 @@ def node_argv(spec: NodeSpec) -> list[str]:
         argv += ["--fault", spec.fault]
     if spec.operator_keys:
         argv += ["--operator-keys", ";".join(spec.operator_keys)]
+    if spec.attest_fault:
+        argv += ["--attest-fault", spec.attest_fault]
     return argv
 
 

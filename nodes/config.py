@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from nodes.attester import AttesterFault
 from nodes.faults import FaultMode
 
 __all__ = [
@@ -90,6 +91,7 @@ ENV_VARS: Mapping[str, str] = {
     "min_witnesses": "PROVNET_MIN_WITNESSES",
     "max_concurrent_rpcs": "PROVNET_MAX_CONCURRENT_RPCS",
     "max_bulk_rpcs": "PROVNET_MAX_BULK_RPCS",
+    "attest_fault": "PROVNET_ATTEST_FAULT",
 }
 
 
@@ -181,6 +183,10 @@ class NodeConfig:
     #: Bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;
     #: beyond it they are shed with RESOURCE_EXHAUSTED (0: no separate limit).
     max_bulk_rpcs: int = DEFAULT_MAX_BULK_RPCS
+    #: What this node signs as an attester (``Attest.Request``): ``none`` is
+    #: the honest attester; the others are adversaries for tests
+    #: (:class:`nodes.attester.AttesterFault`).
+    attest_fault: AttesterFault = AttesterFault.NONE
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -298,6 +304,15 @@ class NodeConfig:
                 choices = ", ".join(m.value for m in FaultMode)
                 raise ConfigError(
                     f"{where('fault')}: expected one of {choices}, got {raw['fault']!r}"
+                ) from None
+        if "attest_fault" in raw:
+            try:
+                kwargs["attest_fault"] = AttesterFault(str(raw["attest_fault"]).lower())
+            except ValueError:
+                choices = ", ".join(m.value for m in AttesterFault)
+                raise ConfigError(
+                    f"{where('attest_fault')}: expected one of {choices},"
+                    f" got {raw['attest_fault']!r}"
                 ) from None
         if "log_format" in raw:
             try:

@@ -37,6 +37,8 @@ BULK_METHODS = frozenset(
         "/provnet.v1.HopLog/CommitFold",
         "/provnet.v1.HopLog/CommitCompaction",
         "/provnet.v1.Attest/Submit",
+        "/provnet.v1.Attest/Request",
+        "/provnet.v1.Attest/Restore",
     }
 )
 

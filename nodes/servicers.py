@@ -172,6 +172,21 @@ class Attest(attest_pb2_grpc.AttestServicer):
         found = await self.core.list_attestations(request.value_digest)
         return attest_pb2.ListAttestationsResponse(attestations=list(found))
 
+    async def Request(
+        self, request: attest_pb2.RequestAttestationRequest, context: _Context
+    ) -> attest_pb2.RequestAttestationResponse:
+        answer = await self.core.request_attestation(
+            wire.attestation_ask_from_pb(request), caller=auth.caller()
+        )
+        return wire.attest_response(answer)
+
+    async def Restore(
+        self, request: attest_pb2.RestoreRequest, context: _Context
+    ) -> attest_pb2.RestoreResponse:
+        ask, folds, attester = wire.restore_from_pb(request)
+        result = await self.core.restore(ask, folds, attester, deadline=_deadline(context))
+        return wire.restore_response(result)
+
 
 class Evidence(evidence_pb2_grpc.EvidenceServicer):
     def __init__(self, core: NodeCore) -> None:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from contracts._fields import is_digest
+from contracts.attest import RehydrationProof
 from contracts.canonical import parse_json_object, sha256_hex
 from contracts.envelope import Envelope
 from contracts.errors import ContractError, EncodingError, Expired, NotEvidence, ReplayedNonce
@@ -86,6 +87,18 @@ from contracts.statements import (
     Statement,
 )
 from nodes import store as st
+from nodes.attester import (
+    ATTEST_SEQ_BASE,
+    AttestationAnswer,
+    AttestationAsk,
+    Attester,
+    FoldBytes,
+    RestoreResult,
+    attestation_hops,
+    leaf0_demand,
+)
+from nodes.attester import restore as restore_value
+from nodes.auth import PermissionDenied
 from nodes.client import HeldFold, Holder
 from nodes.config import NodeConfig
 from nodes.errors import (
@@ -1523,6 +1536,95 @@ class NodeCore:
 
     async def list_attestations(self, value_digest: str) -> tuple[bytes, ...]:
         return await self.store.attestations_for(value_digest, now_ms=self.now_ms())
+
+    # ----------------------------------------------------------------- attest role
+
+    #: This node's attester (:mod:`nodes.attester`), made on first request.
+    _attester: Attester | None = None
+    #: Next seq of an attestation hop in this node's log (A6), this process.
+    _attest_seq: int = ATTEST_SEQ_BASE
+
+    async def request_attestation(
+        self, ask: AttestationAsk, *, caller: str | None = None
+    ) -> AttestationAnswer:
+        """``Attest.Request``: this node as attester (:class:`nodes.attester.Attester`).
+
+        ``caller`` is the verified signer of a gRPC call (None in-process): it
+        must be an operator key or the holder that signed every demand the
+        request cites (:class:`nodes.auth.PermissionDenied` otherwise).
+        """
+        if caller is not None and caller not in self.config.operator_keys:
+            for proof in ask.proofs:
+                try:
+                    holder = Demand.from_json(
+                        parse_json_object(proof.demand.payload, what="demand")
+                    ).holder
+                except (ContractError, ValueError) as exc:
+                    raise MalformedRequest(f"attest request: a cited demand: {exc}") from exc
+                if holder != caller:
+                    raise PermissionDenied(
+                        f"/provnet.v1.Attest/Request: key {caller[:16]}… is neither an operator"
+                        f" key of node {self.config.name!r} nor the holder {holder[:16]}… that"
+                        " signed the demands the request cites"
+                    )
+        if self._attester is None:
+            self._attester = Attester(self, self.config.attest_fault)
+        return await self._attester.request(ask)
+
+    async def log_attestations(self, signed: Sequence[Signed[Attestation]]) -> tuple[bytes, bytes]:
+        """A6: one hop per attestation in this node's log, committed as one fold;
+        returns that fold's (commitment, obligation) envelopes."""
+        first = self._attest_seq
+        self._attest_seq += len(signed)
+        seqs = list(range(first, first + len(signed)))
+        await self.append(attestation_hops(signed, first), seqs)
+        committed = await self.commit_fold(f"attestations/{seqs[0]}-{seqs[-1]}", seqs)
+        return committed.commitment, committed.obligation
+
+    async def demand_leaf0(self, proof: RehydrationProof) -> RehydrationProof | None:
+        """A demand of leaf 0 only under ``proof``'s fold, answered by its origin
+        (the ``partial_receipts`` attester's proof); None if not served."""
+        obligation, demand = leaf0_demand(self.identity, proof, self.now_ms())
+        try:
+            answers = await self.transport.demand(
+                obligation.statement.endpoints[0],
+                [demand],
+                obligation.statement.deadline_ms / 1000.0,
+            )
+        except (CallFailed, IndexError):
+            return None
+        if not answers or not answers[0].receipt:
+            return None
+        return RehydrationProof(
+            proof.commitment,
+            proof.obligation,
+            Envelope.from_bytes(demand),
+            Envelope.from_bytes(answers[0].receipt),
+            answers[0].hops,
+            proof.fold,
+        )
+
+    async def restore(
+        self,
+        ask: AttestationAsk,
+        folds: Sequence[FoldBytes],
+        attester: str,
+        *,
+        deadline: float | None = None,
+    ) -> RestoreResult:
+        """``Attest.Restore``: this node as holder (:func:`nodes.attester.restore`);
+        ``attester`` is a peer name or host:port."""
+        ask.check()
+        address = self.config.peer(attester)
+        return await restore_value(
+            self.identity,
+            self.transport,
+            now_ms=self.now_ms(),
+            folds=folds,
+            ask=ask,
+            attester=address,
+            timeout=self._timeout(deadline, 30.0),
+        )
 
     async def report_evidence(self, data: bytes) -> tuple[str, str, str]:
         """Accept evidence only if it verifies with the accused origin's own key.

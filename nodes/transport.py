@@ -21,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 
 from nodes import wire
+from nodes.attester import AttestationAnswer, AttestationAsk
 from nodes.auth import ControlCredentials, control_channel
 from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
@@ -83,6 +84,13 @@ class LocalNode(Protocol):
     ) -> ChallengeResult: ...
 
     async def deliver(self, delivery: Delivery) -> bytes: ...
+
+
+@runtime_checkable
+class _AttesterNode(Protocol):
+    """An in-process node that answers ``Attest.Request`` (a node core)."""
+
+    async def request_attestation(self, ask: AttestationAsk) -> AttestationAnswer: ...
 
 
 class Transport(Protocol):
@@ -266,6 +274,16 @@ class GrpcTransport:
         )
         return bytes(reply.delivery_receipt)
 
+    async def request_attestation(
+        self, address: str, ask: AttestationAsk, timeout: float
+    ) -> AttestationAnswer:
+        """``Attest.Request`` on an attester (signed with this transport's credentials)."""
+        stub = wire.attest_stub(self.channel(address))
+        reply = await self._call(
+            address, stub.Request(wire.attest_request(ask), timeout=timeout)
+        )
+        return wire.attestation_answer_from_pb(reply)
+
     async def close(self) -> None:
         channels, self._channels = self._channels, {}
         self._serve.clear()
@@ -388,6 +406,19 @@ class InMemoryTransport:
         self._check_size(address, wire.deliver_request_size(delivery))
         receipt: bytes = await self._run(address, timeout, core.deliver(delivery))
         return receipt
+
+    async def request_attestation(
+        self, address: str, ask: AttestationAsk, timeout: float
+    ) -> AttestationAnswer:
+        core = self._node(address)
+        if not isinstance(core, _AttesterNode):
+            raise CallFailed("UNIMPLEMENTED", "not an attester", address)
+        self._check_size(address, wire.attest_request_size(ask))
+        answer: AttestationAnswer = await self._run(
+            address, timeout, core.request_attestation(ask)
+        )
+        self._check_size(address, wire.attest_response_size(answer))
+        return answer
 
     async def close(self) -> None:
         return None

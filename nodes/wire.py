@@ -26,13 +26,16 @@ import grpc
 from google.protobuf.message import Message
 
 from contracts._fields import is_digest
+from contracts.attest import RehydrationProof
 from contracts.canonical import canonical_bytes, parse_json_object
 from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeSignature
 from contracts.errors import EncodingError
 from contracts.heads import FoldProof, FoldRecord
 from contracts.merkle import leaf_hash, root_from_inclusion
-from contracts.statements import Head, StatementKind, payload_type_for
+from contracts.statements import Axis, Head, StatementKind, payload_type_for
 from nodes._pb.provnet.v1 import (
+    attest_pb2,
+    attest_pb2_grpc,
     common_pb2,
     deliver_pb2,
     deliver_pb2_grpc,
@@ -44,6 +47,14 @@ from nodes._pb.provnet.v1 import (
     node_pb2_grpc,
     serve_pb2,
     serve_pb2_grpc,
+)
+from nodes.attester import (
+    MAX_PROOFS,
+    AttestationAnswer,
+    AttestationAsk,
+    FoldBytes,
+    IssuedAttestation,
+    RestoreResult,
 )
 from nodes.messages import (
     Answer,
@@ -61,12 +72,14 @@ from nodes.messages import (
 if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
     from typing import TypeAlias
 
+    from nodes._pb.provnet.v1.attest_pb2_grpc import AttestAsyncStub
     from nodes._pb.provnet.v1.deliver_pb2_grpc import DeliverAsyncStub
     from nodes._pb.provnet.v1.evidence_pb2_grpc import EvidenceAsyncStub
     from nodes._pb.provnet.v1.hoplog_pb2_grpc import HopLogAsyncStub
     from nodes._pb.provnet.v1.node_pb2_grpc import NodeAsyncStub
     from nodes._pb.provnet.v1.serve_pb2_grpc import ServeAsyncStub
 
+    AttestStub: TypeAlias = AttestAsyncStub
     DeliverStub: TypeAlias = DeliverAsyncStub
     EvidenceStub: TypeAlias = EvidenceAsyncStub
     HopLogStub: TypeAlias = HopLogAsyncStub
@@ -78,6 +91,13 @@ __all__ = [
     "answer_to_pb",
     "answers_from_pb",
     "append_request",
+    "attest_request",
+    "attest_request_size",
+    "attest_response",
+    "attest_response_size",
+    "attest_stub",
+    "attestation_answer_from_pb",
+    "attestation_ask_from_pb",
     "challenge_request",
     "challenge_request_size",
     "challenge_response",
@@ -117,6 +137,10 @@ __all__ = [
     "rehydrate_request",
     "rehydrate_response",
     "rehydration_report_from_pb",
+    "restore_from_pb",
+    "restore_request",
+    "restore_response",
+    "restore_result_from_pb",
     "serve_stub",
     "signed_head_from_pb",
     "signed_head_to_pb",
@@ -702,3 +726,145 @@ def delivery_statement_size(delivery: Delivery) -> int:
 
 def deliver_response_size(receipt: bytes) -> int:
     return message_size(deliver_response(receipt))
+
+
+# --------------------------------------------------------------------------- attest
+
+
+def attest_stub(channel: grpc.aio.Channel) -> AttestStub:
+    return attest_pb2_grpc.AttestStub(channel)
+
+
+def _proof_from_pb(data: bytes) -> RehydrationProof:
+    try:
+        return RehydrationProof.from_bytes(data)
+    except (EncodingError, ValueError) as exc:
+        raise EncodingError(f"attest: a rehydration proof is malformed: {exc}") from exc
+
+
+def attest_request(ask: AttestationAsk) -> attest_pb2.RequestAttestationRequest:
+    return attest_pb2.RequestAttestationRequest(
+        value_ref=ask.value_ref,
+        commitments=list(ask.commitments),
+        proofs=[p.to_bytes() for p in ask.proofs],
+        reconstruction=ask.reconstruction,
+        issued_at_ms=ask.issued_at,
+        lifetime_ms=ask.lifetime_ms,
+        axes=[attest_pb2.AxisFloor(axis=a.value, floor=f) for a, f in ask.axes],
+        discharge=list(ask.discharge),
+    )
+
+
+def attestation_ask_from_pb(msg: attest_pb2.RequestAttestationRequest) -> AttestationAsk:
+    """Strict: unknown axes and malformed proofs are :class:`EncodingError`."""
+    if len(msg.proofs) > MAX_PROOFS or len(msg.axes) > len(Axis):
+        raise EncodingError(f"attest: at most {MAX_PROOFS} proofs and one floor per axis")
+    axes: list[tuple[Axis, float]] = []
+    for item in msg.axes:
+        try:
+            axes.append((Axis(item.axis), float(item.floor)))
+        except ValueError:
+            raise EncodingError(f"attest: unknown axis {item.axis!r:.40}") from None
+    return AttestationAsk(
+        msg.value_ref,
+        tuple(msg.commitments),
+        tuple(_proof_from_pb(bytes(p)) for p in msg.proofs),
+        bool(msg.reconstruction),
+        int(msg.issued_at_ms),
+        int(msg.lifetime_ms),
+        tuple(axes),
+        tuple(msg.discharge),
+    )
+
+
+def attest_response(answer: AttestationAnswer) -> attest_pb2.RequestAttestationResponse:
+    return attest_pb2.RequestAttestationResponse(
+        attestations=[
+            attest_pb2.IssuedAttestation(
+                attestation=i.attestation,
+                proofs=[p.to_bytes() for p in i.proofs],
+                hop_commitment=i.hop_commitment,
+                hop_obligation=i.hop_obligation,
+            )
+            for i in answer.issued
+        ],
+        refused=answer.refused,
+    )
+
+
+def attestation_answer_from_pb(msg: attest_pb2.RequestAttestationResponse) -> AttestationAnswer:
+    return AttestationAnswer(
+        tuple(
+            IssuedAttestation(
+                bytes(i.attestation),
+                tuple(_proof_from_pb(bytes(p)) for p in i.proofs),
+                bytes(i.hop_commitment),
+                bytes(i.hop_obligation),
+            )
+            for i in msg.attestations
+        ),
+        msg.refused,
+    )
+
+
+def restore_request(
+    ask: AttestationAsk, folds: Sequence[FoldBytes], attester: str
+) -> attest_pb2.RestoreRequest:
+    return attest_pb2.RestoreRequest(
+        value_ref=ask.value_ref,
+        folds=[
+            attest_pb2.HeldFoldBytes(
+                commitment=f.commitment, obligation=f.obligation, under_head=f.under_head
+            )
+            for f in folds
+        ],
+        attester=attester,
+        issued_at_ms=ask.issued_at,
+        lifetime_ms=ask.lifetime_ms,
+    )
+
+
+def restore_from_pb(
+    msg: attest_pb2.RestoreRequest,
+) -> tuple[AttestationAsk, tuple[FoldBytes, ...], str]:
+    if len(msg.folds) > MAX_PROOFS:
+        raise EncodingError(f"restore: at most {MAX_PROOFS} folds")
+    folds = tuple(
+        FoldBytes(bytes(f.commitment), bytes(f.obligation), bool(f.under_head)) for f in msg.folds
+    )
+    ask = AttestationAsk(
+        msg.value_ref, (), (), True, int(msg.issued_at_ms), int(msg.lifetime_ms)
+    )
+    return ask, folds, msg.attester
+
+
+def restore_response(result: RestoreResult) -> attest_pb2.RestoreResponse:
+    return attest_pb2.RestoreResponse(
+        answer=attest_response(result.answer),
+        rehydrated=result.rehydrated,
+        detail=result.detail,
+        demand_rpcs=result.demand_rpcs,
+        hops=result.hops,
+        request_bytes=result.request_bytes,
+        response_bytes=result.response_bytes,
+    )
+
+
+def restore_result_from_pb(msg: attest_pb2.RestoreResponse) -> RestoreResult:
+    return RestoreResult(
+        attestation_answer_from_pb(msg.answer),
+        bool(msg.rehydrated),
+        msg.detail,
+        int(msg.demand_rpcs),
+        int(msg.hops),
+        int(msg.request_bytes),
+        int(msg.response_bytes),
+    )
+
+
+def attest_request_size(ask: AttestationAsk) -> int:
+    return message_size(attest_request(ask))
+
+
+def attest_response_size(answer: AttestationAnswer) -> int:
+    return message_size(attest_response(answer))

@@ -1,48 +1,98 @@
-"""The attester node: what it signs for each row, and its own log of what it signed.
+"""The attester node of a row, and how the holder side reaches it.
 
-An :class:`AttesterNode` is a provnet node (its own key, its own SQLite hop
-log) in the run's topology. The holder asks it for a ``reconstruction``
-attestation with the proofs of a full verified rehydration
-(:meth:`AttesterNode.request`); an honest attester checks every proof with
-:func:`contracts.attest.verify_rehydration` and that they cover every
-commitment of the value, then signs floor 1.0 citing exactly those
-receipts. The adversarial rows (:mod:`harness.attest.rows`) sign what their
-row says instead. Two rows attest unasked on every decision
-(:meth:`AttesterNode.unsolicited`): ``taint_discharge`` and ``dishonest``.
+The attester is a provnet node whose ``Attest.Request`` answers as its
+``--attest-fault`` says (:class:`nodes.attester.AttesterFault`): the honest
+attester (``none``) verifies every rehydration proof and that they cover the
+value, then signs ``reconstruction ≥ 1.0`` citing exactly those receipts;
+the adversarial rows run the faulty modes. Every attestation it signs is a
+hop in its own log, committed as a fold (A6); the answer names that fold.
 
-A6: every attestation it signs becomes a hop in its own log —
-:func:`contracts.attest.attestation_hop_fields`, appended, then committed
-as a fold with a signed commitment and serving obligation like any other
-(:meth:`AttesterNode.log_hops`), so a holder can demand it from the
-attester and verify it (:attr:`AttesterNode.logged`).
+:class:`AttestOps` is how the holder side plays the restoration rule, with
+two implementations that make the same calls in the same order:
+
+* :class:`LocalAttestOps` — nodes in this process (memory or gRPC
+  transport): the holder node's core restores (``NodeCore.restore``: full
+  verified rehydration, then ``Attest.Request`` over the holder's
+  transport), lists and keeps attestations;
+* :class:`RemoteAttestOps` — node processes this process did not start:
+  the same as RPCs, ``Attest.Restore`` / ``List`` / ``Submit`` on the holder
+  process, which itself sends ``Attest.Request`` to the attester process.
+
+Unasked attestations (rows ``taint_discharge`` and ``dishonest``, attester
+mode ``lax``) are asked for on each decision with ``Attest.Request``
+(``reconstruction`` false, the axes and taints of the row) and arrive with
+the value.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import assert_never
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
-from contracts.attest import (
-    RehydrationProof,
-    attestation_hop_fields,
-    build_attestation,
-    verify_rehydration,
-)
-from contracts.envelope import sign_envelope
+from contracts.envelope import Envelope
 from contracts.errors import ContractError
-from contracts.serve import build_demand
-from contracts.signed import Signed
-from contracts.statements import Attestation, Axis, Obligation
-from harness.attest.bundle import AttestationBundle, restoration_digest
-from harness.attest.policy import STEP_MS, taint_kind
-from harness.attest.rows import TAINT_KIND, Row, RowSpec
-from nodes.client import HeldFold
-from nodes.services import NodeCore
-from nodes.transport import CallFailed, Transport
+from contracts.hops import parse_hop
+from contracts.serve import build_demand, verify_served
+from contracts.signed import open_statement
+from contracts.statements import Attestation, Commitment, Obligation
+from harness.attest.rows import Row
+from nodes.attester import (
+    AttestationAnswer,
+    AttestationAsk,
+    AttesterFault,
+    FoldBytes,
+    RestoreResult,
+)
+from nodes.transport import CallFailed, GrpcTransport
 
-__all__ = ["AttesterNode", "LoggedAttestation"]
+if TYPE_CHECKING:
+    from contracts.identity import Identity
+    from harness.boundary.remote import RemoteNode, RemoteTopology
+    from harness.boundary.topology import Topology
+    from nodes.services import NodeCore
+
+__all__ = [
+    "AttestOps",
+    "LocalAttestOps",
+    "LoggedAttestation",
+    "RemoteAttestOps",
+    "attester_fault",
+]
+
+_TIMEOUT_S = 60.0
+
+
+def attester_fault(row: Row) -> AttesterFault:
+    """The attester mode a row is played with."""
+    match row:
+        case (
+            Row.NONE
+            | Row.HONEST
+            | Row.OUTSIDE_POLICY
+            | Row.UNGRANTED_AXIS
+            | Row.ABOVE_CEILING
+            | Row.REVOKED
+        ):
+            return AttesterFault.NONE
+        case Row.NO_PROOF:
+            return AttesterFault.NO_PROOF
+        case Row.OTHER_VALUE_RECEIPTS:
+            return AttesterFault.OTHER_VALUE_RECEIPTS
+        case Row.FORGED_RECEIPTS:
+            return AttesterFault.FORGED_RECEIPTS
+        case Row.TAMPERED_RECEIPTS:
+            return AttesterFault.TAMPERED_RECEIPTS
+        case Row.PARTIAL_RECEIPTS:
+            return AttesterFault.PARTIAL_RECEIPTS
+        case Row.REPLAYED:
+            return AttesterFault.REPLAYED
+        case Row.EXPIRED:
+            return AttesterFault.EXPIRED
+        case Row.TAINT_DISCHARGE | Row.DISHONEST:
+            return AttesterFault.LAX
+        case _:
+            assert_never(row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,203 +100,157 @@ class LoggedAttestation:
     """An attestation's hop in the attester's log (A6): the fold that commits it."""
 
     attestation: str
-    seq: int
     commitment: bytes
     obligation: bytes
 
 
-class AttesterNode:
-    """One attester playing one row (module docstring)."""
+class AttestOps(Protocol):
+    """The holder side's calls for the restoration rule (module docstring)."""
 
-    def __init__(
-        self, core: NodeCore, spec: RowSpec, lifetime_steps: int, transport: Transport
-    ) -> None:
-        self.core = core
-        self.spec = spec
-        self.lifetime_ms = lifetime_steps * STEP_MS
-        self.transport = transport
-        self.logged: list[LoggedAttestation] = []
-        self.refused = 0  # honest: requests whose proofs did not verify or cover the value
-        self._seq = 0
-        self._earlier: tuple[frozenset[str], tuple[RehydrationProof, ...]] | None = None
+    attester_id: str
 
-    @property
-    def address(self) -> str:
-        return self.core.config.listen
+    async def restore(self, ask: AttestationAsk, folds: Sequence[FoldBytes]) -> RestoreResult: ...
 
-    def _sign(
-        self,
-        digest: str,
-        axis: Axis,
-        floor: float,
-        now: int,
-        *,
-        cites: Sequence[str] = (),
-        discharged: Sequence[str] = (),
-        issued: int | None = None,
-    ) -> Signed[Attestation]:
-        issued_at = now if issued is None else issued
-        return build_attestation(
-            self.core.identity,
-            value_digest=digest,
-            axis=axis,
-            floor=floor,
-            discharged=discharged,
-            cites=cites,
-            issued_at=issued_at,
-            expires_at=issued_at + self.lifetime_ms,
+    async def unasked(self, ask: AttestationAsk) -> AttestationAnswer: ...
+
+    async def list_attestations(self, value_digest: str) -> tuple[bytes, ...]: ...
+
+    async def submit(self, attestation: bytes) -> str: ...
+
+    async def demand_back(self, logged: LoggedAttestation) -> bool: ...
+
+
+@dataclass(slots=True)
+class _Logged:
+    entries: list[LoggedAttestation] = field(default_factory=list)
+
+    def note(self, answer: AttestationAnswer) -> None:
+        for i in answer.issued:
+            if i.hop_commitment:
+                digest = open_statement(i.attestation, Attestation).digest
+                self.entries.append(LoggedAttestation(digest, i.hop_commitment, i.hop_obligation))
+
+
+async def _demand_back(
+    identity: Identity, transport: Any, attester_id: str, address: str, logged: LoggedAttestation
+) -> bool:
+    """A6: demand an attestation's hop from the attester and verify it names it."""
+    commitment = open_statement(logged.commitment, Commitment, signer=attester_id)
+    obligation = open_statement(logged.obligation, Obligation, signer=attester_id)
+    demand = build_demand(identity, obligation, now=_now_ms())
+    try:
+        answers = await transport.demand(
+            address, [demand.to_bytes()], obligation.statement.deadline_ms / 1000.0
         )
-
-    # ----------------------------------------------------------------- asked
-
-    async def request(
-        self,
-        value_ref: str,
-        folds: Sequence[HeldFold],
-        proofs: Sequence[RehydrationProof],
-        now: int,
-    ) -> list[AttestationBundle]:
-        """Answer a holder's request for a ``reconstruction`` attestation."""
-        digests = [f.commitment.digest for f in folds]
-        digest = restoration_digest(value_ref, digests)
-        receipts = [p.receipt.digest for p in proofs]
-        proofs = tuple(proofs)
-        row = self.spec.row
-        match row:
-            case Row.NONE | Row.TAINT_DISCHARGE | Row.DISHONEST:
-                return []
-            case (
-                Row.HONEST
-                | Row.OUTSIDE_POLICY
-                | Row.UNGRANTED_AXIS
-                | Row.ABOVE_CEILING
-                | Row.REVOKED
-            ):
-                # (1) every proof verifies, (2) together they cover every commitment
-                try:
-                    covered = {verify_rehydration(p)[0] for p in proofs}
-                except ContractError:
-                    self.refused += 1
-                    return []
-                if not set(digests) <= covered:
-                    self.refused += 1
-                    return []
-                signed = self._sign(digest, Axis.RECONSTRUCTION, 1.0, now, cites=receipts)
-            case Row.NO_PROOF:
-                signed, proofs = self._sign(digest, Axis.RECONSTRUCTION, 1.0, now), ()
-            case Row.OTHER_VALUE_RECEIPTS:
-                earlier, self._earlier = self._earlier, (frozenset(digests), proofs)
-                if earlier is None or set(digests) <= earlier[0]:
-                    return []  # nothing of another value that would not also prove this one
-                proofs = earlier[1]
-                cites = [p.receipt.digest for p in proofs]
-                signed = self._sign(digest, Axis.RECONSTRUCTION, 1.0, now, cites=cites)
-            case Row.FORGED_RECEIPTS:
-                ident = self.core.identity
-                proofs = tuple(
-                    RehydrationProof(
-                        p.commitment,
-                        p.obligation,
-                        p.demand,
-                        sign_envelope(ident, p.receipt.payload_type, p.receipt.payload),
-                        p.hops,
-                    )
-                    for p in proofs
-                )
-                signed = self._sign(digest, Axis.RECONSTRUCTION, 1.0, now, cites=receipts)
-            case Row.TAMPERED_RECEIPTS:
-                first = proofs[0]
-                hop = bytearray(first.hops[0])
-                hop[-2] ^= 0x01
-                tampered = RehydrationProof(
-                    first.commitment,
-                    first.obligation,
-                    first.demand,
-                    first.receipt,
-                    (bytes(hop), *first.hops[1:]),
-                )
-                proofs = (tampered, *proofs[1:])
-                signed = self._sign(digest, Axis.RECONSTRUCTION, 1.0, now, cites=receipts)
-            case Row.PARTIAL_RECEIPTS:
-                if len(proofs) > 1:
-                    proofs = proofs[:-1]  # all commitments but one
-                else:
-                    partial = await self._demand_some(folds[0], now)
-                    if partial is None:
-                        return []
-                    proofs = (partial,)
-                cites = [p.receipt.digest for p in proofs]
-                signed = self._sign(digest, Axis.RECONSTRUCTION, 1.0, now, cites=cites)
-            case Row.REPLAYED:
-                # a genuine attestation — of the same folds held as another value
-                other = restoration_digest(f"{value_ref}#other", digests)
-                signed = self._sign(other, Axis.RECONSTRUCTION, 1.0, now, cites=receipts)
-            case Row.EXPIRED:
-                issued = now - 2 * self.lifetime_ms
-                signed = self._sign(
-                    digest, Axis.RECONSTRUCTION, 1.0, now, cites=receipts, issued=issued
-                )
-            case _:
-                assert_never(row)
-        await self.log_hops([signed])
-        return [AttestationBundle(signed.to_bytes(), proofs)]
-
-    async def _demand_some(self, fold: HeldFold, now_ms: int) -> RehydrationProof | None:
-        """A rehydration of leaf 0 only of ``fold`` (the partial-receipts row)."""
-        obligation: Signed[Obligation] = fold.obligation
-        demand = build_demand(self.core.identity, obligation, now=self.core.now_ms(), leaves=[0])
-        try:
-            answers = await self.transport.demand(
-                obligation.statement.endpoints[0],
-                [demand.to_bytes()],
-                obligation.statement.deadline_ms / 1000.0,
-            )
-        except (CallFailed, IndexError):
-            return None
-        if not answers or not answers[0].receipt:
-            return None
-        from contracts.envelope import Envelope
-
-        return RehydrationProof(
-            fold.commitment.envelope,
-            obligation.envelope,
-            demand.envelope,
+        served = verify_served(
             Envelope.from_bytes(answers[0].receipt),
             answers[0].hops,
+            demand=demand,
+            obligation=obligation,
+            commitment=commitment,
+        )
+        for hop in served.hops:
+            fields = parse_hop(hop, origin=attester_id)
+            if fields.get("op") == "ATTEST" and fields.get("attestation") == logged.attestation:
+                return True
+    except (CallFailed, ContractError, IndexError, ValueError):
+        return False
+    return False
+
+
+def _now_ms() -> int:
+    import time
+
+    return time.time_ns() // 1_000_000
+
+
+class LocalAttestOps(_Logged):
+    """:class:`AttestOps` on nodes in this process."""
+
+    def __init__(self, topo: Topology, attester: NodeCore, address: str) -> None:
+        super().__init__()
+        self.topo = topo
+        self.attester = attester
+        self.address = address
+        self.attester_id = attester.node_id
+
+    async def restore(self, ask: AttestationAsk, folds: Sequence[FoldBytes]) -> RestoreResult:
+        result = await self.topo.holder.core.restore(ask, folds, self.address)
+        self.note(result.answer)
+        return result
+
+    async def unasked(self, ask: AttestationAsk) -> AttestationAnswer:
+        transport = self.topo.holder.core.transport
+        answer: AttestationAnswer = await transport.request_attestation(  # type: ignore[attr-defined]
+            self.address, ask, _TIMEOUT_S
+        )
+        self.note(answer)
+        return answer
+
+    async def list_attestations(self, value_digest: str) -> tuple[bytes, ...]:
+        return await self.topo.holder.core.list_attestations(value_digest)
+
+    async def submit(self, attestation: bytes) -> str:
+        return await self.topo.holder.core.submit_attestation(attestation)
+
+    async def demand_back(self, logged: LoggedAttestation) -> bool:
+        holder = self.topo.holder.core
+        return await _demand_back(
+            holder.identity, holder.transport, self.attester_id, self.address, logged
         )
 
-    # ----------------------------------------------------------------- unasked
 
-    async def unsolicited(
-        self, value_ref: str, folds: Sequence[HeldFold], taints: Sequence[str], now: int
-    ) -> list[AttestationBundle]:
-        """What the row attests on every decision without being asked."""
-        digest = restoration_digest(value_ref, [f.commitment.digest for f in folds])
-        signed: list[Signed[Attestation]] = []
-        row = self.spec.row
-        if row is Row.TAINT_DISCHARGE:
-            mine = sorted(t for t in taints if taint_kind(t) == TAINT_KIND)
-            if mine:
-                signed.append(self._sign(digest, Axis.VERIFICATION, 0.0, now, discharged=mine))
-        elif row is Row.DISHONEST:
-            signed.extend(self._sign(digest, axis, 1.0, now) for axis in Axis)
-        if signed:
-            await self.log_hops(signed)
-        return [AttestationBundle(s.to_bytes()) for s in signed]
+class RemoteAttestOps(_Logged):
+    """:class:`AttestOps` over gRPC to node processes (every call a real RPC)."""
 
-    # ----------------------------------------------------------------- A6
+    def __init__(self, topo: RemoteTopology, attester: RemoteNode, identity: Identity) -> None:
+        super().__init__()
+        self.topo = topo
+        self.attester = attester
+        self.attester_id = attester.node_id
+        self.identity = identity  # the operator's: signs the A6 demand-back
+        self._transport = GrpcTransport(credentials=topo.credentials)
 
-    async def log_hops(self, signed: Sequence[Signed[Attestation]]) -> None:
-        """Append one hop per attestation to this node's log and commit them as a fold."""
-        seqs = list(range(self._seq + 1, self._seq + 1 + len(signed)))
-        self._seq += len(signed)
-        hops = [
-            json.dumps(attestation_hop_fields(s, hop_id=f"a{seq:08d}"), sort_keys=True).encode()
-            for s, seq in zip(signed, seqs, strict=True)
-        ]
-        await self.core.append(hops, seqs)
-        committed = await self.core.commit_fold(f"attestations/{seqs[0]}-{seqs[-1]}", seqs)
-        for s, seq in zip(signed, seqs, strict=True):
-            self.logged.append(
-                LoggedAttestation(s.digest, seq, committed.commitment, committed.obligation)
-            )
+    async def restore(self, ask: AttestationAsk, folds: Sequence[FoldBytes]) -> RestoreResult:
+        from nodes import wire
+
+        stub = wire.attest_stub(self.topo.channel(self.topo.holder.address))
+        reply = await stub.Restore(
+            wire.restore_request(ask, folds, self.attester.address), timeout=_TIMEOUT_S
+        )
+        result = wire.restore_result_from_pb(reply)
+        self.note(result.answer)
+        return result
+
+    async def unasked(self, ask: AttestationAsk) -> AttestationAnswer:
+        answer = await self._transport.request_attestation(self.attester.address, ask, _TIMEOUT_S)
+        self.note(answer)
+        return answer
+
+    async def list_attestations(self, value_digest: str) -> tuple[bytes, ...]:
+        from nodes import wire
+        from nodes._pb.provnet.v1 import attest_pb2
+
+        stub = wire.attest_stub(self.topo.channel(self.topo.holder.address))
+        reply = await stub.List(
+            attest_pb2.ListAttestationsRequest(value_digest=value_digest), timeout=_TIMEOUT_S
+        )
+        return tuple(bytes(a) for a in reply.attestations)
+
+    async def submit(self, attestation: bytes) -> str:
+        from nodes import wire
+        from nodes._pb.provnet.v1 import attest_pb2
+
+        stub = wire.attest_stub(self.topo.channel(self.topo.holder.address))
+        reply = await stub.Submit(
+            attest_pb2.SubmitAttestationRequest(attestation=attestation), timeout=_TIMEOUT_S
+        )
+        return str(reply.digest)
+
+    async def demand_back(self, logged: LoggedAttestation) -> bool:
+        return await _demand_back(
+            self.identity, self._transport, self.attester_id, self.attester.address, logged
+        )
+
+    async def close(self) -> None:
+        await self._transport.close()

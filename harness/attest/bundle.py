@@ -21,40 +21,32 @@ and for ``reconstruction`` every proof (A4), all through
 
 from __future__ import annotations
 
-import base64
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contracts.attest import RehydrationProof, TrustPolicy, verify_attestation
-from contracts.canonical import canonical_bytes, sha256_hex
+from contracts.attest import (
+    RehydrationProof,
+    TrustPolicy,
+    restoration_digest,
+    verify_attestation,
+)
 from contracts.envelope import Envelope
 from contracts.errors import EncodingError
+from contracts.heads import FoldProof, verify_fold
 from contracts.signed import Signed, open_statement
-from contracts.statements import Attestation, Commitment
+from contracts.statements import Attestation, Commitment, Head
 
 __all__ = [
+    "BUNDLE_VERSION",
     "AttestationBundle",
     "BundleFile",
+    "HeldFoldBytes",
     "proof_from_json",
     "proof_to_json",
     "restoration_digest",
     "verify_bundle",
 ]
-
-
-def restoration_digest(value_ref: str, commitment_digests: Sequence[str]) -> str:
-    """What a ``reconstruction`` attestation binds (module docstring)."""
-    return sha256_hex(
-        canonical_bytes(
-            {
-                "type": "restored-value",
-                "value_ref": value_ref,
-                "commitments": sorted(set(commitment_digests)),
-            }
-        )
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,51 +58,58 @@ class AttestationBundle:
 
     @property
     def size(self) -> int:
-        return len(self.attestation) + sum(
-            len(p.commitment.to_bytes())
-            + len(p.obligation.to_bytes())
-            + len(p.demand.to_bytes())
-            + len(p.receipt.to_bytes())
-            + sum(len(h) for h in p.hops)
-            for p in self.proofs
-        )
+        return len(self.attestation) + sum(p.size for p in self.proofs)
 
 
 def proof_to_json(p: RehydrationProof) -> dict[str, Any]:
-    return {
-        "commitment": p.commitment.to_json(),
-        "obligation": p.obligation.to_json(),
-        "demand": p.demand.to_json(),
-        "receipt": p.receipt.to_json(),
-        "hops": [base64.b64encode(h).decode("ascii") for h in p.hops],
-    }
+    """A proof as the bundle file carries it (:meth:`RehydrationProof.to_json`)."""
+    return dict(p.to_json())
 
 
 def proof_from_json(obj: Any) -> RehydrationProof:
-    if not isinstance(obj, dict) or set(obj) != {
-        "commitment",
-        "obligation",
-        "demand",
-        "receipt",
-        "hops",
-    }:
-        raise EncodingError(
-            "rehydration proof: expected commitment, obligation, demand, receipt, hops"
+    """Either proof form (:meth:`RehydrationProof.from_json`)."""
+    return RehydrationProof.from_json(obj)
+
+
+#: Version of the bundle file: 2 added values whose folds travel under signed
+#: tree heads (``folds`` entries with ``head`` and ``fold_proof``) and head-form
+#: rehydration proofs; a file without ``version`` is version 1 and still reads.
+BUNDLE_VERSION = 2
+_V1_KEYS = frozenset({"type", "attestation", "proofs", "value_ref", "commitments", "policy", "at"})
+_V2_KEYS = (_V1_KEYS - {"commitments"}) | {"version", "folds"}
+
+
+@dataclass(frozen=True, slots=True)
+class HeldFoldBytes:
+    """One fold of the value as the holder received it: a per-fold commitment
+    envelope, or (``head`` set) a fold proof and the signed head it is under."""
+
+    commitment: bytes
+    head: bytes | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.head is None:
+            return {"commitment": json.loads(self.commitment)}
+        return {"head": json.loads(self.head), "fold_proof": json.loads(self.commitment)}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> HeldFoldBytes:
+        if not isinstance(obj, dict) or set(obj) not in ({"commitment"}, {"head", "fold_proof"}):
+            raise EncodingError("folds: each entry is {commitment} or {head, fold_proof}")
+        if "commitment" in obj:
+            return cls(Envelope.from_json(obj["commitment"]).to_bytes())
+        return cls(
+            FoldProof.from_json(obj["fold_proof"]).to_bytes(),
+            Envelope.from_json(obj["head"]).to_bytes(),
         )
-    hops = obj["hops"]
-    if not isinstance(hops, list) or not all(isinstance(h, str) for h in hops):
-        raise EncodingError("rehydration proof: hops must be base64 strings")
-    try:
-        decoded = tuple(base64.b64decode(h, validate=True) for h in hops)
-    except ValueError as exc:
-        raise EncodingError(f"rehydration proof: a hop is not base64: {exc}") from exc
-    return RehydrationProof(
-        Envelope.from_json(obj["commitment"]),
-        Envelope.from_json(obj["obligation"]),
-        Envelope.from_json(obj["demand"]),
-        Envelope.from_json(obj["receipt"]),
-        decoded,
-    )
+
+    def digest(self) -> str:
+        """The fold's commitment digest (a head-form fold: its record's leaf hash),
+        signatures and inclusion checked."""
+        if self.head is None:
+            return open_statement(self.commitment, Commitment).digest
+        head = open_statement(self.head, Head)
+        return verify_fold(FoldProof.from_bytes(self.commitment), head).leaf_hash.hex()
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,17 +118,18 @@ class BundleFile:
 
     bundle: AttestationBundle
     value_ref: str
-    commitments: tuple[bytes, ...]
+    folds: tuple[HeldFoldBytes, ...]
     policy: TrustPolicy
     at_ms: int
 
     def to_bytes(self) -> bytes:
         obj = {
             "type": "attestation-bundle",
+            "version": BUNDLE_VERSION,
             "attestation": json.loads(self.bundle.attestation),
             "proofs": [proof_to_json(p) for p in self.bundle.proofs],
             "value_ref": self.value_ref,
-            "commitments": [json.loads(c) for c in self.commitments],
+            "folds": [f.to_json() for f in self.folds],
             "policy": self.policy.to_json(),
             "at": self.at_ms,
         }
@@ -141,23 +141,37 @@ class BundleFile:
             obj = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
             raise EncodingError(f"not JSON: {exc}") from exc
-        want = {"type", "attestation", "proofs", "value_ref", "commitments", "policy", "at"}
         if not isinstance(obj, dict) or obj.get("type") != "attestation-bundle":
             raise EncodingError("expected an object with type 'attestation-bundle'")
+        version = obj.get("version", 1)
+        if version not in (1, BUNDLE_VERSION):
+            raise EncodingError(
+                f"version: {version!r:.20} is not a bundle version this code reads"
+                f" (1, {BUNDLE_VERSION})"
+            )
+        want = _V1_KEYS if version == 1 else _V2_KEYS
         if set(obj) != want:
-            raise EncodingError(f"expected exactly the keys {', '.join(sorted(want))}")
+            raise EncodingError(
+                f"version {version}: expected exactly the keys {', '.join(sorted(want))}"
+            )
         at = obj["at"]
         if isinstance(at, bool) or not isinstance(at, int) or at < 0:
             raise EncodingError("at: expected a time in ms")
         if not isinstance(obj["value_ref"], str):
             raise EncodingError("value_ref: expected a string")
-        if not isinstance(obj["proofs"], list) or not isinstance(obj["commitments"], list):
-            raise EncodingError("proofs and commitments: expected lists")
+        raw_folds = obj["commitments"] if version == 1 else obj["folds"]
+        if not isinstance(obj["proofs"], list) or not isinstance(raw_folds, list):
+            raise EncodingError("proofs and folds: expected lists")
+        folds = (
+            tuple(HeldFoldBytes(Envelope.from_json(c).to_bytes()) for c in raw_folds)
+            if version == 1
+            else tuple(HeldFoldBytes.from_json(f) for f in raw_folds)
+        )
         attestation = Envelope.from_json(obj["attestation"]).to_bytes()
         return cls(
             AttestationBundle(attestation, tuple(proof_from_json(p) for p in obj["proofs"])),
             obj["value_ref"],
-            tuple(Envelope.from_json(c).to_bytes() for c in obj["commitments"]),
+            folds,
             TrustPolicy.from_json(obj["policy"]),
             at,
         )
@@ -166,8 +180,7 @@ class BundleFile:
 def verify_bundle(f: BundleFile) -> Signed[Attestation]:
     """Raise a :class:`contracts.errors.ContractError` unless the file's attestation
     may raise its axis of the value it names, at the file's time, under its policy."""
-    commitments = [open_statement(c, Commitment) for c in f.commitments]
-    digests = [c.digest for c in commitments]
+    digests = [fold.digest() for fold in f.folds]
     return verify_attestation(
         f.bundle.attestation,
         value_digest=restoration_digest(f.value_ref, digests),

@@ -47,28 +47,26 @@ from contracts.attest import (
     RehydrationProof,
     apply_attestations,
     remaining_taints,
-    verify_rehydration,
+    restoration_digest,
 )
-from contracts.envelope import Envelope
 from contracts.errors import ContractError
-from contracts.serve import build_demand
+from contracts.heads import FoldProof, verify_fold
 from contracts.signed import open_statement
-from contracts.statements import Attestation, Axis, Commitment, Obligation
+from contracts.statements import Attestation, Axis, Head
 from harness.arms import ArmName, ValueState
-from harness.attest.attester import AttesterNode
-from harness.attest.bundle import AttestationBundle, BundleFile, restoration_digest
-from harness.attest.policy import ResolvedPolicy, run_ms
+from harness.attest.attester import AttestOps
+from harness.attest.bundle import AttestationBundle, BundleFile, HeldFoldBytes
+from harness.attest.policy import ResolvedPolicy, run_ms, taint_kind
+from harness.attest.rows import TAINT_KIND, Row
 from harness.axes import AXES, RECON
 from harness.boundary.play import Runner, RunPlayer
-from harness.boundary.topology import NodeHandle, NodeRef, Topology
 from harness.boundary.wire import hop_fields
 from harness.events import Event
 from harness.gates import GATES, GateClass, GateView, Mode, evaluate
 from harness.metrics import RunKey
 from harness.replay import ReplayParams
-from nodes.client import HeldFold
+from nodes.attester import AttestationAsk, FoldBytes
 from nodes.services import HeldValue
-from nodes.transport import CallFailed
 
 __all__ = ["AttestContext", "AttestPlayer", "DecisionRecord", "reason_label"]
 
@@ -122,8 +120,10 @@ class AttestContext:
 
     policy: ResolvedPolicy
     restore_below: float
-    attester: AttesterNode | None
-    value_commitments: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    ops: AttestOps | None
+    row: Row = Row.NONE
+    axis: Axis | None = None
+    lifetime_ms: int = 0
     proofs_by_attestation: dict[str, tuple[RehydrationProof, ...]] = field(default_factory=dict)
     records: list[DecisionRecord] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
@@ -133,15 +133,21 @@ class AttestContext:
     samples: set[str] = field(default_factory=set)
 
     def sample(
-        self, label: str, bundle: AttestationBundle, ref: str, folds: Sequence[HeldFold], now: int
+        self,
+        label: str,
+        bundle: AttestationBundle,
+        ref: str,
+        folds: Sequence[FoldBytes],
+        now: int,
     ) -> None:
         """Keep the first bundle of each outcome as a file a third party can check."""
         if label in self.samples or len(self.samples) >= 8:
             return
         self.samples.add(label)
-        body = BundleFile(
-            bundle, ref, tuple(f.commitment_bytes for f in folds), self.policy.trust, now
-        ).to_bytes()
+        held = tuple(
+            HeldFoldBytes(f.commitment, f.obligation if f.under_head else None) for f in folds
+        )
+        body = BundleFile(bundle, ref, held, self.policy.trust, now).to_bytes()
         self.bundle_files.append((label, body))
 
 
@@ -158,6 +164,8 @@ def _bits(view: GateView, window: int) -> str:
 class AttestPlayer(RunPlayer):
     """A boundary run whose holder applies attestations for structural_min."""
 
+    wants_held = True
+
     def __init__(
         self,
         runner: Runner,
@@ -168,17 +176,7 @@ class AttestPlayer(RunPlayer):
     ) -> None:
         super().__init__(runner, key, events, params)
         self.ctx = ctx
-        self.restoration_folds: dict[tuple[int, tuple[str, ...]], tuple[HeldFold, ...]] = {}
-
-    def _topo(self) -> Topology:
-        """The in-process nodes this player reads and commits on directly."""
-        topo = self.runner.topo
-        if not isinstance(topo, Topology):
-            raise RuntimeError("the attestation experiment plays on in-process nodes only")
-        return topo
-
-    def _handle(self, node: NodeRef) -> NodeHandle:
-        return next(h for h in self._topo().nodes if h.name == node.name)
+        self.restoration_folds: dict[tuple[int, tuple[str, ...]], tuple[FoldBytes, str]] = {}
 
     async def holder_view(
         self, name: ArmName, step: int, vid: int, view: GateView, held: HeldValue
@@ -191,7 +189,7 @@ class AttestPlayer(RunPlayer):
         oracle = _bits(_oracle_view(self.rep.gt.values[vid]), window)
         triggered = False
         after_view = view
-        if ctx.attester is not None:
+        if ctx.ops is not None:
             started = time.perf_counter()
             with self.runner.topo.meter.tagged(_TAG):
                 after_view, triggered = await self._attest(step, vid, view, held)
@@ -218,24 +216,47 @@ class AttestPlayer(RunPlayer):
 
     # ----------------------------------------------------------------- the rule
 
+    def _unasked(
+        self, ref: str, digests: tuple[str, ...], view: GateView, now: int
+    ) -> AttestationAsk | None:
+        """What the row's attester attests unasked on this decision (None: nothing)."""
+        ctx = self.ctx
+        if ctx.row is Row.TAINT_DISCHARGE:
+            mine = tuple(sorted(t for t in view.tainted_by if taint_kind(t) == TAINT_KIND))
+            if not mine:
+                return None
+            axes: tuple[tuple[Axis, float], ...] = ((Axis.VERIFICATION, 0.0),)
+            return AttestationAsk(ref, digests, (), False, now, ctx.lifetime_ms, axes, mine)
+        if ctx.row is Row.DISHONEST:
+            axes = tuple((a, 1.0) for a in Axis)
+            return AttestationAsk(ref, digests, (), False, now, ctx.lifetime_ms, axes)
+        return None
+
     async def _attest(
         self, step: int, vid: int, view: GateView, held: HeldValue
     ) -> tuple[GateView, bool]:
         ctx = self.ctx
-        attester = ctx.attester
-        if attester is None:
+        ops = ctx.ops
+        if ops is None:
             raise RuntimeError("attest without an attester")
         now = run_ms(step)
         ref = f"{self.label}/{held.delivery.value_ref}"
-        folds = held.folds
-        digests = tuple(f.commitment.digest for f in folds)
+        folds = tuple(
+            FoldBytes(f.commitment_bytes, f.obligation_bytes, f.fold is not None)
+            for f in held.folds
+        )
+        digests = tuple(f.commitment.digest for f in held.folds)
         digest = restoration_digest(ref, digests)
         scores: dict[Axis, float] = {a: float(s) for a, s in zip(_AXES, view.scores, strict=True)}
         discharged: set[str] = set()
 
-        for bundle in await attester.unsolicited(ref, folds, sorted(view.tainted_by), now):
-            ctx.counts["attestations_issued"] += 1
-            scores = self._apply(scores, bundle, digest, digests, now, discharged, ref, folds)
+        unasked = self._unasked(ref, digests, view, now)
+        if unasked is not None:
+            answer = await ops.unasked(unasked)
+            for issued in answer.issued:
+                ctx.counts["attestations_issued"] += 1
+                bundle = AttestationBundle(issued.attestation, issued.proofs)
+                scores = self._apply(scores, bundle, digest, digests, now, discharged, ref, folds)
 
         window = self.params.window
         blocks = any(
@@ -244,12 +265,11 @@ class AttestPlayer(RunPlayer):
         triggered = scores[Axis.RECONSTRUCTION] < ctx.restore_below and blocks
         if triggered:
             ctx.counts["restorations_needed"] += 1
-            if not folds or any(f.fold is not None for f in folds):
-                # nothing folded yet, or folds held under signed tree heads, which
-                # A4's proofs do not take: the origin commits the value's folded
-                # lineage as one per-fold commitment (rule 2.2)
-                folds = await self._restoration_fold(vid)
-                digests = tuple(f.commitment.digest for f in folds)
+            if not folds:
+                # nothing folded yet: no receipt to cite; the origin commits the
+                # value's visible lineage under one signed head (rule 2.2)
+                restoration, leaf = await self._restoration_fold(vid)
+                folds, digests = (restoration,), (leaf,)
                 digest = restoration_digest(ref, digests)
             scores = await self._restore(scores, digest, digests, now, discharged, ref, folds)
         if discharged:
@@ -271,16 +291,15 @@ class AttestPlayer(RunPlayer):
         now: int,
         discharged: set[str],
         ref: str,
-        folds: tuple[HeldFold, ...],
+        folds: tuple[FoldBytes, ...],
     ) -> dict[Axis, float]:
         ctx = self.ctx
-        attester = ctx.attester
-        if attester is None:
+        ops = ctx.ops
+        if ops is None:
             raise RuntimeError("restoration without an attester")
-        holder = self._topo().holder.core
         below = ctx.restore_below
         # (a) attestations kept for this value, through the holder's Attest service
-        for envelope in await holder.list_attestations(digest):
+        for envelope in await ops.list_attestations(digest):
             a = open_statement(envelope, Attestation).digest
             kept_proofs = ctx.proofs_by_attestation.get(a, ())
             out = apply_attestations(
@@ -301,32 +320,27 @@ class AttestPlayer(RunPlayer):
                 ctx.counts[f"held_{reason_label(out.rejected[0][1])}"] += 1
         if scores[Axis.RECONSTRUCTION] >= below:
             return scores
-        # (b) a full verified rehydration of every commitment (A4)
-        proofs = await self._full_rehydration(folds)
-        if proofs is None:
+        # (b) the holder rehydrates every fold in full and verifies each answer
+        # (A4), then (c) asks the attester with those proofs (Attest.Request)
+        ctx.counts["full_rehydrations"] += 1
+        ask = AttestationAsk(ref, digests, (), True, now, ctx.lifetime_ms)
+        result = await ops.restore(ask, folds)
+        ctx.counts["demand_rpcs"] += result.demand_rpcs
+        ctx.counts["hops_rehydrated"] += result.hops
+        if not result.rehydrated:
             ctx.counts["rehydrations_failed"] += 1
             return scores
-        # (c) ask the attester; apply what it signs; keep what counts
-        request_bytes = sum(
-            len(p.commitment.to_bytes())
-            + len(p.obligation.to_bytes())
-            + len(p.demand.to_bytes())
-            + len(p.receipt.to_bytes())
-            + sum(len(h) for h in p.hops)
-            for p in proofs
-        )
-        bundles = await attester.request(ref, folds, proofs, now)
-        c = self.runner.topo.meter.counts()
-        c.rpcs += 1
-        c.request_bytes += request_bytes
-        c.response_bytes += sum(b.size for b in bundles)
         ctx.counts["attest_requests"] += 1
-        for bundle in bundles:
+        if not result.answer.issued:
+            ctx.counts["attester_refused"] += 1
+        c = self.runner.topo.meter.counts()
+        for issued in result.answer.issued:
             ctx.counts["attestations_issued"] += 1
+            bundle = AttestationBundle(issued.attestation, issued.proofs)
             ok_before = ctx.counts["attestations_applied"]
             scores = self._apply(scores, bundle, digest, digests, now, discharged, ref, folds)
             if ctx.counts["attestations_applied"] > ok_before:
-                kept = await holder.submit_attestation(bundle.attestation)
+                kept = await ops.submit(bundle.attestation)
                 ctx.proofs_by_attestation[kept] = bundle.proofs
                 c.rpcs += 1
                 c.request_bytes += len(bundle.attestation)
@@ -341,7 +355,7 @@ class AttestPlayer(RunPlayer):
         now: int,
         discharged: set[str],
         ref: str,
-        folds: Sequence[HeldFold],
+        folds: Sequence[FoldBytes],
     ) -> dict[Axis, float]:
         """One bundle through :func:`apply_attestations`, after the taint grants."""
         ctx = self.ctx
@@ -375,23 +389,19 @@ class AttestPlayer(RunPlayer):
         ctx.sample(f"rejected-{label}", bundle, ref, folds, now)
         return scores
 
-    async def _restoration_fold(self, vid: int) -> tuple[HeldFold, ...]:
-        """Commit a value's folded lineage at its origin, once per distinct lineage.
+    async def _restoration_fold(self, vid: int) -> tuple[FoldBytes, str]:
+        """Commit a value's visible lineage at its origin, once per distinct lineage.
 
-        Its folded hops (from the cold log, in fold order), or its visible ones
-        when nothing is folded, through the per-fold commit path (hops durable
-        first, then the signed commitment and obligation), so the restoration
-        has receipts to cite (A4) whether the value had nothing folded or its
-        folds travel under signed heads.
+        For a value with nothing folded yet: its visible hops go through the
+        compaction path (hops durable first, then ONE signed head over the
+        fold record), so the restoration has a receipt to cite (A4). Returns
+        the fold (proof and head) and its commitment digest (the record's
+        leaf hash).
         """
         state = self.rep.smin.values[vid]
-        folded = state.folded.folded_hop_ids if state.folded is not None else ()
         seen: set[str] = set()
         hops = []
-        # the folded hops when there are any (what the value cannot show), else
-        # the visible lineage (a value with nothing folded)
-        source = [self.rep.log.get(i) for i in folded] if folded else list(state.visible)
-        for h in source:
+        for h in state.visible:
             if h.hop_id not in seen:
                 seen.add(h.hop_id)
                 hops.append(h)
@@ -399,69 +409,27 @@ class AttestPlayer(RunPlayer):
         cached = self.restoration_folds.get(key)
         if cached is not None:
             return cached
-        owner = self._handle(self.owner(vid))
+        ops = self.runner.ops
+        owner = self.owner(vid)
         have = self.appended.setdefault(owner.name, set())
         missing = [h for h in hops if h.step not in have]
         if missing:
-            await owner.core.append(
+            await ops.append(
+                owner,
                 [json.dumps(hop_fields(h)).encode("utf-8") for h in missing],
                 [h.step for h in missing],
             )
             have.update(h.step for h in missing)
-        committed = await owner.core.commit_fold(
-            f"{self.label}/v{vid}/restore{len(self.restoration_folds)}", [h.step for h in hops]
-        )
+        ref = ops.commit_ref(self.label, f"v{vid}/restore{len(self.restoration_folds)}")
+        committed = await ops.commit_compaction(owner, [(ref, [h.step for h in hops], b"")])
         self.ctx.counts["restoration_folds_committed"] += 1
-        fold = HeldFold(
-            open_statement(committed.commitment, Commitment, signer=owner.node_id),
-            open_statement(committed.obligation, Obligation, signer=owner.node_id),
-            committed.commitment,
-            committed.obligation,
-        )
-        self.restoration_folds[key] = (fold,)
-        return (fold,)
-
-    async def _full_rehydration(
-        self, folds: Sequence[HeldFold]
-    ) -> tuple[RehydrationProof, ...] | None:
-        """Demand every leaf of every commitment; each answer verified (A4)."""
-        ctx = self.ctx
-        holder = self._topo().holder.core
-        ctx.counts["full_rehydrations"] += 1
-        by_origin: dict[str, list[HeldFold]] = {}
-        for f in folds:
-            by_origin.setdefault(f.commitment.statement.origin, []).append(f)
-        proofs: list[RehydrationProof] = []
-        for group in by_origin.values():
-            now_ms = holder.now_ms()
-            demands = [build_demand(holder.identity, f.obligation, now=now_ms) for f in group]
-            terms = group[0].obligation.statement
-            try:
-                answers = await holder.transport.demand(
-                    terms.endpoints[0],
-                    [d.to_bytes() for d in demands],
-                    max(f.obligation.statement.deadline_ms for f in group) / 1000.0,
-                )
-            except CallFailed:
-                return None
-            ctx.counts["demand_rpcs"] += 1
-            if len(answers) != len(group):
-                return None
-            for f, d, answer in zip(group, demands, answers, strict=True):
-                try:
-                    proof = RehydrationProof(
-                        f.commitment.envelope,
-                        f.obligation.envelope,
-                        d.envelope,
-                        Envelope.from_bytes(answer.receipt),
-                        answer.hops,
-                    )
-                    verify_rehydration(proof)
-                except ContractError:
-                    return None
-                ctx.counts["hops_rehydrated"] += len(answer.hops)
-                proofs.append(proof)
-        return tuple(proofs)
+        proof = committed.fold_proofs[0]
+        leaf = verify_fold(
+            FoldProof.from_bytes(proof), open_statement(committed.head, Head)
+        ).leaf_hash.hex()
+        fold = (FoldBytes(proof, committed.head, True), leaf)
+        self.restoration_folds[key] = fold
+        return fold
 
 
 def counts_of(ctx: AttestContext) -> Mapping[str, Any]:

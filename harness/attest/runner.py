@@ -25,19 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contracts.envelope import Envelope
-from contracts.errors import ContractError
-from contracts.hops import parse_hop
-from contracts.serve import build_demand, verify_served
-from contracts.signed import open_statement
-from contracts.statements import Commitment, Obligation
-from harness.attest.attester import AttesterNode, LoggedAttestation
+from harness.attest.attester import LocalAttestOps, RemoteAttestOps, attester_fault
 from harness.attest.play import AttestContext, AttestPlayer, DecisionRecord, counts_of
-from harness.attest.policy import AttestPolicy
+from harness.attest.policy import STEP_MS, AttestPolicy
 from harness.attest.rows import ATTESTER, Row, RowSpec
-from harness.boundary.choices import TransportKind
+from harness.boundary.choices import Role, TransportKind
 from harness.boundary.play import Runner
 from harness.boundary.records import BoundarySettings
+from harness.boundary.remote import RemoteNode, RemoteTopology, connect_remote
 from harness.boundary.topology import Topology, start_topology
 from harness.boundary.wire import CryptoMeter, MeteredTransport
 from harness.config import ExperimentConfig
@@ -46,9 +41,11 @@ from harness.metrics import RunKey
 from harness.runner import replay_params
 from harness.trajectory import generate
 from nodes.app import RunningNode, load_or_create_identity, start_node
+from nodes.attester import AttesterFault
 from nodes.config import NodeConfig
+from nodes.faults import FaultMode
 from nodes.services import NodeCore
-from nodes.transport import CallFailed, GrpcTransport, InMemoryTransport
+from nodes.transport import GrpcTransport, InMemoryTransport
 
 __all__ = ["AttestSlice", "RowResult", "play_rows", "run_row"]
 
@@ -57,11 +54,22 @@ _DEADLINE_MS = 10_000
 
 @dataclass(frozen=True, slots=True)
 class AttestSlice:
-    """Which runs every row plays, and on which transport."""
+    """Which runs every row plays, and on which transport.
+
+    ``transport`` ``remote`` plays on running node processes: ``nodes`` are
+    (name, host:port) with the roles ``origin``, ``holder`` and ``witness``
+    by name, and ``attesters`` (attester mode, node name) the attester node
+    of each mode (``provnet node --attest-fault MODE``); control calls are
+    signed with the operator key of ``control_home`` (or
+    ``$PROVNET_OPERATOR_KEY_FILE``).
+    """
 
     matrix: bool = False
     steps: int | None = None  # death-spiral steps (default: the config's)
     transport: TransportKind = TransportKind.MEMORY
+    nodes: tuple[tuple[str, str], ...] = ()
+    attesters: tuple[tuple[str, str], ...] = ()
+    control_home: str = ""
 
     def tasks(self, cfg: ExperimentConfig) -> list[tuple[RunKey, Any, Any, int]]:
         if self.matrix:
@@ -123,8 +131,8 @@ class RowResult:
 
 
 async def _start_attester(
-    topo: Topology, root: Path, deadline_ms: int
-) -> tuple[NodeCore, RunningNode | None]:
+    topo: Topology, root: Path, deadline_ms: int, fault: AttesterFault
+) -> tuple[NodeCore, str, RunningNode | None]:
     data_dir = root / ATTESTER
     meter = topo.meter
     if topo.transport is TransportKind.MEMORY:
@@ -134,7 +142,11 @@ async def _start_attester(
             raise RuntimeError("memory topology without an in-memory transport")
         address = f"{ATTESTER}.mem:1"
         config = NodeConfig(
-            name=ATTESTER, data_dir=data_dir, listen=address, deadline_ms=deadline_ms
+            name=ATTESTER,
+            data_dir=data_dir,
+            listen=address,
+            deadline_ms=deadline_ms,
+            attest_fault=fault,
         )
         core = await NodeCore.open(
             config,
@@ -142,46 +154,36 @@ async def _start_attester(
             transport=MeteredTransport(inner, meter, ATTESTER),
         )
         inner.register(address, core)
-        return core, None
+        return core, address, None
     config = NodeConfig(
         name=ATTESTER,
         data_dir=data_dir,
         listen="127.0.0.1:0",
         deadline_ms=deadline_ms,
         shutdown_grace_s=0.5,
+        attest_fault=fault,
     )
     running = await start_node(
         config, transport=MeteredTransport(GrpcTransport(config.max_message_bytes), meter, ATTESTER)
     )
-    return running.core, running
+    return running.core, running.address, running
 
 
-async def _demand_back(
-    topo: Topology, attester: NodeCore, address: str, logged: LoggedAttestation
-) -> bool:
-    """A6: the holder demands an attestation's hop from the attester and verifies it."""
-    holder = topo.holder.core
-    commitment = open_statement(logged.commitment, Commitment, signer=attester.node_id)
-    obligation = open_statement(logged.obligation, Obligation, signer=attester.node_id)
-    demand = build_demand(holder.identity, obligation, now=holder.now_ms())
-    try:
-        answers = await holder.transport.demand(
-            address, [demand.to_bytes()], obligation.statement.deadline_ms / 1000.0
+def _settings(slice_: AttestSlice, cadence: int, steps: int) -> BoundarySettings:
+    # A 10 s answer deadline: a faithful origin on a loaded machine must not miss
+    # it, or a fallback would make the decisions depend on the machine's load.
+    if slice_.transport is TransportKind.REMOTE:
+        return BoundarySettings(
+            cadences=(cadence,),
+            steps=steps,
+            transport=slice_.transport,
+            deadline_ms=_DEADLINE_MS,
+            nodes=slice_.nodes,
+            control_home=slice_.control_home,
         )
-        served = verify_served(
-            Envelope.from_bytes(answers[0].receipt),
-            answers[0].hops,
-            demand=demand,
-            obligation=obligation,
-            commitment=commitment,
-        )
-        for hop in served.hops:
-            fields = parse_hop(hop, origin=attester.node_id)
-            if fields.get("op") == "ATTEST" and fields.get("attestation") == logged.attestation:
-                return True
-    except (CallFailed, ContractError, IndexError, ValueError):
-        return False
-    return False
+    return BoundarySettings(
+        cadences=(cadence,), steps=steps, transport=slice_.transport, deadline_ms=_DEADLINE_MS
+    )
 
 
 async def run_row(
@@ -196,41 +198,72 @@ async def run_row(
     tasks = slice_.tasks(cfg)
     steps = tasks[0][3]
     policy = spec.policy(base_policy, steps)
-    # A 10 s answer deadline: a faithful origin on a loaded machine must not miss
-    # it, or a fallback would make the decisions depend on the machine's load.
-    settings = BoundarySettings(
-        cadences=(tasks[0][0].cadence,),
-        steps=steps,
-        transport=slice_.transport,
-        deadline_ms=_DEADLINE_MS,
-    )
+    settings = _settings(slice_, tasks[0][0].cadence, steps)
+    fault = attester_fault(spec.row)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="provnet-attest-") as tmp:
         root = work_dir if work_dir is not None else Path(tmp)
-        topo = await start_topology(
-            root,
-            settings.specs(),
-            settings.transport,
-            deadline_ms=settings.deadline_ms,
-            reasks=settings.reasks,
-        )
+        topo: Topology | RemoteTopology
+        attester_node: RemoteNode | None = None
+        if settings.transport is TransportKind.REMOTE:
+            from harness.boundary.runner import _control_credentials
+
+            by_fault = dict(slice_.attesters)
+            attester_name = by_fault.get(fault.value)
+            if attester_name is None and spec.row is not Row.NONE:
+                raise ValueError(f"row {spec.name}: no attester node with --attest-fault {fault}")
+            witness = (
+                settings.witness_name if settings.witness_name in dict(settings.nodes) else None
+            )
+            topo = await connect_remote(
+                settings.nodes,
+                origins=settings.origin_names(),
+                relays=(),
+                holder=settings.chain[-1],
+                witness=witness,
+                credentials=_control_credentials(settings),
+            )
+            if attester_name is not None:
+                attester_node = await _remote_attester(
+                    topo, attester_name, dict(settings.nodes).get(attester_name)
+                )
+        else:
+            topo = await start_topology(
+                root,
+                settings.specs(),
+                settings.transport,
+                deadline_ms=settings.deadline_ms,
+                reasks=settings.reasks,
+            )
         running: RunningNode | None = None
         core: NodeCore | None = None
+        ops: LocalAttestOps | RemoteAttestOps | None = None
         try:
-            attester: AttesterNode | None = None
             ids = {n.name: n.node_id for n in topo.nodes}
             if spec.row is not Row.NONE:
-                core, running = await _start_attester(topo, root, settings.deadline_ms)
-                ids[ATTESTER] = core.node_id
-                attester = AttesterNode(
-                    core, spec, policy.lifetime_steps, topo.holder.core.transport
-                )
+                if isinstance(topo, Topology):
+                    core, address, running = await _start_attester(
+                        topo, root, settings.deadline_ms, fault
+                    )
+                    ops = LocalAttestOps(topo, core, address)
+                else:
+                    if attester_node is None or topo.credentials is None:
+                        raise ValueError("running nodes need an attester and an operator key")
+                    ops = RemoteAttestOps(topo, attester_node, topo.credentials.identity)
+                ids[ATTESTER] = ops.attester_id
             resolved = (
                 policy.resolve(ids)
                 if spec.row is not Row.NONE
                 else policy.resolve({**ids, ATTESTER: "0" * 64})
             )
-            ctx = AttestContext(resolved, policy.restore_below, attester)
+            ctx = AttestContext(
+                resolved,
+                policy.restore_below,
+                ops,
+                spec.row,
+                spec.axis,
+                policy.lifetime_steps * STEP_MS,
+            )
             runner = Runner(topo, settings, None, root / "evidence")
             runs = []
             with CryptoMeter(topo.meter):
@@ -238,14 +271,12 @@ async def run_row(
                     events = generate(key.seed, n_steps, cfg.decision_every, profile)
                     runs.append(await AttestPlayer(runner, key, events, params, ctx).play())
             a6_checked = a6_ok = 0
-            if attester is not None and attester.logged and core is not None:
-                address = running.address if running is not None else attester.address
-                for logged in {
-                    attester.logged[0].attestation: attester.logged[0],
-                    attester.logged[-1].attestation: attester.logged[-1],
-                }.values():
+            logged = ops.entries if ops is not None else []
+            if ops is not None and logged:
+                ends = {logged[0].attestation: logged[0], logged[-1].attestation: logged[-1]}
+                for entry in ends.values():
                     a6_checked += 1
-                    a6_ok += await _demand_back(topo, core, address, logged)
+                    a6_ok += await ops.demand_back(entry)
             smin = runner.arm_costs["structural_min"]
             rehydrate_wire = topo.meter.by_tag.get(("structural_min", "rehydrate"))
             plain = {
@@ -273,6 +304,8 @@ async def run_row(
                 for (a, p), c in topo.meter.by_tag.items()
             }
         finally:
+            if isinstance(ops, RemoteAttestOps):
+                await ops.close()
             if running is not None:
                 await running.stop(0.5)
             elif core is not None:
@@ -292,13 +325,25 @@ async def run_row(
         wire,
         plain,
         ctx.bundle_files,
-        len(attester.logged) if attester is not None else 0,
+        len(logged),
         a6_checked,
         a6_ok,
         policy.revocations.get(ATTESTER),
         time.perf_counter() - start,
         {"plain_latencies": plain_lat, "policy": json.dumps(policy.to_json(), sort_keys=True)},
     )
+
+
+async def _remote_attester(
+    topo: RemoteTopology, name: str, address: str | None
+) -> RemoteNode:
+    """The running attester node ``name`` (its identity from its ``Info``)."""
+    from nodes import wire
+
+    if address is None:
+        raise ValueError(f"attester {name!r} is not among the running nodes")
+    info = await wire.node_stub(topo.channel(address)).Info(wire.info_request(), timeout=5.0)
+    return RemoteNode(name, Role.WITNESS, address, info.node_id, FaultMode.NONE)
 
 
 def _run_row_sync(args: tuple[ExperimentConfig, RowSpec, AttestPolicy, AttestSlice]) -> RowResult:

@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from contracts.canonical import sha256_hex
+from contracts.envelope import Envelope
 from contracts.errors import ContractError
 from contracts.evidence import verify_evidence
+from contracts.heads import FoldProof, verify_fold
 from contracts.hops import parse_hop
+from contracts.signed import Signed, open_statement
+from contracts.statements import Commitment, Head, Obligation
 from harness.arms import Arm, ArmName, ValueState
 from harness.axes import RECON
 from harness.boundary.records import (
@@ -40,6 +44,7 @@ from harness.lineage import HopLog, merge_folded
 from harness.metrics import GateCounts, RunKey
 from harness.replay import Replayer, ReplayError, ReplayParams
 from nodes import wire
+from nodes.client import HeldFold
 from nodes.faults import FaultMode
 from nodes.messages import Delivery, RehydrationReport
 from nodes.services import HeldValue
@@ -135,6 +140,9 @@ def _needs_hops(gate: Gate, view: GateView, window: int) -> bool:
 class RunPlayer:
     """Plays one run: the origin's replay, commits, deliveries and the holder's gates."""
 
+    #: True for players that override :meth:`holder_view` with the held folds.
+    wants_held = False
+
     def __init__(
         self,
         runner: Runner,
@@ -158,6 +166,7 @@ class RunPlayer:
         self.parsed: dict[tuple[str, bytes], Hop] = {}
         self.plans: dict[ArmName, list[tuple[int, Gate, Mode, GateCounts]]] = {}
         self.decisions: dict[tuple[str, str, str], list[int]] = {}
+        self._heads_seen: dict[str, Signed[Head]] = {}
         for name in (ArmName.STRUCTURAL_MIN, ArmName.STRUCTURAL_PERHOP, ArmName.PROSE):
             self.plans[name] = [
                 (gi, gate, mode, GateCounts())
@@ -373,15 +382,37 @@ class RunPlayer:
                 line.append("".join("1" if o else "0" for o in oracle))
                 continue
             view = decoded.view
-            if isinstance(self.runner.topo, Topology):
-                # Attestations are applied by in-process players (harness.attest),
-                # which read the holder node's verified folds directly.
-                held = self.runner.topo.holder.core.held(delivery.value_ref)
+            if self.wants_held:
+                # Players that apply attestations (harness.attest) see the folds
+                # the holder holds: read from its core in this process, or the
+                # fold proofs and heads delivered to a node process, proven here.
+                if isinstance(self.runner.topo, Topology):
+                    held = self.runner.topo.holder.core.held(delivery.value_ref)
+                else:
+                    held = self._held_as_delivered(delivery, folds)
                 view = await self.holder_view(name, step, vid, view, held)
             line.append(
                 await self._judge_arm(name, step, view, origin_view, delivery, folds, oracle)
             )
         self.log.add(step, vid, "".join(line))
+
+    def _held_as_delivered(self, delivery: Delivery, folds: tuple[_Fold, ...]) -> HeldValue:
+        """What a holder process holds for ``delivery``: its folds, verified here
+        (each head's signature once per run, each fold proof under its head)."""
+        held: list[HeldFold] = []
+        for f in folds:
+            if f.proof:
+                digest = Envelope.from_bytes(f.head).digest
+                head = self._heads_seen.get(digest)
+                if head is None:
+                    head = self._heads_seen[digest] = open_statement(f.head, Head)
+                vf = verify_fold(FoldProof.from_bytes(f.proof), head)
+                held.append(HeldFold(vf.commitment, vf.obligation, f.proof, f.head, vf))
+            else:
+                c = open_statement(f.commitment, Commitment)
+                o = open_statement(f.obligation, Obligation, signer=c.signer)
+                held.append(HeldFold(c, o, f.commitment, f.obligation))
+        return HeldValue(delivery, tuple(held))
 
     async def holder_view(
         self, name: ArmName, step: int, vid: int, view: GateView, held: HeldValue

@@ -37,7 +37,8 @@ from harness.events import Hop
 from harness.gates import GateView
 from harness.lineage import FoldedPrefix, hop_fields
 from nodes import wire
-from nodes.transport import Answer, ChallengeResult, Delivery, Transport
+from nodes.attester import AttestationAnswer, AttestationAsk, AttestCarrier
+from nodes.transport import Answer, CallFailed, ChallengeResult, Delivery, Transport
 
 __all__ = [
     "CryptoMeter",
@@ -263,6 +264,22 @@ class MeteredTransport:
             c.failed_rpcs += 1
         key = (self.node, method)
         self.meter.calls_by_node[key] = self.meter.calls_by_node.get(key, 0) + 1
+
+    async def request_attestation(
+        self, address: str, ask: AttestationAsk, timeout: float
+    ) -> AttestationAnswer:
+        """``Attest.Request`` (the inner transport must carry it)."""
+        inner = self.inner
+        if not isinstance(inner, AttestCarrier):
+            raise CallFailed("UNIMPLEMENTED", "transport does not carry Attest.Request", address)
+        req = wire.attest_request_size(ask)
+        try:
+            answer = await inner.request_attestation(address, ask, timeout)
+        except Exception:
+            self._count("AttestRequest", req, 0, failed=True)
+            raise
+        self._count("AttestRequest", req, wire.attest_response_size(answer))
+        return answer
 
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
         req = wire.demand_request_size(demands)

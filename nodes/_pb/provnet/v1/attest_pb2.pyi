@@ -19,6 +19,243 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class HeldFoldBytes(_message.Message):
+    """One fold of a value: per-fold statements, or a fold proof under a signed head."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMMITMENT_FIELD_NUMBER: _builtins.int
+    OBLIGATION_FIELD_NUMBER: _builtins.int
+    UNDER_HEAD_FIELD_NUMBER: _builtins.int
+    commitment: _builtins.bytes
+    """Per-fold form: the commitment envelope. Head form: the fold proof (JSON)."""
+    obligation: _builtins.bytes
+    """Per-fold form: the obligation envelope. Head form: the signed head."""
+    under_head: _builtins.bool
+    def __init__(
+        self,
+        *,
+        commitment: _builtins.bytes = ...,
+        obligation: _builtins.bytes = ...,
+        under_head: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitment", b"commitment", "obligation", b"obligation", "under_head", b"under_head"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeldFoldBytes: _TypeAlias = HeldFoldBytes  # noqa: Y015
+
+@_typing.final
+class AxisFloor(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AXIS_FIELD_NUMBER: _builtins.int
+    FLOOR_FIELD_NUMBER: _builtins.int
+    axis: _builtins.str
+    floor: _builtins.float
+    def __init__(
+        self,
+        *,
+        axis: _builtins.str = ...,
+        floor: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["axis", b"axis", "floor", b"floor"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AxisFloor: _TypeAlias = AxisFloor  # noqa: Y015
+
+@_typing.final
+class RequestAttestationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUE_REF_FIELD_NUMBER: _builtins.int
+    COMMITMENTS_FIELD_NUMBER: _builtins.int
+    PROOFS_FIELD_NUMBER: _builtins.int
+    RECONSTRUCTION_FIELD_NUMBER: _builtins.int
+    ISSUED_AT_MS_FIELD_NUMBER: _builtins.int
+    LIFETIME_MS_FIELD_NUMBER: _builtins.int
+    AXES_FIELD_NUMBER: _builtins.int
+    DISCHARGE_FIELD_NUMBER: _builtins.int
+    value_ref: _builtins.str
+    """The value the attestation binds (contracts.attest.restoration_digest of
+    this ref and `commitments`).
+    """
+    reconstruction: _builtins.bool
+    """Ask for reconstruction (with `proofs`)."""
+    issued_at_ms: _builtins.int
+    """Issue time (ms); 0 = the attester's clock. Never earlier than its clock."""
+    lifetime_ms: _builtins.int
+    """Lifetime (ms), at most the attester's bound (30 days); 0 = 1 hour."""
+    @_builtins.property
+    def commitments(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every commitment digest of the value (head form: fold record leaf hashes)."""
+
+    @_builtins.property
+    def proofs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """contracts.attest.RehydrationProof JSON, one per commitment."""
+
+    @_builtins.property
+    def axes(self) -> _containers.RepeatedCompositeFieldContainer[Global___AxisFloor]:
+        """Other axes and taint discharges asked for; an honest attester signs none
+        of them (it holds no evidence that could justify them).
+        """
+
+    @_builtins.property
+    def discharge(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        value_ref: _builtins.str = ...,
+        commitments: _abc.Iterable[_builtins.str] | None = ...,
+        proofs: _abc.Iterable[_builtins.bytes] | None = ...,
+        reconstruction: _builtins.bool = ...,
+        issued_at_ms: _builtins.int = ...,
+        lifetime_ms: _builtins.int = ...,
+        axes: _abc.Iterable[Global___AxisFloor] | None = ...,
+        discharge: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["axes", b"axes", "commitments", b"commitments", "discharge", b"discharge", "issued_at_ms", b"issued_at_ms", "lifetime_ms", b"lifetime_ms", "proofs", b"proofs", "reconstruction", b"reconstruction", "value_ref", b"value_ref"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RequestAttestationRequest: _TypeAlias = RequestAttestationRequest  # noqa: Y015
+
+@_typing.final
+class IssuedAttestation(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTESTATION_FIELD_NUMBER: _builtins.int
+    PROOFS_FIELD_NUMBER: _builtins.int
+    HOP_COMMITMENT_FIELD_NUMBER: _builtins.int
+    HOP_OBLIGATION_FIELD_NUMBER: _builtins.int
+    attestation: _builtins.bytes
+    hop_commitment: _builtins.bytes
+    """A6: the attester's fold committing the attestation's hop."""
+    hop_obligation: _builtins.bytes
+    @_builtins.property
+    def proofs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """The rehydration proofs the attestation cites, as the attester presents them."""
+
+    def __init__(
+        self,
+        *,
+        attestation: _builtins.bytes = ...,
+        proofs: _abc.Iterable[_builtins.bytes] | None = ...,
+        hop_commitment: _builtins.bytes = ...,
+        hop_obligation: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attestation", b"attestation", "hop_commitment", b"hop_commitment", "hop_obligation", b"hop_obligation", "proofs", b"proofs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IssuedAttestation: _TypeAlias = IssuedAttestation  # noqa: Y015
+
+@_typing.final
+class RequestAttestationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTESTATIONS_FIELD_NUMBER: _builtins.int
+    REFUSED_FIELD_NUMBER: _builtins.int
+    refused: _builtins.str
+    """Why nothing was signed, when nothing was."""
+    @_builtins.property
+    def attestations(self) -> _containers.RepeatedCompositeFieldContainer[Global___IssuedAttestation]: ...
+    def __init__(
+        self,
+        *,
+        attestations: _abc.Iterable[Global___IssuedAttestation] | None = ...,
+        refused: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attestations", b"attestations", "refused", b"refused"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RequestAttestationResponse: _TypeAlias = RequestAttestationResponse  # noqa: Y015
+
+@_typing.final
+class RestoreRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUE_REF_FIELD_NUMBER: _builtins.int
+    FOLDS_FIELD_NUMBER: _builtins.int
+    ATTESTER_FIELD_NUMBER: _builtins.int
+    ISSUED_AT_MS_FIELD_NUMBER: _builtins.int
+    LIFETIME_MS_FIELD_NUMBER: _builtins.int
+    value_ref: _builtins.str
+    attester: _builtins.str
+    issued_at_ms: _builtins.int
+    lifetime_ms: _builtins.int
+    @_builtins.property
+    def folds(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeldFoldBytes]: ...
+    def __init__(
+        self,
+        *,
+        value_ref: _builtins.str = ...,
+        folds: _abc.Iterable[Global___HeldFoldBytes] | None = ...,
+        attester: _builtins.str = ...,
+        issued_at_ms: _builtins.int = ...,
+        lifetime_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attester", b"attester", "folds", b"folds", "issued_at_ms", b"issued_at_ms", "lifetime_ms", b"lifetime_ms", "value_ref", b"value_ref"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreRequest: _TypeAlias = RestoreRequest  # noqa: Y015
+
+@_typing.final
+class RestoreResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ANSWER_FIELD_NUMBER: _builtins.int
+    REHYDRATED_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    DEMAND_RPCS_FIELD_NUMBER: _builtins.int
+    HOPS_FIELD_NUMBER: _builtins.int
+    REQUEST_BYTES_FIELD_NUMBER: _builtins.int
+    RESPONSE_BYTES_FIELD_NUMBER: _builtins.int
+    rehydrated: _builtins.bool
+    """false: a fold was not served in full or did not verify (nothing asked)."""
+    detail: _builtins.str
+    demand_rpcs: _builtins.int
+    hops: _builtins.int
+    request_bytes: _builtins.int
+    """Bytes of the request sent to the attester and of its answer."""
+    response_bytes: _builtins.int
+    @_builtins.property
+    def answer(self) -> Global___RequestAttestationResponse: ...
+    def __init__(
+        self,
+        *,
+        answer: Global___RequestAttestationResponse | None = ...,
+        rehydrated: _builtins.bool = ...,
+        detail: _builtins.str = ...,
+        demand_rpcs: _builtins.int = ...,
+        hops: _builtins.int = ...,
+        request_bytes: _builtins.int = ...,
+        response_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "demand_rpcs", b"demand_rpcs", "detail", b"detail", "hops", b"hops", "rehydrated", b"rehydrated", "request_bytes", b"request_bytes", "response_bytes", b"response_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreResponse: _TypeAlias = RestoreResponse  # noqa: Y015
+
+@_typing.final
 class SubmitAttestationRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

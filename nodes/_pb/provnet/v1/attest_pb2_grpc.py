@@ -44,6 +44,16 @@ class AttestStub:
                 request_serializer=provnet_dot_v1_dot_attest__pb2.ListAttestationsRequest.SerializeToString,
                 response_deserializer=provnet_dot_v1_dot_attest__pb2.ListAttestationsResponse.FromString,
                 _registered_method=True)
+        self.Request = channel.unary_unary(
+                '/provnet.v1.Attest/Request',
+                request_serializer=provnet_dot_v1_dot_attest__pb2.RequestAttestationRequest.SerializeToString,
+                response_deserializer=provnet_dot_v1_dot_attest__pb2.RequestAttestationResponse.FromString,
+                _registered_method=True)
+        self.Restore = channel.unary_unary(
+                '/provnet.v1.Attest/Restore',
+                request_serializer=provnet_dot_v1_dot_attest__pb2.RestoreRequest.SerializeToString,
+                response_deserializer=provnet_dot_v1_dot_attest__pb2.RestoreResponse.FromString,
+                _registered_method=True)
 
 
 class AttestServicer:
@@ -64,6 +74,31 @@ class AttestServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Request(self, request, context):
+        """Attester: sign a `reconstruction` attestation for a value whose every
+        fold the caller rehydrated in full and verified (A4): the request cites
+        the proofs (demand, the origin's SERVED receipt, the hop bytes, and the
+        fold's commitment + obligation or signed head + fold proof). An honest
+        attester verifies every proof, checks they cover every commitment named,
+        signs floor 1.0 citing exactly those receipts, and logs the attestation
+        as a hop of its own (A6). Signed call: an operator key, or the holder
+        that signed every demand the request cites (nodes.auth).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Restore(self, request, context):
+        """Holder control (operator key): rehydrate the given folds in full from
+        their origins, verify every answer, and ask the attester at `attester`
+        (peer name or host:port) with those proofs (Attest.Request). Returns what
+        the attester answered, unjudged: whether it may raise an axis is the
+        trust policy's call, made where the attestation is used.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AttestServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -76,6 +111,16 @@ def add_AttestServicer_to_server(servicer, server):
                     servicer.List,
                     request_deserializer=provnet_dot_v1_dot_attest__pb2.ListAttestationsRequest.FromString,
                     response_serializer=provnet_dot_v1_dot_attest__pb2.ListAttestationsResponse.SerializeToString,
+            ),
+            'Request': grpc.unary_unary_rpc_method_handler(
+                    servicer.Request,
+                    request_deserializer=provnet_dot_v1_dot_attest__pb2.RequestAttestationRequest.FromString,
+                    response_serializer=provnet_dot_v1_dot_attest__pb2.RequestAttestationResponse.SerializeToString,
+            ),
+            'Restore': grpc.unary_unary_rpc_method_handler(
+                    servicer.Restore,
+                    request_deserializer=provnet_dot_v1_dot_attest__pb2.RestoreRequest.FromString,
+                    response_serializer=provnet_dot_v1_dot_attest__pb2.RestoreResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -132,6 +177,60 @@ class Attest:
             '/provnet.v1.Attest/List',
             provnet_dot_v1_dot_attest__pb2.ListAttestationsRequest.SerializeToString,
             provnet_dot_v1_dot_attest__pb2.ListAttestationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Request(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/provnet.v1.Attest/Request',
+            provnet_dot_v1_dot_attest__pb2.RequestAttestationRequest.SerializeToString,
+            provnet_dot_v1_dot_attest__pb2.RequestAttestationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Restore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/provnet.v1.Attest/Restore',
+            provnet_dot_v1_dot_attest__pb2.RestoreRequest.SerializeToString,
+            provnet_dot_v1_dot_attest__pb2.RestoreResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -37,6 +37,23 @@ class AttestStub:
     where the attestation is used (contracts.attest).
     """
     List: _grpc.UnaryUnaryMultiCallable[_attest_pb2.ListAttestationsRequest, _attest_pb2.ListAttestationsResponse]
+    Request: _grpc.UnaryUnaryMultiCallable[_attest_pb2.RequestAttestationRequest, _attest_pb2.RequestAttestationResponse]
+    """Attester: sign a `reconstruction` attestation for a value whose every
+    fold the caller rehydrated in full and verified (A4): the request cites
+    the proofs (demand, the origin's SERVED receipt, the hop bytes, and the
+    fold's commitment + obligation or signed head + fold proof). An honest
+    attester verifies every proof, checks they cover every commitment named,
+    signs floor 1.0 citing exactly those receipts, and logs the attestation
+    as a hop of its own (A6). Signed call: an operator key, or the holder
+    that signed every demand the request cites (nodes.auth).
+    """
+    Restore: _grpc.UnaryUnaryMultiCallable[_attest_pb2.RestoreRequest, _attest_pb2.RestoreResponse]
+    """Holder control (operator key): rehydrate the given folds in full from
+    their origins, verify every answer, and ask the attester at `attester`
+    (peer name or host:port) with those proofs (Attest.Request). Returns what
+    the attester answered, unjudged: whether it may raise an axis is the
+    trust policy's call, made where the attestation is used.
+    """
 
 @_typing.type_check_only
 class AttestAsyncStub(AttestStub):
@@ -47,6 +64,23 @@ class AttestAsyncStub(AttestStub):
     where the attestation is used (contracts.attest).
     """
     List: _aio.UnaryUnaryMultiCallable[_attest_pb2.ListAttestationsRequest, _attest_pb2.ListAttestationsResponse]  # type: ignore[assignment]
+    Request: _aio.UnaryUnaryMultiCallable[_attest_pb2.RequestAttestationRequest, _attest_pb2.RequestAttestationResponse]  # type: ignore[assignment]
+    """Attester: sign a `reconstruction` attestation for a value whose every
+    fold the caller rehydrated in full and verified (A4): the request cites
+    the proofs (demand, the origin's SERVED receipt, the hop bytes, and the
+    fold's commitment + obligation or signed head + fold proof). An honest
+    attester verifies every proof, checks they cover every commitment named,
+    signs floor 1.0 citing exactly those receipts, and logs the attestation
+    as a hop of its own (A6). Signed call: an operator key, or the holder
+    that signed every demand the request cites (nodes.auth).
+    """
+    Restore: _aio.UnaryUnaryMultiCallable[_attest_pb2.RestoreRequest, _attest_pb2.RestoreResponse]  # type: ignore[assignment]
+    """Holder control (operator key): rehydrate the given folds in full from
+    their origins, verify every answer, and ask the attester at `attester`
+    (peer name or host:port) with those proofs (Attest.Request). Returns what
+    the attester answered, unjudged: whether it may raise an axis is the
+    trust policy's call, made where the attestation is used.
+    """
 
 class AttestServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -66,5 +100,34 @@ class AttestServicer(metaclass=_abc_1.ABCMeta):
         request: _attest_pb2.ListAttestationsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_attest_pb2.ListAttestationsResponse, _abc.Awaitable[_attest_pb2.ListAttestationsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Request(
+        self,
+        request: _attest_pb2.RequestAttestationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_attest_pb2.RequestAttestationResponse, _abc.Awaitable[_attest_pb2.RequestAttestationResponse]]:
+        """Attester: sign a `reconstruction` attestation for a value whose every
+        fold the caller rehydrated in full and verified (A4): the request cites
+        the proofs (demand, the origin's SERVED receipt, the hop bytes, and the
+        fold's commitment + obligation or signed head + fold proof). An honest
+        attester verifies every proof, checks they cover every commitment named,
+        signs floor 1.0 citing exactly those receipts, and logs the attestation
+        as a hop of its own (A6). Signed call: an operator key, or the holder
+        that signed every demand the request cites (nodes.auth).
+        """
+
+    @_abc_1.abstractmethod
+    def Restore(
+        self,
+        request: _attest_pb2.RestoreRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_attest_pb2.RestoreResponse, _abc.Awaitable[_attest_pb2.RestoreResponse]]:
+        """Holder control (operator key): rehydrate the given folds in full from
+        their origins, verify every answer, and ask the attester at `attester`
+        (peer name or host:port) with those proofs (Attest.Request). Returns what
+        the attester answered, unjudged: whether it may raise an axis is the
+        trust policy's call, made where the attestation is used.
+        """
 
 def add_AttestServicer_to_server(servicer: AttestServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
