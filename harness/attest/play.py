@@ -266,6 +266,7 @@ class AttestPlayer(RunPlayer):
         if triggered:
             ctx.counts["restorations_needed"] += 1
             if not folds:
+                ctx.counts["restorations_unfolded"] += 1
                 # nothing folded yet: no receipt to cite; the origin commits the
                 # value's visible lineage under one signed head (rule 2.2)
                 restoration, leaf = await self._restoration_fold(vid)
@@ -330,6 +331,7 @@ class AttestPlayer(RunPlayer):
         if not result.rehydrated:
             ctx.counts["rehydrations_failed"] += 1
             return scores
+        ctx.counts["folds_rehydrated"] += len(folds)
         ctx.counts["attest_requests"] += 1
         if not result.answer.issued:
             ctx.counts["attester_refused"] += 1

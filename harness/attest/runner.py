@@ -334,9 +334,7 @@ async def run_row(
     )
 
 
-async def _remote_attester(
-    topo: RemoteTopology, name: str, address: str | None
-) -> RemoteNode:
+async def _remote_attester(topo: RemoteTopology, name: str, address: str | None) -> RemoteNode:
     """The running attester node ``name`` (its identity from its ``Info``)."""
     from nodes import wire
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 
 from contracts import (
@@ -30,8 +33,22 @@ from contracts import (
     sha256_hex,
     verify_attestation,
 )
+from contracts.attest import PROOF_VERSION, verify_rehydration
+from contracts.errors import ContractError, EncodingError, RootMismatch
 from contracts.evidence import AnswerKind
-from tests.contracts._support import DAY, EPOCH, HOUR, NOW, World, make_world, resign_receipt
+from contracts.heads import FoldProof
+from contracts.statements import Head
+from tests.contracts._support import (
+    DAY,
+    EPOCH,
+    HOUR,
+    NOW,
+    HeadWorld,
+    World,
+    make_head_world,
+    make_world,
+    resign_receipt,
+)
 
 VALUE = sha256_hex(b"value 42 at decision 17")
 OTHER_VALUE = sha256_hex(b"value 43 at decision 17")
@@ -341,3 +358,115 @@ def test_a7_revoked_key_stops_counting_even_for_earlier_attestations() -> None:
     verify_attestation(a, value_digest=VALUE, policy=p, now=NOW + HOUR - 1)
     with pytest.raises(Revoked, match=r"was revoked at 2026-11-29T11:00:00\.000Z"):
         verify_attestation(a, value_digest=VALUE, policy=p, now=NOW + HOUR)
+
+
+# ------------------------------------------------------------------------ A4 under signed heads
+
+
+def _head_proof(
+    hw: HeadWorld, *, fold: FoldProof | None = None, head: Signed[Head] | None = None
+) -> RehydrationProof:
+    hops = hw.hops["value:42"]
+    receipt = answer_demand(
+        hw.origin,
+        hw.demand,
+        obligation=hw.fold.obligation,
+        commitment=hw.fold.commitment,
+        hops=hops,
+        now=NOW + 2_000,
+    )
+    return RehydrationProof.under_head(
+        head=head if head is not None else hw.head,
+        fold=fold if fold is not None else hw.fold.proof,
+        demand=hw.demand,
+        receipt=receipt,
+        hops=hops,
+    )
+
+
+def _head_policy(w: World) -> TrustPolicy:
+    return TrustPolicy(grants={w.attester.node_id: {Axis.RECONSTRUCTION: 1.0}})
+
+
+def test_a4_a_fold_under_a_signed_head_restores_reconstruction() -> None:
+    w, hw = make_world(), make_head_world(values=3, compactions=2)
+    proof = _head_proof(hw)
+    commitment, receipt = verify_rehydration(proof)
+    assert commitment == hw.fold.leaf_hash.hex()  # the fold record's leaf hash
+    a = attest(w, Axis.RECONSTRUCTION, 1.0, cites=(receipt,))
+    out = apply_attestations(
+        LOW,
+        [a],
+        value_digest=VALUE,
+        policy=_head_policy(w),
+        now=NOW + 3_000,
+        rehydrations=[proof],
+        value_commitments=[commitment],
+    )
+    assert out.scores[Axis.RECONSTRUCTION] == 1.0
+    # the JSON form (version 2) reads back to the same proof
+    assert RehydrationProof.from_bytes(proof.to_bytes()) == proof
+    assert json.loads(proof.to_bytes())["v"] == PROOF_VERSION == 2
+
+
+def test_a4_head_whose_inclusion_proof_does_not_match_is_rejected_naming_it() -> None:
+    w, hw = make_world(), make_head_world(values=3, compactions=2)
+    # the same fold record, proven with another leaf's audit path
+    bent = dataclasses.replace(hw.fold.proof, index=(hw.fold.proof.index + 1) % 3)
+    proof = _head_proof(hw, fold=bent)
+    with pytest.raises(RootMismatch, match="inclusion proof under head"):
+        verify_rehydration(proof)
+    good = _head_proof(hw)
+    a = attest(w, Axis.RECONSTRUCTION, 1.0, cites=(verify_rehydration(good)[1],))
+    check = check_attestation(
+        a,
+        value_digest=VALUE,
+        policy=_head_policy(w),
+        now=NOW + 3_000,
+        rehydrations=[proof],
+        value_commitments=[hw.fold.leaf_hash.hex()],
+    )
+    assert not check
+    assert "inclusion proof" in check.reason
+
+
+def test_a4_head_form_proof_under_another_head_is_rejected() -> None:
+    hw = make_head_world(values=3, compactions=2)
+    other = make_head_world(values=3, compactions=1)  # an earlier head, same origin
+    with pytest.raises(ContractError):
+        verify_rehydration(_head_proof(hw, head=other.head))
+
+
+def test_a4_head_form_partial_demand_is_not_a_full_rehydration() -> None:
+    hw = make_head_world(values=3, compactions=2, leaves=[0])
+    receipt = answer_demand(
+        hw.origin,
+        hw.demand,
+        obligation=hw.fold.obligation,
+        commitment=hw.fold.commitment,
+        hops=hw.hops["value:42"],
+        now=NOW + 2_000,
+    )
+    proof = RehydrationProof.under_head(
+        head=hw.head,
+        fold=hw.fold.proof,
+        demand=hw.demand,
+        receipt=receipt,
+        hops=hw.hops["value:42"][:1],
+    )
+    with pytest.raises(NotAuthorized, match="not the full fold"):
+        verify_rehydration(proof)
+
+
+def test_rehydration_proof_json_versions() -> None:
+    w = make_world()
+    v1 = rehydrate(w)
+    body = json.loads(v1.to_bytes())
+    assert "v" not in body  # the per-fold form keeps its version-1 shape
+    assert RehydrationProof.from_json(body) == v1
+    with pytest.raises(EncodingError, match="unknown version 3"):
+        RehydrationProof.from_json({**body, "v": 3})
+    with pytest.raises(EncodingError, match="v2: fields must be"):
+        RehydrationProof.from_json({**body, "v": 2})
+    with pytest.raises(ValueError, match="either a per-fold commitment or a fold proof"):
+        RehydrationProof(None, v1.obligation, v1.demand, v1.receipt, v1.hops)

@@ -203,3 +203,20 @@ def test_cli_evidence_verify_handles_split_views(tmp_path: Path) -> None:
     code, _, err = run_cli("evidence", "verify", str(broken))
     assert code == 2
     assert err.startswith("provnet: error:")
+
+
+def test_head_form_rehydration_proof_vector_verifies_from_the_file_alone() -> None:
+    from contracts.attest import RehydrationProof, verify_rehydration
+
+    proof = RehydrationProof.from_bytes((VECTOR_DIR / "rehydration-proof-head.json").read_bytes())
+    head = open_statement((VECTOR_DIR / "head.json").read_bytes().rstrip(b"\n"), Head)
+    commitment, receipt = verify_rehydration(proof)
+    assert proof.obligation.digest == head.digest
+    assert (
+        commitment
+        == verify_fold(
+            FoldProof.from_bytes((VECTOR_DIR / "fold-proof.json").read_bytes()), head
+        ).leaf_hash.hex()
+    )
+    served = (VECTOR_DIR / "receipt-head-served.json").read_bytes().rstrip(b"\n")
+    assert receipt == open_any(served).digest

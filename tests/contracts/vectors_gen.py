@@ -22,6 +22,7 @@ from contracts import (
     Receipt,
     ReceiptStatus,
     RefusalReason,
+    RehydrationProof,
     TrustPolicy,
     answer_demand,
     attestation_hop_fields,
@@ -280,6 +281,14 @@ def build_head_vectors() -> dict[str, bytes]:
         now=NOW + 2_000,
     )
     put("receipt-head-served.json", served.to_bytes())
+    # A4 under heads (rehydration proof JSON version 2): what a holder of a
+    # head-form value cites for a reconstruction attestation
+    put(
+        "rehydration-proof-head.json",
+        RehydrationProof.under_head(
+            head=w.head, fold=w.fold.proof, demand=w.demand, receipt=served, hops=hops
+        ).to_bytes(),
+    )
     tampered = [hops[0].replace(b'"step":', b'"step":9'), *hops[1:]]
     lying = sign_served(
         w.origin,

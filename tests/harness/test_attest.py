@@ -295,3 +295,23 @@ def test_cli_rejects_a_bad_policy_with_one_line(
     assert code == 2
     assert err.startswith("provnet: error:")
     assert err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------- A4 under heads
+
+
+def test_restoration_cites_folds_under_heads_without_a_new_commitment() -> None:
+    r = _row(RowSpec(Row.HONEST))
+    c = r.counts
+    # held folds travel under signed heads and are cited as they are (A4 under
+    # heads): the origin signs a restoration head only for values with nothing
+    # folded, and no per-fold commitment at all
+    assert 0 < c["restoration_folds_committed"] <= c["restorations_unfolded"]
+    assert c["restorations_unfolded"] < c["full_rehydrations"]
+    # every signature of the attest path, accounted for: per fold rehydrated the
+    # holder's demand and the origin's receipt; per attestation the attester's
+    # signature and its A6 fold's commitment and obligation; one head per
+    # restoration fold
+    assert r.wire["structural_min/attest"]["sign_ops"] == (
+        2 * c["folds_rehydrated"] + 3 * c["attestations_issued"] + c["restoration_folds_committed"]
+    )
