@@ -129,6 +129,7 @@ __all__ = [
     "hoplog_stub",
     "info_request",
     "info_response",
+    "list_attestations_request",
     "message_size",
     "node_stub",
     "read_counters",
@@ -149,6 +150,7 @@ __all__ = [
     "stream_answer_size",
     "stream_request",
     "stream_request_size",
+    "submit_attestation_request",
 ]
 
 
@@ -740,6 +742,14 @@ def _proof_from_pb(data: bytes) -> RehydrationProof:
         return RehydrationProof.from_bytes(data)
     except (EncodingError, ValueError) as exc:
         raise EncodingError(f"attest: a rehydration proof is malformed: {exc}") from exc
+
+
+def submit_attestation_request(attestation: bytes) -> attest_pb2.SubmitAttestationRequest:
+    return attest_pb2.SubmitAttestationRequest(attestation=attestation)
+
+
+def list_attestations_request(value_digest: str) -> attest_pb2.ListAttestationsRequest:
+    return attest_pb2.ListAttestationsRequest(value_digest=value_digest)
 
 
 def attest_request(ask: AttestationAsk) -> attest_pb2.RequestAttestationRequest:

@@ -229,22 +229,16 @@ class RemoteAttestOps(_Logged):
 
     async def list_attestations(self, value_digest: str) -> tuple[bytes, ...]:
         from nodes import wire
-        from nodes._pb.provnet.v1 import attest_pb2
 
         stub = wire.attest_stub(self.topo.channel(self.topo.holder.address))
-        reply = await stub.List(
-            attest_pb2.ListAttestationsRequest(value_digest=value_digest), timeout=_TIMEOUT_S
-        )
+        reply = await stub.List(wire.list_attestations_request(value_digest), timeout=_TIMEOUT_S)
         return tuple(bytes(a) for a in reply.attestations)
 
     async def submit(self, attestation: bytes) -> str:
         from nodes import wire
-        from nodes._pb.provnet.v1 import attest_pb2
 
         stub = wire.attest_stub(self.topo.channel(self.topo.holder.address))
-        reply = await stub.Submit(
-            attest_pb2.SubmitAttestationRequest(attestation=attestation), timeout=_TIMEOUT_S
-        )
+        reply = await stub.Submit(wire.submit_attestation_request(attestation), timeout=_TIMEOUT_S)
         return str(reply.digest)
 
     async def demand_back(self, logged: LoggedAttestation) -> bool:
