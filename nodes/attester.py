@@ -67,6 +67,7 @@ from nodes.errors import MalformedRequest, RequestTooLarge
 
 if TYPE_CHECKING:
     from nodes.messages import Answer
+    from nodes.transport import Transport
 
 __all__ = [
     "ATTEST_SEQ_BASE",
@@ -400,7 +401,7 @@ def leaf0_demand(
 
 async def restore(
     identity: Identity,
-    transport: object,
+    transport: Transport,
     *,
     now_ms: int,
     folds: Sequence[FoldBytes],
@@ -413,7 +414,7 @@ async def restore(
     ``ask`` gives the binding and times; its commitments and proofs are
     filled in here from ``folds``.
     """
-    from nodes.transport import CallFailed, Transport
+    from nodes.transport import CallFailed
 
     if not folds:
         raise MalformedRequest("restore: no folds given")
@@ -421,8 +422,6 @@ async def restore(
         raise RequestTooLarge(f"restore: more than {MAX_PROOFS} folds")
     if not isinstance(transport, AttestCarrier):
         raise MalformedRequest("restore: this node's transport does not carry Attest.Request")
-    carrier: AttestCarrier = transport
-    tp: Transport = transport  # type: ignore[assignment]
     opened = []
     for f in folds:
         try:
@@ -438,7 +437,7 @@ async def restore(
         demands = [build_demand(identity, o, now=now_ms) for _, _, o, _ in group]
         terms = group[0][2].statement
         try:
-            answers: list[Answer] = await tp.demand(
+            answers: list[Answer] = await transport.demand(
                 terms.endpoints[0],
                 [d.to_bytes() for d in demands],
                 max(o.statement.deadline_ms for _, _, o, _ in group) / 1000.0,
@@ -484,7 +483,7 @@ async def restore(
         ask.lifetime_ms,
     )
     try:
-        got = await carrier.request_attestation(attester, full, timeout)
+        got = await transport.request_attestation(attester, full, timeout)
     except CallFailed as exc:
         return RestoreResult(
             rehydrated=True, detail=f"attester: {exc}", demand_rpcs=rpcs, hops=hops

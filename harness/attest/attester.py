@@ -40,6 +40,7 @@ from harness.attest.rows import Row
 from nodes.attester import (
     AttestationAnswer,
     AttestationAsk,
+    AttestCarrier,
     AttesterFault,
     FoldBytes,
     RestoreResult,
@@ -181,9 +182,9 @@ class LocalAttestOps(_Logged):
 
     async def unasked(self, ask: AttestationAsk) -> AttestationAnswer:
         transport = self.topo.holder.core.transport
-        answer: AttestationAnswer = await transport.request_attestation(  # type: ignore[attr-defined]
-            self.address, ask, _TIMEOUT_S
-        )
+        if not isinstance(transport, AttestCarrier):
+            raise TypeError("the holder's transport does not carry Attest.Request")
+        answer = await transport.request_attestation(self.address, ask, _TIMEOUT_S)
         self.note(answer)
         return answer
 

@@ -559,7 +559,9 @@ def summary_md(
             f" {c.get('full_rehydrations', 0)}, attestations issued"
             f" {c.get('attestations_issued', 0)}, reused {c.get('attestations_reused', 0)},"
             f" expired and renewed {c.get('held_expired', 0)}; restoration folds committed"
-            f" (rule 2.2): {c.get('restoration_folds_committed', 0)}",
+            f" (rule 2.2, values with nothing folded: {c.get('restorations_unfolded', 0)}"
+            f" restorations): {c.get('restoration_folds_committed', 0)}; folds rehydrated"
+            f" {c.get('folds_rehydrated', 0)}",
             f"- decisions changed {n.changed} (to proceed {n.to_proceed}, to block"
             f" {n.to_block}); flips vs oracle {n.flips_before} → {n.flips_after};"
             f" false-proceeds {n.false_proceed_before} → {n.false_proceed_after}",

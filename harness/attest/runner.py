@@ -8,9 +8,16 @@ every number a row yields is a function of the row and the config alone
 (the run clock is :func:`harness.attest.policy.run_ms`, keys do not enter
 any decision), so results are identical for any ``workers``.
 
-After the runs the holder demands back, from the attester, the hop of the
-first and the last attestation the attester logged, verifies each against
-the attester's commitment and checks it names the attestation (A6).
+The attester is a node started with the row's attester mode
+(:func:`harness.attest.attester.attester_fault`): in this process (memory or
+gRPC transport), or — transport ``remote`` — a running node process, with
+the origin, holder and witness processes named in the slice
+(:class:`AttestSlice`); the holder side then reaches every node over gRPC
+only (:class:`harness.attest.attester.RemoteAttestOps`).
+
+After the runs the holder side demands back, from the attester, the hop of
+the first and the last attestation the attester logged, verifies each
+against the attester's commitment and checks it names the attestation (A6).
 """
 
 from __future__ import annotations
