@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import contracts.heads as heads_mod
 import contracts.identity as identity_mod
@@ -482,3 +484,46 @@ async def test_a_fold_proof_delivered_again_is_not_proved_again_yet_its_head_sti
     holder.clock = lambda: serve_until / 1000.0 + 1.0
     with pytest.raises(CallFailed, match="expired"):
         await _deliver(cluster, "origin", "holder", "a", proofs[0], head)
+
+
+_PORT = st.integers(0, 70_000)
+_ENDPOINT = st.one_of(
+    st.tuples(st.ip_addresses(v=4), _PORT).map(lambda t: f"{t[0]}:{t[1]}"),
+    st.tuples(st.ip_addresses(v=6), _PORT).map(lambda t: f"[{t[0]}]:{t[1]}"),
+    st.sampled_from(["127.0.0.01:1", "[::FFFF:1.2.3.4]:5", "1.2.3.4:+5", "1.2.3.4:٣", ":1"]),
+    st.text(max_size=40),
+)
+_EPOCH = st.one_of(
+    st.from_regex(r"(0|[1-9][0-9]{0,20})-[0-9a-fA-F]{16}", fullmatch=True),
+    st.text(max_size=40),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    epoch=_EPOCH,
+    endpoints=st.lists(_ENDPOINT, max_size=3),
+    issued_at=st.integers(0, 2**42),
+    serve_until=st.integers(0, 2**42),
+    compactions=st.integers(1, 2),
+)
+def test_every_head_crosses_the_wire_byte_exact_whoever_sends_it(
+    epoch: str, endpoints: list[str], issued_at: int, serve_until: int, compactions: int
+) -> None:
+    from contracts.heads import FoldInput, HeadLog
+    from contracts.identity import Identity
+    from nodes import wire
+
+    me = Identity.from_seed(bytes([9]) * 32)
+    log = HeadLog(me, epoch)
+    for seq in range(compactions):
+        head = log.compact(
+            [FoldInput("a", seq, [b"x"])],
+            serve_until=serve_until,
+            deadline_ms=1,
+            endpoints=endpoints,
+            issued_at=issued_at,
+        ).head.to_bytes()
+    for sender in ("", me.node_id, "ab" * 32):
+        pb = wire.signed_head_to_pb(head, sender=sender)
+        assert wire.signed_head_from_pb(pb, sender=sender) == head
