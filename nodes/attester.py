@@ -29,7 +29,7 @@ mode says instead — the adversaries Part 6's authority table is played with.
 Whatever an attester signs, whether it counts is decided where it is used,
 by the trust policy (:func:`contracts.attest.apply_attestations`).
 
-**Holder** (:func:`restore`). Given a value's folds, demand every leaf of
+**Holder** (:func:`nodes.restore.restore`). Given a value's folds, demand every leaf of
 every fold (one ``Serve.Demand`` per origin), verify each answer into a
 proof, and ask the attester over the transport (``Attest.Request``). What
 comes back is returned unjudged.
@@ -46,7 +46,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, assert_never, runtime_checkable
+from typing import Protocol, assert_never, runtime_checkable
 
 from contracts._fields import MAX_TIME_MS, is_digest
 from contracts.attest import (
@@ -56,7 +56,7 @@ from contracts.attest import (
     restoration_digest,
     verify_rehydration,
 )
-from contracts.envelope import Envelope, sign_envelope
+from contracts.envelope import sign_envelope
 from contracts.errors import ContractError
 from contracts.heads import FoldProof, verify_fold
 from contracts.identity import Identity
@@ -64,10 +64,6 @@ from contracts.serve import build_demand
 from contracts.signed import Signed, open_statement
 from contracts.statements import Attestation, Axis, Commitment, Head, Obligation
 from nodes.errors import MalformedRequest, RequestTooLarge
-
-if TYPE_CHECKING:
-    from nodes.messages import Answer
-    from nodes.transport import Transport
 
 __all__ = [
     "ATTEST_SEQ_BASE",
@@ -85,7 +81,6 @@ __all__ = [
     "RestoreResult",
     "attestation_hops",
     "leaf0_demand",
-    "restore",
 ]
 
 #: First seq of the attestation hops a node logs (A6), clear of step-numbered hops.
@@ -213,9 +208,6 @@ class RestoreResult:
     hops: int = 0
     request_bytes: int = 0
     response_bytes: int = 0
-
-
-_Opened = tuple[FoldBytes, Signed[Commitment], Signed[Obligation], FoldProof | None]
 
 
 @runtime_checkable
@@ -397,103 +389,3 @@ def leaf0_demand(
     else:
         obligation = verify_fold(proof.fold, open_statement(proof.obligation, Head)).obligation
     return obligation, build_demand(identity, obligation, now=now_ms, leaves=[0]).to_bytes()
-
-
-async def restore(
-    identity: Identity,
-    transport: Transport,
-    *,
-    now_ms: int,
-    folds: Sequence[FoldBytes],
-    ask: AttestationAsk,
-    attester: str,
-    timeout: float,
-) -> RestoreResult:
-    """Holder side (module docstring): full verified rehydration, then ``Attest.Request``.
-
-    ``ask`` gives the binding and times; its commitments and proofs are
-    filled in here from ``folds``.
-    """
-    from nodes.transport import CallFailed
-
-    if not folds:
-        raise MalformedRequest("restore: no folds given")
-    if len(folds) > MAX_PROOFS:
-        raise RequestTooLarge(f"restore: more than {MAX_PROOFS} folds")
-    if not isinstance(transport, AttestCarrier):
-        raise MalformedRequest("restore: this node's transport does not carry Attest.Request")
-    opened = []
-    for f in folds:
-        try:
-            opened.append((f, *f.statements()))
-        except ContractError as exc:
-            raise MalformedRequest(f"restore: a fold does not verify: {exc}") from exc
-    by_origin: dict[str, list[_Opened]] = {}
-    for item in opened:
-        by_origin.setdefault(item[1].statement.origin, []).append(item)
-    proofs: list[RehydrationProof] = []
-    rpcs = hops = 0
-    for group in by_origin.values():
-        demands = [build_demand(identity, o, now=now_ms) for _, _, o, _ in group]
-        terms = group[0][2].statement
-        try:
-            answers: list[Answer] = await transport.demand(
-                terms.endpoints[0],
-                [d.to_bytes() for d in demands],
-                max(o.statement.deadline_ms for _, _, o, _ in group) / 1000.0,
-            )
-        except CallFailed as exc:
-            return RestoreResult(detail=f"demand: {exc}", demand_rpcs=rpcs + 1)
-        rpcs += 1
-        if len(answers) != len(group):
-            return RestoreResult(
-                detail="origin answered another number of demands", demand_rpcs=rpcs
-            )
-        for (f, _, _, fold), d, answer in zip(group, demands, answers, strict=True):
-            try:
-                receipt = Envelope.from_bytes(answer.receipt)
-                proof = (
-                    RehydrationProof(
-                        Envelope.from_bytes(f.commitment),
-                        Envelope.from_bytes(f.obligation),
-                        d.envelope,
-                        receipt,
-                        answer.hops,
-                    )
-                    if fold is None
-                    else RehydrationProof.under_head(
-                        head=Envelope.from_bytes(f.obligation),
-                        fold=fold,
-                        demand=d,
-                        receipt=receipt,
-                        hops=answer.hops,
-                    )
-                )
-                verify_rehydration(proof)
-            except ContractError as exc:
-                return RestoreResult(detail=f"rehydration does not verify: {exc}", demand_rpcs=rpcs)
-            hops += len(answer.hops)
-            proofs.append(proof)
-    full = AttestationAsk(
-        ask.value_ref,
-        tuple(c.digest for _, c, _, _ in opened),
-        tuple(proofs),
-        True,
-        ask.issued_at,
-        ask.lifetime_ms,
-    )
-    try:
-        got = await transport.request_attestation(attester, full, timeout)
-    except CallFailed as exc:
-        return RestoreResult(
-            rehydrated=True, detail=f"attester: {exc}", demand_rpcs=rpcs, hops=hops
-        )
-    return RestoreResult(
-        got,
-        True,
-        got.refused,
-        rpcs,
-        hops,
-        sum(p.size for p in proofs),
-        got.size,
-    )

@@ -97,7 +97,6 @@ from nodes.attester import (
     attestation_hops,
     leaf0_demand,
 )
-from nodes.attester import restore as restore_value
 from nodes.auth import PermissionDenied
 from nodes.client import HeldFold, Holder
 from nodes.config import NodeConfig
@@ -124,6 +123,7 @@ from nodes.messages import (
     RehydrationReport,
     select_hops,
 )
+from nodes.restore import restore as restore_value
 from nodes.transport import CallFailed, Transport
 
 __all__ = [
