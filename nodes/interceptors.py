@@ -11,6 +11,7 @@ anything else is a bug and becomes INTERNAL with the id to find it in the log.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 import time
@@ -21,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import structlog
 
-from nodes.auth import ControlAuth
-from nodes.errors import RequestTooLarge, status_for
+from nodes.auth import ControlAuth, request_digest
+from nodes.errors import status_for
 from nodes.logging import get_logger
 
-__all__ = ["BULK_METHODS", "REQUEST_ID_KEY", "RequestContextInterceptor"]
+__all__ = ["BULK_BODY_TIMEOUT_S", "BULK_METHODS", "REQUEST_ID_KEY", "RequestContextInterceptor"]
 
 #: Calls that carry or produce bulk work; shed first under overload.
 BULK_METHODS = frozenset(
@@ -39,6 +40,13 @@ BULK_METHODS = frozenset(
         "/provnet.v1.Attest/Submit",
     }
 )
+
+#: An admitted bulk call must deliver its request body within this time, so a
+#: caller that opens calls and never sends cannot hold the bulk slots.
+BULK_BODY_TIMEOUT_S = 30.0
+
+#: Bodies at least this large are hashed in a worker thread, off the event loop.
+_OFFLOAD_HASH_BYTES = 256 * 1024
 
 REQUEST_ID_KEY = "x-request-id"
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -88,6 +96,8 @@ class RequestContextInterceptor(_ServerInterceptor):
         # RESOURCE_EXHAUSTED at once, so demands keep their latency.
         self._bulk_limit = bulk_limit
         self.bulk_in_flight = 0
+        #: Bulk calls refused (before their body was read) since start.
+        self.bulk_shed = 0
         self._wrapped: dict[str, Any] = {}
 
     async def intercept_service(
@@ -129,7 +139,8 @@ class RequestContextInterceptor(_ServerInterceptor):
             ControlAuth.bind(auth.check(rpc, raw, context.invocation_metadata()))
             return parsed
 
-        bulk = self._bulk_limit > 0 and rpc in BULK_METHODS
+        if self._bulk_limit > 0 and rpc in BULK_METHODS and handler.unary_unary is not None:
+            return self._wrap_bulk(rpc, handler, deserialize)
 
         if handler.unary_unary is not None:
             inner_uu: Any = handler.unary_unary
@@ -141,24 +152,13 @@ class RequestContextInterceptor(_ServerInterceptor):
                     context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                     if count is not None:
                         count(rpc)
-                    admitted = False
                     try:
-                        if bulk:
-                            if self.bulk_in_flight >= self._bulk_limit:
-                                raise RequestTooLarge(
-                                    f"{rpc}: {self._bulk_limit} bulk calls in progress;"
-                                    " shed, try again shortly"
-                                )
-                            self.bulk_in_flight += 1
-                            admitted = True
                         return await inner_uu(admit(request, context), context)
                     except Exception as exc:
                         if isinstance(exc, grpc.aio.AbortError):
                             raise
                         await _abort_for(exc, context, rpc)
                     finally:
-                        if admitted:
-                            self.bulk_in_flight -= 1
                         log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
 
             return grpc.unary_unary_rpc_method_handler(
@@ -216,3 +216,85 @@ class RequestContextInterceptor(_ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         return handler
+
+    def _wrap_bulk(
+        self,
+        rpc: str,
+        handler: Any,
+        deserialize: Any,
+    ) -> Any:
+        """A bulk unary call, admitted or shed BEFORE its request body is read.
+
+        grpc.aio reads and deserialises a unary request before the handler
+        runs, so a limit checked there costs the whole body (3 MiB each) per
+        shed call. Served as a client-streaming handler instead, the call runs
+        as soon as its headers arrive: over the limit it is refused at once
+        (``RESOURCE_EXHAUSTED``, the body never read past the HTTP/2 flow
+        window); admitted, it holds its slot while it reads the one request
+        (at most :data:`BULK_BODY_TIMEOUT_S`, so a caller that never sends its
+        body cannot keep the slot) and runs the handler. On the wire a unary
+        call and a one-message client stream are the same, so callers see no
+        difference. The control signature's SHA-256 over the body is computed
+        in a worker thread (hashlib releases the GIL), so a 3 MiB body does not
+        hold the event loop that serves demands.
+        """
+        count = self._count
+        auth = self._auth
+        inner: Any = handler.unary_unary
+        limit = self._bulk_limit
+
+        async def bulk_unary(
+            requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+        ) -> Any:
+            request_id = _request_id(context.invocation_metadata())
+            with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
+                start = time.perf_counter()
+                context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+                if count is not None:
+                    count(rpc)
+                if self.bulk_in_flight >= limit:
+                    self.bulk_shed += 1
+                    log.debug("rpc_shed", in_flight=self.bulk_in_flight, limit=limit)
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"{rpc}: {limit} bulk calls in progress; shed before reading the"
+                        " request, try again shortly",
+                    )
+                self.bulk_in_flight += 1
+                try:
+                    try:
+                        request = await asyncio.wait_for(
+                            anext(aiter(requests)), BULK_BODY_TIMEOUT_S
+                        )
+                    except StopAsyncIteration:
+                        await context.abort(
+                            grpc.StatusCode.INVALID_ARGUMENT, f"{rpc}: no request message"
+                        )
+                    except TimeoutError:
+                        await context.abort(
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"{rpc}: request body not received within {BULK_BODY_TIMEOUT_S:g} s",
+                        )
+                    if auth is not None:
+                        raw, request = request
+                        digest = (
+                            await asyncio.to_thread(request_digest, raw)
+                            if len(raw) >= _OFFLOAD_HASH_BYTES
+                            else None
+                        )
+                        signer = auth.check(rpc, raw, context.invocation_metadata(), digest=digest)
+                        ControlAuth.bind(signer)
+                    return await inner(request, context)
+                except Exception as exc:
+                    if isinstance(exc, grpc.aio.AbortError) or context.done():
+                        raise  # aborted on purpose, or the caller has gone
+                    await _abort_for(exc, context, rpc)
+                finally:
+                    self.bulk_in_flight -= 1
+                    log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
+
+        return grpc.stream_unary_rpc_method_handler(
+            bulk_unary,
+            request_deserializer=deserialize,
+            response_serializer=handler.response_serializer,
+        )

@@ -100,6 +100,8 @@ class NodeServer:
     health: HealthServicer
     core: NodeCore
     listen: str
+    #: The request-context interceptor (its ``bulk_in_flight``/``bulk_shed`` counters).
+    requests: RequestContextInterceptor
     port: int = 0
 
     async def start(self) -> int:
@@ -128,10 +130,9 @@ class NodeServer:
 
 def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeServer:
     auth = ControlAuth(core.config.operator_keys, node_name=core.config.name, clock=core.clock)
+    requests = RequestContextInterceptor(core.count_rpc, auth, core.config.max_bulk_rpcs)
     server = grpc.aio.server(
-        interceptors=[
-            RequestContextInterceptor(core.count_rpc, auth, core.config.max_bulk_rpcs)
-        ],
+        interceptors=[requests],
         options=server_options(max_message_bytes),
         maximum_concurrent_rpcs=core.config.max_concurrent_rpcs,
     )
@@ -141,4 +142,6 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
     _add_reflection(
         (*SERVICE_NAMES, HEALTH_SERVICE, REFLECTION_V1ALPHA, REFLECTION_V1), server
     )
-    return NodeServer(server=server, health=health_servicer, core=core, listen=listen)
+    return NodeServer(
+        server=server, health=health_servicer, core=core, listen=listen, requests=requests
+    )
