@@ -33,6 +33,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -63,6 +64,15 @@ def _rss_mib(pid: int, field: str) -> float:
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _p(values: list[float], q: float) -> float:
@@ -128,6 +138,15 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
         endpoints=["127.0.0.1:1"], issued_at=now,
     )  # fmt: skip
     payload = os.urandom(int(args.payload_mib * 1024 * 1024))
+    # A pool of distinct deliveries (distinct values fill the node's held-value
+    # cache as real traffic would), built and hashed before the clock starts.
+    pool: list[tuple[bytes, str]] = []
+    for k in range(args.pool):
+        value = k.to_bytes(8, "big") + payload[8:]
+        body = wire.deliver_request(
+            Delivery(f"v{k}", value, (commitment.to_bytes(),), (ob.to_bytes(),), "")
+        ).SerializeToString()
+        pool.append((body, request_digest(body)))
     chans = [
         grpc.aio.insecure_channel(args.address, options=[*_CHANNEL_OPTIONS])
         for _ in range(args.connections)
@@ -135,28 +154,21 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     admitted: list[float] = []
     shed: list[float] = []
     other: dict[str, int] = {}
+    args.ready.write_text("ready")
     until = time.monotonic() + args.duration
     rng = random.Random(7)
 
     async def caller(i: int) -> None:
         call = chans[i % len(chans)].unary_unary(DELIVER)  # bytes in, bytes out
-        n, backoff = 0, 0.1
-        body = b""
-        digest = ""
+        n, backoff = i, 0.1
         while time.monotonic() < until:
-            if not body:
-                request = wire.deliver_request(
-                    Delivery(f"v{i}-{n}", payload, (commitment.to_bytes(),), (ob.to_bytes(),), "")
-                )
-                body = request.SerializeToString()
-                # A retry resends the same bytes: hash once (the node hashes every time).
-                digest = await asyncio.to_thread(request_digest, body)
+            body, digest = pool[n % len(pool)]
             meta = operator.metadata(DELIVER, body, digest=digest)
             start = time.perf_counter()
             try:
                 await call(body, timeout=max(0.1, until - time.monotonic()), metadata=meta)
                 admitted.append((time.perf_counter() - start) * 1000)
-                n, backoff, body = n + 1, 0.1, b""
+                n, backoff = n + args.callers, 0.1
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
@@ -207,7 +219,9 @@ async def _setup(address: str, operator_key: Path, obligation_out: Path) -> None
     await hoplog.Append(
         hoplog_pb2.AppendRequest(hops=[b'{"step": 1, "op": "x"}'], seqs=[1]), timeout=10
     )
-    fold = await hoplog.CommitFold(hoplog_pb2.CommitFoldRequest(value_ref="p", seqs=[1]), timeout=10)
+    fold = await hoplog.CommitFold(
+        hoplog_pb2.CommitFoldRequest(value_ref="p", seqs=[1]), timeout=10
+    )
     obligation_out.write_bytes(bytes(fold.obligation))
     await ops.close(None)
 
@@ -228,9 +242,11 @@ def _drive(args: argparse.Namespace) -> int:
         PROVNET_OPERATOR_KEYS=operator.node_id,
         PROVNET_MAX_CONCURRENT_RPCS=str(args.max_concurrent),
         PROVNET_MAX_BULK_RPCS=str(args.max_bulk),
+        PROVNET_BULK_SHED_LAG_MS=str(args.shed_lag_ms),
         PROVNET_REAP_INTERVAL_S="0",
         PROVNET_LOG_LEVEL="warning",
     )
+    env.update(dict(kv.split("=", 1) for kv in args.node_env))
     argv = provnet_argv(
         "node", "--name", "load", "--listen", address, "--data-dir", str(work / "node"),
         "--log-format", "json",
@@ -248,7 +264,8 @@ def _drive(args: argparse.Namespace) -> int:
         print(
             f"callers {args.callers}  payload {args.payload_mib} MiB  duration {args.duration} s"
             f"  connections {args.connections}  max-concurrent-rpcs {args.max_concurrent}"
-            f"  max-bulk-rpcs {args.max_bulk}",
+            f"  max-bulk-rpcs {args.max_bulk}  bulk-shed-lag-ms {args.shed_lag_ms}"
+            f"  load-nice {args.load_nice}",
             flush=True,
         )
         common = {"address": address, "obligation": obligation}
@@ -260,22 +277,32 @@ def _drive(args: argparse.Namespace) -> int:
                 args.unloaded + 60,
             )
             out_p, out_l = work / f"probe-loaded-{r}.json", work / f"load-{r}.json"
+            ready = work / f"load-ready-{r}"
             load = _child(
                 "load", args, out_l, duration=args.duration, callers=args.callers,
-                payload_mib=args.payload_mib, connections=args.connections,
-                operator_key=operator_key, **common,
+                payload_mib=args.payload_mib, connections=args.connections, pool=args.pool,
+                operator_key=operator_key, ready=ready, nice=args.load_nice, **common,
             )  # fmt: skip
-            time.sleep(1.0)  # the load process starts and builds its requests first
-            probe = _child("probe", args, out_p, duration=args.duration - 1.0, **common)
+            deadline = time.monotonic() + 300
+            while not ready.exists():  # the load process builds its requests first
+                if load.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the load process did not get ready")
+                time.sleep(0.05)
+            probe = _child("probe", args, out_p, duration=args.duration, **common)
             peak = 0.0
             loads: list[float] = []
+            cpu0, load_cpu, t0 = _cpu_s(node.pid), 0.0, time.monotonic()
             while probe.poll() is None or load.poll() is None:
                 peak = max(peak, _rss_mib(node.pid, "VmRSS"))
+                load_cpu = max(load_cpu, _cpu_s(load.pid))
                 loads.append(os.getloadavg()[0])
                 time.sleep(0.2)
+            cpu = (_cpu_s(node.pid) - cpu0, load_cpu, time.monotonic() - t0)
             loaded = _wait(probe, out_p, 5)
             loadres = _wait(load, out_l, 5)
-            rounds.append(_report(r, args, unloaded, loaded, loadres, node.pid, peak, loads))
+            rounds.append(
+                _report(r, args, unloaded, loaded, loadres, node.pid, peak, loads, cpu)
+            )
         ok = all(r["ok"] for r in rounds)
         if len(rounds) > 1:
             ratios = [r["ratio"] for r in rounds]
@@ -293,6 +320,8 @@ def _drive(args: argparse.Namespace) -> int:
             node.kill()
             node.wait()
         log.close()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _report(
@@ -304,6 +333,7 @@ def _report(
     pid: int,
     peak: float,
     loads: list[float],
+    cpu: tuple[float, float, float],
 ) -> dict[str, Any]:
     u, lo = unloaded["samples"], loaded["samples"]
     u99, l99 = _p(u, 0.99), _p(lo, 0.99)
@@ -329,7 +359,8 @@ def _report(
     )
     print(
         f"load average during the run: max {max(loads, default=0):.2f},"
-        f" mean {statistics.fmean(loads) if loads else 0:.2f} (1-min)",
+        f" mean {statistics.fmean(loads) if loads else 0:.2f} (1-min);"
+        f" CPU over {cpu[2]:.1f} s: node {cpu[0]:.1f} s, load generator {cpu[1]:.1f} s",
         flush=True,
     )
     return {"ratio": ratio, "hwm": hwm, "ok": ratio <= 10 and rss_ok}
@@ -347,14 +378,26 @@ def main() -> int:
     parser.add_argument("--max-concurrent", type=int, default=128)
     parser.add_argument("--max-bulk", type=int, default=16)
     parser.add_argument("--rss-bound-mib", type=int, default=512)
+    parser.add_argument("--shed-lag-ms", type=int, default=0, help="the node's --bulk-shed-lag-ms")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (node log)")
     # child roles
     parser.add_argument("--out", type=Path)
     parser.add_argument("--address")
     parser.add_argument("--obligation")
     parser.add_argument("--operator-key")
+    parser.add_argument("--ready", type=Path)
+    parser.add_argument("--nice", type=int, default=0)
+    parser.add_argument(
+        "--load-nice", type=int, default=0,
+        help="niceness of the load process (models callers on other machines)",
+    )  # fmt: skip
+    parser.add_argument("--node-env", action="append", default=[], help="KEY=VALUE for the node")
+    parser.add_argument("--pool", type=int, default=128, help="distinct deliveries sent")
     args = parser.parse_args()
     if args.role == "drive":
         return _drive(args)
+    if args.nice:
+        os.nice(args.nice)
     result = asyncio.run(_probe(args) if args.role == "probe" else _load(args))
     args.out.write_text(json.dumps(result))
     return 0

@@ -12,6 +12,7 @@ anything else is a bug and becomes INTERNAL with the id to find it in the log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import re
 import time
@@ -26,7 +27,13 @@ from nodes.auth import ControlAuth, request_digest
 from nodes.errors import status_for
 from nodes.logging import get_logger
 
-__all__ = ["BULK_BODY_TIMEOUT_S", "BULK_METHODS", "REQUEST_ID_KEY", "RequestContextInterceptor"]
+__all__ = [
+    "BULK_BODY_TIMEOUT_S",
+    "BULK_METHODS",
+    "REQUEST_ID_KEY",
+    "LoopLag",
+    "RequestContextInterceptor",
+]
 
 #: Calls that carry or produce bulk work; shed first under overload.
 BULK_METHODS = frozenset(
@@ -76,6 +83,37 @@ else:
     _ServerInterceptor = grpc.aio.ServerInterceptor
 
 
+class LoopLag:
+    """How late the event loop runs: a task sleeps ``interval_s`` and measures the overshoot.
+
+    ``late_s`` is the latest overshoot, decaying by half per tick once the
+    loop catches up, so one slow tick sheds for a few ticks, not for good.
+    """
+
+    def __init__(self, interval_s: float = 0.01) -> None:
+        self.interval_s = interval_s
+        self.late_s = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="loop-lag")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(self.interval_s)
+            late = loop.time() - start - self.interval_s
+            self.late_s = max(late, self.late_s / 2)
+
+
 class RequestContextInterceptor(_ServerInterceptor):
     """Binds ``request_id``/``rpc`` to the log context and maps errors to status codes.
 
@@ -88,6 +126,7 @@ class RequestContextInterceptor(_ServerInterceptor):
         counters: Callable[[str], None] | None = None,
         auth: ControlAuth | None = None,
         bulk_limit: int = 0,
+        bulk_shed_lag_s: float = 0.0,
     ) -> None:
         self._count = counters
         self._auth = auth
@@ -98,7 +137,22 @@ class RequestContextInterceptor(_ServerInterceptor):
         self.bulk_in_flight = 0
         #: Bulk calls refused (before their body was read) since start.
         self.bulk_shed = 0
+        #: Adaptive admission (0: off): while the loop runs this late, one bulk call at a time.
+        self.loop_lag = LoopLag() if bulk_shed_lag_s > 0 else None
+        self._shed_lag_s = bulk_shed_lag_s
         self._wrapped: dict[str, Any] = {}
+
+    def _bulk_refusal(self, rpc: str) -> str | None:
+        """Why a bulk call starting now is shed, or None to admit it."""
+        if self.bulk_in_flight >= self._bulk_limit:
+            return f"{rpc}: {self._bulk_limit} bulk calls in progress"
+        lag = self.loop_lag
+        if lag is not None and self.bulk_in_flight > 0 and lag.late_s > self._shed_lag_s:
+            return (
+                f"{rpc}: node overloaded (event loop {lag.late_s * 1e3:.0f} ms late,"
+                f" over {self._shed_lag_s * 1e3:.0f} ms)"
+            )
+        return None
 
     async def intercept_service(
         self,
@@ -241,25 +295,25 @@ class RequestContextInterceptor(_ServerInterceptor):
         count = self._count
         auth = self._auth
         inner: Any = handler.unary_unary
-        limit = self._bulk_limit
 
         async def bulk_unary(
             requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
         ) -> Any:
+            # Decided first, with as little work as possible: under overload most
+            # calls end here, and each costs the loop the serve path needs.
+            refusal = self._bulk_refusal(rpc)
+            if refusal is not None:
+                self.bulk_shed += 1
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{refusal}; shed before reading the request, try again shortly",
+                )
             request_id = _request_id(context.invocation_metadata())
             with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
                 start = time.perf_counter()
                 context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                 if count is not None:
                     count(rpc)
-                if self.bulk_in_flight >= limit:
-                    self.bulk_shed += 1
-                    log.debug("rpc_shed", in_flight=self.bulk_in_flight, limit=limit)
-                    await context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"{rpc}: {limit} bulk calls in progress; shed before reading the"
-                        " request, try again shortly",
-                    )
                 self.bulk_in_flight += 1
                 try:
                     try:

@@ -80,7 +80,7 @@ async def test_bulk_call_over_the_cap_is_shed_before_its_body_and_serving_goes_o
     try:
         commitment, obligation = await _committed(node)
         async with grpc.aio.insecure_channel(node.address) as chan:
-            deliver = chan.stream_unary(DELIVER)
+            deliver = chan.stream_unary(DELIVER, None, None)
             # Two deliveries that open their call and never send the body hold both slots.
             holders = [
                 asyncio.ensure_future(deliver(_silent(release), timeout=30)) for _ in range(2)
@@ -103,7 +103,7 @@ async def test_bulk_call_over_the_cap_is_shed_before_its_body_and_serving_goes_o
         # Slots given back: a bulk call is admitted again (and reaches the auth check).
         async with grpc.aio.insecure_channel(node.address) as chan:
             with pytest.raises(grpc.aio.AioRpcError) as unsigned:
-                await chan.unary_unary(DELIVER)(b"", timeout=10)
+                await chan.unary_unary(DELIVER, None, None)(b"", timeout=10)
             assert unsigned.value.code() is grpc.StatusCode.UNAUTHENTICATED
     finally:
         release.set()
@@ -119,7 +119,7 @@ async def test_admitted_bulk_call_without_a_body_gives_its_slot_back(
     try:
         async with grpc.aio.insecure_channel(node.address) as chan:
             with pytest.raises(grpc.aio.AioRpcError) as slow:
-                await chan.stream_unary(DELIVER)(_silent(release), timeout=20)
+                await chan.stream_unary(DELIVER, None, None)(_silent(release), timeout=20)
             assert slow.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED, slow.value
             assert "request body not received" in (slow.value.details() or "")
         assert node.server.requests.bulk_in_flight == 0
