@@ -2,26 +2,29 @@
 
     .venv/bin/python benchmarks/bench_overload.py [--callers 1000] [--payload-mib 3]
         [--duration 10] [--rounds 1] [--max-concurrent 128] [--max-bulk 16]
-        [--rss-bound-mib 512]
+        [--shed-lag-ms 0] [--load-procs 4] [--load-nice 0] [--rss-bound-mib 1024]
 
 Three kinds of process, so none steals another's event loop: one ``provnet
 node`` (the command ``provnet cluster up`` runs) with an operator key; a
 **serve probe** process (its own channel: one holder demanding one committed
-fold, one call at a time, every 10 ms); a **load** process whose
-``--callers`` tasks each deliver a ``--payload-mib`` value (operator-signed
-``Deliver``, a valid commitment + obligation) in a loop over
-``--connections`` HTTP/2 connections. A caller that is shed
+fold, one call at a time, every 10 ms); ``--load-procs`` **load** processes
+whose ``--callers`` tasks (split between them) each deliver a
+``--payload-mib`` value (operator-signed ``Deliver``, a valid commitment +
+obligation; ``--pool`` distinct values, built before the clock starts) in a
+loop over ``--connections`` HTTP/2 connections. A caller that is shed
 (``RESOURCE_EXHAUSTED``/``UNAVAILABLE``) retries the same delivery after an
 exponential backoff with jitter (100 ms × 1.6ⁿ, at most 2 s, ±20 %), as a
 gRPC client's retry policy would; an admitted caller sends its next value at
 once.
 
 Each round: the probe alone for ``--unloaded`` seconds (the unloaded
-p50/p99), then the probe and the load together for ``--duration`` seconds.
-Printed per round: probe p50/p99 unloaded and loaded and their ratio
-(target ≤ 10), deliveries admitted (with their p50/p99) and shed (with the
-shed calls' p99 — the time to be refused), the node's peak RSS (``VmHWM``)
-against ``--rss-bound-mib``, and the load average. Exit 0 when every round
+p50/p99) and ``--solo`` deliveries one at a time, then the probe and the load
+together for ``--duration`` seconds. Printed per round: probe p50/p99
+unloaded and loaded and their ratio (target ≤ 10), deliveries unloaded and
+admitted under load (p50/p99) and shed (with the shed calls' p50/p99 — the
+time to be refused), the node's peak RSS (``VmHWM``) against
+``--rss-bound-mib``, the load average, and the CPU seconds the node and the
+load processes got. Exit 0 when every round
 meets both the ratio and the bound, 1 otherwise. Loopback only; every loop is
 bounded by ``--duration``.
 """
@@ -142,9 +145,9 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     # cache as real traffic would), built and hashed before the clock starts.
     pool: list[tuple[bytes, str]] = []
     for k in range(args.pool):
-        value = k.to_bytes(8, "big") + payload[8:]
+        value = (args.offset + k).to_bytes(8, "big") + payload[8:]
         body = wire.deliver_request(
-            Delivery(f"v{k}", value, (commitment.to_bytes(),), (ob.to_bytes(),), "")
+            Delivery(f"v{args.offset + k}", value, (commitment.to_bytes(),), (ob.to_bytes(),), "")
         ).SerializeToString()
         pool.append((body, request_digest(body)))
     chans = [
@@ -154,7 +157,16 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     admitted: list[float] = []
     shed: list[float] = []
     other: dict[str, int] = {}
+    # Unloaded: one delivery at a time, before the load starts.
+    alone: list[float] = []
+    solo = chans[0].unary_unary(DELIVER)
+    for body, digest in pool[: args.solo]:
+        start = time.perf_counter()
+        await solo(body, timeout=30, metadata=operator.metadata(DELIVER, body, digest=digest))
+        alone.append((time.perf_counter() - start) * 1000)
     args.ready.write_text("ready")
+    while not args.go.exists():  # every load process starts at once
+        await asyncio.sleep(0.01)
     until = time.monotonic() + args.duration
     rng = random.Random(7)
 
@@ -183,7 +195,7 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     await asyncio.gather(*(caller(i) for i in range(args.callers)))
     for chan in chans:
         await chan.close(None)
-    return {"admitted": admitted, "shed": shed, "other": other}
+    return {"admitted": admitted, "shed": shed, "other": other, "alone": alone}
 
 
 # --------------------------------------------------------------------------- driver
@@ -265,7 +277,7 @@ def _drive(args: argparse.Namespace) -> int:
             f"callers {args.callers}  payload {args.payload_mib} MiB  duration {args.duration} s"
             f"  connections {args.connections}  max-concurrent-rpcs {args.max_concurrent}"
             f"  max-bulk-rpcs {args.max_bulk}  bulk-shed-lag-ms {args.shed_lag_ms}"
-            f"  load-nice {args.load_nice}",
+            f"  load processes {args.load_procs}  load-nice {args.load_nice}",
             flush=True,
         )
         common = {"address": address, "obligation": obligation}
@@ -276,30 +288,54 @@ def _drive(args: argparse.Namespace) -> int:
                 out_u,
                 args.unloaded + 60,
             )
-            out_p, out_l = work / f"probe-loaded-{r}.json", work / f"load-{r}.json"
-            ready = work / f"load-ready-{r}"
-            load = _child(
-                "load", args, out_l, duration=args.duration, callers=args.callers,
-                payload_mib=args.payload_mib, connections=args.connections, pool=args.pool,
-                operator_key=operator_key, ready=ready, nice=args.load_nice, **common,
-            )  # fmt: skip
+            out_p = work / f"probe-loaded-{r}.json"
+            go = work / f"go-{r}"
+            loads_out, loaders = [], []
+            for k in range(args.load_procs):
+                out_l = work / f"load-{r}-{k}.json"
+                share = args.callers // args.load_procs + (k < args.callers % args.load_procs)
+                loaders.append(
+                    _child(
+                        "load", args, out_l, duration=args.duration, callers=share,
+                        payload_mib=args.payload_mib, pool=args.pool // args.load_procs,
+                        connections=max(1, args.connections // args.load_procs),
+                        solo=args.solo if k == 0 else 0, offset=k * args.pool,
+                        operator_key=operator_key, ready=work / f"ready-{r}-{k}", go=go,
+                        nice=args.load_nice, **common,
+                    )
+                )  # fmt: skip
+                loads_out.append(out_l)
             deadline = time.monotonic() + 300
-            while not ready.exists():  # the load process builds its requests first
-                if load.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("the load process did not get ready")
+            # The load processes build their requests first, then start together.
+            while not all((work / f"ready-{r}-{k}").exists() for k in range(args.load_procs)):
+                if any(p.poll() is not None for p in loaders) or time.monotonic() > deadline:
+                    raise SystemExit("a load process did not get ready")
                 time.sleep(0.05)
+            go.write_text("go")
             probe = _child("probe", args, out_p, duration=args.duration, **common)
             peak = 0.0
             loads: list[float] = []
-            cpu0, load_cpu, t0 = _cpu_s(node.pid), 0.0, time.monotonic()
-            while probe.poll() is None or load.poll() is None:
+            cpu0, t0 = _cpu_s(node.pid), time.monotonic()
+            load_cpu = dict.fromkeys(range(args.load_procs), 0.0)
+            while probe.poll() is None or any(p.poll() is None for p in loaders):
                 peak = max(peak, _rss_mib(node.pid, "VmRSS"))
-                load_cpu = max(load_cpu, _cpu_s(load.pid))
+                for k, p in enumerate(loaders):
+                    load_cpu[k] = max(load_cpu[k], _cpu_s(p.pid))
                 loads.append(os.getloadavg()[0])
                 time.sleep(0.2)
-            cpu = (_cpu_s(node.pid) - cpu0, load_cpu, time.monotonic() - t0)
+            cpu = (_cpu_s(node.pid) - cpu0, sum(load_cpu.values()), time.monotonic() - t0)
             loaded = _wait(probe, out_p, 5)
-            loadres = _wait(load, out_l, 5)
+            parts = [_wait(p, out, 5) for p, out in zip(loaders, loads_out, strict=True)]
+            loadres: dict[str, Any] = {
+                "admitted": [x for part in parts for x in part["admitted"]],
+                "shed": [x for part in parts for x in part["shed"]],
+                "alone": [x for part in parts for x in part["alone"]],
+                "other": {
+                    code: sum(part["other"].get(code, 0) for part in parts)
+                    for part in parts
+                    for code in part["other"]
+                },
+            }
             rounds.append(
                 _report(r, args, unloaded, loaded, loadres, node.pid, peak, loads, cpu)
             )
@@ -338,7 +374,7 @@ def _report(
     u, lo = unloaded["samples"], loaded["samples"]
     u99, l99 = _p(u, 0.99), _p(lo, 0.99)
     ratio = l99 / u99 if u99 and lo else float("inf")
-    admitted, shed = load["admitted"], load["shed"]
+    admitted, shed, alone = load["admitted"], load["shed"], load["alone"]
     hwm = _rss_mib(pid, "VmHWM")
     rss_ok = hwm <= args.rss_bound_mib
     print(f"round {r + 1}")
@@ -348,6 +384,10 @@ def _report(
         f"  errors {loaded['errors'] or 0}"
     )
     print(f"p99 loaded / unloaded {ratio:.1f}  (target <= 10: {'PASS' if ratio <= 10 else 'FAIL'})")
+    print(
+        f"deliveries unloaded   n={len(alone)} p50 {_p(alone, 0.5):.1f} ms"
+        f" p99 {_p(alone, 0.99):.1f} ms (one at a time)"
+    )
     print(
         f"deliveries admitted {len(admitted)} (p50 {_p(admitted, 0.5):.1f} ms,"
         f" p99 {_p(admitted, 0.99):.1f} ms)  shed {len(shed)} (p50 {_p(shed, 0.5):.1f} ms,"
@@ -377,7 +417,7 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--max-concurrent", type=int, default=128)
     parser.add_argument("--max-bulk", type=int, default=16)
-    parser.add_argument("--rss-bound-mib", type=int, default=512)
+    parser.add_argument("--rss-bound-mib", type=int, default=1024)
     parser.add_argument("--shed-lag-ms", type=int, default=0, help="the node's --bulk-shed-lag-ms")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (node log)")
     # child roles
@@ -387,12 +427,20 @@ def main() -> int:
     parser.add_argument("--operator-key")
     parser.add_argument("--ready", type=Path)
     parser.add_argument("--nice", type=int, default=0)
+    parser.add_argument("--go", type=Path)
+    parser.add_argument("--offset", type=int, default=0)
+    parser.add_argument(
+        "--load-procs", type=int, default=4,
+        help="load processes the callers are split over (one event loop cannot copy"
+        " 1,000 bodies of 3 MiB fast enough to measure the node)",
+    )  # fmt: skip
     parser.add_argument(
         "--load-nice", type=int, default=0,
         help="niceness of the load process (models callers on other machines)",
     )  # fmt: skip
     parser.add_argument("--node-env", action="append", default=[], help="KEY=VALUE for the node")
     parser.add_argument("--pool", type=int, default=128, help="distinct deliveries sent")
+    parser.add_argument("--solo", type=int, default=20, help="unloaded deliveries first")
     args = parser.parse_args()
     if args.role == "drive":
         return _drive(args)
