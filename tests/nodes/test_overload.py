@@ -4,7 +4,8 @@ The bulk cap (``max_bulk_rpcs``) is checked when a call's headers arrive, not
 after its request body has been received and parsed: a caller whose body
 never comes is still refused with ``RESOURCE_EXHAUSTED``, and the serve path
 answers while every bulk slot is held. An admitted call that never sends its
-body gives its slot back after ``BULK_BODY_TIMEOUT_S``.
+body gives its slot back after ``BULK_BODY_TIMEOUT_S``. With
+``bulk_shed_lag_ms`` set, a late event loop admits one bulk call at a time.
 """
 
 from __future__ import annotations
@@ -123,6 +124,32 @@ async def test_admitted_bulk_call_without_a_body_gives_its_slot_back(
             assert slow.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED, slow.value
             assert "request body not received" in (slow.value.details() or "")
         assert node.server.requests.bulk_in_flight == 0
+    finally:
+        release.set()
+        await node.stop(0)
+
+
+async def test_lagging_event_loop_admits_one_bulk_call_and_sheds_the_next(
+    tmp_path: Path,
+) -> None:
+    node = await grpc_node(tmp_path, "lag", max_bulk_rpcs=16, bulk_shed_lag_ms=1)
+    release = asyncio.Event()
+    try:
+        async with grpc.aio.insecure_channel(node.address) as chan:
+            deliver = chan.stream_unary(DELIVER, None, None)
+            # The first bulk call is admitted however late the loop runs.
+            first = asyncio.ensure_future(deliver(_silent(release), timeout=30))
+            await _until(lambda: node.server.requests.bulk_in_flight == 1, "1 bulk call held")
+            # Make the loop late on purpose (the node shares this event loop).
+            time.sleep(0.3)  # blocking is the point here
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await deliver(_silent(release), timeout=20)
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+            assert "event loop" in (refused.value.details() or "")
+            assert node.server.requests.bulk_in_flight == 1
+            release.set()
+            with pytest.raises(grpc.aio.AioRpcError):
+                await first
     finally:
         release.set()
         await node.stop(0)
