@@ -160,7 +160,8 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     # Unloaded: one delivery at a time, before the load starts.
     alone: list[float] = []
     solo = chans[0].unary_unary(DELIVER)
-    for body, digest in pool[: args.solo]:
+    for k in range(args.solo):
+        body, digest = pool[k % len(pool)]
         start = time.perf_counter()
         await solo(body, timeout=30, metadata=operator.metadata(DELIVER, body, digest=digest))
         alone.append((time.perf_counter() - start) * 1000)
