@@ -91,6 +91,7 @@ ENV_VARS: Mapping[str, str] = {
     "min_witnesses": "PROVNET_MIN_WITNESSES",
     "max_concurrent_rpcs": "PROVNET_MAX_CONCURRENT_RPCS",
     "max_bulk_rpcs": "PROVNET_MAX_BULK_RPCS",
+    "bulk_shed_lag_ms": "PROVNET_BULK_SHED_LAG_MS",
     "attest_fault": "PROVNET_ATTEST_FAULT",
 }
 
@@ -183,6 +184,10 @@ class NodeConfig:
     #: Bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;
     #: beyond it they are shed with RESOURCE_EXHAUSTED (0: no separate limit).
     max_bulk_rpcs: int = DEFAULT_MAX_BULK_RPCS
+    #: While the event loop runs more than this many ms late and a bulk call is
+    #: already in progress, further bulk calls are shed (0: off). Adaptive
+    #: admission for overload: admitted bulk work never starves the serve path.
+    bulk_shed_lag_ms: int = 0
     #: What this node signs as an attester (``Attest.Request``): ``none`` is
     #: the honest attester; the others are adversaries for tests
     #: (:class:`nodes.attester.AttesterFault`).
@@ -330,6 +335,7 @@ class NodeConfig:
             ("min_witnesses", 1),
             ("max_concurrent_rpcs", 1),
             ("max_bulk_rpcs", 0),
+            ("bulk_shed_lag_ms", 0),
         ):
             if key in raw:
                 kwargs[key] = _as_int(where(key), raw[key], minimum)
