@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import os
 import signal
@@ -62,6 +63,8 @@ FLOOR_CONTRACTS = "floor: bare + contracts calls, 5-hop"
 FOLD_SIZES = (1, 5, 50)
 TARGET_LATENCY_RATIO = 1.5
 TARGET_THROUGHPUT_RATIO = 0.5
+#: Set (to a file path) in the origin child's environment by ``--profile``.
+PROFILE_ENV = "PROVNET_BENCH_PROFILE"
 
 
 def _identity(x: bytes) -> bytes:
@@ -221,7 +224,14 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
+    profile_out = os.environ.get(PROFILE_ENV)
+    profiler = cProfile.Profile(time.process_time) if profile_out else None
+    if profiler is not None:
+        profiler.enable()
     await stop.wait()
+    if profiler is not None and profile_out:
+        profiler.disable()
+        profiler.dump_stats(profile_out)
     await bare.stop(1.0)
     await node.stop(1.0)
     await core.close()
@@ -414,6 +424,57 @@ class _Floors:
         return True
 
 
+async def _profile_demands(
+    args: argparse.Namespace, holder: Any, held: Any, transport: Any, channel: Any
+) -> int:
+    """``--profile``: cProfile both sides of verified 5-hop demands under a head.
+
+    The origin child profiles itself for its whole run (set-up is a handful of
+    calls against thousands of demands) and writes ``origin.prof`` when it
+    stops; this process profiles only the demands and writes ``holder.prof``.
+    ``--samples`` sequential demands, then ``--duration`` seconds with
+    ``--concurrency`` concurrent holders on the same held fold.
+    """
+    import pstats
+
+    from contracts.identity import Identity
+    from nodes.client import Holder, Outcome
+
+    async def one(h: Any) -> bool:
+        report = await h.rehydrate("bench-head-5", [held])
+        return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
+
+    for _ in range(50):
+        await one(holder)
+    holders = [
+        Holder(Identity.generate(), transport, cache=False, reasks=0)
+        for _ in range(args.concurrency)
+    ]
+    turn = 0
+
+    async def rotating() -> bool:
+        nonlocal turn
+        turn += 1
+        return await one(holders[turn % len(holders)])
+
+    profiler = cProfile.Profile(time.process_time)
+    profiler.enable()
+    for _ in range(args.samples):
+        await one(holder)
+    done, errors, _, _, _ = await _throughput(rotating, args.concurrency, args.duration, 0)
+    profiler.disable()
+    out = Path(args.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    profiler.dump_stats(out / "holder.prof")
+    total = args.samples + done
+    print(f"# profiled {total} verified 5-hop demands under a head ({errors} errors)")
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(args.profile_top)
+    await transport.close()
+    await channel.close(None)
+    return 0 if errors == 0 else 1
+
+
 async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: int) -> int:
     from contracts.heads import FoldProof, HeadCache
     from contracts.identity import Identity, load_identity
@@ -494,6 +555,9 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         if outcome.outcome is not Outcome.SERVED or len(report.hops) != size:
             raise RuntimeError(f"{size}-hop demand not served: {outcome.detail}")
         return True
+
+    if args.profile:
+        return await _profile_demands(args, holder, head_folds[5], transport, channel)
 
     payload = os.urandom(args.payload)
     bare_channel = grpc.aio.insecure_channel(bare_address, options=options)
@@ -641,6 +705,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent holders")
     parser.add_argument("--payload", type=int, default=512, help="bare echo payload bytes")
     parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="only profile verified 5-hop demands under a head (cProfile, both processes);"
+        " writes DIR/holder.prof and DIR/origin.prof",
+    )
+    parser.add_argument(
+        "--profile-top", type=int, default=25, help="rows of each profile to print"
+    )
+    parser.add_argument(
         "--serve", nargs=2, metavar=("DATA_DIR", "PORT_FILE"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
@@ -650,9 +723,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-nodes-") as tmp:
         workdir = Path(tmp)
         port_file = workdir / "port"
+        env = dict(os.environ)
+        if args.profile:
+            Path(args.profile).mkdir(parents=True, exist_ok=True)
+            env[PROFILE_ENV] = str(Path(args.profile).resolve() / "origin.prof")
         child = subprocess.Popen(
             [sys.executable, __file__, "--serve", str(workdir / "origin"), str(port_file)],
             stderr=subprocess.PIPE,
+            env=env,
         )
         try:
             deadline = time.monotonic() + 30
@@ -672,6 +750,12 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+            if args.profile and (Path(args.profile) / "origin.prof").exists():
+                import pstats
+
+                print(f"# origin process ({Path(args.profile) / 'origin.prof'})")
+                origin_stats = pstats.Stats(str(Path(args.profile) / "origin.prof"))
+                origin_stats.sort_stats("tottime").print_stats(args.profile_top)
 
 
 if __name__ == "__main__":
