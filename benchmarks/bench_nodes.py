@@ -4,6 +4,7 @@ Run (loopback only; rerunnable; ~100 s with the default 30 s phases)::
 
     .venv/bin/python benchmarks/bench_nodes.py            # full run
     .venv/bin/python benchmarks/bench_nodes.py --duration 5 --samples 200   # quick
+    .venv/bin/python benchmarks/bench_nodes.py --profile DIR   # cProfile both sides
 
 One origin node runs in a child process (its own core on a 2-core box). The
 same process and event loop also run a bare grpc.aio server with one
@@ -14,23 +15,35 @@ measured side by side in one run. Latency samples are interleaved (bare,
 before and after the verified one, so background load drifts hit both.
 The holder runs in this process with :class:`nodes.client.Holder` over the
 real gRPC transport, its hop cache off, so every decision is a fresh signed
-demand, a signed receipt and a full verification.
+demand and a fresh signed receipt. The targets are judged on folds under a
+signed tree head (design revision 2), where a faithful demand costs two
+Ed25519 signatures (the holder's demand, the origin's receipt) and no
+verification: the origin answers a bearer demand for its own head without
+checking its signature, and the holder's served bytes reproduce the root
+proven under the head it verified once. Per-fold statements (the first
+contract: four operations per demand, both signatures verified) are measured
+in the same run for comparison.
 
 The bare server also serves two floors, measured alongside: the bare round
-trip plus only the four Ed25519 operations the serve contract requires
-(``Sign4``), and the bare round trip plus only the ``contracts`` library
-calls of a 5-hop demand (``Contracts``) — what no node built on the
+trip plus only the two Ed25519 signatures the revision-2 contract requires
+of a faithful demand (``Sign2``; the first contract's floor was four
+operations, two signatures and two verifications), and the bare round trip
+plus only the ``contracts`` library calls of a 5-hop demand under a head
+(``Contracts``: build and sign the demand; parse it, check its binding,
+answer and sign; judge the answer lazily) — what no node built on the
 contract, or on this library, can go below.
 
 Printed:
 
 1. latency p50/p99 of the bare unary round trip, of both floors and of a
-   verified demand for 1-, 5- and 50-hop folds, and the ratio
-   verified-5-hop p50 / bare p50 (target ≤ 1.5);
+   verified demand for 1-, 5- and 50-hop folds (per-fold and under a head),
+   and the ratio verified-5-hop (head) p50 / bare p50 (target ≤ 1.5);
 2. sustained demands/s with concurrent holders for ``--duration`` seconds,
    errors counted (target: zero), next to bare unary calls/s and both floors
    with the same concurrency (target ratio ≥ 0.5);
-3. Serve RPCs per decision for a value folded three times (1 + 5 + 50 hops)
+3. Ed25519 signatures made and verified per 100 demands, both processes
+   counted (per-fold statements next to heads);
+4. Serve RPCs per decision for a value folded three times (1 + 5 + 50 hops)
    by one origin (target: exactly 1 per origin).
 
 Exit status 0 when every target is met, 1 otherwise.
@@ -40,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import os
 import signal
@@ -55,13 +69,16 @@ from typing import Any
 import grpc
 
 ECHO_METHOD = "/bench.Echo/Echo"
-SIGN4_METHOD = "/bench.Echo/Sign4"
+SIGN2_METHOD = "/bench.Echo/Sign2"
 CONTRACTS_METHOD = "/bench.Echo/Contracts"
-FLOOR_CRYPTO = "floor: bare + 4 Ed25519 ops"
+FLOOR_CRYPTO = "floor: bare + 2 Ed25519 signs"
 FLOOR_CONTRACTS = "floor: bare + contracts calls, 5-hop"
+STATS_METHOD = "/bench.Echo/SigStats"
 FOLD_SIZES = (1, 5, 50)
 TARGET_LATENCY_RATIO = 1.5
 TARGET_THROUGHPUT_RATIO = 0.5
+#: Set (to a file path) in the origin child's environment by ``--profile``.
+PROFILE_ENV = "PROVNET_BENCH_PROFILE"
 
 
 def _identity(x: bytes) -> bytes:
@@ -85,38 +102,59 @@ def _fold_hops(first_step: int, count: int) -> list[bytes]:
     ]
 
 
-def _local_fold(origin: Any, hops: list[bytes], value_ref: str) -> tuple[Any, Any]:
-    """A commitment and obligation over ``hops``, signed by ``origin``, valid for a day."""
-    from contracts.serve import build_commitment, build_obligation
+def _local_head_fold(origin: Any, hops: list[bytes], value_ref: str) -> tuple[Any, bytes]:
+    """A signed head over one fold of ``hops`` and its fold proof (bytes), valid for a day."""
+    from contracts.heads import FoldInput, HeadLog
 
     now = int(time.time() * 1000)
-    commitment = build_commitment(
-        origin, epoch="e1", value_ref=value_ref, fold_seq=0, hops=hops, issued_at=now
-    )
-    obligation = build_obligation(
-        origin,
-        commitment,
+    compaction = HeadLog(origin, "e1").compact(
+        [FoldInput(value_ref=value_ref, fold_seq=0, hops=hops)],
         serve_until=now + 24 * 3_600_000,
         deadline_ms=2000,
         endpoints=["127.0.0.1:1"],
         issued_at=now,
     )
-    return commitment, obligation
+    return compaction.head, compaction.proofs[value_ref].to_bytes()
+
+
+#: Ed25519 signatures made and verified by this process (``_count_signatures``).
+_SIGNATURES = {"sign": 0, "verify": 0}
+
+
+def _count_signatures() -> None:
+    """Count every Ed25519 signature made and verified through ``contracts.identity``.
+
+    Every signature of a statement passes through ``Identity.sign`` and every
+    verification through ``PublicKey.verify``; a counter around each costs
+    well under a microsecond.
+    """
+    from contracts.identity import Identity, PublicKey
+
+    sign, verify = Identity.sign, PublicKey.verify
+
+    def counted_sign(self: Identity, data: bytes) -> bytes:
+        _SIGNATURES["sign"] += 1
+        return sign(self, data)
+
+    def counted_verify(self: PublicKey, signature: bytes, data: bytes) -> None:
+        _SIGNATURES["verify"] += 1
+        verify(self, signature, data)
+
+    Identity.sign = counted_sign  # type: ignore[method-assign]
+    PublicKey.verify = counted_verify  # type: ignore[method-assign]
 
 
 # --------------------------------------------------------------------------- child: the origin
 
 
 async def _serve(data_dir: Path, port_file: Path) -> None:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-        Ed25519PrivateKey,
-        Ed25519PublicKey,
-    )
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from grpc_health.v1 import health_pb2
 
+    from contracts.heads import FoldProof, verify_fold
     from contracts.identity import Identity
     from contracts.serve import answer_demand, verify_demand
-    from contracts.signed import open_statement
+    from contracts.signed import parse_statement
     from contracts.statements import Demand
     from nodes._pb.provnet.v1 import common_pb2, serve_pb2
     from nodes.app import load_or_create_identity
@@ -127,6 +165,7 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     from nodes.transport import GrpcTransport
 
     configure_logging(LogFormat.JSON, "warning")
+    _count_signatures()
     identity = load_or_create_identity(data_dir)
     # The bench's control calls (Append, CommitFold) are signed with the node's own key.
     config = NodeConfig(
@@ -141,42 +180,42 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     async def echo(request: bytes, context: Any) -> bytes:
         return request
 
-    # Floor 1: only the four Ed25519 operations the serve contract requires
-    # (holder signs the demand, origin verifies it and signs its answer,
-    # holder verifies that); request = holder key ‖ signature ‖ message.
+    # Floor 1: only the two Ed25519 signatures a faithful demand requires under
+    # revision 2 (the holder signs its demand, the origin signs its answer;
+    # nobody verifies); request = signature ‖ message.
     floor_key = Ed25519PrivateKey.generate()
 
-    async def sign4(request: bytes, context: Any) -> bytes:
-        holder = Ed25519PublicKey.from_public_bytes(request[:32])
-        message = request[96:]
-        holder.verify(request[32:96], message)
+    async def sign2(request: bytes, context: Any) -> bytes:
+        message = request[64:]
         return floor_key.sign(message) + message
 
-    # Floor 2: the contracts library's calls for a 5-hop demand and nothing
-    # else (no node, store, interceptor, nonce memory or holder bookkeeping).
+    # Floor 2: the contracts library's calls for a 5-hop demand under a head
+    # and nothing else (no node, store, interceptor, nonce memory or holder
+    # bookkeeping): parse the bearer demand, check its binding, answer, sign.
     floor_origin = Identity.generate()
     floor_hops = _fold_hops(1, 5)
-    commitment, obligation = _local_fold(floor_origin, floor_hops, "floor")
-    commitment_bytes = commitment.to_bytes()
+    floor_head, floor_proof = _local_head_fold(floor_origin, floor_hops, "floor")
+    floor_fold = verify_fold(FoldProof.from_bytes(floor_proof), floor_head)
+    floor_root = floor_fold.commitment.statement.root
 
     async def contracts_only(request: Any, context: Any) -> Any:
-        demand = open_statement(bytes(request.demands[0]), Demand)
-        verify_demand(demand, obligation=obligation, commitment=commitment)
+        demand = parse_statement(bytes(request.demands[0]), Demand)
+        verify_demand(demand, obligation=floor_fold.obligation, commitment=floor_fold.commitment)
         receipt = answer_demand(
             floor_origin,
             demand,
-            obligation=obligation,
-            commitment=commitment,
+            obligation=floor_fold.obligation,
+            commitment=floor_fold.commitment,
             hops=floor_hops,
             now=int(time.time() * 1000),
+            hops_root=floor_root,
         )
         return serve_pb2.DemandResponse(
-            answers=[
-                common_pb2.Answer(
-                    receipt=receipt.to_bytes(), commitment=commitment_bytes, hops=floor_hops
-                )
-            ]
+            answers=[common_pb2.Answer(receipt=receipt.to_bytes(), hops=floor_hops)]
         )
+
+    async def sig_stats(request: bytes, context: Any) -> bytes:
+        return json.dumps(_SIGNATURES).encode()
 
     bare = grpc.aio.server(options=server_options(config.max_message_bytes))
     bare.add_generic_rpc_handlers(
@@ -187,8 +226,11 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
                     "Echo": grpc.unary_unary_rpc_method_handler(
                         echo, request_deserializer=_identity, response_serializer=_identity
                     ),
-                    "Sign4": grpc.unary_unary_rpc_method_handler(
-                        sign4, request_deserializer=_identity, response_serializer=_identity
+                    "Sign2": grpc.unary_unary_rpc_method_handler(
+                        sign2, request_deserializer=_identity, response_serializer=_identity
+                    ),
+                    "SigStats": grpc.unary_unary_rpc_method_handler(
+                        sig_stats, request_deserializer=_identity, response_serializer=_identity
                     ),
                     "Contracts": grpc.unary_unary_rpc_method_handler(
                         contracts_only,
@@ -211,8 +253,8 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
                 "port": port,
                 "bare_port": bare_port,
                 "floor_key": floor_key.public_key().public_bytes_raw().hex(),
-                "obligation": obligation.to_bytes().decode(),
-                "commitment": commitment_bytes.decode(),
+                "floor_head": floor_head.to_bytes().decode(),
+                "floor_proof": floor_proof.decode(),
             }
         ),
         encoding="utf-8",
@@ -221,7 +263,14 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
+    profile_out = os.environ.get(PROFILE_ENV)
+    profiler = cProfile.Profile(time.process_time) if profile_out else None
+    if profiler is not None:
+        profiler.enable()
     await stop.wait()
+    if profiler is not None and profile_out:
+        profiler.disable()
+        profiler.dump_stats(profile_out)
     await bare.stop(1.0)
     await node.stop(1.0)
     await core.close()
@@ -260,54 +309,65 @@ def _per_op(cpu_share: float, rate: float) -> float:
 def _stage_costs(hops: list[bytes]) -> dict[str, float]:
     """Best-of CPU µs of each contracts step of a verified demand for ``hops``, in this process.
 
-    The same kinds of statements as the wire run, with local keys, computed
-    here with hot caches and no I/O: what the two processes cannot do with
-    less, by contract.
+    The steps of a faithful demand under a signed head (revision 2), with
+    local keys, computed here with hot caches and no I/O: what the two
+    processes cannot do with less, by contract. The two verifications the
+    first contract made per demand are shown for comparison.
     """
     import timeit
 
-    from contracts.evidence import judge_answer
+    from contracts.heads import FoldProof, verify_fold
     from contracts.identity import Identity
-    from contracts.serve import answer_demand, build_demand
-    from contracts.signed import open_statement
+    from contracts.lazy import judge_fold_answer
+    from contracts.serve import answer_demand, build_demand, verify_demand
+    from contracts.signed import parse_statement
     from contracts.statements import Demand
 
     origin_identity, holder_identity = Identity.generate(), Identity.generate()
     now = int(time.time() * 1000)
-    commitment, obligation = _local_fold(origin_identity, hops, "bench-value")
+    head, proof = _local_head_fold(origin_identity, hops, "bench-value")
+    fold = verify_fold(FoldProof.from_bytes(proof), head)
+    root = fold.commitment.statement.root
 
-    demand = build_demand(holder_identity, obligation, now=now)
+    demand = build_demand(holder_identity, fold.obligation, now=now)
     demand_bytes = demand.to_bytes()
     receipt = answer_demand(
-        origin_identity, demand, obligation=obligation, commitment=commitment, hops=hops, now=now
+        origin_identity,
+        demand,
+        obligation=fold.obligation,
+        commitment=fold.commitment,
+        hops=hops,
+        now=now,
+        hops_root=root,
     )
     receipt_bytes = receipt.to_bytes()
     pae = receipt.envelope.pae()
     sig = receipt.envelope.signatures[0].sig
     public = origin_identity.public
+
+    def origin_check() -> object:
+        parsed = parse_statement(demand_bytes, Demand)
+        return verify_demand(parsed, obligation=fold.obligation, commitment=fold.commitment)
+
     steps: dict[str, Callable[[], object]] = {
-        "holder: build + encode demand": lambda: build_demand(
-            holder_identity, obligation, now=now
+        "holder: build + sign + encode demand": lambda: build_demand(
+            holder_identity, fold.obligation, now=now
         ).to_bytes(),
-        "origin: open + verify demand": lambda: open_statement(demand_bytes, Demand),
-        "origin: answer + encode receipt": lambda: answer_demand(
+        "origin: parse + bind demand (no verify)": origin_check,
+        "origin: answer + sign + encode receipt": lambda: answer_demand(
             origin_identity,
             demand,
-            obligation=obligation,
-            commitment=commitment,
+            obligation=fold.obligation,
+            commitment=fold.commitment,
             hops=hops,
             now=now,
+            hops_root=root,
         ).to_bytes(),
-        "holder: judge receipt + hops": lambda: judge_answer(
-            receipt_bytes,
-            hops,
-            demand=demand,
-            obligation=obligation,
-            commitment=commitment,
-            reported_at=now,
+        "holder: judge lazily (no verify)": lambda: judge_fold_answer(
+            receipt_bytes, hops, demand=demand, fold=fold, reported_at=now
         ),
         "of which Ed25519 sign": lambda: origin_identity.sign(pae),
-        "of which Ed25519 verify": lambda: public.verify(sig, pae),
+        "not made: Ed25519 verify (x2 before)": lambda: public.verify(sig, pae),
     }
     return {
         name: min(timeit.repeat(fn, number=300, repeat=5, timer=time.process_time)) / 300 * 1e6
@@ -356,26 +416,21 @@ class _Floors:
     """Calls for the two floors served by the child's bare server (see ``_serve``)."""
 
     def __init__(self, channel: Any, started: dict[str, Any], payload: bytes) -> None:
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-            Ed25519PrivateKey,
-            Ed25519PublicKey,
-        )
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-        from contracts.evidence import AnswerKind, judge_answer
+        from contracts.evidence import AnswerKind
+        from contracts.heads import FoldProof, HeadCache
         from contracts.identity import Identity
+        from contracts.lazy import judge_fold_answer
         from contracts.serve import build_demand
-        from contracts.signed import open_statement
-        from contracts.statements import Commitment, Obligation
         from nodes._pb.provnet.v1 import serve_pb2
 
-        self._build_demand, self._judge_answer = build_demand, judge_answer
+        self._build_demand, self._judge = build_demand, judge_fold_answer
         self._served = AnswerKind.SERVED
         self._payload = payload
         self._holder_key = Ed25519PrivateKey.generate()
-        self._holder_raw = self._holder_key.public_key().public_bytes_raw()
-        self._floor_key = Ed25519PublicKey.from_public_bytes(bytes.fromhex(started["floor_key"]))
-        self._sign4 = channel.unary_unary(
-            SIGN4_METHOD, request_serializer=_identity, response_deserializer=_identity
+        self._sign2 = channel.unary_unary(
+            SIGN2_METHOD, request_serializer=_identity, response_deserializer=_identity
         )
         self._contracts = channel.unary_unary(
             CONTRACTS_METHOD,
@@ -384,34 +439,86 @@ class _Floors:
         )
         self._request = serve_pb2.DemandRequest
         self._identity = Identity.generate()
-        self._obligation = open_statement(started["obligation"].encode(), Obligation)
-        self._commitment = open_statement(started["commitment"].encode(), Commitment)
+        # The holder verifies the floor's head once, as at delivery.
+        self._fold = HeadCache().verify_fold(
+            FoldProof.from_bytes(started["floor_proof"].encode()),
+            now=int(time.time() * 1000),
+            head=started["floor_head"].encode(),
+        )
 
     async def crypto(self) -> bool:
-        """Bare round trip plus the four Ed25519 operations, nothing else."""
+        """Bare round trip plus the two Ed25519 signatures, nothing else."""
         message = os.urandom(16) + self._payload  # a fresh nonce, like a demand's
-        request = self._holder_raw + self._holder_key.sign(message) + message
-        reply = await self._sign4(request, timeout=2.0)
-        self._floor_key.verify(reply[:64], reply[64:])
+        reply = await self._sign2(self._holder_key.sign(message) + message, timeout=2.0)
         return bool(reply[64:] == message)
 
     async def contracts(self) -> bool:
-        """Bare round trip plus the contracts calls of a 5-hop demand, nothing else."""
+        """Bare round trip plus the contracts calls of a 5-hop demand under a head."""
         now = int(time.time() * 1000)
-        demand = self._build_demand(self._identity, self._obligation, now=now)
+        demand = self._build_demand(self._identity, self._fold.obligation, now=now)
         reply = await self._contracts(self._request(demands=[demand.to_bytes()]), timeout=2.0)
         answer = reply.answers[0]
-        verdict = self._judge_answer(
+        verdict = self._judge(
             bytes(answer.receipt),
             [bytes(h) for h in answer.hops],
             demand=demand,
-            obligation=self._obligation,
-            commitment=self._commitment,
+            fold=self._fold,
             reported_at=int(time.time() * 1000),
         )
         if verdict.kind is not self._served:
             raise RuntimeError(f"contracts floor not served: {verdict.reason}")
         return True
+
+
+async def _profile_demands(
+    args: argparse.Namespace, holder: Any, held: Any, transport: Any, channel: Any
+) -> int:
+    """``--profile``: cProfile both sides of verified 5-hop demands under a head.
+
+    The origin child profiles itself for its whole run (set-up is a handful of
+    calls against thousands of demands) and writes ``origin.prof`` when it
+    stops; this process profiles only the demands and writes ``holder.prof``.
+    ``--samples`` sequential demands, then ``--duration`` seconds with
+    ``--concurrency`` concurrent holders on the same held fold.
+    """
+    import pstats
+
+    from contracts.identity import Identity
+    from nodes.client import Holder, Outcome
+
+    async def one(h: Any) -> bool:
+        report = await h.rehydrate("bench-head-5", [held])
+        return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
+
+    for _ in range(50):
+        await one(holder)
+    holders = [
+        Holder(Identity.generate(), transport, cache=False, reasks=0)
+        for _ in range(args.concurrency)
+    ]
+    turn = 0
+
+    async def rotating() -> bool:
+        nonlocal turn
+        turn += 1
+        return await one(holders[turn % len(holders)])
+
+    profiler = cProfile.Profile(time.process_time)
+    profiler.enable()
+    for _ in range(args.samples):
+        await one(holder)
+    done, errors, _, _, _ = await _throughput(rotating, args.concurrency, args.duration, 0)
+    profiler.disable()
+    out = Path(args.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    profiler.dump_stats(out / "holder.prof")
+    total = args.samples + done
+    print(f"# profiled {total} verified 5-hop demands under a head ({errors} errors)")
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(args.profile_top)
+    await transport.close()
+    await channel.close(None)
+    return 0 if errors == 0 else 1
 
 
 async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: int) -> int:
@@ -428,6 +535,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     from nodes.transport import GrpcTransport
 
     configure_logging(LogFormat.JSON, "warning")
+    _count_signatures()
     address = f"127.0.0.1:{started['port']}"
     bare_address = f"127.0.0.1:{started['bare_port']}"
     options = [("grpc.max_receive_message_length", 4 << 20)]
@@ -495,6 +603,9 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
             raise RuntimeError(f"{size}-hop demand not served: {outcome.detail}")
         return True
 
+    if args.profile:
+        return await _profile_demands(args, holder, head_folds[5], transport, channel)
+
     payload = os.urandom(args.payload)
     bare_channel = grpc.aio.insecure_channel(bare_address, options=options)
     echo = bare_channel.unary_unary(
@@ -538,9 +649,9 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         f" (target <= {TARGET_LATENCY_RATIO}) {'PASS' if ok_latency else 'FAIL'}"
     )
     print(
-        f"  the target allows {budget_us:.0f} µs above a bare round trip; the four Ed25519"
-        f" operations alone take {crypto_us:.0f} µs of it, leaving {budget_us - crypto_us:.0f} µs"
-        " for everything else"
+        f"  the target allows {budget_us:.0f} µs above a bare round trip; the two Ed25519"
+        f" signatures alone take {crypto_us:.0f} µs of it, leaving {budget_us - crypto_us:.0f} µs"
+        " for everything else (the first contract's four operations left far less)"
     )
 
     # Where a verified demand's time goes: the contracts steps alone, in this process.
@@ -548,7 +659,9 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     print(f"{'contracts step, 5-hop (CPU µs, no I/O)':<40}{'µs':>8}")
     for name, us in stages.items():
         print(f"{name:<40}{us:>8.1f}")
-    critical = sum(us for name, us in stages.items() if not name.startswith("of which"))
+    critical = sum(
+        us for name, us in stages.items() if not name.startswith(("of which", "not made"))
+    )
     print(
         f"{'sum on the critical path':<40}{critical:>8.1f}"
         f"  (bare p50 {bare_p50 * 1e3:.0f} µs; verified 5-hop p50"
@@ -613,6 +726,32 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         f" (target >= {TARGET_THROUGHPUT_RATIO}, zero errors) {'PASS' if ok_tp else 'FAIL'}"
     )
 
+    # Signatures per 100 demands, both processes counted (the origin's via SigStats).
+    sig_stats = bare_channel.unary_unary(
+        STATS_METHOD, request_serializer=_identity, response_deserializer=_identity
+    )
+
+    async def signatures(call: Callable[[], Awaitable[bool]], n: int = 100) -> dict[str, int]:
+        origin0 = json.loads(await sig_stats(b"", timeout=5.0))
+        holder0 = dict(_SIGNATURES)
+        for _ in range(n):
+            await call()
+        origin1 = json.loads(await sig_stats(b"", timeout=5.0))
+        return {
+            side: _SIGNATURES[side] - holder0[side] + origin1[side] - origin0[side]
+            for side in ("sign", "verify")
+        }
+
+    per_fold = await signatures(lambda: verified(5))
+    under_head = await signatures(lambda: verified_head(5))
+    print(
+        "Ed25519 per 100 demands (holder + origin): per-fold statements"
+        f" {per_fold['sign']} signed / {per_fold['verify']} verified (the first contract:"
+        f" 200 / 200); under a head {under_head['sign']} signed / {under_head['verify']}"
+        " verified (revision 2: 200 / 0)"
+    )
+    ok_sigs = under_head == {"sign": 200, "verify": 0}
+
     # RPCs per decision: one value, three folds by one origin → one Serve call.
     counter = Holder(Identity.generate(), transport, cache=False, reasks=0)
     decisions = 20
@@ -629,7 +768,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     await transport.close()
     await channel.close(None)
     await bare_channel.close(None)
-    ok = ok_latency and ok_tp and ok_rpcs
+    ok = ok_latency and ok_tp and ok_rpcs and ok_sigs
     print(f"overall {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 
@@ -641,6 +780,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent holders")
     parser.add_argument("--payload", type=int, default=512, help="bare echo payload bytes")
     parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="only profile verified 5-hop demands under a head (cProfile, both processes);"
+        " writes DIR/holder.prof and DIR/origin.prof",
+    )
+    parser.add_argument(
+        "--profile-top", type=int, default=25, help="rows of each profile to print"
+    )
+    parser.add_argument(
         "--serve", nargs=2, metavar=("DATA_DIR", "PORT_FILE"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
@@ -650,9 +798,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-nodes-") as tmp:
         workdir = Path(tmp)
         port_file = workdir / "port"
+        env = dict(os.environ)
+        if args.profile:
+            Path(args.profile).mkdir(parents=True, exist_ok=True)
+            env[PROFILE_ENV] = str(Path(args.profile).resolve() / "origin.prof")
         child = subprocess.Popen(
             [sys.executable, __file__, "--serve", str(workdir / "origin"), str(port_file)],
             stderr=subprocess.PIPE,
+            env=env,
         )
         try:
             deadline = time.monotonic() + 30
@@ -672,6 +825,12 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+            if args.profile and (Path(args.profile) / "origin.prof").exists():
+                import pstats
+
+                print(f"# origin process ({Path(args.profile) / 'origin.prof'})")
+                origin_stats = pstats.Stats(str(Path(args.profile) / "origin.prof"))
+                origin_stats.sort_stats("tottime").print_stats(args.profile_top)
 
 
 if __name__ == "__main__":

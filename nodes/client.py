@@ -638,15 +638,16 @@ class Holder:
             witness_confirmed=run.witness_confirmed,
             cleared=run.cleared and worst.outcome is Outcome.UNANSWERED,
         )
-        log.info(
-            "rehydrated_from_origin",
-            origin=run.origin[:16],
-            outcome=str(outcome.outcome),
-            hops=len(hops),
-            asks=run.asks,
-            witness_confirmed=run.witness_confirmed,
-            evidence=path or None,
-        )
+        if log.enabled("info"):  # the fields cost a demand's CPU even when filtered
+            log.info(
+                "rehydrated_from_origin",
+                origin=run.origin[:16],
+                outcome=str(outcome.outcome),
+                hops=len(hops),
+                asks=run.asks,
+                witness_confirmed=run.witness_confirmed,
+                evidence=path or None,
+            )
         return outcome, hops
 
     async def record_evidence(self, kind: Outcome, accused: str, body: bytes) -> str:

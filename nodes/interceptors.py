@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
-import structlog
+from structlog.contextvars import bind_contextvars, bound_contextvars, reset_contextvars
 
 from nodes.auth import ControlAuth, request_digest
 from nodes.errors import status_for
@@ -67,7 +67,7 @@ def _request_id(metadata: Any) -> str:
     for key, value in metadata or ():
         if key == REQUEST_ID_KEY and isinstance(value, str) and _SANE_ID.match(value):
             return value
-    return uuid.uuid4().hex[:16]
+    return os.urandom(8).hex()  # 16 hex characters, as uuid4().hex[:16] gave, cheaper
 
 
 async def _abort_for(exc: Exception, context: grpc.aio.ServicerContext[Any, Any], rpc: str) -> None:
@@ -203,19 +203,22 @@ class RequestContextInterceptor(_ServerInterceptor):
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 request_id = _request_id(context.invocation_metadata())
-                with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
-                    start = time.perf_counter()
-                    context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
-                    if count is not None:
-                        count(rpc)
-                    try:
-                        return await inner_uu(admit(request, context), context)
-                    except Exception as exc:
-                        if isinstance(exc, grpc.aio.AbortError):
-                            raise
-                        await _abort_for(exc, context, rpc)
-                    finally:
+                # Bound for this call and restored after (tokens: no scan of the context).
+                tokens = bind_contextvars(request_id=request_id, rpc=rpc)
+                start = time.perf_counter()
+                context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+                if count is not None:
+                    count(rpc)
+                try:
+                    return await inner_uu(admit(request, context), context)
+                except Exception as exc:
+                    if isinstance(exc, grpc.aio.AbortError):
+                        raise
+                    await _abort_for(exc, context, rpc)
+                finally:
+                    if log.enabled("debug"):
                         log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
+                    reset_contextvars(**tokens)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
@@ -232,7 +235,7 @@ class RequestContextInterceptor(_ServerInterceptor):
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> None:
                 request_id = _request_id(context.invocation_metadata())
-                with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
+                with bound_contextvars(request_id=request_id, rpc=rpc):
                     if count is not None:
                         count(rpc)
                     try:
@@ -254,7 +257,7 @@ class RequestContextInterceptor(_ServerInterceptor):
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
                 request_id = _request_id(context.invocation_metadata())
-                with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
+                with bound_contextvars(request_id=request_id, rpc=rpc):
                     context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                     if count is not None:
                         count(rpc)
@@ -311,7 +314,7 @@ class RequestContextInterceptor(_ServerInterceptor):
                     f"{refusal}; shed before reading the request, try again shortly",
                 )
             request_id = _request_id(context.invocation_metadata())
-            with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
+            with bound_contextvars(request_id=request_id, rpc=rpc):
                 start = time.perf_counter()
                 context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                 if count is not None:

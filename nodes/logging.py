@@ -4,6 +4,19 @@ Events are key-value (``log.info("demand_served", origin=…, hops=5)``), never
 formatted strings. Per-call context (``request_id``, ``rpc``) is bound with
 structlog's contextvars by :mod:`nodes.interceptors`, so every event logged
 while a call is handled carries it.
+
+Loggers from :func:`get_logger` are bound once per configuration, not once
+per event: structlog's lazy proxy (with ``cache_logger_on_first_use`` off,
+so a later :func:`configure_logging` still takes effect) builds a new bound
+logger on every call, which cost a measurable share of a demand's CPU. The
+logger here keeps the bound logger and rebuilds it when structlog's
+configuration changed — any ``structlog.configure`` or ``reset_defaults``,
+not only :func:`configure_logging` (the wrapper class, logger factory,
+processor list and context class are compared by identity on each use;
+``structlog.testing.capture_logs`` edits the processor list in place, which
+a kept logger sees). An event below the configured level is a no-op method
+of structlog's filtering logger, as before; :meth:`NodeLogger.enabled` lets
+a hot path skip building an event's fields.
 """
 
 from __future__ import annotations
@@ -16,7 +29,7 @@ import structlog
 
 from nodes.config import LogFormat
 
-__all__ = ["configure_logging", "get_logger"]
+__all__ = ["NodeLogger", "configure_logging", "get_logger"]
 
 _LEVELS = {
     "debug": _stdlib_logging.DEBUG,
@@ -69,6 +82,47 @@ def configure_logging(fmt: LogFormat = LogFormat.AUTO, level: str = "info", **bi
         structlog.contextvars.bind_contextvars(**bind)
 
 
+def _config_key() -> tuple[Any, Any, Any, Any]:
+    # The objects themselves (kept alive here), compared by identity: an id
+    # could be reused by a new object once the old one is freed.
+    config = structlog.get_config()
+    return (
+        config["wrapper_class"],
+        config["logger_factory"],
+        config["processors"],
+        config["context_class"],
+    )
+
+
+class NodeLogger:
+    """A structlog logger tagged with a module, bound once per configuration."""
+
+    __slots__ = ("_bound", "_key", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._key: tuple[Any, Any, Any, Any] = (None, None, None, None)
+        self._bound: Any = None
+
+    def _logger(self) -> Any:
+        key, old = _config_key(), self._key
+        if not (
+            key[0] is old[0] and key[1] is old[1] and key[2] is old[2] and key[3] is old[3]
+        ):
+            self._bound = structlog.get_logger(module=self._name).bind()
+            self._key = key
+        return self._bound
+
+    def enabled(self, level: str) -> bool:
+        """Whether an event at ``level`` ("debug", "info", …) would be emitted."""
+        bound = self._logger()
+        check = getattr(bound, "is_enabled_for", None)
+        return True if check is None else bool(check(_LEVELS.get(level, 20)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger(), name)
+
+
 def get_logger(name: str) -> Any:
-    """A structlog logger tagged with the module that logs."""
-    return structlog.get_logger(module=name)
+    """A structlog logger tagged with the module that logs (see module docstring)."""
+    return NodeLogger(name)

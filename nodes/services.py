@@ -886,7 +886,18 @@ class NodeCore:
         # (4) ours, and bound correctly
         own = await self._own_statements(demand)
         obligation, commitment = own.obligation, own.commitment
-        if own.fold is None or obligation.statement.holder is not None:
+        # A bearer demand for a fold under one of our own heads is answered
+        # without its signature (design: verify where it carries information):
+        # the answer does not depend on who asks, and nothing it moves is
+        # charged to the holder it names. Except a demand dated ahead of our
+        # clock: its nonce is written to disk and counted against the named
+        # holder's cap (MAX_FUTURE_NONCES_PER_HOLDER), so an unsigned one could
+        # use up an honest holder's share; it is verified like any other.
+        if (
+            own.fold is None
+            or obligation.statement.holder is not None
+            or d.time > _ms(now) + FUTURE_SLACK_MS
+        ):
             demand = open_statement(data, Demand)
         verify_demand(demand, obligation=obligation, commitment=commitment)
         # (5) unexpired obligation
@@ -1059,13 +1070,14 @@ class NodeCore:
         if signed.statement.status is ReceiptStatus.SERVED and leaves is not None:
             served_hops = select_hops(leaves, d.leaves)
             self.bump(st.CounterName.SERVES)
-            log.info(
-                "demand_served",
-                peer=d.holder,
-                demand=demand.digest[:16],
-                commitment=commitment.digest[:16],
-                hops=len(served_hops),
-            )
+            if log.enabled("info"):  # the fields cost a demand's CPU even when filtered
+                log.info(
+                    "demand_served",
+                    peer=d.holder,
+                    demand=demand.digest[:16],
+                    commitment=commitment.digest[:16],
+                    hops=len(served_hops),
+                )
         else:
             self.bump(st.CounterName.REFUSALS)
             log.info(

@@ -1,8 +1,9 @@
 """The fast canonical-JSON path is byte-identical to the ``rfc8785`` package.
 
 ``contracts.canonical.canonical_bytes`` encodes float-free values with ASCII
-keys and safe integers through the standard library's ``json`` module; the
-reference is the ``rfc8785`` package. These tests generate such values
+keys and safe integers through ``orjson`` (before: the standard library's
+``json`` module, kept as a second reference); the reference is the
+``rfc8785`` package. These tests generate such values
 (control characters, quotes, backslashes, DEL, U+2028/9, non-BMP text
 included) and require the same bytes, and check that everything outside the
 fast domain still gets the reference's bytes or its error.
@@ -18,7 +19,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contracts.canonical import _fast_encodable, canonical_bytes
+from contracts.canonical import _STDLIB_DUMPS, _fast_encodable, canonical_bytes
 from contracts.envelope import Envelope, EnvelopeSignature
 
 SAFE = 2**53 - 1
@@ -74,6 +75,31 @@ _VALUE = st.recursive(
 @given(_VALUE)
 def test_fast_path_bytes_equal_rfc8785_for_float_free_values(value: Any) -> None:
     assert _fast_encodable(value)
+    assert canonical_bytes(value) == bytes(rfc8785.dumps(value))
+
+
+@settings(max_examples=800, deadline=None)
+@given(_VALUE)
+def test_orjson_fast_path_equals_the_standard_library_encoder_it_replaced(value: Any) -> None:
+    # The encoder canonical_bytes used before orjson, on the same proven
+    # float-free inputs: byte-identical (and both equal RFC 8785, above).
+    assert _fast_encodable(value)
+    assert canonical_bytes(value) == _STDLIB_DUMPS(value).encode("utf-8")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.builds(
+        dict,
+        type=st.just("demand"),
+        holder=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+        nonce=_TEXT,
+        time=st.integers(min_value=0, max_value=10**14),
+        leaves=st.one_of(st.none(), st.lists(st.integers(0, 2**40), max_size=8)),
+    )
+)
+def test_statement_shaped_values_encode_as_rfc8785(value: dict[str, Any]) -> None:
+    # The shapes signed on the demand path: hex ids, free-form nonces, times, leaf lists.
     assert canonical_bytes(value) == bytes(rfc8785.dumps(value))
 
 

@@ -3,7 +3,8 @@
 A short run (sub-second phases, a few samples) of ``benchmarks/bench_nodes.py``
 as a real child process with its real origin child. It checks the machinery
 the published ratios rest on — both floors answer correctly, the verified
-path serves every demand, one Serve RPC per origin per decision — not the
+path serves every demand, one Serve RPC per origin per decision, two
+signatures and no verification per faithful demand under a head — not the
 ratios themselves, which are measured by running the script on a quiet box.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_nodes.py"
 ROWS = (
     "bare unary",
-    "floor: bare + 4 Ed25519 ops",
+    "floor: bare + 2 Ed25519 signs",
     "floor: bare + contracts calls, 5-hop",
     "verified 5-hop",
 )
@@ -43,5 +44,8 @@ def test_bench_nodes_short_run_serves_every_row_without_errors() -> None:
         assert float(rate) > 0, line
         assert errors == "0", line
     assert "Serve RPCs per decision (1 origin, folds 1+5+50 hops) = 1.00" in out
+    # Both processes' Ed25519 calls counted: revision 2 signs twice and verifies nothing.
+    assert "under a head 200 signed / 0 verified" in out, out
+    assert "per-fold statements 200 signed / 200 verified" in out, out
     verdict = "PASS" if proc.returncode == 0 else "FAIL"
     assert out.rstrip().endswith(f"overall {verdict}")

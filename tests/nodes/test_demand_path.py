@@ -1,0 +1,146 @@
+"""The verified demand path under a signed head: lazy where nothing rides on a signature.
+
+In-process nodes (the NodeCore code the gRPC server runs), Ed25519 calls
+counted at the one place every signature passes through:
+
+* a faithful demand costs exactly two signatures (the holder's demand, the
+  origin's receipt) and **no** verification on either side;
+* a serve whose bytes miss the root makes the holder verify the origin's
+  receipt — ``bad_data`` is built only from a verified signed receipt, and
+  the record verifies standalone;
+* the origin answers a bearer demand without its signature, but a demand
+  dated ahead of its clock (remembered on disk and charged to the holder it
+  names) is verified: a forged one cannot use up an honest holder's share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import contracts.identity as identity_mod
+from contracts.canonical import canonical_bytes
+from contracts.envelope import sign_envelope
+from contracts.errors import BadSignature
+from contracts.evidence import EvidenceKind, verify_evidence
+from contracts.heads import FoldProof, HeadCache, VerifiedFold
+from contracts.identity import Identity
+from contracts.serve import build_demand
+from contracts.signed import open_statement
+from contracts.statements import Receipt, ReceiptStatus, StatementKind, payload_type_for
+from nodes.client import HeldFold, Holder, Outcome
+from nodes.faults import FaultMode
+from nodes.services import FUTURE_NONCES_FILENAME, MAX_FUTURE_NONCES_PER_HOLDER, NodeCore
+from tests.nodes.rpc_support import MemCluster, audit, hop_json, single
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
+    mem = MemCluster(tmp_path, deadline_ms=300, reasks=0)
+    try:
+        yield mem
+    finally:
+        await mem.close()
+
+
+@contextmanager
+def ed25519_counts() -> Iterator[dict[str, int]]:
+    """Count Ed25519 signatures made and verified (every one passes through these)."""
+    counts = {"sign": 0, "verify": 0}
+    cls, pub = identity_mod.Identity, identity_mod.PublicKey
+    orig_sign, orig_verify = cls.sign, pub.verify
+
+    def sign(self: identity_mod.Identity, data: bytes) -> bytes:
+        counts["sign"] += 1
+        return orig_sign(self, data)
+
+    def verify(self: identity_mod.PublicKey, signature: bytes, data: bytes) -> None:
+        counts["verify"] += 1
+        orig_verify(self, signature, data)
+
+    cls.sign = sign  # type: ignore[method-assign]
+    pub.verify = verify  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        cls.sign = orig_sign  # type: ignore[method-assign]
+        pub.verify = orig_verify  # type: ignore[method-assign]
+
+
+async def _head_fold(core: NodeCore, ref: str = "v", hops: int = 5) -> HeldFold:
+    """One fold committed under a signed head, verified once as a holder would."""
+    _, seqs = await core.append([hop_json(1 + i) for i in range(hops)])
+    out = await core.commit_compaction([(ref, list(seqs), b"")])
+    fold: VerifiedFold = HeadCache().verify_fold(
+        FoldProof.from_bytes(out.fold_proofs[0]), now=core.now_ms(), head=out.head
+    )
+    return HeldFold(fold.commitment, fold.obligation, out.fold_proofs[0], out.head, fold)
+
+
+async def test_a_hundred_faithful_demands_cost_two_signatures_each_and_no_verification(
+    cluster: MemCluster,
+) -> None:
+    origin = await cluster.add("origin")
+    node = await cluster.add("holder")
+    # Hop cache off: every decision is a fresh demand and a fresh receipt.
+    holder = Holder(node.identity, node.transport, cache=False, reasks=0)
+    held = await _head_fold(origin)
+    with ed25519_counts() as counts:
+        for _ in range(100):
+            report = await holder.rehydrate("v", [held])
+            assert single(report).outcome is Outcome.SERVED
+            assert len(report.hops) == 5
+    # Per 100 demands: 200 signatures (100 demands + 100 receipts), 0 verified;
+    # before heads and lazy verification: 200 made and 200 verified.
+    assert counts == {"sign": 200, "verify": 0}
+
+
+async def test_bytes_that_miss_the_root_are_judged_on_the_verified_signed_receipt(
+    cluster: MemCluster,
+) -> None:
+    origin = await cluster.add("origin", FaultMode.TAMPER)
+    holder = await cluster.add("holder")
+    held = await _head_fold(origin)
+    with ed25519_counts() as counts:
+        report = audit(await holder.holder.rehydrate("v", [held]), cluster.correct_ids())
+    outcome = single(report)
+    assert outcome.outcome is Outcome.BAD_DATA, outcome.detail
+    assert counts["verify"] >= 1  # the receipt's signature decided, so it was checked
+    verdict = verify_evidence(outcome.evidence, now=origin.now_ms())
+    assert verdict.kind is EvidenceKind.BAD_DATA
+    assert verdict.accused == origin.node_id
+
+
+def _forged(victim: Identity, attacker: Identity, held: HeldFold, at: int) -> bytes:
+    """A demand naming ``victim`` as its holder, signed by ``attacker``."""
+    genuine = build_demand(victim, held.obligation, now=at).statement
+    payload = canonical_bytes(genuine.to_json())
+    envelope = sign_envelope(attacker, payload_type_for(StatementKind.DEMAND), payload)
+    return envelope.to_bytes()
+
+
+async def test_a_forged_demand_dated_ahead_cannot_use_up_an_honest_holders_share(
+    cluster: MemCluster,
+) -> None:
+    origin = await cluster.add("origin")
+    held = await _head_fold(origin)
+    victim, attacker = Identity.generate(), Identity.generate()
+    ahead = origin.now_ms() + 5_000  # inside the skew window, beyond the slack
+    future_file = origin.config.data_dir / FUTURE_NONCES_FILENAME
+    before = future_file.read_bytes() if future_file.exists() else b""
+    for _ in range(MAX_FUTURE_NONCES_PER_HOLDER + 1):
+        with pytest.raises(BadSignature):
+            await origin.answer_demands([_forged(victim, attacker, held, ahead)])
+    assert (future_file.read_bytes() if future_file.exists() else b"") == before
+    # The victim's own demand dated ahead is still answered.
+    honest = build_demand(victim, held.obligation, now=ahead).to_bytes()
+    (answer,) = await origin.answer_demands([honest])
+    receipt = open_statement(answer.receipt, Receipt, signer=origin.node_id).statement
+    assert receipt.status is ReceiptStatus.SERVED
+    # A forged demand dated now is a bearer demand: served, nothing charged to anyone.
+    (answer,) = await origin.answer_demands([_forged(victim, attacker, held, origin.now_ms())])
+    assert open_statement(answer.receipt, Receipt).statement.status is ReceiptStatus.SERVED
+    assert (future_file.read_bytes() if future_file.exists() else b"") != before
