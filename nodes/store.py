@@ -459,7 +459,9 @@ class HopStore:
         *,
         provenance_pending: bool,
         root_of: RootFunction,
+        mode: StoreMode = StoreMode.DURABLE,
     ) -> None:
+        self._mode = mode
         self._path = path
         self._origin = origin
         self._writer: Db | None = writer
@@ -552,6 +554,7 @@ class HopStore:
             epoch,
             provenance_pending=provenance_pending,
             root_of=root_of if root_of is not None else _default_root_function(),
+            mode=mode,
         )
         await store._load_counters()
         if settle_pending:
@@ -653,6 +656,11 @@ class HopStore:
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def mode(self) -> StoreMode:
+        """What this store promises (:class:`StoreMode`)."""
+        return self._mode
 
     @property
     def provenance_pending(self) -> bool:
