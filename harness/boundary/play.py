@@ -160,11 +160,16 @@ class RunPlayer:
         self.codec = HopCodec()
         self.plans: dict[ArmName, list[tuple[int, Gate, Mode, GateCounts]]] = {}
         self.decisions: dict[tuple[str, str, str], list[int]] = {}
+        # (arm, gate, mode) names of each plan entry, spelled once per run
+        self.plan_keys: dict[ArmName, list[tuple[str, str, str]]] = {}
         for name in (ArmName.STRUCTURAL_MIN, ArmName.STRUCTURAL_PERHOP, ArmName.PROSE):
             self.plans[name] = [
                 (gi, gate, mode, GateCounts())
                 for gi, gate in enumerate(GATES)
                 for mode in gate_modes(gate, name.structural, params.rehydrate)
+            ]
+            self.plan_keys[name] = [
+                (name.value, gate.name, mode.value) for _, gate, mode, _ in self.plans[name]
             ]
 
     def owner(self, value_id: int) -> NodeRef:
@@ -508,8 +513,8 @@ class RunPlayer:
         if needs:
             costs.inproc_rehydrations += 1
             costs.inproc_latencies.append(inproc_elapsed)
-        for (gi, gate, mode, _), b, d_local in zip(plan, boundary, local, strict=True):
-            key = (name.value, gate.name, mode.value)
+        keys = self.plan_keys[name]
+        for (gi, _, mode, _), key, b, d_local in zip(plan, keys, boundary, local, strict=True):
             rec = self.decisions.get(key)
             if rec is None:
                 rec = self.decisions[key] = [0, 0, 0, 0, 0]
