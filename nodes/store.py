@@ -1355,14 +1355,20 @@ class HopStore:
     ) -> dict[str, int]:
         """:meth:`next_fold_seq` of each of ``value_refs``, in one query and one snapshot."""
         refs = list(dict.fromkeys(value_refs))
+        found: dict[str, int] = {}
         async with self._read(f"read next fold sequences of {len(refs)} refs") as db:
-            rows = await db.execute_fetchall(
-                "SELECT value_ref, MAX(fold_seq) + 1 FROM commitments"
-                " WHERE origin = ? AND epoch = ? AND value_ref IN (SELECT value FROM json_each(?))"
-                " GROUP BY value_ref",
-                (origin, epoch, json.dumps(refs)),
-            )
-        found = {str(ref): int(n) for ref, n in rows}
+            # Bound parameters, not a JSON array: a ref is any string (NUL included),
+            # compared exactly as next_fold_seq compares it.
+            for start in range(0, len(refs), 500):
+                chunk = refs[start : start + 500]
+                rows = await db.execute_fetchall(
+                    "SELECT value_ref, MAX(fold_seq) + 1 FROM commitments"
+                    " WHERE origin = ? AND epoch = ?"
+                    f" AND value_ref IN ({', '.join('?' * len(chunk))})"
+                    " GROUP BY value_ref",
+                    (origin, epoch, *chunk),
+                )
+                found.update({str(ref): int(n) for ref, n in rows})
         return {ref: found.get(ref, 0) for ref in refs}
 
     async def obligation(self, digest: str) -> ObligationRecord | None:
