@@ -24,7 +24,10 @@ Usage::
 
 ``memory+cache`` lets the holder keep the folds it verified (no second
 demand for a fold it already holds); ``memory+w2`` shares the runs over two
-worker processes (``--workers 2``). ``--full`` takes the config's whole main
+worker processes (``--workers 2``), ``memory+w`` over the default (the
+cores available, as ``provnet experiment boundary``). With ``--full`` each
+column also prints its wall time against the 31 s target, its CPU per
+decision point and the load average. ``--full`` takes the config's whole main
 matrix (``provnet experiment boundary --full``: 180 runs) instead of the
 slice. Every column also reports the CPU seconds it took (user + system, of
 this process and its worker processes), which on a shared machine says more
@@ -40,12 +43,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import sys
 import time
 
 from harness.arms import STRUCTURAL_ARMS
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
+from harness.boundary.cli import available_cores, default_workers
 from harness.boundary.report import percentile
 from harness.boundary.runner import (
     BoundaryOutcome,
@@ -63,6 +68,8 @@ from nodes.faults import FaultMode
 from nodes.logging import configure_logging
 
 STRUCTURAL = tuple(a.value for a in STRUCTURAL_ARMS)
+#: ``--full`` wall-time target (seconds): the lab's whole in-process matrix here
+FULL_TARGET_S = 31.0
 
 
 def _cpu_seconds() -> float:
@@ -213,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for name in args.transports.split(","):
         transport, *extras = name.split("+")
-        workers = [int(e[1:]) for e in extras if e.startswith("w") and e[1:].isdigit()]
+        workers = [
+            int(e[1:]) if e[1:] else default_workers(len(slice_tasks(cfg, base)))
+            for e in extras
+            if e.startswith("w") and (e[1:].isdigit() or not e[1:])
+        ]
         settings = BoundarySettings(
             cadences=base.cadences,
             profiles=base.profiles,
@@ -290,6 +301,17 @@ def main(argv: list[str] | None = None) -> int:
             f"ratio {n}/in-process: wall {r['wall_s'] / wall_in:,.0f}x,"
             f" rehydrating decision p50 {r['p50_ms'] / max(1e-9, inproc['p50_ms']):,.0f}x"
         )
+    if args.full:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        for n in names:
+            r = results[n]
+            print(
+                f"--full {n}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU"
+                f" ({r['cpu_s'] / max(1.0, r['decisions']) * 1000:.2f} ms CPU per decision point),"
+                f" target <= {FULL_TARGET_S:.0f} s wall on 2 cores:"
+                f" {'PASS' if r['wall_s'] <= FULL_TARGET_S else 'FAIL'}"
+                f" (load average {load:.1f}, {available_cores()} cores available)"
+            )
     if names:
         r = results[names[0]]
         print(

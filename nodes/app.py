@@ -38,6 +38,7 @@ from nodes.logging import configure_logging, get_logger
 from nodes.reaper import Reaper
 from nodes.server import NodeServer, build_server
 from nodes.services import NodeCore
+from nodes.store import StoreMode
 from nodes.transport import GrpcTransport, Transport
 
 __all__ = [
@@ -133,8 +134,12 @@ async def start_node(
     transport: Transport | None = None,
     clock: Callable[[], float] | None = None,
     fault: FaultPlan | None = None,
+    store_mode: StoreMode = StoreMode.DURABLE,
 ) -> RunningNode:
-    """Open key and store and start serving; the caller stops the returned node."""
+    """Open key and store and start serving; the caller stops the returned node.
+
+    ``store_mode`` scratch (no durability claimed, :class:`nodes.store.StoreMode`)
+    only for a node whose log dies with the process, e.g. an experiment's."""
     check_port_free(config.listen)  # before anything (the key file) is written
     if config.operator_key_file is not None:
         operator = operator_key_id(config.operator_key_file)
@@ -152,6 +157,7 @@ async def start_node(
         transport=transport,
         clock=clock,
         fault=fault,
+        store_mode=store_mode,
     )
     server = build_server(core, config.listen, config.max_message_bytes)
     try:

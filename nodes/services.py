@@ -386,10 +386,16 @@ class NodeCore:
         transport: Transport,
         clock: Callable[[], float] | None = None,
         fault: FaultPlan | None = None,
+        store_mode: st.StoreMode = st.StoreMode.DURABLE,
     ) -> NodeCore:
+        """Open the node's store and state; ``store_mode`` scratch only for a node
+        whose log is not meant to outlive its process (:class:`nodes.store.StoreMode`)."""
         floor = _read_floor(config.data_dir / REPLAY_FLOOR_FILENAME)
         store = await st.HopStore.open(
-            config.data_dir, identity.node_id, provenance_pending=config.provenance_pending
+            config.data_dir,
+            identity.node_id,
+            provenance_pending=config.provenance_pending,
+            mode=store_mode,
         )
         core = cls(
             config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
@@ -696,8 +702,7 @@ class NodeCore:
             raise MalformedRequest("commit compaction: a value_ref appears twice")
         self._check_promise("compaction", serve_for_ms, deadline_ms)
         epoch = self.store.epoch
-        wanted: list[tuple[str, list[st.HopInput], bytes]] = []
-        for value_ref, seqs, value in folds:
+        for value_ref, seqs, _ in folds:
             _check_value_ref(value_ref)
             if not seqs or len(seqs) > MAX_FOLD_HOPS or len(set(seqs)) != len(seqs):
                 raise MalformedRequest(
@@ -706,7 +711,12 @@ class NodeCore:
             bad = next((q for q in seqs if not 0 <= int(q) <= MAX_SEQ), None)
             if bad is not None:
                 raise MalformedRequest(f"commit {value_ref}: seq {bad} is outside 0..2^63-1")
-            stored = await self.store.hops(epoch, seqs)
+        # Every fold's hops in one read (folds of one compaction share most of them).
+        stored = await self.store.hops(
+            epoch, list(dict.fromkeys(int(q) for _, seqs, _ in folds for q in seqs))
+        )
+        wanted: list[tuple[str, list[st.HopInput], bytes]] = []
+        for value_ref, seqs, value in folds:
             inputs: list[st.HopInput] = []
             for seq in seqs:
                 data = stored.get(int(seq))
@@ -737,14 +747,10 @@ class NodeCore:
         deadline_ms: int,
     ) -> CommittedCompaction:
         head_log = await self._epoch_head_log(epoch)
-        inputs = [
-            st.CompactionInput(
-                ref,
-                await self.store.next_fold_seq(self.node_id, epoch, ref),
-                tuple(hops),
-            )
-            for ref, hops, _ in wanted
-        ]
+        fold_seqs = await self.store.next_fold_seqs(
+            self.node_id, epoch, [ref for ref, _, _ in wanted]
+        )
+        inputs = [st.CompactionInput(ref, fold_seqs[ref], tuple(hops)) for ref, hops, _ in wanted]
         serve_for = serve_for_ms or self.config.serve_for_ms
         deadline = deadline_ms or self.config.deadline_ms
         issued = _ms(self.clock())

@@ -55,11 +55,11 @@ import json
 import secrets
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import aiosqlite
 
@@ -67,6 +67,7 @@ from contracts.canonical import sha256_hex
 from contracts.heads import batch_record
 from contracts.signed import parse_statement
 from contracts.statements import Head
+from nodes._store_conn import Db, InLoopConnection
 from nodes._store_schema import DDL, SCHEMA_VERSION
 from nodes.errors import (
     FoldConflict,
@@ -111,6 +112,7 @@ __all__ = [
     "StoreClosed",
     "StoreCorrupt",
     "StoreError",
+    "StoreMode",
     "StoreUnavailable",
     "UnknownCommitment",
     "head_binding",
@@ -147,6 +149,29 @@ def _translate(exc: BaseException, what: str) -> StoreError:
 
 
 # --------------------------------------------------------------------------- records
+
+
+class StoreMode(StrEnum):
+    """How a store keeps its promises: the deployed mode, or scratch for experiments.
+
+    ``durable`` (every node a user runs): WAL with ``synchronous=FULL`` — a
+    COMMIT is fsync'd before it returns, which is what the ordering bar of
+    seed 000 rests on — and statements on aiosqlite's thread, so a slow
+    disk never stalls the node's event loop.
+
+    ``scratch``: claims NO durability. WAL with ``synchronous=OFF`` (COMMIT
+    returns once SQLite handed the pages to the OS; a power loss or kernel
+    crash may lose or corrupt the log) and statements on the event loop's
+    own thread (:class:`nodes._store_conn.InLoopConnection`: no hand-off,
+    but a slow statement blocks the loop). Only for nodes whose log dies
+    with the process anyway — the boundary experiment's in-process nodes in
+    a temporary directory — where the ordering within one process (hops,
+    then signature, then COMMIT, then release) is all that is checked, and
+    it is unchanged: the same transactions run in the same order.
+    """
+
+    DURABLE = "durable"
+    SCRATCH = "scratch"
 
 
 class FoldStatus(StrEnum):
@@ -368,7 +393,7 @@ class ReapReport:
 # --------------------------------------------------------------------------- store
 
 
-async def _begin(db: aiosqlite.Connection, statement: str) -> None:
+async def _begin(db: Db, statement: str) -> None:
     """Start a transaction that a cancelled caller cannot leave open.
 
     A cancelled ``await`` does not stop a statement on the connection's
@@ -394,6 +419,11 @@ async def _begin(db: aiosqlite.Connection, statement: str) -> None:
             if attempt == 2 or "within a transaction" not in str(exc):
                 raise
             await db.execute("ROLLBACK")
+
+
+async def _threaded_connection(path: Path) -> Db:
+    conn: Db = await aiosqlite.connect(path, isolation_level=None)
+    return conn
 
 
 def _make_epoch(counter: int) -> str:
@@ -423,17 +453,19 @@ class HopStore:
         self,
         path: Path,
         origin: str,
-        writer: aiosqlite.Connection,
-        reader: aiosqlite.Connection,
+        writer: Db,
+        reader: Db,
         epoch: str,
         *,
         provenance_pending: bool,
         root_of: RootFunction,
+        mode: StoreMode = StoreMode.DURABLE,
     ) -> None:
+        self._mode = mode
         self._path = path
         self._origin = origin
-        self._writer: aiosqlite.Connection | None = writer
-        self._reader: aiosqlite.Connection | None = reader
+        self._writer: Db | None = writer
+        self._reader: Db | None = reader
         self._epoch = epoch
         self._pending_mode = provenance_pending
         self._root_of = root_of
@@ -455,6 +487,7 @@ class HopStore:
         provenance_pending: bool = False,
         root_of: RootFunction | None = None,
         settle_pending: bool = True,
+        mode: StoreMode = StoreMode.DURABLE,
     ) -> HopStore:
         """Open (creating if needed) the hop log in ``data_dir`` for ``origin``.
 
@@ -464,7 +497,8 @@ class HopStore:
         Pending folds whose hops can no longer land (the process died first)
         are marked ``lost`` here — unless ``settle_pending`` is false, which a
         second process on a live node's log (a standalone reaper) must pass:
-        the pending bytes are then in the node's memory, not lost.
+        the pending bytes are then in the node's memory, not lost. ``mode``
+        is :class:`StoreMode` (``scratch`` claims no durability).
         """
         if origin == "":
             raise ValueError("origin must be a non-empty node id")
@@ -478,19 +512,28 @@ class HopStore:
         path = directory / DB_FILENAME
         if origin is None and not path.exists():
             raise StoreUnavailable(f"open store {path}: no hop log here to open")
-        writer: aiosqlite.Connection | None = None
-        reader: aiosqlite.Connection | None = None
+        writer: Db | None = None
+        reader: Db | None = None
+        match mode:
+            case StoreMode.DURABLE:
+                connect: Callable[[Path], Awaitable[Db]] = _threaded_connection
+                synchronous = "FULL"
+            case StoreMode.SCRATCH:
+                connect = InLoopConnection.connect
+                synchronous = "OFF"
+            case _:
+                assert_never(mode)
         try:
-            writer = await aiosqlite.connect(path, isolation_level=None)
+            writer = await connect(path)
             await writer.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             cursor = await writer.execute("PRAGMA journal_mode = WAL")
-            mode = await cursor.fetchone()
-            if mode is None or str(mode[0]).lower() != "wal":
-                raise StoreUnavailable(f"open store {path}: WAL not available (got {mode})")
-            await writer.execute("PRAGMA synchronous = FULL")
+            journal = await cursor.fetchone()
+            if journal is None or str(journal[0]).lower() != "wal":
+                raise StoreUnavailable(f"open store {path}: WAL not available (got {journal})")
+            await writer.execute(f"PRAGMA synchronous = {synchronous}")
             await writer.execute("PRAGMA foreign_keys = ON")
             origin, epoch = await cls._init_schema(writer, path, origin)
-            reader = await aiosqlite.connect(path, isolation_level=None)
+            reader = await connect(path)
             await reader.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             await reader.execute("PRAGMA query_only = ON")
         except BaseException as exc:
@@ -511,6 +554,7 @@ class HopStore:
             epoch,
             provenance_pending=provenance_pending,
             root_of=root_of if root_of is not None else _default_root_function(),
+            mode=mode,
         )
         await store._load_counters()
         if settle_pending:
@@ -519,7 +563,7 @@ class HopStore:
 
     @staticmethod
     async def _init_schema(
-        db: aiosqlite.Connection, path: Path, origin: str | None
+        db: Db, path: Path, origin: str | None
     ) -> tuple[str, str]:
         await db.execute("BEGIN IMMEDIATE")
         try:
@@ -614,17 +658,22 @@ class HopStore:
         return self._path
 
     @property
+    def mode(self) -> StoreMode:
+        """What this store promises (:class:`StoreMode`)."""
+        return self._mode
+
+    @property
     def provenance_pending(self) -> bool:
         return self._pending_mode
 
-    def _conn(self, which: str) -> aiosqlite.Connection:
+    def _conn(self, which: str) -> Db:
         conn = self._writer if which == "writer" else self._reader
         if conn is None:
             raise StoreClosed(f"hop log {self._path} is closed")
         return conn
 
     @contextlib.asynccontextmanager
-    async def _write(self, what: str) -> AsyncIterator[aiosqlite.Connection]:
+    async def _write(self, what: str) -> AsyncIterator[Db]:
         """One write transaction: BEGIN IMMEDIATE … COMMIT (fsync'd) or ROLLBACK.
 
         Unflushed counters ride along in every write transaction.
@@ -653,7 +702,7 @@ class HopStore:
                 raise
 
     @contextlib.asynccontextmanager
-    async def _read(self, what: str) -> AsyncIterator[aiosqlite.Connection]:
+    async def _read(self, what: str) -> AsyncIterator[Db]:
         """One consistent read snapshot on the reader connection."""
         async with self._read_lock:
             db = self._conn("reader")
@@ -728,7 +777,7 @@ class HopStore:
 
     async def _insert_hops(
         self,
-        db: aiosqlite.Connection,
+        db: Db,
         epoch: str,
         hops: Iterable[HopInput],
         now_ms: int,
@@ -925,9 +974,11 @@ class HopStore:
             )
         async with self._write(what) as db:
             self._check_epoch(epoch, "commit compaction")
-            # (1) hops durable first
-            for f in folds:
-                await self._insert_hops(db, epoch, f.hops, now_ms, check_only=pending)
+            # (1) hops durable first: every fold's hops in one check and one insert
+            # (a seq two folds give with different bytes is a HopConflict as before)
+            await self._insert_hops(
+                db, epoch, [h for f in folds for h in f.hops], now_ms, check_only=pending
+            )
             # (2) one signature over every fold record
             signed = sign(drafts)
             if len(signed.folds) != len(drafts):
@@ -1058,7 +1109,7 @@ class HopStore:
 
     async def _existing_fold(
         self,
-        db: aiosqlite.Connection,
+        db: Db,
         epoch: str,
         value_ref: str,
         fold_seq: int,
@@ -1124,7 +1175,7 @@ class HopStore:
             landed += 1
         return landed
 
-    async def _missing_members(self, db: aiosqlite.Connection, digest: str) -> int:
+    async def _missing_members(self, db: Db, digest: str) -> int:
         rows = list(
             await db.execute_fetchall(
                 "SELECT COUNT(*) FROM fold_members m LEFT JOIN hops h"
@@ -1247,7 +1298,7 @@ class HopStore:
             status=FoldStatus(str(row[9])),
         )
 
-    async def _fold(self, db: aiosqlite.Connection, digest: str) -> FoldRecord | None:
+    async def _fold(self, db: Db, digest: str) -> FoldRecord | None:
         rows = list(
             await db.execute_fetchall(
                 "SELECT digest, origin, epoch, value_ref, fold_seq, leaf_count, root, envelope,"
@@ -1258,7 +1309,7 @@ class HopStore:
         return self._fold_from_row(rows[0]) if rows else None
 
     async def _obligations(
-        self, db: aiosqlite.Connection, commitment_digest: str
+        self, db: Db, commitment_digest: str
     ) -> tuple[ObligationRecord, ...]:
         rows = await db.execute_fetchall(
             "SELECT digest, commitment_digest, serve_until, envelope, local FROM obligations"
@@ -1298,6 +1349,27 @@ class HopStore:
                 )
             )
         return int(rows[0][0])
+
+    async def next_fold_seqs(
+        self, origin: str, epoch: str, value_refs: Sequence[str]
+    ) -> dict[str, int]:
+        """:meth:`next_fold_seq` of each of ``value_refs``, in one query and one snapshot."""
+        refs = list(dict.fromkeys(value_refs))
+        found: dict[str, int] = {}
+        async with self._read(f"read next fold sequences of {len(refs)} refs") as db:
+            # Bound parameters, not a JSON array: a ref is any string (NUL included),
+            # compared exactly as next_fold_seq compares it.
+            for start in range(0, len(refs), 500):
+                chunk = refs[start : start + 500]
+                rows = await db.execute_fetchall(
+                    "SELECT value_ref, MAX(fold_seq) + 1 FROM commitments"
+                    " WHERE origin = ? AND epoch = ?"
+                    f" AND value_ref IN ({', '.join('?' * len(chunk))})"
+                    " GROUP BY value_ref",
+                    (origin, epoch, *chunk),
+                )
+                found.update({str(ref): int(n) for ref, n in rows})
+        return {ref: found.get(ref, 0) for ref in refs}
 
     async def obligation(self, digest: str) -> ObligationRecord | None:
         """A stored obligation by its digest."""
@@ -1372,7 +1444,7 @@ class HopStore:
                 await self._insert_obligation(db, obligation, now_ms)
 
     @staticmethod
-    async def _insert_commitment(db: aiosqlite.Connection, c: KeptCommitment, now_ms: int) -> bool:
+    async def _insert_commitment(db: Db, c: KeptCommitment, now_ms: int) -> bool:
         cursor = await db.execute(
             "INSERT INTO commitments (digest, origin, epoch, value_ref, fold_seq, leaf_count,"
             " root, envelope, local, status, created_at) VALUES (?,?,?,?,?,?,?,?,0,'durable',?)"
@@ -1392,7 +1464,7 @@ class HopStore:
         return cursor.rowcount == 1
 
     async def _insert_obligation(
-        self, db: aiosqlite.Connection, o: ObligationRecord, now_ms: int
+        self, db: Db, o: ObligationRecord, now_ms: int
     ) -> bool:
         fold = await self._fold(db, o.commitment_digest)
         if fold is None:

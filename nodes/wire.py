@@ -18,6 +18,7 @@ with it, through the per-RPC ``*_size`` helpers below.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -837,7 +838,59 @@ def challenge_response_size(result: ChallengeResult) -> int:
 
 
 def deliver_request_size(delivery: Delivery) -> int:
-    return message_size(deliver_request(delivery))
+    """``message_size(deliver_request(delivery))``, without re-encoding the statements.
+
+    A proto3 message's size is the sum of its fields' encodings, so the
+    request is sized as its value-only form plus the statement fields
+    (commitments, obligations, fold proofs, heads), whose size is kept by
+    their exact bytes (:func:`_statement_fields_size`): a value re-delivered
+    with the same statements — every decision re-delivers them — costs one
+    small encode instead of parsing and re-encoding each fold proof and head.
+    The outer length prefix is recomputed for the full inner size.
+    """
+    bare = deliver_pb2.DeliverRequest(
+        value=common_pb2.DeliveredValue(value_ref=delivery.value_ref, value=delivery.value),
+        sender=delivery.sender,
+    )
+    extra = _statement_fields_size(
+        delivery.value_ref,
+        delivery.sender,
+        tuple(delivery.commitments),
+        tuple(delivery.obligations),
+        tuple(delivery.fold_proofs),
+        tuple(delivery.heads),
+    )
+    if not extra:
+        return message_size(bare)
+    inner = bare.value.ByteSize()
+    return message_size(bare) - _varint_size(inner) + _varint_size(inner + extra) + extra
+
+
+def _varint_size(n: int) -> int:
+    return max(1, (n.bit_length() + 6) // 7)
+
+
+@functools.lru_cache(maxsize=4096)
+def _statement_fields_size(
+    value_ref: str,
+    sender: str,
+    commitments: tuple[bytes, ...],
+    obligations: tuple[bytes, ...],
+    fold_proofs: tuple[bytes, ...],
+    heads: tuple[bytes, ...],
+) -> int:
+    """Bytes the statement fields add to a ``DeliveredValue``. They depend on the
+    value ref (a fold proof's record leaves out the delivered value's ref) and on
+    the sender (a head leaves out its origin when that is the sender), so both
+    are part of the key; the value itself is not."""
+    if not (commitments or obligations or fold_proofs or heads):
+        return 0
+    with_statements = delivered_value(
+        Delivery(value_ref, b"", commitments, obligations, sender, fold_proofs, heads)
+    )
+    return message_size(with_statements) - message_size(
+        common_pb2.DeliveredValue(value_ref=value_ref)
+    )
 
 
 def delivery_statement_size(delivery: Delivery) -> int:

@@ -7,6 +7,7 @@ only when the subcommand runs, so the rest of the CLI stays light.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 
@@ -21,7 +22,20 @@ from harness.cli_common import (
 )
 from nodes.faults import FaultMode
 
-__all__ = ["configure"]
+__all__ = ["available_cores", "configure", "default_workers"]
+
+
+def available_cores() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_workers(runs: int) -> int:
+    """``--workers`` when not given: every available core, at most one per run."""
+    return max(1, min(available_cores(), runs))
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -141,9 +155,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
         type=positive_int,
-        default=1,
+        default=None,
         help="processes the runs are shared over (in-process nodes; results merged in"
-        " run order, fingerprints as with one)",
+        " run order, fingerprints as with one); default: the cores this process may"
+        " use, at most one per run",
     )
     parser.add_argument(
         "--deadline-ms",
@@ -259,7 +274,11 @@ def _handler(args: argparse.Namespace) -> int:
         holder_cache=args.holder_cache,
         witness_name=witness_name or "witness",
         nodes=members,
-        workers=args.workers,
+        workers=args.workers
+        if args.workers is not None
+        else 1
+        if transport is TransportKind.REMOTE  # running nodes: one driver
+        else default_workers(len(cadences) * len(profiles) * len(seeds)),
         control_home=control_home,
     )
     try:

@@ -35,7 +35,13 @@ from harness.boundary.records import (
 )
 from harness.boundary.remote import RemoteOps, RemoteTopology
 from harness.boundary.topology import LocalOps, NodeLost, NodeOps, NodeRef, Topology
-from harness.boundary.wire import decode_value, encode_value, hop_fields, hop_from_served
+from harness.boundary.wire import (
+    HopCodec,
+    decode_value,
+    encode_value,
+    hop_fields,
+    hop_from_served,
+)
 from harness.events import Decision, Event, Hop, Merge, NewValue, OpEvent, Retire
 from harness.fingerprint import DecisionLog
 from harness.gates import GATES, Gate, GateView, Mode, evaluate, gate_modes
@@ -128,12 +134,6 @@ class _ColdReads(HopLog):
         return [log.get(h) for h in hop_ids], sum(log.size_of(h) for h in hop_ids)
 
 
-def _needs_hops(gate: Gate, view: GateView, window: int) -> bool:
-    probe = _Probe()
-    evaluate(gate, view, Mode.REHYDRATE, probe, window)
-    return probe.asked
-
-
 # --------------------------------------------------------------------------- one run
 
 
@@ -164,14 +164,21 @@ class RunPlayer:
         # Served hops already parsed, by (origin, exact bytes): a value's folds are
         # rehydrated again and again, and the same verified bytes parse the same.
         self.parsed: dict[tuple[str, bytes], Hop] = {}
+        # Each hop's JSON fragment, serialised once per run (hop ids are unique in a run).
+        self.codec = HopCodec()
         self.plans: dict[ArmName, list[tuple[int, Gate, Mode, GateCounts]]] = {}
         self.decisions: dict[tuple[str, str, str], list[int]] = {}
         self._heads_seen: dict[str, Signed[Head]] = {}
+        # (arm, gate, mode) names of each plan entry, spelled once per run
+        self.plan_keys: dict[ArmName, list[tuple[str, str, str]]] = {}
         for name in (ArmName.STRUCTURAL_MIN, ArmName.STRUCTURAL_PERHOP, ArmName.PROSE):
             self.plans[name] = [
                 (gi, gate, mode, GateCounts())
                 for gi, gate in enumerate(GATES)
                 for mode in gate_modes(gate, name.structural, params.rehydrate)
+            ]
+            self.plan_keys[name] = [
+                (name.value, gate.name, mode.value) for _, gate, mode, _ in self.plans[name]
             ]
 
     def owner(self, value_id: int) -> NodeRef:
@@ -440,7 +447,7 @@ class RunPlayer:
         value_ref = runner.ops.delivery_ref(arm.value, vid)
         delivery = Delivery(
             value_ref,
-            encode_value(arm.value, vid, view, blob),
+            encode_value(arm.value, vid, view, blob, self.codec),
             tuple(f.commitment for f in folds if not f.proof),
             tuple(f.obligation for f in folds if not f.proof),
             owner.node_id,
@@ -487,11 +494,20 @@ class RunPlayer:
     ) -> str:
         window = self.params.window
         plan = self.plans[name]
-        needs = {
-            gi
-            for gi, gate, mode, _ in plan
-            if mode is Mode.REHYDRATE and _needs_hops(gate, view, window)
-        }
+        rehydrate = Mode.REHYDRATE
+        # A rehydrate-mode gate is first evaluated with a probe log: if it did not
+        # ask for hops, that decision is final (evaluate is pure and never read
+        # the log); if it asked, the holder must demand the folds.
+        probed: dict[int, GateDecision] = {}
+        needs: set[int] = set()
+        for gi, gate, mode, _ in plan:
+            if mode is rehydrate:
+                probe = _Probe()
+                d = evaluate(gate, view, mode, probe, window)
+                if probe.asked:
+                    needs.add(gi)
+                else:
+                    probed[gi] = d
         costs = self.runner.costs(name)
         fetched: HopLog | None = None
         rehydrate_started = 0.0
@@ -501,10 +517,13 @@ class RunPlayer:
         tokens: list[str] = []
         boundary: list[GateDecision] = []
         for gi, gate, mode, counts in plan:
-            if mode is Mode.REHYDRATE and gi in needs and fetched is None:
-                d = GateDecision(False)  # fallback to polarity: both polarities block
-            elif mode is Mode.REHYDRATE and gi in needs:
-                d = evaluate(gate, view, mode, fetched, window)
+            if mode is rehydrate and gi in needs:
+                if fetched is None:
+                    d = GateDecision(False)  # fallback to polarity: both polarities block
+                else:
+                    d = evaluate(gate, view, mode, fetched, window)
+            elif mode is rehydrate:
+                d = probed[gi]
             else:
                 d = evaluate(gate, view, mode, None, window)
             boundary.append(d)
@@ -518,15 +537,15 @@ class RunPlayer:
         cold = _ColdReads(self.rep.log)
         inproc_started = time.perf_counter()
         local = [
-            evaluate(gate, origin_view, mode, cold if mode is Mode.REHYDRATE else None, window)
+            evaluate(gate, origin_view, mode, cold if mode is rehydrate else None, window)
             for _, gate, mode, _ in plan
         ]
         inproc_elapsed = time.perf_counter() - inproc_started
         if needs:
             costs.inproc_rehydrations += 1
             costs.inproc_latencies.append(inproc_elapsed)
-        for (gi, gate, mode, _), b, d_local in zip(plan, boundary, local, strict=True):
-            key = (name.value, gate.name, mode.value)
+        keys = self.plan_keys[name]
+        for (gi, _, mode, _), key, b, d_local in zip(plan, keys, boundary, local, strict=True):
             rec = self.decisions.get(key)
             if rec is None:
                 rec = self.decisions[key] = [0, 0, 0, 0, 0]
@@ -534,7 +553,7 @@ class RunPlayer:
             rec[1] += d_local.proceed
             rec[2] += b.proceed
             rec[3] += d_local.proceed != b.proceed
-            rec[4] += mode is Mode.REHYDRATE and gi in needs and fetched is None
+            rec[4] += mode is rehydrate and gi in needs and fetched is None
         return "".join(tokens)
 
     async def _rehydrate(

@@ -79,6 +79,7 @@ from harness.runner import progress_disabled, replay_params
 from harness.trajectory import generate
 from nodes.auth import ControlCredentials
 from nodes.faults import FaultMode
+from nodes.store import StoreMode
 
 __all__ = [
     "BOUNDARY_FAULTS",
@@ -137,10 +138,12 @@ def _control_credentials(settings: BoundarySettings) -> ControlCredentials | Non
 
 
 def _scratch_root() -> str | None:
-    """Where temporary node stores go: tmpfs if there is one (fsyncs cost nothing there).
+    """Where temporary node stores go: tmpfs if there is one.
 
-    The stores still run WAL with synchronous=FULL — the node code is the
-    deployed one; only the medium differs, as it would on a RAM disk.
+    Those stores run in :class:`nodes.store.StoreMode` ``scratch`` (no
+    durability claimed, statements on the event loop's thread): the same
+    transactions in the same order as a deployed node's, on a medium that
+    answers in microseconds, which is what makes running them inline cheap.
     """
     shm = Path("/dev/shm")
     if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
@@ -155,6 +158,7 @@ async def _play_tasks(
     root: Path,
     evidence_dir: Path | None,
     tick: Callable[[], None],
+    store_mode: StoreMode,
 ) -> _Partial:
     """Start (or connect to) the nodes, play ``tasks`` in order, stop the nodes."""
     topo: Topology | RemoteTopology
@@ -174,6 +178,7 @@ async def _play_tasks(
             settings.transport,
             deadline_ms=settings.deadline_ms,
             reasks=settings.reasks,
+            store_mode=store_mode,
         )
     try:
         runner = Runner(topo, settings, _Ticks(tick), evidence_dir)
@@ -256,6 +261,7 @@ def _worker_play(
     indices: list[int],
     root: str,
     evidence_dir: str | None,
+    store_mode: StoreMode,
 ) -> _Partial:
     """One worker: its share of the slice, on its own in-process nodes."""
     from nodes.config import LogFormat
@@ -273,6 +279,7 @@ def _worker_play(
             Path(root),
             Path(evidence_dir) if evidence_dir is not None else None,
             lambda: _worker_tick(pending),
+            store_mode,
         )
     )
     if pending[0] and _WORKER_TICKS is not None:
@@ -301,6 +308,7 @@ async def _play_parallel(
     root: Path,
     evidence_dir: Path | None,
     bar: Any,
+    store_mode: StoreMode,
 ) -> list[_Partial]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -325,6 +333,7 @@ async def _play_parallel(
                 share,
                 str(root / f"w{w}"),
                 str(evidence_dir) if evidence_dir is not None else None,
+                store_mode,
             )
             for w, share in enumerate(shares)
         ]
@@ -424,6 +433,9 @@ async def run_boundary_async(
     parallel = settings.workers > 1 and settings.transport is not TransportKind.REMOTE
     with tempfile.TemporaryDirectory(prefix="provnet-boundary-", dir=_scratch_root()) as tmp:
         root = work_dir if work_dir is not None else Path(tmp)
+        # Stores in a directory removed after the run claim no durability; a
+        # kept --node-dir gets the deployed (durable) stores.
+        store_mode = StoreMode.DURABLE if work_dir is not None else StoreMode.SCRATCH
         bar = tqdm(
             total=total,
             desc="boundary",
@@ -433,7 +445,9 @@ async def run_boundary_async(
         )
         try:
             if parallel:
-                partials = await _play_parallel(cfg, settings, len(tasks), root, evidence_dir, bar)
+                partials = await _play_parallel(
+                    cfg, settings, len(tasks), root, evidence_dir, bar, store_mode
+                )
             else:
 
                 def tick() -> None:
@@ -442,7 +456,11 @@ async def run_boundary_async(
                         on_decision()
 
                 indexed = [(i, *t) for i, t in enumerate(tasks)]
-                partials = [await _play_tasks(cfg, settings, indexed, root, evidence_dir, tick)]
+                partials = [
+                    await _play_tasks(
+                        cfg, settings, indexed, root, evidence_dir, tick, store_mode
+                    )
+                ]
         finally:
             bar.close()
     merged = _merge(settings, partials)

@@ -37,6 +37,7 @@ from nodes.config import NodeConfig
 from nodes.faults import FaultMode, FaultPlan
 from nodes.messages import CommittedCompaction, Delivery, RehydrationReport
 from nodes.services import NodeCore
+from nodes.store import StoreMode
 from nodes.transport import GrpcTransport, InMemoryTransport, LocalNode
 
 __all__ = [
@@ -258,15 +259,22 @@ async def start_topology(
     *,
     deadline_ms: int,
     reasks: int,
+    store_mode: StoreMode = StoreMode.DURABLE,
 ) -> Topology:
-    """Start every node of ``specs`` (data dirs under ``root``); stop them all on failure."""
+    """Start every node of ``specs`` (data dirs under ``root``); stop them all on failure.
+
+    ``store_mode`` scratch when ``root`` is a temporary directory removed
+    after the run: the nodes' logs then claim no durability
+    (:class:`nodes.store.StoreMode`)."""
     meter = WireMeter()
     registry: dict[str, LocalNode] = {}
     handles: list[NodeHandle] = []
     try:
         for spec in specs:
             handles.append(
-                await _start_one(root, spec, transport, meter, registry, deadline_ms, reasks)
+                await _start_one(
+                    root, spec, transport, meter, registry, deadline_ms, reasks, store_mode
+                )
             )
     except BaseException:
         await _stop_all(handles, grace=0.1)
@@ -290,6 +298,7 @@ async def _start_one(
     registry: dict[str, LocalNode],
     deadline_ms: int,
     reasks: int,
+    store_mode: StoreMode,
 ) -> NodeHandle:
     data_dir = root / spec.name
     if transport is TransportKind.MEMORY:
@@ -313,6 +322,7 @@ async def _start_one(
             load_or_create_identity(data_dir),
             transport=MeteredTransport(InMemoryTransport(registry=registry), meter, spec.name),
             fault=FaultPlan(spec.fault, spec.fault_delay_ms, crash=crash),
+            store_mode=store_mode,
         )
         core_ref.append(core)
         registry[address] = core
@@ -338,5 +348,6 @@ async def _start_one(
         transport=MeteredTransport(
             GrpcTransport(config.max_message_bytes, credentials=signer), meter, spec.name
         ),
+        store_mode=store_mode,
     )
     return NodeHandle(spec.name, spec.role, running.core, running.address, spec.fault, running)

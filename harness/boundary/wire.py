@@ -42,6 +42,7 @@ from nodes.transport import Answer, CallFailed, ChallengeResult, Delivery, Trans
 
 __all__ = [
     "CryptoMeter",
+    "HopCodec",
     "MeteredTransport",
     "TagCounts",
     "WireMeter",
@@ -113,20 +114,95 @@ def _hop_from_doc(doc: object, what: str) -> Hop:
     )
 
 
+def _hop_fast(doc: object) -> Hop | None:
+    """The common, well-formed hop document as a :class:`Hop`; None for anything else.
+
+    Exactly what :func:`_hop_from_doc` returns for a document whose fields
+    all have their plain types (strings, an int step, ``[axis, float]``
+    pairs); every other document (a dict of deltas, an int factor, a missing
+    or mistyped field) returns None and goes through the checking parser,
+    which converts or names the bad field as before.
+    """
+    if type(doc) is not dict:
+        return None
+    hop_id = doc.get("hop_id")
+    step = doc.get("step")
+    op = doc.get("op")
+    deltas = doc.get("axis_deltas")
+    taints = doc.get("taints_added")
+    parents = doc.get("parent_hop_ids")
+    if not (
+        type(hop_id) is str
+        and type(step) is int
+        and type(op) is str
+        and type(deltas) is list
+        and type(taints) is list
+        and type(parents) is list
+    ):
+        return None
+    pairs: list[tuple[str, float]] = []
+    for p in deltas:
+        if type(p) is not list or len(p) != 2 or type(p[0]) is not str or type(p[1]) is not float:
+            return None
+        pairs.append((p[0], p[1]))
+    for t in taints:
+        if type(t) is not str:
+            return None
+    for t in parents:
+        if type(t) is not str:
+            return None
+    return Hop(hop_id, step, op, tuple(pairs), tuple(taints), tuple(parents))
+
+
 def hop_from_served(fields: dict[str, Any], what: str) -> Hop:
     """A verified served hop (parsed canonical JSON) as the harness's :class:`Hop`."""
-    return _hop_from_doc(fields, what)
+    fast = _hop_fast(fields)
+    return fast if fast is not None else _hop_from_doc(fields, what)
 
 
-def encode_value(arm: str, value_id: int, view: GateView, blob: str | None) -> bytes:
-    """The delivered value: everything a gate reads of it (see module docstring)."""
+_DUMPS = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
+class HopCodec:
+    """Per-run memo of each hop's JSON fragment, keyed by hop id (unique within a run).
+
+    A value carries the same visible hops decision after decision, and
+    ground_truth its whole lineage: each hop is serialised once per run.
+    Bounded: cleared when full. (Decoding is not memoised: the holder
+    parses every value it receives from its bytes.)
+    """
+
+    __slots__ = ("_fragments", "limit")
+
+    def __init__(self, limit: int = 65_536) -> None:
+        self.limit = limit
+        self._fragments: dict[str, str] = {}
+
+    def fragment(self, hop: Hop) -> str:
+        text = self._fragments.get(hop.hop_id)
+        if text is None:
+            if len(self._fragments) >= self.limit:
+                self._fragments.clear()
+            text = self._fragments[hop.hop_id] = _DUMPS(_hop_doc(hop))
+        return text
+
+
+def encode_value(
+    arm: str, value_id: int, view: GateView, blob: str | None, codec: HopCodec | None = None
+) -> bytes:
+    """The delivered value: everything a gate reads of it (see module docstring).
+
+    With ``codec`` the visible hops' JSON fragments are memoised; the bytes
+    are the same either way (the keys are sorted and ``visible`` is the last
+    one, so the fragments are spliced in where ``json.dumps`` puts them).
+    """
     folded = view.folded
     doc: dict[str, Any] = {
         "arm": arm,
         "value_id": value_id,
         "scores": [float(x) for x in view.scores],
         "tainted_by": sorted(view.tainted_by),
-        "visible": [_hop_doc(h) for h in view.visible],
+        "visible": [] if codec is not None else [_hop_doc(h) for h in view.visible],
         "folded": None
         if folded is None
         else {
@@ -137,7 +213,13 @@ def encode_value(arm: str, value_id: int, view: GateView, blob: str | None) -> b
         },
         "blob": blob,
     }
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    if codec is None:
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    head = _DUMPS(doc)
+    if not head.endswith('"visible":[]}'):
+        raise AssertionError("value encoding: 'visible' must be the last key")
+    hops = ",".join([codec.fragment(h) for h in view.visible])
+    return f"{head[:-2]}{hops}]}}".encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +247,10 @@ def decode_value(data: bytes) -> DecodedValue:
     visible = doc["visible"]
     if not isinstance(visible, list):
         raise ValueError("delivered value: visible must be a list of hops")
-    hops = [_hop_from_doc(h, f"visible[{i}]") for i, h in enumerate(visible)]
+    hops: list[Hop] = []
+    for i, h in enumerate(visible):
+        hop = _hop_fast(h)
+        hops.append(hop if hop is not None else _hop_from_doc(h, f"visible[{i}]"))
     folded_doc = doc["folded"]
     folded: FoldedPrefix | None = None
     if folded_doc is not None:

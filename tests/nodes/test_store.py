@@ -37,6 +37,7 @@ from nodes.store import (
     StoreClosed,
     StoreCorrupt,
     StoreError,
+    StoreMode,
     UnknownCommitment,
     _begin,
 )
@@ -52,13 +53,43 @@ def hops_for(epoch: str, seqs: range | list[int], tag: str = "") -> list[HopInpu
     return [HopInput(seq, synthetic_hop(ORIGIN, epoch, seq, tag=tag)) for seq in seqs]
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[HopStore]:
-    s = await HopStore.open(tmp_path / "node", ORIGIN)
+@pytest.fixture(params=list(StoreMode))
+async def store(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[HopStore]:
+    # Every test on this fixture holds in both modes: scratch changes where the
+    # statements run and what a COMMIT promises to the disk, not their order.
+    s = await HopStore.open(tmp_path / "node", ORIGIN, mode=request.param)
     try:
         yield s
     finally:
         await s.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "synchronous", "threaded"),
+    [(StoreMode.DURABLE, 2, True), (StoreMode.SCRATCH, 0, False)],
+)
+async def test_store_mode_sets_the_durability_it_claims_and_where_statements_run(
+    tmp_path: Path, mode: StoreMode, synchronous: int, threaded: bool
+) -> None:
+    import threading
+
+    s = await HopStore.open(tmp_path / "node", ORIGIN, mode=mode)
+    try:
+        writer = s._writer
+        assert writer is not None
+        rows = list(await writer.execute_fetchall("PRAGMA synchronous"))
+        assert int(rows[0][0]) == synchronous  # FULL = 2 (fsync per COMMIT), OFF = 0
+        journal = list(await writer.execute_fetchall("PRAGMA journal_mode"))
+        assert str(journal[0][0]).lower() == "wal"
+        seen: list[int] = []
+        await writer.set_trace_callback(lambda _sql: seen.append(threading.get_ident()))
+        await s.append_hops(s.epoch, hops_for(s.epoch, [1]), now_ms=NOW)
+        assert seen
+        assert all((t != threading.get_ident()) is threaded for t in seen)
+    finally:
+        await s.close()
+    with pytest.raises(StoreClosed):
+        await s.hops(s.epoch, [1])
 
 
 async def commit(
@@ -708,8 +739,20 @@ async def test_standalone_reaper_evicts_expired_and_leaves_live_pending_alone(
 
 
 async def test_writer_cancelled_while_waiting_for_the_lock_leaves_store_usable(
-    store: HopStore,
+    tmp_path: Path,
 ) -> None:
+    # Durable mode only: waiting on another connection's lock is what the
+    # threaded connection is for. A scratch store runs its statements on the
+    # loop, so a lock held elsewhere blocks the loop for the busy timeout —
+    # which is why scratch is for a store nothing else opens (StoreMode).
+    store = await HopStore.open(tmp_path / "node", ORIGIN, mode=StoreMode.DURABLE)
+    try:
+        await _cancelled_lock_waiter_leaves_store_usable(store)
+    finally:
+        await store.close()
+
+
+async def _cancelled_lock_waiter_leaves_store_usable(store: HopStore) -> None:
     blocker = sqlite3.connect(store.path, timeout=0.1)
     blocker.execute("BEGIN IMMEDIATE")
     try:
@@ -765,14 +808,17 @@ async def test_random_cancellations_of_reads_and_writes_leave_store_consistent(
     assert (await store.resolve(base.commitment_digest, now_ms=NOW)).status is ResolveStatus.FOUND
 
 
-async def test_writer_connection_is_wal_with_synchronous_full(store: HopStore) -> None:
+async def test_writer_connection_is_wal_with_synchronous_full_when_durable(store: HopStore) -> None:
     writer = store._writer
     assert writer is not None
     mode = await (await writer.execute("PRAGMA journal_mode")).fetchone()
     sync = await (await writer.execute("PRAGMA synchronous")).fetchone()
     fks = await (await writer.execute("PRAGMA foreign_keys")).fetchone()
     assert mode == ("wal",)
-    assert sync == (2,)  # FULL: the WAL is fsync'd at every COMMIT
+    if store.mode is StoreMode.DURABLE:
+        assert sync == (2,)  # FULL: the WAL is fsync'd at every COMMIT
+    else:
+        assert sync == (0,)  # scratch claims no durability: no fsync
     assert fks == (1,)
 
 
