@@ -24,9 +24,10 @@ trial:
 At the end A is started once more, H re-demands everything, every
 background call is awaited, the nodes stop, and every honest evidence store
 is read: B's, C's and A's hop logs and H's evidence directory. An honest
-origin is *accused* by any record against A except an ``unanswered``
-suspicion of B's whose demand was in flight while A was down (A really did
-not serve it) and that was cleared by a later receipt; those are counted.
+origin is *accused* by any record except an ``unanswered`` suspicion of B's
+against A whose demand was in flight while A was down (A really did not
+serve it) and that a later receipt cleared — or whose obligation ran out
+before a receipt could be had; those are counted.
 The attacker's calls must all get proper refusals (see
 :data:`tests.nodes.attacker.EXPECTED`): no INTERNAL, no replay served twice.
 
@@ -83,6 +84,8 @@ _REPO = Path(__file__).resolve().parents[2]
 DEADLINE_MS = 5_000
 _LONG_MS = 3_600_000
 _BATCH = 128
+#: A fold is demanded only if its obligation runs this much longer (the call's deadline + slack).
+_LIVE_MARGIN_MS = DEADLINE_MS + 2_000
 #: Longest a trial's commit loop runs and the latest moment A is killed.
 _KILL_WITHIN_S = (0.05, 0.8)
 _MAX_FOLDS_PER_TRIAL = 6
@@ -226,11 +229,16 @@ class Campaign:
 
     async def redemand_all(self, when: str) -> None:
         """H demands every live acknowledged commitment; each must be served and verified."""
-        now = _now_ms()
-        live = [a for a in self.acks if a.serve_until > now + 2_000]
-        self.expired_skipped += len(self.acks) - len(live)
-        for start in range(0, len(live), _BATCH):
-            batch = live[start : start + _BATCH]
+        pending = list(self.acks)
+        for start in range(0, len(self.acks), _BATCH):
+            # Chosen right before the call: a fold whose obligation could run out
+            # while the call is due is not asked (one expired demand fails the call).
+            now = _now_ms()
+            batch = [a for a in pending[:_BATCH] if a.serve_until > now + _LIVE_MARGIN_MS]
+            self.expired_skipped += min(_BATCH, len(pending)) - len(batch)
+            pending = pending[_BATCH:]
+            if not batch:
+                continue
             report = await self.holder.rehydrate(
                 f"redemand-{when}-{start}",
                 [a.held for a in batch],
@@ -298,7 +306,7 @@ class Campaign:
 
     def b_unserved(self) -> list[str]:
         now = _now_ms()
-        live = {f"f{a.index}" for a in self.acks if a.serve_until > now + 2_000}
+        live = {f"f{a.index}" for a in self.acks if a.serve_until > now + _LIVE_MARGIN_MS}
         return [ref for ref, out in self.b_last.items() if ref in live and out != "served"]
 
     # ----------------------------------------------------------------- the origin's load
@@ -410,8 +418,9 @@ class Campaign:
         for run in self.b_runs:
             if run.outcome == "served":
                 continue
-            if run.outcome == "expired" and until.get(run.value_ref, 0) <= run.ended_ms + 2_000:
-                continue
+            ran_out = until.get(run.value_ref, 0) <= run.ended_ms + 2_000
+            if run.outcome in {"expired", "unanswered"} and ran_out:
+                continue  # the obligation ran out during the call (reaped: NOT_FOUND)
             overlaps = any(
                 killed <= run.ended_ms and (up == 0 or up >= run.started_ms)
                 for killed, up in self.outages
@@ -428,14 +437,15 @@ class Campaign:
         )
 
 
-async def _accusations(campaign: Campaign, origin: str) -> tuple[list[str], int]:
+async def _accusations(campaign: Campaign, origin: str) -> tuple[list[str], Counter[bool]]:
     """Every evidence record in the honest nodes' stores (every node here is honest).
 
-    Returns the accusations and the number of B's suspicions against A that
-    were made while A was down and were cleared by a later receipt.
+    Returns the accusations, and B's suspicions against A made while A was
+    really down, by whether a later receipt cleared them (``True``) or their
+    obligation ran out first (``False``).
     """
     accusations: list[str] = []
-    outage_cleared = 0
+    outage: Counter[bool] = Counter()
     for node in (campaign.a, campaign.b, campaign.c):
         store = await HopStore.open(node.data_dir, None)
         try:
@@ -444,25 +454,33 @@ async def _accusations(campaign: Campaign, origin: str) -> tuple[list[str], int]
                 demand_ms = -1
                 if evidence.demand is not None:
                     demand_ms = open_statement(evidence.demand, Demand).statement.time
+                serve_until = 0
+                if evidence.obligation is not None:
+                    serve_until = open_statement(
+                        evidence.obligation, Obligation
+                    ).statement.serve_until
                 is_cleared = await store.clearing_receipt(record.digest) is not None
                 in_outage = campaign.in_outage(demand_ms)
+                ran_out = serve_until <= _now_ms()
                 if (
                     node is campaign.b
                     and record.accused == origin
                     and record.kind == "unanswered"
-                    and is_cleared
                     and in_outage
+                    and (is_cleared or ran_out)
                 ):
-                    outage_cleared += 1
+                    # A was really down: a suspicion, cleared by a later receipt — or
+                    # standing because the obligation ran out before one could be had.
+                    outage[is_cleared] += 1
                     continue
                 accusations.append(
                     f"{node.name}: {record.kind} against {record.accused[:16]}"
                     f" {record.digest[:16]} demand at {demand_ms} cleared={is_cleared}"
-                    f" in_outage={in_outage}"
+                    f" in_outage={in_outage} serve_until={serve_until}"
                 )
         finally:
             await store.close()
-    return accusations, outage_cleared
+    return accusations, outage
 
 
 async def _foreign(c: NodeProc) -> Bearer:
@@ -566,7 +584,7 @@ async def run_campaign(root: Path, trials: int, seed: int) -> dict[str, Any]:
         for node in (a, b, c):
             node.stop()
     elapsed = time.monotonic() - started
-    accusations, outage_cleared = await _accusations(campaign, origin)
+    accusations, outage = await _accusations(campaign, origin)
     holder_files = sorted(p.name for p in (root / "holder-evidence").glob("*.json"))
     store = await HopStore.open(a.data_dir, None)
     try:
@@ -583,7 +601,8 @@ async def run_campaign(root: Path, trials: int, seed: int) -> dict[str, Any]:
         "redemanded": campaign.redemanded,
         "unresolvable": len(campaign.unresolvable) + int(counters["provenance_unresolvable"]),
         "accusations": accusations + campaign.holder_evidence + holder_files,
-        "outage_suspicions_cleared": outage_cleared,
+        "outage_suspicions_cleared": outage[True],
+        "outage_suspicions_ran_out": outage[False],
         "kill_points": dict(campaign.kill_points),
         "attack_calls": campaign.attacker.total,
         "attack_violations": campaign.attacker.violations,
