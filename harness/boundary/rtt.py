@@ -414,7 +414,7 @@ def rtt_figure(sweep: RttSweep, path: Path) -> None:
     points = sweep.points
     xs = [p.rtt_ms for p in points]
     floor50, floor99 = sweep.in_process_floor_ms
-    fig, (lat, cost) = plt.subplots(1, 2, figsize=(12, 5.2))
+    fig, (lat, cost) = plt.subplots(1, 2, figsize=(12, 6.0))
 
     lat.plot(xs, [p.rehydrate_p50_ms for p in points], "o-", color="tab:blue", label="across p50")
     lat.plot(xs, [p.rehydrate_p99_ms for p in points], "s--", color="tab:blue", label="across p99")
@@ -425,12 +425,13 @@ def rtt_figure(sweep: RttSweep, path: Path) -> None:
     positive = [x for x in xs if x > 0]
     if positive:
         lat.plot(positive, positive, ":", color="tab:red", label="one RTT")
-    for p in points:
+    for i, p in enumerate(points):
         lat.annotate(
             f"{p.rehydrate_p50_ms:.1f}",
             (p.rtt_ms, p.rehydrate_p50_ms),
             textcoords="offset points",
-            xytext=(4, -12),
+            xytext=(6, 4) if i == 0 else (-6, 6),
+            ha="left" if i == 0 else "right",
             fontsize=8,
             color="tab:blue",
         )
@@ -442,7 +443,7 @@ def rtt_figure(sweep: RttSweep, path: Path) -> None:
     lat.set_ylabel("rehydrating-decision latency (ms, log)")
     lat.set_title("Rehydrating decision: latency vs RTT", fontsize=11)
     lat.grid(True, which="both", alpha=0.3)
-    lat.legend(fontsize=8, loc="upper left")
+    lat.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
 
     cost.plot(
         xs,
@@ -476,7 +477,14 @@ def rtt_figure(sweep: RttSweep, path: Path) -> None:
     rpcs.set_ylim(bottom=0, top=max([p.rpcs_per_decision for p in points] + [1.0]) * 1.5)
     handles = cost.get_legend_handles_labels()
     more = rpcs.get_legend_handles_labels()
-    cost.legend(handles[0] + more[0], handles[1] + more[1], fontsize=8, loc="lower right")
+    cost.legend(
+        handles[0] + more[0],
+        handles[1] + more[1],
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncol=2,
+    )
     cost.set_title("Bytes and RPCs per decision vs RTT", fontsize=11)
     cost.grid(True, alpha=0.3)
 
