@@ -132,7 +132,7 @@ def test_compose_has_three_nodes_and_a_runner() -> None:
 
 
 def test_nodes_and_runner_share_the_operator_key_read_only() -> None:
-    # A one-shot service creates the key in the results folder; the nodes read
+    # A service creates the key in the results folder (then idles); the nodes read
     # its public id (read-only mount), the runner signs with the key itself.
     results = "./results-compose"  # the default the loader interpolates
     key = _services()["operator-key"]
@@ -146,7 +146,11 @@ def test_nodes_and_runner_share_the_operator_key_read_only() -> None:
         config = _node_config(name)
         assert config.operator_key_file == Path("/operator/operator.pub"), name
         depends = service["depends_on"]
-        assert depends["operator-key"] == {"condition": "service_completed_successfully"}
+        # healthy, not completed: no container but the runner may exit under
+        # `up --exit-code-from runner` (any exit aborts the project)
+        assert depends["operator-key"] == {"condition": "service_healthy"}
+    assert "exec sleep infinity" in " ".join(key["command"])
+    assert "/results/operator.pub" in " ".join(key["healthcheck"]["test"])
 
 
 def test_every_service_runs_under_an_init_process() -> None:
