@@ -344,11 +344,13 @@ def test_wan_override_routes_every_path_to_a_through_the_link() -> None:
     for name in ("b", "c"):
         peers = {p.name: p.address for p in _node_config(name, WAN).peers}
         assert peers["a"] == via, f"{name} reaches a at {peers['a']}"
-    (smoke, _), _ = _runner_commands(WAN)
+    (smoke, _), (boundary, _) = _runner_commands(WAN)
     from nodes.smoke import Member
 
     members = {m.name: m.address for m in Member.parse_list(_parse(smoke).members)}
     assert members == {"a": via, "b": "b:50051", "c": "c:50051"}
+    # the boundary slice reaches a through the link as well
+    assert dict(_parse(boundary).nodes) == {"a": via, "b": "b:50051", "c": "c:50051"}
     assert _services(WAN)["runner"]["depends_on"]["link-a"] == {"condition": "service_healthy"}
 
 
