@@ -31,9 +31,9 @@ from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
 
 __all__ = [
+    "CONNECT_TIMEOUT_MS",
     "NO_ANSWER_CODES",
     "Answer",
-    "CONNECT_TIMEOUT_MS",
     "CallFailed",
     "ChallengeResult",
     "Delivery",
