@@ -18,6 +18,8 @@ with it, through the per-RPC ``*_size`` helpers below.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,7 +31,7 @@ from contracts._fields import is_digest
 from contracts.canonical import canonical_bytes, parse_json_object
 from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeSignature
 from contracts.errors import EncodingError
-from contracts.heads import FoldProof, FoldRecord
+from contracts.heads import FoldProof, FoldRecord, batch_record
 from contracts.merkle import leaf_hash, root_from_inclusion
 from contracts.statements import Head, StatementKind, payload_type_for
 from nodes._pb.provnet.v1 import (
@@ -74,6 +76,7 @@ if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
     ServeStub: TypeAlias = ServeAsyncStub
 
 __all__ = [
+    "WIRE_VERSION",
     "answer_from_pb",
     "answer_to_pb",
     "answers_from_pb",
@@ -127,6 +130,12 @@ __all__ = [
     "stream_request_size",
 ]
 
+#: Version of the compact head encoding a sender emits (``HeadFields``, common.proto):
+#: 1 spelled every field out; 2 leaves out the origin when it is the sender, and sends
+#: the epoch, serving term, endpoints and a first head's log root in the forms the
+#: receiver rebuilds exactly. A receiver reads both (tests/nodes/vectors).
+WIRE_VERSION = 2
+
 
 def message_size(message: Message) -> int:
     """Bytes of a message on the wire: its protobuf encoding (what gRPC bounds)."""
@@ -138,7 +147,8 @@ def message_size(message: Message) -> int:
 
 def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
     """A delivery in binary, compact: a fold proof naming a head of the same delivery
-    names it by position (``head_part``) and that head travels without its root."""
+    names it by position (``head_part``) and that head travels without its root, and
+    without its origin when the origin is the delivery's sender."""
     parts = {Envelope.from_bytes(h).digest: i + 1 for i, h in enumerate(delivery.heads)}
     proofs = [fold_proof_to_pb(p, delivery.value_ref, parts) for p in delivery.fold_proofs]
     derivable = {p.head_part for p in proofs if p.head_part}
@@ -149,12 +159,15 @@ def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
         obligations=list(delivery.obligations),
         fold_proofs=proofs,
         heads=[
-            signed_head_to_pb(h, omit_root=i + 1 in derivable) for i, h in enumerate(delivery.heads)
+            signed_head_to_pb(h, omit_root=i + 1 in derivable, sender=delivery.sender)
+            for i, h in enumerate(delivery.heads)
         ],
     )
 
 
 def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delivery:
+    """The delivery a :func:`delivered_value` message carries; ``sender`` is the
+    request's sender, the origin of a head that leaves its origin out."""
     value_ref = str(msg.value_ref)
     parts = [_proof_parts(p, value_ref) for p in msg.fold_proofs]
     heads: list[bytes] = []
@@ -166,7 +179,7 @@ def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delive
             if first is None:
                 raise EncodingError(f"head {i + 1}: no root, and no fold proof names it")
             root = first.implied_root(h.fields.size)
-        heads.append(signed_head_from_pb(h, root=root))
+        heads.append(signed_head_from_pb(h, root=root, sender=sender))
     digests = [Envelope.from_bytes(h).digest for h in heads]
     return Delivery(
         value_ref=value_ref,
@@ -182,14 +195,19 @@ def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delive
 _HEAD_TYPE = payload_type_for(StatementKind.HEAD)
 
 
-def signed_head_to_pb(envelope: bytes, *, omit_root: bool = False) -> common_pb2.SignedHead:
+def signed_head_to_pb(
+    envelope: bytes, *, omit_root: bool = False, sender: str = ""
+) -> common_pb2.SignedHead:
     """A head envelope as its parts: the payload's fields in binary and the raw signature.
 
     The compact form (``fields``) is sent whenever rebuilding the payload from
     the fields gives the signed bytes back (always, for a head an origin
     signed with :func:`contracts.signed.sign_statement`); otherwise the
     payload bytes travel as signed. ``omit_root``: a fold proof travelling
-    with the head implies its root (:func:`delivered_value`).
+    with the head implies its root (:func:`delivered_value`). ``sender``: the
+    node id the request names as sender; a head of that origin leaves its
+    origin out. Every other field takes its shortest form that rebuilds to
+    the same value (:data:`WIRE_VERSION` 2, common.proto ``HeadFields``).
     """
     env = Envelope.from_bytes(envelope)
     if env.payload_type != _HEAD_TYPE or len(env.signatures) != 1:
@@ -200,39 +218,140 @@ def signed_head_to_pb(envelope: bytes, *, omit_root: bool = False) -> common_pb2
     except (EncodingError, ValueError):
         head = None
     if head is not None and canonical_bytes(head.to_json()) == env.payload:
-        fields = common_pb2.HeadFields(
-            origin=bytes.fromhex(head.origin),
-            epoch=head.epoch,
-            seq=head.seq,
-            size=head.size,
-            root=b"" if omit_root else bytes.fromhex(head.root),
-            log_root=bytes.fromhex(head.log_root),
-            serve_until=head.serve_until,
-            deadline_ms=head.deadline_ms,
-            endpoints=list(head.endpoints),
-            pending=head.pending,
-            issued_at=head.issued_at,
+        return common_pb2.SignedHead(
+            signature=signature, fields=_head_fields(head, omit_root=omit_root, sender=sender)
         )
-        return common_pb2.SignedHead(signature=signature, fields=fields)
     return common_pb2.SignedHead(payload=env.payload, signature=signature)
 
 
-def _head_payload(f: common_pb2.HeadFields, root: bytes | None) -> bytes:
+def _head_fields(head: Head, *, omit_root: bool, sender: str) -> common_pb2.HeadFields:
+    fields = common_pb2.HeadFields(
+        origin=b"" if sender and head.origin == sender else bytes.fromhex(head.origin),
+        seq=head.seq,
+        size=head.size,
+        root=b"" if omit_root else bytes.fromhex(head.root),
+        deadline_ms=head.deadline_ms,
+        pending=head.pending,
+        issued_at=head.issued_at,
+    )
+    epoch = _epoch_parts(head.epoch)
+    if epoch is None:
+        fields.epoch = head.epoch
+    else:
+        fields.epoch_counter, fields.epoch_nonce = epoch
+    if head.serve_until >= head.issued_at:
+        fields.serve_for_ms = head.serve_until - head.issued_at
+    else:
+        fields.serve_until = head.serve_until
+    addrs = [_endpoint_to_bytes(e) for e in head.endpoints]
+    if addrs and all(a is not None for a in addrs):
+        fields.endpoint_addrs.extend(a for a in addrs if a is not None)
+    else:
+        fields.endpoints.extend(head.endpoints)
+    if head.seq != 0 or head.log_root != _first_log_root(head.size, head.root):
+        fields.log_root = bytes.fromhex(head.log_root)
+    return fields
+
+
+# ``<counter>-<16 hex>``: the epochs nodes.store makes (counter below 2**64)
+_EPOCH_FORM = re.compile(r"(0|[1-9][0-9]{0,19})-([0-9a-f]{16})")
+_PORT_FORM = re.compile(r"0|[1-9][0-9]{0,4}")
+
+
+def _epoch_parts(epoch: str) -> tuple[int, bytes] | None:
+    """(counter, 8 nonce bytes) of an epoch in the store's form, else None."""
+    m = _EPOCH_FORM.fullmatch(epoch)
+    if m is None or int(m[1]) >= 1 << 64:
+        return None
+    return int(m[1]), bytes.fromhex(m[2])
+
+
+def _endpoint_to_bytes(endpoint: str) -> bytes | None:
+    """``a.b.c.d:port`` or ``[v6]:port`` as raw address + 2-byte port, when that
+    rebuilds the very string; else None (the endpoint travels as a string)."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or _PORT_FORM.fullmatch(port) is None or int(port) > 0xFFFF:
+        return None
+    try:
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address
+        if host.startswith("[") and host.endswith("]"):
+            ip = ipaddress.IPv6Address(host[1:-1])
+        else:
+            ip = ipaddress.IPv4Address(host)
+    except ValueError:
+        return None
+    raw = ip.packed + int(port).to_bytes(2, "big")
+    return raw if _endpoint_from_bytes(raw) == endpoint else None
+
+
+def _endpoint_from_bytes(raw: bytes) -> str:
+    port = int.from_bytes(raw[-2:], "big")
+    if len(raw) == 6:
+        return f"{ipaddress.IPv4Address(raw[:4])}:{port}"
+    if len(raw) == 18:
+        return f"[{ipaddress.IPv6Address(raw[:16])}]:{port}"
+    raise EncodingError(
+        f"head: endpoint address of {len(raw)} bytes (IPv4 + port: 6, IPv6 + port: 18)"
+    )
+
+
+def _first_log_root(size: int, root: str) -> str:
+    """Log root of an epoch's first head: one leaf, the batch record (RFC 6962 §2.1)."""
+    return leaf_hash(batch_record(size, root)).hex()
+
+
+def _head_payload(f: common_pb2.HeadFields, root: bytes | None, sender: str = "") -> bytes:
     """The RFC 8785 head payload rebuilt from its binary fields (verified later by PAE)."""
     root = bytes(f.root) if root is None else root
-    if len(f.origin) != 32 or len(root) != 32 or len(f.log_root) != 32:
+    if len(root) != 32 or len(f.log_root) not in (0, 32) or len(f.origin) not in (0, 32):
         raise EncodingError("head: origin, root and log_root must be 32 bytes each")
+    # (1) the origin: sent, or the sender's (a head of the node that delivers it)
+    if f.origin:
+        origin = bytes(f.origin).hex()
+    elif sender:
+        origin = sender
+    else:
+        raise EncodingError("head: no origin, and the delivery names no sender")
+    # (2) the epoch: as a string, or counter + nonce
+    if f.epoch_nonce:
+        if f.epoch or len(f.epoch_nonce) != 8:
+            raise EncodingError("head: epoch and epoch_nonce are exclusive; a nonce is 8 bytes")
+        epoch = f"{f.epoch_counter}-{bytes(f.epoch_nonce).hex()}"
+    elif f.epoch_counter:
+        raise EncodingError("head: epoch_counter without epoch_nonce")
+    else:
+        epoch = str(f.epoch)
+    # (3) the serving term: absolute, or relative to issued_at
+    if f.HasField("serve_for_ms"):
+        if f.serve_until:
+            raise EncodingError("head: serve_until and serve_for_ms are exclusive")
+        serve_until = int(f.issued_at) + int(f.serve_for_ms)
+    else:
+        serve_until = int(f.serve_until)
+    # (4) endpoints: strings, or raw addresses
+    if f.endpoint_addrs and f.endpoints:
+        raise EncodingError("head: endpoints and endpoint_addrs are exclusive")
+    endpoints = tuple(_endpoint_from_bytes(bytes(a)) for a in f.endpoint_addrs) or tuple(
+        str(e) for e in f.endpoints
+    )
+    # (5) the log root: sent, or (first head of an epoch) the one-leaf log's root
+    if f.log_root:
+        log_root = bytes(f.log_root).hex()
+    elif f.seq == 0:
+        log_root = _first_log_root(int(f.size), root.hex())
+    else:
+        raise EncodingError(f"head: no log_root, and head {f.seq} is not an epoch's first")
     try:
         head = Head(
-            origin=bytes(f.origin).hex(),
-            epoch=str(f.epoch),
+            origin=origin,
+            epoch=epoch,
             seq=int(f.seq),
             size=int(f.size),
             root=root.hex(),
-            log_root=bytes(f.log_root).hex(),
-            serve_until=int(f.serve_until),
+            log_root=log_root,
+            serve_until=serve_until,
             deadline_ms=int(f.deadline_ms),
-            endpoints=tuple(str(e) for e in f.endpoints),
+            endpoints=endpoints,
             issued_at=int(f.issued_at),
             pending=bool(f.pending),
         )
@@ -242,13 +361,15 @@ def _head_payload(f: common_pb2.HeadFields, root: bytes | None) -> bytes:
         raise EncodingError(f"head: {exc}") from exc
 
 
-def signed_head_from_pb(msg: common_pb2.SignedHead, *, root: bytes | None = None) -> bytes:
+def signed_head_from_pb(
+    msg: common_pb2.SignedHead, *, root: bytes | None = None, sender: str = ""
+) -> bytes:
     """The DSSE envelope rebuilt around the payload (received, or rebuilt from its fields;
-    ``root`` when the fields leave it out)."""
+    ``root`` when the fields leave it out, ``sender`` the origin when they leave it out)."""
     if msg.HasField("fields"):
         if msg.payload:
             raise EncodingError("head: payload and fields are exclusive")
-        payload = _head_payload(msg.fields, root)
+        payload = _head_payload(msg.fields, root, sender)
     else:
         payload = bytes(msg.payload)
     origin = parse_json_object(payload, what="head payload", max_bytes=MAX_ENVELOPE_BYTES).get(

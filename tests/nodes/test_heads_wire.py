@@ -11,11 +11,14 @@ record naming the faulty origin.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import contracts.heads as heads_mod
 import contracts.identity as identity_mod
@@ -24,7 +27,7 @@ from contracts.evidence import EvidenceKind, verify_evidence
 from contracts.heads import FoldProof, VerifiedFold
 from contracts.signed import Signed, open_statement
 from contracts.statements import DeliveryReceipt, Head
-from nodes._pb.provnet.v1 import common_pb2
+from nodes._pb.provnet.v1 import common_pb2, deliver_pb2
 from nodes.client import Outcome
 from nodes.faults import FaultMode
 from nodes.messages import Delivery
@@ -251,31 +254,47 @@ async def test_heads_and_fold_proofs_cross_protobuf_as_parts_and_come_back_byte_
         wire.delivery_from_pb(bad)
 
 
+#: Statement bytes a lone first delivery may add per value per origin (design revision 2).
+FIRST_DELIVERY_LIMIT = 400
+
+
+def _statement_fields(msg: common_pb2.DeliveredValue) -> int:
+    """Bytes of a DeliveredValue's statement fields (fold proofs, heads) with framing."""
+    bare = common_pb2.DeliveredValue()
+    bare.CopyFrom(msg)
+    del bare.fold_proofs[:], bare.heads[:]
+    return msg.ByteSize() - bare.ByteSize()
+
+
 def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() -> None:
     """The figure docs/contracts.md quotes: a value folded twice (its record chains to the
-    first fold), its compaction covering 20 values (a 5-hash audit path)."""
-    from contracts.heads import FoldInput, HeadLog
-    from contracts.identity import Identity
+    first fold), its compaction covering 20 values (a 5-hash audit path), delivered by its
+    origin: at most 400 B of statements with the head, a digest reference once held."""
     from nodes import wire
+    from tests.nodes.wire_vectors import FORWARDER, lone_first_delivery
 
-    log = HeadLog(Identity.from_seed(bytes(32)), "7-0123456789abcdef")
-    refs = [f"C25-med-s0/v0.{40 + i}" for i in range(20)]
-    terms = {
-        "serve_until": 1_764_503_600_000,
-        "deadline_ms": 2000,
-        "endpoints": ["127.0.0.1:50051"],
-        "issued_at": 1_764_500_000_000,
-    }
-    for fold_seq in (0, 1):
-        hops = [b"hop %d %d" % (fold_seq, i) for i in range(25)]
-        compaction = log.compact([FoldInput(r, fold_seq, hops) for r in refs], **terms)  # type: ignore[arg-type]
-    head, proof = compaction.head.to_bytes(), compaction.proofs[refs[0]].to_bytes()
-    first = Delivery(refs[0], b"v", (), (), "", (proof,), (head,))
-    later = Delivery(refs[0], b"v", (), (), "", (proof,), ())
+    first, later = lone_first_delivery()
     sizes = (wire.delivery_statement_size(first), wire.delivery_statement_size(later))
-    # Before: the payload bytes as signed, the record as leaf data, the head digest.
-    signed = compaction.head.envelope
-    p = compaction.proofs[refs[0]]
+    assert sizes[0] <= FIRST_DELIVERY_LIMIT, f"lone first delivery: {sizes[0]} B of statements"
+    assert sizes == (387, 275)
+    # once held, the head is a reference: no head travels, the fold proof names its digest
+    held = wire.delivered_value(later)
+    assert not held.heads
+    named = FoldProof.from_bytes(later.fold_proofs[0]).head
+    assert held.fold_proofs[0].head == bytes.fromhex(named)
+    assert sizes[0] - sizes[1] == 112  # the head: signature, counters, terms, log root
+    # forwarded by a holder, the head names its origin (32 B more, with framing 34)
+    forwarded, _ = lone_first_delivery(sender=FORWARDER.node_id)
+    assert wire.delivery_statement_size(forwarded) == 421
+    for delivery in (first, later, forwarded):
+        request = wire.deliver_request(delivery)
+        assert wire.delivery_from_pb(request.value, request.sender) == delivery
+    # Before (wire version 1): every head field spelled out; before that, the payload
+    # bytes as signed, the record as leaf data, the head digest.
+    v1 = deliver_pb2.DeliverRequest.FromString(_vector(1))
+    assert _statement_fields(v1.value) == 439  # 440 with the DeliverRequest's framing
+    signed = open_statement(first.heads[0], Head).envelope
+    p = FoldProof.from_bytes(first.fold_proofs[0])
     legacy_proof = common_pb2.FoldProof(
         head=bytes.fromhex(p.head), index=p.index, path=b"".join(p.path), record=p.record
     )
@@ -288,12 +307,82 @@ def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() 
             else common_pb2.DeliveredValue(fold_proofs=[msg]).ByteSize()
         )
 
-    legacy = (framed(legacy_proof) + framed(legacy_head), framed(legacy_proof))
-    # Now: the payload's fields in binary (raw hashes, no JSON keys), the record field by
-    # field, the head's root and digest implied by the proof travelling with it.
-    assert sizes == (440, 275)
-    assert legacy == (865, 382)
-    assert wire.delivery_from_pb(wire.delivered_value(first)) == first
+    assert (framed(legacy_proof) + framed(legacy_head), framed(legacy_proof)) == (865, 382)
+
+
+def _vector(version: int, *, held: bool = False) -> bytes:
+    from tests.nodes.wire_vectors import VECTOR_DIR, vector_name
+
+    path = VECTOR_DIR / vector_name(version, held=held)
+    if not path.is_file():
+        pytest.fail(f"wire vector {path} is missing (see tests/nodes/wire_vectors.py)")
+    return path.read_bytes()
+
+
+def test_wire_vectors_of_every_version_decode_to_the_same_delivery() -> None:
+    from nodes import wire
+    from tests.nodes.wire_vectors import build_wire_vectors, lone_first_delivery
+
+    first, later = lone_first_delivery()
+    # the current version, rebuilt byte for byte
+    for name, data in build_wire_vectors().items():
+        assert data == _vector(wire.WIRE_VERSION, held="held" in name), name
+    # every version still reads
+    for version in range(1, wire.WIRE_VERSION + 1):
+        for held, expected in ((False, first), (True, later)):
+            request = deliver_pb2.DeliverRequest.FromString(_vector(version, held=held))
+            assert wire.delivery_from_pb(request.value, request.sender) == expected, version
+    assert _vector(1) != _vector(wire.WIRE_VERSION)
+
+
+@pytest.mark.parametrize(
+    ("epoch", "endpoints", "compact_epoch", "compact_endpoints"),
+    [
+        ("7-0123456789abcdef", ("127.0.0.1:50051",), True, True),
+        ("0-ffffffffffffffff", ("[::1]:7", "10.0.0.2:0"), True, True),
+        ("18446744073709551615-0000000000000000", ("[2001:db8::1]:65535",), True, True),
+        # not the store's form, or not a canonical address: sent as strings
+        ("18446744073709551616-0000000000000000", ("node-a:50051",), False, False),
+        ("07-0123456789abcdef", ("127.0.0.01:50051",), False, False),
+        ("run-1", ("127.0.0.1:050051", "127.0.0.1:1"), False, False),
+        ("7-0123456789ABCDEF", ("[0:0::1]:7",), False, False),
+        ("", ("1.2.3.4:65536", "[::ffff:1.2.3.4]:9"), False, False),
+        ("1-0123456789abcdef", (), True, False),
+    ],
+)
+def test_head_fields_take_a_compact_form_only_when_it_rebuilds_the_signed_value(
+    epoch: str, endpoints: tuple[str, ...], compact_epoch: bool, compact_endpoints: bool
+) -> None:
+    from contracts.heads import FoldInput, HeadLog
+    from contracts.identity import Identity
+    from nodes import wire
+
+    me = Identity.from_seed(bytes([7]) * 32)
+    log = HeadLog(me, epoch)
+    for seq, (serve_until, issued_at) in enumerate(((10, 20), (5_000, 1_000))):
+        c = log.compact(
+            [FoldInput("a", seq, [b"x"])],
+            serve_until=serve_until,
+            deadline_ms=1,
+            endpoints=endpoints,
+            issued_at=issued_at,
+        )
+        head = c.head.to_bytes()
+        for sender in ("", me.node_id):
+            pb = wire.signed_head_to_pb(head, sender=sender)
+            f = pb.fields
+            assert (len(f.epoch_nonce) == 8) is compact_epoch
+            assert bool(f.endpoint_addrs) is compact_endpoints
+            assert f.HasField("serve_for_ms") is (serve_until >= issued_at)
+            assert (not f.origin) is bool(sender)
+            # an epoch's first head: its log root is the one-leaf log's
+            assert (not f.log_root) is (seq == 0)
+            assert wire.signed_head_from_pb(pb, sender=sender) == head
+            open_statement(wire.signed_head_from_pb(pb, sender=sender), Head, signer=me.node_id)
+    # an implied origin that is not the signer's: the rebuilt head fails its signature
+    pb = wire.signed_head_to_pb(head, sender=me.node_id)
+    with pytest.raises(BadSignature):
+        open_statement(wire.signed_head_from_pb(pb, sender="ab" * 32), Head)
 
 
 async def test_compact_head_and_record_fields_of_the_wrong_shape_are_malformed(
@@ -304,11 +393,55 @@ async def test_compact_head_and_record_fields_of_the_wrong_shape_are_malformed(
     origin = await cluster.add("origin")
     head, proofs = await _compaction(origin, ["a", "b"])
     good = wire.delivered_value(Delivery("a", b"v", (), (), "", (proofs[0],), (head,)))
+    # the compact forms the cases below break are the ones sent: a first head of an
+    # epoch (no log root) over the memory transport, an IP endpoint in the vectors
+    from tests.nodes.wire_vectors import lone_first_delivery
+
+    first, _ = lone_first_delivery()
+    ip = wire.delivered_value(dataclasses.replace(first, sender=""))
+    fields, ip_fields = good.heads[0].fields, ip.heads[0].fields
+    assert fields.origin
+    assert fields.epoch_nonce
+    assert fields.HasField("serve_for_ms")
+    assert (fields.seq, fields.log_root) == (0, b"")
+    assert ip_fields.endpoint_addrs
+    assert not ip_fields.endpoints
     cases: list[tuple[str, common_pb2.DeliveredValue]] = []
     short_origin = common_pb2.DeliveredValue()
     short_origin.CopyFrom(good)
     short_origin.heads[0].fields.origin = b"\x01" * 31
     cases.append(("must be 32 bytes each", short_origin))
+
+    def head_case(
+        message: str,
+        change: Callable[[common_pb2.HeadFields], object],
+        base: common_pb2.DeliveredValue = good,
+    ) -> None:
+        msg = common_pb2.DeliveredValue()
+        msg.CopyFrom(base)
+        change(msg.heads[0].fields)
+        cases.append((message, msg))
+
+    # wire version 2's implied and compact fields
+    head_case("no origin, and the delivery names no sender", lambda f: f.ClearField("origin"))
+    head_case("a nonce is 8 bytes", lambda f: setattr(f, "epoch_nonce", b"\x01" * 7))
+    head_case("epoch and epoch_nonce are exclusive", lambda f: setattr(f, "epoch", "run-1"))
+
+    def counter_alone(f: common_pb2.HeadFields) -> None:
+        f.ClearField("epoch_nonce")
+        f.epoch_counter = 3
+
+    head_case("epoch_counter without epoch_nonce", counter_alone)
+    head_case(
+        "serve_until and serve_for_ms are exclusive", lambda f: setattr(f, "serve_until", 9)
+    )
+    head_case(
+        "endpoint address of 5 bytes", lambda f: f.endpoint_addrs.__setitem__(0, b"12345"), ip
+    )
+    head_case(
+        "endpoints and endpoint_addrs are exclusive", lambda f: f.endpoints.append("x:1"), ip
+    )
+    head_case("head 1 is not an epoch's first", lambda f: setattr(f, "seq", 1))
     both = common_pb2.DeliveredValue()
     both.CopyFrom(good)
     both.heads[0].payload = b"{}"
@@ -351,3 +484,46 @@ async def test_a_fold_proof_delivered_again_is_not_proved_again_yet_its_head_sti
     holder.clock = lambda: serve_until / 1000.0 + 1.0
     with pytest.raises(CallFailed, match="expired"):
         await _deliver(cluster, "origin", "holder", "a", proofs[0], head)
+
+
+_PORT = st.integers(0, 70_000)
+_ENDPOINT = st.one_of(
+    st.tuples(st.ip_addresses(v=4), _PORT).map(lambda t: f"{t[0]}:{t[1]}"),
+    st.tuples(st.ip_addresses(v=6), _PORT).map(lambda t: f"[{t[0]}]:{t[1]}"),
+    st.sampled_from(["127.0.0.01:1", "[::FFFF:1.2.3.4]:5", "1.2.3.4:+5", "1.2.3.4:٣", ":1"]),
+    st.text(max_size=40),
+)
+_EPOCH = st.one_of(
+    st.from_regex(r"(0|[1-9][0-9]{0,20})-[0-9a-fA-F]{16}", fullmatch=True),
+    st.text(max_size=40),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    epoch=_EPOCH,
+    endpoints=st.lists(_ENDPOINT, max_size=3),
+    issued_at=st.integers(0, 2**42),
+    serve_until=st.integers(0, 2**42),
+    compactions=st.integers(1, 2),
+)
+def test_every_head_crosses_the_wire_byte_exact_whoever_sends_it(
+    epoch: str, endpoints: list[str], issued_at: int, serve_until: int, compactions: int
+) -> None:
+    from contracts.heads import FoldInput, HeadLog
+    from contracts.identity import Identity
+    from nodes import wire
+
+    me = Identity.from_seed(bytes([9]) * 32)
+    log = HeadLog(me, epoch)
+    for seq in range(compactions):
+        head = log.compact(
+            [FoldInput("a", seq, [b"x"])],
+            serve_until=serve_until,
+            deadline_ms=1,
+            endpoints=endpoints,
+            issued_at=issued_at,
+        ).head.to_bytes()
+    for sender in ("", me.node_id, "ab" * 32):
+        pb = wire.signed_head_to_pb(head, sender=sender)
+        assert wire.signed_head_from_pb(pb, sender=sender) == head

@@ -119,7 +119,24 @@ Global___SignedHead: _TypeAlias = SignedHead  # noqa: Y015
 
 @_typing.final
 class HeadFields(_message.Message):
-    """contracts.statements.Head field by field (the payload type is implied)."""
+    """contracts.statements.Head field by field (the payload type is implied).
+
+    Wire version 2 leaves out what the receiver rebuilds exactly (a sender
+    uses each form only when rebuilding gives the signed value back; version 1,
+    every field spelled out, is still read):
+    - ``origin`` empty: the origin is the DeliverRequest's ``sender`` (an origin
+      delivering its own value names itself once);
+    - ``epoch`` empty and ``epoch_nonce`` set: the epoch is
+      ``"<epoch_counter>-<hex of the 8 epoch_nonce bytes>"`` (nodes.store's form);
+    - ``serve_until`` 0 and ``serve_for_ms`` set: serve_until is
+      ``issued_at + serve_for_ms``;
+    - ``endpoints`` empty and ``endpoint_addrs`` set: each endpoint is a raw IP
+      address (4 or 16 bytes) and a big-endian 2-byte port, rebuilt as
+      ``a.b.c.d:port`` or ``[v6]:port``;
+    - ``log_root`` empty when ``seq`` is 0: a log of one compaction has as root
+      the leaf hash of its batch record (size, root) (RFC 6962 §2.1).
+    A wrong implied value rebuilds another payload and the signature fails.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -134,6 +151,10 @@ class HeadFields(_message.Message):
     ENDPOINTS_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
     ISSUED_AT_FIELD_NUMBER: _builtins.int
+    EPOCH_COUNTER_FIELD_NUMBER: _builtins.int
+    EPOCH_NONCE_FIELD_NUMBER: _builtins.int
+    SERVE_FOR_MS_FIELD_NUMBER: _builtins.int
+    ENDPOINT_ADDRS_FIELD_NUMBER: _builtins.int
     origin: _builtins.bytes
     epoch: _builtins.str
     seq: _builtins.int
@@ -144,8 +165,13 @@ class HeadFields(_message.Message):
     deadline_ms: _builtins.int
     pending: _builtins.bool
     issued_at: _builtins.int
+    epoch_counter: _builtins.int
+    epoch_nonce: _builtins.bytes
+    serve_for_ms: _builtins.int
     @_builtins.property
     def endpoints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def endpoint_addrs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
         self,
         *,
@@ -160,12 +186,18 @@ class HeadFields(_message.Message):
         endpoints: _abc.Iterable[_builtins.str] | None = ...,
         pending: _builtins.bool = ...,
         issued_at: _builtins.int = ...,
+        epoch_counter: _builtins.int = ...,
+        epoch_nonce: _builtins.bytes = ...,
+        serve_for_ms: _builtins.int | None = ...,
+        endpoint_addrs: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_serve_for_ms", b"_serve_for_ms", "serve_for_ms", b"serve_for_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_ms", b"deadline_ms", "endpoints", b"endpoints", "epoch", b"epoch", "issued_at", b"issued_at", "log_root", b"log_root", "origin", b"origin", "pending", b"pending", "root", b"root", "seq", b"seq", "serve_until", b"serve_until", "size", b"size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_serve_for_ms", b"_serve_for_ms", "deadline_ms", b"deadline_ms", "endpoint_addrs", b"endpoint_addrs", "endpoints", b"endpoints", "epoch", b"epoch", "epoch_counter", b"epoch_counter", "epoch_nonce", b"epoch_nonce", "issued_at", b"issued_at", "log_root", b"log_root", "origin", b"origin", "pending", b"pending", "root", b"root", "seq", b"seq", "serve_for_ms", b"serve_for_ms", "serve_until", b"serve_until", "size", b"size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__serve_for_ms: _TypeAlias = _typing.Literal["serve_for_ms"]  # noqa: Y015
+    _WhichOneofArgType__serve_for_ms: _TypeAlias = _typing.Literal["_serve_for_ms", b"_serve_for_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__serve_for_ms) -> _WhichOneofReturnType__serve_for_ms | None: ...
 
 Global___HeadFields: _TypeAlias = HeadFields  # noqa: Y015
 
