@@ -76,6 +76,7 @@ __all__ = [
     "control_channel",
     "create_operator_key",
     "operator_credentials",
+    "request_digest",
     "signing_payload",
 ]
 
@@ -128,8 +129,21 @@ def caller() -> str | None:
     return _caller.get()
 
 
-def signing_payload(method: str, request: bytes, time_ms: int, nonce: str) -> bytes:
-    digest = hashlib.sha256(request).hexdigest()
+def request_digest(request: bytes) -> str:
+    """The hex SHA-256 of a request's bytes, as a control signature covers it.
+
+    hashlib releases the GIL for large inputs, so a caller may compute it in a
+    worker thread and pass it on (:meth:`ControlAuth.check`, ``digest=``).
+    """
+    return hashlib.sha256(request).hexdigest()
+
+
+def signing_payload(
+    method: str, request: bytes, time_ms: int, nonce: str, *, digest: str | None = None
+) -> bytes:
+    """The bytes a control signature covers (``digest``: ``request_digest(request)``, if known)."""
+    if digest is None:
+        digest = request_digest(request)
     return b"\n".join(
         (_DOMAIN, method.encode(), digest.encode(), str(time_ms).encode(), nonce.encode())
     )
@@ -146,11 +160,16 @@ class ControlCredentials:
         return self.identity.node_id
 
     def metadata(
-        self, method: str, request: bytes, *, now: float | None = None
+        self,
+        method: str,
+        request: bytes,
+        *,
+        now: float | None = None,
+        digest: str | None = None,
     ) -> tuple[tuple[str, str], ...]:
         time_ms = int((time.time() if now is None else now) * 1000)
         nonce = secrets.token_hex(16)
-        sig = self.identity.sign(signing_payload(method, request, time_ms, nonce))
+        sig = self.identity.sign(signing_payload(method, request, time_ms, nonce, digest=digest))
         return (
             (_KEY, self.identity.node_id),
             (_TIME, str(time_ms)),
@@ -273,8 +292,13 @@ class ControlAuth:
         self._max = max_nonces
         self._nonces: OrderedDict[tuple[str, str], int] = OrderedDict()
 
-    def check(self, method: str, request: bytes, metadata: Any) -> str | None:
-        """The verified signer of a call (None if unsigned and not required); raises if refused."""
+    def check(
+        self, method: str, request: bytes, metadata: Any, *, digest: str | None = None
+    ) -> str | None:
+        """The verified signer of a call (None if unsigned and not required); raises if refused.
+
+        ``digest`` is ``request_digest(request)`` if the caller already has it.
+        """
         fields: dict[str, str] = {}
         for key, value in metadata or ():
             if key in (_KEY, _TIME, _NONCE, _SIG) and isinstance(value, str):
@@ -284,7 +308,7 @@ class ControlAuth:
             if not needs:
                 return None
             raise NotAuthenticated(self._missing(method))
-        signer = self._verify(method, request, fields)
+        signer = self._verify(method, request, fields, digest)
         if method in CONTROL_METHODS and signer not in self.operator_keys:
             raise PermissionDenied(self._not_operator(method, signer))
         return signer
@@ -309,7 +333,9 @@ class ControlAuth:
             )
         return f"{method}: key {signer[:16]}… is not an operator key of node {self._name!r}"
 
-    def _verify(self, method: str, request: bytes, fields: dict[str, str]) -> str:
+    def _verify(
+        self, method: str, request: bytes, fields: dict[str, str], digest: str | None
+    ) -> str:
         key, stamp, nonce, sig = (fields.get(k, "") for k in (_KEY, _TIME, _NONCE, _SIG))
         if not (stamp.isdigit() and len(stamp) <= 16):
             raise NotAuthenticated(f"{method}: control signature time {stamp[:20]!r} malformed")
@@ -323,7 +349,10 @@ class ControlAuth:
             )
         try:
             public = PublicKey.from_node_id(key)
-            public.verify(bytes.fromhex(sig), signing_payload(method, request, int(stamp), nonce))
+            public.verify(
+                bytes.fromhex(sig),
+                signing_payload(method, request, int(stamp), nonce, digest=digest),
+            )
         except (ContractError, ValueError) as exc:
             raise NotAuthenticated(f"{method}: control signature does not verify: {exc}") from None
         self._prune(now_ms)

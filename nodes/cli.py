@@ -69,6 +69,8 @@ _FLAG_HELP: Mapping[str, str] = {
     " (default 128)",
     "max_bulk_rpcs": "bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;"
     " more are shed with RESOURCE_EXHAUSTED (default 16, 0: no separate limit)",
+    "bulk_shed_lag_ms": "while the event loop runs this many ms late, admit one bulk call at a"
+    " time and shed the rest with RESOURCE_EXHAUSTED (default 0: off)",
 }
 
 

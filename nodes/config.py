@@ -90,6 +90,7 @@ ENV_VARS: Mapping[str, str] = {
     "min_witnesses": "PROVNET_MIN_WITNESSES",
     "max_concurrent_rpcs": "PROVNET_MAX_CONCURRENT_RPCS",
     "max_bulk_rpcs": "PROVNET_MAX_BULK_RPCS",
+    "bulk_shed_lag_ms": "PROVNET_BULK_SHED_LAG_MS",
 }
 
 
@@ -181,6 +182,10 @@ class NodeConfig:
     #: Bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;
     #: beyond it they are shed with RESOURCE_EXHAUSTED (0: no separate limit).
     max_bulk_rpcs: int = DEFAULT_MAX_BULK_RPCS
+    #: While the event loop runs more than this many ms late and a bulk call is
+    #: already in progress, further bulk calls are shed (0: off). Adaptive
+    #: admission for overload: admitted bulk work never starves the serve path.
+    bulk_shed_lag_ms: int = 0
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -315,6 +320,7 @@ class NodeConfig:
             ("min_witnesses", 1),
             ("max_concurrent_rpcs", 1),
             ("max_bulk_rpcs", 0),
+            ("bulk_shed_lag_ms", 0),
         ):
             if key in raw:
                 kwargs[key] = _as_int(where(key), raw[key], minimum)

@@ -11,6 +11,8 @@ anything else is a bug and becomes INTERNAL with the id to find it in the log.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import re
 import time
@@ -21,11 +23,17 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import structlog
 
-from nodes.auth import ControlAuth
-from nodes.errors import RequestTooLarge, status_for
+from nodes.auth import ControlAuth, request_digest
+from nodes.errors import status_for
 from nodes.logging import get_logger
 
-__all__ = ["BULK_METHODS", "REQUEST_ID_KEY", "RequestContextInterceptor"]
+__all__ = [
+    "BULK_BODY_TIMEOUT_S",
+    "BULK_METHODS",
+    "REQUEST_ID_KEY",
+    "LoopLag",
+    "RequestContextInterceptor",
+]
 
 #: Calls that carry or produce bulk work; shed first under overload.
 BULK_METHODS = frozenset(
@@ -39,6 +47,13 @@ BULK_METHODS = frozenset(
         "/provnet.v1.Attest/Submit",
     }
 )
+
+#: An admitted bulk call must deliver its request body within this time, so a
+#: caller that opens calls and never sends cannot hold the bulk slots.
+BULK_BODY_TIMEOUT_S = 30.0
+
+#: Bodies at least this large are hashed in a worker thread, off the event loop.
+_OFFLOAD_HASH_BYTES = 256 * 1024
 
 REQUEST_ID_KEY = "x-request-id"
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -68,6 +83,37 @@ else:
     _ServerInterceptor = grpc.aio.ServerInterceptor
 
 
+class LoopLag:
+    """How late the event loop runs: a task sleeps ``interval_s`` and measures the overshoot.
+
+    ``late_s`` is the latest overshoot, decaying by half per tick once the
+    loop catches up, so one slow tick sheds for a few ticks, not for good.
+    """
+
+    def __init__(self, interval_s: float = 0.01) -> None:
+        self.interval_s = interval_s
+        self.late_s = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="loop-lag")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(self.interval_s)
+            late = loop.time() - start - self.interval_s
+            self.late_s = max(late, self.late_s / 2)
+
+
 class RequestContextInterceptor(_ServerInterceptor):
     """Binds ``request_id``/``rpc`` to the log context and maps errors to status codes.
 
@@ -80,6 +126,7 @@ class RequestContextInterceptor(_ServerInterceptor):
         counters: Callable[[str], None] | None = None,
         auth: ControlAuth | None = None,
         bulk_limit: int = 0,
+        bulk_shed_lag_s: float = 0.0,
     ) -> None:
         self._count = counters
         self._auth = auth
@@ -88,7 +135,24 @@ class RequestContextInterceptor(_ServerInterceptor):
         # RESOURCE_EXHAUSTED at once, so demands keep their latency.
         self._bulk_limit = bulk_limit
         self.bulk_in_flight = 0
+        #: Bulk calls refused (before their body was read) since start.
+        self.bulk_shed = 0
+        #: Adaptive admission (0: off): while the loop runs this late, one bulk call at a time.
+        self.loop_lag = LoopLag() if bulk_shed_lag_s > 0 else None
+        self._shed_lag_s = bulk_shed_lag_s
         self._wrapped: dict[str, Any] = {}
+
+    def _bulk_refusal(self, rpc: str) -> str | None:
+        """Why a bulk call starting now is shed, or None to admit it."""
+        if self.bulk_in_flight >= self._bulk_limit:
+            return f"{rpc}: {self._bulk_limit} bulk calls in progress"
+        lag = self.loop_lag
+        if lag is not None and self.bulk_in_flight > 0 and lag.late_s > self._shed_lag_s:
+            return (
+                f"{rpc}: node overloaded (event loop {lag.late_s * 1e3:.0f} ms late,"
+                f" over {self._shed_lag_s * 1e3:.0f} ms)"
+            )
+        return None
 
     async def intercept_service(
         self,
@@ -129,7 +193,8 @@ class RequestContextInterceptor(_ServerInterceptor):
             ControlAuth.bind(auth.check(rpc, raw, context.invocation_metadata()))
             return parsed
 
-        bulk = self._bulk_limit > 0 and rpc in BULK_METHODS
+        if self._bulk_limit > 0 and rpc in BULK_METHODS and handler.unary_unary is not None:
+            return self._wrap_bulk(rpc, handler, deserialize)
 
         if handler.unary_unary is not None:
             inner_uu: Any = handler.unary_unary
@@ -141,24 +206,13 @@ class RequestContextInterceptor(_ServerInterceptor):
                     context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                     if count is not None:
                         count(rpc)
-                    admitted = False
                     try:
-                        if bulk:
-                            if self.bulk_in_flight >= self._bulk_limit:
-                                raise RequestTooLarge(
-                                    f"{rpc}: {self._bulk_limit} bulk calls in progress;"
-                                    " shed, try again shortly"
-                                )
-                            self.bulk_in_flight += 1
-                            admitted = True
                         return await inner_uu(admit(request, context), context)
                     except Exception as exc:
                         if isinstance(exc, grpc.aio.AbortError):
                             raise
                         await _abort_for(exc, context, rpc)
                     finally:
-                        if admitted:
-                            self.bulk_in_flight -= 1
                         log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
 
             return grpc.unary_unary_rpc_method_handler(
@@ -216,3 +270,85 @@ class RequestContextInterceptor(_ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         return handler
+
+    def _wrap_bulk(
+        self,
+        rpc: str,
+        handler: Any,
+        deserialize: Any,
+    ) -> Any:
+        """A bulk unary call, admitted or shed BEFORE its request body is read.
+
+        grpc.aio reads and deserialises a unary request before the handler
+        runs, so a limit checked there costs the whole body (3 MiB each) per
+        shed call. Served as a client-streaming handler instead, the call runs
+        as soon as its headers arrive: over the limit it is refused at once
+        (``RESOURCE_EXHAUSTED``, the body never read past the HTTP/2 flow
+        window); admitted, it holds its slot while it reads the one request
+        (at most :data:`BULK_BODY_TIMEOUT_S`, so a caller that never sends its
+        body cannot keep the slot) and runs the handler. On the wire a unary
+        call and a one-message client stream are the same, so callers see no
+        difference. The control signature's SHA-256 over the body is computed
+        in a worker thread (hashlib releases the GIL), so a 3 MiB body does not
+        hold the event loop that serves demands.
+        """
+        count = self._count
+        auth = self._auth
+        inner: Any = handler.unary_unary
+
+        async def bulk_unary(
+            requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+        ) -> Any:
+            # Decided first, with as little work as possible: under overload most
+            # calls end here, and each costs the loop the serve path needs.
+            refusal = self._bulk_refusal(rpc)
+            if refusal is not None:
+                self.bulk_shed += 1
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{refusal}; shed before reading the request, try again shortly",
+                )
+            request_id = _request_id(context.invocation_metadata())
+            with structlog.contextvars.bound_contextvars(request_id=request_id, rpc=rpc):
+                start = time.perf_counter()
+                context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+                if count is not None:
+                    count(rpc)
+                self.bulk_in_flight += 1
+                try:
+                    try:
+                        request = await asyncio.wait_for(
+                            anext(aiter(requests)), BULK_BODY_TIMEOUT_S
+                        )
+                    except StopAsyncIteration:
+                        await context.abort(
+                            grpc.StatusCode.INVALID_ARGUMENT, f"{rpc}: no request message"
+                        )
+                    except TimeoutError:
+                        await context.abort(
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"{rpc}: request body not received within {BULK_BODY_TIMEOUT_S:g} s",
+                        )
+                    if auth is not None:
+                        raw, request = request
+                        digest = (
+                            await asyncio.to_thread(request_digest, raw)
+                            if len(raw) >= _OFFLOAD_HASH_BYTES
+                            else None
+                        )
+                        signer = auth.check(rpc, raw, context.invocation_metadata(), digest=digest)
+                        ControlAuth.bind(signer)
+                    return await inner(request, context)
+                except Exception as exc:
+                    if isinstance(exc, grpc.aio.AbortError) or context.done():
+                        raise  # aborted on purpose, or the caller has gone
+                    await _abort_for(exc, context, rpc)
+                finally:
+                    self.bulk_in_flight -= 1
+                    log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
+
+        return grpc.stream_unary_rpc_method_handler(
+            bulk_unary,
+            request_deserializer=deserialize,
+            response_serializer=handler.response_serializer,
+        )

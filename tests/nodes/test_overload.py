@@ -1,0 +1,155 @@
+"""Load shedding on a real grpc.aio node: bulk calls over the cap are refused before their body.
+
+The bulk cap (``max_bulk_rpcs``) is checked when a call's headers arrive, not
+after its request body has been received and parsed: a caller whose body
+never comes is still refused with ``RESOURCE_EXHAUSTED``, and the serve path
+answers while every bulk slot is held. An admitted call that never sends its
+body gives its slot back after ``BULK_BODY_TIMEOUT_S``. With
+``bulk_shed_lag_ms`` set, a late event loop admits one bulk call at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from contracts.identity import Identity
+from contracts.serve import build_demand, verify_served
+from contracts.signed import open_statement
+from contracts.statements import Commitment, Obligation
+from nodes import interceptors
+from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc, serve_pb2, serve_pb2_grpc
+from nodes.app import RunningNode
+from tests.nodes.rpc_support import grpc_node, hop_json, operator_channel
+
+DELIVER = "/provnet.v1.Deliver/Deliver"
+
+
+async def _silent(release: asyncio.Event) -> AsyncIterator[bytes]:
+    """A request stream that sends no message until ``release``, then ends."""
+    await release.wait()
+    return
+    yield b""  # pragma: no cover - makes this an async generator
+
+
+async def _until(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def _committed(node: RunningNode) -> tuple[bytes, bytes]:
+    async with operator_channel(node.address) as chan:
+        hoplog: Any = hoplog_pb2_grpc.HopLogStub(chan)
+        await hoplog.Append(hoplog_pb2.AppendRequest(hops=[hop_json(1)], seqs=[1]), timeout=10)
+        fold = await hoplog.CommitFold(
+            hoplog_pb2.CommitFoldRequest(value_ref="v", seqs=[1]), timeout=10
+        )
+    return bytes(fold.commitment), bytes(fold.obligation)
+
+
+async def _demand_answers(node: RunningNode, commitment: bytes, obligation: bytes) -> None:
+    ob = open_statement(obligation, Obligation)
+    demand = build_demand(Identity.generate(), ob, now=int(time.time() * 1000))
+    async with grpc.aio.insecure_channel(node.address) as chan:
+        serve: Any = serve_pb2_grpc.ServeStub(chan)
+        reply = await serve.Demand(serve_pb2.DemandRequest(demands=[demand.to_bytes()]), timeout=10)
+    (answer,) = reply.answers
+    served = verify_served(
+        answer.receipt,
+        list(answer.hops),
+        demand=demand,
+        obligation=ob,
+        commitment=open_statement(commitment, Commitment),
+    )
+    assert len(served.hops) == 1
+
+
+async def test_bulk_call_over_the_cap_is_shed_before_its_body_and_serving_goes_on(
+    tmp_path: Path,
+) -> None:
+    node = await grpc_node(tmp_path, "shed", max_bulk_rpcs=2)
+    release = asyncio.Event()
+    try:
+        commitment, obligation = await _committed(node)
+        async with grpc.aio.insecure_channel(node.address) as chan:
+            deliver = chan.stream_unary(DELIVER, None, None)
+            # Two deliveries that open their call and never send the body hold both slots.
+            holders = [
+                asyncio.ensure_future(deliver(_silent(release), timeout=30)) for _ in range(2)
+            ]
+            await _until(lambda: node.server.requests.bulk_in_flight == 2, "2 bulk calls held")
+            # The third is refused though its body never comes: shed before reading it.
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await deliver(_silent(release), timeout=20)
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+            assert "2 bulk calls in progress" in (refused.value.details() or "")
+            assert node.server.requests.bulk_shed == 1
+            # The serve path answers while every bulk slot is taken.
+            await _demand_answers(node, commitment, obligation)
+            release.set()
+            for held in holders:
+                with pytest.raises(grpc.aio.AioRpcError) as empty:
+                    await held
+                assert empty.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert node.server.requests.bulk_in_flight == 0
+        # Slots given back: a bulk call is admitted again (and reaches the auth check).
+        async with grpc.aio.insecure_channel(node.address) as chan:
+            with pytest.raises(grpc.aio.AioRpcError) as unsigned:
+                await chan.unary_unary(DELIVER, None, None)(b"", timeout=10)
+            assert unsigned.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        release.set()
+        await node.stop(0)
+
+
+async def test_admitted_bulk_call_without_a_body_gives_its_slot_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(interceptors, "BULK_BODY_TIMEOUT_S", 0.2)
+    node = await grpc_node(tmp_path, "slow", max_bulk_rpcs=1)
+    release = asyncio.Event()
+    try:
+        async with grpc.aio.insecure_channel(node.address) as chan:
+            with pytest.raises(grpc.aio.AioRpcError) as slow:
+                await chan.stream_unary(DELIVER, None, None)(_silent(release), timeout=20)
+            assert slow.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED, slow.value
+            assert "request body not received" in (slow.value.details() or "")
+        assert node.server.requests.bulk_in_flight == 0
+    finally:
+        release.set()
+        await node.stop(0)
+
+
+async def test_lagging_event_loop_admits_one_bulk_call_and_sheds_the_next(
+    tmp_path: Path,
+) -> None:
+    node = await grpc_node(tmp_path, "lag", max_bulk_rpcs=16, bulk_shed_lag_ms=1)
+    release = asyncio.Event()
+    try:
+        async with grpc.aio.insecure_channel(node.address) as chan:
+            deliver = chan.stream_unary(DELIVER, None, None)
+            # The first bulk call is admitted however late the loop runs.
+            first = asyncio.ensure_future(deliver(_silent(release), timeout=30))
+            await _until(lambda: node.server.requests.bulk_in_flight == 1, "1 bulk call held")
+            # Make the loop late on purpose (the node shares this event loop).
+            time.sleep(0.3)  # blocking is the point here
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await deliver(_silent(release), timeout=20)
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+            assert "event loop" in (refused.value.details() or "")
+            assert node.server.requests.bulk_in_flight == 1
+            release.set()
+            with pytest.raises(grpc.aio.AioRpcError):
+                await first
+    finally:
+        release.set()
+        await node.stop(0)
