@@ -49,6 +49,8 @@ RESULT_FILES = frozenset(
         "boundary_evidence.csv",
         "boundary_meta.json",
         "boundary_gates.csv",
+        "boundary_rtt.csv",
+        "boundary_rtt.json",
         "evidence",
     }
 )

@@ -32,6 +32,7 @@ from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
 
 __all__ = [
+    "CONNECT_TIMEOUT_MS",
     "NO_ANSWER_CODES",
     "Answer",
     "CallFailed",
@@ -127,6 +128,11 @@ class Transport(Protocol):
 # --------------------------------------------------------------------------- grpc
 
 
+#: How long one connection attempt may take (TCP connect + the peer's HTTP/2
+#: SETTINGS): room for WAN round trips and a loaded machine.
+CONNECT_TIMEOUT_MS = 5_000
+
+
 def _client_options(max_message_bytes: int) -> list[tuple[str, Any]]:
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -136,8 +142,14 @@ def _client_options(max_message_bytes: int) -> list[tuple[str, Any]]:
         # channel in reconnect backoff would otherwise fail every call at once
         # and an honest origin that came back would look unanswered.
         ("grpc.initial_reconnect_backoff_ms", 50),
-        ("grpc.min_reconnect_backoff_ms", 50),
         ("grpc.max_reconnect_backoff_ms", 500),
+        # gRPC core also takes this as the *minimum connect timeout*: how long
+        # one attempt may take to get the peer's HTTP/2 SETTINGS. At 50 ms a
+        # peer more than ~50 ms of round trip away (or a loaded machine) could
+        # never be reached by a fail-fast call (Deliver, Challenge): every
+        # attempt timed out. Refused connections still fail at once, so the
+        # 50-500 ms backoff above keeps reaching restarted peers quickly.
+        ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
     ]
 
 

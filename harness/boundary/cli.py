@@ -22,7 +22,7 @@ from harness.cli_common import (
 )
 from nodes.faults import FaultMode
 
-__all__ = ["available_cores", "configure", "default_workers"]
+__all__ = ["available_cores", "configure", "default_workers", "parse_rtts"]
 
 
 def available_cores() -> int:
@@ -102,7 +102,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--transport",
         choices=tuple(t.value for t in TransportKind),
-        default=TransportKind.MEMORY.value,
+        default=None,
+        help="how nodes reach each other (default memory; grpc with --rtt-ms)",
     )
     parser.add_argument(
         "--fault",
@@ -182,8 +183,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="keep the nodes' data directories (keys, hop logs, stores) here"
         " instead of a temporary directory",
     )
+    parser.add_argument(
+        "--rtt-ms",
+        default=None,
+        metavar="MS[,MS…]",
+        help="sweep the slice over these link round-trip times (user-space proxy per link,"
+        " transport grpc): writes boundary_rtt.csv and boundary_rtt.png",
+    )
     add_progress_flags(parser)
     parser.set_defaults(handler=_handler)
+
+
+def parse_rtts(text: str) -> tuple[float, ...]:
+    """``0,1,5,20,50`` → RTTs in ms (each a number >= 0, no repeats, at least one)."""
+    values: list[float] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise ValueError(f"expected RTTs in ms such as 0,1,5,20,50, got {part!r}") from None
+        if not value >= 0 or value == float("inf"):
+            raise ValueError(f"an RTT must be a finite number of ms >= 0, got {part!r}")
+        if value in values:
+            raise ValueError(f"RTT {part} ms appears twice")
+        values.append(value)
+    if not values:
+        raise ValueError(f"expected at least one RTT in ms, got {text!r}")
+    return tuple(values)
 
 
 def _handler(args: argparse.Namespace) -> int:
@@ -221,11 +250,31 @@ def _handler(args: argparse.Namespace) -> int:
         control_home = str(Home.resolve(args.cluster or None).root)
     elif args.nodes is not None:
         members = args.nodes
+    if args.rtt_ms is not None:
+        try:
+            args.rtt_ms = parse_rtts(args.rtt_ms)
+        except ValueError as exc:
+            raise UsageError(f"--rtt-ms: {exc}") from None
+    if args.transport is None:
+        args.transport = (
+            TransportKind.GRPC.value
+            if args.rtt_ms is not None and not members
+            else TransportKind.MEMORY.value
+        )
     transport = TransportKind(args.transport)
     if members:
+        if args.rtt_ms is not None:
+            raise UsageError(
+                "--rtt-ms starts its own nodes with a proxy per link; on running nodes put"
+                " 'provnet link-proxy' between them (docs/cluster.md)"
+            )
         if args.transport not in (TransportKind.MEMORY.value, TransportKind.REMOTE.value):
             raise UsageError(f"--transport {args.transport}: running nodes are reached remotely")
         transport = TransportKind.REMOTE
+    elif args.rtt_ms is not None and transport is not TransportKind.GRPC:
+        raise UsageError(
+            f"--rtt-ms needs --transport grpc (link proxies carry TCP), got {transport.value}"
+        )
     names = [n for n, _ in members]
     chain = args.chain
     if chain is None:
@@ -299,6 +348,26 @@ def _handler(args: argparse.Namespace) -> int:
     configure_logging(LogFormat.JSON, "warning")
     from harness._outdir import staged_dir
 
+    if args.rtt_ms is not None:
+        from harness.boundary.rtt import print_rtt_point, print_rtt_sweep, run_rtt_sweep
+
+        with staged_dir(args.out) as partial:
+            try:
+                sweep = run_rtt_sweep(
+                    cfg,
+                    settings,
+                    args.rtt_ms,
+                    partial,
+                    progress=args.progress,
+                    on_point=print_rtt_point,
+                )
+            except BoundaryError as exc:
+                raise UsageError(str(exc)) from None
+            except OSError as exc:
+                where = exc.filename if exc.filename is not None else args.out
+                raise UsageError(f"{where}: cannot write: {exc.strerror or exc}") from None
+        print_rtt_sweep(sweep, args.out)
+        return 0
     # written into a fresh folder renamed to --out when complete (as run/sweep)
     with staged_dir(args.out) as partial:
         try:

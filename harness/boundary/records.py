@@ -70,6 +70,9 @@ class BoundarySettings:
     #: running nodes: the cluster home whose operator key signs control calls
     #: (``$PROVNET_OPERATOR_KEY_FILE`` first, as :func:`nodes.auth.operator_credentials`)
     control_home: str = ""
+    #: round-trip time added on every link between two nodes by a user-space proxy per
+    #: directed link (:mod:`harness.boundary.links`); None: nodes reach each other directly
+    rtt_ms: float | None = None
 
     def validate(self, cfg: ExperimentConfig) -> None:
         if not self.cadences or any(c < 1 for c in self.cadences):
@@ -107,6 +110,14 @@ class BoundarySettings:
                 f" ({','.join(self.chain)})"
             )
         remote = self.transport is TransportKind.REMOTE
+        if self.rtt_ms is not None:
+            if not self.rtt_ms >= 0:
+                raise BoundaryError(f"rtt_ms must be >= 0, got {self.rtt_ms!r}")
+            if self.transport is not TransportKind.GRPC:
+                raise BoundaryError(
+                    "an added RTT needs link proxies between nodes started here over gRPC"
+                    f" (transport grpc), got transport {self.transport.value}"
+                )
         if remote != bool(self.nodes):
             raise BoundaryError(
                 "transport remote needs running nodes (--cluster or --nodes), and they"
@@ -179,6 +190,7 @@ class BoundarySettings:
             "witness_name": self.witness_name if self.witness else None,
             "nodes": {n: a for n, a in self.nodes},
             "workers": self.workers,
+            "rtt_ms": self.rtt_ms,
         }
 
 

@@ -400,6 +400,8 @@ def conditions(outcome: BoundaryOutcome) -> str:
         case TransportKind.GRPC:
             where = f"gRPC on loopback, {nodes} nodes in one process"
             rtt = "RTT: loopback, no added delay"
+            if s.rtt_ms is not None:
+                rtt = f"RTT: {s.rtt_ms:g} ms added per link (user-space proxies)"
         case TransportKind.REMOTE:
             where = f"gRPC to {nodes} running node processes"
             rtt = "RTT: as the network gives (loopback: no added delay)"

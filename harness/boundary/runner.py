@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
+from harness.boundary.links import Links, start_links
 from harness.boundary.play import Runner, RunPlayer
 from harness.boundary.records import (
     ArmCosts,
@@ -180,7 +181,10 @@ async def _play_tasks(
             reasks=settings.reasks,
             store_mode=store_mode,
         )
+    links: Links | None = None
     try:
+        if settings.rtt_ms is not None and isinstance(topo, Topology):
+            links = await start_links(topo, settings.rtt_ms)
         runner = Runner(topo, settings, _Ticks(tick), evidence_dir)
         runs: list[tuple[int, RunComparison]] = []
         with CryptoMeter(topo.meter):
@@ -208,8 +212,14 @@ async def _play_tasks(
         wire[("calls", "by_node")] = {k: float(v) for k, v in calls.items()}
         node_ids = {n.name: n.node_id for n in topo.nodes}
         node_faults = {n.name: n.fault.value for n in topo.nodes}
+        if links is not None:
+            wire[("links", "tcp")] = _link_counts(links)
     finally:
-        await topo.close()
+        try:
+            if links is not None:
+                await links.close()
+        finally:
+            await topo.close()
     return _Partial(
         runs,
         runner.arm_costs,
@@ -223,6 +233,17 @@ async def _play_tasks(
         runner.heads_committed,
         runner.delivery_by_cadence,
     )
+
+
+def _link_counts(links: Links) -> dict[str, float]:
+    totals = links.stats()
+    return {
+        "links": float(totals.links),
+        "connections": float(totals.connections),
+        "bytes_to_target": float(totals.bytes_to_target),
+        "bytes_from_target": float(totals.bytes_from_target),
+        "resets": float(totals.resets),
+    }
 
 
 class _Ticks:

@@ -132,7 +132,7 @@ def test_compose_has_three_nodes_and_a_runner() -> None:
 
 
 def test_nodes_and_runner_share_the_operator_key_read_only() -> None:
-    # A one-shot service creates the key in the results folder; the nodes read
+    # A service creates the key in the results folder (then idles); the nodes read
     # its public id (read-only mount), the runner signs with the key itself.
     results = "./results-compose"  # the default the loader interpolates
     key = _services()["operator-key"]
@@ -146,7 +146,11 @@ def test_nodes_and_runner_share_the_operator_key_read_only() -> None:
         config = _node_config(name)
         assert config.operator_key_file == Path("/operator/operator.pub"), name
         depends = service["depends_on"]
-        assert depends["operator-key"] == {"condition": "service_completed_successfully"}
+        # healthy, not completed: no container but the runner may exit under
+        # `up --exit-code-from runner` (any exit aborts the project)
+        assert depends["operator-key"] == {"condition": "service_healthy"}
+    assert "exec sleep infinity" in " ".join(key["command"])
+    assert "/results/operator.pub" in " ".join(key["healthcheck"]["test"])
 
 
 def test_every_service_runs_under_an_init_process() -> None:
@@ -340,11 +344,13 @@ def test_wan_override_routes_every_path_to_a_through_the_link() -> None:
     for name in ("b", "c"):
         peers = {p.name: p.address for p in _node_config(name, WAN).peers}
         assert peers["a"] == via, f"{name} reaches a at {peers['a']}"
-    (smoke, _), _ = _runner_commands(WAN)
+    (smoke, _), (boundary, _) = _runner_commands(WAN)
     from nodes.smoke import Member
 
     members = {m.name: m.address for m in Member.parse_list(_parse(smoke).members)}
     assert members == {"a": via, "b": "b:50051", "c": "c:50051"}
+    # the boundary slice reaches a through the link as well
+    assert dict(_parse(boundary).nodes) == {"a": via, "b": "b:50051", "c": "c:50051"}
     assert _services(WAN)["runner"]["depends_on"]["link-a"] == {"condition": "service_healthy"}
 
 

@@ -248,6 +248,23 @@ async def test_grpc_call_over_a_dropping_link_is_unavailable(health_port: int) -
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
+async def test_a_nodes_fail_fast_call_connects_across_a_link_of_200_ms_rtt(
+    health_port: int,
+) -> None:
+    # Deliver and Challenge do not wait for a channel: the first connection attempt must
+    # get the peer's HTTP/2 SETTINGS across the link (one way 100 ms) in time.
+    from nodes.transport import GrpcTransport
+
+    transport = GrpcTransport()
+    try:
+        async with LinkProxy(_spec(health_port, delay_ms=100)) as proxy:
+            stub = health_pb2_grpc.HealthStub(transport.channel(proxy.address))
+            reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
+    finally:
+        await transport.close()
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
 # ------------------------------------------------------------ configuration
 
 
