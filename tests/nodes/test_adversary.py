@@ -51,6 +51,7 @@ from nodes._pb.provnet.v1 import (
     serve_pb2,
     serve_pb2_grpc,
 )
+from nodes.app import KEY_FILENAME, load_or_create_identity
 from nodes.auth import ControlCredentials, control_channel
 from nodes.cluster import HealthState, child_env, free_ports, probe_health, provnet_argv
 from nodes.messages import Delivery
@@ -116,12 +117,32 @@ class Node:
                 argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO
             )
         give_up = time.monotonic() + 60
-        while probe_health(self.address, timeout=0.5) is not HealthState.SERVING:
+        while not self._answers_as_itself():
             if self.proc.poll() is not None or time.monotonic() > give_up:
                 self.stop()
                 pytest.fail(f"node {self.name} did not start: {self.log.read_text()[-2000:]}")
             time.sleep(0.05)
         return self
+
+    def _answers_as_itself(self) -> bool:
+        """SERVING at its address *and* the answering node holds this node's key.
+
+        Health alone is not enough on a shared machine: a port chosen by
+        ``free_ports`` can be taken by another test run's node (same names,
+        same test operator key), which would then answer in this node's place.
+        """
+        if probe_health(self.address, timeout=0.5) is not HealthState.SERVING:
+            return False
+        key = self.data_dir / KEY_FILENAME
+        if not key.exists():
+            return False
+        expected = load_or_create_identity(self.data_dir).node_id
+        with grpc.insecure_channel(self.address) as chan:
+            try:
+                info = node_pb2_grpc.NodeStub(chan).Info(node_pb2.InfoRequest(), timeout=2)
+            except grpc.RpcError:
+                return False
+        return bool(info.node_id == expected)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
