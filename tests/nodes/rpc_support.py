@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import grpc
 import pytest
 
 from contracts.evidence import verify_evidence
-from contracts.identity import Identity
+from contracts.identity import Identity, PublicKey
 from contracts.serve import verify_delivery
 from contracts.signed import open_statement
 from contracts.statements import Commitment, Obligation
@@ -41,6 +42,7 @@ __all__ = [
     "accusation_audit",
     "audit",
     "audit_pb",
+    "ed25519_counts",
     "held_fold",
     "hop_json",
     "operator_channel",
@@ -245,3 +247,27 @@ async def stop_all(nodes: Iterable[RunningNode]) -> None:
 def grpc_holder(root: Path, transport: GrpcTransport, reasks: int = 1) -> Holder:
     identity: Identity = load_or_create_identity(root / "holder")
     return Holder(identity, transport, evidence_dir=root / "evidence", reasks=reasks)
+
+
+@contextmanager
+def ed25519_counts() -> Iterator[dict[str, int]]:
+    """Count Ed25519 signatures made and verified (every one passes through these)."""
+    counts = {"sign": 0, "verify": 0}
+    cls, pub = Identity, PublicKey
+    orig_sign, orig_verify = cls.sign, pub.verify
+
+    def sign(self: Identity, data: bytes) -> bytes:
+        counts["sign"] += 1
+        return orig_sign(self, data)
+
+    def verify(self: PublicKey, signature: bytes, data: bytes) -> None:
+        counts["verify"] += 1
+        orig_verify(self, signature, data)
+
+    cls.sign = sign  # type: ignore[method-assign]
+    pub.verify = verify  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        cls.sign = orig_sign  # type: ignore[method-assign]
+        pub.verify = orig_verify  # type: ignore[method-assign]

@@ -15,13 +15,11 @@ counted at the one place every signature passes through:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-import contracts.identity as identity_mod
 from contracts.canonical import canonical_bytes
 from contracts.envelope import sign_envelope
 from contracts.errors import BadSignature
@@ -34,7 +32,7 @@ from contracts.statements import Receipt, ReceiptStatus, StatementKind, payload_
 from nodes.client import HeldFold, Holder, Outcome
 from nodes.faults import FaultMode
 from nodes.services import FUTURE_NONCES_FILENAME, MAX_FUTURE_NONCES_PER_HOLDER, NodeCore
-from tests.nodes.rpc_support import MemCluster, audit, hop_json, single
+from tests.nodes.rpc_support import MemCluster, audit, ed25519_counts, hop_json, single
 
 
 @pytest.fixture
@@ -44,30 +42,6 @@ async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
         yield mem
     finally:
         await mem.close()
-
-
-@contextmanager
-def ed25519_counts() -> Iterator[dict[str, int]]:
-    """Count Ed25519 signatures made and verified (every one passes through these)."""
-    counts = {"sign": 0, "verify": 0}
-    cls, pub = identity_mod.Identity, identity_mod.PublicKey
-    orig_sign, orig_verify = cls.sign, pub.verify
-
-    def sign(self: identity_mod.Identity, data: bytes) -> bytes:
-        counts["sign"] += 1
-        return orig_sign(self, data)
-
-    def verify(self: identity_mod.PublicKey, signature: bytes, data: bytes) -> None:
-        counts["verify"] += 1
-        orig_verify(self, signature, data)
-
-    cls.sign = sign  # type: ignore[method-assign]
-    pub.verify = verify  # type: ignore[method-assign]
-    try:
-        yield counts
-    finally:
-        cls.sign = orig_sign  # type: ignore[method-assign]
-        pub.verify = orig_verify  # type: ignore[method-assign]
 
 
 async def _head_fold(core: NodeCore, ref: str = "v", hops: int = 5) -> HeldFold:

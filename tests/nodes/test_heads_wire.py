@@ -12,8 +12,7 @@ record naming the faulty origin.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contracts.heads as heads_mod
-import contracts.identity as identity_mod
 from contracts.errors import BadSignature, EncodingError
 from contracts.evidence import EvidenceKind, verify_evidence
 from contracts.heads import FoldProof, VerifiedFold
@@ -33,7 +31,7 @@ from nodes.faults import FaultMode
 from nodes.messages import Delivery
 from nodes.services import HeldValue, NodeCore
 from nodes.transport import CallFailed
-from tests.nodes.rpc_support import MemCluster, audit, hop_json, single
+from tests.nodes.rpc_support import MemCluster, audit, ed25519_counts, hop_json, single
 
 
 @pytest.fixture
@@ -43,31 +41,6 @@ async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
         yield mem
     finally:
         await mem.close()
-
-
-@contextmanager
-def ed25519_counts() -> Iterator[dict[str, int]]:
-    """Count Ed25519 signatures made and verified (every one passes through these)."""
-    counts = {"sign": 0, "verify": 0}
-    cls = identity_mod.Identity
-    pub = identity_mod.PublicKey
-    orig_sign, orig_verify = cls.sign, pub.verify
-
-    def sign(self: identity_mod.Identity, data: bytes) -> bytes:
-        counts["sign"] += 1
-        return orig_sign(self, data)
-
-    def verify(self: identity_mod.PublicKey, signature: bytes, data: bytes) -> None:
-        counts["verify"] += 1
-        orig_verify(self, signature, data)
-
-    cls.sign = sign  # type: ignore[method-assign]
-    pub.verify = verify  # type: ignore[method-assign]
-    try:
-        yield counts
-    finally:
-        cls.sign = orig_sign  # type: ignore[method-assign]
-        pub.verify = orig_verify  # type: ignore[method-assign]
 
 
 async def _compaction(core: NodeCore, refs: list[str], hops: int = 4) -> tuple[bytes, list[bytes]]:
