@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -174,11 +175,31 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     other: dict[str, int] = {}
     # Unloaded: one delivery at a time, before the load starts.
     alone: list[float] = []
-    solo = chans[0].unary_unary(DELIVER)
+    unary = [chan.unary_unary(DELIVER) for chan in chans]  # bytes in, bytes out
+    streams = [chan.stream_unary(DELIVER) for chan in chans]
+
+    async def send(k: int, body: bytes, meta: Any, timeout: float) -> None:
+        if args.eager_body:  # the body goes out with the headers, admitted or not
+            await unary[k % len(chans)](body, timeout=timeout, metadata=meta)
+            return
+        # Headers first: the body is sent once the node has admitted the call
+        # (its response headers), so a refused attempt costs no 3 MiB copy.
+        held: list[Any] = []
+
+        async def request() -> AsyncIterator[bytes]:
+            # An admitted call gets headers (with its request id); a refused one
+            # only a status, with no headers.
+            if await held[0].initial_metadata():
+                yield body
+
+        call = streams[k % len(chans)](request(), timeout=timeout, metadata=meta)
+        held.append(call)
+        await call
+
     for k in range(args.solo):
         body, digest = pool[k % len(pool)]
         start = time.perf_counter()
-        await solo(body, timeout=30, metadata=operator.metadata(DELIVER, body, digest=digest))
+        await send(0, body, operator.metadata(DELIVER, body, digest=digest), 30)
         alone.append((time.perf_counter() - start) * 1000)
     args.ready.write_text("ready")
     while not args.go.exists():  # every load process starts at once
@@ -187,14 +208,13 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(7)
 
     async def caller(i: int) -> None:
-        call = chans[i % len(chans)].unary_unary(DELIVER)  # bytes in, bytes out
         n, backoff = i, 0.1
         while time.monotonic() < until:
             body, digest = pool[n % len(pool)]
             meta = operator.metadata(DELIVER, body, digest=digest)
             start = time.perf_counter()
             try:
-                await call(body, timeout=max(0.1, until - time.monotonic()), metadata=meta)
+                await send(i, body, meta, max(0.1, until - time.monotonic()))
                 admitted.append((time.perf_counter() - start) * 1000)
                 n, backoff = n + args.callers, 0.1
             except grpc.aio.AioRpcError as exc:
@@ -223,6 +243,8 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
 
 def _child(role: str, args: argparse.Namespace, out: Path, **extra: Any) -> subprocess.Popen[bytes]:
     argv = [sys.executable, __file__, "--role", role, "--out", str(out)]
+    if args.eager_body:
+        argv.append("--eager-body")
     for key, value in extra.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return subprocess.Popen(argv)
@@ -300,7 +322,8 @@ def _drive(args: argparse.Namespace) -> int:
             f"  connections {args.connections}  max-concurrent-rpcs {args.max_concurrent}"
             f"  max-bulk-rpcs {args.max_bulk}  max-bulk-bytes {args.max_bulk_bytes}"
             f"  max-pending-rpcs {args.max_pending}  bulk-shed-lag-ms {args.shed_lag_ms}"
-            f"  load processes {args.load_procs}  load-nice {args.load_nice}",
+            f"  load processes {args.load_procs}  load-nice {args.load_nice}"
+            f"  bodies {'with the headers' if args.eager_body else 'once admitted'}",
             flush=True,
         )
         common = {"address": address, "obligation": obligation}
@@ -489,6 +512,10 @@ def main() -> int:
     parser.add_argument("--rss-bound-mib", type=int, default=1024)
     parser.add_argument("--shed-lag-ms", type=int, default=0, help="the node's --bulk-shed-lag-ms")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (node log)")
+    parser.add_argument(
+        "--eager-body", action="store_true",
+        help="callers send the body with the headers (not after the node admits the call)",
+    )  # fmt: skip
     # child roles
     parser.add_argument("--out", type=Path)
     parser.add_argument("--address")
