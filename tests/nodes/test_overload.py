@@ -11,6 +11,7 @@ body gives its slot back after ``BULK_BODY_TIMEOUT_S``. With
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -257,3 +258,37 @@ async def test_calls_beyond_the_pending_limit_are_refused_by_grpc_before_the_nod
     assert codes_capped == {grpc.StatusCode.CANCELLED}, counts
     assert 1 <= served_capped < 12, counts
     assert counts[0] == (12, set()), counts
+
+
+async def test_bulk_traffic_runs_a_full_garbage_collection_now_and_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shed bulk calls leave grpc.aio's per-call cycles; bulk traffic collects them.
+
+    Counted, not timed: with the interval at 0, every bulk call that ends
+    (here: shed over ``max_bulk_rpcs``) runs one full collection.
+    """
+    monkeypatch.setattr(interceptors, "BULK_GC_INTERVAL_S", 0.0)
+    collected: list[int] = []
+    real_collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda: collected.append(real_collect()))
+    node = await grpc_node(tmp_path, "gc", max_bulk_rpcs=1)
+    release = asyncio.Event()
+    try:
+        async with grpc.aio.insecure_channel(node.address) as chan:
+            deliver = chan.stream_unary(DELIVER, None, None)
+            holder = asyncio.ensure_future(deliver(_silent(release), timeout=30))
+            await _until(lambda: node.server.requests.bulk_in_flight == 1, "1 bulk call held")
+            for _ in range(3):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await deliver(_silent(release), timeout=20)
+                assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert node.server.requests.bulk_shed == 3
+            assert len(collected) == 3
+            assert node.server.requests.bulk_collections == 3
+            release.set()
+            with pytest.raises(grpc.aio.AioRpcError):
+                await holder
+    finally:
+        release.set()
+        await node.stop(0)
