@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness._workers import exit_with_parent
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
 from harness.boundary.links import Links, start_links
 from harness.boundary.play import Runner, RunPlayer
@@ -264,8 +265,9 @@ class _Ticks:
 _WORKER_TICKS: Any = None
 
 
-def _worker_init(ticks: Any) -> None:
+def _worker_init(ticks: Any, parent: int) -> None:
     global _WORKER_TICKS
+    exit_with_parent(parent)  # a SIGKILLed parent leaves no worker playing on
     _WORKER_TICKS = ticks
 
 
@@ -343,7 +345,7 @@ async def _play_parallel(
     ticks = ctx.Queue()
     loop = asyncio.get_running_loop()
     with ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(ticks,)
+        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(ticks, os.getpid())
     ) as pool:
         futures = [
             loop.run_in_executor(
