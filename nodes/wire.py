@@ -847,7 +847,25 @@ def deliver_request_size(delivery: Delivery) -> int:
     with the same statements — every decision re-delivers them — costs one
     small encode instead of parsing and re-encoding each fold proof and head.
     The outer length prefix is recomputed for the full inner size.
+
+    The last delivery sized is remembered by identity (a :class:`Delivery`
+    is immutable): the sender's size check and its meter size the same
+    object one after the other.
     """
+    global _last_deliver_size
+    last = _last_deliver_size
+    if last is not None and last[0] is delivery:
+        return last[1]
+    size = _deliver_request_size(delivery)
+    _last_deliver_size = (delivery, size)
+    return size
+
+
+#: (delivery, its request size): the one-entry memo of :func:`deliver_request_size`.
+_last_deliver_size: tuple[Delivery, int] | None = None
+
+
+def _deliver_request_size(delivery: Delivery) -> int:
     bare = deliver_pb2.DeliverRequest(
         value=common_pb2.DeliveredValue(value_ref=delivery.value_ref, value=delivery.value),
         sender=delivery.sender,
