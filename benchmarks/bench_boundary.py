@@ -19,17 +19,21 @@ Usage::
 
     .venv/bin/python benchmarks/bench_boundary.py [--seeds 2] [--steps 500] [--cadence 25]
                                                   [--transports memory,grpc,memory+cache,memory+w2]
-                                                  [--full]
+                                                  [--full [--workers N]]
                                                   [--faults [--fault-deadline-ms 50]]
 
 ``memory+cache`` lets the holder keep the folds it verified (no second
 demand for a fold it already holds); ``memory+w2`` shares the runs over two
 worker processes (``--workers 2``), ``memory+w`` over the default (the
-cores available, as ``provnet experiment boundary``). With ``--full`` each
-column also prints its wall time against the 31 s target, its CPU per
-decision point and the load average. ``--full`` takes the config's whole main
-matrix (``provnet experiment boundary --full``: 180 runs) instead of the
-slice. Every column also reports the CPU seconds it took (user + system, of
+cores available, as ``provnet experiment boundary``). ``--full`` takes the
+config's whole main matrix (180 runs) instead of the slice and times, side
+by side in one run, the in-process matrix (the replay of the same 180 runs)
+and the command itself, ``provnet experiment boundary --full`` in a child
+process (default workers, or ``--workers N``), its wall and CPU time, the
+ratio of the two wall times, the runs deciding exactly as in-process (from
+the ``boundary_meta.json`` it writes) and the 31 s target as PASS/FAIL with
+the load average; ``--transports`` adds columns as for the slice (none by
+default with ``--full``). Every column also reports the CPU seconds it took (user + system, of
 this process and its worker processes), which on a shared machine says more
 than the wall time. ``--faults`` adds one slice per fault
 of the origin: the rehydrate-mode flip rate of structural_min, fallbacks,
@@ -43,10 +47,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from harness.arms import STRUCTURAL_ARMS
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
@@ -182,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cadence", type=int, default=25)
     ap.add_argument(
         "--transports",
-        default="memory,grpc,memory+cache",
+        default=None,
         help="columns: memory, grpc, and memory+cache (holder keeps verified folds)",
     )
     ap.add_argument(
@@ -191,8 +199,22 @@ def main(argv: list[str] | None = None) -> int:
         help="also play each fault of the first origin (deadline --fault-deadline-ms)",
     )
     ap.add_argument("--fault-deadline-ms", type=int, default=50)
-    ap.add_argument("--full", action="store_true", help="the config's whole main matrix")
+    ap.add_argument(
+        "--full",
+        action="store_true",
+        help="the config's whole main matrix, and `provnet experiment boundary --full` timed",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="with --full: the command's --workers (default: its own default)",
+    )
     args = ap.parse_args(argv)
+    if args.transports is None:
+        args.transports = "" if args.full else "memory,grpc,memory+cache"
+    if args.workers is not None and not args.full:
+        ap.error("--workers goes with --full (columns take +wN)")
     configure_logging(LogFormat.JSON, "warning")
     cfg = ExperimentConfig()
     if args.full:
@@ -218,7 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, float]] = {}
     bare_rtt: list[float] = []
     ok = True
-    for name in args.transports.split(","):
+    full_command: dict[str, float] | None = None
+    if args.full:
+        full_command = _full_command(args.workers, fp_in)
+        ok = ok and full_command["equal"] == full_command["runs"]
+    for name in filter(None, args.transports.split(",")):
         transport, *extras = name.split("+")
         workers = [
             int(e[1:]) if e[1:] else default_workers(len(slice_tasks(cfg, base)))
@@ -266,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     names = list(results)
     header = f"{'':38}{'in-process':>14}" + "".join(f"{n:>14}" for n in names)
-    print(header)
+    if names:  # --full alone times the command only: no columns to compare
+        print(header)
     first = results[names[0]] if names else {}
     inproc = {
         "wall_s": wall_in,
@@ -286,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         "smin_value_b": float("nan"),
         "smin_all_b": float("nan"),
     }
-    for label, key, fmt in rows:
+    for label, key, fmt in rows if names else ():
         cells = [inproc[key], *(results[n][key] for n in names)]
         print(
             f"{label:38}"
@@ -300,6 +327,22 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"ratio {n}/in-process: wall {r['wall_s'] / wall_in:,.0f}x,"
             f" rehydrating decision p50 {r['p50_ms'] / max(1e-9, inproc['p50_ms']):,.0f}x"
+        )
+    if full_command is not None:
+        r = full_command
+        print(
+            f"--full, side by side: in-process matrix {wall_in:.2f} s wall ({cpu_in:.2f} s CPU);"
+            f" `provnet experiment boundary --full` (workers {r['workers']:.0f})"
+            f" {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU"
+            f" ({r['cpu_s'] / r['decisions'] * 1000:.2f} ms CPU per decision point);"
+            f" ratio {r['wall_s'] / wall_in:,.1f}x;"
+            f" runs deciding exactly as in-process {r['equal']:.0f}/{r['runs']:.0f}"
+        )
+        print(
+            f"--full target <= {FULL_TARGET_S:.0f} s wall on 2 cores:"
+            f" {'PASS' if r['wall_s'] <= FULL_TARGET_S else 'FAIL'}"
+            f" ({r['wall_s']:.1f} s; load average {r['load_before']:.1f} before,"
+            f" {r['load_after']:.1f} after; {available_cores()} cores available)"
         )
     if args.full:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -338,6 +381,40 @@ def main(argv: list[str] | None = None) -> int:
         _faults(cfg, base, args.fault_deadline_ms)
     print("PASS: every transport decides as in-process" if ok else "FAIL: decisions differ")
     return 0 if ok else 1
+
+
+def _full_command(workers: int | None, fp_in: str) -> dict[str, float]:
+    """``provnet experiment boundary --full`` in a child process: wall, CPU, equal runs."""
+    with tempfile.TemporaryDirectory(prefix="bench-boundary-full-") as tmp:
+        out = Path(tmp) / "out"
+        cmd = [sys.executable, "-m", "harness", "experiment", "boundary", "--full"]
+        cmd += ["--out", str(out), "--no-progress"]
+        if workers is not None:
+            cmd += ["--workers", str(workers)]
+        load_before = os.getloadavg()[0]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")
+        meta = json.loads((out / "boundary_meta.json").read_text())
+    runs = meta["runs"].values()
+    equal = sum(1 for r in runs if r["fingerprints_equal"] and r["gate_rows_equal"])
+    if meta["in_process_fingerprint"] != fp_in:
+        raise SystemExit("the command's in-process fingerprint differs from this benchmark's")
+    print(f"provnet experiment boundary --full: fingerprint {meta['boundary_fingerprint'][:16]}…")
+    return {
+        "wall_s": wall,
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "runs": float(meta["n_runs"]),
+        "equal": float(equal),
+        "decisions": float(sum(r["decisions"] for r in runs)),
+        "workers": float(meta["settings"]["workers"]),
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+    }
 
 
 def _faults(cfg: ExperimentConfig, base: BoundarySettings, deadline_ms: int) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import multiprocessing
+import os
 import platform
 import signal
 import sys
@@ -26,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from harness._workers import exit_with_parent
 from harness.config import ExperimentConfig, Profile
 from harness.events import Event
 from harness.fingerprint import combine
@@ -242,7 +244,9 @@ def execute(
     # fork the workers before the progress bar exists (no thread crosses a fork)
     # workers ignore Ctrl-C: the parent alone handles it (one line, exit 130),
     # and leaving the pool terminates them — no traceback from each worker
-    with ctx.Pool(processes=workers, initializer=_ignore_sigint) as pool:
+    with ctx.Pool(
+        processes=workers, initializer=_worker_init, initargs=(os.getpid(),)
+    ) as pool:
         pending = pool.apply_async(run_task, (first,)) if first is not None else None
         chunk = max(1, min(8, len(tasks) // (workers * 8)))
         bar = progress_bar()
@@ -258,7 +262,8 @@ def execute(
             bar.close()
 
 
-def _ignore_sigint() -> None:
+def _worker_init(parent: int) -> None:
+    exit_with_parent(parent)  # a SIGKILLed parent leaves no worker playing on
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

@@ -346,9 +346,13 @@ class InMemoryTransport:
             )
 
     async def _run(self, address: str, timeout: float, coro: Any) -> Any:
+        # The node's handler runs in the caller's task under a deadline (as
+        # ``wait_for`` would run it in a task of its own, one more task and
+        # two more loop iterations per call): cancelled at the deadline.
         self.calls += 1
         try:
-            return await asyncio.wait_for(coro, timeout)
+            async with asyncio.timeout(timeout):
+                return await coro
         except TimeoutError:
             raise CallFailed("DEADLINE_EXCEEDED", "deadline exceeded", address) from None
         except CallFailed:

@@ -847,11 +847,37 @@ def deliver_request_size(delivery: Delivery) -> int:
     with the same statements — every decision re-delivers them — costs one
     small encode instead of parsing and re-encoding each fold proof and head.
     The outer length prefix is recomputed for the full inner size.
+
+    The last delivery sized is remembered by identity (a :class:`Delivery`
+    is immutable): the sender's size check and its meter size the same
+    object one after the other.
     """
-    bare = deliver_pb2.DeliverRequest(
-        value=common_pb2.DeliveredValue(value_ref=delivery.value_ref, value=delivery.value),
-        sender=delivery.sender,
+    global _last_deliver_size
+    last = _last_deliver_size
+    if last is not None and last[0] is delivery:
+        return last[1]
+    size = _deliver_request_size(delivery)
+    _last_deliver_size = (delivery, size)
+    return size
+
+
+#: (delivery, its request size): the one-entry memo of :func:`deliver_request_size`.
+_last_deliver_size: tuple[Delivery, int] | None = None
+
+
+def _field_size(n: int) -> int:
+    """A proto3 length-delimited field (number < 16) of ``n`` bytes; absent when empty."""
+    return 1 + _varint_size(n) + n if n else 0
+
+
+def _deliver_request_size(delivery: Delivery) -> int:
+    # The value-only form, counted field by field (DeliverRequest{1: DeliveredValue
+    # {1: value_ref, 2: value}, 2: sender}) instead of building it: the same
+    # bytes as ``message_size`` of the message (tests compare the two).
+    inner = _field_size(len(delivery.value_ref.encode("utf-8"))) + _field_size(
+        len(delivery.value)
     )
+    bare = 1 + _varint_size(inner) + inner + _field_size(len(delivery.sender.encode("utf-8")))
     extra = _statement_fields_size(
         delivery.value_ref,
         delivery.sender,
@@ -861,9 +887,8 @@ def deliver_request_size(delivery: Delivery) -> int:
         tuple(delivery.heads),
     )
     if not extra:
-        return message_size(bare)
-    inner = bare.value.ByteSize()
-    return message_size(bare) - _varint_size(inner) + _varint_size(inner + extra) + extra
+        return bare
+    return bare - _varint_size(inner) + _varint_size(inner + extra) + extra
 
 
 def _varint_size(n: int) -> int:

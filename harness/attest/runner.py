@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness._workers import exit_with_parent
 from harness.attest.attester import LocalAttestOps, RemoteAttestOps, attester_fault
 from harness.attest.play import AttestContext, AttestPlayer, DecisionRecord, counts_of
 from harness.attest.policy import STEP_MS, AttestPolicy
@@ -375,6 +377,9 @@ def play_rows(
     import multiprocessing
 
     with ProcessPoolExecutor(
-        max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn")
+        max_workers=min(workers, len(jobs)),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=exit_with_parent,  # a SIGKILLed parent leaves no worker playing on
+        initargs=(os.getpid(),),
     ) as pool:
         return list(pool.map(_run_row_sync, jobs))

@@ -46,7 +46,7 @@ from harness.events import Decision, Event, Hop, Merge, NewValue, OpEvent, Retir
 from harness.fingerprint import DecisionLog
 from harness.gates import GATES, Gate, GateView, Mode, evaluate, gate_modes
 from harness.gates import Decision as GateDecision
-from harness.lineage import HopLog, merge_folded
+from harness.lineage import HopLog, hop_bytes, merge_folded
 from harness.metrics import GateCounts, RunKey
 from harness.replay import Replayer, ReplayError, ReplayParams
 from nodes import wire
@@ -163,7 +163,8 @@ class RunPlayer:
         self.log = DecisionLog()
         # Served hops already parsed, by (origin, exact bytes): a value's folds are
         # rehydrated again and again, and the same verified bytes parse the same.
-        self.parsed: dict[tuple[str, bytes], Hop] = {}
+        # Each with the size of its canonical JSON (what a gate's read counts).
+        self.parsed: dict[tuple[str, bytes], tuple[Hop, int]] = {}
         # Each hop's JSON fragment, serialised once per run (hop ids are unique in a run).
         self.codec = HopCodec()
         self.plans: dict[ArmName, list[tuple[int, Gate, Mode, GateCounts]]] = {}
@@ -591,8 +592,8 @@ class RunPlayer:
         log = _FetchedLog()
         parsed = self.parsed
         for h in report.hops:
-            hop = parsed.get((h.origin, h.hop))
-            if hop is None:
+            entry = parsed.get((h.origin, h.hop))
+            if entry is None:
                 try:
                     fields = parse_hop(h.hop, origin=h.origin)
                     fields.pop("origin")
@@ -602,9 +603,9 @@ class RunPlayer:
                     return None
                 if len(parsed) >= _PARSED_HOPS:
                     parsed.clear()
-                parsed[(h.origin, h.hop)] = hop
-            if hop.hop_id not in log:
-                log.append(hop)
+                entry = parsed[(h.origin, h.hop)] = (hop, hop_bytes(hop))
+            if entry[0].hop_id not in log:
+                log.add(*entry)
         return log
 
 
@@ -616,6 +617,11 @@ class _FetchedLog(HopLog):
     """Hops the holder received and verified, as a hop log its gates can read."""
 
     __slots__ = ()
+
+    def add(self, hop: Hop, size: int) -> None:
+        """Append ``hop`` whose canonical JSON is ``size`` bytes (sized once per run)."""
+        self.append(hop)
+        self._bytes[hop.hop_id] = size + self._framing
 
     def __contains__(self, hop_id: object) -> bool:
         try:

@@ -51,11 +51,12 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness._workers import exit_with_parent
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
 from harness.boundary.links import Links, start_links
 from harness.boundary.play import Runner, RunPlayer
@@ -155,7 +156,7 @@ def _scratch_root() -> str | None:
 async def _play_tasks(
     cfg: ExperimentConfig,
     settings: BoundarySettings,
-    tasks: list[tuple[int, RunKey, Profile, ReplayParams]],
+    tasks: Iterable[tuple[int, RunKey, Profile, ReplayParams]],
     root: Path,
     evidence_dir: Path | None,
     tick: Callable[[], None],
@@ -262,11 +263,22 @@ class _Ticks:
 # ----------------------------------------------------------------- worker processes
 
 _WORKER_TICKS: Any = None
+_WORKER_RUNS: Any = None
 
 
-def _worker_init(ticks: Any) -> None:
-    global _WORKER_TICKS
+def _worker_init(ticks: Any, runs: Any, parent: int) -> None:
+    global _WORKER_TICKS, _WORKER_RUNS
+    exit_with_parent(parent)  # a SIGKILLed parent leaves no worker playing on
     _WORKER_TICKS = ticks
+    _WORKER_RUNS = runs
+
+
+def _pulled(
+    all_tasks: list[tuple[RunKey, Profile, ReplayParams]],
+) -> Iterator[tuple[int, RunKey, Profile, ReplayParams]]:
+    """The runs this worker takes from the shared queue, one at a time, until its stop mark."""
+    while (index := _WORKER_RUNS.get()) is not None:
+        yield (index, *all_tasks[index])
 
 
 def _worker_tick(pending: list[int]) -> None:
@@ -279,24 +291,21 @@ def _worker_tick(pending: list[int]) -> None:
 def _worker_play(
     cfg: ExperimentConfig,
     settings: BoundarySettings,
-    indices: list[int],
     root: str,
     evidence_dir: str | None,
     store_mode: StoreMode,
 ) -> _Partial:
-    """One worker: its share of the slice, on its own in-process nodes."""
+    """One worker: runs from the shared queue until its stop mark, on its own in-process nodes."""
     from nodes.config import LogFormat
     from nodes.logging import configure_logging
 
     configure_logging(LogFormat.JSON, "warning")
-    all_tasks = slice_tasks(cfg, settings)
-    mine = [(i, *all_tasks[i]) for i in indices]
     pending = [0]
     partial = asyncio.run(
         _play_tasks(
             cfg,
             settings,
-            mine,
+            _pulled(slice_tasks(cfg, settings)),
             Path(root),
             Path(evidence_dir) if evidence_dir is not None else None,
             lambda: _worker_tick(pending),
@@ -336,14 +345,24 @@ async def _play_parallel(
 
     workers = min(settings.workers, n_tasks)
     _seed_identities(root, [s.name for s in settings.specs()], workers)
-    # Interleaved shares balance cadences and profiles; results are put back in run order.
-    shares = [list(range(w, n_tasks, workers)) for w in range(workers)]
     # spawn, not fork: grpc's core does not survive a fork of a process that uses it
     ctx = multiprocessing.get_context("spawn")
     ticks = ctx.Queue()
+    # Runs are dealt out one at a time from a shared queue, longest first (the
+    # most compactions: smallest cadence), so a worker that is slower (a loaded
+    # core) takes fewer and the last runs to finish are short ones. A worker
+    # stops at its stop mark (None, one each); results are put back in run order.
+    runs = ctx.Queue()
+    for index in longest_first(cfg, settings):
+        runs.put(index)
+    for _ in range(workers):
+        runs.put(None)
     loop = asyncio.get_running_loop()
     with ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(ticks,)
+        max_workers=workers,
+        mp_context=ctx,
+        initializer=_worker_init,
+        initargs=(ticks, runs, os.getpid()),
     ) as pool:
         futures = [
             loop.run_in_executor(
@@ -351,12 +370,11 @@ async def _play_parallel(
                 _worker_play,
                 cfg,
                 settings,
-                share,
                 str(root / f"w{w}"),
                 str(evidence_dir) if evidence_dir is not None else None,
                 store_mode,
             )
-            for w, share in enumerate(shares)
+            for w in range(workers)
         ]
         gathered = asyncio.gather(*futures)
         while not gathered.done():
@@ -369,7 +387,20 @@ async def _play_parallel(
         if leftover and bar is not None:
             bar.update(leftover)
     ticks.close()
+    runs.close()
     return partials
+
+
+def longest_first(cfg: ExperimentConfig, settings: BoundarySettings) -> list[int]:
+    """The slice's run indices, the runs expected to take longest first.
+
+    Every run of a slice has the same steps and decision points; what differs
+    is the compactions (each appends hops, signs a head per origin and
+    changes the fold proofs the values carry), ``steps / cadence``: smallest
+    cadence first, ties in the slice's order.
+    """
+    tasks = slice_tasks(cfg, settings)
+    return sorted(range(len(tasks)), key=lambda i: (tasks[i][0].cadence, i))
 
 
 def _drain(queue: Any, wait: float) -> int:

@@ -488,9 +488,10 @@ def test_cost_rows_put_equal_flip_rates_next_to_different_costs(
 
 
 def test_runs_shared_over_worker_processes_give_the_one_process_outputs() -> None:
-    # three runs over two workers: shares [0, 2] and [1] must come back in run order
-    one = _play(steps=150, seeds=(0, 1, 2))
-    shared = _play(steps=150, seeds=(0, 1, 2), workers=2)
+    # four runs pulled by two workers from a shared queue, the C = 10 runs
+    # first: they must come back in the slice's run order
+    one = _play(steps=150, seeds=(0, 1), cadences=(25, 10))
+    shared = _play(steps=150, seeds=(0, 1), cadences=(25, 10), workers=2)
     assert [r.label for r in shared.runs] == [r.label for r in one.runs]
     assert [r.boundary_fingerprint for r in shared.runs] == [
         r.boundary_fingerprint for r in one.runs
@@ -508,6 +509,18 @@ def test_runs_shared_over_worker_processes_give_the_one_process_outputs() -> Non
     assert shared.heads_committed == one.heads_committed
     assert shared.delivery_by_cadence == one.delivery_by_cadence
     assert shared.wire[("calls", "by_node")] == one.wire[("calls", "by_node")]
+
+
+def test_parallel_runs_are_dealt_out_longest_first() -> None:
+    from harness.boundary.runner import longest_first, slice_tasks
+
+    settings = BoundarySettings(cadences=(25, 10, 50), profiles=("low", "high"), seeds=(0, 1))
+    order = longest_first(CFG, settings)
+    tasks = slice_tasks(CFG, settings)
+    assert sorted(order) == list(range(len(tasks)))
+    cadences = [tasks[i][0].cadence for i in order]
+    assert cadences == sorted(cadences)  # most compactions first
+    assert [i for i in order if tasks[i][0].cadence == 25] == [0, 1, 2, 3]  # stable
 
 
 def test_compacted_value_with_head_statements_costs_under_the_full_lineage(

@@ -188,6 +188,9 @@ def test_memoised_deliver_size_is_the_encoded_size_at_every_length_prefix_bounda
             # the same statements from another sender encode the head differently
             Delivery(base.value_ref, b"x" * n, (), (), "", base.fold_proofs, base.heads),
             Delivery(base.value_ref, b"x" * n, (), (), base.sender),
+            # a value ref long enough for a two-byte length, and a non-ASCII one
+            Delivery("r" * 130, b"x" * n, (), (), base.sender),
+            Delivery("v/é", b"x" * n, (), (), "", base.fold_proofs, base.heads),
         ):
             assert wire.deliver_request_size(d) == wire.message_size(wire.deliver_request(d)), n
 
