@@ -305,11 +305,9 @@ def _held_size(value: HeldValue) -> int:
 def _claimed_holder(demands: Sequence[bytes]) -> str:
     """The holder the first demand names (unverified: for a log line only)."""
     try:
-        payload = Envelope.from_bytes(demands[0]).payload
-        holder = parse_json_object(payload, what="demand").get("holder")
+        return parse_statement(demands[0], Demand).statement.holder
     except (ContractError, ValueError, IndexError):
         return ""
-    return holder if isinstance(holder, str) else ""
 
 
 def _check_value_ref(value_ref: str) -> None:
@@ -1574,9 +1572,7 @@ class NodeCore:
         if caller is not None and caller not in self.config.operator_keys:
             for proof in ask.proofs:
                 try:
-                    holder = Demand.from_json(
-                        parse_json_object(proof.demand.payload, what="demand")
-                    ).holder
+                    holder = parse_statement(proof.demand, Demand).statement.holder
                 except (ContractError, ValueError) as exc:
                     raise MalformedRequest(f"attest request: a cited demand: {exc}") from exc
                 if holder != caller:
