@@ -77,6 +77,7 @@ __all__ = [
     "encode_demand",
     "encode_receipt",
     "new_demand",
+    "new_receipt",
 ]
 
 BINARY_VERSION = 2
@@ -133,8 +134,10 @@ def binary_payload_type_for(kind: StatementKind) -> str:
 
 
 def _raw(hex_value: str, what: str) -> bytes:
+    # The statement constructors admit only lower-case hex digests, so the
+    # bytes decode back to the same text; only the length is left to check.
     raw = bytes.fromhex(hex_value)
-    if len(raw) != 32 or raw.hex() != hex_value:
+    if len(raw) != 32:
         raise ValueError(f"{what} must be 64 lower-case hex characters")
     return raw
 
@@ -304,6 +307,43 @@ def new_demand(
     return demand  # type: ignore[no-any-return]
 
 
+def new_receipt(
+    origin: str,
+    obligation: str,
+    commitment: str,
+    demand: str,
+    nonce: str,
+    status: ReceiptStatus,
+    issued_at: int,
+    tree_size: int,
+    leaves: tuple[int, ...] | None = None,
+    served_root: str | None = None,
+    leaf_hashes: tuple[bytes, ...] = (),
+    proofs: tuple[tuple[bytes, ...], ...] = (),
+    reason: RefusalReason | None = None,
+) -> Receipt:
+    """A :class:`Receipt` from fields already known valid (skips ``__post_init__``).
+
+    For an origin answering a parsed demand: its own node id, the digests of
+    statements it holds and a root it computed.
+    """
+    receipt: Any = _NEW(Receipt)
+    _PUT(receipt, "origin", origin)
+    _PUT(receipt, "obligation", obligation)
+    _PUT(receipt, "commitment", commitment)
+    _PUT(receipt, "demand", demand)
+    _PUT(receipt, "nonce", nonce)
+    _PUT(receipt, "status", status)
+    _PUT(receipt, "issued_at", issued_at)
+    _PUT(receipt, "reason", reason)
+    _PUT(receipt, "tree_size", tree_size)
+    _PUT(receipt, "leaves", leaves)
+    _PUT(receipt, "served_root", served_root)
+    _PUT(receipt, "leaf_hashes", leaf_hashes)
+    _PUT(receipt, "proofs", proofs)
+    return receipt  # type: ignore[no-any-return]
+
+
 def decode_receipt(data: bytes) -> Receipt:
     """Parse a version-2 receipt payload (untrusted bytes; :class:`EncodingError`)."""
     k = "receipt"
@@ -375,21 +415,21 @@ def decode_receipt(data: bytes) -> Receipt:
         raise _bad(k, f"{len(data) - at} trailing bytes")
     proof_tuple = tuple(proofs)
     check_receipt_shape(k, status, reason, leaves, served_root, leaf_hashes, proof_tuple)
-    receipt: Any = _NEW(Receipt)
-    _PUT(receipt, "origin", origin.hex())
-    _PUT(receipt, "obligation", obligation.hex())
-    _PUT(receipt, "commitment", commitment.hex())
-    _PUT(receipt, "demand", demand.hex())
-    _PUT(receipt, "nonce", nonce)
-    _PUT(receipt, "status", status)
-    _PUT(receipt, "issued_at", issued_at)
-    _PUT(receipt, "reason", reason)
-    _PUT(receipt, "tree_size", tree_size)
-    _PUT(receipt, "leaves", leaves)
-    _PUT(receipt, "served_root", served_root)
-    _PUT(receipt, "leaf_hashes", leaf_hashes)
-    _PUT(receipt, "proofs", proof_tuple)
-    return receipt  # type: ignore[no-any-return]
+    return new_receipt(
+        origin.hex(),
+        obligation.hex(),
+        commitment.hex(),
+        demand.hex(),
+        nonce,
+        status,
+        issued_at,
+        tree_size,
+        leaves,
+        served_root,
+        leaf_hashes,
+        proof_tuple,
+        reason,
+    )
 
 
 def _read_hashes(

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contracts.binary import new_demand
+from contracts.binary import new_demand, new_receipt
 from contracts.canonical import format_ms
 from contracts.envelope import Envelope
 from contracts.errors import (
@@ -328,19 +328,21 @@ def _sign_served(
         served_root = None
         signed_hashes = tuple(tree.leaf_hash(i) for i in d.leaves)
         proofs = tuple(tree.proof(i) for i in d.leaves)
-    receipt = Receipt(
-        origin=identity.node_id,
-        obligation=obligation.digest,
-        commitment=commitment.digest,
-        demand=demand.digest,
-        nonce=d.nonce,
-        status=ReceiptStatus.SERVED,
-        tree_size=commitment.statement.leaf_count,
-        leaves=d.leaves,
-        served_root=served_root,
-        leaf_hashes=signed_hashes,
-        proofs=proofs,
-        issued_at=now,
+    # Every field is this origin's id, a digest of a statement it holds or a
+    # root it computed: the checking constructor would find nothing.
+    receipt = new_receipt(
+        identity.node_id,
+        obligation.digest,
+        commitment.digest,
+        demand.digest,
+        d.nonce,
+        ReceiptStatus.SERVED,
+        now,
+        commitment.statement.leaf_count,
+        d.leaves,
+        served_root,
+        signed_hashes,
+        proofs,
     )
     # answered in the form the demand was made in (an older holder reads JSON)
     return sign_statement(identity, receipt, binary=is_binary(demand))
