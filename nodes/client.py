@@ -605,12 +605,11 @@ class Holder:
             for receipt in run.receipts:
                 await self._on_receipt(run.origin, receipt)
         worst = max(run.folds, key=lambda f: _severity(f.outcome))
-        hops = [
-            VerifiedHop(run.origin, f.held.commitment.digest, index, data)
-            for f in run.folds
-            if f.outcome is Outcome.SERVED
-            for index, data in f.hops
-        ]
+        hops: list[VerifiedHop] = []
+        for f in run.folds:
+            if f.outcome is Outcome.SERVED:
+                digest = f.held.commitment.digest  # once per fold, not per hop
+                hops.extend(VerifiedHop(run.origin, digest, i, data) for i, data in f.hops)
         evidence_bytes = b""
         path = ""
         if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:
