@@ -800,13 +800,25 @@ def _bytes_field_size(n: int) -> int:
     return 1 + _varint_size(n) + n
 
 
+def _repeated_bytes_size(items: Sequence[bytes]) -> int:
+    """A repeated bytes field (field number below 16): every item, empty ones too."""
+    lens = [len(x) for x in items]
+    if not lens:
+        return 0
+    # tag + length + payload per item; lengths of 128 bytes or more take 2+ bytes
+    size = sum(lens) + 2 * len(lens) + sum(n >= 0x80 for n in lens)
+    if max(lens) >= 0x4000:
+        size += sum(_varint_size(n) - 2 for n in lens if n >= 0x4000)
+    return size
+
+
 def _answer_size(answer: Answer) -> int:
     """``ByteSize()`` of :func:`answer_to_pb` (proto3: empty singular bytes are not sent)."""
-    size = _bytes_field_size(len(answer.receipt)) if answer.receipt else 0
+    size = _repeated_bytes_size(answer.hops)
+    if answer.receipt:
+        size += _bytes_field_size(len(answer.receipt))
     if answer.commitment:
         size += _bytes_field_size(len(answer.commitment))
-    for hop in answer.hops:
-        size += _bytes_field_size(len(hop))
     return size
 
 
@@ -815,7 +827,7 @@ def _answer_size(answer: Answer) -> int:
 # way protobuf encodes them, instead of building the messages to ask them.
 def demand_request_size(demands: Sequence[bytes]) -> int:
     """``ByteSize()`` of :func:`demand_request`, from the lengths alone."""
-    return sum(_bytes_field_size(len(d)) for d in demands)
+    return _repeated_bytes_size(demands)
 
 
 def demand_response_size(answers: Iterable[Answer]) -> int:
