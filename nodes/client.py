@@ -605,11 +605,11 @@ class Holder:
             for receipt in run.receipts:
                 await self._on_receipt(run.origin, receipt)
         worst = max(run.folds, key=lambda f: _severity(f.outcome))
-        hops: list[VerifiedHop] = []
-        for f in run.folds:
-            if f.outcome is Outcome.SERVED:
-                digest = f.held.commitment.digest  # once per fold, not per hop
-                hops.extend(VerifiedHop(run.origin, digest, i, data) for i, data in f.hops)
+        origin = run.origin
+        served = [  # a fold's digest once, not once per hop
+            (f.held.commitment.digest, f.hops) for f in run.folds if f.outcome is Outcome.SERVED
+        ]
+        hops = [VerifiedHop(origin, d, i, data) for d, pairs in served for i, data in pairs]
         evidence_bytes = b""
         path = ""
         if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:

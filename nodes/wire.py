@@ -802,7 +802,7 @@ def _bytes_field_size(n: int) -> int:
 
 def _repeated_bytes_size(items: Sequence[bytes]) -> int:
     """A repeated bytes field (field number below 16): every item, empty ones too."""
-    lens = [len(x) for x in items]
+    lens = list(map(len, items))
     if not lens:
         return 0
     # tag + length + payload per item; lengths of 128 bytes or more take 2+ bytes
