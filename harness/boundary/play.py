@@ -46,7 +46,7 @@ from harness.events import Decision, Event, Hop, Merge, NewValue, OpEvent, Retir
 from harness.fingerprint import DecisionLog
 from harness.gates import GATES, Gate, GateView, Mode, evaluate, gate_modes
 from harness.gates import Decision as GateDecision
-from harness.lineage import HopLog, merge_folded
+from harness.lineage import HopLog, hop_bytes, merge_folded
 from harness.metrics import GateCounts, RunKey
 from harness.replay import Replayer, ReplayError, ReplayParams
 from nodes import wire
@@ -161,9 +161,10 @@ class RunPlayer:
         self.appended: dict[str, set[int]] = {}
         self.folds: dict[tuple[int, tuple[str, ...]], _Fold] = {}
         self.log = DecisionLog()
-        # Served hops already parsed, by (origin, exact bytes): a value's folds are
-        # rehydrated again and again, and the same verified bytes parse the same.
-        self.parsed: dict[tuple[str, bytes], Hop] = {}
+        # Served hops already parsed, by (origin, exact bytes), with their canonical
+        # size: a value's folds are rehydrated again and again, and the same
+        # verified bytes parse (and measure) the same.
+        self.parsed: dict[tuple[str, bytes], tuple[Hop, int]] = {}
         # Each hop's JSON fragment, serialised once per run (hop ids are unique in a run).
         self.codec = HopCodec()
         self.plans: dict[ArmName, list[tuple[int, Gate, Mode, GateCounts]]] = {}
@@ -591,8 +592,8 @@ class RunPlayer:
         log = _FetchedLog()
         parsed = self.parsed
         for h in report.hops:
-            hop = parsed.get((h.origin, h.hop))
-            if hop is None:
+            known = parsed.get((h.origin, h.hop))
+            if known is None:
                 try:
                     fields = parse_hop(h.hop, origin=h.origin)
                     fields.pop("origin")
@@ -602,9 +603,9 @@ class RunPlayer:
                     return None
                 if len(parsed) >= _PARSED_HOPS:
                     parsed.clear()
-                parsed[(h.origin, h.hop)] = hop
-            if hop.hop_id not in log:
-                log.append(hop)
+                known = parsed[(h.origin, h.hop)] = (hop, hop_bytes(hop))
+            if known[0].hop_id not in log:
+                log.add(*known)
         return log
 
 
@@ -616,6 +617,13 @@ class _FetchedLog(HopLog):
     """Hops the holder received and verified, as a hop log its gates can read."""
 
     __slots__ = ()
+
+    def add(self, hop: Hop, size: int) -> None:
+        """Append ``hop`` with its canonical size (:func:`harness.lineage.hop_bytes`),
+        known from when it was first parsed: a fresh log per rehydration would
+        otherwise serialise every hop a gate reads again."""
+        self.append(hop)
+        self._bytes[hop.hop_id] = size + self._framing
 
     def __contains__(self, hop_id: object) -> bool:
         try:
