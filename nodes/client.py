@@ -605,12 +605,11 @@ class Holder:
             for receipt in run.receipts:
                 await self._on_receipt(run.origin, receipt)
         worst = max(run.folds, key=lambda f: _severity(f.outcome))
-        hops = [
-            VerifiedHop(run.origin, f.held.commitment.digest, index, data)
-            for f in run.folds
-            if f.outcome is Outcome.SERVED
-            for index, data in f.hops
+        origin = run.origin
+        served = [  # a fold's digest once, not once per hop
+            (f.held.commitment.digest, f.hops) for f in run.folds if f.outcome is Outcome.SERVED
         ]
+        hops = [VerifiedHop(origin, d, i, data) for d, pairs in served for i, data in pairs]
         evidence_bytes = b""
         path = ""
         if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:

@@ -758,6 +758,8 @@ class NodeCore:
         issued = _ms(self.clock())
         pending = self.store.provenance_pending
         made: list[tuple[Signed[Head], dict[str, FoldProof]]] = []
+        #: the exact bytes each fold's root was computed over (durable folds only)
+        signed_leaves: dict[str, tuple[bytes, ...]] = {}
 
         def sign(drafts: Sequence[st.FoldDraft]) -> st.SignedCompaction:
             compaction = head_log.compact(
@@ -769,6 +771,10 @@ class NodeCore:
                 pending=pending,
             )
             made.append((compaction.head, dict(compaction.proofs)))
+            signed_leaves.clear()
+            signed_leaves.update(
+                (d.value_ref, d.leaves) for d in drafts if not d.provenance_pending
+            )
             folds: list[st.SignedHeadFold] = []
             for draft, record in zip(drafts, compaction.records, strict=True):
                 proof = compaction.proofs[draft.value_ref]
@@ -803,6 +809,11 @@ class NodeCore:
             self._own[_own_key(head.digest, fold_row.leaf_hash)] = _Own(
                 verified.obligation, verified.commitment, b"", verified
             )
+            leaves = signed_leaves.get(ref)
+            if leaves is not None:
+                # Durable now, and exactly the bytes the root was signed over: the
+                # first demand for this fold is served from memory, not read back.
+                self._keep_leaves(verified.commitment.digest, leaves)
         self.behaviour.after_compaction(head, [f.record for f in signed.folds], inputs)
         out = CommittedCompaction(
             signed.head_envelope, tuple(f.proof for f in signed.folds), pending
@@ -1133,12 +1144,19 @@ class NodeCore:
             )
             return None
         leaves = tuple(resolution.leaves)
-        self._leaves[commitment.digest] = leaves
+        self._keep_leaves(commitment.digest, leaves)
+        return leaves
+
+    def _keep_leaves(self, digest: str, leaves: tuple[bytes, ...]) -> None:
+        """Remember a fold's hop bytes (immutable for its digest), bounded in bytes."""
+        if digest in self._leaves:
+            self._leaves.move_to_end(digest)
+            return
+        self._leaves[digest] = leaves
         self._leaves_bytes += sum(len(x) for x in leaves)
         while self._leaves_bytes > _LEAF_CACHE_BYTES and len(self._leaves) > 1:
             _, old = self._leaves.popitem(last=False)
             self._leaves_bytes -= sum(len(x) for x in old)
-        return leaves
 
     async def answer_demand_stream(
         self, demand: bytes, *, max_chunk_bytes: int = 0
