@@ -31,7 +31,12 @@ operations, two signatures and two verifications), and the bare round trip
 plus only the ``contracts`` library calls of a 5-hop demand under a head
 (``Contracts``: build and sign the demand; parse it, check its binding,
 answer and sign; judge the answer lazily) — what no node built on the
-contract, or on this library, can go below.
+contract, or on this library, can go below. Two latency rows step from that
+floor towards a verified demand with the same holder-side calls: ``step: +
+node core`` (the node's ``answer_demands`` — checks, nonce memory, answer —
+served by the bare server) and ``step: + node server`` (the node's own
+server: interceptor, auth, limits); the rest up to ``verified 5-hop (head)``
+is the holder's client.
 
 Printed:
 
@@ -71,8 +76,12 @@ import grpc
 ECHO_METHOD = "/bench.Echo/Echo"
 SIGN2_METHOD = "/bench.Echo/Sign2"
 CONTRACTS_METHOD = "/bench.Echo/Contracts"
+NODE_CORE_METHOD = "/bench.Echo/NodeCore"
+SERVE_DEMAND_METHOD = "/provnet.v1.Serve/Demand"
 FLOOR_CRYPTO = "floor: bare + 2 Ed25519 signs"
 FLOOR_CONTRACTS = "floor: bare + contracts calls, 5-hop"
+STEP_NODE_CORE = "step: + node core, 5-hop (head)"
+STEP_NODE_SERVER = "step: + node server, 5-hop (head)"
 STATS_METHOD = "/bench.Echo/SigStats"
 FOLD_SIZES = (1, 5, 50)
 TARGET_LATENCY_RATIO = 1.5
@@ -156,6 +165,7 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     from contracts.serve import answer_demand, verify_demand
     from contracts.signed import parse_statement
     from contracts.statements import Demand
+    from nodes import wire
     from nodes._pb.provnet.v1 import common_pb2, serve_pb2
     from nodes.app import load_or_create_identity
     from nodes.config import LogFormat, NodeConfig
@@ -214,6 +224,11 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
             answers=[common_pb2.Answer(receipt=receipt.to_bytes(), hops=floor_hops)]
         )
 
+    async def node_core(request: Any, context: Any) -> Any:
+        # The node's own Serve.Demand work (checks, nonce memory, answer) on
+        # the bare server: no interceptor, no node server around it.
+        return wire.demand_response(await core.answer_demands(list(request.demands)))
+
     async def sig_stats(request: bytes, context: Any) -> bytes:
         return json.dumps(_SIGNATURES).encode()
 
@@ -231,6 +246,11 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
                     ),
                     "SigStats": grpc.unary_unary_rpc_method_handler(
                         sig_stats, request_deserializer=_identity, response_serializer=_identity
+                    ),
+                    "NodeCore": grpc.unary_unary_rpc_method_handler(
+                        node_core,
+                        request_deserializer=serve_pb2.DemandRequest.FromString,
+                        response_serializer=serve_pb2.DemandResponse.SerializeToString,
                     ),
                     "Contracts": grpc.unary_unary_rpc_method_handler(
                         contracts_only,
@@ -438,6 +458,7 @@ class _Floors:
             response_deserializer=serve_pb2.DemandResponse.FromString,
         )
         self._request = serve_pb2.DemandRequest
+        self._response = serve_pb2.DemandResponse
         self._identity = Identity.generate()
         # The holder verifies the floor's head once, as at delivery.
         self._fold = HeadCache().verify_fold(
@@ -454,19 +475,31 @@ class _Floors:
 
     async def contracts(self) -> bool:
         """Bare round trip plus the contracts calls of a 5-hop demand under a head."""
+        return await self.demand_via(self._contracts, self._fold)
+
+    def method(self, channel: Any, name: str) -> Any:
+        """A raw ``DemandRequest`` → ``DemandResponse`` call of ``name`` on ``channel``."""
+        return channel.unary_unary(
+            name,
+            request_serializer=self._request.SerializeToString,
+            response_deserializer=self._response.FromString,
+        )
+
+    async def demand_via(self, call: Any, fold: Any) -> bool:
+        """The floor's holder side (build, sign; judge lazily) against ``call`` for ``fold``."""
         now = int(time.time() * 1000)
-        demand = self._build_demand(self._identity, self._fold.obligation, now=now)
-        reply = await self._contracts(self._request(demands=[demand.to_bytes()]), timeout=2.0)
+        demand = self._build_demand(self._identity, fold.obligation, now=now)
+        reply = await call(self._request(demands=[demand.to_bytes()]), timeout=2.0)
         answer = reply.answers[0]
         verdict = self._judge(
             bytes(answer.receipt),
             [bytes(h) for h in answer.hops],
             demand=demand,
-            fold=self._fold,
+            fold=fold,
             reported_at=int(time.time() * 1000),
         )
         if verdict.kind is not self._served:
-            raise RuntimeError(f"contracts floor not served: {verdict.reason}")
+            raise RuntimeError(f"demand not served: {verdict.reason}")
         return True
 
 
@@ -621,10 +654,20 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         f"# bench_nodes: origin {address}, bare server {bare_address};"
         f" {args.samples} interleaved samples per latency row"
     )
+    # Steps from the contracts floor to a verified demand, same holder-side
+    # calls as the floor: the node's Serve.Demand work on the bare server, then
+    # the node's own server (interceptor, auth, limits) — what is left up to
+    # "verified 5-hop (head)" is the holder's client (nodes.client.Holder).
+    via_core = floors.method(bare_channel, NODE_CORE_METHOD)
+    node_channel = grpc.aio.insecure_channel(address, options=options)
+    via_server = floors.method(node_channel, SERVE_DEMAND_METHOD)
+    own_fold = head_folds[5].fold
     calls: dict[str, Callable[[], Awaitable[object]]] = {
         "bare unary": bare,
         FLOOR_CRYPTO: floors.crypto,
         FLOOR_CONTRACTS: floors.contracts,
+        STEP_NODE_CORE: lambda: floors.demand_via(via_core, own_fold),
+        STEP_NODE_SERVER: lambda: floors.demand_via(via_server, own_fold),
     }
     for size in FOLD_SIZES:
         calls[f"verified {size}-hop"] = lambda s=size: verified(s)  # type: ignore[misc]
@@ -768,6 +811,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     await transport.close()
     await channel.close(None)
     await bare_channel.close(None)
+    await node_channel.close(None)
     ok = ok_latency and ok_tp and ok_rpcs and ok_sigs
     print(f"overall {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1

@@ -19,6 +19,9 @@ Module map (main entry points)::
     statements  Commitment, Obligation, Demand, Receipt, DeliveryReceipt,
                 WitnessReport, Attestation, Head; Axis, ReceiptStatus,
                 RefusalReason
+    binary      the compact binary payloads (version 2) of Demand and Receipt:
+                encode_/decode_demand, encode_/decode_receipt, payload types
+                …demand.v2+bin / …receipt.v2+bin (the JSON form stays valid)
     heads       signed tree heads (revision 2): HeadLog (origin: one
                 signature per compaction), FoldRecord, FoldProof,
                 verify_fold, VerifiedFold (stands in for commitment +
@@ -48,7 +51,8 @@ Module map (main entry points)::
 
 Digests ("commitment digest", "obligation digest", "receipt digest" …) are
 the hex SHA-256 of a statement envelope's payload, which is the RFC 8785
-canonical statement: ``Signed.digest`` / ``Envelope.digest``. A value digest
+canonical statement (or, for demands and receipts, its binary form):
+``Signed.digest`` / ``Envelope.digest``. A value digest
 is whatever the caller hashes to name a value (``sha256_hex`` of its
 canonical bytes); attestations bind to it.
 

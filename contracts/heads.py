@@ -273,9 +273,27 @@ class VerifiedFold:
     proof: FoldProof
     record: FoldRecord
     leaf_hash: bytes
+    # Memoised stand-ins: every demand for the fold reads them.
+    _commitment: Signed[Commitment] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _obligation: Signed[Obligation] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def commitment(self) -> Signed[Commitment]:
+        if self._commitment is None:
+            object.__setattr__(self, "_commitment", self._make_commitment())
+        return self._commitment  # type: ignore[return-value]
+
+    @property
+    def obligation(self) -> Signed[Obligation]:
+        if self._obligation is None:
+            object.__setattr__(self, "_obligation", self._make_obligation())
+        return self._obligation  # type: ignore[return-value]
+
+    def _make_commitment(self) -> Signed[Commitment]:
         h, r = self.head.statement, self.record
         statement = Commitment(
             origin=h.origin,
@@ -290,8 +308,7 @@ class VerifiedFold:
         envelope = Envelope(b"\x00" + self.proof.target, FOLD_RECORD_TYPE, ())
         return Signed(envelope, statement)
 
-    @property
-    def obligation(self) -> Signed[Obligation]:
+    def _make_obligation(self) -> Signed[Obligation]:
         h = self.head.statement
         statement = Obligation(
             origin=h.origin,

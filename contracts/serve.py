@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.binary import new_demand, new_receipt
 from contracts.canonical import format_ms
 from contracts.envelope import Envelope
 from contracts.errors import (
@@ -50,7 +51,7 @@ from contracts.merkle import (
     merkle_root,
     root_from_inclusion,
 )
-from contracts.signed import Signed, open_statement, sign_statement
+from contracts.signed import Signed, is_binary, open_statement, sign_statement
 from contracts.statements import (
     Commitment,
     DeliveryReceipt,
@@ -261,6 +262,7 @@ def answer_demand(
                 tree_size=c.leaf_count,
                 issued_at=now,
             ),
+            binary=is_binary(demand),
         )
 
     if now >= o.serve_until:
@@ -326,21 +328,24 @@ def _sign_served(
         served_root = None
         signed_hashes = tuple(tree.leaf_hash(i) for i in d.leaves)
         proofs = tuple(tree.proof(i) for i in d.leaves)
-    receipt = Receipt(
-        origin=identity.node_id,
-        obligation=obligation.digest,
-        commitment=commitment.digest,
-        demand=demand.digest,
-        nonce=d.nonce,
-        status=ReceiptStatus.SERVED,
-        tree_size=commitment.statement.leaf_count,
-        leaves=d.leaves,
-        served_root=served_root,
-        leaf_hashes=signed_hashes,
-        proofs=proofs,
-        issued_at=now,
+    # Every field is this origin's id, a digest of a statement it holds or a
+    # root it computed: the checking constructor would find nothing.
+    receipt = new_receipt(
+        identity.node_id,
+        obligation.digest,
+        commitment.digest,
+        demand.digest,
+        d.nonce,
+        ReceiptStatus.SERVED,
+        now,
+        commitment.statement.leaf_count,
+        d.leaves,
+        served_root,
+        signed_hashes,
+        proofs,
     )
-    return sign_statement(identity, receipt)
+    # answered in the form the demand was made in (an older holder reads JSON)
+    return sign_statement(identity, receipt, binary=is_binary(demand))
 
 
 def eviction_blockers(
@@ -435,19 +440,33 @@ def build_demand(
     now: int,
     leaves: Sequence[int] | None = None,
     nonce: str | None = None,
+    binary: bool = True,
 ) -> Signed[Demand]:
-    """A holder's signed demand for all leaves (``leaves=None``) or some, sorted."""
+    """A holder's signed demand for all leaves (``leaves=None``) or some, sorted.
+
+    ``binary``: the compact version-2 payload (:mod:`contracts.binary`, the
+    default); ``False`` signs the RFC 8785 JSON form. An origin answers in
+    the form of the demand.
+    """
     picked = None if leaves is None else tuple(sorted(set(leaves)))
-    statement = Demand(
-        holder=identity.node_id,
-        origin=obligation.statement.origin,
-        obligation=obligation.digest,
-        commitment=obligation.statement.commitment,
-        leaves=picked,
-        nonce=new_nonce() if nonce is None else nonce,
-        time=now,
-    )
-    return sign_statement(identity, statement)
+    o = obligation.statement
+    if nonce is None:
+        # Every field comes from this node's id, a parsed obligation and a
+        # fresh nonce: nothing for the checking constructor to find.
+        statement = new_demand(
+            identity.node_id, o.origin, obligation.digest, o.commitment, new_nonce(), now, picked
+        )
+    else:
+        statement = Demand(
+            holder=identity.node_id,
+            origin=o.origin,
+            obligation=obligation.digest,
+            commitment=o.commitment,
+            leaves=picked,
+            nonce=new_nonce() if nonce is None else nonce,
+            time=now,
+        )
+    return sign_statement(identity, statement, binary=binary)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,11 @@
 ``open_statement(data, Commitment)`` is parse-then-verify in one step:
 
 1. parse the DSSE JSON (bounded size and depth);
-2. the payload type must be the one of the expected kind;
-3. parse the payload (bounded) into the statement, strictly;
+2. the payload type must be one of the expected kind's: its RFC 8785 JSON
+   form (every kind) or, for demands and receipts, the compact binary form
+   of :mod:`contracts.binary`;
+3. parse the payload (bounded) into the statement, strictly, in the form its
+   payload type names;
 4. verify an Ed25519 signature by the statement's own signer
    (``statement.signer``) over the PAE of the payload bytes as received.
 
@@ -18,6 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from contracts.binary import (
+    BINARY_KINDS,
+    DEMAND_BINARY_TYPE,
+    RECEIPT_BINARY_TYPE,
+    binary_payload_type_for,
+    decode_demand,
+    decode_receipt,
+    encode_demand,
+    encode_receipt,
+)
 from contracts.canonical import canonical_bytes, parse_json
 from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, sign_envelope
 from contracts.errors import BindingMismatch, EncodingError
@@ -40,6 +53,7 @@ from contracts.statements import (
 __all__ = [
     "AnySigned",
     "Signed",
+    "is_binary",
     "open_any",
     "open_statement",
     "parse_statement",
@@ -49,6 +63,16 @@ __all__ = [
 S = TypeVar("S", bound=Statement)
 _PAYLOAD_TYPES = {kind: payload_type_for(kind) for kind in StatementKind}
 _PAYLOAD_WHAT = {kind: f"{kind.value} payload" for kind in StatementKind}
+#: Binary payload type → (kind, decoder); see :mod:`contracts.binary`.
+_BINARY_DECODERS: dict[str, tuple[StatementKind, Any]] = {
+    DEMAND_BINARY_TYPE: (StatementKind.DEMAND, decode_demand),
+    RECEIPT_BINARY_TYPE: (StatementKind.RECEIPT, decode_receipt),
+}
+_BINARY_ENCODERS: dict[StatementKind, Any] = {
+    StatementKind.DEMAND: encode_demand,
+    StatementKind.RECEIPT: encode_receipt,
+}
+_BINARY_CLASSES: dict[str, type[Any]] = {DEMAND_BINARY_TYPE: Demand, RECEIPT_BINARY_TYPE: Receipt}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +111,32 @@ AnySigned = (
 )
 
 
-def sign_statement(identity: Identity, statement: S) -> Signed[S]:
-    """Sign ``statement`` with ``identity``, which must be its signer."""
+def sign_statement(identity: Identity, statement: S, *, binary: bool = False) -> Signed[S]:
+    """Sign ``statement`` with ``identity``, which must be its signer.
+
+    ``binary``: sign the compact binary payload (:mod:`contracts.binary`,
+    demands and receipts only) instead of the RFC 8785 JSON one.
+    """
+    kind = statement.KIND
     if statement.signer != identity.node_id:
         raise ValueError(
-            f"{statement.KIND.value} names signer {statement.signer[:16]}…,"
+            f"{kind.value} names signer {statement.signer[:16]}…,"
             f" not this identity {identity.node_id[:16]}…"
         )
-    payload = canonical_bytes(statement.to_json())
-    return Signed(sign_envelope(identity, payload_type_for(statement.KIND), payload), statement)
+    if binary:
+        if kind not in BINARY_KINDS:
+            raise ValueError(f"{kind.value} statements have no binary form")
+        payload = _BINARY_ENCODERS[kind](statement)
+        payload_type = binary_payload_type_for(kind)
+    else:
+        payload = canonical_bytes(statement.to_json())
+        payload_type = _PAYLOAD_TYPES[kind]
+    return Signed(sign_envelope(identity, payload_type, payload), statement)
+
+
+def is_binary(signed: Signed[Any]) -> bool:
+    """True if ``signed`` carries the compact binary payload of its kind."""
+    return signed.envelope.payload_type in _BINARY_DECODERS
 
 
 def _as_envelope(data: bytes | Envelope | dict[str, Any], max_bytes: int) -> Envelope:
@@ -109,6 +150,19 @@ def _as_envelope(data: bytes | Envelope | dict[str, Any], max_bytes: int) -> Env
 
 
 def _parse(envelope: Envelope, cls: type[Any]) -> Any:
+    """The statement of kind ``cls`` in ``envelope``, in the form its payload type names."""
+    payload_type = envelope.payload_type
+    if payload_type != _PAYLOAD_TYPES[cls.KIND]:
+        binary = _BINARY_DECODERS.get(payload_type)
+        if binary is None or binary[0] is not cls.KIND:
+            expected = [_PAYLOAD_TYPES[cls.KIND]]
+            if cls.KIND in BINARY_KINDS:
+                expected.append(binary_payload_type_for(cls.KIND))
+            raise EncodingError(
+                f"payload type {payload_type!r:.80} where {' or '.join(map(repr, expected))}"
+                " was expected"
+            )
+        return binary[1](envelope.payload)
     payload = parse_json(envelope.payload, what=_PAYLOAD_WHAT[cls.KIND])
     if type(payload) is not dict:
         raise EncodingError(f"{_PAYLOAD_WHAT[cls.KIND]}: expected a JSON object")
@@ -132,13 +186,8 @@ def open_statement(
     signer (:class:`BindingMismatch` otherwise).
     """
     envelope = _as_envelope(data, max_bytes)
-    expected_type = _PAYLOAD_TYPES[cls.KIND]
-    # (1) payload type names the kind we were asked for
-    if envelope.payload_type != expected_type:
-        raise EncodingError(
-            f"payload type {envelope.payload_type!r:.80} where {expected_type!r} was expected"
-        )
-    # (2) strict parse of the payload bytes
+    # (1) payload type names the kind we were asked for, (2) strict parse of
+    # the payload bytes in the form it names
     statement: S = _parse(envelope, cls)
     # (3) the statement's signer is the expected one, if the caller has one
     if signer is not None and statement.signer != signer:
@@ -165,11 +214,6 @@ def parse_statement(
     kept as evidence; :func:`open_statement` it first.
     """
     envelope = _as_envelope(data, max_bytes)
-    expected_type = _PAYLOAD_TYPES[cls.KIND]
-    if envelope.payload_type != expected_type:
-        raise EncodingError(
-            f"payload type {envelope.payload_type!r:.80} where {expected_type!r} was expected"
-        )
     statement: S = _parse(envelope, cls)
     return Signed(envelope, statement)
 
@@ -179,7 +223,7 @@ def open_any(
 ) -> AnySigned:
     """Open a signed statement of any kind, dispatching on its payload type."""
     envelope = _as_envelope(data, max_bytes)
-    cls = STATEMENT_TYPES.get(envelope.payload_type)
+    cls = STATEMENT_TYPES.get(envelope.payload_type) or _BINARY_CLASSES.get(envelope.payload_type)
     if cls is None:
         raise EncodingError(f"unknown payload type {envelope.payload_type!r:.80}")
     result: AnySigned = open_statement(envelope, cls)

@@ -88,6 +88,7 @@ __all__ = [
     "StatementKind",
     "WitnessOutcome",
     "WitnessReport",
+    "check_receipt_shape",
     "payload_type_for",
 ]
 
@@ -429,6 +430,35 @@ class Demand:
         )
 
 
+def check_receipt_shape(
+    k: str,
+    status: ReceiptStatus,
+    reason: RefusalReason | None,
+    leaves: tuple[int, ...] | None,
+    served_root: str | None,
+    leaf_hashes: tuple[bytes, ...],
+    proofs: tuple[tuple[bytes, ...], ...],
+) -> None:
+    """The fields a receipt of ``status`` carries (both payload forms: JSON and binary)."""
+    if status is ReceiptStatus.SERVED:
+        if reason is not None:
+            raise EncodingError(f"{k}: a SERVED receipt carries no reason")
+        if leaves is None:
+            if served_root is None or leaf_hashes or proofs:
+                raise EncodingError(
+                    f"{k}: a full serve signs served_root, without leaf hashes or proofs"
+                )
+        elif served_root is not None or not len(leaves) == len(leaf_hashes) == len(proofs):
+            raise EncodingError(
+                f"{k}: a partial serve of {len(leaves)} leaves signs one leaf hash and one"
+                f" proof per leaf ({len(leaf_hashes)} hashes, {len(proofs)} proofs)"
+            )
+    elif leaf_hashes or proofs or leaves is not None or served_root is not None:
+        raise EncodingError(f"{k}: a {status.value} receipt carries no leaves")
+    elif reason is None:
+        raise EncodingError(f"{k}: a {status.value} receipt must give a reason")
+
+
 @dataclass(frozen=True, slots=True)
 class Receipt:
     """The origin's signed answer to one demand.
@@ -556,23 +586,7 @@ class Receipt:
             raise EncodingError(f"{k}: field 'proofs' must be a list")
         else:
             proofs = tuple(_hash_list(path, k, "proof", max_len=64) for path in raw)
-        if status is ReceiptStatus.SERVED:
-            if reason is not None:
-                raise EncodingError(f"{k}: a SERVED receipt carries no reason")
-            if leaves is None:
-                if served_root is None or leaf_hashes or proofs:
-                    raise EncodingError(
-                        f"{k}: a full serve signs served_root, without leaf hashes or proofs"
-                    )
-            elif served_root is not None or not len(leaves) == len(leaf_hashes) == len(proofs):
-                raise EncodingError(
-                    f"{k}: a partial serve of {len(leaves)} leaves signs one leaf hash and one"
-                    f" proof per leaf ({len(leaf_hashes)} hashes, {len(proofs)} proofs)"
-                )
-        elif leaf_hashes or proofs or leaves is not None or served_root is not None:
-            raise EncodingError(f"{k}: a {status.value} receipt carries no leaves")
-        elif reason is None:
-            raise EncodingError(f"{k}: a {status.value} receipt must give a reason")
+        check_receipt_shape(k, status, reason, leaves, served_root, leaf_hashes, proofs)
         # Every field was validated above, so __post_init__ is not run again;
         # the attributes are set one by one (cheaper than ** on this hot path).
         receipt = object.__new__(cls)

@@ -37,10 +37,13 @@ not authorised for the method (or a node with no operator key configured)
 is PERMISSION_DENIED; the message names the method and what to configure.
 Nothing is written for a rejected call.
 
-Client side, **the one place** credentials are attached is
+Client side, a call is signed by :func:`signed_metadata`: either through
 :func:`control_channel` (a grpc.aio channel whose interceptor signs every
-authenticated method); :class:`nodes.transport.GrpcTransport` uses it, and
-the cluster tools, smoke test and boundary runner reach nodes through it.
+authenticated method; the cluster tools, smoke test and boundary runner
+reach nodes through it) or, on a channel that mostly carries the open serve
+plane, passed to the one call that needs it (:class:`nodes.transport.GrpcTransport`
+signs its ``Deliver`` and ``Attest.Request`` calls so; its demands pay no
+interceptor).
 :func:`operator_credentials` finds the operator key (``PROVNET_OPERATOR_KEY_FILE``
 or the cluster home's ``operator.key``).
 """
@@ -82,6 +85,7 @@ __all__ = [
     "create_operator_key",
     "operator_credentials",
     "request_digest",
+    "signed_metadata",
     "signing_payload",
 ]
 
@@ -214,15 +218,28 @@ def _method_name(method: Any) -> str:
     return method.decode() if isinstance(method, bytes) else str(method)
 
 
+def signed_metadata(
+    credentials: ControlCredentials, method: str, request: Any
+) -> tuple[tuple[str, str], ...]:
+    """The metadata that signs one call of ``method`` carrying ``request`` (a message).
+
+    What :func:`control_channel`'s interceptor attaches; a client that makes
+    few signed calls on a channel otherwise open (:class:`nodes.transport.GrpcTransport`)
+    passes it to the call itself, so its other calls pay no interceptor.
+    """
+    if method not in SIGNED_METHODS:
+        raise ValueError(f"{method} is not a signed method")
+    return credentials.metadata(method, request.SerializeToString())
+
+
 def _signed_details(
     credentials: ControlCredentials, details: Any, request: Any
 ) -> Any:
     method = _method_name(details.method)
     if method not in SIGNED_METHODS:
         return details
-    body = request.SerializeToString()
     metadata: Any = grpc.aio.Metadata(*(details.metadata or ()))
-    for key, value in credentials.metadata(method, body):
+    for key, value in signed_metadata(credentials, method, request):
         metadata.add(key, value)
     return grpc.aio.ClientCallDetails(
         details.method, details.timeout, metadata, details.credentials, details.wait_for_ready

@@ -40,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, assert_never
+from typing import assert_never
 
 from contracts.canonical import sha256_hex
 from contracts.envelope import Envelope
@@ -60,7 +60,7 @@ from contracts.heads import FoldProof, HeadCache, VerifiedFold, verify_fold
 from contracts.identity import Identity
 from contracts.lazy import judge_fold_answer
 from contracts.serve import build_demand, verify_delivery
-from contracts.signed import Signed, open_statement, sign_statement
+from contracts.signed import Signed, open_statement, parse_statement, sign_statement
 from contracts.statements import (
     Commitment,
     Demand,
@@ -448,7 +448,7 @@ class Holder:
     @staticmethod
     def _legitimate(answer: Answer) -> Outcome:
         try:
-            receipt = Receipt.from_json(_payload(answer.receipt))
+            receipt = parse_statement(answer.receipt, Receipt).statement
         except (ContractError, ValueError, TypeError):
             return Outcome.EXPIRED
         if receipt.status is ReceiptStatus.PENDING:
@@ -605,12 +605,11 @@ class Holder:
             for receipt in run.receipts:
                 await self._on_receipt(run.origin, receipt)
         worst = max(run.folds, key=lambda f: _severity(f.outcome))
-        hops = [
-            VerifiedHop(run.origin, f.held.commitment.digest, index, data)
-            for f in run.folds
-            if f.outcome is Outcome.SERVED
-            for index, data in f.hops
+        origin = run.origin
+        served = [  # a fold's digest once, not once per hop
+            (f.held.commitment.digest, f.hops) for f in run.folds if f.outcome is Outcome.SERVED
         ]
+        hops = [VerifiedHop(origin, d, i, data) for d, pairs in served for i, data in pairs]
         evidence_bytes = b""
         path = ""
         if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:
@@ -788,9 +787,3 @@ def _challenged(
     return verify_delivery(commitment, obligation, now=now_ms)
 
 
-def _payload(envelope_bytes: bytes) -> dict[str, Any]:
-    from contracts.canonical import parse_json_object
-    from contracts.envelope import Envelope
-
-    env = Envelope.from_bytes(envelope_bytes)
-    return parse_json_object(env.payload, what="receipt payload")

@@ -283,12 +283,19 @@ class RequestContextInterceptor(_ServerInterceptor):
 
         deserialize: Any = keep_raw if auth is not None else inner_deserialize
 
-        def admit(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            """Verify the control signature (if this server checks them); the parsed request."""
+        def admit(
+            request: Any, context: grpc.aio.ServicerContext[Any, Any], metadata: Any = None
+        ) -> Any:
+            """Verify the control signature (if this server checks them); the parsed request.
+
+            ``metadata``: the call's invocation metadata if the caller already read it.
+            """
             if auth is None:
                 return request
             raw, parsed = request
-            ControlAuth.bind(auth.check(rpc, raw, context.invocation_metadata()))
+            if metadata is None:
+                metadata = context.invocation_metadata()
+            ControlAuth.bind(auth.check(rpc, raw, metadata))
             return parsed
 
         if self._bulk_limit > 0 and rpc in BULK_METHODS and handler.unary_unary is not None:
@@ -299,7 +306,8 @@ class RequestContextInterceptor(_ServerInterceptor):
             inner_uu: Any = handler.unary_unary
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                request_id = _request_id(context.invocation_metadata())
+                metadata = context.invocation_metadata()  # read once: ids and auth both need it
+                request_id = _request_id(metadata)
                 # Bound for this call and restored after (tokens: no scan of the context).
                 tokens = bind_contextvars(request_id=request_id, rpc=rpc)
                 start = time.perf_counter()
@@ -307,7 +315,7 @@ class RequestContextInterceptor(_ServerInterceptor):
                 if count is not None:
                     count(rpc)
                 try:
-                    return await inner_uu(admit(request, context), context)
+                    return await inner_uu(admit(request, context, metadata), context)
                 except Exception as exc:
                     if isinstance(exc, grpc.aio.AbortError):
                         raise

@@ -110,7 +110,7 @@ from nodes.errors import (
     UnknownPeer,
     UnknownValue,
 )
-from nodes.faults import FaultPlan
+from nodes.faults import Behaviour, FaultPlan
 from nodes.logging import get_logger
 from nodes.messages import (
     Answer,
@@ -191,6 +191,10 @@ MAX_VALUE_REF = 256
 MAX_COMMITMENTS_PER_VALUE = 256
 _STATEMENT_CACHE = 4096
 _OWN_CACHE = 100_000
+#: The honest behaviour's hooks: a node whose behaviour does not override one
+#: skips awaiting it on every demand.
+_HONEST_BEFORE_SERVING = Behaviour.before_serving
+_HONEST_ANSWER = Behaviour.answer
 _LEAF_CACHE_BYTES = 64 * 1024 * 1024
 _DEFAULT_CHUNK_BYTES = 1024 * 1024
 
@@ -280,11 +284,11 @@ class _Own:
     fold: VerifiedFold | None = None
 
 
-def _binding_key(d: Demand) -> str:
-    """The own-cache key of a head-form fold (head digest + leaf hash), else ""."""
-    if not (is_digest(d.obligation) and is_digest(d.commitment)):
-        return ""
-    return st.head_binding(d.obligation, d.commitment)
+def _own_key(head_digest: str, leaf_hash: str) -> str:
+    """The own-cache key of a fold under a head: head digest ‖ leaf hash (128 hex
+    characters, so never a per-fold obligation digest). Looked up on every
+    demand, so a concatenation rather than the store's hashed binding."""
+    return head_digest + leaf_hash
 
 
 def _held_fold(fold: VerifiedFold, proof: bytes, head: bytes) -> HeldFold:
@@ -305,11 +309,9 @@ def _held_size(value: HeldValue) -> int:
 def _claimed_holder(demands: Sequence[bytes]) -> str:
     """The holder the first demand names (unverified: for a log line only)."""
     try:
-        payload = Envelope.from_bytes(demands[0]).payload
-        holder = parse_json_object(payload, what="demand").get("holder")
+        return parse_statement(demands[0], Demand).statement.holder
     except (ContractError, ValueError, IndexError):
         return ""
-    return holder if isinstance(holder, str) else ""
 
 
 def _check_value_ref(value_ref: str) -> None:
@@ -756,6 +758,8 @@ class NodeCore:
         issued = _ms(self.clock())
         pending = self.store.provenance_pending
         made: list[tuple[Signed[Head], dict[str, FoldProof]]] = []
+        #: the exact bytes each fold's root was computed over (durable folds only)
+        signed_leaves: dict[str, tuple[bytes, ...]] = {}
 
         def sign(drafts: Sequence[st.FoldDraft]) -> st.SignedCompaction:
             compaction = head_log.compact(
@@ -767,6 +771,10 @@ class NodeCore:
                 pending=pending,
             )
             made.append((compaction.head, dict(compaction.proofs)))
+            signed_leaves.clear()
+            signed_leaves.update(
+                (d.value_ref, d.leaves) for d in drafts if not d.provenance_pending
+            )
             folds: list[st.SignedHeadFold] = []
             for draft, record in zip(drafts, compaction.records, strict=True):
                 proof = compaction.proofs[draft.value_ref]
@@ -798,9 +806,14 @@ class NodeCore:
         self._cache[(Head.KIND.value, signed.head_envelope)] = head
         for (ref, _, _), fold_row in zip(wanted, signed.folds, strict=True):
             verified = verify_fold(proofs[ref], head)
-            self._own[st.head_binding(head.digest, fold_row.leaf_hash)] = _Own(
+            self._own[_own_key(head.digest, fold_row.leaf_hash)] = _Own(
                 verified.obligation, verified.commitment, b"", verified
             )
+            leaves = signed_leaves.get(ref)
+            if leaves is not None:
+                # Durable now, and exactly the bytes the root was signed over: the
+                # first demand for this fold is served from memory, not read back.
+                self._keep_leaves(verified.commitment.digest, leaves)
         self.behaviour.after_compaction(head, [f.record for f in signed.folds], inputs)
         out = CommittedCompaction(
             signed.head_envelope, tuple(f.proof for f in signed.folds), pending
@@ -833,7 +846,7 @@ class NodeCore:
 
     async def _own_statements(self, demand: Signed[Demand]) -> _Own:
         d = demand.statement
-        own = self._own.get(d.obligation) or self._own.get(_binding_key(d))
+        own = self._own.get(_own_key(d.obligation, d.commitment)) or self._own.get(d.obligation)
         if own is not None:
             return own
         record = await self.store.obligation(d.obligation)
@@ -872,7 +885,7 @@ class NodeCore:
         head = self.open_cached(row.head_envelope, Head, signer=self.node_id)
         fold = verify_fold(FoldProof.from_bytes(row.proof), head)
         own = _Own(fold.obligation, fold.commitment, b"", fold)
-        self._own[row.binding] = own
+        self._own[_own_key(row.head_digest, row.leaf_hash)] = own
         if len(self._own) > _OWN_CACHE:
             self._own.popitem(last=False)
         return own
@@ -917,7 +930,9 @@ class NodeCore:
 
     async def answer_demands(self, demands: Sequence[bytes]) -> list[Answer]:
         """Answer every demand of one call (see module docstring for the order)."""
-        await self.behaviour.before_serving(lambda: _claimed_holder(demands))
+        behaviour = type(self.behaviour)
+        if behaviour.before_serving is not _HONEST_BEFORE_SERVING:  # a fault acts here
+            await self.behaviour.before_serving(lambda: _claimed_holder(demands))
         if not demands:
             raise MalformedRequest("demand: no demands given")
         if len(demands) > MAX_DEMANDS_PER_CALL:
@@ -1040,28 +1055,37 @@ class NodeCore:
         obligation, commitment = own.obligation, own.commitment
         now_ms = _ms(now)
 
-        resolved: list[tuple[bytes, ...] | None] = []
+        if type(self.behaviour).answer is not _HONEST_ANSWER:  # a fault may answer instead
+            resolved: list[tuple[bytes, ...] | None] = []
 
-        async def resolve() -> tuple[bytes, ...] | None:
-            # At most once per answer, whoever asks first (a fault or the honest path).
-            if not resolved:
-                resolved.append(await self._resolve(commitment, now_ms))
-            return resolved[0]
+            async def resolve() -> tuple[bytes, ...] | None:
+                # At most once per answer, whoever asks first (a fault or the honest path).
+                if not resolved:
+                    resolved.append(await self._resolve(commitment, now_ms))
+                return resolved[0]
 
-        faulty = await self.behaviour.answer(
-            demand, obligation, commitment, own.commitment_bytes, resolve, now_ms
-        )
-        if faulty is not None:
-            self.bump(st.CounterName.SERVES if faulty.served else st.CounterName.REFUSALS)
-            log.info(
-                "demand_served" if faulty.served else "demand_not_served",
-                peer=d.holder,
-                demand=demand.digest[:16],
-                commitment=commitment.digest[:16],
-                fault=str(self.fault.mode),
+            faulty = await self.behaviour.answer(
+                demand, obligation, commitment, own.commitment_bytes, resolve, now_ms
             )
-            return faulty.answer
-        leaves = await resolve()
+            if faulty is not None:
+                self.bump(st.CounterName.SERVES if faulty.served else st.CounterName.REFUSALS)
+                log.info(
+                    "demand_served" if faulty.served else "demand_not_served",
+                    peer=d.holder,
+                    demand=demand.digest[:16],
+                    commitment=commitment.digest[:16],
+                    fault=str(self.fault.mode),
+                )
+                return faulty.answer
+            leaves = await resolve()
+        else:
+            # The honest path: a fold already read back under its root is in
+            # memory (see _resolve); only a miss goes to the store.
+            leaves = self._leaves.get(commitment.digest)
+            if leaves is not None:
+                self._leaves.move_to_end(commitment.digest)
+            else:
+                leaves = await self._resolve(commitment, now_ms)
         signed = answer_demand(
             self.identity,
             demand,
@@ -1120,12 +1144,19 @@ class NodeCore:
             )
             return None
         leaves = tuple(resolution.leaves)
-        self._leaves[commitment.digest] = leaves
+        self._keep_leaves(commitment.digest, leaves)
+        return leaves
+
+    def _keep_leaves(self, digest: str, leaves: tuple[bytes, ...]) -> None:
+        """Remember a fold's hop bytes (immutable for its digest), bounded in bytes."""
+        if digest in self._leaves:
+            self._leaves.move_to_end(digest)
+            return
+        self._leaves[digest] = leaves
         self._leaves_bytes += sum(len(x) for x in leaves)
         while self._leaves_bytes > _LEAF_CACHE_BYTES and len(self._leaves) > 1:
             _, old = self._leaves.popitem(last=False)
             self._leaves_bytes -= sum(len(x) for x in old)
-        return leaves
 
     async def answer_demand_stream(
         self, demand: bytes, *, max_chunk_bytes: int = 0
@@ -1578,9 +1609,7 @@ class NodeCore:
         if caller is not None and caller not in self.config.operator_keys:
             for proof in ask.proofs:
                 try:
-                    holder = Demand.from_json(
-                        parse_json_object(proof.demand.payload, what="demand")
-                    ).holder
+                    holder = parse_statement(proof.demand, Demand).statement.holder
                 except (ContractError, ValueError) as exc:
                     raise MalformedRequest(f"attest request: a cited demand: {exc}") from exc
                 if holder != caller:

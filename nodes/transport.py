@@ -27,7 +27,7 @@ import grpc
 
 from nodes import wire
 from nodes.attester import AttestationAnswer, AttestationAsk
-from nodes.auth import ControlCredentials, control_channel
+from nodes.auth import ControlCredentials, control_channel, signed_metadata
 from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
 
@@ -43,6 +43,9 @@ __all__ = [
     "LocalNode",
     "Transport",
 ]
+
+_DELIVER = "/provnet.v1.Deliver/Deliver"
+_ATTEST_REQUEST = "/provnet.v1.Attest/Request"
 
 #: Status codes that mean the peer did not answer at all.
 NO_ANSWER_CODES = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED"})
@@ -156,10 +159,15 @@ def _client_options(max_message_bytes: int) -> list[tuple[str, Any]]:
 class GrpcTransport:
     """grpc.aio client side: one channel per address (loopback/cluster use).
 
-    Channels come from :func:`nodes.auth.control_channel`: with
-    ``credentials`` set, every control call (and ``Deliver``) is signed with
-    them. A node's own transport signs with the node key (a forwarded value
-    names it as sender); tools pass the operator key.
+    Channels are plain (:func:`nodes.auth.control_channel` without
+    credentials): the serve plane (``Demand``, ``DemandStream``,
+    ``Challenge``) is open, and a channel interceptor would cost every demand
+    an extra task and a copy of its request. The calls this transport makes
+    that must be signed (``Deliver``, ``Attest.Request``) carry the signature
+    in their own metadata (:func:`nodes.auth.signed_metadata`, the same
+    bytes the signing channel attaches) when ``credentials`` is set. A
+    node's own transport signs with the node key (a forwarded value names it
+    as sender); tools pass the operator key.
     """
 
     def __init__(
@@ -196,7 +204,7 @@ class GrpcTransport:
     def channel(self, address: str) -> grpc.aio.Channel:
         chan = self._channels.get(address)
         if chan is None:
-            chan = control_channel(address, self.credentials, _client_options(self._max))
+            chan = control_channel(address, None, _client_options(self._max))
             self._channels[address] = chan
         return chan
 
@@ -279,11 +287,17 @@ class GrpcTransport:
         reply = await self._call(address, stub.Challenge(request, timeout=timeout))
         return wire.challenge_result_from_pb(reply)
 
+    def _metadata(self, method: str, request: Any) -> tuple[tuple[str, str], ...] | None:
+        """The control signature of a call that needs one (None without credentials)."""
+        if self.credentials is None:
+            return None
+        return signed_metadata(self.credentials, method, request)
+
     async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
         stub = self._deliver_stub(address)
-        reply = await self._call(
-            address, stub.Deliver(wire.deliver_request(delivery), timeout=timeout)
-        )
+        request = wire.deliver_request(delivery)
+        metadata = self._metadata(_DELIVER, request)
+        reply = await self._call(address, stub.Deliver(request, timeout=timeout, metadata=metadata))
         return bytes(reply.delivery_receipt)
 
     async def request_attestation(
@@ -291,9 +305,9 @@ class GrpcTransport:
     ) -> AttestationAnswer:
         """``Attest.Request`` on an attester (signed with this transport's credentials)."""
         stub = wire.attest_stub(self.channel(address))
-        reply = await self._call(
-            address, stub.Request(wire.attest_request(ask), timeout=timeout)
-        )
+        request = wire.attest_request(ask)
+        metadata = self._metadata(_ATTEST_REQUEST, request)
+        reply = await self._call(address, stub.Request(request, timeout=timeout, metadata=metadata))
         return wire.attestation_answer_from_pb(reply)
 
     async def close(self) -> None:
@@ -346,11 +360,9 @@ class InMemoryTransport:
             )
 
     async def _run(self, address: str, timeout: float, coro: Any) -> Any:
-        # The node's handler runs in the caller's task under a deadline (as
-        # ``wait_for`` would run it in a task of its own, one more task and
-        # two more loop iterations per call): cancelled at the deadline.
         self.calls += 1
         try:
+            # In the caller's task (no task per call, as ``wait_for`` would make).
             async with asyncio.timeout(timeout):
                 return await coro
         except TimeoutError:

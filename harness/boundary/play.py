@@ -161,9 +161,9 @@ class RunPlayer:
         self.appended: dict[str, set[int]] = {}
         self.folds: dict[tuple[int, tuple[str, ...]], _Fold] = {}
         self.log = DecisionLog()
-        # Served hops already parsed, by (origin, exact bytes): a value's folds are
-        # rehydrated again and again, and the same verified bytes parse the same.
-        # Each with the size of its canonical JSON (what a gate's read counts).
+        # Served hops already parsed, by (origin, exact bytes), with their canonical
+        # size: a value's folds are rehydrated again and again, and the same
+        # verified bytes parse (and measure) the same.
         self.parsed: dict[tuple[str, bytes], tuple[Hop, int]] = {}
         # Each hop's JSON fragment, serialised once per run (hop ids are unique in a run).
         self.codec = HopCodec()
@@ -592,8 +592,8 @@ class RunPlayer:
         log = _FetchedLog()
         parsed = self.parsed
         for h in report.hops:
-            entry = parsed.get((h.origin, h.hop))
-            if entry is None:
+            known = parsed.get((h.origin, h.hop))
+            if known is None:
                 try:
                     fields = parse_hop(h.hop, origin=h.origin)
                     fields.pop("origin")
@@ -603,9 +603,9 @@ class RunPlayer:
                     return None
                 if len(parsed) >= _PARSED_HOPS:
                     parsed.clear()
-                entry = parsed[(h.origin, h.hop)] = (hop, hop_bytes(hop))
-            if entry[0].hop_id not in log:
-                log.add(*entry)
+                known = parsed[(h.origin, h.hop)] = (hop, hop_bytes(hop))
+            if known[0].hop_id not in log:
+                log.add(*known)
         return log
 
 
@@ -619,7 +619,9 @@ class _FetchedLog(HopLog):
     __slots__ = ()
 
     def add(self, hop: Hop, size: int) -> None:
-        """Append ``hop`` whose canonical JSON is ``size`` bytes (sized once per run)."""
+        """Append ``hop`` with its canonical size (:func:`harness.lineage.hop_bytes`),
+        known from when it was first parsed: a fresh log per rehydration would
+        otherwise serialise every hop a gate reads again."""
         self.append(hop)
         self._bytes[hop.hop_id] = size + self._framing
 

@@ -31,6 +31,7 @@ from contracts import (
     verify_fold,
 )
 from contracts.merkle import leaf_hash, merkle_root
+from contracts.signed import is_binary
 
 __all__ = [
     "DAY",
@@ -96,6 +97,7 @@ def make_world(
     holder_bound: bool = False,
     provenance_pending: bool = False,
     leaves: Sequence[int] | None = None,
+    binary: bool = True,
 ) -> World:
     origin = fixed_identity("origin")
     holder = fixed_identity("holder")
@@ -118,7 +120,7 @@ def make_world(
         issued_at=NOW,
         holder=holder.node_id if holder_bound else None,
     )
-    d = build_demand(holder, o, now=NOW + 1_000, leaves=leaves, nonce="a1" * 16)
+    d = build_demand(holder, o, now=NOW + 1_000, leaves=leaves, nonce="a1" * 16, binary=binary)
     return World(
         origin=origin,
         holder=holder,
@@ -143,7 +145,7 @@ def resign_receipt(
         statement = dataclasses.replace(
             receipt.statement, leaf_hashes=tuple(leaf_hash(h) for h in served)
         )
-    return sign_statement(signer, statement)
+    return sign_statement(signer, statement, binary=is_binary(receipt))
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +169,7 @@ def make_head_world(
     serve_until: int = NOW + DAY,
     pending: bool = False,
     leaves: Sequence[int] | None = None,
+    binary: bool = True,
 ) -> HeadWorld:
     """``compactions`` compactions, each folding ``values`` values (value:42 among them)."""
     origin = fixed_identity("origin")
@@ -190,5 +193,7 @@ def make_head_world(
         )
     head = compaction.head
     fold = verify_fold(compaction.proofs["value:42"], head)
-    demand = build_demand(holder, fold.obligation, now=NOW + 1_000, leaves=leaves, nonce="a1" * 16)
+    demand = build_demand(
+        holder, fold.obligation, now=NOW + 1_000, leaves=leaves, nonce="a1" * 16, binary=binary
+    )
     return HeadWorld(origin, holder, log, hops, head, fold, demand)

@@ -24,6 +24,7 @@ from contracts import (
     verify_evidence,
     verify_fold,
 )
+from contracts.binary import encode_demand, encode_receipt
 from harness.cli import main as provnet_main
 from tests.contracts._support import DAY, NOW
 from tests.contracts.vectors_gen import VECTOR_DIR, build_vectors
@@ -45,6 +46,14 @@ ENVELOPE_VECTORS = {
     "head.json": "origin",
     "demand-head.json": "holder",
     "receipt-head-served.json": "origin",
+    # the compact binary form of demands and receipts (contracts.binary)
+    "demand-v2.json": "holder",
+    "demand-partial-v2.json": "holder",
+    "demand-head-v2.json": "holder",
+    "receipt-served-v2.json": "origin",
+    "receipt-partial-v2.json": "origin",
+    "receipt-pending-v2.json": "origin",
+    "receipt-head-served-v2.json": "origin",
 }
 EVIDENCE_VECTORS = {
     "evidence-bad_data.json": (EvidenceKind.BAD_DATA, EvidenceStatus.PROVEN),
@@ -56,6 +65,9 @@ EVIDENCE_VECTORS = {
     "evidence-refused-head.json": (EvidenceKind.REFUSED, EvidenceStatus.PROVEN),
     "evidence-split_view.json": (EvidenceKind.SPLIT_VIEW, EvidenceStatus.PROVEN),
     "evidence-split_view-consistency.json": (EvidenceKind.SPLIT_VIEW, EvidenceStatus.PROVEN),
+    "evidence-unanswered-cleared-v2.json": (EvidenceKind.UNANSWERED, EvidenceStatus.CLEARED),
+    "evidence-bad_data-head-v2.json": (EvidenceKind.BAD_DATA, EvidenceStatus.PROVEN),
+    "evidence-refused-head-v2.json": (EvidenceKind.REFUSED, EvidenceStatus.PROVEN),
 }
 
 
@@ -79,8 +91,15 @@ def test_every_statement_vector_verifies_with_its_fixed_key(name: str, signer: s
     signed = open_any(data)
     assert signed.signer == _keys()[signer]
     assert Envelope.from_bytes(data).to_bytes() == data
-    # Parsing loses nothing: the statement re-encodes to the payload signed.
-    assert canonical_bytes(signed.statement.to_json()) == signed.envelope.payload
+    # Parsing loses nothing: the statement re-encodes to the payload signed,
+    # in the form its payload type names.
+    if name.endswith("-v2.json"):
+        assert signed.envelope.payload_type.endswith(".v2+bin")
+        encode = encode_demand if signed.statement.KIND.value == "demand" else encode_receipt
+        assert encode(signed.statement) == signed.envelope.payload  # type: ignore[arg-type]
+    else:
+        assert signed.envelope.payload_type.endswith("+json")
+        assert canonical_bytes(signed.statement.to_json()) == signed.envelope.payload
 
 
 def test_hop_vector_root_is_the_committed_root() -> None:
@@ -112,10 +131,9 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def test_cli_evidence_verify_exits_0_for_valid_evidence() -> None:
-    code, out, err = run_cli(
-        "evidence", "verify", str(VECTOR_DIR / "evidence-bad_data.json"), "--json"
-    )
+@pytest.mark.parametrize("name", ["evidence-bad_data.json", "evidence-bad_data-head-v2.json"])
+def test_cli_evidence_verify_exits_0_for_valid_evidence(name: str) -> None:
+    code, out, err = run_cli("evidence", "verify", str(VECTOR_DIR / name), "--json")
     assert code == 0, err
     verdict = json.loads(out)
     assert (verdict["valid"], verdict["kind"], verdict["status"]) == (True, "bad_data", "proven")
@@ -132,6 +150,21 @@ def test_cli_evidence_verify_exits_1_with_the_reason_for_invalid_evidence(tmp_pa
     assert code == 1
     assert out.startswith("INVALID refused against ")
     assert "names signer" in out
+
+
+def test_cli_evidence_verify_exits_1_for_a_binary_receipt_altered_after_signing(
+    tmp_path: Path,
+) -> None:
+    evidence = json.loads((VECTOR_DIR / "evidence-bad_data-head-v2.json").read_bytes())
+    payload = bytearray(base64.b64decode(evidence["receipt"]["payload"]))
+    payload[-40] ^= 0x01  # a byte of the signed served root: still a well-formed receipt
+    evidence["receipt"]["payload"] = base64.b64encode(bytes(payload)).decode()
+    path = tmp_path / "altered.json"
+    path.write_text(json.dumps(evidence))
+    code, out, _ = run_cli("evidence", "verify", str(path))
+    assert code == 1
+    assert out.startswith("INVALID bad_data against ")
+    assert "does not verify" in out
 
 
 def test_cli_evidence_verify_exits_2_for_unreadable_input(tmp_path: Path) -> None:
@@ -205,10 +238,13 @@ def test_cli_evidence_verify_handles_split_views(tmp_path: Path) -> None:
     assert err.startswith("provnet: error:")
 
 
-def test_head_form_rehydration_proof_vector_verifies_from_the_file_alone() -> None:
+@pytest.mark.parametrize("suffix", ["", "-v2"])
+def test_head_form_rehydration_proof_vector_verifies_from_the_file_alone(suffix: str) -> None:
     from contracts.attest import RehydrationProof, verify_rehydration
 
-    proof = RehydrationProof.from_bytes((VECTOR_DIR / "rehydration-proof-head.json").read_bytes())
+    proof = RehydrationProof.from_bytes(
+        (VECTOR_DIR / f"rehydration-proof-head{suffix}.json").read_bytes()
+    )
     head = open_statement((VECTOR_DIR / "head.json").read_bytes().rstrip(b"\n"), Head)
     commitment, receipt = verify_rehydration(proof)
     assert proof.obligation.digest == head.digest
@@ -218,5 +254,5 @@ def test_head_form_rehydration_proof_vector_verifies_from_the_file_alone() -> No
             FoldProof.from_bytes((VECTOR_DIR / "fold-proof.json").read_bytes()), head
         ).leaf_hash.hex()
     )
-    served = (VECTOR_DIR / "receipt-head-served.json").read_bytes().rstrip(b"\n")
+    served = (VECTOR_DIR / f"receipt-head-served{suffix}.json").read_bytes().rstrip(b"\n")
     assert receipt == open_any(served).digest

@@ -1,5 +1,11 @@
 """Golden vectors: one file per statement kind, from fixed keys and a fixed clock.
 
+Demands and receipts have two payload forms: the first (RFC 8785 JSON) is
+kept in the original files, byte for byte, so statements made before the
+binary form stay readable; the compact binary form (``contracts.binary``,
+payload types ``…demand.v2+bin`` / ``…receipt.v2+bin``) is in the
+``*-v2.json`` files (:func:`build_v2_vectors`).
+
 Regenerate on purpose (after a deliberate format change) with::
 
     .venv/bin/python -m tests.contracts.vectors_gen --write
@@ -64,7 +70,7 @@ KEY_NAMES = ("origin", "holder", "witness", "witness2", "attester", "stranger")
 
 def build_vectors() -> dict[str, bytes]:
     """File name → exact file content."""
-    w = make_world(n_hops=8, serve_until=NOW + DAY)
+    w = make_world(n_hops=8, serve_until=NOW + DAY, binary=False)
     out: dict[str, bytes] = {}
 
     def put(name: str, data: bytes) -> None:
@@ -105,7 +111,7 @@ def build_vectors() -> dict[str, bytes]:
     )
     put("receipt-served.json", served.to_bytes())
     partial_demand = build_demand(
-        w.holder, w.obligation, now=NOW + 1_000, leaves=[1, 6], nonce="b2" * 16
+        w.holder, w.obligation, now=NOW + 1_000, leaves=[1, 6], nonce="b2" * 16, binary=False
     )
     put("demand-partial.json", partial_demand.to_bytes())
     partial = answer_demand(
@@ -141,7 +147,7 @@ def build_vectors() -> dict[str, bytes]:
         ),
     )
     put("receipt-refused.json", refused.to_bytes())
-    pending_world = make_world(n_hops=8, provenance_pending=True)
+    pending_world = make_world(n_hops=8, provenance_pending=True, binary=False)
     pending = answer_demand(
         pending_world.origin,
         pending_world.demand,
@@ -164,7 +170,9 @@ def build_vectors() -> dict[str, bytes]:
             received_at=NOW + 500,
         ).to_bytes(),
     )
-    witness_demand = build_demand(w.witness, w.obligation, now=NOW + 3_000, nonce="c3" * 16)
+    witness_demand = build_demand(
+        w.witness, w.obligation, now=NOW + 3_000, nonce="c3" * 16, binary=False
+    )
     put("demand-witness.json", witness_demand.to_bytes())
     silent = build_witness_report(
         w.witness, witness_demand, at=NOW + 9_000, address="127.0.0.1:50051"
@@ -257,6 +265,7 @@ def build_vectors() -> dict[str, bytes]:
     )
     put("evidence-unanswered-cleared.json", unanswered.with_answer(cleared_by).to_bytes())
     out.update(build_head_vectors())
+    out.update(build_v2_vectors())
     return out
 
 
@@ -267,7 +276,7 @@ def build_head_vectors() -> dict[str, bytes]:
     def put(name: str, data: bytes) -> None:
         out[name] = data + b"\n"
 
-    w = make_head_world(values=3, compactions=2)
+    w = make_head_world(values=3, compactions=2, binary=False)
     put("head.json", w.head.to_bytes())
     put("fold-proof.json", w.fold.proof.to_bytes())
     put("demand-head.json", w.demand.to_bytes())
@@ -347,6 +356,125 @@ def build_head_vectors() -> dict[str, bytes]:
             x.heads[1], y.heads[3], reported_at=NOW + 6_000, path=y.consistency_path(1, 3)
         ).to_bytes(),
     )
+    return out
+
+
+def build_v2_vectors() -> dict[str, bytes]:
+    """Demands and receipts in the compact binary form, and evidence citing them."""
+    out: dict[str, bytes] = {}
+
+    def put(name: str, data: bytes) -> None:
+        out[name] = data + b"\n"
+
+    w = make_world(n_hops=8, serve_until=NOW + DAY, binary=True)
+    put("demand-v2.json", w.demand.to_bytes())
+    served = answer_demand(
+        w.origin,
+        w.demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        hops=w.hops,
+        now=NOW + 2_000,
+    )
+    put("receipt-served-v2.json", served.to_bytes())
+    partial_demand = build_demand(
+        w.holder, w.obligation, now=NOW + 1_000, leaves=[1, 6], nonce="b2" * 16, binary=True
+    )
+    put("demand-partial-v2.json", partial_demand.to_bytes())
+    partial = answer_demand(
+        w.origin,
+        partial_demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        hops=w.hops,
+        now=NOW + 2_000,
+    )
+    put("receipt-partial-v2.json", partial.to_bytes())
+    pending_world = make_world(n_hops=8, provenance_pending=True, binary=True)
+    pending = answer_demand(
+        pending_world.origin,
+        pending_world.demand,
+        obligation=pending_world.obligation,
+        commitment=pending_world.commitment,
+        hops=None,
+        now=NOW + 2_000,
+    )
+    put("receipt-pending-v2.json", pending.to_bytes())
+    witness_demand = build_demand(
+        w.witness, w.obligation, now=NOW + 3_000, nonce="c3" * 16, binary=True
+    )
+    silent = build_witness_report(
+        w.witness, witness_demand, at=NOW + 9_000, address="127.0.0.1:50051"
+    )
+    unanswered = unanswered_evidence(
+        w.demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        re_asks=3,
+        reported_at=NOW + 10_000,
+        witness_demands=[witness_demand],
+        witness_reports=[silent],
+    )
+    cleared_by = answer_demand(
+        w.origin,
+        witness_demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        hops=w.hops,
+        now=NOW + 20_000,
+    )
+    put("evidence-unanswered-cleared-v2.json", unanswered.with_answer(cleared_by).to_bytes())
+
+    h = make_head_world(values=3, compactions=2, binary=True)
+    put("demand-head-v2.json", h.demand.to_bytes())
+    hops = h.hops["value:42"]
+    head_served = answer_demand(
+        h.origin,
+        h.demand,
+        obligation=h.fold.obligation,
+        commitment=h.fold.commitment,
+        hops=hops,
+        now=NOW + 2_000,
+    )
+    put("receipt-head-served-v2.json", head_served.to_bytes())
+    put(
+        "rehydration-proof-head-v2.json",
+        RehydrationProof.under_head(
+            head=h.head, fold=h.fold.proof, demand=h.demand, receipt=head_served, hops=hops
+        ).to_bytes(),
+    )
+    tampered = [hops[0].replace(b'"step":', b'"step":9'), *hops[1:]]
+    lying = sign_served(
+        h.origin,
+        h.demand,
+        obligation=h.fold.obligation,
+        commitment=h.fold.commitment,
+        hops=tampered,
+        now=NOW + 2_000,
+    )
+    refused = answer_demand(
+        h.origin,
+        h.demand,
+        obligation=h.fold.obligation,
+        commitment=h.fold.commitment,
+        hops=None,
+        now=NOW + 2_000,
+    )
+    for name, receipt, served_hops in (
+        ("evidence-bad_data-head-v2.json", lying, tampered),
+        ("evidence-refused-head-v2.json", refused, []),
+    ):
+        judged = judge_answer(
+            receipt,
+            served_hops,
+            demand=h.demand,
+            obligation=h.fold.obligation,
+            commitment=h.fold.commitment,
+            reported_at=NOW + 4_000,
+        )
+        if judged.evidence is None:
+            raise RuntimeError(f"golden v2 evidence for {name} not produced: {judged.reason}")
+        put(name, cite_head(judged.evidence, h.fold).to_bytes())
     return out
 
 

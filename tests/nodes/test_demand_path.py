@@ -118,3 +118,41 @@ async def test_a_forged_demand_dated_ahead_cannot_use_up_an_honest_holders_share
     (answer,) = await origin.answer_demands([_forged(victim, attacker, held, origin.now_ms())])
     assert open_statement(answer.receipt, Receipt).statement.status is ReceiptStatus.SERVED
     assert (future_file.read_bytes() if future_file.exists() else b"") != before
+
+
+async def test_first_demand_after_a_compaction_is_served_without_reading_the_store(
+    cluster: MemCluster,
+) -> None:
+    origin = await cluster.add("origin")
+    node = await cluster.add("holder")
+    holder = Holder(node.identity, node.transport, cache=False, reasks=0)
+    held = await _head_fold(origin, hops=7)
+    reads: list[str] = []
+    resolve = origin.store.resolve
+
+    async def counted(digest: str, *, now_ms: int) -> object:
+        reads.append(digest)
+        return await resolve(digest, now_ms=now_ms)
+
+    origin.store.resolve = counted  # type: ignore[method-assign,assignment]
+    report = audit(await holder.rehydrate("v", [held]), cluster.correct_ids())
+    assert single(report).outcome is Outcome.SERVED
+    # The bytes the head's root was signed over, exactly as stored and in order.
+    stored = await origin.store.resolve(held.commitment.digest, now_ms=origin.now_ms())
+    assert [h.hop for h in report.hops] == list(stored.leaves)
+    assert reads == [held.commitment.digest]  # only the check above read the store
+
+
+async def test_a_pending_compaction_is_not_served_from_memory_before_its_hops_land(
+    cluster: MemCluster,
+) -> None:
+    origin = await cluster.add("origin", provenance_pending=True)
+    node = await cluster.add("holder")
+    holder = Holder(node.identity, node.transport, cache=False, reasks=0)
+    held = await _head_fold(origin, hops=4)
+    pending = audit(await holder.rehydrate("v", [held]), cluster.correct_ids())
+    assert single(pending).outcome is Outcome.PENDING
+    assert await origin.store.reconcile(now_ms=origin.now_ms()) >= 1
+    served = audit(await holder.rehydrate("v", [held]), cluster.correct_ids())
+    assert single(served).outcome is Outcome.SERVED
+    assert len(served.hops) == 4

@@ -28,11 +28,14 @@ from nodes._pb.provnet.v1 import (
     node_pb2_grpc,
 )
 from nodes.app import RunningNode
+from nodes.auth import ControlAuth, signed_metadata
 from nodes.faults import FaultMode
 from nodes.interceptors import REQUEST_ID_KEY
+from nodes.messages import Outcome
 from nodes.server import SERVICE_NAMES
 from nodes.transport import GrpcTransport
 from tests.nodes.rpc_support import (
+    TEST_OPERATOR,
     accusation_audit,
     audit,
     audit_pb,
@@ -398,3 +401,31 @@ async def test_forward_accepts_only_a_receipt_for_this_sender_value_and_pinned_p
         assert await a.core.forward("v1", "127.0.0.1:1") == receipt
     finally:
         a.core.transport = transport
+
+
+async def test_a_nodes_deliveries_are_signed_and_its_demands_are_not(
+    tmp_path: Path, nodes: list[RunningNode], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's transport signs the calls that need it (here ``Deliver``, as the
+    sender) in the call's own metadata; its demands travel on the same open
+    channel with no control signature (and no interceptor to pay for)."""
+    seen: list[tuple[str, bool]] = []
+    check = ControlAuth.check
+
+    def recording(self: ControlAuth, method: str, request: bytes, metadata: Any, **kw: Any) -> Any:
+        seen.append((method, any(k == "x-provnet-sig" for k, _ in metadata or ())))
+        return check(self, method, request, metadata, **kw)
+
+    monkeypatch.setattr(ControlAuth, "check", recording)
+    a = await grpc_node(tmp_path, "a")
+    b = await grpc_node(tmp_path, "b")
+    nodes.extend([a, b])
+    await _commit(a, 3, value_ref="v1", value=b"compacted value")
+    assert await a.core.forward("v1", b.address)  # a's transport: Deliver to b, signed by a
+    report = await b.core.rehydrate("v1")  # b's transport: Demand to a
+    assert [o.outcome for o in report.outcomes] == [Outcome.SERVED]
+    assert ("/provnet.v1.Deliver/Deliver", True) in seen
+    assert ("/provnet.v1.Serve/Demand", False) in seen
+    assert ("/provnet.v1.Serve/Demand", True) not in seen
+    with pytest.raises(ValueError, match="not a signed method"):
+        signed_metadata(TEST_OPERATOR, "/provnet.v1.Serve/Demand", deliver_pb2.ForwardRequest())

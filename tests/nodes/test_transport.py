@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -9,8 +10,10 @@ import pytest
 
 from contracts.identity import Identity
 from contracts.serve import build_demand
+from nodes import wire
 from nodes.app import RunningNode
 from nodes.faults import FaultMode
+from nodes.messages import Answer
 from nodes.services import NodeCore
 from nodes.transport import CallFailed, GrpcTransport, InMemoryTransport, Transport
 from tests.nodes.rpc_support import accusation_audit, grpc_node, held_fold, hop_json
@@ -94,3 +97,22 @@ async def test_both_transports_carry_the_same_verified_answer(
             await transport.close()
     assert hops["memory"] == hops["grpc"]
     assert len(hops["grpc"]) == 5
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_demand_sizes_from_lengths_equal_the_encoded_messages(seed: int) -> None:
+    """The sizes the transports bound and the meter counts are the protobuf encodings."""
+    rng = random.Random(seed)
+    lengths = (0, 1, 127, 128, 400, 16_383, 16_384, 70_000)
+    for _ in range(200):
+        demands = [b"d" * rng.choice(lengths) for _ in range(rng.randrange(0, 5))]
+        assert wire.demand_request_size(demands) == wire.demand_request(demands).ByteSize()
+        answers = [
+            Answer(
+                b"r" * rng.choice(lengths),
+                b"c" * rng.choice((0, 1, 130)),
+                tuple(b"h" * rng.choice(lengths) for _ in range(rng.randrange(0, 40))),
+            )
+            for _ in range(rng.randrange(0, 4))
+        ]
+        assert wire.demand_response_size(answers) == wire.demand_response(answers).ByteSize()
