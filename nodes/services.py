@@ -1475,7 +1475,8 @@ class NodeCore:
         sent = {_envelope_digest(h): h for h in delivery.heads}
         for digest in receipt.statement.obligations:
             head = sent.get(digest)
-            if head is not None:
+            if head is not None and (address, digest) not in self._heads_acked:
+                # (a head acknowledged before had its origin recorded then)
                 self._heads_acked.add((address, digest))
                 self._origins_acked.add((address, _head_origin(head)))
         return data, receipt, outgoing
