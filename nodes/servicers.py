@@ -136,7 +136,8 @@ class Deliver(deliver_pb2_grpc.DeliverServicer):
         if not request.HasField("value"):
             raise MalformedRequest("deliver: no value given")
         sender = _authorised_sender(self.core, request.sender)
-        receipt = await self.core.deliver(wire.delivery_from_pb(request.value, sender))
+        delivery = wire.delivery_from_pb(request.value, sender, self.core.origin_for_key_id)
+        receipt = await self.core.deliver(delivery)
         return wire.deliver_response(receipt)
 
     async def Rehydrate(
