@@ -70,6 +70,7 @@ from contracts.statements import Commitment, Head, Obligation
 
 __all__ = [
     "FOLD_RECORD_TYPE",
+    "KEY_ID_BYTES",
     "MAX_CHAIN",
     "Compaction",
     "FoldInput",
@@ -80,6 +81,7 @@ __all__ = [
     "VerifiedFold",
     "batch_record",
     "build_head",
+    "key_id",
     "verify_fold",
 ]
 
@@ -93,6 +95,18 @@ _RECORD_KEYS = frozenset({"n", "p", "r", "s", "v"})
 _PROOF_KEYS = frozenset({"chain", "head", "index", "path", "record"})
 
 HeadInput = bytes | Envelope | Signed[Head]
+
+#: Bytes of a key id: the first bytes of an origin's Ed25519 public key (its node id).
+KEY_ID_BYTES = 8
+
+
+def key_id(node_id: str) -> bytes:
+    """The key id of a node: the first :data:`KEY_ID_BYTES` bytes of its public key.
+
+    A short name for a key the receiver already holds, never a binding: what
+    it resolves to must still verify a signature (:meth:`HeadCache.origin_for_key_id`).
+    """
+    return bytes.fromhex(node_id[: 2 * KEY_ID_BYTES])
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +385,8 @@ class HeadCache:
         self._capacity = capacity
         self._heads: OrderedDict[str, Signed[Head]] = OrderedDict()
         self._by_key: dict[tuple[str, str, int], Signed[Head]] = {}
+        # origins of the cached heads by key id: origin -> heads cached
+        self._by_key_id: dict[bytes, dict[str, int]] = {}
         self.signature_checks = 0
 
     def __len__(self) -> int:
@@ -381,6 +397,19 @@ class HeadCache:
 
     def get(self, digest: str) -> Signed[Head] | None:
         return self._heads.get(digest)
+
+    def origin_for_key_id(self, kid: bytes) -> str | None:
+        """The one origin whose key has id ``kid`` among the heads held here, else None.
+
+        A key is held while a head it signed is cached (verified). None when no
+        held key has that id **or more than one does**: a key id names a key
+        only unambiguously (anyone can make a key sharing a short prefix), and
+        the signature of whatever it names is still verified with the full key.
+        """
+        origins = self._by_key_id.get(bytes(kid))
+        if origins is None or len(origins) != 1:
+            return None
+        return next(iter(origins))
 
     def verify(self, head: HeadInput, *, now: int, origin: str | None = None) -> Signed[Head]:
         """The verified head (from the cache when its digest is known); unexpired at ``now``."""
@@ -438,10 +467,20 @@ class HeadCache:
     def _remember(self, signed: Signed[Head]) -> None:
         self._heads[signed.digest] = signed
         self._by_key.setdefault(signed.statement.log_key, signed)
+        origin = signed.statement.origin
+        held = self._by_key_id.setdefault(key_id(origin), {})
+        held[origin] = held.get(origin, 0) + 1
         if len(self._heads) > self._capacity:
             _, old = self._heads.popitem(last=False)
             if self._by_key.get(old.statement.log_key) is old:
                 del self._by_key[old.statement.log_key]
+            kid = key_id(old.statement.origin)
+            held = self._by_key_id[kid]
+            held[old.statement.origin] -= 1
+            if not held[old.statement.origin]:
+                del held[old.statement.origin]
+                if not held:
+                    del self._by_key_id[kid]
 
 
 # ----------------------------------------------------------------- origin side

@@ -1,5 +1,10 @@
 """``provnet link-proxy``: one WAN link (delay, jitter, bandwidth, drop, blackhole) as a TCP proxy.
 
+``--from SOURCE:key=value,...`` (repeatable; ``PROVNET_LINK_FROM``, entries
+separated by ``;``) sets the link from one source (host name or IP address)
+into the target on its own, so one proxy in front of a node stands for every
+directed link into it (:class:`nodes.linkproxy.SourceLink`).
+
 Every flag falls back to a ``PROVNET_LINK_*`` variable (see
 :data:`nodes.linkproxy.LINK_ENV_VARS`), so a Compose service configures a link
 by its environment alone. Runs in the foreground until SIGTERM or SIGINT,
@@ -66,6 +71,17 @@ def register(sub: _Sub) -> None:
         f" [${LINK_ENV_VARS['blackhole']}]",
     )
     parser.add_argument(
+        "--from",
+        dest="sources",
+        action="append",
+        default=None,
+        metavar="SOURCE:KEY=VALUE,...",
+        help="the link from one source (host name or IP address) into the target:"
+        " delay_ms, jitter_ms, bandwidth, drop, drop_mode, blackhole, seed; settings not"
+        " given are the proxy's own; connections from other sources get the proxy's own"
+        f" (repeatable) [${LINK_ENV_VARS['sources']}, entries separated by ';']",
+    )
+    parser.add_argument(
         "--port-file", type=Path, default=None, help="write the bound port to this file"
     )
     parser.set_defaults(handler=_handler)
@@ -110,4 +126,10 @@ async def _serve(spec: LinkSpec, port_file: Path | None) -> int:
         f" {stats.bytes_to_target} B to target, {stats.bytes_from_target} B back",
         file=sys.stderr,
     )
+    for source, s in proxy.source_stats.items():
+        print(
+            f"link-proxy: from {source}: {s.connections} connections, {s.resets} resets,"
+            f" {s.bytes_to_target} B to target, {s.bytes_from_target} B back",
+            file=sys.stderr,
+        )
     return 0

@@ -35,12 +35,26 @@ stream in chunks (whatever one ``read`` returns, at most
 included) is passed on in order after the bytes before it. The proxy is
 configured by flags or by ``PROVNET_LINK_*`` variables
 (:data:`LINK_ENV_VARS`), like a node: ``provnet link-proxy``.
+
+**Per source** (``sources``; ``--from``, ``PROVNET_LINK_FROM``): one proxy in
+front of a target can stand for every directed link *into* it. Each
+:class:`SourceLink` names a source (a host name, resolved by the proxy, or
+an IP address) and the settings of the link from that source; a connection
+is matched by its peer address and gets that link — its own delay, jitter,
+bandwidth (shared only by that source's connections), drop, blackhole and
+draws — while connections from any other address get the proxy's own
+settings. Host names are resolved again whenever a connection comes from an
+address no source matched (concurrent ones share one resolution), so a
+source that starts after the proxy, or restarts with a new address, is
+recognised on its first connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import ipaddress
 import random
 import socket
 import struct
@@ -58,7 +72,9 @@ __all__ = [
     "LinkProxy",
     "LinkSpec",
     "LinkStats",
+    "SourceLink",
     "parse_bandwidth",
+    "parse_sources",
 ]
 
 #: Largest chunk read at once from either side.
@@ -67,6 +83,8 @@ CHUNK_BYTES = 64 * 1024
 QUEUE_CHUNKS = 256
 #: How long the proxy waits to connect to its target before giving up on a client.
 CONNECT_TIMEOUT_S = 10.0
+#: Bound on one resolution of the source names.
+RESOLVE_TIMEOUT_S = 2.0
 
 
 class LinkConfigError(ValueError):
@@ -89,13 +107,18 @@ LINK_ENV_VARS: Mapping[str, str] = {
     "drop_mode": "PROVNET_LINK_DROP_MODE",
     "blackhole": "PROVNET_LINK_BLACKHOLE",
     "seed": "PROVNET_LINK_SEED",
+    "sources": "PROVNET_LINK_FROM",
 }
+
+#: Settings a source's link may set (the rest of a LinkSpec is the proxy's).
+_SOURCE_KEYS = ("delay_ms", "jitter_ms", "bandwidth", "drop", "drop_mode", "blackhole", "seed")
 
 _SUFFIX = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
 
 
 def _where(key: str) -> str:
-    return f"--{key.replace('_', '-')} (${LINK_ENV_VARS[key]})"
+    flag = "from" if key == "sources" else key.replace("_", "-")
+    return f"--{flag} (${LINK_ENV_VARS[key]})"
 
 
 def _address(key: str, value: str) -> tuple[str, int]:
@@ -139,6 +162,68 @@ def _bool(key: str, value: object) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceLink:
+    """The link from one source into the proxy's target (see the module docstring).
+
+    ``source``: a host name or an IP address. ``settings``: field → value of
+    the settings this link changes (keys of :data:`_SOURCE_KEYS`, values as
+    given); the others are the proxy's own.
+    """
+
+    source: str
+    settings: tuple[tuple[str, str], ...] = ()
+
+
+def parse_sources(text: str) -> tuple[SourceLink, ...]:
+    """``SOURCE:key=value,key=value;SOURCE:...`` (``PROVNET_LINK_FROM``, ``--from``).
+
+    ``SOURCE`` is a host name, an IPv4 address or a bracketed IPv6 address; keys
+    are the proxy's settings (``delay_ms`` or ``delay-ms``, ``jitter_ms``,
+    ``bandwidth``, ``drop``, ``drop_mode``, ``blackhole``, ``seed``). A source
+    with no settings (``b:``) gets the proxy's own. Each source at most once.
+    """
+    links: list[SourceLink] = []
+    seen: set[str] = set()
+    for entry in (e.strip() for e in text.split(";")):
+        if not entry:
+            continue
+        if entry.startswith("["):
+            end = entry.find("]")
+            source, rest = entry[1:end], entry[end + 1 :]
+            if end < 0 or not rest.startswith(":"):
+                raise LinkConfigError(
+                    f"{_where('sources')}: expected [IPv6]:key=value,..., got {entry!r}"
+                )
+            rest = rest[1:]
+        else:
+            source, sep, rest = entry.partition(":")
+            if not sep:
+                raise LinkConfigError(
+                    f"{_where('sources')}: expected SOURCE:key=value,..., got {entry!r}"
+                )
+        source = source.strip()
+        if not source or any(c.isspace() or c in ",=" for c in source):
+            raise LinkConfigError(f"{_where('sources')}: bad source name {source!r} in {entry!r}")
+        if source in seen:
+            raise LinkConfigError(f"{_where('sources')}: source {source!r} given twice")
+        seen.add(source)
+        settings: list[tuple[str, str]] = []
+        for item in (i.strip() for i in rest.split(",")):
+            if not item:
+                continue
+            key, sep, value = item.partition("=")
+            key = key.strip().replace("-", "_")
+            if not sep or key not in _SOURCE_KEYS:
+                raise LinkConfigError(
+                    f"{_where('sources')}: source {source!r}: expected key=value with a key"
+                    f" among {', '.join(_SOURCE_KEYS)}, got {item!r}"
+                )
+            settings.append((key, value.strip()))
+        links.append(SourceLink(source, tuple(settings)))
+    return tuple(links)
+
+
+@dataclass(frozen=True, slots=True)
 class LinkSpec:
     """What one link does to the bytes crossing it (see the module docstring)."""
 
@@ -151,6 +236,7 @@ class LinkSpec:
     drop_mode: DropMode = DropMode.CHUNK
     blackhole: bool = False
     seed: int | None = None
+    sources: tuple[SourceLink, ...] = ()
 
     def __post_init__(self) -> None:
         for key in ("delay_ms", "jitter_ms"):
@@ -197,7 +283,34 @@ class LinkSpec:
                 raise LinkConfigError(
                     f"{_where('seed')}: expected an integer, got {raw['seed']!r}"
                 ) from None
-        return cls(**kwargs)  # type: ignore[arg-type]
+        sources = raw.get("sources")
+        if isinstance(sources, (list, tuple)):
+            sources = ";".join(str(s) for s in sources)
+        if sources not in (None, ""):
+            kwargs["sources"] = parse_sources(str(sources))
+        spec = cls(**kwargs)  # type: ignore[arg-type]
+        for link in spec.sources:
+            spec.for_source(link)  # every source's settings are checked here
+        return spec
+
+    def for_source(self, link: SourceLink) -> LinkSpec:
+        """The spec of the link from ``link.source``: this one with its settings changed."""
+        raw: dict[str, object] = {
+            "listen": f"{self.listen[0]}:{self.listen[1]}",
+            "target": f"{self.target[0]}:{self.target[1]}",
+            "delay_ms": self.delay_ms,
+            "jitter_ms": self.jitter_ms,
+            "bandwidth": str(self.bandwidth),
+            "drop": self.drop,
+            "drop_mode": self.drop_mode.value,
+            "blackhole": str(self.blackhole),
+            "seed": "" if self.seed is None else str(self.seed),
+        }
+        raw.update(dict(link.settings))
+        try:
+            return LinkSpec.from_mapping(raw)
+        except LinkConfigError as exc:
+            raise LinkConfigError(f"{_where('sources')}: source {link.source!r}: {exc}") from None
 
     @classmethod
     def from_env_and_args(cls, args: Mapping[str, object], env: Mapping[str, str]) -> LinkSpec:
@@ -212,6 +325,12 @@ class LinkSpec:
         return cls.from_mapping(raw)
 
     def describe(self) -> str:
+        text = self._describe_link()
+        for link in self.sources:
+            text += f"; from {link.source}: {self.for_source(link)._describe_link()}"
+        return text
+
+    def _describe_link(self) -> str:
         parts = [f"delay {self.delay_ms:g} ms"]
         if self.jitter_ms:
             parts.append(f"jitter ±{self.jitter_ms:g} ms")
@@ -245,11 +364,34 @@ class _Direction:
 
 
 @dataclass(slots=True, eq=False)
+class _Link:
+    """One directed link's state: its spec, draws, capacity per direction, counters."""
+
+    spec: LinkSpec
+    rng: random.Random
+    stats: LinkStats = field(default_factory=LinkStats)
+    up: _Direction = field(default_factory=_Direction)
+    down: _Direction = field(default_factory=_Direction)
+
+
+@dataclass(slots=True, eq=False)
 class _Conn:
     client: asyncio.StreamWriter
+    link: _Link
     upstream: asyncio.StreamWriter | None = None
     reset: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+def _ip(text: str) -> str:
+    """An address in one spelling (an IPv4-mapped IPv6 address as IPv4)."""
+    try:
+        ip = ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return text
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
 
 
 _EOF = b""
@@ -269,12 +411,25 @@ class LinkProxy:
 
     def __init__(self, spec: LinkSpec) -> None:
         self.spec = spec
+        #: totals over every link of the proxy (its own and each source's)
         self.stats = LinkStats()
-        self._rng = random.Random(spec.seed)
+        self._default = _Link(dataclasses.replace(spec, sources=()), random.Random(spec.seed))
+        self._sources: dict[str, _Link] = {}
+        for i, source in enumerate(spec.sources, start=1):
+            own = spec.for_source(source)
+            # a source's own seed, else the proxy's offset by its place (draws differ)
+            seeded = any(key == "seed" for key, _ in source.settings)
+            seed = own.seed if seeded or spec.seed is None else spec.seed + i
+            self._sources[source.source] = _Link(own, random.Random(seed))
+        self._by_ip: dict[str, str] = {}
+        self._resolving: asyncio.Future[None] | None = None
         self._server: asyncio.Server | None = None
-        self._up = _Direction()
-        self._down = _Direction()
         self._conns: set[_Conn] = set()
+
+    @property
+    def source_stats(self) -> dict[str, LinkStats]:
+        """Counters of each source's link, by source as configured."""
+        return {name: link.stats for name, link in self._sources.items()}
 
     @property
     def port(self) -> int:
@@ -296,6 +451,8 @@ class LinkProxy:
         """Stop listening and reset every open connection (not counted as drops)."""
         if self._server is not None:
             self._server.close()
+        if self._resolving is not None:
+            self._resolving.cancel()
         for conn in list(self._conns):
             conn.reset = True
             _rst(conn.client)
@@ -317,26 +474,69 @@ class LinkProxy:
 
     # ------------------------------------------------------------ per connection
 
-    def _dropped(self) -> bool:
-        return self.spec.drop > 0 and self._rng.random() < self.spec.drop
+    @staticmethod
+    def _dropped(link: _Link) -> bool:
+        return link.spec.drop > 0 and link.rng.random() < link.spec.drop
+
+    def _count(self, link: _Link, name: str, n: int = 1) -> None:
+        """Add ``n`` to a counter of the proxy's totals and of the connection's link."""
+        for stats in (self.stats, link.stats):
+            setattr(stats, name, getattr(stats, name) + n)
 
     def _reset(self, conn: _Conn) -> None:
         if not conn.reset:
             conn.reset = True
-            self.stats.resets += 1
+            self._count(conn.link, "resets")
         _rst(conn.client)
         if conn.upstream is not None:
             _rst(conn.upstream)
 
+    async def _resolve_sources(self) -> None:
+        """Map the addresses of every source name (again) to its source."""
+        loop = asyncio.get_running_loop()
+        for name in self._sources:
+            try:
+                infos = await asyncio.wait_for(
+                    loop.getaddrinfo(name, None, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_S
+                )
+            except (OSError, TimeoutError):
+                continue  # not started yet, or gone: connections from it use the default
+            for info in infos:
+                self._by_ip[_ip(str(info[4][0]))] = name
+
+    async def _resolve_once(self) -> None:
+        """One resolution at a time; callers arriving meanwhile wait for that one."""
+        if self._resolving is None or self._resolving.done():
+            self._resolving = asyncio.ensure_future(self._resolve_sources())
+        await asyncio.shield(self._resolving)
+
+    async def _link_for(self, writer: asyncio.StreamWriter) -> _Link:
+        """The link of the connection's source (matched by peer address), else the default."""
+        if not self._sources:
+            return self._default
+        peer = writer.get_extra_info("peername")
+        ip = _ip(str(peer[0])) if peer else ""
+        name = self._by_ip.get(ip)
+        if name is None and ip:
+            await self._resolve_once()
+            name = self._by_ip.get(ip)
+        return self._sources[name] if name is not None else self._default
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Conn(client=writer)
+        conn = _Conn(client=writer, link=self._default)
         self._conns.add(conn)
-        self.stats.connections += 1
-        self.stats.open_connections += 1
+        try:
+            conn.link = await self._link_for(writer)
+        except BaseException:
+            self._conns.discard(conn)
+            writer.close()
+            raise
+        self._count(conn.link, "connections")
+        self._count(conn.link, "open_connections")
         try:
             await self._serve(conn, reader)
         finally:
-            self.stats.open_connections -= 1
+            self._count(conn.link, "open_connections", -1)
             self._conns.discard(conn)
             if not conn.reset:
                 writer.close()
@@ -344,16 +544,17 @@ class LinkProxy:
                     conn.upstream.close()
 
     async def _serve(self, conn: _Conn, reader: asyncio.StreamReader) -> None:
-        spec = self.spec
+        link = conn.link
+        spec = link.spec
         if spec.blackhole:
-            self.stats.blackholed += 1
+            self._count(link, "blackholed")
             with contextlib.suppress(ConnectionError):
                 while await reader.read(CHUNK_BYTES):
                     pass
             return
         match spec.drop_mode:
             case DropMode.CONNECTION:
-                if self._dropped():
+                if self._dropped(link):
                     self._reset(conn)
                     return
             case DropMode.CHUNK:
@@ -365,28 +566,31 @@ class LinkProxy:
                 asyncio.open_connection(*spec.target), CONNECT_TIMEOUT_S
             )
         except (OSError, TimeoutError):
-            self.stats.connect_failures += 1
+            self._count(link, "connect_failures")
             self._reset(conn)
             return
         conn.upstream = up_writer
         conn.tasks = [
-            asyncio.ensure_future(self._pump(conn, reader, up_writer, self._up, to_target=True)),
+            asyncio.ensure_future(self._pump(conn, reader, up_writer, link.up, to_target=True)),
             asyncio.ensure_future(
-                self._pump(conn, up_reader, conn.client, self._down, to_target=False)
+                self._pump(conn, up_reader, conn.client, link.down, to_target=False)
             ),
         ]
         await asyncio.gather(*conn.tasks, return_exceptions=True)
 
-    def _release_at(self, now: float, size: int, link: _Direction, previous: float) -> float:
-        spec = self.spec
+    @staticmethod
+    def _release_at(
+        link: _Link, now: float, size: int, direction: _Direction, previous: float
+    ) -> float:
+        spec = link.spec
         sent = now
         if spec.bandwidth:
-            start = max(now, link.busy_until)
-            link.busy_until = start + size / spec.bandwidth
-            sent = link.busy_until
+            start = max(now, direction.busy_until)
+            direction.busy_until = start + size / spec.bandwidth
+            sent = direction.busy_until
         delay = spec.delay_ms
         if spec.jitter_ms:
-            delay += self._rng.uniform(-spec.jitter_ms, spec.jitter_ms)
+            delay += link.rng.uniform(-spec.jitter_ms, spec.jitter_ms)
         return max(previous, sent + max(delay, 0.0) / 1000.0)
 
     async def _pump(
@@ -401,7 +605,8 @@ class LinkProxy:
         """Read from ``src``, hold each chunk until its release time, write it to ``dst``."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(QUEUE_CHUNKS)
-        per_chunk = self.spec.drop_mode is DropMode.CHUNK and self.spec.drop > 0
+        spec = conn.link.spec
+        per_chunk = spec.drop_mode is DropMode.CHUNK and spec.drop > 0
 
         async def read() -> None:
             previous = 0.0
@@ -410,7 +615,7 @@ class LinkProxy:
                     data = await src.read(CHUNK_BYTES)
                 except ConnectionError:
                     data = _EOF
-                at = self._release_at(loop.time(), len(data), link, previous)
+                at = self._release_at(conn.link, loop.time(), len(data), link, previous)
                 previous = at
                 await queue.put((at, data))
                 if not data:
@@ -428,14 +633,13 @@ class LinkProxy:
                         with contextlib.suppress(OSError):
                             dst.write_eof()
                     return
-                if per_chunk and self._dropped():
+                if per_chunk and self._dropped(conn.link):
                     self._reset(conn)
                     return
                 dst.write(data)
-                if to_target:
-                    self.stats.bytes_to_target += len(data)
-                else:
-                    self.stats.bytes_from_target += len(data)
+                self._count(
+                    conn.link, "bytes_to_target" if to_target else "bytes_from_target", len(data)
+                )
                 try:
                     await dst.drain()
                 except ConnectionError:

@@ -66,6 +66,12 @@ class Delivery:
     naming its head by digest) and ``heads``, the signed head envelopes the
     receiver is not known to hold already (a head it verified before travels
     as the digest in the fold proof only). A value may carry both forms.
+
+    ``key_id_origins``: origins whose key the receiver is known to hold (it
+    acknowledged a head of theirs); a head of one of them names its origin on
+    the wire by key id (:func:`contracts.heads.key_id`) instead of the full
+    key, and the receiver resolves it among the keys it holds
+    (:mod:`nodes.wire`, wire version 3). The heads themselves are the same.
     """
 
     value_ref: str
@@ -75,6 +81,7 @@ class Delivery:
     sender: str = ""
     fold_proofs: tuple[bytes, ...] = ()
     heads: tuple[bytes, ...] = ()
+    key_id_origins: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:

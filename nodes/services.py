@@ -63,6 +63,7 @@ from contracts.heads import (
     HeadCache,
     HeadLog,
     VerifiedFold,
+    key_id,
     verify_fold,
 )
 from contracts.hops import MAX_HOP_BYTES, hop_bytes
@@ -301,6 +302,11 @@ def _envelope_digest(data: bytes) -> str:
     return Envelope.from_bytes(data).digest
 
 
+def _head_origin(data: bytes) -> str:
+    """The origin a head envelope is signed by (its one signature's key id)."""
+    return Envelope.from_bytes(data).signatures[0].keyid
+
+
 def _held_size(value: HeldValue) -> int:
     d = value.delivery
     return len(d.value) + sum(map(len, d.commitments)) + sum(map(len, d.obligations))
@@ -374,10 +380,12 @@ class NodeCore:
         # Signed tree heads: this origin's log of heads for the current epoch
         # (rebuilt from the store when missing), the heads this node verified
         # as a receiver (each signature checked once), and the heads each peer
-        # acknowledged in a signed delivery receipt (sent as digests after).
+        # acknowledged in a signed delivery receipt (sent as digests after), with
+        # their origins (a peer holds their keys: named by key id after).
         self._head_log: HeadLog | None = None
         self.heads = HeadCache()
         self._heads_acked: set[tuple[str, str]] = set()
+        self._origins_acked: set[tuple[str, str]] = set()
 
     @classmethod
     async def open(
@@ -1324,6 +1332,10 @@ class NodeCore:
                 f"deliver {delivery.value_ref}: {len(delivery.heads)} heads for"
                 f" {len(delivery.fold_proofs)} fold proofs"
             )
+        for origin in delivery.key_id_origins:
+            # (what the wire decoder resolved; checked here for every transport)
+            if self.origin_for_key_id(key_id(origin)) != origin:
+                raise UnknownCommitment(f"deliver: key id of {origin[:16]}… names another key")
         heads: dict[str, Signed[Head]] = {}
         for data in delivery.heads:
             known = self.heads.verify(data, now=now_ms)
@@ -1467,26 +1479,57 @@ class NodeCore:
         elided = tuple(
             h for h in delivery.heads if (address, _envelope_digest(h)) in self._heads_acked
         )
-        outgoing = delivery
-        if elided:
-            outgoing = dataclasses.replace(
-                delivery, heads=tuple(h for h in delivery.heads if h not in elided)
+        travelling = tuple(h for h in delivery.heads if h not in elided)
+        # A head that travels names an origin other than the sender by key id
+        # when the peer acknowledged a head of that origin (it holds the key).
+        keyed = tuple(
+            dict.fromkeys(
+                o
+                for o in map(_head_origin, travelling)
+                if o != delivery.sender and (address, o) in self._origins_acked
             )
+        )
+        full = dataclasses.replace(delivery, key_id_origins=())
+        outgoing = full
+        if elided or keyed:
+            outgoing = dataclasses.replace(delivery, heads=travelling, key_id_origins=keyed)
         try:
             data = await self.transport.deliver(address, outgoing, timeout)
         except CallFailed as exc:
-            if not elided or exc.code != "NOT_FOUND":
+            if not (elided or keyed) or exc.code != "NOT_FOUND":
                 raise
+            # The peer no longer holds a head or a key (a restart; its caches are
+            # in memory): once more with every head, each naming its origin in full.
             for h in elided:
                 self._heads_acked.discard((address, _envelope_digest(h)))
-            data = await self.transport.deliver(address, delivery, timeout)
-            outgoing = delivery
+            for o in keyed:
+                self._origins_acked.discard((address, o))
+            data = await self.transport.deliver(address, full, timeout)
+            outgoing = full
         receipt = open_statement(data, DeliveryReceipt, signer=signer)
-        sent = {_envelope_digest(h) for h in delivery.heads}
+        sent = {_envelope_digest(h): h for h in delivery.heads}
         for digest in receipt.statement.obligations:
-            if digest in sent:
+            head = sent.get(digest)
+            if head is not None and (address, digest) not in self._heads_acked:
+                # (a head acknowledged before had its origin recorded then)
                 self._heads_acked.add((address, digest))
+                self._origins_acked.add((address, _head_origin(head)))
         return data, receipt, outgoing
+
+    def origin_for_key_id(self, kid: bytes) -> str:
+        """The origin a delivered head names by key id: the one key with that id among
+        the heads this node holds verified (:meth:`contracts.heads.HeadCache.origin_for_key_id`).
+
+        ``NOT_FOUND`` when none or several do: the sender then repeats the
+        delivery with the origin's full key (:meth:`send`).
+        """
+        origin = self.heads.origin_for_key_id(kid)
+        if origin is None:
+            raise UnknownCommitment(
+                f"deliver: a head names its origin by key id {kid.hex()}, which names no"
+                " single key held here; send the origin"
+            )
+        return origin
 
     def _timeout(self, deadline: float | None, default: float) -> float:
         if deadline is None:

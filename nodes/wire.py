@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,7 +33,7 @@ from contracts.attest import RehydrationProof
 from contracts.canonical import canonical_bytes, parse_json_object
 from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeSignature
 from contracts.errors import EncodingError
-from contracts.heads import FoldProof, FoldRecord, batch_record
+from contracts.heads import KEY_ID_BYTES, FoldProof, FoldRecord, batch_record, key_id
 from contracts.merkle import leaf_hash, root_from_inclusion
 from contracts.statements import Axis, Head, StatementKind, payload_type_for
 from nodes._pb.provnet.v1 import (
@@ -160,8 +160,18 @@ __all__ = [
 #: Version of the compact head encoding a sender emits (``HeadFields``, common.proto):
 #: 1 spelled every field out; 2 leaves out the origin when it is the sender, and sends
 #: the epoch, serving term, endpoints and a first head's log root in the forms the
-#: receiver rebuilds exactly. A receiver reads both (tests/nodes/vectors).
-WIRE_VERSION = 2
+#: receiver rebuilds exactly; 3 names an origin that is not the sender by its key id
+#: when the receiver holds its key (a forwarded head). A receiver reads every version
+#: (tests/nodes/vectors).
+WIRE_VERSION = 3
+
+#: Resolves a key id to the one origin whose key the receiver holds; raises when it
+#: holds none or several (:meth:`nodes.services.NodeCore.origin_for_key_id`).
+OriginForKeyId = Callable[[bytes], str]
+
+
+def _no_keys_held(kid: bytes) -> str:
+    raise EncodingError(f"head: origin named by key id {kid.hex()}, and this decoder holds no keys")
 
 
 def message_size(message: Message) -> int:
@@ -175,7 +185,8 @@ def message_size(message: Message) -> int:
 def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
     """A delivery in binary, compact: a fold proof naming a head of the same delivery
     names it by position (``head_part``) and that head travels without its root, and
-    without its origin when the origin is the delivery's sender."""
+    without its origin when the origin is the delivery's sender (with its origin's
+    key id when the origin is one of ``delivery.key_id_origins``)."""
     parts = {Envelope.from_bytes(h).digest: i + 1 for i, h in enumerate(delivery.heads)}
     proofs = [fold_proof_to_pb(p, delivery.value_ref, parts) for p in delivery.fold_proofs]
     derivable = {p.head_part for p in proofs if p.head_part}
@@ -186,18 +197,30 @@ def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
         obligations=list(delivery.obligations),
         fold_proofs=proofs,
         heads=[
-            signed_head_to_pb(h, omit_root=i + 1 in derivable, sender=delivery.sender)
+            signed_head_to_pb(
+                h,
+                omit_root=i + 1 in derivable,
+                sender=delivery.sender,
+                key_id_origins=delivery.key_id_origins,
+            )
             for i, h in enumerate(delivery.heads)
         ],
     )
 
 
-def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delivery:
+def delivery_from_pb(
+    msg: common_pb2.DeliveredValue,
+    sender: str = "",
+    origin_for_key_id: OriginForKeyId = _no_keys_held,
+) -> Delivery:
     """The delivery a :func:`delivered_value` message carries; ``sender`` is the
-    request's sender, the origin of a head that leaves its origin out."""
+    request's sender, the origin of a head that leaves its origin out;
+    ``origin_for_key_id`` names the origin of a head that names it by key id
+    (the receiver's held keys; it raises for an id it cannot resolve)."""
     value_ref = str(msg.value_ref)
     parts = [_proof_parts(p, value_ref) for p in msg.fold_proofs]
     heads: list[bytes] = []
+    keyed: list[str] = []
     for i, h in enumerate(msg.heads):
         root = None
         if h.HasField("fields") and not h.fields.root:
@@ -206,7 +229,10 @@ def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delive
             if first is None:
                 raise EncodingError(f"head {i + 1}: no root, and no fold proof names it")
             root = first.implied_root(h.fields.size)
-        heads.append(signed_head_from_pb(h, root=root, sender=sender))
+        head = signed_head_from_pb(h, root=root, sender=sender, origin_for_key_id=origin_for_key_id)
+        heads.append(head)
+        if h.HasField("fields") and len(h.fields.origin) == KEY_ID_BYTES:
+            keyed.append(Envelope.from_bytes(head).signatures[0].keyid)
     digests = [Envelope.from_bytes(h).digest for h in heads]
     return Delivery(
         value_ref=value_ref,
@@ -216,6 +242,7 @@ def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delive
         sender=sender,
         fold_proofs=tuple(q.to_bytes(digests) for q in parts),
         heads=tuple(heads),
+        key_id_origins=tuple(dict.fromkeys(keyed)),
     )
 
 
@@ -223,7 +250,11 @@ _HEAD_TYPE = payload_type_for(StatementKind.HEAD)
 
 
 def signed_head_to_pb(
-    envelope: bytes, *, omit_root: bool = False, sender: str = ""
+    envelope: bytes,
+    *,
+    omit_root: bool = False,
+    sender: str = "",
+    key_id_origins: Sequence[str] = (),
 ) -> common_pb2.SignedHead:
     """A head envelope as its parts: the payload's fields in binary and the raw signature.
 
@@ -233,8 +264,11 @@ def signed_head_to_pb(
     payload bytes travel as signed. ``omit_root``: a fold proof travelling
     with the head implies its root (:func:`delivered_value`). ``sender``: the
     node id the request names as sender; a head of that origin leaves its
-    origin out. Every other field takes its shortest form that rebuilds to
-    the same value (:data:`WIRE_VERSION` 2, common.proto ``HeadFields``).
+    origin out. ``key_id_origins``: origins whose key the receiver holds; a
+    head of one of them (not the sender) names its origin by key id
+    (:data:`WIRE_VERSION` 3). Every other field takes its shortest form that
+    rebuilds to the same value (:data:`WIRE_VERSION` 2, common.proto
+    ``HeadFields``).
     """
     env = Envelope.from_bytes(envelope)
     if env.payload_type != _HEAD_TYPE or len(env.signatures) != 1:
@@ -245,15 +279,24 @@ def signed_head_to_pb(
     except (EncodingError, ValueError):
         head = None
     if head is not None and canonical_bytes(head.to_json()) == env.payload:
-        return common_pb2.SignedHead(
-            signature=signature, fields=_head_fields(head, omit_root=omit_root, sender=sender)
+        fields = _head_fields(
+            head, omit_root=omit_root, sender=sender, key_id_origins=key_id_origins
         )
+        return common_pb2.SignedHead(signature=signature, fields=fields)
     return common_pb2.SignedHead(payload=env.payload, signature=signature)
 
 
-def _head_fields(head: Head, *, omit_root: bool, sender: str) -> common_pb2.HeadFields:
+def _head_fields(
+    head: Head, *, omit_root: bool, sender: str, key_id_origins: Sequence[str]
+) -> common_pb2.HeadFields:
+    if sender and head.origin == sender:
+        origin = b""
+    elif head.origin in key_id_origins:
+        origin = key_id(head.origin)
+    else:
+        origin = bytes.fromhex(head.origin)
     fields = common_pb2.HeadFields(
-        origin=b"" if sender and head.origin == sender else bytes.fromhex(head.origin),
+        origin=origin,
         seq=head.seq,
         size=head.size,
         root=b"" if omit_root else bytes.fromhex(head.root),
@@ -327,14 +370,29 @@ def _first_log_root(size: int, root: str) -> str:
     return leaf_hash(batch_record(size, root)).hex()
 
 
-def _head_payload(f: common_pb2.HeadFields, root: bytes | None, sender: str = "") -> bytes:
+def _head_payload(
+    f: common_pb2.HeadFields,
+    root: bytes | None,
+    sender: str = "",
+    origin_for_key_id: OriginForKeyId = _no_keys_held,
+) -> bytes:
     """The RFC 8785 head payload rebuilt from its binary fields (verified later by PAE)."""
     root = bytes(f.root) if root is None else root
-    if len(root) != 32 or len(f.log_root) not in (0, 32) or len(f.origin) not in (0, 32):
-        raise EncodingError("head: origin, root and log_root must be 32 bytes each")
-    # (1) the origin: sent, or the sender's (a head of the node that delivers it)
-    if f.origin:
+    if len(root) != 32 or len(f.log_root) not in (0, 32):
+        raise EncodingError("head: root and log_root must be 32 bytes each")
+    if len(f.origin) not in (0, KEY_ID_BYTES, 32):
+        raise EncodingError(
+            f"head: origin must be 32 bytes (its key) or {KEY_ID_BYTES} (its key id),"
+            f" not {len(f.origin)}"
+        )
+    # (1) the origin: sent, named by key id (a key the receiver holds), or the
+    # sender's (a head of the node that delivers it)
+    if len(f.origin) == 32:
         origin = bytes(f.origin).hex()
+    elif f.origin:
+        origin = origin_for_key_id(bytes(f.origin))
+        if key_id(origin) != f.origin:
+            raise EncodingError(f"head: key id {bytes(f.origin).hex()} resolved to another key")
     elif sender:
         origin = sender
     else:
@@ -389,14 +447,19 @@ def _head_payload(f: common_pb2.HeadFields, root: bytes | None, sender: str = ""
 
 
 def signed_head_from_pb(
-    msg: common_pb2.SignedHead, *, root: bytes | None = None, sender: str = ""
+    msg: common_pb2.SignedHead,
+    *,
+    root: bytes | None = None,
+    sender: str = "",
+    origin_for_key_id: OriginForKeyId = _no_keys_held,
 ) -> bytes:
     """The DSSE envelope rebuilt around the payload (received, or rebuilt from its fields;
-    ``root`` when the fields leave it out, ``sender`` the origin when they leave it out)."""
+    ``root`` when the fields leave it out, ``sender`` the origin when they leave it out,
+    ``origin_for_key_id`` the origin when they name it by key id)."""
     if msg.HasField("fields"):
         if msg.payload:
             raise EncodingError("head: payload and fields are exclusive")
-        payload = _head_payload(msg.fields, root, sender)
+        payload = _head_payload(msg.fields, root, sender, origin_for_key_id)
     else:
         payload = bytes(msg.payload)
     origin = parse_json_object(payload, what="head payload", max_bytes=MAX_ENVELOPE_BYTES).get(
@@ -917,6 +980,7 @@ def _deliver_request_size(delivery: Delivery) -> int:
         tuple(delivery.obligations),
         tuple(delivery.fold_proofs),
         tuple(delivery.heads),
+        tuple(delivery.key_id_origins),
     )
     if not extra:
         return bare
@@ -935,15 +999,18 @@ def _statement_fields_size(
     obligations: tuple[bytes, ...],
     fold_proofs: tuple[bytes, ...],
     heads: tuple[bytes, ...],
+    key_id_origins: tuple[str, ...] = (),
 ) -> int:
     """Bytes the statement fields add to a ``DeliveredValue``. They depend on the
-    value ref (a fold proof's record leaves out the delivered value's ref) and on
-    the sender (a head leaves out its origin when that is the sender), so both
-    are part of the key; the value itself is not."""
+    value ref (a fold proof's record leaves out the delivered value's ref), on
+    the sender (a head leaves out its origin when that is the sender) and on the
+    origins named by key id, so all are part of the key; the value itself is not."""
     if not (commitments or obligations or fold_proofs or heads):
         return 0
     with_statements = delivered_value(
-        Delivery(value_ref, b"", commitments, obligations, sender, fold_proofs, heads)
+        Delivery(
+            value_ref, b"", commitments, obligations, sender, fold_proofs, heads, key_id_origins
+        )
     )
     return message_size(with_statements) - message_size(
         common_pb2.DeliveredValue(value_ref=value_ref)

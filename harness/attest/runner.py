@@ -54,6 +54,7 @@ from nodes.attester import AttesterFault
 from nodes.config import NodeConfig
 from nodes.faults import FaultMode
 from nodes.services import NodeCore
+from nodes.store import StoreMode
 from nodes.transport import GrpcTransport, InMemoryTransport
 
 __all__ = ["AttestSlice", "RowResult", "play_rows", "run_row"]
@@ -140,7 +141,11 @@ class RowResult:
 
 
 async def _start_attester(
-    topo: Topology, root: Path, deadline_ms: int, fault: AttesterFault
+    topo: Topology,
+    root: Path,
+    deadline_ms: int,
+    fault: AttesterFault,
+    store_mode: StoreMode = StoreMode.DURABLE,
 ) -> tuple[NodeCore, str, RunningNode | None]:
     data_dir = root / ATTESTER
     meter = topo.meter
@@ -161,6 +166,7 @@ async def _start_attester(
             config,
             load_or_create_identity(data_dir),
             transport=MeteredTransport(inner, meter, ATTESTER),
+            store_mode=store_mode,
         )
         inner.register(address, core)
         return core, address, None
@@ -173,7 +179,9 @@ async def _start_attester(
         attest_fault=fault,
     )
     running = await start_node(
-        config, transport=MeteredTransport(GrpcTransport(config.max_message_bytes), meter, ATTESTER)
+        config,
+        transport=MeteredTransport(GrpcTransport(config.max_message_bytes), meter, ATTESTER),
+        store_mode=store_mode,
     )
     return running.core, running.address, running
 
@@ -209,9 +217,16 @@ async def run_row(
     policy = spec.policy(base_policy, steps)
     settings = _settings(slice_, tasks[0][0].cadence, steps)
     fault = attester_fault(spec.row)
+    from harness.boundary.runner import _scratch_root
+
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="provnet-attest-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="provnet-attest-", dir=_scratch_root()) as tmp:
         root = work_dir if work_dir is not None else Path(tmp)
+        # As the boundary runner: the nodes this run starts keep their logs in a
+        # directory removed after it, so they claim no durability (scratch); a
+        # kept work_dir gets deployed (durable) stores. Running nodes (--nodes)
+        # are the user's and keep their own mode.
+        store_mode = StoreMode.DURABLE if work_dir is not None else StoreMode.SCRATCH
         topo: Topology | RemoteTopology
         attester_node: RemoteNode | None = None
         if settings.transport is TransportKind.REMOTE:
@@ -243,6 +258,7 @@ async def run_row(
                 settings.transport,
                 deadline_ms=settings.deadline_ms,
                 reasks=settings.reasks,
+                store_mode=store_mode,
             )
         running: RunningNode | None = None
         core: NodeCore | None = None
@@ -252,7 +268,7 @@ async def run_row(
             if spec.row is not Row.NONE:
                 if isinstance(topo, Topology):
                     core, address, running = await _start_attester(
-                        topo, root, settings.deadline_ms, fault
+                        topo, root, settings.deadline_ms, fault, store_mode
                     )
                     ops = LocalAttestOps(topo, core, address)
                 else:

@@ -20,7 +20,7 @@ import pytest
 from contracts.statements import Axis
 from harness.attest.policy import AttestPolicy, AttestPolicyError, ResolvedPolicy
 from harness.attest.report import row_numbers, write_outputs
-from harness.attest.rows import AUTHORITY_ROWS, Row, RowSpec
+from harness.attest.rows import ATTESTER, AUTHORITY_ROWS, Row, RowSpec
 from harness.attest.runner import AttestSlice, RowResult, play_rows, run_row
 from harness.boundary.choices import TransportKind
 from harness.cli import main
@@ -268,6 +268,38 @@ def test_rows_over_grpc_servers_decide_as_over_memory(spec: RowSpec) -> None:
     assert _rejected(grpc) == _rejected(memory)
     if spec.row is Row.HONEST:
         assert grpc.a6_verified == grpc.a6_checked >= 1
+
+
+@pytest.mark.parametrize("transport", [TransportKind.MEMORY, TransportKind.GRPC])
+def test_nodes_an_attest_run_starts_keep_scratch_stores_unless_kept(
+    transport: TransportKind, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As the boundary runner: nodes whose logs die with the run claim no
+    # durability; a kept work_dir gets deployed stores. Same decisions either way.
+    from nodes.store import HopStore, StoreMode
+
+    opened: list[tuple[str, StoreMode]] = []
+    real_open = HopStore.open.__func__  # type: ignore[attr-defined]
+
+    async def spy(cls: type[HopStore], data_dir: Path, /, *a: object, **kw: object) -> HopStore:
+        store: HopStore = await real_open(cls, data_dir, *a, **kw)
+        opened.append((Path(data_dir).name, store.mode))
+        return store
+
+    monkeypatch.setattr(HopStore, "open", classmethod(spy))
+    spec = RowSpec(Row.HONEST)
+    scratch = asyncio.run(run_row(FAST, spec, POLICY, AttestSlice(transport=transport)))
+    names = {name for name, _ in opened}
+    assert ATTESTER in names, names
+    assert len(names) >= 3, names  # the topology's nodes and the attester
+    assert {mode for _, mode in opened} == {StoreMode.SCRATCH}, opened
+    opened.clear()
+    kept = asyncio.run(
+        run_row(FAST, spec, POLICY, AttestSlice(transport=transport), work_dir=tmp_path)
+    )
+    assert {name for name, _ in opened} == names
+    assert {mode for _, mode in opened} == {StoreMode.DURABLE}, opened
+    assert kept.fingerprint == scratch.fingerprint == _row(spec).fingerprint
 
 
 # --------------------------------------------------------------------------- policy file

@@ -315,43 +315,74 @@ def test_dockerignore_keeps_the_environment_and_history_out_of_the_image() -> No
 WAN = "docker-compose.wan.yml"
 
 
-def test_wan_link_service_is_a_link_proxy_in_front_of_node_a() -> None:
-    link = _services(WAN)["link-a"]
-    assert link["image"] == _services()["a"]["image"]
-    assert link.get("init") is True
+#: Who calls a node in the Compose cluster: the other nodes and the runner.
+CALLERS = (*NODE_SERVICES, "runner")
+
+
+def _link_spec(node: str) -> tuple[LinkSpec, dict[str, Any]]:
+    link = _services(WAN)[f"link-{node}"]
     args = _parse(list(link["command"]))
     assert args.command == "link-proxy"
     env = _env(link)
-    assert set(env) <= set(LINK_ENV_VARS.values()), f"link-a: unknown variables {env}"
-    spec = LinkSpec.from_env_and_args(vars(args), env)
-    a_port = int(_node_config("a").listen.rpartition(":")[2])
-    assert spec.target == ("a", a_port)
-    assert spec.delay_ms > 0
-    assert not spec.blackhole
-    assert link["depends_on"] == {"a": {"condition": "service_healthy"}}
+    assert set(env) <= set(LINK_ENV_VARS.values()), f"link-{node}: unknown variables {env}"
+    return LinkSpec.from_env_and_args(vars(args), env), link
+
+
+@pytest.mark.parametrize("node", NODE_SERVICES)
+def test_wan_puts_a_link_proxy_in_front_of_every_node_with_a_link_per_caller(node: str) -> None:
+    spec, link = _link_spec(node)
+    assert link["image"] == _services()[node]["image"]
+    assert link.get("init") is True
+    port = int(_node_config(node).listen.rpartition(":")[2])
+    assert spec.target == (node, port)
+    assert link["depends_on"] == {node: {"condition": "service_healthy"}}
     health = _parse(list(link["healthcheck"]["test"][2:]))
-    assert health.addr == f"127.0.0.1:{spec.listen[1]}", "healthcheck asks a through the link"
+    assert health.addr == f"127.0.0.1:{spec.listen[1]}", "healthcheck asks the node via the proxy"
+    # one directed link per caller, each with its own settings; every caller is
+    # delayed by default, none partitioned (the runner waits for the links)
+    callers = {s.source: spec.for_source(s) for s in spec.sources}
+    assert set(callers) == set(CALLERS) - {node}
+    for caller, own in callers.items():
+        assert own.delay_ms > 0, f"{caller} → {node}"
+        assert not own.blackhole, f"{caller} → {node}"
+    # the proxy's own link (its healthcheck, unknown sources): no conditions
+    assert (spec.delay_ms, spec.blackhole, spec.drop) == (0, False, 0)
 
 
-def test_wan_override_routes_every_path_to_a_through_the_link() -> None:
-    link_env = _env(_services(WAN)["link-a"])
-    spec = LinkSpec.from_mapping(
-        {key: link_env[var] for key, var in LINK_ENV_VARS.items() if var in link_env}
-    )
-    via = f"link-a:{spec.listen[1]}"
-    # a advertises the link, so obligations send demands through it.
-    assert _node_config("a", WAN).advertised == via
-    for name in ("b", "c"):
+def test_wan_links_are_set_per_directed_pair() -> None:
+    # links into a node differ by caller, and a → b is not b → a
+    a, _ = _link_spec("a")
+    b, _ = _link_spec("b")
+    into_a = {s.source: a.for_source(s).delay_ms for s in a.sources}
+    into_b = {s.source: b.for_source(s).delay_ms for s in b.sources}
+    assert into_a["b"] != into_a["c"]
+    assert into_b["c"] != into_a["c"]
+    # each directed link has its own variable, LINK_<CALLER>_<NODE>
+    raw = _load(WAN)["services"]
+    for node in NODE_SERVICES:
+        text = raw[f"link-{node}"]["environment"][LINK_ENV_VARS["sources"]]
+        for caller in set(CALLERS) - {node}:
+            var = f"LINK_{caller.upper()}_{node.upper()}"
+            assert f"{caller}:${{{var}:-" in text, f"{caller} → {node}: no {var}"
+
+
+def test_wan_override_routes_every_path_to_a_node_through_its_proxy() -> None:
+    via = {n: f"link-{n}:{_link_spec(n)[0].listen[1]}" for n in NODE_SERVICES}
+    for name in NODE_SERVICES:
+        # a node advertises its proxy, so obligations and heads send demands through it
+        assert _node_config(name, WAN).advertised == via[name]
         peers = {p.name: p.address for p in _node_config(name, WAN).peers}
-        assert peers["a"] == via, f"{name} reaches a at {peers['a']}"
+        assert peers == {n: via[n] for n in NODE_SERVICES if n != name}, name
     (smoke, _), (boundary, _) = _runner_commands(WAN)
     from nodes.smoke import Member
 
     members = {m.name: m.address for m in Member.parse_list(_parse(smoke).members)}
-    assert members == {"a": via, "b": "b:50051", "c": "c:50051"}
-    # the boundary slice reaches a through the link as well
-    assert dict(_parse(boundary).nodes) == {"a": via, "b": "b:50051", "c": "c:50051"}
-    assert _services(WAN)["runner"]["depends_on"]["link-a"] == {"condition": "service_healthy"}
+    assert members == via
+    # the boundary slice reaches the nodes through their proxies as well
+    assert dict(_parse(boundary).nodes) == via
+    depends = _services(WAN)["runner"]["depends_on"]
+    for name in NODE_SERVICES:
+        assert depends[f"link-{name}"] == {"condition": "service_healthy"}
 
 
 def test_compose_check_script_is_valid_bash() -> None:

@@ -244,7 +244,12 @@ def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() 
     first fold), its compaction covering 20 values (a 5-hash audit path), delivered by its
     origin: at most 400 B of statements with the head, a digest reference once held."""
     from nodes import wire
-    from tests.nodes.wire_vectors import FORWARDER, lone_first_delivery
+    from tests.nodes.wire_vectors import (
+        FORWARDER,
+        ORIGIN,
+        forwarded_first_delivery,
+        lone_first_delivery,
+    )
 
     first, later = lone_first_delivery()
     sizes = (wire.delivery_statement_size(first), wire.delivery_statement_size(later))
@@ -256,12 +261,25 @@ def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() 
     named = FoldProof.from_bytes(later.fold_proofs[0]).head
     assert held.fold_proofs[0].head == bytes.fromhex(named)
     assert sizes[0] - sizes[1] == 112  # the head: signature, counters, terms, log root
-    # forwarded by a holder, the head names its origin (32 B more, with framing 34)
-    forwarded, _ = lone_first_delivery(sender=FORWARDER.node_id)
-    assert wire.delivery_statement_size(forwarded) == 421
-    for delivery in (first, later, forwarded):
+    # Forwarded by a holder to a receiver that holds the origin's key (it verified a
+    # head of that origin before): the head names its origin by an 8-byte key id.
+    forwarded = forwarded_first_delivery()
+    forwarded_size = wire.delivery_statement_size(forwarded)
+    assert forwarded_size <= FIRST_DELIVERY_LIMIT, f"forwarded first delivery: {forwarded_size} B"
+    assert forwarded_size == 397
+    # Wire version 2 (and version 3 to a receiver that never verified a head of the
+    # origin): the head names its origin in full (32 B more than by sender, 34 framed).
+    first_contact, _ = lone_first_delivery(sender=FORWARDER.node_id)
+    assert wire.delivery_statement_size(first_contact) == 421
+    for delivery in (first, later, first_contact):
         request = wire.deliver_request(delivery)
         assert wire.delivery_from_pb(request.value, request.sender) == delivery
+    request = wire.deliver_request(forwarded)
+    assert request.value.heads[0].fields.origin == bytes.fromhex(ORIGIN.node_id)[:8]
+    assert (
+        wire.delivery_from_pb(request.value, request.sender, lambda kid: ORIGIN.node_id)
+        == forwarded
+    )
     # Before (wire version 1): every head field spelled out; before that, the payload
     # bytes as signed, the record as leaf data, the head digest.
     v1 = deliver_pb2.DeliverRequest.FromString(_vector(1))
@@ -283,10 +301,10 @@ def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() 
     assert (framed(legacy_proof) + framed(legacy_head), framed(legacy_proof)) == (865, 382)
 
 
-def _vector(version: int, *, held: bool = False) -> bytes:
+def _vector(version: int, *, held: bool = False, forwarded: bool = False) -> bytes:
     from tests.nodes.wire_vectors import VECTOR_DIR, vector_name
 
-    path = VECTOR_DIR / vector_name(version, held=held)
+    path = VECTOR_DIR / vector_name(version, held=held, forwarded=forwarded)
     if not path.is_file():
         pytest.fail(f"wire vector {path} is missing (see tests/nodes/wire_vectors.py)")
     return path.read_bytes()
@@ -294,18 +312,94 @@ def _vector(version: int, *, held: bool = False) -> bytes:
 
 def test_wire_vectors_of_every_version_decode_to_the_same_delivery() -> None:
     from nodes import wire
-    from tests.nodes.wire_vectors import build_wire_vectors, lone_first_delivery
+    from tests.nodes.wire_vectors import (
+        ORIGIN,
+        build_wire_vectors,
+        forwarded_first_delivery,
+        lone_first_delivery,
+    )
 
     first, later = lone_first_delivery()
     # the current version, rebuilt byte for byte
     for name, data in build_wire_vectors().items():
-        assert data == _vector(wire.WIRE_VERSION, held="held" in name), name
+        held, forwarded = "held" in name, "forwarded" in name
+        assert data == _vector(wire.WIRE_VERSION, held=held, forwarded=forwarded), name
     # every version still reads
     for version in range(1, wire.WIRE_VERSION + 1):
         for held, expected in ((False, first), (True, later)):
             request = deliver_pb2.DeliverRequest.FromString(_vector(version, held=held))
             assert wire.delivery_from_pb(request.value, request.sender) == expected, version
     assert _vector(1) != _vector(wire.WIRE_VERSION)
+    # version 3: a forwarded head names its origin by key id, resolved by the receiver
+    request = deliver_pb2.DeliverRequest.FromString(_vector(3, forwarded=True))
+    relayed = wire.delivery_from_pb(request.value, request.sender, lambda kid: ORIGIN.node_id)
+    assert relayed == forwarded_first_delivery()
+    assert relayed.heads == first.heads  # the very envelope the origin signed
+    open_statement(relayed.heads[0], Head, signer=ORIGIN.node_id)
+
+
+def test_a_head_named_by_key_id_rebuilds_only_under_the_key_the_receiver_resolves() -> None:
+    from contracts.identity import Identity
+    from nodes import wire
+    from tests.nodes.wire_vectors import ORIGIN, forwarded_first_delivery
+
+    request = wire.deliver_request(forwarded_first_delivery())
+    kid = bytes.fromhex(ORIGIN.node_id)[:8]
+    # a receiver that holds no key: malformed for a bare decoder
+    with pytest.raises(EncodingError, match="holds no keys"):
+        wire.delivery_from_pb(request.value, request.sender)
+    # a resolver answering a key of another id is refused before any signature check
+    other = Identity.from_seed(bytes([5]) * 32).node_id
+    with pytest.raises(EncodingError, match="resolved to another key"):
+        wire.delivery_from_pb(request.value, request.sender, lambda k: other)
+    # a key sharing the id but not the origin's: the rebuilt head names that key as
+    # its origin, and the signature that travelled does not verify under it
+    impostor = Identity.from_seed(bytes([6]) * 32).node_id
+    same_id = kid.hex() + impostor[16:]
+    delivery = wire.delivery_from_pb(request.value, request.sender, lambda k: same_id)
+    assert delivery.key_id_origins == (same_id,)
+    with pytest.raises((BadSignature, EncodingError)):
+        open_statement(delivery.heads[0], Head)
+    # an id of the wrong length is malformed
+    bad = deliver_pb2.DeliverRequest()
+    bad.CopyFrom(request)
+    bad.value.heads[0].fields.origin = kid[:7]
+    with pytest.raises(EncodingError, match=r"32 bytes \(its key\) or 8"):
+        wire.delivery_from_pb(bad.value, bad.sender, lambda k: ORIGIN.node_id)
+
+
+def test_the_head_cache_names_a_key_by_id_only_while_exactly_one_held_key_has_it() -> None:
+    from contracts.heads import FoldInput, HeadCache, HeadLog, key_id
+    from contracts.identity import Identity
+
+    def head_of(me: Identity, epoch: str) -> Signed[Head]:
+        log = HeadLog(me, epoch)
+        c = log.compact(
+            [FoldInput("a", 0, [b"x"])],
+            serve_until=10_000,
+            deadline_ms=1,
+            endpoints=(),
+            issued_at=1,
+        )
+        return c.head
+
+    a, b = Identity.from_seed(bytes([1]) * 32), Identity.from_seed(bytes([2]) * 32)
+    cache = HeadCache(capacity=2)
+    assert cache.origin_for_key_id(key_id(a.node_id)) is None
+    cache.verify(head_of(a, "1-0000000000000000").to_bytes(), now=0)
+    assert cache.origin_for_key_id(key_id(a.node_id)) == a.node_id
+    assert cache.origin_for_key_id(key_id(b.node_id)) is None
+    # two held keys with one id (forged here by re-keying the index): ambiguous, None
+    cache._by_key_id[key_id(a.node_id)]["ff" * 32] = 1
+    assert cache.origin_for_key_id(key_id(a.node_id)) is None
+    del cache._by_key_id[key_id(a.node_id)]["ff" * 32]
+    # evicted with its last head: the key is no longer held
+    cache.verify(head_of(a, "2-0000000000000000").to_bytes(), now=0)
+    cache.verify(head_of(b, "1-0000000000000000").to_bytes(), now=0)
+    assert cache.origin_for_key_id(key_id(a.node_id)) == a.node_id  # one head of a left
+    cache.verify(head_of(b, "2-0000000000000000").to_bytes(), now=0)
+    assert cache.origin_for_key_id(key_id(a.node_id)) is None
+    assert cache.origin_for_key_id(key_id(b.node_id)) == b.node_id
 
 
 @pytest.mark.parametrize(
@@ -383,7 +477,11 @@ async def test_compact_head_and_record_fields_of_the_wrong_shape_are_malformed(
     short_origin = common_pb2.DeliveredValue()
     short_origin.CopyFrom(good)
     short_origin.heads[0].fields.origin = b"\x01" * 31
-    cases.append(("must be 32 bytes each", short_origin))
+    cases.append((r"origin must be 32 bytes \(its key\) or 8 \(its key id\), not 31", short_origin))
+    short_root = common_pb2.DeliveredValue()
+    short_root.CopyFrom(good)
+    short_root.heads[0].fields.root = b"\x01" * 31
+    cases.append(("root and log_root must be 32 bytes each", short_root))
 
     def head_case(
         message: str,
@@ -500,3 +598,51 @@ def test_every_head_crosses_the_wire_byte_exact_whoever_sends_it(
     for sender in ("", me.node_id, "ab" * 32):
         pb = wire.signed_head_to_pb(head, sender=sender)
         assert wire.signed_head_from_pb(pb, sender=sender) == head
+
+
+async def test_a_relay_names_an_origin_the_holder_knows_by_key_id_over_grpc(
+    tmp_path: Path,
+) -> None:
+    """Origin → relay → holder over gRPC: the relay's first forward of the origin's head
+    names the origin in full; once the holder acknowledged a head of that origin, a new
+    head names it by key id, the holder rebuilds the very envelope signed, and a holder
+    that lost its keys answers NOT_FOUND and gets the full key."""
+    from nodes import wire
+    from tests.nodes.rpc_support import grpc_node, stop_all
+
+    origin = await grpc_node(tmp_path, "origin")
+    relay = await grpc_node(tmp_path, "relay")
+    holder = await grpc_node(tmp_path, "holder")
+    nodes = (origin, relay, holder)
+    try:
+        sent: list[Delivery] = []
+        real = relay.core.transport.deliver
+
+        async def spy(address: str, delivery: Delivery, timeout: float) -> bytes:
+            sent.append(delivery)
+            return await real(address, delivery, timeout)
+
+        relay.core.transport.deliver = spy  # type: ignore[method-assign]
+
+        async def relay_value(ref: str) -> bytes:
+            head, proofs = await _compaction(origin.core, [ref])
+            delivery = Delivery(ref, b"v", (), (), origin.node_id, (proofs[0],), (head,))
+            await origin.core.send(relay.address, delivery, 5.0)
+            await relay.core.forward(ref, holder.address)
+            return head
+
+        head = await relay_value("a")
+        assert [d.key_id_origins for d in sent] == [()]  # first contact: the full key
+        assert holder.core.held("a").delivery.heads == (head,)
+        head = await relay_value("b")
+        assert [d.key_id_origins for d in sent[1:]] == [(origin.node_id,)]
+        assert holder.core.held("b").delivery.heads == (head,)  # byte-exact, as signed
+        full = dataclasses.replace(sent[-1], key_id_origins=())
+        assert wire.delivery_statement_size(full) - wire.delivery_statement_size(sent[-1]) == 24
+        # the holder restarted its caches: the key id resolves to nothing there
+        holder.core.heads = type(holder.core.heads)()
+        head = await relay_value("c")
+        assert [d.key_id_origins for d in sent[2:]] == [(origin.node_id,), ()]
+        assert holder.core.held("c").delivery.heads == (head,)
+    finally:
+        await stop_all(nodes)

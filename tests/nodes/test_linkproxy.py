@@ -7,6 +7,7 @@ promises; a busy machine may add more), never upper bounds.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -27,7 +28,9 @@ from nodes.linkproxy import (
     LinkConfigError,
     LinkProxy,
     LinkSpec,
+    SourceLink,
     parse_bandwidth,
+    parse_sources,
 )
 
 LOOPBACK = "127.0.0.1"
@@ -196,6 +199,117 @@ async def test_drop_probability_resets_some_connections_not_all(echo: Echo) -> N
         resets = proxy.stats.resets
     assert 0 < resets < 40
     assert outcomes.count(False) == resets
+
+
+# ------------------------------------------------------------- per source
+
+
+async def _echo_from(source_ip: str, port: int, payload: bytes) -> bytes:
+    """Send ``payload`` from the local address ``source_ip``, half-close, read it all back."""
+    reader, writer = await asyncio.open_connection(LOOPBACK, port, local_addr=(source_ip, 0))
+    try:
+        writer.write(payload)
+        await writer.drain()
+        writer.write_eof()
+        return await asyncio.wait_for(reader.read(-1), 20)
+    finally:
+        writer.close()
+
+
+async def _ping_from(source_ip: str, port: int) -> float:
+    reader, writer = await asyncio.open_connection(LOOPBACK, port, local_addr=(source_ip, 0))
+    try:
+        start = time.perf_counter()
+        writer.write(b"x")
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readexactly(1), 10) == b"x"
+        return time.perf_counter() - start
+    finally:
+        writer.close()
+
+
+async def test_each_source_gets_its_own_link_into_the_target(echo: Echo) -> None:
+    # One proxy in front of the target, three sources on loopback addresses:
+    # 127.0.0.2 is partitioned from it, 127.0.0.3 has a 40 ms link, anyone
+    # else the proxy's own (no conditions).
+    spec = dataclasses.replace(
+        _spec(echo.port),
+        sources=parse_sources("127.0.0.2:blackhole=true;127.0.0.3:delay_ms=40"),
+    )
+    async with LinkProxy(spec) as proxy:
+        assert await _echo_from("127.0.0.1", proxy.port, b"default") == b"default"
+        assert await _ping_from("127.0.0.3", proxy.port) >= 2 * 0.040
+        reader, writer = await asyncio.open_connection(
+            LOOPBACK, proxy.port, local_addr=("127.0.0.2", 0)
+        )
+        writer.write(b"hello")
+        await writer.drain()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.read(1), 0.3)
+        writer.close()
+        per = proxy.source_stats
+        assert (per["127.0.0.2"].connections, per["127.0.0.2"].blackholed) == (1, 1)
+        assert per["127.0.0.2"].bytes_to_target == 0
+        assert (per["127.0.0.3"].connections, per["127.0.0.3"].bytes_to_target) == (1, 1)
+        assert proxy.stats.connections == 3
+        assert proxy.stats.blackholed == 1
+    assert echo.connections == 2  # the partitioned source never reached the target
+
+
+async def test_a_source_named_by_host_name_is_matched_by_its_resolved_address(
+    echo: Echo,
+) -> None:
+    # "localhost" resolves to 127.0.0.1: its connections are reset; another
+    # loopback address is not that source and passes.
+    spec = dataclasses.replace(
+        _spec(echo.port),
+        sources=(SourceLink("localhost", (("drop", "1"), ("drop_mode", "connection"))),),
+    )
+    async with LinkProxy(spec) as proxy:
+        with pytest.raises(ConnectionError):
+            await _echo_from("127.0.0.1", proxy.port, b"x")
+        assert await _echo_from("127.0.0.4", proxy.port, b"other") == b"other"
+        assert proxy.source_stats["localhost"].resets == 1
+        assert proxy.stats.resets == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("b", "expected SOURCE:key=value"),
+        ("b:delay=5", "expected key=value with a key among delay_ms"),
+        ("b:delay_ms=5;b:drop=0", "source 'b' given twice"),
+        ("[::1:delay_ms=5", "expected [IPv6]:key=value"),
+        ("b c:delay_ms=1", "bad source name"),
+    ],
+)
+def test_bad_per_source_settings_name_the_flag_and_variable(text: str, message: str) -> None:
+    with pytest.raises(LinkConfigError) as caught:
+        parse_sources(text)
+    assert "--from ($PROVNET_LINK_FROM)" in str(caught.value)
+    assert message in str(caught.value)
+
+
+def test_per_source_settings_come_from_flags_or_environment_and_inherit_the_rest() -> None:
+    env = {
+        "PROVNET_LINK_LISTEN": "0.0.0.0:50051",
+        "PROVNET_LINK_TARGET": "a:50051",
+        "PROVNET_LINK_DELAY_MS": "20",
+        "PROVNET_LINK_JITTER_MS": "2",
+        "PROVNET_LINK_FROM": "b:delay-ms=5 ; [fd00::2]:blackhole=true;c:",
+    }
+    spec = LinkSpec.from_env_and_args({}, env)
+    assert [s.source for s in spec.sources] == ["b", "fd00::2", "c"]
+    b, v6, c = (spec.for_source(s) for s in spec.sources)
+    assert (b.delay_ms, b.jitter_ms, b.blackhole) == (5, 2, False)
+    assert (v6.delay_ms, v6.blackhole) == (20, True)
+    assert c == dataclasses.replace(spec, sources=())
+    flags = LinkSpec.from_env_and_args({"sources": ["runner:drop=0.5"]}, env)
+    assert [s.source for s in flags.sources] == ["runner"]
+    assert flags.for_source(flags.sources[0]).drop == 0.5
+    with pytest.raises(LinkConfigError, match=r"source 'b': --drop .* a probability"):
+        LinkSpec.from_env_and_args({"sources": ["b:drop=2"]}, env)
+    assert "from b: delay 5 ms, jitter ±2 ms" in spec.describe()
 
 
 # --------------------------------------------------------------------- gRPC

@@ -11,7 +11,10 @@ Files in ``tests/nodes/vectors`` (``DeliverRequest``, protobuf binary):
 * ``deliver-request-v<N>.binpb`` — the first delivery as the version ``N``
   encoder writes it (:data:`nodes.wire.WIRE_VERSION`);
 * ``deliver-request-held-v<N>.binpb`` — the same value once the receiver
-  holds the head (the fold proof names it by digest).
+  holds the head (the fold proof names it by digest);
+* ``deliver-request-forwarded-v<N>.binpb`` (from version 3) — the first
+  delivery forwarded by another node (:data:`FORWARDER`) to a receiver that
+  holds the origin's key: the head names its origin by key id.
 
 Every version stays readable: ``tests/nodes/test_heads_wire.py`` decodes each
 file to the same delivery and rebuilds the current version byte for byte.
@@ -33,7 +36,14 @@ from contracts.identity import Identity
 from nodes import wire
 from nodes.messages import Delivery
 
-__all__ = ["VECTOR_DIR", "build_wire_vectors", "lone_first_delivery", "main", "vector_name"]
+__all__ = [
+    "VECTOR_DIR",
+    "build_wire_vectors",
+    "forwarded_first_delivery",
+    "lone_first_delivery",
+    "main",
+    "vector_name",
+]
 
 VECTOR_DIR = Path(__file__).with_name("vectors")
 
@@ -43,9 +53,11 @@ ORIGIN = Identity.from_seed(bytes(32))
 FORWARDER = Identity.from_seed(bytes([1]) * 32)
 
 
-def lone_first_delivery(*, sender: str | None = None) -> tuple[Delivery, Delivery]:
+def lone_first_delivery(
+    *, sender: str | None = None, key_id_origins: tuple[str, ...] = ()
+) -> tuple[Delivery, Delivery]:
     """(first delivery with the head, the same once the head is held), sent by ``sender``
-    (default: the origin itself)."""
+    (default: the origin itself), naming the origins ``key_id_origins`` by key id."""
     log = HeadLog(ORIGIN, "7-0123456789abcdef")
     refs = [f"C25-med-s0/v0.{40 + i}" for i in range(20)]
     compactions = [
@@ -64,25 +76,34 @@ def lone_first_delivery(*, sender: str | None = None) -> tuple[Delivery, Deliver
     compaction = compactions[-1]
     head, proof = compaction.head.to_bytes(), compaction.proofs[refs[0]].to_bytes()
     by = ORIGIN.node_id if sender is None else sender
-    first = Delivery(refs[0], b"v", (), (), by, (proof,), (head,))
+    first = Delivery(refs[0], b"v", (), (), by, (proof,), (head,), key_id_origins)
     held = Delivery(refs[0], b"v", (), (), by, (proof,), ())
     return first, held
 
 
-def vector_name(version: int, *, held: bool = False) -> str:
-    return f"deliver-request-{'held-' if held else ''}v{version}.binpb"
+def forwarded_first_delivery() -> Delivery:
+    """The first delivery as :data:`FORWARDER` forwards it to a receiver holding the
+    origin's key (the head names :data:`ORIGIN` by key id)."""
+    first, _ = lone_first_delivery(sender=FORWARDER.node_id, key_id_origins=(ORIGIN.node_id,))
+    return first
+
+
+def vector_name(version: int, *, held: bool = False, forwarded: bool = False) -> str:
+    kind = "held-" if held else "forwarded-" if forwarded else ""
+    return f"deliver-request-{kind}v{version}.binpb"
 
 
 def build_wire_vectors() -> dict[str, bytes]:
     """The current version's vectors, as the encoder writes them now."""
     first, held = lone_first_delivery()
+
+    def encode(delivery: Delivery) -> bytes:
+        return wire.deliver_request(delivery).SerializeToString(deterministic=True)
+
     return {
-        vector_name(wire.WIRE_VERSION): wire.deliver_request(first).SerializeToString(
-            deterministic=True
-        ),
-        vector_name(wire.WIRE_VERSION, held=True): wire.deliver_request(held).SerializeToString(
-            deterministic=True
-        ),
+        vector_name(wire.WIRE_VERSION): encode(first),
+        vector_name(wire.WIRE_VERSION, held=True): encode(held),
+        vector_name(wire.WIRE_VERSION, forwarded=True): encode(forwarded_first_delivery()),
     }
 
 

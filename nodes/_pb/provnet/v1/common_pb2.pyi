@@ -126,6 +126,12 @@ class HeadFields(_message.Message):
     every field spelled out, is still read):
     - ``origin`` empty: the origin is the DeliverRequest's ``sender`` (an origin
       delivering its own value names itself once);
+    - (wire version 3) ``origin`` of 8 bytes: the origin's key id, the first 8
+      bytes of its public key, sent only to a receiver that acknowledged a head
+      of that origin (a forwarded head). The receiver resolves it among the
+      keys of the heads it holds verified: exactly one must match, else it
+      answers NOT_FOUND and the sender repeats the delivery with the full
+      32-byte key. The signature is verified with the full key it resolved to;
     - ``epoch`` empty and ``epoch_nonce`` set: the epoch is
       ``"<epoch_counter>-<hex of the 8 epoch_nonce bytes>"`` (nodes.store's form);
     - ``serve_until`` 0 and ``serve_for_ms`` set: serve_until is
