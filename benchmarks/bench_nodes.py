@@ -829,9 +829,7 @@ def main(argv: list[str] | None = None) -> int:
         help="only profile verified 5-hop demands under a head (cProfile, both processes);"
         " writes DIR/holder.prof and DIR/origin.prof",
     )
-    parser.add_argument(
-        "--profile-top", type=int, default=25, help="rows of each profile to print"
-    )
+    parser.add_argument("--profile-top", type=int, default=25, help="rows of each profile to print")
     parser.add_argument(
         "--serve", nargs=2, metavar=("DATA_DIR", "PORT_FILE"), help=argparse.SUPPRESS
     )

@@ -1,32 +1,40 @@
 """Overload: many concurrent callers delivering large values to one node process.
 
     .venv/bin/python benchmarks/bench_overload.py [--callers 1000] [--payload-mib 3]
-        [--duration 10] [--rounds 1] [--max-concurrent 128] [--max-bulk 16]
-        [--shed-lag-ms 0] [--load-procs 4] [--load-nice 0] [--rss-bound-mib 1024]
+        [--duration 10] [--rounds 1] [--max-concurrent N] [--max-bulk N]
+        [--max-bulk-bytes N] [--max-pending N] [--shed-lag-ms 0] [--load-procs 4]
+        [--load-nice 0] [--rss-bound-mib 1024] [--eager-body]
 
-Three kinds of process, so none steals another's event loop: one ``provnet
-node`` (the command ``provnet cluster up`` runs) with an operator key; a
-**serve probe** process (its own channel: one holder demanding one committed
-fold, one call at a time, every 10 ms); ``--load-procs`` **load** processes
-whose ``--callers`` tasks (split between them) each deliver a
-``--payload-mib`` value (operator-signed ``Deliver``, a valid commitment +
-obligation; ``--pool`` distinct values, built before the clock starts) in a
-loop over ``--connections`` HTTP/2 connections. A caller that is shed
-(``RESOURCE_EXHAUSTED``/``UNAVAILABLE``) retries the same delivery after an
-exponential backoff with jitter (100 ms × 1.6ⁿ, at most 2 s, ±20 %), as a
-gRPC client's retry policy would; an admitted caller sends its next value at
-once.
+Four kinds of process, so none steals another's event loop: one ``provnet
+node`` (the command ``provnet cluster up`` runs; the node's admission
+settings default to its own defaults) with an operator key; a **serve
+probe** process (its own channel: one holder demanding one committed fold,
+one call at a time, every 10 ms); ``--load-procs`` **load** processes whose
+``--callers`` tasks (split between them) each deliver a ``--payload-mib``
+value (operator-signed ``Deliver``, a valid commitment + obligation;
+``--pool`` distinct values, built before the clock starts) in a loop over
+``--connections`` HTTP/2 connections; and a **delivery probe**, one such
+caller in its own process. A caller sends its body once the node has
+admitted the call (the node answers an admitted bulk call with response
+headers before it reads the body; ``--eager-body``: with the headers, as a
+plain unary call). A caller that is shed (``RESOURCE_EXHAUSTED``,
+``UNAVAILABLE``, or ``CANCELLED`` from gRPC's pending-call limit) retries the
+same delivery after an exponential backoff with jitter (100 ms × 1.6ⁿ, at
+most 2 s, ±20 %), as a gRPC client's retry policy would; an admitted caller
+sends its next value at once.
 
-Each round: the probe alone for ``--unloaded`` seconds (the unloaded
-p50/p99) and ``--solo`` deliveries one at a time, then the probe and the load
-together for ``--duration`` seconds. Printed per round: probe p50/p99
-unloaded and loaded and their ratio (target ≤ 10), deliveries unloaded and
-admitted under load (p50/p99) and shed (with the shed calls' p50/p99 — the
-time to be refused), the node's peak RSS (``VmHWM``) against
-``--rss-bound-mib``, the load average, and the CPU seconds the node and the
-load processes got. Exit 0 when every round
-meets both the ratio and the bound, 1 otherwise. Loopback only; every loop is
-bounded by ``--duration``.
+Each round: the serve probe alone for ``--unloaded`` seconds, the delivery
+probe's ``--solo`` deliveries one at a time (once the load processes are
+built and idle), then everything together for ``--duration`` seconds.
+Printed per round, side by side: unloaded and loaded p50/p99 and the p99
+ratio (target ≤ 10) for the serve probe and for admitted deliveries (all
+admitted under load, against the delivery probe's unloaded ones; the
+probe's own admitted calls are shown too), the shed calls (status codes,
+time to be refused), the node's peak RSS (``VmHWM``, over the whole run so
+far) against ``--rss-bound-mib``, each with PASS/FAIL, the load average and
+the CPU seconds the node and the load processes got. Exit 0 when every
+round passes all three, 1 otherwise. Loopback only; every loop is bounded by
+``--duration``.
 """
 
 from __future__ import annotations
@@ -43,11 +51,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from nodes.config import (  # noqa: E402  (after the path insert)
+    DEFAULT_MAX_BULK_BYTES,
+    DEFAULT_MAX_BULK_RPCS,
+    DEFAULT_MAX_CONCURRENT_RPCS,
+    DEFAULT_MAX_PENDING_RPCS,
+)
 
 DELIVER = "/provnet.v1.Deliver/Deliver"
 _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
@@ -156,14 +172,42 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     ]
     admitted: list[float] = []
     shed: list[float] = []
+    shed_codes: dict[str, int] = {}
+    # Refusals a caller backs off from and retries: the node's RESOURCE_EXHAUSTED
+    # (admission), UNAVAILABLE, and CANCELLED (gRPC's own pending-call limit).
+    shed_as = {
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+    }
     other: dict[str, int] = {}
     # Unloaded: one delivery at a time, before the load starts.
     alone: list[float] = []
-    solo = chans[0].unary_unary(DELIVER)
+    unary = [chan.unary_unary(DELIVER) for chan in chans]  # bytes in, bytes out
+    streams = [chan.stream_unary(DELIVER) for chan in chans]
+
+    async def send(k: int, body: bytes, meta: Any, timeout: float) -> None:
+        if args.eager_body:  # the body goes out with the headers, admitted or not
+            await unary[k % len(chans)](body, timeout=timeout, metadata=meta)
+            return
+        # Headers first: the body is sent once the node has admitted the call
+        # (its response headers), so a refused attempt costs no 3 MiB copy.
+        held: list[Any] = []
+
+        async def request() -> AsyncIterator[bytes]:
+            # An admitted call gets headers (with its request id); a refused one
+            # only a status, with no headers.
+            if await held[0].initial_metadata():
+                yield body
+
+        call = streams[k % len(chans)](request(), timeout=timeout, metadata=meta)
+        held.append(call)
+        await call
+
     for k in range(args.solo):
         body, digest = pool[k % len(pool)]
         start = time.perf_counter()
-        await solo(body, timeout=30, metadata=operator.metadata(DELIVER, body, digest=digest))
+        await send(0, body, operator.metadata(DELIVER, body, digest=digest), 30)
         alone.append((time.perf_counter() - start) * 1000)
     args.ready.write_text("ready")
     while not args.go.exists():  # every load process starts at once
@@ -172,23 +216,23 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(7)
 
     async def caller(i: int) -> None:
-        call = chans[i % len(chans)].unary_unary(DELIVER)  # bytes in, bytes out
         n, backoff = i, 0.1
         while time.monotonic() < until:
             body, digest = pool[n % len(pool)]
             meta = operator.metadata(DELIVER, body, digest=digest)
             start = time.perf_counter()
             try:
-                await call(body, timeout=max(0.1, until - time.monotonic()), metadata=meta)
+                await send(i, body, meta, max(0.1, until - time.monotonic()))
                 admitted.append((time.perf_counter() - start) * 1000)
                 n, backoff = n + args.callers, 0.1
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
-                if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
+                if code in shed_as and time.monotonic() < until:
+                    shed_codes[code.name] = shed_codes.get(code.name, 0) + 1
                     shed.append((time.perf_counter() - start) * 1000)
                     await asyncio.sleep(backoff * rng.uniform(0.8, 1.2))
                     backoff = min(2.0, backoff * 1.6)
-                elif code is grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() >= until:
+                elif time.monotonic() >= until:
                     pass  # cut off by the end of the run
                 else:
                     other[code.name] = other.get(code.name, 0) + 1
@@ -196,7 +240,10 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     await asyncio.gather(*(caller(i) for i in range(args.callers)))
     for chan in chans:
         await chan.close(None)
-    return {"admitted": admitted, "shed": shed, "other": other, "alone": alone}
+    return {
+        "admitted": admitted, "shed": shed, "other": other, "alone": alone,
+        "shed_codes": shed_codes,
+    }  # fmt: skip
 
 
 # --------------------------------------------------------------------------- driver
@@ -204,6 +251,8 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
 
 def _child(role: str, args: argparse.Namespace, out: Path, **extra: Any) -> subprocess.Popen[bytes]:
     argv = [sys.executable, __file__, "--role", role, "--out", str(out)]
+    if args.eager_body:
+        argv.append("--eager-body")
     for key, value in extra.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return subprocess.Popen(argv)
@@ -255,6 +304,8 @@ def _drive(args: argparse.Namespace) -> int:
         PROVNET_OPERATOR_KEYS=operator.node_id,
         PROVNET_MAX_CONCURRENT_RPCS=str(args.max_concurrent),
         PROVNET_MAX_BULK_RPCS=str(args.max_bulk),
+        PROVNET_MAX_BULK_BYTES=str(args.max_bulk_bytes),
+        PROVNET_MAX_PENDING_RPCS=str(args.max_pending),
         PROVNET_BULK_SHED_LAG_MS=str(args.shed_lag_ms),
         PROVNET_REAP_INTERVAL_S="0",
         PROVNET_LOG_LEVEL="warning",
@@ -277,8 +328,10 @@ def _drive(args: argparse.Namespace) -> int:
         print(
             f"callers {args.callers}  payload {args.payload_mib} MiB  duration {args.duration} s"
             f"  connections {args.connections}  max-concurrent-rpcs {args.max_concurrent}"
-            f"  max-bulk-rpcs {args.max_bulk}  bulk-shed-lag-ms {args.shed_lag_ms}"
-            f"  load processes {args.load_procs}  load-nice {args.load_nice}",
+            f"  max-bulk-rpcs {args.max_bulk}  max-bulk-bytes {args.max_bulk_bytes}"
+            f"  max-pending-rpcs {args.max_pending}  bulk-shed-lag-ms {args.shed_lag_ms}"
+            f"  load processes {args.load_procs}  load-nice {args.load_nice}"
+            f"  bodies {'with the headers' if args.eager_body else 'once admitted'}",
             flush=True,
         )
         common = {"address": address, "obligation": obligation}
@@ -300,7 +353,7 @@ def _drive(args: argparse.Namespace) -> int:
                         "load", args, out_l, duration=args.duration, callers=share,
                         payload_mib=args.payload_mib, pool=args.pool // args.load_procs,
                         connections=max(1, args.connections // args.load_procs),
-                        solo=args.solo if k == 0 else 0, offset=k * args.pool,
+                        solo=0, offset=k * args.pool,
                         operator_key=operator_key, ready=work / f"ready-{r}-{k}", go=go,
                         nice=args.load_nice, **common,
                     )
@@ -312,13 +365,31 @@ def _drive(args: argparse.Namespace) -> int:
                 if any(p.poll() is not None for p in loaders) or time.monotonic() > deadline:
                     raise SystemExit("a load process did not get ready")
                 time.sleep(0.05)
+            # The delivery probe: one caller in its own process (so its latency is
+            # the node's doing, not a busy load process's), its unloaded
+            # deliveries measured once the load processes are built and idle.
+            out_d = work / f"dprobe-{r}.json"
+            dprobe = _child(
+                "load", args, out_d, duration=args.duration, callers=1,
+                payload_mib=args.payload_mib, pool=4, connections=1, solo=args.solo,
+                offset=args.load_procs * args.pool, operator_key=operator_key,
+                ready=work / f"ready-{r}-d", go=go, **common,
+            )  # fmt: skip
+            while not (work / f"ready-{r}-d").exists():
+                if dprobe.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the delivery probe did not get ready")
+                time.sleep(0.05)
             go.write_text("go")
             probe = _child("probe", args, out_p, duration=args.duration, **common)
             peak = 0.0
             loads: list[float] = []
             cpu0, t0 = _cpu_s(node.pid), time.monotonic()
             load_cpu = dict.fromkeys(range(args.load_procs), 0.0)
-            while probe.poll() is None or any(p.poll() is None for p in loaders):
+            while (
+                probe.poll() is None
+                or dprobe.poll() is None
+                or any(p.poll() is None for p in loaders)
+            ):
                 peak = max(peak, _rss_mib(node.pid, "VmRSS"))
                 for k, p in enumerate(loaders):
                     load_cpu[k] = max(load_cpu[k], _cpu_s(p.pid))
@@ -326,6 +397,7 @@ def _drive(args: argparse.Namespace) -> int:
                 time.sleep(0.2)
             cpu = (_cpu_s(node.pid) - cpu0, sum(load_cpu.values()), time.monotonic() - t0)
             loaded = _wait(probe, out_p, 5)
+            deliveries = _wait(dprobe, out_d, 5)
             parts = [_wait(p, out, 5) for p, out in zip(loaders, loads_out, strict=True)]
             loadres: dict[str, Any] = {
                 "admitted": [x for part in parts for x in part["admitted"]],
@@ -336,17 +408,25 @@ def _drive(args: argparse.Namespace) -> int:
                     for part in parts
                     for code in part["other"]
                 },
+                "shed_codes": {
+                    code: sum(part["shed_codes"].get(code, 0) for part in parts)
+                    for part in parts
+                    for code in part["shed_codes"]
+                },
             }
             rounds.append(
-                _report(r, args, unloaded, loaded, loadres, node.pid, peak, loads, cpu)
+                _report(r, args, unloaded, loaded, deliveries, loadres, node.pid, peak, loads, cpu)
             )
         ok = all(r["ok"] for r in rounds)
         if len(rounds) > 1:
             ratios = [r["ratio"] for r in rounds]
+            d_ratios = [r["d_ratio"] for r in rounds]
             print(
-                f"over {len(rounds)} rounds: p99 ratio median {statistics.median(ratios):.1f}"
-                f" (min {min(ratios):.1f}, max {max(ratios):.1f});"
-                f" RSS peak {max(r['hwm'] for r in rounds):.0f} MiB"
+                f"over {len(rounds)} rounds: serve probe p99 ratio {min(ratios):.1f}"
+                f"–{max(ratios):.1f}; admitted deliveries p99 ratio {min(d_ratios):.1f}"
+                f"–{max(d_ratios):.1f}; RSS peak {max(r['hwm'] for r in rounds):.0f} MiB"
+                f" (bound {args.rss_bound_mib}); rounds passing {sum(r['ok'] for r in rounds)}"
+                f" of {len(rounds)}"
             )
         return 0 if ok else 1
     finally:
@@ -366,6 +446,7 @@ def _report(
     args: argparse.Namespace,
     unloaded: dict[str, Any],
     loaded: dict[str, Any],
+    deliveries: dict[str, Any],
     load: dict[str, Any],
     pid: int,
     peak: float,
@@ -375,36 +456,54 @@ def _report(
     u, lo = unloaded["samples"], loaded["samples"]
     u99, l99 = _p(u, 0.99), _p(lo, 0.99)
     ratio = l99 / u99 if u99 and lo else float("inf")
-    admitted, shed, alone = load["admitted"], load["shed"], load["alone"]
+    alone, probed = deliveries["alone"], deliveries["admitted"]
+    # Every delivery admitted under load, the load processes' and the probe's,
+    # against the probe's own deliveries one at a time before the load.
+    admitted = load["admitted"] + probed
+    a99, d99 = _p(alone, 0.99), _p(admitted, 0.99)
+    d_ratio = d99 / a99 if alone and admitted else float("inf")
+    shed = load["shed"]
     hwm = _rss_mib(pid, "VmHWM")
     rss_ok = hwm <= args.rss_bound_mib
-    print(f"round {r + 1}")
-    print(f"serve probe unloaded  n={len(u)} p50 {_p(u, 0.5):.2f} ms p99 {u99:.2f} ms")
+
+    def verdict(ok: bool) -> str:
+        return "PASS" if ok else "FAIL"
+
     print(
-        f"serve probe loaded    n={len(lo)} p50 {_p(lo, 0.5):.2f} ms p99 {l99:.2f} ms"
-        f"  errors {loaded['errors'] or 0}"
-    )
-    print(f"p99 loaded / unloaded {ratio:.1f}  (target <= 10: {'PASS' if ratio <= 10 else 'FAIL'})")
-    print(
-        f"deliveries unloaded   n={len(alone)} p50 {_p(alone, 0.5):.1f} ms"
-        f" p99 {_p(alone, 0.99):.1f} ms (one at a time)"
-    )
-    print(
-        f"deliveries admitted {len(admitted)} (p50 {_p(admitted, 0.5):.1f} ms,"
-        f" p99 {_p(admitted, 0.99):.1f} ms)  shed {len(shed)} (p50 {_p(shed, 0.5):.1f} ms,"
-        f" p99 {_p(shed, 0.99):.1f} ms)  other errors {load['other'] or 0}"
-    )
-    print(
-        f"node RSS peak {hwm:.0f} MiB (sampled max {peak:.0f})  bound {args.rss_bound_mib}"
-        f" MiB: {'PASS' if rss_ok else 'FAIL'}"
-    )
-    print(
-        f"load average during the run: max {max(loads, default=0):.2f},"
+        f"round {r + 1}: load average max {max(loads, default=0):.2f},"
         f" mean {statistics.fmean(loads) if loads else 0:.2f} (1-min);"
-        f" CPU over {cpu[2]:.1f} s: node {cpu[0]:.1f} s, load generator {cpu[1]:.1f} s",
+        f" CPU over {cpu[2]:.1f} s: node {cpu[0]:.1f} s, load generator {cpu[1]:.1f} s"
+    )
+    print(f"  {'':22} {'unloaded p50 / p99 ms':>24} {'loaded p50 / p99 ms':>24}  p99 ratio")
+    print(
+        f"  {'serve probe':22} {_p(u, 0.5):>10.1f} / {u99:>8.1f} (n={len(u):>4})"
+        f" {_p(lo, 0.5):>8.1f} / {l99:>8.1f} (n={len(lo):>4})"
+        f"  {ratio:6.1f} (<= 10: {verdict(ratio <= 10)})  errors {loaded['errors'] or 0}"
+    )
+    print(
+        f"  {'admitted deliveries':22} {_p(alone, 0.5):>10.1f} / {a99:>8.1f} (n={len(alone):>4})"
+        f" {_p(admitted, 0.5):>8.1f} / {d99:>8.1f} (n={len(admitted):>4})"
+        f"  {d_ratio:6.1f} (<= 10: {verdict(d_ratio <= 10)})"
+    )
+    print(
+        f"  {'  of which the probe':22} {'':>24} {_p(probed, 0.5):>8.1f} / {_p(probed, 0.99):>8.1f}"
+        f" (n={len(probed):>4})  one caller in its own process; shed {len(deliveries['shed'])}"
+    )
+    print(
+        f"  shed {len(shed)} {load['shed_codes'] or ''} (time to be refused p50"
+        f" {_p(shed, 0.5):.1f} ms, p99 {_p(shed, 0.99):.1f} ms); other errors {load['other'] or 0}"
+    )
+    print(
+        f"  node RSS peak {hwm:.0f} MiB (sampled max {peak:.0f}) vs bound {args.rss_bound_mib}"
+        f" MiB: {verdict(rss_ok)}",
         flush=True,
     )
-    return {"ratio": ratio, "hwm": hwm, "ok": ratio <= 10 and rss_ok}
+    return {
+        "ratio": ratio,
+        "d_ratio": d_ratio,
+        "hwm": hwm,
+        "ok": ratio <= 10 and d_ratio <= 10 and rss_ok,
+    }
 
 
 def main() -> int:
@@ -416,11 +515,17 @@ def main() -> int:
     parser.add_argument("--unloaded", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--max-concurrent", type=int, default=128)
-    parser.add_argument("--max-bulk", type=int, default=16)
+    parser.add_argument("--max-concurrent", type=int, default=DEFAULT_MAX_CONCURRENT_RPCS)
+    parser.add_argument("--max-bulk", type=int, default=DEFAULT_MAX_BULK_RPCS)
+    parser.add_argument("--max-bulk-bytes", type=int, default=DEFAULT_MAX_BULK_BYTES)
+    parser.add_argument("--max-pending", type=int, default=DEFAULT_MAX_PENDING_RPCS)
     parser.add_argument("--rss-bound-mib", type=int, default=1024)
     parser.add_argument("--shed-lag-ms", type=int, default=0, help="the node's --bulk-shed-lag-ms")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (node log)")
+    parser.add_argument(
+        "--eager-body", action="store_true",
+        help="callers send the body with the headers (not after the node admits the call)",
+    )  # fmt: skip
     # child roles
     parser.add_argument("--out", type=Path)
     parser.add_argument("--address")

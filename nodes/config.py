@@ -39,6 +39,9 @@ DEFAULT_SERVE_FOR_MS = 3_600_000
 DEFAULT_DEADLINE_MS = 2_000
 DEFAULT_MAX_CONCURRENT_RPCS = 128
 DEFAULT_MAX_BULK_RPCS = 16
+#: Bytes of bulk request bodies in flight: two of the largest messages.
+DEFAULT_MAX_BULK_BYTES = 2 * DEFAULT_MAX_MESSAGE_BYTES
+DEFAULT_MAX_PENDING_RPCS = 64
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -92,6 +95,8 @@ ENV_VARS: Mapping[str, str] = {
     "max_concurrent_rpcs": "PROVNET_MAX_CONCURRENT_RPCS",
     "max_bulk_rpcs": "PROVNET_MAX_BULK_RPCS",
     "bulk_shed_lag_ms": "PROVNET_BULK_SHED_LAG_MS",
+    "max_bulk_bytes": "PROVNET_MAX_BULK_BYTES",
+    "max_pending_rpcs": "PROVNET_MAX_PENDING_RPCS",
     "attest_fault": "PROVNET_ATTEST_FAULT",
 }
 
@@ -188,6 +193,18 @@ class NodeConfig:
     #: already in progress, further bulk calls are shed (0: off). Adaptive
     #: admission for overload: admitted bulk work never starves the serve path.
     bulk_shed_lag_ms: int = 0
+    #: Bytes of bulk request bodies in flight (0: no byte budget). A bulk call
+    #: reserves ``max_message_bytes`` when its headers arrive and holds its
+    #: body's real size once read; when they do not fit it waits briefly, then
+    #: is shed with RESOURCE_EXHAUSTED before its body is read. Bounds the
+    #: memory and the queueing of large bodies (two 3 MiB deliveries at once
+    #: with the defaults) while small bulk calls still run many at once.
+    max_bulk_bytes: int = DEFAULT_MAX_BULK_BYTES
+    #: Calls received but not yet taken up by the node's event loop (0: gRPC's
+    #: own soft limit of 1 000). Beyond it gRPC refuses new calls at once,
+    #: before any Python runs (the caller sees CANCELLED): the queue in front
+    #: of admission, and so an admitted caller's wait, stays bounded.
+    max_pending_rpcs: int = DEFAULT_MAX_PENDING_RPCS
     #: What this node signs as an attester (``Attest.Request``): ``none`` is
     #: the honest attester; the others are adversaries for tests
     #: (:class:`nodes.attester.AttesterFault`).
@@ -216,6 +233,12 @@ class NodeConfig:
                 )
         if self.max_concurrent_rpcs < 1:
             raise ConfigError(f"max_concurrent_rpcs must be >= 1, got {self.max_concurrent_rpcs}")
+        if self.max_bulk_bytes and self.max_bulk_bytes < 1024:
+            raise ConfigError(
+                f"max_bulk_bytes must be 0 (off) or >= 1024, got {self.max_bulk_bytes}"
+            )
+        if self.max_pending_rpcs < 0:
+            raise ConfigError(f"max_pending_rpcs must be >= 0, got {self.max_pending_rpcs}")
         if self.min_witnesses < 1:
             raise ConfigError(f"min_witnesses must be >= 1, got {self.min_witnesses}")
         if self.reap_interval_s < 0:
@@ -336,6 +359,8 @@ class NodeConfig:
             ("max_concurrent_rpcs", 1),
             ("max_bulk_rpcs", 0),
             ("bulk_shed_lag_ms", 0),
+            ("max_bulk_bytes", 0),
+            ("max_pending_rpcs", 0),
         ):
             if key in raw:
                 kwargs[key] = _as_int(where(key), raw[key], minimum)

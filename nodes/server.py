@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import _async as reflection_aio
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from nodes.auth import ControlAuth
-from nodes.interceptors import RequestContextInterceptor
+from nodes.interceptors import BulkBudget, RequestContextInterceptor
 from nodes.logging import get_logger
 from nodes.servicers import SERVICE_NAMES, add_services
 from nodes.services import NodeCore
@@ -52,8 +52,23 @@ log = get_logger(__name__)
 MAX_STREAMS_PER_CONNECTION = 64
 
 
-def server_options(max_message_bytes: int) -> list[tuple[str, Any]]:
+def server_options(max_message_bytes: int, max_pending_rpcs: int = 0) -> list[tuple[str, Any]]:
+    # Calls gRPC has received but the node's event loop has not taken up yet
+    # (grpc.aio takes them one per loop turn): beyond ``max_pending_rpcs`` gRPC
+    # refuses a new call at once, in its own threads (the caller sees
+    # CANCELLED). Without it the queue grows to gRPC's soft limit of 1 000,
+    # and every call, shed or admitted, waits behind it. Soft limit one below
+    # the hard one: a fixed cap, no random early drop.
+    pending: list[tuple[str, Any]] = (
+        [
+            ("grpc.server.max_pending_requests", max_pending_rpcs - 1),
+            ("grpc.server.max_pending_requests_hard_limit", max_pending_rpcs),
+        ]
+        if max_pending_rpcs > 0
+        else []
+    )
     return [
+        *pending,
         ("grpc.so_reuseport", 0),
         ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
         # No bandwidth-delay probing on what the node receives: a stream's
@@ -145,10 +160,15 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
         auth,
         core.config.max_bulk_rpcs,
         bulk_shed_lag_s=core.config.bulk_shed_lag_ms / 1000,
+        bulk_budget=(
+            BulkBudget(core.config.max_bulk_bytes, max_message_bytes)
+            if core.config.max_bulk_bytes > 0
+            else None
+        ),
     )
     server = grpc.aio.server(
         interceptors=[requests],
-        options=server_options(max_message_bytes),
+        options=server_options(max_message_bytes, core.config.max_pending_rpcs),
         maximum_concurrent_rpcs=core.config.max_concurrent_rpcs,
     )
     add_services(core, server)

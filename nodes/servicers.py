@@ -10,6 +10,7 @@ reports each name to the health service.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from contracts.canonical import sha256_hex
 from nodes import auth, wire
 from nodes._pb.provnet.v1 import (
     attest_pb2,
@@ -126,6 +128,10 @@ class Serve(serve_pb2_grpc.ServeServicer):
             yield wire.receipt_chunk(pending, index, last=True)
 
 
+#: Values at least this large are hashed in a worker thread, off the event loop.
+_OFFLOAD_HASH_BYTES = 256 * 1024
+
+
 class Deliver(deliver_pb2_grpc.DeliverServicer):
     def __init__(self, core: NodeCore) -> None:
         self.core = core
@@ -137,7 +143,15 @@ class Deliver(deliver_pb2_grpc.DeliverServicer):
             raise MalformedRequest("deliver: no value given")
         sender = _authorised_sender(self.core, request.sender)
         delivery = wire.delivery_from_pb(request.value, sender, self.core.origin_for_key_id)
-        receipt = await self.core.deliver(delivery)
+        del request  # the parsed message holds a second copy of the value
+        # The receipt's digest of a large value is computed in a worker thread
+        # (hashlib releases the GIL), not on the event loop demands are served on.
+        digest = (
+            await asyncio.to_thread(sha256_hex, delivery.value)
+            if len(delivery.value) >= _OFFLOAD_HASH_BYTES
+            else None
+        )
+        receipt = await self.core.deliver(delivery, value_digest=digest)
         return wire.deliver_response(receipt)
 
     async def Rehydrate(

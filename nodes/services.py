@@ -1191,8 +1191,12 @@ class NodeCore:
 
     # ----------------------------------------------------------------- deliver, hold, forward
 
-    async def deliver(self, delivery: Delivery) -> bytes:
-        """Verify and hold a delivered value; return our signed delivery receipt."""
+    async def deliver(self, delivery: Delivery, *, value_digest: str | None = None) -> bytes:
+        """Verify and hold a delivered value; return our signed delivery receipt.
+
+        ``value_digest`` is ``sha256_hex(delivery.value)`` when the caller has
+        already computed it (off the event loop, for a large value).
+        """
         _check_value_ref(delivery.value_ref)
         if len(delivery.commitments) != len(delivery.obligations):
             raise MalformedRequest(
@@ -1296,7 +1300,7 @@ class NodeCore:
             DeliveryReceipt(
                 holder=self.node_id,
                 sender=sender,
-                value_digest=sha256_hex(delivery.value),
+                value_digest=value_digest or sha256_hex(delivery.value),
                 commitments=tuple(f.commitment.digest for f in folds),
                 obligations=tuple(f.obligation.digest for f in folds),
                 received_at=_ms(now),

@@ -11,6 +11,7 @@ body gives its slot back after ``BULK_BODY_TIMEOUT_S``. With
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,12 +21,20 @@ import grpc
 import pytest
 
 from contracts.identity import Identity
-from contracts.serve import build_demand, verify_served
+from contracts.serve import build_commitment, build_demand, build_obligation, verify_served
 from contracts.signed import open_statement
 from contracts.statements import Commitment, Obligation
-from nodes import interceptors
-from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc, serve_pb2, serve_pb2_grpc
+from nodes import interceptors, wire
+from nodes._pb.provnet.v1 import (
+    deliver_pb2,
+    deliver_pb2_grpc,
+    hoplog_pb2,
+    hoplog_pb2_grpc,
+    serve_pb2,
+    serve_pb2_grpc,
+)
 from nodes.app import RunningNode
+from nodes.messages import Delivery
 from tests.nodes.rpc_support import grpc_node, hop_json, operator_channel
 
 DELIVER = "/provnet.v1.Deliver/Deliver"
@@ -150,6 +159,136 @@ async def test_lagging_event_loop_admits_one_bulk_call_and_sheds_the_next(
             release.set()
             with pytest.raises(grpc.aio.AioRpcError):
                 await first
+    finally:
+        release.set()
+        await node.stop(0)
+
+
+def _delivery_request(value_ref: str) -> deliver_pb2.DeliverRequest:
+    """A valid operator delivery of a small value (its own origin, commitment and obligation)."""
+    origin = Identity.generate()
+    now = int(time.time() * 1000)
+    commitment = build_commitment(
+        origin, epoch="e", value_ref=value_ref, fold_seq=0, hops=[b"{}"], issued_at=now
+    )
+    obligation = build_obligation(
+        origin, commitment, serve_until=now + 3_600_000, deadline_ms=2000,
+        endpoints=["127.0.0.1:1"], issued_at=now,
+    )  # fmt: skip
+    delivery = Delivery(value_ref, b"value", (commitment.to_bytes(),), (obligation.to_bytes(),))
+    return wire.deliver_request(delivery)
+
+
+async def test_bulk_body_over_the_byte_budget_is_shed_at_headers_and_nothing_is_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the default byte budget (two of the largest messages), a third body is refused.
+
+    Two deliveries whose bodies never come each reserve ``max_message_bytes``;
+    a third, a valid signed delivery, is refused with ``RESOURCE_EXHAUSTED``
+    after its short wait and its value is not held, though only two of the 16
+    bulk slots are taken. Once the two give up, the same delivery is held.
+    """
+    monkeypatch.setattr(interceptors, "BULK_BUDGET_WAIT_S", 0.05)
+    node = await grpc_node(tmp_path, "budget")
+    release = asyncio.Event()
+    body = _delivery_request("budget")
+    try:
+        assert node.core.config.max_bulk_rpcs > 3
+        async with operator_channel(node.address) as chan:
+            holders_chan = grpc.aio.insecure_channel(node.address)
+            silent = holders_chan.stream_unary(DELIVER, None, None)
+            holders = [
+                asyncio.ensure_future(silent(_silent(release), timeout=30)) for _ in range(2)
+            ]
+            await _until(lambda: node.server.requests.bulk_in_flight == 2, "2 bulk calls held")
+            deliver: Any = deliver_pb2_grpc.DeliverStub(chan).Deliver
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await deliver(body, timeout=20)
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+            assert "bytes of bulk request bodies in flight" in (refused.value.details() or "")
+            stats = await node.core.stats()
+            assert stats["held_values"] == 0
+            assert stats.get("rpc_Deliver", 0) == 3  # two held open, one refused
+            release.set()
+            for held in holders:
+                with pytest.raises(grpc.aio.AioRpcError):
+                    await held
+            await holders_chan.close(None)
+            # The budget is given back: the same delivery is now admitted and held.
+            await deliver(body, timeout=20)
+            assert (await node.core.stats())["held_values"] == 1
+        budget = node.server.requests.bulk_budget
+        assert budget is not None
+        assert budget.used == 0
+        assert node.server.requests.bulk_in_flight == 0
+    finally:
+        release.set()
+        await node.stop(0)
+
+
+async def test_calls_beyond_the_pending_limit_are_refused_by_grpc_before_the_node_sees_them(
+    tmp_path: Path,
+) -> None:
+    """``max_pending_rpcs``: calls the node's event loop has not taken up are capped.
+
+    The node shares this event loop; while it is blocked, gRPC's own threads
+    still receive calls. With ``max_pending_rpcs=2`` the calls beyond the
+    limit are refused by gRPC (the caller sees ``CANCELLED``) and never reach
+    a handler; with gRPC's own limit (0) every call is answered.
+    """
+    counts: dict[int, tuple[int, set[grpc.StatusCode]]] = {}
+    for limit in (2, 0):
+        node = await grpc_node(tmp_path / str(limit), "pending", max_pending_rpcs=limit)
+        try:
+            async with grpc.aio.insecure_channel(node.address) as chan:
+                info = chan.unary_unary("/provnet.v1.Node/Info", None, None)
+                await info(b"", timeout=10)  # connected
+                calls = [asyncio.ensure_future(info(b"", timeout=20)) for _ in range(12)]
+                for _ in range(20):
+                    await asyncio.sleep(0)  # every call's batch started in gRPC's core
+                time.sleep(0.5)  # blocking is the point: gRPC queues what arrives meanwhile
+                results = await asyncio.gather(*calls, return_exceptions=True)
+            codes = {r.code() for r in results if isinstance(r, grpc.aio.AioRpcError)}
+            served = sum(not isinstance(r, BaseException) for r in results)
+            counts[limit] = (served, codes)
+        finally:
+            await node.stop(0)
+    served_capped, codes_capped = counts[2]
+    assert codes_capped == {grpc.StatusCode.CANCELLED}, counts
+    assert 1 <= served_capped < 12, counts
+    assert counts[0] == (12, set()), counts
+
+
+async def test_bulk_traffic_runs_a_full_garbage_collection_now_and_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shed bulk calls leave grpc.aio's per-call cycles; bulk traffic collects them.
+
+    Counted, not timed: with the interval at 0, every bulk call that ends
+    (here: shed over ``max_bulk_rpcs``) runs one full collection.
+    """
+    monkeypatch.setattr(interceptors, "BULK_GC_INTERVAL_S", 0.0)
+    collected: list[int] = []
+    real_collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda: collected.append(real_collect()))
+    node = await grpc_node(tmp_path, "gc", max_bulk_rpcs=1)
+    release = asyncio.Event()
+    try:
+        async with grpc.aio.insecure_channel(node.address) as chan:
+            deliver = chan.stream_unary(DELIVER, None, None)
+            holder = asyncio.ensure_future(deliver(_silent(release), timeout=30))
+            await _until(lambda: node.server.requests.bulk_in_flight == 1, "1 bulk call held")
+            for _ in range(3):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await deliver(_silent(release), timeout=20)
+                assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert node.server.requests.bulk_shed == 3
+            assert len(collected) == 3
+            assert node.server.requests.bulk_collections == 3
+            release.set()
+            with pytest.raises(grpc.aio.AioRpcError):
+                await holder
     finally:
         release.set()
         await node.stop(0)
