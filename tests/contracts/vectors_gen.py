@@ -25,6 +25,7 @@ from pathlib import Path
 
 from contracts import (
     Axis,
+    Demand,
     Receipt,
     ReceiptStatus,
     RefusalReason,
@@ -56,6 +57,8 @@ from tests.contracts._support import (
     EPOCH,
     HOUR,
     NOW,
+    HeadWorld,
+    World,
     fixed_identity,
     make_head_world,
     make_hops,
@@ -66,6 +69,32 @@ __all__ = ["VECTOR_DIR", "build_vectors", "main"]
 
 VECTOR_DIR = Path(__file__).with_name("vectors")
 KEY_NAMES = ("origin", "holder", "witness", "witness2", "attester", "stranger")
+
+
+def _answer(w: World, demand: Signed[Demand], *, now: int, serve: bool = True) -> Signed[Receipt]:
+    """The origin of ``w`` answers ``demand``: all of the world's hops, or none (pending)."""
+    return answer_demand(
+        w.origin,
+        demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        hops=w.hops if serve else None,
+        now=now,
+    )
+
+
+def _answer_head(
+    h: HeadWorld, demand: Signed[Demand], hops: Sequence[bytes] | None, *, now: int
+) -> Signed[Receipt]:
+    """The origin of ``h`` answers ``demand`` against its head fold."""
+    return answer_demand(
+        h.origin,
+        demand,
+        obligation=h.fold.obligation,
+        commitment=h.fold.commitment,
+        hops=hops,
+        now=now,
+    )
 
 
 def build_vectors() -> dict[str, bytes]:
@@ -101,36 +130,15 @@ def build_vectors() -> dict[str, bytes]:
     put("obligation.json", w.obligation.to_bytes())
     put("demand.json", w.demand.to_bytes())
 
-    served = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.obligation,
-        commitment=w.commitment,
-        hops=w.hops,
-        now=NOW + 2_000,
-    )
+    served = _answer(w, w.demand, now=NOW + 2_000)
     put("receipt-served.json", served.to_bytes())
     partial_demand = build_demand(
         w.holder, w.obligation, now=NOW + 1_000, leaves=[1, 6], nonce="b2" * 16, binary=False
     )
     put("demand-partial.json", partial_demand.to_bytes())
-    partial = answer_demand(
-        w.origin,
-        partial_demand,
-        obligation=w.obligation,
-        commitment=w.commitment,
-        hops=w.hops,
-        now=NOW + 2_000,
-    )
+    partial = _answer(w, partial_demand, now=NOW + 2_000)
     put("receipt-partial.json", partial.to_bytes())
-    expired = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.obligation,
-        commitment=w.commitment,
-        hops=w.hops,
-        now=NOW + DAY,
-    )
+    expired = _answer(w, w.demand, now=NOW + DAY)
     put("receipt-expired.json", expired.to_bytes())
     refused = sign_statement(
         w.origin,
@@ -148,14 +156,7 @@ def build_vectors() -> dict[str, bytes]:
     )
     put("receipt-refused.json", refused.to_bytes())
     pending_world = make_world(n_hops=8, provenance_pending=True, binary=False)
-    pending = answer_demand(
-        pending_world.origin,
-        pending_world.demand,
-        obligation=pending_world.obligation,
-        commitment=pending_world.commitment,
-        hops=None,
-        now=NOW + 2_000,
-    )
+    pending = _answer(pending_world, pending_world.demand, now=NOW + 2_000, serve=False)
     put("receipt-pending.json", pending.to_bytes())
 
     value_digest = sha256_hex(b"provnet golden value")
@@ -255,14 +256,7 @@ def build_vectors() -> dict[str, bytes]:
         witness_reports=[silent],
     )
     put("evidence-unanswered.json", unanswered.to_bytes())
-    cleared_by = answer_demand(
-        w.origin,
-        witness_demand,
-        obligation=w.obligation,
-        commitment=w.commitment,
-        hops=w.hops,
-        now=NOW + 20_000,
-    )
+    cleared_by = _answer(w, witness_demand, now=NOW + 20_000)
     put("evidence-unanswered-cleared.json", unanswered.with_answer(cleared_by).to_bytes())
     out.update(build_head_vectors())
     out.update(build_v2_vectors())
@@ -281,14 +275,7 @@ def build_head_vectors() -> dict[str, bytes]:
     put("fold-proof.json", w.fold.proof.to_bytes())
     put("demand-head.json", w.demand.to_bytes())
     hops = w.hops["value:42"]
-    served = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        hops=hops,
-        now=NOW + 2_000,
-    )
+    served = _answer_head(w, w.demand, hops, now=NOW + 2_000)
     put("receipt-head-served.json", served.to_bytes())
     # A4 under heads (rehydration proof JSON version 2): what a holder of a
     # head-form value cites for a reconstruction attestation
@@ -322,14 +309,7 @@ def build_head_vectors() -> dict[str, bytes]:
         put(name, cite_head(judged.evidence, w.fold).to_bytes())
 
     put_cited("evidence-bad_data-head.json", lying, tampered)
-    refused = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        hops=None,
-        now=NOW + 2_000,
-    )
+    refused = _answer_head(w, w.demand, None, now=NOW + 2_000)
     put_cited("evidence-refused-head.json", refused, [])
 
     # Two views of one epoch's log, diverging at compaction 1.
@@ -368,37 +348,16 @@ def build_v2_vectors() -> dict[str, bytes]:
 
     w = make_world(n_hops=8, serve_until=NOW + DAY, binary=True)
     put("demand-v2.json", w.demand.to_bytes())
-    served = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.obligation,
-        commitment=w.commitment,
-        hops=w.hops,
-        now=NOW + 2_000,
-    )
+    served = _answer(w, w.demand, now=NOW + 2_000)
     put("receipt-served-v2.json", served.to_bytes())
     partial_demand = build_demand(
         w.holder, w.obligation, now=NOW + 1_000, leaves=[1, 6], nonce="b2" * 16, binary=True
     )
     put("demand-partial-v2.json", partial_demand.to_bytes())
-    partial = answer_demand(
-        w.origin,
-        partial_demand,
-        obligation=w.obligation,
-        commitment=w.commitment,
-        hops=w.hops,
-        now=NOW + 2_000,
-    )
+    partial = _answer(w, partial_demand, now=NOW + 2_000)
     put("receipt-partial-v2.json", partial.to_bytes())
     pending_world = make_world(n_hops=8, provenance_pending=True, binary=True)
-    pending = answer_demand(
-        pending_world.origin,
-        pending_world.demand,
-        obligation=pending_world.obligation,
-        commitment=pending_world.commitment,
-        hops=None,
-        now=NOW + 2_000,
-    )
+    pending = _answer(pending_world, pending_world.demand, now=NOW + 2_000, serve=False)
     put("receipt-pending-v2.json", pending.to_bytes())
     witness_demand = build_demand(
         w.witness, w.obligation, now=NOW + 3_000, nonce="c3" * 16, binary=True
@@ -415,27 +374,13 @@ def build_v2_vectors() -> dict[str, bytes]:
         witness_demands=[witness_demand],
         witness_reports=[silent],
     )
-    cleared_by = answer_demand(
-        w.origin,
-        witness_demand,
-        obligation=w.obligation,
-        commitment=w.commitment,
-        hops=w.hops,
-        now=NOW + 20_000,
-    )
+    cleared_by = _answer(w, witness_demand, now=NOW + 20_000)
     put("evidence-unanswered-cleared-v2.json", unanswered.with_answer(cleared_by).to_bytes())
 
     h = make_head_world(values=3, compactions=2, binary=True)
     put("demand-head-v2.json", h.demand.to_bytes())
     hops = h.hops["value:42"]
-    head_served = answer_demand(
-        h.origin,
-        h.demand,
-        obligation=h.fold.obligation,
-        commitment=h.fold.commitment,
-        hops=hops,
-        now=NOW + 2_000,
-    )
+    head_served = _answer_head(h, h.demand, hops, now=NOW + 2_000)
     put("receipt-head-served-v2.json", head_served.to_bytes())
     put(
         "rehydration-proof-head-v2.json",
@@ -452,14 +397,7 @@ def build_v2_vectors() -> dict[str, bytes]:
         hops=tampered,
         now=NOW + 2_000,
     )
-    refused = answer_demand(
-        h.origin,
-        h.demand,
-        obligation=h.fold.obligation,
-        commitment=h.fold.commitment,
-        hops=None,
-        now=NOW + 2_000,
-    )
+    refused = _answer_head(h, h.demand, None, now=NOW + 2_000)
     for name, receipt, served_hops in (
         ("evidence-bad_data-head-v2.json", lying, tampered),
         ("evidence-refused-head-v2.json", refused, []),
