@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import base64
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from contracts import (
@@ -95,6 +95,47 @@ def _answer_head(
         hops=hops,
         now=now,
     )
+
+
+def _head_demand_vectors(put: Callable[[str, bytes], None], w: HeadWorld, suffix: str) -> None:
+    """A demand under a head and what answers it: the served receipt, the A4
+    rehydration proof citing it, and head-cited ``bad_data``/``refused`` evidence
+    (file names ending in ``suffix``: the statements' form is the world's)."""
+    put(f"demand-head{suffix}.json", w.demand.to_bytes())
+    hops = w.hops["value:42"]
+    served = _answer_head(w, w.demand, hops, now=NOW + 2_000)
+    put(f"receipt-head-served{suffix}.json", served.to_bytes())
+    # A4 under heads (rehydration proof JSON version 2): what a holder of a
+    # head-form value cites for a reconstruction attestation
+    put(
+        f"rehydration-proof-head{suffix}.json",
+        RehydrationProof.under_head(
+            head=w.head, fold=w.fold.proof, demand=w.demand, receipt=served, hops=hops
+        ).to_bytes(),
+    )
+    tampered = [hops[0].replace(b'"step":', b'"step":9'), *hops[1:]]
+    lying = sign_served(
+        w.origin,
+        w.demand,
+        obligation=w.fold.obligation,
+        commitment=w.fold.commitment,
+        hops=tampered,
+        now=NOW + 2_000,
+    )
+    refused = _answer_head(w, w.demand, None, now=NOW + 2_000)
+    for kind, receipt, served_hops in (("bad_data", lying, tampered), ("refused", refused, [])):
+        name = f"evidence-{kind}-head{suffix}.json"
+        judged = judge_answer(
+            receipt,
+            served_hops,
+            demand=w.demand,
+            obligation=w.fold.obligation,
+            commitment=w.fold.commitment,
+            reported_at=NOW + 4_000,
+        )
+        if judged.evidence is None:
+            raise RuntimeError(f"golden head evidence for {name} not produced: {judged.reason}")
+        put(name, cite_head(judged.evidence, w.fold).to_bytes())
 
 
 def build_vectors() -> dict[str, bytes]:
@@ -273,44 +314,7 @@ def build_head_vectors() -> dict[str, bytes]:
     w = make_head_world(values=3, compactions=2, binary=False)
     put("head.json", w.head.to_bytes())
     put("fold-proof.json", w.fold.proof.to_bytes())
-    put("demand-head.json", w.demand.to_bytes())
-    hops = w.hops["value:42"]
-    served = _answer_head(w, w.demand, hops, now=NOW + 2_000)
-    put("receipt-head-served.json", served.to_bytes())
-    # A4 under heads (rehydration proof JSON version 2): what a holder of a
-    # head-form value cites for a reconstruction attestation
-    put(
-        "rehydration-proof-head.json",
-        RehydrationProof.under_head(
-            head=w.head, fold=w.fold.proof, demand=w.demand, receipt=served, hops=hops
-        ).to_bytes(),
-    )
-    tampered = [hops[0].replace(b'"step":', b'"step":9'), *hops[1:]]
-    lying = sign_served(
-        w.origin,
-        w.demand,
-        obligation=w.fold.obligation,
-        commitment=w.fold.commitment,
-        hops=tampered,
-        now=NOW + 2_000,
-    )
-
-    def put_cited(name: str, receipt: Signed[Receipt], served_hops: Sequence[bytes]) -> None:
-        judged = judge_answer(
-            receipt,
-            served_hops,
-            demand=w.demand,
-            obligation=w.fold.obligation,
-            commitment=w.fold.commitment,
-            reported_at=NOW + 4_000,
-        )
-        if judged.evidence is None:
-            raise RuntimeError(f"golden head evidence for {name} not produced: {judged.reason}")
-        put(name, cite_head(judged.evidence, w.fold).to_bytes())
-
-    put_cited("evidence-bad_data-head.json", lying, tampered)
-    refused = _answer_head(w, w.demand, None, now=NOW + 2_000)
-    put_cited("evidence-refused-head.json", refused, [])
+    _head_demand_vectors(put, w, "")
 
     # Two views of one epoch's log, diverging at compaction 1.
     origin = fixed_identity("origin")
@@ -378,41 +382,7 @@ def build_v2_vectors() -> dict[str, bytes]:
     put("evidence-unanswered-cleared-v2.json", unanswered.with_answer(cleared_by).to_bytes())
 
     h = make_head_world(values=3, compactions=2, binary=True)
-    put("demand-head-v2.json", h.demand.to_bytes())
-    hops = h.hops["value:42"]
-    head_served = _answer_head(h, h.demand, hops, now=NOW + 2_000)
-    put("receipt-head-served-v2.json", head_served.to_bytes())
-    put(
-        "rehydration-proof-head-v2.json",
-        RehydrationProof.under_head(
-            head=h.head, fold=h.fold.proof, demand=h.demand, receipt=head_served, hops=hops
-        ).to_bytes(),
-    )
-    tampered = [hops[0].replace(b'"step":', b'"step":9'), *hops[1:]]
-    lying = sign_served(
-        h.origin,
-        h.demand,
-        obligation=h.fold.obligation,
-        commitment=h.fold.commitment,
-        hops=tampered,
-        now=NOW + 2_000,
-    )
-    refused = _answer_head(h, h.demand, None, now=NOW + 2_000)
-    for name, receipt, served_hops in (
-        ("evidence-bad_data-head-v2.json", lying, tampered),
-        ("evidence-refused-head-v2.json", refused, []),
-    ):
-        judged = judge_answer(
-            receipt,
-            served_hops,
-            demand=h.demand,
-            obligation=h.fold.obligation,
-            commitment=h.fold.commitment,
-            reported_at=NOW + 4_000,
-        )
-        if judged.evidence is None:
-            raise RuntimeError(f"golden v2 evidence for {name} not produced: {judged.reason}")
-        put(name, cite_head(judged.evidence, h.fold).to_bytes())
+    _head_demand_vectors(put, h, "-v2")
     return out
 
 
