@@ -23,6 +23,7 @@ from contracts import (
     Receipt,
     Signed,
     VerifiedFold,
+    answer_demand,
     build_commitment,
     build_demand,
     build_obligation,
@@ -87,6 +88,17 @@ class World:
     commitment: Signed[Commitment]
     obligation: Signed[Obligation]
     demand: Signed[Demand]
+
+    def answer(self, demand: Signed[Demand], *, now: int, serve: bool = True) -> Signed[Receipt]:
+        """The origin answers ``demand``: all of the world's hops, or none (pending)."""
+        return answer_demand(
+            self.origin,
+            demand,
+            obligation=self.obligation,
+            commitment=self.commitment,
+            hops=self.hops if serve else None,
+            now=now,
+        )
 
 
 def make_world(
@@ -159,6 +171,19 @@ class HeadWorld:
     head: Signed[Head]
     fold: VerifiedFold
     demand: Signed[Demand]
+
+    def answer(
+        self, demand: Signed[Demand], hops: Sequence[bytes] | None, *, now: int
+    ) -> Signed[Receipt]:
+        """The origin answers ``demand`` against its head fold, serving ``hops``."""
+        return answer_demand(
+            self.origin,
+            demand,
+            obligation=self.fold.obligation,
+            commitment=self.fold.commitment,
+            hops=hops,
+            now=now,
+        )
 
 
 def make_head_world(

@@ -46,14 +46,7 @@ def _receipts() -> list[Receipt]:
     out = []
     for leaves in (None, [1, 6], []):
         demand = build_demand(w.holder, w.obligation, now=NOW + 1_000, leaves=leaves)
-        served = answer_demand(
-            w.origin,
-            demand,
-            obligation=w.obligation,
-            commitment=w.commitment,
-            hops=w.hops,
-            now=NOW + 2_000,
-        )
+        served = w.answer(demand, now=NOW + 2_000)
         out.append(served.statement)
     pending = make_world(n_hops=8, provenance_pending=True)
     out.append(
@@ -114,14 +107,7 @@ def test_receipts_of_every_shape_round_trip() -> None:
 def test_an_origin_answers_in_the_form_of_the_demand(binary: bool) -> None:
     w = make_world(binary=binary)
     assert is_binary(w.demand) is binary
-    served = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.obligation,
-        commitment=w.commitment,
-        hops=w.hops,
-        now=NOW + 2_000,
-    )
+    served = w.answer(w.demand, now=NOW + 2_000)
     assert is_binary(served) is binary
     fold = verify_served(
         served.to_bytes(),
@@ -218,14 +204,7 @@ def test_a_payload_type_names_one_kind_and_one_form() -> None:
 def test_a_binary_receipt_altered_after_signing_is_not_evidence_but_a_signed_lie_is() -> None:
     w = make_world()
     tampered = [w.hops[0] + b" ", *w.hops[1:]]
-    lying = answer_demand(
-        w.origin,
-        w.demand,
-        obligation=w.obligation,
-        commitment=w.commitment,
-        hops=w.hops,
-        now=NOW + 2_000,
-    )
+    lying = w.answer(w.demand, now=NOW + 2_000)
     # the origin signs a served root of other bytes: bad_data, from the binary receipt
     lie = dataclasses.replace(
         lying.statement, served_root=verify_root_of(tampered), issued_at=NOW + 2_000

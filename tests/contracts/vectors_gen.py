@@ -20,18 +20,16 @@ from __future__ import annotations
 import argparse
 import base64
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from contracts import (
     Axis,
-    Demand,
     Receipt,
     ReceiptStatus,
     RefusalReason,
     RehydrationProof,
     TrustPolicy,
-    answer_demand,
     attestation_hop_fields,
     build_attestation,
     build_commitment,
@@ -51,14 +49,12 @@ from contracts import (
 )
 from contracts.evidence import Evidence, EvidenceKind
 from contracts.heads import FoldInput, HeadLog
-from contracts.signed import Signed
 from tests.contracts._support import (
     DAY,
     EPOCH,
     HOUR,
     NOW,
     HeadWorld,
-    World,
     fixed_identity,
     make_head_world,
     make_hops,
@@ -71,39 +67,13 @@ VECTOR_DIR = Path(__file__).with_name("vectors")
 KEY_NAMES = ("origin", "holder", "witness", "witness2", "attester", "stranger")
 
 
-def _answer(w: World, demand: Signed[Demand], *, now: int, serve: bool = True) -> Signed[Receipt]:
-    """The origin of ``w`` answers ``demand``: all of the world's hops, or none (pending)."""
-    return answer_demand(
-        w.origin,
-        demand,
-        obligation=w.obligation,
-        commitment=w.commitment,
-        hops=w.hops if serve else None,
-        now=now,
-    )
-
-
-def _answer_head(
-    h: HeadWorld, demand: Signed[Demand], hops: Sequence[bytes] | None, *, now: int
-) -> Signed[Receipt]:
-    """The origin of ``h`` answers ``demand`` against its head fold."""
-    return answer_demand(
-        h.origin,
-        demand,
-        obligation=h.fold.obligation,
-        commitment=h.fold.commitment,
-        hops=hops,
-        now=now,
-    )
-
-
 def _head_demand_vectors(put: Callable[[str, bytes], None], w: HeadWorld, suffix: str) -> None:
     """A demand under a head and what answers it: the served receipt, the A4
     rehydration proof citing it, and head-cited ``bad_data``/``refused`` evidence
     (file names ending in ``suffix``: the statements' form is the world's)."""
     put(f"demand-head{suffix}.json", w.demand.to_bytes())
     hops = w.hops["value:42"]
-    served = _answer_head(w, w.demand, hops, now=NOW + 2_000)
+    served = w.answer(w.demand, hops, now=NOW + 2_000)
     put(f"receipt-head-served{suffix}.json", served.to_bytes())
     # A4 under heads (rehydration proof JSON version 2): what a holder of a
     # head-form value cites for a reconstruction attestation
@@ -122,7 +92,7 @@ def _head_demand_vectors(put: Callable[[str, bytes], None], w: HeadWorld, suffix
         hops=tampered,
         now=NOW + 2_000,
     )
-    refused = _answer_head(w, w.demand, None, now=NOW + 2_000)
+    refused = w.answer(w.demand, None, now=NOW + 2_000)
     for kind, receipt, served_hops in (("bad_data", lying, tampered), ("refused", refused, [])):
         name = f"evidence-{kind}-head{suffix}.json"
         judged = judge_answer(
@@ -171,15 +141,15 @@ def build_vectors() -> dict[str, bytes]:
     put("obligation.json", w.obligation.to_bytes())
     put("demand.json", w.demand.to_bytes())
 
-    served = _answer(w, w.demand, now=NOW + 2_000)
+    served = w.answer(w.demand, now=NOW + 2_000)
     put("receipt-served.json", served.to_bytes())
     partial_demand = build_demand(
         w.holder, w.obligation, now=NOW + 1_000, leaves=[1, 6], nonce="b2" * 16, binary=False
     )
     put("demand-partial.json", partial_demand.to_bytes())
-    partial = _answer(w, partial_demand, now=NOW + 2_000)
+    partial = w.answer(partial_demand, now=NOW + 2_000)
     put("receipt-partial.json", partial.to_bytes())
-    expired = _answer(w, w.demand, now=NOW + DAY)
+    expired = w.answer(w.demand, now=NOW + DAY)
     put("receipt-expired.json", expired.to_bytes())
     refused = sign_statement(
         w.origin,
@@ -197,7 +167,7 @@ def build_vectors() -> dict[str, bytes]:
     )
     put("receipt-refused.json", refused.to_bytes())
     pending_world = make_world(n_hops=8, provenance_pending=True, binary=False)
-    pending = _answer(pending_world, pending_world.demand, now=NOW + 2_000, serve=False)
+    pending = pending_world.answer(pending_world.demand, now=NOW + 2_000, serve=False)
     put("receipt-pending.json", pending.to_bytes())
 
     value_digest = sha256_hex(b"provnet golden value")
@@ -297,7 +267,7 @@ def build_vectors() -> dict[str, bytes]:
         witness_reports=[silent],
     )
     put("evidence-unanswered.json", unanswered.to_bytes())
-    cleared_by = _answer(w, witness_demand, now=NOW + 20_000)
+    cleared_by = w.answer(witness_demand, now=NOW + 20_000)
     put("evidence-unanswered-cleared.json", unanswered.with_answer(cleared_by).to_bytes())
     out.update(build_head_vectors())
     out.update(build_v2_vectors())
@@ -352,16 +322,16 @@ def build_v2_vectors() -> dict[str, bytes]:
 
     w = make_world(n_hops=8, serve_until=NOW + DAY, binary=True)
     put("demand-v2.json", w.demand.to_bytes())
-    served = _answer(w, w.demand, now=NOW + 2_000)
+    served = w.answer(w.demand, now=NOW + 2_000)
     put("receipt-served-v2.json", served.to_bytes())
     partial_demand = build_demand(
         w.holder, w.obligation, now=NOW + 1_000, leaves=[1, 6], nonce="b2" * 16, binary=True
     )
     put("demand-partial-v2.json", partial_demand.to_bytes())
-    partial = _answer(w, partial_demand, now=NOW + 2_000)
+    partial = w.answer(partial_demand, now=NOW + 2_000)
     put("receipt-partial-v2.json", partial.to_bytes())
     pending_world = make_world(n_hops=8, provenance_pending=True, binary=True)
-    pending = _answer(pending_world, pending_world.demand, now=NOW + 2_000, serve=False)
+    pending = pending_world.answer(pending_world.demand, now=NOW + 2_000, serve=False)
     put("receipt-pending-v2.json", pending.to_bytes())
     witness_demand = build_demand(
         w.witness, w.obligation, now=NOW + 3_000, nonce="c3" * 16, binary=True
@@ -378,7 +348,7 @@ def build_v2_vectors() -> dict[str, bytes]:
         witness_demands=[witness_demand],
         witness_reports=[silent],
     )
-    cleared_by = _answer(w, witness_demand, now=NOW + 20_000)
+    cleared_by = w.answer(witness_demand, now=NOW + 20_000)
     put("evidence-unanswered-cleared-v2.json", unanswered.with_answer(cleared_by).to_bytes())
 
     h = make_head_world(values=3, compactions=2, binary=True)
