@@ -1089,10 +1089,8 @@ class NodeCore:
         else:
             # The honest path: a fold already read back under its root is in
             # memory (see _resolve); only a miss goes to the store.
-            leaves = self._leaves.get(commitment.digest)
-            if leaves is not None:
-                self._leaves.move_to_end(commitment.digest)
-            else:
+            leaves = self._cached_leaves(commitment.digest)
+            if leaves is None:
                 leaves = await self._resolve(commitment, now_ms)
         signed = answer_demand(
             self.identity,
@@ -1138,9 +1136,8 @@ class NodeCore:
         Anything else is asked of the store every time, so PENDING turns into
         SERVED as soon as the cold copy lands.
         """
-        cached = self._leaves.get(commitment.digest)
+        cached = self._cached_leaves(commitment.digest)
         if cached is not None:
-            self._leaves.move_to_end(commitment.digest)
             return cached
         resolution = await self.store.resolve(commitment.digest, now_ms=now_ms)
         if not resolution:
@@ -1154,6 +1151,13 @@ class NodeCore:
         leaves = tuple(resolution.leaves)
         self._keep_leaves(commitment.digest, leaves)
         return leaves
+
+    def _cached_leaves(self, digest: str) -> tuple[bytes, ...] | None:
+        """A fold's hop bytes if kept in memory (then most recently used), else None."""
+        cached = self._leaves.get(digest)
+        if cached is not None:
+            self._leaves.move_to_end(digest)
+        return cached
 
     def _keep_leaves(self, digest: str, leaves: tuple[bytes, ...]) -> None:
         """Remember a fold's hop bytes (immutable for its digest), bounded in bytes."""
