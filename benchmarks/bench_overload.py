@@ -137,6 +137,10 @@ async def _probe(args: argparse.Namespace) -> dict[str, Any]:
 # --------------------------------------------------------------------------- load process
 
 
+class LocallyCancelled(Exception):
+    """grpc.aio cancelled a call itself (its body could not be written: the call had ended)."""
+
+
 async def _load(args: argparse.Namespace) -> dict[str, Any]:
     import grpc
 
@@ -202,7 +206,16 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
 
         call = streams[k % len(chans)](request(), timeout=timeout, metadata=meta)
         held.append(call)
-        await call
+        try:
+            await call
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this caller is being cancelled, not just its call
+            # grpc.aio cancels a call whose body could not be written because the
+            # call had ended (its deadline passed as the node admitted it): that
+            # is a failed attempt, not the end of this caller.
+            raise LocallyCancelled from None
 
     for k in range(args.solo):
         body, digest = pool[k % len(pool)]
@@ -225,6 +238,9 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
                 await send(i, body, meta, max(0.1, until - time.monotonic()))
                 admitted.append((time.perf_counter() - start) * 1000)
                 n, backoff = n + args.callers, 0.1
+            except LocallyCancelled:
+                if time.monotonic() < until:
+                    other["CANCELLED (locally)"] = other.get("CANCELLED (locally)", 0) + 1
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 if code in shed_as and time.monotonic() < until:
@@ -249,13 +265,34 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
 # --------------------------------------------------------------------------- driver
 
 
+def _pinned(cpus: set[int] | None) -> Any:
+    """A ``preexec_fn`` that pins the child (and every thread it starts) to ``cpus``."""
+    if not cpus:
+        return None
+
+    def pin() -> None:
+        os.sched_setaffinity(0, cpus)
+
+    return pin
+
+
+def _layout(name: str) -> tuple[set[int] | None, set[int] | None, str]:
+    """CPUs for the node and for the callers (probes and load), and how to print it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if name == "shared" or len(cpus) < 2:
+        why = "" if name == "shared" else f" (split needs 2 CPUs, have {len(cpus)})"
+        return None, None, f"shared: node and callers on CPUs {cpus}{why}"
+    node, callers = {cpus[0]}, set(cpus[1:])
+    return node, callers, f"split: node on CPU {cpus[0]}, callers on CPUs {sorted(callers)}"
+
+
 def _child(role: str, args: argparse.Namespace, out: Path, **extra: Any) -> subprocess.Popen[bytes]:
     argv = [sys.executable, __file__, "--role", role, "--out", str(out)]
     if args.eager_body:
         argv.append("--eager-body")
     for key, value in extra.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
-    return subprocess.Popen(argv)
+    return subprocess.Popen(argv, preexec_fn=_pinned(args.caller_cpus))
 
 
 def _wait(proc: subprocess.Popen[bytes], out: Path, timeout: float) -> dict[str, Any]:
@@ -315,8 +352,11 @@ def _drive(args: argparse.Namespace) -> int:
         "node", "--name", "load", "--listen", address, "--data-dir", str(work / "node"),
         "--log-format", "json",
     )  # fmt: skip
+    node_cpus, args.caller_cpus, layout = _layout(args.layout)
     log = (work / "node.log").open("wb")
-    node = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    node = subprocess.Popen(
+        argv, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=_pinned(node_cpus)
+    )
     rounds: list[dict[str, Any]] = []
     try:
         deadline = time.monotonic() + 60
@@ -334,6 +374,7 @@ def _drive(args: argparse.Namespace) -> int:
             f"  bodies {'with the headers' if args.eager_body else 'once admitted'}",
             flush=True,
         )
+        print(f"layout {layout}", flush=True)
         common = {"address": address, "obligation": obligation}
         for r in range(args.rounds):
             out_u = work / f"probe-unloaded-{r}.json"
@@ -543,6 +584,13 @@ def main() -> int:
     parser.add_argument(
         "--load-nice", type=int, default=0,
         help="niceness of the load process (models callers on other machines)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--layout", choices=("split", "shared"), default="split",
+        help="split (default): the node pinned to one CPU, the probes and load processes"
+        " to the others, as a deployed node has its own CPU and its callers are"
+        " elsewhere; shared: every process on every CPU (the callers' CPU use is then"
+        " in the node's latency)",
     )  # fmt: skip
     parser.add_argument("--node-env", action="append", default=[], help="KEY=VALUE for the node")
     parser.add_argument("--pool", type=int, default=128, help="distinct deliveries sent")
