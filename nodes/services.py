@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import os
 import time
 from collections import OrderedDict
@@ -475,6 +476,9 @@ class NodeCore:
         counters = await self.store.counters()
         counters.update(self._rpc_counts)
         counters["held_values"] = len(self._held)
+        # Objects kept out of the garbage collector's full collections (a node
+        # process freezes what exists once it serves: nodes.app.run_node).
+        counters["gc_frozen_objects"] = gc.get_freeze_count()
         return counters
 
     def info(self) -> NodeInfo:
