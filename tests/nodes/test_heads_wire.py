@@ -203,7 +203,11 @@ async def test_heads_and_fold_proofs_cross_protobuf_as_parts_and_come_back_byte_
     # what a value adds on first delivery, and once the receiver holds the head
     first = Delivery("a", b"v", (), (), "", (proofs[0],), (head,))
     later = Delivery("a", b"v", (), (), "", (proofs[0],), ())
-    compact = wire.delivered_value(first)
+    packed = wire.delivered_value(first)
+    assert not packed.fold_proofs
+    assert not packed.heads
+    assert wire.delivery_from_pb(packed) == first
+    compact = _messages(packed)
     # the proof names the head by position; the head's root is implied by the proof
     assert compact.fold_proofs[0].head_part == 1
     assert not compact.fold_proofs[0].head
@@ -216,15 +220,31 @@ async def test_heads_and_fold_proofs_cross_protobuf_as_parts_and_come_back_byte_
     with pytest.raises(BadSignature):
         open_statement(wire.signed_head_from_pb(pb), Head)
     # a path that implies another root makes the head's signature fail
-    bad = wire.delivered_value(first)
+    bad = _messages(wire.delivered_value(first))
     bad.fold_proofs[0].path = bytes(32) + bad.fold_proofs[0].path[32:]
     with pytest.raises(BadSignature):
         open_statement(wire.delivery_from_pb(bad).heads[0], Head)
     # a proof naming a head part that was not sent is malformed
-    bad = wire.delivered_value(later)
+    bad = _messages(wire.delivered_value(later))
     bad.fold_proofs[0].head, bad.fold_proofs[0].head_part = b"", 2
     with pytest.raises(EncodingError):
         wire.delivery_from_pb(bad)
+
+
+def _messages(value: common_pb2.DeliveredValue) -> common_pb2.DeliveredValue:
+    """The same delivery with its packed fold proofs and heads (wire version 4) as the
+    messages they carry (version 3): the form the tests below change field by field."""
+    from nodes import wire
+
+    assert value.packed_fold_proofs
+    assert not value.fold_proofs
+    assert not value.heads
+    out = common_pb2.DeliveredValue()
+    out.CopyFrom(value)
+    del out.packed_fold_proofs[:], out.packed_heads[:]
+    out.fold_proofs.extend(wire.unpack_fold_proof(p) for p in value.packed_fold_proofs)
+    out.heads.extend(wire.unpack_head(h) for h in value.packed_heads)
+    return out
 
 
 #: Statement bytes a lone first delivery may add per value per origin (design revision 2).
@@ -235,52 +255,66 @@ def _statement_fields(msg: common_pb2.DeliveredValue) -> int:
     """Bytes of a DeliveredValue's statement fields (fold proofs, heads) with framing."""
     bare = common_pb2.DeliveredValue()
     bare.CopyFrom(msg)
-    del bare.fold_proofs[:], bare.heads[:]
+    del bare.fold_proofs[:], bare.heads[:], bare.packed_fold_proofs[:], bare.packed_heads[:]
     return msg.ByteSize() - bare.ByteSize()
 
 
 def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() -> None:
     """The figure docs/contracts.md quotes: a value folded twice (its record chains to the
-    first fold), its compaction covering 20 values (a 5-hash audit path), delivered by its
-    origin: at most 400 B of statements with the head, a digest reference once held."""
+    first fold), its compaction covering 20 values (a 5-hash audit path): at most 400 B of
+    statements with the head on every first delivery — by its origin, forwarded to a
+    receiver holding the origin's key, and forwarded on first contact, when the key itself
+    travels — and a digest reference once held."""
     from nodes import wire
     from tests.nodes.wire_vectors import (
-        FORWARDER,
         ORIGIN,
+        first_contact_delivery,
         forwarded_first_delivery,
         lone_first_delivery,
     )
 
     first, later = lone_first_delivery()
+    forwarded = forwarded_first_delivery()  # origin named by key id
+    first_contact = first_contact_delivery()  # origin's key in full
+    for name, delivery in (
+        ("lone", first),
+        ("forwarded (key id)", forwarded),
+        ("forwarded, first contact (full key)", first_contact),
+    ):
+        size = wire.delivery_statement_size(delivery)
+        assert size <= FIRST_DELIVERY_LIMIT, f"{name} first delivery: {size} B of statements"
     sizes = (wire.delivery_statement_size(first), wire.delivery_statement_size(later))
-    assert sizes[0] <= FIRST_DELIVERY_LIMIT, f"lone first delivery: {sizes[0]} B of statements"
-    assert sizes == (387, 275)
+    # wire version 4 (version 3: 387, 275)
+    assert sizes == (360, 266)
+    assert wire.delivery_statement_size(forwarded) == 369  # version 3: 397
+    assert wire.delivery_statement_size(first_contact) == 393  # version 3: 421
     # once held, the head is a reference: no head travels, the fold proof names its digest
-    held = wire.delivered_value(later)
+    held = _messages(wire.delivered_value(later))
     assert not held.heads
     named = FoldProof.from_bytes(later.fold_proofs[0]).head
     assert held.fold_proofs[0].head == bytes.fromhex(named)
-    assert sizes[0] - sizes[1] == 112  # the head: signature, counters, terms, log root
-    # Forwarded by a holder to a receiver that holds the origin's key (it verified a
-    # head of that origin before): the head names its origin by an 8-byte key id.
-    forwarded = forwarded_first_delivery()
-    forwarded_size = wire.delivery_statement_size(forwarded)
-    assert forwarded_size <= FIRST_DELIVERY_LIMIT, f"forwarded first delivery: {forwarded_size} B"
-    assert forwarded_size == 397
-    # Wire version 2 (and version 3 to a receiver that never verified a head of the
-    # origin): the head names its origin in full (32 B more than by sender, 34 framed).
-    first_contact, _ = lone_first_delivery(sender=FORWARDER.node_id)
-    assert wire.delivery_statement_size(first_contact) == 421
+    assert sizes[0] - sizes[1] == 94  # the head: signature, counters, terms, log root
     for delivery in (first, later, first_contact):
         request = wire.deliver_request(delivery)
         assert wire.delivery_from_pb(request.value, request.sender) == delivery
     request = wire.deliver_request(forwarded)
-    assert request.value.heads[0].fields.origin == bytes.fromhex(ORIGIN.node_id)[:8]
+    assert wire.unpack_head(request.value.packed_heads[0]).fields.origin == (
+        bytes.fromhex(ORIGIN.node_id)[:8]
+    )
     assert (
         wire.delivery_from_pb(request.value, request.sender, lambda kid: ORIGIN.node_id)
         == forwarded
     )
-    # Before (wire version 1): every head field spelled out; before that, the payload
+    # Before (wire version 3): the same fields, each a protobuf field with its tag and
+    # length (+1: the DeliverRequest's framing of the larger value)
+    v3 = [
+        _statement_fields(_messages(wire.delivered_value(d))) + 1
+        for d in (first, forwarded, first_contact, later)
+    ]
+    assert v3 == [387, 397, 421, 275]
+    lone_v3 = deliver_pb2.DeliverRequest.FromString(_vector(3)).value
+    assert _statement_fields(lone_v3) + 1 == 387
+    # Before that (wire version 1): every head field spelled out; before that, the payload
     # bytes as signed, the record as leaf data, the head digest.
     v1 = deliver_pb2.DeliverRequest.FromString(_vector(1))
     assert _statement_fields(v1.value) == 439  # 440 with the DeliverRequest's framing
@@ -301,10 +335,14 @@ def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() 
     assert (framed(legacy_proof) + framed(legacy_head), framed(legacy_proof)) == (865, 382)
 
 
-def _vector(version: int, *, held: bool = False, forwarded: bool = False) -> bytes:
+def _vector(
+    version: int, *, held: bool = False, forwarded: bool = False, first_contact: bool = False
+) -> bytes:
     from tests.nodes.wire_vectors import VECTOR_DIR, vector_name
 
-    path = VECTOR_DIR / vector_name(version, held=held, forwarded=forwarded)
+    path = VECTOR_DIR / vector_name(
+        version, held=held, forwarded=forwarded, first_contact=first_contact
+    )
     if not path.is_file():
         pytest.fail(f"wire vector {path} is missing (see tests/nodes/wire_vectors.py)")
     return path.read_bytes()
@@ -315,6 +353,7 @@ def test_wire_vectors_of_every_version_decode_to_the_same_delivery() -> None:
     from tests.nodes.wire_vectors import (
         ORIGIN,
         build_wire_vectors,
+        first_contact_delivery,
         forwarded_first_delivery,
         lone_first_delivery,
     )
@@ -322,20 +361,36 @@ def test_wire_vectors_of_every_version_decode_to_the_same_delivery() -> None:
     first, later = lone_first_delivery()
     # the current version, rebuilt byte for byte
     for name, data in build_wire_vectors().items():
-        held, forwarded = "held" in name, "forwarded" in name
-        assert data == _vector(wire.WIRE_VERSION, held=held, forwarded=forwarded), name
+        held, forwarded, first_contact = "held" in name, "forwarded" in name, "contact" in name
+        kind = {"held": held, "forwarded": forwarded, "first_contact": first_contact}
+        assert data == _vector(wire.WIRE_VERSION, **kind), name
     # every version still reads
     for version in range(1, wire.WIRE_VERSION + 1):
         for held, expected in ((False, first), (True, later)):
             request = deliver_pb2.DeliverRequest.FromString(_vector(version, held=held))
             assert wire.delivery_from_pb(request.value, request.sender) == expected, version
     assert _vector(1) != _vector(wire.WIRE_VERSION)
-    # version 3: a forwarded head names its origin by key id, resolved by the receiver
-    request = deliver_pb2.DeliverRequest.FromString(_vector(3, forwarded=True))
-    relayed = wire.delivery_from_pb(request.value, request.sender, lambda kid: ORIGIN.node_id)
-    assert relayed == forwarded_first_delivery()
-    assert relayed.heads == first.heads  # the very envelope the origin signed
+    # from version 3: a forwarded head names its origin by key id, resolved by the receiver
+    for version in range(3, wire.WIRE_VERSION + 1):
+        request = deliver_pb2.DeliverRequest.FromString(_vector(version, forwarded=True))
+        relayed = wire.delivery_from_pb(request.value, request.sender, lambda k: ORIGIN.node_id)
+        assert relayed == forwarded_first_delivery(), version
+        assert relayed.heads == first.heads  # the very envelope the origin signed
+        open_statement(relayed.heads[0], Head, signer=ORIGIN.node_id)
+    # version 4 (packed): the first-contact forward carries the key, and nothing else
+    # (no key held: a resolver is never asked)
+    request = deliver_pb2.DeliverRequest.FromString(_vector(4, first_contact=True))
+    assert request.value.packed_heads
+    assert not request.value.heads
+    relayed = wire.delivery_from_pb(request.value, request.sender)
+    assert relayed == first_contact_delivery()
+    assert relayed.heads == first.heads
     open_statement(relayed.heads[0], Head, signer=ORIGIN.node_id)
+    # version 4 packs the very fields version 3 sent as messages
+    for held in (False, True):
+        v3 = deliver_pb2.DeliverRequest.FromString(_vector(3, held=held))
+        v4 = deliver_pb2.DeliverRequest.FromString(_vector(4, held=held))
+        assert _messages(v4.value) == v3.value
 
 
 def test_a_head_named_by_key_id_rebuilds_only_under_the_key_the_receiver_resolves() -> None:
@@ -361,8 +416,7 @@ def test_a_head_named_by_key_id_rebuilds_only_under_the_key_the_receiver_resolve
     with pytest.raises((BadSignature, EncodingError)):
         open_statement(delivery.heads[0], Head)
     # an id of the wrong length is malformed
-    bad = deliver_pb2.DeliverRequest()
-    bad.CopyFrom(request)
+    bad = deliver_pb2.DeliverRequest(value=_messages(request.value), sender=request.sender)
     bad.value.heads[0].fields.origin = kid[:7]
     with pytest.raises(EncodingError, match=r"32 bytes \(its key\) or 8"):
         wire.delivery_from_pb(bad.value, bad.sender, lambda k: ORIGIN.node_id)
@@ -459,13 +513,13 @@ async def test_compact_head_and_record_fields_of_the_wrong_shape_are_malformed(
 
     origin = await cluster.add("origin")
     head, proofs = await _compaction(origin, ["a", "b"])
-    good = wire.delivered_value(Delivery("a", b"v", (), (), "", (proofs[0],), (head,)))
+    good = _messages(wire.delivered_value(Delivery("a", b"v", (), (), "", (proofs[0],), (head,))))
     # the compact forms the cases below break are the ones sent: a first head of an
     # epoch (no log root) over the memory transport, an IP endpoint in the vectors
     from tests.nodes.wire_vectors import lone_first_delivery
 
     first, _ = lone_first_delivery()
-    ip = wire.delivered_value(dataclasses.replace(first, sender=""))
+    ip = _messages(wire.delivered_value(dataclasses.replace(first, sender="")))
     fields, ip_fields = good.heads[0].fields, ip.heads[0].fields
     assert fields.origin
     assert fields.epoch_nonce
