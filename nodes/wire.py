@@ -780,8 +780,9 @@ def unpack_head(data: bytes) -> common_pb2.SignedHead:
             f.serve_for_ms = r.ms("serve_for_ms")
         f.deadline_ms = r.ms("deadline_ms")
         count = r.varint("endpoint count")
-        if count > len(r.data):
-            raise EncodingError(f"packed head: {count} endpoints in {len(r.data)} bytes")
+        if count > len(r.data) - r.at:  # each takes a byte at least
+            left = len(r.data) - r.at
+            raise EncodingError(f"packed head: {count} endpoints in the {left} bytes left")
         for _ in range(count):
             if flags & _FLAG_ENDPOINT_TEXT:
                 f.endpoints.append(r.text("endpoint"))

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contracts.heads as heads_mod
-from contracts.errors import BadSignature, EncodingError
+from contracts.errors import BadSignature, EncodingError, VerificationError
 from contracts.evidence import EvidenceKind, verify_evidence
 from contracts.heads import FoldProof, VerifiedFold
 from contracts.signed import Signed, open_statement
@@ -200,6 +200,9 @@ async def test_heads_and_fold_proofs_cross_protobuf_as_parts_and_come_back_byte_
         assert len(binary.head) == 32
         assert not binary.record
         assert wire.fold_proof_from_pb(binary, "a") == proof
+        packed_proof = wire.pack_fold_proof(binary)
+        assert packed_proof is not None
+        assert wire.unpack_fold_proof(packed_proof) == binary
     # what a value adds on first delivery, and once the receiver holds the head
     first = Delivery("a", b"v", (), (), "", (proofs[0],), (head,))
     later = Delivery("a", b"v", (), (), "", (proofs[0],), ())
@@ -628,8 +631,8 @@ _EPOCH = st.one_of(
 @given(
     epoch=_EPOCH,
     endpoints=st.lists(_ENDPOINT, max_size=3),
-    issued_at=st.integers(0, 2**42),
-    serve_until=st.integers(0, 2**42),
+    issued_at=st.one_of(st.integers(0, 2**42), st.integers(0, 2**32).map(lambda s: s * 1000)),
+    serve_until=st.one_of(st.integers(0, 2**42), st.integers(0, 2**32).map(lambda s: s * 1000)),
     compactions=st.integers(1, 2),
 )
 def test_every_head_crosses_the_wire_byte_exact_whoever_sends_it(
@@ -652,6 +655,10 @@ def test_every_head_crosses_the_wire_byte_exact_whoever_sends_it(
     for sender in ("", me.node_id, "ab" * 32):
         pb = wire.signed_head_to_pb(head, sender=sender)
         assert wire.signed_head_from_pb(pb, sender=sender) == head
+        # wire version 4: the same fields packed, unpacked to the same message
+        packed = wire.pack_head(pb)
+        assert packed is not None
+        assert wire.unpack_head(packed) == pb
 
 
 async def test_a_relay_names_an_origin_the_holder_knows_by_key_id_over_grpc(
@@ -700,3 +707,186 @@ async def test_a_relay_names_an_origin_the_holder_knows_by_key_id_over_grpc(
         assert holder.core.held("c").delivery.heads == (head,)
     finally:
         await stop_all(nodes)
+
+
+def _repacked(
+    value: common_pb2.DeliveredValue, change: Callable[[common_pb2.SignedHead], object]
+) -> common_pb2.DeliveredValue:
+    """``value`` with its packed head unpacked, changed and packed again (wire version 4)."""
+    from nodes import wire
+
+    out = common_pb2.DeliveredValue()
+    out.CopyFrom(value)
+    head = wire.unpack_head(out.packed_heads[0])
+    change(head)
+    packed = wire.pack_head(head)
+    assert packed is not None
+    out.packed_heads[0] = packed
+    return out
+
+
+def test_a_packed_head_rebuilds_only_the_values_its_origin_signed() -> None:
+    """Wire version 4, first contact: the head carries the origin's key; the receiver
+    verifies the signature under that key, which is also the origin the rebuilt payload
+    names. Every value the packed form implies or compacts (the origin, the root the
+    audit path implies, the log root, whole seconds) rebuilds to the signed one, and a
+    wrong one rebuilds another payload whose signature fails."""
+    from contracts.identity import Identity
+    from nodes import wire
+    from tests.nodes.wire_vectors import ORIGIN, first_contact_delivery, lone_first_delivery
+
+    delivery = first_contact_delivery()
+    request = wire.deliver_request(delivery)
+    value, sender = request.value, request.sender
+    head = wire.unpack_head(value.packed_heads[0])
+    assert head.fields.origin == bytes.fromhex(ORIGIN.node_id)  # the key travels
+    assert not head.fields.root  # implied by the fold proof
+    assert head.fields.issued_at % 1000 == 0  # coded in seconds
+    assert head.fields.serve_for_ms % 1000 == 0
+    assert head.fields.deadline_ms % 1000 == 0
+    got = wire.delivery_from_pb(value, sender)
+    assert got.heads == delivery.heads
+    open_statement(got.heads[0], Head, signer=ORIGIN.node_id)
+
+    other = Identity.from_seed(bytes([3]) * 32).node_id
+
+    def fails(msg: common_pb2.DeliveredValue, from_sender: str = sender) -> None:
+        with pytest.raises(BadSignature):
+            open_statement(wire.delivery_from_pb(msg, from_sender).heads[0], Head)
+
+    # another key in the origin's place: the payload names it, the signature fails
+    fails(_repacked(value, lambda h: setattr(h.fields, "origin", bytes.fromhex(other))))
+    # a duration or time one second off, in the seconds form
+    for name, delta in (("serve_for_ms", 1000), ("issued_at", -1000), ("deadline_ms", 1000)):
+
+        def shift(h: common_pb2.SignedHead, n: str = name, d: int = delta) -> None:
+            setattr(h.fields, n, getattr(h.fields, n) + d)
+
+        fails(_repacked(value, shift))
+    # a byte of the epoch nonce, or the log root, changed
+    fails(_repacked(value, lambda h: setattr(h.fields, "epoch_nonce", bytes(8))))
+    fails(_repacked(value, lambda h: setattr(h.fields, "log_root", bytes(32))))
+    # an audit path (the packed proof's tail) that implies another root
+    bad = common_pb2.DeliveredValue()
+    bad.CopyFrom(value)
+    proof = bad.packed_fold_proofs[0]
+    bad.packed_fold_proofs[0] = proof[:-1] + bytes([proof[-1] ^ 1])
+    fails(bad)
+    # a flipped bit of the signature
+    bad.CopyFrom(value)
+    packed = bad.packed_heads[0]
+    bad.packed_heads[0] = packed[:1] + bytes([packed[1] ^ 1]) + packed[2:]
+    fails(bad)
+    # the lone delivery leaves the origin out: implied from a sender that did not sign
+    lone, _ = lone_first_delivery()
+    lone_request = wire.deliver_request(lone)
+    assert not wire.unpack_head(lone_request.value.packed_heads[0]).fields.origin
+    assert wire.delivery_from_pb(lone_request.value, lone_request.sender) == lone
+    fails(lone_request.value, other)
+
+
+def test_packed_heads_and_fold_proofs_of_the_wrong_shape_are_malformed() -> None:
+    from nodes import wire
+    from tests.nodes.wire_vectors import first_contact_delivery
+
+    value = wire.delivered_value(first_contact_delivery())
+    head, proof = value.packed_heads[0], value.packed_fold_proofs[0]
+    # every truncation, and a byte too many
+    for n in range(len(head)):
+        with pytest.raises(EncodingError, match=r"packed head: (ends inside|1 endpoints in)"):
+            wire.unpack_head(head[:n])
+    with pytest.raises(EncodingError, match="packed head: 1 trailing bytes"):
+        wire.unpack_head(head + b"\x00")
+    for n in range(proof.index(b"\x00", 1)):  # up to the path (the rest of the bytes)
+        with pytest.raises(EncodingError, match="packed fold proof: ends inside"):
+            wire.unpack_fold_proof(proof[:n])
+    # flags and varints outside the one form each value has
+    cases = [
+        (bytes([head[0] | 3]) + head[1:], "origin form 3"),
+        (b"\x00" + bytes(64) + b"\x80\x00", "epoch counter is not a shortest-form varint"),
+        (b"\x00" + bytes(64) + b"\xff" * 11, "more than 10 bytes"),
+        (b"\x10" + bytes(64) + b"\x00\x00\x00\x01", "issued_at is 0 seconds"),
+        (b"\x10" + bytes(64) + b"\x00\x00\x00" + b"\xd0\x0f", "issued_at is whole seconds coded"),
+        (b"\x10" + bytes(64) + b"\x01\xff", "epoch is not UTF-8"),
+        (b"\x10" + bytes(64) + b"\x00\x00\x00\x00\x00\x00\x05", "5 endpoints in the 0 bytes left"),
+        (b"\x10" + bytes(64) + b"\x00\x00" + b"\xff" * 9 + b"\x7f", "Value out of range"),
+    ]
+    for data, message in cases:
+        with pytest.raises(EncodingError, match=message):
+            wire.unpack_head(data)
+    record = b"\x00\x01\x01" + bytes(32)
+    proof_cases = [
+        (b"\x01\x00\x04\x01\x01" + bytes(32), "unknown record flags 0x04"),
+        (b"\x01\x00\x02\x01\x01" + bytes(32) + b"\x00", "empty value_ref"),
+        (b"\x01\x00" + record + b"\x81\x40", "chain of 8193 records"),
+        (b"\x01\x00" + record + b"\x00" + bytes(31), "path must be whole 32-byte hashes"),
+    ]
+    for data, message in proof_cases:
+        with pytest.raises(EncodingError, match=message):
+            wire.delivery_from_pb(
+                common_pb2.DeliveredValue(value_ref="x", packed_fold_proofs=[data])
+            )
+    # the two forms of one list are exclusive
+    both = common_pb2.DeliveredValue()
+    both.CopyFrom(value)
+    both.heads.append(wire.unpack_head(head))
+    with pytest.raises(EncodingError, match="heads and packed_heads are exclusive"):
+        wire.delivery_from_pb(both)
+    both.CopyFrom(value)
+    both.fold_proofs.append(wire.unpack_fold_proof(proof))
+    with pytest.raises(EncodingError, match="fold_proofs and packed_fold_proofs are exclusive"):
+        wire.delivery_from_pb(both)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=300), at=st.integers(0, 500), cut=st.booleans())
+def test_any_packed_bytes_decode_to_the_signed_delivery_or_are_malformed(
+    data: bytes, at: int, cut: bool
+) -> None:
+    from nodes import wire
+    from tests.nodes.wire_vectors import ORIGIN, first_contact_delivery
+
+    delivery = first_contact_delivery()
+    request = wire.deliver_request(delivery)
+    for field in ("packed_heads", "packed_fold_proofs"):
+        msg = common_pb2.DeliveredValue()
+        msg.CopyFrom(request.value)
+        items = getattr(msg, field)
+        good = items[0]
+        i = min(at, len(good))
+        items[0] = good[:i] + data + (b"" if cut else good[i + len(data) :])
+        try:
+            got = wire.delivery_from_pb(msg, request.sender)
+        except EncodingError:
+            continue
+        # what decodes is a delivery whose head either is the signed one or fails
+        try:
+            open_statement(got.heads[0], Head, signer=ORIGIN.node_id)
+        except (VerificationError, EncodingError):
+            continue
+        assert got.heads == delivery.heads
+
+
+def test_a_packed_fold_proof_carries_its_chain_and_a_foreign_value_ref() -> None:
+    from contracts.heads import FoldInput, HeadLog
+    from nodes import wire
+    from tests.nodes.wire_vectors import ORIGIN
+
+    log = HeadLog(ORIGIN, "7-0123456789abcdef")
+    for seq in range(3):
+        log.compact(
+            [FoldInput("a", seq, [b"a%d" % seq]), FoldInput("b", seq, [b"b"])],
+            serve_until=5_000,
+            deadline_ms=1,
+            endpoints=(),
+            issued_at=1,
+        )
+    proof = log.fold_proof("a", back=2).to_bytes()
+    assert len(FoldProof.from_bytes(proof).chain) == 2
+    for value_ref in ("a", "another value"):  # the record's ref left out, or sent
+        pb = wire.fold_proof_to_pb(proof, value_ref)
+        assert bool(pb.record_fields.value_ref) is (value_ref != "a")
+        packed = wire.pack_fold_proof(pb)
+        assert packed is not None
+        assert wire.unpack_fold_proof(packed) == pb
+        assert wire.fold_proof_from_pb(wire.unpack_fold_proof(packed), value_ref) == proof
