@@ -199,7 +199,8 @@ def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
     """A delivery in binary, compact: a fold proof naming a head of the same delivery
     names it by position (``head_part``) and that head travels without its root, and
     without its origin when the origin is the delivery's sender (with its origin's
-    key id when the origin is one of ``delivery.key_id_origins``)."""
+    key id when the origin is one of ``delivery.key_id_origins``); each fold proof and
+    head as one packed byte string (:data:`WIRE_VERSION` 4, :func:`pack_head`)."""
     parts = {Envelope.from_bytes(h).digest: i + 1 for i, h in enumerate(delivery.heads)}
     proofs = [fold_proof_to_pb(p, delivery.value_ref, parts) for p in delivery.fold_proofs]
     derivable = {p.head_part for p in proofs if p.head_part}
