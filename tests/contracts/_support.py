@@ -243,6 +243,10 @@ class BatchWorld:
     demand: Envelope
     demands: tuple[Signed[Demand], ...]  # item i read as fold i's demand
 
+    def key(self, i: int) -> tuple[str, str]:
+        """Fold ``i``'s (obligation, commitment) digests: selects its batch items."""
+        return self.folds[i].obligation.digest, self.folds[i].commitment.digest
+
     def answer(
         self,
         served: Sequence[Sequence[bytes] | None] | None = None,
