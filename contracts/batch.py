@@ -582,8 +582,11 @@ def sign_receipt_batch(
     batch's; every other field (obligation, commitment, status, reason, tree
     size, leaves, root, leaf hashes, proofs) is signed as given.
     """
+    mine = (identity.node_id, demand, nonce, issued_at)
     rebound = tuple(
-        new_receipt(
+        r
+        if (r.origin, r.demand, r.nonce, r.issued_at) == mine
+        else new_receipt(
             identity.node_id,
             r.obligation,
             r.commitment,

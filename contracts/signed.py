@@ -97,7 +97,9 @@ class Signed(Generic[S]):
     @property
     def digest(self) -> str:
         """Hex SHA-256 of the payload = of the canonical statement bytes."""
-        return self.envelope.digest
+        # The envelope's memoised digest without a second property call: digests
+        # are read on every binding check (tens of times per rehydration).
+        return self.envelope._digest or self.envelope.digest
 
     @property
     def signer(self) -> str:
