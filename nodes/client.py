@@ -309,9 +309,16 @@ class Holder:
         signed demand batch (:mod:`contracts.batch`) and answered with one
         signed receipt batch; any other fold with a demand of its own.
         """
-        if self.batch and all(
-            f.held.fold is not None and f.held.commitment.statement.leaf_count <= self.stream_leaves
-            for f in folds
+        if (
+            self.batch
+            and all(
+                f.held.fold is not None
+                and f.held.commitment.statement.leaf_count <= self.stream_leaves
+                for f in folds
+            )
+            # a batch names each fold once; the same fold held twice is asked per fold
+            and len({(f.held.obligation.digest, f.held.commitment.digest) for f in folds})
+            == len(folds)
         ):
             await self._ask_batch(run, folds, deadline)
             return
@@ -357,8 +364,7 @@ class Holder:
             for fold in folds:
                 fold.outcome, fold.detail = Outcome.UNANSWERED, str(exc)
             return
-        folds = list(folds)
-        await self._ask_group(run, address, folds, False, deadline, batch=True)
+        await self._ask_group(run, address, list(folds), False, deadline, batch=True)
 
     async def _ask_group(
         self,
