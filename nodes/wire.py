@@ -1159,8 +1159,13 @@ def _repeated_bytes_size(items: Sequence[bytes]) -> int:
     if not lens:
         return 0
     # tag + length + payload per item; lengths of 128 bytes or more take 2+ bytes
-    size = sum(lens) + 2 * len(lens) + sum(n >= 0x80 for n in lens)
-    if max(lens) >= 0x4000:
+    size = sum(lens) + 2 * len(lens)
+    low, high = min(lens), max(lens)
+    if low >= 0x80:  # the common case (hops, envelopes): every length takes 2+ bytes
+        size += len(lens)
+    elif high >= 0x80:
+        size += sum(n >= 0x80 for n in lens)
+    if high >= 0x4000:
         size += sum(_varint_size(n) - 2 for n in lens if n >= 0x4000)
     return size
 
