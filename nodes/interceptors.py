@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gc
 import inspect
 import os
@@ -89,6 +90,19 @@ REQUEST_ID_KEY = "x-request-id"
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 log = get_logger(__name__)
+
+
+def _structlog_var(key: str) -> contextvars.ContextVar[Any]:
+    """The context variable structlog's ``bind_contextvars(key=…)`` sets (and its
+    ``merge_contextvars`` reads): set directly per call, without the name lookups."""
+    token = bind_contextvars(**{key: ...})[key]
+    var: contextvars.ContextVar[Any] = token.var
+    var.reset(token)
+    return var
+
+
+_REQUEST_ID_VAR = _structlog_var("request_id")
+_RPC_VAR = _structlog_var("rpc")
 
 
 def _request_id(metadata: Any) -> str:
@@ -448,7 +462,8 @@ class RequestContext:
         async def open_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             request_id = _request_id(context.invocation_metadata())
             # Bound for this call and restored after (tokens: no scan of the context).
-            tokens = bind_contextvars(request_id=request_id, rpc=rpc)
+            id_token = _REQUEST_ID_VAR.set(request_id)
+            rpc_token = _RPC_VAR.set(rpc)
             start = time.perf_counter()
             context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
             if count is not None:
@@ -462,7 +477,8 @@ class RequestContext:
             finally:
                 if log.enabled("debug"):
                     log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
-                reset_contextvars(**tokens)
+                _RPC_VAR.reset(rpc_token)
+                _REQUEST_ID_VAR.reset(id_token)
 
         return grpc.unary_unary_rpc_method_handler(
             open_unary,

@@ -10,18 +10,22 @@ request id is echoed, and open methods are served from the parsed request.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import pytest
+import structlog
 
 from contracts.errors import EncodingError
 from contracts.identity import Identity
 from nodes import auth
 from nodes.auth import ControlAuth, ControlCredentials
+from nodes.config import LogFormat
 from nodes.errors import MalformedRequest
 from nodes.interceptors import REQUEST_ID_KEY, MethodCollector, RequestContext
+from nodes.logging import configure_logging, get_logger
 
 APPEND = "/provnet.v1.HopLog/Append"  # a control method (operator key only)
 DEMAND = "/provnet.v1.Serve/Demand"  # an open method
@@ -34,6 +38,8 @@ def _identity(raw: bytes) -> bytes:
 
 
 async def _refuse(request: bytes, context: Any) -> bytes:
+    if request == b"log":
+        get_logger("tests.handlers").warning("handled")
     if request == b"bad-statement":
         raise EncodingError("demand: not a statement")
     if request == b"bad-request":
@@ -115,3 +121,24 @@ async def test_open_methods_are_served_unsigned_with_the_request_id_echoed(addre
 
 async def test_an_unknown_method_is_unimplemented(address: str) -> None:
     assert await _code(address, "/provnet.v1.Serve/Nope", b"x") is grpc.StatusCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize("method", [DEMAND, APPEND])
+async def test_events_logged_in_a_call_carry_its_request_id_and_method(
+    address: str, method: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure_logging(LogFormat.JSON, "warning")
+    try:
+        metadata: Any = ((REQUEST_ID_KEY, "req-9"),)
+        if method == APPEND:
+            metadata += ControlCredentials(OPERATOR).metadata(APPEND, b"log")
+        await _call(address, method, b"log", metadata)
+        get_logger("tests.handlers").warning("after")
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line]
+    finally:
+        structlog.reset_defaults()
+    (handled,) = [e for e in lines if e["event"] == "handled"]
+    assert (handled["request_id"], handled["rpc"]) == ("req-9", method)
+    (after,) = [e for e in lines if e["event"] == "after"]
+    assert "request_id" not in after
+    assert "rpc" not in after

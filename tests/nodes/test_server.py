@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 from contracts.evidence import verify_evidence
 from contracts.identity import Identity
 from contracts.serve import build_demand, verify_served
+from nodes import servicers
 from nodes._pb.provnet.v1 import (
     deliver_pb2,
     deliver_pb2_grpc,
@@ -27,7 +28,6 @@ from nodes._pb.provnet.v1 import (
     node_pb2,
     node_pb2_grpc,
 )
-from nodes import servicers
 from nodes.app import RunningNode
 from nodes.auth import ControlAuth, signed_metadata
 from nodes.faults import FaultMode
