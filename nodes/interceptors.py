@@ -285,10 +285,11 @@ class RequestContext:
 
     Each handler is wrapped once (:meth:`handler` at build time); the per-call
     work is reading the request id from the call's metadata and binding it.
-    An open method (not in :data:`nodes.auth.SIGNED_METHODS`: ``Serve.*``,
-    ``Evidence.Challenge``, ``Node.*``, …) is served without keeping its raw
-    request bytes or looking for a control signature: nobody's signature is
-    needed for it and none is read there (``auth.caller()`` is None in it).
+    An open unary method (not in :data:`nodes.auth.SIGNED_METHODS`: ``Serve.*``,
+    ``Evidence.Challenge``, ``Node.*``, …; bulk calls aside, which keep their
+    bytes for the byte budget) is served without keeping its raw request
+    bytes or looking for a control signature: nobody's signature is needed
+    for it and none is read there (``auth.caller()`` is None in it).
     """
 
     def __init__(
