@@ -35,7 +35,7 @@ contract, or on this library, can go below. Two latency rows step from that
 floor towards a verified demand with the same holder-side calls: ``step: +
 node core`` (the node's ``answer_demands`` — checks, nonce memory, answer —
 served by the bare server) and ``step: + node server`` (the node's own
-server: interceptor, auth, limits); the rest up to ``verified 5-hop (head)``
+server: handler wrapper, auth, limits); the rest up to ``verified 5-hop (head)``
 is the holder's client.
 
 Printed:
@@ -656,7 +656,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     )
     # Steps from the contracts floor to a verified demand, same holder-side
     # calls as the floor: the node's Serve.Demand work on the bare server, then
-    # the node's own server (interceptor, auth, limits) — what is left up to
+    # the node's own server (handler wrapper, auth, limits) — what is left up to
     # "verified 5-hop (head)" is the holder's client (nodes.client.Holder).
     via_core = floors.method(bare_channel, NODE_CORE_METHOD)
     node_channel = grpc.aio.insecure_channel(address, options=options)

@@ -255,6 +255,9 @@ class Holder:
                     *(self._run_origin(run, witnesses, deadline) for run in runs.values())
                 )
             )
+        if len(results) == 1:  # the common case again: no generators
+            (outcome, served), (run,) = results[0], runs.values()
+            return RehydrationReport(value_ref, (outcome,), tuple(served), run.rpcs, run.asks)
         outcomes = tuple(r[0] for r in results)
         hops = tuple(h for r in results for h in r[1])
         rpcs = sum(run.rpcs for run in runs.values())
@@ -693,7 +696,8 @@ class Holder:
             # A later signed receipt of the origin clears what we suspected it of.
             for receipt in run.receipts:
                 await self._on_receipt(run.origin, receipt)
-        worst = max(run.folds, key=lambda f: _severity(f.outcome))
+        folds = run.folds
+        worst = folds[0] if len(folds) == 1 else max(folds, key=lambda f: _severity(f.outcome))
         origin = run.origin
         served = [  # a fold's digest once, not once per hop
             (f.held.commitment.digest, f.hops) for f in run.folds if f.outcome is Outcome.SERVED

@@ -25,7 +25,7 @@
 Every class carries its status in ``code``. Errors raised by
 :mod:`contracts` (untrusted statements) are not wrapped: ``contracts`` stays
 free of gRPC, so their codes are the one table below, by class.
-:func:`status_for` gives the code of any error, and the server interceptor
+:func:`status_for` gives the code of any error, and the server's handler wrapper
 (:mod:`nodes.interceptors`) and the in-memory transport are the places
 that call it:
 

@@ -1,4 +1,13 @@
-"""The server interceptor: request ids, call logging, errors → status codes.
+"""The node's method handlers, wrapped: request ids, call logging, auth, limits, statuses.
+
+Not a grpc.aio server interceptor: every method handler of a node is wrapped
+once, when the server is built (:meth:`RequestContext.handler`), and the
+server looks a call's wrapped handler up in one table. A grpc.aio
+interceptor costs every call an extra coroutine chain before the handler is
+even found, and handlers registered per method (``add_registered_method_handlers``,
+as the generated ``add_*Servicer_to_server`` do) make grpc.aio's serving loop
+wait on one pending future per method for every call it takes up (about 20
+here): both were measurable shares of a demand's CPU.
 
 Every call gets a request id (the caller's ``x-request-id`` metadata if it
 sent a sane one, else a fresh one), bound into structlog's contextvars for
@@ -13,19 +22,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gc
 import inspect
 import os
 import re
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from structlog.contextvars import bind_contextvars, bound_contextvars, reset_contextvars
 
-from nodes.auth import ControlAuth, request_digest
+from nodes.auth import SIGNED_METHODS, ControlAuth, request_digest
 from nodes.errors import status_for
 from nodes.logging import get_logger
 
@@ -37,7 +47,7 @@ __all__ = [
     "REQUEST_ID_KEY",
     "BulkBudget",
     "LoopLag",
-    "RequestContextInterceptor",
+    "RequestContext",
 ]
 
 #: Calls that carry or produce bulk work; shed first under overload.
@@ -82,6 +92,19 @@ _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 log = get_logger(__name__)
 
 
+def _structlog_var(key: str) -> contextvars.ContextVar[Any]:
+    """The context variable structlog's ``bind_contextvars(key=…)`` sets (and its
+    ``merge_contextvars`` reads): set directly per call, without the name lookups."""
+    token = bind_contextvars(**{key: ...})[key]
+    var: contextvars.ContextVar[Any] = token.var
+    var.reset(token)
+    return var
+
+
+_REQUEST_ID_VAR = _structlog_var("request_id")
+_RPC_VAR = _structlog_var("rpc")
+
+
 def _request_id(metadata: Any) -> str:
     for key, value in metadata or ():
         if key == REQUEST_ID_KEY and isinstance(value, str) and _SANE_ID.match(value):
@@ -99,9 +122,9 @@ async def _abort_for(exc: Exception, context: grpc.aio.ServicerContext[Any, Any]
 
 
 if TYPE_CHECKING:  # the stubs make it generic; the runtime class is not subscriptable
-    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
+    _GenericRpcHandler = grpc.GenericRpcHandler[Any, Any]
 else:
-    _ServerInterceptor = grpc.aio.ServerInterceptor
+    _GenericRpcHandler = grpc.GenericRpcHandler
 
 
 class LoopLag:
@@ -225,11 +248,67 @@ class BulkBudget:
             granted.set_result(None)
 
 
-class RequestContextInterceptor(_ServerInterceptor):
-    """Binds ``request_id``/``rpc`` to the log context and maps errors to status codes.
+class _MethodTable(_GenericRpcHandler):
+    """Every wrapped method handler of a node, found by full method name: one dict lookup.
 
-    The wrapped handler is built once per method and reused: the per-call work
-    is reading the request id from the call's metadata and binding it.
+    Handlers that reached the server only as generic handlers (code generated
+    without per-method registration) are asked on first use, wrapped then and
+    kept: a handler is never served unwrapped.
+    """
+
+    def __init__(self, context: RequestContext, methods: dict[str, Any], generic: list[Any]):
+        self._context = context
+        self._methods = methods
+        self._generic = generic
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        rpc = handler_call_details.method
+        wrapped = self._methods.get(rpc)
+        if wrapped is not None or not self._generic:
+            return wrapped
+        for generic in self._generic:
+            handler = generic.service(handler_call_details)
+            if handler is not None:
+                wrapped = self._context.wrap(rpc, handler)
+                self._methods[rpc] = wrapped  # only names a handler exists for: bounded
+                return wrapped
+        return None
+
+
+class MethodCollector:
+    """Stands in for a grpc.aio server while services register: keeps their handlers.
+
+    The generated ``add_*Servicer_to_server`` functions call both
+    ``add_generic_rpc_handlers`` and ``add_registered_method_handlers``;
+    :meth:`RequestContext.handler` wraps what is collected here into the one
+    table the real server is given.
+    """
+
+    def __init__(self) -> None:
+        #: Full method name → handler, as registered per method.
+        self.methods: dict[str, Any] = {}
+        #: Generic handlers, asked for any method not registered per method.
+        self.generic: list[Any] = []
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        for name, handler in handlers.items():
+            self.methods[f"/{service}/{name}"] = handler
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        self.generic.extend(handlers)
+
+
+class RequestContext:
+    """Wraps a node's method handlers: ``request_id``/``rpc`` bound to the log context,
+    control calls authenticated, bulk calls admitted or shed, errors mapped to status codes.
+
+    Each handler is wrapped once (:meth:`handler` at build time); the per-call
+    work is reading the request id from the call's metadata and binding it.
+    An open unary method (not in :data:`nodes.auth.SIGNED_METHODS`: ``Serve.*``,
+    ``Evidence.Challenge``, ``Node.*``, …; bulk calls aside, which keep their
+    bytes for the byte budget) is served without keeping its raw request
+    bytes or looking for a control signature: nobody's signature is needed
+    for it and none is read there (``auth.caller()`` is None in it).
     """
 
     def __init__(
@@ -257,7 +336,11 @@ class RequestContextInterceptor(_ServerInterceptor):
         #: Full garbage collections run because of bulk traffic (see BULK_GC_INTERVAL_S).
         self.bulk_collections = 0
         self._last_collection = time.monotonic()
-        self._wrapped: dict[str, Any] = {}
+
+    def handler(self, collected: MethodCollector) -> _GenericRpcHandler:
+        """One generic handler serving every collected method, each wrapped once, now."""
+        methods = {rpc: self.wrap(rpc, h) for rpc, h in collected.methods.items()}
+        return _MethodTable(self, methods, list(collected.generic))
 
     def _bulk_refusal(self, rpc: str) -> str | None:
         """Why a bulk call starting now is shed, or None to admit it."""
@@ -271,27 +354,9 @@ class RequestContextInterceptor(_ServerInterceptor):
             )
         return None
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        rpc = handler_call_details.method
-        cached = self._wrapped.get(rpc)
-        if cached is not None:
-            return cached  # type: ignore[no-any-return]
-        # grpc's stubs type handlers for the sync server; in grpc.aio they are coroutines.
-        handler: Any = await continuation(handler_call_details)
-        if handler is None:
-            return handler  # type: ignore[return-value]
-        wrapped = self._wrap(rpc, handler)
-        if wrapped is not handler:
-            self._wrapped[rpc] = wrapped
-        return wrapped  # type: ignore[no-any-return]
-
-    def _wrap(self, rpc: str, handler: Any) -> Any:
+    def wrap(self, rpc: str, handler: Any) -> Any:
+        """``handler`` (grpc's stubs type it for the sync server; here its functions
+        are coroutines) wrapped for method ``rpc``."""
         count = self._count
         auth = self._auth
         inner_deserialize: Any = handler.request_deserializer
@@ -300,6 +365,15 @@ class RequestContextInterceptor(_ServerInterceptor):
             # Keep the exact bytes received: the control signature covers them.
             return (raw, inner_deserialize(raw) if inner_deserialize else raw)
 
+        if self._bulk_limit > 0 and rpc in BULK_METHODS and handler.unary_unary is not None:
+            # Bulk calls always keep the raw bytes: their size is what the byte budget holds.
+            return self._wrap_bulk(rpc, handler, keep_raw)
+
+        if auth is None or rpc not in SIGNED_METHODS:
+            # Open method (or a server that checks no signatures): the request as parsed.
+            if handler.unary_unary is not None:
+                return self._wrap_open_unary(rpc, handler)
+            auth = None
         deserialize: Any = keep_raw if auth is not None else inner_deserialize
 
         def admit(
@@ -316,10 +390,6 @@ class RequestContextInterceptor(_ServerInterceptor):
                 metadata = context.invocation_metadata()
             ControlAuth.bind(auth.check(rpc, raw, metadata))
             return parsed
-
-        if self._bulk_limit > 0 and rpc in BULK_METHODS and handler.unary_unary is not None:
-            # Bulk calls always keep the raw bytes: their size is what the byte budget holds.
-            return self._wrap_bulk(rpc, handler, keep_raw)
 
         if handler.unary_unary is not None:
             inner_uu: Any = handler.unary_unary
@@ -399,6 +469,42 @@ class RequestContextInterceptor(_ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         return handler
+
+    def _wrap_open_unary(self, rpc: str, handler: Any) -> Any:
+        """A unary call of an open method: request id, log context, counter, status mapping.
+
+        The hot path of a node (``Serve.Demand``): no raw bytes kept, no
+        control signature looked for, the call's metadata read once.
+        """
+        count = self._count
+        inner: Any = handler.unary_unary
+
+        async def open_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            request_id = _request_id(context.invocation_metadata())
+            # Bound for this call and restored after (tokens: no scan of the context).
+            id_token = _REQUEST_ID_VAR.set(request_id)
+            rpc_token = _RPC_VAR.set(rpc)
+            start = time.perf_counter()
+            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+            if count is not None:
+                count(rpc)
+            try:
+                return await inner(request, context)
+            except Exception as exc:
+                if isinstance(exc, grpc.aio.AbortError):
+                    raise
+                await _abort_for(exc, context, rpc)
+            finally:
+                if log.enabled("debug"):
+                    log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
+                _RPC_VAR.reset(rpc_token)
+                _REQUEST_ID_VAR.reset(id_token)
+
+        return grpc.unary_unary_rpc_method_handler(
+            open_unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
     def _collect_now_and_then(self) -> None:
         """A full garbage collection if the last was BULK_GC_INTERVAL_S ago or more."""

@@ -97,12 +97,13 @@ def _config_key() -> tuple[Any, Any, Any, Any]:
 class NodeLogger:
     """A structlog logger tagged with a module, bound once per configuration."""
 
-    __slots__ = ("_bound", "_key", "_name")
+    __slots__ = ("_bound", "_check", "_key", "_name")
 
     def __init__(self, name: str) -> None:
         self._name = name
         self._key: tuple[Any, Any, Any, Any] = (None, None, None, None)
         self._bound: Any = None
+        self._check: Any = None
 
     def _logger(self) -> Any:
         key, old = _config_key(), self._key
@@ -110,13 +111,14 @@ class NodeLogger:
             key[0] is old[0] and key[1] is old[1] and key[2] is old[2] and key[3] is old[3]
         ):
             self._bound = structlog.get_logger(module=self._name).bind()
+            self._check = getattr(self._bound, "is_enabled_for", None)
             self._key = key
         return self._bound
 
     def enabled(self, level: str) -> bool:
         """Whether an event at ``level`` ("debug", "info", …) would be emitted."""
-        bound = self._logger()
-        check = getattr(bound, "is_enabled_for", None)
+        self._logger()
+        check = self._check
         return True if check is None else bool(check(_LEVELS.get(level, 20)))
 
     def __getattr__(self, name: str) -> Any:

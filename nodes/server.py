@@ -1,8 +1,10 @@
 """The grpc.aio server of a node: provnet services, health, reflection.
 
 ``build_server`` wires a :class:`nodes.services.NodeCore` into a grpc.aio
-server (every service of :data:`nodes.servicers.SERVICES`) with the
-request-context interceptor, bounded message sizes and
+server (every service of :data:`nodes.servicers.SERVICES`, health and
+reflection, each method handler wrapped once by
+:class:`nodes.interceptors.RequestContext` and served from one table, with
+no server interceptor), bounded message sizes and
 SO_REUSEPORT off (two nodes can never silently share a port). ``NodeServer``
 owns its lifecycle: ``start`` binds (port 0 allowed) and marks health
 SERVING; ``stop`` marks NOT_SERVING, then gives in-flight calls ``grace``
@@ -21,7 +23,7 @@ from grpc_reflection.v1alpha import _async as reflection_aio
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from nodes.auth import ControlAuth
-from nodes.interceptors import BulkBudget, RequestContextInterceptor
+from nodes.interceptors import BulkBudget, MethodCollector, RequestContext
 from nodes.logging import get_logger
 from nodes.servicers import SERVICE_NAMES, add_services
 from nodes.services import NodeCore
@@ -97,10 +99,10 @@ class HealthServicer(health_aio.HealthServicer):  # type: ignore[misc]
         )
 
 
-def _add_reflection(names: tuple[str, ...], server: grpc.aio.Server) -> None:
+def _add_reflection(names: tuple[str, ...], methods: MethodCollector) -> None:
     servicer = reflection_aio.ReflectionServicer(names)
     for service in (REFLECTION_V1ALPHA, REFLECTION_V1):
-        handler = grpc.method_handlers_generic_handler(
+        methods.add_registered_method_handlers(
             service,
             {
                 "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
@@ -110,7 +112,6 @@ def _add_reflection(names: tuple[str, ...], server: grpc.aio.Server) -> None:
                 )
             },
         )
-        server.add_generic_rpc_handlers((handler,))
 
 
 @dataclass(slots=True)
@@ -121,8 +122,8 @@ class NodeServer:
     health: HealthServicer
     core: NodeCore
     listen: str
-    #: The request-context interceptor (its ``bulk_in_flight``/``bulk_shed`` counters).
-    requests: RequestContextInterceptor
+    #: What wraps every handler (its ``bulk_in_flight``/``bulk_shed`` counters).
+    requests: RequestContext
     port: int = 0
 
     async def start(self) -> int:
@@ -155,7 +156,7 @@ class NodeServer:
 
 def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeServer:
     auth = ControlAuth(core.config.operator_keys, node_name=core.config.name, clock=core.clock)
-    requests = RequestContextInterceptor(
+    requests = RequestContext(
         core.count_rpc,
         auth,
         core.config.max_bulk_rpcs,
@@ -166,16 +167,22 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
             else None
         ),
     )
+    # Every handler is collected first and wrapped once, then served from one
+    # generic handler: no server interceptor (a coroutine chain per call before
+    # the handler is found) and no per-method registration (grpc.aio's serving
+    # loop then waits on one pending future per registered method, for every
+    # call it takes up).
+    methods = MethodCollector()
+    add_services(core, methods)  # type: ignore[arg-type]  # it has what registration uses
+    health_servicer = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, methods)
+    _add_reflection(
+        (*SERVICE_NAMES, HEALTH_SERVICE, REFLECTION_V1ALPHA, REFLECTION_V1), methods
+    )
     server = grpc.aio.server(
-        interceptors=[requests],
+        handlers=[requests.handler(methods)],
         options=server_options(max_message_bytes, core.config.max_pending_rpcs),
         maximum_concurrent_rpcs=core.config.max_concurrent_rpcs,
-    )
-    add_services(core, server)
-    health_servicer = HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    _add_reflection(
-        (*SERVICE_NAMES, HEALTH_SERVICE, REFLECTION_V1ALPHA, REFLECTION_V1), server
     )
     return NodeServer(
         server=server, health=health_servicer, core=core, listen=listen, requests=requests

@@ -51,7 +51,7 @@ def _deadline(context: _Context) -> float | None:
 def _authorised_sender(core: NodeCore, sender: str) -> str:
     """The sender a delivery receipt may name: the call's signer, or anyone for an operator.
 
-    The interceptor has verified the call's signature (:mod:`nodes.auth`); a
+    The handler wrapper has verified the call's signature (:mod:`nodes.auth`); a
     node may deliver as itself only, so a receipt never names a node that did
     not sign the call. An operator key may name any sender (or none: the
     value's origin).

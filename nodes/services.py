@@ -966,13 +966,21 @@ class NodeCore:
             envelope = Envelope.from_bytes(demands[0])
             if envelope.payload_type == DEMAND_BATCH_TYPE:
                 return await self._answer_batch(envelope, now)
-        checked = [await self._check_demand(data, now) for data in demands]
-        nonces = [(d.statement.holder, d.statement.nonce) for d, _ in checked]
-        if len(set(nonces)) != len(nonces):
-            raise MalformedRequest("demand: the same nonce appears twice in one call")
+        # Plain loops, not async comprehensions: each of those is one more
+        # coroutine per call, and nearly every call carries one demand.
+        checked: list[tuple[Signed[Demand], _Own]] = []
+        for data in demands:
+            checked.append(await self._check_demand(data, now))
+        if len(checked) > 1:
+            nonces = {(d.statement.holder, d.statement.nonce) for d, _ in checked}
+            if len(nonces) != len(checked):
+                raise MalformedRequest("demand: the same nonce appears twice in one call")
         # (6) nonces: the only write before answering
         await self._accept_nonces([d for d, _ in checked], now)
-        return [await self._answer(d, own, now) for d, own in checked]
+        answers: list[Answer] = []
+        for d, own in checked:
+            answers.append(await self._answer(d, own, now))
+        return answers
 
     async def _answer_batch(self, envelope: Envelope, now: float) -> list[Answer]:
         """A demand batch (:mod:`contracts.batch`): the same checks as for one demand per
@@ -1100,10 +1108,15 @@ class NodeCore:
         """
         now_ms = _ms(now)
         self._prune_nonces(now_ms)
-        for demand in demands:
+        nonces = self._nonces
+        ahead = now_ms + FUTURE_SLACK_MS
+        keys: list[tuple[str, str]] = []
+        future: list[Signed[Demand]] = []
+        latest: int | None = None  # the latest time of a demand not dated ahead
+        for demand in demands:  # one pass: checks, keys, and which are dated ahead
             d = demand.statement
             key = (d.holder, d.nonce)
-            seen = self._nonces.get(key)
+            seen = nonces.get(key)
             if seen is not None:
                 self.bump(st.CounterName.NONCE_REPLAYS)
                 raise ReplayedNonce(
@@ -1115,22 +1128,23 @@ class NodeCore:
                     f"demand {demand.digest[:12]}… is dated {d.time} ms, before this node's"
                     f" restart floor {self._restart_floor_ms} ms; issue a fresh demand"
                 )
-        if len(self._nonces) + len(demands) > MAX_NONCES:
+            keys.append(key)
+            if d.time > ahead:
+                future.append(demand)
+            elif latest is None or d.time > latest:
+                latest = d.time
+        if len(nonces) + len(demands) > MAX_NONCES:
             raise RequestTooLarge(
-                f"demand: {len(self._nonces)} demand nonces remembered (cap {MAX_NONCES});"
+                f"demand: {len(nonces)} demand nonces remembered (cap {MAX_NONCES});"
                 " try again shortly"
             )
-        ahead = now_ms + FUTURE_SLACK_MS
-        future = [d for d in demands if d.statement.time > ahead]
-        present = [d for d in demands if d.statement.time <= ahead]
         if future:
             self._check_future_caps(future, now_ms)
         # Claim the nonces before the first await, so a concurrent call with the
         # same nonce sees it; give them back if they cannot be made durable.
         forget_at = now_ms + _ms(DEMAND_WINDOW_S * 2)
-        keys = [(d.statement.holder, d.statement.nonce) for d in demands]
         for key in keys:
-            self._nonces[key] = forget_at
+            nonces[key] = forget_at
         try:
             if future:
                 # Dated ahead of our clock: remembered durably one by one, so the
@@ -1141,10 +1155,8 @@ class NodeCore:
                 await asyncio.to_thread(_append_future_nonces, self._future_path, entries)
                 for holder, nonce, time_ms in entries:
                     self._future[(holder, nonce)] = time_ms + _ms(DEMAND_WINDOW_S)
-            if present:
-                latest = max(d.statement.time for d in present)
-                if latest >= self._floor_ms:
-                    await self._raise_floor(max(latest, now_ms) + REPLAY_FLOOR_LEASE_MS)
+            if latest is not None and latest >= self._floor_ms:
+                await self._raise_floor(max(latest, now_ms) + REPLAY_FLOOR_LEASE_MS)
         except BaseException:
             for key in keys:
                 self._nonces.pop(key, None)

@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 from contracts.evidence import verify_evidence
 from contracts.identity import Identity
 from contracts.serve import build_demand, verify_served
+from nodes import servicers
 from nodes._pb.provnet.v1 import (
     deliver_pb2,
     deliver_pb2_grpc,
@@ -411,12 +412,23 @@ async def test_a_nodes_deliveries_are_signed_and_its_demands_are_not(
     channel with no control signature (and no interceptor to pay for)."""
     seen: list[tuple[str, bool]] = []
     check = ControlAuth.check
+    demand = servicers.Serve.Demand
+
+    def signed(metadata: Any) -> bool:
+        return any(k == "x-provnet-sig" for k, _ in metadata or ())
 
     def recording(self: ControlAuth, method: str, request: bytes, metadata: Any, **kw: Any) -> Any:
-        seen.append((method, any(k == "x-provnet-sig" for k, _ in metadata or ())))
+        seen.append((method, signed(metadata)))
         return check(self, method, request, metadata, **kw)
 
+    async def recording_demand(self: servicers.Serve, request: Any, context: Any) -> Any:
+        # An open method: the node looks for no control signature there, so
+        # what the holder sent is read from the call itself.
+        seen.append(("/provnet.v1.Serve/Demand", signed(context.invocation_metadata())))
+        return await demand(self, request, context)
+
     monkeypatch.setattr(ControlAuth, "check", recording)
+    monkeypatch.setattr(servicers.Serve, "Demand", recording_demand)
     a = await grpc_node(tmp_path, "a")
     b = await grpc_node(tmp_path, "b")
     nodes.extend([a, b])
