@@ -314,6 +314,7 @@ class Holder:
         """
         if (
             self.batch
+            and len(folds) > 1  # one fold: its own demand costs the same signatures, less work
             and all(
                 f.held.fold is not None
                 and f.held.commitment.statement.leaf_count <= self.stream_leaves
