@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import time
 from collections import OrderedDict
@@ -297,11 +298,16 @@ def _held_fold(fold: VerifiedFold, proof: bytes, head: bytes) -> HeldFold:
     return HeldFold(fold.commitment, fold.obligation, proof, head, fold)
 
 
+@functools.lru_cache(maxsize=4096)
 def _envelope_digest(data: bytes) -> str:
-    """Digest of an envelope as sent (the digest statements name it by)."""
+    """Digest of an envelope as sent (the digest statements name it by).
+
+    Memoised by the exact bytes (a head travels, or is elided, on every
+    delivery of every value folded under it)."""
     return Envelope.from_bytes(data).digest
 
 
+@functools.lru_cache(maxsize=4096)
 def _head_origin(data: bytes) -> str:
     """The origin a head envelope is signed by (its one signature's key id)."""
     return Envelope.from_bytes(data).signatures[0].keyid
@@ -1493,7 +1499,11 @@ class NodeCore:
                 if o != delivery.sender and (address, o) in self._origins_acked
             )
         )
-        full = dataclasses.replace(delivery, key_id_origins=())
+        full = (
+            delivery
+            if not delivery.key_id_origins
+            else dataclasses.replace(delivery, key_id_origins=())
+        )
         outgoing = full
         if elided or keyed:
             outgoing = dataclasses.replace(delivery, heads=travelling, key_id_origins=keyed)

@@ -195,6 +195,29 @@ def test_memoised_deliver_size_is_the_encoded_size_at_every_length_prefix_bounda
             assert wire.deliver_request_size(d) == wire.message_size(wire.deliver_request(d)), n
 
 
+def test_statement_and_response_sizes_are_the_encoded_sizes_at_length_prefix_boundaries() -> None:
+    """The statement bytes a delivery adds and the Deliver response size, counted
+    without building messages, equal the encoded sizes (full request minus the
+    value-only request; the response message around the receipt)."""
+    base = _delivery_with_statements()
+    for n in [*range(0, 300), *range(15_800, 16_600, 7), 2_100_000]:
+        for d in (
+            Delivery(base.value_ref, b"x" * n, (), (), base.sender, base.fold_proofs, base.heads),
+            Delivery(base.value_ref, b"x" * n, (), (), "", base.fold_proofs, base.heads),
+            Delivery(base.value_ref, b"x" * n, (), (), base.sender),
+            Delivery("v/é", b"x" * n, (), (), "", base.fold_proofs, base.heads),
+        ):
+            bare = Delivery(d.value_ref, d.value, (), (), d.sender)
+            encoded = wire.message_size(wire.deliver_request(d)) - wire.message_size(
+                wire.deliver_request(bare)
+            )
+            assert wire.delivery_statement_size(d) == encoded, n
+        receipt = b"r" * n
+        assert wire.deliver_response_size(receipt) == wire.message_size(
+            wire.deliver_response(receipt)
+        ), n
+
+
 def test_default_workers_use_the_available_cores_at_most_one_per_run() -> None:
     cores = available_cores()
     assert cores >= 1
