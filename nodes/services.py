@@ -1219,7 +1219,7 @@ class NodeCore:
                 f" {MAX_COMMITMENTS_PER_VALUE}"
             )
         if delivery.sender and (
-            len(delivery.sender) != 64 or set(delivery.sender) - set("0123456789abcdef")
+            len(delivery.sender) != 64 or delivery.sender.strip("0123456789abcdef")
         ):
             raise MalformedRequest(f"deliver: sender {delivery.sender!r:.80} is not a node id")
         now = self.clock()
