@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_overload.py [--callers 1000] [--payload-mib 3]
         [--duration 10] [--rounds 1] [--max-concurrent N] [--max-bulk N]
         [--max-bulk-bytes N] [--max-pending N] [--shed-lag-ms 0] [--load-procs 4]
-        [--load-nice 0] [--rss-bound-mib 1024] [--eager-body]
+        [--load-nice 0] [--probe-callers 50] [--layout split|shared]
+        [--rss-bound-mib 1024] [--eager-body]
 
 Four kinds of process, so none steals another's event loop: one ``provnet
 node`` (the command ``provnet cluster up`` runs; the node's admission
@@ -13,8 +14,10 @@ one call at a time, every 10 ms); ``--load-procs`` **load** processes whose
 ``--callers`` tasks (split between them) each deliver a ``--payload-mib``
 value (operator-signed ``Deliver``, a valid commitment + obligation;
 ``--pool`` distinct values, built before the clock starts) in a loop over
-``--connections`` HTTP/2 connections; and a **delivery probe**, one such
-caller in its own process. A caller sends its body once the node has
+``--connections`` HTTP/2 connections; and a **delivery probe**,
+``--probe-callers`` (50) of the callers in a process of their own, light
+enough that their latency is the node's doing (a load process's callers
+also wait for their own busy process). A caller sends its body once the node has
 admitted the call (the node answers an admitted bulk call with response
 headers before it reads the body; ``--eager-body``: with the headers, as a
 plain unary call). A caller that is shed (``RESOURCE_EXHAUSTED``,
@@ -23,13 +26,20 @@ same delivery after an exponential backoff with jitter (100 ms × 1.6ⁿ, at
 most 2 s, ±20 %), as a gRPC client's retry policy would; an admitted caller
 sends its next value at once.
 
+Process layout (``--layout``, printed): **split** (the default) pins the
+node to the first CPU and every other process (probes and load) to the
+rest, as a deployed node has a CPU of its own and its callers are on other
+machines; **shared** leaves every process on every CPU, so the callers'
+CPU use is in the node's latency (the layout before there was a choice).
+Split needs two CPUs; with one it falls back to shared and says so.
+
 Each round: the serve probe alone for ``--unloaded`` seconds, the delivery
 probe's ``--solo`` deliveries one at a time (once the load processes are
 built and idle), then everything together for ``--duration`` seconds.
 Printed per round, side by side: unloaded and loaded p50/p99 and the p99
 ratio (target ≤ 10) for the serve probe and for admitted deliveries (all
 admitted under load, against the delivery probe's unloaded ones; the
-probe's own admitted calls are shown too), the shed calls (status codes,
+probe callers' own admitted calls and their ratio are shown apart), the shed calls (status codes,
 time to be refused), the node's peak RSS (``VmHWM``, over the whole run so
 far) against ``--rss-bound-mib``, each with PASS/FAIL, the load average and
 the CPU seconds the node and the load processes got. Exit 0 when every
@@ -137,6 +147,10 @@ async def _probe(args: argparse.Namespace) -> dict[str, Any]:
 # --------------------------------------------------------------------------- load process
 
 
+class LocallyCancelled(Exception):
+    """grpc.aio cancelled a call itself (its body could not be written: the call had ended)."""
+
+
 async def _load(args: argparse.Namespace) -> dict[str, Any]:
     import grpc
 
@@ -202,7 +216,16 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
 
         call = streams[k % len(chans)](request(), timeout=timeout, metadata=meta)
         held.append(call)
-        await call
+        try:
+            await call
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this caller is being cancelled, not just its call
+            # grpc.aio cancels a call whose body could not be written because the
+            # call had ended (its deadline passed as the node admitted it): that
+            # is a failed attempt, not the end of this caller.
+            raise LocallyCancelled from None
 
     for k in range(args.solo):
         body, digest = pool[k % len(pool)]
@@ -225,6 +248,9 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
                 await send(i, body, meta, max(0.1, until - time.monotonic()))
                 admitted.append((time.perf_counter() - start) * 1000)
                 n, backoff = n + args.callers, 0.1
+            except LocallyCancelled:
+                if time.monotonic() < until:
+                    other["CANCELLED (locally)"] = other.get("CANCELLED (locally)", 0) + 1
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 if code in shed_as and time.monotonic() < until:
@@ -249,13 +275,34 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
 # --------------------------------------------------------------------------- driver
 
 
+def _pinned(cpus: set[int] | None) -> Any:
+    """A ``preexec_fn`` that pins the child (and every thread it starts) to ``cpus``."""
+    if not cpus:
+        return None
+
+    def pin() -> None:
+        os.sched_setaffinity(0, cpus)
+
+    return pin
+
+
+def _layout(name: str) -> tuple[set[int] | None, set[int] | None, str]:
+    """CPUs for the node and for the callers (probes and load), and how to print it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if name == "shared" or len(cpus) < 2:
+        why = "" if name == "shared" else f" (split needs 2 CPUs, have {len(cpus)})"
+        return None, None, f"shared: node and callers on CPUs {cpus}{why}"
+    node, callers = {cpus[0]}, set(cpus[1:])
+    return node, callers, f"split: node on CPU {cpus[0]}, callers on CPUs {sorted(callers)}"
+
+
 def _child(role: str, args: argparse.Namespace, out: Path, **extra: Any) -> subprocess.Popen[bytes]:
     argv = [sys.executable, __file__, "--role", role, "--out", str(out)]
     if args.eager_body:
         argv.append("--eager-body")
     for key, value in extra.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
-    return subprocess.Popen(argv)
+    return subprocess.Popen(argv, preexec_fn=_pinned(args.caller_cpus))
 
 
 def _wait(proc: subprocess.Popen[bytes], out: Path, timeout: float) -> dict[str, Any]:
@@ -315,8 +362,11 @@ def _drive(args: argparse.Namespace) -> int:
         "node", "--name", "load", "--listen", address, "--data-dir", str(work / "node"),
         "--log-format", "json",
     )  # fmt: skip
+    node_cpus, args.caller_cpus, layout = _layout(args.layout)
     log = (work / "node.log").open("wb")
-    node = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    node = subprocess.Popen(
+        argv, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=_pinned(node_cpus)
+    )
     rounds: list[dict[str, Any]] = []
     try:
         deadline = time.monotonic() + 60
@@ -331,9 +381,11 @@ def _drive(args: argparse.Namespace) -> int:
             f"  max-bulk-rpcs {args.max_bulk}  max-bulk-bytes {args.max_bulk_bytes}"
             f"  max-pending-rpcs {args.max_pending}  bulk-shed-lag-ms {args.shed_lag_ms}"
             f"  load processes {args.load_procs}  load-nice {args.load_nice}"
+            f"  probe callers {args.probe_callers}"
             f"  bodies {'with the headers' if args.eager_body else 'once admitted'}",
             flush=True,
         )
+        print(f"layout {layout}", flush=True)
         common = {"address": address, "obligation": obligation}
         for r in range(args.rounds):
             out_u = work / f"probe-unloaded-{r}.json"
@@ -345,9 +397,10 @@ def _drive(args: argparse.Namespace) -> int:
             out_p = work / f"probe-loaded-{r}.json"
             go = work / f"go-{r}"
             loads_out, loaders = [], []
+            loaded_callers = args.callers - args.probe_callers
             for k in range(args.load_procs):
                 out_l = work / f"load-{r}-{k}.json"
-                share = args.callers // args.load_procs + (k < args.callers % args.load_procs)
+                share = loaded_callers // args.load_procs + (k < loaded_callers % args.load_procs)
                 loaders.append(
                     _child(
                         "load", args, out_l, duration=args.duration, callers=share,
@@ -365,13 +418,15 @@ def _drive(args: argparse.Namespace) -> int:
                 if any(p.poll() is not None for p in loaders) or time.monotonic() > deadline:
                     raise SystemExit("a load process did not get ready")
                 time.sleep(0.05)
-            # The delivery probe: one caller in its own process (so its latency is
-            # the node's doing, not a busy load process's), its unloaded
-            # deliveries measured once the load processes are built and idle.
+            # The delivery probe: --probe-callers of the callers in their own,
+            # lightly loaded process (so their latency is the node's doing, not a
+            # busy load process's), its unloaded deliveries measured once the load
+            # processes are built and idle.
             out_d = work / f"dprobe-{r}.json"
             dprobe = _child(
-                "load", args, out_d, duration=args.duration, callers=1,
-                payload_mib=args.payload_mib, pool=4, connections=1, solo=args.solo,
+                "load", args, out_d, duration=args.duration, callers=args.probe_callers,
+                payload_mib=args.payload_mib, pool=min(16, max(4, args.probe_callers)),
+                connections=max(1, args.probe_callers // 25), solo=args.solo,
                 offset=args.load_procs * args.pool, operator_key=operator_key,
                 ready=work / f"ready-{r}-d", go=go, **common,
             )  # fmt: skip
@@ -421,10 +476,12 @@ def _drive(args: argparse.Namespace) -> int:
         if len(rounds) > 1:
             ratios = [r["ratio"] for r in rounds]
             d_ratios = [r["d_ratio"] for r in rounds]
+            p_ratios = [r["p_ratio"] for r in rounds]
             print(
                 f"over {len(rounds)} rounds: serve probe p99 ratio {min(ratios):.1f}"
                 f"–{max(ratios):.1f}; admitted deliveries p99 ratio {min(d_ratios):.1f}"
-                f"–{max(d_ratios):.1f}; RSS peak {max(r['hwm'] for r in rounds):.0f} MiB"
+                f"–{max(d_ratios):.1f} (the probe's {min(p_ratios):.1f}–{max(p_ratios):.1f});"
+                f" RSS peak {max(r['hwm'] for r in rounds):.0f} MiB"
                 f" (bound {args.rss_bound_mib}); rounds passing {sum(r['ok'] for r in rounds)}"
                 f" of {len(rounds)}"
             )
@@ -462,6 +519,8 @@ def _report(
     admitted = load["admitted"] + probed
     a99, d99 = _p(alone, 0.99), _p(admitted, 0.99)
     d_ratio = d99 / a99 if alone and admitted else float("inf")
+    p99 = _p(probed, 0.99)
+    p_ratio = p99 / a99 if alone and probed else float("inf")
     shed = load["shed"]
     hwm = _rss_mib(pid, "VmHWM")
     rss_ok = hwm <= args.rss_bound_mib
@@ -486,8 +545,9 @@ def _report(
         f"  {d_ratio:6.1f} (<= 10: {verdict(d_ratio <= 10)})"
     )
     print(
-        f"  {'  of which the probe':22} {'':>24} {_p(probed, 0.5):>8.1f} / {_p(probed, 0.99):>8.1f}"
-        f" (n={len(probed):>4})  one caller in its own process; shed {len(deliveries['shed'])}"
+        f"  {'  of which the probe':22} {'':>24} {_p(probed, 0.5):>8.1f} / {p99:>8.1f}"
+        f" (n={len(probed):>4})  {p_ratio:6.1f}  {args.probe_callers} callers in their own"
+        f" process; shed {len(deliveries['shed'])}"
     )
     print(
         f"  shed {len(shed)} {load['shed_codes'] or ''} (time to be refused p50"
@@ -501,6 +561,7 @@ def _report(
     return {
         "ratio": ratio,
         "d_ratio": d_ratio,
+        "p_ratio": p_ratio,
         "hwm": hwm,
         "ok": ratio <= 10 and d_ratio <= 10 and rss_ok,
     }
@@ -544,11 +605,25 @@ def main() -> int:
         "--load-nice", type=int, default=0,
         help="niceness of the load process (models callers on other machines)",
     )  # fmt: skip
+    parser.add_argument(
+        "--layout", choices=("split", "shared"), default="split",
+        help="split (default): the node pinned to one CPU, the probes and load processes"
+        " to the others, as a deployed node has its own CPU and its callers are"
+        " elsewhere; shared: every process on every CPU (the callers' CPU use is then"
+        " in the node's latency)",
+    )  # fmt: skip
     parser.add_argument("--node-env", action="append", default=[], help="KEY=VALUE for the node")
     parser.add_argument("--pool", type=int, default=128, help="distinct deliveries sent")
     parser.add_argument("--solo", type=int, default=20, help="unloaded deliveries first")
+    parser.add_argument(
+        "--probe-callers", type=int, default=50,
+        help="callers (of --callers) in the delivery probe's own process, their latency"
+        " shown apart: the load processes' callers wait for their own busy process too",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.role == "drive":
+        if not 1 <= args.probe_callers < args.callers:
+            parser.error(f"--probe-callers must be 1 to --callers - 1, got {args.probe_callers}")
         return _drive(args)
     if args.nice:
         os.nice(args.nice)

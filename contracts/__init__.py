@@ -22,6 +22,10 @@ Module map (main entry points)::
     binary      the compact binary payloads (version 2) of Demand and Receipt:
                 encode_/decode_demand, encode_/decode_receipt, payload types
                 …demand.v2+bin / …receipt.v2+bin (the JSON form stays valid)
+    batch       batched demands and receipts (version 3): one signed demand
+                naming several folds of one origin, one signed receipt
+                answering them; open_statement(..., fold=) reads one fold's
+                item as its own Demand / Receipt
     heads       signed tree heads (revision 2): HeadLog (origin: one
                 signature per compaction), FoldRecord, FoldProof,
                 verify_fold, VerifiedFold (stands in for commitment +

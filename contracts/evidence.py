@@ -56,6 +56,7 @@ from contracts._fields import (
     get_node_id,
     is_digest,
 )
+from contracts.batch import FoldKey
 from contracts.canonical import (
     JsonObject,
     canonical_bytes,
@@ -152,6 +153,7 @@ def _level(kind: EvidenceKind) -> EvidenceLevel:
             return EvidenceLevel.SUSPICION
         case _:
             assert_never(kind)
+
 
 _FIELDS = frozenset(
     {
@@ -318,11 +320,14 @@ class _Core:
     demand: Signed[Demand]
 
 
-def _by_accused(env: Envelope | None, cls: Any, accused: str, what: str) -> Any:
+def _by_accused(
+    env: Envelope | None, cls: Any, accused: str, what: str, fold: FoldKey | None = None
+) -> Any:
     if env is None:
         raise EncodingError(f"evidence: missing {what}")
-    # Attributed statements must verify with the accused's own key.
-    return open_statement(env, cls, signer=accused)
+    # Attributed statements must verify with the accused's own key; a batch
+    # (contracts.batch) is read for the record's own fold.
+    return open_statement(env, cls, signer=accused, fold=fold)
 
 
 def _core(e: Evidence) -> _Core:
@@ -332,7 +337,8 @@ def _core(e: Evidence) -> _Core:
     o: Signed[Obligation] = _by_accused(e.obligation, Obligation, e.accused, "obligation")
     if e.demand is None:
         raise EncodingError("evidence: missing demand")
-    return _bound_core(c, o, open_statement(e.demand, Demand), e.accused)
+    demand = open_statement(e.demand, Demand, fold=(o.digest, c.digest))
+    return _bound_core(c, o, demand, e.accused)
 
 
 def _head_core(e: Evidence) -> _Core:
@@ -346,7 +352,8 @@ def _head_core(e: Evidence) -> _Core:
     if e.demand is None:
         raise EncodingError("evidence: missing demand")
     # (3) the demand names the head and the fold (as for per-fold statements)
-    demand = open_statement(e.demand, Demand)
+    key = (fold.obligation.digest, fold.commitment.digest)
+    demand = open_statement(e.demand, Demand, fold=key)
     return _bound_core(fold.commitment, fold.obligation, demand, e.accused)
 
 
@@ -388,6 +395,11 @@ def _check_demand(
         )
 
 
+def _key(core: _Core) -> FoldKey:
+    """The fold a record is about: selects its statements out of a batch."""
+    return core.obligation.digest, core.commitment.digest
+
+
 def _verdict(
     e: Evidence,
     status: EvidenceStatus,
@@ -411,7 +423,7 @@ def _verdict(
 
 def _verify_bad_data(e: Evidence) -> EvidenceVerdict:
     core = _core(e)
-    r: Signed[Receipt] = _by_accused(e.receipt, Receipt, e.accused, "receipt")
+    r: Signed[Receipt] = _by_accused(e.receipt, Receipt, e.accused, "receipt", _key(core))
     verify_receipt_binding(
         r, demand=core.demand, obligation=core.obligation, commitment=core.commitment
     )
@@ -440,7 +452,7 @@ def _bad_data(e: Evidence, core: _Core, r: Signed[Receipt], miss: Exception) -> 
 
 def _verify_refused(e: Evidence) -> EvidenceVerdict:
     core = _core(e)
-    r: Signed[Receipt] = _by_accused(e.receipt, Receipt, e.accused, "receipt")
+    r: Signed[Receipt] = _by_accused(e.receipt, Receipt, e.accused, "receipt", _key(core))
     verify_receipt_binding(
         r, demand=core.demand, obligation=core.obligation, commitment=core.commitment
     )
@@ -566,7 +578,7 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
     # (2) witnesses: their own signed demands and reports for this obligation
     demands: dict[str, Signed[Demand]] = {d.digest: d}
     for env in e.witness_demands:
-        wd = open_statement(env, Demand)
+        wd = open_statement(env, Demand, fold=_key(core))
         _check_demand(wd, o, c, e.accused)
         demands[wd.digest] = wd
     confirmed: list[str] = []
@@ -600,7 +612,7 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
                 confirmed.append(rs.witness)
     # (3) any receipt of the origin answering one of these demands clears it
     for env in e.answers:
-        r: Signed[Receipt] = open_statement(env, Receipt, signer=e.accused)
+        r: Signed[Receipt] = open_statement(env, Receipt, signer=e.accused, fold=_key(core))
         answered = demands.get(r.statement.demand)
         if answered is None:
             raise BindingMismatch(
@@ -675,7 +687,7 @@ def verify_clearing(
         raise VerificationError(f"{e.kind.value} is a proof; a later receipt does not clear it")
     verify_evidence(e, now=now, min_witnesses=min_witnesses)  # the record itself holds up
     core = _core(e)
-    r: Signed[Receipt] = open_statement(receipt, Receipt, signer=e.accused)
+    r: Signed[Receipt] = open_statement(receipt, Receipt, signer=e.accused, fold=_key(core))
     rs = r.statement
     if rs.obligation != core.obligation.digest or rs.commitment != core.commitment.digest:
         raise BindingMismatch(
@@ -878,7 +890,9 @@ def judge_answer(
         r = (
             receipt
             if isinstance(receipt, Signed)
-            else open_statement(receipt, Receipt, signer=origin)
+            else open_statement(
+                receipt, Receipt, signer=origin, fold=(obligation.digest, commitment.digest)
+            )
         )
         verify_receipt_binding(r, demand=demand, obligation=obligation, commitment=commitment)
     except ContractError as exc:

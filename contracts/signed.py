@@ -21,6 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from contracts.batch import (
+    DEMAND_BATCH_TYPE,
+    RECEIPT_BATCH_TYPE,
+    FoldKey,
+    demand_item,
+    receipt_item,
+)
 from contracts.binary import (
     BINARY_KINDS,
     DEMAND_BINARY_TYPE,
@@ -73,6 +80,11 @@ _BINARY_ENCODERS: dict[StatementKind, Any] = {
     StatementKind.RECEIPT: encode_receipt,
 }
 _BINARY_CLASSES: dict[str, type[Any]] = {DEMAND_BINARY_TYPE: Demand, RECEIPT_BINARY_TYPE: Receipt}
+#: Batch payload type (version 3, :mod:`contracts.batch`) → (kind, one fold's statement).
+_BATCH_SELECTORS: dict[str, tuple[StatementKind, Any]] = {
+    DEMAND_BATCH_TYPE: (StatementKind.DEMAND, demand_item),
+    RECEIPT_BATCH_TYPE: (StatementKind.RECEIPT, receipt_item),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +97,9 @@ class Signed(Generic[S]):
     @property
     def digest(self) -> str:
         """Hex SHA-256 of the payload = of the canonical statement bytes."""
-        return self.envelope.digest
+        # The envelope's memoised digest without a second property call: digests
+        # are read on every binding check (tens of times per rehydration).
+        return self.envelope._digest or self.envelope.digest
 
     @property
     def signer(self) -> str:
@@ -149,11 +163,24 @@ def _as_envelope(data: bytes | Envelope | dict[str, Any], max_bytes: int) -> Env
     return Envelope.from_bytes(data, max_bytes=max_bytes)
 
 
-def _parse(envelope: Envelope, cls: type[Any]) -> Any:
-    """The statement of kind ``cls`` in ``envelope``, in the form its payload type names."""
+def _parse(envelope: Envelope, cls: type[Any], fold: FoldKey | None = None) -> Any:
+    """The statement of kind ``cls`` in ``envelope``, in the form its payload type names.
+
+    A batch (version 3) holds one statement per fold: ``fold`` (obligation,
+    commitment digests) selects it; without it a batch is an error.
+    """
     payload_type = envelope.payload_type
     if payload_type != _PAYLOAD_TYPES[cls.KIND]:
         binary = _BINARY_DECODERS.get(payload_type)
+        if binary is None:
+            batch = _BATCH_SELECTORS.get(payload_type)
+            if batch is not None and batch[0] is cls.KIND:
+                if fold is None:
+                    raise EncodingError(
+                        f"a {cls.KIND.value} batch ({payload_type}) holds one {cls.KIND.value}"
+                        " per fold: name the fold (obligation, commitment) to read"
+                    )
+                return batch[1](envelope.payload, fold)
         if binary is None or binary[0] is not cls.KIND:
             expected = [_PAYLOAD_TYPES[cls.KIND]]
             if cls.KIND in BINARY_KINDS:
@@ -179,16 +206,21 @@ def open_statement(
     *,
     signer: str | None = None,
     max_bytes: int = MAX_ENVELOPE_BYTES,
+    fold: FoldKey | None = None,
 ) -> Signed[S]:
     """Parse and verify a signed statement of kind ``cls``.
 
     If ``signer`` is given, the statement must name that node id as its
-    signer (:class:`BindingMismatch` otherwise).
+    signer (:class:`BindingMismatch` otherwise). ``fold`` (obligation,
+    commitment digests) reads that fold's statement out of a batch
+    (:mod:`contracts.batch`): the envelope, its signature and its digest are
+    the batch's. It is ignored for single statements (whose bindings the
+    caller checks as always).
     """
     envelope = _as_envelope(data, max_bytes)
     # (1) payload type names the kind we were asked for, (2) strict parse of
     # the payload bytes in the form it names
-    statement: S = _parse(envelope, cls)
+    statement: S = _parse(envelope, cls, fold)
     # (3) the statement's signer is the expected one, if the caller has one
     if signer is not None and statement.signer != signer:
         raise BindingMismatch(
@@ -205,6 +237,7 @@ def parse_statement(
     cls: type[S],
     *,
     max_bytes: int = MAX_ENVELOPE_BYTES,
+    fold: FoldKey | None = None,
 ) -> Signed[S]:
     """Steps (1) and (2) of :func:`open_statement` only: **no signature is checked**.
 
@@ -214,7 +247,7 @@ def parse_statement(
     kept as evidence; :func:`open_statement` it first.
     """
     envelope = _as_envelope(data, max_bytes)
-    statement: S = _parse(envelope, cls)
+    statement: S = _parse(envelope, cls, fold)
     return Signed(envelope, statement)
 
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import assert_never
 
+from contracts.batch import RECEIPT_BATCH_TYPE, build_demand_batch, decode_receipt_batch
 from contracts.canonical import sha256_hex
 from contracts.envelope import Envelope
 from contracts.errors import ContractError, NotEvidence
@@ -59,7 +60,7 @@ from contracts.evidence import (
 from contracts.heads import FoldProof, HeadCache, VerifiedFold, verify_fold
 from contracts.identity import Identity
 from contracts.lazy import judge_fold_answer
-from contracts.serve import build_demand, verify_delivery
+from contracts.serve import build_demand, new_nonce, verify_delivery
 from contracts.signed import Signed, open_statement, parse_statement, sign_statement
 from contracts.statements import (
     Commitment,
@@ -201,6 +202,7 @@ class Holder:
         cache: bool = True,
         stream_leaves: int = DEFAULT_STREAM_LEAVES,
         min_witnesses: int = 1,
+        batch: bool = True,
     ) -> None:
         if reasks < 0:
             raise ValueError(f"reasks must be >= 0, got {reasks}")
@@ -217,6 +219,9 @@ class Holder:
         self._on_receipt = on_receipt
         self._use_cache = cache
         self.stream_leaves = stream_leaves
+        #: Demand folds under heads with one signed demand batch per origin (version 3);
+        #: False: one signed demand per fold (what origins before version 3 read).
+        self.batch = batch
         self._cache: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self.demand_rpcs = 0
 
@@ -298,7 +303,25 @@ class Holder:
         return max(0.001, min(promised, deadline - time.monotonic() - _MARGIN_S))
 
     async def _ask(self, run: _OriginRun, folds: list[_Fold], deadline: float | None) -> None:
-        """One ``Serve.Demand`` for every ordinary fold; a huge fold streams on its own."""
+        """One ``Serve.Demand`` for every ordinary fold; a huge fold streams on its own.
+
+        Folds under signed heads that need no stream are demanded with ONE
+        signed demand batch (:mod:`contracts.batch`) and answered with one
+        signed receipt batch; any other fold with a demand of its own.
+        """
+        if (
+            self.batch
+            and all(
+                f.held.fold is not None
+                and f.held.commitment.statement.leaf_count <= self.stream_leaves
+                for f in folds
+            )
+            # a batch names each fold once; the same fold held twice is asked per fold
+            and len({(f.held.obligation.digest, f.held.commitment.digest) for f in folds})
+            == len(folds)
+        ):
+            await self._ask_batch(run, folds, deadline)
+            return
         now_ms = self.now_ms()
         for fold in folds:
             fold.demand = build_demand(self.identity, fold.held.obligation, now=now_ms)
@@ -319,6 +342,30 @@ class Holder:
             *(self._ask_group(run, address, group, stream, deadline) for group, stream in groups)
         )
 
+    def _sign_batch(self, run: _OriginRun, folds: list[_Fold]) -> bytes:
+        """One signed demand batch for ``folds`` (put in the batch's order); each fold's
+        ``demand`` is its item, read as a demand inside the batch's envelope."""
+        envelope, batch = build_demand_batch(
+            self.identity,
+            [(f.held.obligation.statement, f.held.obligation.digest, None) for f in folds],
+            origin=run.origin,
+            nonce=new_nonce(),
+            now=self.now_ms(),
+        )
+        folds.sort(key=lambda f: (f.held.obligation.digest, f.held.commitment.digest))
+        for index, fold in enumerate(folds):
+            fold.demand = Signed(envelope, batch.demand(index))
+        return envelope.to_bytes()
+
+    async def _ask_batch(self, run: _OriginRun, folds: list[_Fold], deadline: float | None) -> None:
+        try:
+            address = self._address(folds[0].held.obligation)
+        except CallFailed as exc:
+            for fold in folds:
+                fold.outcome, fold.detail = Outcome.UNANSWERED, str(exc)
+            return
+        await self._ask_group(run, address, list(folds), False, deadline, batch=True)
+
     async def _ask_group(
         self,
         run: _OriginRun,
@@ -326,8 +373,13 @@ class Holder:
         folds: list[_Fold],
         stream: bool,
         deadline: float | None,
+        *,
+        batch: bool = False,
     ) -> None:
-        demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
+        if batch:
+            demands = [self._sign_batch(run, folds)]
+        else:
+            demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
         answers: list[Answer] | None = None
         last_error = ""
         # The origin has until this instant (the obligation's deadline) to answer;
@@ -368,6 +420,9 @@ class Holder:
                     continue  # our earlier ask arrived late; still no receipt in time
                 if exc.code == "ABORTED":
                     # The origin restarted after our demand was made: issue fresh ones.
+                    if batch:
+                        demands = [self._sign_batch(run, folds)]
+                        continue
                     now_ms = self.now_ms()
                     for fold in folds:
                         fold.demand = build_demand(self.identity, fold.held.obligation, now=now_ms)
@@ -386,12 +441,42 @@ class Holder:
                 fold.detail = f"{len(answers)} answers for {len(folds)} demands"
             return
         reported_at = self.now_ms()
+        if batch:
+            self._judge_batch(run, folds, answers, reported_at)
+            return
         for fold, answer in zip(folds, answers, strict=True):
             self._judge(fold, answer, reported_at)
             if fold.outcome is not Outcome.UNATTRIBUTABLE and answer.receipt:
                 run.receipts.append(answer.receipt)
 
-    def _judge(self, fold: _Fold, answer: Answer, reported_at: int) -> None:
+    def _judge_batch(
+        self, run: _OriginRun, folds: list[_Fold], answers: list[Answer], reported_at: int
+    ) -> None:
+        """Answers to a demand batch: the first carries the one receipt batch, read once
+        (its signature only where it decides, as for a single receipt); item ``i``
+        answers fold ``i``."""
+        data = answers[0].receipt
+        receipts: list[Signed[Receipt] | bytes] = [data] * len(folds)
+        with contextlib.suppress(ContractError, ValueError):
+            envelope = Envelope.from_bytes(data)
+            if envelope.payload_type == RECEIPT_BATCH_TYPE:
+                items = decode_receipt_batch(envelope.payload).items
+                if len(items) == len(folds):
+                    receipts = [Signed(envelope, item) for item in items]
+        attributable = False
+        for fold, answer, receipt in zip(folds, answers, receipts, strict=True):
+            self._judge(fold, answer, reported_at, receipt)
+            attributable = attributable or fold.outcome is not Outcome.UNATTRIBUTABLE
+        if attributable and data:
+            run.receipts.append(data)
+
+    def _judge(
+        self,
+        fold: _Fold,
+        answer: Answer,
+        reported_at: int,
+        receipt: Signed[Receipt] | bytes | None = None,
+    ) -> None:
         demand = fold.demand
         if demand is None:
             raise RuntimeError("judging an answer to a demand never made")
@@ -399,7 +484,7 @@ class Holder:
             # Head form: served bytes reproducing the root under the verified
             # head need no signature; the receipt is verified only when it decides.
             verdict = judge_fold_answer(
-                answer.receipt,
+                answer.receipt if receipt is None else receipt,
                 answer.hops,
                 demand=demand,
                 fold=fold.held.fold,
@@ -426,7 +511,7 @@ class Holder:
             fold.outcome = outcome_for(verdict.evidence.kind)
             return
         if verdict.kind is AnswerKind.LEGITIMATE:
-            fold.outcome = self._legitimate(answer)
+            fold.outcome = self._legitimate(answer.receipt if receipt is None else receipt)
             return
         # Unattributable: maybe the origin answered against another commitment
         # for the same fold — two signed roots for one fold is equivocation —
@@ -446,9 +531,13 @@ class Holder:
         fold.outcome = Outcome.UNATTRIBUTABLE
 
     @staticmethod
-    def _legitimate(answer: Answer) -> Outcome:
+    def _legitimate(data: Signed[Receipt] | bytes) -> Outcome:
         try:
-            receipt = parse_statement(answer.receipt, Receipt).statement
+            receipt = (
+                data.statement
+                if isinstance(data, Signed)
+                else parse_statement(data, Receipt).statement
+            )
         except (ContractError, ValueError, TypeError):
             return Outcome.EXPIRED
         if receipt.status is ReceiptStatus.PENDING:
@@ -685,7 +774,7 @@ class Holder:
         now_ms = self.now_ms()
         c, o = _challenged(commitment, obligation, now_ms)
         if holder_demand:
-            held = open_statement(holder_demand, Demand)
+            held = open_statement(holder_demand, Demand, fold=(o.digest, c.digest))
             if held.statement.obligation != o.digest:
                 raise NotEvidence(
                     f"challenge: demand {held.digest[:12]}… is not for obligation {o.digest[:12]}…"
@@ -785,5 +874,3 @@ def _challenged(
         fold = verify_fold(FoldProof.from_bytes(commitment), head)
         return fold.commitment, fold.obligation
     return verify_delivery(commitment, obligation, now=now_ms)
-
-

@@ -144,17 +144,33 @@ class BulkBudget:
     is held until the call ends. A call is admitted while the reservations fit
     in ``limit`` (or none is held: one call, however large, always fits).
     Otherwise it waits, in arrival order, for room, at most the time it is
-    given; then it is refused. All on the node's event loop: no locks.
+    given; then it is refused. At most ``max_waiters`` calls wait at once
+    (default: as many as the budget holds, ``limit // reserve``): a call that
+    finds that many waiting is refused at once, so an admitted call never
+    queues behind more than about one budget's worth of bodies. All on the
+    node's event loop: no locks.
     """
 
-    def __init__(self, limit: int, reserve: int) -> None:
+    def __init__(self, limit: int, reserve: int, max_waiters: int | None = None) -> None:
         if limit < 1 or reserve < 1:
             raise ValueError(f"bulk budget {limit} and reservation {reserve} must be >= 1")
+        if max_waiters is None:
+            max_waiters = max(1, limit // reserve)
+        if max_waiters < 0:
+            raise ValueError(f"bulk budget waiters {max_waiters} must be >= 0")
         self.limit = limit
         self.reserve = reserve
+        self.max_waiters = max_waiters
         #: Bytes reserved or held right now.
         self.used = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        #: Calls waiting for room now.
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting for room right now."""
+        return self._waiting
 
     def _fits(self, n: int) -> bool:
         return self.used == 0 or self.used + n <= self.limit
@@ -165,10 +181,11 @@ class BulkBudget:
         if not self._waiters and self._fits(n):
             self.used += n
             return True
-        if wait_s <= 0:
+        if wait_s <= 0 or self._waiting >= self.max_waiters:
             return False
         granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((n, granted))
+        self._waiting += 1
         try:
             await asyncio.wait_for(asyncio.shield(granted), wait_s)
         except TimeoutError:
@@ -178,6 +195,8 @@ class BulkBudget:
                 self.release(n)  # granted as the call went away: give it back
             granted.cancel()
             raise
+        finally:
+            self._waiting -= 1
         if granted.done() and not granted.cancelled():
             return True
         granted.cancel()  # no longer waiting; _grant skips it

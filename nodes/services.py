@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import gc
 import os
 import time
 from collections import OrderedDict
@@ -46,6 +47,12 @@ from typing import Any, TypeVar
 
 from contracts._fields import is_digest
 from contracts.attest import RehydrationProof
+from contracts.batch import (
+    DEMAND_BATCH_TYPE,
+    batch_receipt_item,
+    decode_demand_batch,
+    sign_receipt_batch,
+)
 from contracts.canonical import parse_json_object, sha256_hex
 from contracts.envelope import Envelope
 from contracts.errors import ContractError, EncodingError, Expired, NotEvidence, ReplayedNonce
@@ -68,7 +75,7 @@ from contracts.heads import (
     verify_fold,
 )
 from contracts.hops import MAX_HOP_BYTES, hop_bytes
-from contracts.identity import Identity
+from contracts.identity import Identity, PublicKey
 from contracts.merkle import leaf_hash
 from contracts.serve import (
     answer_demand,
@@ -85,6 +92,7 @@ from contracts.statements import (
     Demand,
     Head,
     Obligation,
+    Receipt,
     ReceiptStatus,
     Statement,
 )
@@ -321,7 +329,10 @@ def _held_size(value: HeldValue) -> int:
 def _claimed_holder(demands: Sequence[bytes]) -> str:
     """The holder the first demand names (unverified: for a log line only)."""
     try:
-        return parse_statement(demands[0], Demand).statement.holder
+        envelope = Envelope.from_bytes(demands[0])
+        if envelope.payload_type == DEMAND_BATCH_TYPE:
+            return decode_demand_batch(envelope.payload).holder
+        return parse_statement(envelope, Demand).statement.holder
     except (ContractError, ValueError, IndexError):
         return ""
 
@@ -481,6 +492,9 @@ class NodeCore:
         counters = await self.store.counters()
         counters.update(self._rpc_counts)
         counters["held_values"] = len(self._held)
+        # Objects kept out of the garbage collector's full collections (a node
+        # process freezes what exists once it serves: nodes.app.run_node).
+        counters["gc_frozen_objects"] = gc.get_freeze_count()
         return counters
 
     def info(self) -> NodeInfo:
@@ -954,6 +968,10 @@ class NodeCore:
                 f"demand: {len(demands)} demands exceeds {MAX_DEMANDS_PER_CALL} per call"
             )
         now = self.clock()
+        if len(demands) == 1:
+            envelope = Envelope.from_bytes(demands[0])
+            if envelope.payload_type == DEMAND_BATCH_TYPE:
+                return await self._answer_batch(envelope, now)
         checked = [await self._check_demand(data, now) for data in demands]
         nonces = [(d.statement.holder, d.statement.nonce) for d, _ in checked]
         if len(set(nonces)) != len(nonces):
@@ -961,6 +979,116 @@ class NodeCore:
         # (6) nonces: the only write before answering
         await self._accept_nonces([d for d, _ in checked], now)
         return [await self._answer(d, own, now) for d, own in checked]
+
+    async def _answer_batch(self, envelope: Envelope, now: float) -> list[Answer]:
+        """A demand batch (:mod:`contracts.batch`): the same checks as for one demand per
+        fold, one nonce, and ONE signed receipt batch; it travels in the first answer,
+        the others carry their fold's commitment bytes and hops."""
+        # (2) parse; the holder's one signature is checked below unless it carries
+        # no information (bearer demands for folds under our own heads)
+        batch = decode_demand_batch(envelope.payload)
+        if len(batch.items) > MAX_DEMANDS_PER_CALL:
+            raise RequestTooLarge(
+                f"demand: a batch of {len(batch.items)} folds exceeds {MAX_DEMANDS_PER_CALL}"
+            )
+        demands = [Signed(envelope, batch.demand(i)) for i in range(len(batch.items))]
+        # (3) fresh
+        skew = abs(now - batch.time / 1000.0)
+        if skew > DEMAND_WINDOW_S:
+            raise Expired(
+                f"demand batch {envelope.digest[:12]}… is {skew:.0f}s away from now;"
+                f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
+            )
+        # (4) ours, and bound correctly
+        owns = [await self._own_statements(d) for d in demands]
+        now_ms = _ms(now)
+        if batch.time > now_ms + FUTURE_SLACK_MS or any(
+            own.fold is None or own.obligation.statement.holder is not None for own in owns
+        ):
+            envelope.verify(PublicKey.from_node_id(batch.holder))
+        for demand, own in zip(demands, owns, strict=True):
+            verify_demand(demand, obligation=own.obligation, commitment=own.commitment)
+            # (5) unexpired obligation
+            if now_ms >= own.obligation.statement.serve_until:
+                raise Expired(
+                    f"obligation {own.obligation.digest[:12]}… expired at"
+                    f" {own.obligation.statement.serve_until} ms (now {now_ms} ms)"
+                )
+        # (6) one nonce for the batch: the only write before answering
+        await self._accept_nonces(demands[:1], now)
+        items: list[Receipt] = []
+        answers: list[Answer] = []
+        for demand, own in zip(demands, owns, strict=True):
+            receipt, sent, hops = await self._answer_item(demand, own, now_ms)
+            items.append(receipt)
+            answers.append(Answer(b"", sent, hops))
+        signed = sign_receipt_batch(
+            self.identity, items, demand=envelope.digest, nonce=batch.nonce, issued_at=now_ms
+        )
+        answers[0] = dataclasses.replace(answers[0], receipt=signed.to_bytes())
+        return answers
+
+    async def _answer_item(
+        self, demand: Signed[Demand], own: _Own, now_ms: int
+    ) -> tuple[Receipt, bytes, tuple[bytes, ...]]:
+        """One fold of a demand batch: its receipt item (unsigned), the commitment bytes
+        answered against and the hops served — as :meth:`_answer` decides them."""
+        d = demand.statement
+        obligation, commitment = own.obligation, own.commitment
+        if type(self.behaviour).answer is not _HONEST_ANSWER:  # a fault may answer instead
+            resolved: list[tuple[bytes, ...] | None] = []
+
+            async def resolve() -> tuple[bytes, ...] | None:
+                if not resolved:
+                    resolved.append(await self._resolve(commitment, now_ms))
+                return resolved[0]
+
+            faulty = await self.behaviour.answer(
+                demand, obligation, commitment, own.commitment_bytes, resolve, now_ms
+            )
+            if faulty is not None:
+                self.bump(st.CounterName.SERVES if faulty.served else st.CounterName.REFUSALS)
+                log.info(
+                    "demand_served" if faulty.served else "demand_not_served",
+                    peer=d.holder,
+                    demand=demand.digest[:16],
+                    commitment=commitment.digest[:16],
+                    fault=str(self.fault.mode),
+                )
+                # What the fault signed for this fold, signed again as its batch item.
+                item = parse_statement(faulty.answer.receipt, Receipt).statement
+                return item, faulty.answer.commitment, faulty.answer.hops
+            leaves = await resolve()
+        else:
+            leaves = self._cached_leaves(commitment.digest)
+            if leaves is None:
+                leaves = await self._resolve(commitment, now_ms)
+        item = batch_receipt_item(
+            self.node_id,
+            d,
+            demand.digest,
+            obligation=obligation.statement,
+            obligation_digest=obligation.digest,
+            commitment=commitment.statement,
+            commitment_digest=commitment.digest,
+            hops=leaves,
+            now=now_ms,
+            # _resolve returns only a fold the store read back under the committed root
+            hops_root=commitment.statement.root,
+        )
+        if item.status is ReceiptStatus.SERVED and leaves is not None:
+            self.bump(st.CounterName.SERVES)
+            return item, own.commitment_bytes, select_hops(leaves, d.leaves)
+        self.bump(st.CounterName.REFUSALS)
+        log.info(
+            "demand_not_served",
+            peer=d.holder,
+            demand=demand.digest[:16],
+            commitment=commitment.digest[:16],
+            status=str(item.status),
+            reason=str(item.reason),
+        )
+        return item, own.commitment_bytes, ()
 
     async def _accept_nonces(self, demands: Sequence[Signed[Demand]], now: float) -> None:
         """Replay protection, exact across restarts, without a write per demand.
@@ -1180,7 +1308,10 @@ class NodeCore:
         self, demand: bytes, *, max_chunk_bytes: int = 0
     ) -> AsyncIterator[Answer]:
         """One demand, answered as chunks: the first carries receipt + commitment."""
-        (answer,) = await self.answer_demands([demand])
+        answers = await self.answer_demands([demand])
+        if len(answers) != 1:
+            raise MalformedRequest("demand stream: one demand per stream, not a batch")
+        (answer,) = answers
         limit = max_chunk_bytes or min(_DEFAULT_CHUNK_BYTES, self.config.max_message_bytes // 2)
         chunk: list[bytes] = []
         size = 0

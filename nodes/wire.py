@@ -33,7 +33,14 @@ from contracts.attest import RehydrationProof
 from contracts.canonical import canonical_bytes, parse_json_object
 from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeSignature
 from contracts.errors import EncodingError
-from contracts.heads import KEY_ID_BYTES, FoldProof, FoldRecord, batch_record, key_id
+from contracts.heads import (
+    KEY_ID_BYTES,
+    MAX_CHAIN,
+    FoldProof,
+    FoldRecord,
+    batch_record,
+    key_id,
+)
 from contracts.merkle import leaf_hash, root_from_inclusion
 from contracts.statements import Axis, Head, StatementKind, payload_type_for
 from nodes._pb.provnet.v1 import (
@@ -136,6 +143,8 @@ __all__ = [
     "list_attestations_request",
     "message_size",
     "node_stub",
+    "pack_fold_proof",
+    "pack_head",
     "read_counters",
     "receipt_chunk",
     "receipt_chunk_size",
@@ -155,15 +164,19 @@ __all__ = [
     "stream_request",
     "stream_request_size",
     "submit_attestation_request",
+    "unpack_fold_proof",
+    "unpack_head",
 ]
 
 #: Version of the compact head encoding a sender emits (``HeadFields``, common.proto):
 #: 1 spelled every field out; 2 leaves out the origin when it is the sender, and sends
 #: the epoch, serving term, endpoints and a first head's log root in the forms the
 #: receiver rebuilds exactly; 3 names an origin that is not the sender by its key id
-#: when the receiver holds its key (a forwarded head). A receiver reads every version
-#: (tests/nodes/vectors).
-WIRE_VERSION = 3
+#: when the receiver holds its key (a forwarded head); 4 sends each head and each fold
+#: proof as one packed byte string (:func:`pack_head`, :func:`pack_fold_proof`) instead
+#: of a protobuf message of fields, and whole seconds as seconds. A receiver reads every
+#: version (tests/nodes/vectors).
+WIRE_VERSION = 4
 
 #: Resolves a key id to the one origin whose key the receiver holds; raises when it
 #: holds none or several (:meth:`nodes.services.NodeCore.origin_for_key_id`).
@@ -186,26 +199,39 @@ def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
     """A delivery in binary, compact: a fold proof naming a head of the same delivery
     names it by position (``head_part``) and that head travels without its root, and
     without its origin when the origin is the delivery's sender (with its origin's
-    key id when the origin is one of ``delivery.key_id_origins``)."""
+    key id when the origin is one of ``delivery.key_id_origins``); each fold proof and
+    head as one packed byte string (:data:`WIRE_VERSION` 4, :func:`pack_head`)."""
     parts = {Envelope.from_bytes(h).digest: i + 1 for i, h in enumerate(delivery.heads)}
     proofs = [fold_proof_to_pb(p, delivery.value_ref, parts) for p in delivery.fold_proofs]
     derivable = {p.head_part for p in proofs if p.head_part}
-    return common_pb2.DeliveredValue(
+    heads = [
+        signed_head_to_pb(
+            h,
+            omit_root=i + 1 in derivable,
+            sender=delivery.sender,
+            key_id_origins=delivery.key_id_origins,
+        )
+        for i, h in enumerate(delivery.heads)
+    ]
+    msg = common_pb2.DeliveredValue(
         value_ref=delivery.value_ref,
         value=delivery.value,
         commitments=list(delivery.commitments),
         obligations=list(delivery.obligations),
-        fold_proofs=proofs,
-        heads=[
-            signed_head_to_pb(
-                h,
-                omit_root=i + 1 in derivable,
-                sender=delivery.sender,
-                key_id_origins=delivery.key_id_origins,
-            )
-            for i, h in enumerate(delivery.heads)
-        ],
     )
+    # wire version 4: packed, unless one of them has no packed form (a head whose
+    # payload travels as signed); then that list goes as messages (version 3)
+    packed_proofs = [pack_fold_proof(p) for p in proofs]
+    packed_heads = [pack_head(h) for h in heads]
+    if all(p is not None for p in packed_proofs):
+        msg.packed_fold_proofs.extend(p for p in packed_proofs if p is not None)
+    else:
+        msg.fold_proofs.extend(proofs)
+    if all(h is not None for h in packed_heads):
+        msg.packed_heads.extend(h for h in packed_heads if h is not None)
+    else:
+        msg.heads.extend(heads)
+    return msg
 
 
 def delivery_from_pb(
@@ -218,10 +244,16 @@ def delivery_from_pb(
     ``origin_for_key_id`` names the origin of a head that names it by key id
     (the receiver's held keys; it raises for an id it cannot resolve)."""
     value_ref = str(msg.value_ref)
-    parts = [_proof_parts(p, value_ref) for p in msg.fold_proofs]
+    if msg.fold_proofs and msg.packed_fold_proofs:
+        raise EncodingError("delivery: fold_proofs and packed_fold_proofs are exclusive")
+    if msg.heads and msg.packed_heads:
+        raise EncodingError("delivery: heads and packed_heads are exclusive")
+    proof_msgs = list(msg.fold_proofs) or [unpack_fold_proof(p) for p in msg.packed_fold_proofs]
+    head_msgs = list(msg.heads) or [unpack_head(h) for h in msg.packed_heads]
+    parts = [_proof_parts(p, value_ref) for p in proof_msgs]
     heads: list[bytes] = []
     keyed: list[str] = []
-    for i, h in enumerate(msg.heads):
+    for i, h in enumerate(head_msgs):
         root = None
         if h.HasField("fields") and not h.fields.root:
             # (the root this head signs is the one its fold proof implies)
@@ -577,6 +609,264 @@ def fold_proof_from_pb(msg: common_pb2.FoldProof, value_ref: str = "") -> bytes:
     return _proof_parts(msg, value_ref).to_bytes(())
 
 
+# --------------------------------------------------------------------------- version 4
+#
+# A head and a fold proof as one byte string each (DeliveredValue.packed_heads /
+# packed_fold_proofs): the very fields of HeadFields / FoldProof (the forms of
+# versions 2 and 3: origin left out, by key id or in full; implied root and log
+# root; epoch as counter + nonce; serving term after issued_at; raw endpoint
+# addresses), without the tag and length protobuf puts before each field.
+# Integers are varints (LEB128, shortest form); a time or duration in ms is the
+# varint ``seconds << 1 | 1`` when it is a nonzero whole number of seconds, else
+# ``ms << 1``. Decoding is strict (shortest forms, exact lengths, no trailing
+# bytes, no unknown flag) and yields the message the fields came from, which is
+# then rebuilt and checked exactly as a version 3 message: a wrong implied value
+# rebuilds another payload, and the signature fails.
+#
+#   head   = u8 flags, 64 signature, origin (0 | 8 key id | 32 key: flags bits 0-1),
+#            [32 root: FLAG_ROOT], [32 log_root: FLAG_LOG_ROOT],
+#            epoch (FLAG_EPOCH_TEXT: varint length + UTF-8; else varint counter +
+#            8 nonce bytes), varint seq, varint size, ms issued_at,
+#            ms serve_until (FLAG_SERVE_UNTIL) or serve_for_ms (else), ms deadline_ms,
+#            varint count + count × (varint length + endpoint: UTF-8 when
+#            FLAG_ENDPOINT_TEXT, else 6 or 18 raw bytes); FLAG_PENDING: pending
+#   proof  = varint head_part (0: 32 raw head digest follow), varint index, record,
+#            varint chain count + count × record, audit path (the rest: 32-byte hashes)
+#   record = u8 flags (1: prev, 2: value_ref), varint fold_seq, varint leaf_count,
+#            32 root, [32 prev], [varint length + UTF-8 value_ref]
+
+_SIGNATURE_BYTES = 64
+_ORIGIN_LENGTHS = (0, KEY_ID_BYTES, 32)  # by flags bits 0-1: the sender, key id, key
+_FLAG_ROOT, _FLAG_LOG_ROOT, _FLAG_EPOCH_TEXT, _FLAG_SERVE_UNTIL = 4, 8, 16, 32
+_FLAG_ENDPOINT_TEXT, _FLAG_PENDING = 64, 128
+_RECORD_PREV, _RECORD_VALUE_REF = 1, 2
+_MAX_VARINT_BYTES = 10  # 70 bits: every uint64, and a uint64 time shifted by one
+
+
+def _put_varint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _put_ms(out: bytearray, ms: int) -> None:
+    _put_varint(out, (ms // 1000) << 1 | 1 if ms and ms % 1000 == 0 else ms << 1)
+
+
+def _put_text(out: bytearray, raw: bytes) -> None:
+    _put_varint(out, len(raw))
+    out += raw
+
+
+class _Reader:
+    """Strict reader of one packed byte string; errors name the part and the field."""
+
+    __slots__ = ("at", "data", "what")
+
+    def __init__(self, data: bytes, what: str) -> None:
+        self.data, self.at, self.what = data, 0, what
+
+    def take(self, n: int, name: str) -> bytes:
+        end = self.at + n
+        if end > len(self.data):
+            raise EncodingError(f"{self.what}: ends inside its {name}")
+        out, self.at = self.data[self.at : end], end
+        return out
+
+    def varint(self, name: str) -> int:
+        n = 0
+        for i in range(_MAX_VARINT_BYTES):
+            byte = self.take(1, name)[0]
+            n |= (byte & 0x7F) << (7 * i)
+            if not byte & 0x80:
+                if byte == 0 and i:
+                    raise EncodingError(f"{self.what}: {name} is not a shortest-form varint")
+                return n
+        raise EncodingError(f"{self.what}: {name} is a varint of more than 10 bytes")
+
+    def ms(self, name: str) -> int:
+        code = self.varint(name)
+        if code & 1:
+            if code == 1:
+                raise EncodingError(f"{self.what}: {name} is 0 seconds (0 ms is coded 0)")
+            return (code >> 1) * 1000
+        if code and (code >> 1) % 1000 == 0:
+            raise EncodingError(f"{self.what}: {name} is whole seconds coded as ms")
+        return code >> 1
+
+    def text(self, name: str) -> str:
+        raw = self.take(self.varint(f"{name} length"), name)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise EncodingError(f"{self.what}: {name} is not UTF-8") from None
+
+    def rest(self) -> bytes:
+        out, self.at = self.data[self.at :], len(self.data)
+        return out
+
+    def end(self) -> None:
+        if self.at != len(self.data):
+            raise EncodingError(f"{self.what}: {len(self.data) - self.at} trailing bytes")
+
+
+def pack_head(msg: common_pb2.SignedHead) -> bytes | None:
+    """A compact :class:`common_pb2.SignedHead` (``fields`` set) as its version 4 byte
+    string, or None when it has no packed form (a payload sent as signed)."""
+    if not msg.HasField("fields") or msg.payload or len(msg.signature) != _SIGNATURE_BYTES:
+        return None
+    f = msg.fields
+    serve_for = f.HasField("serve_for_ms")
+    if (
+        len(f.origin) not in _ORIGIN_LENGTHS
+        or len(f.root) not in (0, 32)
+        or len(f.log_root) not in (0, 32)
+        or (f.epoch_nonce and (f.epoch or len(f.epoch_nonce) != 8))
+        or (f.epoch_counter and not f.epoch_nonce)
+        or (serve_for and f.serve_until)
+        or (f.endpoints and f.endpoint_addrs)
+    ):
+        return None  # not a form a decoder accepts: left to the version 3 message
+    flags = _ORIGIN_LENGTHS.index(len(f.origin))
+    flags |= _FLAG_ROOT if f.root else 0
+    flags |= _FLAG_LOG_ROOT if f.log_root else 0
+    flags |= 0 if f.epoch_nonce else _FLAG_EPOCH_TEXT
+    flags |= 0 if serve_for else _FLAG_SERVE_UNTIL
+    flags |= _FLAG_ENDPOINT_TEXT if f.endpoints else 0
+    flags |= _FLAG_PENDING if f.pending else 0
+    out = bytearray((flags,))
+    out += msg.signature + f.origin + f.root + f.log_root
+    if f.epoch_nonce:
+        _put_varint(out, f.epoch_counter)
+        out += f.epoch_nonce
+    else:
+        _put_text(out, f.epoch.encode("utf-8"))
+    _put_varint(out, f.seq)
+    _put_varint(out, f.size)
+    _put_ms(out, f.issued_at)
+    _put_ms(out, f.serve_for_ms if serve_for else f.serve_until)
+    _put_ms(out, f.deadline_ms)
+    endpoints = [e.encode("utf-8") for e in f.endpoints] or list(f.endpoint_addrs)
+    _put_varint(out, len(endpoints))
+    for e in endpoints:
+        _put_text(out, e)
+    return bytes(out)
+
+
+def unpack_head(data: bytes) -> common_pb2.SignedHead:
+    """The :class:`common_pb2.SignedHead` a :func:`pack_head` byte string carries (its
+    payload is rebuilt and checked by :func:`signed_head_from_pb`)."""
+    r = _Reader(bytes(data), "packed head")
+    flags = r.take(1, "flags")[0]
+    if flags & 3 == 3:
+        raise EncodingError("packed head: origin form 3 (0 sender, 1 key id, 2 key)")
+    signature = r.take(_SIGNATURE_BYTES, "signature")
+    origin = r.take(_ORIGIN_LENGTHS[flags & 3], "origin")
+    root = r.take(32, "root") if flags & _FLAG_ROOT else b""
+    log_root = r.take(32, "log_root") if flags & _FLAG_LOG_ROOT else b""
+    f = common_pb2.HeadFields(origin=origin, root=root, log_root=log_root)
+    try:
+        if flags & _FLAG_EPOCH_TEXT:
+            f.epoch = r.text("epoch")
+        else:
+            f.epoch_counter = r.varint("epoch counter")
+            f.epoch_nonce = r.take(8, "epoch nonce")
+        f.seq = r.varint("seq")
+        f.size = r.varint("size")
+        f.issued_at = r.ms("issued_at")
+        if flags & _FLAG_SERVE_UNTIL:
+            f.serve_until = r.ms("serve_until")
+        else:
+            f.serve_for_ms = r.ms("serve_for_ms")
+        f.deadline_ms = r.ms("deadline_ms")
+        count = r.varint("endpoint count")
+        if count > len(r.data) - r.at:  # each takes a byte at least
+            left = len(r.data) - r.at
+            raise EncodingError(f"packed head: {count} endpoints in the {left} bytes left")
+        for _ in range(count):
+            if flags & _FLAG_ENDPOINT_TEXT:
+                f.endpoints.append(r.text("endpoint"))
+            else:
+                f.endpoint_addrs.append(r.take(r.varint("endpoint length"), "endpoint"))
+    except ValueError as exc:  # an integer out of its field's range
+        raise EncodingError(f"packed head: {exc}") from exc
+    f.pending = bool(flags & _FLAG_PENDING)
+    r.end()
+    return common_pb2.SignedHead(signature=signature, fields=f)
+
+
+def _pack_record(out: bytearray, f: common_pb2.FoldRecordFields) -> bool:
+    if len(f.root) != 32 or len(f.prev) not in (0, 32):
+        return False
+    out.append((_RECORD_PREV if f.prev else 0) | (_RECORD_VALUE_REF if f.value_ref else 0))
+    _put_varint(out, f.fold_seq)
+    _put_varint(out, f.leaf_count)
+    out += f.root + f.prev
+    if f.value_ref:
+        _put_text(out, f.value_ref.encode("utf-8"))
+    return True
+
+
+def _unpack_record(r: _Reader) -> common_pb2.FoldRecordFields:
+    flags = r.take(1, "record flags")[0]
+    if flags & ~(_RECORD_PREV | _RECORD_VALUE_REF):
+        raise EncodingError(f"packed fold proof: unknown record flags {flags:#04x}")
+    f = common_pb2.FoldRecordFields(
+        fold_seq=r.varint("fold_seq"), leaf_count=r.varint("leaf_count")
+    )
+    f.root = r.take(32, "record root")
+    if flags & _RECORD_PREV:
+        f.prev = r.take(32, "record prev")
+    if flags & _RECORD_VALUE_REF:
+        f.value_ref = r.text("value_ref")
+        if not f.value_ref:
+            raise EncodingError("packed fold proof: an empty value_ref is sent by leaving it out")
+    return f
+
+
+def pack_fold_proof(msg: common_pb2.FoldProof) -> bytes | None:
+    """A compact :class:`common_pb2.FoldProof` (``record_fields`` set) as its version 4
+    byte string, or None when it has no packed form (records sent as leaf data)."""
+    if not msg.HasField("record_fields") or msg.record or msg.chain:
+        return None
+    if bool(msg.head_part) == (len(msg.head) == 32) or len(msg.path) % 32:
+        return None
+    out = bytearray()
+    _put_varint(out, msg.head_part)
+    out += msg.head
+    _put_varint(out, msg.index)
+    if not _pack_record(out, msg.record_fields):
+        return None
+    _put_varint(out, len(msg.chain_fields))
+    if not all(_pack_record(out, c) for c in msg.chain_fields):
+        return None
+    out += msg.path
+    return bytes(out)
+
+
+def unpack_fold_proof(data: bytes) -> common_pb2.FoldProof:
+    """The :class:`common_pb2.FoldProof` a :func:`pack_fold_proof` byte string carries
+    (rebuilt and checked by the version 3 decoder)."""
+    r = _Reader(bytes(data), "packed fold proof")
+    try:
+        msg = common_pb2.FoldProof(head_part=r.varint("head_part"))
+        if not msg.head_part:
+            msg.head = r.take(32, "head digest")
+        msg.index = r.varint("index")
+        msg.record_fields.CopyFrom(_unpack_record(r))
+        count = r.varint("chain count")
+        if count > MAX_CHAIN:
+            raise EncodingError(
+                f"packed fold proof: chain of {count} records (at most {MAX_CHAIN})"
+            )
+        msg.chain_fields.extend(_unpack_record(r) for _ in range(count))
+    except ValueError as exc:  # an integer out of its field's range
+        raise EncodingError(f"packed fold proof: {exc}") from exc
+    msg.path = r.rest()
+    return msg
+
+
 def answer_to_pb(answer: Answer) -> common_pb2.Answer:
     return common_pb2.Answer(
         receipt=answer.receipt, commitment=answer.commitment, hops=list(answer.hops)
@@ -869,8 +1159,13 @@ def _repeated_bytes_size(items: Sequence[bytes]) -> int:
     if not lens:
         return 0
     # tag + length + payload per item; lengths of 128 bytes or more take 2+ bytes
-    size = sum(lens) + 2 * len(lens) + sum(n >= 0x80 for n in lens)
-    if max(lens) >= 0x4000:
+    size = sum(lens) + 2 * len(lens)
+    low, high = min(lens), max(lens)
+    if low >= 0x80:  # the common case (hops, envelopes): every length takes 2+ bytes
+        size += len(lens)
+    elif high >= 0x80:
+        size += sum(n >= 0x80 for n in lens)
+    if high >= 0x4000:
         size += sum(_varint_size(n) - 2 for n in lens if n >= 0x4000)
     return size
 

@@ -31,6 +31,13 @@ from contracts import (
     sign_statement,
     verify_fold,
 )
+from contracts.batch import (
+    batch_receipt_item,
+    build_demand_batch,
+    served_item,
+    sign_receipt_batch,
+)
+from contracts.envelope import Envelope
 from contracts.merkle import leaf_hash, merkle_root
 from contracts.signed import is_binary
 
@@ -39,9 +46,11 @@ __all__ = [
     "EPOCH",
     "HOUR",
     "NOW",
+    "BatchWorld",
     "HeadWorld",
     "World",
     "fixed_identity",
+    "make_batch_world",
     "make_head_world",
     "make_hops",
     "make_world",
@@ -222,3 +231,91 @@ def make_head_world(
         holder, fold.obligation, now=NOW + 1_000, leaves=leaves, nonce="a1" * 16, binary=binary
     )
     return HeadWorld(origin, holder, log, hops, head, fold, demand)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchWorld:
+    """A holder's one demand batch for every fold of a head (version 3, contracts.batch)."""
+
+    world: HeadWorld
+    folds: tuple[VerifiedFold, ...]  # in the batch's item order
+    hops: tuple[tuple[bytes, ...], ...]  # each fold's stored bytes, same order
+    demand: Envelope
+    demands: tuple[Signed[Demand], ...]  # item i read as fold i's demand
+
+    def key(self, i: int) -> tuple[str, str]:
+        """Fold ``i``'s (obligation, commitment) digests: selects its batch items."""
+        return self.folds[i].obligation.digest, self.folds[i].commitment.digest
+
+    def answer(
+        self,
+        served: Sequence[Sequence[bytes] | None] | None = None,
+        *,
+        now: int,
+        leaves: Sequence[tuple[int, ...] | None] | None = None,
+    ) -> Envelope:
+        """The origin's one receipt batch, serving ``served[i]`` for fold ``i`` (default:
+        the stored bytes; None: a refusal as ``answer_demand`` gives it)."""
+        hops = self.hops if served is None else served
+        items = []
+        for fold, demand, fold_hops in zip(self.folds, self.demands, hops, strict=True):
+            o, c = fold.obligation, fold.commitment
+            if fold_hops is not None and list(fold_hops) != list(self.hops[self.folds.index(fold)]):
+                items.append(
+                    served_item(
+                        self.world.origin.node_id,
+                        demand.statement,
+                        demand.digest,
+                        o.digest,
+                        c.digest,
+                        c.statement.leaf_count,
+                        fold_hops,
+                        now,
+                    )
+                )
+                continue
+            items.append(
+                batch_receipt_item(
+                    self.world.origin.node_id,
+                    demand.statement,
+                    demand.digest,
+                    obligation=o.statement,
+                    obligation_digest=o.digest,
+                    commitment=c.statement,
+                    commitment_digest=c.digest,
+                    hops=fold_hops,
+                    now=now,
+                )
+            )
+        return sign_receipt_batch(
+            self.world.origin,
+            items,
+            demand=self.demand.digest,
+            nonce=self.demands[0].statement.nonce,
+            issued_at=now,
+        )
+
+
+def make_batch_world(*, values: int = 3, n_hops: int = 8, pending: bool = False) -> BatchWorld:
+    """Every fold of one compaction demanded from the origin in one signed batch."""
+    w = make_head_world(values=values, n_hops=n_hops, pending=pending)
+    refs = ["value:42", *(f"value:{i}" for i in range(1, values))]
+    by_key = {}
+    for ref in refs:
+        fold = verify_fold(w.log.fold_proof(ref), w.head)
+        by_key[(fold.obligation.digest, fold.commitment.digest)] = (fold, w.hops[ref])
+    envelope, batch = build_demand_batch(
+        w.holder,
+        [(f.obligation.statement, f.obligation.digest, None) for f, _ in by_key.values()],
+        origin=w.origin.node_id,
+        nonce="d4" * 16,
+        now=NOW + 1_000,
+    )
+    ordered = [by_key[(it.obligation, it.commitment)] for it in batch.items]
+    return BatchWorld(
+        w,
+        tuple(f for f, _ in ordered),
+        tuple(h for _, h in ordered),
+        envelope,
+        tuple(Signed(envelope, batch.demand(i)) for i in range(len(batch.items))),
+    )

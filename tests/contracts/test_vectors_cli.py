@@ -24,7 +24,14 @@ from contracts import (
     verify_evidence,
     verify_fold,
 )
+from contracts.batch import (
+    decode_demand_batch,
+    decode_receipt_batch,
+    encode_demand_batch,
+    encode_receipt_batch,
+)
 from contracts.binary import encode_demand, encode_receipt
+from contracts.identity import PublicKey
 from harness.cli import main as provnet_main
 from tests.contracts._support import DAY, NOW
 from tests.contracts.vectors_gen import VECTOR_DIR, build_vectors
@@ -68,6 +75,15 @@ EVIDENCE_VECTORS = {
     "evidence-unanswered-cleared-v2.json": (EvidenceKind.UNANSWERED, EvidenceStatus.CLEARED),
     "evidence-bad_data-head-v2.json": (EvidenceKind.BAD_DATA, EvidenceStatus.PROVEN),
     "evidence-refused-head-v2.json": (EvidenceKind.REFUSED, EvidenceStatus.PROVEN),
+    # batched demands and receipts (contracts.batch, payload version 3)
+    "evidence-bad_data-batch-v3.json": (EvidenceKind.BAD_DATA, EvidenceStatus.PROVEN),
+    "evidence-refused-batch-v3.json": (EvidenceKind.REFUSED, EvidenceStatus.PROVEN),
+    "evidence-unanswered-cleared-batch-v3.json": (EvidenceKind.UNANSWERED, EvidenceStatus.CLEARED),
+}
+#: Batch statements (one envelope, several folds): signer and payload type.
+BATCH_VECTORS = {
+    "demand-batch-v3.json": ("holder", "application/vnd.provnet.demand-batch.v3+bin"),
+    "receipt-batch-v3.json": ("origin", "application/vnd.provnet.receipt-batch.v3+bin"),
 }
 
 
@@ -131,7 +147,14 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
-@pytest.mark.parametrize("name", ["evidence-bad_data.json", "evidence-bad_data-head-v2.json"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "evidence-bad_data.json",
+        "evidence-bad_data-head-v2.json",
+        "evidence-bad_data-batch-v3.json",
+    ],
+)
 def test_cli_evidence_verify_exits_0_for_valid_evidence(name: str) -> None:
     code, out, err = run_cli("evidence", "verify", str(VECTOR_DIR / name), "--json")
     assert code == 0, err
@@ -158,6 +181,41 @@ def test_cli_evidence_verify_exits_1_for_a_binary_receipt_altered_after_signing(
     evidence = json.loads((VECTOR_DIR / "evidence-bad_data-head-v2.json").read_bytes())
     payload = bytearray(base64.b64decode(evidence["receipt"]["payload"]))
     payload[-40] ^= 0x01  # a byte of the signed served root: still a well-formed receipt
+    evidence["receipt"]["payload"] = base64.b64encode(bytes(payload)).decode()
+    path = tmp_path / "altered.json"
+    path.write_text(json.dumps(evidence))
+    code, out, _ = run_cli("evidence", "verify", str(path))
+    assert code == 1
+    assert out.startswith("INVALID bad_data against ")
+    assert "does not verify" in out
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(BATCH_VECTORS.items()))
+def test_every_batch_vector_verifies_with_its_fixed_key_and_re_encodes(
+    name: str, expected: tuple[str, str]
+) -> None:
+    data = (VECTOR_DIR / name).read_bytes().rstrip(b"\n")
+    envelope = Envelope.from_bytes(data)
+    assert envelope.to_bytes() == data
+    signer, payload_type = expected
+    assert envelope.payload_type == payload_type
+    envelope.verify(PublicKey.from_node_id(_keys()[signer]))
+    if "demand" in name:
+        batch = decode_demand_batch(envelope.payload)
+        assert batch.holder == _keys()[signer]
+        assert encode_demand_batch(batch) == envelope.payload
+    else:
+        receipt = decode_receipt_batch(envelope.payload)
+        assert receipt.origin == _keys()[signer]
+        assert encode_receipt_batch(receipt) == envelope.payload
+
+
+def test_cli_evidence_verify_exits_1_for_a_batch_receipt_altered_after_signing(
+    tmp_path: Path,
+) -> None:
+    evidence = json.loads((VECTOR_DIR / "evidence-bad_data-batch-v3.json").read_bytes())
+    payload = bytearray(base64.b64decode(evidence["receipt"]["payload"]))
+    payload[73] ^= 0x01  # the low byte of the signed issued_at: still well-formed
     evidence["receipt"]["payload"] = base64.b64encode(bytes(payload)).decode()
     path = tmp_path / "altered.json"
     path.write_text(json.dumps(evidence))

@@ -4,7 +4,10 @@ Demands and receipts have two payload forms: the first (RFC 8785 JSON) is
 kept in the original files, byte for byte, so statements made before the
 binary form stay readable; the compact binary form (``contracts.binary``,
 payload types ``…demand.v2+bin`` / ``…receipt.v2+bin``) is in the
-``*-v2.json`` files (:func:`build_v2_vectors`).
+``*-v2.json`` files (:func:`build_v2_vectors`). Batched demands and receipts
+(``contracts.batch``, payload version 3: one signed demand naming several
+folds, one signed receipt answering them) and evidence citing them are the
+``*-batch-v3.json`` files (:func:`build_v3_vectors`).
 
 Regenerate on purpose (after a deliberate format change) with::
 
@@ -47,8 +50,11 @@ from contracts import (
     split_view_evidence,
     unanswered_evidence,
 )
+from contracts.batch import receipt_item
 from contracts.evidence import Evidence, EvidenceKind
 from contracts.heads import FoldInput, HeadLog
+from contracts.lazy import judge_fold_answer
+from contracts.signed import Signed
 from tests.contracts._support import (
     DAY,
     EPOCH,
@@ -56,6 +62,7 @@ from tests.contracts._support import (
     NOW,
     HeadWorld,
     fixed_identity,
+    make_batch_world,
     make_head_world,
     make_hops,
     make_world,
@@ -271,6 +278,7 @@ def build_vectors() -> dict[str, bytes]:
     put("evidence-unanswered-cleared.json", unanswered.with_answer(cleared_by).to_bytes())
     out.update(build_head_vectors())
     out.update(build_v2_vectors())
+    out.update(build_v3_vectors())
     return out
 
 
@@ -353,6 +361,46 @@ def build_v2_vectors() -> dict[str, bytes]:
 
     h = make_head_world(values=3, compactions=2, binary=True)
     _head_demand_vectors(put, h, "-v2")
+    return out
+
+
+def build_v3_vectors() -> dict[str, bytes]:
+    """A demand batch and its receipt batch (``contracts.batch``), and per-fold evidence
+    citing them: ``bad_data`` for one fold of three, ``refused`` for another, and an
+    ``unanswered`` suspicion cleared by the batch receipt."""
+    out: dict[str, bytes] = {}
+
+    def put(name: str, data: bytes) -> None:
+        out[name] = data + b"\n"
+
+    b = make_batch_world(values=3)
+    put("demand-batch-v3.json", b.demand.to_bytes())
+    served = b.answer(now=NOW + 2_000)
+    put("receipt-batch-v3.json", served.to_bytes())
+    tampered = (b.hops[1][0].replace(b'"step":', b'"step":9'), *b.hops[1][1:])
+    lying = b.answer([b.hops[0], tampered, None], now=NOW + 2_000)
+    for kind, i, hops in (("bad_data", 1, tampered), ("refused", 2, ())):
+        judged = judge_fold_answer(
+            Signed(lying, receipt_item(lying.payload, b.key(i))),
+            hops,
+            demand=b.demands[i],
+            fold=b.folds[i],
+            reported_at=NOW + 4_000,
+        )
+        if judged.evidence is None:
+            raise RuntimeError(f"golden batch evidence {kind} not produced: {judged.reason}")
+        put(f"evidence-{kind}-batch-v3.json", judged.evidence.to_bytes())
+    suspicion = unanswered_evidence(
+        b.demands[0],
+        obligation=b.folds[0].obligation,
+        commitment=b.folds[0].commitment,
+        re_asks=1,
+        reported_at=NOW + 10_000,
+    )
+    put(
+        "evidence-unanswered-cleared-batch-v3.json",
+        cite_head(suspicion, b.folds[0]).with_answer(served).to_bytes(),
+    )
     return out
 
 

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contracts.heads as heads_mod
-from contracts.errors import BadSignature, EncodingError
+from contracts.errors import BadSignature, EncodingError, VerificationError
 from contracts.evidence import EvidenceKind, verify_evidence
 from contracts.heads import FoldProof, VerifiedFold
 from contracts.signed import Signed, open_statement
@@ -200,10 +200,17 @@ async def test_heads_and_fold_proofs_cross_protobuf_as_parts_and_come_back_byte_
         assert len(binary.head) == 32
         assert not binary.record
         assert wire.fold_proof_from_pb(binary, "a") == proof
+        packed_proof = wire.pack_fold_proof(binary)
+        assert packed_proof is not None
+        assert wire.unpack_fold_proof(packed_proof) == binary
     # what a value adds on first delivery, and once the receiver holds the head
     first = Delivery("a", b"v", (), (), "", (proofs[0],), (head,))
     later = Delivery("a", b"v", (), (), "", (proofs[0],), ())
-    compact = wire.delivered_value(first)
+    packed = wire.delivered_value(first)
+    assert not packed.fold_proofs
+    assert not packed.heads
+    assert wire.delivery_from_pb(packed) == first
+    compact = _messages(packed)
     # the proof names the head by position; the head's root is implied by the proof
     assert compact.fold_proofs[0].head_part == 1
     assert not compact.fold_proofs[0].head
@@ -216,15 +223,31 @@ async def test_heads_and_fold_proofs_cross_protobuf_as_parts_and_come_back_byte_
     with pytest.raises(BadSignature):
         open_statement(wire.signed_head_from_pb(pb), Head)
     # a path that implies another root makes the head's signature fail
-    bad = wire.delivered_value(first)
+    bad = _messages(wire.delivered_value(first))
     bad.fold_proofs[0].path = bytes(32) + bad.fold_proofs[0].path[32:]
     with pytest.raises(BadSignature):
         open_statement(wire.delivery_from_pb(bad).heads[0], Head)
     # a proof naming a head part that was not sent is malformed
-    bad = wire.delivered_value(later)
+    bad = _messages(wire.delivered_value(later))
     bad.fold_proofs[0].head, bad.fold_proofs[0].head_part = b"", 2
     with pytest.raises(EncodingError):
         wire.delivery_from_pb(bad)
+
+
+def _messages(value: common_pb2.DeliveredValue) -> common_pb2.DeliveredValue:
+    """The same delivery with its packed fold proofs and heads (wire version 4) as the
+    messages they carry (version 3): the form the tests below change field by field."""
+    from nodes import wire
+
+    assert value.packed_fold_proofs
+    assert not value.fold_proofs
+    assert not value.heads
+    out = common_pb2.DeliveredValue()
+    out.CopyFrom(value)
+    del out.packed_fold_proofs[:], out.packed_heads[:]
+    out.fold_proofs.extend(wire.unpack_fold_proof(p) for p in value.packed_fold_proofs)
+    out.heads.extend(wire.unpack_head(h) for h in value.packed_heads)
+    return out
 
 
 #: Statement bytes a lone first delivery may add per value per origin (design revision 2).
@@ -235,52 +258,66 @@ def _statement_fields(msg: common_pb2.DeliveredValue) -> int:
     """Bytes of a DeliveredValue's statement fields (fold proofs, heads) with framing."""
     bare = common_pb2.DeliveredValue()
     bare.CopyFrom(msg)
-    del bare.fold_proofs[:], bare.heads[:]
+    del bare.fold_proofs[:], bare.heads[:], bare.packed_fold_proofs[:], bare.packed_heads[:]
     return msg.ByteSize() - bare.ByteSize()
 
 
 def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() -> None:
     """The figure docs/contracts.md quotes: a value folded twice (its record chains to the
-    first fold), its compaction covering 20 values (a 5-hash audit path), delivered by its
-    origin: at most 400 B of statements with the head, a digest reference once held."""
+    first fold), its compaction covering 20 values (a 5-hash audit path): at most 400 B of
+    statements with the head on every first delivery — by its origin, forwarded to a
+    receiver holding the origin's key, and forwarded on first contact, when the key itself
+    travels — and a digest reference once held."""
     from nodes import wire
     from tests.nodes.wire_vectors import (
-        FORWARDER,
         ORIGIN,
+        first_contact_delivery,
         forwarded_first_delivery,
         lone_first_delivery,
     )
 
     first, later = lone_first_delivery()
+    forwarded = forwarded_first_delivery()  # origin named by key id
+    first_contact = first_contact_delivery()  # origin's key in full
+    for name, delivery in (
+        ("lone", first),
+        ("forwarded (key id)", forwarded),
+        ("forwarded, first contact (full key)", first_contact),
+    ):
+        size = wire.delivery_statement_size(delivery)
+        assert size <= FIRST_DELIVERY_LIMIT, f"{name} first delivery: {size} B of statements"
     sizes = (wire.delivery_statement_size(first), wire.delivery_statement_size(later))
-    assert sizes[0] <= FIRST_DELIVERY_LIMIT, f"lone first delivery: {sizes[0]} B of statements"
-    assert sizes == (387, 275)
+    # wire version 4 (version 3: 387, 275)
+    assert sizes == (360, 266)
+    assert wire.delivery_statement_size(forwarded) == 369  # version 3: 397
+    assert wire.delivery_statement_size(first_contact) == 393  # version 3: 421
     # once held, the head is a reference: no head travels, the fold proof names its digest
-    held = wire.delivered_value(later)
+    held = _messages(wire.delivered_value(later))
     assert not held.heads
     named = FoldProof.from_bytes(later.fold_proofs[0]).head
     assert held.fold_proofs[0].head == bytes.fromhex(named)
-    assert sizes[0] - sizes[1] == 112  # the head: signature, counters, terms, log root
-    # Forwarded by a holder to a receiver that holds the origin's key (it verified a
-    # head of that origin before): the head names its origin by an 8-byte key id.
-    forwarded = forwarded_first_delivery()
-    forwarded_size = wire.delivery_statement_size(forwarded)
-    assert forwarded_size <= FIRST_DELIVERY_LIMIT, f"forwarded first delivery: {forwarded_size} B"
-    assert forwarded_size == 397
-    # Wire version 2 (and version 3 to a receiver that never verified a head of the
-    # origin): the head names its origin in full (32 B more than by sender, 34 framed).
-    first_contact, _ = lone_first_delivery(sender=FORWARDER.node_id)
-    assert wire.delivery_statement_size(first_contact) == 421
+    assert sizes[0] - sizes[1] == 94  # the head: signature, counters, terms, log root
     for delivery in (first, later, first_contact):
         request = wire.deliver_request(delivery)
         assert wire.delivery_from_pb(request.value, request.sender) == delivery
     request = wire.deliver_request(forwarded)
-    assert request.value.heads[0].fields.origin == bytes.fromhex(ORIGIN.node_id)[:8]
+    assert wire.unpack_head(request.value.packed_heads[0]).fields.origin == (
+        bytes.fromhex(ORIGIN.node_id)[:8]
+    )
     assert (
         wire.delivery_from_pb(request.value, request.sender, lambda kid: ORIGIN.node_id)
         == forwarded
     )
-    # Before (wire version 1): every head field spelled out; before that, the payload
+    # Before (wire version 3): the same fields, each a protobuf field with its tag and
+    # length (+1: the DeliverRequest's framing of the larger value)
+    v3 = [
+        _statement_fields(_messages(wire.delivered_value(d))) + 1
+        for d in (first, forwarded, first_contact, later)
+    ]
+    assert v3 == [387, 397, 421, 275]
+    lone_v3 = deliver_pb2.DeliverRequest.FromString(_vector(3)).value
+    assert _statement_fields(lone_v3) + 1 == 387
+    # Before that (wire version 1): every head field spelled out; before that, the payload
     # bytes as signed, the record as leaf data, the head digest.
     v1 = deliver_pb2.DeliverRequest.FromString(_vector(1))
     assert _statement_fields(v1.value) == 439  # 440 with the DeliverRequest's framing
@@ -301,10 +338,14 @@ def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() 
     assert (framed(legacy_proof) + framed(legacy_head), framed(legacy_proof)) == (865, 382)
 
 
-def _vector(version: int, *, held: bool = False, forwarded: bool = False) -> bytes:
+def _vector(
+    version: int, *, held: bool = False, forwarded: bool = False, first_contact: bool = False
+) -> bytes:
     from tests.nodes.wire_vectors import VECTOR_DIR, vector_name
 
-    path = VECTOR_DIR / vector_name(version, held=held, forwarded=forwarded)
+    path = VECTOR_DIR / vector_name(
+        version, held=held, forwarded=forwarded, first_contact=first_contact
+    )
     if not path.is_file():
         pytest.fail(f"wire vector {path} is missing (see tests/nodes/wire_vectors.py)")
     return path.read_bytes()
@@ -315,6 +356,7 @@ def test_wire_vectors_of_every_version_decode_to_the_same_delivery() -> None:
     from tests.nodes.wire_vectors import (
         ORIGIN,
         build_wire_vectors,
+        first_contact_delivery,
         forwarded_first_delivery,
         lone_first_delivery,
     )
@@ -322,20 +364,36 @@ def test_wire_vectors_of_every_version_decode_to_the_same_delivery() -> None:
     first, later = lone_first_delivery()
     # the current version, rebuilt byte for byte
     for name, data in build_wire_vectors().items():
-        held, forwarded = "held" in name, "forwarded" in name
-        assert data == _vector(wire.WIRE_VERSION, held=held, forwarded=forwarded), name
+        held, forwarded, first_contact = "held" in name, "forwarded" in name, "contact" in name
+        kind = {"held": held, "forwarded": forwarded, "first_contact": first_contact}
+        assert data == _vector(wire.WIRE_VERSION, **kind), name
     # every version still reads
     for version in range(1, wire.WIRE_VERSION + 1):
         for held, expected in ((False, first), (True, later)):
             request = deliver_pb2.DeliverRequest.FromString(_vector(version, held=held))
             assert wire.delivery_from_pb(request.value, request.sender) == expected, version
     assert _vector(1) != _vector(wire.WIRE_VERSION)
-    # version 3: a forwarded head names its origin by key id, resolved by the receiver
-    request = deliver_pb2.DeliverRequest.FromString(_vector(3, forwarded=True))
-    relayed = wire.delivery_from_pb(request.value, request.sender, lambda kid: ORIGIN.node_id)
-    assert relayed == forwarded_first_delivery()
-    assert relayed.heads == first.heads  # the very envelope the origin signed
+    # from version 3: a forwarded head names its origin by key id, resolved by the receiver
+    for version in range(3, wire.WIRE_VERSION + 1):
+        request = deliver_pb2.DeliverRequest.FromString(_vector(version, forwarded=True))
+        relayed = wire.delivery_from_pb(request.value, request.sender, lambda k: ORIGIN.node_id)
+        assert relayed == forwarded_first_delivery(), version
+        assert relayed.heads == first.heads  # the very envelope the origin signed
+        open_statement(relayed.heads[0], Head, signer=ORIGIN.node_id)
+    # version 4 (packed): the first-contact forward carries the key, and nothing else
+    # (no key held: a resolver is never asked)
+    request = deliver_pb2.DeliverRequest.FromString(_vector(4, first_contact=True))
+    assert request.value.packed_heads
+    assert not request.value.heads
+    relayed = wire.delivery_from_pb(request.value, request.sender)
+    assert relayed == first_contact_delivery()
+    assert relayed.heads == first.heads
     open_statement(relayed.heads[0], Head, signer=ORIGIN.node_id)
+    # version 4 packs the very fields version 3 sent as messages
+    for held in (False, True):
+        v3 = deliver_pb2.DeliverRequest.FromString(_vector(3, held=held))
+        v4 = deliver_pb2.DeliverRequest.FromString(_vector(4, held=held))
+        assert _messages(v4.value) == v3.value
 
 
 def test_a_head_named_by_key_id_rebuilds_only_under_the_key_the_receiver_resolves() -> None:
@@ -361,8 +419,7 @@ def test_a_head_named_by_key_id_rebuilds_only_under_the_key_the_receiver_resolve
     with pytest.raises((BadSignature, EncodingError)):
         open_statement(delivery.heads[0], Head)
     # an id of the wrong length is malformed
-    bad = deliver_pb2.DeliverRequest()
-    bad.CopyFrom(request)
+    bad = deliver_pb2.DeliverRequest(value=_messages(request.value), sender=request.sender)
     bad.value.heads[0].fields.origin = kid[:7]
     with pytest.raises(EncodingError, match=r"32 bytes \(its key\) or 8"):
         wire.delivery_from_pb(bad.value, bad.sender, lambda k: ORIGIN.node_id)
@@ -459,13 +516,13 @@ async def test_compact_head_and_record_fields_of_the_wrong_shape_are_malformed(
 
     origin = await cluster.add("origin")
     head, proofs = await _compaction(origin, ["a", "b"])
-    good = wire.delivered_value(Delivery("a", b"v", (), (), "", (proofs[0],), (head,)))
+    good = _messages(wire.delivered_value(Delivery("a", b"v", (), (), "", (proofs[0],), (head,))))
     # the compact forms the cases below break are the ones sent: a first head of an
     # epoch (no log root) over the memory transport, an IP endpoint in the vectors
     from tests.nodes.wire_vectors import lone_first_delivery
 
     first, _ = lone_first_delivery()
-    ip = wire.delivered_value(dataclasses.replace(first, sender=""))
+    ip = _messages(wire.delivered_value(dataclasses.replace(first, sender="")))
     fields, ip_fields = good.heads[0].fields, ip.heads[0].fields
     assert fields.origin
     assert fields.epoch_nonce
@@ -574,8 +631,8 @@ _EPOCH = st.one_of(
 @given(
     epoch=_EPOCH,
     endpoints=st.lists(_ENDPOINT, max_size=3),
-    issued_at=st.integers(0, 2**42),
-    serve_until=st.integers(0, 2**42),
+    issued_at=st.one_of(st.integers(0, 2**42), st.integers(0, 2**32).map(lambda s: s * 1000)),
+    serve_until=st.one_of(st.integers(0, 2**42), st.integers(0, 2**32).map(lambda s: s * 1000)),
     compactions=st.integers(1, 2),
 )
 def test_every_head_crosses_the_wire_byte_exact_whoever_sends_it(
@@ -598,6 +655,10 @@ def test_every_head_crosses_the_wire_byte_exact_whoever_sends_it(
     for sender in ("", me.node_id, "ab" * 32):
         pb = wire.signed_head_to_pb(head, sender=sender)
         assert wire.signed_head_from_pb(pb, sender=sender) == head
+        # wire version 4: the same fields packed, unpacked to the same message
+        packed = wire.pack_head(pb)
+        assert packed is not None
+        assert wire.unpack_head(packed) == pb
 
 
 async def test_a_relay_names_an_origin_the_holder_knows_by_key_id_over_grpc(
@@ -646,3 +707,186 @@ async def test_a_relay_names_an_origin_the_holder_knows_by_key_id_over_grpc(
         assert holder.core.held("c").delivery.heads == (head,)
     finally:
         await stop_all(nodes)
+
+
+def _repacked(
+    value: common_pb2.DeliveredValue, change: Callable[[common_pb2.SignedHead], object]
+) -> common_pb2.DeliveredValue:
+    """``value`` with its packed head unpacked, changed and packed again (wire version 4)."""
+    from nodes import wire
+
+    out = common_pb2.DeliveredValue()
+    out.CopyFrom(value)
+    head = wire.unpack_head(out.packed_heads[0])
+    change(head)
+    packed = wire.pack_head(head)
+    assert packed is not None
+    out.packed_heads[0] = packed
+    return out
+
+
+def test_a_packed_head_rebuilds_only_the_values_its_origin_signed() -> None:
+    """Wire version 4, first contact: the head carries the origin's key; the receiver
+    verifies the signature under that key, which is also the origin the rebuilt payload
+    names. Every value the packed form implies or compacts (the origin, the root the
+    audit path implies, the log root, whole seconds) rebuilds to the signed one, and a
+    wrong one rebuilds another payload whose signature fails."""
+    from contracts.identity import Identity
+    from nodes import wire
+    from tests.nodes.wire_vectors import ORIGIN, first_contact_delivery, lone_first_delivery
+
+    delivery = first_contact_delivery()
+    request = wire.deliver_request(delivery)
+    value, sender = request.value, request.sender
+    head = wire.unpack_head(value.packed_heads[0])
+    assert head.fields.origin == bytes.fromhex(ORIGIN.node_id)  # the key travels
+    assert not head.fields.root  # implied by the fold proof
+    assert head.fields.issued_at % 1000 == 0  # coded in seconds
+    assert head.fields.serve_for_ms % 1000 == 0
+    assert head.fields.deadline_ms % 1000 == 0
+    got = wire.delivery_from_pb(value, sender)
+    assert got.heads == delivery.heads
+    open_statement(got.heads[0], Head, signer=ORIGIN.node_id)
+
+    other = Identity.from_seed(bytes([3]) * 32).node_id
+
+    def fails(msg: common_pb2.DeliveredValue, from_sender: str = sender) -> None:
+        with pytest.raises(BadSignature):
+            open_statement(wire.delivery_from_pb(msg, from_sender).heads[0], Head)
+
+    # another key in the origin's place: the payload names it, the signature fails
+    fails(_repacked(value, lambda h: setattr(h.fields, "origin", bytes.fromhex(other))))
+    # a duration or time one second off, in the seconds form
+    for name, delta in (("serve_for_ms", 1000), ("issued_at", -1000), ("deadline_ms", 1000)):
+
+        def shift(h: common_pb2.SignedHead, n: str = name, d: int = delta) -> None:
+            setattr(h.fields, n, getattr(h.fields, n) + d)
+
+        fails(_repacked(value, shift))
+    # a byte of the epoch nonce, or the log root, changed
+    fails(_repacked(value, lambda h: setattr(h.fields, "epoch_nonce", bytes(8))))
+    fails(_repacked(value, lambda h: setattr(h.fields, "log_root", bytes(32))))
+    # an audit path (the packed proof's tail) that implies another root
+    bad = common_pb2.DeliveredValue()
+    bad.CopyFrom(value)
+    proof = bad.packed_fold_proofs[0]
+    bad.packed_fold_proofs[0] = proof[:-1] + bytes([proof[-1] ^ 1])
+    fails(bad)
+    # a flipped bit of the signature
+    bad.CopyFrom(value)
+    packed = bad.packed_heads[0]
+    bad.packed_heads[0] = packed[:1] + bytes([packed[1] ^ 1]) + packed[2:]
+    fails(bad)
+    # the lone delivery leaves the origin out: implied from a sender that did not sign
+    lone, _ = lone_first_delivery()
+    lone_request = wire.deliver_request(lone)
+    assert not wire.unpack_head(lone_request.value.packed_heads[0]).fields.origin
+    assert wire.delivery_from_pb(lone_request.value, lone_request.sender) == lone
+    fails(lone_request.value, other)
+
+
+def test_packed_heads_and_fold_proofs_of_the_wrong_shape_are_malformed() -> None:
+    from nodes import wire
+    from tests.nodes.wire_vectors import first_contact_delivery
+
+    value = wire.delivered_value(first_contact_delivery())
+    head, proof = value.packed_heads[0], value.packed_fold_proofs[0]
+    # every truncation, and a byte too many
+    for n in range(len(head)):
+        with pytest.raises(EncodingError, match=r"packed head: (ends inside|1 endpoints in)"):
+            wire.unpack_head(head[:n])
+    with pytest.raises(EncodingError, match="packed head: 1 trailing bytes"):
+        wire.unpack_head(head + b"\x00")
+    for n in range(proof.index(b"\x00", 1)):  # up to the path (the rest of the bytes)
+        with pytest.raises(EncodingError, match="packed fold proof: ends inside"):
+            wire.unpack_fold_proof(proof[:n])
+    # flags and varints outside the one form each value has
+    cases = [
+        (bytes([head[0] | 3]) + head[1:], "origin form 3"),
+        (b"\x00" + bytes(64) + b"\x80\x00", "epoch counter is not a shortest-form varint"),
+        (b"\x00" + bytes(64) + b"\xff" * 11, "more than 10 bytes"),
+        (b"\x10" + bytes(64) + b"\x00\x00\x00\x01", "issued_at is 0 seconds"),
+        (b"\x10" + bytes(64) + b"\x00\x00\x00" + b"\xd0\x0f", "issued_at is whole seconds coded"),
+        (b"\x10" + bytes(64) + b"\x01\xff", "epoch is not UTF-8"),
+        (b"\x10" + bytes(64) + b"\x00\x00\x00\x00\x00\x00\x05", "5 endpoints in the 0 bytes left"),
+        (b"\x10" + bytes(64) + b"\x00\x00" + b"\xff" * 9 + b"\x7f", "Value out of range"),
+    ]
+    for data, message in cases:
+        with pytest.raises(EncodingError, match=message):
+            wire.unpack_head(data)
+    record = b"\x00\x01\x01" + bytes(32)
+    proof_cases = [
+        (b"\x01\x00\x04\x01\x01" + bytes(32), "unknown record flags 0x04"),
+        (b"\x01\x00\x02\x01\x01" + bytes(32) + b"\x00", "empty value_ref"),
+        (b"\x01\x00" + record + b"\x81\x40", "chain of 8193 records"),
+        (b"\x01\x00" + record + b"\x00" + bytes(31), "path must be whole 32-byte hashes"),
+    ]
+    for data, message in proof_cases:
+        with pytest.raises(EncodingError, match=message):
+            wire.delivery_from_pb(
+                common_pb2.DeliveredValue(value_ref="x", packed_fold_proofs=[data])
+            )
+    # the two forms of one list are exclusive
+    both = common_pb2.DeliveredValue()
+    both.CopyFrom(value)
+    both.heads.append(wire.unpack_head(head))
+    with pytest.raises(EncodingError, match="heads and packed_heads are exclusive"):
+        wire.delivery_from_pb(both)
+    both.CopyFrom(value)
+    both.fold_proofs.append(wire.unpack_fold_proof(proof))
+    with pytest.raises(EncodingError, match="fold_proofs and packed_fold_proofs are exclusive"):
+        wire.delivery_from_pb(both)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=300), at=st.integers(0, 500), cut=st.booleans())
+def test_any_packed_bytes_decode_to_the_signed_delivery_or_are_malformed(
+    data: bytes, at: int, cut: bool
+) -> None:
+    from nodes import wire
+    from tests.nodes.wire_vectors import ORIGIN, first_contact_delivery
+
+    delivery = first_contact_delivery()
+    request = wire.deliver_request(delivery)
+    for field in ("packed_heads", "packed_fold_proofs"):
+        msg = common_pb2.DeliveredValue()
+        msg.CopyFrom(request.value)
+        items = getattr(msg, field)
+        good = items[0]
+        i = min(at, len(good))
+        items[0] = good[:i] + data + (b"" if cut else good[i + len(data) :])
+        try:
+            got = wire.delivery_from_pb(msg, request.sender)
+        except EncodingError:
+            continue
+        # what decodes is a delivery whose head either is the signed one or fails
+        try:
+            open_statement(got.heads[0], Head, signer=ORIGIN.node_id)
+        except (VerificationError, EncodingError):
+            continue
+        assert got.heads == delivery.heads
+
+
+def test_a_packed_fold_proof_carries_its_chain_and_a_foreign_value_ref() -> None:
+    from contracts.heads import FoldInput, HeadLog
+    from nodes import wire
+    from tests.nodes.wire_vectors import ORIGIN
+
+    log = HeadLog(ORIGIN, "7-0123456789abcdef")
+    for seq in range(3):
+        log.compact(
+            [FoldInput("a", seq, [b"a%d" % seq]), FoldInput("b", seq, [b"b"])],
+            serve_until=5_000,
+            deadline_ms=1,
+            endpoints=(),
+            issued_at=1,
+        )
+    proof = log.fold_proof("a", back=2).to_bytes()
+    assert len(FoldProof.from_bytes(proof).chain) == 2
+    for value_ref in ("a", "another value"):  # the record's ref left out, or sent
+        pb = wire.fold_proof_to_pb(proof, value_ref)
+        assert bool(pb.record_fields.value_ref) is (value_ref != "a")
+        packed = wire.pack_fold_proof(pb)
+        assert packed is not None
+        assert wire.unpack_fold_proof(packed) == pb
+        assert wire.fold_proof_from_pb(wire.unpack_fold_proof(packed), value_ref) == proof

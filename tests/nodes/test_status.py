@@ -16,10 +16,12 @@ from typing import Any
 import grpc
 import pytest
 
+from contracts.batch import RECEIPT_BATCH_TYPE, build_demand_batch, decode_receipt_batch
+from contracts.envelope import Envelope
 from contracts.identity import Identity
-from contracts.serve import build_demand
+from contracts.serve import build_demand, new_nonce
 from contracts.signed import Signed
-from contracts.statements import Obligation
+from contracts.statements import Obligation, ReceiptStatus
 from nodes._pb.provnet.v1 import (
     common_pb2,
     deliver_pb2,
@@ -233,6 +235,54 @@ async def test_demand_from_before_a_restart_is_aborted_and_a_fresh_one_served(
         await chan.close(None)
     finally:
         await node.stop(0.2)
+
+
+def _batch(identity: Identity, obligation: Signed[Obligation], now_ms: int) -> bytes:
+    """One demand batch (contracts.batch, version 3) naming the obligation's fold."""
+    envelope, _ = build_demand_batch(
+        identity,
+        [(obligation.statement, obligation.digest, None)],
+        origin=obligation.statement.origin,
+        nonce=new_nonce(),
+        now=now_ms,
+    )
+    return envelope.to_bytes()
+
+
+async def test_a_demand_batch_is_answered_with_one_receipt_batch_and_replay_is_already_exists(
+    origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    fold = await _fold(channel)
+    now_ms = int(clock.now * 1000)
+    obligation = _obligation(fold, now_ms)
+    call = _demand_call(channel, [_batch(Identity.generate(), obligation, now_ms)])
+    first = await call()
+    assert len(first.answers) == 1
+    receipt = Envelope.from_bytes(bytes(first.answers[0].receipt))
+    assert receipt.payload_type == RECEIPT_BATCH_TYPE
+    (item,) = decode_receipt_batch(receipt.payload).items
+    assert (item.obligation, item.status) == (obligation.digest, ReceiptStatus.SERVED)
+    assert len(first.answers[0].hops) == 3
+    assert await _rejected(origin, call) is grpc.StatusCode.ALREADY_EXISTS
+
+
+async def test_a_demand_batch_with_a_bad_signature_or_stale_time_is_rejected(
+    origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    fold = await _fold(channel)
+    now_ms = int(clock.now * 1000)
+    obligation = _obligation(fold, now_ms)
+    envelope = json.loads(_batch(Identity.generate(), obligation, now_ms))
+    sig = bytearray(base64.b64decode(envelope["signatures"][0]["sig"]))
+    sig[0] ^= 0x01
+    envelope["signatures"][0]["sig"] = base64.b64encode(bytes(sig)).decode()
+    forged = json.dumps(envelope).encode()
+    # a per-fold obligation: the batch's one signature is checked, as a single demand's
+    code = await _rejected(origin, _demand_call(channel, [forged]))
+    assert code is grpc.StatusCode.UNAUTHENTICATED
+    stale = _batch(Identity.generate(), obligation, now_ms - 600_000)
+    code = await _rejected(origin, _demand_call(channel, [stale]))
+    assert code is grpc.StatusCode.FAILED_PRECONDITION
 
 
 async def test_demand_for_unknown_obligation_is_not_found(

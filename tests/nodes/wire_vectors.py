@@ -14,7 +14,10 @@ Files in ``tests/nodes/vectors`` (``DeliverRequest``, protobuf binary):
   holds the head (the fold proof names it by digest);
 * ``deliver-request-forwarded-v<N>.binpb`` (from version 3) — the first
   delivery forwarded by another node (:data:`FORWARDER`) to a receiver that
-  holds the origin's key: the head names its origin by key id.
+  holds the origin's key: the head names its origin by key id;
+* ``deliver-request-first-contact-v<N>.binpb`` (from version 4) — the same
+  forward to a receiver that never verified a head of the origin: the head
+  carries the origin's full key.
 
 Every version stays readable: ``tests/nodes/test_heads_wire.py`` decodes each
 file to the same delivery and rebuilds the current version byte for byte.
@@ -39,6 +42,7 @@ from nodes.messages import Delivery
 __all__ = [
     "VECTOR_DIR",
     "build_wire_vectors",
+    "first_contact_delivery",
     "forwarded_first_delivery",
     "lone_first_delivery",
     "main",
@@ -88,8 +92,18 @@ def forwarded_first_delivery() -> Delivery:
     return first
 
 
-def vector_name(version: int, *, held: bool = False, forwarded: bool = False) -> str:
-    kind = "held-" if held else "forwarded-" if forwarded else ""
+def first_contact_delivery() -> Delivery:
+    """The first delivery as :data:`FORWARDER` forwards it to a receiver that holds no
+    key of the origin (the head carries :data:`ORIGIN`'s full key)."""
+    first, _ = lone_first_delivery(sender=FORWARDER.node_id)
+    return first
+
+
+def vector_name(
+    version: int, *, held: bool = False, forwarded: bool = False, first_contact: bool = False
+) -> str:
+    kinds = {"held-": held, "forwarded-": forwarded, "first-contact-": first_contact}
+    kind = next((k for k, wanted in kinds.items() if wanted), "")
     return f"deliver-request-{kind}v{version}.binpb"
 
 
@@ -104,6 +118,7 @@ def build_wire_vectors() -> dict[str, bytes]:
         vector_name(wire.WIRE_VERSION): encode(first),
         vector_name(wire.WIRE_VERSION, held=True): encode(held),
         vector_name(wire.WIRE_VERSION, forwarded=True): encode(forwarded_first_delivery()),
+        vector_name(wire.WIRE_VERSION, first_contact=True): encode(first_contact_delivery()),
     }
 
 

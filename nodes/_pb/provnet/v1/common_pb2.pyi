@@ -44,6 +44,8 @@ class DeliveredValue(_message.Message):
     OBLIGATIONS_FIELD_NUMBER: _builtins.int
     FOLD_PROOFS_FIELD_NUMBER: _builtins.int
     HEADS_FIELD_NUMBER: _builtins.int
+    PACKED_FOLD_PROOFS_FIELD_NUMBER: _builtins.int
+    PACKED_HEADS_FIELD_NUMBER: _builtins.int
     value_ref: _builtins.str
     value: _builtins.bytes
     @_builtins.property
@@ -54,6 +56,20 @@ class DeliveredValue(_message.Message):
     def fold_proofs(self) -> _containers.RepeatedCompositeFieldContainer[Global___FoldProof]: ...
     @_builtins.property
     def heads(self) -> _containers.RepeatedCompositeFieldContainer[Global___SignedHead]: ...
+    @_builtins.property
+    def packed_fold_proofs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """Wire version 4: the same fold proofs and heads, each as ONE packed byte
+        string instead of a message of fields (nodes.wire.pack_fold_proof /
+        pack_head: fixed-size fields back to back, integers as varints, a flags
+        byte saying which of the version 2/3 forms each field takes). The fields
+        and what the receiver rebuilds from them are those of FoldProof and
+        HeadFields; only the per-field protobuf framing is gone. A delivery uses
+        either fold_proofs or packed_fold_proofs, and either heads or
+        packed_heads, never both; head_part numbers the heads of the form used.
+        """
+
+    @_builtins.property
+    def packed_heads(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
         self,
         *,
@@ -63,10 +79,12 @@ class DeliveredValue(_message.Message):
         obligations: _abc.Iterable[_builtins.bytes] | None = ...,
         fold_proofs: _abc.Iterable[Global___FoldProof] | None = ...,
         heads: _abc.Iterable[Global___SignedHead] | None = ...,
+        packed_fold_proofs: _abc.Iterable[_builtins.bytes] | None = ...,
+        packed_heads: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "fold_proofs", b"fold_proofs", "heads", b"heads", "obligations", b"obligations", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "fold_proofs", b"fold_proofs", "heads", b"heads", "obligations", b"obligations", "packed_fold_proofs", b"packed_fold_proofs", "packed_heads", b"packed_heads", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

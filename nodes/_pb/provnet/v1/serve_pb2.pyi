@@ -26,7 +26,10 @@ class DemandRequest(_message.Message):
     DEMANDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def demands(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """DSSE envelopes of Demand statements, each signed by its holder."""
+        """DSSE envelopes of Demand statements, each signed by its holder; or exactly
+        one demand batch (payload type ...demand-batch.v3+bin: one signature for
+        every fold it names, see docs/contracts.md).
+        """
 
     def __init__(
         self,
@@ -47,7 +50,12 @@ class DemandResponse(_message.Message):
 
     ANSWERS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def answers(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Answer]: ...
+    def answers(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Answer]:
+        """One answer per demand, in request order. For a demand batch: one answer
+        per fold the batch names, in its order; the first carries the one signed
+        receipt batch in `receipt`, the others an empty receipt.
+        """
+
     def __init__(
         self,
         *,

@@ -1,0 +1,607 @@
+"""Batched demands and receipts (payload version 3): one signature per side per origin.
+
+A holder that rehydrates a value demands every fold it needs from one origin
+in one call. With per-fold statements (version 1 JSON, version 2 binary) each
+fold costs a signed :class:`~contracts.statements.Demand` and a signed
+:class:`~contracts.statements.Receipt`: 2 × folds signatures per rehydration.
+Version 3 signs **one demand batch** naming every fold wanted (obligation
+digest — for a fold under a head, the head digest — and commitment digest —
+the fold record's leaf hash — plus the leaves of each), answered by **one
+receipt batch** with one item per fold served or refused (tree size, status,
+reason, served root or leaf hashes + audit paths, exactly the fields of a
+per-fold receipt).
+
+* ``application/vnd.provnet.demand-batch.v3+bin``
+* ``application/vnd.provnet.receipt-batch.v3+bin``
+
+Nothing about a fold is weaker: each item *is* the fold's demand or receipt,
+with the batch's holder, origin, nonce, time (demand) and the batch
+demand's digest, nonce and ``issued_at`` (receipt) filled in. Reading a batch
+for one fold (:func:`demand_item`, :func:`receipt_item`, or
+``open_statement(..., fold=(obligation, commitment))``) returns that
+projection as a plain :class:`Demand` / :class:`Receipt` whose envelope is
+the batch's: its signature covers every item, its digest is the batch's, and
+the per-fold checks (binding by digest and nonce, signed leaves against the
+committed root, refusal before ``serve_until``, deadline of a demand) apply
+unchanged. So ``bad_data`` for one fold is proven by the batch demand, the
+batch receipt and that fold's bytes; ``refused`` by the signed batch receipt
+item; ``unanswered`` by the signed batch demand (plus witnesses). Evidence
+records keep their format: the demand and receipt envelopes are the batches,
+and the record's commitment and obligation select the item.
+
+Layout (integers big-endian, unsigned; ids and digests 32 raw bytes)::
+
+    demand batch                      receipt batch
+    u8   version = 3                  u8   version = 3
+    u8   kind = 0x64 ('d')            u8   kind = 0x72 ('r')
+    32   holder (node id)             32   origin (node id)
+    32   origin (node id)             32   demand (digest of the demand batch)
+    u64  time (ms)                    u64  issued_at (ms)
+    u8   nonce length n + nonce       u8   nonce length n + nonce
+    u16  item count c (1..MAX_BATCH)  u16  item count c (1..MAX_BATCH)
+    c × [32 obligation,               c × [32 obligation, 32 commitment,
+         32 commitment, LEAVES]            u64 tree_size, u8 status, u8 reason,
+                                           LEAVES, u8 served_root flag [+ 32],
+                                           u32 h + h × 32 leaf hashes,
+                                           u32 p + p × (u8 l + l × 32) proofs]
+
+``LEAVES`` and the status/reason codes are those of :mod:`contracts.binary`.
+Demand items are strictly increasing by (obligation, commitment) — one
+encoding per set of folds, and no fold twice; receipt items name distinct
+folds (in the demand's order when faithful; an item under another head or
+commitment is what an equivocating origin signs). Decoding is as strict as
+version 2: exact lengths, no trailing bytes, known codes, the receipt shape
+rules of :func:`~contracts.statements.check_receipt_shape` per item.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from contracts._fields import MAX_COUNT, MAX_LIST, MAX_TIME_MS
+from contracts.binary import (
+    _MIN_NONCE,
+    _REASON_BY_CODE,
+    _STATUS_BY_CODE,
+    _U32,
+    REASON_CODES,
+    STATUS_CODES,
+    _leaves_bytes,
+    _nonce_bytes,
+    _raw,
+    _read_hashes,
+    _read_leaves,
+    _read_nonce,
+    new_demand,
+    new_receipt,
+)
+from contracts.envelope import Envelope, sign_envelope
+from contracts.errors import BindingMismatch, EncodingError
+from contracts.identity import Identity
+from contracts.merkle import MerkleTree, leaf_hashes, merkle_root
+from contracts.statements import (
+    PAYLOAD_TYPE_PREFIX,
+    Commitment,
+    Demand,
+    Obligation,
+    Receipt,
+    ReceiptStatus,
+    RefusalReason,
+    check_receipt_shape,
+)
+
+__all__ = [
+    "BATCH_VERSION",
+    "DEMAND_BATCH_TYPE",
+    "MAX_BATCH",
+    "RECEIPT_BATCH_TYPE",
+    "DemandBatch",
+    "DemandItem",
+    "FoldKey",
+    "ReceiptBatch",
+    "batch_receipt_item",
+    "build_demand_batch",
+    "decode_demand_batch",
+    "decode_receipt_batch",
+    "demand_item",
+    "encode_demand_batch",
+    "encode_receipt_batch",
+    "receipt_item",
+    "served_item",
+    "sign_receipt_batch",
+]
+
+BATCH_VERSION = 3
+DEMAND_BATCH_TYPE = f"{PAYLOAD_TYPE_PREFIX}demand-batch.v3+bin"
+RECEIPT_BATCH_TYPE = f"{PAYLOAD_TYPE_PREFIX}receipt-batch.v3+bin"
+#: Folds one batch may name (an origin's answer stays far under the size bound).
+MAX_BATCH = 1024
+
+#: (obligation digest, commitment digest) of a fold, lower-case hex.
+FoldKey = tuple[str, str]
+
+_DEMAND_TAG = ord("d")
+_RECEIPT_TAG = ord("r")
+_DEMAND_HEAD = struct.Struct(">BB32s32sQB")
+_RECEIPT_HEAD = struct.Struct(">BB32s32sQB")
+_U16 = struct.Struct(">H")
+_ITEM_KEY = struct.Struct(">32s32s")
+_RECEIPT_ITEM = struct.Struct(">32s32sQBB")
+_MAX_PATH = 64
+
+
+@dataclass(frozen=True, slots=True)
+class DemandItem:
+    """One fold a demand batch names (digests as lower-case hex)."""
+
+    obligation: str
+    commitment: str
+    leaves: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DemandBatch:
+    """A holder's demand for several folds of one origin, signed once."""
+
+    holder: str
+    origin: str
+    nonce: str
+    time: int
+    items: tuple[DemandItem, ...]
+
+    def demand(self, index: int) -> Demand:
+        """Item ``index`` read as the fold's own :class:`Demand`."""
+        it = self.items[index]
+        return new_demand(
+            self.holder,
+            self.origin,
+            it.obligation,
+            it.commitment,
+            self.nonce,
+            self.time,
+            it.leaves,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptBatch:
+    """An origin's answer to a demand batch: one item per fold, signed once.
+
+    ``items`` are per-fold :class:`Receipt` statements whose ``origin``,
+    ``demand``, ``nonce`` and ``issued_at`` are the batch's own.
+    """
+
+    origin: str
+    demand: str
+    nonce: str
+    issued_at: int
+    items: tuple[Receipt, ...]
+
+
+# ------------------------------------------------------------------- encoding
+
+
+def _key_bytes(obligation: str, commitment: str) -> bytes:
+    return _raw(obligation, "batch item obligation") + _raw(commitment, "batch item commitment")
+
+
+def encode_demand_batch(b: DemandBatch) -> bytes:
+    """The version-3 payload of a demand batch (``ValueError`` on fields it cannot hold)."""
+    if not 1 <= len(b.items) <= MAX_BATCH:
+        raise ValueError(f"a demand batch names 1..{MAX_BATCH} folds, got {len(b.items)}")
+    nonce = _nonce_bytes(b.nonce, _MIN_NONCE)
+    parts = [
+        _DEMAND_HEAD.pack(
+            BATCH_VERSION,
+            _DEMAND_TAG,
+            _raw(b.holder, "demand batch holder"),
+            _raw(b.origin, "demand batch origin"),
+            b.time,
+            len(nonce),
+        ),
+        nonce,
+        _U16.pack(len(b.items)),
+    ]
+    prev = b""
+    for it in b.items:
+        key = _key_bytes(it.obligation, it.commitment)
+        if key <= prev:
+            raise ValueError("demand batch items must be strictly increasing by fold")
+        prev = key
+        parts.append(key)
+        parts.append(_leaves_bytes(it.leaves))
+    return b"".join(parts)
+
+
+def encode_receipt_batch(b: ReceiptBatch) -> bytes:
+    """The version-3 payload of a receipt batch (``ValueError`` on fields it cannot hold)."""
+    if not 1 <= len(b.items) <= MAX_BATCH:
+        raise ValueError(f"a receipt batch answers 1..{MAX_BATCH} folds, got {len(b.items)}")
+    nonce = _nonce_bytes(b.nonce, 0)
+    parts = [
+        _RECEIPT_HEAD.pack(
+            BATCH_VERSION,
+            _RECEIPT_TAG,
+            _raw(b.origin, "receipt batch origin"),
+            _raw(b.demand, "receipt batch demand"),
+            b.issued_at,
+            len(nonce),
+        ),
+        nonce,
+        _U16.pack(len(b.items)),
+    ]
+    seen: set[bytes] = set()
+    for r in b.items:
+        if (r.origin, r.demand, r.nonce, r.issued_at) != (b.origin, b.demand, b.nonce, b.issued_at):
+            raise ValueError(
+                "a receipt batch item must carry the batch's origin, demand, nonce, time"
+            )
+        key = _key_bytes(r.obligation, r.commitment)
+        if key in seen:
+            raise ValueError("a receipt batch answers each fold once")
+        seen.add(key)
+        if any(len(h) != 32 for h in r.leaf_hashes):
+            raise ValueError("receipt leaf hashes are 32 bytes each")
+        parts.append(
+            _RECEIPT_ITEM.pack(
+                key[:32],
+                key[32:],
+                r.tree_size,
+                STATUS_CODES[r.status],
+                0 if r.reason is None else REASON_CODES[r.reason],
+            )
+        )
+        parts.append(_leaves_bytes(r.leaves))
+        parts.append(
+            b"\x00" if r.served_root is None else b"\x01" + _raw(r.served_root, "served_root")
+        )
+        parts.append(_U32.pack(len(r.leaf_hashes)))
+        parts.extend(r.leaf_hashes)
+        parts.append(_U32.pack(len(r.proofs)))
+        for path in r.proofs:
+            if len(path) > _MAX_PATH or any(len(p) != 32 for p in path):
+                raise ValueError(f"a receipt proof is at most {_MAX_PATH} hashes of 32 bytes")
+            parts.append(bytes((len(path),)))
+            parts.extend(path)
+    return b"".join(parts)
+
+
+# ------------------------------------------------------------------- decoding
+
+
+def _bad(kind: str, what: str) -> EncodingError:
+    return EncodingError(f"{kind} (binary v{BATCH_VERSION}): {what}")
+
+
+def _read_count(data: bytes, at: int, kind: str) -> tuple[int, int]:
+    raw = data[at : at + 2]
+    if len(raw) != 2:
+        raise _bad(kind, "truncated item count")
+    (count,) = _U16.unpack(raw)
+    if not 1 <= count <= MAX_BATCH:
+        raise _bad(kind, f"item count {count} is not 1..{MAX_BATCH}")
+    return count, at + 2
+
+
+def decode_demand_batch(data: bytes) -> DemandBatch:
+    """Parse a version-3 demand batch payload (untrusted bytes; :class:`EncodingError`)."""
+    k = "demand batch"
+    size = _DEMAND_HEAD.size
+    if len(data) < size:
+        raise _bad(k, f"{len(data)} bytes is shorter than a demand batch")
+    version, tag, holder, origin, time, n = _DEMAND_HEAD.unpack_from(data)
+    if version != BATCH_VERSION or tag != _DEMAND_TAG:
+        raise _bad(k, f"version/kind bytes {version}/{tag} are not {BATCH_VERSION}/'d'")
+    if time > MAX_TIME_MS:
+        raise _bad(k, "time out of range")
+    nonce, at = _read_nonce(data, size, n, _MIN_NONCE, k)
+    count, at = _read_count(data, at, k)
+    items = []
+    prev = b""
+    for _ in range(count):
+        key = data[at : at + 64]
+        if len(key) != 64:
+            raise _bad(k, "truncated item")
+        if key <= prev:
+            raise _bad(k, "items must be strictly increasing by (obligation, commitment)")
+        prev = key
+        leaves, at = _read_leaves(data, at + 64, k)
+        items.append(DemandItem(key[:32].hex(), key[32:].hex(), leaves))
+    if at != len(data):
+        raise _bad(k, f"{len(data) - at} trailing bytes")
+    return DemandBatch(holder.hex(), origin.hex(), nonce, time, tuple(items))
+
+
+def decode_receipt_batch(data: bytes) -> ReceiptBatch:
+    """Parse a version-3 receipt batch payload (untrusted bytes; :class:`EncodingError`)."""
+    k = "receipt batch"
+    size = _RECEIPT_HEAD.size
+    if len(data) < size:
+        raise _bad(k, f"{len(data)} bytes is shorter than a receipt batch")
+    version, tag, origin_raw, demand_raw, issued_at, n = _RECEIPT_HEAD.unpack_from(data)
+    if version != BATCH_VERSION or tag != _RECEIPT_TAG:
+        raise _bad(k, f"version/kind bytes {version}/{tag} are not {BATCH_VERSION}/'r'")
+    if issued_at > MAX_TIME_MS:
+        raise _bad(k, "issued_at out of range")
+    nonce, at = _read_nonce(data, size, n, 0, k)
+    count, at = _read_count(data, at, k)
+    origin, demand = origin_raw.hex(), demand_raw.hex()
+    items: list[Receipt] = []
+    seen: set[bytes] = set()
+    for _ in range(count):
+        if len(data) < at + _RECEIPT_ITEM.size:
+            raise _bad(k, "truncated item")
+        obligation, commitment, tree_size, status_code, reason_code = _RECEIPT_ITEM.unpack_from(
+            data, at
+        )
+        at += _RECEIPT_ITEM.size
+        if obligation + commitment in seen:
+            raise _bad(k, "an item names a fold already answered")
+        seen.add(obligation + commitment)
+        if tree_size > MAX_COUNT:
+            raise _bad(k, f"tree_size exceeds {MAX_COUNT}")
+        status = _STATUS_BY_CODE.get(status_code)
+        if status is None:
+            raise _bad(k, f"unknown status code {status_code}")
+        reason = None
+        if reason_code:
+            reason = _REASON_BY_CODE.get(reason_code)
+            if reason is None:
+                raise _bad(k, f"unknown reason code {reason_code}")
+        leaves, at = _read_leaves(data, at, k)
+        flag = data[at : at + 1]
+        served_root = None
+        if flag == b"\x01":
+            raw = data[at + 1 : at + 33]
+            if len(raw) != 32:
+                raise _bad(k, "truncated served_root")
+            served_root, at = raw.hex(), at + 33
+        elif flag == b"\x00":
+            at += 1
+        else:
+            raise _bad(k, "served_root flag must be 0 or 1")
+        hashes, at = _read_hashes(data, at, MAX_LIST, k, "leaf hashes")
+        proofs, at = _read_proofs(data, at, k)
+        check_receipt_shape(k, status, reason, leaves, served_root, hashes, proofs)
+        items.append(
+            new_receipt(
+                origin,
+                obligation.hex(),
+                commitment.hex(),
+                demand,
+                nonce,
+                status,
+                issued_at,
+                tree_size,
+                leaves,
+                served_root,
+                hashes,
+                proofs,
+                reason,
+            )
+        )
+    if at != len(data):
+        raise _bad(k, f"{len(data) - at} trailing bytes")
+    return ReceiptBatch(origin, demand, nonce, issued_at, tuple(items))
+
+
+def _read_proofs(data: bytes, at: int, k: str) -> tuple[tuple[tuple[bytes, ...], ...], int]:
+    head = data[at : at + 4]
+    if len(head) != 4:
+        raise _bad(k, "truncated proof count")
+    (count,) = _U32.unpack(head)
+    if count > MAX_LIST:
+        raise _bad(k, f"{count} proofs exceeds {MAX_LIST}")
+    at += 4
+    proofs = []
+    for _ in range(count):
+        length = data[at : at + 1]
+        if not length:
+            raise _bad(k, "truncated proof")
+        if length[0] > _MAX_PATH:
+            raise _bad(k, f"a proof of {length[0]} hashes exceeds {_MAX_PATH}")
+        end = at + 1 + 32 * length[0]
+        raw = data[at + 1 : end]
+        if len(raw) != end - at - 1:
+            raise _bad(k, "truncated proof")
+        proofs.append(tuple(raw[i : i + 32] for i in range(0, len(raw), 32)))
+        at = end
+    return tuple(proofs), at
+
+
+# ------------------------------------------------------------------- one fold of a batch
+
+
+def _no_item(kind: str, fold: FoldKey) -> BindingMismatch:
+    return BindingMismatch(f"{kind} names no fold {fold[1][:12]}… under obligation {fold[0][:12]}…")
+
+
+def demand_item(payload: bytes, fold: FoldKey) -> Demand:
+    """The demand a batch payload makes for ``fold`` (:class:`BindingMismatch` if none)."""
+    batch = decode_demand_batch(payload)
+    for index, it in enumerate(batch.items):
+        if (it.obligation, it.commitment) == fold:
+            return batch.demand(index)
+    raise _no_item("demand batch", fold)
+
+
+def receipt_item(payload: bytes, fold: FoldKey) -> Receipt:
+    """The receipt a batch payload signs for ``fold`` (:class:`BindingMismatch` if none)."""
+    for r in decode_receipt_batch(payload).items:
+        if (r.obligation, r.commitment) == fold:
+            return r
+    raise _no_item("receipt batch", fold)
+
+
+# ------------------------------------------------------------------- building and signing
+
+
+def build_demand_batch(
+    identity: Identity,
+    folds: Sequence[tuple[Obligation, str, tuple[int, ...] | None]],
+    *,
+    origin: str,
+    nonce: str,
+    now: int,
+) -> tuple[Envelope, DemandBatch]:
+    """Sign one demand for every fold in ``folds`` ((obligation, its digest, leaves)).
+
+    Items are put in the batch's canonical order (by digests); a caller maps
+    them back with :meth:`DemandBatch.demand` and the keys.
+    """
+    items = []
+    for obligation, obligation_digest, leaves in folds:
+        if obligation.origin != origin:
+            raise ValueError(
+                f"obligation {obligation_digest[:12]}… is by {obligation.origin[:16]}…,"
+                f" not the batch's origin {origin[:16]}…"
+            )
+        picked = None if leaves is None else tuple(sorted(set(leaves)))
+        items.append(DemandItem(obligation_digest, obligation.commitment, picked))
+    items.sort(key=lambda it: (it.obligation, it.commitment))
+    batch = DemandBatch(identity.node_id, origin, nonce, now, tuple(items))
+    envelope = sign_envelope(identity, DEMAND_BATCH_TYPE, encode_demand_batch(batch))
+    return envelope, batch
+
+
+def batch_receipt_item(
+    origin: str,
+    demand: Demand,
+    demand_digest: str,
+    *,
+    obligation: Obligation,
+    obligation_digest: str,
+    commitment: Commitment,
+    commitment_digest: str,
+    hops: Sequence[bytes] | None,
+    now: int,
+    hops_root: str | None = None,
+) -> Receipt:
+    """The receipt item a correct origin answers one fold of a batch with (unsigned).
+
+    The same decisions as :func:`contracts.serve.answer_demand`, in the same
+    order: EXPIRED at/after ``serve_until``, NOT_BOUND_HOLDER, BAD_DEMAND for
+    a leaf outside the fold, PENDING / EVICTED when the fold cannot be read,
+    EVICTED when the stored bytes no longer reproduce the committed root, else
+    SERVED over exactly ``hops``. ``hops_root``: the root of ``hops`` when the
+    caller already has it.
+    """
+    o, c, d = obligation, commitment, demand
+
+    def refuse(status: ReceiptStatus, reason: RefusalReason) -> Receipt:
+        return new_receipt(
+            origin,
+            obligation_digest,
+            commitment_digest,
+            demand_digest,
+            d.nonce,
+            status,
+            now,
+            c.leaf_count,
+            reason=reason,
+        )
+
+    if now >= o.serve_until:
+        return refuse(ReceiptStatus.REFUSED, RefusalReason.EXPIRED)
+    if o.holder is not None and d.holder != o.holder:
+        return refuse(ReceiptStatus.REFUSED, RefusalReason.NOT_BOUND_HOLDER)
+    if d.leaves and d.leaves[-1] >= c.leaf_count:
+        return refuse(ReceiptStatus.REFUSED, RefusalReason.BAD_DEMAND)
+    if hops is None:
+        if c.provenance_pending:
+            return refuse(ReceiptStatus.PENDING, RefusalReason.PROVENANCE_PENDING)
+        return refuse(ReceiptStatus.ABSENT, RefusalReason.EVICTED)
+    if len(hops) != c.leaf_count:
+        root = None
+    elif hops_root is not None:
+        root = hops_root
+    else:
+        root = merkle_root(hops).hex()
+    if root != c.root:
+        return refuse(ReceiptStatus.ABSENT, RefusalReason.EVICTED)
+    return served_item(
+        origin,
+        d,
+        demand_digest,
+        obligation_digest,
+        commitment_digest,
+        c.leaf_count,
+        hops,
+        now,
+        root,
+    )
+
+
+def served_item(
+    origin: str,
+    demand: Demand,
+    demand_digest: str,
+    obligation_digest: str,
+    commitment_digest: str,
+    tree_size: int,
+    hops: Sequence[bytes],
+    now: int,
+    root: str | None = None,
+) -> Receipt:
+    """A SERVED receipt item over exactly ``hops`` (no check against the commitment)."""
+    if demand.leaves is None:
+        served_root: str | None = merkle_root(hops).hex() if root is None else root
+        signed_hashes: tuple[bytes, ...] = ()
+        proofs: tuple[tuple[bytes, ...], ...] = ()
+    else:
+        tree = MerkleTree(leaf_hashes(hops))
+        if demand.leaves and demand.leaves[-1] >= tree.size:
+            raise ValueError(f"demand asks for leaf {demand.leaves[-1]} of a {tree.size}-hop fold")
+        served_root = None
+        signed_hashes = tuple(tree.leaf_hash(i) for i in demand.leaves)
+        proofs = tuple(tree.proof(i) for i in demand.leaves)
+    return new_receipt(
+        origin,
+        obligation_digest,
+        commitment_digest,
+        demand_digest,
+        demand.nonce,
+        ReceiptStatus.SERVED,
+        now,
+        tree_size,
+        demand.leaves,
+        served_root,
+        signed_hashes,
+        proofs,
+    )
+
+
+def sign_receipt_batch(
+    identity: Identity, items: Sequence[Receipt], *, demand: str, nonce: str, issued_at: int
+) -> Envelope:
+    """Sign one receipt batch over ``items`` (each rebound to the batch's own fields).
+
+    An item's ``origin``, ``demand``, ``nonce`` and ``issued_at`` are the
+    batch's; every other field (obligation, commitment, status, reason, tree
+    size, leaves, root, leaf hashes, proofs) is signed as given.
+    """
+    mine = (identity.node_id, demand, nonce, issued_at)
+    rebound = tuple(
+        r
+        if (r.origin, r.demand, r.nonce, r.issued_at) == mine
+        else new_receipt(
+            identity.node_id,
+            r.obligation,
+            r.commitment,
+            demand,
+            nonce,
+            r.status,
+            issued_at,
+            r.tree_size,
+            r.leaves,
+            r.served_root,
+            r.leaf_hashes,
+            r.proofs,
+            r.reason,
+        )
+        for r in items
+    )
+    batch = ReceiptBatch(identity.node_id, demand, nonce, issued_at, rebound)
+    return sign_envelope(identity, RECEIPT_BATCH_TYPE, encode_receipt_batch(batch))

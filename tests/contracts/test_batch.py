@@ -1,0 +1,314 @@
+"""Batched demands and receipts (payload version 3, ``contracts.batch``).
+
+One signed demand per origin names every fold a rehydration wants; one signed
+receipt answers them all. Every per-fold guarantee must hold unchanged: each
+fold's serve is judged lazily (no signature) when its bytes reproduce the
+root, and ``bad_data`` / ``refused`` / ``unanswered`` for any one fold are
+provable from the batch statements and that fold's bytes alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contracts import (
+    BindingMismatch,
+    EncodingError,
+    Evidence,
+    EvidenceKind,
+    EvidenceStatus,
+    NotEvidence,
+    ReceiptStatus,
+    RefusalReason,
+    build_witness_report,
+    cite_head,
+    open_statement,
+    sign_envelope,
+    unanswered_evidence,
+    verify_evidence,
+)
+from contracts.batch import (
+    DEMAND_BATCH_TYPE,
+    MAX_BATCH,
+    RECEIPT_BATCH_TYPE,
+    DemandBatch,
+    DemandItem,
+    decode_demand_batch,
+    decode_receipt_batch,
+    encode_demand_batch,
+    encode_receipt_batch,
+    receipt_item,
+)
+from contracts.envelope import Envelope
+from contracts.evidence import Answer, AnswerKind, verify_clearing
+from contracts.identity import PublicKey
+from contracts.lazy import judge_fold_answer
+from contracts.serve import build_demand
+from contracts.signed import Signed
+from contracts.statements import Demand, Receipt
+from tests.contracts._support import DAY, NOW, BatchWorld, fixed_identity, make_batch_world
+
+
+def _items(b: BatchWorld, receipt: bytes) -> list[Signed[Receipt]]:
+    """The receipt batch's items, read without a signature check (as a holder does)."""
+    envelope = Envelope.from_bytes(receipt)
+    return [Signed(envelope, r) for r in decode_receipt_batch(envelope.payload).items]
+
+
+def _key(b: BatchWorld, i: int) -> tuple[str, str]:
+    return b.folds[i].obligation.digest, b.folds[i].commitment.digest
+
+
+def _judge(b: BatchWorld, receipt: bytes, served: Sequence[Sequence[bytes]], i: int) -> Answer:
+    return judge_fold_answer(
+        _items(b, receipt)[i],
+        served[i],
+        demand=b.demands[i],
+        fold=b.folds[i],
+        reported_at=NOW + 4_000,
+    )
+
+
+# ---------------------------------------------------------------- one signature per side
+
+
+def test_one_batch_names_every_fold_and_is_read_as_each_folds_demand() -> None:
+    b = make_batch_world(values=3)
+    batch = decode_demand_batch(b.demand.payload)
+    assert len(batch.items) == 3
+    assert len(b.demand.signatures) == 1
+    assert b.demand.payload_type == DEMAND_BATCH_TYPE
+    for i, demand in enumerate(b.demands):
+        opened = open_statement(b.demand, Demand, fold=_key(b, i))  # one signature, the batch's
+        assert opened.statement == demand.statement
+        assert opened.digest == b.demand.digest
+        assert (demand.statement.obligation, demand.statement.commitment) == _key(b, i)
+    assert encode_demand_batch(batch) == b.demand.payload
+
+
+def test_a_batch_is_not_read_without_naming_the_fold() -> None:
+    b = make_batch_world()
+    with pytest.raises(EncodingError, match="name the fold"):
+        open_statement(b.demand, Demand)
+    other = ("ab" * 32, "cd" * 32)
+    with pytest.raises(BindingMismatch, match="names no fold"):
+        open_statement(b.demand, Demand, fold=other)
+
+
+def test_a_faithful_batch_serve_is_judged_with_no_signature_verification(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    b = make_batch_world()
+    receipt = b.answer(now=NOW + 2_000).to_bytes()
+    checked: list[bytes] = []
+    real = PublicKey.verify
+
+    def counting(self: PublicKey, signature: bytes, message: bytes) -> None:
+        checked.append(message)
+        real(self, signature, message)
+
+    monkeypatch.setattr(PublicKey, "verify", counting)
+    for i in range(3):
+        verdict = _judge(b, receipt, list(b.hops), i)
+        assert verdict.kind is AnswerKind.SERVED, verdict.reason
+        assert verdict.served is not None
+        assert verdict.served.hops == b.hops[i]
+        assert verdict.served.receipt_verified is False
+    assert checked == []
+
+
+# ---------------------------------------------------------------- evidence per fold
+
+
+def test_s2_batch_bad_data_for_one_fold_is_proven_from_the_batches_and_its_bytes() -> None:
+    b = make_batch_world()
+    tampered = [b.hops[1][0] + b" ", *b.hops[1][1:]]
+    receipt = b.answer([b.hops[0], tampered, b.hops[2]], now=NOW + 2_000).to_bytes()
+    served = [b.hops[0], tuple(tampered), b.hops[2]]
+    assert _judge(b, receipt, served, 0).kind is AnswerKind.SERVED
+    assert _judge(b, receipt, served, 2).kind is AnswerKind.SERVED
+    verdict = _judge(b, receipt, served, 1)
+    assert verdict.kind is AnswerKind.EVIDENCE
+    assert verdict.evidence is not None
+    assert verdict.evidence.kind is EvidenceKind.BAD_DATA
+    # standalone: the file alone (batch demand + batch receipt + head + fold proof)
+    data = verdict.evidence.to_bytes()
+    v = verify_evidence(data, now=NOW + DAY)
+    assert (v.kind, v.status, v.accused) == (
+        EvidenceKind.BAD_DATA,
+        EvidenceStatus.PROVEN,
+        b.world.origin.node_id,
+    )
+    # the same batch receipt cited for a fold it served faithfully proves nothing
+    other = dataclasses.replace(verdict.evidence, proof=b.folds[0].proof.to_json())
+    with pytest.raises(NotEvidence):
+        verify_evidence(other, now=NOW + DAY)
+
+
+def test_s2_batch_bytes_altered_after_signing_are_never_evidence() -> None:
+    b = make_batch_world()
+    receipt = b.answer(now=NOW + 2_000).to_bytes()
+    altered = [b.hops[0], (b.hops[1][0] + b" ", *b.hops[1][1:]), b.hops[2]]
+    verdict = _judge(b, receipt, altered, 1)
+    assert verdict.kind is AnswerKind.UNATTRIBUTABLE
+    assert verdict.evidence is None
+
+
+def test_s3_batch_refusal_of_one_fold_before_serve_until_is_proof() -> None:
+    b = make_batch_world()
+    receipt = b.answer([b.hops[0], b.hops[1], None], now=NOW + 2_000).to_bytes()
+    item = receipt_item(Envelope.from_bytes(receipt).payload, _key(b, 2))
+    assert (item.status, item.reason) == (ReceiptStatus.ABSENT, RefusalReason.EVICTED)
+    verdict = _judge(b, receipt, [b.hops[0], b.hops[1], ()], 2)
+    assert verdict.kind is AnswerKind.EVIDENCE
+    assert verdict.evidence is not None
+    v = verify_evidence(verdict.evidence.to_bytes(), now=NOW + DAY)
+    assert (v.kind, v.status) == (EvidenceKind.REFUSED, EvidenceStatus.PROVEN)
+    assert _judge(b, receipt, [b.hops[0], b.hops[1], ()], 0).kind is AnswerKind.SERVED
+
+
+def test_s4_batch_unanswered_cites_the_signed_batch_and_clears_on_its_receipt() -> None:
+    b = make_batch_world()
+    witness = fixed_identity("witness")
+    fold = b.folds[1]
+    w_demand = build_demand(witness, fold.obligation, now=NOW + 3_000, nonce="e5" * 16)
+    report = build_witness_report(witness, w_demand, at=NOW + 9_000, address="127.0.0.1:50051")
+    suspicion = cite_head(
+        unanswered_evidence(
+            b.demands[1],
+            obligation=fold.obligation,
+            commitment=fold.commitment,
+            re_asks=1,
+            reported_at=NOW + 10_000,
+            witness_demands=[w_demand],
+            witness_reports=[report],
+        ),
+        fold,
+    )
+    assert suspicion.demand == b.demand  # the signed batch itself
+    v = verify_evidence(suspicion.to_bytes(), now=NOW + DAY)
+    assert (v.kind, v.status) == (EvidenceKind.UNANSWERED, EvidenceStatus.WITNESS_CONFIRMED)
+    receipt = b.answer(now=NOW + 20_000)
+    cleared = verify_evidence(suspicion.with_answer(receipt).to_bytes(), now=NOW + DAY)
+    assert cleared.status is EvidenceStatus.CLEARED
+    assert verify_clearing(suspicion, receipt.to_bytes(), now=NOW + DAY).status is (
+        EvidenceStatus.CLEARED
+    )
+
+
+def test_s8_batch_evidence_for_a_fold_the_batch_does_not_name_is_rejected() -> None:
+    b = make_batch_world(values=3)
+    receipt = b.answer(
+        [b.hops[0], (b.hops[1][0] + b" ", *b.hops[1][1:]), b.hops[2]], now=NOW + 2_000
+    )
+    verdict = _judge(
+        b, receipt.to_bytes(), [b.hops[0], (b.hops[1][0] + b" ", *b.hops[1][1:]), b.hops[2]], 1
+    )
+    assert verdict.evidence is not None
+    # a demand batch (signed by the holder) that does not name the fold
+    lone = make_batch_world(values=3)
+    other_items = tuple(
+        it
+        for it in decode_demand_batch(lone.demand.payload).items
+        if (it.obligation, it.commitment) != _key(b, 1)
+    )
+    batch = dataclasses.replace(decode_demand_batch(lone.demand.payload), items=other_items)
+    forged = sign_envelope(lone.world.holder, DEMAND_BATCH_TYPE, encode_demand_batch(batch))
+    framed = dataclasses.replace(verdict.evidence, demand=forged)
+    with pytest.raises(BindingMismatch, match="names no fold"):
+        verify_evidence(framed, now=NOW + DAY)
+
+
+# ---------------------------------------------------------------- strict encoding
+
+
+def test_batch_payloads_are_strict_every_truncation_and_trailing_byte_fails() -> None:
+    b = make_batch_world()
+    demand = b.demand.payload
+    receipt = b.answer([b.hops[0], None, b.hops[2]], now=NOW + 2_000).payload
+    assert encode_receipt_batch(decode_receipt_batch(receipt)) == receipt
+    for data, decode in ((demand, decode_demand_batch), (receipt, decode_receipt_batch)):
+        for cut in range(len(data)):
+            with pytest.raises(EncodingError):
+                decode(data[:cut])
+        with pytest.raises(EncodingError, match="trailing"):
+            decode(data + b"\x00")
+        with pytest.raises(EncodingError, match="version"):
+            decode(b"\x02" + data[1:])
+
+
+def test_batch_items_are_in_one_order_once_and_counted() -> None:
+    b = make_batch_world()
+    batch = decode_demand_batch(b.demand.payload)
+    swapped = dataclasses.replace(batch, items=tuple(reversed(batch.items)))
+    with pytest.raises(ValueError, match="strictly increasing"):
+        encode_demand_batch(swapped)
+    # hand-built payload with the items out of order: rejected on decode too
+    head_len = 2 + 32 + 32 + 8 + 1 + len(batch.nonce) + 2
+    items = b.demand.payload[head_len:]
+    size = 65  # 32 + 32 + whole-fold flag
+    chunks = [items[i : i + size] for i in range(0, len(items), size)]
+    reordered = b.demand.payload[:head_len] + b"".join(reversed(chunks))
+    with pytest.raises(EncodingError, match="strictly increasing"):
+        decode_demand_batch(reordered)
+    zero = b.demand.payload[: head_len - 2] + struct.pack(">H", 0)
+    with pytest.raises(EncodingError, match="item count 0"):
+        decode_demand_batch(zero)
+    with pytest.raises(ValueError, match=f"1..{MAX_BATCH}"):
+        encode_demand_batch(dataclasses.replace(batch, items=()))
+    receipt = decode_receipt_batch(b.answer(now=NOW + 2_000).payload)
+    twice = dataclasses.replace(receipt, items=(receipt.items[0], receipt.items[0]))
+    with pytest.raises(ValueError, match="once"):
+        encode_receipt_batch(twice)
+
+
+def test_one_form_per_payload_type_a_batch_is_never_read_as_a_single_statement() -> None:
+    b = make_batch_world()
+    as_single = sign_envelope(
+        b.world.holder, "application/vnd.provnet.demand.v2+bin", b.demand.payload
+    )
+    with pytest.raises(EncodingError):
+        open_statement(as_single, Demand)
+    as_receipt = sign_envelope(b.world.holder, RECEIPT_BATCH_TYPE, b.demand.payload)
+    with pytest.raises(EncodingError):
+        open_statement(as_receipt, Receipt, fold=_key(b, 0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_arbitrary_bytes_decode_or_raise_encoding_error(data: bytes) -> None:
+    for decode in (decode_demand_batch, decode_receipt_batch):
+        try:
+            decoded = decode(data)
+        except EncodingError:
+            continue
+        encode = encode_demand_batch if isinstance(decoded, DemandBatch) else encode_receipt_batch
+        assert encode(decoded) == data  # type: ignore[arg-type]
+
+
+def test_demand_item_fields_round_trip() -> None:
+    item = DemandItem("00" * 32, "11" * 32, (1, 5))
+    batch = DemandBatch("22" * 32, "33" * 32, "n" * 16, NOW, (item,))
+    assert decode_demand_batch(encode_demand_batch(batch)) == batch
+
+
+def test_not_evidence_when_the_batch_receipt_serves_every_fold_faithfully() -> None:
+    b = make_batch_world()
+    receipt = b.answer(now=NOW + 2_000)
+    bogus = Evidence(
+        kind=EvidenceKind.BAD_DATA,
+        accused=b.world.origin.node_id,
+        commitment=b.folds[0].commitment.envelope,
+        obligation=b.folds[0].obligation.envelope,
+        demand=b.demand,
+        receipt=receipt,
+        reported_at=NOW + 4_000,
+    )
+    with pytest.raises(NotEvidence):
+        verify_evidence(cite_head(bogus, b.folds[0]), now=NOW + DAY)
