@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import gc
 import os
 import time
@@ -305,11 +306,16 @@ def _held_fold(fold: VerifiedFold, proof: bytes, head: bytes) -> HeldFold:
     return HeldFold(fold.commitment, fold.obligation, proof, head, fold)
 
 
+@functools.lru_cache(maxsize=4096)
 def _envelope_digest(data: bytes) -> str:
-    """Digest of an envelope as sent (the digest statements name it by)."""
+    """Digest of an envelope as sent (the digest statements name it by).
+
+    Memoised by the exact bytes (a head travels, or is elided, on every
+    delivery of every value folded under it)."""
     return Envelope.from_bytes(data).digest
 
 
+@functools.lru_cache(maxsize=4096)
 def _head_origin(data: bytes) -> str:
     """The origin a head envelope is signed by (its one signature's key id)."""
     return Envelope.from_bytes(data).signatures[0].keyid
@@ -1356,7 +1362,7 @@ class NodeCore:
                 f" {MAX_COMMITMENTS_PER_VALUE}"
             )
         if delivery.sender and (
-            len(delivery.sender) != 64 or set(delivery.sender) - set("0123456789abcdef")
+            len(delivery.sender) != 64 or delivery.sender.strip("0123456789abcdef")
         ):
             raise MalformedRequest(f"deliver: sender {delivery.sender!r:.80} is not a node id")
         now = self.clock()
@@ -1636,7 +1642,11 @@ class NodeCore:
                 if o != delivery.sender and (address, o) in self._origins_acked
             )
         )
-        full = dataclasses.replace(delivery, key_id_origins=())
+        full = (
+            delivery
+            if not delivery.key_id_origins
+            else dataclasses.replace(delivery, key_id_origins=())
+        )
         outgoing = full
         if elided or keyed:
             outgoing = dataclasses.replace(delivery, heads=travelling, key_id_origins=keyed)

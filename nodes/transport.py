@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+import types
+from collections.abc import AsyncIterator, Generator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import grpc
@@ -322,6 +323,30 @@ class GrpcTransport:
 # --------------------------------------------------------------------------- in-memory
 
 
+@types.coroutine
+def _resume(coro: Any, first: Any) -> Generator[Any, Any, Any]:
+    """Await ``coro`` from the point where it yielded ``first``: what ``yield from``
+    does, for a coroutine already started (results, exceptions and cancellation
+    pass through unchanged)."""
+    message = first
+    while True:
+        try:
+            received = yield message
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                message = coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                message = coro.send(received)
+            except StopIteration as done:
+                return done.value
+
+
 class InMemoryTransport:
     """Calls in-process nodes directly, with gRPC's deadline, size and status behaviour.
 
@@ -361,10 +386,20 @@ class InMemoryTransport:
 
     async def _run(self, address: str, timeout: float, coro: Any) -> Any:
         self.calls += 1
+        deadline = asyncio.get_running_loop().time() + timeout
         try:
             # In the caller's task (no task per call, as ``wait_for`` would make).
-            async with asyncio.timeout(timeout):
-                return await coro
+            # The handler runs up to its first suspension before a timer is armed:
+            # a deadline can only fire while the caller's task waits, so a handler
+            # that never waits (the usual in-process call) needs none — as with
+            # ``asyncio.timeout`` around it, which would never fire either. If it
+            # waits, the rest runs under the same deadline, from the call's start.
+            try:
+                first = coro.send(None)
+            except StopIteration as done:
+                return done.value
+            async with asyncio.timeout_at(deadline):
+                return await _resume(coro, first)
         except TimeoutError:
             raise CallFailed("DEADLINE_EXCEEDED", "deadline exceeded", address) from None
         except CallFailed:

@@ -1264,11 +1264,23 @@ def _deliver_request_size(delivery: Delivery) -> int:
     # The value-only form, counted field by field (DeliverRequest{1: DeliveredValue
     # {1: value_ref, 2: value}, 2: sender}) instead of building it: the same
     # bytes as ``message_size`` of the message (tests compare the two).
-    inner = _field_size(len(delivery.value_ref.encode("utf-8"))) + _field_size(
+    inner = _value_only_inner(delivery)
+    bare = 1 + _varint_size(inner) + inner + _field_size(len(delivery.sender.encode("utf-8")))
+    extra = _delivery_extra(delivery)
+    if not extra:
+        return bare
+    return bare - _varint_size(inner) + _varint_size(inner + extra) + extra
+
+
+def _value_only_inner(delivery: Delivery) -> int:
+    """Size of the value-only ``DeliveredValue`` (value_ref and value fields)."""
+    return _field_size(len(delivery.value_ref.encode("utf-8"))) + _field_size(
         len(delivery.value)
     )
-    bare = 1 + _varint_size(inner) + inner + _field_size(len(delivery.sender.encode("utf-8")))
-    extra = _statement_fields_size(
+
+
+def _delivery_extra(delivery: Delivery) -> int:
+    return _statement_fields_size(
         delivery.value_ref,
         delivery.sender,
         tuple(delivery.commitments),
@@ -1277,9 +1289,6 @@ def _deliver_request_size(delivery: Delivery) -> int:
         tuple(delivery.heads),
         tuple(delivery.key_id_origins),
     )
-    if not extra:
-        return bare
-    return bare - _varint_size(inner) + _varint_size(inner + extra) + extra
 
 
 def _varint_size(n: int) -> int:
@@ -1315,12 +1324,20 @@ def _statement_fields_size(
 def delivery_statement_size(delivery: Delivery) -> int:
     """Protobuf bytes a delivery's statements add to its request (commitments,
     obligations, fold proofs, heads, with their field framing)."""
-    bare = Delivery(delivery.value_ref, delivery.value, (), (), delivery.sender)
-    return deliver_request_size(delivery) - deliver_request_size(bare)
+    # = deliver_request_size(delivery) - deliver_request_size(the value-only form):
+    # the statement fields plus what they add to the DeliveredValue's length prefix
+    # (tests compare the two), without sizing a second, value-only request.
+    extra = _delivery_extra(delivery)
+    if not extra:
+        return 0
+    inner = _value_only_inner(delivery)
+    return extra + _varint_size(inner + extra) - _varint_size(inner)
 
 
 def deliver_response_size(receipt: bytes) -> int:
-    return message_size(deliver_response(receipt))
+    """``message_size(deliver_response(receipt))``: its one bytes field (number 1),
+    counted without building the message (tests compare the two)."""
+    return _field_size(len(receipt))
 
 
 # --------------------------------------------------------------------------- attest

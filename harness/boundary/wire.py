@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from harness.events import Hop
 from harness.gates import GateView
 from harness.lineage import FoldedPrefix, hop_fields
@@ -235,8 +237,11 @@ def decode_value(data: bytes) -> DecodedValue:
     Raises ``ValueError`` naming the field that is missing or malformed.
     """
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # orjson: the same documents as json.loads for what encode_value writes
+        # (floats parsed to the same doubles), about twice as fast; stricter on
+        # the rest (invalid UTF-8, lone surrogates, NaN), which is not JSON either.
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
         raise ValueError(f"delivered value is not JSON: {exc}") from exc
     if not isinstance(doc, dict) or set(doc) != _VALUE_KEYS:
         got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__

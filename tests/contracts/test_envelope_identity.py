@@ -179,3 +179,36 @@ def test_json_with_a_lone_surrogate_or_duplicate_key_is_malformed() -> None:
     with pytest.raises(EncodingError, match="nested deeper than 32"):
         parse_json(b"[" * 33 + b"]" * 33, what="t")
     assert parse_json(b"[" * 32 + b"]" * 32, what="t") is not None
+
+
+def test_signatures_are_openssls_and_openssl_signatures_verify() -> None:
+    """Signing and verifying run on libsodium: Ed25519 is deterministic, so a
+    signature is the very bytes OpenSSL makes with the same key, and each
+    verifies the other's."""
+    for i in range(8):
+        private = Ed25519PrivateKey.generate()
+        identity = Identity._from_private(private)
+        data = os.urandom(i * 97)
+        sig = identity.sign(data)
+        assert sig == private.sign(data)
+        private.public_key().verify(sig, data)  # OpenSSL accepts ours
+        identity.public.verify(private.sign(data), data)  # we accept OpenSSL's
+        with pytest.raises(BadSignature):
+            identity.public.verify(sig, data + b"x")
+
+
+def test_a_signature_of_the_wrong_length_never_verifies() -> None:
+    """A signature one byte too long, its last byte the message's first, must not
+    verify the rest of the message (libsodium reads the first 64 bytes of
+    signature + message as the signature), nor one byte short, nor empty."""
+    identity = fixed_identity("length")
+    data = b"payload bytes"
+    sig = identity.sign(data)
+    identity.public.verify(sig, data)
+    for bad, message in (
+        (sig + data[:1], data[1:]),
+        (sig[:-1], sig[-1:] + data),
+        (b"", sig + data),
+    ):
+        with pytest.raises(BadSignature):
+            identity.public.verify(bad, message)

@@ -63,6 +63,35 @@ def test_memoised_hop_json_gives_the_same_value_bytes() -> None:
     assert checked > 500  # the lineage repeats: most fragments come from the memo
 
 
+def test_decoded_values_are_what_the_standard_parser_reads_bit_for_bit() -> None:
+    """decode_value parses with orjson: on real values and on awkward floats
+    (subnormal, shortest round trip, extremes) it reads the same document as
+    json.loads, every score the same double."""
+    import random
+    import struct
+
+    rng = random.Random(7)
+    awkward = [0.1 + 0.2, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 1e-7, 0.3]
+    awkward += [struct.unpack("<d", rng.randbytes(8))[0] for _ in range(400)]
+    awkward = [x for x in awkward if x == x and abs(x) != float("inf")]
+    views = _views(8)
+    for i, (vid, view, blob) in enumerate(views):
+        scores = [awkward[(5 * i + k) % len(awkward)] for k in range(5)]
+        odd = GateView(scores, view.tainted_by, view.visible, view.folded, view.history_truncated)
+        for v in (view, odd):
+            data = encode_value("structural_min", vid, v, blob)
+            assert json.loads(data) == __import__("orjson").loads(data)
+            got = decode_value(data).view
+            assert [struct.pack("<d", x) for x in got.scores] == [
+                struct.pack("<d", float(x)) for x in v.scores
+            ]
+            assert got.visible == list(v.visible)
+            assert got.folded == v.folded
+    for bad in (b"\xff{}", b'{"a": NaN}', b'"\\ud800"', b"{"):
+        with pytest.raises(ValueError, match="not JSON"):
+            decode_value(bad)
+
+
 def test_a_full_hop_memo_starts_over_and_stays_correct() -> None:
     codec = HopCodec(limit=3)
     for vid, view, blob in _views(5, steps=80):
@@ -193,6 +222,29 @@ def test_memoised_deliver_size_is_the_encoded_size_at_every_length_prefix_bounda
             Delivery("v/é", b"x" * n, (), (), "", base.fold_proofs, base.heads),
         ):
             assert wire.deliver_request_size(d) == wire.message_size(wire.deliver_request(d)), n
+
+
+def test_statement_and_response_sizes_are_the_encoded_sizes_at_length_prefix_boundaries() -> None:
+    """The statement bytes a delivery adds and the Deliver response size, counted
+    without building messages, equal the encoded sizes (full request minus the
+    value-only request; the response message around the receipt)."""
+    base = _delivery_with_statements()
+    for n in [*range(0, 300), *range(15_800, 16_600, 7), 2_100_000]:
+        for d in (
+            Delivery(base.value_ref, b"x" * n, (), (), base.sender, base.fold_proofs, base.heads),
+            Delivery(base.value_ref, b"x" * n, (), (), "", base.fold_proofs, base.heads),
+            Delivery(base.value_ref, b"x" * n, (), (), base.sender),
+            Delivery("v/é", b"x" * n, (), (), "", base.fold_proofs, base.heads),
+        ):
+            bare = Delivery(d.value_ref, d.value, (), (), d.sender)
+            encoded = wire.message_size(wire.deliver_request(d)) - wire.message_size(
+                wire.deliver_request(bare)
+            )
+            assert wire.delivery_statement_size(d) == encoded, n
+        receipt = b"r" * n
+        assert wire.deliver_response_size(receipt) == wire.message_size(
+            wire.deliver_response(receipt)
+        ), n
 
 
 def test_default_workers_use_the_available_cores_at_most_one_per_run() -> None:

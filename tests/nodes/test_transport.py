@@ -116,3 +116,95 @@ def test_demand_sizes_from_lengths_equal_the_encoded_messages(seed: int) -> None
             for _ in range(rng.randrange(0, 4))
         ]
         assert wire.demand_response_size(answers) == wire.demand_response(answers).ByteSize()
+
+
+class _Handler:
+    """A node whose deliver handler waits ``waits`` times (0: never), blocks the
+    thread ``block_s`` first, then returns ``b"receipt"`` or raises ``raises``."""
+
+    crashed = False
+
+    def __init__(
+        self,
+        waits: int = 0,
+        wait_s: float = 0.0,
+        block_s: float = 0.0,
+        raises: Exception | None = None,
+    ) -> None:
+        self.waits, self.wait_s, self.block_s, self.raises = waits, wait_s, block_s, raises
+        self.cancelled = False
+
+    async def deliver(self, delivery: object) -> bytes:
+        import asyncio
+        import time
+
+        time.sleep(self.block_s)
+        try:
+            for _ in range(self.waits):
+                await asyncio.sleep(self.wait_s)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        if self.raises is not None:
+            raise self.raises
+        return b"receipt"
+
+
+async def _deliver(handler: _Handler, timeout: float) -> bytes:
+    from nodes.messages import Delivery
+
+    transport = InMemoryTransport(registry={"n.mem:1": handler})  # type: ignore[dict-item]
+    return await transport.deliver("n.mem:1", Delivery("v", b"x", (), ()), timeout)
+
+
+async def test_in_memory_calls_keep_the_deadline_results_and_errors_when_they_wait() -> None:
+    """Handlers that wait run to their result under the deadline; one that outlives
+    it is DEADLINE_EXCEEDED (and sees its cancellation); the deadline counts from
+    the call's start, also when the handler blocked before its first wait; an
+    error after a wait keeps its status code."""
+    import asyncio
+
+    from nodes.errors import MalformedRequest
+
+    assert await _deliver(_Handler(), 1.0) == b"receipt"
+    assert await _deliver(_Handler(waits=3), 1.0) == b"receipt"
+    assert await _deliver(_Handler(waits=2, wait_s=0.01), 1.0) == b"receipt"
+    slow = _Handler(waits=1, wait_s=5.0)
+    assert await _code(_deliver(slow, 0.05)) == "DEADLINE_EXCEEDED"
+    assert slow.cancelled
+    blocked = _Handler(waits=1, wait_s=0.02, block_s=0.1)
+    assert await _code(_deliver(blocked, 0.05)) == "DEADLINE_EXCEEDED"
+    failing = _Handler(waits=1, raises=MalformedRequest("bad"))
+    assert await _code(_deliver(failing, 1.0)) == "INVALID_ARGUMENT"
+    # the caller's own cancellation reaches the waiting handler and the caller
+    waiting = _Handler(waits=1, wait_s=5.0)
+    task = asyncio.ensure_future(_deliver(waiting, 10.0))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert waiting.cancelled
+
+
+async def test_an_in_memory_call_that_never_waits_arms_no_timer() -> None:
+    """No timer per call for a handler that completes without waiting (the usual
+    in-process call): a deadline could not fire for it anyway."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    original = loop.call_at
+
+    def call_at(when: float, *args: object, **kwargs: object) -> asyncio.TimerHandle:
+        armed.append(when)
+        return original(when, *args, **kwargs)  # type: ignore[arg-type]
+
+    loop.call_at = call_at  # type: ignore[method-assign]
+    try:
+        for _ in range(5):
+            assert await _deliver(_Handler(), 30.0) == b"receipt"
+        assert armed == []
+        assert await _deliver(_Handler(waits=1), 30.0) == b"receipt"
+        assert len(armed) == 1  # one that waits runs under its deadline
+    finally:
+        loop.call_at = original  # type: ignore[method-assign]
