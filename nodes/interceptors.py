@@ -261,6 +261,15 @@ class _MethodTable(_GenericRpcHandler):
         self._methods = methods
         self._generic = generic
 
+    def of_service(self, service: str) -> dict[str, Any]:
+        """Method name → wrapped handler, for every method of ``service`` in the table."""
+        prefix = f"/{service}/"
+        return {
+            rpc[len(prefix) :]: handler
+            for rpc, handler in self._methods.items()
+            if rpc.startswith(prefix)
+        }
+
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
         rpc = handler_call_details.method
         wrapped = self._methods.get(rpc)
@@ -337,7 +346,7 @@ class RequestContext:
         self.bulk_collections = 0
         self._last_collection = time.monotonic()
 
-    def handler(self, collected: MethodCollector) -> _GenericRpcHandler:
+    def handler(self, collected: MethodCollector) -> _MethodTable:
         """One generic handler serving every collected method, each wrapped once, now."""
         methods = {rpc: self.wrap(rpc, h) for rpc, h in collected.methods.items()}
         return _MethodTable(self, methods, list(collected.generic))

@@ -38,7 +38,7 @@ from nodes.errors import MalformedRequest
 from nodes.messages import Answer
 from nodes.services import NodeCore
 
-__all__ = ["SERVICES", "SERVICE_NAMES", "Service", "add_services"]
+__all__ = ["SERVE_SERVICE", "SERVICES", "SERVICE_NAMES", "Service", "add_services"]
 
 _Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -283,6 +283,9 @@ SERVICES: tuple[Service, ...] = (
 
 #: Fully-qualified names of the provnet services (health reports each one).
 SERVICE_NAMES: tuple[str, ...] = tuple(s.name for s in SERVICES)
+
+#: The serve path's service (demands; open to any bearer of an obligation).
+SERVE_SERVICE: str = _name(serve_pb2, "Serve")
 
 
 def add_services(core: NodeCore, server: grpc.aio.Server) -> None:

@@ -262,6 +262,79 @@ async def test_calls_beyond_the_pending_limit_are_refused_by_grpc_before_the_nod
     assert counts[0] == (12, set()), counts
 
 
+def test_a_demand_queued_behind_a_full_pending_queue_is_still_served(tmp_path: Path) -> None:
+    """The serve path has its own pending-call queue: a backlog of other calls that
+    the node's event loop has not taken up yet neither delays a demand behind it
+    nor has it refused by the pending-call limit.
+
+    The node runs on its own event loop in a thread, with ``max_pending_rpcs=2``.
+    While that loop is blocked, twelve ``Node.Info`` calls and then one
+    ``Serve.Demand`` arrive: calls beyond the limit in the shared queue are
+    refused by gRPC (``CANCELLED``), the demand is answered and verifies.
+    """
+    import concurrent.futures
+    import threading
+
+    ready: concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, RunningNode]] = (
+        concurrent.futures.Future()
+    )
+    stop = threading.Event()
+
+    async def serve() -> None:
+        node = await grpc_node(tmp_path, "serve-queue", max_pending_rpcs=2)
+        try:
+            ready.set_result((asyncio.get_running_loop(), node))
+            while not stop.is_set():
+                await asyncio.sleep(0.01)
+        finally:
+            await node.stop(0)
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    try:
+        node_loop, node = ready.result(timeout=30)
+
+        async def ask() -> None:
+            commitment, obligation = await _committed(node)
+            ob = open_statement(obligation, Obligation)
+            demand = build_demand(Identity.generate(), ob, now=int(time.time() * 1000))
+            async with grpc.aio.insecure_channel(node.address) as chan:
+                info = chan.unary_unary("/provnet.v1.Node/Info", None, None)
+                serve_stub: Any = serve_pb2_grpc.ServeStub(chan)
+                await info(b"", timeout=10)  # connected
+                blocked = threading.Event()
+
+                def block() -> None:
+                    blocked.set()
+                    time.sleep(1.0)  # blocking is the point: gRPC queues what arrives
+
+                node_loop.call_soon_threadsafe(block)
+                assert blocked.wait(10)
+                backlog = [asyncio.ensure_future(info(b"", timeout=20)) for _ in range(12)]
+                await asyncio.sleep(0.2)  # the backlog reaches the node's queue first
+                reply = await serve_stub.Demand(
+                    serve_pb2.DemandRequest(demands=[demand.to_bytes()]), timeout=20
+                )
+                results = await asyncio.gather(*backlog, return_exceptions=True)
+            codes = {r.code() for r in results if isinstance(r, grpc.aio.AioRpcError)}
+            assert codes == {grpc.StatusCode.CANCELLED}, results  # the backlog was over the limit
+            (answer,) = reply.answers
+            served = verify_served(
+                answer.receipt,
+                list(answer.hops),
+                demand=demand,
+                obligation=ob,
+                commitment=open_statement(commitment, Commitment),
+            )
+            assert len(served.hops) == 1
+
+        asyncio.run(ask())
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive(), "the node's thread did not stop"
+
+
 async def test_bulk_traffic_runs_a_full_garbage_collection_now_and_then(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
