@@ -74,6 +74,7 @@ from contracts.binary import (
     _read_hashes,
     _read_leaves,
     _read_nonce,
+    _read_proofs,
     new_demand,
     new_receipt,
 )
@@ -387,28 +388,6 @@ def decode_receipt_batch(data: bytes) -> ReceiptBatch:
     return ReceiptBatch(origin, demand, nonce, issued_at, tuple(items))
 
 
-def _read_proofs(data: bytes, at: int, k: str) -> tuple[tuple[tuple[bytes, ...], ...], int]:
-    head = data[at : at + 4]
-    if len(head) != 4:
-        raise _bad(k, "truncated proof count")
-    (count,) = _U32.unpack(head)
-    if count > MAX_LIST:
-        raise _bad(k, f"{count} proofs exceeds {MAX_LIST}")
-    at += 4
-    proofs = []
-    for _ in range(count):
-        length = data[at : at + 1]
-        if not length:
-            raise _bad(k, "truncated proof")
-        if length[0] > _MAX_PATH:
-            raise _bad(k, f"a proof of {length[0]} hashes exceeds {_MAX_PATH}")
-        end = at + 1 + 32 * length[0]
-        raw = data[at + 1 : end]
-        if len(raw) != end - at - 1:
-            raise _bad(k, "truncated proof")
-        proofs.append(tuple(raw[i : i + 32] for i in range(0, len(raw), 32)))
-        at = end
-    return tuple(proofs), at
 
 
 # ------------------------------------------------------------------- one fold of a batch

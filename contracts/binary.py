@@ -391,6 +391,29 @@ def decode_receipt(data: bytes) -> Receipt:
     else:
         raise _bad(k, "served_root flag must be 0 or 1")
     leaf_hashes, at = _read_hashes(data, at, MAX_LIST, k, "leaf hashes")
+    proofs, at = _read_proofs(data, at, k)
+    if at != len(data):
+        raise _bad(k, f"{len(data) - at} trailing bytes")
+    check_receipt_shape(k, status, reason, leaves, served_root, leaf_hashes, proofs)
+    return new_receipt(
+        origin.hex(),
+        obligation.hex(),
+        commitment.hex(),
+        demand.hex(),
+        nonce,
+        status,
+        issued_at,
+        tree_size,
+        leaves,
+        served_root,
+        leaf_hashes,
+        proofs,
+        reason,
+    )
+
+
+def _read_proofs(data: bytes, at: int, k: str) -> tuple[tuple[tuple[bytes, ...], ...], int]:
+    """A u32 count of inclusion proofs, each a u8 count of 32-byte hashes; the end offset."""
     head = data[at : at + 4]
     if len(head) != 4:
         raise _bad(k, "truncated proof count")
@@ -411,25 +434,7 @@ def decode_receipt(data: bytes) -> Receipt:
             raise _bad(k, "truncated proof")
         proofs.append(tuple(raw[i : i + 32] for i in range(0, len(raw), 32)))
         at = end
-    if at != len(data):
-        raise _bad(k, f"{len(data) - at} trailing bytes")
-    proof_tuple = tuple(proofs)
-    check_receipt_shape(k, status, reason, leaves, served_root, leaf_hashes, proof_tuple)
-    return new_receipt(
-        origin.hex(),
-        obligation.hex(),
-        commitment.hex(),
-        demand.hex(),
-        nonce,
-        status,
-        issued_at,
-        tree_size,
-        leaves,
-        served_root,
-        leaf_hashes,
-        proof_tuple,
-        reason,
-    )
+    return tuple(proofs), at
 
 
 def _read_hashes(
