@@ -1044,29 +1044,11 @@ class NodeCore:
         d = demand.statement
         obligation, commitment = own.obligation, own.commitment
         if type(self.behaviour).answer is not _HONEST_ANSWER:  # a fault may answer instead
-            resolved: list[tuple[bytes, ...] | None] = []
-
-            async def resolve() -> tuple[bytes, ...] | None:
-                if not resolved:
-                    resolved.append(await self._resolve(commitment, now_ms))
-                return resolved[0]
-
-            faulty = await self.behaviour.answer(
-                demand, obligation, commitment, own.commitment_bytes, resolve, now_ms
-            )
+            faulty, leaves = await self._fault_answer(demand, own, now_ms)
             if faulty is not None:
-                self.bump(st.CounterName.SERVES if faulty.served else st.CounterName.REFUSALS)
-                log.info(
-                    "demand_served" if faulty.served else "demand_not_served",
-                    peer=d.holder,
-                    demand=demand.digest[:16],
-                    commitment=commitment.digest[:16],
-                    fault=str(self.fault.mode),
-                )
                 # What the fault signed for this fold, signed again as its batch item.
-                item = parse_statement(faulty.answer.receipt, Receipt).statement
-                return item, faulty.answer.commitment, faulty.answer.hops
-            leaves = await resolve()
+                item = parse_statement(faulty.receipt, Receipt).statement
+                return item, faulty.commitment, faulty.hops
         else:
             leaves = self._cached_leaves(commitment.digest)
             if leaves is None:
@@ -1204,34 +1186,44 @@ class NodeCore:
                 break
             del self._nonces[key]
 
+    async def _fault_answer(
+        self, demand: Signed[Demand], own: _Own, now_ms: int
+    ) -> tuple[Answer | None, tuple[bytes, ...] | None]:
+        """Under a fault mode: the fault's own answer (counted and logged), or None and
+        the fold's leaves when the fault leaves the answer to the honest path."""
+        commitment = own.commitment
+        resolved: list[tuple[bytes, ...] | None] = []
+
+        async def resolve() -> tuple[bytes, ...] | None:
+            # At most once per answer, whoever asks first (a fault or the honest path).
+            if not resolved:
+                resolved.append(await self._resolve(commitment, now_ms))
+            return resolved[0]
+
+        faulty = await self.behaviour.answer(
+            demand, own.obligation, commitment, own.commitment_bytes, resolve, now_ms
+        )
+        if faulty is None:
+            return None, await resolve()
+        self.bump(st.CounterName.SERVES if faulty.served else st.CounterName.REFUSALS)
+        log.info(
+            "demand_served" if faulty.served else "demand_not_served",
+            peer=demand.statement.holder,
+            demand=demand.digest[:16],
+            commitment=commitment.digest[:16],
+            fault=str(self.fault.mode),
+        )
+        return faulty.answer, None
+
     async def _answer(self, demand: Signed[Demand], own: _Own, now: float) -> Answer:
         d = demand.statement
         obligation, commitment = own.obligation, own.commitment
         now_ms = _ms(now)
 
         if type(self.behaviour).answer is not _HONEST_ANSWER:  # a fault may answer instead
-            resolved: list[tuple[bytes, ...] | None] = []
-
-            async def resolve() -> tuple[bytes, ...] | None:
-                # At most once per answer, whoever asks first (a fault or the honest path).
-                if not resolved:
-                    resolved.append(await self._resolve(commitment, now_ms))
-                return resolved[0]
-
-            faulty = await self.behaviour.answer(
-                demand, obligation, commitment, own.commitment_bytes, resolve, now_ms
-            )
+            faulty, leaves = await self._fault_answer(demand, own, now_ms)
             if faulty is not None:
-                self.bump(st.CounterName.SERVES if faulty.served else st.CounterName.REFUSALS)
-                log.info(
-                    "demand_served" if faulty.served else "demand_not_served",
-                    peer=d.holder,
-                    demand=demand.digest[:16],
-                    commitment=commitment.digest[:16],
-                    fault=str(self.fault.mode),
-                )
-                return faulty.answer
-            leaves = await resolve()
+                return faulty
         else:
             # The honest path: a fold already read back under its root is in
             # memory (see _resolve); only a miss goes to the store.
