@@ -73,6 +73,11 @@ async def _demand_answers(node: RunningNode, commitment: bytes, obligation: byte
     async with grpc.aio.insecure_channel(node.address) as chan:
         serve: Any = serve_pb2_grpc.ServeStub(chan)
         reply = await serve.Demand(serve_pb2.DemandRequest(demands=[demand.to_bytes()]), timeout=10)
+    _served_one_hop(reply, demand, ob, commitment)
+
+
+def _served_one_hop(reply: Any, demand: Any, ob: Any, commitment: bytes) -> None:
+    """The reply answers ``demand`` with the one committed hop, and the receipt verifies."""
     (answer,) = reply.answers
     served = verify_served(
         answer.receipt,
@@ -318,15 +323,7 @@ def test_a_demand_queued_behind_a_full_pending_queue_is_still_served(tmp_path: P
                 results = await asyncio.gather(*backlog, return_exceptions=True)
             codes = {r.code() for r in results if isinstance(r, grpc.aio.AioRpcError)}
             assert codes == {grpc.StatusCode.CANCELLED}, results  # the backlog was over the limit
-            (answer,) = reply.answers
-            served = verify_served(
-                answer.receipt,
-                list(answer.hops),
-                demand=demand,
-                obligation=ob,
-                commitment=open_statement(commitment, Commitment),
-            )
-            assert len(served.hops) == 1
+            _served_one_hop(reply, demand, ob, commitment)
 
         asyncio.run(ask())
     finally:
