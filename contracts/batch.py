@@ -60,6 +60,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from contracts._answer_rule import refusal_for
 from contracts._fields import MAX_COUNT, MAX_LIST, MAX_TIME_MS
 from contracts.binary import (
     _MIN_NONCE,
@@ -482,24 +483,11 @@ def batch_receipt_item(
             reason=reason,
         )
 
-    if now >= o.serve_until:
-        return refuse(ReceiptStatus.REFUSED, RefusalReason.EXPIRED)
-    if o.holder is not None and d.holder != o.holder:
-        return refuse(ReceiptStatus.REFUSED, RefusalReason.NOT_BOUND_HOLDER)
-    if d.leaves and d.leaves[-1] >= c.leaf_count:
-        return refuse(ReceiptStatus.REFUSED, RefusalReason.BAD_DEMAND)
-    if hops is None:
-        if c.provenance_pending:
-            return refuse(ReceiptStatus.PENDING, RefusalReason.PROVENANCE_PENDING)
-        return refuse(ReceiptStatus.ABSENT, RefusalReason.EVICTED)
-    if len(hops) != c.leaf_count:
-        root = None
-    elif hops_root is not None:
-        root = hops_root
-    else:
-        root = merkle_root(hops).hex()
-    if root != c.root:
-        return refuse(ReceiptStatus.ABSENT, RefusalReason.EVICTED)
+    why = refusal_for(o, c, d, hops, now, hops_root)
+    if why is not None:
+        return refuse(*why)
+    if hops is None:  # pragma: no cover - refusal_for refuses a fold it cannot read
+        raise AssertionError("no hops to serve")
     return served_item(
         origin,
         d,
@@ -509,7 +497,7 @@ def batch_receipt_item(
         c.leaf_count,
         hops,
         now,
-        root,
+        c.root,
     )
 
 

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contracts._answer_rule import refusal_for
 from contracts.binary import new_demand, new_receipt
 from contracts.canonical import format_ms
 from contracts.envelope import Envelope
@@ -78,6 +79,7 @@ __all__ = [
     "check_served",
     "eviction_blockers",
     "new_nonce",
+    "refusal_for",
     "sign_served",
     "verify_delivery",
     "verify_demand",
@@ -265,27 +267,12 @@ def answer_demand(
             binary=is_binary(demand),
         )
 
-    if now >= o.serve_until:
-        return refuse(ReceiptStatus.REFUSED, RefusalReason.EXPIRED)
-    if o.holder is not None and d.holder != o.holder:
-        return refuse(ReceiptStatus.REFUSED, RefusalReason.NOT_BOUND_HOLDER)
-    if d.leaves and d.leaves[-1] >= c.leaf_count:
-        return refuse(ReceiptStatus.REFUSED, RefusalReason.BAD_DEMAND)
-    if hops is None:
-        if c.provenance_pending:
-            return refuse(ReceiptStatus.PENDING, RefusalReason.PROVENANCE_PENDING)
-        return refuse(ReceiptStatus.ABSENT, RefusalReason.EVICTED)
-    if len(hops) != c.leaf_count:
-        root = None
-    elif hops_root is not None:
-        root = hops_root
-    else:
-        root = merkle_root(hops).hex()
-    if root != c.root:
-        # The stored fold no longer matches what we committed: say so rather
-        # than sign bytes that miss our own root (which would be bad_data).
-        return refuse(ReceiptStatus.ABSENT, RefusalReason.EVICTED)
-    return _sign_served(identity, demand, obligation, commitment, hops, now, root)
+    why = refusal_for(o, c, d, hops, now, hops_root)
+    if why is not None:
+        return refuse(*why)
+    if hops is None:  # pragma: no cover - refusal_for refuses a fold it cannot read
+        raise AssertionError("no hops to serve")
+    return _sign_served(identity, demand, obligation, commitment, hops, now, c.root)
 
 
 def sign_served(

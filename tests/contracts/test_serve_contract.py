@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-import contracts.serve as serve_mod
+import contracts._answer_rule as answer_rule
 from contracts import (
     Answer,
     AnswerKind,
@@ -627,7 +627,7 @@ def test_s1_an_origin_that_read_its_fold_under_the_root_does_not_hash_it_again(
         hashed.append(1)
         return merkle_root(leaves)
 
-    monkeypatch.setattr(serve_mod, "merkle_root", counting)
+    monkeypatch.setattr(answer_rule, "merkle_root", counting)  # where the answer rule hashes
     kwargs = {"obligation": w.obligation, "commitment": w.commitment, "now": NOW + 2_000}
     receipt = answer_demand(w.origin, w.demand, hops=w.hops, **kwargs)  # type: ignore[arg-type]
     assert hashed == [1]
