@@ -61,21 +61,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contracts._answer_rule import refusal_for
-from contracts._fields import MAX_COUNT, MAX_LIST, MAX_TIME_MS
+from contracts._fields import MAX_TIME_MS
 from contracts.binary import (
     _MIN_NONCE,
-    _REASON_BY_CODE,
-    _STATUS_BY_CODE,
     _U32,
     REASON_CODES,
     STATUS_CODES,
     _leaves_bytes,
     _nonce_bytes,
     _raw,
-    _read_hashes,
+    _read_codes,
     _read_leaves,
     _read_nonce,
-    _read_proofs,
+    _read_served,
     new_demand,
     new_receipt,
 )
@@ -342,30 +340,8 @@ def decode_receipt_batch(data: bytes) -> ReceiptBatch:
         if obligation + commitment in seen:
             raise _bad(k, "an item names a fold already answered")
         seen.add(obligation + commitment)
-        if tree_size > MAX_COUNT:
-            raise _bad(k, f"tree_size exceeds {MAX_COUNT}")
-        status = _STATUS_BY_CODE.get(status_code)
-        if status is None:
-            raise _bad(k, f"unknown status code {status_code}")
-        reason = None
-        if reason_code:
-            reason = _REASON_BY_CODE.get(reason_code)
-            if reason is None:
-                raise _bad(k, f"unknown reason code {reason_code}")
-        leaves, at = _read_leaves(data, at, k)
-        flag = data[at : at + 1]
-        served_root = None
-        if flag == b"\x01":
-            raw = data[at + 1 : at + 33]
-            if len(raw) != 32:
-                raise _bad(k, "truncated served_root")
-            served_root, at = raw.hex(), at + 33
-        elif flag == b"\x00":
-            at += 1
-        else:
-            raise _bad(k, "served_root flag must be 0 or 1")
-        hashes, at = _read_hashes(data, at, MAX_LIST, k, "leaf hashes")
-        proofs, at = _read_proofs(data, at, k)
+        status, reason = _read_codes(tree_size, status_code, reason_code, k)
+        leaves, served_root, hashes, proofs, at = _read_served(data, at, k)
         check_receipt_shape(k, status, reason, leaves, served_root, hashes, proofs)
         items.append(
             new_receipt(

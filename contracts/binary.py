@@ -367,31 +367,9 @@ def decode_receipt(data: bytes) -> Receipt:
         raise _bad(k, f"version/kind bytes {version}/{tag} are not {BINARY_VERSION}/'R'")
     if issued_at > MAX_TIME_MS:
         raise _bad(k, "issued_at out of range")
-    if tree_size > MAX_COUNT:
-        raise _bad(k, f"tree_size exceeds {MAX_COUNT}")
-    status = _STATUS_BY_CODE.get(status_code)
-    if status is None:
-        raise _bad(k, f"unknown status code {status_code}")
-    reason = None
-    if reason_code:
-        reason = _REASON_BY_CODE.get(reason_code)
-        if reason is None:
-            raise _bad(k, f"unknown reason code {reason_code}")
+    status, reason = _read_codes(tree_size, status_code, reason_code, k)
     nonce, at = _read_nonce(data, size, n, 0, k)
-    leaves, at = _read_leaves(data, at, k)
-    flag = data[at : at + 1]
-    served_root = None
-    if flag == b"\x01":
-        raw = data[at + 1 : at + 33]
-        if len(raw) != 32:
-            raise _bad(k, "truncated served_root")
-        served_root, at = raw.hex(), at + 33
-    elif flag == b"\x00":
-        at += 1
-    else:
-        raise _bad(k, "served_root flag must be 0 or 1")
-    leaf_hashes, at = _read_hashes(data, at, MAX_LIST, k, "leaf hashes")
-    proofs, at = _read_proofs(data, at, k)
+    leaves, served_root, leaf_hashes, proofs, at = _read_served(data, at, k)
     if at != len(data):
         raise _bad(k, f"{len(data) - at} trailing bytes")
     check_receipt_shape(k, status, reason, leaves, served_root, leaf_hashes, proofs)
@@ -410,6 +388,49 @@ def decode_receipt(data: bytes) -> Receipt:
         proofs,
         reason,
     )
+
+
+def _read_codes(
+    tree_size: int, status_code: int, reason_code: int, k: str
+) -> tuple[ReceiptStatus, RefusalReason | None]:
+    """A receipt's tree size checked and its status and reason codes read."""
+    if tree_size > MAX_COUNT:
+        raise _bad(k, f"tree_size exceeds {MAX_COUNT}")
+    status = _STATUS_BY_CODE.get(status_code)
+    if status is None:
+        raise _bad(k, f"unknown status code {status_code}")
+    reason = None
+    if reason_code:
+        reason = _REASON_BY_CODE.get(reason_code)
+        if reason is None:
+            raise _bad(k, f"unknown reason code {reason_code}")
+    return status, reason
+
+
+def _read_served(data: bytes, at: int, k: str) -> tuple[
+    tuple[int, ...] | None,
+    str | None,
+    tuple[bytes, ...],
+    tuple[tuple[bytes, ...], ...],
+    int,
+]:
+    """What a receipt says was served: leaves, the served_root flag [+ root], leaf
+    hashes and inclusion proofs; the end offset."""
+    leaves, at = _read_leaves(data, at, k)
+    flag = data[at : at + 1]
+    served_root = None
+    if flag == b"\x01":
+        raw = data[at + 1 : at + 33]
+        if len(raw) != 32:
+            raise _bad(k, "truncated served_root")
+        served_root, at = raw.hex(), at + 33
+    elif flag == b"\x00":
+        at += 1
+    else:
+        raise _bad(k, "served_root flag must be 0 or 1")
+    leaf_hashes, at = _read_hashes(data, at, MAX_LIST, k, "leaf hashes")
+    proofs, at = _read_proofs(data, at, k)
+    return leaves, served_root, leaf_hashes, proofs, at
 
 
 def _read_proofs(data: bytes, at: int, k: str) -> tuple[tuple[tuple[bytes, ...], ...], int]:
