@@ -64,7 +64,6 @@ from contracts._answer_rule import refusal_for
 from contracts._fields import MAX_TIME_MS
 from contracts.binary import (
     _MIN_NONCE,
-    _U32,
     REASON_CODES,
     STATUS_CODES,
     _leaves_bytes,
@@ -74,6 +73,7 @@ from contracts.binary import (
     _read_leaves,
     _read_nonce,
     _read_served,
+    _served_bytes,
     new_demand,
     new_receipt,
 )
@@ -242,8 +242,6 @@ def encode_receipt_batch(b: ReceiptBatch) -> bytes:
         if key in seen:
             raise ValueError("a receipt batch answers each fold once")
         seen.add(key)
-        if any(len(h) != 32 for h in r.leaf_hashes):
-            raise ValueError("receipt leaf hashes are 32 bytes each")
         parts.append(
             _RECEIPT_ITEM.pack(
                 key[:32],
@@ -253,18 +251,7 @@ def encode_receipt_batch(b: ReceiptBatch) -> bytes:
                 0 if r.reason is None else REASON_CODES[r.reason],
             )
         )
-        parts.append(_leaves_bytes(r.leaves))
-        parts.append(
-            b"\x00" if r.served_root is None else b"\x01" + _raw(r.served_root, "served_root")
-        )
-        parts.append(_U32.pack(len(r.leaf_hashes)))
-        parts.extend(r.leaf_hashes)
-        parts.append(_U32.pack(len(r.proofs)))
-        for path in r.proofs:
-            if len(path) > _MAX_PATH or any(len(p) != 32 for p in path):
-                raise ValueError(f"a receipt proof is at most {_MAX_PATH} hashes of 32 bytes")
-            parts.append(bytes((len(path),)))
-            parts.extend(path)
+        _served_bytes(r, parts)
     return b"".join(parts)
 
 

@@ -200,20 +200,28 @@ def encode_receipt(r: Receipt) -> bytes:
             len(nonce),
         ),
         nonce,
-        _leaves_bytes(r.leaves),
-        b"\x00" if r.served_root is None else b"\x01" + _raw(r.served_root, "served_root"),
-        _U32.pack(len(r.leaf_hashes)),
-        *r.leaf_hashes,
-        _U32.pack(len(r.proofs)),
     ]
+    _served_bytes(r, parts)
+    return b"".join(parts)
+
+
+def _served_bytes(r: Receipt, parts: list[bytes]) -> None:
+    """Append what a receipt says was served (as :func:`_read_served` reads it):
+    leaves, the served_root flag [+ root], leaf hashes and inclusion proofs."""
     if any(len(h) != 32 for h in r.leaf_hashes):
         raise ValueError("receipt leaf hashes are 32 bytes each")
+    parts.append(_leaves_bytes(r.leaves))
+    parts.append(
+        b"\x00" if r.served_root is None else b"\x01" + _raw(r.served_root, "served_root")
+    )
+    parts.append(_U32.pack(len(r.leaf_hashes)))
+    parts.extend(r.leaf_hashes)
+    parts.append(_U32.pack(len(r.proofs)))
     for path in r.proofs:
         if len(path) > _MAX_PATH or any(len(p) != 32 for p in path):
             raise ValueError(f"a receipt proof is at most {_MAX_PATH} hashes of 32 bytes")
         parts.append(bytes((len(path),)))
         parts.extend(path)
-    return b"".join(parts)
 
 
 # ------------------------------------------------------------------- decoding
