@@ -1050,9 +1050,7 @@ class NodeCore:
                 item = parse_statement(faulty.receipt, Receipt).statement
                 return item, faulty.commitment, faulty.hops
         else:
-            leaves = self._cached_leaves(commitment.digest)
-            if leaves is None:
-                leaves = await self._resolve(commitment, now_ms)
+            leaves = await self._honest_leaves(commitment, now_ms)
         item = batch_receipt_item(
             self.node_id,
             d,
@@ -1066,19 +1064,7 @@ class NodeCore:
             # _resolve returns only a fold the store read back under the committed root
             hops_root=commitment.statement.root,
         )
-        if item.status is ReceiptStatus.SERVED and leaves is not None:
-            self.bump(st.CounterName.SERVES)
-            return item, own.commitment_bytes, select_hops(leaves, d.leaves)
-        self.bump(st.CounterName.REFUSALS)
-        log.info(
-            "demand_not_served",
-            peer=d.holder,
-            demand=demand.digest[:16],
-            commitment=commitment.digest[:16],
-            status=str(item.status),
-            reason=str(item.reason),
-        )
-        return item, own.commitment_bytes, ()
+        return item, own.commitment_bytes, self._counted(demand, commitment, item, leaves)
 
     async def _accept_nonces(self, demands: Sequence[Signed[Demand]], now: float) -> None:
         """Replay protection, exact across restarts, without a write per demand.
@@ -1216,7 +1202,6 @@ class NodeCore:
         return faulty.answer, None
 
     async def _answer(self, demand: Signed[Demand], own: _Own, now: float) -> Answer:
-        d = demand.statement
         obligation, commitment = own.obligation, own.commitment
         now_ms = _ms(now)
 
@@ -1225,11 +1210,7 @@ class NodeCore:
             if faulty is not None:
                 return faulty
         else:
-            # The honest path: a fold already read back under its root is in
-            # memory (see _resolve); only a miss goes to the store.
-            leaves = self._cached_leaves(commitment.digest)
-            if leaves is None:
-                leaves = await self._resolve(commitment, now_ms)
+            leaves = await self._honest_leaves(commitment, now_ms)
         signed = answer_demand(
             self.identity,
             demand,
@@ -1240,8 +1221,30 @@ class NodeCore:
             # _resolve returns only a fold the store read back under the committed root
             hops_root=commitment.statement.root,
         )
-        served_hops: tuple[bytes, ...] = ()
-        if signed.statement.status is ReceiptStatus.SERVED and leaves is not None:
+        served_hops = self._counted(demand, commitment, signed.statement, leaves)
+        return Answer(signed.to_bytes(), own.commitment_bytes, served_hops)
+
+    async def _honest_leaves(
+        self, commitment: Signed[Commitment], now_ms: int
+    ) -> tuple[bytes, ...] | None:
+        """The fold's leaves for an honest answer: a fold already read back under its
+        root is in memory (see _resolve); only a miss goes to the store."""
+        leaves = self._cached_leaves(commitment.digest)
+        if leaves is None:
+            leaves = await self._resolve(commitment, now_ms)
+        return leaves
+
+    def _counted(
+        self,
+        demand: Signed[Demand],
+        commitment: Signed[Commitment],
+        receipt: Receipt,
+        leaves: tuple[bytes, ...] | None,
+    ) -> tuple[bytes, ...]:
+        """One fold's honest answer counted and logged (served or not, naming the
+        peer); the hops it serves, none when it refuses."""
+        d = demand.statement
+        if receipt.status is ReceiptStatus.SERVED and leaves is not None:
             served_hops = select_hops(leaves, d.leaves)
             self.bump(st.CounterName.SERVES)
             if log.enabled("info"):  # the fields cost a demand's CPU even when filtered
@@ -1252,17 +1255,17 @@ class NodeCore:
                     commitment=commitment.digest[:16],
                     hops=len(served_hops),
                 )
-        else:
-            self.bump(st.CounterName.REFUSALS)
-            log.info(
-                "demand_not_served",
-                peer=d.holder,
-                demand=demand.digest[:16],
-                commitment=commitment.digest[:16],
-                status=str(signed.statement.status),
-                reason=str(signed.statement.reason),
-            )
-        return Answer(signed.to_bytes(), own.commitment_bytes, served_hops)
+            return served_hops
+        self.bump(st.CounterName.REFUSALS)
+        log.info(
+            "demand_not_served",
+            peer=d.holder,
+            demand=demand.digest[:16],
+            commitment=commitment.digest[:16],
+            status=str(receipt.status),
+            reason=str(receipt.reason),
+        )
+        return ()
 
     async def _resolve(
         self, commitment: Signed[Commitment], now_ms: int

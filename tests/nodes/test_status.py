@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import pytest
+import structlog.testing
 
 from contracts.batch import RECEIPT_BATCH_TYPE, build_demand_batch, decode_receipt_batch
 from contracts.envelope import Envelope
@@ -264,6 +265,19 @@ async def test_a_demand_batch_is_answered_with_one_receipt_batch_and_replay_is_a
     assert (item.obligation, item.status) == (obligation.digest, ReceiptStatus.SERVED)
     assert len(first.answers[0].hops) == 3
     assert await _rejected(origin, call) is grpc.StatusCode.ALREADY_EXISTS
+
+
+async def test_a_served_demand_batch_is_one_demand_served_event_per_fold_naming_the_peer(
+    origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    fold = await _fold(channel)
+    now_ms = int(clock.now * 1000)
+    obligation = _obligation(fold, now_ms)
+    holder = Identity.generate()
+    with structlog.testing.capture_logs() as events:
+        await _demand_call(channel, [_batch(holder, obligation, now_ms)])()
+    served = [e for e in events if e["event"] == "demand_served"]
+    assert [(e["peer"], e["hops"]) for e in served] == [(holder.node_id, 3)]
 
 
 async def test_a_demand_batch_with_a_bad_signature_or_stale_time_is_rejected(
