@@ -39,7 +39,7 @@ import functools
 import gc
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,6 +206,9 @@ _OWN_CACHE = 100_000
 _HONEST_BEFORE_SERVING = Behaviour.before_serving
 _HONEST_ANSWER = Behaviour.answer
 _LEAF_CACHE_BYTES = 64 * 1024 * 1024
+#: Receipts kept per origin (and origins kept) to check a suspicion stored after them.
+_RECENT_RECEIPTS = 8
+_RECENT_RECEIPT_ORIGINS = 1024
 _DEFAULT_CHUNK_BYTES = 1024 * 1024
 
 S = TypeVar("S", bound=Statement)
@@ -394,6 +397,12 @@ class NodeCore:
         self._future: dict[tuple[str, str], int] = {}
         self._held_bytes = 0
         self._suspects: set[str] | None = None  # origins with stored suspicions (lazy)
+        # Suspicions stored so far (a receipt check that read the store before one
+        # landed must not drop its origin from ``_suspects``), and the last receipts
+        # checked per origin: a suspicion stored after a receipt that clears it (two
+        # rehydrations of one value, the later one served first) is checked at once.
+        self._suspicions_stored = 0
+        self._recent_receipts: OrderedDict[str, deque[bytes]] = OrderedDict()
         # Signed tree heads: this origin's log of heads for the current epoch
         # (rebuilt from the store when missing), the heads this node verified
         # as a receiver (each signature checked once), and the heads each peer
@@ -1710,9 +1719,13 @@ class NodeCore:
         return self.config.peer(name_or_address)
 
     async def keep_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
-        """Store an evidence record (and where its file is) in the node's log."""
-        if self._suspects is not None and kind == "unanswered":
-            self._suspects.add(accused)
+        """Store an evidence record (and where its file is) in the node's log.
+
+        A suspicion (``unanswered``) is checked right after against the origin's
+        receipts this node checked lately: a rehydration of the same value may
+        have been served while this one waited out the deadline, and its receipt
+        (issued after the suspected demand) clears it.
+        """
         log.info("evidence_recorded", peer=accused, kind=kind, path=path or None)
         await self.store.add_evidence(
             digest=sha256_hex(body),
@@ -1722,6 +1735,14 @@ class NodeCore:
             now_ms=self.now_ms(),
             file_path=path,
         )
+        if kind == "unanswered":
+            # Suspected once stored, not before: a receipt checked while the write
+            # was in flight read the store without it.
+            self._suspicions_stored += 1
+            if self._suspects is not None:
+                self._suspects.add(accused)
+            for receipt in tuple(self._recent_receipts.get(accused, ())):
+                await self.clear_suspicions(accused, receipt)
 
     async def rehydrate(
         self, value_ref: str, witnesses: Sequence[str] = (), *, deadline: float | None = None
@@ -1910,14 +1931,29 @@ class NodeCore:
         receipt is kept beside it (and beside its file), so a third party can
         check the clearing with ``provnet evidence verify FILE --cleared-by``.
         """
-        if self._suspects is None:
-            self._suspects = {r.accused for r in await self.store.evidence(kind="unanswered")}
-        if origin not in self._suspects:
+        recent = self._recent_receipts.get(origin)
+        if recent is not None:
+            self._recent_receipts.move_to_end(origin)
+        else:
+            recent = self._recent_receipts[origin] = deque(maxlen=_RECENT_RECEIPTS)
+            if len(self._recent_receipts) > _RECENT_RECEIPT_ORIGINS:
+                self._recent_receipts.popitem(last=False)
+        if receipt not in recent:
+            recent.append(receipt)
+        # A suspicion stored while this call reads the store is not in what it
+        # read; it is checked against this receipt once stored (keep_evidence).
+        stored = self._suspicions_stored
+        suspects = self._suspects
+        if suspects is None:
+            suspects = {r.accused for r in await self.store.evidence(kind="unanswered")}
+            if stored == self._suspicions_stored and self._suspects is None:
+                self._suspects = suspects
+        if origin not in suspects:
             return 0  # the hot path: nothing suspected of this origin
         cleared = 0
         records = await self.store.uncleared_suspicions(origin)
-        if not records:
-            self._suspects.discard(origin)
+        if not records and stored == self._suspicions_stored:
+            suspects.discard(origin)
         for record in records:
             try:
                 verify_clearing(record.body, receipt, now=self.now_ms() + 3_600_000)

@@ -1,0 +1,86 @@
+"""A holder node clears a stored suspicion by a later receipt, whatever order its calls end in.
+
+A node rehydrates the same value more than once at a time (the crash
+campaign's holder B does: a rehydration started while the origin was down
+still runs when the next one, made after the restart, is served). The
+suspicion of the first and the receipt of the second then race: the receipt
+may be checked while the suspicion's store write is still in flight, or
+before the suspicion is recorded at all. Either way the node holds a receipt
+of the origin issued after the suspected demand, so the suspicion must end
+cleared — a standing one accuses an honest origin.
+
+The interleaving is forced here by holding the store's evidence write open
+until the served rehydration has finished (in-memory nodes, real stores).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodes.messages import Outcome
+from tests.nodes.rpc_support import MemCluster, single
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
+    mem = MemCluster(tmp_path, deadline_ms=300, reasks=1)
+    try:
+        yield mem
+    finally:
+        await mem.close()
+
+
+async def _suspicion_written_while_served(cluster: MemCluster, *, prime: bool) -> dict[str, int]:
+    """A suspicion whose store write is held open while a later demand is served.
+
+    ``prime``: the node had checked a receipt of this origin before (its cache of
+    suspected origins is loaded), as a node that served anything has.
+    """
+    origin = await cluster.add("origin")
+    holder = await cluster.add("holder")
+    await cluster.add("witness")
+    fold = await cluster.fold("origin", "v1", 3)
+    if prime:
+        # another fold of the origin: this one's hops are not in the holder's cache
+        other = await cluster.fold("origin", "v0", 1, first_step=10)
+        primed = await cluster.rehydrate("holder", "v0", [other], witnesses=["witness"])
+        assert single(primed).outcome is Outcome.SERVED
+
+    writing, release = asyncio.Event(), asyncio.Event()
+    real_add = holder.store.add_evidence
+
+    async def held_open(**kw: Any) -> bool:
+        writing.set()
+        await release.wait()
+        return await real_add(**kw)
+
+    holder.store.add_evidence = held_open  # type: ignore[method-assign]
+    origin.crashed = True  # down: the next demand goes unanswered, the witness confirms
+    suspected = asyncio.create_task(
+        cluster.rehydrate("holder", "v1", [fold], witnesses=["witness"])
+    )
+    await asyncio.wait_for(writing.wait(), 30)
+    origin.crashed = False  # back: a later demand is served while the write is in flight
+    served = single(await cluster.rehydrate("holder", "v1", [fold], witnesses=["witness"]))
+    assert served.outcome is Outcome.SERVED, served
+    assert served.asks == 1, served
+    release.set()
+    outcome = single(await suspected)
+    assert outcome.outcome is Outcome.UNANSWERED, outcome.detail
+    assert outcome.witness_confirmed, outcome.detail
+    holder.store.add_evidence = real_add  # type: ignore[method-assign]
+    return await holder.stats()
+
+
+@pytest.mark.parametrize("prime", [False, True], ids=["fresh-node", "after-a-receipt"])
+async def test_a_receipt_checked_before_the_suspicion_is_stored_clears_it(
+    cluster: MemCluster, prime: bool
+) -> None:
+    stats = await _suspicion_written_while_served(cluster, prime=prime)
+    assert stats.get("evidence_unanswered", 0) == 0, stats
+    assert stats["evidence_cleared"] == 1, stats
