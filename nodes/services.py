@@ -206,6 +206,8 @@ _OWN_CACHE = 100_000
 _HONEST_BEFORE_SERVING = Behaviour.before_serving
 _HONEST_ANSWER = Behaviour.answer
 _LEAF_CACHE_BYTES = 64 * 1024 * 1024
+#: A delivery's budget when its caller sets none (the servicer passes the call's own).
+DELIVER_TIMEOUT_S = 30.0
 #: Receipts kept per origin (and origins kept) to check a suspicion stored after them.
 _RECENT_RECEIPTS = 8
 _RECENT_RECEIPT_ORIGINS = 1024
@@ -1590,7 +1592,9 @@ class NodeCore:
             address = self.config.peer(peer)
         except ValueError as exc:
             raise UnknownPeer(f"forward {value_ref}: {exc}") from exc
-        timeout = self._timeout(deadline, self.config.deadline_ms / 1000.0)
+        # Not the serve deadline (deadline_ms: what obligations promise for a demand):
+        # a delivery costs the peer a check of every statement and a durable write.
+        timeout = self._timeout(deadline, DELIVER_TIMEOUT_S)
         outgoing = Delivery(
             held.delivery.value_ref,
             held.delivery.value,
