@@ -18,7 +18,7 @@ metadata, the node's "shed before reading the request" and gRPC's
 "Concurrent RPC limit exceeded". Other ``RESOURCE_EXHAUSTED`` answers
 (a request over a size bound, the control-nonce cache full) are final and
 raised at once. And only the methods in :data:`RETRY_SAFE` are retried,
-each with the reason it is safe there: all but ``CommitCompaction`` are
+each with the reason it is safe there: all but the two commits are
 idempotent, so even a mistaken "not run" costs nothing but a duplicate.
 
 Every attempt is a new call: a signed call is signed afresh (new time and
@@ -60,9 +60,12 @@ RETRY_SAFE: dict[str, str] = {
         "re-appending identical hop bytes at the same seqs (given, or each hop's"
         " step) is a no-op in the store (nodes.store.HopStore.append_hops)"
     ),
-    "/provnet.v1.HopLog/CommitCompaction": (
-        "not idempotent (a second commit signs new commitments): retried only as"
+    "/provnet.v1.HopLog/CommitFold": (
+        "not idempotent (a second commit signs a new commitment): retried only as"
         " every call here is, after a refusal that never ran the handler"
+    ),
+    "/provnet.v1.HopLog/CommitCompaction": (
+        "not idempotent, as CommitFold: retried only after a refusal that never ran the handler"
     ),
 }
 

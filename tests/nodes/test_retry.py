@@ -29,7 +29,7 @@ from nodes._pb.provnet.v1 import deliver_pb2, hoplog_pb2, hoplog_pb2_grpc
 from nodes.cluster import HealthState, child_env, free_ports, probe_health, provnet_argv
 from nodes.messages import Delivery
 from nodes.retry import PUSHBACK_KEY, RETRY_SAFE, retry_shed
-from nodes.transport import CallFailed, GrpcTransport
+from nodes.transport import GrpcTransport
 from tests.nodes.rpc_support import TEST_OPERATOR, hop_json, operator_channel
 
 pytestmark = pytest.mark.timeout(180)
@@ -202,24 +202,6 @@ async def test_retries_stay_within_the_calls_deadline() -> None:
 
 
 async def test_only_retry_safe_methods_are_retried() -> None:
-    assert "/provnet.v1.HopLog/CommitFold" not in RETRY_SAFE
-    with pytest.raises(ValueError, match="CommitFold is not a retry-safe method"):
-        await retry_shed("/provnet.v1.HopLog/CommitFold", _Calls(), 1.0)
-
-
-async def test_the_last_refusal_is_raised_as_the_transport_names_it(node: str) -> None:
-    """Past the deadline the shed refusal reaches the caller as RESOURCE_EXHAUSTED."""
-    c_bytes, o_bytes = await _fold(node)
-    delivery = Delivery("v", b"x", (c_bytes,), (o_bytes,), "")
-    release = asyncio.Event()
-    transport = GrpcTransport(max_message_bytes=_MAX_MESSAGE, credentials=TEST_OPERATOR)
-    async with grpc.aio.insecure_channel(node) as chan:
-        held = await _holding_the_budget(chan, release)
-        try:
-            with pytest.raises(CallFailed) as failed:
-                await transport.deliver(node, delivery, 1.0)
-        finally:
-            release.set()
-            held.cancel()
-            await transport.close()
-    assert failed.value.code == "RESOURCE_EXHAUSTED"
+    assert "/provnet.v1.Evidence/Report" not in RETRY_SAFE
+    with pytest.raises(ValueError, match="Report is not a retry-safe method"):
+        await retry_shed("/provnet.v1.Evidence/Report", _Calls(), 1.0)
