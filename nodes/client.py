@@ -107,6 +107,9 @@ _CACHE_FOLDS = 4096
 DEFAULT_STREAM_LEAVES = 4096
 #: Time kept back from a caller's budget so a reply can still travel back.
 _MARGIN_S = 0.05
+#: How an origin before version 3 refuses a demand batch (an envelope of a
+#: payload type it does not read); the folds are then asked per fold.
+_BATCH_UNREAD = frozenset({"INVALID_ARGUMENT", "UNIMPLEMENTED"})
 
 
 def _severity(outcome: Outcome) -> int:
@@ -222,6 +225,9 @@ class Holder:
         #: Demand folds under heads with one signed demand batch per origin (version 3);
         #: False: one signed demand per fold (what origins before version 3 read).
         self.batch = batch
+        #: Origins that refused a demand batch as unreadable (older than version 3):
+        #: asked per fold from then on, for the life of this holder.
+        self.no_batch: set[str] = set()
         self._cache: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self.demand_rpcs = 0
 
@@ -314,6 +320,7 @@ class Holder:
         """
         if (
             self.batch
+            and run.origin not in self.no_batch
             and len(folds) > 1  # one fold: its own demand costs the same signatures, less work
             and all(
                 f.held.fold is not None
@@ -432,6 +439,12 @@ class Holder:
                         fold.demand = build_demand(self.identity, fold.held.obligation, now=now_ms)
                     demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
                     continue
+                if batch and exc.code in _BATCH_UNREAD:
+                    # An origin older than version 3 reads a batch as one demand of an
+                    # unknown type: ask the same folds with a demand each (docs/wire.md).
+                    self.no_batch.add(run.origin)
+                    await self._ask(run, folds, deadline)
+                    return
                 for fold in folds:
                     fold.outcome, fold.detail = Outcome.REJECTED, last_error
                 return
