@@ -470,16 +470,22 @@ class Holder:
         self, run: _OriginRun, folds: list[_Fold], answers: list[Answer], reported_at: int
     ) -> None:
         """Answers to a demand batch: the first carries the one receipt batch, read once
-        (its signature only where it decides, as for a single receipt); item ``i``
-        answers fold ``i``."""
+        (its signature only where it decides, as for a single receipt); a fold's item
+        is the one naming it (obligation, commitment), wherever it sits in the batch."""
         data = answers[0].receipt
         receipts: list[Signed[Receipt] | bytes] = [data] * len(folds)
         with contextlib.suppress(ContractError, ValueError):
             envelope = Envelope.from_bytes(data)
             if envelope.payload_type == RECEIPT_BATCH_TYPE:
-                items = decode_receipt_batch(envelope.payload).items
-                if len(items) == len(folds):
-                    receipts = [Signed(envelope, item) for item in items]
+                items = {
+                    (r.obligation, r.commitment): r
+                    for r in decode_receipt_batch(envelope.payload).items
+                }
+                for i, fold in enumerate(folds):
+                    d = fold.demand.statement if fold.demand is not None else None
+                    item = None if d is None else items.get((d.obligation, d.commitment))
+                    if item is not None:
+                        receipts[i] = Signed(envelope, item)
         attributable = False
         for fold, answer, receipt in zip(folds, answers, receipts, strict=True):
             self._judge(fold, answer, reported_at, receipt)
