@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from nodes.messages import Outcome
+from nodes.client import HeldFold
+from nodes.messages import Outcome, RehydrationReport
 from tests.nodes.rpc_support import MemCluster, single
 
 
@@ -33,6 +34,13 @@ async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
         yield mem
     finally:
         await mem.close()
+
+
+async def _rehydrate(cluster: MemCluster, value_ref: str, fold: HeldFold) -> RehydrationReport:
+    """The holder node's rehydration, witness asked; not run through the session's
+    accusation audit: the origin really is down for one of them (``crashed``)."""
+    holder = cluster.holder("holder")
+    return await holder.rehydrate(value_ref, [fold], witnesses=[cluster.address("witness")])
 
 
 async def _suspicion_written_while_served(cluster: MemCluster, *, prime: bool) -> dict[str, int]:
@@ -48,7 +56,7 @@ async def _suspicion_written_while_served(cluster: MemCluster, *, prime: bool) -
     if prime:
         # another fold of the origin: this one's hops are not in the holder's cache
         other = await cluster.fold("origin", "v0", 1, first_step=10)
-        primed = await cluster.rehydrate("holder", "v0", [other], witnesses=["witness"])
+        primed = await _rehydrate(cluster, "v0", other)
         assert single(primed).outcome is Outcome.SERVED
 
     writing, release = asyncio.Event(), asyncio.Event()
@@ -61,12 +69,10 @@ async def _suspicion_written_while_served(cluster: MemCluster, *, prime: bool) -
 
     holder.store.add_evidence = held_open  # type: ignore[method-assign]
     origin.crashed = True  # down: the next demand goes unanswered, the witness confirms
-    suspected = asyncio.create_task(
-        cluster.rehydrate("holder", "v1", [fold], witnesses=["witness"])
-    )
+    suspected = asyncio.create_task(_rehydrate(cluster, "v1", fold))
     await asyncio.wait_for(writing.wait(), 30)
     origin.crashed = False  # back: a later demand is served while the write is in flight
-    served = single(await cluster.rehydrate("holder", "v1", [fold], witnesses=["witness"]))
+    served = single(await _rehydrate(cluster, "v1", fold))
     assert served.outcome is Outcome.SERVED, served
     assert served.asks == 1, served
     release.set()
