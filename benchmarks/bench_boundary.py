@@ -15,6 +15,13 @@ latency p50/p99, hops fetched, signature/hash operations and their CPU time,
 and the delivery bytes compaction saves (ground_truth's full lineage vs the
 compacted structural value, with and without its signed statements).
 
+The gRPC column's rehydrating decision p50 is set against a bare grpc.aio
+round trip (a 256-byte echo, no provnet code) twice: measured side by side
+inside the run (:class:`InRunEcho`: an echo server in the run's own process
+and event loop, one call after each rehydrating decision, outside its timer;
+the ≤ 2× target is judged on this ratio), and, as before, in a fresh event
+loop before and after the run.
+
 Usage::
 
     .venv/bin/python benchmarks/bench_boundary.py [--seeds 2] [--steps 500] [--cadence 25]
