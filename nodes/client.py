@@ -206,6 +206,7 @@ class Holder:
         stream_leaves: int = DEFAULT_STREAM_LEAVES,
         min_witnesses: int = 1,
         batch: bool = True,
+        suspected: Callable[[str], bool] | None = None,
     ) -> None:
         if reasks < 0:
             raise ValueError(f"reasks must be >= 0, got {reasks}")
@@ -221,6 +222,10 @@ class Holder:
         self._on_evidence = on_evidence
         self._on_receipt = on_receipt
         self._use_cache = cache
+        #: Origins with a standing suspicion here: their folds are asked again, not
+        #: taken from the cache, so the origin's answer can clear it (a cached copy
+        #: never would).
+        self._suspected = suspected
         self.stream_leaves = stream_leaves
         #: Demand folds under heads with one signed demand batch per origin (version 3);
         #: False: one signed demand per fold (what origins before version 3 read).
@@ -275,8 +280,11 @@ class Holder:
     ) -> tuple[OriginOutcome, list[VerifiedHop]]:
         now_ms = self.now_ms()
         to_ask: list[_Fold] = []
+        use_cache = self._use_cache and not (
+            self._suspected is not None and self._suspected(run.origin)
+        )
         for fold in run.folds:
-            cached = self._cache.get(fold.held.commitment.digest) if self._use_cache else None
+            cached = self._cache.get(fold.held.commitment.digest) if use_cache else None
             if cached is not None:
                 self._cache.move_to_end(fold.held.commitment.digest)
                 fold.outcome, fold.detail = Outcome.SERVED, "verified earlier (cache)"

@@ -209,8 +209,8 @@ _LEAF_CACHE_BYTES = 64 * 1024 * 1024
 #: A delivery's budget when its caller sets none (the servicer passes the call's own).
 DELIVER_TIMEOUT_S = 30.0
 #: Receipts kept per origin (and origins kept) to check a suspicion stored after them.
-_RECENT_RECEIPTS = 8
-_RECENT_RECEIPT_ORIGINS = 1024
+_RECENT_RECEIPTS = 32
+_RECENT_RECEIPT_ORIGINS = 256
 _DEFAULT_CHUNK_BYTES = 1024 * 1024
 
 S = TypeVar("S", bound=Statement)
@@ -1716,8 +1716,13 @@ class NodeCore:
                 on_evidence=self.keep_evidence,
                 on_receipt=self.clear_suspicions,
                 min_witnesses=self.config.min_witnesses,
+                suspected=self._suspected,
             )
         return self._holder
+
+    def _suspected(self, origin: str) -> bool:
+        """A suspicion against ``origin`` is stored here (as far as this run knows)."""
+        return self._suspects is not None and origin in self._suspects
 
     def _resolve_peer(self, name_or_address: str) -> str:
         return self.config.peer(name_or_address)
@@ -1954,19 +1959,18 @@ class NodeCore:
                 self._suspects = suspects
         if origin not in suspects:
             return 0  # the hot path: nothing suspected of this origin
-        cleared = 0
+        cleared = settled = 0
         records = await self.store.uncleared_suspicions(origin)
-        if not records and stored == self._suspicions_stored:
-            suspects.discard(origin)
         for record in records:
             try:
                 verify_clearing(record.body, receipt, now=self.now_ms() + 3_600_000)
             except (ContractError, ValueError):
                 continue
+            settled += 1
             if not await self.store.mark_cleared(
                 record.digest, receipt=receipt, now_ms=self.now_ms()
             ):
-                continue
+                continue  # cleared meanwhile by another receipt
             cleared += 1
             if record.file_path:
                 with contextlib.suppress(OSError):
@@ -1977,4 +1981,6 @@ class NodeCore:
                 evidence=record.digest[:16],
                 receipt=sha256_hex(receipt)[:16],
             )
+        if settled == len(records) and stored == self._suspicions_stored:
+            suspects.discard(origin)  # nothing stands against it (its folds may be cached)
         return cleared

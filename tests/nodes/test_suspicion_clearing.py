@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from nodes.client import HeldFold
+from nodes.client import HeldFold, Holder
 from nodes.messages import Outcome, RehydrationReport
 from tests.nodes.rpc_support import MemCluster, single
 
@@ -90,3 +90,40 @@ async def test_a_receipt_checked_before_the_suspicion_is_stored_clears_it(
     stats = await _suspicion_written_while_served(cluster, prime=prime)
     assert stats.get("evidence_unanswered", 0) == 0, stats
     assert stats["evidence_cleared"] == 1, stats
+
+
+async def test_a_fold_of_a_suspected_origin_is_asked_again_not_taken_from_the_cache(
+    cluster: MemCluster,
+) -> None:
+    """The node holds the fold's hops from a served rehydration, and a suspicion from
+    another one that did not use them (it started before they were cached). Its next
+    rehydration must ask the origin: only an answer can clear the suspicion."""
+    origin = await cluster.add("origin")
+    holder = await cluster.add("holder")
+    await cluster.add("witness")
+    fold = await cluster.fold("origin", "v1", 3)
+    assert single(await _rehydrate(cluster, "v1", fold)).outcome is Outcome.SERVED  # cached
+    uncached = Holder(
+        holder.identity,
+        holder.transport,
+        evidence_dir=cluster.root / "holder" / "evidence",
+        reasks=1,
+        cache=False,
+        on_evidence=holder.keep_evidence,
+        on_receipt=holder.clear_suspicions,
+    )
+    origin.crashed = True
+    suspected = single(
+        await uncached.rehydrate("v1", [fold], witnesses=[cluster.address("witness")])
+    )
+    assert suspected.outcome is Outcome.UNANSWERED, suspected.detail
+    assert (await holder.stats())["evidence_unanswered"] == 1
+    origin.crashed = False
+    again = single(await _rehydrate(cluster, "v1", fold))
+    assert again.outcome is Outcome.SERVED, again.detail
+    assert again.asks == 1, again  # asked, not served from the cache
+    stats = await holder.stats()
+    assert stats.get("evidence_unanswered", 0) == 0, stats
+    assert stats["evidence_cleared"] == 1, stats
+    # cleared: the cache serves again
+    assert single(await _rehydrate(cluster, "v1", fold)).asks == 0
