@@ -1751,7 +1751,7 @@ class NodeCore:
             if self._suspects is not None:
                 self._suspects.add(accused)
             for receipt in tuple(self._recent_receipts.get(accused, ())):
-                await self.clear_suspicions(accused, receipt)
+                await self.clear_suspicions(accused, receipt, remember=False)
 
     async def rehydrate(
         self, value_ref: str, witnesses: Sequence[str] = (), *, deadline: float | None = None
@@ -1931,7 +1931,7 @@ class NodeCore:
         log.info("evidence_reported", peer=accused, kind=kind, digest=digest[:16])
         return kind, accused, digest
 
-    async def clear_suspicions(self, origin: str, receipt: bytes) -> int:
+    async def clear_suspicions(self, origin: str, receipt: bytes, *, remember: bool = True) -> int:
         """Mark stored suspicions against ``origin`` cleared by a later receipt of it.
 
         Each stored ``unanswered`` record is checked with
@@ -1940,14 +1940,14 @@ class NodeCore:
         receipt is kept beside it (and beside its file), so a third party can
         check the clearing with ``provnet evidence verify FILE --cleared-by``.
         """
-        recent = self._recent_receipts.get(origin)
-        if recent is not None:
-            self._recent_receipts.move_to_end(origin)
-        else:
-            recent = self._recent_receipts[origin] = deque(maxlen=_RECENT_RECEIPTS)
-            if len(self._recent_receipts) > _RECENT_RECEIPT_ORIGINS:
-                self._recent_receipts.popitem(last=False)
-        if receipt not in recent:
+        if remember:  # kept for a suspicion stored after it (keep_evidence)
+            recent = self._recent_receipts.get(origin)
+            if recent is not None:
+                self._recent_receipts.move_to_end(origin)
+            else:
+                recent = self._recent_receipts[origin] = deque(maxlen=_RECENT_RECEIPTS)
+                if len(self._recent_receipts) > _RECENT_RECEIPT_ORIGINS:
+                    self._recent_receipts.popitem(last=False)
             recent.append(receipt)
         # A suspicion stored while this call reads the store is not in what it
         # read; it is checked against this receipt once stored (keep_evidence).
