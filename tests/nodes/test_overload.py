@@ -51,7 +51,8 @@ async def _silent(release: asyncio.Event) -> AsyncIterator[bytes]:
 
 def _pushback_ms(exc: grpc.aio.AioRpcError) -> int:
     """The ``grpc-retry-pushback-ms`` a refused call carries (it must carry one)."""
-    found = [v for k, v in exc.trailing_metadata() or () if k == interceptors.PUSHBACK_KEY]
+    trailers: Any = exc.trailing_metadata() or ()
+    found = [v for k, v in trailers if k == interceptors.PUSHBACK_KEY]
     assert len(found) == 1, exc.trailing_metadata()
     return int(found[0])
 
@@ -231,7 +232,8 @@ async def test_bulk_body_over_the_byte_budget_is_shed_at_headers_and_nothing_is_
             assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
             assert "bytes of bulk request bodies in flight" in (refused.value.details() or "")
             # Refused after its request id was read: both the id and the appointment trail it.
-            trailers = dict(refused.value.trailing_metadata() or ())
+            got: Any = refused.value.trailing_metadata() or ()
+            trailers = dict(got)
             assert trailers.get(interceptors.REQUEST_ID_KEY), trailers
             assert _pushback_ms(refused.value) > 0
             stats = await node.core.stats()
