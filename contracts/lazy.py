@@ -27,6 +27,7 @@ it carries no information.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 from contracts._fields import MAX_TIME_MS
@@ -84,6 +85,10 @@ def served_without_signature(
     return ServedFold(receipt=r, leaves=leaves, hops=tuple(hops), receipt_verified=False)
 
 
+#: A fold's faithful item, packed once per fold (its fields are immutable).
+_whole_item = functools.lru_cache(maxsize=4096)(served_whole_item)
+
+
 def served_batch_without_signature(
     payload: bytes,
     hops: Sequence[Sequence[bytes]],
@@ -115,7 +120,7 @@ def served_batch_without_signature(
     try:
         head = receipt_batch_head(origin, demand, nonce, 0, len(folds))
         items = [
-            served_whole_item(
+            _whole_item(
                 f.obligation.digest, f.commitment.digest, f.record.leaf_count, f.record.root
             )
             for f in folds
