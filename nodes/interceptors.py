@@ -37,7 +37,7 @@ import grpc
 from structlog.contextvars import bind_contextvars, bound_contextvars, reset_contextvars
 
 from nodes.auth import SIGNED_METHODS, ControlAuth, request_digest
-from nodes.errors import status_for
+from nodes.errors import MalformedRequest, status_for
 from nodes.logging import get_logger
 
 __all__ = [
@@ -128,6 +128,40 @@ async def _abort_for(exc: Exception, context: grpc.aio.ServicerContext[Any, Any]
         await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}")
     log.info("rpc_rejected", rpc=rpc, code=code.name, reason=str(exc))
     await context.abort(code, f"{type(exc).__name__}: {exc}")
+
+
+class _Unreadable:
+    """A request body that is not the method's protobuf message (grpc would answer UNKNOWN
+    for a deserializer that raises): the handler refuses it as ``INVALID_ARGUMENT``,
+    after the control signature over the raw bytes was checked."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: MalformedRequest) -> None:
+        self.error = error
+
+
+def _tolerant(rpc: str, deserialize: Any) -> Any:
+    """``deserialize`` returning :class:`_Unreadable` instead of raising on bad bytes."""
+    if deserialize is None:
+        return None
+
+    def read(raw: bytes) -> Any:
+        try:
+            return deserialize(raw)
+        except Exception as exc:  # protobuf's DecodeError, or any parser's refusal
+            return _Unreadable(
+                MalformedRequest(f"{rpc}: the request is not a valid message ({exc})")
+            )
+
+    return read
+
+
+def _readable(request: Any) -> Any:
+    """``request`` if it was read; raises its MalformedRequest if it could not be."""
+    if type(request) is _Unreadable:
+        raise request.error
+    return request
 
 
 if TYPE_CHECKING:  # the stubs make it generic; the runtime class is not subscriptable
@@ -447,7 +481,7 @@ class RequestContext:
         are coroutines) wrapped for method ``rpc``."""
         count = self._count
         auth = self._auth
-        inner_deserialize: Any = handler.request_deserializer
+        inner_deserialize: Any = _tolerant(rpc, handler.request_deserializer)
 
         def keep_raw(raw: bytes) -> Any:
             # Keep the exact bytes received: the control signature covers them.
@@ -472,12 +506,12 @@ class RequestContext:
             ``metadata``: the call's invocation metadata if the caller already read it.
             """
             if auth is None:
-                return request
+                return _readable(request)
             raw, parsed = request
             if metadata is None:
                 metadata = context.invocation_metadata()
             ControlAuth.bind(auth.check(rpc, raw, metadata))
-            return parsed
+            return _readable(parsed)
 
         if handler.unary_unary is not None:
             inner_uu: Any = handler.unary_unary
@@ -577,6 +611,8 @@ class RequestContext:
             if count is not None:
                 count(rpc)
             try:
+                if type(request) is _Unreadable:
+                    raise request.error
                 return await inner(request, context)
             except Exception as exc:
                 if isinstance(exc, grpc.aio.AbortError):
@@ -590,7 +626,7 @@ class RequestContext:
 
         return grpc.unary_unary_rpc_method_handler(
             open_unary,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=_tolerant(rpc, handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )
 
@@ -713,6 +749,7 @@ class RequestContext:
                         )
                         signer = auth.check(rpc, raw, context.invocation_metadata(), digest=digest)
                         ControlAuth.bind(signer)
+                    request = _readable(request)
                     # Only the signature needs the bytes received; and the handler gets
                     # the only reference to the parsed request, so it can drop it early.
                     del raw
