@@ -289,6 +289,58 @@ async def test_calls_beyond_the_pending_limit_are_refused_by_grpc_before_the_nod
     assert counts[0] == (12, set()), counts
 
 
+async def test_a_burst_of_bulk_calls_is_refused_by_the_node_with_appointments_not_reset(
+    tmp_path: Path,
+) -> None:
+    """With the default settings a burst of bulk calls that arrives while the node's
+    event loop is busy is taken up and refused by the node, every call with
+    ``RESOURCE_EXHAUSTED`` and its own retry appointment, none reset by gRPC's
+    pending-call limit (``CANCELLED``, no appointment: what 64 gave).
+
+    Two deliveries that never send their body hold the byte budget; the loop is
+    blocked while 150 more arrive over four connections.
+    """
+    node = await grpc_node(tmp_path, "burst")
+    release = asyncio.Event()
+    options = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connection
+    chans = [grpc.aio.insecure_channel(node.address, options=options) for _ in range(4)]
+    try:
+        delivers = [chan.stream_unary(DELIVER, None, None) for chan in chans]
+        info = [chan.unary_unary("/provnet.v1.Node/Info", None, None) for chan in chans]
+        for ask in info:
+            await ask(b"", timeout=10)  # connected
+        holders = [
+            asyncio.ensure_future(delivers[0](_silent(release), timeout=30)) for _ in range(2)
+        ]
+        await _until(lambda: node.server.requests.bulk_in_flight == 2, "2 bulk calls held")
+        burst = [
+            asyncio.ensure_future(delivers[k % 4](_silent(release), timeout=30)) for k in range(150)
+        ]
+        for _ in range(50):
+            await asyncio.sleep(0)  # every call's batch started in gRPC's core
+        time.sleep(0.5)  # blocking is the point: gRPC queues what arrives meanwhile
+        results = await asyncio.gather(*burst, return_exceptions=True)
+        codes = [r.code() for r in results if isinstance(r, grpc.aio.AioRpcError)]
+        counted = {c.name: codes.count(c) for c in codes}
+        assert codes == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 150, counted  # 64: CANCELLED
+        appointments = [_pushback_ms(r) for r in results if isinstance(r, grpc.aio.AioRpcError)]
+        # Each refusal its own later slot: the burst is spread over (at least half of)
+        # 150 slots of the schedule, not sent back at once.
+        pushback = node.server.requests.pushback
+        slot_ms = pushback.interval_s / pushback.headroom * 1000
+        assert max(appointments) - min(appointments) >= 150 * slot_ms / 2, sorted(appointments)
+        assert node.server.requests.bulk_shed == 150
+        release.set()
+        for held in holders:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await held
+    finally:
+        release.set()
+        for chan in chans:
+            await chan.close(None)
+        await node.stop(0)
+
+
 def test_a_demand_queued_behind_a_full_pending_queue_is_still_served(tmp_path: Path) -> None:
     """The serve path has its own pending-call queue: a backlog of other calls that
     the node's event loop has not taken up yet neither delays a demand behind it
