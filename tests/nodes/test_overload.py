@@ -577,3 +577,39 @@ def test_pushback_spaces_refused_callers_at_the_rate_the_node_completes_bulk_cal
         interceptors.Pushback(min_s=1.0, max_s=0.5)
     with pytest.raises(ValueError, match="headroom"):
         interceptors.Pushback(headroom=0)
+
+
+def test_backlog_is_a_run_of_calls_taken_up_back_to_back_with_one_shed() -> None:
+    """``Backlog`` with a fake clock: what counts as a backlog, when it ends, how often."""
+    now = [100.0]
+    backlog = interceptors.Backlog(clock=lambda: now[0])
+    step = interceptors.BACKLOG_GAP_S / 2
+    run = interceptors.BACKLOG_RUN
+
+    def take(n: int, gap: float = step) -> list[bool]:
+        out = []
+        for _ in range(n):
+            now[0] += gap
+            out.append(backlog.taken())
+        return out
+
+    # A burst of calls back to back that the node admits (none shed) is no backlog.
+    assert not any(take(3 * run))
+    # One of them shed: from the run's BACKLOG_RUN-th call on, shed every call taken up.
+    take(1, gap=1.0)
+    backlog.shed()
+    assert take(run) == [False] * (run - 2) + [True, True]  # the run began one call before
+    # A gap: the queue has drained, the run is over.
+    assert take(1, gap=2 * interceptors.BACKLOG_GAP_S) == [False]
+    backlog.shed()
+    # A backlog that lasts: shed for BACKLOG_SHED_S, then admitted as before.
+    lasting = int(interceptors.BACKLOG_SHED_S / step) + 2 * run
+    assert not take(lasting)[-1]
+    # Within BACKLOG_EVERY_S of the window opening, a new backlog is not shed again...
+    take(1, gap=1.0)
+    backlog.shed()
+    assert not any(take(2 * run))
+    # ...after it, it is.
+    take(1, gap=interceptors.BACKLOG_EVERY_S)
+    backlog.shed()
+    assert take(run)[-1]
