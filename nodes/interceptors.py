@@ -44,7 +44,7 @@ __all__ = [
     "BACKLOG_EVERY_S",
     "BACKLOG_GAP_S",
     "BACKLOG_RUN",
-    "BACKLOG_SHED_S",
+    "BACKLOG_SHED_PER_PENDING",
     "BULK_BODY_TIMEOUT_S",
     "BULK_BUDGET_WAIT_S",
     "BULK_GC_INTERVAL_S",
@@ -104,11 +104,14 @@ BACKLOG_RUN = 16
 #: While the node works through a backlog it sheds every bulk call: each has
 #: waited in gRPC's queue behind the backlog, so admitting it would give its
 #: caller the whole wait (under the overload benchmark the calls admitted in
-#: the opening burst of 950 callers set the admitted p99). At most
-#: ``BACKLOG_SHED_S`` of this in any ``BACKLOG_EVERY_S``: a flood that goes on
-#: (callers ignoring the appointments) is a backlog that never drains, and
-#: shedding all of it would admit nobody.
-BACKLOG_SHED_S = 1.0
+#: the opening burst of 950 callers set the admitted p99). A burst is at most
+#: what gRPC's queue holds (``max_pending_rpcs``) and what comes back while it
+#: drains, so a node sheds at most ``BACKLOG_SHED_PER_PENDING`` times its
+#: pending cap of calls from backlogs in any ``BACKLOG_EVERY_S``: a flood that
+#: goes on (callers ignoring the appointments) is a backlog that never drains,
+#: and shedding all of it would admit nobody. Counted in calls, not seconds: a
+#: node short of CPU drains the same burst more slowly.
+BACKLOG_SHED_PER_PENDING = 1.5
 BACKLOG_EVERY_S = 10.0
 
 #: Trailing metadata on a shed bulk call: when to try again, in milliseconds
@@ -266,18 +269,22 @@ class Backlog:
     the node takes :data:`BACKLOG_RUN` bulk calls up back to back (each at most
     :data:`BACKLOG_GAP_S` after the one before) and has shed one of them, every
     call it takes up until the run breaks (the queue has drained) has waited
-    behind the others: :meth:`taken` says to shed it, within a window of
-    :data:`BACKLOG_SHED_S` that opens at most once every :data:`BACKLOG_EVERY_S`.
+    behind the others: :meth:`taken` says to shed it, for at most ``limit``
+    calls in a window that opens at most once every :data:`BACKLOG_EVERY_S`.
     A burst of small bulk calls that the node admits (none shed) is never a backlog.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if limit < 0:
+            raise ValueError(f"backlog shedding limit {limit} must be >= 0")
+        self.limit = limit
         self._clock = clock
         self._last = -1e9
         self._run = 0
         self._run_shed = False
         self._window_start = -1e9
-        self._window_end = -1e9
+        #: Calls still to shed from backlogs in the current window.
+        self._left = 0
 
     def shed(self) -> None:
         """A bulk call of the current run was shed."""
@@ -294,9 +301,12 @@ class Backlog:
         self._run += 1
         if self._run < BACKLOG_RUN or not self._run_shed:
             return False
-        if now >= self._window_end and now - self._window_start >= BACKLOG_EVERY_S:
-            self._window_start, self._window_end = now, now + BACKLOG_SHED_S
-        return now < self._window_end
+        if now - self._window_start >= BACKLOG_EVERY_S:
+            self._window_start, self._left = now, self.limit
+        if self._left <= 0:
+            return False
+        self._left -= 1
+        return True
 
 
 class BulkBudget:
@@ -468,6 +478,7 @@ class RequestContext:
         bulk_limit: int = 0,
         bulk_shed_lag_s: float = 0.0,
         bulk_budget: BulkBudget | None = None,
+        backlog_limit: int = 1536,
     ) -> None:
         self._count = counters
         self._auth = auth
@@ -490,7 +501,7 @@ class RequestContext:
         self.pushback = Pushback()
         #: Bulk calls shed because they were taken up from a backlog (see BACKLOG_RUN).
         self.bulk_backlog_shed = 0
-        self._backlog = Backlog()
+        self._backlog = Backlog(backlog_limit)
 
     def handler(self, collected: MethodCollector) -> _MethodTable:
         """One generic handler serving every collected method, each wrapped once, now."""

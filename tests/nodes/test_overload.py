@@ -580,9 +580,9 @@ def test_pushback_spaces_refused_callers_at_the_rate_the_node_completes_bulk_cal
 
 
 def test_backlog_is_a_run_of_calls_taken_up_back_to_back_with_one_shed() -> None:
-    """``Backlog`` with a fake clock: what counts as a backlog, when it ends, how often."""
+    """``Backlog`` with a fake clock: what counts as a backlog, when it ends, how much."""
     now = [100.0]
-    backlog = interceptors.Backlog(clock=lambda: now[0])
+    backlog = interceptors.Backlog(limit=100, clock=lambda: now[0])
     step = interceptors.BACKLOG_GAP_S / 2
     run = interceptors.BACKLOG_RUN
 
@@ -602,9 +602,10 @@ def test_backlog_is_a_run_of_calls_taken_up_back_to_back_with_one_shed() -> None
     # A gap: the queue has drained, the run is over.
     assert take(1, gap=2 * interceptors.BACKLOG_GAP_S) == [False]
     backlog.shed()
-    # A backlog that lasts: shed for BACKLOG_SHED_S, then admitted as before.
-    lasting = int(interceptors.BACKLOG_SHED_S / step) + 2 * run
-    assert not take(lasting)[-1]
+    # A backlog that lasts: ``limit`` calls shed in all (2 already), then admitted as before.
+    lasting = take(200)
+    assert sum(lasting) == 100 - 2
+    assert not any(lasting[-50:])
     # Within BACKLOG_EVERY_S of the window opening, a new backlog is not shed again...
     take(1, gap=1.0)
     backlog.shed()
