@@ -41,6 +41,7 @@ from nodes.errors import status_for
 from nodes.logging import get_logger
 
 __all__ = [
+    "BACKLOG_END_GAP_S",
     "BACKLOG_EVERY_S",
     "BACKLOG_GAP_S",
     "BACKLOG_RUN",
@@ -101,6 +102,11 @@ BULK_GC_INTERVAL_S = 0.5
 BACKLOG_GAP_S = 0.002
 #: This many bulk calls back to back, at least one of them shed: a backlog.
 BACKLOG_RUN = 16
+#: A backlog has drained once no bulk call has been taken up for this long: a
+#: node working through a queue pauses between calls for its other work (a
+#: 3 MiB body parsed, a garbage collection: up to ~2 ms) and when it loses its
+#: CPU to another process for a time slice, without the queue having drained.
+BACKLOG_END_GAP_S = 0.01
 #: While the node works through a backlog it sheds every bulk call: each has
 #: waited in gRPC's queue behind the backlog, so admitting it would give its
 #: caller the whole wait (under the overload benchmark the calls admitted in
@@ -268,9 +274,10 @@ class Backlog:
     wait in gRPC's queue, where nothing the node decides can reach them. Once
     the node takes :data:`BACKLOG_RUN` bulk calls up back to back (each at most
     :data:`BACKLOG_GAP_S` after the one before) and has shed one of them, every
-    call it takes up until the run breaks (the queue has drained) has waited
-    behind the others: :meth:`taken` says to shed it, for at most ``limit``
-    calls in a window that opens at most once every :data:`BACKLOG_EVERY_S`.
+    call it takes up until no call has come for :data:`BACKLOG_END_GAP_S` (the
+    queue has drained) has waited behind the others: :meth:`taken` says to shed
+    it, for at most ``limit`` calls in a window that opens at most once every
+    :data:`BACKLOG_EVERY_S`.
     A burst of small bulk calls that the node admits (none shed) is never a backlog.
     """
 
@@ -295,7 +302,7 @@ class Backlog:
         now = self._clock()
         gap = now - self._last
         self._last = now
-        if gap > BACKLOG_GAP_S:
+        if gap > BACKLOG_END_GAP_S or (gap > BACKLOG_GAP_S and self._run < BACKLOG_RUN):
             self._run, self._run_shed = 1, False
             return False
         self._run += 1
