@@ -573,9 +573,7 @@ def _draw_costs(data: _CostsFigure, path: Path) -> bool:
         )
         lat.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=8, padding=2)
     lat.set_yscale("log")
-    shown = [
-        v for v in (*data.local50, *data.local99, *data.across50, *data.across99) if v > 0
-    ]
+    shown = [v for v in (*data.local50, *data.local99, *data.across50, *data.across99) if v > 0]
     if shown:  # head room above the tallest bar for its label and the legend
         lat.set_ylim(min(shown) / 2, max(shown) * 30)
     lat.set_xticks(xs, labels)
