@@ -46,6 +46,7 @@ Outputs (``--out``): ``boundary_costs.csv``, ``boundary_decisions.csv``,
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import sys
@@ -276,6 +277,9 @@ def _worker_init(ticks: Any, runs: Any, parent: int) -> None:
     exit_with_parent(parent)  # a SIGKILLed parent leaves no worker playing on
     _WORKER_TICKS = ticks
     _WORKER_RUNS = runs
+    # Everything imported so far lives as long as the worker: keep the cyclic
+    # collector from walking it again at every full collection.
+    gc.freeze()
 
 
 def _pulled(
