@@ -15,6 +15,13 @@ latency p50/p99, hops fetched, signature/hash operations and their CPU time,
 and the delivery bytes compaction saves (ground_truth's full lineage vs the
 compacted structural value, with and without its signed statements).
 
+The gRPC column's rehydrating decision p50 is set against a bare grpc.aio
+round trip (a 256-byte echo, no provnet code) twice: measured side by side
+inside the run (:class:`InRunEcho`: an echo server in the run's own process
+and event loop, one call after each rehydrating decision, outside its timer;
+the ≤ 2× target is judged on this ratio), and, as before, in a fresh event
+loop before and after the run.
+
 Usage::
 
     .venv/bin/python benchmarks/bench_boundary.py [--seeds 2] [--steps 500] [--cadence 25]
@@ -55,8 +62,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.arms import STRUCTURAL_ARMS
+from harness.boundary import topology
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
 from harness.boundary.cli import available_cores, default_workers
 from harness.boundary.report import percentile
@@ -149,27 +158,123 @@ def _summary(o: BoundaryOutcome) -> dict[str, float]:
     }
 
 
+def _ident(x: bytes) -> bytes:
+    return x
+
+
+async def _echo(request: bytes, context: object) -> bytes:
+    return request
+
+
+def _echo_handler() -> Any:
+    """The bare server's one method, ``/bench.Echo/Echo``: bytes in, the same bytes out."""
+    import grpc
+
+    return grpc.method_handlers_generic_handler(
+        "bench.Echo",
+        {"Echo": grpc.unary_unary_rpc_method_handler(_echo, _ident, _ident)},
+    )
+
+
+class InRunEcho:
+    """The bare grpc.aio round trip measured inside a gRPC boundary run, side by side.
+
+    A bare echo server (the same ``/bench.Echo/Echo`` as :func:`_bare_rtt_ms`)
+    runs in the run's own process and event loop, next to the nodes; after
+    every rehydrating decision, once its latency has been recorded (before
+    the next delivery), one 256-byte echo call is timed. The bare round trip
+    then meets the same loop, the same grpc poller thread and the same
+    machine load as the decisions it is compared with, interleaved with
+    them, instead of a fresh loop before and after the run. Installed around
+    :class:`harness.boundary.topology.LocalOps` for one run (:meth:`install`
+    / :meth:`uninstall`). A probe is never inside a rehydrating decision's
+    timer (it falls in the next delivery's, which this benchmark does not
+    report); the time probes take is taken off the run's wall time.
+    """
+
+    def __init__(self) -> None:
+        self.samples_ms: list[float] = []
+        #: Seconds spent in probes (server start and stop included).
+        self.spent_s = 0.0
+        self._due = False
+        self._server: Any = None
+        self._channel: Any = None
+        self._call: Any = None
+        self._saved: dict[str, Any] = {}
+
+    async def _probe(self) -> None:
+        import grpc
+
+        started = time.perf_counter()
+        if self._call is None:
+            server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            server.add_generic_rpc_handlers((_echo_handler(),))
+            port = server.add_insecure_port("127.0.0.1:0")
+            await server.start()
+            self._server = server
+            channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+            self._channel = channel
+            self._call = channel.unary_unary("/bench.Echo/Echo", _ident, _ident)
+            for _ in range(20):  # connect and warm the channel (not sampled)
+                await self._call(b"x" * 256, timeout=2.0)
+        t0 = time.perf_counter()
+        await self._call(b"x" * 256, timeout=2.0)
+        self.samples_ms.append((time.perf_counter() - t0) * 1000)
+        self.spent_s += time.perf_counter() - started
+
+    async def _stop(self) -> None:
+        started = time.perf_counter()
+        if self._channel is not None:
+            await self._channel.close()
+        if self._server is not None:
+            await self._server.stop(None)
+        self._channel = self._server = self._call = None
+        self.spent_s += time.perf_counter() - started
+
+    def install(self) -> None:
+        ops = topology.LocalOps
+        rehydrate, deliver = ops.rehydrate, ops.deliver
+        close = topology.Topology.close
+        self._saved = {"rehydrate": rehydrate, "deliver": deliver, "close": close}
+        probe = self
+
+        async def rehydrate_then_mark(self: topology.LocalOps, value_ref: str) -> Any:
+            try:
+                return await rehydrate(self, value_ref)
+            finally:
+                probe._due = True  # probed before the next delivery, once the decision is timed
+
+        async def probe_then_deliver(self: topology.LocalOps, *args: Any) -> Any:
+            if probe._due:
+                probe._due = False
+                await probe._probe()
+            return await deliver(self, *args)
+
+        async def stop_then_close(self: topology.Topology) -> None:
+            await probe._stop()
+            await close(self)
+
+        ops.rehydrate = rehydrate_then_mark  # type: ignore[method-assign]
+        ops.deliver = probe_then_deliver  # type: ignore[method-assign, assignment]
+        topology.Topology.close = stop_then_close  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        topology.LocalOps.rehydrate = self._saved["rehydrate"]  # type: ignore[method-assign]
+        topology.LocalOps.deliver = self._saved["deliver"]  # type: ignore[method-assign]
+        topology.Topology.close = self._saved["close"]  # type: ignore[method-assign]
+
+
 async def _bare_rtt_ms(samples: int = 400) -> float:
     """p50 of a bare grpc.aio unary round trip on loopback (bytes echoed, no provnet code)."""
     import grpc
 
-    def ident(x: bytes) -> bytes:
-        return x
-
-    async def echo(request: bytes, context: object) -> bytes:
-        return request
-
-    handler = grpc.method_handlers_generic_handler(
-        "bench.Echo",
-        {"Echo": grpc.unary_unary_rpc_method_handler(echo, ident, ident)},
-    )
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    server.add_generic_rpc_handlers((handler,))
+    server.add_generic_rpc_handlers((_echo_handler(),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            call = channel.unary_unary("/bench.Echo/Echo", ident, ident)
+            call = channel.unary_unary("/bench.Echo/Echo", _ident, _ident)
             payload = b"x" * 256
             for _ in range(50):
                 await call(payload, timeout=2.0)
@@ -239,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     results: dict[str, dict[str, float]] = {}
     bare_rtt: list[float] = []
+    in_run_rtt: list[float] = []
     ok = True
     full_command: dict[str, float] | None = None
     if args.full:
@@ -260,13 +366,22 @@ def main(argv: list[str] | None = None) -> int:
             holder_cache="cache" in extras,
             workers=workers[0] if workers else 1,
         )
-        if transport == TransportKind.GRPC.value:
+        grpc_column = name == TransportKind.GRPC.value
+        if grpc_column:
             bare_rtt.append(asyncio.run(_bare_rtt_ms()))  # before and after the grpc run
+            in_run = InRunEcho()
+            in_run.install()
         cpu_start = _cpu_seconds()
-        outcome = run_boundary(cfg, settings, progress=False)
+        try:
+            outcome = run_boundary(cfg, settings, progress=False)
+        finally:
+            if grpc_column:
+                in_run.uninstall()
         cpu = _cpu_seconds() - cpu_start
-        if transport == TransportKind.GRPC.value:
+        if grpc_column:
             bare_rtt.append(asyncio.run(_bare_rtt_ms()))
+            in_run_rtt = in_run.samples_ms
+            outcome.wall_seconds -= in_run.spent_s  # the probes are not the run's work
         _, fp = overall_fingerprints(outcome)
         same = fp == fp_in
         ok = ok and same
@@ -370,13 +485,22 @@ def main(argv: list[str] | None = None) -> int:
             f" verified {r['verify_ops'] * per:,.0f}"
         )
     if bare_rtt and "grpc" in results:
+        p50 = results["grpc"]["p50_ms"]
         rtt = sum(bare_rtt) / len(bare_rtt)
-        ratio = results["grpc"]["p50_ms"] / rtt
         print(
-            f"grpc rehydrating decision p50 {results['grpc']['p50_ms']:.3f} ms / bare grpc.aio"
-            f" RTT p50 {rtt:.3f} ms (mean of before and after) = {ratio:.2f}"
-            f" (target <= 2) {'PASS' if ratio <= 2 else 'FAIL'}"
+            f"grpc rehydrating decision p50 {p50:.3f} ms / bare grpc.aio RTT p50 {rtt:.3f} ms"
+            f" in a fresh event loop (mean of before and after the run) = {p50 / rtt:.2f}"
         )
+        if in_run_rtt:
+            side = percentile([t / 1000 for t in in_run_rtt], 50) * 1000
+            ratio = p50 / side
+            print(
+                f"grpc rehydrating decision p50 {p50:.3f} ms / bare grpc.aio RTT p50 {side:.3f} ms"
+                f" side by side (in the run's process and loop, one echo after each of the"
+                f" {len(in_run_rtt)} rehydrating decisions) = {ratio:.2f}"
+                f" (target <= 2) {'PASS' if ratio <= 2 else 'FAIL'}"
+                f" (load average {os.getloadavg()[0]:.1f})"
+            )
     if args.faults:
         _faults(cfg, base, args.fault_deadline_ms)
     print("PASS: every transport decides as in-process" if ok else "FAIL: decisions differ")

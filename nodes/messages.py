@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import assert_never
+from typing import NamedTuple, assert_never
 
 from contracts.evidence import EvidenceKind
 
@@ -177,8 +177,13 @@ def outcome_for(kind: EvidenceKind) -> Outcome:
 EVIDENCE_KINDS = frozenset(outcome_for(kind) for kind in EvidenceKind)
 
 
-@dataclass(frozen=True, slots=True)
-class VerifiedHop:
+class VerifiedHop(NamedTuple):
+    """One served hop the holder verified: its origin, fold (commitment digest), leaf, bytes.
+
+    A named tuple, not a frozen dataclass: a rehydration makes one per served
+    hop (~36 in the boundary slice), and a frozen dataclass's ``__init__``
+    (one ``object.__setattr__`` per field) costs about twice as much."""
+
     origin: str
     commitment: str
     leaf_index: int

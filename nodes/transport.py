@@ -259,7 +259,7 @@ class GrpcTransport:
                 if expected == 0:
                     receipt, commitment = bytes(chunk.receipt), bytes(chunk.commitment)
                 expected += 1
-                hops.extend(bytes(h) for h in chunk.hops)
+                hops.extend(chunk.hops)  # bytes items already
                 if chunk.last:
                     break
             else:

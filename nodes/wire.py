@@ -874,7 +874,9 @@ def answer_to_pb(answer: Answer) -> common_pb2.Answer:
 
 
 def answer_from_pb(msg: common_pb2.Answer) -> Answer:
-    return Answer(bytes(msg.receipt), bytes(msg.commitment), tuple(bytes(h) for h in msg.hops))
+    # A repeated ``bytes`` field yields ``bytes`` items already: one C-level copy
+    # of the list, not a ``bytes()`` call per served hop.
+    return Answer(bytes(msg.receipt), bytes(msg.commitment), tuple(msg.hops))
 
 
 # --------------------------------------------------------------------------- Serve

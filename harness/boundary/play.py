@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -578,11 +578,7 @@ class RunPlayer:
         costs.hops_verified += len(report.hops)
         fetched = self._verified_log(report) if report.complete else None
         folded = view.folded
-        if (
-            fetched is not None
-            and folded is not None
-            and any(h not in fetched for h in folded.folded_hop_ids)
-        ):
+        if fetched is not None and folded is not None and not fetched.covers(folded.folded_hop_ids):
             fetched = None  # served folds do not cover the pointers: cannot decide on them
         if fetched is None:
             costs.failed_rehydrations += 1
@@ -591,6 +587,7 @@ class RunPlayer:
     def _verified_log(self, report: RehydrationReport) -> _FetchedLog | None:
         log = _FetchedLog()
         parsed = self.parsed
+        add = log.add
         for h in report.hops:
             known = parsed.get((h.origin, h.hop))
             if known is None:
@@ -604,8 +601,7 @@ class RunPlayer:
                 if len(parsed) >= _PARSED_HOPS:
                     parsed.clear()
                 known = parsed[(h.origin, h.hop)] = (hop, hop_bytes(hop))
-            if known[0].hop_id not in log:
-                log.add(*known)
+            add(*known)
         return log
 
 
@@ -621,16 +617,19 @@ class _FetchedLog(HopLog):
     def add(self, hop: Hop, size: int) -> None:
         """Append ``hop`` with its canonical size (:func:`harness.lineage.hop_bytes`),
         known from when it was first parsed: a fresh log per rehydration would
-        otherwise serialise every hop a gate reads again."""
-        self.append(hop)
-        self._bytes[hop.hop_id] = size + self._framing
+        otherwise serialise every hop a gate reads again. A hop already held
+        (the same hop served under two folds) is kept once."""
+        hop_id = hop.hop_id
+        if hop_id not in self._hops:
+            self._hops[hop_id] = hop
+            self._bytes[hop_id] = size + self._framing
 
     def __contains__(self, hop_id: object) -> bool:
-        try:
-            self.get(str(hop_id))
-        except KeyError:
-            return False
-        return True
+        return str(hop_id) in self._hops
+
+    def covers(self, hop_ids: Iterable[str]) -> bool:
+        """Whether every one of ``hop_ids`` is held (one set comparison, not a lookup each)."""
+        return self._hops.keys() >= set(hop_ids)
 
 
 # --------------------------------------------------------------------------- the runner
