@@ -4,7 +4,7 @@
         [--duration 10] [--rounds 1] [--max-concurrent N] [--max-bulk N]
         [--max-bulk-bytes N] [--max-pending N] [--shed-lag-ms 0] [--load-procs 4]
         [--load-nice 0] [--probe-callers 50] [--layout split|shared]
-        [--rss-bound-mib 1024] [--eager-body]
+        [--rss-bound-mib 1024] [--eager-body] [--no-pushback]
 
 Four kinds of process, so none steals another's event loop: one ``provnet
 node`` (the command ``provnet cluster up`` runs; the node's admission
@@ -22,9 +22,13 @@ admitted the call (the node answers an admitted bulk call with response
 headers before it reads the body; ``--eager-body``: with the headers, as a
 plain unary call). A caller that is shed (``RESOURCE_EXHAUSTED``,
 ``UNAVAILABLE``, or ``CANCELLED`` from gRPC's pending-call limit) retries the
-same delivery after an exponential backoff with jitter (100 ms × 1.6ⁿ, at
-most 2 s, ±20 %), as a gRPC client's retry policy would; an admitted caller
-sends its next value at once.
+same delivery, as a gRPC client's retry policy would: after the node's
+``grpc-retry-pushback-ms`` if the refusal carries one (the node's appointment,
+``nodes.interceptors.Pushback``; ``--no-pushback``: ignored, as by a client
+without a retry policy), else after an exponential backoff with jitter
+(100 ms × 1.6ⁿ, at most 2 s, ±20 %); an admitted caller sends its next value
+at once. Every caller stays in its loop for the whole run, whether it is
+sending, waiting for its answer or waiting to retry.
 
 Process layout (``--layout``, printed): **split** (the default) pins the
 node to the first CPU and every other process (probes and load) to the
@@ -39,8 +43,10 @@ built and idle), then everything together for ``--duration`` seconds.
 Printed per round, side by side: unloaded and loaded p50/p99 and the p99
 ratio (target ≤ 10) for the serve probe and for admitted deliveries (all
 admitted under load, against the delivery probe's unloaded ones; the
-probe callers' own admitted calls and their ratio are shown apart), the shed calls (status codes,
-time to be refused), the node's peak RSS (``VmHWM``, over the whole run so
+probe callers' own admitted calls and their ratio are shown apart; an
+admitted call's time runs from its first byte sent to its answer, the wait
+to be admitted included and shown apart), the shed calls (status codes,
+time to be refused, the pushback honoured), the node's peak RSS (``VmHWM``, over the whole run so
 far) against ``--rss-bound-mib``, each with PASS/FAIL, the load average and
 the CPU seconds the node and the load processes got. Exit 0 when every
 round passes all three, 1 otherwise. Loopback only; every loop is bounded by
@@ -147,6 +153,17 @@ async def _probe(args: argparse.Namespace) -> dict[str, Any]:
 # --------------------------------------------------------------------------- load process
 
 
+def _pushback_s(exc: Any) -> float | None:
+    """The node's ``grpc-retry-pushback-ms`` on a refused call, in seconds (None: none sent)."""
+    for key, value in exc.trailing_metadata() or ():
+        if key == "grpc-retry-pushback-ms":
+            try:
+                return max(0.0, int(value) / 1000)
+            except ValueError:
+                return None
+    return None
+
+
 class LocallyCancelled(Exception):
     """grpc.aio cancelled a call itself (its body could not be written: the call had ended)."""
 
@@ -200,7 +217,15 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     unary = [chan.unary_unary(DELIVER) for chan in chans]  # bytes in, bytes out
     streams = [chan.stream_unary(DELIVER) for chan in chans]
 
-    async def send(k: int, body: bytes, meta: Any, timeout: float) -> None:
+    to_admit: list[float] = []
+    pushed: list[float] = []
+    shed_by: dict[str, list[float]] = {code.name: [] for code in shed_as}
+    shed_retries: list[float] = []
+    settled: list[float] = []
+
+    async def send(
+        k: int, body: bytes, meta: Any, timeout: float, marks: list[float] | None = None
+    ) -> None:
         if args.eager_body:  # the body goes out with the headers, admitted or not
             await unary[k % len(chans)](body, timeout=timeout, metadata=meta)
             return
@@ -212,6 +237,8 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
             # An admitted call gets headers (with its request id); a refused one
             # only a status, with no headers.
             if await held[0].initial_metadata():
+                if marks is not None:
+                    marks.append(time.perf_counter())
                 yield body
 
         call = streams[k % len(chans)](request(), timeout=timeout, metadata=meta)
@@ -236,17 +263,25 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     while not args.go.exists():  # every load process starts at once
         await asyncio.sleep(0.01)
     until = time.monotonic() + args.duration
+    began = time.perf_counter()
     rng = random.Random(7)
 
     async def caller(i: int) -> None:
-        n, backoff = i, 0.1
+        n, backoff, calls = i, 0.1, 0
         while time.monotonic() < until:
             body, digest = pool[n % len(pool)]
             meta = operator.metadata(DELIVER, body, digest=digest)
             start = time.perf_counter()
+            first, calls = calls == 0, calls + 1
             try:
-                await send(i, body, meta, max(0.1, until - time.monotonic()))
-                admitted.append((time.perf_counter() - start) * 1000)
+                mine: list[float] = []
+                await send(i, body, meta, max(0.1, until - time.monotonic()), mine)
+                end = time.perf_counter()
+                admitted.append((end - start) * 1000)
+                if start - began >= 1.0:  # after the opening burst
+                    settled.append(admitted[-1])
+                if mine:
+                    to_admit.append((mine[0] - start) * 1000)
                 n, backoff = n + args.callers, 0.1
             except LocallyCancelled:
                 if time.monotonic() < until:
@@ -256,8 +291,19 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
                 if code in shed_as and time.monotonic() < until:
                     shed_codes[code.name] = shed_codes.get(code.name, 0) + 1
                     shed.append((time.perf_counter() - start) * 1000)
-                    await asyncio.sleep(backoff * rng.uniform(0.8, 1.2))
-                    backoff = min(2.0, backoff * 1.6)
+                    shed_by[code.name].append(shed[-1])
+                    if not first:  # not this caller's first call of the run
+                        shed_retries.append(shed[-1])
+                    after = _pushback_s(exc) if args.pushback else None
+                    if after is not None:
+                        # As gRPC's retry policy: the node's pushback, exactly, and
+                        # the backoff starts over.
+                        pushed.append(after * 1000)
+                        await asyncio.sleep(after)
+                        backoff = 0.1
+                    else:
+                        await asyncio.sleep(backoff * rng.uniform(0.8, 1.2))
+                        backoff = min(2.0, backoff * 1.6)
                 elif time.monotonic() >= until:
                     pass  # cut off by the end of the run
                 else:
@@ -268,7 +314,9 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
         await chan.close(None)
     return {
         "admitted": admitted, "shed": shed, "other": other, "alone": alone,
-        "shed_codes": shed_codes,
+        "shed_codes": shed_codes, "to_admit": to_admit,
+        "pushed": pushed, "shed_by": shed_by, "shed_retries": shed_retries,
+        "settled": settled,
     }  # fmt: skip
 
 
@@ -300,6 +348,8 @@ def _child(role: str, args: argparse.Namespace, out: Path, **extra: Any) -> subp
     argv = [sys.executable, __file__, "--role", role, "--out", str(out)]
     if args.eager_body:
         argv.append("--eager-body")
+    if not args.pushback:
+        argv.append("--no-pushback")
     for key, value in extra.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return subprocess.Popen(argv, preexec_fn=_pinned(args.caller_cpus))
@@ -382,7 +432,8 @@ def _drive(args: argparse.Namespace) -> int:
             f"  max-pending-rpcs {args.max_pending}  bulk-shed-lag-ms {args.shed_lag_ms}"
             f"  load processes {args.load_procs}  load-nice {args.load_nice}"
             f"  probe callers {args.probe_callers}"
-            f"  bodies {'with the headers' if args.eager_body else 'once admitted'}",
+            f"  bodies {'with the headers' if args.eager_body else 'once admitted'}"
+            f"  pushback {'honoured' if args.pushback else 'ignored'}",
             flush=True,
         )
         print(f"layout {layout}", flush=True)
@@ -458,6 +509,14 @@ def _drive(args: argparse.Namespace) -> int:
                 "admitted": [x for part in parts for x in part["admitted"]],
                 "shed": [x for part in parts for x in part["shed"]],
                 "alone": [x for part in parts for x in part["alone"]],
+                "to_admit": [x for part in parts for x in part["to_admit"]],
+                "pushed": [x for part in parts for x in part["pushed"]],
+                "shed_retries": [x for part in parts for x in part["shed_retries"]],
+                "settled": [x for part in parts for x in part["settled"]],
+                "shed_by": {
+                    code: [x for part in parts for x in part["shed_by"].get(code, [])]
+                    for code in ("RESOURCE_EXHAUSTED", "UNAVAILABLE", "CANCELLED")
+                },
                 "other": {
                     code: sum(part["other"].get(code, 0) for part in parts)
                     for part in parts
@@ -549,9 +608,40 @@ def _report(
         f" (n={len(probed):>4})  {p_ratio:6.1f}  {args.probe_callers} callers in their own"
         f" process; shed {len(deliveries['shed'])}"
     )
+    settled = load["settled"] + deliveries["settled"]
+    print(
+        f"  {'  sent after 1 s':22} {'':>24} {_p(settled, 0.5):>8.1f} / {_p(settled, 0.99):>8.1f}"
+        f" (n={len(settled):>4})  {_p(settled, 0.99) / a99 if alone and settled else 0:6.1f}"
+        f"  (the first second: the burst of every caller starting at once)"
+    )
+    to_admit = load["to_admit"] + deliveries["to_admit"]
+    pushed = load["pushed"] + deliveries["pushed"]
+    print(
+        f"  admitted deliveries' wait to be admitted p50 {_p(to_admit, 0.5):.1f} ms,"
+        f" p99 {_p(to_admit, 0.99):.1f} ms (the probe's p50 {_p(deliveries['to_admit'], 0.5):.1f},"
+        f" p99 {_p(deliveries['to_admit'], 0.99):.1f})"
+    )
     print(
         f"  shed {len(shed)} {load['shed_codes'] or ''} (time to be refused p50"
         f" {_p(shed, 0.5):.1f} ms, p99 {_p(shed, 0.99):.1f} ms); other errors {load['other'] or 0}"
+    )
+    later = load["shed_retries"]
+    print(
+        f"    after each caller's first call (the start of the run is a burst of"
+        f" {args.callers - args.probe_callers} at once): {len(later)}, refused in p50"
+        f" {_p(later, 0.5):.1f} ms, p99 {_p(later, 0.99):.1f} ms"
+    )
+    for code, times in load["shed_by"].items():
+        if times:
+            print(
+                f"    {code}: {len(times)}, refused in p50 {_p(times, 0.5):.1f} ms,"
+                f" p99 {_p(times, 0.99):.1f} ms"
+            )
+    print(
+        f"  pushback honoured {len(pushed)} times (p50 {_p(pushed, 0.5):.0f} ms,"
+        f" max {max(pushed, default=0):.0f} ms)"
+        if args.pushback
+        else "  pushback ignored (--no-pushback): every shed caller backs off on its own"
     )
     print(
         f"  node RSS peak {hwm:.0f} MiB (sampled max {peak:.0f}) vs bound {args.rss_bound_mib}"
@@ -583,6 +673,11 @@ def main() -> int:
     parser.add_argument("--rss-bound-mib", type=int, default=1024)
     parser.add_argument("--shed-lag-ms", type=int, default=0, help="the node's --bulk-shed-lag-ms")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (node log)")
+    parser.add_argument(
+        "--pushback", action=argparse.BooleanOptionalAction, default=True,
+        help="a shed caller waits the node's grpc-retry-pushback-ms when it sends one (as"
+        " gRPC's retry policy does); --no-pushback: always its own exponential backoff",
+    )  # fmt: skip
     parser.add_argument(
         "--eager-body", action="store_true",
         help="callers send the body with the headers (not after the node admits the call)",

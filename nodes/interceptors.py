@@ -26,6 +26,7 @@ import contextvars
 import gc
 import inspect
 import os
+import random
 import re
 import time
 from collections import deque
@@ -44,9 +45,11 @@ __all__ = [
     "BULK_BUDGET_WAIT_S",
     "BULK_GC_INTERVAL_S",
     "BULK_METHODS",
+    "PUSHBACK_KEY",
     "REQUEST_ID_KEY",
     "BulkBudget",
     "LoopLag",
+    "Pushback",
     "RequestContext",
 ]
 
@@ -72,7 +75,9 @@ BULK_BODY_TIMEOUT_S = 30.0
 #: A bulk call that finds the byte budget spent waits this long for room (in
 #: arrival order) before it is shed: the reservations of small bodies shrink
 #: as soon as they are read, so a burst of small calls is admitted, not shed.
-BULK_BUDGET_WAIT_S = 0.25
+#: Every millisecond of it is in the latency of a call admitted after waiting
+#: (under the overload benchmark, 0.25 s made it most of an admitted delivery's p99).
+BULK_BUDGET_WAIT_S = 0.1
 
 #: While bulk calls come and go (admitted or shed), a full garbage collection
 #: at most this often. grpc.aio leaves small reference cycles per call that
@@ -82,6 +87,10 @@ BULK_BUDGET_WAIT_S = 0.25
 #: RSS per admitted delivery, 973–1 346 MiB; collecting every 0.5 s held it
 #: at 543–623 MiB with the same throughput and latencies.
 BULK_GC_INTERVAL_S = 0.5
+
+#: Trailing metadata on a shed bulk call: when to try again, in milliseconds
+#: (gRPC's retry pushback, honoured by gRPC's own retry policy).
+PUSHBACK_KEY = "grpc-retry-pushback-ms"
 
 #: Bodies at least this large are hashed in a worker thread, off the event loop.
 _OFFLOAD_HASH_BYTES = 256 * 1024
@@ -156,6 +165,74 @@ class LoopLag:
             await asyncio.sleep(self.interval_s)
             late = loop.time() - start - self.interval_s
             self.late_s = max(late, self.late_s / 2)
+
+
+class Pushback:
+    """When a shed bulk caller should try again: each refusal gets its own later slot.
+
+    Under overload most bulk calls are refused; callers that all retry after
+    their own short backoff keep arriving at many times the rate the node can
+    admit, and every refusal costs both sides (and queues in front of the
+    calls the node does admit). So each refusal carries a ``grpc-retry-pushback-ms``
+    appointment: the next free slot of a schedule whose slots are
+    ``1 / (headroom × rate)`` apart, ``rate`` being how fast the node has been
+    finishing admitted bulk calls (a moving average of the time between
+    completions, counted from the later of the previous completion and the
+    call's own admission, so idle time is not counted). Callers
+    that honour it (as gRPC's retry policy does) come back spread out at about
+    ``headroom`` times what the node admits, not all at once. The schedule is
+    bounded (``min_s`` to ``max_s`` ahead; once full, a refusal is given a
+    random time in the later half, so callers beyond it do not all come
+    back at once) and is worth nothing to a caller that ignores it: it only
+    advises, admission is decided as before. Until a first call completes
+    the node assumes ``first_interval_s`` between completions.
+    """
+
+    def __init__(
+        self,
+        min_s: float = 0.05,
+        max_s: float = 10.0,
+        headroom: float = 1.5,
+        first_interval_s: float = 0.01,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        if not 0 < min_s <= max_s or headroom <= 0:
+            raise ValueError(
+                f"pushback bounds {min_s}..{max_s} s and headroom {headroom} must be positive,"
+                " min <= max"
+            )
+        self.min_s = min_s
+        self.max_s = max_s
+        self.headroom = headroom
+        self._clock = clock
+        self._rng = rng
+        #: Moving average of the seconds between admitted bulk calls finishing.
+        self.interval_s = first_interval_s
+        self._last_done = clock()
+        #: The next free slot (clock time).
+        self._next = 0.0
+
+    def completed(self, admitted_at: float) -> None:
+        """A bulk call admitted at ``admitted_at`` (clock time) has finished."""
+        now = self._clock()
+        sample = min(now - max(self._last_done, admitted_at), self.max_s)
+        self.interval_s += 0.1 * (sample - self.interval_s)
+        self._last_done = now
+
+    def next_ms(self) -> int:
+        """The appointment for a call refused now: milliseconds from now.
+
+        Refusals faster than completions push the schedule out (each takes
+        the next slot), up to ``max_s``; once refusals stop it falls back to
+        ``min_s`` as time passes.
+        """
+        now = self._clock()
+        slot = max(self._next, now + self.min_s)
+        if slot > now + self.max_s:  # the schedule is full: somewhere in its later half
+            return round(self.max_s * (0.5 + self._rng() / 2) * 1000)
+        self._next = slot + self.interval_s / self.headroom
+        return round((slot - now) * 1000)
 
 
 class BulkBudget:
@@ -345,6 +422,8 @@ class RequestContext:
         #: Full garbage collections run because of bulk traffic (see BULK_GC_INTERVAL_S).
         self.bulk_collections = 0
         self._last_collection = time.monotonic()
+        #: When a shed bulk caller should try again (``grpc-retry-pushback-ms``).
+        self.pushback = Pushback()
 
     def handler(self, collected: MethodCollector) -> _MethodTable:
         """One generic handler serving every collected method, each wrapped once, now."""
@@ -523,8 +602,11 @@ class RequestContext:
             self.bulk_collections += 1
             gc.collect()
 
-    def _shed(self, context: grpc.aio.ServicerContext[Any, Any], why: str) -> None:
-        """Refuse a bulk call with RESOURCE_EXHAUSTED, its body unread.
+    def _shed(
+        self, context: grpc.aio.ServicerContext[Any, Any], why: str, request_id: str | None = None
+    ) -> None:
+        """Refuse a bulk call with RESOURCE_EXHAUSTED, its body unread, and a retry appointment
+        (``grpc-retry-pushback-ms``, see :class:`Pushback`) in its trailing metadata.
 
         By status, not ``context.abort``: grpc.aio keeps an abort's exception
         on the call, whose traceback holds the handler's frame and so the call
@@ -534,8 +616,14 @@ class RequestContext:
         """
         self.bulk_shed += 1
         self._collect_now_and_then()
+        after = str(self.pushback.next_ms())
+        context.set_trailing_metadata(
+            ((PUSHBACK_KEY, after),)
+            if request_id is None
+            else ((REQUEST_ID_KEY, request_id), (PUSHBACK_KEY, after))
+        )
         context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
-        context.set_details(f"{why}; shed before reading the request, try again shortly")
+        context.set_details(f"{why}; shed before reading the request, try again in {after} ms")
 
     def _wrap_bulk(
         self,
@@ -583,6 +671,7 @@ class RequestContext:
                 self.bulk_in_flight += 1
                 budget = self.bulk_budget
                 held = 0
+                admitted_at = time.monotonic() if budget is None else None
                 try:
                     if budget is not None:
                         if not await budget.acquire(BULK_BUDGET_WAIT_S):
@@ -590,8 +679,10 @@ class RequestContext:
                                 context,
                                 f"{rpc}: {budget.used} of {budget.limit} bytes of bulk request"
                                 " bodies in flight",
+                                request_id,
                             )
                         held = budget.reserve
+                    admitted_at = time.monotonic()
                     # Admitted: say so at once (response headers with the request id)
                     # before reading the body, so a caller may hold its body until then
                     # (as HTTP's "Expect: 100-continue"): a refused call, answered with
@@ -636,6 +727,8 @@ class RequestContext:
                     self.bulk_in_flight -= 1
                     if budget is not None and held:
                         budget.release(held)
+                    if admitted_at is not None:
+                        self.pushback.completed(admitted_at)
                     self._collect_now_and_then()
                     log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
 

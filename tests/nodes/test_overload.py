@@ -49,6 +49,14 @@ async def _silent(release: asyncio.Event) -> AsyncIterator[bytes]:
     yield b""  # pragma: no cover - makes this an async generator
 
 
+def _pushback_ms(exc: grpc.aio.AioRpcError) -> int:
+    """The ``grpc-retry-pushback-ms`` a refused call carries (it must carry one)."""
+    trailers: Any = exc.trailing_metadata() or ()
+    found = [v for k, v in trailers if k == interceptors.PUSHBACK_KEY]
+    assert len(found) == 1, exc.trailing_metadata()
+    return int(found[0])
+
+
 async def _until(predicate: Any, what: str) -> None:
     deadline = time.monotonic() + 10
     while not predicate():
@@ -109,6 +117,15 @@ async def test_bulk_call_over_the_cap_is_shed_before_its_body_and_serving_goes_o
             assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
             assert "2 bulk calls in progress" in (refused.value.details() or "")
             assert node.server.requests.bulk_shed == 1
+            # With an appointment to try again (gRPC's retry pushback), named in the details.
+            first = _pushback_ms(refused.value)
+            assert interceptors.Pushback().min_s * 1000 <= first <= 10_000
+            assert f"try again in {first} ms" in (refused.value.details() or "")
+            # The next one refused is given a later slot, not the same moment.
+            with pytest.raises(grpc.aio.AioRpcError) as again:
+                await deliver(_silent(release), timeout=20)
+            assert again.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, again.value
+            assert _pushback_ms(again.value) > first
             # The serve path answers while every bulk slot is taken.
             await _demand_answers(node, commitment, obligation)
             release.set()
@@ -214,6 +231,11 @@ async def test_bulk_body_over_the_byte_budget_is_shed_at_headers_and_nothing_is_
                 await deliver(body, timeout=20)
             assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
             assert "bytes of bulk request bodies in flight" in (refused.value.details() or "")
+            # Refused after its request id was read: both the id and the appointment trail it.
+            got: Any = refused.value.trailing_metadata() or ()
+            trailers = dict(got)
+            assert trailers.get(interceptors.REQUEST_ID_KEY), trailers
+            assert _pushback_ms(refused.value) > 0
             stats = await node.core.stats()
             assert stats["held_values"] == 0
             assert stats.get("rpc_Deliver", 0) == 3  # two held open, one refused
@@ -469,3 +491,37 @@ def test_node_process_keeps_its_startup_objects_out_of_full_collections(tmp_path
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_pushback_spaces_refused_callers_at_the_rate_the_node_completes_bulk_calls() -> None:
+    """``Pushback``: each refusal gets the next slot, ``interval / headroom`` after the last.
+
+    With admitted calls finishing every 100 ms and headroom 2, refusals at
+    the same moment are told 50, 100, 150 ms…; once the schedule reaches
+    ``max_s`` further refusals get a random time in its later half; when time
+    passes with no refusal the schedule starts again from ``min_s``.
+    """
+    now = [100.0]
+    draws = iter([0.0, 1.0])
+    pushback = interceptors.Pushback(
+        min_s=0.05, max_s=0.3, headroom=2.0, first_interval_s=0.1,
+        clock=lambda: now[0], rng=lambda: next(draws),
+    )  # fmt: skip
+    assert [pushback.next_ms() for _ in range(6)] == [50, 100, 150, 200, 250, 300]
+    # Full: the later half of the schedule, at random (0.0 and 1.0 drawn).
+    assert [pushback.next_ms() for _ in range(2)] == [150, 300]
+    # Calls now finish every 20 ms (the moving average follows): slots 10 ms apart.
+    for _ in range(60):
+        now[0] += 0.02
+        pushback.completed(admitted_at=now[0] - 0.03)
+    assert pushback.interval_s == pytest.approx(0.02, rel=0.01)
+    now[0] += 5  # nobody refused for a while: back to the nearest slot
+    assert [pushback.next_ms() for _ in range(3)] == [50, 60, 70]
+    # An idle gap is not an interval: counted from the call's own admission.
+    now[0] += 60
+    pushback.completed(admitted_at=now[0] - 0.02)
+    assert pushback.interval_s == pytest.approx(0.02, rel=0.01)
+    with pytest.raises(ValueError, match="pushback bounds"):
+        interceptors.Pushback(min_s=1.0, max_s=0.5)
+    with pytest.raises(ValueError, match="headroom"):
+        interceptors.Pushback(headroom=0)
