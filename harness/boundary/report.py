@@ -17,12 +17,13 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never, cast
 
 from harness.arms import ARM_ORDER, STRUCTURAL_ARMS, ArmName
 from harness.boundary.choices import TransportKind
@@ -303,6 +304,30 @@ def _write_csv(path: Path, columns: list[str], rows: Iterable[Sequence[object]])
         writer.writerows(rows)
 
 
+_Draw = TypeVar("_Draw", bound=Callable[..., bool])
+
+
+def _own_style(draw: _Draw) -> _Draw:
+    """Draw under matplotlib's default style, whatever the process changed.
+
+    A figure must not depend on what else ran in the process (``harness.figures``
+    sets its own rcParams process-wide): the same numbers give the same PNG
+    bytes in the parent, in a worker and in a test session.
+    """
+
+    @functools.wraps(draw)
+    def drawn(*args: Any, **kwargs: Any) -> bool:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.style
+
+        with matplotlib.style.context("default"):
+            return draw(*args, **kwargs)
+
+    return cast(_Draw, drawn)
+
+
 def prewarm_figures() -> None:
     """Import matplotlib (Agg) and pyplot now, so that drawing later starts at once.
 
@@ -545,6 +570,7 @@ def _costs_figure_data(outcome: BoundaryOutcome) -> _CostsFigure | None:
     )
 
 
+@_own_style
 def _draw_costs(data: _CostsFigure, path: Path) -> bool:
     """Latency (left) and bytes (right) of deciding across the boundary vs in-process."""
     import matplotlib
@@ -613,6 +639,7 @@ def _draw_costs(data: _CostsFigure, path: Path) -> bool:
     return True
 
 
+@_own_style
 def _cadence_figure(
     ratios: list[tuple[int, float, float, float, float]], path: Path, where: str
 ) -> bool:
@@ -780,6 +807,7 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
     return "\n".join(lines)
 
 
+@_own_style
 def _figure(costs: list[dict[str, object]], path: Path, where: str) -> bool:
     import matplotlib
 
