@@ -108,8 +108,12 @@ __all__ = [
     "demand_item",
     "encode_demand_batch",
     "encode_receipt_batch",
+    "receipt_batch_head",
+    "receipt_batch_payload",
     "receipt_item",
+    "receipt_item_bytes",
     "served_item",
+    "served_whole_item",
     "sign_receipt_batch",
 ]
 
@@ -219,40 +223,98 @@ def encode_receipt_batch(b: ReceiptBatch) -> bytes:
     """The version-3 payload of a receipt batch (``ValueError`` on fields it cannot hold)."""
     if not 1 <= len(b.items) <= MAX_BATCH:
         raise ValueError(f"a receipt batch answers 1..{MAX_BATCH} folds, got {len(b.items)}")
-    nonce = _nonce_bytes(b.nonce, 0)
-    parts = [
-        _RECEIPT_HEAD.pack(
-            BATCH_VERSION,
-            _RECEIPT_TAG,
-            _raw(b.origin, "receipt batch origin"),
-            _raw(b.demand, "receipt batch demand"),
-            b.issued_at,
-            len(nonce),
-        ),
-        nonce,
-        _U16.pack(len(b.items)),
-    ]
-    seen: set[bytes] = set()
     for r in b.items:
         if (r.origin, r.demand, r.nonce, r.issued_at) != (b.origin, b.demand, b.nonce, b.issued_at):
             raise ValueError(
                 "a receipt batch item must carry the batch's origin, demand, nonce, time"
             )
-        key = _key_bytes(r.obligation, r.commitment)
-        if key in seen:
-            raise ValueError("a receipt batch answers each fold once")
-        seen.add(key)
-        parts.append(
-            _RECEIPT_ITEM.pack(
-                key[:32],
-                key[32:],
-                r.tree_size,
-                STATUS_CODES[r.status],
-                0 if r.reason is None else REASON_CODES[r.reason],
-            )
+    return receipt_batch_payload(
+        [receipt_item_bytes(r) for r in b.items],
+        origin=b.origin,
+        demand=b.demand,
+        nonce=b.nonce,
+        issued_at=b.issued_at,
+    )
+
+
+def receipt_item_bytes(r: Receipt) -> bytes:
+    """One receipt batch item as :func:`encode_receipt_batch` writes it.
+
+    An item's bytes do not hold the batch's own fields (origin, demand,
+    nonce, issued_at): whatever those are in ``r``, the batch that carries
+    the item signs its own.
+    """
+    parts = [
+        _RECEIPT_ITEM.pack(
+            _raw(r.obligation, "batch item obligation"),
+            _raw(r.commitment, "batch item commitment"),
+            r.tree_size,
+            STATUS_CODES[r.status],
+            0 if r.reason is None else REASON_CODES[r.reason],
         )
-        _served_bytes(r, parts)
+    ]
+    _served_bytes(r, parts)
     return b"".join(parts)
+
+
+#: What follows a SERVED whole-fold item's status and reason: leaves flag 0
+#: (the whole fold), served_root present, then (after the root) no leaf
+#: hashes and no proofs.
+_WHOLE_FOLD = b"\x00\x01"
+_NO_HASHES_NO_PROOFS = b"\x00\x00\x00\x00\x00\x00\x00\x00"
+_SERVED_CODE = STATUS_CODES[ReceiptStatus.SERVED]
+
+
+def served_whole_item(obligation: str, commitment: str, tree_size: int, root: str) -> bytes:
+    """The item bytes of a SERVED answer for a whole fold (``leaves`` null).
+
+    The same bytes as :func:`receipt_item_bytes` of :func:`served_item` for a
+    whole-fold demand with ``root`` as its served root. They depend on the
+    fold alone, not on the demand: an origin packs them once per fold, and a
+    holder knows them before it asks (:func:`contracts.lazy.served_batch_without_signature`).
+    """
+    return (
+        _RECEIPT_ITEM.pack(
+            _raw(obligation, "batch item obligation"),
+            _raw(commitment, "batch item commitment"),
+            tree_size,
+            _SERVED_CODE,
+            0,
+        )
+        + _WHOLE_FOLD
+        + _raw(root, "served_root")
+        + _NO_HASHES_NO_PROOFS
+    )
+
+
+def receipt_batch_head(origin: str, demand: str, nonce: str, issued_at: int, count: int) -> bytes:
+    """The bytes of a receipt batch before its items (``ValueError`` on bad fields)."""
+    if not 1 <= count <= MAX_BATCH:
+        raise ValueError(f"a receipt batch answers 1..{MAX_BATCH} folds, got {count}")
+    raw_nonce = _nonce_bytes(nonce, 0)
+    return (
+        _RECEIPT_HEAD.pack(
+            BATCH_VERSION,
+            _RECEIPT_TAG,
+            _raw(origin, "receipt batch origin"),
+            _raw(demand, "receipt batch demand"),
+            issued_at,
+            len(raw_nonce),
+        )
+        + raw_nonce
+        + _U16.pack(count)
+    )
+
+
+def receipt_batch_payload(
+    items: Sequence[bytes], *, origin: str, demand: str, nonce: str, issued_at: int
+) -> bytes:
+    """A receipt batch payload from packed items (:func:`receipt_item_bytes`,
+    :func:`served_whole_item`); ``ValueError`` if an item names a fold twice."""
+    head = receipt_batch_head(origin, demand, nonce, issued_at, len(items))
+    if len({item[:64] for item in items}) != len(items):
+        raise ValueError("a receipt batch answers each fold once")
+    return head + b"".join(items)
 
 
 # ------------------------------------------------------------------- decoding
@@ -350,8 +412,6 @@ def decode_receipt_batch(data: bytes) -> ReceiptBatch:
     if at != len(data):
         raise _bad(k, f"{len(data) - at} trailing bytes")
     return ReceiptBatch(origin, demand, nonce, issued_at, tuple(items))
-
-
 
 
 # ------------------------------------------------------------------- one fold of a batch
@@ -504,34 +564,23 @@ def served_item(
 
 
 def sign_receipt_batch(
-    identity: Identity, items: Sequence[Receipt], *, demand: str, nonce: str, issued_at: int
+    identity: Identity,
+    items: Sequence[Receipt | bytes],
+    *,
+    demand: str,
+    nonce: str,
+    issued_at: int,
 ) -> Envelope:
     """Sign one receipt batch over ``items`` (each rebound to the batch's own fields).
 
     An item's ``origin``, ``demand``, ``nonce`` and ``issued_at`` are the
     batch's; every other field (obligation, commitment, status, reason, tree
-    size, leaves, root, leaf hashes, proofs) is signed as given.
+    size, leaves, root, leaf hashes, proofs) is signed as given. An item may
+    come already packed (:func:`served_whole_item`, :func:`receipt_item_bytes`):
+    an origin serving a whole fold packs its item once, not per demand.
     """
-    mine = (identity.node_id, demand, nonce, issued_at)
-    rebound = tuple(
-        r
-        if (r.origin, r.demand, r.nonce, r.issued_at) == mine
-        else new_receipt(
-            identity.node_id,
-            r.obligation,
-            r.commitment,
-            demand,
-            nonce,
-            r.status,
-            issued_at,
-            r.tree_size,
-            r.leaves,
-            r.served_root,
-            r.leaf_hashes,
-            r.proofs,
-            r.reason,
-        )
-        for r in items
+    packed = [r if isinstance(r, bytes) else receipt_item_bytes(r) for r in items]
+    payload = receipt_batch_payload(
+        packed, origin=identity.node_id, demand=demand, nonce=nonce, issued_at=issued_at
     )
-    batch = ReceiptBatch(identity.node_id, demand, nonce, issued_at, rebound)
-    return sign_envelope(identity, RECEIPT_BATCH_TYPE, encode_receipt_batch(batch))
+    return sign_envelope(identity, RECEIPT_BATCH_TYPE, payload)

@@ -27,8 +27,11 @@ it carries no information.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
+from contracts._fields import MAX_TIME_MS
+from contracts.batch import receipt_batch_head, served_whole_item
 from contracts.envelope import Envelope
 from contracts.errors import ContractError
 from contracts.evidence import Answer, AnswerKind, cite_head, judge_answer
@@ -38,7 +41,7 @@ from contracts.serve import ServedFold
 from contracts.signed import Signed, parse_statement
 from contracts.statements import Demand, Receipt, ReceiptStatus
 
-__all__ = ["judge_fold_answer", "served_without_signature"]
+__all__ = ["judge_fold_answer", "served_batch_without_signature", "served_without_signature"]
 
 
 def served_without_signature(
@@ -80,6 +83,66 @@ def served_without_signature(
             return None
         leaves = ds.leaves
     return ServedFold(receipt=r, leaves=leaves, hops=tuple(hops), receipt_verified=False)
+
+
+#: A fold's faithful item, packed once per fold (its fields are immutable).
+_whole_item = functools.lru_cache(maxsize=4096)(served_whole_item)
+
+
+def served_batch_without_signature(
+    payload: bytes,
+    hops: Sequence[Sequence[bytes]],
+    *,
+    origin: str,
+    demand: str,
+    nonce: str,
+    folds: Sequence[VerifiedFold],
+) -> bool:
+    """Step 1 of :func:`judge_fold_answer` for every fold of a whole-fold demand batch at once.
+
+    True when ``payload`` (a receipt batch's, version 3) is exactly what a
+    faithful origin signs for the demand batch ``demand`` / ``nonce`` of
+    whole folds ``folds`` (in the batch's order) — the origin's id, that
+    demand's digest and nonce, any ``issued_at`` in range, item ``i`` SERVED
+    for fold ``i`` with the fold's tree size and committed root, nothing
+    else — and ``hops[i]`` reproduces fold ``i``'s root proven under its
+    verified head. The items are compared as bytes with the ones the holder
+    packs itself (:func:`contracts.batch.served_whole_item`) instead of being
+    parsed: equal bytes decode to exactly those fields. Then the hops are the
+    committed bytes and the receipt's signature decides nothing, as in
+    :func:`served_without_signature`.
+
+    False decides nothing either: the caller judges each fold on its own
+    (:func:`judge_fold_answer`), verifying the receipt where it decides.
+    """
+    if len(hops) != len(folds) or not folds:
+        return False
+    try:
+        head = receipt_batch_head(origin, demand, nonce, 0, len(folds))
+        items = [
+            _whole_item(
+                f.obligation.digest, f.commitment.digest, f.record.leaf_count, f.record.root
+            )
+            for f in folds
+        ]
+    except ValueError:
+        return False
+    # The head's bytes up to issued_at (u8 version, u8 kind, origin, demand), then
+    # issued_at itself (u64, any value in range), then the nonce and item count.
+    at = 66
+    if (
+        len(payload) != len(head) + sum(len(i) for i in items)
+        or payload[:at] != head[:at]
+        or int.from_bytes(payload[at : at + 8], "big") > MAX_TIME_MS
+        or payload[at + 8 : len(head)] != head[at + 8 :]
+        or payload[len(head) :] != b"".join(items)
+    ):
+        return False
+    for fold, served in zip(folds, hops, strict=True):
+        record = fold.record
+        if len(served) != record.leaf_count or merkle_root(served).hex() != record.root:
+            return False
+    return True
 
 
 def judge_fold_answer(

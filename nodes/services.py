@@ -45,12 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from contracts._answer_rule import refusal_for
 from contracts._fields import is_digest
 from contracts.attest import RehydrationProof
 from contracts.batch import (
     DEMAND_BATCH_TYPE,
     batch_receipt_item,
     decode_demand_batch,
+    served_whole_item,
     sign_receipt_batch,
 )
 from contracts.canonical import parse_json_object, sha256_hex
@@ -94,6 +96,7 @@ from contracts.statements import (
     Obligation,
     Receipt,
     ReceiptStatus,
+    RefusalReason,
     Statement,
 )
 from nodes import store as st
@@ -379,6 +382,9 @@ class NodeCore:
         self._holder: Holder | None = None  # created on first use
         self._own: OrderedDict[str, _Own] = OrderedDict()
         self._leaves: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+        #: Receipt batch items of whole folds served (obligation ‖ commitment digest →
+        #: packed item, :func:`contracts.batch.served_whole_item`): immutable per fold.
+        self._served_items: OrderedDict[str, bytes] = OrderedDict()
         self._leaves_bytes = 0
         # Replay protection (see _accept_nonces): nonces of this run in memory,
         # and a durable floor every demand ever accepted is dated below.
@@ -1008,7 +1014,11 @@ class NodeCore:
                 f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
             )
         # (4) ours, and bound correctly
-        owns = [await self._own_statements(d) for d in demands]
+        owns: list[_Own] = []
+        cached = self._own.get
+        for d in demands:  # a plain loop, and a coroutine only for a fold not cached
+            own = cached(_own_key(d.statement.obligation, d.statement.commitment))
+            owns.append(own if own is not None else await self._own_statements(d))
         now_ms = _ms(now)
         if batch.time > now_ms + FUTURE_SLACK_MS or any(
             own.fold is None or own.obligation.statement.holder is not None for own in owns
@@ -1024,23 +1034,72 @@ class NodeCore:
                 )
         # (6) one nonce for the batch: the only write before answering
         await self._accept_nonces(demands[:1], now)
-        items: list[Receipt] = []
+        items: list[Receipt | bytes] = []
         answers: list[Answer] = []
+        honest = type(self.behaviour).answer is _HONEST_ANSWER
+        served = 0
         for demand, own in zip(demands, owns, strict=True):
+            whole = self._served_whole(demand, own, now_ms) if honest else None
+            if whole is not None:  # the hot path: no coroutine, no receipt built
+                items.append(whole[0])
+                answers.append(Answer(b"", own.commitment_bytes, whole[1]))
+                served += 1
+                continue
             receipt, sent, hops = await self._answer_item(demand, own, now_ms)
             items.append(receipt)
             answers.append(Answer(b"", sent, hops))
+        if served:
+            self.bump(st.CounterName.SERVES, served)
+            if log.enabled("info"):  # the fields cost a demand's CPU even when filtered
+                for demand, own, answer, item in zip(demands, owns, answers, items, strict=True):
+                    if isinstance(item, bytes):
+                        log.info(
+                            "demand_served",
+                            peer=demand.statement.holder,
+                            demand=demand.digest[:16],
+                            commitment=own.commitment.digest[:16],
+                            hops=len(answer.hops),
+                        )
         signed = sign_receipt_batch(
             self.identity, items, demand=envelope.digest, nonce=batch.nonce, issued_at=now_ms
         )
         answers[0] = dataclasses.replace(answers[0], receipt=signed.to_bytes())
         return answers
 
+    def _served_whole(
+        self, demand: Signed[Demand], own: _Own, now_ms: int
+    ) -> tuple[bytes, tuple[bytes, ...]] | None:
+        """An honest batch item for a whole fold whose bytes are in memory (read back
+        under the committed root, see :meth:`_resolve`) and that the answer rule
+        serves: its packed item and the hops, not yet counted. None: anything else
+        (a leaf subset, a fold to read from the store, a refusal) takes
+        :meth:`_answer_item`. The item is the same bytes for every demand for the
+        fold (:func:`contracts.batch.served_whole_item`), packed once."""
+        d = demand.statement
+        if d.leaves is not None:
+            return None
+        commitment = own.commitment
+        leaves = self._cached_leaves(commitment.digest)
+        c = commitment.statement
+        if leaves is None or refusal_for(own.obligation.statement, c, d, leaves, now_ms, c.root):
+            return None
+        key = own.obligation.digest + commitment.digest
+        packed = self._served_items.get(key)
+        if packed is None:
+            packed = served_whole_item(
+                own.obligation.digest, commitment.digest, c.leaf_count, c.root
+            )
+            self._served_items[key] = packed
+            if len(self._served_items) > _OWN_CACHE:
+                self._served_items.popitem(last=False)
+        return packed, leaves
+
     async def _answer_item(
         self, demand: Signed[Demand], own: _Own, now_ms: int
-    ) -> tuple[Receipt, bytes, tuple[bytes, ...]]:
-        """One fold of a demand batch: its receipt item (unsigned), the commitment bytes
-        answered against and the hops served — as :meth:`_answer` decides them."""
+    ) -> tuple[Receipt | bytes, bytes, tuple[bytes, ...]]:
+        """One fold of a demand batch: its receipt item (unsigned; packed when a whole
+        fold is served), the commitment bytes answered against and the hops served —
+        as :meth:`_answer` decides them."""
         d = demand.statement
         obligation, commitment = own.obligation, own.commitment
         if type(self.behaviour).answer is not _HONEST_ANSWER:  # a fault may answer instead
@@ -1064,7 +1123,8 @@ class NodeCore:
             # _resolve returns only a fold the store read back under the committed root
             hops_root=commitment.statement.root,
         )
-        return item, own.commitment_bytes, self._counted(demand, commitment, item, leaves)
+        hops = self._counted(demand, commitment, item.status, item.reason, leaves)
+        return item, own.commitment_bytes, hops
 
     async def _accept_nonces(self, demands: Sequence[Signed[Demand]], now: float) -> None:
         """Replay protection, exact across restarts, without a write per demand.
@@ -1221,7 +1281,8 @@ class NodeCore:
             # _resolve returns only a fold the store read back under the committed root
             hops_root=commitment.statement.root,
         )
-        served_hops = self._counted(demand, commitment, signed.statement, leaves)
+        r = signed.statement
+        served_hops = self._counted(demand, commitment, r.status, r.reason, leaves)
         return Answer(signed.to_bytes(), own.commitment_bytes, served_hops)
 
     async def _honest_leaves(
@@ -1238,13 +1299,14 @@ class NodeCore:
         self,
         demand: Signed[Demand],
         commitment: Signed[Commitment],
-        receipt: Receipt,
+        status: ReceiptStatus,
+        reason: RefusalReason | None,
         leaves: tuple[bytes, ...] | None,
     ) -> tuple[bytes, ...]:
         """One fold's honest answer counted and logged (served or not, naming the
         peer); the hops it serves, none when it refuses."""
         d = demand.statement
-        if receipt.status is ReceiptStatus.SERVED and leaves is not None:
+        if status is ReceiptStatus.SERVED and leaves is not None:
             served_hops = select_hops(leaves, d.leaves)
             self.bump(st.CounterName.SERVES)
             if log.enabled("info"):  # the fields cost a demand's CPU even when filtered
@@ -1262,8 +1324,8 @@ class NodeCore:
             peer=d.holder,
             demand=demand.digest[:16],
             commitment=commitment.digest[:16],
-            status=str(receipt.status),
-            reason=str(receipt.reason),
+            status=str(status),
+            reason=str(reason),
         )
         return ()
 

@@ -33,6 +33,7 @@ from contracts import (
     unanswered_evidence,
     verify_evidence,
 )
+from contracts._fields import MAX_TIME_MS
 from contracts.batch import (
     DEMAND_BATCH_TYPE,
     MAX_BATCH,
@@ -44,11 +45,14 @@ from contracts.batch import (
     encode_demand_batch,
     encode_receipt_batch,
     receipt_item,
+    receipt_item_bytes,
+    served_whole_item,
+    sign_receipt_batch,
 )
 from contracts.envelope import Envelope
 from contracts.evidence import Answer, AnswerKind, verify_clearing
 from contracts.identity import PublicKey
-from contracts.lazy import judge_fold_answer
+from contracts.lazy import judge_fold_answer, served_batch_without_signature
 from contracts.serve import build_demand
 from contracts.signed import Signed
 from contracts.statements import Demand, Receipt
@@ -312,3 +316,90 @@ def test_not_evidence_when_the_batch_receipt_serves_every_fold_faithfully() -> N
     )
     with pytest.raises(NotEvidence):
         verify_evidence(cite_head(bogus, b.folds[0]), now=NOW + DAY)
+
+
+# ---------------------------------------------------------------- packed items, batches by bytes
+
+
+def _whole(b: BatchWorld, i: int) -> bytes:
+    f = b.folds[i]
+    return served_whole_item(
+        f.obligation.digest, f.commitment.digest, f.record.leaf_count, f.record.root
+    )
+
+
+def test_a_packed_whole_fold_item_is_the_item_the_receipt_encoder_writes() -> None:
+    b = make_batch_world()
+    now = NOW + 2_000
+    reference = b.answer(now=now)  # items built as Receipt statements
+    packed = sign_receipt_batch(
+        b.world.origin,
+        [_whole(b, i) for i in range(3)],
+        demand=b.demand.digest,
+        nonce=b.demands[0].statement.nonce,
+        issued_at=now,
+    )
+    assert packed.payload == reference.payload
+    batch = decode_receipt_batch(packed.payload)
+    assert encode_receipt_batch(batch) == packed.payload
+    assert [receipt_item_bytes(r) for r in batch.items] == [_whole(b, i) for i in range(3)]
+    with pytest.raises(ValueError, match="each fold once"):
+        sign_receipt_batch(
+            b.world.origin,
+            [_whole(b, 0), _whole(b, 0)],
+            demand=b.demand.digest,
+            nonce=b.demands[0].statement.nonce,
+            issued_at=now,
+        )
+
+
+def _served_batch(b: BatchWorld, payload: bytes, hops: Sequence[Sequence[bytes]]) -> bool:
+    return served_batch_without_signature(
+        payload,
+        hops,
+        origin=b.world.origin.node_id,
+        demand=b.demand.digest,
+        nonce=b.demands[0].statement.nonce,
+        folds=b.folds,
+    )
+
+
+def test_a_faithful_receipt_batch_is_recognised_by_its_bytes_with_no_signature_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    b = make_batch_world()
+    payload = b.answer(now=NOW + 2_000).payload
+    calls: list[bytes] = []
+    monkeypatch.setattr(PublicKey, "verify", lambda self, sig, msg: calls.append(msg))
+    assert _served_batch(b, payload, b.hops)
+    assert calls == []
+
+
+def test_a_receipt_batch_that_is_not_exactly_the_faithful_one_decides_nothing() -> None:
+    b = make_batch_world()
+    now = NOW + 2_000
+    payload = b.answer(now=now).payload
+    head_len = len(payload) - sum(len(_whole(b, i)) for i in range(3))
+    altered = [b.hops[0], b.hops[1], (b"x" + b.hops[2][0][1:], *b.hops[2][1:])]
+    assert not _served_batch(b, payload, altered)  # bytes that miss the root
+    assert not _served_batch(b, payload, [b.hops[0], b.hops[1], b.hops[2][:-1]])
+    assert not _served_batch(b, payload, b.hops[:2])
+    assert not _served_batch(b, payload + b"\x00", b.hops)  # trailing byte
+    assert not _served_batch(b, payload[:-1], b.hops)
+    refused = b.answer([b.hops[0], None, b.hops[2]], now=b.folds[1].head.statement.serve_until)
+    assert not _served_batch(b, refused.payload, b.hops)
+    # another demand, nonce or origin; items out of order; issued_at out of range
+    flipped = bytearray(payload)
+    flipped[40] ^= 1  # inside the demand digest
+    assert not _served_batch(b, bytes(flipped), b.hops)
+    flipped = bytearray(payload)
+    flipped[5] ^= 1  # inside the origin id
+    assert not _served_batch(b, bytes(flipped), b.hops)
+    flipped = bytearray(payload)
+    flipped[head_len - 3] ^= 1  # the nonce's last byte
+    assert not _served_batch(b, bytes(flipped), b.hops)
+    swapped = payload[:head_len] + _whole(b, 1) + _whole(b, 0) + _whole(b, 2)
+    assert not _served_batch(b, swapped, b.hops)
+    late = payload[:66] + struct.pack(">Q", MAX_TIME_MS + 1) + payload[74:]
+    assert not _served_batch(b, late, b.hops)
+    assert _served_batch(b, payload[:66] + struct.pack(">Q", 7) + payload[74:], b.hops)

@@ -534,3 +534,33 @@ async def test_concurrent_copies_of_one_demand_are_answered_once(
     codes = [r.code() for r in results if isinstance(r, grpc.aio.AioRpcError)]
     assert len(answered) == 1
     assert codes == [grpc.StatusCode.ALREADY_EXISTS] * 7
+
+
+async def test_a_whole_fold_served_from_memory_signs_the_same_item_as_one_read_from_the_store(
+    origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    # The first demand reads the fold from the store and builds its receipt item;
+    # later ones serve the bytes kept in memory with the item packed once: the
+    # signed items, the hops and the demand_served events must not differ.
+    fold = await _fold(channel)
+    now_ms = int(clock.now * 1000)
+    obligation = _obligation(fold, now_ms)
+    holder = Identity.generate()
+    replies = []
+    with structlog.testing.capture_logs() as events:
+        for _ in range(3):
+            replies.append(await _demand_call(channel, [_batch(holder, obligation, now_ms)])())
+    items = []
+    for reply in replies:
+        receipt = Envelope.from_bytes(bytes(reply.answers[0].receipt))
+        (item,) = decode_receipt_batch(receipt.payload).items
+        fields = (item.obligation, item.commitment, item.status, item.tree_size)
+        items.append((*fields, item.served_root))
+        assert list(reply.answers[0].hops) == list(replies[0].answers[0].hops)
+    assert items[0][2] is ReceiptStatus.SERVED
+    assert items[0][4] is not None
+    assert items[1] == items[0]
+    assert items[2] == items[0]
+    served = [e for e in events if e["event"] == "demand_served"]
+    assert [(e["peer"], e["hops"]) for e in served] == [(holder.node_id, 3)] * 3
+    assert len(origin.core._served_items) == 1  # the packed item, kept for the fold
