@@ -73,6 +73,7 @@ from nodes.errors import (
     FoldConflict,
     HopConflict,
     MissingHop,
+    RequestTooLarge,
     SignerMismatch,
     StaleEpoch,
     StoreClosed,
@@ -84,6 +85,8 @@ from nodes.errors import (
 
 __all__ = [
     "DB_FILENAME",
+    "AttestationCaps",
+    "AttestationKept",
     "CompactionInput",
     "CompactionSigner",
     "CounterName",
@@ -383,6 +386,25 @@ class KeptCommitment:
 
 
 @dataclass(frozen=True, slots=True)
+class AttestationCaps:
+    """Caps on kept attestations: per attester key, and per pool (reserved, stranger)."""
+
+    per_attester: int
+    reserved_count: int
+    reserved_bytes: int
+    stranger_count: int
+    stranger_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttestationKept:
+    """Whether an attestation was newly kept, and how many stranger ones it displaced."""
+
+    stored: bool
+    evicted: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReapReport:
     """What one reaper pass did."""
 
@@ -562,9 +584,7 @@ class HopStore:
         return store
 
     @staticmethod
-    async def _init_schema(
-        db: Db, path: Path, origin: str | None
-    ) -> tuple[str, str]:
+    async def _init_schema(db: Db, path: Path, origin: str | None) -> tuple[str, str]:
         await db.execute("BEGIN IMMEDIATE")
         try:
             # Read the version before creating anything: a log written by
@@ -1308,9 +1328,7 @@ class HopStore:
         )
         return self._fold_from_row(rows[0]) if rows else None
 
-    async def _obligations(
-        self, db: Db, commitment_digest: str
-    ) -> tuple[ObligationRecord, ...]:
+    async def _obligations(self, db: Db, commitment_digest: str) -> tuple[ObligationRecord, ...]:
         rows = await db.execute_fetchall(
             "SELECT digest, commitment_digest, serve_until, envelope, local FROM obligations"
             " WHERE commitment_digest = ? ORDER BY serve_until DESC",
@@ -1463,9 +1481,7 @@ class HopStore:
         )
         return cursor.rowcount == 1
 
-    async def _insert_obligation(
-        self, db: Db, o: ObligationRecord, now_ms: int
-    ) -> bool:
+    async def _insert_obligation(self, db: Db, o: ObligationRecord, now_ms: int) -> bool:
         fold = await self._fold(db, o.commitment_digest)
         if fold is None:
             raise UnknownCommitment(
@@ -1618,6 +1634,109 @@ class HopStore:
                 (digest, value_digest, attester, expires_at_ms, envelope, now_ms),
             )
             return cursor.rowcount == 1
+
+    async def keep_attestation(
+        self,
+        *,
+        digest: str,
+        value_digest: str,
+        attester: str,
+        expires_at_ms: int,
+        envelope: bytes,
+        now_ms: int,
+        reserved: frozenset[str],
+        caps: AttestationCaps,
+    ) -> AttestationKept:
+        """Keep an (already verified) attestation within its pool's caps, in one transaction.
+
+        Attesters in ``reserved`` (keys the node knows or asked) share the
+        reserved pool: over its count or byte cap the attestation is refused
+        (``RequestTooLarge``), nothing is evicted. Every other attester is a
+        stranger: over the stranger pool's caps, expired stranger attestations
+        go first, then the oldest live ones, so strangers can only displace
+        each other. Any attester over ``caps.per_attester`` is refused.
+        """
+        size = len(envelope)
+        keys = json.dumps(sorted(reserved))
+        async with self._write(f"store attestation {digest[:16]}…") as db:
+            found = list(
+                await db.execute_fetchall("SELECT 1 FROM attestations WHERE digest = ?", (digest,))
+            )
+            if found:
+                return AttestationKept(False, 0)
+            mine = list(
+                await db.execute_fetchall(
+                    "SELECT COUNT(*) FROM attestations WHERE attester = ?", (attester,)
+                )
+            )
+            if int(mine[0][0]) >= caps.per_attester:
+                raise RequestTooLarge(
+                    f"attestation: attester {attester[:16]}… already has"
+                    f" {caps.per_attester} attestations kept here"
+                )
+            stranger = attester not in reserved
+            where = "attester NOT IN" if stranger else "attester IN"
+            pool = f"{where} (SELECT value FROM json_each(?))"
+            usage = list(
+                await db.execute_fetchall(
+                    f"SELECT COUNT(*), COALESCE(SUM(LENGTH(envelope)), 0) FROM attestations"
+                    f" WHERE {pool}",
+                    (keys,),
+                )
+            )
+            count, used = int(usage[0][0]), int(usage[0][1])
+            max_count = caps.stranger_count if stranger else caps.reserved_count
+            max_bytes = caps.stranger_bytes if stranger else caps.reserved_bytes
+            evicted = 0
+            if count + 1 > max_count or used + size > max_bytes:
+                if not stranger:
+                    raise RequestTooLarge(
+                        f"attestation: the reserved pool holds {count} attestations,"
+                        f" {used} bytes (caps {max_count}, {max_bytes} bytes)"
+                    )
+                # expired first, then oldest: one ordered pass over the stranger pool
+                rows = await db.execute_fetchall(
+                    f"SELECT digest, LENGTH(envelope) FROM attestations WHERE {pool}"
+                    " ORDER BY expires_at > ?, created_at, digest",
+                    (keys, now_ms),
+                )
+                drop: list[str] = []
+                for victim, length in rows:
+                    if count + 1 <= max_count and used + size <= max_bytes:
+                        break
+                    drop.append(str(victim))
+                    count -= 1
+                    used -= int(length)
+                await db.executemany(
+                    "DELETE FROM attestations WHERE digest = ?", [(d,) for d in drop]
+                )
+                evicted = len(drop)
+            await db.execute(
+                "INSERT INTO attestations (digest, value_digest, attester, expires_at, envelope,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (digest, value_digest, attester, expires_at_ms, envelope, now_ms),
+            )
+        return AttestationKept(True, evicted)
+
+    async def attestation_usage(self) -> tuple[int, int]:
+        """Attestations kept and the bytes of their envelopes."""
+        async with self._read("count attestation bytes") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT COUNT(*), COALESCE(SUM(LENGTH(envelope)), 0) FROM attestations"
+                )
+            )
+        return int(rows[0][0]), int(rows[0][1])
+
+    async def reap_attestations(self, *, now_ms: int, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` attestations that expired at or before ``now_ms``."""
+        async with self._write("reap expired attestations") as db:
+            cursor = await db.execute(
+                "DELETE FROM attestations WHERE digest IN (SELECT digest FROM attestations"
+                " WHERE expires_at <= ? LIMIT ?)",
+                (now_ms, limit),
+            )
+            return max(cursor.rowcount, 0)
 
     async def attestations_for(self, value_digest: str, *, now_ms: int) -> tuple[bytes, ...]:
         """Envelopes of unexpired attestations bound to a value digest."""
