@@ -205,8 +205,10 @@ MAX_ATTESTATION_POOL_BYTES = 1024 * 1024 * 1024
 #: its expired, then oldest, attestations are evicted.
 MAX_STRANGER_ATTESTATIONS = 4096
 MAX_STRANGER_ATTESTATION_BYTES = 64 * 1024 * 1024
-#: Latest ``expires_at`` accepted: this long after the node's clock (as an
-#: attester's longest lifetime, :data:`nodes.attester.MAX_LIFETIME_MS`).
+#: Longest attestation lifetime accepted (``expires_at - issued_at``), as an
+#: attester's longest (:data:`nodes.attester.MAX_LIFETIME_MS`). A stranger's
+#: ``issued_at`` may also be at most :data:`DEMAND_WINDOW_S` ahead of the node's
+#: clock, so its ``expires_at`` is at most this long plus the skew after now.
 MAX_ATTESTATION_LIFETIME_MS = MAX_LIFETIME_MS
 #: Attester keys remembered from this node's own Restore answers (oldest forgotten).
 MAX_ASKED_ATTESTERS = 1024
@@ -1896,10 +1898,17 @@ class NodeCore:
                 f"attestation {attestation.digest[:12]}… expired at {a.expires_at} ms"
                 f" (now {now_ms} ms)"
             )
-        if a.expires_at > now_ms + MAX_ATTESTATION_LIFETIME_MS:
+        if a.expires_at - a.issued_at > MAX_ATTESTATION_LIFETIME_MS:
             raise PromiseOutOfRange(
                 f"attestation: expires_at {a.expires_at} ms is more than"
-                f" {MAX_ATTESTATION_LIFETIME_MS} ms after now ({now_ms} ms)"
+                f" {MAX_ATTESTATION_LIFETIME_MS} ms after issued_at ({a.issued_at} ms)"
+            )
+        reserved = self.reserved_attesters()
+        if a.attester not in reserved and a.issued_at > now_ms + DEMAND_WINDOW_S * 1000:
+            raise PromiseOutOfRange(
+                f"attestation: issued_at {a.issued_at} ms is more than"
+                f" {DEMAND_WINDOW_S:g} s after now ({now_ms} ms) for an attester this node"
+                " does not know"
             )
         kept = await self.store.keep_attestation(
             digest=attestation.digest,
@@ -1908,7 +1917,7 @@ class NodeCore:
             expires_at_ms=a.expires_at,
             envelope=data,
             now_ms=now_ms,
-            reserved=self.reserved_attesters(),
+            reserved=reserved,
             caps=st.AttestationCaps(
                 per_attester=MAX_ATTESTATIONS_PER_ATTESTER,
                 reserved_count=MAX_ATTESTATIONS,

@@ -189,6 +189,13 @@ async def test_expires_at_beyond_the_longest_lifetime_is_out_of_range(
     with pytest.raises(PromiseOutOfRange, match="expires_at"):
         await node.submit_attestation(far.to_bytes())
     assert await node.list_attestations(far.statement.value_digest) == ()
+    # a stranger cannot move the bound by dating its attestation in the future
+    later = attestation(Identity.generate(), 2, now_ms=NOW_MS + 365 * 24 * HOUR_MS)
+    with pytest.raises(PromiseOutOfRange, match="issued_at"):
+        await node.submit_attestation(later.to_bytes())
+    # a known attester dates by its own clock (the reserved pool's caps bound it)
+    known = attestation(HONEST, 3, now_ms=NOW_MS + 365 * 24 * HOUR_MS)
+    assert await node.submit_attestation(known.to_bytes()) == known.digest
 
 
 async def test_the_reaper_deletes_expired_attestations(core: tuple[NodeCore, Clock]) -> None:
