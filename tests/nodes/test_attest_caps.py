@@ -69,6 +69,8 @@ def attestation(
     )
 
 
+#: The stranger pool's documented count cap (``services.MAX_STRANGER_ATTESTATIONS``).
+STRANGER_POOL = 4096
 HONEST = Identity.from_seed(b"provnet-test-honest-attester-key")
 
 
@@ -222,21 +224,21 @@ def _kept(data_dir: Path) -> int:
         return int(db.execute("SELECT COUNT(*) FROM attestations").fetchone()[0])
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """One ``provnet node`` process that reaps every 0.2 s."""
+@contextlib.contextmanager
+def _node_process(root: Path, **env_extra: str) -> Iterator[tuple[str, Path]]:
+    """One ``provnet node`` process on loopback: its address and data dir."""
     address = f"127.0.0.1:{free_ports(1)[0]}"
-    data_dir = tmp_path / "solo"
+    data_dir = root / "solo"
     env = child_env()
-    env.update(PROVNET_REAP_INTERVAL_S="0.2", PROVNET_SHUTDOWN_GRACE_S="1")
+    env.update(PROVNET_SHUTDOWN_GRACE_S="1", **env_extra)
     argv = provnet_argv("node", "--name", "solo", "--listen", address, "--data-dir", str(data_dir))
-    with (tmp_path / "solo.log").open("ab") as out:
+    with (root / "solo.log").open("ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         give_up = time.monotonic() + 60
         while probe_health(address, timeout=0.5) is not HealthState.SERVING:
             if proc.poll() is not None or time.monotonic() > give_up:
-                pytest.fail(f"node did not start: {(tmp_path / 'solo.log').read_text()[-2000:]}")
+                pytest.fail(f"node did not start: {(root / 'solo.log').read_text()[-2000:]}")
             time.sleep(0.05)
         yield address, data_dir
     finally:
@@ -246,6 +248,13 @@ def node(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A node process that reaps every 0.2 s."""
+    with _node_process(tmp_path, PROVNET_REAP_INTERVAL_S="0.2") as running:
+        yield running
 
 
 async def test_a_node_process_refuses_far_expiry_and_reaps_expired(
@@ -272,3 +281,35 @@ async def test_a_node_process_refuses_far_expiry_and_reaps_expired(
     while _kept(data_dir) and time.monotonic() < give_up:
         await asyncio.sleep(0.1)
     assert _kept(data_dir) == 0, "the expired attestation is still stored"
+
+
+@pytest.mark.long
+async def test_a_node_process_flooded_by_fresh_keys_keeps_a_known_attester(
+    tmp_path: Path,
+) -> None:
+    """The real caps against a real process: 5 000 strangers, then a pinned peer's key."""
+    honest_peer = f"att=127.0.0.1:1,{HONEST.node_id}"
+    with _node_process(tmp_path, PROVNET_PEERS=honest_peer) as (address, data_dir):
+        now = int(time.time() * 1000)
+        flood = [
+            attestation(Identity.generate(), i, now_ms=now).to_bytes()
+            for i in range(STRANGER_POOL + 900)
+        ]
+        async with grpc.aio.insecure_channel(address) as chan:
+            stub: Any = attest_pb2_grpc.AttestStub(chan)
+            # two at a time: Submit is a bulk call and each reserves a message's
+            # budget (8 MiB = two 4 MiB messages), so more would be shed
+            for i in range(0, len(flood), 2):
+                await asyncio.gather(
+                    *(
+                        stub.Submit(attest_pb2.SubmitAttestationRequest(attestation=d), timeout=60)
+                        for d in flood[i : i + 2]
+                    )
+                )
+            honest = attestation(HONEST, 10**6, now_ms=now)
+            reply = await stub.Submit(
+                attest_pb2.SubmitAttestationRequest(attestation=honest.to_bytes()), timeout=30
+            )
+            assert reply.digest == honest.digest
+        # the stranger pool held its documented cap (the old code kept all 4 996)
+        assert _kept(data_dir) == STRANGER_POOL + 1
