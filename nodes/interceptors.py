@@ -41,12 +41,18 @@ from nodes.errors import MalformedRequest, status_for
 from nodes.logging import get_logger
 
 __all__ = [
+    "BACKLOG_END_GAP_S",
+    "BACKLOG_EVERY_S",
+    "BACKLOG_GAP_S",
+    "BACKLOG_RUN",
+    "BACKLOG_SHED_PER_PENDING",
     "BULK_BODY_TIMEOUT_S",
     "BULK_BUDGET_WAIT_S",
     "BULK_GC_INTERVAL_S",
     "BULK_METHODS",
     "PUSHBACK_KEY",
     "REQUEST_ID_KEY",
+    "Backlog",
     "BulkBudget",
     "LoopLag",
     "Pushback",
@@ -87,6 +93,32 @@ BULK_BUDGET_WAIT_S = 0.1
 #: RSS per admitted delivery, 973–1 346 MiB; collecting every 0.5 s held it
 #: at 543–623 MiB with the same throughput and latencies.
 BULK_GC_INTERVAL_S = 0.5
+
+#: Bulk calls taken up by the node at most this far apart are back to back: the
+#: node is working through calls that queued in gRPC while it was busy (a call
+#: arriving to an idle node is taken up within microseconds; under the overload
+#: benchmark's opening burst, 0.3-1 ms apart; with callers spread out by their
+#: appointments, ~4 ms apart on average).
+BACKLOG_GAP_S = 0.002
+#: This many bulk calls back to back, at least one of them shed: a backlog.
+BACKLOG_RUN = 16
+#: A backlog has drained once no bulk call has been taken up for this long: a
+#: node working through a queue pauses between calls for its other work (a
+#: 3 MiB body parsed, a garbage collection: up to ~2 ms) and when it loses its
+#: CPU to another process for a time slice, without the queue having drained.
+BACKLOG_END_GAP_S = 0.01
+#: While the node works through a backlog it sheds every bulk call: each has
+#: waited in gRPC's queue behind the backlog, so admitting it would give its
+#: caller the whole wait (under the overload benchmark the calls admitted in
+#: the opening burst of 950 callers set the admitted p99). A burst is at most
+#: what gRPC's queue holds (``max_pending_rpcs``) and what comes back while it
+#: drains, so a node sheds at most ``BACKLOG_SHED_PER_PENDING`` times its
+#: pending cap of calls from backlogs in any ``BACKLOG_EVERY_S``: a flood that
+#: goes on (callers ignoring the appointments) is a backlog that never drains,
+#: and shedding all of it would admit nobody. Counted in calls, not seconds: a
+#: node short of CPU drains the same burst more slowly.
+BACKLOG_SHED_PER_PENDING = 1.5
+BACKLOG_EVERY_S = 10.0
 
 #: Trailing metadata on a shed bulk call: when to try again, in milliseconds
 #: (gRPC's retry pushback, honoured by gRPC's own retry policy).
@@ -269,6 +301,55 @@ class Pushback:
         return round((slot - now) * 1000)
 
 
+class Backlog:
+    """Whether the node is working through bulk calls that queued while it was busy.
+
+    gRPC hands the node one call per event-loop turn; calls that arrive faster
+    wait in gRPC's queue, where nothing the node decides can reach them. Once
+    the node takes :data:`BACKLOG_RUN` bulk calls up back to back (each at most
+    :data:`BACKLOG_GAP_S` after the one before) and has shed one of them, every
+    call it takes up until no call has come for :data:`BACKLOG_END_GAP_S` (the
+    queue has drained) has waited behind the others: :meth:`taken` says to shed
+    it, for at most ``limit`` calls in a window that opens at most once every
+    :data:`BACKLOG_EVERY_S`.
+    A burst of small bulk calls that the node admits (none shed) is never a backlog.
+    """
+
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if limit < 0:
+            raise ValueError(f"backlog shedding limit {limit} must be >= 0")
+        self.limit = limit
+        self._clock = clock
+        self._last = -1e9
+        self._run = 0
+        self._run_shed = False
+        self._window_start = -1e9
+        #: Calls still to shed from backlogs in the current window.
+        self._left = 0
+
+    def shed(self) -> None:
+        """A bulk call of the current run was shed."""
+        self._run_shed = True
+
+    def taken(self) -> bool:
+        """A bulk call is being taken up now: True if it comes from a backlog (shed it)."""
+        now = self._clock()
+        gap = now - self._last
+        self._last = now
+        if gap > BACKLOG_END_GAP_S or (gap > BACKLOG_GAP_S and self._run < BACKLOG_RUN):
+            self._run, self._run_shed = 1, False
+            return False
+        self._run += 1
+        if self._run < BACKLOG_RUN or not self._run_shed:
+            return False
+        if now - self._window_start >= BACKLOG_EVERY_S:
+            self._window_start, self._left = now, self.limit
+        if self._left <= 0:
+            return False
+        self._left -= 1
+        return True
+
+
 class BulkBudget:
     """Bytes of bulk request bodies in flight, reserved when a call's headers arrive.
 
@@ -438,6 +519,7 @@ class RequestContext:
         bulk_limit: int = 0,
         bulk_shed_lag_s: float = 0.0,
         bulk_budget: BulkBudget | None = None,
+        backlog_limit: int = 1536,
     ) -> None:
         self._count = counters
         self._auth = auth
@@ -458,6 +540,9 @@ class RequestContext:
         self._last_collection = time.monotonic()
         #: When a shed bulk caller should try again (``grpc-retry-pushback-ms``).
         self.pushback = Pushback()
+        #: Bulk calls shed because they were taken up from a backlog (see BACKLOG_RUN).
+        self.bulk_backlog_shed = 0
+        self._backlog = Backlog(backlog_limit)
 
     def handler(self, collected: MethodCollector) -> _MethodTable:
         """One generic handler serving every collected method, each wrapped once, now."""
@@ -466,6 +551,9 @@ class RequestContext:
 
     def _bulk_refusal(self, rpc: str) -> str | None:
         """Why a bulk call starting now is shed, or None to admit it."""
+        if self._backlog.taken():
+            self.bulk_backlog_shed += 1
+            return f"{rpc}: node taking up a backlog of calls"
         if self.bulk_in_flight >= self._bulk_limit:
             return f"{rpc}: {self._bulk_limit} bulk calls in progress"
         lag = self.loop_lag
@@ -651,6 +739,7 @@ class RequestContext:
         of MiB under the overload benchmark) until a full collection.
         """
         self.bulk_shed += 1
+        self._backlog.shed()
         self._collect_now_and_then()
         after = str(self.pushback.next_ms())
         context.set_trailing_metadata(
