@@ -544,6 +544,19 @@ def _drive(args: argparse.Namespace) -> int:
                 f" (bound {args.rss_bound_mib}); rounds passing {sum(r['ok'] for r in rounds)}"
                 f" of {len(rounds)}"
             )
+            # What the node does for every shed caller, whether it honours the
+            # appointments or not: how soon it is refused, and how many of the
+            # refusals were gRPC's resets (CANCELLED, no appointment) rather
+            # than the node's RESOURCE_EXHAUSTED with one.
+            print(
+                f"shed callers ({'honouring' if args.pushback else 'ignoring'} the pushback):"
+                f" refused in p50 {min(r['shed_p50'] for r in rounds):.0f}"
+                f"–{max(r['shed_p50'] for r in rounds):.0f} ms, p99"
+                f" {min(r['shed_p99'] for r in rounds):.0f}"
+                f"–{max(r['shed_p99'] for r in rounds):.0f}"
+                f" ms; reset by gRPC (CANCELLED) {sum(r['reset'] for r in rounds)} of"
+                f" {sum(r['shed_n'] for r in rounds)}"
+            )
         return 0 if ok else 1
     finally:
         node.send_signal(signal.SIGTERM)
@@ -654,6 +667,10 @@ def _report(
         "p_ratio": p_ratio,
         "hwm": hwm,
         "ok": ratio <= 10 and d_ratio <= 10 and rss_ok,
+        "shed_p50": _p(shed, 0.5),
+        "shed_p99": _p(shed, 0.99),
+        "reset": load["shed_codes"].get("CANCELLED", 0),
+        "shed_n": len(shed),
     }
 
 

@@ -64,7 +64,14 @@ from contracts.errors import (
     RootMismatch,
 )
 from contracts.identity import Identity
-from contracts.merkle import HASH_LEN, MerkleTree, leaf_hash, merkle_root, verify_inclusion
+from contracts.merkle import (
+    HASH_LEN,
+    FoldRoots,
+    MerkleTree,
+    leaf_hash,
+    merkle_root,
+    verify_inclusion,
+)
 from contracts.signed import Signed, open_statement, sign_statement
 from contracts.statements import Commitment, Head, Obligation
 
@@ -565,6 +572,9 @@ class HeadLog:
         self._last = {v: leaf_hash(r).hex() for v, r in (last_folds or {}).items()}
         self._values: dict[str, _ValueFolds] = {}
         self._trees: dict[str, tuple[Signed[Head], MerkleTree, tuple[bytes, ...]]] = {}
+        # A value's folds are cumulative (each covers the hops of the one before
+        # and more): its record roots are computed incrementally, same bytes.
+        self._fold_roots = FoldRoots()
         self.heads: list[Signed[Head]] = []
 
     @property
@@ -592,7 +602,7 @@ class HeadLog:
                 value_ref=f.value_ref,
                 fold_seq=f.fold_seq,
                 leaf_count=len(f.hops),
-                root=merkle_root(f.hops).hex(),
+                root=self._fold_roots.root(f.hops).hex(),
                 prev=self._last.get(f.value_ref),
             ).to_bytes()
             for f in folds

@@ -46,6 +46,8 @@ from contracts.errors import EncodingError, RootMismatch
 __all__ = [
     "EMPTY_ROOT",
     "HASH_LEN",
+    "FoldRoots",
+    "MerkleFrontier",
     "MerkleTree",
     "consistency_proof",
     "consistency_roots",
@@ -193,6 +195,114 @@ class MerkleTree:
     def consistency(self, first: int) -> tuple[bytes, ...]:
         """RFC 6962 §2.1.2 consistency proof from the first ``first`` leaves to this tree."""
         return consistency_proof(self._levels[0], first)
+
+
+class MerkleFrontier:
+    """The right edge of a growing RFC 6962 tree: its root after each append in O(log n).
+
+    A tree of ``n`` leaves is, left to right, one perfect subtree per set bit
+    of ``n`` (largest first); the frontier keeps those subtrees' hashes. An
+    appended leaf joins the smallest subtrees it completes (one node hash per
+    trailing zero bit of the new size), so ``k`` appends to a tree of ``n``
+    cost ``k`` leaf hashes and at most ``k + log2(n + k)`` node hashes. The
+    root folds the subtrees from the right, which is exactly the RFC's split
+    at the largest power of two below ``n`` (``root_from_leaf_hashes`` of the
+    same leaves, byte for byte; the tests check every size).
+    """
+
+    __slots__ = ("_size", "_subtrees")
+
+    def __init__(self) -> None:
+        self._size = 0
+        self._subtrees: list[bytes] = []
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def append_hashes(self, hashes: Iterable[bytes]) -> None:
+        """Append leaves given by their RFC 6962 leaf hashes."""
+        subtrees = self._subtrees
+        push, pop, node = subtrees.append, subtrees.pop, _NODE_CTX.copy
+        size = self._size
+        for h in hashes:
+            push(h)
+            size += 1
+            done = size
+            while not done & 1:  # the new leaf completed a perfect subtree: join it
+                right = pop()
+                ctx = node()
+                ctx.update(pop() + right)
+                push(ctx.digest())
+                done >>= 1
+        self._size = size
+
+    def append(self, leaves: Iterable[bytes]) -> None:
+        """Append leaves (leaf data, hashed here)."""
+        self.append_hashes(leaf_hashes(leaves))
+
+    @property
+    def root(self) -> bytes:
+        subtrees = self._subtrees
+        if not subtrees:
+            return EMPTY_ROOT
+        root = subtrees[-1]
+        node = _NODE_CTX.copy
+        for left in reversed(subtrees[:-1]):
+            ctx = node()
+            ctx.update(left + root)
+            root = ctx.digest()
+        return root
+
+
+class FoldRoots:
+    """:func:`merkle_root` for cumulative folds: a fold that extends an earlier one
+    hashes only its new leaves.
+
+    A value's cumulative fold covers every hop folded so far, so each of its
+    folds starts with the leaves of the one before. :meth:`root` remembers,
+    by first leaf, the leaves it was last given and their frontier; when new
+    leaves start with exactly those (compared byte for byte, no hashing), only
+    the tail is hashed, else the root is computed from scratch. Either way
+    the result is ``merkle_root(leaves)``. Bounded: at most ``capacity`` leaf
+    lists and ``max_leaves`` leaves in all are remembered (oldest dropped
+    first; a longer list is not remembered at all).
+    """
+
+    __slots__ = ("_capacity", "_held", "_last", "_max_leaves")
+
+    def __init__(self, capacity: int = 256, max_leaves: int = 65_536) -> None:
+        if capacity < 1 or max_leaves < 1:
+            raise ValueError(
+                f"capacity and max_leaves must be at least 1, got {capacity} and {max_leaves}"
+            )
+        self._capacity = capacity
+        self._max_leaves = max_leaves
+        self._held = 0
+        self._last: dict[bytes, tuple[tuple[bytes, ...], MerkleFrontier]] = {}
+
+    def root(self, leaves: Sequence[bytes]) -> bytes:
+        """RFC 6962 Merkle tree hash of ``leaves`` (leaf data, in order)."""
+        leaves = tuple(leaves)
+        if not leaves:
+            return EMPTY_ROOT
+        first = leaves[0]
+        last = self._last.pop(first, None)
+        if last is not None:
+            self._held -= len(last[0])
+        if last is not None and len(last[0]) <= len(leaves) and leaves[: len(last[0])] == last[0]:
+            frontier = last[1]
+            frontier.append(leaves[len(last[0]) :])
+        else:
+            frontier = MerkleFrontier()
+            frontier.append(leaves)
+        if len(leaves) <= self._max_leaves:
+            self._last[first] = (leaves, frontier)
+            self._held += len(leaves)
+            while len(self._last) > self._capacity or self._held > self._max_leaves:
+                oldest = next(iter(self._last))
+                self._held -= len(self._last.pop(oldest)[0])
+        return frontier.root
 
 
 def inclusion_proof(leaves: Sequence[bytes], index: int) -> tuple[bytes, ...]:

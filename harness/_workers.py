@@ -16,6 +16,13 @@ worker end as soon as its parent is gone:
 
 If the parent is already gone when the worker starts, the worker exits at
 once.
+
+Ctrl-C is the parent's alone (one line, exit 130; leaving the pool ends the
+workers): a pool started inside :func:`ctrl_c_blocked` has workers born with
+SIGINT blocked, and :func:`ignore_ctrl_c` in their initializer turns that
+into "ignored". A worker never has a moment — between its fork and its
+initializer, nor while :func:`exit_with_parent` looks up libc — in which the
+terminal's SIGINT to the whole group would end it with a traceback.
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["WATCH_INTERVAL_S", "exit_with_parent"]
+__all__ = ["WATCH_INTERVAL_S", "ctrl_c_blocked", "exit_with_parent", "ignore_ctrl_c"]
 
 #: How often the watchdog thread looks at the parent pid (seconds).
 WATCH_INTERVAL_S = 0.25
@@ -66,3 +75,20 @@ def exit_with_parent(parent: int) -> None:
     if os.getppid() != parent:
         os._exit(_ORPHAN_STATUS)
     threading.Thread(target=_watch, args=(parent,), name="exit-with-parent", daemon=True).start()
+
+
+@contextmanager
+def ctrl_c_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while the block runs (processes forked meanwhile
+    inherit the mask); a Ctrl-C meanwhile is delivered when it ends."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def ignore_ctrl_c() -> None:
+    """In a worker: SIGINT ignored, then unblocked (one pending meanwhile is dropped)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

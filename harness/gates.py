@@ -146,6 +146,13 @@ def _window_clean(hops: Sequence[Hop], window: int, prefixes: tuple[str, ...]) -
     return not any(t.startswith(prefixes) for hop in hops[-window:] for t in hop.taints_added)
 
 
+#: The two decisions that read no hops. ``Decision`` is frozen, so sharing them
+#: is the same as building a new one per evaluation, which the boundary runner
+#: does some two million times over its full matrix.
+_PROCEED = Decision(True)
+_BLOCK = Decision(False)
+
+
 def evaluate(
     gate: Gate,
     view: GateView,
@@ -156,14 +163,14 @@ def evaluate(
     """Decide one gate on one view. ``window`` overrides the allowlist W."""
     cls = gate.gate_class
     if cls is GateClass.SCORE or cls is GateClass.RECONSTRUCTION:
-        return Decision(_score_rule(gate.name, view.scores))
+        return _PROCEED if _score_rule(gate.name, view.scores) else _BLOCK
     folded = view.folded
     if cls is GateClass.LINEAGE_BLOCKLIST:
         # detail is missing iff folded taints exist; blind ignores it either way
         if folded is None or folded.n_taints_folded == 0 or mode is Mode.BLIND:
-            return Decision(not _any_prefixed(view.tainted_by, gate.prefixes))
+            return _BLOCK if _any_prefixed(view.tainted_by, gate.prefixes) else _PROCEED
         if mode is Mode.DEGRADE:
-            return Decision(False)
+            return _BLOCK
         if mode is not Mode.REHYDRATE:
             assert_never(mode)
         if hop_log is None:
@@ -178,11 +185,11 @@ def evaluate(
     w = gate.window if window is None else window
     visible = view.visible
     if len(visible) >= w or not view.history_truncated:
-        return Decision(_window_clean(visible, w, gate.prefixes))
+        return _PROCEED if _window_clean(visible, w, gate.prefixes) else _BLOCK
     if mode is Mode.REHYDRATE and folded is not None:
         if hop_log is None:
             raise ValueError("rehydrate mode needs the cold hop log")
         hops, nbytes = hop_log.fetch(folded.folded_hop_ids)
         full = sort_hops([*visible, *hops])
         return Decision(_window_clean(full, w, gate.prefixes), len(folded.folded_hop_ids), nbytes)
-    return Decision(False)
+    return _BLOCK

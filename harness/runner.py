@@ -19,7 +19,6 @@ import json
 import multiprocessing
 import os
 import platform
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from harness._workers import exit_with_parent
+from harness._workers import ctrl_c_blocked, exit_with_parent, ignore_ctrl_c
 from harness.config import ExperimentConfig, Profile
 from harness.events import Event
 from harness.fingerprint import combine
@@ -244,9 +243,9 @@ def execute(
     # fork the workers before the progress bar exists (no thread crosses a fork)
     # workers ignore Ctrl-C: the parent alone handles it (one line, exit 130),
     # and leaving the pool terminates them — no traceback from each worker
-    with ctx.Pool(
-        processes=workers, initializer=_worker_init, initargs=(os.getpid(),)
-    ) as pool:
+    with ctrl_c_blocked():  # born deaf to Ctrl-C: no moment before _worker_init hears it
+        pool = ctx.Pool(processes=workers, initializer=_worker_init, initargs=(os.getpid(),))
+    with pool:
         pending = pool.apply_async(run_task, (first,)) if first is not None else None
         chunk = max(1, min(8, len(tasks) // (workers * 8)))
         bar = progress_bar()
@@ -263,8 +262,8 @@ def execute(
 
 
 def _worker_init(parent: int) -> None:
+    ignore_ctrl_c()  # first: exit_with_parent's libc look-up may take a while
     exit_with_parent(parent)  # a SIGKILLed parent leaves no worker playing on
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def progress_disabled(progress: bool | None) -> bool | None:

@@ -75,10 +75,10 @@ _FLAG_HELP: Mapping[str, str] = {
     "bulk_shed_lag_ms": "while the event loop runs this many ms late, admit one bulk call at a"
     " time and shed the rest with RESOURCE_EXHAUSTED (default 0: off)",
     "max_bulk_bytes": "bytes of bulk request bodies in flight (each call reserves"
-    " --max-message-bytes until its body is read); more wait up to 0.25 s, then are shed with"
+    " --max-message-bytes until its body is read); more wait up to 0.1 s, then are shed with"
     " RESOURCE_EXHAUSTED before their body is read (default 8 MiB, 0: off)",
     "max_pending_rpcs": "calls received but not yet taken up by the node; more are refused by"
-    " gRPC at once, seen as CANCELLED (default 64, 0: gRPC's own limit of 1000)",
+    " gRPC at once, seen as CANCELLED (default 1024, 0: gRPC's own limit of 1000)",
 }
 
 

@@ -107,6 +107,9 @@ _CACHE_FOLDS = 4096
 DEFAULT_STREAM_LEAVES = 4096
 #: Time kept back from a caller's budget so a reply can still travel back.
 _MARGIN_S = 0.05
+#: How an origin before version 3 refuses a demand batch (an envelope of a
+#: payload type it does not read); the folds are then asked per fold.
+_BATCH_UNREAD = frozenset({"INVALID_ARGUMENT", "UNIMPLEMENTED"})
 
 
 def _severity(outcome: Outcome) -> int:
@@ -203,6 +206,7 @@ class Holder:
         stream_leaves: int = DEFAULT_STREAM_LEAVES,
         min_witnesses: int = 1,
         batch: bool = True,
+        suspected: Callable[[str], bool] | None = None,
     ) -> None:
         if reasks < 0:
             raise ValueError(f"reasks must be >= 0, got {reasks}")
@@ -218,10 +222,17 @@ class Holder:
         self._on_evidence = on_evidence
         self._on_receipt = on_receipt
         self._use_cache = cache
+        #: Origins with a standing suspicion here: their folds are asked again, not
+        #: taken from the cache, so the origin's answer can clear it (a cached copy
+        #: never would).
+        self._suspected = suspected
         self.stream_leaves = stream_leaves
         #: Demand folds under heads with one signed demand batch per origin (version 3);
         #: False: one signed demand per fold (what origins before version 3 read).
         self.batch = batch
+        #: Origins that refused a demand batch as unreadable (older than version 3):
+        #: asked per fold from then on, for the life of this holder.
+        self.no_batch: set[str] = set()
         self._cache: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self.demand_rpcs = 0
 
@@ -269,8 +280,11 @@ class Holder:
     ) -> tuple[OriginOutcome, list[VerifiedHop]]:
         now_ms = self.now_ms()
         to_ask: list[_Fold] = []
+        use_cache = self._use_cache and not (
+            self._suspected is not None and self._suspected(run.origin)
+        )
         for fold in run.folds:
-            cached = self._cache.get(fold.held.commitment.digest) if self._use_cache else None
+            cached = self._cache.get(fold.held.commitment.digest) if use_cache else None
             if cached is not None:
                 self._cache.move_to_end(fold.held.commitment.digest)
                 fold.outcome, fold.detail = Outcome.SERVED, "verified earlier (cache)"
@@ -314,6 +328,7 @@ class Holder:
         """
         if (
             self.batch
+            and run.origin not in self.no_batch
             and len(folds) > 1  # one fold: its own demand costs the same signatures, less work
             and all(
                 f.held.fold is not None
@@ -432,6 +447,12 @@ class Holder:
                         fold.demand = build_demand(self.identity, fold.held.obligation, now=now_ms)
                     demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
                     continue
+                if batch and exc.code in _BATCH_UNREAD:
+                    # An origin older than version 3 reads a batch as one demand of an
+                    # unknown type: ask the same folds with a demand each (docs/wire.md).
+                    self.no_batch.add(run.origin)
+                    await self._ask(run, folds, deadline)
+                    return
                 for fold in folds:
                     fold.outcome, fold.detail = Outcome.REJECTED, last_error
                 return
@@ -457,8 +478,8 @@ class Holder:
         self, run: _OriginRun, folds: list[_Fold], answers: list[Answer], reported_at: int
     ) -> None:
         """Answers to a demand batch: the first carries the one receipt batch, read once
-        (its signature only where it decides, as for a single receipt); item ``i``
-        answers fold ``i``."""
+        (its signature only where it decides, as for a single receipt); a fold's item
+        is the one naming it (obligation, commitment), wherever it sits in the batch."""
         data = answers[0].receipt
         receipts: list[Signed[Receipt] | bytes] = [data] * len(folds)
         with contextlib.suppress(ContractError, ValueError):
@@ -467,9 +488,15 @@ class Holder:
                 if self._served_batch(run, folds, answers, envelope.payload):
                     run.receipts.append(data)
                     return
-                items = decode_receipt_batch(envelope.payload).items
-                if len(items) == len(folds):
-                    receipts = [Signed(envelope, item) for item in items]
+                items = {
+                    (r.obligation, r.commitment): r
+                    for r in decode_receipt_batch(envelope.payload).items
+                }
+                for i, fold in enumerate(folds):
+                    d = fold.demand.statement if fold.demand is not None else None
+                    item = None if d is None else items.get((d.obligation, d.commitment))
+                    if item is not None:
+                        receipts[i] = Signed(envelope, item)
         attributable = False
         for fold, answer, receipt in zip(folds, answers, receipts, strict=True):
             self._judge(fold, answer, reported_at, receipt)

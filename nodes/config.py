@@ -41,7 +41,11 @@ DEFAULT_MAX_CONCURRENT_RPCS = 128
 DEFAULT_MAX_BULK_RPCS = 16
 #: Bytes of bulk request bodies in flight: two of the largest messages.
 DEFAULT_MAX_BULK_BYTES = 2 * DEFAULT_MAX_MESSAGE_BYTES
-DEFAULT_MAX_PENDING_RPCS = 64
+#: Calls gRPC holds for the event loop. Large enough that a burst of 1 000
+#: callers is taken up and refused by the node (RESOURCE_EXHAUSTED with a retry
+#: appointment) rather than reset by gRPC (CANCELLED, no appointment): see
+#: docs/security.md, "How a node sheds".
+DEFAULT_MAX_PENDING_RPCS = 1024
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")

@@ -37,16 +37,22 @@ import grpc
 from structlog.contextvars import bind_contextvars, bound_contextvars, reset_contextvars
 
 from nodes.auth import SIGNED_METHODS, ControlAuth, request_digest
-from nodes.errors import status_for
+from nodes.errors import MalformedRequest, status_for
 from nodes.logging import get_logger
 
 __all__ = [
+    "BACKLOG_END_GAP_S",
+    "BACKLOG_EVERY_S",
+    "BACKLOG_GAP_S",
+    "BACKLOG_RUN",
+    "BACKLOG_SHED_PER_PENDING",
     "BULK_BODY_TIMEOUT_S",
     "BULK_BUDGET_WAIT_S",
     "BULK_GC_INTERVAL_S",
     "BULK_METHODS",
     "PUSHBACK_KEY",
     "REQUEST_ID_KEY",
+    "Backlog",
     "BulkBudget",
     "LoopLag",
     "Pushback",
@@ -88,6 +94,32 @@ BULK_BUDGET_WAIT_S = 0.1
 #: at 543–623 MiB with the same throughput and latencies.
 BULK_GC_INTERVAL_S = 0.5
 
+#: Bulk calls taken up by the node at most this far apart are back to back: the
+#: node is working through calls that queued in gRPC while it was busy (a call
+#: arriving to an idle node is taken up within microseconds; under the overload
+#: benchmark's opening burst, 0.3-1 ms apart; with callers spread out by their
+#: appointments, ~4 ms apart on average).
+BACKLOG_GAP_S = 0.002
+#: This many bulk calls back to back, at least one of them shed: a backlog.
+BACKLOG_RUN = 16
+#: A backlog has drained once no bulk call has been taken up for this long: a
+#: node working through a queue pauses between calls for its other work (a
+#: 3 MiB body parsed, a garbage collection: up to ~2 ms) and when it loses its
+#: CPU to another process for a time slice, without the queue having drained.
+BACKLOG_END_GAP_S = 0.01
+#: While the node works through a backlog it sheds every bulk call: each has
+#: waited in gRPC's queue behind the backlog, so admitting it would give its
+#: caller the whole wait (under the overload benchmark the calls admitted in
+#: the opening burst of 950 callers set the admitted p99). A burst is at most
+#: what gRPC's queue holds (``max_pending_rpcs``) and what comes back while it
+#: drains, so a node sheds at most ``BACKLOG_SHED_PER_PENDING`` times its
+#: pending cap of calls from backlogs in any ``BACKLOG_EVERY_S``: a flood that
+#: goes on (callers ignoring the appointments) is a backlog that never drains,
+#: and shedding all of it would admit nobody. Counted in calls, not seconds: a
+#: node short of CPU drains the same burst more slowly.
+BACKLOG_SHED_PER_PENDING = 1.5
+BACKLOG_EVERY_S = 10.0
+
 #: Trailing metadata on a shed bulk call: when to try again, in milliseconds
 #: (gRPC's retry pushback, honoured by gRPC's own retry policy).
 PUSHBACK_KEY = "grpc-retry-pushback-ms"
@@ -128,6 +160,40 @@ async def _abort_for(exc: Exception, context: grpc.aio.ServicerContext[Any, Any]
         await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}")
     log.info("rpc_rejected", rpc=rpc, code=code.name, reason=str(exc))
     await context.abort(code, f"{type(exc).__name__}: {exc}")
+
+
+class _Unreadable:
+    """A request body that is not the method's protobuf message (grpc would answer UNKNOWN
+    for a deserializer that raises): the handler refuses it as ``INVALID_ARGUMENT``,
+    after the control signature over the raw bytes was checked."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: MalformedRequest) -> None:
+        self.error = error
+
+
+def _tolerant(rpc: str, deserialize: Any) -> Any:
+    """``deserialize`` returning :class:`_Unreadable` instead of raising on bad bytes."""
+    if deserialize is None:
+        return None
+
+    def read(raw: bytes) -> Any:
+        try:
+            return deserialize(raw)
+        except Exception as exc:  # protobuf's DecodeError, or any parser's refusal
+            return _Unreadable(
+                MalformedRequest(f"{rpc}: the request is not a valid message ({exc})")
+            )
+
+    return read
+
+
+def _readable(request: Any) -> Any:
+    """``request`` if it was read; raises its MalformedRequest if it could not be."""
+    if type(request) is _Unreadable:
+        raise request.error
+    return request
 
 
 if TYPE_CHECKING:  # the stubs make it generic; the runtime class is not subscriptable
@@ -233,6 +299,55 @@ class Pushback:
             return round(self.max_s * (0.5 + self._rng() / 2) * 1000)
         self._next = slot + self.interval_s / self.headroom
         return round((slot - now) * 1000)
+
+
+class Backlog:
+    """Whether the node is working through bulk calls that queued while it was busy.
+
+    gRPC hands the node one call per event-loop turn; calls that arrive faster
+    wait in gRPC's queue, where nothing the node decides can reach them. Once
+    the node takes :data:`BACKLOG_RUN` bulk calls up back to back (each at most
+    :data:`BACKLOG_GAP_S` after the one before) and has shed one of them, every
+    call it takes up until no call has come for :data:`BACKLOG_END_GAP_S` (the
+    queue has drained) has waited behind the others: :meth:`taken` says to shed
+    it, for at most ``limit`` calls in a window that opens at most once every
+    :data:`BACKLOG_EVERY_S`.
+    A burst of small bulk calls that the node admits (none shed) is never a backlog.
+    """
+
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if limit < 0:
+            raise ValueError(f"backlog shedding limit {limit} must be >= 0")
+        self.limit = limit
+        self._clock = clock
+        self._last = -1e9
+        self._run = 0
+        self._run_shed = False
+        self._window_start = -1e9
+        #: Calls still to shed from backlogs in the current window.
+        self._left = 0
+
+    def shed(self) -> None:
+        """A bulk call of the current run was shed."""
+        self._run_shed = True
+
+    def taken(self) -> bool:
+        """A bulk call is being taken up now: True if it comes from a backlog (shed it)."""
+        now = self._clock()
+        gap = now - self._last
+        self._last = now
+        if gap > BACKLOG_END_GAP_S or (gap > BACKLOG_GAP_S and self._run < BACKLOG_RUN):
+            self._run, self._run_shed = 1, False
+            return False
+        self._run += 1
+        if self._run < BACKLOG_RUN or not self._run_shed:
+            return False
+        if now - self._window_start >= BACKLOG_EVERY_S:
+            self._window_start, self._left = now, self.limit
+        if self._left <= 0:
+            return False
+        self._left -= 1
+        return True
 
 
 class BulkBudget:
@@ -404,6 +519,7 @@ class RequestContext:
         bulk_limit: int = 0,
         bulk_shed_lag_s: float = 0.0,
         bulk_budget: BulkBudget | None = None,
+        backlog_limit: int = 1536,
     ) -> None:
         self._count = counters
         self._auth = auth
@@ -424,6 +540,9 @@ class RequestContext:
         self._last_collection = time.monotonic()
         #: When a shed bulk caller should try again (``grpc-retry-pushback-ms``).
         self.pushback = Pushback()
+        #: Bulk calls shed because they were taken up from a backlog (see BACKLOG_RUN).
+        self.bulk_backlog_shed = 0
+        self._backlog = Backlog(backlog_limit)
 
     def handler(self, collected: MethodCollector) -> _MethodTable:
         """One generic handler serving every collected method, each wrapped once, now."""
@@ -432,6 +551,9 @@ class RequestContext:
 
     def _bulk_refusal(self, rpc: str) -> str | None:
         """Why a bulk call starting now is shed, or None to admit it."""
+        if self._backlog.taken():
+            self.bulk_backlog_shed += 1
+            return f"{rpc}: node taking up a backlog of calls"
         if self.bulk_in_flight >= self._bulk_limit:
             return f"{rpc}: {self._bulk_limit} bulk calls in progress"
         lag = self.loop_lag
@@ -447,7 +569,7 @@ class RequestContext:
         are coroutines) wrapped for method ``rpc``."""
         count = self._count
         auth = self._auth
-        inner_deserialize: Any = handler.request_deserializer
+        inner_deserialize: Any = _tolerant(rpc, handler.request_deserializer)
 
         def keep_raw(raw: bytes) -> Any:
             # Keep the exact bytes received: the control signature covers them.
@@ -472,12 +594,12 @@ class RequestContext:
             ``metadata``: the call's invocation metadata if the caller already read it.
             """
             if auth is None:
-                return request
+                return _readable(request)
             raw, parsed = request
             if metadata is None:
                 metadata = context.invocation_metadata()
             ControlAuth.bind(auth.check(rpc, raw, metadata))
-            return parsed
+            return _readable(parsed)
 
         if handler.unary_unary is not None:
             inner_uu: Any = handler.unary_unary
@@ -577,6 +699,8 @@ class RequestContext:
             if count is not None:
                 count(rpc)
             try:
+                if type(request) is _Unreadable:
+                    raise request.error
                 return await inner(request, context)
             except Exception as exc:
                 if isinstance(exc, grpc.aio.AbortError):
@@ -590,7 +714,7 @@ class RequestContext:
 
         return grpc.unary_unary_rpc_method_handler(
             open_unary,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=_tolerant(rpc, handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )
 
@@ -615,6 +739,7 @@ class RequestContext:
         of MiB under the overload benchmark) until a full collection.
         """
         self.bulk_shed += 1
+        self._backlog.shed()
         self._collect_now_and_then()
         after = str(self.pushback.next_ms())
         context.set_trailing_metadata(
@@ -713,6 +838,7 @@ class RequestContext:
                         )
                         signer = auth.check(rpc, raw, context.invocation_metadata(), digest=digest)
                         ControlAuth.bind(signer)
+                    request = _readable(request)
                     # Only the signature needs the bytes received; and the handler gets
                     # the only reference to the parsed request, so it can drop it early.
                     del raw

@@ -23,7 +23,12 @@ from grpc_reflection.v1alpha import _async as reflection_aio
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from nodes.auth import ControlAuth
-from nodes.interceptors import BulkBudget, MethodCollector, RequestContext
+from nodes.interceptors import (
+    BACKLOG_SHED_PER_PENDING,
+    BulkBudget,
+    MethodCollector,
+    RequestContext,
+)
 from nodes.logging import get_logger
 from nodes.servicers import SERVE_SERVICE, SERVICE_NAMES, add_services
 from nodes.services import NodeCore
@@ -166,6 +171,8 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
             if core.config.max_bulk_bytes > 0
             else None
         ),
+        # gRPC's own soft limit when the node sets none (0).
+        backlog_limit=round(BACKLOG_SHED_PER_PENDING * (core.config.max_pending_rpcs or 1000)),
     )
     # Every handler is collected first and wrapped once, then served from one
     # generic handler: no server interceptor (a coroutine chain per call before

@@ -39,7 +39,7 @@ import functools
 import gc
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,6 +209,11 @@ _OWN_CACHE = 100_000
 _HONEST_BEFORE_SERVING = Behaviour.before_serving
 _HONEST_ANSWER = Behaviour.answer
 _LEAF_CACHE_BYTES = 64 * 1024 * 1024
+#: A delivery's budget when its caller sets none (the servicer passes the call's own).
+DELIVER_TIMEOUT_S = 30.0
+#: Receipts kept per origin (and origins kept) to check a suspicion stored after them.
+_RECENT_RECEIPTS = 32
+_RECENT_RECEIPT_ORIGINS = 256
 _DEFAULT_CHUNK_BYTES = 1024 * 1024
 
 S = TypeVar("S", bound=Statement)
@@ -400,6 +405,12 @@ class NodeCore:
         self._future: dict[tuple[str, str], int] = {}
         self._held_bytes = 0
         self._suspects: set[str] | None = None  # origins with stored suspicions (lazy)
+        # Suspicions stored so far (a receipt check that read the store before one
+        # landed must not drop its origin from ``_suspects``), and the last receipts
+        # checked per origin: a suspicion stored after a receipt that clears it (two
+        # rehydrations of one value, the later one served first) is checked at once.
+        self._suspicions_stored = 0
+        self._recent_receipts: OrderedDict[str, deque[bytes]] = OrderedDict()
         # Signed tree heads: this origin's log of heads for the current epoch
         # (rebuilt from the store when missing), the heads this node verified
         # as a receiver (each signature checked once), and the heads each peer
@@ -1643,7 +1654,9 @@ class NodeCore:
             address = self.config.peer(peer)
         except ValueError as exc:
             raise UnknownPeer(f"forward {value_ref}: {exc}") from exc
-        timeout = self._timeout(deadline, self.config.deadline_ms / 1000.0)
+        # Not the serve deadline (deadline_ms: what obligations promise for a demand):
+        # a delivery costs the peer a check of every statement and a durable write.
+        timeout = self._timeout(deadline, DELIVER_TIMEOUT_S)
         outgoing = Delivery(
             held.delivery.value_ref,
             held.delivery.value,
@@ -1765,16 +1778,25 @@ class NodeCore:
                 on_evidence=self.keep_evidence,
                 on_receipt=self.clear_suspicions,
                 min_witnesses=self.config.min_witnesses,
+                suspected=self._suspected,
             )
         return self._holder
+
+    def _suspected(self, origin: str) -> bool:
+        """A suspicion against ``origin`` is stored here (as far as this run knows)."""
+        return self._suspects is not None and origin in self._suspects
 
     def _resolve_peer(self, name_or_address: str) -> str:
         return self.config.peer(name_or_address)
 
     async def keep_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
-        """Store an evidence record (and where its file is) in the node's log."""
-        if self._suspects is not None and kind == "unanswered":
-            self._suspects.add(accused)
+        """Store an evidence record (and where its file is) in the node's log.
+
+        A suspicion (``unanswered``) is checked right after against the origin's
+        receipts this node checked lately: a rehydration of the same value may
+        have been served while this one waited out the deadline, and its receipt
+        (issued after the suspected demand) clears it.
+        """
         log.info("evidence_recorded", peer=accused, kind=kind, path=path or None)
         await self.store.add_evidence(
             digest=sha256_hex(body),
@@ -1784,6 +1806,14 @@ class NodeCore:
             now_ms=self.now_ms(),
             file_path=path,
         )
+        if kind == "unanswered":
+            # Suspected once stored, not before: a receipt checked while the write
+            # was in flight read the store without it.
+            self._suspicions_stored += 1
+            if self._suspects is not None:
+                self._suspects.add(accused)
+            for receipt in tuple(self._recent_receipts.get(accused, ())):
+                await self.clear_suspicions(accused, receipt, remember=False)
 
     async def rehydrate(
         self, value_ref: str, witnesses: Sequence[str] = (), *, deadline: float | None = None
@@ -1963,7 +1993,7 @@ class NodeCore:
         log.info("evidence_reported", peer=accused, kind=kind, digest=digest[:16])
         return kind, accused, digest
 
-    async def clear_suspicions(self, origin: str, receipt: bytes) -> int:
+    async def clear_suspicions(self, origin: str, receipt: bytes, *, remember: bool = True) -> int:
         """Mark stored suspicions against ``origin`` cleared by a later receipt of it.
 
         Each stored ``unanswered`` record is checked with
@@ -1972,23 +2002,37 @@ class NodeCore:
         receipt is kept beside it (and beside its file), so a third party can
         check the clearing with ``provnet evidence verify FILE --cleared-by``.
         """
-        if self._suspects is None:
-            self._suspects = {r.accused for r in await self.store.evidence(kind="unanswered")}
-        if origin not in self._suspects:
+        if remember:  # kept for a suspicion stored after it (keep_evidence)
+            recent = self._recent_receipts.get(origin)
+            if recent is not None:
+                self._recent_receipts.move_to_end(origin)
+            else:
+                recent = self._recent_receipts[origin] = deque(maxlen=_RECENT_RECEIPTS)
+                if len(self._recent_receipts) > _RECENT_RECEIPT_ORIGINS:
+                    self._recent_receipts.popitem(last=False)
+            recent.append(receipt)
+        # A suspicion stored while this call reads the store is not in what it
+        # read; it is checked against this receipt once stored (keep_evidence).
+        stored = self._suspicions_stored
+        suspects = self._suspects
+        if suspects is None:
+            suspects = {r.accused for r in await self.store.evidence(kind="unanswered")}
+            if stored == self._suspicions_stored and self._suspects is None:
+                self._suspects = suspects
+        if origin not in suspects:
             return 0  # the hot path: nothing suspected of this origin
-        cleared = 0
+        cleared = settled = 0
         records = await self.store.uncleared_suspicions(origin)
-        if not records:
-            self._suspects.discard(origin)
         for record in records:
             try:
                 verify_clearing(record.body, receipt, now=self.now_ms() + 3_600_000)
             except (ContractError, ValueError):
                 continue
+            settled += 1
             if not await self.store.mark_cleared(
                 record.digest, receipt=receipt, now_ms=self.now_ms()
             ):
-                continue
+                continue  # cleared meanwhile by another receipt
             cleared += 1
             if record.file_path:
                 with contextlib.suppress(OSError):
@@ -1999,4 +2043,6 @@ class NodeCore:
                 evidence=record.digest[:16],
                 receipt=sha256_hex(receipt)[:16],
             )
+        if settled == len(records) and stored == self._suspicions_stored:
+            suspects.discard(origin)  # nothing stands against it (its folds may be cached)
         return cleared

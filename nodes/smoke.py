@@ -186,51 +186,65 @@ class _Driver:
 
     async def commit(self, address: str, value_ref: str, tag: str) -> Any:
         from nodes import wire
+        from nodes.retry import retry_shed
 
         hoplog, _, _ = self.stubs(address)
         hops = _fold_hops(tag)
         # Fresh sequence numbers on every run, so smoke runs can repeat on one cluster.
         base = time.time_ns() // 1_000_000 * 100
         seqs = [base + i for i in range(len(hops))]
+        request = wire.append_request(hops, seqs)
         appended = await self.timed(
             "append_ms",
-            hoplog.Append(wire.append_request(hops, seqs), timeout=_RPC_TIMEOUT_S),
+            retry_shed(
+                "/provnet.v1.HopLog/Append",
+                lambda left: hoplog.Append(request, timeout=left),
+                _RPC_TIMEOUT_S,
+            ),
+        )
+        commit = wire.commit_fold_request(
+            value_ref,
+            list(appended.seqs),
+            serve_for_ms=_SERVE_FOR_MS,
+            deadline_ms=_DEADLINE_MS,
+            value=f"compacted value {value_ref}".encode(),
         )
         return await self.timed(
             "commit_fold_ms",
-            hoplog.CommitFold(
-                wire.commit_fold_request(
-                    value_ref,
-                    list(appended.seqs),
-                    serve_for_ms=_SERVE_FOR_MS,
-                    deadline_ms=_DEADLINE_MS,
-                    value=f"compacted value {value_ref}".encode(),
-                ),
-                timeout=_RPC_TIMEOUT_S,
+            retry_shed(
+                "/provnet.v1.HopLog/CommitFold",
+                lambda left: hoplog.CommitFold(commit, timeout=left),
+                _RPC_TIMEOUT_S,
             ),
         )
 
     async def forward(self, address: str, value_ref: str, peer: str) -> Any:
         from nodes import wire
+        from nodes.retry import retry_shed
 
         _, deliver, _ = self.stubs(address)
+        request = wire.forward_request(value_ref, peer)
         return await self.timed(
             "forward_ms",
-            deliver.Forward(
-                wire.forward_request(value_ref, peer),
-                timeout=_RPC_TIMEOUT_S,
+            retry_shed(
+                "/provnet.v1.Deliver/Forward",
+                lambda left: deliver.Forward(request, timeout=left),
+                _RPC_TIMEOUT_S,
             ),
         )
 
     async def rehydrate(self, address: str, value_ref: str, witnesses: list[str]) -> Any:
         from nodes import wire
+        from nodes.retry import retry_shed
 
         _, deliver, _ = self.stubs(address)
+        request = wire.rehydrate_request(value_ref, witnesses)
         return await self.timed(
             "rehydrate_ms",
-            deliver.Rehydrate(
-                wire.rehydrate_request(value_ref, witnesses),
-                timeout=_REHYDRATE_TIMEOUT_S,
+            retry_shed(
+                "/provnet.v1.Deliver/Rehydrate",
+                lambda left: deliver.Rehydrate(request, timeout=left),
+                _REHYDRATE_TIMEOUT_S,
             ),
         )
 

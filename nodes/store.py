@@ -434,9 +434,11 @@ def _make_epoch(counter: int) -> str:
 
 
 def _default_root_function() -> RootFunction:
-    from contracts.merkle import merkle_root
+    """``merkle_root``, incremental for cumulative folds (:class:`contracts.merkle.FoldRoots`:
+    a fold that extends one this store checked hashes only its new hops)."""
+    from contracts.merkle import FoldRoots
 
-    fn: RootFunction = merkle_root
+    fn: RootFunction = FoldRoots().root
     return fn
 
 

@@ -31,6 +31,7 @@ from nodes.attester import AttestationAnswer, AttestationAsk
 from nodes.auth import ControlCredentials, control_channel, signed_metadata
 from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
+from nodes.retry import retry_shed
 
 __all__ = [
     "CONNECT_TIMEOUT_MS",
@@ -297,8 +298,15 @@ class GrpcTransport:
     async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
         stub = self._deliver_stub(address)
         request = wire.deliver_request(delivery)
-        metadata = self._metadata(_DELIVER, request)
-        reply = await self._call(address, stub.Deliver(request, timeout=timeout, metadata=metadata))
+
+        def attempt(left: float) -> Any:
+            # Signed afresh each attempt (new time and nonce): a retry is a new call.
+            metadata = self._metadata(_DELIVER, request)
+            return stub.Deliver(request, timeout=left, metadata=metadata)
+
+        # A peer that shed the delivery before reading it is asked again within
+        # the deadline (nodes.retry: a delivery is keyed by its value_ref).
+        reply = await self._call(address, retry_shed(_DELIVER, attempt, timeout))
         return bytes(reply.delivery_receipt)
 
     async def request_attestation(
@@ -477,9 +485,7 @@ class InMemoryTransport:
         if not isinstance(core, _AttesterNode):
             raise CallFailed("UNIMPLEMENTED", "not an attester", address)
         self._check_size(address, wire.attest_request_size(ask))
-        answer: AttestationAnswer = await self._run(
-            address, timeout, core.request_attestation(ask)
-        )
+        answer: AttestationAnswer = await self._run(address, timeout, core.request_attestation(ask))
         self._check_size(address, wire.attest_response_size(answer))
         return answer
 

@@ -298,11 +298,16 @@ class RemoteOps:
         import grpc
 
         from nodes import wire
+        from nodes.retry import retry_shed
 
         stub = wire.hoplog_stub(self.topo.channel(origin.address))
         request = wire.append_request(hops, [self._base + s for s in steps])
         try:
-            reply = await stub.Append(request, timeout=_CONTROL_TIMEOUT_S)
+            reply = await retry_shed(
+                "/provnet.v1.HopLog/Append",
+                lambda left: stub.Append(request, timeout=left),
+                _CONTROL_TIMEOUT_S,
+            )
         except grpc.aio.AioRpcError as exc:
             raise self._fail(origin, "append", exc) from None
         self._count(origin.name, "Append", request.ByteSize(), reply.ByteSize())
@@ -313,6 +318,7 @@ class RemoteOps:
         import grpc
 
         from nodes import wire
+        from nodes.retry import retry_shed
 
         stub = wire.hoplog_stub(self.topo.channel(origin.address))
         request = wire.commit_compaction_request(
@@ -320,7 +326,11 @@ class RemoteOps:
             deadline_ms=self._deadline_ms,
         )
         try:
-            reply = await stub.CommitCompaction(request, timeout=_CONTROL_TIMEOUT_S)
+            reply = await retry_shed(
+                "/provnet.v1.HopLog/CommitCompaction",
+                lambda left: stub.CommitCompaction(request, timeout=left),
+                _CONTROL_TIMEOUT_S,
+            )
         except grpc.aio.AioRpcError as exc:
             refs = ", ".join(ref for ref, _, _ in folds[:3])
             raise self._fail(origin, f"commit compaction ({refs}…)", exc) from None
@@ -333,11 +343,15 @@ class RemoteOps:
         import grpc
 
         from nodes import wire
+        from nodes.retry import retry_shed
 
         request = wire.deliver_request(delivery)
         try:
-            reply = await wire.deliver_stub(self.topo.channel(first.address)).Deliver(
-                request, timeout=timeout
+            stub = wire.deliver_stub(self.topo.channel(first.address))
+            reply = await retry_shed(
+                "/provnet.v1.Deliver/Deliver",
+                lambda left: stub.Deliver(request, timeout=left),
+                timeout,
             )
         except grpc.aio.AioRpcError as exc:
             if _code(exc) == "NOT_FOUND":
@@ -359,6 +373,7 @@ class RemoteOps:
         import grpc
 
         from nodes import wire
+        from nodes.retry import retry_shed
 
         sender, first = path[0], path[1]
         digests = {h: Envelope.from_bytes(h).digest for h in delivery.heads}
@@ -389,9 +404,12 @@ class RemoteOps:
         for relay, nxt in itertools.pairwise(path[1:]):
             forward = wire.forward_request(delivery.value_ref, nxt.name)
             try:
-                answer = await wire.deliver_stub(self.topo.channel(relay.address)).Forward(
-                    forward, timeout=timeout
-                )
+                relay_stub: Any = wire.deliver_stub(self.topo.channel(relay.address))
+
+                def forward_once(left: float, s: Any = relay_stub, f: Any = forward) -> Any:
+                    return s.Forward(f, timeout=left)
+
+                answer = await retry_shed("/provnet.v1.Deliver/Forward", forward_once, timeout)
             except grpc.aio.AioRpcError as exc:
                 raise self._fail(
                     relay, f"forward {delivery.value_ref} to {nxt.name}", exc
@@ -405,6 +423,7 @@ class RemoteOps:
         import grpc
 
         from nodes import wire
+        from nodes.retry import retry_shed
 
         holder = self.topo.holder
         witness = self.topo.witness
@@ -412,8 +431,11 @@ class RemoteOps:
         # ask + re-asks + a witness challenge, each bounded by the promised deadline
         timeout = (self._reasks + 3) * self._deadline_ms / 1000.0 + _CONTROL_TIMEOUT_S
         try:
-            reply = await wire.deliver_stub(self.topo.channel(holder.address)).Rehydrate(
-                request, timeout=timeout
+            stub = wire.deliver_stub(self.topo.channel(holder.address))
+            reply = await retry_shed(
+                "/provnet.v1.Deliver/Rehydrate",
+                lambda left: stub.Rehydrate(request, timeout=left),
+                timeout,
             )
         except grpc.aio.AioRpcError as exc:
             raise self._fail(holder, f"rehydrate {value_ref}", exc) from None

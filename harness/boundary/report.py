@@ -17,10 +17,13 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 from pathlib import Path
-from typing import assert_never
+from typing import Any, TypeVar, assert_never, cast
 
 from harness.arms import ARM_ORDER, STRUCTURAL_ARMS, ArmName
 from harness.boundary.choices import TransportKind
@@ -40,6 +43,7 @@ __all__ = [
     "cost_rows",
     "cost_table",
     "percentile",
+    "prewarm_figures",
     "summary_markdown",
     "write_outputs",
 ]
@@ -300,11 +304,68 @@ def _write_csv(path: Path, columns: list[str], rows: Iterable[Sequence[object]])
         writer.writerows(rows)
 
 
-def write_outputs(outcome: BoundaryOutcome, out: Path) -> list[Path]:
-    """Write every result file into ``out``; returns the paths written."""
+_Draw = TypeVar("_Draw", bound=Callable[..., bool])
+
+
+def _own_style(draw: _Draw) -> _Draw:
+    """Draw under matplotlib's default style, whatever the process changed.
+
+    A figure must not depend on what else ran in the process (``harness.figures``
+    sets its own rcParams process-wide): the same numbers give the same PNG
+    bytes in the parent, in a worker and in a test session.
+    """
+
+    @functools.wraps(draw)
+    def drawn(*args: Any, **kwargs: Any) -> bool:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.style
+
+        with matplotlib.style.context("default"):
+            return draw(*args, **kwargs)
+
+    return cast(_Draw, drawn)
+
+
+def prewarm_figures() -> None:
+    """Import matplotlib (Agg) and pyplot now, so that drawing later starts at once.
+
+    The import is most of the cost of a small figure; a worker process calls
+    this when its runs are done, while the others still play theirs.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+
+
+def write_outputs(
+    outcome: BoundaryOutcome, out: Path, executor: Executor | None = None
+) -> list[Path]:
+    """Write every result file into ``out``; returns the paths written.
+
+    With ``executor`` (the run's worker processes) the figures are drawn
+    there, in parallel with each other and with the tables written here;
+    each figure is drawn from numbers computed here, so the files are the
+    same either way.
+    """
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     costs = cost_rows(outcome)
+    where = conditions(outcome)
+    jobs: list[tuple[Path, Callable[..., bool], tuple[Any, ...]]] = []
+    data = _costs_figure_data(outcome)
+    if data is not None:
+        path = out / "boundary_costs.png"
+        jobs.append((path, _draw_costs, (data, path)))
+    path = out / "boundary_cost_vs_flips.png"
+    jobs.append((path, _figure, (costs, path, where)))
+    path = out / "boundary_bytes_by_cadence.png"
+    jobs.append((path, _cadence_figure, (cadence_ratios(outcome), path, where)))
+    drawing: list[tuple[Path, Future[bool]]] = []
+    if executor is not None:  # the largest figure first
+        drawing = [(path, executor.submit(fn, *args)) for path, fn, args in jobs]
     path = out / "boundary_costs.csv"
     _write_csv(path, COST_COLUMNS, ([row[c] for c in COST_COLUMNS] for row in costs))
     written.append(path)
@@ -377,15 +438,10 @@ def write_outputs(outcome: BoundaryOutcome, out: Path) -> list[Path]:
     path.write_text(summary_markdown(outcome, costs), encoding="utf-8")
     written.append(path)
 
-    png = out / "boundary_costs.png"
-    if _costs_figure(outcome, png):
-        written.append(png)
-    png = out / "boundary_cost_vs_flips.png"
-    if _figure(costs, png, conditions(outcome)):
-        written.append(png)
-    png = out / "boundary_bytes_by_cadence.png"
-    if _cadence_figure(cadence_ratios(outcome), png, conditions(outcome)):
-        written.append(png)
+    if executor is None:
+        written += [path for path, fn, args in jobs if fn(*args)]
+    else:
+        written += [path for path, future in drawing if future.result()]
     return written
 
 
@@ -468,38 +524,69 @@ def cost_table(outcome: BoundaryOutcome) -> str:
     return "\n".join(r for r, _ in rows) + "\n"
 
 
-def _costs_figure(outcome: BoundaryOutcome, path: Path) -> bool:
+@dataclass(frozen=True, slots=True)
+class _CostsFigure:
+    """What ``boundary_costs.png`` shows, computed from an outcome (small, picklable)."""
+
+    labels: tuple[str, ...]
+    local50: tuple[float, ...]
+    local99: tuple[float, ...]
+    across50: tuple[float, ...]
+    across99: tuple[float, ...]
+    names: tuple[str, ...]
+    values: tuple[float, ...]
+    statements: tuple[float, ...]
+    where: str
+
+
+def _costs_figure_data(outcome: BoundaryOutcome) -> _CostsFigure | None:
+    """The numbers of :func:`_draw_costs`; None when nothing was decided."""
+    arms = [a for a in STRUCTURAL_ARMS if outcome.arm_costs[a.value].rehydrations]
+    gt = outcome.arm_costs[ArmName.GROUND_TRUTH.value]
+    if not gt.decisions:
+        return None
+    # left: rehydrating-decision latency, p50 and p99, per structural arm
+    latencies = [outcome.arm_costs[a.value] for a in arms]
+    # right: bytes per decision delivered, full lineage vs compacted + statements
+    names = ["ground_truth\n(full lineage)"]
+    values = [gt.value_bytes / gt.decisions]
+    statements = [0.0]
+    for arm in STRUCTURAL_ARMS:
+        c = outcome.arm_costs[arm.value]
+        if c.decisions:
+            names.append(f"{arm.value}\n(compacted)")
+            values.append(c.value_bytes / c.decisions)
+            statements.append(c.statement_bytes / c.decisions)
+    return _CostsFigure(
+        tuple(a.value for a in arms),
+        tuple(_ms(c.inproc_latencies, 50) for c in latencies),
+        tuple(_ms(c.inproc_latencies, 99) for c in latencies),
+        tuple(_ms(c.rehydration_latencies, 50) for c in latencies),
+        tuple(_ms(c.rehydration_latencies, 99) for c in latencies),
+        tuple(names),
+        tuple(values),
+        tuple(statements),
+        conditions(outcome),
+    )
+
+
+@_own_style
+def _draw_costs(data: _CostsFigure, path: Path) -> bool:
     """Latency (left) and bytes (right) of deciding across the boundary vs in-process."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    arms = [a for a in STRUCTURAL_ARMS if outcome.arm_costs[a.value].rehydrations]
-    gt = outcome.arm_costs[ArmName.GROUND_TRUTH.value]
-    if not gt.decisions:
-        return False
     fig, (lat, nbytes) = plt.subplots(1, 2, figsize=(11, 4.6))
-    # left: rehydrating-decision latency, p50 and p99, per structural arm
-    labels: list[str] = []
-    local50: list[float] = []
-    local99: list[float] = []
-    across50: list[float] = []
-    across99: list[float] = []
-    for arm in arms:
-        c = outcome.arm_costs[arm.value]
-        labels.append(arm.value)
-        local50.append(_ms(c.inproc_latencies, 50))
-        local99.append(_ms(c.inproc_latencies, 99))
-        across50.append(_ms(c.rehydration_latencies, 50))
-        across99.append(_ms(c.rehydration_latencies, 99))
+    labels = list(data.labels)
     xs = list(range(len(labels)))
     width = 0.2
     for offset, values, label, color, hatch in (
-        (-1.5, local50, "in-process p50", "tab:gray", ""),
-        (-0.5, local99, "in-process p99", "tab:gray", "//"),
-        (0.5, across50, "across p50", "tab:blue", ""),
-        (1.5, across99, "across p99", "tab:blue", "//"),
+        (-1.5, data.local50, "in-process p50", "tab:gray", ""),
+        (-0.5, data.local99, "in-process p99", "tab:gray", "//"),
+        (0.5, data.across50, "across p50", "tab:blue", ""),
+        (1.5, data.across99, "across p99", "tab:blue", "//"),
     ):
         bars = lat.bar(
             [x + offset * width for x in xs],
@@ -512,7 +599,7 @@ def _costs_figure(outcome: BoundaryOutcome, path: Path) -> bool:
         )
         lat.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=8, padding=2)
     lat.set_yscale("log")
-    shown = [v for v in (*local50, *local99, *across50, *across99) if v > 0]
+    shown = [v for v in (*data.local50, *data.local99, *data.across50, *data.across99) if v > 0]
     if shown:  # head room above the tallest bar for its label and the legend
         lat.set_ylim(min(shown) / 2, max(shown) * 30)
     lat.set_xticks(xs, labels)
@@ -520,17 +607,9 @@ def _costs_figure(outcome: BoundaryOutcome, path: Path) -> bool:
     lat.set_title("Latency of a decision that needs folded hops", fontsize=10)
     lat.legend(fontsize=8, loc="upper left", ncol=2)
     lat.grid(True, axis="y", alpha=0.3)
-    # right: bytes per decision delivered, full lineage vs compacted + statements
-    names = ["ground_truth\n(full lineage)"]
-    values_b = [gt.value_bytes / gt.decisions]
-    statements = [0.0]
-    for arm in STRUCTURAL_ARMS:
-        c = outcome.arm_costs[arm.value]
-        if c.decisions:
-            names.append(f"{arm.value}\n(compacted)")
-            values_b.append(c.value_bytes / c.decisions)
-            statements.append(c.statement_bytes / c.decisions)
-    bx = list(range(len(names)))
+    values_b = list(data.values)
+    statements = list(data.statements)
+    bx = list(range(len(data.names)))
     nbytes.bar(bx, values_b, 0.6, label="value", color="tab:green", edgecolor="black")
     top = nbytes.bar(
         bx,
@@ -547,19 +626,20 @@ def _costs_figure(outcome: BoundaryOutcome, path: Path) -> bool:
         fontsize=8,
         padding=2,
     )
-    nbytes.set_xticks(bx, names, fontsize=9)
+    nbytes.set_xticks(bx, list(data.names), fontsize=9)
     nbytes.set_ylabel("bytes delivered per decision")
     nbytes.set_title("What one delivery carries", fontsize=10)
     nbytes.legend(fontsize=8, loc="upper right")
     nbytes.grid(True, axis="y", alpha=0.3)
     nbytes.set_ylim(0, max(v + s for v, s in zip(values_b, statements, strict=True)) * 1.2)
-    fig.suptitle(f"Across the boundary — {conditions(outcome)}", fontsize=11)
+    fig.suptitle(f"Across the boundary — {data.where}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
 
 
+@_own_style
 def _cadence_figure(
     ratios: list[tuple[int, float, float, float, float]], path: Path, where: str
 ) -> bool:
@@ -727,6 +807,7 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
     return "\n".join(lines)
 
 
+@_own_style
 def _figure(costs: list[dict[str, object]], path: Path, where: str) -> bool:
     import matplotlib
 

@@ -46,15 +46,18 @@ Outputs (``--out``): ``boundary_costs.csv``, ``boundary_decisions.csv``,
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness._workers import exit_with_parent
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
@@ -71,7 +74,7 @@ from harness.boundary.records import (
     overall_fingerprints,
 )
 from harness.boundary.remote import RemoteTopology, connect_remote
-from harness.boundary.report import write_outputs
+from harness.boundary.report import prewarm_figures, write_outputs
 from harness.boundary.topology import Topology, start_topology
 from harness.boundary.wire import CryptoMeter
 from harness.config import ExperimentConfig, Profile
@@ -97,6 +100,9 @@ __all__ = [
     "run_boundary_async",
     "slice_tasks",
 ]
+
+
+_T = TypeVar("_T")
 
 
 def slice_tasks(
@@ -271,6 +277,9 @@ def _worker_init(ticks: Any, runs: Any, parent: int) -> None:
     exit_with_parent(parent)  # a SIGKILLed parent leaves no worker playing on
     _WORKER_TICKS = ticks
     _WORKER_RUNS = runs
+    # Everything imported so far lives as long as the worker: keep the cyclic
+    # collector from walking it again at every full collection.
+    gc.freeze()
 
 
 def _pulled(
@@ -294,8 +303,16 @@ def _worker_play(
     root: str,
     evidence_dir: str | None,
     store_mode: StoreMode,
+    prewarm: bool = False,
 ) -> _Partial:
-    """One worker: runs from the shared queue until its stop mark, on its own in-process nodes."""
+    """One worker: runs from the shared queue until its stop mark, on its own in-process nodes.
+
+    With ``prewarm`` (figures will be drawn in this pool) the worker imports
+    matplotlib once its runs are done, in a thread of its own, while the
+    other workers finish theirs and the parent merges: the figures it is
+    then given start drawing at once. The thread is not a daemon, so the
+    worker never exits in the middle of that import.
+    """
     from nodes.config import LogFormat
     from nodes.logging import configure_logging
 
@@ -314,6 +331,8 @@ def _worker_play(
     )
     if pending[0] and _WORKER_TICKS is not None:
         _WORKER_TICKS.put(pending[0])
+    if prewarm:
+        threading.Thread(target=prewarm_figures, name="prewarm-figures").start()
     return partial
 
 
@@ -339,7 +358,11 @@ async def _play_parallel(
     evidence_dir: Path | None,
     bar: Any,
     store_mode: StoreMode,
-) -> list[_Partial]:
+    finish: Callable[[list[_Partial], Executor | None], _T],
+    prewarm: bool,
+) -> _T:
+    """Play the runs over the worker processes; ``finish(partials, pool)`` while
+    the pool still stands (it draws the figures there)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -373,6 +396,7 @@ async def _play_parallel(
                 str(root / f"w{w}"),
                 str(evidence_dir) if evidence_dir is not None else None,
                 store_mode,
+                prewarm,
             )
             for w in range(workers)
         ]
@@ -386,9 +410,10 @@ async def _play_parallel(
         leftover = _drain(ticks, 0.0)
         if leftover and bar is not None:
             bar.update(leftover)
+        result = finish(partials, pool)
     ticks.close()
     runs.close()
-    return partials
+    return result
 
 
 def longest_first(cfg: ExperimentConfig, settings: BoundarySettings) -> list[int]:
@@ -464,6 +489,7 @@ async def run_boundary_async(
     evidence_dir: Path | None = None,
     progress: bool | None = None,
     on_decision: Callable[[], None] | None = None,
+    out: Path | None = None,
 ) -> BoundaryOutcome:
     """Play every run of the slice across the boundary.
 
@@ -474,7 +500,9 @@ async def run_boundary_async(
     With ``settings.workers`` > 1 the runs are shared out over that many
     processes, each with its own in-process nodes under the same keys; the
     results are merged in run order, so the outputs and fingerprints are
-    those of one process.
+    those of one process. With ``out`` the result files are written there
+    (:func:`harness.boundary.report.write_outputs`; with workers, the
+    figures are drawn in the worker processes before they end).
     """
     from tqdm import tqdm
 
@@ -483,6 +511,13 @@ async def run_boundary_async(
     total = len(tasks) * (settings.steps // cfg.decision_every)  # decisions at step % D == 0
     start = time.perf_counter()
     parallel = settings.workers > 1 and settings.transport is not TransportKind.REMOTE
+
+    def finish(partials: list[_Partial], pool: Executor | None) -> BoundaryOutcome:
+        outcome = _outcome(settings, partials, time.perf_counter() - start)
+        if out is not None:
+            outcome.written = write_outputs(outcome, out, pool)
+        return outcome
+
     with tempfile.TemporaryDirectory(prefix="provnet-boundary-", dir=_scratch_root()) as tmp:
         root = work_dir if work_dir is not None else Path(tmp)
         # Stores in a directory removed after the run claim no durability; a
@@ -497,24 +532,36 @@ async def run_boundary_async(
         )
         try:
             if parallel:
-                partials = await _play_parallel(
-                    cfg, settings, len(tasks), root, evidence_dir, bar, store_mode
+                return await _play_parallel(
+                    cfg,
+                    settings,
+                    len(tasks),
+                    root,
+                    evidence_dir,
+                    bar,
+                    store_mode,
+                    finish,
+                    prewarm=out is not None,
                 )
-            else:
 
-                def tick() -> None:
-                    bar.update(1)
-                    if on_decision is not None:
-                        on_decision()
+            def tick() -> None:
+                bar.update(1)
+                if on_decision is not None:
+                    on_decision()
 
-                indexed = [(i, *t) for i, t in enumerate(tasks)]
-                partials = [
-                    await _play_tasks(
-                        cfg, settings, indexed, root, evidence_dir, tick, store_mode
-                    )
-                ]
+            indexed = [(i, *t) for i, t in enumerate(tasks)]
+            partials = [
+                await _play_tasks(cfg, settings, indexed, root, evidence_dir, tick, store_mode)
+            ]
         finally:
             bar.close()
+    return finish(partials, None)
+
+
+def _outcome(
+    settings: BoundarySettings, partials: list[_Partial], wall_seconds: float
+) -> BoundaryOutcome:
+    """The merged partials as the slice's outcome."""
     merged = _merge(settings, partials)
     if settings.transport is TransportKind.REMOTE:
         # each running node runs the fault it was started with; the first origin's is the run's
@@ -530,7 +577,7 @@ async def run_boundary_async(
         merged.outcomes,
         merged.folds_committed,
         merged.hops_appended,
-        time.perf_counter() - start,
+        wall_seconds,
         merged.node_ids,
         node_faults=merged.node_faults,
         heads_committed=merged.heads_committed,
@@ -553,7 +600,7 @@ def run_boundary(
     in ``node_dir`` if given (else a temporary directory, removed).
     """
     evidence_dir = out / "evidence" if out is not None else None
-    outcome = asyncio.run(
+    return asyncio.run(
         run_boundary_async(
             cfg,
             settings,
@@ -561,8 +608,6 @@ def run_boundary(
             evidence_dir=evidence_dir,
             progress=progress,
             on_decision=on_decision,
+            out=out,
         )
     )
-    if out is not None:
-        outcome.written = write_outputs(outcome, out)
-    return outcome

@@ -24,7 +24,13 @@ from contracts import (
     root_from_inclusion,
     verify_inclusion,
 )
-from contracts.merkle import consistency_roots, leaf_hash, verify_consistency
+from contracts.merkle import (
+    FoldRoots,
+    MerkleFrontier,
+    consistency_roots,
+    leaf_hash,
+    verify_consistency,
+)
 
 
 def _h(data: bytes) -> bytes:
@@ -361,3 +367,102 @@ def test_property_verification_of_arbitrary_input_only_ever_raises_contract_erro
             continue
         # Accepted: then every hash given had the right length.
         assert all(len(h) == 32 for h in hashes)
+
+
+# --------------------------------------------------------------------------- incremental roots
+
+
+def test_frontier_root_is_the_rfc_root_after_every_append_for_sizes_0_to_300() -> None:
+    leaves = [f"leaf {i}".encode() for i in range(300)]
+    frontier = MerkleFrontier()
+    assert frontier.root == EMPTY_ROOT == reference_mth([])
+    for n in range(1, len(leaves) + 1):
+        frontier.append([leaves[n - 1]])
+        assert frontier.size == n
+        assert frontier.root == merkle_root(leaves[:n]) == reference_mth(leaves[:n]), n
+
+
+def test_ct_vectors_roots_of_every_prefix_from_the_frontier() -> None:
+    frontier = MerkleFrontier()
+    for n, root in enumerate(CT["roots"], start=1):
+        frontier.append_hashes([CT_HASHES[n - 1]])
+        assert frontier.root.hex() == root
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.binary(max_size=40), max_size=40), min_size=1, max_size=12),
+)
+def test_property_frontier_after_random_batches_of_appends_is_the_from_scratch_root(
+    batches: list[list[bytes]],
+) -> None:
+    frontier = MerkleFrontier()
+    seen: list[bytes] = []
+    for batch in batches:
+        frontier.append(batch)
+        seen += batch
+        assert frontier.size == len(seen)
+        assert frontier.root == merkle_root(seen)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.binary(min_size=1, max_size=30), min_size=1, max_size=60, unique=True),
+    st.lists(st.tuples(st.integers(0, 59), st.integers(0, 59), st.booleans()), max_size=12),
+)
+def test_property_fold_roots_equal_merkle_root_for_extensions_and_anything_else(
+    pool: list[bytes], asks: list[tuple[int, int, bool]]
+) -> None:
+    # cumulative folds (each extends the last), interleaved with unrelated
+    # leaf lists, shorter prefixes and a changed leaf inside a known prefix
+    roots = FoldRoots(capacity=3)
+    grown: list[bytes] = []
+    for a, b, changed in asks:
+        grown += pool[: a % 5 + 1]
+        assert roots.root(grown) == merkle_root(grown)
+        other = pool[min(a, b) : max(a, b) + 1]
+        if changed and len(other) > 1:
+            other = [other[0], other[1] + b"!", *other[2:]]
+        assert roots.root(other) == merkle_root(other)
+        assert roots.root(grown[: max(1, len(grown) // 2)]) == merkle_root(
+            grown[: max(1, len(grown) // 2)]
+        )
+    assert roots.root([]) == EMPTY_ROOT
+
+
+def test_fold_roots_hash_only_the_new_leaves_of_an_extended_fold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import contracts.merkle as merkle
+
+    hashed: list[int] = []
+    original = merkle.leaf_hashes
+
+    def counting(leaves: Any) -> list[bytes]:
+        items = list(leaves)
+        hashed.append(len(items))
+        return original(items)
+
+    monkeypatch.setattr(merkle, "leaf_hashes", counting)
+    roots = FoldRoots()
+    leaves = [f"hop {i}".encode() for i in range(40)]
+    assert roots.root(leaves[:25]) == merkle_root(leaves[:25])
+    assert roots.root(leaves) == merkle_root(leaves)
+    changed = [*leaves[:10], b"other", *leaves[11:]]
+    assert roots.root(changed) == merkle_root(changed)
+    assert hashed == [25, 15, 40]  # from scratch, the tail, from scratch (prefix differs)
+    with pytest.raises(ValueError, match="capacity"):
+        FoldRoots(capacity=0)
+
+
+def test_fold_roots_stay_within_their_leaf_budget_and_stay_right() -> None:
+    roots = FoldRoots(capacity=100, max_leaves=50)
+    values = [[f"v{v} hop {i}".encode() for i in range(30)] for v in range(4)]
+    for n in (10, 20, 30):
+        for leaves in values:
+            assert roots.root(leaves[:n]) == merkle_root(leaves[:n])
+            assert roots._held <= 50
+            assert roots._held == sum(len(kept) for kept, _ in roots._last.values())
+    too_long = [f"x{i}".encode() for i in range(51)]
+    assert roots.root(too_long) == merkle_root(too_long)
+    assert too_long[0] not in roots._last

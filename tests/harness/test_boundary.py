@@ -490,11 +490,16 @@ def test_cost_rows_put_equal_flip_rates_next_to_different_costs(
     assert commit["decisions"] == faithful.folds_committed
 
 
-def test_runs_shared_over_worker_processes_give_the_one_process_outputs() -> None:
+def test_runs_shared_over_worker_processes_give_the_one_process_outputs(tmp_path: Path) -> None:
     # four runs pulled by two workers from a shared queue, the C = 10 runs
     # first: they must come back in the slice's run order
-    one = _play(steps=150, seeds=(0, 1), cadences=(25, 10))
-    shared = _play(steps=150, seeds=(0, 1), cadences=(25, 10), workers=2)
+    one = _play(tmp_path / "one", steps=150, seeds=(0, 1), cadences=(25, 10))
+    shared = _play(tmp_path / "shared", steps=150, seeds=(0, 1), cadences=(25, 10), workers=2)
+    # the same files, figures included (drawn in the worker processes)
+    assert [p.name for p in shared.written] == [p.name for p in one.written]
+    assert sum(p.suffix == ".png" for p in shared.written) == 3
+    for path in shared.written:
+        assert path.stat().st_size > 0, path
     assert [r.label for r in shared.runs] == [r.label for r in one.runs]
     assert [r.boundary_fingerprint for r in shared.runs] == [
         r.boundary_fingerprint for r in one.runs
@@ -554,6 +559,27 @@ def test_run_clock_never_reads_a_whole_second_and_stays_within_a_ms_of_the_wall(
         assert got == clock.now_ms()
         assert got % 1000 != 0
         assert 0 <= got - wall_ms <= 1
+
+
+def test_figures_drawn_in_worker_processes_are_the_files_drawn_here(
+    faithful: BoundaryOutcome, tmp_path: Path
+) -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from harness.boundary.report import write_outputs
+
+    here = write_outputs(faithful, tmp_path / "here")
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        there = write_outputs(faithful, tmp_path / "there", pool)
+    assert [p.name for p in there] == [p.name for p in here]
+    assert {p.name for p in here} >= {
+        "boundary_costs.png",
+        "boundary_cost_vs_flips.png",
+        "boundary_bytes_by_cadence.png",
+    }
+    for a, b in zip(here, there, strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
 
 
 def test_parallel_runs_are_dealt_out_longest_first() -> None:

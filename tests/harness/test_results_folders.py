@@ -192,3 +192,43 @@ def test_ctrl_c_during_a_run_is_one_line_exit_130_and_keeps_the_old_results(
     assert err.decode() == "provnet: interrupted\n"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+
+
+#: While set, every process forked from this one writes into it whether a SIGINT
+#: reaching it at its first moment would be acted on (not blocked, not ignored).
+_FORK_PROBE: list[Path] = []
+
+
+def _probe_after_fork() -> None:
+    import os
+    import signal
+
+    if not _FORK_PROBE:
+        return
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    (_FORK_PROBE[0] / f"child-{os.getpid()}").write_text(
+        "deaf" if blocked or ignored else "hears ctrl-c"
+    )
+
+
+def test_pool_workers_never_hear_ctrl_c_not_even_before_their_initializer(
+    tmp_path: Path,
+) -> None:
+    """The Ctrl-C race: the terminal sends SIGINT to the whole process group. A worker
+    it reaches between its fork and its initializer (which looks up libc first, slow
+    on a loaded machine) died with a traceback on stderr, beside the parent's one
+    line. Workers are born with SIGINT blocked, so there is no such moment."""
+    import os
+
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    os.register_at_fork(after_in_child=_probe_after_fork)
+    _FORK_PROBE.append(probes)
+    try:
+        run_main(SMALL.with_seed_count(1), tmp_path / "out", workers=2, progress=False)
+    finally:
+        _FORK_PROBE.clear()
+    seen = {p.name: p.read_text() for p in probes.iterdir()}
+    assert len(seen) >= 2, seen  # both pool workers
+    assert set(seen.values()) == {"deaf"}, seen

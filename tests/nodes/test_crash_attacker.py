@@ -212,7 +212,12 @@ class Campaign:
     outages: list[tuple[int, int]] = field(default_factory=list)
     kill_points: Counter[str] = field(default_factory=Counter)
     b_runs: list[BRun] = field(default_factory=list)
+    #: Per value: the outcome of B's rehydration started last (not the one that
+    #: ended last: a served call can end after a later one that went unanswered,
+    #: whose suspicion then still waits for a later receipt).
     b_last: dict[str, str] = field(default_factory=dict)
+    b_started: dict[str, int] = field(default_factory=dict)
+    b_starts: int = 0
     background: set[asyncio.Task[None]] = field(default_factory=set)
     redemanded: int = 0
     #: Acknowledgements H got served and verified at least once after a restart.
@@ -277,6 +282,8 @@ class Campaign:
 
     async def _b_rehydrate(self, value_ref: str) -> None:
         started = _now_ms()
+        self.b_starts += 1
+        mine = self.b_started[value_ref] = self.b_starts
         try:
             async with operator_channel(self.b.address) as chan:
                 stub: Any = deliver_pb2_grpc.DeliverStub(chan)
@@ -288,7 +295,8 @@ class Campaign:
         except grpc.aio.AioRpcError as exc:
             outcome = f"rpc:{exc.code().name}"
         self.b_runs.append(BRun(value_ref, started, _now_ms(), outcome))
-        self.b_last[value_ref] = outcome
+        if self.b_started[value_ref] == mine:
+            self.b_last[value_ref] = outcome
 
     async def deliver_to_b(self, ack: Ack) -> None:
         delivery = Delivery(

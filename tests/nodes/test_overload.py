@@ -289,6 +289,58 @@ async def test_calls_beyond_the_pending_limit_are_refused_by_grpc_before_the_nod
     assert counts[0] == (12, set()), counts
 
 
+async def test_a_burst_of_bulk_calls_is_refused_by_the_node_with_appointments_not_reset(
+    tmp_path: Path,
+) -> None:
+    """With the default settings a burst of bulk calls that arrives while the node's
+    event loop is busy is taken up and refused by the node, every call with
+    ``RESOURCE_EXHAUSTED`` and its own retry appointment, none reset by gRPC's
+    pending-call limit (``CANCELLED``, no appointment: what 64 gave).
+
+    Two deliveries that never send their body hold the byte budget; the loop is
+    blocked while 150 more arrive over four connections.
+    """
+    node = await grpc_node(tmp_path, "burst")
+    release = asyncio.Event()
+    options = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connection
+    chans = [grpc.aio.insecure_channel(node.address, options=options) for _ in range(4)]
+    try:
+        delivers = [chan.stream_unary(DELIVER, None, None) for chan in chans]
+        info = [chan.unary_unary("/provnet.v1.Node/Info", None, None) for chan in chans]
+        for ask in info:
+            await ask(b"", timeout=10)  # connected
+        holders = [
+            asyncio.ensure_future(delivers[0](_silent(release), timeout=30)) for _ in range(2)
+        ]
+        await _until(lambda: node.server.requests.bulk_in_flight == 2, "2 bulk calls held")
+        burst = [
+            asyncio.ensure_future(delivers[k % 4](_silent(release), timeout=30)) for k in range(150)
+        ]
+        for _ in range(50):
+            await asyncio.sleep(0)  # every call's batch started in gRPC's core
+        time.sleep(0.5)  # blocking is the point: gRPC queues what arrives meanwhile
+        results = await asyncio.gather(*burst, return_exceptions=True)
+        codes = [r.code() for r in results if isinstance(r, grpc.aio.AioRpcError)]
+        counted = {c.name: codes.count(c) for c in codes}
+        assert codes == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 150, counted  # 64: CANCELLED
+        appointments = [_pushback_ms(r) for r in results if isinstance(r, grpc.aio.AioRpcError)]
+        # Each refusal its own later slot: the burst is spread over (at least half of)
+        # 150 slots of the schedule, not sent back at once.
+        pushback = node.server.requests.pushback
+        slot_ms = pushback.interval_s / pushback.headroom * 1000
+        assert max(appointments) - min(appointments) >= 150 * slot_ms / 2, sorted(appointments)
+        assert node.server.requests.bulk_shed == 150
+        release.set()
+        for held in holders:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await held
+    finally:
+        release.set()
+        for chan in chans:
+            await chan.close(None)
+        await node.stop(0)
+
+
 def test_a_demand_queued_behind_a_full_pending_queue_is_still_served(tmp_path: Path) -> None:
     """The serve path has its own pending-call queue: a backlog of other calls that
     the node's event loop has not taken up yet neither delays a demand behind it
@@ -525,3 +577,42 @@ def test_pushback_spaces_refused_callers_at_the_rate_the_node_completes_bulk_cal
         interceptors.Pushback(min_s=1.0, max_s=0.5)
     with pytest.raises(ValueError, match="headroom"):
         interceptors.Pushback(headroom=0)
+
+
+def test_backlog_is_a_run_of_calls_taken_up_back_to_back_with_one_shed() -> None:
+    """``Backlog`` with a fake clock: what counts as a backlog, when it ends, how much."""
+    now = [100.0]
+    backlog = interceptors.Backlog(limit=100, clock=lambda: now[0])
+    step = interceptors.BACKLOG_GAP_S / 2
+    run = interceptors.BACKLOG_RUN
+
+    def take(n: int, gap: float = step) -> list[bool]:
+        out = []
+        for _ in range(n):
+            now[0] += gap
+            out.append(backlog.taken())
+        return out
+
+    # A burst of calls back to back that the node admits (none shed) is no backlog.
+    assert not any(take(3 * run))
+    # One of them shed: from the run's BACKLOG_RUN-th call on, shed every call taken up.
+    take(1, gap=1.0)
+    backlog.shed()
+    assert take(run) == [False] * (run - 2) + [True, True]  # the run began one call before
+    # A pause in a backlog (the node's other work, a lost time slice) does not end it...
+    assert take(1, gap=interceptors.BACKLOG_END_GAP_S / 2) == [True]
+    # ...a longer gap does: the queue has drained, the run is over.
+    assert take(1, gap=2 * interceptors.BACKLOG_END_GAP_S) == [False]
+    backlog.shed()
+    # A backlog that lasts: ``limit`` calls shed in all (3 already), then admitted as before.
+    lasting = take(200)
+    assert sum(lasting) == 100 - 3
+    assert not any(lasting[-50:])
+    # Within BACKLOG_EVERY_S of the window opening, a new backlog is not shed again...
+    take(1, gap=1.0)
+    backlog.shed()
+    assert not any(take(2 * run))
+    # ...after it, it is.
+    take(1, gap=interceptors.BACKLOG_EVERY_S)
+    backlog.shed()
+    assert take(run)[-1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from nodes._pb.provnet.v1 import (
 )
 from nodes.app import RunningNode
 from nodes.auth import ControlAuth, signed_metadata
+from nodes.errors import PeerUnavailable
 from nodes.faults import FaultMode
 from nodes.interceptors import REQUEST_ID_KEY
 from nodes.messages import Outcome
@@ -441,3 +443,28 @@ async def test_a_nodes_deliveries_are_signed_and_its_demands_are_not(
     assert ("/provnet.v1.Serve/Demand", True) not in seen
     with pytest.raises(ValueError, match="not a signed method"):
         signed_metadata(TEST_OPERATOR, "/provnet.v1.Serve/Demand", deliver_pb2.ForwardRequest())
+
+
+async def test_a_forward_without_a_caller_deadline_is_not_bound_by_the_serve_deadline(
+    tmp_path: Path, nodes: list[RunningNode]
+) -> None:
+    """The node's ``deadline_ms`` is what its obligations promise for answering a
+    demand; a delivery to a peer (the peer checks every statement and writes its
+    store durably) is another call. A forward with no deadline of its own must not
+    fail because the peer took longer than the serve deadline (a loaded machine)."""
+    a = await grpc_node(tmp_path, "a", deadline_ms=200)
+    b = await grpc_node(tmp_path, "b")
+    nodes.extend([a, b])
+    await _commit(a, 2, value_ref="v1", value=b"compacted value")
+    real = b.core.deliver
+
+    async def slow(*args: Any, **kw: Any) -> bytes:
+        await asyncio.sleep(0.6)  # three serve deadlines of a: a busy peer
+        return await real(*args, **kw)
+
+    b.core.deliver = slow  # type: ignore[method-assign]
+    assert await a.core.forward("v1", b.address)
+    assert b.core.held("v1").delivery.value == b"compacted value"
+    # A caller's own deadline still bounds the call.
+    with pytest.raises(PeerUnavailable, match="DEADLINE_EXCEEDED"):
+        await a.core.forward("v1", b.address, deadline=time.monotonic() + 0.2)
