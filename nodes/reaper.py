@@ -1,4 +1,5 @@
-"""Retention reaper: evicts hops that no unexpired obligation protects (S5).
+"""Retention reaper: evicts hops that no unexpired obligation protects (S5),
+and attestations past their ``expires_at``.
 
 The reaper never decides on its own what is safe to evict: each pass is one
 write transaction in which a single DELETE reads the obligation table and
@@ -50,6 +51,7 @@ class ReaperStats:
     hops_evicted: int
     errors: int
     folds_reconciled: int
+    attestations_reaped: int = 0
 
 
 class Reaper:
@@ -87,10 +89,13 @@ class Reaper:
         self._evicted = 0
         self._errors = 0
         self._landed = 0
+        self._attestations = 0
 
     @property
     def stats(self) -> ReaperStats:
-        return ReaperStats(self._passes, self._evicted, self._errors, self._landed)
+        return ReaperStats(
+            self._passes, self._evicted, self._errors, self._landed, self._attestations
+        )
 
     async def run_once(self) -> ReapReport:
         """One pass now; raises :class:`StoreError` if the pass failed.
@@ -103,7 +108,11 @@ class Reaper:
         report = await self._store.reap(
             now_ms=self._clock(), grace_ms=self._grace, limit=self._batch
         )
+        attestations = await self._store.reap_attestations(now_ms=self._clock(), limit=self._batch)
         self._passes += 1
+        self._attestations += attestations
+        if attestations:
+            _log.debug("reaper_attestations", attestations_reaped=attestations)
         self._evicted += report.hops_evicted
         if report.hops_evicted:
             _log.debug("reaper_pass", hops_evicted=report.hops_evicted)

@@ -102,6 +102,7 @@ from contracts.statements import (
 from nodes import store as st
 from nodes.attester import (
     ATTEST_SEQ_BASE,
+    MAX_LIFETIME_MS,
     AttestationAnswer,
     AttestationAsk,
     Attester,
@@ -143,9 +144,12 @@ __all__ = [
     "DEMAND_WINDOW_S",
     "FUTURE_NONCES_FILENAME",
     "MAX_APPEND_HOPS",
+    "MAX_ASKED_ATTESTERS",
     "MAX_ATTESTATIONS",
     "MAX_ATTESTATIONS_PER_ATTESTER",
     "MAX_ATTESTATION_BYTES",
+    "MAX_ATTESTATION_LIFETIME_MS",
+    "MAX_ATTESTATION_POOL_BYTES",
     "MAX_DEADLINE_MS",
     "MAX_DEMANDS_PER_CALL",
     "MAX_FOLD_HOPS",
@@ -155,6 +159,8 @@ __all__ = [
     "MAX_HELD_VALUES",
     "MAX_NONCES",
     "MAX_SERVE_FOR_MS",
+    "MAX_STRANGER_ATTESTATIONS",
+    "MAX_STRANGER_ATTESTATION_BYTES",
     "MIN_DEADLINE_MS",
     "MIN_SERVE_FOR_MS",
     "REPLAY_FLOOR_FILENAME",
@@ -188,10 +194,24 @@ MAX_SEQ = 2**63 - 1
 #: Held (delivered) values kept in memory: count and bytes; oldest evicted.
 MAX_HELD_VALUES = 4096
 MAX_HELD_BYTES = 256 * 1024 * 1024
-#: Attestations kept: per attester key, in all, and the largest envelope.
+#: Attestations kept: per attester key, and the largest envelope.
 MAX_ATTESTATIONS_PER_ATTESTER = 1024
-MAX_ATTESTATIONS = 100_000
 MAX_ATTESTATION_BYTES = 64 * 1024
+#: The reserved pool (attesters the node knows or asked): count and bytes;
+#: when full, refused (RESOURCE_EXHAUSTED), nothing evicted.
+MAX_ATTESTATIONS = 100_000
+MAX_ATTESTATION_POOL_BYTES = 1024 * 1024 * 1024
+#: The stranger pool (every other attester key): count and bytes; when full,
+#: its expired, then oldest, attestations are evicted.
+MAX_STRANGER_ATTESTATIONS = 4096
+MAX_STRANGER_ATTESTATION_BYTES = 64 * 1024 * 1024
+#: Longest attestation lifetime accepted (``expires_at - issued_at``), as an
+#: attester's longest (:data:`nodes.attester.MAX_LIFETIME_MS`). A stranger's
+#: ``issued_at`` may also be at most :data:`DEMAND_WINDOW_S` ahead of the node's
+#: clock, so its ``expires_at`` is at most this long plus the skew after now.
+MAX_ATTESTATION_LIFETIME_MS = MAX_LIFETIME_MS
+#: Attester keys remembered from this node's own Restore answers (oldest forgotten).
+MAX_ASKED_ATTESTERS = 1024
 #: Demand nonces remembered at once (each for twice the window).
 MAX_NONCES = 200_000
 #: How far above the latest accepted demand the durable replay floor is set.
@@ -367,6 +387,8 @@ class NodeCore:
         self.config = config
         self.identity = identity
         self.store = store
+        #: Attesters that answered this node's Restore (insertion-ordered set).
+        self._asked_attesters: dict[str, None] = {}
         self.transport = transport
         self.clock: Callable[[], float] = clock if clock is not None else time.time
         self.fault = fault if fault is not None else FaultPlan(config.fault, config.fault_delay_ms)
@@ -1846,32 +1868,71 @@ class NodeCore:
 
     # ----------------------------------------------------------------- attest, evidence
 
+    def reserved_attesters(self) -> frozenset[str]:
+        """Attester keys whose attestations use the reserved pool: this node,
+        its operator keys, its peers' pinned node ids, and attesters that
+        answered this node's own ``Attest.Restore``."""
+        keys = {self.identity.node_id, *self.config.operator_keys, *self._asked_attesters}
+        keys.update(p.node_id for p in self.config.peers if p.node_id)
+        return frozenset(keys)
+
+    def _remember_attesters(self, answer: AttestationAnswer) -> None:
+        for issued in answer.issued:
+            try:
+                attester = open_statement(issued.attestation, Attestation).statement.attester
+            except ContractError:
+                continue
+            self._asked_attesters.pop(attester, None)
+            self._asked_attesters[attester] = None
+            while len(self._asked_attesters) > MAX_ASKED_ATTESTERS:
+                del self._asked_attesters[next(iter(self._asked_attesters))]
+
     async def submit_attestation(self, data: bytes) -> str:
         if len(data) > MAX_ATTESTATION_BYTES:
             raise RequestTooLarge(f"attestation: {len(data)} bytes exceeds {MAX_ATTESTATION_BYTES}")
         attestation = open_statement(data, Attestation)
         a = attestation.statement
         now_ms = self.now_ms()
-        if await self.store.attestation_count(a.attester) >= MAX_ATTESTATIONS_PER_ATTESTER:
-            raise RequestTooLarge(
-                f"attestation: attester {a.attester[:16]}… already has"
-                f" {MAX_ATTESTATIONS_PER_ATTESTER} attestations kept here"
-            )
-        if await self.store.attestation_count() >= MAX_ATTESTATIONS:
-            raise RequestTooLarge(f"attestation: {MAX_ATTESTATIONS} attestations kept here")
         if now_ms >= a.expires_at:
             raise Expired(
                 f"attestation {attestation.digest[:12]}… expired at {a.expires_at} ms"
                 f" (now {now_ms} ms)"
             )
-        await self.store.add_attestation(
+        if a.expires_at - a.issued_at > MAX_ATTESTATION_LIFETIME_MS:
+            raise PromiseOutOfRange(
+                f"attestation: expires_at {a.expires_at} ms is more than"
+                f" {MAX_ATTESTATION_LIFETIME_MS} ms after issued_at ({a.issued_at} ms)"
+            )
+        reserved = self.reserved_attesters()
+        if a.attester not in reserved and a.issued_at > now_ms + DEMAND_WINDOW_S * 1000:
+            raise PromiseOutOfRange(
+                f"attestation: issued_at {a.issued_at} ms is more than"
+                f" {DEMAND_WINDOW_S:g} s after now ({now_ms} ms) for an attester this node"
+                " does not know"
+            )
+        kept = await self.store.keep_attestation(
             digest=attestation.digest,
             value_digest=a.value_digest,
             attester=a.attester,
             expires_at_ms=a.expires_at,
             envelope=data,
             now_ms=now_ms,
+            reserved=reserved,
+            caps=st.AttestationCaps(
+                per_attester=MAX_ATTESTATIONS_PER_ATTESTER,
+                reserved_count=MAX_ATTESTATIONS,
+                reserved_bytes=MAX_ATTESTATION_POOL_BYTES,
+                stranger_count=MAX_STRANGER_ATTESTATIONS,
+                stranger_bytes=MAX_STRANGER_ATTESTATION_BYTES,
+            ),
         )
+        if kept.evicted:
+            log.info(
+                "attestation_evicted",
+                peer=a.attester,
+                evicted=kept.evicted,
+                pool="stranger",
+            )
         return attestation.digest
 
     async def list_attestations(self, value_digest: str) -> tuple[bytes, ...]:
@@ -1954,7 +2015,7 @@ class NodeCore:
         ``attester`` is a peer name or host:port."""
         ask.check()
         address = self.config.peer(attester)
-        return await restore_value(
+        result = await restore_value(
             self.identity,
             self.transport,
             now_ms=self.now_ms(),
@@ -1963,6 +2024,8 @@ class NodeCore:
             attester=address,
             timeout=self._timeout(deadline, 30.0),
         )
+        self._remember_attesters(result.answer)
+        return result
 
     async def report_evidence(self, data: bytes) -> tuple[str, str, str]:
         """Accept evidence only if it verifies with the accused origin's own key.

@@ -73,6 +73,7 @@ from nodes.errors import (
     FoldConflict,
     HopConflict,
     MissingHop,
+    RequestTooLarge,
     SignerMismatch,
     StaleEpoch,
     StoreClosed,
@@ -84,6 +85,8 @@ from nodes.errors import (
 
 __all__ = [
     "DB_FILENAME",
+    "AttestationCaps",
+    "AttestationKept",
     "CompactionInput",
     "CompactionSigner",
     "CounterName",
@@ -380,6 +383,25 @@ class KeptCommitment:
     leaf_count: int
     root: str
     envelope: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AttestationCaps:
+    """Caps on kept attestations: per attester key, and per pool (reserved, stranger)."""
+
+    per_attester: int
+    reserved_count: int
+    reserved_bytes: int
+    stranger_count: int
+    stranger_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttestationKept:
+    """Whether an attestation was newly kept, and how many stranger ones it displaced."""
+
+    stored: bool
+    evicted: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -1620,6 +1642,109 @@ class HopStore:
                 (digest, value_digest, attester, expires_at_ms, envelope, now_ms),
             )
             return cursor.rowcount == 1
+
+    async def keep_attestation(
+        self,
+        *,
+        digest: str,
+        value_digest: str,
+        attester: str,
+        expires_at_ms: int,
+        envelope: bytes,
+        now_ms: int,
+        reserved: frozenset[str],
+        caps: AttestationCaps,
+    ) -> AttestationKept:
+        """Keep an (already verified) attestation within its pool's caps, in one transaction.
+
+        Attesters in ``reserved`` (keys the node knows or asked) share the
+        reserved pool: over its count or byte cap the attestation is refused
+        (``RequestTooLarge``), nothing is evicted. Every other attester is a
+        stranger: over the stranger pool's caps, expired stranger attestations
+        go first, then the oldest live ones, so strangers can only displace
+        each other. Any attester over ``caps.per_attester`` is refused.
+        """
+        size = len(envelope)
+        keys = json.dumps(sorted(reserved))
+        async with self._write(f"store attestation {digest[:16]}…") as db:
+            found = list(
+                await db.execute_fetchall("SELECT 1 FROM attestations WHERE digest = ?", (digest,))
+            )
+            if found:
+                return AttestationKept(False, 0)
+            mine = list(
+                await db.execute_fetchall(
+                    "SELECT COUNT(*) FROM attestations WHERE attester = ?", (attester,)
+                )
+            )
+            if int(mine[0][0]) >= caps.per_attester:
+                raise RequestTooLarge(
+                    f"attestation: attester {attester[:16]}… already has"
+                    f" {caps.per_attester} attestations kept here"
+                )
+            stranger = attester not in reserved
+            where = "attester NOT IN" if stranger else "attester IN"
+            pool = f"{where} (SELECT value FROM json_each(?))"
+            usage = list(
+                await db.execute_fetchall(
+                    f"SELECT COUNT(*), COALESCE(SUM(LENGTH(envelope)), 0) FROM attestations"
+                    f" WHERE {pool}",
+                    (keys,),
+                )
+            )
+            count, used = int(usage[0][0]), int(usage[0][1])
+            max_count = caps.stranger_count if stranger else caps.reserved_count
+            max_bytes = caps.stranger_bytes if stranger else caps.reserved_bytes
+            evicted = 0
+            if count + 1 > max_count or used + size > max_bytes:
+                if not stranger:
+                    raise RequestTooLarge(
+                        f"attestation: the reserved pool holds {count} attestations,"
+                        f" {used} bytes (caps {max_count}, {max_bytes} bytes)"
+                    )
+                # expired first, then oldest: one ordered pass over the stranger pool
+                rows = await db.execute_fetchall(
+                    f"SELECT digest, LENGTH(envelope) FROM attestations WHERE {pool}"
+                    " ORDER BY expires_at > ?, created_at, digest",
+                    (keys, now_ms),
+                )
+                drop: list[str] = []
+                for victim, length in rows:
+                    if count + 1 <= max_count and used + size <= max_bytes:
+                        break
+                    drop.append(str(victim))
+                    count -= 1
+                    used -= int(length)
+                await db.executemany(
+                    "DELETE FROM attestations WHERE digest = ?", [(d,) for d in drop]
+                )
+                evicted = len(drop)
+            await db.execute(
+                "INSERT INTO attestations (digest, value_digest, attester, expires_at, envelope,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (digest, value_digest, attester, expires_at_ms, envelope, now_ms),
+            )
+        return AttestationKept(True, evicted)
+
+    async def attestation_usage(self) -> tuple[int, int]:
+        """Attestations kept and the bytes of their envelopes."""
+        async with self._read("count attestation bytes") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT COUNT(*), COALESCE(SUM(LENGTH(envelope)), 0) FROM attestations"
+                )
+            )
+        return int(rows[0][0]), int(rows[0][1])
+
+    async def reap_attestations(self, *, now_ms: int, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` attestations that expired at or before ``now_ms``."""
+        async with self._write("reap expired attestations") as db:
+            cursor = await db.execute(
+                "DELETE FROM attestations WHERE digest IN (SELECT digest FROM attestations"
+                " WHERE expires_at <= ? LIMIT ?)",
+                (now_ms, limit),
+            )
+            return max(cursor.rowcount, 0)
 
     async def attestations_for(self, value_digest: str, *, now_ms: int) -> tuple[bytes, ...]:
         """Envelopes of unexpired attestations bound to a value digest."""
