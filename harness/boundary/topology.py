@@ -11,6 +11,10 @@ real SQLite hop log in a temporary directory and real Ed25519 keys):
   :class:`nodes.transport.GrpcTransport`; servers are stopped in
   :meth:`Topology.close`, which the runner calls in ``finally``.
 
+Every node started here (either transport) and the holder's client read one
+:class:`RunClock`, so what a run reports in bytes does not depend on the
+wall-clock millisecond its statements happen to be signed in.
+
 Every node's outgoing calls pass through a
 :class:`harness.boundary.wire.MeteredTransport` so the runner can count
 them. Only ``origins[0]`` runs the requested fault; every other node is
@@ -48,12 +52,41 @@ __all__ = [
     "NodeOps",
     "NodeRef",
     "NodeSpec",
+    "RunClock",
     "Topology",
     "start_topology",
 ]
 
 #: Called with (kind, accused node id, evidence bytes, file path) for each record.
 EvidenceSink = Callable[[str, str, bytes, str], Awaitable[None]]
+
+
+class RunClock:
+    """The clock every node of an in-process run (and its holder) reads: wall time,
+    except that a time landing on a whole second reads one millisecond later.
+
+    Wire version 4 sends a whole-second time as seconds, one byte shorter than the
+    same time in ms (:data:`nodes.wire.WIRE_VERSION`), so on the wall clock about one
+    head statement in a thousand came out a byte short, and a run's byte counts
+    (delivery bytes, ``boundary_costs.csv``) moved with the moment it ran. On this
+    clock no time a node stamps is a whole second, and every reading is within 1 ms
+    of the wall clock, so freshness and skew checks against anything that reads the
+    wall clock (control-call signatures, evidence checks) hold as before. Nodes
+    reached with ``--cluster``/``--nodes`` keep their own clocks.
+    """
+
+    __slots__ = ("_wall",)
+
+    def __init__(self, wall: Callable[[], float] | None = None) -> None:
+        self._wall = wall
+
+    def now_ms(self) -> int:
+        ms = int((self._wall() if self._wall is not None else time.time()) * 1000)
+        return ms + 1 if ms % 1000 == 0 else ms
+
+    def __call__(self) -> float:
+        # a quarter ms past the ms, so int(clock() * 1000) reads it back exactly
+        return (self.now_ms() + 0.25) / 1000
 
 
 class NodeLost(Exception):
@@ -197,6 +230,7 @@ class LocalOps:
             reasks=reasks,
             on_evidence=self._keep,
             cache=cache,
+            clock=holder.clock,  # the run's clock, as every node of the run
         )
 
     async def _keep(self, kind: str, accused: str, body: bytes, path: str) -> None:
@@ -276,13 +310,14 @@ async def start_topology(
     after the run: the nodes' logs then claim no durability
     (:class:`nodes.store.StoreMode`)."""
     meter = WireMeter()
+    clock = RunClock()
     registry: dict[str, LocalNode] = {}
     handles: list[NodeHandle] = []
     try:
         for spec in specs:
             handles.append(
                 await _start_one(
-                    root, spec, transport, meter, registry, deadline_ms, reasks, store_mode
+                    root, spec, transport, meter, clock, registry, deadline_ms, reasks, store_mode
                 )
             )
     except BaseException:
@@ -304,6 +339,7 @@ async def _start_one(
     spec: NodeSpec,
     transport: TransportKind,
     meter: WireMeter,
+    clock: RunClock,
     registry: dict[str, LocalNode],
     deadline_ms: int,
     reasks: int,
@@ -332,6 +368,7 @@ async def _start_one(
             transport=MeteredTransport(InMemoryTransport(registry=registry), meter, spec.name),
             fault=FaultPlan(spec.fault, spec.fault_delay_ms, crash=crash),
             store_mode=store_mode,
+            clock=clock,
         )
         core_ref.append(core)
         registry[address] = core
@@ -358,5 +395,6 @@ async def _start_one(
             GrpcTransport(config.max_message_bytes, credentials=signer), meter, spec.name
         ),
         store_mode=store_mode,
+        clock=clock,
     )
     return NodeHandle(spec.name, spec.role, running.core, running.address, spec.fault, running)

@@ -519,6 +519,48 @@ def test_runs_shared_over_worker_processes_give_the_one_process_outputs(tmp_path
     assert shared.wire[("calls", "by_node")] == one.wire[("calls", "by_node")]
 
 
+def test_reported_bytes_do_not_depend_on_the_wall_clock_millisecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Wire v4 sends a whole-second time one byte shorter than a time in ms; the
+    # same slice played with a wall clock that reads only whole seconds and with
+    # one that reads only half seconds must report the same bytes everywhere.
+    import time
+
+    from harness.boundary.report import cost_rows
+
+    wall = time.time
+
+    def play(clock: Any) -> tuple[object, ...]:
+        monkeypatch.setattr(time, "time", clock)
+        try:
+            out = _play(steps=60, cadences=(10,))
+        finally:
+            monkeypatch.setattr(time, "time", wall)
+        wire = {
+            key: {k: n for k, n in v.items() if k.endswith("_bytes")}
+            for key, v in sorted(out.wire.items())
+        }
+        rows = [{k: v for k, v in r.items() if k.endswith("_bytes")} for r in cost_rows(out)]
+        return out.delivery_by_cadence, wire, rows, overall_fingerprints(out)
+
+    whole = play(lambda: float(int(wall())))
+    half = play(lambda: int(wall()) + 0.5)
+    assert any(sums[2] for sums in whole[0].values())  # type: ignore[attr-defined]
+    assert whole == half
+
+
+def test_run_clock_never_reads_a_whole_second_and_stays_within_a_ms_of_the_wall() -> None:
+    from harness.boundary.topology import RunClock
+
+    for wall_ms in (1_780_000_000_000, 1_780_000_000_001, 1_780_000_000_999, 1_780_000_000_500):
+        clock = RunClock(lambda ms=wall_ms: ms / 1000)  # type: ignore[misc]
+        got = int(clock() * 1000)
+        assert got == clock.now_ms()
+        assert got % 1000 != 0
+        assert 0 <= got - wall_ms <= 1
+
+
 def test_figures_drawn_in_worker_processes_are_the_files_drawn_here(
     faithful: BoundaryOutcome, tmp_path: Path
 ) -> None:
