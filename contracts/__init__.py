@@ -208,6 +208,7 @@ from contracts.signed import (
     open_statement,
     parse_statement,
     sign_statement,
+    verify_parsed,
 )
 from contracts.statements import (
     AXES,
@@ -360,6 +361,7 @@ __all__ = [
     "verify_evidence",
     "verify_fold",
     "verify_inclusion",
+    "verify_parsed",
     "verify_receipt_binding",
     "verify_rehydration",
     "verify_served",

@@ -65,6 +65,7 @@ __all__ = [
     "open_statement",
     "parse_statement",
     "sign_statement",
+    "verify_parsed",
 ]
 
 S = TypeVar("S", bound=Statement)
@@ -236,19 +237,34 @@ def parse_statement(
     data: bytes | Envelope | dict[str, Any],
     cls: type[S],
     *,
+    signer: str | None = None,
     max_bytes: int = MAX_ENVELOPE_BYTES,
     fold: FoldKey | None = None,
 ) -> Signed[S]:
-    """Steps (1) and (2) of :func:`open_statement` only: **no signature is checked**.
+    """Steps (1) to (3) of :func:`open_statement` only: **no signature is checked**.
 
     For lazy verification (design revision 2): a caller that needs the
     statement's content but not its signature (bytes that already reproduce a
-    root proven under a verified head). Nothing parsed here may be cited or
-    kept as evidence; :func:`open_statement` it first.
+    root proven under a verified head; a delivery receipt whose heads only
+    decide what travels next time). Nothing parsed here may be cited, kept as
+    evidence or relied on; :func:`verify_parsed` (or :func:`open_statement`) it
+    first.
     """
     envelope = _as_envelope(data, max_bytes)
     statement: S = _parse(envelope, cls, fold)
+    if signer is not None and statement.signer != signer:
+        raise BindingMismatch(
+            f"{cls.KIND.value} {envelope.digest[:12]}… names signer {statement.signer[:16]}…,"
+            f" expected {signer[:16]}…"
+        )
     return Signed(envelope, statement)
+
+
+def verify_parsed(signed: Signed[S]) -> Signed[S]:
+    """Step (4) of :func:`open_statement` for a statement :func:`parse_statement` read:
+    the Ed25519 signature by the signer it names, over the payload as received."""
+    signed.envelope.verify(PublicKey.from_node_id(signed.statement.signer))
+    return signed
 
 
 def open_any(

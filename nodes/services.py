@@ -86,7 +86,13 @@ from contracts.serve import (
     verify_delivery,
     verify_demand,
 )
-from contracts.signed import Signed, open_statement, parse_statement, sign_statement
+from contracts.signed import (
+    Signed,
+    open_statement,
+    parse_statement,
+    sign_statement,
+    verify_parsed,
+)
 from contracts.statements import (
     Attestation,
     Commitment,
@@ -1669,8 +1675,21 @@ class NodeCore:
             raise UnknownValue(f"no held value {value_ref!r:.80} on node {self.config.name}")
         return value
 
-    async def forward(self, value_ref: str, peer: str, *, deadline: float | None = None) -> bytes:
-        """Deliver a held value unchanged to a peer; return its verified delivery receipt."""
+    async def forward(
+        self,
+        value_ref: str,
+        peer: str,
+        *,
+        deadline: float | None = None,
+        verify_receipt: bool = True,
+    ) -> bytes:
+        """Deliver a held value unchanged to a peer; return its verified delivery receipt.
+
+        ``verify_receipt=False`` for a caller that discards the receipt (the
+        experiment's relays): its fields are still checked, its signature is
+        not, and the bytes returned must not be relied on (design, "Verify
+        where it carries information").
+        """
         held = self.held(value_ref)
         try:
             address = self.config.peer(peer)
@@ -1695,6 +1714,9 @@ class NodeCore:
         except CallFailed as exc:
             # The peer's failure, not ours: never INTERNAL.
             raise PeerUnavailable(f"forward {value_ref}: peer {peer}: {exc}") from exc
+        if verify_receipt:
+            # What Forward returns is the peer's word that it holds the value: checked.
+            verify_parsed(receipt)
         r = receipt.statement
         if (
             r.sender != self.node_id
@@ -1713,7 +1735,9 @@ class NodeCore:
     ) -> tuple[bytes, Signed[DeliveryReceipt], Delivery]:
         """Deliver to ``address``, sending only the digests of heads it acknowledged before.
 
-        Returns the peer's receipt (bytes, opened) and the delivery as sent.
+        Returns the peer's receipt (bytes, parsed and bound to ``signer``, its
+        signature **not** verified: :func:`contracts.signed.verify_parsed` it
+        before relying on it) and the delivery as sent.
 
         The peer's signed delivery receipt lists, for a head-form fold, the head
         digest: a head it lists is held verified there, so later deliveries to
@@ -1755,7 +1779,10 @@ class NodeCore:
                 self._origins_acked.discard((address, o))
             data = await self.transport.deliver(address, full, timeout)
             outgoing = full
-        receipt = open_statement(data, DeliveryReceipt, signer=signer)
+        # The receipt decides nothing here (design, "Verify where it carries
+        # information"): the heads it lists only travel as digests next time, and
+        # a peer that does not hold one answers NOT_FOUND and gets every head.
+        receipt = parse_statement(data, DeliveryReceipt, signer=signer)
         sent = {_envelope_digest(h): h for h in delivery.heads}
         for digest in receipt.statement.obligations:
             head = sent.get(digest)

@@ -459,8 +459,10 @@ class RunPlayer:
         with topo.meter.tagged((arm.value, "delivery")):
             start = time.perf_counter()
             try:
-                # Heads the next node acknowledged before travel as their digests;
-                # its receipt is opened (signature verified, by its key) once, there.
+                # Heads the next node acknowledged before travel as their digests.
+                # Its receipt is parsed and bound to its key; its signature is not
+                # verified: nothing here cites it or decides on it beyond which
+                # heads travel (design, "Verify where it carries information").
                 receipt, sent = await runner.ops.deliver(path, delivery, _DELIVERY_TIMEOUT_S)
             except (CallFailed, NodeLost) as exc:
                 raise BoundaryError(

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.envelope import Envelope
-from contracts.signed import Signed, open_statement
+from contracts.signed import Signed, parse_statement
 from contracts.statements import DeliveryReceipt
 from harness.boundary.choices import Role, TransportKind
 from harness.boundary.topology import EvidenceSink, NodeLost, NodeRef
@@ -397,7 +397,9 @@ class RemoteOps:
                 raise RemoteError(
                     f"deliver {delivery.value_ref} on node {first.name}: {again}"
                 ) from None
-        receipt = open_statement(data, DeliveryReceipt, signer=first.node_id)
+        # Parsed, bound to the node's key, not verified: it decides only which
+        # heads travel as digests next time (a node without one answers NOT_FOUND).
+        receipt = parse_statement(data, DeliveryReceipt, signer=first.node_id)
         for digest in receipt.statement.obligations:
             if digest in digests.values():
                 self._acked.add((first.address, digest))

@@ -212,3 +212,32 @@ def test_a_signature_of_the_wrong_length_never_verifies() -> None:
     ):
         with pytest.raises(BadSignature):
             identity.public.verify(bad, message)
+
+
+def test_a_parsed_statement_is_bound_to_its_signer_and_verified_only_when_asked() -> None:
+    """parse_statement checks the named signer but not the signature; verify_parsed
+    then refuses a signature that does not verify over the payload as received."""
+    import dataclasses
+
+    from contracts.errors import BadSignature, BindingMismatch
+    from contracts.serve import build_delivery_receipt
+    from contracts.signed import parse_statement, verify_parsed
+    from contracts.statements import DeliveryReceipt
+
+    peer, other = fixed_identity("peer"), fixed_identity("other")
+    good = build_delivery_receipt(
+        peer,
+        sender=other.node_id,
+        value_digest="ab" * 32,
+        commitments=[],
+        obligations=[],
+        received_at=1_000,
+    ).envelope
+    assert verify_parsed(parse_statement(good, DeliveryReceipt, signer=peer.node_id))
+    with pytest.raises(BindingMismatch, match="names signer"):
+        parse_statement(good, DeliveryReceipt, signer=other.node_id)
+    altered = dataclasses.replace(good, payload=good.payload.replace(b"1000", b"1001"))
+    assert altered.payload != good.payload
+    parsed = parse_statement(altered, DeliveryReceipt, signer=peer.node_id)  # not checked here
+    with pytest.raises(BadSignature, match="does not verify"):
+        verify_parsed(parsed)

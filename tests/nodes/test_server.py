@@ -406,6 +406,81 @@ async def test_forward_accepts_only_a_receipt_for_this_sender_value_and_pinned_p
         a.core.transport = transport
 
 
+async def test_forward_returns_only_a_receipt_whose_signature_verifies(
+    tmp_path: Path, nodes: list[RunningNode]
+) -> None:
+    """A delivery receipt is parsed, not verified, on the way (it decides only
+    which heads travel next time); what Forward returns is verified: a receipt
+    with every field right but a broken signature, or altered after signing,
+    is refused."""
+    import dataclasses
+
+    from contracts import sha256_hex
+    from contracts.envelope import Envelope, EnvelopeSignature
+    from contracts.errors import BadSignature, EncodingError
+    from contracts.serve import build_delivery_receipt
+
+    a = await grpc_node(tmp_path, "a")
+    nodes.append(a)
+    await _commit(a, 3, value_ref="v1", value=b"compacted value")
+    held = a.core.held("v1")
+    peer = Identity.generate()
+    now = a.core.now_ms()
+
+    def receipt(value: bytes) -> Envelope:
+        return build_delivery_receipt(
+            peer,
+            sender=a.node_id,
+            value_digest=sha256_hex(value),
+            commitments=[f.commitment for f in held.folds],
+            obligations=[f.obligation for f in held.folds],
+            received_at=now,
+        ).envelope
+
+    good = receipt(b"compacted value")
+    (sig,) = good.signatures
+    flipped = bytes([sig.sig[0] ^ 1]) + sig.sig[1:]
+    later = good.payload.replace(str(now).encode(), str(now + 1).encode())
+    assert later != good.payload
+    forged = {
+        "flipped signature": Envelope(
+            good.payload, good.payload_type, (EnvelopeSignature(sig.keyid, flipped),)
+        ),
+        "altered after signing": dataclasses.replace(good, payload=later),
+    }
+    transport = a.core.transport
+    try:
+        for what, envelope in forged.items():
+            data = envelope.to_bytes()
+
+            async def deliver(*_: object, data: bytes = data) -> bytes:
+                return data
+
+            a.core.transport = type("Forged", (), {"deliver": staticmethod(deliver)})()
+            with pytest.raises(BadSignature, match="does not verify"):
+                await a.core.forward("v1", "127.0.0.1:1")
+            # A caller that discards the receipt does not pay for its signature,
+            # but its fields are still checked.
+            assert await a.core.forward("v1", "127.0.0.1:1", verify_receipt=False) == data, what
+            wrong = receipt(b"other").to_bytes()
+
+            async def deliver_wrong(*_: object, data: bytes = wrong) -> bytes:
+                return data
+
+            a.core.transport = type("Wrong", (), {"deliver": staticmethod(deliver_wrong)})()
+            with pytest.raises(EncodingError, match="acknowledged another"):
+                await a.core.forward("v1", "127.0.0.1:1", verify_receipt=False)
+        good_bytes = good.to_bytes()
+
+        async def deliver_good(*_: object) -> bytes:
+            return good_bytes
+
+        a.core.transport = type("Good", (), {"deliver": staticmethod(deliver_good)})()
+        assert await a.core.forward("v1", "127.0.0.1:1") == good_bytes
+    finally:
+        a.core.transport = transport
+
+
 async def test_a_nodes_deliveries_are_signed_and_its_demands_are_not(
     tmp_path: Path, nodes: list[RunningNode], monkeypatch: pytest.MonkeyPatch
 ) -> None:
