@@ -1624,25 +1624,6 @@ class HopStore:
                 )
         return int(rows[0][0])
 
-    async def add_attestation(
-        self,
-        *,
-        digest: str,
-        value_digest: str,
-        attester: str,
-        expires_at_ms: int,
-        envelope: bytes,
-        now_ms: int,
-    ) -> bool:
-        """Keep an (already verified) attestation verbatim; False if already kept."""
-        async with self._write(f"store attestation {digest[:16]}…") as db:
-            cursor = await db.execute(
-                "INSERT INTO attestations (digest, value_digest, attester, expires_at, envelope,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
-                (digest, value_digest, attester, expires_at_ms, envelope, now_ms),
-            )
-            return cursor.rowcount == 1
-
     async def keep_attestation(
         self,
         *,

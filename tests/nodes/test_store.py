@@ -19,6 +19,7 @@ from contracts.merkle import merkle_root
 from nodes._store_signing import fold_signer, synthetic_hop
 from nodes.reaper import Reaper
 from nodes.store import (
+    AttestationCaps,
     CounterName,
     FoldConflict,
     FoldDraft,
@@ -571,14 +572,23 @@ async def test_counters_persist_across_reopen_and_count_evidence_by_kind(tmp_pat
 
 async def test_attestations_are_kept_verbatim_and_expire(store: HopStore) -> None:
     envelope = b'{"payload":"x","payloadType":"t","signatures":[]}'
-    await store.add_attestation(
+    kept = await store.keep_attestation(
         digest="aa" * 32,
         value_digest="bb" * 32,
         attester="cc" * 32,
         expires_at_ms=NOW + 10,
         envelope=envelope,
         now_ms=NOW,
+        reserved=frozenset(),
+        caps=AttestationCaps(
+            per_attester=4,
+            reserved_count=4,
+            reserved_bytes=1 << 20,
+            stranger_count=4,
+            stranger_bytes=1 << 20,
+        ),
     )
+    assert kept.stored
     assert await store.attestations_for("bb" * 32, now_ms=NOW) == (envelope,)
     assert await store.attestations_for("bb" * 32, now_ms=NOW + 11) == ()
 
