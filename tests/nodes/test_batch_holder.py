@@ -18,7 +18,7 @@ type it does not read).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +38,6 @@ from nodes import services
 from nodes.messages import Answer, Delivery, Outcome
 from nodes.services import NodeCore
 from tests.nodes.rpc_support import MemCluster, audit, hop_json, single
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
-    mem = MemCluster(tmp_path, deadline_ms=300, reasks=1)
-    try:
-        yield mem
-    finally:
-        await mem.close()
 
 
 async def _held_under_one_head(cluster: MemCluster, refs: list[str], first: int = 1) -> None:

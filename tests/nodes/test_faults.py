@@ -7,10 +7,6 @@ gRPC server runs); a few modes are repeated over real gRPC in test_server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 
 from contracts.evidence import EvidenceStatus, verify_evidence
 from nodes.client import Outcome
@@ -18,15 +14,6 @@ from nodes.faults import Equivocate, FaultMode
 from tests.nodes.rpc_support import AUDIT, MemCluster, accusation_audit, single
 
 __all__ = ["accusation_audit"]
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
-    mem = MemCluster(tmp_path, deadline_ms=300, reasks=1)
-    try:
-        yield mem
-    finally:
-        await mem.close()
 
 
 async def _value_from(cluster: MemCluster, fault: FaultMode, delay_ms: int = 0) -> Outcome:

@@ -12,7 +12,7 @@ record naming the faulty origin.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,15 +32,6 @@ from nodes.messages import Delivery
 from nodes.services import HeldValue, NodeCore
 from nodes.transport import CallFailed
 from tests.nodes.rpc_support import MemCluster, audit, ed25519_counts, hop_json, single
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
-    mem = MemCluster(tmp_path, deadline_ms=300, reasks=1)
-    try:
-        yield mem
-    finally:
-        await mem.close()
 
 
 async def _compaction(core: NodeCore, refs: list[str], hops: int = 4) -> tuple[bytes, list[bytes]]:

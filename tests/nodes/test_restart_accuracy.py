@@ -12,24 +12,10 @@ and demand again at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
 from nodes.client import Outcome
 from tests.nodes.rpc_support import AUDIT, MemCluster, accusation_audit, single
 
 __all__ = ["accusation_audit"]
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
-    mem = MemCluster(tmp_path, deadline_ms=300, reasks=1)
-    try:
-        yield mem
-    finally:
-        await mem.close()
 
 
 async def test_origin_restarted_right_after_serving_serves_fresh_demands_unaccused(

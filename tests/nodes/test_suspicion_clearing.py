@@ -16,8 +16,6 @@ until the served rehydration has finished (in-memory nodes, real stores).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,15 +23,6 @@ import pytest
 from nodes.client import HeldFold, Holder
 from nodes.messages import Outcome, RehydrationReport
 from tests.nodes.rpc_support import MemCluster, single
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
-    mem = MemCluster(tmp_path, deadline_ms=300, reasks=1)
-    try:
-        yield mem
-    finally:
-        await mem.close()
 
 
 async def _rehydrate(cluster: MemCluster, value_ref: str, fold: HeldFold) -> RehydrationReport:
