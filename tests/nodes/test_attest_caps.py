@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import sqlite3
-import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -34,13 +32,13 @@ from nodes import services
 from nodes._pb.provnet.v1 import attest_pb2, attest_pb2_grpc
 from nodes.app import load_or_create_identity
 from nodes.attester import AttestationAnswer, IssuedAttestation
-from nodes.cluster import HealthState, child_env, free_ports, probe_health, provnet_argv
 from nodes.config import NodeConfig, Peer
 from nodes.errors import PromiseOutOfRange, RequestTooLarge
 from nodes.reaper import Reaper
 from nodes.services import NodeCore
 from nodes.store import DB_FILENAME
 from nodes.transport import InMemoryTransport
+from tests.nodes.node_process import node_process
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -224,30 +222,11 @@ def _kept(data_dir: Path) -> int:
         return int(db.execute("SELECT COUNT(*) FROM attestations").fetchone()[0])
 
 
-@contextlib.contextmanager
-def _node_process(root: Path, **env_extra: str) -> Iterator[tuple[str, Path]]:
+def _node_process(
+    root: Path, **env_extra: str
+) -> contextlib.AbstractContextManager[tuple[str, Path]]:
     """One ``provnet node`` process on loopback: its address and data dir."""
-    address = f"127.0.0.1:{free_ports(1)[0]}"
-    data_dir = root / "solo"
-    env = child_env()
-    env.update(PROVNET_SHUTDOWN_GRACE_S="1", **env_extra)
-    argv = provnet_argv("node", "--name", "solo", "--listen", address, "--data-dir", str(data_dir))
-    with (root / "solo.log").open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
-        give_up = time.monotonic() + 60
-        while probe_health(address, timeout=0.5) is not HealthState.SERVING:
-            if proc.poll() is not None or time.monotonic() > give_up:
-                pytest.fail(f"node did not start: {(root / 'solo.log').read_text()[-2000:]}")
-            time.sleep(0.05)
-        yield address, data_dir
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    return node_process(root, "solo", **env_extra)
 
 
 @pytest.fixture

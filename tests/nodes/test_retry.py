@@ -11,9 +11,6 @@ bounds every attempt.
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,15 +23,14 @@ from contracts.signed import open_statement
 from contracts.statements import DeliveryReceipt
 from nodes import wire
 from nodes._pb.provnet.v1 import deliver_pb2, hoplog_pb2, hoplog_pb2_grpc
-from nodes.cluster import HealthState, child_env, free_ports, probe_health, provnet_argv
 from nodes.messages import Delivery
 from nodes.retry import PUSHBACK_KEY, RETRY_SAFE, retry_shed
 from nodes.transport import GrpcTransport
+from tests.nodes.node_process import node_process
 from tests.nodes.rpc_support import TEST_OPERATOR, hop_json, operator_channel
 
 pytestmark = pytest.mark.timeout(180)
 
-REPO = Path(__file__).resolve().parents[2]
 _DELIVER = "/provnet.v1.Deliver/Deliver"
 #: One reservation (the largest message) fills the node's byte budget.
 _MAX_MESSAGE = 1024 * 1024
@@ -43,36 +39,15 @@ _MAX_MESSAGE = 1024 * 1024
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[str]:
     """A node process whose bulk byte budget holds one call's reservation."""
-    (port,) = free_ports(1)
-    address = f"127.0.0.1:{port}"
-    env = child_env()
-    env.update(
+    with node_process(
+        tmp_path,
+        "busy",
         PROVNET_OPERATOR_KEYS=TEST_OPERATOR.key_id,
         PROVNET_MAX_MESSAGE_BYTES=str(_MAX_MESSAGE),
         PROVNET_MAX_BULK_BYTES=str(_MAX_MESSAGE),
         PROVNET_REAP_INTERVAL_S="0",
-        PROVNET_SHUTDOWN_GRACE_S="1",
-    )
-    argv = provnet_argv(
-        "node", "--name", "busy", "--listen", address, "--data-dir", str(tmp_path / "busy")
-    )
-    log = tmp_path / "busy.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    try:
-        give_up = time.monotonic() + 60
-        while probe_health(address, timeout=0.5) is not HealthState.SERVING:
-            if proc.poll() is not None or time.monotonic() > give_up:
-                pytest.fail(f"node did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.05)
+    ) as (address, _):
         yield address
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 async def _fold(address: str) -> tuple[bytes, bytes]:
