@@ -78,6 +78,8 @@ __all__ = [
     "encode_receipt",
     "new_demand",
     "new_receipt",
+    "served_whole_receipt",
+    "served_whole_receipt_frame",
 ]
 
 BINARY_VERSION = 2
@@ -113,6 +115,9 @@ _MAX_PATH = 64
 _DEMAND_HEAD = struct.Struct(">BB32s32s32s32sQB")
 _RECEIPT_HEAD = struct.Struct(">BB32s32s32s32sQQBBB")
 _U32 = struct.Struct(">I")
+#: A receipt's fields before its demand digest, and from issued_at to the nonce length.
+_RECEIPT_FIXED = struct.Struct(">BB32s32s32s")
+_RECEIPT_TIMES = struct.Struct(">QQBBB")
 _DEMAND_TAG = ord("D")
 _RECEIPT_TAG = ord("R")
 #: Bytes a nonce may hold: visible ASCII (no space, no control characters).
@@ -222,6 +227,48 @@ def _served_bytes(r: Receipt, parts: list[bytes]) -> None:
             raise ValueError(f"a receipt proof is at most {_MAX_PATH} hashes of 32 bytes")
         parts.append(bytes((len(path),)))
         parts.extend(path)
+
+
+def served_whole_receipt_frame(
+    origin: str, obligation: str, commitment: str, root: str
+) -> tuple[bytes, bytes]:
+    """What a SERVED receipt for a whole fold (``leaves`` null, no leaf hashes,
+    no proofs) holds before its demand digest and after its nonce.
+
+    Those bytes depend on the fold alone: an origin packs them once per fold
+    and :func:`served_whole_receipt` fills in each demand's fields.
+    """
+    head = _RECEIPT_FIXED.pack(
+        BINARY_VERSION,
+        _RECEIPT_TAG,
+        _raw(origin, "receipt origin"),
+        _raw(obligation, "receipt obligation"),
+        _raw(commitment, "receipt commitment"),
+    )
+    tail = _leaves_bytes(None) + b"\x01" + _raw(root, "served_root") + _U32.pack(0) + _U32.pack(0)
+    return head, tail
+
+
+def served_whole_receipt(
+    frame: tuple[bytes, bytes], demand: bytes, nonce: str, issued_at: int, tree_size: int
+) -> bytes:
+    """The version-2 payload of a SERVED whole-fold receipt in ``frame``
+    (:func:`served_whole_receipt_frame`) for the demand whose raw 32-byte digest
+    is ``demand``: the bytes :func:`encode_receipt` writes for that receipt."""
+    if len(demand) != 32:
+        raise ValueError("receipt demand must be a 32-byte digest")
+    raw_nonce = _nonce_bytes(nonce, 0)
+    return b"".join(
+        (
+            frame[0],
+            demand,
+            _RECEIPT_TIMES.pack(
+                issued_at, tree_size, STATUS_CODES[ReceiptStatus.SERVED], 0, len(raw_nonce)
+            ),
+            raw_nonce,
+            frame[1],
+        )
+    )
 
 
 # ------------------------------------------------------------------- decoding

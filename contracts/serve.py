@@ -30,9 +30,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from contracts._answer_rule import refusal_for
-from contracts.binary import new_demand, new_receipt
+from contracts.binary import (
+    DEMAND_BINARY_TYPE,
+    RECEIPT_BINARY_TYPE,
+    new_demand,
+    new_receipt,
+    served_whole_receipt,
+    served_whole_receipt_frame,
+)
 from contracts.canonical import format_ms
-from contracts.envelope import Envelope
+from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import (
     BindingMismatch,
     CheckResult,
@@ -68,6 +75,7 @@ from contracts.statements import (
 __all__ = [
     "NonceRegistry",
     "ServedFold",
+    "WholeFoldReceipts",
     "answer_demand",
     "build_commitment",
     "build_delivery_receipt",
@@ -333,6 +341,55 @@ def _sign_served(
     )
     # answered in the form the demand was made in (an older holder reads JSON)
     return sign_statement(identity, receipt, binary=is_binary(demand))
+
+
+class WholeFoldReceipts:
+    """An origin's SERVED receipts for whole-fold demands on one fold, from a template.
+
+    Nearly every demand an origin answers asks for a whole fold (``leaves``
+    null) in the binary form, and its receipt then differs from the previous
+    one for that fold only in the demand's digest, its nonce and the time.
+    What does not (origin, obligation, commitment, tree size, served root, the
+    envelope around the payload) is packed once here; :meth:`sign` returns
+    the bytes of ``answer_demand(...).to_bytes()`` for that demand (pinned by
+    a test), with one Ed25519 signature.
+
+    It decides nothing: the caller has checked the demand
+    (:func:`verify_demand`) and holds the fold's bytes read back under the
+    committed root, which the answer rule serves (:func:`refusal_for` is None).
+    """
+
+    __slots__ = ("_frame", "_signer", "_tree_size")
+
+    def __init__(
+        self,
+        identity: Identity,
+        *,
+        obligation: Signed[Obligation],
+        commitment: Signed[Commitment],
+    ) -> None:
+        c = commitment.statement
+        self._frame = served_whole_receipt_frame(
+            identity.node_id, obligation.digest, commitment.digest, c.root
+        )
+        self._tree_size = c.leaf_count
+        self._signer = EnvelopeSigner(identity, RECEIPT_BINARY_TYPE)
+
+    def sign(self, demand: Signed[Demand], now: int) -> bytes:
+        """The signed receipt (envelope bytes) serving the whole fold to ``demand`` at ``now``."""
+        whole_binary = demand.envelope.payload_type == DEMAND_BINARY_TYPE
+        if not whole_binary or demand.statement.leaves is not None:
+            raise ValueError(
+                f"demand {demand.digest[:12]}… is not a binary demand for the whole fold"
+            )
+        payload = served_whole_receipt(
+            self._frame,
+            bytes.fromhex(demand.digest),
+            demand.statement.nonce,
+            now,
+            self._tree_size,
+        )
+        return self._signer.sign(payload)
 
 
 def eviction_blockers(

@@ -55,6 +55,7 @@ from contracts.batch import (
     served_whole_item,
     sign_receipt_batch,
 )
+from contracts.binary import DEMAND_BINARY_TYPE
 from contracts.canonical import parse_json_object, sha256_hex
 from contracts.envelope import Envelope
 from contracts.errors import ContractError, EncodingError, Expired, NotEvidence, ReplayedNonce
@@ -80,6 +81,7 @@ from contracts.hops import MAX_HOP_BYTES, hop_bytes
 from contracts.identity import Identity, PublicKey
 from contracts.merkle import leaf_hash
 from contracts.serve import (
+    WholeFoldReceipts,
     answer_demand,
     build_commitment,
     build_obligation,
@@ -418,6 +420,9 @@ class NodeCore:
         #: Receipt batch items of whole folds served (obligation ‖ commitment digest →
         #: packed item, :func:`contracts.batch.served_whole_item`): immutable per fold.
         self._served_items: OrderedDict[str, bytes] = OrderedDict()
+        #: Receipt templates of whole folds served to lone demands (obligation ‖
+        #: commitment digest → :class:`contracts.serve.WholeFoldReceipts`).
+        self._served_receipts: OrderedDict[str, WholeFoldReceipts] = OrderedDict()
         self._leaves_bytes = 0
         # Replay protection (see _accept_nonces): nonces of this run in memory,
         # and a durable floor every demand ever accepted is dated below.
@@ -963,8 +968,11 @@ class NodeCore:
             self._own.popitem(last=False)
         return own
 
-    async def _check_demand(self, data: bytes, now: float) -> tuple[Signed[Demand], _Own]:
-        # (2) parse; the holder's signature is checked below unless it carries no
+    async def _check_demand(
+        self, data: bytes | Envelope, now: float
+    ) -> tuple[Signed[Demand], _Own]:
+        # (2) parse (``data``: the bytes, or the envelope already read from them);
+        # the holder's signature is checked below unless it carries no
         # information (a bearer demand for a fold under one of our heads)
         demand = parse_statement(data, Demand)
         d = demand.statement
@@ -990,7 +998,7 @@ class NodeCore:
             or obligation.statement.holder is not None
             or d.time > _ms(now) + FUTURE_SLACK_MS
         ):
-            demand = open_statement(data, Demand)
+            demand = open_statement(demand.envelope, Demand)
         verify_demand(demand, obligation=obligation, commitment=commitment)
         # (5) unexpired obligation
         o = obligation.statement
@@ -1013,10 +1021,18 @@ class NodeCore:
                 f"demand: {len(demands)} demands exceeds {MAX_DEMANDS_PER_CALL} per call"
             )
         now = self.clock()
-        if len(demands) == 1:
+        if len(demands) == 1:  # nearly every call: the envelope is read once
             envelope = Envelope.from_bytes(demands[0])
             if envelope.payload_type == DEMAND_BATCH_TYPE:
                 return await self._answer_batch(envelope, now)
+            demand, own = await self._check_demand(envelope, now)
+            # (6) nonces: the only write before answering
+            await self._accept_nonces((demand,), now)
+            if type(self.behaviour).answer is _HONEST_ANSWER:
+                served = self._served_alone(demand, own, _ms(now))
+                if served is not None:  # the hot path: no coroutine, a receipt template
+                    return [served]
+            return [await self._answer(demand, own, now)]
         # Plain loops, not async comprehensions: each of those is one more
         # coroutine per call, and nearly every call carries one demand.
         checked: list[tuple[Signed[Demand], _Own]] = []
@@ -1132,6 +1148,33 @@ class NodeCore:
             if len(self._served_items) > _OWN_CACHE:
                 self._served_items.popitem(last=False)
         return packed, leaves
+
+    def _served_alone(self, demand: Signed[Demand], own: _Own, now_ms: int) -> Answer | None:
+        """An honest answer to a lone binary demand for a whole fold whose bytes are in
+        memory (read back under the committed root, see :meth:`_resolve`) and that the
+        answer rule serves: its receipt signed from the fold's template
+        (:class:`contracts.serve.WholeFoldReceipts`, the bytes :func:`answer_demand`
+        signs), counted and logged. None: anything else takes :meth:`_answer`."""
+        d = demand.statement
+        if d.leaves is not None or demand.envelope.payload_type != DEMAND_BINARY_TYPE:
+            return None
+        commitment = own.commitment
+        leaves = self._cached_leaves(commitment.digest)
+        c = commitment.statement
+        if leaves is None or refusal_for(own.obligation.statement, c, d, leaves, now_ms, c.root):
+            return None
+        key = own.obligation.digest + commitment.digest
+        receipts = self._served_receipts.get(key)
+        if receipts is None:
+            receipts = WholeFoldReceipts(
+                self.identity, obligation=own.obligation, commitment=commitment
+            )
+            self._served_receipts[key] = receipts
+            if len(self._served_receipts) > _OWN_CACHE:
+                self._served_receipts.popitem(last=False)
+        receipt = receipts.sign(demand, now_ms)
+        self._log_served(demand, commitment, leaves)
+        return Answer(receipt, own.commitment_bytes, leaves)
 
     async def _answer_item(
         self, demand: Signed[Demand], own: _Own, now_ms: int
@@ -1347,15 +1390,7 @@ class NodeCore:
         d = demand.statement
         if status is ReceiptStatus.SERVED and leaves is not None:
             served_hops = select_hops(leaves, d.leaves)
-            self.bump(st.CounterName.SERVES)
-            if log.enabled("info"):  # the fields cost a demand's CPU even when filtered
-                log.info(
-                    "demand_served",
-                    peer=d.holder,
-                    demand=demand.digest[:16],
-                    commitment=commitment.digest[:16],
-                    hops=len(served_hops),
-                )
+            self._log_served(demand, commitment, served_hops)
             return served_hops
         self.bump(st.CounterName.REFUSALS)
         log.info(
@@ -1367,6 +1402,20 @@ class NodeCore:
             reason=str(reason),
         )
         return ()
+
+    def _log_served(
+        self, demand: Signed[Demand], commitment: Signed[Commitment], hops: tuple[bytes, ...]
+    ) -> None:
+        """One fold served: counted, and logged naming the peer."""
+        self.bump(st.CounterName.SERVES)
+        if log.enabled("info"):  # the fields cost a demand's CPU even when filtered
+            log.info(
+                "demand_served",
+                peer=demand.statement.holder,
+                demand=demand.digest[:16],
+                commitment=commitment.digest[:16],
+                hops=len(hops),
+            )
 
     async def _resolve(
         self, commitment: Signed[Commitment], now_ms: int

@@ -35,10 +35,12 @@ from contracts.binary import (
     encode_demand,
     encode_receipt,
 )
+from contracts.envelope import EnvelopeSigner
 from contracts.evidence import AnswerKind
+from contracts.serve import WholeFoldReceipts
 from contracts.signed import is_binary
 from contracts.statements import Demand, payload_type_for
-from tests.contracts._support import NOW, make_world
+from tests.contracts._support import DAY, NOW, make_head_world, make_world
 
 
 def _receipts() -> list[Receipt]:
@@ -253,3 +255,45 @@ def test_arbitrary_bytes_decode_or_raise_encoding_error(data: bytes, kind: str) 
         # whatever decodes re-encodes to exactly the same bytes: one encoding per value
         encode = encode_demand if kind == "demand" else encode_receipt
         assert encode(decoded) == candidate  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- receipts from a fold's template
+
+
+@pytest.mark.parametrize("n_hops", [1, 8])
+@pytest.mark.parametrize("nonce", ["a1" * 8, "Z" * 128, "n0nce-" * 5])
+def test_a_whole_fold_receipt_from_the_template_is_the_one_answer_demand_signs(
+    n_hops: int, nonce: str
+) -> None:
+    w = make_head_world(n_hops=n_hops)
+    receipts = WholeFoldReceipts(
+        w.origin, obligation=w.fold.obligation, commitment=w.fold.commitment
+    )
+    hops = w.hops["value:42"]
+    for time_ms, now in ((NOW + 1_000, NOW + 2_000), (NOW, NOW + DAY - 1)):
+        demand = build_demand(w.holder, w.fold.obligation, now=time_ms, nonce=nonce)
+        expected = w.answer(demand, hops, now=now)
+        assert expected.statement.status is ReceiptStatus.SERVED
+        assert receipts.sign(demand, now) == expected.to_bytes()
+
+
+def test_the_template_serves_only_binary_demands_for_the_whole_fold() -> None:
+    w = make_head_world()
+    receipts = WholeFoldReceipts(
+        w.origin, obligation=w.fold.obligation, commitment=w.fold.commitment
+    )
+    subset = build_demand(w.holder, w.fold.obligation, now=NOW + 1_000, leaves=[1, 2])
+    as_json = build_demand(w.holder, w.fold.obligation, now=NOW + 1_000, binary=False)
+    for demand in (subset, as_json):
+        with pytest.raises(ValueError, match="not a binary demand for the whole fold"):
+            receipts.sign(demand, NOW + 2_000)
+
+
+def test_an_envelope_signer_writes_the_bytes_of_sign_envelope() -> None:
+    origin = make_head_world().origin
+    signer = EnvelopeSigner(origin, RECEIPT_BINARY_TYPE)
+    for payload in (b"", b"x", bytes(range(256)) * 3):
+        expected = sign_envelope(origin, RECEIPT_BINARY_TYPE, payload)
+        assert signer.sign(payload) == expected.to_bytes()
+    with pytest.raises(ValueError, match="not plain text"):
+        EnvelopeSigner(origin, 'type with "quotes"')
