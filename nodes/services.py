@@ -50,14 +50,16 @@ from contracts._fields import is_digest
 from contracts.attest import RehydrationProof
 from contracts.batch import (
     DEMAND_BATCH_TYPE,
+    RECEIPT_BATCH_TYPE,
     batch_receipt_item,
     decode_demand_batch,
+    receipt_batch_payload,
+    receipt_item_bytes,
     served_whole_item,
-    sign_receipt_batch,
 )
 from contracts.binary import DEMAND_BINARY_TYPE
 from contracts.canonical import parse_json_object, sha256_hex
-from contracts.envelope import Envelope
+from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, EncodingError, Expired, NotEvidence, ReplayedNonce
 from contracts.evidence import (
     EvidenceLevel,
@@ -423,6 +425,9 @@ class NodeCore:
         #: Receipt templates of whole folds served to lone demands (obligation ‖
         #: commitment digest → :class:`contracts.serve.WholeFoldReceipts`).
         self._served_receipts: OrderedDict[str, WholeFoldReceipts] = OrderedDict()
+        #: Signs receipt batches straight to envelope bytes (the bytes of
+        #: :func:`contracts.batch.sign_receipt_batch`, envelope text packed once).
+        self._receipt_batches = EnvelopeSigner(identity, RECEIPT_BATCH_TYPE)
         self._leaves_bytes = 0
         # Replay protection (see _accept_nonces): nonces of this run in memory,
         # and a durable floor every demand ever accepted is dated below.
@@ -1060,7 +1065,6 @@ class NodeCore:
             raise RequestTooLarge(
                 f"demand: a batch of {len(batch.items)} folds exceeds {MAX_DEMANDS_PER_CALL}"
             )
-        demands = [Signed(envelope, batch.demand(i)) for i in range(len(batch.items))]
         # (3) fresh
         skew = abs(now - batch.time / 1000.0)
         if skew > DEMAND_WINDOW_S:
@@ -1069,10 +1073,13 @@ class NodeCore:
                 f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
             )
         # (4) ours, and bound correctly
+        demands: list[Signed[Demand]] = []
         owns: list[_Own] = []
         cached = self._own.get
-        for d in demands:  # a plain loop, and a coroutine only for a fold not cached
-            own = cached(_own_key(d.statement.obligation, d.statement.commitment))
+        for i, item in enumerate(batch.items):  # a coroutine only for a fold not cached
+            d = Signed(envelope, batch.demand(i))
+            demands.append(d)
+            own = cached(_own_key(item.obligation, item.commitment))
             owns.append(own if own is not None else await self._own_statements(d))
         now_ms = _ms(now)
         if batch.time > now_ms + FUTURE_SLACK_MS or any(
@@ -1089,25 +1096,27 @@ class NodeCore:
                 )
         # (6) one nonce for the batch: the only write before answering
         await self._accept_nonces(demands[:1], now)
-        items: list[Receipt | bytes] = []
+        items: list[bytes] = []
         answers: list[Answer] = []
         honest = type(self.behaviour).answer is _HONEST_ANSWER
+        whole: list[bool] = []  # served from a packed item (counted and logged here)
         served = 0
         for demand, own in zip(demands, owns, strict=True):
-            whole = self._served_whole(demand, own, now_ms) if honest else None
-            if whole is not None:  # the hot path: no coroutine, no receipt built
-                items.append(whole[0])
-                answers.append(Answer(b"", own.commitment_bytes, whole[1]))
+            packed = self._served_whole(demand, own, now_ms) if honest else None
+            whole.append(packed is not None)
+            if packed is not None:  # the hot path: no coroutine, no receipt built
+                items.append(packed[0])
+                answers.append(Answer(b"", own.commitment_bytes, packed[1]))
                 served += 1
                 continue
             receipt, sent, hops = await self._answer_item(demand, own, now_ms)
-            items.append(receipt)
+            items.append(receipt if isinstance(receipt, bytes) else receipt_item_bytes(receipt))
             answers.append(Answer(b"", sent, hops))
         if served:
             self.bump(st.CounterName.SERVES, served)
             if log.enabled("info"):  # the fields cost a demand's CPU even when filtered
-                for demand, own, answer, item in zip(demands, owns, answers, items, strict=True):
-                    if isinstance(item, bytes):
+                for demand, own, answer, fast in zip(demands, owns, answers, whole, strict=True):
+                    if fast:
                         log.info(
                             "demand_served",
                             peer=demand.statement.holder,
@@ -1115,10 +1124,13 @@ class NodeCore:
                             commitment=own.commitment.digest[:16],
                             hops=len(answer.hops),
                         )
-        signed = sign_receipt_batch(
-            self.identity, items, demand=envelope.digest, nonce=batch.nonce, issued_at=now_ms
+        # One signature over every item (an item's own origin, demand, nonce and
+        # time are the batch's): contracts.batch.sign_receipt_batch's bytes.
+        payload = receipt_batch_payload(
+            items, origin=self.node_id, demand=envelope.digest, nonce=batch.nonce, issued_at=now_ms
         )
-        answers[0] = dataclasses.replace(answers[0], receipt=signed.to_bytes())
+        first = answers[0]
+        answers[0] = Answer(self._receipt_batches.sign(payload), first.commitment, first.hops)
         return answers
 
     def _served_whole(
