@@ -27,6 +27,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import Any
 
 from contracts._answer_rule import refusal_for
@@ -382,9 +383,13 @@ class WholeFoldReceipts:
             raise ValueError(
                 f"demand {demand.digest[:12]}… is not a binary demand for the whole fold"
             )
+        envelope = demand.envelope
+        # the demand's digest as raw bytes (what its hex form, if computed, says)
+        known = envelope._digest
+        raw_digest = bytes.fromhex(known) if known else sha256(envelope.payload).digest()
         payload = served_whole_receipt(
             self._frame,
-            bytes.fromhex(demand.digest),
+            raw_digest,
             demand.statement.nonce,
             now,
             self._tree_size,

@@ -988,8 +988,10 @@ class NodeCore:
                 f"demand {demand.digest[:12]}… is {skew:.0f}s away from now;"
                 f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
             )
-        # (4) ours, and bound correctly
-        own = await self._own_statements(demand)
+        # (4) ours, and bound correctly (a coroutine only for a fold not cached)
+        own = self._own.get(_own_key(d.obligation, d.commitment))
+        if own is None:
+            own = await self._own_statements(demand)
         obligation, commitment = own.obligation, own.commitment
         # A bearer demand for a fold under one of our own heads is answered
         # without its signature (design: verify where it carries information):
