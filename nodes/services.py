@@ -1075,6 +1075,10 @@ class NodeCore:
                 f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
             )
         # (4) ours, and bound correctly
+        now_ms = _ms(now)
+        # the holder's one signature carries information unless every fold is a
+        # bearer fold under one of our heads and the batch is not dated ahead
+        unsigned_ok = batch.time <= now_ms + FUTURE_SLACK_MS
         demands: list[Signed[Demand]] = []
         owns: list[_Own] = []
         cached = self._own.get
@@ -1082,12 +1086,18 @@ class NodeCore:
             d = Signed(envelope, batch.demand(i))
             demands.append(d)
             own = cached(_own_key(item.obligation, item.commitment))
-            owns.append(own if own is not None else await self._own_statements(d))
-        now_ms = _ms(now)
-        if batch.time > now_ms + FUTURE_SLACK_MS or any(
-            own.fold is None or own.obligation.statement.holder is not None for own in owns
-        ):
+            if own is None:
+                own = await self._own_statements(d)
+            owns.append(own)
+            if own.fold is None or own.obligation.statement.holder is not None:
+                unsigned_ok = False
+        if not unsigned_ok:
             envelope.verify(PublicKey.from_node_id(batch.holder))
+        honest = type(self.behaviour).answer is _HONEST_ANSWER
+        # Each fold checked, and its packed answer found when the answer rule serves
+        # the whole fold from bytes in memory (nothing is counted or sent before the
+        # nonce is accepted below).
+        packs: list[tuple[bytes, tuple[bytes, ...]] | None] = []
         for demand, own in zip(demands, owns, strict=True):
             verify_demand(demand, obligation=own.obligation, commitment=own.commitment)
             # (5) unexpired obligation
@@ -1096,16 +1106,13 @@ class NodeCore:
                     f"obligation {own.obligation.digest[:12]}… expired at"
                     f" {own.obligation.statement.serve_until} ms (now {now_ms} ms)"
                 )
+            packs.append(self._served_whole(demand, own, now_ms) if honest else None)
         # (6) one nonce for the batch: the only write before answering
         await self._accept_nonces(demands[:1], now)
         items: list[bytes] = []
         answers: list[Answer] = []
-        honest = type(self.behaviour).answer is _HONEST_ANSWER
-        whole: list[bool] = []  # served from a packed item (counted and logged here)
         served = 0
-        for demand, own in zip(demands, owns, strict=True):
-            packed = self._served_whole(demand, own, now_ms) if honest else None
-            whole.append(packed is not None)
+        for demand, own, packed in zip(demands, owns, packs, strict=True):
             if packed is not None:  # the hot path: no coroutine, no receipt built
                 items.append(packed[0])
                 answers.append(Answer(b"", own.commitment_bytes, packed[1]))
@@ -1117,8 +1124,8 @@ class NodeCore:
         if served:
             self.bump(st.CounterName.SERVES, served)
             if log.enabled("info"):  # the fields cost a demand's CPU even when filtered
-                for demand, own, answer, fast in zip(demands, owns, answers, whole, strict=True):
-                    if fast:
+                for demand, own, answer, packed in zip(demands, owns, answers, packs, strict=True):
+                    if packed is not None:
                         log.info(
                             "demand_served",
                             peer=demand.statement.holder,
