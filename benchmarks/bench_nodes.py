@@ -30,13 +30,16 @@ of a faithful demand (``Sign2``; the first contract's floor was four
 operations, two signatures and two verifications), and the bare round trip
 plus only the ``contracts`` library calls of a 5-hop demand under a head
 (``Contracts``: build and sign the demand; parse it, check its binding,
-answer and sign; judge the answer lazily) — what no node built on the
-contract, or on this library, can go below. Two latency rows step from that
-floor towards a verified demand with the same holder-side calls: ``step: +
-node core`` (the node's ``answer_demands`` — checks, nonce memory, answer —
-served by the bare server) and ``step: + node server`` (the node's own
-server: handler wrapper, auth, limits); the rest up to ``verified 5-hop (head)``
-is the holder's client.
+apply the answer rule and sign the receipt from the fold's template,
+``contracts.serve.WholeFoldReceipts``, as a node does; judge the answer
+lazily) — what no node built on the contract, or on this library, can go
+below. (Before the template, the floor signed through the general
+``answer_demand``, which the step table still prints as "not made".) Two
+latency rows step from that floor towards a verified demand with the same
+holder-side calls: ``step: + node core`` (the node's ``answer_demands`` —
+checks, nonce memory, answer — served by the bare server) and ``step: +
+node server`` (the node's own server: handler wrapper, auth, limits); the
+rest up to ``verified 5-hop (head)`` is the holder's client.
 
 Printed:
 
@@ -162,7 +165,7 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
 
     from contracts.heads import FoldProof, verify_fold
     from contracts.identity import Identity
-    from contracts.serve import answer_demand, verify_demand
+    from contracts.serve import WholeFoldReceipts, refusal_for, verify_demand
     from contracts.signed import parse_statement
     from contracts.statements import Demand
     from nodes import wire
@@ -208,20 +211,22 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     floor_fold = verify_fold(FoldProof.from_bytes(floor_proof), floor_head)
     floor_root = floor_fold.commitment.statement.root
 
+    floor_receipts = WholeFoldReceipts(
+        floor_origin, obligation=floor_fold.obligation, commitment=floor_fold.commitment
+    )
+
     async def contracts_only(request: Any, context: Any) -> Any:
         demand = parse_statement(bytes(request.demands[0]), Demand)
         verify_demand(demand, obligation=floor_fold.obligation, commitment=floor_fold.commitment)
-        receipt = answer_demand(
-            floor_origin,
-            demand,
-            obligation=floor_fold.obligation,
-            commitment=floor_fold.commitment,
-            hops=floor_hops,
-            now=int(time.time() * 1000),
-            hops_root=floor_root,
-        )
+        now = int(time.time() * 1000)
+        o, c = floor_fold.obligation.statement, floor_fold.commitment.statement
+        if refusal_for(o, c, demand.statement, floor_hops, now, floor_root) is None:
+            # a whole fold served: the receipt from the fold's template, as a node signs it
+            receipt = floor_receipts.sign(demand, now)
+        else:  # pragma: no cover - the floor's holder asks for what is served
+            raise RuntimeError("the floor's demand is not served")
         return serve_pb2.DemandResponse(
-            answers=[common_pb2.Answer(receipt=receipt.to_bytes(), hops=floor_hops)]
+            answers=[common_pb2.Answer(receipt=receipt, hops=floor_hops)]
         )
 
     async def node_core(request: Any, context: Any) -> Any:
@@ -339,7 +344,13 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
     from contracts.heads import FoldProof, verify_fold
     from contracts.identity import Identity
     from contracts.lazy import judge_fold_answer
-    from contracts.serve import answer_demand, build_demand, verify_demand
+    from contracts.serve import (
+        WholeFoldReceipts,
+        answer_demand,
+        build_demand,
+        refusal_for,
+        verify_demand,
+    )
     from contracts.signed import parse_statement
     from contracts.statements import Demand
 
@@ -365,6 +376,18 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
     sig = receipt.envelope.signatures[0].sig
     public = origin_identity.public
 
+    receipts = WholeFoldReceipts(
+        origin_identity, obligation=fold.obligation, commitment=fold.commitment
+    )
+
+    def origin_answer() -> object:
+        # what a node does for a whole fold it serves: the answer rule, then the
+        # receipt from the fold's template (the bytes answer_demand signs)
+        o, c = fold.obligation.statement, fold.commitment.statement
+        if refusal_for(o, c, demand.statement, hops, now, root) is not None:
+            raise RuntimeError("the stage's demand is not served")
+        return receipts.sign(demand, now)
+
     def origin_check() -> object:
         parsed = parse_statement(demand_bytes, Demand)
         return verify_demand(parsed, obligation=fold.obligation, commitment=fold.commitment)
@@ -374,7 +397,8 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
             holder_identity, fold.obligation, now=now
         ).to_bytes(),
         "origin: parse + bind demand (no verify)": origin_check,
-        "origin: answer + sign + encode receipt": lambda: answer_demand(
+        "origin: answer + sign + encode receipt": origin_answer,
+        "not made: the same, general answer_demand": lambda: answer_demand(
             origin_identity,
             demand,
             obligation=fold.obligation,
