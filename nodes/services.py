@@ -57,7 +57,7 @@ from contracts.batch import (
     receipt_item_bytes,
     served_whole_item,
 )
-from contracts.binary import DEMAND_BINARY_TYPE
+from contracts.binary import DEMAND_BINARY_TYPE, decode_demand
 from contracts.canonical import parse_json_object, sha256_hex
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, EncodingError, Expired, NotEvidence, ReplayedNonce
@@ -973,25 +973,27 @@ class NodeCore:
             self._own.popitem(last=False)
         return own
 
-    async def _check_demand(
-        self, data: bytes | Envelope, now: float
-    ) -> tuple[Signed[Demand], _Own]:
-        # (2) parse (``data``: the bytes, or the envelope already read from them);
-        # the holder's signature is checked below unless it carries no
-        # information (a bearer demand for a fold under one of our heads)
-        demand = parse_statement(data, Demand)
+    def _fresh_demand(self, data: bytes | Envelope, now: float) -> Signed[Demand]:
+        """Steps (2)-(3) of a demand: parsed (``data``: the bytes, or the envelope
+        already read from them; its signature not yet checked) and fresh."""
+        if type(data) is Envelope and data.payload_type == DEMAND_BINARY_TYPE:
+            # what parse_statement reads for this payload type, without its dispatch
+            demand = Signed(data, decode_demand(data.payload))
+        else:
+            demand = parse_statement(data, Demand)
         d = demand.statement
-        # (3) fresh
         skew = abs(now - d.time / 1000.0)
         if skew > DEMAND_WINDOW_S:
             raise Expired(
                 f"demand {demand.digest[:12]}… is {skew:.0f}s away from now;"
                 f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
             )
-        # (4) ours, and bound correctly (a coroutine only for a fold not cached)
-        own = self._own.get(_own_key(d.obligation, d.commitment))
-        if own is None:
-            own = await self._own_statements(demand)
+        return demand
+
+    def _bound_demand(self, demand: Signed[Demand], own: _Own, now: float) -> Signed[Demand]:
+        """Steps (2) and (4)-(5) of a fresh demand for ``own``: signed where that carries
+        information, bound to our obligation and commitment, the obligation unexpired."""
+        d = demand.statement
         obligation, commitment = own.obligation, own.commitment
         # A bearer demand for a fold under one of our own heads is answered
         # without its signature (design: verify where it carries information):
@@ -1014,7 +1016,19 @@ class NodeCore:
                 f"obligation {obligation.digest[:12]}… expired at {o.serve_until} ms"
                 f" (now {_ms(now)} ms)"
             )
-        return demand, own
+        return demand
+
+    async def _check_demand(
+        self, data: bytes | Envelope, now: float
+    ) -> tuple[Signed[Demand], _Own]:
+        """Steps (2)-(5) of one demand: the demand, checked, and the fold it is for."""
+        demand = self._fresh_demand(data, now)
+        d = demand.statement
+        # (4) ours (a coroutine only for a fold not cached)
+        own = self._own.get(_own_key(d.obligation, d.commitment))
+        if own is None:
+            own = await self._own_statements(demand)
+        return self._bound_demand(demand, own, now), own
 
     async def answer_demands(self, demands: Sequence[bytes]) -> list[Answer]:
         """Answer every demand of one call (see module docstring for the order)."""
@@ -1032,7 +1046,12 @@ class NodeCore:
             envelope = Envelope.from_bytes(demands[0])
             if envelope.payload_type == DEMAND_BATCH_TYPE:
                 return await self._answer_batch(envelope, now)
-            demand, own = await self._check_demand(envelope, now)
+            demand = self._fresh_demand(envelope, now)
+            fold_key = _own_key(demand.statement.obligation, demand.statement.commitment)
+            own = self._own.get(fold_key)
+            if own is None:  # a coroutine only for a fold not cached
+                own = await self._own_statements(demand)
+            demand = self._bound_demand(demand, own, now)
             # (6) nonces: the only write before answering
             await self._accept_nonces((demand,), now)
             if type(self.behaviour).answer is _HONEST_ANSWER:
