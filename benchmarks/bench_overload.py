@@ -43,9 +43,10 @@ built and idle), then everything together for ``--duration`` seconds.
 Printed per round, side by side: unloaded and loaded p50/p99 and the p99
 ratio (target ≤ 10) for the serve probe and for admitted deliveries (all
 admitted under load, against the delivery probe's unloaded ones; the
-probe callers' own admitted calls and their ratio are shown apart; an
-admitted call's time runs from its first byte sent to its answer, the wait
-to be admitted included and shown apart), the shed calls (status codes,
+probe callers' own admitted calls and their ratio are shown apart, and so
+are the calls sent in the round's first second, the opening burst, and
+those sent after it; an admitted call's time runs from its first byte sent
+to its answer, the wait to be admitted included and shown apart), the shed calls (status codes,
 time to be refused, the pushback honoured), the node's peak RSS (``VmHWM``, over the whole run so
 far) against ``--rss-bound-mib``, each with PASS/FAIL, the load average and
 the CPU seconds the node and the load processes got. Exit 0 when every
