@@ -36,7 +36,7 @@ from contracts.envelope import Envelope
 from contracts.errors import ContractError
 from contracts.evidence import Answer, AnswerKind, cite_head, judge_answer
 from contracts.heads import VerifiedFold
-from contracts.merkle import leaf_hash, merkle_root, root_from_inclusion
+from contracts.merkle import KnownRoots, leaf_hash, merkle_root, root_from_inclusion
 from contracts.serve import ServedFold
 from contracts.signed import Signed, parse_statement
 from contracts.statements import Demand, Receipt, ReceiptStatus
@@ -50,8 +50,12 @@ def served_without_signature(
     *,
     demand: Signed[Demand],
     fold: VerifiedFold,
+    known: KnownRoots | None = None,
 ) -> ServedFold | None:
-    """Step 1 of :func:`judge_fold_answer`: the served fold, or None if the bytes decide nothing."""
+    """Step 1 of :func:`judge_fold_answer`: the served fold, or None if the bytes decide nothing.
+
+    ``known``: the roots whole folds were already seen to reproduce (bytes served
+    again are compared with those instead of hashed: :class:`~contracts.merkle.KnownRoots`)."""
     try:
         r = receipt if isinstance(receipt, Signed) else parse_statement(receipt, Receipt)
     except ContractError:
@@ -69,7 +73,9 @@ def served_without_signature(
     root = bytes.fromhex(record.root)
     # (2) the bytes reproduce the root proven under the verified head
     if ds.leaves is None:
-        if len(hops) != record.leaf_count or merkle_root(hops) != root:
+        if len(hops) != record.leaf_count or not (
+            known.reproduces(hops, root) if known is not None else merkle_root(hops) == root
+        ):
             return None
         leaves: tuple[int, ...] = tuple(range(record.leaf_count))
     else:
@@ -97,6 +103,7 @@ def served_batch_without_signature(
     demand: str,
     nonce: str,
     folds: Sequence[VerifiedFold],
+    known: KnownRoots | None = None,
 ) -> bool:
     """Step 1 of :func:`judge_fold_answer` for every fold of a whole-fold demand batch at once.
 
@@ -114,6 +121,7 @@ def served_batch_without_signature(
 
     False decides nothing either: the caller judges each fold on its own
     (:func:`judge_fold_answer`), verifying the receipt where it decides.
+    ``known`` as for :func:`served_without_signature`.
     """
     if len(hops) != len(folds) or not folds:
         return False
@@ -140,7 +148,12 @@ def served_batch_without_signature(
         return False
     for fold, served in zip(folds, hops, strict=True):
         record = fold.record
-        if len(served) != record.leaf_count or merkle_root(served).hex() != record.root:
+        if len(served) != record.leaf_count:
+            return False
+        if known is not None:
+            if not known.reproduces(served, bytes.fromhex(record.root)):
+                return False
+        elif merkle_root(served).hex() != record.root:
             return False
     return True
 
@@ -152,10 +165,12 @@ def judge_fold_answer(
     demand: Signed[Demand],
     fold: VerifiedFold,
     reported_at: int,
+    known: KnownRoots | None = None,
 ) -> Answer:
-    """Classify an answer for a fold under a verified head, verifying signatures lazily."""
+    """Classify an answer for a fold under a verified head, verifying signatures lazily
+    (``known`` as for :func:`served_without_signature`)."""
     # (1) hot path: served bytes that reproduce the signed root need no signature
-    served = served_without_signature(receipt, hops, demand=demand, fold=fold)
+    served = served_without_signature(receipt, hops, demand=demand, fold=fold, known=known)
     if served is not None:
         return Answer(
             AnswerKind.SERVED,

@@ -60,6 +60,7 @@ from contracts.evidence import (
 from contracts.heads import FoldProof, HeadCache, VerifiedFold, verify_fold
 from contracts.identity import Identity
 from contracts.lazy import judge_fold_answer, served_batch_without_signature
+from contracts.merkle import KnownRoots
 from contracts.serve import build_demand, new_nonce, verify_delivery
 from contracts.signed import Signed, open_statement, parse_statement, sign_statement
 from contracts.statements import (
@@ -234,6 +235,10 @@ class Holder:
         #: asked per fold from then on, for the life of this holder.
         self.no_batch: set[str] = set()
         self._cache: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+        #: Roots whole folds were seen to reproduce, with their bytes: a fold served
+        #: again in the same bytes is compared with them, not hashed again (the
+        #: outcome is the same; with or without ``cache``).
+        self._known_roots = KnownRoots()
         self.demand_rpcs = 0
 
     @property
@@ -528,6 +533,7 @@ class Holder:
             demand=first.digest,
             nonce=first.statement.nonce,
             folds=verified,
+            known=self._known_roots,
         ):
             return False
         for fold, answer, vf in zip(folds, answers, verified, strict=True):
@@ -559,6 +565,7 @@ class Holder:
                 demand=demand,
                 fold=fold.held.fold,
                 reported_at=reported_at,
+                known=self._known_roots,
             )
         else:
             verdict = judge_answer(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ from contracts.serve import build_demand
 from contracts.signed import open_statement
 from contracts.statements import Receipt, ReceiptStatus, StatementKind, payload_type_for
 from nodes.client import HeldFold, Holder, Outcome
-from nodes.faults import FaultMode
+from nodes.faults import FaultMode, Tamper
 from nodes.services import FUTURE_NONCES_FILENAME, MAX_FUTURE_NONCES_PER_HOLDER, NodeCore
 from tests.nodes.rpc_support import MemCluster, audit, ed25519_counts, hop_json, single
 
@@ -156,3 +157,38 @@ async def test_a_pending_compaction_is_not_served_from_memory_before_its_hops_la
     served = audit(await holder.rehydrate("v", [held]), cluster.correct_ids())
     assert single(served).outcome is Outcome.SERVED
     assert len(served.hops) == 4
+
+
+async def test_folds_served_again_in_the_same_bytes_are_compared_not_hashed_again(
+    cluster: MemCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contracts.lazy
+    import contracts.merkle
+
+    origin = await cluster.add("origin")
+    node = await cluster.add("holder")
+    holder = Holder(node.identity, node.transport, cache=False, reasks=0)
+    alone = await _head_fold(origin, "v", hops=5)
+    pair = [await _head_fold(origin, "w", hops=3), await _head_fold(origin, "x", hops=4)]
+    hashed: list[int] = []
+    original = contracts.merkle.merkle_root
+
+    def counting(leaves: Any) -> bytes:
+        items = list(leaves)
+        hashed.append(len(items))
+        return original(items)
+
+    monkeypatch.setattr(contracts.merkle, "merkle_root", counting)
+    monkeypatch.setattr(contracts.lazy, "merkle_root", counting)
+    for _ in range(3):  # one fold on its own demand, two under one demand batch
+        for value, folds in (("v", [alone]), ("w", pair)):
+            report = audit(await holder.rehydrate(value, folds), cluster.correct_ids())
+            assert single(report).outcome is Outcome.SERVED
+    assert sorted(hashed) == [3, 4, 5]  # each fold's bytes hashed the first time only
+    # The same folds served in other bytes are hashed and judged as ever: bad_data.
+    origin.behaviour = Tamper(origin.identity)
+    for value, folds in (("v", [alone]), ("w", pair)):
+        outcome = single(audit(await holder.rehydrate(value, folds), cluster.correct_ids()))
+        assert outcome.outcome is Outcome.BAD_DATA, outcome.detail
+        verdict = verify_evidence(outcome.evidence, now=origin.now_ms())
+        assert (verdict.kind, verdict.accused) == (EvidenceKind.BAD_DATA, origin.node_id)
