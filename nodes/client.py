@@ -39,6 +39,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import assert_never
 
@@ -158,7 +159,9 @@ class _Fold:
     demand: Signed[Demand] | None = None
     outcome: Outcome = Outcome.UNANSWERED
     detail: str = ""
-    hops: tuple[tuple[int, bytes], ...] = ()
+    #: The served hops and their leaf indices (``range`` for a whole fold).
+    hops: tuple[bytes, ...] = ()
+    leaves: Sequence[int] = ()
     evidence: Evidence | None = None
 
 
@@ -262,7 +265,10 @@ class Holder:
         runs: dict[str, _OriginRun] = {}
         for held in folds:
             origin = held.commitment.statement.origin
-            runs.setdefault(origin, _OriginRun(origin, [])).folds.append(_Fold(held))
+            run = runs.get(origin)
+            if run is None:
+                run = runs[origin] = _OriginRun(origin, [])
+            run.folds.append(_Fold(held))
         if len(runs) == 1:  # the common case: no task needed
             results = [await self._run_origin(next(iter(runs.values())), witnesses, deadline)]
         else:
@@ -293,7 +299,7 @@ class Holder:
             if cached is not None:
                 self._cache.move_to_end(fold.held.commitment.digest)
                 fold.outcome, fold.detail = Outcome.SERVED, "verified earlier (cache)"
-                fold.hops = tuple(enumerate(cached))
+                fold.hops, fold.leaves = cached, range(len(cached))
             elif now_ms >= fold.held.obligation.statement.serve_until:
                 fold.outcome = Outcome.EXPIRED
                 fold.detail = f"obligation {fold.held.obligation.digest[:12]}… past serve_until"
@@ -542,7 +548,7 @@ class Holder:
             fold.detail = (
                 f"served {len(hops)} hop(s) reproducing the root under head {vf.head.digest[:12]}…"
             )
-            fold.hops = tuple(enumerate(hops))
+            fold.hops, fold.leaves = hops, range(len(hops))
             self._remember(fold.held.commitment.digest, hops)
         return True
 
@@ -579,7 +585,7 @@ class Holder:
         fold.detail = verdict.reason
         if verdict.kind is AnswerKind.SERVED and verdict.served is not None:
             fold.outcome = Outcome.SERVED
-            fold.hops = tuple(zip(verdict.served.leaves, verdict.served.hops, strict=True))
+            fold.hops, fold.leaves = verdict.served.hops, verdict.served.leaves
             if demand.statement.leaves is None:
                 self._remember(fold.held.commitment.digest, verdict.served.hops)
             return
@@ -773,15 +779,17 @@ class Holder:
         folds = run.folds
         worst = folds[0] if len(folds) == 1 else max(folds, key=lambda f: _severity(f.outcome))
         origin = run.origin
-        served = [  # a fold's digest once, not once per hop
-            (f.held.commitment.digest, f.hops) for f in run.folds if f.outcome is Outcome.SERVED
-        ]
         # tuple.__new__ directly: the named tuple's own __new__ is one more Python
-        # call per served hop (~36 per rehydration), for the same tuple.
-        new = tuple.__new__
-        hops: list[VerifiedHop] = [
-            new(VerifiedHop, (origin, d, i, data)) for d, pairs in served for i, data in pairs
-        ]
+        # call per served hop (~36 per rehydration), for the same tuple; mapped
+        # over the fold's (origin, digest, leaf, bytes) in C, a fold's digest once.
+        hops: list[VerifiedHop] = []
+        for f in folds:
+            if f.outcome is Outcome.SERVED:
+                hops += map(
+                    tuple.__new__,
+                    repeat(VerifiedHop),
+                    zip(repeat(origin), repeat(f.held.commitment.digest), f.leaves, f.hops),
+                )
         evidence_bytes = b""
         path = ""
         if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:
