@@ -60,7 +60,11 @@ from contracts.evidence import (
 )
 from contracts.heads import FoldProof, HeadCache, VerifiedFold, verify_fold
 from contracts.identity import Identity
-from contracts.lazy import judge_fold_answer, served_batch_without_signature
+from contracts.lazy import (
+    judge_fold_answer,
+    served_batch_without_signature,
+    served_fold_without_signature,
+)
 from contracts.merkle import KnownRoots
 from contracts.serve import build_demand, new_nonce, verify_delivery
 from contracts.signed import Signed, open_statement, parse_statement, sign_statement
@@ -565,6 +569,26 @@ class Holder:
         if fold.held.fold is not None:
             # Head form: served bytes reproducing the root under the verified
             # head need no signature; the receipt is verified only when it decides.
+            if (
+                receipt is None
+                and demand.statement.leaves is None
+                and served_fold_without_signature(
+                    answer.receipt,
+                    answer.hops,
+                    demand=demand,
+                    fold=fold.held.fold,
+                    known=self._known_roots,
+                )
+            ):
+                # The faithful receipt, byte for byte (nothing to parse): served.
+                hops = answer.hops
+                fold.outcome, fold.hops, fold.leaves = Outcome.SERVED, hops, range(len(hops))
+                fold.detail = (
+                    f"served {len(hops)} hop(s) reproducing the root under head"
+                    f" {fold.held.fold.head.digest[:12]}…"
+                )
+                self._remember(fold.held.commitment.digest, hops)
+                return
             verdict = judge_fold_answer(
                 answer.receipt if receipt is None else receipt,
                 answer.hops,

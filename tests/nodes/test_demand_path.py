@@ -192,3 +192,35 @@ async def test_folds_served_again_in_the_same_bytes_are_compared_not_hashed_agai
         assert outcome.outcome is Outcome.BAD_DATA, outcome.detail
         verdict = verify_evidence(outcome.evidence, now=origin.now_ms())
         assert (verdict.kind, verdict.accused) == (EvidenceKind.BAD_DATA, origin.node_id)
+
+
+async def test_a_faithful_receipt_for_one_fold_is_recognised_by_its_bytes_not_parsed(
+    cluster: MemCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contracts.lazy
+    import contracts.signed
+
+    origin = await cluster.add("origin")
+    node = await cluster.add("holder")
+    holder = Holder(node.identity, node.transport, cache=False, reasks=0)
+    held = await _head_fold(origin, hops=5)
+    parsed: list[object] = []
+    original = contracts.signed.parse_statement
+
+    def counting(data: Any, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(data)
+        return original(data, *args, **kwargs)
+
+    monkeypatch.setattr(contracts.lazy, "parse_statement", counting)
+    with ed25519_counts() as counts:
+        for _ in range(3):
+            report = audit(await holder.rehydrate("v", [held]), cluster.correct_ids())
+            assert single(report).outcome is Outcome.SERVED
+            assert [h.leaf_index for h in report.hops] == [0, 1, 2, 3, 4]
+    assert parsed == []
+    assert counts == {"sign": 6, "verify": 0}
+    # A receipt other than the faithful one is parsed and judged as before.
+    origin.behaviour = Tamper(origin.identity)
+    outcome = single(audit(await holder.rehydrate("v", [held]), cluster.correct_ids()))
+    assert outcome.outcome is Outcome.BAD_DATA, outcome.detail
+    assert len(parsed) == 1
