@@ -187,8 +187,9 @@ async def test_folds_served_again_in_the_same_bytes_are_compared_not_hashed_agai
     assert sorted(hashed) == [3, 4, 5]  # each fold's bytes hashed the first time only
     # The same folds served in other bytes are hashed and judged as ever: bad_data.
     origin.behaviour = Tamper(origin.identity)
+    correct = set(cluster.correct_ids()) - {origin.node_id}  # a tampering origin from here on
     for value, folds in (("v", [alone]), ("w", pair)):
-        outcome = single(audit(await holder.rehydrate(value, folds), cluster.correct_ids()))
+        outcome = single(audit(await holder.rehydrate(value, folds), correct))
         assert outcome.outcome is Outcome.BAD_DATA, outcome.detail
         verdict = verify_evidence(outcome.evidence, now=origin.now_ms())
         assert (verdict.kind, verdict.accused) == (EvidenceKind.BAD_DATA, origin.node_id)
@@ -221,6 +222,7 @@ async def test_a_faithful_receipt_for_one_fold_is_recognised_by_its_bytes_not_pa
     assert counts == {"sign": 6, "verify": 0}
     # A receipt other than the faithful one is parsed and judged as before.
     origin.behaviour = Tamper(origin.identity)
-    outcome = single(audit(await holder.rehydrate("v", [held]), cluster.correct_ids()))
+    correct = set(cluster.correct_ids()) - {origin.node_id}  # a tampering origin from here on
+    outcome = single(audit(await holder.rehydrate("v", [held]), correct))
     assert outcome.outcome is Outcome.BAD_DATA, outcome.detail
     assert len(parsed) == 1
