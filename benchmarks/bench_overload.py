@@ -43,9 +43,10 @@ built and idle), then everything together for ``--duration`` seconds.
 Printed per round, side by side: unloaded and loaded p50/p99 and the p99
 ratio (target ≤ 10) for the serve probe and for admitted deliveries (all
 admitted under load, against the delivery probe's unloaded ones; the
-probe callers' own admitted calls and their ratio are shown apart; an
-admitted call's time runs from its first byte sent to its answer, the wait
-to be admitted included and shown apart), the shed calls (status codes,
+probe callers' own admitted calls and their ratio are shown apart, and so
+are the calls sent in the round's first second, the opening burst, and
+those sent after it; an admitted call's time runs from its first byte sent
+to its answer, the wait to be admitted included and shown apart), the shed calls (status codes,
 time to be refused, the pushback honoured), the node's peak RSS (``VmHWM``, over the whole run so
 far) against ``--rss-bound-mib``, each with PASS/FAIL, the load average and
 the CPU seconds the node and the load processes got. Exit 0 when every
@@ -222,6 +223,7 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     shed_by: dict[str, list[float]] = {code.name: [] for code in shed_as}
     shed_retries: list[float] = []
     settled: list[float] = []
+    opening: list[float] = []
 
     async def send(
         k: int, body: bytes, meta: Any, timeout: float, marks: list[float] | None = None
@@ -278,8 +280,8 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
                 await send(i, body, meta, max(0.1, until - time.monotonic()), mine)
                 end = time.perf_counter()
                 admitted.append((end - start) * 1000)
-                if start - began >= 1.0:  # after the opening burst
-                    settled.append(admitted[-1])
+                # After the opening burst, or in its first second.
+                (settled if start - began >= 1.0 else opening).append(admitted[-1])
                 if mine:
                     to_admit.append((mine[0] - start) * 1000)
                 n, backoff = n + args.callers, 0.1
@@ -317,6 +319,7 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
         "shed_codes": shed_codes, "to_admit": to_admit,
         "pushed": pushed, "shed_by": shed_by, "shed_retries": shed_retries,
         "settled": settled,
+        "opening": opening,
     }  # fmt: skip
 
 
@@ -513,6 +516,7 @@ def _drive(args: argparse.Namespace) -> int:
                 "pushed": [x for part in parts for x in part["pushed"]],
                 "shed_retries": [x for part in parts for x in part["shed_retries"]],
                 "settled": [x for part in parts for x in part["settled"]],
+                "opening": [x for part in parts for x in part["opening"]],
                 "shed_by": {
                     code: [x for part in parts for x in part["shed_by"].get(code, [])]
                     for code in ("RESOURCE_EXHAUSTED", "UNAVAILABLE", "CANCELLED")
@@ -620,6 +624,13 @@ def _report(
         f"  {'  of which the probe':22} {'':>24} {_p(probed, 0.5):>8.1f} / {p99:>8.1f}"
         f" (n={len(probed):>4})  {p_ratio:6.1f}  {args.probe_callers} callers in their own"
         f" process; shed {len(deliveries['shed'])}"
+    )
+    opening = load["opening"] + deliveries["opening"]
+    print(
+        f"  {'  sent in the first 1 s':22} {'':>24} {_p(opening, 0.5):>8.1f} /"
+        f" {_p(opening, 0.99):>8.1f} (n={len(opening):>4})"
+        f"  {_p(opening, 0.99) / a99 if alone and opening else 0:6.1f}"
+        f"  (admitted out of the opening burst)"
     )
     settled = load["settled"] + deliveries["settled"]
     print(

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from contracts.errors import KeyFileError
 from contracts.identity import Identity, load_identity, save_identity
+from nodes import eventloop
 from nodes.auth import ControlCredentials
 from nodes.config import NodeConfig
 from nodes.faults import FaultPlan
@@ -222,7 +223,7 @@ def main() -> int:
         print(f"provnet: error: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(run_node(config))
+        eventloop.run(run_node(config))
     except PortBusy as exc:
         print(f"provnet: error: --listen ($PROVNET_LISTEN): {exc}", file=sys.stderr)
         return 2

@@ -122,8 +122,6 @@ def _add_node_parser(sub: _Sub) -> None:
 
 
 def _node_run(args: argparse.Namespace) -> int:
-    import asyncio
-
     from nodes.config import ConfigError, NodeConfig
 
     try:
@@ -131,10 +129,11 @@ def _node_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _error(str(exc))
     from contracts.errors import KeyFileError
+    from nodes import eventloop
     from nodes.app import PortBusy, run_node
 
     try:
-        asyncio.run(run_node(config))
+        eventloop.run(run_node(config))
     except PortBusy as exc:
         return _error(f"--listen ($PROVNET_LISTEN): {exc}")
     except KeyFileError as exc:

@@ -102,10 +102,16 @@ BULK_GC_INTERVAL_S = 0.5
 BACKLOG_GAP_S = 0.002
 #: This many bulk calls back to back, at least one of them shed: a backlog.
 BACKLOG_RUN = 16
-#: A backlog has drained once no bulk call has been taken up for this long: a
-#: node working through a queue pauses between calls for its other work (a
-#: 3 MiB body parsed, a garbage collection: up to ~2 ms) and when it loses its
-#: CPU to another process for a time slice, without the queue having drained.
+#: Without a loop that knows when it was idle (a node run in another program's
+#: event loop, not on :class:`nodes.eventloop.NodeEventLoop`), a backlog has
+#: drained once no bulk call has been taken up for this long: a node working
+#: through a queue pauses between calls for its other work (a 3 MiB body
+#: parsed, a garbage collection: up to ~2 ms) and when it loses its CPU to
+#: another process for a time slice, without the queue having drained. On a
+#: node's own loop a backlog drains only once the loop has been idle (see
+#: :class:`Backlog`): a node admitting 3 MiB bodies during a burst paused
+#: 10-45 ms between calls with hundreds still queued, and each such pause
+#: let the next queued call in after a wait of up to 400 ms.
 BACKLOG_END_GAP_S = 0.01
 #: While the node works through a backlog it sheds every bulk call: each has
 #: waited in gRPC's queue behind the backlog, so admitting it would give its
@@ -308,18 +314,31 @@ class Backlog:
     wait in gRPC's queue, where nothing the node decides can reach them. Once
     the node takes :data:`BACKLOG_RUN` bulk calls up back to back (each at most
     :data:`BACKLOG_GAP_S` after the one before) and has shed one of them, every
-    call it takes up until no call has come for :data:`BACKLOG_END_GAP_S` (the
-    queue has drained) has waited behind the others: :meth:`taken` says to shed
-    it, for at most ``limit`` calls in a window that opens at most once every
-    :data:`BACKLOG_EVERY_S`.
+    call it takes up until the queue has drained has waited behind the others:
+    :meth:`taken` says to shed it, for at most ``limit`` calls in a window that
+    opens at most once every :data:`BACKLOG_EVERY_S`.
     A burst of small bulk calls that the node admits (none shed) is never a backlog.
+
+    The queue has drained once the node's event loop has been idle since the
+    last call was taken up (``idle_at``: when the loop last waited for I/O
+    with nothing to run, on ``clock``'s time; see :mod:`nodes.eventloop`): a
+    call still queued would have been handed over instead. A pause alone
+    does not end a backlog, however long: the node may have spent it on its
+    own work with the queue still full. Without ``idle_at`` a pause of
+    :data:`BACKLOG_END_GAP_S` does.
     """
 
-    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        limit: int,
+        clock: Callable[[], float] = time.monotonic,
+        idle_at: Callable[[], float] | None = None,
+    ) -> None:
         if limit < 0:
             raise ValueError(f"backlog shedding limit {limit} must be >= 0")
         self.limit = limit
         self._clock = clock
+        self._idle_at = idle_at
         self._last = -1e9
         self._run = 0
         self._run_shed = False
@@ -331,12 +350,25 @@ class Backlog:
         """A bulk call of the current run was shed."""
         self._run_shed = True
 
+    @property
+    def active(self) -> bool:
+        """Whether the node is working through a backlog now: the calls it takes up
+        are being shed and the queue has not been seen to drain since."""
+        if self._run < BACKLOG_RUN or not self._run_shed or self._left <= 0:
+            return False
+        if self._idle_at is None:
+            return self._clock() - self._last <= BACKLOG_END_GAP_S
+        return self._idle_at() <= self._last
+
     def taken(self) -> bool:
         """A bulk call is being taken up now: True if it comes from a backlog (shed it)."""
         now = self._clock()
         gap = now - self._last
+        drained = (
+            gap > BACKLOG_END_GAP_S if self._idle_at is None else self._idle_at() > self._last
+        )
         self._last = now
-        if gap > BACKLOG_END_GAP_S or (gap > BACKLOG_GAP_S and self._run < BACKLOG_RUN):
+        if drained or (gap > BACKLOG_GAP_S and self._run < BACKLOG_RUN):
             self._run, self._run_shed = 1, False
             return False
         self._run += 1
@@ -520,6 +552,7 @@ class RequestContext:
         bulk_shed_lag_s: float = 0.0,
         bulk_budget: BulkBudget | None = None,
         backlog_limit: int = 1536,
+        loop_idle_at: Callable[[], float] | None = None,
     ) -> None:
         self._count = counters
         self._auth = auth
@@ -542,7 +575,9 @@ class RequestContext:
         self.pushback = Pushback()
         #: Bulk calls shed because they were taken up from a backlog (see BACKLOG_RUN).
         self.bulk_backlog_shed = 0
-        self._backlog = Backlog(backlog_limit)
+        #: ``loop_idle_at``: when the node's event loop was last idle (``time.monotonic``
+        #: time; :func:`nodes.eventloop.idle_clock`), which tells a backlog has drained.
+        self._backlog = Backlog(backlog_limit, idle_at=loop_idle_at)
 
     def handler(self, collected: MethodCollector) -> _MethodTable:
         """One generic handler serving every collected method, each wrapped once, now."""
@@ -807,6 +842,19 @@ class RequestContext:
                                 request_id,
                             )
                         held = budget.reserve
+                        if self._backlog.active:
+                            # Room came while the node works through a backlog: its
+                            # body would be read and processed between the refusals of
+                            # the backlog, each step behind theirs (under the overload
+                            # benchmark such calls, taken up early in the opening
+                            # burst, were its slowest admitted ones: 200-300 ms in the
+                            # node). Shed with an appointment instead.
+                            budget.release(held)
+                            held = 0
+                            self.bulk_backlog_shed += 1
+                            return self._shed(
+                                context, f"{rpc}: node taking up a backlog of calls", request_id
+                            )
                     admitted_at = time.monotonic()
                     # Admitted: say so at once (response headers with the request id)
                     # before reading the body, so a caller may hold its body until then

@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import _async as reflection_aio
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from nodes.auth import ControlAuth
+from nodes.eventloop import idle_clock
 from nodes.interceptors import (
     BACKLOG_SHED_PER_PENDING,
     BulkBudget,
@@ -173,6 +174,9 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
         ),
         # gRPC's own soft limit when the node sets none (0).
         backlog_limit=round(BACKLOG_SHED_PER_PENDING * (core.config.max_pending_rpcs or 1000)),
+        # A node process runs on a NodeEventLoop, which tells when a backlog has
+        # drained; a node started in another program's loop falls back to pauses.
+        loop_idle_at=idle_clock(),
     )
     # Every handler is collected first and wrapped once, then served from one
     # generic handler: no server interceptor (a coroutine chain per call before

@@ -25,7 +25,7 @@ from contracts.identity import Identity
 from contracts.serve import build_commitment, build_demand, build_obligation, verify_served
 from contracts.signed import open_statement
 from contracts.statements import Commitment, Obligation
-from nodes import interceptors, wire
+from nodes import eventloop, interceptors, wire
 from nodes._pb.provnet.v1 import (
     deliver_pb2,
     deliver_pb2_grpc,
@@ -156,7 +156,8 @@ async def test_admitted_bulk_call_without_a_body_gives_its_slot_back(
                 await chan.stream_unary(DELIVER, None, None)(_silent(release), timeout=20)
             assert slow.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED, slow.value
             assert "request body not received" in (slow.value.details() or "")
-        assert node.server.requests.bulk_in_flight == 0
+        # The status reaches the caller before the handler's own clean-up has run.
+        await _until(lambda: node.server.requests.bulk_in_flight == 0, "the slot given back")
     finally:
         release.set()
         await node.stop(0)
@@ -616,3 +617,225 @@ def test_backlog_is_a_run_of_calls_taken_up_back_to_back_with_one_shed() -> None
     take(1, gap=interceptors.BACKLOG_EVERY_S)
     backlog.shed()
     assert take(run)[-1]
+
+
+def test_backlog_on_a_loop_that_knows_when_it_was_idle_ends_only_once_it_was() -> None:
+    """``Backlog`` given when the event loop was last idle: a pause of any length in
+    which the loop never waited with nothing to run is the node's own work (the
+    queue may still be full), not the end of the backlog; the loop idle once is."""
+    now = [100.0]
+    idle = [0.0]
+    backlog = interceptors.Backlog(limit=1000, clock=lambda: now[0], idle_at=lambda: idle[0])
+    step = interceptors.BACKLOG_GAP_S / 2
+    run = interceptors.BACKLOG_RUN
+
+    def take(n: int, gap: float = step) -> list[bool]:
+        out = []
+        for _ in range(n):
+            now[0] += gap
+            out.append(backlog.taken())
+        return out
+
+    take(1, gap=1.0)
+    backlog.shed()
+    assert take(run)[-2:] == [True, True]  # a backlog, as with pauses alone
+    # The node busy with its own work for 5x the pause that ends a backlog without
+    # this clock (a node admitting 3 MiB bodies during a burst paused 10-45 ms):
+    # still the backlog.
+    assert take(1, gap=5 * interceptors.BACKLOG_END_GAP_S) == [True]
+    assert take(3, gap=3 * interceptors.BACKLOG_END_GAP_S) == [True] * 3
+    # The loop was idle before the last call was taken up: no news since.
+    idle[0] = now[0] - step
+    assert take(1) == [True]
+    # Idle after it: the queue has drained; the next call starts afresh.
+    idle[0] = now[0] + step / 2
+    assert take(1) == [False]
+    assert not any(take(run - 2))  # a new run, nothing shed in it yet
+
+
+def test_node_event_loop_notes_when_it_waited_with_nothing_to_run() -> None:
+    """``NodeEventLoop`` records the end of each wait for I/O of ``IDLE_WAIT_S`` or more,
+    and nothing while callbacks keep it busy, however long."""
+
+    async def scenario() -> None:
+        idle_at = eventloop.idle_clock()
+        assert idle_at is not None
+        await asyncio.sleep(10 * eventloop.IDLE_WAIT_S)  # nothing else to run: idle
+        waited = idle_at()
+        assert waited <= time.monotonic()
+        assert waited > time.monotonic() - 5  # this wait, not one before the loop began
+        # 50 turns of 2 ms of work each, back to back: the loop never waits.
+        for _ in range(50):
+            time.sleep(2 * eventloop.IDLE_WAIT_S)
+            await asyncio.sleep(0)
+        assert idle_at() == waited
+        await asyncio.sleep(10 * eventloop.IDLE_WAIT_S)
+        assert idle_at() > waited
+
+    eventloop.run(scenario())
+    # Any other loop cannot tell.
+    assert asyncio.run(_idle_clock_here()) is None
+
+
+async def _idle_clock_here() -> Any:
+    return eventloop.idle_clock()
+
+
+def test_a_pause_of_the_node_amid_a_backlog_does_not_let_queued_calls_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node on its own loop (``NodeEventLoop``, as ``provnet node`` runs) keeps
+    shedding a backlog through a pause in its own work: 150 deliveries queue
+    while its loop is blocked (two silent ones hold the byte budget), and while
+    it refuses them it stalls for 3x ``BACKLOG_END_GAP_S`` (as it did parsing
+    admitted 3 MiB bodies on a loaded CPU). The call it takes up after the
+    stall has waited behind the others: still refused as a backlog (judged by
+    pauses alone, the stall ended the backlog and the next calls competed for
+    admission again). Once the queue has drained and the loop has been idle, a
+    new call is no longer taken for a backlog.
+    """
+    taken: list[bool] = []
+    stalled_at: list[int] = []
+    real_taken = interceptors.Backlog.taken
+
+    def stalling_taken(self: interceptors.Backlog) -> bool:
+        # Three calls into the backlog, at a call taken up with the loop not idle since
+        # the one before (in-process, the test's own calls can leave it idle between two).
+        if sum(taken) >= 3 and self.active and not stalled_at:
+            stalled_at.append(len(taken))
+            time.sleep(3 * interceptors.BACKLOG_END_GAP_S)  # the node busy, its loop held
+        taken.append(real_taken(self))
+        return taken[-1]
+
+    monkeypatch.setattr(interceptors.Backlog, "taken", stalling_taken)
+
+    async def scenario() -> None:
+        node = await grpc_node(tmp_path, "stall")
+        release = asyncio.Event()
+        options = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connection
+        chans = [grpc.aio.insecure_channel(node.address, options=options) for _ in range(4)]
+        try:
+            delivers = [chan.stream_unary(DELIVER, None, None) for chan in chans]
+            for chan in chans:
+                await chan.unary_unary("/provnet.v1.Node/Info", None, None)(b"", timeout=10)
+            holders = [
+                asyncio.ensure_future(delivers[0](_silent(release), timeout=30)) for _ in range(2)
+            ]
+            await _until(lambda: node.server.requests.bulk_in_flight == 2, "2 bulk calls held")
+            taken.clear()
+            burst = [
+                asyncio.ensure_future(delivers[k % 4](_silent(release), timeout=30))
+                for k in range(150)
+            ]
+            for _ in range(50):
+                await asyncio.sleep(0)  # every call's batch started in gRPC's core
+            time.sleep(0.5)  # blocking is the point: gRPC queues what arrives meanwhile
+            results = await asyncio.gather(*burst, return_exceptions=True)
+            assert all(
+                isinstance(r, grpc.aio.AioRpcError)
+                and r.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+                for r in results
+            ), results
+            assert len(taken) == 150
+            (stall,) = stalled_at
+            # The call taken up right after the stall: still the backlog. (Later ones
+            # may find the loop idle meanwhile: in-process, the test's own calls share
+            # its gRPC poller thread, whose wake-ups can lag a millisecond.)
+            shown = "".join("B" if t else "." for t in taken)  # B: refused as a backlog
+            assert taken[stall], (stall, shown)
+            backlog_refusals = [
+                r for r in results if "backlog" in (r.details() or "")  # type: ignore[union-attr]
+            ]
+            assert len(backlog_refusals) == node.server.requests.bulk_backlog_shed
+            # Drained and idle: the next delivery is refused for the byte budget,
+            # not as a backlog.
+            await asyncio.sleep(0.05)
+            with pytest.raises(grpc.aio.AioRpcError) as later:
+                await delivers[1](_silent(release), timeout=10)
+            assert "bytes of bulk request bodies in flight" in (later.value.details() or "")
+            assert taken[-1] is False
+            release.set()
+            for held in holders:
+                with pytest.raises(grpc.aio.AioRpcError):
+                    await held
+        finally:
+            release.set()
+            for chan in chans:
+                await chan.close(None)
+            await node.stop(0)
+
+    eventloop.run(scenario())
+
+
+def test_a_call_granted_budget_room_amid_a_backlog_is_shed_not_admitted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delivery waiting for room in the byte budget that gets it while the node
+    works through a backlog is shed with an appointment (its body unread), not
+    admitted to be processed between the backlog's refusals.
+
+    The budget is held (two reservations, as two bodies in flight) and two
+    deliveries wait for it; 150 queue while the node's loop is blocked; three
+    calls into the backlog the two reservations are given back, which gives
+    the waiters their room.
+    """
+    monkeypatch.setattr(interceptors, "BULK_BUDGET_WAIT_S", 30.0)  # the waiters outlast the block
+    taken: list[bool] = []
+    freed: list[int] = []
+    budgets: list[interceptors.BulkBudget] = []
+    real_taken = interceptors.Backlog.taken
+
+    def watched_taken(self: interceptors.Backlog) -> bool:
+        if sum(taken) >= 3 and self.active and not freed:
+            freed.append(len(taken))
+            budgets[0].release(2 * budgets[0].reserve)  # the two bodies in flight are done
+        taken.append(real_taken(self))
+        return taken[-1]
+
+    monkeypatch.setattr(interceptors.Backlog, "taken", watched_taken)
+
+    async def scenario() -> None:
+        node = await grpc_node(tmp_path, "granted")
+        release = asyncio.Event()
+        options = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connection
+        chans = [grpc.aio.insecure_channel(node.address, options=options) for _ in range(4)]
+        budget = node.server.requests.bulk_budget
+        assert budget is not None
+        budgets.append(budget)
+        try:
+            delivers = [chan.stream_unary(DELIVER, None, None) for chan in chans]
+            for chan in chans:
+                await chan.unary_unary("/provnet.v1.Node/Info", None, None)(b"", timeout=10)
+            for _ in range(2):
+                assert await budget.acquire(0)
+            assert budget.used == budget.limit
+            waiters = [
+                asyncio.ensure_future(delivers[1](_silent(release), timeout=10)) for _ in range(2)
+            ]
+            await _until(lambda: budget.waiting == 2, "2 calls waiting for the budget")
+            taken.clear()
+            burst = [
+                asyncio.ensure_future(delivers[k % 4](_silent(release), timeout=30))
+                for k in range(150)
+            ]
+            for _ in range(50):
+                await asyncio.sleep(0)  # every call's batch started in gRPC's core
+            time.sleep(0.5)  # blocking is the point: gRPC queues what arrives meanwhile
+            for waiter in waiters:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await waiter
+                # Admitted, it would have waited for its (silent) body: DEADLINE_EXCEEDED.
+                assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+                assert "backlog" in (refused.value.details() or ""), refused.value
+                assert _pushback_ms(refused.value) > 0
+            assert len(freed) == 1
+            release.set()  # any call admitted after the backlog ends at once
+            await asyncio.gather(*burst, return_exceptions=True)
+            await _until(lambda: budget.used == 0, "every reservation given back")
+        finally:
+            release.set()
+            for chan in chans:
+                await chan.close(None)
+            await node.stop(0)
+
+    eventloop.run(scenario())

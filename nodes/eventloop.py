@@ -1,0 +1,96 @@
+"""The event loop a node process runs on: asyncio's selector loop that knows when it was idle.
+
+A node sheds the bulk calls it takes up from a backlog (:class:`nodes.interceptors.Backlog`):
+calls that waited in gRPC's queue while the node was busy. gRPC hands the node
+one call per event-loop turn and says nothing of what is still queued, so
+the node has to tell from its own loop when the queue has drained. A pause
+between two calls taken up does not tell it: the node may have spent the
+pause on its own work (a 3 MiB body parsed, a garbage collection, the worker
+threads hashing admitted bodies on the same CPU) with the queue still full.
+What does tell it is the loop waiting for I/O with nothing to run: a call
+still queued would have been handed over meanwhile (its completion wakes the
+loop at once). :class:`NodeEventLoop` records when its loop last waited so,
+for at least :data:`IDLE_WAIT_S` in one wait (:attr:`IdleSelector.idle_at`).
+
+Only asyncio's public API: a :class:`selectors.DefaultSelector` subclass given
+to :class:`asyncio.SelectorEventLoop`, and :func:`run` with
+:class:`asyncio.Runner`'s ``loop_factory``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["IDLE_WAIT_S", "IdleSelector", "NodeEventLoop", "idle_clock", "run"]
+
+#: One wait for I/O at least this long, with nothing else to run, is the loop
+#: idle. Long enough that a completion already on its way (gRPC's poller
+#: thread writing its wake-up byte while the node's worker threads share its
+#: CPU) is not mistaken for none; short enough that the gaps between callers
+#: spread out by their retry appointments (~4 ms under the overload benchmark) show it.
+IDLE_WAIT_S = 0.001
+
+_T = TypeVar("_T")
+
+
+class IdleSelector(selectors.DefaultSelector):
+    """The platform's default selector, noting when a wait for I/O lasted ``IDLE_WAIT_S`` or more.
+
+    asyncio's loop calls :meth:`select` with a zero timeout while it has
+    callbacks ready and with a longer one (or none) only when it has nothing
+    to run, so a wait that long is the loop idle.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._clock = clock
+        #: When (``clock`` time) the last wait of ``IDLE_WAIT_S`` or more ended;
+        #: ``-inf`` until there has been one.
+        self.idle_at = float("-inf")
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is not None and timeout <= 0:
+            return super().select(timeout)
+        start = self._clock()
+        try:
+            return super().select(timeout)
+        finally:
+            end = self._clock()
+            if end - start >= IDLE_WAIT_S:
+                self.idle_at = end
+
+
+class NodeEventLoop(asyncio.SelectorEventLoop):
+    """asyncio's selector event loop on an :class:`IdleSelector` (its ``idle``)."""
+
+    def __init__(self) -> None:
+        self.idle = IdleSelector()
+        super().__init__(self.idle)
+
+
+def idle_clock(loop: asyncio.AbstractEventLoop | None = None) -> Callable[[], float] | None:
+    """When ``loop`` (default: the running one) was last idle, as a callable returning
+    ``time.monotonic`` time; None if it is not a :class:`NodeEventLoop` (it cannot tell)."""
+    if loop is None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+    if not isinstance(loop, NodeEventLoop):
+        return None
+    idle = loop.idle
+
+    def idle_at() -> float:
+        return idle.idle_at
+
+    return idle_at
+
+
+def run(main: Coroutine[Any, Any, _T]) -> _T:
+    """``asyncio.run(main)`` on a :class:`NodeEventLoop`."""
+    with asyncio.Runner(loop_factory=NodeEventLoop) as runner:
+        return runner.run(main)
