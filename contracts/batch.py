@@ -56,6 +56,7 @@ rules of :func:`~contracts.statements.check_receipt_shape` per item.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -191,6 +192,11 @@ def _key_bytes(obligation: str, commitment: str) -> bytes:
     return _raw(obligation, "batch item obligation") + _raw(commitment, "batch item commitment")
 
 
+#: A fold's packed key, once per fold: a holder names the same folds demand after demand.
+_fold_key = functools.lru_cache(maxsize=4096)(_key_bytes)
+_WHOLE = b"\x00"  # LEAVES of an item for the whole fold
+
+
 def encode_demand_batch(b: DemandBatch) -> bytes:
     """The version-3 payload of a demand batch (``ValueError`` on fields it cannot hold)."""
     if not 1 <= len(b.items) <= MAX_BATCH:
@@ -210,12 +216,12 @@ def encode_demand_batch(b: DemandBatch) -> bytes:
     ]
     prev = b""
     for it in b.items:
-        key = _key_bytes(it.obligation, it.commitment)
+        key = _fold_key(it.obligation, it.commitment)
         if key <= prev:
             raise ValueError("demand batch items must be strictly increasing by fold")
         prev = key
         parts.append(key)
-        parts.append(_leaves_bytes(it.leaves))
+        parts.append(_WHOLE if it.leaves is None else _leaves_bytes(it.leaves))
     return b"".join(parts)
 
 

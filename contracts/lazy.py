@@ -32,16 +32,30 @@ from collections.abc import Sequence
 
 from contracts._fields import MAX_TIME_MS
 from contracts.batch import receipt_batch_head, served_whole_item
+from contracts.binary import (
+    _RECEIPT_HEAD,
+    _RECEIPT_TAG,
+    BINARY_VERSION,
+    RECEIPT_BINARY_TYPE,
+    STATUS_CODES,
+    _nonce_bytes,
+    _raw,
+)
 from contracts.envelope import Envelope
 from contracts.errors import ContractError
 from contracts.evidence import Answer, AnswerKind, cite_head, judge_answer
 from contracts.heads import VerifiedFold
-from contracts.merkle import leaf_hash, merkle_root, root_from_inclusion
+from contracts.merkle import KnownRoots, leaf_hash, merkle_root, root_from_inclusion
 from contracts.serve import ServedFold
 from contracts.signed import Signed, parse_statement
 from contracts.statements import Demand, Receipt, ReceiptStatus
 
-__all__ = ["judge_fold_answer", "served_batch_without_signature", "served_without_signature"]
+__all__ = [
+    "judge_fold_answer",
+    "served_batch_without_signature",
+    "served_fold_without_signature",
+    "served_without_signature",
+]
 
 
 def served_without_signature(
@@ -50,8 +64,12 @@ def served_without_signature(
     *,
     demand: Signed[Demand],
     fold: VerifiedFold,
+    known: KnownRoots | None = None,
 ) -> ServedFold | None:
-    """Step 1 of :func:`judge_fold_answer`: the served fold, or None if the bytes decide nothing."""
+    """Step 1 of :func:`judge_fold_answer`: the served fold, or None if the bytes decide nothing.
+
+    ``known``: the roots whole folds were already seen to reproduce (bytes served
+    again are compared with those instead of hashed: :class:`~contracts.merkle.KnownRoots`)."""
     try:
         r = receipt if isinstance(receipt, Signed) else parse_statement(receipt, Receipt)
     except ContractError:
@@ -69,7 +87,9 @@ def served_without_signature(
     root = bytes.fromhex(record.root)
     # (2) the bytes reproduce the root proven under the verified head
     if ds.leaves is None:
-        if len(hops) != record.leaf_count or merkle_root(hops) != root:
+        if len(hops) != record.leaf_count or not (
+            known.reproduces(hops, root) if known is not None else merkle_root(hops) == root
+        ):
             return None
         leaves: tuple[int, ...] = tuple(range(record.leaf_count))
     else:
@@ -85,6 +105,80 @@ def served_without_signature(
     return ServedFold(receipt=r, leaves=leaves, hops=tuple(hops), receipt_verified=False)
 
 
+#: Where ``issued_at`` (u64) sits in a version-2 receipt: after the version and
+#: kind bytes and four 32-byte ids (origin, obligation, commitment, demand).
+_ISSUED_AT = 2 + 4 * 32
+#: What follows the nonce of a SERVED whole-fold receipt: leaves flag 0 (the whole
+#: fold), served_root present (then the root), then no leaf hashes and no proofs.
+_WHOLE_FOLD = b"\x00\x01"
+_NO_HASHES_NO_PROOFS = bytes(8)
+_SERVED = STATUS_CODES[ReceiptStatus.SERVED]
+
+
+def served_fold_without_signature(
+    receipt: bytes,
+    hops: Sequence[bytes],
+    *,
+    demand: Signed[Demand],
+    fold: VerifiedFold,
+    known: KnownRoots | None = None,
+) -> bool:
+    """Step 1 of :func:`judge_fold_answer` for a whole-fold demand, from the receipt's bytes.
+
+    True when ``receipt`` is an envelope whose payload (binary, version 2) is
+    exactly what a faithful origin signs for ``demand`` — its own id, the
+    demand's obligation and commitment, the demand's digest and nonce, any
+    ``issued_at`` in range, SERVED, the fold's tree size and committed root,
+    nothing else — and ``hops`` reproduce the fold's root proven under its
+    verified head. The payload is compared with bytes packed here instead of
+    being parsed: equal bytes decode to exactly those fields, the ones
+    :func:`served_without_signature` reads. The signature decides nothing
+    and is not checked.
+
+    False decides nothing: the caller judges the answer with
+    :func:`judge_fold_answer` (which parses the receipt, and verifies it where
+    it decides). ``known`` as for :func:`served_without_signature`.
+    """
+    ds = demand.statement
+    record = fold.record
+    if ds.leaves is not None or len(hops) != record.leaf_count:
+        return False
+    try:
+        envelope = Envelope.from_bytes(receipt)
+        nonce = _nonce_bytes(ds.nonce, 0)
+        head = _RECEIPT_HEAD.pack(
+            BINARY_VERSION,
+            _RECEIPT_TAG,
+            _raw(ds.origin, "receipt origin"),
+            _raw(ds.obligation, "receipt obligation"),
+            _raw(ds.commitment, "receipt commitment"),
+            _raw(demand.digest, "receipt demand"),
+            0,
+            record.leaf_count,
+            _SERVED,
+            0,
+            len(nonce),
+        )
+        root = _raw(record.root, "served_root")
+    except (ContractError, ValueError):
+        return False
+    payload = envelope.payload
+    at = _ISSUED_AT
+    tail = nonce + _WHOLE_FOLD + root + _NO_HASHES_NO_PROOFS
+    if (
+        envelope.payload_type != RECEIPT_BINARY_TYPE
+        or len(payload) != len(head) + len(tail)
+        or payload[:at] != head[:at]
+        or int.from_bytes(payload[at : at + 8], "big") > MAX_TIME_MS
+        or payload[at + 8 : len(head)] != head[at + 8 :]
+        or payload[len(head) :] != tail
+    ):
+        return False
+    if known is not None:
+        return known.reproduces(hops, root)
+    return merkle_root(hops) == root
+
+
 #: A fold's faithful item, packed once per fold (its fields are immutable).
 _whole_item = functools.lru_cache(maxsize=4096)(served_whole_item)
 
@@ -97,6 +191,7 @@ def served_batch_without_signature(
     demand: str,
     nonce: str,
     folds: Sequence[VerifiedFold],
+    known: KnownRoots | None = None,
 ) -> bool:
     """Step 1 of :func:`judge_fold_answer` for every fold of a whole-fold demand batch at once.
 
@@ -114,6 +209,7 @@ def served_batch_without_signature(
 
     False decides nothing either: the caller judges each fold on its own
     (:func:`judge_fold_answer`), verifying the receipt where it decides.
+    ``known`` as for :func:`served_without_signature`.
     """
     if len(hops) != len(folds) or not folds:
         return False
@@ -140,7 +236,12 @@ def served_batch_without_signature(
         return False
     for fold, served in zip(folds, hops, strict=True):
         record = fold.record
-        if len(served) != record.leaf_count or merkle_root(served).hex() != record.root:
+        if len(served) != record.leaf_count:
+            return False
+        if known is not None:
+            if not known.reproduces(served, bytes.fromhex(record.root)):
+                return False
+        elif merkle_root(served).hex() != record.root:
             return False
     return True
 
@@ -152,10 +253,12 @@ def judge_fold_answer(
     demand: Signed[Demand],
     fold: VerifiedFold,
     reported_at: int,
+    known: KnownRoots | None = None,
 ) -> Answer:
-    """Classify an answer for a fold under a verified head, verifying signatures lazily."""
+    """Classify an answer for a fold under a verified head, verifying signatures lazily
+    (``known`` as for :func:`served_without_signature`)."""
     # (1) hot path: served bytes that reproduce the signed root need no signature
-    served = served_without_signature(receipt, hops, demand=demand, fold=fold)
+    served = served_without_signature(receipt, hops, demand=demand, fold=fold, known=known)
     if served is not None:
         return Answer(
             AnswerKind.SERVED,

@@ -47,6 +47,7 @@ __all__ = [
     "EMPTY_ROOT",
     "HASH_LEN",
     "FoldRoots",
+    "KnownRoots",
     "MerkleFrontier",
     "MerkleTree",
     "consistency_proof",
@@ -303,6 +304,54 @@ class FoldRoots:
                 oldest = next(iter(self._last))
                 self._held -= len(self._last.pop(oldest)[0])
         return frontier.root
+
+
+class KnownRoots:
+    """Whether leaves reproduce a root, answered without hashing for leaves seen before.
+
+    A holder demands the same folds again and again, and a faithful origin
+    serves them in the same bytes each time. :meth:`reproduces` remembers, per
+    root, the leaves it last found to hash to that root; leaves equal to those
+    **byte for byte** (compared, not hashed) reproduce it, since they are the
+    same input to the same function. Any other leaves — a different count, one
+    byte changed anywhere — are hashed in full (:func:`merkle_root`), so the
+    answer is always exactly ``merkle_root(leaves) == root``. Bounded: at most
+    ``capacity`` roots and ``max_bytes`` of leaves in all are remembered (oldest
+    dropped first; a larger fold is checked but not remembered).
+    """
+
+    __slots__ = ("_capacity", "_held", "_known", "_max_bytes")
+
+    def __init__(self, capacity: int = 4096, max_bytes: int = 8 << 20) -> None:
+        if capacity < 1 or max_bytes < 1:
+            raise ValueError(
+                f"capacity and max_bytes must be at least 1, got {capacity} and {max_bytes}"
+            )
+        self._capacity = capacity
+        self._max_bytes = max_bytes
+        self._held = 0
+        self._known: dict[bytes, tuple[tuple[bytes, ...], int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def reproduces(self, leaves: Sequence[bytes], root: bytes) -> bool:
+        """``merkle_root(leaves) == root`` (leaf data in order; ``root`` 32 bytes)."""
+        leaves = tuple(leaves)
+        known = self._known.get(root)
+        if known is not None and known[0] == leaves:
+            return True
+        if merkle_root(leaves) != root:
+            return False
+        size = sum(map(len, leaves))
+        if size <= self._max_bytes:
+            if known is not None:
+                self._held -= self._known.pop(root)[1]
+            self._known[root] = (leaves, size)
+            self._held += size
+            while len(self._known) > self._capacity or self._held > self._max_bytes:
+                self._held -= self._known.pop(next(iter(self._known)))[1]
+        return True
 
 
 def inclusion_proof(leaves: Sequence[bytes], index: int) -> tuple[bytes, ...]:

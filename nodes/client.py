@@ -39,6 +39,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import assert_never
 
@@ -59,7 +60,12 @@ from contracts.evidence import (
 )
 from contracts.heads import FoldProof, HeadCache, VerifiedFold, verify_fold
 from contracts.identity import Identity
-from contracts.lazy import judge_fold_answer, served_batch_without_signature
+from contracts.lazy import (
+    judge_fold_answer,
+    served_batch_without_signature,
+    served_fold_without_signature,
+)
+from contracts.merkle import KnownRoots
 from contracts.serve import build_demand, new_nonce, verify_delivery
 from contracts.signed import Signed, open_statement, parse_statement, sign_statement
 from contracts.statements import (
@@ -157,7 +163,9 @@ class _Fold:
     demand: Signed[Demand] | None = None
     outcome: Outcome = Outcome.UNANSWERED
     detail: str = ""
-    hops: tuple[tuple[int, bytes], ...] = ()
+    #: The served hops and their leaf indices (``range`` for a whole fold).
+    hops: tuple[bytes, ...] = ()
+    leaves: Sequence[int] = ()
     evidence: Evidence | None = None
 
 
@@ -234,6 +242,10 @@ class Holder:
         #: asked per fold from then on, for the life of this holder.
         self.no_batch: set[str] = set()
         self._cache: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+        #: Roots whole folds were seen to reproduce, with their bytes: a fold served
+        #: again in the same bytes is compared with them, not hashed again (the
+        #: outcome is the same; with or without ``cache``).
+        self._known_roots = KnownRoots()
         self.demand_rpcs = 0
 
     @property
@@ -257,7 +269,10 @@ class Holder:
         runs: dict[str, _OriginRun] = {}
         for held in folds:
             origin = held.commitment.statement.origin
-            runs.setdefault(origin, _OriginRun(origin, [])).folds.append(_Fold(held))
+            run = runs.get(origin)
+            if run is None:
+                run = runs[origin] = _OriginRun(origin, [])
+            run.folds.append(_Fold(held))
         if len(runs) == 1:  # the common case: no task needed
             results = [await self._run_origin(next(iter(runs.values())), witnesses, deadline)]
         else:
@@ -288,7 +303,7 @@ class Holder:
             if cached is not None:
                 self._cache.move_to_end(fold.held.commitment.digest)
                 fold.outcome, fold.detail = Outcome.SERVED, "verified earlier (cache)"
-                fold.hops = tuple(enumerate(cached))
+                fold.hops, fold.leaves = cached, range(len(cached))
             elif now_ms >= fold.held.obligation.statement.serve_until:
                 fold.outcome = Outcome.EXPIRED
                 fold.detail = f"obligation {fold.held.obligation.digest[:12]}… past serve_until"
@@ -528,6 +543,7 @@ class Holder:
             demand=first.digest,
             nonce=first.statement.nonce,
             folds=verified,
+            known=self._known_roots,
         ):
             return False
         for fold, answer, vf in zip(folds, answers, verified, strict=True):
@@ -536,7 +552,7 @@ class Holder:
             fold.detail = (
                 f"served {len(hops)} hop(s) reproducing the root under head {vf.head.digest[:12]}…"
             )
-            fold.hops = tuple(enumerate(hops))
+            fold.hops, fold.leaves = hops, range(len(hops))
             self._remember(fold.held.commitment.digest, hops)
         return True
 
@@ -553,12 +569,33 @@ class Holder:
         if fold.held.fold is not None:
             # Head form: served bytes reproducing the root under the verified
             # head need no signature; the receipt is verified only when it decides.
+            if (
+                receipt is None
+                and demand.statement.leaves is None
+                and served_fold_without_signature(
+                    answer.receipt,
+                    answer.hops,
+                    demand=demand,
+                    fold=fold.held.fold,
+                    known=self._known_roots,
+                )
+            ):
+                # The faithful receipt, byte for byte (nothing to parse): served.
+                hops = answer.hops
+                fold.outcome, fold.hops, fold.leaves = Outcome.SERVED, hops, range(len(hops))
+                fold.detail = (
+                    f"served {len(hops)} hop(s) reproducing the root under head"
+                    f" {fold.held.fold.head.digest[:12]}…"
+                )
+                self._remember(fold.held.commitment.digest, hops)
+                return
             verdict = judge_fold_answer(
                 answer.receipt if receipt is None else receipt,
                 answer.hops,
                 demand=demand,
                 fold=fold.held.fold,
                 reported_at=reported_at,
+                known=self._known_roots,
             )
         else:
             verdict = judge_answer(
@@ -572,7 +609,7 @@ class Holder:
         fold.detail = verdict.reason
         if verdict.kind is AnswerKind.SERVED and verdict.served is not None:
             fold.outcome = Outcome.SERVED
-            fold.hops = tuple(zip(verdict.served.leaves, verdict.served.hops, strict=True))
+            fold.hops, fold.leaves = verdict.served.hops, verdict.served.leaves
             if demand.statement.leaves is None:
                 self._remember(fold.held.commitment.digest, verdict.served.hops)
             return
@@ -766,15 +803,17 @@ class Holder:
         folds = run.folds
         worst = folds[0] if len(folds) == 1 else max(folds, key=lambda f: _severity(f.outcome))
         origin = run.origin
-        served = [  # a fold's digest once, not once per hop
-            (f.held.commitment.digest, f.hops) for f in run.folds if f.outcome is Outcome.SERVED
-        ]
         # tuple.__new__ directly: the named tuple's own __new__ is one more Python
-        # call per served hop (~36 per rehydration), for the same tuple.
-        new = tuple.__new__
-        hops: list[VerifiedHop] = [
-            new(VerifiedHop, (origin, d, i, data)) for d, pairs in served for i, data in pairs
-        ]
+        # call per served hop (~36 per rehydration), for the same tuple; mapped
+        # over the fold's (origin, digest, leaf, bytes) in C, a fold's digest once.
+        hops: list[VerifiedHop] = []
+        for f in folds:
+            if f.outcome is Outcome.SERVED:
+                hops += map(
+                    tuple.__new__,
+                    repeat(VerifiedHop),
+                    zip(repeat(origin), repeat(f.held.commitment.digest), f.leaves, f.hops),
+                )
         evidence_bytes = b""
         path = ""
         if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:

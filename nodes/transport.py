@@ -181,6 +181,7 @@ class GrpcTransport:
         self.credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._serve: dict[str, wire.ServeStub] = {}
+        self._demand: dict[str, wire.DemandCall] = {}
         self._evidence: dict[str, wire.EvidenceStub] = {}
         self._deliver: dict[str, wire.DeliverStub] = {}
         self.calls = 0
@@ -237,12 +238,19 @@ class GrpcTransport:
         return code
 
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
-        stub = self._serve_stub(address)
-        reply = await self._call(
-            address,
-            stub.Demand(wire.demand_request(demands), timeout=timeout, wait_for_ready=True),
-        )
-        return wire.answers_from_pb(reply)
+        # The reply is read into answers by the call itself (wire.demand_unary),
+        # sized by its length on the wire: nothing to convert or measure after it.
+        call = self._demand.get(address)
+        if call is None:
+            call = self._demand[address] = wire.demand_unary(self.channel(address))
+        self.calls += 1
+        try:
+            answers: wire.SizedAnswers = await call(
+                wire.demand_request(demands), timeout=timeout, wait_for_ready=True
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
+        return answers
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
         stub = self._serve_stub(address)
@@ -322,6 +330,7 @@ class GrpcTransport:
     async def close(self) -> None:
         channels, self._channels = self._channels, {}
         self._serve.clear()
+        self._demand.clear()
         self._evidence.clear()
         self._deliver.clear()
         for chan in channels.values():
@@ -422,8 +431,9 @@ class InMemoryTransport:
         core = self._node(address)
         self._check_size(address, wire.demand_request_size(demands))
         answers: list[Answer] = await self._run(address, timeout, core.answer_demands(demands))
-        self._check_size(address, wire.demand_response_size(answers))
-        return answers
+        size = wire.demand_response_size(answers)
+        self._check_size(address, size)
+        return wire.SizedAnswers(answers, size)  # sized once: a meter reads the size
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
         core = self._node(address)

@@ -13,7 +13,10 @@ re-encoded.
 encoding of the message gRPC carries for a call (without HTTP/2 framing) —
 the quantity gRPC's ``max_*_message_length`` options bound. The in-memory
 transport enforces its size bound with it, and the harness meters bytes
-with it, through the per-RPC ``*_size`` helpers below.
+with it, through the per-RPC ``*_size`` helpers below. A demand's answers
+read from the wire carry their response's length instead
+(:class:`SizedAnswers`): the same number for a response this version
+encodes, and what actually crossed the wire for one that is not.
 """
 
 from __future__ import annotations
@@ -95,12 +98,20 @@ if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
     HopLogStub: TypeAlias = HopLogAsyncStub
     NodeStub: TypeAlias = NodeAsyncStub
     ServeStub: TypeAlias = ServeAsyncStub
+    #: ``Serve.Demand`` read into answers (:func:`demand_unary`).
+    DemandCall: TypeAlias = grpc.aio.UnaryUnaryMultiCallable[
+        serve_pb2.DemandRequest, "SizedAnswers"
+    ]
 
 __all__ = [
+    "DEMAND_METHOD",
     "WIRE_VERSION",
+    "DemandCall",
+    "SizedAnswers",
     "answer_from_pb",
     "answer_to_pb",
     "answers_from_pb",
+    "answers_from_response",
     "append_request",
     "attest_request",
     "attest_request_size",
@@ -133,6 +144,7 @@ __all__ = [
     "demand_request_size",
     "demand_response",
     "demand_response_size",
+    "demand_unary",
     "evidence_stub",
     "fold_proof_from_pb",
     "fold_proof_to_pb",
@@ -900,6 +912,26 @@ def answers_from_pb(msg: serve_pb2.DemandResponse) -> list[Answer]:
     return [answer_from_pb(a) for a in msg.answers]
 
 
+class SizedAnswers(list[Answer]):
+    """The answers of one ``Serve.Demand`` call and ``wire_size``, the bytes of the
+    response message that carried them: what :func:`demand_response_size` computes
+    for them, known without computing it when the message was read from the wire
+    (:func:`answers_from_response`) or already sized by the sender."""
+
+    __slots__ = ("wire_size",)
+
+    def __init__(self, answers: Iterable[Answer], wire_size: int) -> None:
+        super().__init__(answers)
+        self.wire_size = wire_size
+
+
+def answers_from_response(data: bytes) -> SizedAnswers:
+    """A serialized ``DemandResponse`` as answers, sized by its length on the wire
+    (the response deserializer of :func:`demand_unary`)."""
+    msg = serve_pb2.DemandResponse.FromString(data)
+    return SizedAnswers(map(answer_from_pb, msg.answers), len(data))
+
+
 def stream_request(demand: bytes, max_chunk_bytes: int = 0) -> serve_pb2.DemandStreamRequest:
     return serve_pb2.DemandStreamRequest(demand=demand, max_chunk_bytes=max_chunk_bytes)
 
@@ -1137,6 +1169,21 @@ def serve_stub(channel: grpc.aio.Channel) -> ServeStub:
     return serve_pb2_grpc.ServeStub(channel)
 
 
+#: The full method name of ``Serve.Demand``.
+DEMAND_METHOD = "/provnet.v1.Serve/Demand"
+
+
+def demand_unary(channel: grpc.aio.Channel) -> DemandCall:
+    """``Serve.Demand`` on ``channel`` as the stub's, except that the reply is read
+    straight into :class:`SizedAnswers` (:func:`answers_from_response`): no
+    conversion after the call, and the response's size is its length."""
+    return channel.unary_unary(
+        DEMAND_METHOD,
+        request_serializer=serve_pb2.DemandRequest.SerializeToString,
+        response_deserializer=answers_from_response,
+    )
+
+
 def evidence_stub(channel: grpc.aio.Channel) -> EvidenceStub:
     return evidence_pb2_grpc.EvidenceStub(channel)
 
@@ -1197,7 +1244,10 @@ def demand_request_size(demands: Sequence[bytes]) -> int:
 
 
 def demand_response_size(answers: Iterable[Answer]) -> int:
-    """``ByteSize()`` of :func:`demand_response`, from the lengths alone."""
+    """``ByteSize()`` of :func:`demand_response`, from the lengths alone (the size
+    :class:`SizedAnswers` carry, when they do)."""
+    if type(answers) is SizedAnswers:
+        return answers.wire_size
     return sum(_bytes_field_size(_answer_size(a)) for a in answers)
 
 

@@ -16,6 +16,9 @@
   and response bytes per *tag* (what the runner is doing: one arm's
   delivery, one arm's rehydration, the origin's commits) through
   :class:`MeteredTransport`, a :class:`nodes.transport.Transport` wrapper.
+  A demand's answers come sized by the transport that carried them
+  (:class:`nodes.wire.SizedAnswers`: over gRPC the response's length as
+  received, in memory its encoding's size), so they are not sized again.
   :class:`CryptoMeter` counts Ed25519 signatures and verifications and the
   leaves hashed into Merkle roots, and times them, by wrapping the few
   functions every such operation passes through while the run is active
@@ -378,8 +381,9 @@ class MeteredTransport:
         except Exception:
             self._count("Demand", req, 0, failed=True)
             raise
+        # Sized by the inner transport when it could (wire.SizedAnswers), not again.
         resp = wire.demand_response_size(answers)
-        self._count("Demand", req, resp, hops=sum(len(a.hops) for a in answers))
+        self._count("Demand", req, resp, hops=sum([len(a.hops) for a in answers]))
         return answers
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:

@@ -49,14 +49,27 @@ from contracts.batch import (
     served_whole_item,
     sign_receipt_batch,
 )
+from contracts.binary import RECEIPT_BINARY_TYPE
 from contracts.envelope import Envelope
 from contracts.evidence import Answer, AnswerKind, verify_clearing
 from contracts.identity import PublicKey
-from contracts.lazy import judge_fold_answer, served_batch_without_signature
+from contracts.lazy import (
+    judge_fold_answer,
+    served_batch_without_signature,
+    served_fold_without_signature,
+)
+from contracts.merkle import KnownRoots
 from contracts.serve import build_demand
 from contracts.signed import Signed
 from contracts.statements import Demand, Receipt
-from tests.contracts._support import DAY, NOW, BatchWorld, fixed_identity, make_batch_world
+from tests.contracts._support import (
+    DAY,
+    NOW,
+    BatchWorld,
+    fixed_identity,
+    make_batch_world,
+    make_head_world,
+)
 
 
 def _items(b: BatchWorld, receipt: bytes) -> list[Signed[Receipt]]:
@@ -403,3 +416,65 @@ def test_a_receipt_batch_that_is_not_exactly_the_faithful_one_decides_nothing() 
     late = payload[:66] + struct.pack(">Q", MAX_TIME_MS + 1) + payload[74:]
     assert not _served_batch(b, late, b.hops)
     assert _served_batch(b, payload[:66] + struct.pack(">Q", 7) + payload[74:], b.hops)
+
+
+# ---------------------------------------------------------------- one fold's receipt by bytes
+
+
+def test_a_faithful_receipt_for_one_whole_fold_is_recognised_by_its_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = make_head_world()
+    hops = w.hops["value:42"]
+    receipt = w.answer(w.demand, hops, now=NOW + 2_000)
+    calls: list[bytes] = []
+    monkeypatch.setattr(PublicKey, "verify", lambda self, sig, msg: calls.append(msg))
+    known = KnownRoots()
+    for memo in (None, known, known):
+        assert served_fold_without_signature(
+            receipt.to_bytes(), hops, demand=w.demand, fold=w.fold, known=memo
+        )
+    assert calls == []
+    # the slow path, which parses the receipt, reaches the same verdict
+    verdict = judge_fold_answer(
+        receipt.to_bytes(), hops, demand=w.demand, fold=w.fold, reported_at=NOW + 3_000
+    )
+    assert verdict.kind is AnswerKind.SERVED
+
+
+def test_a_receipt_for_one_fold_that_is_not_exactly_the_faithful_one_decides_nothing() -> None:
+    w = make_head_world()
+    hops = w.hops["value:42"]
+    payload = w.answer(w.demand, hops, now=NOW + 2_000).envelope.payload
+
+    def served(
+        data: bytes, served_hops: Sequence[bytes] = hops, demand: Signed[Demand] = w.demand
+    ) -> bool:
+        envelope = sign_envelope(w.origin, RECEIPT_BINARY_TYPE, data)
+        return served_fold_without_signature(
+            envelope.to_bytes(), served_hops, demand=demand, fold=w.fold, known=KnownRoots()
+        )
+
+    assert served(payload)
+    assert not served(payload, (b"x" + hops[0][1:], *hops[1:]))  # bytes that miss the root
+    assert not served(payload, hops[:-1])
+    assert not served(payload + b"\x00")
+    assert not served(payload[:-1])
+    at = 2 + 4 * 32  # issued_at
+    for i in (5, 40, 70, 100, at + 9, at + 17, len(payload) - 9, len(payload) - 1):
+        flipped = bytearray(payload)
+        flipped[i] ^= 1  # origin, obligation, commitment, demand, tree size, status, root, proofs
+        assert not served(bytes(flipped)), i
+    assert not served(payload[:at] + struct.pack(">Q", MAX_TIME_MS + 1) + payload[at + 8 :])
+    assert served(payload[:at] + struct.pack(">Q", 7) + payload[at + 8 :])
+    refused = w.answer(w.demand, None, now=NOW + 2_000)
+    assert not served(refused.envelope.payload, ())
+    # JSON receipts, partial demands and receipts of another kind go the slow way
+    json_demand = build_demand(w.holder, w.fold.obligation, now=NOW + 1_000, binary=False)
+    json_receipt = w.answer(json_demand, hops, now=NOW + 2_000)
+    assert not served_fold_without_signature(
+        json_receipt.to_bytes(), hops, demand=json_demand, fold=w.fold
+    )
+    partial = build_demand(w.holder, w.fold.obligation, now=NOW + 1_000, leaves=[0])
+    assert not served(payload, hops[:1], partial)
+    assert not served_fold_without_signature(b"not an envelope", hops, demand=w.demand, fold=w.fold)

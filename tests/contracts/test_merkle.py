@@ -26,6 +26,7 @@ from contracts import (
 )
 from contracts.merkle import (
     FoldRoots,
+    KnownRoots,
     MerkleFrontier,
     consistency_roots,
     leaf_hash,
@@ -466,3 +467,78 @@ def test_fold_roots_stay_within_their_leaf_budget_and_stay_right() -> None:
     too_long = [f"x{i}".encode() for i in range(51)]
     assert roots.root(too_long) == merkle_root(too_long)
     assert too_long[0] not in roots._last
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.binary(min_size=0, max_size=30), min_size=1, max_size=40),
+    st.lists(st.tuples(st.integers(0, 39), st.integers(0, 39), st.integers(0, 3)), max_size=12),
+)
+def test_property_known_roots_answer_exactly_whether_leaves_reproduce_the_root(
+    pool: list[bytes], asks: list[tuple[int, int, int]]
+) -> None:
+    # leaves seen before, the same leaves with one byte changed, a leaf moved
+    # across a boundary (same concatenation, other leaves), one dropped, and
+    # other roots: always merkle_root(leaves) == root, never more
+    known = KnownRoots(capacity=3, max_bytes=200)
+    for a, b, how in asks:
+        a, b = a % len(pool), b % len(pool)
+        leaves = pool[min(a, b) : max(a, b) + 1]
+        root = merkle_root(leaves)
+        assert known.reproduces(leaves, root)
+        assert known.reproduces(list(leaves), root)  # again, from memory
+        other = list(leaves)
+        if how == 0:
+            other[-1] += b"!"
+        elif how == 1 and len(other) > 1 and other[0]:
+            other[:2] = [other[0][:-1], other[0][-1:] + other[1]]
+        elif how == 2:
+            other = other[:-1]
+        else:
+            other = [*other, b""]
+        assert known.reproduces(other, root) == (merkle_root(other) == root)
+        assert known.reproduces(leaves, root)
+        assert not known.reproduces(leaves, merkle_root(other)) or merkle_root(other) == root
+        assert len(known) <= 3
+        assert known._held <= 200
+
+
+def test_known_roots_compare_leaves_seen_before_instead_of_hashing_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import contracts.merkle as merkle
+
+    hashed: list[int] = []
+    original = merkle.merkle_root
+
+    def counting(leaves: Any) -> bytes:
+        items = list(leaves)
+        hashed.append(len(items))
+        return original(items)
+
+    monkeypatch.setattr(merkle, "merkle_root", counting)
+    known = KnownRoots()
+    leaves = [f"hop {i}".encode() for i in range(12)]
+    root = original(leaves)
+    assert known.reproduces(leaves, root)
+    assert known.reproduces([bytes(x) for x in leaves], root)  # equal bytes, new objects
+    assert known.reproduces(tuple(leaves), root)
+    changed = [*leaves[:5], b"hop 5!", *leaves[6:]]
+    assert not known.reproduces(changed, root)
+    assert known.reproduces(leaves, root)  # a failed check forgets nothing
+    assert hashed == [12, 12]  # the first sight and the changed leaves only
+    with pytest.raises(ValueError, match="capacity"):
+        KnownRoots(capacity=0)
+
+
+def test_known_roots_stay_within_their_budget_and_stay_right() -> None:
+    known = KnownRoots(capacity=100, max_bytes=100)
+    folds = [[f"v{v} hop {i}".encode() for i in range(4)] for v in range(6)]  # 32 bytes each
+    for leaves in folds * 2:
+        assert known.reproduces(leaves, merkle_root(leaves))
+        assert known._held <= 100
+        assert known._held == sum(size for _, size in known._known.values())
+    big = [b"x" * 60, b"y" * 60]
+    assert known.reproduces(big, merkle_root(big))
+    assert merkle_root(big) not in known._known  # checked, not remembered
+    assert len(known) == 100 // 32  # the newest folds that fit

@@ -120,7 +120,9 @@ def test_signatures_and_hashes_are_counted_where_they_happen(faithful: BoundaryO
     costs = faithful.arm_costs["structural_min"]
     assert rehydrate["sign_ops"] == 2 * costs.origins_named
     assert rehydrate["verify_ops"] == 0
-    assert rehydrate["hash_leaves"] >= faithful.arm_costs["structural_min"].hops_verified
+    # served bytes are hashed into their root the first time the holder sees them; a
+    # fold served again in the same bytes is compared with them (KnownRoots), not hashed
+    assert 0 < rehydrate["hash_leaves"] < costs.hops_verified
     assert rehydrate["sig_ms"] > 0.0
 
 

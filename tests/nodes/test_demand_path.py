@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ from contracts.serve import build_demand
 from contracts.signed import open_statement
 from contracts.statements import Receipt, ReceiptStatus, StatementKind, payload_type_for
 from nodes.client import HeldFold, Holder, Outcome
-from nodes.faults import FaultMode
+from nodes.faults import FaultMode, Tamper
 from nodes.services import FUTURE_NONCES_FILENAME, MAX_FUTURE_NONCES_PER_HOLDER, NodeCore
 from tests.nodes.rpc_support import MemCluster, audit, ed25519_counts, hop_json, single
 
@@ -156,3 +157,72 @@ async def test_a_pending_compaction_is_not_served_from_memory_before_its_hops_la
     served = audit(await holder.rehydrate("v", [held]), cluster.correct_ids())
     assert single(served).outcome is Outcome.SERVED
     assert len(served.hops) == 4
+
+
+async def test_folds_served_again_in_the_same_bytes_are_compared_not_hashed_again(
+    cluster: MemCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contracts.lazy
+    import contracts.merkle
+
+    origin = await cluster.add("origin")
+    node = await cluster.add("holder")
+    holder = Holder(node.identity, node.transport, cache=False, reasks=0)
+    alone = await _head_fold(origin, "v", hops=5)
+    pair = [await _head_fold(origin, "w", hops=3), await _head_fold(origin, "x", hops=4)]
+    hashed: list[int] = []
+    original = contracts.merkle.merkle_root
+
+    def counting(leaves: Any) -> bytes:
+        items = list(leaves)
+        hashed.append(len(items))
+        return original(items)
+
+    monkeypatch.setattr(contracts.merkle, "merkle_root", counting)
+    monkeypatch.setattr(contracts.lazy, "merkle_root", counting)
+    for _ in range(3):  # one fold on its own demand, two under one demand batch
+        for value, folds in (("v", [alone]), ("w", pair)):
+            report = audit(await holder.rehydrate(value, folds), cluster.correct_ids())
+            assert single(report).outcome is Outcome.SERVED
+    assert sorted(hashed) == [3, 4, 5]  # each fold's bytes hashed the first time only
+    # The same folds served in other bytes are hashed and judged as ever: bad_data.
+    origin.behaviour = Tamper(origin.identity)
+    correct = set(cluster.correct_ids()) - {origin.node_id}  # a tampering origin from here on
+    for value, folds in (("v", [alone]), ("w", pair)):
+        outcome = single(audit(await holder.rehydrate(value, folds), correct))
+        assert outcome.outcome is Outcome.BAD_DATA, outcome.detail
+        verdict = verify_evidence(outcome.evidence, now=origin.now_ms())
+        assert (verdict.kind, verdict.accused) == (EvidenceKind.BAD_DATA, origin.node_id)
+
+
+async def test_a_faithful_receipt_for_one_fold_is_recognised_by_its_bytes_not_parsed(
+    cluster: MemCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contracts.lazy
+    import contracts.signed
+
+    origin = await cluster.add("origin")
+    node = await cluster.add("holder")
+    holder = Holder(node.identity, node.transport, cache=False, reasks=0)
+    held = await _head_fold(origin, hops=5)
+    parsed: list[object] = []
+    original = contracts.signed.parse_statement
+
+    def counting(data: Any, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(data)
+        return original(data, *args, **kwargs)
+
+    monkeypatch.setattr(contracts.lazy, "parse_statement", counting)
+    with ed25519_counts() as counts:
+        for _ in range(3):
+            report = audit(await holder.rehydrate("v", [held]), cluster.correct_ids())
+            assert single(report).outcome is Outcome.SERVED
+            assert [h.leaf_index for h in report.hops] == [0, 1, 2, 3, 4]
+    assert parsed == []
+    assert counts == {"sign": 6, "verify": 0}
+    # A receipt other than the faithful one is parsed and judged as before.
+    origin.behaviour = Tamper(origin.identity)
+    correct = set(cluster.correct_ids()) - {origin.node_id}  # a tampering origin from here on
+    outcome = single(audit(await holder.rehydrate("v", [held]), correct))
+    assert outcome.outcome is Outcome.BAD_DATA, outcome.detail
+    assert len(parsed) == 1

@@ -208,3 +208,38 @@ async def test_an_in_memory_call_that_never_waits_arms_no_timer() -> None:
         assert len(armed) == 1  # one that waits runs under its deadline
     finally:
         loop.call_at = original  # type: ignore[method-assign]
+
+
+async def test_a_grpc_demand_answer_is_sized_as_the_response_crossed_the_wire() -> None:
+    """The size the meter counts for a gRPC demand is the response message's length as
+    received (a field this version does not know included), read with the answers."""
+    import grpc
+
+    answers = [Answer(b"r" * 300, b"c" * 130, tuple(b"h" * n for n in (0, 127, 128, 400)))]
+    known = wire.demand_response(answers).SerializeToString()
+    unknown_field = b"\xfa\x01\x03new"  # field 31, bytes: kept by protobuf, not by us
+    sent = known + unknown_field
+
+    async def demand(request: bytes, context: object) -> bytes:
+        return sent
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "provnet.v1.Serve",
+                {"Demand": grpc.unary_unary_rpc_method_handler(demand, bytes, bytes)},
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    transport = GrpcTransport()
+    try:
+        got = await transport.demand(f"127.0.0.1:{port}", [b"demand"], 5.0)
+    finally:
+        await transport.close()
+        await server.stop(None)
+    assert got == answers
+    assert wire.demand_response_size(answers) == len(known)
+    assert wire.demand_response_size(got) == len(sent)
