@@ -1161,6 +1161,19 @@ class NodeCore:
         answers[0] = Answer(self._receipt_batches.sign(payload), first.commitment, first.hops)
         return answers
 
+    def _whole_in_memory(self, d: Demand, own: _Own, now_ms: int) -> tuple[bytes, ...] | None:
+        """The hops of ``own``'s whole fold when ``d`` asks all of it, its bytes are in
+        memory (read back under the committed root, see :meth:`_resolve`) and the
+        answer rule serves it; None otherwise (a leaf subset, a fold to read from the
+        store, a refusal)."""
+        if d.leaves is not None:
+            return None
+        leaves = self._cached_leaves(own.commitment.digest)
+        c = own.commitment.statement
+        if leaves is None or refusal_for(own.obligation.statement, c, d, leaves, now_ms, c.root):
+            return None
+        return leaves
+
     def _served_whole(
         self, demand: Signed[Demand], own: _Own, now_ms: int
     ) -> tuple[bytes, tuple[bytes, ...]] | None:
@@ -1170,14 +1183,11 @@ class NodeCore:
         (a leaf subset, a fold to read from the store, a refusal) takes
         :meth:`_answer_item`. The item is the same bytes for every demand for the
         fold (:func:`contracts.batch.served_whole_item`), packed once."""
-        d = demand.statement
-        if d.leaves is not None:
+        leaves = self._whole_in_memory(demand.statement, own, now_ms)
+        if leaves is None:
             return None
         commitment = own.commitment
-        leaves = self._cached_leaves(commitment.digest)
         c = commitment.statement
-        if leaves is None or refusal_for(own.obligation.statement, c, d, leaves, now_ms, c.root):
-            return None
         key = own.obligation.digest + commitment.digest
         packed = self._served_items.get(key)
         if packed is None:
@@ -1195,14 +1205,12 @@ class NodeCore:
         answer rule serves: its receipt signed from the fold's template
         (:class:`contracts.serve.WholeFoldReceipts`, the bytes :func:`answer_demand`
         signs), counted and logged. None: anything else takes :meth:`_answer`."""
-        d = demand.statement
-        if d.leaves is not None or demand.envelope.payload_type != DEMAND_BINARY_TYPE:
+        if demand.envelope.payload_type != DEMAND_BINARY_TYPE:
+            return None
+        leaves = self._whole_in_memory(demand.statement, own, now_ms)
+        if leaves is None:
             return None
         commitment = own.commitment
-        leaves = self._cached_leaves(commitment.digest)
-        c = commitment.statement
-        if leaves is None or refusal_for(own.obligation.statement, c, d, leaves, now_ms, c.root):
-            return None
         key = own.obligation.digest + commitment.digest
         receipts = self._served_receipts.get(key)
         if receipts is None:
