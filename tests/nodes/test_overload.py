@@ -65,6 +65,32 @@ async def _until(predicate: Any, what: str) -> None:
         await asyncio.sleep(0.01)
 
 
+def _four_channels(address: str) -> list[grpc.aio.Channel]:
+    """Four channels to ``address``, each its own connection (a burst spread over them)."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    return [grpc.aio.insecure_channel(address, options=options) for _ in range(4)]
+
+
+async def _connected_delivers(chans: list[grpc.aio.Channel]) -> list[Any]:
+    """Each channel's ``Deliver`` call, once the channel has connected (a ``Node/Info``)."""
+    delivers = [chan.stream_unary(DELIVER, None, None) for chan in chans]
+    for chan in chans:
+        await chan.unary_unary("/provnet.v1.Node/Info", None, None)(b"", timeout=10)
+    return delivers
+
+
+async def _queue_burst(delivers: list[Any], release: asyncio.Event, n: int = 150) -> list[Any]:
+    """``n`` silent deliveries over ``delivers``, queued in gRPC while this loop is blocked."""
+    burst = [
+        asyncio.ensure_future(delivers[k % len(delivers)](_silent(release), timeout=30))
+        for k in range(n)
+    ]
+    for _ in range(50):
+        await asyncio.sleep(0)  # every call's batch started in gRPC's core
+    time.sleep(0.5)  # blocking is the point: gRPC queues what arrives meanwhile
+    return burst
+
+
 async def _committed(node: RunningNode) -> tuple[bytes, bytes]:
     async with operator_channel(node.address) as chan:
         hoplog: Any = hoplog_pb2_grpc.HopLogStub(chan)
@@ -303,23 +329,14 @@ async def test_a_burst_of_bulk_calls_is_refused_by_the_node_with_appointments_no
     """
     node = await grpc_node(tmp_path, "burst")
     release = asyncio.Event()
-    options = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connection
-    chans = [grpc.aio.insecure_channel(node.address, options=options) for _ in range(4)]
+    chans = _four_channels(node.address)
     try:
-        delivers = [chan.stream_unary(DELIVER, None, None) for chan in chans]
-        info = [chan.unary_unary("/provnet.v1.Node/Info", None, None) for chan in chans]
-        for ask in info:
-            await ask(b"", timeout=10)  # connected
+        delivers = await _connected_delivers(chans)
         holders = [
             asyncio.ensure_future(delivers[0](_silent(release), timeout=30)) for _ in range(2)
         ]
         await _until(lambda: node.server.requests.bulk_in_flight == 2, "2 bulk calls held")
-        burst = [
-            asyncio.ensure_future(delivers[k % 4](_silent(release), timeout=30)) for k in range(150)
-        ]
-        for _ in range(50):
-            await asyncio.sleep(0)  # every call's batch started in gRPC's core
-        time.sleep(0.5)  # blocking is the point: gRPC queues what arrives meanwhile
+        burst = await _queue_burst(delivers, release)
         results = await asyncio.gather(*burst, return_exceptions=True)
         codes = [r.code() for r in results if isinstance(r, grpc.aio.AioRpcError)]
         counted = {c.name: codes.count(c) for c in codes}
@@ -712,24 +729,15 @@ def test_a_pause_of_the_node_amid_a_backlog_does_not_let_queued_calls_in(
     async def scenario() -> None:
         node = await grpc_node(tmp_path, "stall")
         release = asyncio.Event()
-        options = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connection
-        chans = [grpc.aio.insecure_channel(node.address, options=options) for _ in range(4)]
+        chans = _four_channels(node.address)
         try:
-            delivers = [chan.stream_unary(DELIVER, None, None) for chan in chans]
-            for chan in chans:
-                await chan.unary_unary("/provnet.v1.Node/Info", None, None)(b"", timeout=10)
+            delivers = await _connected_delivers(chans)
             holders = [
                 asyncio.ensure_future(delivers[0](_silent(release), timeout=30)) for _ in range(2)
             ]
             await _until(lambda: node.server.requests.bulk_in_flight == 2, "2 bulk calls held")
             taken.clear()
-            burst = [
-                asyncio.ensure_future(delivers[k % 4](_silent(release), timeout=30))
-                for k in range(150)
-            ]
-            for _ in range(50):
-                await asyncio.sleep(0)  # every call's batch started in gRPC's core
-            time.sleep(0.5)  # blocking is the point: gRPC queues what arrives meanwhile
+            burst = await _queue_burst(delivers, release)
             results = await asyncio.gather(*burst, return_exceptions=True)
             assert all(
                 isinstance(r, grpc.aio.AioRpcError)
@@ -797,15 +805,12 @@ def test_a_call_granted_budget_room_amid_a_backlog_is_shed_not_admitted(
     async def scenario() -> None:
         node = await grpc_node(tmp_path, "granted")
         release = asyncio.Event()
-        options = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connection
-        chans = [grpc.aio.insecure_channel(node.address, options=options) for _ in range(4)]
+        chans = _four_channels(node.address)
         budget = node.server.requests.bulk_budget
         assert budget is not None
         budgets.append(budget)
         try:
-            delivers = [chan.stream_unary(DELIVER, None, None) for chan in chans]
-            for chan in chans:
-                await chan.unary_unary("/provnet.v1.Node/Info", None, None)(b"", timeout=10)
+            delivers = await _connected_delivers(chans)
             for _ in range(2):
                 assert await budget.acquire(0)
             assert budget.used == budget.limit
@@ -814,13 +819,7 @@ def test_a_call_granted_budget_room_amid_a_backlog_is_shed_not_admitted(
             ]
             await _until(lambda: budget.waiting == 2, "2 calls waiting for the budget")
             taken.clear()
-            burst = [
-                asyncio.ensure_future(delivers[k % 4](_silent(release), timeout=30))
-                for k in range(150)
-            ]
-            for _ in range(50):
-                await asyncio.sleep(0)  # every call's batch started in gRPC's core
-            time.sleep(0.5)  # blocking is the point: gRPC queues what arrives meanwhile
+            burst = await _queue_burst(delivers, release)
             for waiter in waiters:
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
                     await waiter
