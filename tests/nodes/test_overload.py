@@ -127,6 +127,9 @@ async def test_bulk_call_over_the_cap_is_shed_before_its_body_and_serving_goes_o
     tmp_path: Path,
 ) -> None:
     node = await grpc_node(tmp_path, "shed", max_bulk_rpcs=2)
+    # Slots 2/3 s apart, so the second refusal below falls within the first's slot
+    # however slow the machine (at the default 10 ms it may come after it).
+    node.server.requests.pushback.interval_s = 1.0
     release = asyncio.Event()
     try:
         commitment, obligation = await _committed(node)
