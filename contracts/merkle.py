@@ -317,7 +317,8 @@ class KnownRoots:
     byte changed anywhere — are hashed in full (:func:`merkle_root`), so the
     answer is always exactly ``merkle_root(leaves) == root``. Bounded: at most
     ``capacity`` roots and ``max_bytes`` of leaves in all are remembered (oldest
-    dropped first; a larger fold is checked but not remembered).
+    dropped first; a larger fold is checked but not remembered, and so are
+    leaves that are not all ``bytes``: a mutable buffer is never kept).
     """
 
     __slots__ = ("_capacity", "_held", "_known", "_max_bytes")
@@ -344,7 +345,9 @@ class KnownRoots:
         if merkle_root(leaves) != root:
             return False
         size = sum(map(len, leaves))
-        if size <= self._max_bytes:
+        # Only immutable leaves are remembered: a bytearray kept here could be
+        # changed by its owner afterwards and then match without being hashed.
+        if size <= self._max_bytes and all(type(leaf) is bytes for leaf in leaves):
             if known is not None:
                 self._held -= self._known.pop(root)[1]
             self._known[root] = (leaves, size)

@@ -542,3 +542,16 @@ def test_known_roots_stay_within_their_budget_and_stay_right() -> None:
     assert known.reproduces(big, merkle_root(big))
     assert merkle_root(big) not in known._known  # checked, not remembered
     assert len(known) == 100 // 32  # the newest folds that fit
+
+
+def test_known_roots_never_keep_a_buffer_its_owner_can_change() -> None:
+    """Leaves given as a ``bytearray`` are checked, not remembered: changed afterwards
+    by their owner, they are hashed again and no longer reproduce the root."""
+    known = KnownRoots()
+    buffer = bytearray(b"hop-0")
+    mutable: list[Any] = [buffer, b"hop-1"]  # typed as bytes, as a careless caller might
+    root = merkle_root([b"hop-0", b"hop-1"])
+    assert known.reproduces(mutable, root)
+    buffer[0] = ord("H")  # the same object, other bytes
+    assert not known.reproduces(mutable, root)
+    assert known.reproduces([b"hop-0", b"hop-1"], root)
