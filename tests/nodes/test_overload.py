@@ -701,6 +701,39 @@ async def _idle_clock_here() -> Any:
     return eventloop.idle_clock()
 
 
+def test_a_wait_during_which_the_process_kept_the_cpu_busy_is_not_idle() -> None:
+    """``IdleSelector`` notes a wait of ``IDLE_WAIT_S`` or more as idle only if the
+    process (all its threads) used at most ``IDLE_CPU_SHARE`` of it in CPU: a real
+    selector, given the wall and CPU clock readings around each wait."""
+    readings: dict[str, list[float]] = {"wall": [], "cpu": []}
+    selector = eventloop.IdleSelector(
+        clock=lambda: readings["wall"].pop(0), cpu_clock=lambda: readings["cpu"].pop(0)
+    )
+    wait = 5 * eventloop.IDLE_WAIT_S
+    share = eventloop.IDLE_CPU_SHARE
+
+    def waits(at: float, cpu_used: float) -> float:
+        """One wait of ``wait`` s ending at ``at``, the process using ``cpu_used`` s of CPU."""
+        readings["wall"][:] = [at - wait, at]
+        readings["cpu"][:] = [10.0, 10.0 + cpu_used]
+        selector.select(0.001)
+        assert readings == {"wall": [], "cpu": []}  # both clocks read around the wait
+        return selector.idle_at
+
+    # The process busy through the wait (its threads hashing and reading admitted
+    # bodies, gRPC's handing the next call over): not idle, however long the loop waited.
+    assert waits(1.0, 0.9 * wait) == float("-inf")
+    assert waits(2.0, (share + 0.05) * wait) == float("-inf")
+    # Mostly off the CPU: the node idle, noted at the wait's end.
+    assert waits(3.0, (share - 0.05) * wait) == 3.0
+    assert waits(4.0, 0.0) == 4.0
+    assert waits(5.0, wait) == 4.0  # busy again: the last idle wait stays noted
+    # A poll with a zero timeout (callbacks ready) is never a wait: no clock read.
+    readings["wall"][:] = []
+    selector.select(0)
+    assert selector.idle_at == 4.0
+
+
 def test_a_pause_of_the_node_amid_a_backlog_does_not_let_queued_calls_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
