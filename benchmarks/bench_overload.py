@@ -48,8 +48,10 @@ are the calls sent in the round's first second, the opening burst, and
 those sent after it; an admitted call's time runs from its first byte sent
 to its answer, the wait to be admitted included and shown apart), the shed calls (status codes,
 time to be refused, the pushback honoured), the node's peak RSS (``VmHWM``, over the whole run so
-far) against ``--rss-bound-mib``, each with PASS/FAIL, the load average and
-the CPU seconds the node and the load processes got. Exit 0 when every
+far) against ``--rss-bound-mib``, each with PASS/FAIL, the load average,
+the CPU seconds the node and the load processes got and the minor page
+faults the node took (fresh pages touched: a node's first round faults in
+the memory later rounds reuse). Exit 0 when every
 round passes all three, 1 otherwise. Loopback only; every loop is bounded by
 ``--duration``.
 """
@@ -109,6 +111,15 @@ def _cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _minflt(pid: int) -> int:
+    """Minor page faults a process has taken so far (fresh pages it touched)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[7])
 
 
 def _p(values: list[float], q: float) -> float:
@@ -492,7 +503,7 @@ def _drive(args: argparse.Namespace) -> int:
             probe = _child("probe", args, out_p, duration=args.duration, **common)
             peak = 0.0
             loads: list[float] = []
-            cpu0, t0 = _cpu_s(node.pid), time.monotonic()
+            cpu0, t0, faults0 = _cpu_s(node.pid), time.monotonic(), _minflt(node.pid)
             load_cpu = dict.fromkeys(range(args.load_procs), 0.0)
             while (
                 probe.poll() is None
@@ -505,6 +516,7 @@ def _drive(args: argparse.Namespace) -> int:
                 loads.append(os.getloadavg()[0])
                 time.sleep(0.2)
             cpu = (_cpu_s(node.pid) - cpu0, sum(load_cpu.values()), time.monotonic() - t0)
+            faults = _minflt(node.pid) - faults0
             loaded = _wait(probe, out_p, 5)
             deliveries = _wait(dprobe, out_d, 5)
             parts = [_wait(p, out, 5) for p, out in zip(loaders, loads_out, strict=True)]
@@ -532,9 +544,10 @@ def _drive(args: argparse.Namespace) -> int:
                     for code in part["shed_codes"]
                 },
             }
-            rounds.append(
-                _report(r, args, unloaded, loaded, deliveries, loadres, node.pid, peak, loads, cpu)
+            result = _report(
+                r, args, unloaded, loaded, deliveries, loadres, node.pid, peak, loads, cpu, faults
             )
+            rounds.append(result)
         ok = all(r["ok"] for r in rounds)
         if len(rounds) > 1:
             ratios = [r["ratio"] for r in rounds]
@@ -585,6 +598,7 @@ def _report(
     peak: float,
     loads: list[float],
     cpu: tuple[float, float, float],
+    faults: int,
 ) -> dict[str, Any]:
     u, lo = unloaded["samples"], loaded["samples"]
     u99, l99 = _p(u, 0.99), _p(lo, 0.99)
@@ -607,7 +621,8 @@ def _report(
     print(
         f"round {r + 1}: load average max {max(loads, default=0):.2f},"
         f" mean {statistics.fmean(loads) if loads else 0:.2f} (1-min);"
-        f" CPU over {cpu[2]:.1f} s: node {cpu[0]:.1f} s, load generator {cpu[1]:.1f} s"
+        f" CPU over {cpu[2]:.1f} s: node {cpu[0]:.1f} s, load generator {cpu[1]:.1f} s;"
+        f" node minor page faults {faults}"
     )
     print(f"  {'':22} {'unloaded p50 / p99 ms':>24} {'loaded p50 / p99 ms':>24}  p99 ratio")
     print(
