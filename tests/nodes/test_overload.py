@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 import pytest
+import structlog
 
 from contracts.identity import Identity
 from contracts.serve import build_commitment, build_demand, build_obligation, verify_served
@@ -168,6 +169,51 @@ async def test_bulk_call_over_the_cap_is_shed_before_its_body_and_serving_goes_o
             with pytest.raises(grpc.aio.AioRpcError) as unsigned:
                 await chan.unary_unary(DELIVER, None, None)(b"", timeout=10)
             assert unsigned.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        release.set()
+        await node.stop(0)
+
+
+async def test_shed_bulk_calls_are_logged_as_one_event_per_interval_with_their_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shedding is logged (``bulk_calls_shed``, a warning), not once per shed call: the
+    first shed at once, then at most one event per ``BULK_SHED_LOG_INTERVAL_S``
+    counting the calls shed since the previous event."""
+    node = await grpc_node(tmp_path, "shedlog", max_bulk_rpcs=1)
+    release = asyncio.Event()
+
+    def shed_events(events: list[Any]) -> list[Any]:
+        return [e for e in events if e["event"] == "bulk_calls_shed"]
+
+    async def refused(deliver: Any) -> None:
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await deliver(_silent(release), timeout=20)
+        assert exc.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, exc.value
+
+    try:
+        async with grpc.aio.insecure_channel(node.address) as chan:
+            deliver = chan.stream_unary(DELIVER, None, None)
+            holder = asyncio.ensure_future(deliver(_silent(release), timeout=30))
+            await _until(lambda: node.server.requests.bulk_in_flight == 1, "the bulk slot held")
+            with structlog.testing.capture_logs() as events:
+                for _ in range(4):
+                    await refused(deliver)
+            assert node.server.requests.bulk_shed == 4
+            (first,) = shed_events(events)
+            assert first["log_level"] == "warning"
+            assert first["calls"] == 1
+            assert first["from_backlogs"] == 0
+            assert "1 bulk calls in progress" in first["reason"]
+            # Once the interval has passed, the next shed reports every call since.
+            monkeypatch.setattr(interceptors, "BULK_SHED_LOG_INTERVAL_S", 0.0)
+            with structlog.testing.capture_logs() as events:
+                await refused(deliver)
+            (second,) = shed_events(events)
+            assert second["calls"] == 4  # three unlogged before, and this one
+            release.set()
+            with pytest.raises(grpc.aio.AioRpcError):
+                await holder
     finally:
         release.set()
         await node.stop(0)
