@@ -719,6 +719,42 @@ def test_backlog_on_a_loop_that_knows_when_it_was_idle_ends_only_once_it_was() -
     assert not any(take(run - 2))  # a new run, nothing shed in it yet
 
 
+def test_calls_taken_up_long_after_the_loop_was_last_idle_are_shed_however_far_apart() -> None:
+    """``Backlog`` on a loop that knows when it was idle: a call taken up once the
+    loop has not been idle for ``BACKLOG_BUSY_S`` may have waited that long in
+    gRPC's queue, so it is shed, though the calls come 5 ms apart (a node busy
+    with admitted bodies between them), never back to back; within the backlog
+    limit; admitted again once the loop has been idle. Without the idle clock
+    such calls are never a backlog (it cannot tell)."""
+    now = [100.0]
+    idle = [100.0]
+    backlog = interceptors.Backlog(limit=5, clock=lambda: now[0], idle_at=lambda: idle[0])
+    blind = interceptors.Backlog(limit=5, clock=lambda: now[0])
+    apart = 0.005  # > BACKLOG_GAP_S: never a run of calls back to back
+    assert apart > interceptors.BACKLOG_GAP_S
+
+    def take(n: int) -> list[bool]:
+        out = []
+        for _ in range(n):
+            now[0] += apart
+            out.append(backlog.taken())
+            assert not blind.taken()
+        return out
+
+    busy = interceptors.BACKLOG_BUSY_S
+    # Within BACKLOG_BUSY_S of the loop's last idle wait: admitted (none shed).
+    assert not any(take(int(busy / apart) - 1))
+    # Past it, with the loop still not idle: shed, until the limit is spent.
+    now[0] = idle[0] + busy
+    assert take(7) == [True] * 5 + [False] * 2
+    # The loop idle again: calls taken up after it are fresh, and the next
+    # window's limit is untouched by the calls admitted meanwhile.
+    idle[0] = now[0]
+    assert not any(take(int(busy / apart) - 1))
+    now[0] += interceptors.BACKLOG_EVERY_S
+    assert take(1) == [True]
+
+
 def test_node_event_loop_notes_when_it_waited_with_nothing_to_run() -> None:
     """``NodeEventLoop`` records the end of each wait for I/O of ``IDLE_WAIT_S`` or more,
     and nothing while callbacks keep it busy, however long."""
