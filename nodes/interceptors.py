@@ -144,7 +144,9 @@ BACKLOG_EVERY_S = 10.0
 #: call may have waited that long. A node admitting 3 MiB bodies takes queued
 #: calls up 5-10 ms apart (its own work between them), not back to back: under
 #: the overload benchmark, such a slow drain after the opening burst admitted
-#: calls that had waited 600-800 ms.
+#: calls that had waited 600-800 ms. Only once a call has been shed since the
+#: loop was idle: a node that sheds nothing is not behind (one caller's
+#: deliveries back to back keep a node from idling, with nothing queued).
 BACKLOG_BUSY_S = 0.15
 
 #: Trailing metadata on a shed bulk call: when to try again, in milliseconds
@@ -349,11 +351,15 @@ class Backlog:
     :data:`BACKLOG_END_GAP_S` does.
 
     With ``idle_at``, a call taken up when the loop has not been idle for
-    :data:`BACKLOG_BUSY_S` is shed as from a backlog too (within the same
-    limit), however far apart the calls come: the queue was empty when the
-    loop was last idle, so the time since is what the call may have waited.
-    A node busy with the bodies it admitted takes queued calls up 5-10 ms
-    apart, never back to back, and would otherwise admit them one by one.
+    :data:`BACKLOG_BUSY_S`, and a call has been shed since it was, is shed as
+    from a backlog too (within the same limit), however far apart the calls
+    come: the queue was empty when the loop was last idle, so the time since
+    is what the call may have waited, and a call shed since says calls came
+    faster than the node took them. A node busy with the bodies it admitted
+    takes queued calls up 5-10 ms apart, never back to back, and would
+    otherwise admit them one by one. Without a shed, a node busy that long
+    is working through calls it admitted, one caller's back-to-back
+    deliveries say, with nothing queued: they are not shed.
     """
 
     def __init__(
@@ -373,10 +379,13 @@ class Backlog:
         self._window_start = -1e9
         #: Calls still to shed from backlogs in the current window.
         self._left = 0
+        #: When (``clock`` time) a bulk call was last shed.
+        self._shed_at = -1e9
 
     def shed(self) -> None:
         """A bulk call of the current run was shed."""
         self._run_shed = True
+        self._shed_at = self._clock()
 
     @property
     def active(self) -> bool:
@@ -405,9 +414,13 @@ class Backlog:
         return self._spend(now)
 
     def _busy(self, now: float) -> bool:
-        """Whether the loop, with a clock that knows, has not been idle for BACKLOG_BUSY_S:
-        a call taken up now may have waited that long (spends the window as a backlog)."""
-        if self._idle_at is None or now - self._idle_at() <= BACKLOG_BUSY_S:
+        """Whether the loop, with a clock that knows, has not been idle for BACKLOG_BUSY_S
+        and a call has been shed since it was: a call taken up now may have waited that
+        long behind others (spends the window as a backlog)."""
+        if self._idle_at is None:
+            return False
+        idle = self._idle_at()
+        if now - idle <= BACKLOG_BUSY_S or self._shed_at <= idle:
             return False
         return self._spend(now)
 

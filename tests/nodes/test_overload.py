@@ -721,11 +721,12 @@ def test_backlog_on_a_loop_that_knows_when_it_was_idle_ends_only_once_it_was() -
 
 def test_calls_taken_up_long_after_the_loop_was_last_idle_are_shed_however_far_apart() -> None:
     """``Backlog`` on a loop that knows when it was idle: a call taken up once the
-    loop has not been idle for ``BACKLOG_BUSY_S`` may have waited that long in
-    gRPC's queue, so it is shed, though the calls come 5 ms apart (a node busy
-    with admitted bodies between them), never back to back; within the backlog
-    limit; admitted again once the loop has been idle. Without the idle clock
-    such calls are never a backlog (it cannot tell)."""
+    loop has not been idle for ``BACKLOG_BUSY_S``, with a call shed since, may
+    have waited that long in gRPC's queue, so it is shed, though the calls come
+    5 ms apart (a node busy with admitted bodies between them), never back to
+    back; within the backlog limit; admitted again once the loop has been idle.
+    With nothing shed since the loop was idle (one caller's deliveries back to
+    back) none is. Without the idle clock such calls are never a backlog."""
     now = [100.0]
     idle = [100.0]
     backlog = interceptors.Backlog(limit=5, clock=lambda: now[0], idle_at=lambda: idle[0])
@@ -742,7 +743,14 @@ def test_calls_taken_up_long_after_the_loop_was_last_idle_are_shed_however_far_a
         return out
 
     busy = interceptors.BACKLOG_BUSY_S
-    # Within BACKLOG_BUSY_S of the loop's last idle wait: admitted (none shed).
+    # Nothing shed since the loop was idle: however long it has been busy (one
+    # caller's deliveries back to back), nothing is queued behind; none shed.
+    assert not any(take(2 * int(busy / apart)))
+    # A call shed (calls came faster than taken up); within BACKLOG_BUSY_S of the
+    # loop's last idle wait: admitted.
+    idle[0] = now[0]
+    now[0] += 0.001
+    backlog.shed()
     assert not any(take(int(busy / apart) - 1))
     # Past it, with the loop still not idle: shed, until the limit is spent.
     now[0] = idle[0] + busy
@@ -750,6 +758,8 @@ def test_calls_taken_up_long_after_the_loop_was_last_idle_are_shed_however_far_a
     # The loop idle again: calls taken up after it are fresh, and the next
     # window's limit is untouched by the calls admitted meanwhile.
     idle[0] = now[0]
+    now[0] += 0.001
+    backlog.shed()
     assert not any(take(int(busy / apart) - 1))
     now[0] += interceptors.BACKLOG_EVERY_S
     assert take(1) == [True]
