@@ -358,6 +358,11 @@ def _layout(name: str) -> tuple[set[int] | None, set[int] | None, str]:
     return node, callers, f"split: node on CPU {cpus[0]}, callers on CPUs {sorted(callers)}"
 
 
+#: Every child process started, so a run that stops early (a child failed) ends them all:
+#: a load process left waiting for its start signal would poll for it for ever.
+_CHILDREN: list[subprocess.Popen[bytes]] = []
+
+
 def _child(role: str, args: argparse.Namespace, out: Path, **extra: Any) -> subprocess.Popen[bytes]:
     argv = [sys.executable, __file__, "--role", role, "--out", str(out)]
     if args.eager_body:
@@ -366,7 +371,9 @@ def _child(role: str, args: argparse.Namespace, out: Path, **extra: Any) -> subp
         argv.append("--no-pushback")
     for key, value in extra.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
-    return subprocess.Popen(argv, preexec_fn=_pinned(args.caller_cpus))
+    proc = subprocess.Popen(argv, preexec_fn=_pinned(args.caller_cpus))
+    _CHILDREN.append(proc)
+    return proc
 
 
 def _wait(proc: subprocess.Popen[bytes], out: Path, timeout: float) -> dict[str, Any]:
@@ -576,6 +583,10 @@ def _drive(args: argparse.Namespace) -> int:
             )
         return 0 if ok else 1
     finally:
+        for child in _CHILDREN:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
         node.send_signal(signal.SIGTERM)
         try:
             node.wait(timeout=15)
