@@ -23,7 +23,6 @@ Who is to blame when :func:`verify_served` fails matters (S8):
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from contracts.binary import (
     served_whole_receipt_frame,
 )
 from contracts.canonical import format_ms
+from contracts.entropy import random_bytes
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import (
     BindingMismatch,
@@ -102,8 +102,8 @@ EnvelopeInput = bytes | Envelope | dict[str, Any]
 
 
 def new_nonce() -> str:
-    """A fresh 128-bit demand nonce (hex)."""
-    return os.urandom(16).hex()
+    """A fresh 128-bit demand nonce (hex), from the OS CSPRNG (:mod:`contracts.entropy`)."""
+    return random_bytes(16).hex()
 
 
 # ---------------------------------------------------------------- origin side
