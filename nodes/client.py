@@ -137,6 +137,10 @@ def _severity(outcome: Outcome) -> int:
             assert_never(outcome)
 
 
+def _fold_severity(fold: _Fold) -> int:
+    return _severity(fold.outcome)
+
+
 @dataclass(frozen=True, slots=True)
 class HeldFold:
     """A verified commitment + obligation pair, with the exact bytes it arrived as.
@@ -316,7 +320,17 @@ class Holder:
                 await self._suspect(run, unanswered[0], witnesses, deadline)
                 for other in unanswered[1:]:
                     other.evidence = None  # one suspicion per origin per decision
-        return await self._summarise(run)
+        if self._on_receipt is not None:
+            # A later signed receipt of the origin clears what we suspected it of.
+            for receipt in run.receipts:
+                await self._on_receipt(run.origin, receipt)
+        worst = run.folds[0] if len(run.folds) == 1 else max(run.folds, key=_fold_severity)
+        path = ""
+        evidence = self._to_record(run, worst)
+        if evidence is not None:
+            path = await self.record_evidence(worst.outcome, run.origin, evidence.to_bytes())
+        # The summary itself waits for nothing: a plain call, not one more coroutine.
+        return self._summarise(run, worst, path)
 
     def _address(self, obligation: Signed[Obligation]) -> str:
         endpoints = obligation.statement.endpoints
@@ -795,13 +809,24 @@ class Holder:
 
     # ----------------------------------------------------------------- summary, files
 
-    async def _summarise(self, run: _OriginRun) -> tuple[OriginOutcome, list[VerifiedHop]]:
-        if self._on_receipt is not None:
-            # A later signed receipt of the origin clears what we suspected it of.
-            for receipt in run.receipts:
-                await self._on_receipt(run.origin, receipt)
+    def _to_record(self, run: _OriginRun, worst: _Fold) -> Evidence | None:
+        """The evidence the origin's worst fold leaves to record, if any (a suspicion
+        only with the witness confirmations the policy asks for)."""
+        evidence = worst.evidence
+        if evidence is None or worst.outcome not in EVIDENCE_KINDS or run.cleared:
+            return None
+        if worst.outcome is Outcome.UNANSWERED and (
+            run.witnesses_unanswered < self.min_witnesses or not run.witness_confirmed
+        ):
+            return None
+        return evidence
+
+    def _summarise(
+        self, run: _OriginRun, worst: _Fold, path: str
+    ) -> tuple[OriginOutcome, list[VerifiedHop]]:
+        """The origin's outcome (its worst fold's; ``path``: where its evidence was
+        recorded, if it was) and the hops it served."""
         folds = run.folds
-        worst = folds[0] if len(folds) == 1 else max(folds, key=lambda f: _severity(f.outcome))
         origin = run.origin
         # tuple.__new__ directly: the named tuple's own __new__ is one more Python
         # call per served hop (~36 per rehydration), for the same tuple; mapped
@@ -815,7 +840,6 @@ class Holder:
                     zip(repeat(origin), repeat(f.held.commitment.digest), f.leaves, f.hops),
                 )
         evidence_bytes = b""
-        path = ""
         if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:
             evidence_bytes = worst.evidence.to_bytes()
             if worst.outcome is Outcome.UNANSWERED and (
@@ -826,8 +850,6 @@ class Holder:
                     f"suspicion not recorded: {run.witnesses_unanswered} of"
                     f" {self.min_witnesses} witness confirmation(s)"
                 )
-            else:
-                path = await self.record_evidence(worst.outcome, run.origin, evidence_bytes)
         detail = worst.detail if not run.extra else f"{worst.detail}; {'; '.join(run.extra)}"
         outcome = OriginOutcome(
             origin=run.origin,
