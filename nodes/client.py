@@ -66,7 +66,7 @@ from contracts.lazy import (
     served_fold_without_signature,
 )
 from contracts.merkle import KnownRoots
-from contracts.serve import build_demand, new_nonce, verify_delivery
+from contracts.serve import DemandTemplate, build_demand, new_nonce, verify_delivery
 from contracts.signed import Signed, open_statement, parse_statement, sign_statement
 from contracts.statements import (
     Commitment,
@@ -113,6 +113,8 @@ _CACHE_FOLDS = 4096
 DEFAULT_STREAM_LEAVES = 4096
 #: Time kept back from a caller's budget so a reply can still travel back.
 _MARGIN_S = 0.05
+#: Demand templates a holder keeps (one per obligation it demanded under, oldest dropped).
+_DEMAND_TEMPLATES = 4096
 #: How an origin before version 3 refuses a demand batch (an envelope of a
 #: payload type it does not read); the folds are then asked per fold.
 _BATCH_UNREAD = frozenset({"INVALID_ARGUMENT", "UNIMPLEMENTED"})
@@ -165,6 +167,8 @@ class _Fold:
 
     held: HeldFold
     demand: Signed[Demand] | None = None
+    #: ``demand``'s envelope bytes when they were made with it (b"": ask ``demand``).
+    demand_bytes: bytes = b""
     outcome: Outcome = Outcome.UNANSWERED
     detail: str = ""
     #: The served hops and their leaf indices (``range`` for a whole fold).
@@ -250,6 +254,9 @@ class Holder:
         #: again in the same bytes is compared with them, not hashed again (the
         #: outcome is the same; with or without ``cache``).
         self._known_roots = KnownRoots()
+        #: (obligation digest, commitment digest) → the template a fold's demands are
+        #: signed from (bounded).
+        self._templates: OrderedDict[tuple[str, str], DemandTemplate] = OrderedDict()
         self.demand_rpcs = 0
 
     @property
@@ -370,9 +377,7 @@ class Holder:
         ):
             await self._ask_batch(run, folds, deadline)
             return
-        now_ms = self.now_ms()
-        for fold in folds:
-            fold.demand = build_demand(self.identity, fold.held.obligation, now=now_ms)
+        self._new_demands(folds)
         try:
             address = self._address(folds[0].held.obligation)
         except CallFailed as exc:
@@ -389,6 +394,24 @@ class Holder:
         await asyncio.gather(
             *(self._ask_group(run, address, group, stream, deadline) for group, stream in groups)
         )
+
+    def _new_demands(self, folds: list[_Fold]) -> None:
+        """A fresh signed demand for every fold (the whole fold), and its bytes:
+        ``build_demand`` from the fold's :class:`DemandTemplate`, made once per
+        obligation and kept (the same folds are demanded decision after decision)."""
+        now_ms = self.now_ms()
+        templates = self._templates
+        for fold in folds:
+            obligation = fold.held.obligation
+            # A head's folds share its digest (their obligations' stand-in): keyed
+            # by the fold's commitment as well.
+            key = (obligation.digest, obligation.statement.commitment)
+            template = templates.get(key)
+            if template is None:
+                template = templates[key] = DemandTemplate(self.identity, obligation)
+                if len(templates) > _DEMAND_TEMPLATES:
+                    templates.popitem(last=False)
+            fold.demand, fold.demand_bytes = template.sign(now_ms)
 
     def _sign_batch(self, run: _OriginRun, folds: list[_Fold]) -> bytes:
         """One signed demand batch for ``folds`` (put in the batch's order); each fold's
@@ -427,7 +450,7 @@ class Holder:
         if batch:
             demands = [self._sign_batch(run, folds)]
         else:
-            demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
+            demands = [f.demand_bytes or f.demand.to_bytes() for f in folds if f.demand is not None]
         answers: list[Answer] | None = None
         last_error = ""
         # The origin has until this instant (the obligation's deadline) to answer;
@@ -471,10 +494,8 @@ class Holder:
                     if batch:
                         demands = [self._sign_batch(run, folds)]
                         continue
-                    now_ms = self.now_ms()
-                    for fold in folds:
-                        fold.demand = build_demand(self.identity, fold.held.obligation, now=now_ms)
-                    demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
+                    self._new_demands(folds)
+                    demands = [f.demand_bytes for f in folds]
                     continue
                 if batch and exc.code in _BATCH_UNREAD:
                     # An origin older than version 3 reads a batch as one demand of an

@@ -31,7 +31,8 @@ def test_a_draw_that_does_not_fit_the_block_left_takes_a_new_block() -> None:
     random_bytes(BLOCK_BYTES - 3)  # leaves 3 bytes (or fewer) in this thread's block
     a = random_bytes(8)
     b = random_bytes(8)
-    assert len(a) == len(b) == 8 and a != b
+    assert len(a) == len(b) == 8
+    assert a != b
 
 
 def test_sizes_outside_a_block_are_refused() -> None:
