@@ -302,6 +302,11 @@ class EnvelopeSigner:
         self._pae_head = b"DSSEv1 %d %b " % (len(raw_type), raw_type)
         self._middle = _MID_TYPE + raw_type + _MID_KEYID + keyid.encode("ascii") + _MID_SIG
 
+    @property
+    def signs_as(self) -> tuple[str, str]:
+        """(keyid, payload type) of what this signer signs."""
+        return self._keyid, self._type
+
     def sign(self, payload: bytes) -> bytes:
         """The canonical envelope bytes of ``payload`` signed (one Ed25519 signature)."""
         return self._signed(payload)[1]

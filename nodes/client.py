@@ -43,9 +43,14 @@ from itertools import repeat
 from pathlib import Path
 from typing import assert_never
 
-from contracts.batch import RECEIPT_BATCH_TYPE, build_demand_batch, decode_receipt_batch
+from contracts.batch import (
+    DEMAND_BATCH_TYPE,
+    RECEIPT_BATCH_TYPE,
+    decode_receipt_batch,
+    sign_demand_batch,
+)
 from contracts.canonical import sha256_hex
-from contracts.envelope import Envelope
+from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, NotEvidence
 from contracts.evidence import (
     AnswerKind,
@@ -257,6 +262,8 @@ class Holder:
         #: (obligation digest, commitment digest) → the template a fold's demands are
         #: signed from (bounded).
         self._templates: OrderedDict[tuple[str, str], DemandTemplate] = OrderedDict()
+        #: Signs this holder's demand batches from a template (made on first use).
+        self._batch_signer: EnvelopeSigner | None = None
         self.demand_rpcs = 0
 
     @property
@@ -416,8 +423,11 @@ class Holder:
     def _sign_batch(self, run: _OriginRun, folds: list[_Fold]) -> bytes:
         """One signed demand batch for ``folds`` (put in the batch's order); each fold's
         ``demand`` is its item, read as a demand inside the batch's envelope."""
-        envelope, batch = build_demand_batch(
-            self.identity,
+        signer = self._batch_signer
+        if signer is None or signer.signs_as[0] != self.identity.node_id:
+            signer = self._batch_signer = EnvelopeSigner(self.identity, DEMAND_BATCH_TYPE)
+        envelope, batch, data = sign_demand_batch(
+            signer,
             [(f.held.obligation.statement, f.held.obligation.digest, None) for f in folds],
             origin=run.origin,
             nonce=new_nonce(),
@@ -426,7 +436,7 @@ class Holder:
         folds.sort(key=lambda f: (f.held.obligation.digest, f.held.commitment.digest))
         for index, fold in enumerate(folds):
             fold.demand = Signed(envelope, batch.demand(index))
-        return envelope.to_bytes()
+        return data
 
     async def _ask_batch(self, run: _OriginRun, folds: list[_Fold], deadline: float | None) -> None:
         try:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 
 from contracts.envelope import EnvelopeSigner, sign_envelope
-from contracts.heads import FoldInput, HeadLog, verify_fold
+from contracts.heads import FoldInput, HeadLog, VerifiedFold, verify_fold
 from contracts.identity import Identity
 from contracts.serve import DemandTemplate, build_commitment, build_demand, build_obligation
-from contracts.signed import open_statement
-from contracts.statements import Demand
+from contracts.signed import Signed, open_statement
+from contracts.statements import Demand, Obligation
 
 NOW = 1_795_946_400_123
 ORIGIN = Identity.from_seed(b"o" * 32)
@@ -25,7 +25,7 @@ HOLDER = Identity.from_seed(b"h" * 32)
 HOPS = [b'{"hop": %d}' % i for i in range(5)]
 
 
-def _head_folds() -> list:
+def _head_folds() -> list[VerifiedFold]:
     folds = [FoldInput(value_ref=f"v{i}", fold_seq=0, hops=HOPS[i:]) for i in range(3)]
     compaction = HeadLog(ORIGIN, "e1").compact(
         folds, serve_until=NOW + 60_000, deadline_ms=500, endpoints=["o:1"], issued_at=NOW
@@ -33,7 +33,7 @@ def _head_folds() -> list:
     return [verify_fold(compaction.proofs[f"v{i}"], compaction.head) for i in range(3)]
 
 
-def _per_fold_obligation():
+def _per_fold_obligation() -> Signed[Obligation]:
     commitment = build_commitment(
         ORIGIN, epoch="e1", value_ref="v", fold_seq=0, hops=HOPS, issued_at=NOW
     )
@@ -85,3 +85,27 @@ def test_envelope_signer_gives_the_envelope_with_its_bytes() -> None:
         expected = sign_envelope(ORIGIN, "application/vnd.provnet.test+bin", payload)
         assert envelope == expected
         assert data == expected.to_bytes() == signer.sign(payload)
+
+
+def test_a_demand_batch_signed_from_a_template_is_build_demand_batch_byte_for_byte() -> None:
+    from contracts.batch import DEMAND_BATCH_TYPE, build_demand_batch, sign_demand_batch
+
+    folds = [(f.obligation.statement, f.obligation.digest, None) for f in _head_folds()]
+    origin = ORIGIN.node_id
+    expected_envelope, expected_batch = build_demand_batch(
+        HOLDER, folds, origin=origin, nonce="cd" * 16, now=NOW
+    )
+    signer = EnvelopeSigner(HOLDER, DEMAND_BATCH_TYPE)
+    envelope, batch, data = sign_demand_batch(
+        signer, folds, origin=origin, nonce="cd" * 16, now=NOW
+    )
+    assert (envelope, batch) == (expected_envelope, expected_batch)
+    assert data == expected_envelope.to_bytes()
+    with pytest.raises(ValueError, match="demand batches"):
+        sign_demand_batch(
+            EnvelopeSigner(HOLDER, "application/vnd.provnet.test+bin"),
+            folds,
+            origin=origin,
+            nonce="cd" * 16,
+            now=NOW,
+        )
