@@ -329,7 +329,10 @@ class Holder:
                 to_ask.append(fold)
         if to_ask:
             await self._ask(run, to_ask, deadline)
-            unanswered = [f for f in to_ask if f.outcome is Outcome.UNANSWERED]
+            unanswered: list[_Fold] = []
+            for fold in to_ask:  # a loop, not a comprehension (one more function call)
+                if fold.outcome is Outcome.UNANSWERED:
+                    unanswered.append(fold)
             if unanswered:
                 await self._suspect(run, unanswered[0], witnesses, deadline)
                 for other in unanswered[1:]:
@@ -356,8 +359,16 @@ class Holder:
             reason = f"cannot resolve endpoint: {exc}"
             raise CallFailed("UNAVAILABLE", reason, endpoints[0]) from exc
 
-    def _timeout(self, folds: Sequence[_Fold], deadline: float | None) -> float:
-        promised = max(f.held.obligation.statement.deadline_ms for f in folds) / 1000.0
+    @staticmethod
+    def _promised(folds: Sequence[_Fold]) -> float:
+        """Seconds the origin promised to answer ``folds`` in (the longest deadline)."""
+        if len(folds) == 1:
+            return folds[0].held.obligation.statement.deadline_ms / 1000.0
+        return max(f.held.obligation.statement.deadline_ms for f in folds) / 1000.0
+
+    @staticmethod
+    def _bounded(promised: float, deadline: float | None) -> float:
+        """``promised`` seconds, but never past the caller's ``deadline``."""
         if deadline is None:
             return promised
         return max(0.001, min(promised, deadline - time.monotonic() - _MARGIN_S))
@@ -465,7 +476,8 @@ class Holder:
         last_error = ""
         # The origin has until this instant (the obligation's deadline) to answer;
         # re-asks after a fast failure are spread over that time.
-        due = time.monotonic() + self._timeout(folds, None)
+        promised = self._promised(folds)
+        due = time.monotonic() + promised
         for attempt in range(self.reasks + 1):
             if deadline is not None and deadline - time.monotonic() <= _MARGIN_S:
                 last_error = "caller's deadline reached before asking"
@@ -473,7 +485,7 @@ class Holder:
             run.asks += 1
             run.rpcs += 1
             self.demand_rpcs += 1
-            timeout = self._timeout(folds, deadline)
+            timeout = self._bounded(promised, deadline)
             try:
                 if stream:
                     answers = [await self.transport.demand_stream(address, demands[0], timeout)]
