@@ -29,12 +29,14 @@ trip plus only the two Ed25519 signatures the revision-2 contract requires
 of a faithful demand (``Sign2``; the first contract's floor was four
 operations, two signatures and two verifications), and the bare round trip
 plus only the ``contracts`` library calls of a 5-hop demand under a head
-(``Contracts``: build and sign the demand; parse it, check its binding,
-apply the answer rule and sign the receipt from the fold's template,
-``contracts.serve.WholeFoldReceipts``, as a node does; judge the answer
-lazily) — what no node built on the contract, or on this library, can go
-below. (Before the template, the floor signed through the general
-``answer_demand``, which the step table still prints as "not made".) Two
+(``Contracts``: sign the demand from the fold's template,
+``contracts.serve.DemandTemplate``, as a holder does; parse it, check its
+binding, apply the answer rule and sign the receipt from the fold's
+template, ``contracts.serve.WholeFoldReceipts``, as a node does; judge the
+answer lazily) — what no node built on the contract, or on this library,
+can go below. (Before the templates, the floor signed through the general
+``answer_demand`` and built its demand with ``build_demand``, which the
+step table still prints as "not made".) Two
 latency rows step from that floor towards a verified demand with the same
 holder-side calls: ``step: + node core`` (the node's ``answer_demands`` —
 checks, nonce memory, answer — served by the bare server) and ``step: +
@@ -345,6 +347,7 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
     from contracts.identity import Identity
     from contracts.lazy import judge_fold_answer
     from contracts.serve import (
+        DemandTemplate,
         WholeFoldReceipts,
         answer_demand,
         build_demand,
@@ -379,6 +382,8 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
     receipts = WholeFoldReceipts(
         origin_identity, obligation=fold.obligation, commitment=fold.commitment
     )
+    # what a holder does for a whole fold it demands: the demand from the fold's template
+    demands = DemandTemplate(holder_identity, fold.obligation)
 
     def origin_answer() -> object:
         # what a node does for a whole fold it serves: the answer rule, then the
@@ -393,7 +398,8 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
         return verify_demand(parsed, obligation=fold.obligation, commitment=fold.commitment)
 
     steps: dict[str, Callable[[], object]] = {
-        "holder: build + sign + encode demand": lambda: build_demand(
+        "holder: sign + encode demand (template)": lambda: demands.sign(now),
+        "not made: build_demand + to_bytes": lambda: build_demand(
             holder_identity, fold.obligation, now=now
         ).to_bytes(),
         "origin: parse + bind demand (no verify)": origin_check,
@@ -466,10 +472,12 @@ class _Floors:
         from contracts.heads import FoldProof, HeadCache
         from contracts.identity import Identity
         from contracts.lazy import judge_fold_answer
-        from contracts.serve import build_demand
+        from contracts.serve import DemandTemplate
         from nodes._pb.provnet.v1 import serve_pb2
 
-        self._build_demand, self._judge = build_demand, judge_fold_answer
+        self._template, self._judge = DemandTemplate, judge_fold_answer
+        #: id(fold) → (fold, its demand template): the holder's demands, as a node signs them
+        self._templates: dict[int, tuple[Any, Any]] = {}
         self._served = AnswerKind.SERVED
         self._payload = payload
         self._holder_key = Ed25519PrivateKey.generate()
@@ -512,8 +520,12 @@ class _Floors:
     async def demand_via(self, call: Any, fold: Any) -> bool:
         """The floor's holder side (build, sign; judge lazily) against ``call`` for ``fold``."""
         now = int(time.time() * 1000)
-        demand = self._build_demand(self._identity, fold.obligation, now=now)
-        reply = await call(self._request(demands=[demand.to_bytes()]), timeout=2.0)
+        kept = self._templates.get(id(fold))
+        if kept is None:
+            template = self._template(self._identity, fold.obligation)
+            kept = self._templates[id(fold)] = (fold, template)
+        demand, demand_bytes = kept[1].sign(now)
+        reply = await call(self._request(demands=[demand_bytes]), timeout=2.0)
         answer = reply.answers[0]
         verdict = self._judge(
             bytes(answer.receipt),

@@ -78,7 +78,7 @@ from contracts.binary import (
     new_demand,
     new_receipt,
 )
-from contracts.envelope import Envelope, sign_envelope
+from contracts.envelope import Envelope, EnvelopeSigner, sign_envelope
 from contracts.errors import BindingMismatch, EncodingError
 from contracts.identity import Identity
 from contracts.merkle import MerkleTree, leaf_hashes, merkle_root
@@ -115,6 +115,7 @@ __all__ = [
     "receipt_item_bytes",
     "served_item",
     "served_whole_item",
+    "sign_demand_batch",
     "sign_receipt_batch",
 ]
 
@@ -460,6 +461,39 @@ def build_demand_batch(
     Items are put in the batch's canonical order (by digests); a caller maps
     them back with :meth:`DemandBatch.demand` and the keys.
     """
+    batch = _demand_batch(identity.node_id, folds, origin=origin, nonce=nonce, now=now)
+    envelope = sign_envelope(identity, DEMAND_BATCH_TYPE, encode_demand_batch(batch))
+    return envelope, batch
+
+
+def sign_demand_batch(
+    signer: EnvelopeSigner,
+    folds: Sequence[tuple[Obligation, str, tuple[int, ...] | None]],
+    *,
+    origin: str,
+    nonce: str,
+    now: int,
+) -> tuple[Envelope, DemandBatch, bytes]:
+    """:func:`build_demand_batch` signed with ``signer`` (the holder's
+    :class:`~contracts.envelope.EnvelopeSigner` for ``DEMAND_BATCH_TYPE``, kept
+    by the caller), and the envelope's bytes: the same envelope, and its
+    ``to_bytes()`` written once, from the signer's template."""
+    holder, payload_type = signer.signs_as
+    if payload_type != DEMAND_BATCH_TYPE:
+        raise ValueError(f"signer signs {payload_type!r:.80}, not demand batches")
+    batch = _demand_batch(holder, folds, origin=origin, nonce=nonce, now=now)
+    envelope, data = signer.sign_envelope(encode_demand_batch(batch))
+    return envelope, batch, data
+
+
+def _demand_batch(
+    holder: str,
+    folds: Sequence[tuple[Obligation, str, tuple[int, ...] | None]],
+    *,
+    origin: str,
+    nonce: str,
+    now: int,
+) -> DemandBatch:
     items = []
     for obligation, obligation_digest, leaves in folds:
         if obligation.origin != origin:
@@ -470,9 +504,7 @@ def build_demand_batch(
         picked = None if leaves is None else tuple(sorted(set(leaves)))
         items.append(DemandItem(obligation_digest, obligation.commitment, picked))
     items.sort(key=lambda it: (it.obligation, it.commitment))
-    batch = DemandBatch(identity.node_id, origin, nonce, now, tuple(items))
-    envelope = sign_envelope(identity, DEMAND_BATCH_TYPE, encode_demand_batch(batch))
-    return envelope, batch
+    return DemandBatch(holder, origin, nonce, now, tuple(items))
 
 
 def batch_receipt_item(

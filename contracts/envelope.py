@@ -289,7 +289,7 @@ class EnvelopeSigner:
     signs; ``ValueError`` otherwise).
     """
 
-    __slots__ = ("_identity", "_middle", "_pae_head")
+    __slots__ = ("_identity", "_keyid", "_middle", "_pae_head", "_type")
 
     def __init__(self, identity: Identity, payload_type: str) -> None:
         keyid = identity.node_id
@@ -297,13 +297,29 @@ class EnvelopeSigner:
             raise ValueError(f"payload type {payload_type!r:.80} or keyid is not plain text")
         raw_type = payload_type.encode("ascii")
         self._identity = identity
+        self._keyid = keyid
+        self._type = payload_type
         self._pae_head = b"DSSEv1 %d %b " % (len(raw_type), raw_type)
         self._middle = _MID_TYPE + raw_type + _MID_KEYID + keyid.encode("ascii") + _MID_SIG
 
+    @property
+    def signs_as(self) -> tuple[str, str]:
+        """(keyid, payload type) of what this signer signs."""
+        return self._keyid, self._type
+
     def sign(self, payload: bytes) -> bytes:
         """The canonical envelope bytes of ``payload`` signed (one Ed25519 signature)."""
+        return self._signed(payload)[1]
+
+    def sign_envelope(self, payload: bytes) -> tuple[Envelope, bytes]:
+        """``payload`` signed (one Ed25519 signature): the envelope and its canonical
+        bytes (``sign_envelope(identity, payload_type, payload)`` and its ``to_bytes()``)."""
+        sig, data = self._signed(payload)
+        return Envelope(payload, self._type, (EnvelopeSignature(self._keyid, sig),)), data
+
+    def _signed(self, payload: bytes) -> tuple[bytes, bytes]:
         sig = self._identity.sign(self._pae_head + b"%d %b" % (len(payload), payload))
-        return b"".join(
+        data = b"".join(
             (
                 _HEAD,
                 binascii.b2a_base64(payload, newline=False),
@@ -312,3 +328,4 @@ class EnvelopeSigner:
                 _TAIL,
             )
         )
+        return sig, data

@@ -43,9 +43,14 @@ from itertools import repeat
 from pathlib import Path
 from typing import assert_never
 
-from contracts.batch import RECEIPT_BATCH_TYPE, build_demand_batch, decode_receipt_batch
+from contracts.batch import (
+    DEMAND_BATCH_TYPE,
+    RECEIPT_BATCH_TYPE,
+    decode_receipt_batch,
+    sign_demand_batch,
+)
 from contracts.canonical import sha256_hex
-from contracts.envelope import Envelope
+from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, NotEvidence
 from contracts.evidence import (
     AnswerKind,
@@ -66,7 +71,7 @@ from contracts.lazy import (
     served_fold_without_signature,
 )
 from contracts.merkle import KnownRoots
-from contracts.serve import build_demand, new_nonce, verify_delivery
+from contracts.serve import DemandTemplate, build_demand, new_nonce, verify_delivery
 from contracts.signed import Signed, open_statement, parse_statement, sign_statement
 from contracts.statements import (
     Commitment,
@@ -113,6 +118,8 @@ _CACHE_FOLDS = 4096
 DEFAULT_STREAM_LEAVES = 4096
 #: Time kept back from a caller's budget so a reply can still travel back.
 _MARGIN_S = 0.05
+#: Demand templates a holder keeps (one per obligation it demanded under, oldest dropped).
+_DEMAND_TEMPLATES = 4096
 #: How an origin before version 3 refuses a demand batch (an envelope of a
 #: payload type it does not read); the folds are then asked per fold.
 _BATCH_UNREAD = frozenset({"INVALID_ARGUMENT", "UNIMPLEMENTED"})
@@ -135,6 +142,10 @@ def _severity(outcome: Outcome) -> int:
             return 5
         case _:
             assert_never(outcome)
+
+
+def _fold_severity(fold: _Fold) -> int:
+    return _severity(fold.outcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +172,8 @@ class _Fold:
 
     held: HeldFold
     demand: Signed[Demand] | None = None
+    #: ``demand``'s envelope bytes when they were made with it (b"": ask ``demand``).
+    demand_bytes: bytes = b""
     outcome: Outcome = Outcome.UNANSWERED
     detail: str = ""
     #: The served hops and their leaf indices (``range`` for a whole fold).
@@ -246,6 +259,11 @@ class Holder:
         #: again in the same bytes is compared with them, not hashed again (the
         #: outcome is the same; with or without ``cache``).
         self._known_roots = KnownRoots()
+        #: (obligation digest, commitment digest) → the template a fold's demands are
+        #: signed from (bounded).
+        self._templates: OrderedDict[tuple[str, str], DemandTemplate] = OrderedDict()
+        #: Signs this holder's demand batches from a template (made on first use).
+        self._batch_signer: EnvelopeSigner | None = None
         self.demand_rpcs = 0
 
     @property
@@ -311,12 +329,25 @@ class Holder:
                 to_ask.append(fold)
         if to_ask:
             await self._ask(run, to_ask, deadline)
-            unanswered = [f for f in to_ask if f.outcome is Outcome.UNANSWERED]
+            unanswered: list[_Fold] = []
+            for fold in to_ask:  # a loop, not a comprehension (one more function call)
+                if fold.outcome is Outcome.UNANSWERED:
+                    unanswered.append(fold)
             if unanswered:
                 await self._suspect(run, unanswered[0], witnesses, deadline)
                 for other in unanswered[1:]:
                     other.evidence = None  # one suspicion per origin per decision
-        return await self._summarise(run)
+        if self._on_receipt is not None:
+            # A later signed receipt of the origin clears what we suspected it of.
+            for receipt in run.receipts:
+                await self._on_receipt(run.origin, receipt)
+        worst = run.folds[0] if len(run.folds) == 1 else max(run.folds, key=_fold_severity)
+        path = ""
+        evidence = self._to_record(run, worst)
+        if evidence is not None:
+            path = await self.record_evidence(worst.outcome, run.origin, evidence.to_bytes())
+        # The summary itself waits for nothing: a plain call, not one more coroutine.
+        return self._summarise(run, worst, path)
 
     def _address(self, obligation: Signed[Obligation]) -> str:
         endpoints = obligation.statement.endpoints
@@ -328,8 +359,16 @@ class Holder:
             reason = f"cannot resolve endpoint: {exc}"
             raise CallFailed("UNAVAILABLE", reason, endpoints[0]) from exc
 
-    def _timeout(self, folds: Sequence[_Fold], deadline: float | None) -> float:
-        promised = max(f.held.obligation.statement.deadline_ms for f in folds) / 1000.0
+    @staticmethod
+    def _promised(folds: Sequence[_Fold]) -> float:
+        """Seconds the origin promised to answer ``folds`` in (the longest deadline)."""
+        if len(folds) == 1:
+            return folds[0].held.obligation.statement.deadline_ms / 1000.0
+        return max(f.held.obligation.statement.deadline_ms for f in folds) / 1000.0
+
+    @staticmethod
+    def _bounded(promised: float, deadline: float | None) -> float:
+        """``promised`` seconds, but never past the caller's ``deadline``."""
         if deadline is None:
             return promised
         return max(0.001, min(promised, deadline - time.monotonic() - _MARGIN_S))
@@ -356,9 +395,7 @@ class Holder:
         ):
             await self._ask_batch(run, folds, deadline)
             return
-        now_ms = self.now_ms()
-        for fold in folds:
-            fold.demand = build_demand(self.identity, fold.held.obligation, now=now_ms)
+        self._new_demands(folds)
         try:
             address = self._address(folds[0].held.obligation)
         except CallFailed as exc:
@@ -376,11 +413,32 @@ class Holder:
             *(self._ask_group(run, address, group, stream, deadline) for group, stream in groups)
         )
 
+    def _new_demands(self, folds: list[_Fold]) -> None:
+        """A fresh signed demand for every fold (the whole fold), and its bytes:
+        ``build_demand`` from the fold's :class:`DemandTemplate`, made once per
+        obligation and kept (the same folds are demanded decision after decision)."""
+        now_ms = self.now_ms()
+        templates = self._templates
+        for fold in folds:
+            obligation = fold.held.obligation
+            # A head's folds share its digest (their obligations' stand-in): keyed
+            # by the fold's commitment as well.
+            key = (obligation.digest, obligation.statement.commitment)
+            template = templates.get(key)
+            if template is None:
+                template = templates[key] = DemandTemplate(self.identity, obligation)
+                if len(templates) > _DEMAND_TEMPLATES:
+                    templates.popitem(last=False)
+            fold.demand, fold.demand_bytes = template.sign(now_ms)
+
     def _sign_batch(self, run: _OriginRun, folds: list[_Fold]) -> bytes:
         """One signed demand batch for ``folds`` (put in the batch's order); each fold's
         ``demand`` is its item, read as a demand inside the batch's envelope."""
-        envelope, batch = build_demand_batch(
-            self.identity,
+        signer = self._batch_signer
+        if signer is None or signer.signs_as[0] != self.identity.node_id:
+            signer = self._batch_signer = EnvelopeSigner(self.identity, DEMAND_BATCH_TYPE)
+        envelope, batch, data = sign_demand_batch(
+            signer,
             [(f.held.obligation.statement, f.held.obligation.digest, None) for f in folds],
             origin=run.origin,
             nonce=new_nonce(),
@@ -389,7 +447,7 @@ class Holder:
         folds.sort(key=lambda f: (f.held.obligation.digest, f.held.commitment.digest))
         for index, fold in enumerate(folds):
             fold.demand = Signed(envelope, batch.demand(index))
-        return envelope.to_bytes()
+        return data
 
     async def _ask_batch(self, run: _OriginRun, folds: list[_Fold], deadline: float | None) -> None:
         try:
@@ -413,12 +471,13 @@ class Holder:
         if batch:
             demands = [self._sign_batch(run, folds)]
         else:
-            demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
+            demands = [f.demand_bytes or f.demand.to_bytes() for f in folds if f.demand is not None]
         answers: list[Answer] | None = None
         last_error = ""
         # The origin has until this instant (the obligation's deadline) to answer;
         # re-asks after a fast failure are spread over that time.
-        due = time.monotonic() + self._timeout(folds, None)
+        promised = self._promised(folds)
+        due = time.monotonic() + promised
         for attempt in range(self.reasks + 1):
             if deadline is not None and deadline - time.monotonic() <= _MARGIN_S:
                 last_error = "caller's deadline reached before asking"
@@ -426,7 +485,7 @@ class Holder:
             run.asks += 1
             run.rpcs += 1
             self.demand_rpcs += 1
-            timeout = self._timeout(folds, deadline)
+            timeout = self._bounded(promised, deadline)
             try:
                 if stream:
                     answers = [await self.transport.demand_stream(address, demands[0], timeout)]
@@ -457,10 +516,8 @@ class Holder:
                     if batch:
                         demands = [self._sign_batch(run, folds)]
                         continue
-                    now_ms = self.now_ms()
-                    for fold in folds:
-                        fold.demand = build_demand(self.identity, fold.held.obligation, now=now_ms)
-                    demands = [f.demand.to_bytes() for f in folds if f.demand is not None]
+                    self._new_demands(folds)
+                    demands = [f.demand_bytes for f in folds]
                     continue
                 if batch and exc.code in _BATCH_UNREAD:
                     # An origin older than version 3 reads a batch as one demand of an
@@ -795,13 +852,24 @@ class Holder:
 
     # ----------------------------------------------------------------- summary, files
 
-    async def _summarise(self, run: _OriginRun) -> tuple[OriginOutcome, list[VerifiedHop]]:
-        if self._on_receipt is not None:
-            # A later signed receipt of the origin clears what we suspected it of.
-            for receipt in run.receipts:
-                await self._on_receipt(run.origin, receipt)
+    def _to_record(self, run: _OriginRun, worst: _Fold) -> Evidence | None:
+        """The evidence the origin's worst fold leaves to record, if any (a suspicion
+        only with the witness confirmations the policy asks for)."""
+        evidence = worst.evidence
+        if evidence is None or worst.outcome not in EVIDENCE_KINDS or run.cleared:
+            return None
+        if worst.outcome is Outcome.UNANSWERED and (
+            run.witnesses_unanswered < self.min_witnesses or not run.witness_confirmed
+        ):
+            return None
+        return evidence
+
+    def _summarise(
+        self, run: _OriginRun, worst: _Fold, path: str
+    ) -> tuple[OriginOutcome, list[VerifiedHop]]:
+        """The origin's outcome (its worst fold's; ``path``: where its evidence was
+        recorded, if it was) and the hops it served."""
         folds = run.folds
-        worst = folds[0] if len(folds) == 1 else max(folds, key=lambda f: _severity(f.outcome))
         origin = run.origin
         # tuple.__new__ directly: the named tuple's own __new__ is one more Python
         # call per served hop (~36 per rehydration), for the same tuple; mapped
@@ -815,7 +883,6 @@ class Holder:
                     zip(repeat(origin), repeat(f.held.commitment.digest), f.leaves, f.hops),
                 )
         evidence_bytes = b""
-        path = ""
         if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:
             evidence_bytes = worst.evidence.to_bytes()
             if worst.outcome is Outcome.UNANSWERED and (
@@ -826,8 +893,6 @@ class Holder:
                     f"suspicion not recorded: {run.witnesses_unanswered} of"
                     f" {self.min_witnesses} witness confirmation(s)"
                 )
-            else:
-                path = await self.record_evidence(worst.outcome, run.origin, evidence_bytes)
         detail = worst.detail if not run.extra else f"{worst.detail}; {'; '.join(run.extra)}"
         outcome = OriginOutcome(
             origin=run.origin,

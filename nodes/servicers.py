@@ -109,7 +109,8 @@ class Serve(serve_pb2_grpc.ServeServicer):
     async def Demand(
         self, request: serve_pb2.DemandRequest, context: _Context
     ) -> serve_pb2.DemandResponse:
-        return wire.demand_response(await self.core.answer_demands(list(request.demands)))
+        # The repeated field itself (a sequence of bytes), not a copy of it in a list.
+        return wire.demand_response(await self.core.answer_demands(request.demands))
 
     async def DemandStream(
         self, request: serve_pb2.DemandStreamRequest, context: _Context

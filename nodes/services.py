@@ -233,6 +233,10 @@ MAX_FOLD_HOPS = 100_000
 MAX_VALUE_REF = 256
 MAX_COMMITMENTS_PER_VALUE = 256
 _STATEMENT_CACHE = 4096
+#: Full method name → its ``rpc_<Method>`` counter name (bounded: names are the
+#: methods a node serves, but a caller can send any).
+_RPC_COUNTER: dict[str, str] = {}
+_RPC_COUNTER_NAMES = 256
 _OWN_CACHE = 100_000
 #: The honest behaviour's hooks: a node whose behaviour does not override one
 #: skips awaiting it on every demand.
@@ -537,7 +541,11 @@ class NodeCore:
         return _ms(self.clock())
 
     def count_rpc(self, method: str) -> None:
-        key = "rpc_" + method.rsplit("/", 1)[-1]
+        key = _RPC_COUNTER.get(method)
+        if key is None:  # the counter's name, made once per method name (a few dozen)
+            key = "rpc_" + method.rsplit("/", 1)[-1]
+            if len(_RPC_COUNTER) < _RPC_COUNTER_NAMES:
+                _RPC_COUNTER[method] = key
         self._rpc_counts[key] = self._rpc_counts.get(key, 0) + 1
 
     def bump(self, name: str, n: int = 1) -> None:

@@ -245,9 +245,7 @@ class GrpcTransport:
             call = self._demand[address] = wire.demand_unary(self.channel(address))
         self.calls += 1
         try:
-            answers: wire.SizedAnswers = await call(
-                wire.demand_request(demands), timeout=timeout, wait_for_ready=True
-            )
+            answers: wire.SizedAnswers = await call(demands, timeout=timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
             raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
         return answers
