@@ -94,23 +94,6 @@ def _config_key() -> tuple[Any, Any, Any, Any]:
     )
 
 
-#: structlog's configuration object, whose attributes ``structlog.get_config``
-#: copies into a new dict on every call: read directly where it exists (the
-#: same four objects, pinned against ``get_config`` by a test), once per
-#: logged event or level check on a demand's path. None: use ``get_config``.
-_STRUCTLOG_CONFIG: Any = getattr(getattr(structlog, "_config", None), "_CONFIG", None)
-if _STRUCTLOG_CONFIG is not None and not all(
-    hasattr(_STRUCTLOG_CONFIG, name)
-    for name in (
-        "default_wrapper_class",
-        "logger_factory",
-        "default_processors",
-        "default_context_class",
-    )
-):
-    _STRUCTLOG_CONFIG = None
-
-
 class NodeLogger:
     """A structlog logger tagged with a module, bound once per configuration."""
 
@@ -123,23 +106,13 @@ class NodeLogger:
         self._check: Any = None
 
     def _logger(self) -> Any:
-        old, config = self._key, _STRUCTLOG_CONFIG
-        if config is not None:
-            if (
-                config.default_wrapper_class is old[0]
-                and config.logger_factory is old[1]
-                and config.default_processors is old[2]
-                and config.default_context_class is old[3]
-            ):
-                return self._bound
-            key = _config_key()
-        else:
-            key = _config_key()
-            if key[0] is old[0] and key[1] is old[1] and key[2] is old[2] and key[3] is old[3]:
-                return self._bound
-        self._bound = structlog.get_logger(module=self._name).bind()
-        self._check = getattr(self._bound, "is_enabled_for", None)
-        self._key = key
+        key, old = _config_key(), self._key
+        if not (
+            key[0] is old[0] and key[1] is old[1] and key[2] is old[2] and key[3] is old[3]
+        ):
+            self._bound = structlog.get_logger(module=self._name).bind()
+            self._check = getattr(self._bound, "is_enabled_for", None)
+            self._key = key
         return self._bound
 
     def enabled(self, level: str) -> bool:

@@ -86,24 +86,6 @@ def test_a_node_logger_follows_every_reconfiguration(fresh_structlog: None) -> N
     assert [e["event"] for e in captured] == ["three"]
 
 
-def test_the_configuration_read_directly_is_what_get_config_reports(
-    fresh_structlog: None,
-) -> None:
-    # NodeLogger reads structlog's configuration object instead of calling
-    # get_config (which copies it into a new dict): the same four objects.
-    from nodes import logging as node_logging
-
-    config = node_logging._STRUCTLOG_CONFIG
-    assert config is not None
-    for level in (20, 30):
-        _configure(_CountingFactory(), level)
-        reported = structlog.get_config()
-        assert config.default_wrapper_class is reported["wrapper_class"]
-        assert config.logger_factory is reported["logger_factory"]
-        assert config.default_processors is reported["processors"]
-        assert config.default_context_class is reported["context_class"]
-
-
 def test_a_node_logger_follows_a_change_of_processors_or_context_class_alone(
     fresh_structlog: None,
 ) -> None:
