@@ -646,6 +646,15 @@ def test_pushback_spaces_refused_callers_at_the_rate_the_node_completes_bulk_cal
         interceptors.Pushback(headroom=0)
 
 
+def _take_up(backlog: interceptors.Backlog, now: list[float], n: int, gap: float) -> list[bool]:
+    """``n`` calls taken up ``gap`` s apart on the fake clock ``now``: whether each was shed."""
+    out = []
+    for _ in range(n):
+        now[0] += gap
+        out.append(backlog.taken())
+    return out
+
+
 def test_backlog_is_a_run_of_calls_taken_up_back_to_back_with_one_shed() -> None:
     """``Backlog`` with a fake clock: what counts as a backlog, when it ends, how much."""
     now = [100.0]
@@ -654,11 +663,7 @@ def test_backlog_is_a_run_of_calls_taken_up_back_to_back_with_one_shed() -> None
     run = interceptors.BACKLOG_RUN
 
     def take(n: int, gap: float = step) -> list[bool]:
-        out = []
-        for _ in range(n):
-            now[0] += gap
-            out.append(backlog.taken())
-        return out
+        return _take_up(backlog, now, n, gap)
 
     # A burst of calls back to back that the node admits (none shed) is no backlog.
     assert not any(take(3 * run))
@@ -696,11 +701,7 @@ def test_backlog_on_a_loop_that_knows_when_it_was_idle_ends_only_once_it_was() -
     run = interceptors.BACKLOG_RUN
 
     def take(n: int, gap: float = step) -> list[bool]:
-        out = []
-        for _ in range(n):
-            now[0] += gap
-            out.append(backlog.taken())
-        return out
+        return _take_up(backlog, now, n, gap)
 
     take(1, gap=1.0)
     backlog.shed()
