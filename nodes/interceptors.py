@@ -381,8 +381,10 @@ class Backlog:
         self._window_start = -1e9
         #: Calls still to shed from backlogs in the current window.
         self._left = 0
-        #: When (``clock`` time) a bulk call was last shed.
-        self._shed_at = -1e9
+        #: When (``clock`` time) a bulk call was last shed; ``-inf`` until one is, so
+        #: a loop that has not been idle yet (``idle_at`` also ``-inf``) has not
+        #: "shed a call since it was idle" (:meth:`_busy`).
+        self._shed_at = float("-inf")
 
     def shed(self) -> None:
         """A bulk call of the current run was shed."""

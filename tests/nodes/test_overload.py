@@ -766,6 +766,22 @@ def test_calls_taken_up_long_after_the_loop_was_last_idle_are_shed_however_far_a
     assert take(1) == [True]
 
 
+def test_a_node_not_yet_idle_sheds_no_call_before_it_has_shed_one() -> None:
+    """``Backlog`` on a loop that has never been idle yet (its clock reads ``-inf``,
+    as a fresh ``NodeEventLoop``'s does until a wait of its own): with no call
+    shed at all, however long since start, nothing is queued behind; the first
+    calls are admitted. (A node started in a busy process once shed its first
+    bulk call as a backlog this way.) Once a call is shed, the busy rule applies."""
+    now = [100.0]
+    backlog = interceptors.Backlog(limit=5, clock=lambda: now[0], idle_at=lambda: float("-inf"))
+    for _ in range(3):
+        now[0] += 1.0
+        assert not backlog.taken()
+    backlog.shed()
+    now[0] += 1.0
+    assert backlog.taken()
+
+
 def test_node_event_loop_notes_when_it_waited_with_nothing_to_run() -> None:
     """``NodeEventLoop`` records the end of each wait for I/O of ``IDLE_WAIT_S`` or more,
     and nothing while callbacks keep it busy, however long."""
@@ -881,7 +897,9 @@ def test_a_pause_of_the_node_amid_a_backlog_does_not_let_queued_calls_in(
             shown = "".join("B" if t else "." for t in taken)  # B: refused as a backlog
             assert taken[stall], (stall, shown)
             backlog_refusals = [
-                r for r in results if "backlog" in (r.details() or "")  # type: ignore[union-attr]
+                r
+                for r in results
+                if "backlog" in (r.details() or "")  # type: ignore[union-attr]
             ]
             assert len(backlog_refusals) == node.server.requests.bulk_backlog_shed
             # Drained and idle: the next delivery is refused for the byte budget,
