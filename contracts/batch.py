@@ -195,7 +195,6 @@ def _key_bytes(obligation: str, commitment: str) -> bytes:
 
 #: A fold's packed key, once per fold: a holder names the same folds demand after demand.
 _fold_key = functools.lru_cache(maxsize=4096)(_key_bytes)
-_WHOLE = b"\x00"  # LEAVES of an item for the whole fold
 
 
 def encode_demand_batch(b: DemandBatch) -> bytes:
@@ -222,7 +221,7 @@ def encode_demand_batch(b: DemandBatch) -> bytes:
             raise ValueError("demand batch items must be strictly increasing by fold")
         prev = key
         parts.append(key)
-        parts.append(_WHOLE if it.leaves is None else _leaves_bytes(it.leaves))
+        parts.append(_leaves_bytes(it.leaves))
     return b"".join(parts)
 
 

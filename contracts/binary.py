@@ -113,6 +113,12 @@ _MIN_NONCE = 16
 _MAX_NONCE = 128
 _MAX_PATH = 64
 _DEMAND_HEAD = struct.Struct(">BB32s32s32s32sQB")
+#: A demand's head in two parts: what stays the same for a fold's demands (version,
+#: kind, four ids) and the time with the nonce's length (``contracts.serve.DemandTemplate``).
+_DEMAND_FIXED = struct.Struct(">BB32s32s32s32s")
+_DEMAND_TIME = struct.Struct(">QB")
+#: LEAVES of a demand (or a batch item) for the whole fold.
+_WHOLE_LEAVES = b"\x00"
 _RECEIPT_HEAD = struct.Struct(">BB32s32s32s32sQQBBB")
 _U32 = struct.Struct(">I")
 #: A receipt's fields before its demand digest, and from issued_at to the nonce length.
@@ -162,7 +168,7 @@ def _nonce_bytes(nonce: str, lo: int) -> bytes:
 
 def _leaves_bytes(leaves: tuple[int, ...] | None) -> bytes:
     if leaves is None:
-        return b"\x00"
+        return _WHOLE_LEAVES
     if len(leaves) > MAX_LIST:
         raise ValueError(f"at most {MAX_LIST} leaves")
     return b"\x01" + _U32.pack(len(leaves)) + struct.pack(f">{len(leaves)}Q", *leaves)

@@ -58,6 +58,11 @@ __all__ = [
 ]
 
 
+def _reproduces(leaves: Sequence[bytes], root: bytes, known: KnownRoots | None) -> bool:
+    """``merkle_root(leaves) == root``, through ``known`` when given."""
+    return known.reproduces(leaves, root) if known is not None else merkle_root(leaves) == root
+
+
 def served_without_signature(
     receipt: bytes | Envelope | Signed[Receipt],
     hops: Sequence[bytes],
@@ -87,9 +92,7 @@ def served_without_signature(
     root = bytes.fromhex(record.root)
     # (2) the bytes reproduce the root proven under the verified head
     if ds.leaves is None:
-        if len(hops) != record.leaf_count or not (
-            known.reproduces(hops, root) if known is not None else merkle_root(hops) == root
-        ):
+        if len(hops) != record.leaf_count or not _reproduces(hops, root, known):
             return None
         leaves: tuple[int, ...] = tuple(range(record.leaf_count))
     else:
@@ -174,9 +177,7 @@ def served_fold_without_signature(
         or payload[len(head) :] != tail
     ):
         return False
-    if known is not None:
-        return known.reproduces(hops, root)
-    return merkle_root(hops) == root
+    return _reproduces(hops, root, known)
 
 
 #: A fold's faithful item, packed once per fold (its fields are immutable).
@@ -236,12 +237,9 @@ def served_batch_without_signature(
         return False
     for fold, served in zip(folds, hops, strict=True):
         record = fold.record
-        if len(served) != record.leaf_count:
-            return False
-        if known is not None:
-            if not known.reproduces(served, bytes.fromhex(record.root)):
-                return False
-        elif merkle_root(served).hex() != record.root:
+        if len(served) != record.leaf_count or not _reproduces(
+            served, bytes.fromhex(record.root), known
+        ):
             return False
     return True
 

@@ -23,7 +23,6 @@ Who is to blame when :func:`verify_served` fails matters (S8):
 
 from __future__ import annotations
 
-import struct
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,8 +31,11 @@ from typing import Any
 
 from contracts._answer_rule import refusal_for
 from contracts.binary import (
+    _DEMAND_FIXED,
     _DEMAND_TAG,
+    _DEMAND_TIME,
     _MIN_NONCE,
+    _WHOLE_LEAVES,
     BINARY_VERSION,
     DEMAND_BINARY_TYPE,
     RECEIPT_BINARY_TYPE,
@@ -106,13 +108,6 @@ __all__ = [
 ]
 
 EnvelopeInput = bytes | Envelope | dict[str, Any]
-
-
-#: A binary demand's payload (``contracts.binary``'s ``>BB32s32s32s32sQB`` head, the
-#: nonce, the leaves) in the parts a :class:`DemandTemplate` packs once and per demand.
-_DEMAND_FIXED = struct.Struct(">BB32s32s32s32s")
-_DEMAND_TIME = struct.Struct(">QB")
-_WHOLE_FOLD_LEAVES = b"\x00"
 
 
 def new_nonce() -> str:
@@ -571,7 +566,7 @@ class DemandTemplate:
         else:
             raw_nonce = _nonce_bytes(nonce, _MIN_NONCE)
         payload = b"".join(
-            (self._prefix, _DEMAND_TIME.pack(now, len(raw_nonce)), raw_nonce, _WHOLE_FOLD_LEAVES)
+            (self._prefix, _DEMAND_TIME.pack(now, len(raw_nonce)), raw_nonce, _WHOLE_LEAVES)
         )
         envelope, data = self._signer.sign_envelope(payload)
         statement = new_demand(

@@ -329,10 +329,7 @@ class Holder:
                 to_ask.append(fold)
         if to_ask:
             await self._ask(run, to_ask, deadline)
-            unanswered: list[_Fold] = []
-            for fold in to_ask:  # a loop, not a comprehension (one more function call)
-                if fold.outcome is Outcome.UNANSWERED:
-                    unanswered.append(fold)
+            unanswered = [f for f in to_ask if f.outcome is Outcome.UNANSWERED]
             if unanswered:
                 await self._suspect(run, unanswered[0], witnesses, deadline)
                 for other in unanswered[1:]:
@@ -342,12 +339,12 @@ class Holder:
             for receipt in run.receipts:
                 await self._on_receipt(run.origin, receipt)
         worst = run.folds[0] if len(run.folds) == 1 else max(run.folds, key=_fold_severity)
+        evidence, record = self._evidence(run, worst)
         path = ""
-        evidence = self._to_record(run, worst)
-        if evidence is not None:
-            path = await self.record_evidence(worst.outcome, run.origin, evidence.to_bytes())
+        if record:
+            path = await self.record_evidence(worst.outcome, run.origin, evidence)
         # The summary itself waits for nothing: a plain call, not one more coroutine.
-        return self._summarise(run, worst, path)
+        return self._summarise(run, worst, evidence, path)
 
     def _address(self, obligation: Signed[Obligation]) -> str:
         endpoints = obligation.statement.endpoints
@@ -852,23 +849,28 @@ class Holder:
 
     # ----------------------------------------------------------------- summary, files
 
-    def _to_record(self, run: _OriginRun, worst: _Fold) -> Evidence | None:
-        """The evidence the origin's worst fold leaves to record, if any (a suspicion
-        only with the witness confirmations the policy asks for)."""
-        evidence = worst.evidence
-        if evidence is None or worst.outcome not in EVIDENCE_KINDS or run.cleared:
-            return None
+    def _evidence(self, run: _OriginRun, worst: _Fold) -> tuple[bytes, bool]:
+        """The evidence the origin's worst fold leaves (b"": none) and whether to record
+        it: a suspicion only with the witness confirmations the policy asks for (else
+        the outcome says why it was not)."""
+        if worst.evidence is None or worst.outcome not in EVIDENCE_KINDS or run.cleared:
+            return b"", False
+        body = worst.evidence.to_bytes()
         if worst.outcome is Outcome.UNANSWERED and (
             run.witnesses_unanswered < self.min_witnesses or not run.witness_confirmed
         ):
-            return None
-        return evidence
+            run.extra.append(
+                f"suspicion not recorded: {run.witnesses_unanswered} of"
+                f" {self.min_witnesses} witness confirmation(s)"
+            )
+            return body, False
+        return body, True
 
     def _summarise(
-        self, run: _OriginRun, worst: _Fold, path: str
+        self, run: _OriginRun, worst: _Fold, evidence_bytes: bytes, path: str
     ) -> tuple[OriginOutcome, list[VerifiedHop]]:
-        """The origin's outcome (its worst fold's; ``path``: where its evidence was
-        recorded, if it was) and the hops it served."""
+        """The origin's outcome (its worst fold's, with its evidence; ``path``: where
+        that was recorded, if it was) and the hops it served."""
         folds = run.folds
         origin = run.origin
         # tuple.__new__ directly: the named tuple's own __new__ is one more Python
@@ -881,17 +883,6 @@ class Holder:
                     tuple.__new__,
                     repeat(VerifiedHop),
                     zip(repeat(origin), repeat(f.held.commitment.digest), f.leaves, f.hops),
-                )
-        evidence_bytes = b""
-        if worst.evidence is not None and worst.outcome in EVIDENCE_KINDS and not run.cleared:
-            evidence_bytes = worst.evidence.to_bytes()
-            if worst.outcome is Outcome.UNANSWERED and (
-                run.witnesses_unanswered < self.min_witnesses or not run.witness_confirmed
-            ):
-                # A suspicion is stored only with the confirmations the policy asks for.
-                run.extra.append(
-                    f"suspicion not recorded: {run.witnesses_unanswered} of"
-                    f" {self.min_witnesses} witness confirmation(s)"
                 )
         detail = worst.detail if not run.extra else f"{worst.detail}; {'; '.join(run.extra)}"
         outcome = OriginOutcome(

@@ -803,7 +803,7 @@ class RequestContext:
                     raise
                 await _abort_for(exc, context, rpc)
             finally:
-                if start is not None and log.enabled("debug"):
+                if start is not None:
                     log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
                 _RPC_VAR.reset(rpc_token)
                 _REQUEST_ID_VAR.reset(id_token)

@@ -1054,12 +1054,7 @@ class NodeCore:
             envelope = Envelope.from_bytes(demands[0])
             if envelope.payload_type == DEMAND_BATCH_TYPE:
                 return await self._answer_batch(envelope, now)
-            demand = self._fresh_demand(envelope, now)
-            fold_key = _own_key(demand.statement.obligation, demand.statement.commitment)
-            own = self._own.get(fold_key)
-            if own is None:  # a coroutine only for a fold not cached
-                own = await self._own_statements(demand)
-            demand = self._bound_demand(demand, own, now)
+            demand, own = await self._check_demand(envelope, now)
             # (6) nonces: the only write before answering
             await self._accept_nonces((demand,), now)
             if type(self.behaviour).answer is _HONEST_ANSWER:
