@@ -26,7 +26,18 @@ ROWS = (
 
 def test_bench_nodes_short_run_serves_every_row_without_errors() -> None:
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--duration", "0.6", "--samples", "20", "--concurrency", "4"],
+        [
+            sys.executable,
+            str(BENCH),
+            "--duration",
+            "0.6",
+            "--samples",
+            "20",
+            "--concurrency",
+            "4",
+            "--rounds",
+            "3",
+        ],
         capture_output=True,
         text=True,
         timeout=180,
@@ -43,6 +54,13 @@ def test_bench_nodes_short_run_serves_every_row_without_errors() -> None:
         rate, errors = re.findall(r"\d+(?:\.\d+)?", line[len(name) :])[:2]
         assert float(rate) > 0, line
         assert errors == "0", line
+    # One verified ÷ bare ratio per interleaved round, and the median judged.
+    rounds = re.search(
+        r"^ratio verified \(head\) / bare throughput, per round: (.*); pooled", out, re.M
+    )
+    assert rounds is not None, out
+    assert len(rounds.group(1).split(", ")) == 3, rounds.group(0)
+    assert re.search(r"= \d+\.\d\d, median of 3 rounds", out), out
     assert "Serve RPCs per decision (1 origin, folds 1+5+50 hops) = 1.00" in out
     # Both processes' Ed25519 calls counted: revision 2 signs twice and verifies nothing.
     assert "under a head 200 signed / 0 verified" in out, out
