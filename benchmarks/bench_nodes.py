@@ -833,10 +833,10 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     print(
         "ratio verified (head) / bare throughput, per round: "
         + ", ".join(f"{r:.2f}" for r in per_round)
-        + f"; pooled {pooled_ratio:.2f}"
+        + f"; pooled {pooled_ratio:.3f}"
     )
     print(
-        f"ratio verified (head) / bare throughput = {t_ratio:.2f}, median of {rounds} rounds"
+        f"ratio verified (head) / bare throughput = {t_ratio:.3f}, median of {rounds} rounds"
         f" (target >= {TARGET_THROUGHPUT_RATIO}, zero errors) {'PASS' if ok_tp else 'FAIL'}"
     )
 
@@ -890,7 +890,12 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=30.0, help="seconds per throughput phase")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=30.0,
+        help="seconds of each throughput row, split over --rounds",
+    )
     parser.add_argument("--samples", type=int, default=500, help="round trips per latency row")
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent holders")
     parser.add_argument(

@@ -60,7 +60,7 @@ def test_bench_nodes_short_run_serves_every_row_without_errors() -> None:
     )
     assert rounds is not None, out
     assert len(rounds.group(1).split(", ")) == 3, rounds.group(0)
-    assert re.search(r"= \d+\.\d\d, median of 3 rounds", out), out
+    assert re.search(r"= \d+\.\d{3}, median of 3 rounds", out), out
     assert "Serve RPCs per decision (1 origin, folds 1+5+50 hops) = 1.00" in out
     # Both processes' Ed25519 calls counted: revision 2 signs twice and verifies nothing.
     assert "under a head 200 signed / 0 verified" in out, out
