@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from _procs import cpu_seconds, stop
 
 ECHO_METHOD = "/bench.Echo/Echo"
 SIGN2_METHOD = "/bench.Echo/Sign2"
@@ -446,15 +447,6 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
     }
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User+system CPU seconds of a process (Linux /proc), 0.0 where unavailable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _throughput(
     call: Callable[[], Awaitable[bool]], concurrency: int, duration: float, origin_pid: int
 ) -> tuple[int, int, float, float, float]:
@@ -475,11 +467,11 @@ async def _throughput(
                 errors += 1
 
     t0 = time.perf_counter()
-    c0, o0 = time.process_time(), _cpu_seconds(origin_pid)
+    c0, o0 = time.process_time(), cpu_seconds(origin_pid)
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     secs = time.perf_counter() - t0
     client_cpu = (time.process_time() - c0) / secs
-    origin_cpu = (_cpu_seconds(origin_pid) - o0) / secs
+    origin_cpu = (cpu_seconds(origin_pid) - o0) / secs
     return done, errors, secs, client_cpu, origin_cpu
 
 
@@ -814,7 +806,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     )
     pooled = {name: _pooled(r) for name, r in runs.items()}
     b_rate = pooled[BARE][0] / pooled[BARE][2]
-    for name, _ in (order[0], order[4], order[3], order[2], order[1]):
+    for name in (BARE, FLOOR_CRYPTO, FLOOR_CONTRACTS, VERIFIED_FOLDS, VERIFIED_HEAD):
         done, err, secs, hc, oc = pooled[name]
         rate = done / secs
         print(
@@ -945,12 +937,7 @@ def main(argv: list[str] | None = None) -> int:
             started["data_dir"] = str(workdir / "origin")
             return asyncio.run(_bench(args, started, child.pid))
         finally:
-            child.send_signal(signal.SIGTERM)
-            try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+            stop(child, 10)
             if args.profile and (Path(args.profile) / "origin.prof").exists():
                 import pstats
 

@@ -64,7 +64,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -73,6 +72,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+from _procs import cpu_seconds, minor_faults, stop
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -102,24 +103,6 @@ def _rss_mib(pid: int, field: str) -> float:
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _minflt(pid: int) -> int:
-    """Minor page faults a process has taken so far (fresh pages it touched)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[7])
 
 
 def _p(values: list[float], q: float) -> float:
@@ -510,7 +493,7 @@ def _drive(args: argparse.Namespace) -> int:
             probe = _child("probe", args, out_p, duration=args.duration, **common)
             peak = 0.0
             loads: list[float] = []
-            cpu0, t0, faults0 = _cpu_s(node.pid), time.monotonic(), _minflt(node.pid)
+            cpu0, t0, faults0 = cpu_seconds(node.pid), time.monotonic(), minor_faults(node.pid)
             load_cpu = dict.fromkeys(range(args.load_procs), 0.0)
             while (
                 probe.poll() is None
@@ -519,11 +502,11 @@ def _drive(args: argparse.Namespace) -> int:
             ):
                 peak = max(peak, _rss_mib(node.pid, "VmRSS"))
                 for k, p in enumerate(loaders):
-                    load_cpu[k] = max(load_cpu[k], _cpu_s(p.pid))
+                    load_cpu[k] = max(load_cpu[k], cpu_seconds(p.pid))
                 loads.append(os.getloadavg()[0])
                 time.sleep(0.2)
-            cpu = (_cpu_s(node.pid) - cpu0, sum(load_cpu.values()), time.monotonic() - t0)
-            faults = _minflt(node.pid) - faults0
+            cpu = (cpu_seconds(node.pid) - cpu0, sum(load_cpu.values()), time.monotonic() - t0)
+            faults = minor_faults(node.pid) - faults0
             loaded = _wait(probe, out_p, 5)
             deliveries = _wait(dprobe, out_d, 5)
             parts = [_wait(p, out, 5) for p, out in zip(loaders, loads_out, strict=True)]
@@ -587,12 +570,7 @@ def _drive(args: argparse.Namespace) -> int:
             if child.poll() is None:
                 child.kill()
                 child.wait()
-        node.send_signal(signal.SIGTERM)
-        try:
-            node.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait()
+        stop(node, 15)
         log.close()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

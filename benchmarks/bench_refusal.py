@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -40,19 +39,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from _procs import cpu_seconds, stop
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 DELIVER = "/provnet.v1.Deliver/Deliver"
-
-
-def _cpu_s(path: Path) -> float:
-    """CPU seconds (user + system) from a /proc ``stat`` file (0 if it is gone)."""
-    try:
-        fields = path.read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _threads(pid: int) -> dict[tuple[str, str], float]:
@@ -64,7 +56,7 @@ def _threads(pid: int) -> dict[tuple[str, str], float]:
         except OSError:
             continue
         name = raw[raw.index("(") + 1 : raw.rindex(")")]
-        out[(task.name, name)] = _cpu_s(task / "stat")
+        out[(task.name, name)] = cpu_seconds(task / "stat")
     return out
 
 
@@ -107,11 +99,11 @@ async def _measure(args: argparse.Namespace, address: str, pid: int, key: Path) 
     per_call: list[float] = []
     before = _threads(pid)
     for w in range(args.waves):
-        cpu0, t0 = _cpu_s(stat), time.perf_counter()
+        cpu0, t0 = cpu_seconds(stat), time.perf_counter()
         codes = await asyncio.gather(*(one(k) for k in range(args.calls)))
         wall = time.perf_counter() - t0
         await asyncio.sleep(0.3)
-        cpu = _cpu_s(stat) - cpu0
+        cpu = cpu_seconds(stat) - cpu0
         per_call.append(cpu / args.calls * 1000)
         counts = {code: codes.count(code) for code in sorted(set(codes))}
         print(
@@ -136,9 +128,9 @@ async def _measure(args: argparse.Namespace, address: str, pid: int, key: Path) 
             if seconds > 0
         )
     )
-    cpu0 = _cpu_s(stat)
+    cpu0 = cpu_seconds(stat)
     await asyncio.sleep(1.0)
-    print(f"node CPU over 1 s idle: {(_cpu_s(stat) - cpu0) * 1000:.0f} ms")
+    print(f"node CPU over 1 s idle: {(cpu_seconds(stat) - cpu0) * 1000:.0f} ms")
     print(
         f"per refusal: median {statistics.median(per_call):.3f} ms of node CPU"
         f" (waves {min(per_call):.3f}-{max(per_call):.3f}); load average"
@@ -208,12 +200,7 @@ def main() -> int:
         )
         return asyncio.run(_measure(args, address, node.pid, work / "operator.key"))
     finally:
-        node.send_signal(signal.SIGTERM)
-        try:
-            node.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait()
+        stop(node, 15)
         log.close()
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,0 +1,49 @@
+"""What the node benchmarks read about their child processes, and how they end them.
+
+Linux ``/proc`` only (the benchmarks' machine): a counter reads 0 once its
+process or thread is gone, so a run that outlives a child does not fail
+on it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+__all__ = ["cpu_seconds", "minor_faults", "stop"]
+
+
+def _stat_fields(stat: int | Path) -> list[str] | None:
+    """The fields after the command name of ``/proc/<pid>/stat`` (``stat``: a pid), or of
+    the ``stat`` file at ``stat`` (a thread's); None when it cannot be read."""
+    path = Path(f"/proc/{stat}/stat") if isinstance(stat, int) else stat
+    try:
+        return path.read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def cpu_seconds(stat: int | Path) -> float:
+    """User + system CPU seconds of a process (a pid) or thread (its ``stat`` file)."""
+    fields = _stat_fields(stat)
+    if fields is None:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def minor_faults(pid: int) -> int:
+    """Minor page faults a process has taken so far (fresh pages it touched)."""
+    fields = _stat_fields(pid)
+    return 0 if fields is None else int(fields[7])
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM, up to ``grace`` seconds to exit, then SIGKILL; the child is reaped."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
