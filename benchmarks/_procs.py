@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
-__all__ = ["cpu_seconds", "minor_faults", "stop"]
+__all__ = ["cpu_seconds", "minor_faults", "stop", "wait_serving"]
 
 
 def _stat_fields(stat: int | Path) -> list[str] | None:
@@ -47,3 +48,15 @@ def stop(proc: subprocess.Popen[bytes], grace: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def wait_serving(proc: subprocess.Popen[bytes], address: str, log: Path, timeout: float) -> None:
+    """Until the node ``proc`` at ``address`` reports SERVING; ``SystemExit`` with the end
+    of its ``log`` if it exits or ``timeout`` seconds pass first."""
+    from nodes.cluster import HealthState, probe_health
+
+    deadline = time.monotonic() + timeout
+    while probe_health(address, timeout=0.5) is not HealthState.SERVING:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"node did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.05)

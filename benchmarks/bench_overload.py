@@ -73,7 +73,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from _procs import cpu_seconds, minor_faults, stop
+from _procs import cpu_seconds, minor_faults, stop, wait_serving
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -391,7 +391,7 @@ async def _setup(address: str, operator_key: Path, obligation_out: Path) -> None
 
 def _drive(args: argparse.Namespace) -> int:
     from contracts.identity import Identity, save_identity
-    from nodes.cluster import HealthState, child_env, free_ports, probe_health, provnet_argv
+    from nodes.cluster import child_env, free_ports, provnet_argv
 
     work = Path(tempfile.mkdtemp(prefix="provnet-overload-"))
     operator_key = work / "operator.key"
@@ -423,11 +423,7 @@ def _drive(args: argparse.Namespace) -> int:
     )
     rounds: list[dict[str, Any]] = []
     try:
-        deadline = time.monotonic() + 60
-        while probe_health(address, timeout=0.5) is not HealthState.SERVING:
-            if node.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"node did not start: {(work / 'node.log').read_text()[-2000:]}")
-            time.sleep(0.05)
+        wait_serving(node, address, work / "node.log", 60)
         asyncio.run(_setup(address, operator_key, obligation))
         print(
             f"callers {args.callers}  payload {args.payload_mib} MiB  duration {args.duration} s"

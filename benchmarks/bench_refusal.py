@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from _procs import cpu_seconds, stop
+from _procs import cpu_seconds, stop, wait_serving
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -155,7 +155,7 @@ def main() -> int:
         parser.error("--waves, --calls and --connections must be >= 1")
 
     from contracts.identity import Identity, save_identity
-    from nodes.cluster import HealthState, child_env, free_ports, probe_health, provnet_argv
+    from nodes.cluster import child_env, free_ports, provnet_argv
 
     work = Path(tempfile.mkdtemp(prefix="provnet-refusal-"))
     operator = Identity.generate()
@@ -185,11 +185,7 @@ def main() -> int:
         preexec_fn=(lambda: os.sched_setaffinity(0, node_cpus)) if node_cpus else None,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while probe_health(address, timeout=0.5) is not HealthState.SERVING:
-            if node.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"node did not start: {(work / 'node.log').read_text()[-2000:]}")
-            time.sleep(0.05)
+        wait_serving(node, address, work / "node.log", 60)
         if node_cpus:
             os.sched_setaffinity(0, set(cpus[1:]))
         print(
