@@ -81,8 +81,8 @@ def check_attest_caller(ask: AttestationAsk, caller: str, node: str) -> None:
             raise MalformedRequest(f"attest request: the demand of proof {i}: {exc}") from exc
         if holder != caller:
             raise PermissionDenied(
-                f"{who}, nor the holder {holder[:16]}… that signed the demand of proof {i}:"
-                " a holder may cite only proofs of demands it signed"
+                f"{who}, nor the holder {holder[:16]}… that signed the demands the request"
+                f" cites (proof {i}): a holder may cite only proofs of demands it signed"
             )
         demands.append(proof.demand)
     for i, demand in enumerate(demands):
