@@ -2083,6 +2083,7 @@ class NodeCore:
         ``DEMAND_WINDOW_S`` of this node's clock (:class:`PromiseOutOfRange`).
         An operator speaks for the attester and may date it as it likes.
         """
+        ask.check()  # bounds first: the caller check below costs a signature per proof
         if caller is not None and caller not in self.config.operator_keys:
             check_attest_caller(ask, caller, self.config.name)
             check_attest_issue_time(ask, self.now_ms(), DEMAND_WINDOW_S)

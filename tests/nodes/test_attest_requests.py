@@ -90,7 +90,12 @@ async def _fold(origin: str, operator: ControlCredentials, value_ref: str) -> Fo
 
 
 async def _restore(
-    nodes: Nodes, stranger: Identity, attester: str, value_ref: str, issued_at: int = 0
+    nodes: Nodes,
+    stranger: Identity,
+    attester: str,
+    value_ref: str,
+    issued_at: int = 0,
+    lifetime_ms: int = LIFETIME_MS,
 ) -> tuple[AttestationAsk, AttestationAnswer]:
     """The stranger rehydrates a fresh fold of the origin in full (its own signed
     demands) and asks ``attester`` with those proofs; returns the ask it sent."""
@@ -102,7 +107,7 @@ async def _restore(
             transport,
             now_ms=int(time.time() * 1000),
             folds=[fold],
-            ask=AttestationAsk(value_ref, (), (), True, issued_at, LIFETIME_MS),
+            ask=AttestationAsk(value_ref, (), (), True, issued_at, lifetime_ms),
             attester=attester,
             timeout=30,
         )
@@ -112,7 +117,7 @@ async def _restore(
     assert result.answer.issued, result.answer.refused
     proofs = result.answer.issued[0].proofs
     commitment = open_statement(fold.commitment, Commitment).digest
-    return AttestationAsk(value_ref, (commitment,), proofs, True, 0, LIFETIME_MS), result.answer
+    return AttestationAsk(value_ref, (commitment,), proofs, True, 0, lifetime_ms), result.answer
 
 
 async def _ask(stranger: Identity, attester: str, ask: AttestationAsk) -> AttestationAnswer:
@@ -182,8 +187,17 @@ def test_the_same_proofs_asked_again_give_the_same_attestation_and_no_new_hop(
             assert again.issued[0].hop_commitment == first.issued[0].hop_commitment
             assert again.issued[0].hop_obligation == first.issued[0].hop_obligation
 
+        # once the logged attestation has expired, the same proofs renew it, once
+        short, _ = await _restore(nodes, stranger, attester, "v/short", lifetime_ms=5000)
+        logged = await _ask(stranger, attester, short)
+        await asyncio.sleep(5.1)
+        renewed = await _ask(stranger, attester, short)
+        assert renewed.issued[0].attestation != logged.issued[0].attestation
+        assert (await _ask(stranger, attester, short)).issued == renewed.issued
+
     asyncio.run(go())
-    assert len(_attest_hops(nodes.data_dir["attester"])) == before + 1
+    # v/again once; v/short once, then its renewal
+    assert len(_attest_hops(nodes.data_dir["attester"])) == before + 3
 
 
 # --------------------------------------------------------------------------- attack 11
