@@ -28,9 +28,10 @@ once used in it can never be used again):
    the logged attestation's own: re-signed from the hop's fields (Ed25519
    signatures are deterministic) and checked against the digest the hop
    names. Only once the logged attestation has expired at the new one's
-   issue time is a renewal signed and logged, like a first request; with
-   :data:`nodes.attester.MIN_LIFETIME_MS` that is at most one write per key
-   per such lifetime.
+   issue time (or its hop has been evicted, which the reaper does only when
+   no unexpired obligation protects it, S5) is a new one signed and logged,
+   like a first request; with :data:`nodes.attester.MIN_LIFETIME_MS` that is
+   at most one write per key per such lifetime.
 
 One issue runs at a time (a lock), so two equal requests at once give one
 attestation. The key index (key → where it is logged) is read from the log
@@ -44,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from contracts.attest import attestation_hop_fields, build_attestation
+from contracts.attest import build_attestation
 from contracts.canonical import canonical_bytes, sha256_hex
 from contracts.envelope import Envelope
 from contracts.errors import ContractError
@@ -137,16 +138,12 @@ def _key_of(a: Attestation) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    """Where one attestation is logged, and the fields to re-sign it from."""
+    """Where one attestation is logged (its hop holds the fields to re-sign it from)."""
 
     epoch: str
     seq: int
     digest: str
-    fields: Mapping[str, Any]
-
-    @property
-    def expires_at(self) -> int:
-        return int(self.fields["expires_at"])
+    expires_at: int
 
 
 def _entry(epoch: str, seq: int, fields: Mapping[str, Any]) -> tuple[str, _Entry] | None:
@@ -161,10 +158,11 @@ def _entry(epoch: str, seq: int, fields: Mapping[str, Any]) -> tuple[str, _Entry
             [str(c) for c in fields["cites"]],
             [str(t) for t in fields["discharged"]],
         )
-        int(fields["issued_at"]), int(fields["expires_at"])
+        int(fields["issued_at"])
+        expires_at = int(fields["expires_at"])
     except (KeyError, TypeError, ValueError):
         return None
-    return key, _Entry(epoch, seq, str(fields["attestation"]), fields)
+    return key, _Entry(epoch, seq, str(fields["attestation"]), expires_at)
 
 
 class _LedgerCore(Protocol):
@@ -251,7 +249,7 @@ class AttestLedger:
         epoch, _ = await self._core.append(hops, seqs)
         self._next = first + len(fresh)
         for seq, (_, key, s) in zip(seqs, fresh, strict=True):
-            index[key] = _Entry(epoch, seq, s.digest, attestation_hop_fields(s, hop_id=""))
+            index[key] = _Entry(epoch, seq, s.digest, s.statement.expires_at)
         committed = await self._core.commit_fold(f"attestations/{seqs[0]}-{seqs[-1]}", seqs)
         for i, _, s in fresh:
             out[i] = LoggedAttestation(s.to_bytes(), committed.commitment, committed.obligation)
@@ -259,8 +257,12 @@ class AttestLedger:
     async def _recall(self, entry: _Entry) -> LoggedAttestation | None:
         """The logged attestation's bytes and fold; None if they cannot be
         reproduced (another key signed it), so a new one is issued instead."""
-        f = entry.fields
+        store = self._core.store
+        raw = await store.hop(entry.epoch, entry.seq)
+        if raw is None:
+            return None  # evicted with its expired fold: a new attestation is logged
         try:
+            f = parse_hop(raw)
             again = build_attestation(
                 self._core.identity,
                 value_digest=str(f["value_digest"]),
@@ -275,9 +277,8 @@ class AttestLedger:
             return None
         if again.digest != entry.digest:
             return None
-        store = self._core.store
         fold = await store.own_fold_of_hop(entry.epoch, entry.seq)
-        if fold is None and entry.epoch == store.epoch and await store.hop(entry.epoch, entry.seq):
+        if fold is None and entry.epoch == store.epoch:
             # appended, then stopped before its fold was committed: commit it now
             committed = await self._core.commit_fold(
                 f"attestations/{entry.seq}-{entry.seq}", [entry.seq]
