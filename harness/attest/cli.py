@@ -4,8 +4,11 @@
 death-spiral run — or, with ``--matrix``, the main matrix — across the
 boundary with an attester node and writes the files of
 :mod:`harness.attest.report`. ``attest verify FILE`` checks an attestation
-bundle file alone: exit 0 valid, 1 invalid, 2 unreadable (as ``provnet
-evidence verify``). Heavy imports happen only when a handler runs.
+bundle file alone under the verifier's trust policy (``--policy``, the
+attest-policy YAML; none: no attester trusted; the file's own policy is
+unsigned and never applied): exit 0 valid, 1 invalid, 2 unreadable (as
+``provnet evidence verify``, with the same size and depth bounds). Heavy
+imports happen only when a handler runs.
 """
 
 from __future__ import annotations
@@ -323,13 +326,12 @@ def _verify(args: argparse.Namespace) -> int:
         else ""
     )
 
-    def invalid(reason: str) -> int:
+    def invalid(reason: str, attester: str = "") -> int:
         if args.json:
-            print(
-                json.dumps(
-                    {"valid": False, "reason": reason, "policy": policy, "bundled_policy": bundled}
-                )
-            )
+            verdict = {"valid": False, "reason": reason, "policy": policy}
+            if attester:
+                verdict["attester"] = attester
+            print(json.dumps({**verdict, "bundled_policy": bundled}))
         else:
             print(f"INVALID attestation in {args.file} {under}: {reason}")
             if note:
@@ -347,13 +349,16 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         signed = verify_bundle(f, policy=applied.trust)
     except ContractError as exc:
-        return invalid(f"the attestation verifies, but not under the policy applied: {exc}")
+        return invalid(
+            f"the attestation verifies, but not under the policy applied: {exc}", claimed.attester
+        )
     a = signed.statement
     ungranted = applied.taints_allowed(a.attester, a.discharged)
     if ungranted:
         return invalid(
             f"the attestation verifies, but the policy applied does not let attester"
-            f" {a.attester[:16]}… discharge {len(ungranted)} of its taints, e.g. {ungranted[0]}"
+            f" {a.attester[:16]}… discharge {len(ungranted)} of its taints, e.g. {ungranted[0]}",
+            a.attester,
         )
     if args.json:
         print(

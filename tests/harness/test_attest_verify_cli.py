@@ -142,3 +142,41 @@ def test_the_shipped_policy_file_is_the_format_verify_reads(tmp_path: Path) -> N
     out = _verify(path, "--policy", SHIPPED, "--node", f"attester={other}")
     assert out.returncode == 1
     assert "may not raise reconstruction" in out.stdout
+
+
+def test_taint_discharges_need_the_verifiers_taint_grant(tmp_path: Path) -> None:
+    w = make_world()
+    taint = "taint:unverified_web:3"
+    attestation = build_attestation(
+        w.attester,
+        value_digest=restoration_digest(VALUE_REF, [w.commitment.digest]),
+        axis=Axis.VERIFICATION,
+        floor=0.9,
+        discharged=[taint],
+        issued_at=NOW,
+        expires_at=NOW + DAY,
+    )
+    path = tmp_path / "discharge.json"
+    path.write_bytes(
+        BundleFile(
+            AttestationBundle(attestation.to_bytes()),
+            VALUE_REF,
+            (HeldFoldBytes(w.commitment.to_bytes()),),
+            TrustPolicy({w.attester.node_id: {Axis.VERIFICATION: 1.0}}),
+            NOW + 5,
+        ).to_bytes()
+    )
+    policy = tmp_path / "taints.yaml"
+    for granted, code in (("[]", 1), ("[unverified_web]", 0)):
+        policy.write_text(
+            "type: attest-policy\nattesters:\n  auditor:\n"
+            f"    axes: {{verification: 1.0}}\n    taints: {granted}\n"
+        )
+        out = _verify(path, "--policy", policy, "--node", f"auditor={w.attester.node_id}", "--json")
+        assert out.returncode == code, out.stdout + out.stderr
+        verdict = json.loads(out.stdout)
+        if code:
+            assert "discharge 1 of its taints, e.g. taint:unverified_web:3" in verdict["reason"]
+            assert verdict["attester"] == w.attester.node_id
+        else:
+            assert verdict["discharged"] == [taint]
