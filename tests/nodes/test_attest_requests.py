@@ -8,6 +8,7 @@ What it must not get: an attestation without citing a proof it signed (9),
 more than one attestation and one A6 hop for the same proofs (10), an
 attestation dated outside the clock skew (11); and a restarted attester must
 go on issuing where its log ends, answering repeats from the log (12).
+The last test drives the ledger in process: a hop logged without its fold.
 """
 
 from __future__ import annotations
@@ -23,22 +24,31 @@ from typing import Any
 
 import pytest
 
-from contracts.attest import RehydrationProof
+from contracts.attest import RehydrationProof, build_attestation
 from contracts.envelope import sign_envelope
 from contracts.identity import Identity
 from contracts.signed import open_statement
-from contracts.statements import Attestation, Commitment
+from contracts.statements import Attestation, Axis, Commitment
 from nodes import wire
-from nodes.attester import ATTEST_SEQ_BASE, AttestationAnswer, AttestationAsk, FoldBytes
+from nodes.app import load_or_create_identity
+from nodes.attester import (
+    ATTEST_SEQ_BASE,
+    AttestationAnswer,
+    AttestationAsk,
+    FoldBytes,
+    attestation_hops,
+)
 from nodes.auth import (
     OPERATOR_KEY_FILENAME,
     ControlCredentials,
     control_channel,
     create_operator_key,
 )
+from nodes.config import NodeConfig
 from nodes.restore import restore
+from nodes.services import NodeCore
 from nodes.store import DB_FILENAME
-from nodes.transport import CallFailed, GrpcTransport
+from nodes.transport import CallFailed, GrpcTransport, InMemoryTransport
 from tests.nodes.node_process import node_process
 
 pytestmark = pytest.mark.timeout(240)
@@ -266,3 +276,45 @@ def test_a_restarted_attester_issues_on_and_answers_repeats_from_its_log(
     with node_process(tmp_path, "restarted", **env) as (address, _):
         asyncio.run(after(address))
     assert _attest_hops(data_dir) == [ATTEST_SEQ_BASE, ATTEST_SEQ_BASE + 1]
+
+
+# --------------------------------------------------------------------------- the ledger itself
+
+
+def test_a_hop_logged_without_its_fold_is_committed_on_its_repeat(tmp_path: Path) -> None:
+    """A crash between appending an attestation's hop and committing its fold
+    leaves the hop alone in the log: its repeat answers it and commits the fold,
+    and a new attestation goes to the next seq."""
+
+    async def go() -> None:
+        config = NodeConfig(name="a", data_dir=tmp_path / "a", listen="a.mem:1")
+        identity = load_or_create_identity(config.data_dir)
+        node = await NodeCore.open(config, identity, transport=InMemoryTransport())
+        try:
+            now = node.now_ms()
+
+            def signed(value: str, issued_at: int) -> Any:
+                return build_attestation(
+                    identity,
+                    value_digest=value,
+                    axis=Axis.RECONSTRUCTION,
+                    floor=1.0,
+                    cites=["cd" * 32],
+                    issued_at=issued_at,
+                    expires_at=issued_at + LIFETIME_MS,
+                )
+
+            first = signed("ab" * 32, now)
+            await node.append(attestation_hops([first], ATTEST_SEQ_BASE), [ATTEST_SEQ_BASE])
+            # asked again a second later: the logged bytes, its fold committed now
+            (again,) = await node.log_attestations([signed("ab" * 32, now + 1000)])
+            assert again.repeated
+            assert again.attestation == first.to_bytes()
+            assert again.commitment
+            (other,) = await node.log_attestations([signed("ef" * 32, now)])
+            assert not other.repeated
+        finally:
+            await node.close()
+
+    asyncio.run(go())
+    assert _attest_hops(tmp_path / "a") == [ATTEST_SEQ_BASE, ATTEST_SEQ_BASE + 1]
