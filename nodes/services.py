@@ -19,7 +19,8 @@ is written before every demand of the call passed (1)-(5):
    only where it carries information: a bearer demand for a fold under one of
    our signed heads is answered the same whoever signed it, so its signature
    is not verified on this path (whoever cites the demand in evidence does);
-3. it is fresh (``time`` within ``DEMAND_WINDOW_S`` of now);
+3. it is fresh (``time`` within ``DEMAND_WINDOW_S`` of now, the documented
+   clock skew; else :class:`ClockSkew` → OUT_OF_RANGE naming both times);
 4. it names an obligation and commitment this node issued, addressed to it;
 5. the obligation has not expired (``Expired`` → FAILED_PRECONDITION);
 6. its nonce is new in this run (ALREADY_EXISTS otherwise) and it is not
@@ -58,7 +59,7 @@ from contracts.batch import (
     served_whole_item,
 )
 from contracts.binary import DEMAND_BINARY_TYPE, decode_demand
-from contracts.canonical import parse_json_object, sha256_hex
+from contracts.canonical import format_ms, parse_json_object, sha256_hex
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, EncodingError, Expired, NotEvidence, ReplayedNonce
 from contracts.evidence import (
@@ -125,6 +126,7 @@ from nodes.auth import PermissionDenied
 from nodes.client import HeldFold, Holder
 from nodes.config import NodeConfig
 from nodes.errors import (
+    ClockSkew,
     DemandPredatesRestart,
     MalformedRequest,
     PeerUnavailable,
@@ -255,6 +257,18 @@ S = TypeVar("S", bound=Statement)
 
 def _ms(seconds: float) -> int:
     return int(seconds * 1000)
+
+
+def _check_skew(what: str, time_ms: int, now: float) -> None:
+    """Step (3): ``what``, dated ``time_ms``, is within ±DEMAND_WINDOW_S of ``now``;
+    else :class:`ClockSkew` naming both times, the gap and the allowed skew."""
+    gap_s = time_ms / 1000.0 - now
+    if abs(gap_s) > DEMAND_WINDOW_S:
+        way = "ahead of" if gap_s > 0 else "behind"
+        raise ClockSkew(
+            f"{what} issued_at {format_ms(time_ms)} is {abs(gap_s):.0f} s {way} this node's"
+            f" clock ({format_ms(_ms(now))}); allowed skew ±{DEMAND_WINDOW_S:.0f} s"
+        )
 
 
 def _read_floor(path: Path) -> int:
@@ -989,13 +1003,7 @@ class NodeCore:
             demand = Signed(data, decode_demand(data.payload))
         else:
             demand = parse_statement(data, Demand)
-        d = demand.statement
-        skew = abs(now - d.time / 1000.0)
-        if skew > DEMAND_WINDOW_S:
-            raise Expired(
-                f"demand {demand.digest[:12]}… is {skew:.0f}s away from now;"
-                f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
-            )
+        _check_skew(f"demand {demand.digest[:12]}…", demand.statement.time, now)
         return demand
 
     def _bound_demand(self, demand: Signed[Demand], own: _Own, now: float) -> Signed[Demand]:
@@ -1090,12 +1098,7 @@ class NodeCore:
                 f"demand: a batch of {len(batch.items)} folds exceeds {MAX_DEMANDS_PER_CALL}"
             )
         # (3) fresh
-        skew = abs(now - batch.time / 1000.0)
-        if skew > DEMAND_WINDOW_S:
-            raise Expired(
-                f"demand batch {envelope.digest[:12]}… is {skew:.0f}s away from now;"
-                f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
-            )
+        _check_skew(f"demand batch {envelope.digest[:12]}…", batch.time, now)
         # (4) ours, and bound correctly
         now_ms = _ms(now)
         # the holder's one signature carries information unless every fold is a

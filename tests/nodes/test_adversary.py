@@ -294,7 +294,7 @@ async def test_future_dated_demands_cannot_poison_the_replay_floor(
         # Outside the documented ±30 s skew: rejected, and no state moves.
         far = build_demand(attacker, o, now=now_ms() + 45_000).to_bytes()
         code = await _code(_demand(a, far))
-        assert code is grpc.StatusCode.FAILED_PRECONDITION
+        assert code is grpc.StatusCode.OUT_OF_RANGE
         assert (floor_file.read_bytes() if floor_file.exists() else b"") == before
         # Inside the skew but ahead of the clock: served, and the floor stays near now.
         near = build_demand(attacker, o, now=now_ms() + 25_000).to_bytes()
