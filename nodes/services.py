@@ -266,7 +266,7 @@ def _check_skew(what: str, time_ms: int, now: float) -> None:
     if abs(gap_s) > DEMAND_WINDOW_S:
         way = "ahead of" if gap_s > 0 else "behind"
         raise ClockSkew(
-            f"{what} issued_at {format_ms(time_ms)} is {abs(gap_s):.0f} s {way} this node's"
+            f"{what} issued_at {format_ms(time_ms)} is {abs(gap_s):.1f} s {way} this node's"
             f" clock ({format_ms(_ms(now))}); allowed skew ±{DEMAND_WINDOW_S:.0f} s"
         )
 
