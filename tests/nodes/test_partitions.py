@@ -373,6 +373,21 @@ async def test_nodes_within_the_documented_skew_decide_as_without_it(
         assert (await _counters(t.b))["evidence_unanswered"] == 1
 
 
+async def test_a_holder_ahead_within_the_skew_is_served_as_often_as_one_without_skew(
+    tmp_path: Path,
+) -> None:
+    """Demands dated ahead of the origin's clock (inside the window) are served at
+    the same rate as any: none refused for being many, none accused."""
+    many = 80  # more than any per-holder count of such demands the origin could cap at
+    async with trio(tmp_path / "ahead-many", b_offset_s=WITHIN) as t:
+        for i in range(many):
+            await _commit_and_deliver(t, f"v{i}")
+        outcomes = [await _rehydrate(t, f"v{i}") for i in range(many)]
+        refused = [o.detail for o in outcomes if o.outcome != "served"]
+        assert refused == [], f"{len(refused)} of {many} not served: {refused[0]}"
+        assert (await _counters(t.b)).get("evidence_total", 0) == 0
+
+
 async def test_a_holder_beyond_the_skew_is_refused_naming_it_and_nobody_is_accused(
     tmp_path: Path,
 ) -> None:
