@@ -296,7 +296,7 @@ def _handler(args: argparse.Namespace) -> int:
             witness_name = "witness"
     witness = not args.no_witness and witness_name is not None
 
-    from harness.boundary.report import conditions, cost_table
+    from harness.boundary.report import conditions, cost_table, unconfirmed_text
     from harness.boundary.runner import (
         BoundaryError,
         BoundarySettings,
@@ -395,7 +395,7 @@ def _handler(args: argparse.Namespace) -> int:
     print(
         "evidence: "
         + (", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) if kinds else "none")
-        + f"; correct origins accused: {outcome.correct_accused}"
+        + f"; {unconfirmed_text(outcome)}; correct origins accused: {outcome.correct_accused}"
     )
     return 0
 

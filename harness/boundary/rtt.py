@@ -44,7 +44,7 @@ from harness.boundary.records import (
     BoundarySettings,
     overall_fingerprints,
 )
-from harness.boundary.report import percentile
+from harness.boundary.report import evidence_file, percentile
 from harness.boundary.runner import run_boundary_async
 from harness.config import ExperimentConfig
 
@@ -313,14 +313,6 @@ def rtt_table(sweep: RttSweep) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _relative(path: str, out: Path) -> str:
-    """An evidence file's path inside the results folder (it is staged, then renamed)."""
-    try:
-        return Path(path).relative_to(out).as_posix()
-    except ValueError:
-        return path
-
-
 def write_rtt_outputs(sweep: RttSweep, out: Path) -> list[Path]:
     """``boundary_rtt.csv``, ``.json``, ``.md`` and ``.png`` into ``out``; returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
@@ -352,7 +344,7 @@ def write_rtt_outputs(sweep: RttSweep, out: Path) -> list[Path]:
                         "accused": e.accused_name,
                         "verified": e.verified,
                         "correct_origin": e.correct_origin,
-                        "file": _relative(e.path, out),
+                        "file": evidence_file(e.path, out),
                     }
                     for e in o_.evidence
                 ],
