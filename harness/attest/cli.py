@@ -112,7 +112,7 @@ def _specs(text: str, lifetimes: tuple[int, ...], matrix: bool) -> list[object]:
 
 def _handler(args: argparse.Namespace) -> int:
     from harness.attest.policy import AttestPolicy, AttestPolicyError
-    from harness.attest.report import row_numbers, write_outputs
+    from harness.attest.report import death_text, row_numbers, write_outputs
     from harness.attest.rows import RowSpec
     from harness.attest.runner import AttestSlice, play_rows
     from harness.boundary.choices import TransportKind
@@ -168,7 +168,8 @@ def _handler(args: argparse.Namespace) -> int:
         print(
             f"  {r.name:32s} recon agreement {n.recon_agree_before:6.2f}%"
             f" → {n.recon_agree_after:6.2f}%"
-            f"  death {n.death_before} → {n.death_after}  changed {n.changed:5d}"
+            f"  death {death_text(n.death_before)} → {death_text(n.death_after)}"
+            f"  changed {n.changed:5d}"
             f"  issued {r.counts.get('attestations_issued', 0):5d}"
             f"  applied {r.counts.get('attestations_applied', 0):5d}"
             f"  fingerprint {r.fingerprint[:16]}"
@@ -203,6 +204,7 @@ def _verify(args: argparse.Namespace) -> int:
 
     from contracts.attest import TrustPolicy
     from contracts.errors import ContractError
+    from harness._words import count
     from harness.attest.bundle import BundleFile, verify_bundle
 
     try:
@@ -243,7 +245,8 @@ def _verify(args: argparse.Namespace) -> int:
     else:
         print(
             f"VALID attestation {signed.digest[:16]}… by {a.attester[:16]}…: {a.axis.value}"
-            f" ≥ {a.floor:g}, {len(a.cites)} receipts cited, {len(a.discharged)} taints discharged"
+            f" ≥ {a.floor:g}, {count(len(a.cites), 'receipt')} cited,"
+            f" {count(len(a.discharged), 'taint')} discharged"
         )
     sys.stdout.flush()
     return 0
