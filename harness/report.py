@@ -597,7 +597,11 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
                 thresholds=thresholds or None,
                 penalty=findings.penalty,
             )
-    figures["agreement"] = plot_agreement_by_class(primary, out / FIGURE_FILES["agreement"])
+    figures["agreement"] = plot_agreement_by_class(
+        primary,
+        out / FIGURE_FILES["agreement"],
+        source="trace replay" if is_trace else "main matrix",
+    )
     figures["false_proceed"] = plot_false_proceed_vs_cadence(
         primary, out / FIGURE_FILES["false_proceed"]
     )
@@ -622,6 +626,14 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
         f"provnet {versions.get('provnet', '?')}, numpy {versions.get('numpy', '?')}.",
         "",
     ]
+    # What the trace loader read comes first: every number below depends on it
+    # (a rule that never matched, an op skipped), so it is read before them.
+    trace_summary = meta.get("trace")
+    coverage_path = out / "trace_coverage.json"
+    if coverage_path.is_file():
+        lines += _coverage(_read_json(coverage_path), trace_summary)
+    elif isinstance(trace_summary, dict):
+        lines += _trace(trace_summary)
     lines += _headlines(findings, is_trace)
     lines += _per_class(findings)
     lines += _per_config(findings)
@@ -631,12 +643,6 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
     lines += _death(findings)
     if sweep is not None and sweep_out is not None:
         lines += _crossover(sweep, sweep_out)
-    trace_summary = meta.get("trace")
-    coverage_path = out / "trace_coverage.json"
-    if coverage_path.is_file():
-        lines += _coverage(_read_json(coverage_path), trace_summary)
-    elif isinstance(trace_summary, dict):
-        lines += _trace(trace_summary)
     lines += _figures_section(figures)
     summary_path = out / SUMMARY_FILE
     summary_path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
