@@ -33,6 +33,7 @@ from harness.boundary.report import (
     percentile,
     summary_markdown,
 )
+from harness.boundary.rtt import RttSweep, rtt_figure_of, run_rtt_sweep, write_rtt_outputs
 from harness.boundary.runner import run_boundary
 from harness.cli import main
 from harness.config import ExperimentConfig
@@ -268,3 +269,49 @@ def test_cadence_figure_with_several_cadences_draws_curves_without_the_note() ->
         [10, 25],
         [10, 25],
     ]
+
+
+# --------------------------------------------------------------------------- RTT sweep
+
+
+@pytest.fixture(scope="module")
+def rtt_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[RttSweep, Path]:
+    out = tmp_path_factory.mktemp("rtt")
+    settings = BoundarySettings(
+        seeds=(0,), steps=100, deadline_ms=10_000, transport=TransportKind.GRPC
+    )
+    # one positive RTT: the case where a two-point reference line had nothing to draw
+    sweep = run_rtt_sweep(CFG, settings, [0.0, 2.0], out, progress=False)
+    write_rtt_outputs(sweep, out)
+    return sweep, out
+
+
+def test_rtt_summary_defines_every_column_under_its_table(
+    rtt_sweep: tuple[RttSweep, Path],
+) -> None:
+    _, out = rtt_sweep
+    md = (out / "boundary_rtt.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| RTT ms |"))
+    notes = md.split("Columns", 1)[1]
+    for column in [c.strip() for c in header.strip("|").split("|")]:
+        assert f"- {column}:" in notes, column
+
+
+def test_rtt_figure_draws_every_series_its_legend_names(rtt_sweep: tuple[RttSweep, Path]) -> None:
+    sweep, _ = rtt_sweep
+    fig = rtt_figure_of(sweep)
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        named = {t.get_text() for t in legend.get_texts()}
+        drawn = [line for a in fig.axes for line in a.get_lines() if line.get_label() in named]
+        assert {line.get_label() for line in drawn} == named
+        for line in drawn:
+            visible_line = len(np.asarray(line.get_xdata())) >= 2 and line.get_linestyle() != "None"
+            visible_marker = line.get_marker() not in ("None", "", " ", None)
+            assert visible_line or visible_marker, line.get_label()
+    lat = fig.axes[0]
+    one_rtt = next(line for line in lat.get_lines() if line.get_label() == "one RTT (y = x)")
+    assert list(np.asarray(one_rtt.get_xdata())) == [2.0]
+    assert one_rtt.get_marker() == "x"
