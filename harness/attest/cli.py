@@ -111,6 +111,7 @@ def _specs(text: str, lifetimes: tuple[int, ...], matrix: bool) -> list[object]:
 
 
 def _handler(args: argparse.Namespace) -> int:
+    from harness._words import count
     from harness.attest.policy import AttestPolicy, AttestPolicyError
     from harness.attest.report import death_text, row_numbers, write_outputs
     from harness.attest.rows import RowSpec
@@ -129,7 +130,7 @@ def _handler(args: argparse.Namespace) -> int:
             written = write_outputs(saved, args.out, meta)
         except (ValueError, OSError) as exc:
             raise UsageError(str(exc)) from None
-        print(f"attest: re-rendered {len(written)} files in {args.out}/")
+        print(f"attest: re-rendered {count(len(written), 'file')} in {args.out}/")
         return 0
     cfg = load_experiment_config(args.config, DEFAULT_CONFIG, sweep=False)
     path = args.policy if args.policy is not None else DEFAULT_POLICY
@@ -160,8 +161,8 @@ def _handler(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.out}: cannot write results: {exc}") from None
     wall = sum(r.wall_seconds for r in results)
     print(
-        f"attest: {len(results)} rows, {wall:.1f} s of row time → {args.out}/"
-        f" ({len(written)} files)"
+        f"attest: {count(len(results), 'row')}, {wall:.1f} s of row time → {args.out}/"
+        f" ({count(len(written), 'file')})"
     )
     for r in results:
         n = row_numbers(r)

@@ -296,6 +296,7 @@ def _handler(args: argparse.Namespace) -> int:
             witness_name = "witness"
     witness = not args.no_witness and witness_name is not None
 
+    from harness._words import count
     from harness.boundary.report import conditions, cost_table, unconfirmed_text
     from harness.boundary.runner import (
         BoundaryError,
@@ -383,7 +384,7 @@ def _handler(args: argparse.Namespace) -> int:
     same = sum(1 for r in outcome.runs if r.fingerprints_equal)
     faults = [f"{n} {f}" for n, f in outcome.node_faults.items() if f != FaultMode.NONE.value]
     print(
-        f"boundary: {len(outcome.runs)} runs in {outcome.wall_seconds:.2f} s"
+        f"boundary: {count(len(outcome.runs), 'run')} in {outcome.wall_seconds:.2f} s"
         f" ({settings.transport.value}, fault {', '.join(faults) or 'none'}) → {args.out}/"
     )
     print(f"fingerprint in-process {in_fp}")

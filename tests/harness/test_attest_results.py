@@ -89,6 +89,7 @@ def test_cli_prints_never_for_a_run_without_death(
     assert main(["experiment", "attest", "--rows", "none", "--steps", "150", "--out", out]) == 0
     printed = capsys.readouterr().out
     assert "death never → never" in printed
+    assert printed.startswith("attest: 1 row, ")
     assert "None" not in printed
 
 

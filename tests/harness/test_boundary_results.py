@@ -22,6 +22,7 @@ import pytest
 
 matplotlib.use("Agg")
 
+from harness._words import count, yes_no
 from harness.boundary.choices import TransportKind
 from harness.boundary.records import BoundaryOutcome, BoundarySettings
 from harness.boundary.report import (
@@ -180,6 +181,7 @@ def test_no_witness_counts_unanswered_demands_as_unconfirmed_suspicions(
     argv += ["--steps", "100", "--seeds", "1", "--out", str(out), "--no-progress"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
+    assert printed.startswith("boundary: 1 run in ")  # not "1 runs"
     meta = json.loads((out / "boundary_meta.json").read_text())
     kept = meta["origin_outcomes"]["origin:unanswered_unconfirmed"]
     assert kept > 0
@@ -315,3 +317,13 @@ def test_rtt_figure_draws_every_series_its_legend_names(rtt_sweep: tuple[RttSwee
     one_rtt = next(line for line in lat.get_lines() if line.get_label() == "one RTT (y = x)")
     assert list(np.asarray(one_rtt.get_xdata())) == [2.0]
     assert one_rtt.get_marker() == "x"
+
+
+def test_counts_agree_with_their_noun() -> None:
+    assert count(1, "run") == "1 run"
+    assert count(2, "run") == "2 runs"
+    assert count(0, "receipt") == "0 receipts"
+    assert count(1, "re-ask") == "1 re-ask"
+    assert count(1_200, "seed") == "1,200 seeds"
+    assert yes_no(True) == "yes"
+    assert yes_no(False) == "no"
