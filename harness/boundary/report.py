@@ -888,7 +888,7 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
     lines += [
         "",
         f"Origin commits: {commit['decisions']} folds over {commit['hops_fetched']} appended"
-        f" hops; {commit['sign_ops']} signatures, {commit['hash_leaves']} leaves hashed,"
+        f" hops; {commit['sign_ops']} signatures, {int(str(commit['hash_leaves'])):,} leaves hashed,"
         f" {commit['delivery_crypto_ms']} ms of signature + hash CPU.",
         "",
         "## What compaction saves on delivery",
