@@ -824,6 +824,12 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
         "",
         "## Decisions",
         "",
+        "Every decision across the boundary is compared with the same decision made in"
+        " one process: a *fingerprint* is a SHA-256 over a run's decision log (every gate"
+        " of every arm and mode), the *gate_metrics rows* are the per-gate counts"
+        " `provnet experiment run` writes; a gate that cannot get its folded hops verified"
+        " *falls back to its polarity* (blocks, as degrade mode does).",
+        "",
         f"- in-process fingerprint `{in_fp[:16]}…`, boundary fingerprint `{b_fp[:16]}…`:"
         f" **{'equal' if in_fp == b_fp else 'different'}**",
     ]
@@ -888,7 +894,8 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
     lines += [
         "",
         f"Origin commits: {commit['decisions']} folds over {commit['hops_fetched']} appended"
-        f" hops; {commit['sign_ops']} signatures, {int(str(commit['hash_leaves'])):,} leaves hashed,"
+        f" hops; {commit['sign_ops']} signatures,"
+        f" {int(str(commit['hash_leaves'])):,} leaves hashed,"
         f" {commit['delivery_crypto_ms']} ms of signature + hash CPU.",
         "",
         "## What compaction saves on delivery",
@@ -917,7 +924,10 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
     if ratios:
         lines += [
             "",
-            "Per cadence (per decision; ratio = compacted value + statements over full lineage):",
+            "Per compaction cadence C (steps between compactions), per decision: ground_truth's"
+            " full lineage, structural_min's compacted value and its statements, and the"
+            " ratio of compacted value + statements over full lineage (below 1: compaction"
+            " saves bytes on delivery):",
             "",
             "| C | full lineage B | compacted value B | statements B | ratio |",
             "|---|---|---|---|---|",
@@ -941,7 +951,11 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
     lines.append(f"- {unconfirmed_text(outcome)}")
     lines.append(f"- correct origins accused: {outcome.correct_accused}")
     outcomes = ", ".join(f"{n} {o}: {c}" for (n, o), c in sorted(outcome.outcomes.items()))
-    lines += [f"- origin outcomes per rehydration: {outcomes or 'none'}", ""]
+    lines += [
+        "- origin outcomes per rehydration (origin, what it did when demanded: count):"
+        f" {outcomes or 'none'}",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -327,3 +327,12 @@ def test_counts_agree_with_their_noun() -> None:
     assert count(1_200, "seed") == "1,200 seeds"
     assert yes_no(True) == "yes"
     assert yes_no(False) == "no"
+
+
+def test_summary_explains_its_terms_where_first_used(faithful: BoundaryOutcome) -> None:
+    md = summary_markdown(faithful, cost_rows(faithful))
+    decisions = md.split("## Decisions", 1)[1].split("- in-process fingerprint", 1)[0]
+    for term in ("*fingerprint*", "*gate_metrics rows*", "*falls back to its polarity*"):
+        assert term in decisions, term
+    assert "Per compaction cadence C (steps between compactions)" in md
+    assert "origin outcomes per rehydration (origin, what it did when demanded: count)" in md
