@@ -577,8 +577,8 @@ class RunPlayer:
         for o in report.outcomes:
             label = o.outcome.value + ("_cleared" if o.cleared else "")
             if o.outcome is Outcome.UNANSWERED and not o.cleared and not o.evidence_path:
-                # Silence no witness confirmed: a suspicion the holder keeps (it asks that
-                # origin again rather than trust its cache), never written as evidence.
+                # Silence no witness confirmed: the gate fell back, but silence is never
+                # proof, so the holder wrote and stored nothing; counted here only.
                 label = UNCONFIRMED
             key = (topo.name_of(o.origin), label)
             runner.outcomes[key] = runner.outcomes.get(key, 0) + 1

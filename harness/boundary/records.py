@@ -27,8 +27,8 @@ __all__ = [
 ]
 
 #: The origin outcome of an unanswered demand that no witness confirmed (none
-#: asked, or too few answered): an unconfirmed suspicion, kept by the holder and
-#: counted, but not evidence (silence is never proof).
+#: asked, or too few answered): an unconfirmed suspicion, counted in the results
+#: but neither written nor stored as evidence (silence is never proof).
 UNCONFIRMED = "unanswered_unconfirmed"
 
 _NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")

@@ -186,6 +186,8 @@ def test_no_witness_counts_unanswered_demands_as_unconfirmed_suspicions(
     kept = meta["origin_outcomes"]["origin:unanswered_unconfirmed"]
     assert kept > 0
     assert meta["evidence_by_kind"] == {}
+    evidence_dir = out / "evidence"
+    assert not evidence_dir.exists() or not any(evidence_dir.iterdir())  # nothing written
     line = next(x for x in printed.splitlines() if x.startswith("evidence:"))
     assert (
         f"unconfirmed suspicions (unanswered, no witness confirmed; not evidence): origin {kept}"
