@@ -451,9 +451,7 @@ class RemoteOps:
             hops=len(report.hops),
         )
         for o in report.outcomes:
-            if not o.accuses or not o.evidence or not o.evidence_path:
-                # not recorded by the holder (an unconfirmed suspicion carries its
-                # body but no file): not evidence here either, as in-process
+            if not o.accuses or not o.evidence:
                 continue
             if o.outcome is Outcome.UNANSWERED:
                 await self._check_alive(o.origin)
