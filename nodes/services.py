@@ -110,18 +110,17 @@ from contracts.statements import (
     Statement,
 )
 from nodes import store as st
+from nodes.attest_log import AttestLedger, check_attest_caller, check_attest_issue_time
 from nodes.attester import (
-    ATTEST_SEQ_BASE,
     MAX_LIFETIME_MS,
     AttestationAnswer,
     AttestationAsk,
     Attester,
     FoldBytes,
+    LoggedAttestation,
     RestoreResult,
-    attestation_hops,
     leaf0_demand,
 )
-from nodes.auth import PermissionDenied
 from nodes.client import HeldFold, Holder
 from nodes.config import NodeConfig
 from nodes.errors import (
@@ -2069,43 +2068,37 @@ class NodeCore:
 
     #: This node's attester (:mod:`nodes.attester`), made on first request.
     _attester: Attester | None = None
-    #: Next seq of an attestation hop in this node's log (A6), this process.
-    _attest_seq: int = ATTEST_SEQ_BASE
+    #: Its A6 log as a ledger (:mod:`nodes.attest_log`): seqs and repeats from the log.
+    _attest_ledger: AttestLedger | None = None
 
     async def request_attestation(
         self, ask: AttestationAsk, *, caller: str | None = None
     ) -> AttestationAnswer:
         """``Attest.Request``: this node as attester (:class:`nodes.attester.Attester`).
 
-        ``caller`` is the verified signer of a gRPC call (None in-process): it
-        must be an operator key or the holder that signed every demand the
-        request cites (:class:`nodes.auth.PermissionDenied` otherwise).
+        ``caller`` is the verified signer of a gRPC call (None in-process): an
+        operator key, or a holder citing at least one proof and having signed
+        the demand of every proof it cites (:class:`nodes.auth.PermissionDenied`
+        otherwise); a holder's ``issued_at`` (0: now) must be within
+        ``DEMAND_WINDOW_S`` of this node's clock (:class:`PromiseOutOfRange`).
+        An operator speaks for the attester and may date it as it likes.
         """
+        ask.check()  # bounds first: the caller check below costs a signature per proof
         if caller is not None and caller not in self.config.operator_keys:
-            for proof in ask.proofs:
-                try:
-                    holder = parse_statement(proof.demand, Demand).statement.holder
-                except (ContractError, ValueError) as exc:
-                    raise MalformedRequest(f"attest request: a cited demand: {exc}") from exc
-                if holder != caller:
-                    raise PermissionDenied(
-                        f"/provnet.v1.Attest/Request: key {caller[:16]}… is neither an operator"
-                        f" key of node {self.config.name!r} nor the holder {holder[:16]}… that"
-                        " signed the demands the request cites"
-                    )
+            check_attest_caller(ask, caller, self.config.name)
+            check_attest_issue_time(ask, self.now_ms(), DEMAND_WINDOW_S)
         if self._attester is None:
             self._attester = Attester(self, self.config.attest_fault)
         return await self._attester.request(ask)
 
-    async def log_attestations(self, signed: Sequence[Signed[Attestation]]) -> tuple[bytes, bytes]:
-        """A6: one hop per attestation in this node's log, committed as one fold;
-        returns that fold's (commitment, obligation) envelopes."""
-        first = self._attest_seq
-        self._attest_seq += len(signed)
-        seqs = list(range(first, first + len(signed)))
-        await self.append(attestation_hops(signed, first), seqs)
-        committed = await self.commit_fold(f"attestations/{seqs[0]}-{seqs[-1]}", seqs)
-        return committed.commitment, committed.obligation
+    async def log_attestations(
+        self, signed: Sequence[Signed[Attestation]]
+    ) -> tuple[LoggedAttestation, ...]:
+        """A6: one hop per new attestation in this node's log, committed as one
+        fold; a repeat is answered from the log (:class:`nodes.attest_log.AttestLedger`)."""
+        if self._attest_ledger is None:
+            self._attest_ledger = AttestLedger(self)
+        return await self._attest_ledger.log(signed)
 
     async def demand_leaf0(self, proof: RehydrationProof) -> RehydrationProof | None:
         """A demand of leaf 0 only under ``proof``'s fold, answered by its origin
