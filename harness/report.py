@@ -174,6 +174,13 @@ def _headlines(f: Any, is_trace: bool) -> list[str]:
         ((h.hid, h.statement, h.criterion, h.measured, f"**{h.verdict}**") for h in f.hypotheses),
         align="lllll",
     )
+    lines += [
+        "*flip*: a gate decision that differs from the uncompacted oracle's; *fp*"
+        " (false-proceed): the arm proceeds where the oracle blocks; *fs* (false-stop): the"
+        " arm blocks where the oracle proceeds. *Blind*, *degrade*, *rehydrate*: the lineage"
+        " modes (see *Payment gate and rehydration*).",
+        "",
+    ]
     return lines
 
 
@@ -243,7 +250,9 @@ def _rehydration(f: Any) -> list[str]:
         "",
         "Blind decides on what survived compaction; degrade refuses to act when folded taints "
         "exist (blocklist) or the window is not provable (allowlist); rehydrate fetches the "
-        "folded hops from the cold hop log. KB = 1,000 bytes of canonical hop JSON read.",
+        "folded hops from the cold hop log. *lookups / 100*: folded-hop pointers dereferenced"
+        " in the cold log per 100 of the row's gate decisions (*n*); *KB / 100*: kilobytes"
+        " (1,000 bytes) of canonical hop JSON read per 100 of them.",
         "",
         "`payment_no_untrusted_taint` (irreversible, default-allow), both structural arms:",
         "",

@@ -168,6 +168,9 @@ def test_report_on_a_trace_run_states_what_was_mapped_skipped_and_derived(
         FIGURE_FILES["false_proceed"],
     }
     assert "# Trace replay: summary" in text
+    # the abbreviations the tables use are spelt out where they are shown
+    assert "*fp* (false-proceed): the arm proceeds where the oracle blocks" in text
+    assert "*lookups / 100*: folded-hop pointers dereferenced" in text
     # the mapping, which every number depends on, is read first
     assert text.index("## Trace mapping") < text.index("## Headline numbers")
     assert titled == ["trace replay"]
