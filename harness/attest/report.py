@@ -595,7 +595,8 @@ def summary_md(
     results: Sequence[RowResult], nums: Mapping[str, RowNumbers], none_fp: str | None
 ) -> str:
     lines: list[str] = [
-        "# attest across the boundary (Part 6 in numbers)",
+        "# attest across the boundary: restoring an axis by attestation (Part 6 of the"
+        " write-up, in numbers)",
         "",
         "Each row is one boundary run of structural_min with an attester node: `none` has"
         " attestation disabled, `honest` restores reconstruction only with proof of a full"
@@ -603,7 +604,9 @@ def summary_md(
         " other rows are attesters whose attestations must change nothing or only what"
         " their grant allows. A *death cycle* is the compaction cycle (C steps each) from"
         " which every decision of a reconstruction-coupled gate that the oracle allows"
-        " blocks for good; `never` means the run ends before that.",
+        " blocks for good; `never` means the run ends before that. The spiral is *broken*"
+        " at the first cycle from the death cycle on where an attestation lets such a"
+        " decision proceed.",
         "",
     ]
     pooled = max((len(r.runs) for r in results), default=0)

@@ -75,7 +75,9 @@ def test_summary_explains_its_jargon_and_its_choice_of_cycles(results: list[RowR
     first_a5 = md.index("A5")
     assert md[first_a5 : first_a5 + 4] == "A5: "
     assert "Every tenth cycle, and the cycles either side of the death cycle (7)" in md
-    assert "death cycle" in md.split("\n\n")[1]  # defined in the opening paragraph
+    opening = md.split("\n\n")[1]
+    assert "A *death cycle* is" in opening  # defined in the opening paragraph
+    assert "The spiral is *broken*" in opening
     # every price column is defined above its table
     price = md.split("## Price per 100 structural_min decisions", 1)[1]
     for term in ("lifetime", "full rehydrations", "attestations issued / verified", "p50 / p99 ms"):
