@@ -300,7 +300,8 @@ def _cluster_up(args: argparse.Namespace) -> int:
         return 1
     for record in state.nodes:
         print(f"{record.name}\t{record.address}\tpid {record.pid}\t{record.data_dir}")
-    print(f"cluster of {len(state.nodes)} nodes up under {home.root}")
+    n = len(state.nodes)
+    print(f"cluster of {n} node{'' if n == 1 else 's'} up under {home.root}")
     return 0
 
 

@@ -118,8 +118,9 @@ def _specs(text: str, lifetimes: tuple[int, ...], matrix: bool) -> list[object]:
 
 
 def _handler(args: argparse.Namespace) -> int:
+    from harness._words import count
     from harness.attest.policy import AttestPolicy, AttestPolicyError
-    from harness.attest.report import row_numbers, write_outputs
+    from harness.attest.report import death_text, row_numbers, write_outputs
     from harness.attest.rows import RowSpec
     from harness.attest.runner import AttestSlice, play_rows
     from harness.boundary.choices import TransportKind
@@ -136,7 +137,7 @@ def _handler(args: argparse.Namespace) -> int:
             written = write_outputs(saved, args.out, meta)
         except (ValueError, OSError) as exc:
             raise UsageError(str(exc)) from None
-        print(f"attest: re-rendered {len(written)} files in {args.out}/")
+        print(f"attest: re-rendered {count(len(written), 'file')} in {args.out}/")
         return 0
     cfg = load_experiment_config(args.config, DEFAULT_CONFIG, sweep=False)
     path = args.policy if args.policy is not None else DEFAULT_POLICY
@@ -167,15 +168,16 @@ def _handler(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.out}: cannot write results: {exc}") from None
     wall = sum(r.wall_seconds for r in results)
     print(
-        f"attest: {len(results)} rows, {wall:.1f} s of row time → {args.out}/"
-        f" ({len(written)} files)"
+        f"attest: {count(len(results), 'row')}, {wall:.1f} s of row time → {args.out}/"
+        f" ({count(len(written), 'file')})"
     )
     for r in results:
         n = row_numbers(r)
         print(
             f"  {r.name:32s} recon agreement {n.recon_agree_before:6.2f}%"
             f" → {n.recon_agree_after:6.2f}%"
-            f"  death {n.death_before} → {n.death_after}  changed {n.changed:5d}"
+            f"  death {death_text(n.death_before)} → {death_text(n.death_after)}"
+            f"  changed {n.changed:5d}"
             f"  issued {r.counts.get('attestations_issued', 0):5d}"
             f"  applied {r.counts.get('attestations_applied', 0):5d}"
             f"  fingerprint {r.fingerprint[:16]}"
@@ -287,6 +289,7 @@ def _verify(args: argparse.Namespace) -> int:
     from contracts.errors import ContractError
     from contracts.signed import open_statement
     from contracts.statements import Attestation
+    from harness._words import count
     from harness.attest.bundle import BundleFile, verify_bundle
 
     applied, source = _verify_policy(args)
@@ -379,8 +382,8 @@ def _verify(args: argparse.Namespace) -> int:
     else:
         print(
             f"VALID attestation {signed.digest[:16]}… by {a.attester[:16]}…: {a.axis.value}"
-            f" ≥ {a.floor:g}, {len(a.cites)} receipts cited, {len(a.discharged)} taints"
-            f" discharged, {under}"
+            f" ≥ {a.floor:g}, {count(len(a.cites), 'receipt')} cited,"
+            f" {count(len(a.discharged), 'taint')} discharged, {under}"
         )
         if note:
             print(note)

@@ -296,7 +296,8 @@ def _handler(args: argparse.Namespace) -> int:
             witness_name = "witness"
     witness = not args.no_witness and witness_name is not None
 
-    from harness.boundary.report import conditions, cost_table
+    from harness._words import count
+    from harness.boundary.report import conditions, cost_table, unconfirmed_text
     from harness.boundary.runner import (
         BoundaryError,
         BoundarySettings,
@@ -383,7 +384,7 @@ def _handler(args: argparse.Namespace) -> int:
     same = sum(1 for r in outcome.runs if r.fingerprints_equal)
     faults = [f"{n} {f}" for n, f in outcome.node_faults.items() if f != FaultMode.NONE.value]
     print(
-        f"boundary: {len(outcome.runs)} runs in {outcome.wall_seconds:.2f} s"
+        f"boundary: {count(len(outcome.runs), 'run')} in {outcome.wall_seconds:.2f} s"
         f" ({settings.transport.value}, fault {', '.join(faults) or 'none'}) → {args.out}/"
     )
     print(f"fingerprint in-process {in_fp}")
@@ -395,7 +396,7 @@ def _handler(args: argparse.Namespace) -> int:
     print(
         "evidence: "
         + (", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) if kinds else "none")
-        + f"; correct origins accused: {outcome.correct_accused}"
+        + f"; {unconfirmed_text(outcome)}; correct origins accused: {outcome.correct_accused}"
     )
     return 0
 

@@ -15,6 +15,7 @@ from harness.metrics import RunKey
 from nodes.faults import FaultMode
 
 __all__ = [
+    "UNCONFIRMED",
     "ArmCosts",
     "BoundaryError",
     "BoundaryOutcome",
@@ -24,6 +25,11 @@ __all__ = [
     "Setting",
     "overall_fingerprints",
 ]
+
+#: The origin outcome of an unanswered demand that no witness confirmed (none
+#: asked, or too few answered): an unconfirmed suspicion, counted in the results
+#: but neither written nor stored as evidence (silence is never proof).
+UNCONFIRMED = "unanswered_unconfirmed"
 
 _NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
@@ -291,6 +297,11 @@ class BoundaryOutcome:
         for e in self.evidence:
             out[e.kind] = out.get(e.kind, 0) + 1
         return out
+
+    @property
+    def unconfirmed_suspicions(self) -> dict[str, int]:
+        """Origin name → rehydrations it left unanswered without a witness confirming."""
+        return {n: c for (n, o), c in sorted(self.outcomes.items()) if o == UNCONFIRMED}
 
     @property
     def correct_accused(self) -> int:
