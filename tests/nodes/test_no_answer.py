@@ -26,10 +26,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from contracts.evidence import EvidenceStatus, verify_evidence
 from contracts.identity import Identity
 from contracts.serve import build_demand
 from contracts.signed import open_statement
-from contracts.statements import Obligation, WitnessOutcome, WitnessReport
+from contracts.statements import Commitment, Obligation, WitnessOutcome, WitnessReport
 from nodes._pb.provnet.v1 import (
     evidence_pb2,
     evidence_pb2_grpc,
@@ -40,10 +41,13 @@ from nodes._pb.provnet.v1 import (
     serve_pb2,
     serve_pb2_grpc,
 )
+from nodes.client import HeldFold, Holder
 from nodes.cluster import child_env, free_ports, provnet_argv
 from nodes.config import DEFAULT_MAX_STREAMS_PER_PEER
+from nodes.messages import Outcome
+from nodes.transport import GrpcTransport
 from tests.nodes.node_process import REPO, node_process
-from tests.nodes.rpc_support import TEST_OPERATOR, hop_json, operator_channel
+from tests.nodes.rpc_support import TEST_OPERATOR, hop_json, operator_channel, single
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -296,3 +300,61 @@ async def test_a_witness_told_resource_exhausted_at_the_signed_endpoint_signs_no
     outcomes = _outcomes(list(replies))
     assert WitnessOutcome.UNANSWERED.value not in outcomes, outcomes
     assert not any(r.answered for r in replies)
+
+
+async def test_a_holder_told_busy_until_the_deadline_records_busy_not_unanswered(
+    tmp_path: Path,
+) -> None:
+    """The holder's side of the same rule: every ask answered RESOURCE_EXHAUSTED (re-asked at
+    the pushback) ends ``busy``, no accusation, and the evidence file says busy; before,
+    the holder's outcome was ``rejected`` with nothing recorded, while witnesses signed
+    UNANSWERED."""
+    evidence_dir = tmp_path / "evidence"
+    async with _busy_endpoint() as (endpoint, busy):
+        with (
+            node_process(
+                tmp_path,
+                "origin",
+                PROVNET_OPERATOR_KEYS=TEST_OPERATOR.key_id,
+                PROVNET_ADVERTISE=endpoint,
+                PROVNET_DEADLINE_MS="1000",
+            ) as (origin, _),
+            node_process(tmp_path, "w1") as (w1, _),
+            node_process(tmp_path, "w2") as (w2, _),
+        ):
+            commitment, obligation = await _fold(origin)
+            held = HeldFold(
+                open_statement(commitment, Commitment),
+                open_statement(obligation, Obligation),
+                commitment,
+                obligation,
+            )
+            transport = GrpcTransport()
+            holder = Holder(Identity.generate(), transport, evidence_dir=evidence_dir)
+            try:
+                report = await holder.rehydrate("v", [held], witnesses=[w1, w2])
+            finally:
+                await transport.close()
+    outcome = single(report)
+    assert outcome.outcome is Outcome.BUSY, outcome
+    assert "RESOURCE_EXHAUSTED" in outcome.detail
+    assert not outcome.accuses
+    assert not outcome.witness_confirmed
+    assert outcome.witnesses_unanswered == 0
+    assert outcome.asks == 2  # asked again at the 200 ms appointment, within the deadline
+    assert busy.demands >= 4  # the holder twice, each witness once
+    (path,) = evidence_dir.glob("busy-*.json")
+    assert path == Path(outcome.evidence_path)
+    verdict = verify_evidence(path.read_bytes(), now=int(time.time() * 1000))
+    assert verdict.status is EvidenceStatus.BUSY
+    cli = subprocess.run(
+        provnet_argv("evidence", "verify", str(path)),
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert "VALID unanswered (suspicion, busy)" in cli.stdout
