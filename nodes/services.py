@@ -123,7 +123,7 @@ from nodes.attester import (
 )
 from nodes.auth import PermissionDenied
 from nodes.client import HeldFold, Holder
-from nodes.config import NodeConfig
+from nodes.config import MAX_DEADLINE_MS, MIN_DEADLINE_MS, NodeConfig
 from nodes.errors import (
     DemandPredatesRestart,
     MalformedRequest,
@@ -194,9 +194,8 @@ FUTURE_NONCES_FILENAME = "future_nonces"
 #: Future-dated demands remembered durably at once: all, and per holder.
 MAX_FUTURE_NONCES = 4096
 MAX_FUTURE_NONCES_PER_HOLDER = 64
-#: Promises this node signs (``CommitFold``): deadline and lifetime bounds.
-MIN_DEADLINE_MS = 50
-MAX_DEADLINE_MS = 60_000
+#: Promises this node signs (``CommitFold``): deadline bounds (MIN_DEADLINE_MS,
+#: MAX_DEADLINE_MS, from nodes.config: the same on every route) and lifetime bounds.
 MIN_SERVE_FOR_MS = 1
 MAX_SERVE_FOR_MS = 30 * 24 * 3_600_000
 #: Sequence numbers are SQLite integers.

@@ -43,7 +43,7 @@ from nodes._pb.provnet.v1 import (
 )
 from nodes.client import HeldFold, Holder
 from nodes.cluster import child_env, free_ports, provnet_argv
-from nodes.config import DEFAULT_MAX_STREAMS_PER_PEER
+from nodes.config import DEFAULT_MAX_STREAMS_PER_PEER, MIN_DEADLINE_MS
 from nodes.messages import Outcome
 from nodes.transport import GrpcTransport
 from tests.nodes.node_process import REPO, node_process
@@ -358,3 +358,42 @@ async def test_a_holder_told_busy_until_the_deadline_records_busy_not_unanswered
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
     assert "VALID unanswered (suspicion, busy)" in cli.stdout
+
+
+async def test_the_smallest_promise_is_the_same_bound_on_a_request_and_in_the_config(
+    tmp_path: Path, origin: str
+) -> None:
+    """A node signs no deadline below MIN_DEADLINE_MS, asked by a CommitFold or configured:
+    before, 50 ms was signed, a promise the node broke under load (issue 23, attack 4)."""
+    async with operator_channel(origin) as chan:
+        stub: Any = hoplog_pb2_grpc.HopLogStub(chan)
+        await stub.Append(hoplog_pb2.AppendRequest(hops=[hop_json(1)], seqs=[1]), timeout=30)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.CommitFold(
+                hoplog_pb2.CommitFoldRequest(
+                    value_ref="v", seqs=[1], deadline_ms=MIN_DEADLINE_MS - 1
+                ),
+                timeout=30,
+            )
+        assert refused.value.code() is grpc.StatusCode.OUT_OF_RANGE
+        assert f"deadline_ms {MIN_DEADLINE_MS - 1}" in (refused.value.details() or "")
+        kept = await stub.CommitFold(
+            hoplog_pb2.CommitFoldRequest(value_ref="v", seqs=[1], deadline_ms=MIN_DEADLINE_MS),
+            timeout=30,
+        )
+    signed = open_statement(bytes(kept.obligation), Obligation).statement
+    assert signed.deadline_ms == MIN_DEADLINE_MS
+    env = child_env()
+    env["PROVNET_DEADLINE_MS"] = str(MIN_DEADLINE_MS - 1)
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    started = subprocess.run(
+        provnet_argv("node", "--name", "low", "--listen", address, "--data-dir", str(tmp_path)),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode != 0
+    assert f"must be >= {MIN_DEADLINE_MS}, got {MIN_DEADLINE_MS - 1}" in started.stderr
