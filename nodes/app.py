@@ -38,6 +38,7 @@ from nodes.config import NodeConfig
 from nodes.faults import FaultPlan
 from nodes.logging import configure_logging, get_logger
 from nodes.reaper import Reaper
+from nodes.retest import Retester
 from nodes.server import NodeServer, build_server
 from nodes.services import NodeCore
 from nodes.store import StoreMode
@@ -114,6 +115,7 @@ class RunningNode:
     core: NodeCore
     server: NodeServer
     reaper: Reaper | None = None
+    retester: Retester | None = None
 
     @property
     def address(self) -> str:
@@ -127,6 +129,8 @@ class RunningNode:
         await self.server.stop(self.config.shutdown_grace_s if grace is None else grace)
         if self.reaper is not None:
             await self.reaper.stop()
+        if self.retester is not None:
+            await self.retester.stop()
         await self.core.close()
 
 
@@ -177,7 +181,10 @@ async def start_node(
         # S5: the reaper evicts only through the store's obligation-reading delete.
         reaper = Reaper(core.store, interval_s=config.reap_interval_s, clock=core.now_ms)
         reaper.start()
-    return RunningNode(config=config, core=core, server=server, reaper=reaper)
+    # Standing suspicions are asked again on a schedule until they clear (nodes.retest).
+    retester = Retester(core)
+    retester.start()
+    return RunningNode(config=config, core=core, server=server, reaper=reaper, retester=retester)
 
 
 async def run_node(config: NodeConfig) -> None:

@@ -109,6 +109,7 @@ __all__ = [
     "Outcome",
     "RehydrationReport",
     "VerifiedHop",
+    "challenged_obligation",
     "verify_evidence_file",
 ]
 
@@ -1098,6 +1099,11 @@ class Holder:
             obligation=o.digest[:16],
         )
         return ChallengeResult(signed.to_bytes(), False, demand.to_bytes(), b"")
+
+
+def challenged_obligation(commitment: bytes, obligation: bytes, now_ms: int) -> int:
+    """``serve_until`` of what a challenge with these statements names (both verified)."""
+    return _challenged(commitment, obligation, now_ms)[1].statement.serve_until
 
 
 def _challenged(

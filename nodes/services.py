@@ -2182,6 +2182,20 @@ class NodeCore:
         log.info("evidence_reported", peer=accused, kind=kind, digest=digest[:16])
         return kind, accused, digest
 
+    async def standing_suspicions(self) -> tuple[st.EvidenceRecord, ...]:
+        """Stored suspicions not cleared yet, of every origin suspected (nodes.retest);
+        no store read while nothing is suspected."""
+        stored = self._suspicions_stored
+        suspects = self._suspects
+        if suspects is None:
+            suspects = {r.accused for r in await self.store.evidence(kind="unanswered")}
+            if stored == self._suspicions_stored and self._suspects is None:
+                self._suspects = suspects
+        records: list[st.EvidenceRecord] = []
+        for origin in tuple(suspects):
+            records += await self.store.uncleared_suspicions(origin)
+        return tuple(records)
+
     async def clear_suspicions(self, origin: str, receipt: bytes, *, remember: bool = True) -> int:
         """Mark stored suspicions against ``origin`` cleared by a later receipt of it.
 
