@@ -9,7 +9,8 @@
    (:mod:`nodes.reaper`, every ``reap_interval_s``; it also lands pending
    hops in ``provenance_pending`` mode);
 4. serve the provnet services plus health and reflection on ``listen``
-   (port 0 picks a free port; it is written to ``port_file`` if set);
+   (port 0 picks a free port; it is written to ``port_file`` if set), and
+   start re-testing standing suspicions (:mod:`nodes.retest`);
 5. on SIGTERM/SIGINT: health NOT_SERVING, ``server.stop(grace)``, close the
    store — in that order, so no acknowledged write is cut off.
 

@@ -739,12 +739,11 @@ class RequestContext:
         max_open_calls: int = 0,
     ) -> None:
         self._count = counters
-        #: Long-lived streams open (None: uncapped), in all and per caller address.
-        self.streams = (
-            Slots("streams", max_streams, max_streams_per_peer or max_streams)
-            if max_streams > 0
-            else None
-        )
+        #: Long-lived streams open, per streaming method (none: uncapped), each in all
+        #: and per caller address: idle watches cannot take a demand stream's room.
+        self._max_streams = max_streams
+        self._max_streams_per_peer = max_streams_per_peer or max_streams
+        self.streams: dict[str, Slots] = {}
         #: Open unary calls in progress other than UNCAPPED_UNARY (None: uncapped).
         self.open_calls = Slots("open calls", max_open_calls) if max_open_calls > 0 else None
         self._auth = auth
@@ -803,8 +802,13 @@ class RequestContext:
         :data:`UNCAPPED_UNARY` behind ``open_calls``; signed calls, demands and
         health checks behind neither."""
         wrapped = self._wrap(rpc, handler)
+        slots: Slots | None
         if handler.unary_unary is None:
-            slots = self.streams
+            slots = None
+            if self._max_streams > 0:
+                slots = self.streams[rpc] = Slots(
+                    "streams", self._max_streams, self._max_streams_per_peer
+                )
         elif rpc in UNCAPPED_UNARY or rpc in SIGNED_METHODS or rpc in BULK_METHODS:
             slots = None
         else:

@@ -158,6 +158,19 @@ async def test_idle_health_watches_of_a_stranger_leave_demands_and_health_checks
         async with grpc.aio.insecure_channel(origin) as chan:
             info: Any = node_pb2_grpc.NodeStub(chan)
             assert (await info.Info(node_pb2.InfoRequest(), timeout=5)).node_id
+            # Each streaming method has its own room: a demand stream from the same
+            # address is served while the watches hold theirs.
+            ob = open_statement(obligation, Obligation)
+            demand = build_demand(Identity.generate(), ob, now=int(time.time() * 1000))
+            serve: Any = serve_pb2_grpc.ServeStub(chan)
+            chunks = [
+                c
+                async for c in serve.DemandStream(
+                    serve_pb2.DemandStreamRequest(demand=demand.to_bytes()), timeout=5
+                )
+            ]
+            assert chunks
+            assert chunks[-1].last
         cli = await asyncio.to_thread(_health_cli, origin)
         assert cli.returncode == 0, cli.stdout + cli.stderr
         # A stream given back is a slot free again.
