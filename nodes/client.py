@@ -974,9 +974,7 @@ class Holder:
             os.replace(tmp, target)
             path = str(target)
         if self._on_evidence is not None:
-            # A busy record is an ``unanswered`` one that names the status.
-            sink_kind = Outcome.UNANSWERED if kind is Outcome.BUSY else kind
-            await self._on_evidence(sink_kind.value, accused, body, path)
+            await self._on_evidence(kind.value, accused, body, path)
         return path
 
     # ----------------------------------------------------------------- witness side

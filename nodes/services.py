@@ -194,6 +194,10 @@ FUTURE_NONCES_FILENAME = "future_nonces"
 #: Future-dated demands remembered durably at once: all, and per holder.
 MAX_FUTURE_NONCES = 4096
 MAX_FUTURE_NONCES_PER_HOLDER = 64
+#: Evidence kinds stored as suspicions (cleared by a later receipt, re-tested):
+#: ``unanswered``, and ``busy``, the holder's record of an origin that answered
+#: RESOURCE_EXHAUSTED (an ``unanswered`` record naming that status, nodes.noanswer).
+_SUSPICION_KINDS = ("unanswered", "busy")
 #: Promises this node signs (``CommitFold``): deadline bounds (MIN_DEADLINE_MS,
 #: MAX_DEADLINE_MS, from nodes.config: the same on every route) and lifetime bounds.
 MIN_SERVE_FOR_MS = 1
@@ -1954,7 +1958,7 @@ class NodeCore:
             now_ms=self.now_ms(),
             file_path=path,
         )
-        if kind == "unanswered":
+        if kind in _SUSPICION_KINDS:
             # Suspected once stored, not before: a receipt checked while the write
             # was in flight read the store without it.
             self._suspicions_stored += 1
@@ -2182,13 +2186,19 @@ class NodeCore:
         log.info("evidence_reported", peer=accused, kind=kind, digest=digest[:16])
         return kind, accused, digest
 
+    async def _suspected_origins(self) -> set[str]:
+        """Origins any stored suspicion (cleared or not) names: read when first needed."""
+        return {
+            r.accused for kind in _SUSPICION_KINDS for r in await self.store.evidence(kind=kind)
+        }
+
     async def standing_suspicions(self) -> tuple[st.EvidenceRecord, ...]:
         """Stored suspicions not cleared yet, of every origin suspected (nodes.retest);
         no store read while nothing is suspected."""
         stored = self._suspicions_stored
         suspects = self._suspects
         if suspects is None:
-            suspects = {r.accused for r in await self.store.evidence(kind="unanswered")}
+            suspects = await self._suspected_origins()
             if stored == self._suspicions_stored and self._suspects is None:
                 self._suspects = suspects
         records: list[st.EvidenceRecord] = []
@@ -2219,7 +2229,7 @@ class NodeCore:
         stored = self._suspicions_stored
         suspects = self._suspects
         if suspects is None:
-            suspects = {r.accused for r in await self.store.evidence(kind="unanswered")}
+            suspects = await self._suspected_origins()
             if stored == self._suspicions_stored and self._suspects is None:
                 self._suspects = suspects
         if origin not in suspects:
