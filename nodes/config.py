@@ -49,8 +49,8 @@ DEFAULT_MAX_BULK_RPCS = 16
 #: Long-lived streams (health ``Watch``, ``Serve.DemandStream``, reflection) open
 #: at once, and per caller address: a cap of their own, so streams never take
 #: the capacity demands, control calls and health checks need.
-DEFAULT_MAX_STREAMS = 32
-DEFAULT_MAX_STREAMS_PER_PEER = 8
+DEFAULT_MAX_STREAMS = 64
+DEFAULT_MAX_STREAMS_PER_PEER = 16
 #: Bytes of bulk request bodies in flight: two of the largest messages.
 DEFAULT_MAX_BULK_BYTES = 2 * DEFAULT_MAX_MESSAGE_BYTES
 #: Calls gRPC holds for the event loop. Large enough that a burst of 1 000
