@@ -837,8 +837,12 @@ class Holder:
         witness_demands: list[Signed[Demand]] = []
         witness_reports: list[Signed[WitnessReport]] = []
         answers: list[Signed[Receipt]] = []
+        inconclusive = 0
         for result in results:
             if isinstance(result, BaseException) or not result.witness_report:
+                # No report: the origin answered the witness a status (busy, say;
+                # nodes.noanswer), or the witness's time ran out first.
+                inconclusive += 1
                 continue
             try:
                 report = open_statement(result.witness_report, WitnessReport)
@@ -857,6 +861,11 @@ class Holder:
                     answers.append(open_statement(result.receipt, Receipt, signer=run.origin))
                 except ContractError:
                     continue
+        if inconclusive:
+            run.extra.append(
+                f"{inconclusive} of {len(results)} witness(es) signed no report (the origin"
+                " answered them a status, or their time ran out)"
+            )
         due_ms = fold.demand.statement.time + fold.held.obligation.statement.deadline_ms
         await self._pause((due_ms - self.now_ms()) / 1000.0 + 0.001, deadline)
         evidence = unanswered_evidence(

@@ -355,6 +355,7 @@ async def test_a_holder_told_busy_until_the_deadline_records_busy_not_unanswered
     assert not outcome.witness_confirmed
     assert outcome.witnesses_unanswered == 0
     assert outcome.asks == 2  # asked again at the 200 ms appointment, within the deadline
+    assert "2 of 2 witness(es) signed no report" in outcome.detail
     assert busy.demands >= 4  # the holder twice, each witness once
     (path,) = evidence_dir.glob("busy-*.json")
     assert path == Path(outcome.evidence_path)
