@@ -85,7 +85,8 @@ from contracts.statements import (
     WitnessReport,
     payload_type_for,
 )
-from nodes.errors import MalformedRequest
+from nodes.config import MAX_DEADLINE_MS
+from nodes.errors import MalformedRequest, PromiseOutOfRange
 from nodes.logging import get_logger
 from nodes.messages import (
     EVIDENCE_KINDS,
@@ -1012,6 +1013,14 @@ class Holder:
                 raise NotEvidence(
                     f"challenge: demand {held.digest[:12]}… is not for obligation {o.digest[:12]}…"
                 )
+        if o.statement.deadline_ms > MAX_DEADLINE_MS:
+            # No node signs such a promise; a stranger's own obligation with one would
+            # hold this witness's call (and its room for challenges) that long.
+            raise PromiseOutOfRange(
+                f"challenge: obligation {o.digest[:12]}… promises deadline_ms"
+                f" {o.statement.deadline_ms}, beyond the {MAX_DEADLINE_MS} a node signs"
+                " or a witness waits"
+            )
         # Only an endpoint the origin itself signed into the obligation is ever asked:
         # a caller cannot point the witness at an address of its choosing.
         endpoints = o.statement.endpoints
