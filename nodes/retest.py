@@ -149,6 +149,8 @@ class Retester:
                 await self.run_once()
             except StoreError as exc:
                 _log.warning("suspicion_retest_pass_failed", error=str(exc))
+            except Exception:  # a bug: logged, and the schedule goes on (no silent stop)
+                _log.exception("suspicion_retest_pass_crashed")
             await asyncio.sleep(self._poll_s)
 
     def start(self) -> None:
