@@ -86,7 +86,7 @@ from contracts.statements import (
     payload_type_for,
 )
 from nodes.config import MAX_DEADLINE_MS
-from nodes.errors import MalformedRequest, PromiseOutOfRange
+from nodes.errors import ClockSkew, MalformedRequest, PromiseOutOfRange
 from nodes.logging import get_logger
 from nodes.messages import (
     EVIDENCE_KINDS,
@@ -131,6 +131,9 @@ _TRANSIENT = frozenset({"NOT_FOUND", "INTERNAL"})
 #: How an origin before version 3 refuses a demand batch (an envelope of a
 #: payload type it does not read); the folds are then asked per fold.
 _BATCH_UNREAD = frozenset({"INVALID_ARGUMENT", "UNIMPLEMENTED"})
+#: How an origin refuses a demand dated outside its clock's skew window
+#: (:class:`nodes.errors.ClockSkew`): an answer about clocks, never "unanswered".
+_SKEW_CODE = "OUT_OF_RANGE"
 
 
 def _severity(outcome: Outcome) -> int:
@@ -510,7 +513,7 @@ class Holder:
                     for fold in folds:
                         fold.outcome, fold.detail = Outcome.EXPIRED, last_error
                     return
-                last_reply = exc.reply
+                previous, last_reply = last_reply, exc.reply
                 if last_reply is Reply.BUSY:
                     # Said it is overloaded: asked again at its appointment if that
                     # comes before the demand is due, else busy (never "silent").
@@ -538,7 +541,10 @@ class Holder:
                         await self._pause((due - time.monotonic()) / (left + 1), deadline)
                     continue
                 if exc.code == "ALREADY_EXISTS" and attempt > 0:
-                    continue  # our earlier ask arrived late; still no receipt in time
+                    # Our earlier ask arrived late; still no receipt in time: that ask's
+                    # reply (silence, most often) is what the origin gave.
+                    last_reply = previous
+                    continue
                 if exc.code == "ABORTED":
                     # The origin restarted after our demand was made: issue fresh ones.
                     if batch:
@@ -1059,6 +1065,13 @@ class Holder:
             if verdict.kind is not AnswerKind.UNATTRIBUTABLE:
                 answered, receipt_bytes = receipt, answer.receipt
         except CallFailed as exc:
+            if exc.code == _SKEW_CODE:
+                # The origin answered: our demand's time is outside its clock's skew
+                # window. A refusal about clocks, not silence: nothing is signed.
+                raise ClockSkew(
+                    f"challenge: origin {o.statement.origin[:16]}… at {asked[:80]} refused this"
+                    f" witness's demand: {exc.message[:300]}"
+                ) from None
             if exc.reply is not Reply.SILENT:
                 # The endpoint said something (busy, or another status): not silence,
                 # so nothing is signed (nodes.noanswer); the holder's record says busy.

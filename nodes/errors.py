@@ -8,6 +8,8 @@
     ├── UnknownValue              no held value with that ref            NOT_FOUND
     ├── UnknownPeer               peer name not configured               INVALID_ARGUMENT
     ├── PromiseOutOfRange         a promise the node cannot keep         OUT_OF_RANGE
+    ├── ClockSkew                 dated outside the documented clock     OUT_OF_RANGE
+    │                             skew of this node's clock
     ├── DemandPredatesRestart     dated below the replay floor found at  ABORTED
     │                             start: re-issue a fresh demand
     ├── PeerUnavailable           a peer this call depends on failed     UNAVAILABLE
@@ -49,6 +51,7 @@ import grpc
 from contracts import errors as ce
 
 __all__ = [
+    "ClockSkew",
     "DemandPredatesRestart",
     "FoldConflict",
     "HopConflict",
@@ -87,6 +90,16 @@ class RequestTooLarge(NodeError):
 
 class PromiseOutOfRange(NodeError):
     """A commit asks for a deadline or lifetime outside the node's documented bounds."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class ClockSkew(NodeError):
+    """A demand dated further from this node's clock than the documented skew.
+
+    Its own status (not the obligation's FAILED_PRECONDITION "expired"), so a
+    holder or witness told it knows the clocks disagree: a refusal, never silence.
+    """
 
     code = grpc.StatusCode.OUT_OF_RANGE
 
@@ -177,6 +190,7 @@ _CONTRACT_CODES: tuple[tuple[type[ce.ContractError], grpc.StatusCode], ...] = (
     (ce.VerificationError, grpc.StatusCode.INVALID_ARGUMENT),
     (ce.ContractError, grpc.StatusCode.INVALID_ARGUMENT),
 )
+
 
 def status_for(exc: BaseException) -> grpc.StatusCode | None:
     """The status code a request error maps to; ``None`` for an unexpected error (a bug)."""
