@@ -9,7 +9,8 @@
    (:mod:`nodes.reaper`, every ``reap_interval_s``; it also lands pending
    hops in ``provenance_pending`` mode);
 4. serve the provnet services plus health and reflection on ``listen``
-   (port 0 picks a free port; it is written to ``port_file`` if set);
+   (port 0 picks a free port; it is written to ``port_file`` if set), and
+   start re-testing standing suspicions (:mod:`nodes.retest`);
 5. on SIGTERM/SIGINT: health NOT_SERVING, ``server.stop(grace)``, close the
    store — in that order, so no acknowledged write is cut off.
 
@@ -39,6 +40,7 @@ from nodes.config import NodeConfig
 from nodes.faults import FaultPlan
 from nodes.logging import configure_logging, get_logger
 from nodes.reaper import Reaper
+from nodes.retest import Retester
 from nodes.server import NodeServer, build_server
 from nodes.services import NodeCore
 from nodes.store import StoreMode
@@ -115,6 +117,7 @@ class RunningNode:
     core: NodeCore
     server: NodeServer
     reaper: Reaper | None = None
+    retester: Retester | None = None
 
     @property
     def address(self) -> str:
@@ -128,6 +131,8 @@ class RunningNode:
         await self.server.stop(self.config.shutdown_grace_s if grace is None else grace)
         if self.reaper is not None:
             await self.reaper.stop()
+        if self.retester is not None:
+            await self.retester.stop()
         await self.core.close()
 
 
@@ -181,7 +186,10 @@ async def start_node(
         # S5: the reaper evicts only through the store's obligation-reading delete.
         reaper = Reaper(core.store, interval_s=config.reap_interval_s, clock=core.now_ms)
         reaper.start()
-    return RunningNode(config=config, core=core, server=server, reaper=reaper)
+    # Standing suspicions are asked again on a schedule until they clear (nodes.retest).
+    retester = Retester(core)
+    retester.start()
+    return RunningNode(config=config, core=core, server=server, reaper=reaper, retester=retester)
 
 
 def _offset_clock(offset_s: float) -> Callable[[], float]:

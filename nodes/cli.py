@@ -68,8 +68,12 @@ _FLAG_HELP: Mapping[str, str] = {
     " none: control calls are refused",
     "operator_key_file": "operator key file whose public key is authorised too (read at start)",
     "min_witnesses": "witness confirmations an unanswered suspicion needs (default 1)",
-    "max_concurrent_rpcs": "calls handled at once; more are shed with RESOURCE_EXHAUSTED"
-    " (default 128)",
+    "max_concurrent_rpcs": "open calls other than demands and health checks (challenges, node"
+    " info) handled at once; more are shed with RESOURCE_EXHAUSTED (default 128)",
+    "max_streams": "long-lived streams (health watch, demand streams, reflection) open at once;"
+    " more are refused with RESOURCE_EXHAUSTED (default 64 per streaming method)",
+    "max_streams_per_peer": "long-lived streams one caller address may hold open, per streaming"
+    " method (default 16)",
     "max_bulk_rpcs": "bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;"
     " more are shed with RESOURCE_EXHAUSTED (default 16, 0: no separate limit)",
     "bulk_shed_lag_ms": "while the event loop runs this many ms late, admit one bulk call at a"

@@ -45,8 +45,20 @@ __all__ = [
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 DEFAULT_SERVE_FOR_MS = 3_600_000
 DEFAULT_DEADLINE_MS = 2_000
+#: The answer times a node promises (``deadline_ms``), on every route: its own
+#: configuration and a ``CommitFold``/``CommitCompaction`` request alike. The
+#: minimum is one the node keeps under the overload benchmark's 1 000 callers
+#: (docs/security.md, "No answer"; the measurement in docs/measurements/):
+#: a promise it cannot keep would make an honest origin look silent.
+MIN_DEADLINE_MS = 250
+MAX_DEADLINE_MS = 60_000
 DEFAULT_MAX_CONCURRENT_RPCS = 128
 DEFAULT_MAX_BULK_RPCS = 16
+#: Long-lived streams (health ``Watch``, ``Serve.DemandStream``, reflection) open
+#: at once, and per caller address: a cap of their own, so streams never take
+#: the capacity demands, control calls and health checks need.
+DEFAULT_MAX_STREAMS = 64
+DEFAULT_MAX_STREAMS_PER_PEER = 16
 #: Bytes of bulk request bodies in flight: two of the largest messages.
 DEFAULT_MAX_BULK_BYTES = 2 * DEFAULT_MAX_MESSAGE_BYTES
 #: Calls gRPC holds for the event loop. Large enough that a burst of 1 000
@@ -109,6 +121,8 @@ ENV_VARS: Mapping[str, str] = {
     "min_witnesses": "PROVNET_MIN_WITNESSES",
     "max_concurrent_rpcs": "PROVNET_MAX_CONCURRENT_RPCS",
     "max_bulk_rpcs": "PROVNET_MAX_BULK_RPCS",
+    "max_streams": "PROVNET_MAX_STREAMS",
+    "max_streams_per_peer": "PROVNET_MAX_STREAMS_PER_PEER",
     "bulk_shed_lag_ms": "PROVNET_BULK_SHED_LAG_MS",
     "max_bulk_bytes": "PROVNET_MAX_BULK_BYTES",
     "max_pending_rpcs": "PROVNET_MAX_PENDING_RPCS",
@@ -217,9 +231,16 @@ class NodeConfig:
     operator_key_file: Path | None = None
     #: Witness confirmations an ``unanswered`` suspicion needs to be stored.
     min_witnesses: int = 1
-    #: Calls in progress at once; beyond it a call is shed at once with
-    #: RESOURCE_EXHAUSTED, so admitted callers keep their latency.
+    #: Open calls other than the serve path and health checks (``Evidence.Challenge``,
+    #: ``Node.*``, ``Attest.List``) in progress at once; beyond it such a call is
+    #: shed at once with RESOURCE_EXHAUSTED. Counted by the node itself, not by
+    #: gRPC: a cap over every call would let a stranger's calls take what
+    #: demands and control calls need.
     max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS
+    #: Long-lived streams open at once (all callers), and per caller address;
+    #: beyond either the stream is refused with RESOURCE_EXHAUSTED.
+    max_streams: int = DEFAULT_MAX_STREAMS
+    max_streams_per_peer: int = DEFAULT_MAX_STREAMS_PER_PEER
     #: Bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;
     #: beyond it they are shed with RESOURCE_EXHAUSTED (0: no separate limit).
     max_bulk_rpcs: int = DEFAULT_MAX_BULK_RPCS
@@ -274,6 +295,11 @@ class NodeConfig:
                 )
         if self.max_concurrent_rpcs < 1:
             raise ConfigError(f"max_concurrent_rpcs must be >= 1, got {self.max_concurrent_rpcs}")
+        if not 1 <= self.max_streams_per_peer <= self.max_streams:
+            raise ConfigError(
+                f"max_streams_per_peer must be 1..max_streams ({self.max_streams}),"
+                f" got {self.max_streams_per_peer}"
+            )
         if self.max_bulk_bytes and self.max_bulk_bytes < 1024:
             raise ConfigError(
                 f"max_bulk_bytes must be 0 (off) or >= 1024, got {self.max_bulk_bytes}"
@@ -406,11 +432,13 @@ class NodeConfig:
             ("fault_delay_ms", 0),
             ("max_message_bytes", 1024),
             ("serve_for_ms", 1),
-            ("deadline_ms", 1),
+            ("deadline_ms", MIN_DEADLINE_MS),
             ("reasks", 0),
             ("min_witnesses", 1),
             ("max_concurrent_rpcs", 1),
             ("max_bulk_rpcs", 0),
+            ("max_streams", 1),
+            ("max_streams_per_peer", 1),
             ("bulk_shed_lag_ms", 0),
             ("max_bulk_bytes", 0),
             ("max_pending_rpcs", 0),
