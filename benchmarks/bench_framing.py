@@ -33,8 +33,9 @@ any bearer may (S7), and plays one attack for ``--attack-s`` seconds:
    scaled down here); witnesses challenged;
 7. ``bulk``: bodiless ``Attest.Submit`` streams (4, unauthenticated; each
    renewed when it ends) holding the origin's and the holder's bulk budget;
-8. ``deliveries``: ``--deliveries`` one-byte ``Deliver`` calls to the holder
-   from a fresh key (signed as itself, values of an origin of its own).
+8. ``deliveries``: one-byte ``Deliver`` calls to the holder from a fresh key
+   (signed as itself, values of an origin of its own) until the holder has
+   taken ``--deliveries`` of them.
 
 The stranger turns every ``UNANSWERED`` witness report it collects into an
 ``unanswered`` record (:func:`contracts.evidence.unanswered_evidence`), as
@@ -528,11 +529,12 @@ async def _stranger(args: argparse.Namespace) -> dict[str, Any]:
         holder_chans = [grpc.aio.insecure_channel(args.holder, options=_OWN_CONNECTION)
                         for _ in range(4)]  # fmt: skip
         chans += holder_chans
-        sent = [0]
+        sent, held = [0], [0]
 
         async def deliver(k: int) -> None:
             stub = holder_chans[k % len(holder_chans)].unary_unary(_DELIVER)
-            while left() > 0 and sent[0] < args.deliveries:
+            # Until --deliveries are held by the holder (a refused one is sent anew).
+            while left() > 0 and held[0] < args.deliveries:
                 sent[0] += 1
                 d = Delivery(f"junk-{sent[0]}", b"x", (c.to_bytes(),), (o.to_bytes(),), "")
                 body = wire.deliver_request(d).SerializeToString()
@@ -540,6 +542,7 @@ async def _stranger(args: argparse.Namespace) -> dict[str, Any]:
                     stub, body, min(_RPC_S, left()), metadata=fresh.metadata(_DELIVER, body)
                 )
                 calls.add("Deliver(1 byte)", code)
+                held[0] += code == "OK"
 
         tasks += [deliver(k) for k in range(16)]
     try:
@@ -1044,7 +1047,9 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=160, help="Health.Watch streams (1)")
     parser.add_argument("--callers", type=int, default=128, help="replaying callers (3)")
     parser.add_argument("--flood-callers", type=int, default=200, help="demanding callers (4)")
-    parser.add_argument("--deliveries", type=int, default=4100, help="one-byte deliveries (8)")
+    parser.add_argument(
+        "--deliveries", type=int, default=4100, help="one-byte deliveries the holder takes (8)"
+    )
     parser.add_argument(
         "--pool", type=int, default=40,
         help="folds forwarded to the holder before the attack, one rehydrated a cycle",
