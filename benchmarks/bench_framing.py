@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_framing.py [--attacks 1,2,3,4,7,8]
         [--attack-s 15] [--rounds 1] [--watch-s 60] [--out DIR]
         [--streams 160] [--callers 128] [--flood-callers 200] [--deliveries 4100]
+        [--pool 40] [--keep]
 
 Each round, for each attack of issue 23 in turn, a fresh cluster of real
 ``provnet node`` processes on 127.0.0.1 (started as ``provnet cluster up``
@@ -872,7 +873,10 @@ async def _one_attack(
         honest = cluster.ids.values()
         origin = cluster.ids["origin"]
         while time.monotonic() < watch_until:
-            if any(cluster.stranger_evidence.glob("*.json")):
+            if any(
+                not p.with_name(p.name + ".cleared-by").exists()
+                for p in cluster.stranger_evidence.glob("*.json")
+            ):
                 await _referee(cluster, bytes(base.obligation), int(time.time() * 1000))
             t = tally(_judge_all(cluster), honest=honest, origin=origin, attack_end=attack_end)
             if t.standing == 0 and after.after >= 1:
