@@ -60,7 +60,9 @@ workload step — ``CommitFold``, ``Forward``, ``Rehydrate`` — counts as
 refused, with its code); and the three targets, each PASS/FAIL:
 
 * proofs against an honest party (every node here is honest): must be 0;
-* witness-confirmed suspicions against the live origin: target 0;
+* witness-confirmed suspicions against the live origin (cleared since or
+  not): target 0; an origin process that did not survive the attack fails
+  this target too (a node must stay up);
 * seconds from the attack's end until every suspicion against the origin is
   cleared (the unconfirmed ones too): target ≤ 60; one still standing when
   the watch ends is reported as ``inf`` (FAIL).
