@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-__all__ = ["UsageError", "build_parser", "main"]
+__all__ = ["RunFailed", "UsageError", "build_parser", "main"]
 
 #: Modules that provide ``register(subparsers) -> None``.
 _SUBCOMMAND_MODULES = (
@@ -32,6 +32,10 @@ _SUBCOMMAND_MODULES = (
 
 class UsageError(Exception):
     """Bad user input: printed as ``provnet: error: <message>``, exit 2."""
+
+
+class RunFailed(Exception):
+    """A run could not complete (a node answered what it must not): one line, exit 1."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"provnet: error: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:
+        print(f"provnet: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("provnet: interrupted", file=sys.stderr)
         return 130

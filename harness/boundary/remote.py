@@ -63,6 +63,7 @@ from harness.boundary.wire import WireMeter
 from nodes.auth import ControlCredentials
 from nodes.faults import FaultMode
 from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationReport
+from nodes.refusal import control_refused, is_refusal
 
 __all__ = ["RemoteNode", "RemoteOps", "RemoteTopology", "connect_remote"]
 
@@ -251,6 +252,13 @@ class RemoteOps:
         meter.calls_by_node[key] = meter.calls_by_node.get(key, 0) + 1
 
     def _fail(self, node: NodeRef, what: str, exc: BaseException) -> Exception:
+        if is_refusal(exc):
+            # A set-up mistake, not a fault of the run: nothing after it can succeed.
+            creds = self.topo.credentials
+            address = next((n.address for n in self.topo.nodes if n.name == node.name), "?")
+            return control_refused(
+                node.name, address, exc, signer=None if creds is None else creds.key_id
+            )
         if _code(exc) in _LOST_CODES:
             return NodeLost(node.name, f"{what}: {_details(exc)}")
         return RemoteError(f"{what} on node {node.name}: {_details(exc)}")
