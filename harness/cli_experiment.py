@@ -344,11 +344,13 @@ def _report(args: argparse.Namespace) -> int:
     from harness.report import write_report
 
     sweep_out: Path | None = args.sweep_out
-    if sweep_out is not None and not (sweep_out / "sweep_metrics.csv").exists():
+    skipped = sweep_out is not None and not (sweep_out / "sweep_metrics.csv").exists()
+    # Said once the report is written: a missing results folder fails first, alone.
+    written = write_report(args.out, None if skipped else sweep_out)
+    if skipped:
         print(
             f"report: no sweep results in {sweep_out}/ — crossover section skipped", file=sys.stderr
         )
-        sweep_out = None
-    for path in write_report(args.out, sweep_out):
+    for path in written:
         print(path)
     return 0

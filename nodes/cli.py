@@ -44,7 +44,8 @@ def _error(message: str) -> int:
 #: Help for each NodeConfig field's flag; the flag is ``--<field>`` with '-'
 #: for '_' and the variable is ``nodes.config.ENV_VARS[field]``.
 _FLAG_HELP: Mapping[str, str] = {
-    "name": "node label, lower-case (required)",
+    "name": "node label: lower-case letters, digits, '_' and '-', starting with a letter or"
+    " digit, at most 32 characters (required)",
     "listen": "host:port to serve on (default 127.0.0.1:50051)",
     "data_dir": "directory for the key file and the hop log (required)",
     "peers": "known nodes: 'name=host:port[,pubkey]' entries separated by ';' or spaces",
@@ -68,6 +69,8 @@ _FLAG_HELP: Mapping[str, str] = {
     " none: control calls are refused",
     "operator_key_file": "operator key file whose public key is authorised too (read at start)",
     "min_witnesses": "witness confirmations an unanswered suspicion needs (default 1)",
+    "reap_interval_s": "seconds between two sweeps of the retention reaper, which evicts hops"
+    " no unexpired obligation protects (default 5, 0: off)",
     "max_concurrent_rpcs": "calls handled at once; more are shed with RESOURCE_EXHAUSTED"
     " (default 128)",
     "max_bulk_rpcs": "bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;"
