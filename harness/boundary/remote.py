@@ -186,7 +186,8 @@ async def connect_remote(
                 raise RemoteError(f"{role.value} {name!r} is not a node here (nodes: {known})")
             stub = wire.node_stub(topo.channel(address))
             try:
-                info = await stub.Info(wire.info_request(), timeout=5.0)
+                # a node started just before the driver may still be binding its port
+                info = await stub.Info(wire.info_request(), timeout=5.0, wait_for_ready=True)
             except grpc.aio.AioRpcError as exc:
                 raise RemoteError(
                     f"{role.value} {name} at {address} does not answer: {_details(exc)}"
