@@ -252,3 +252,57 @@ def test_no_operator_warning_is_a_plain_line_on_a_terminal_only() -> None:
     assert tty.getvalue().startswith("provnet: warning: node a has no operator key")
     assert tty.getvalue().count("\n") == 1
     assert pipe.getvalue() == ""
+
+
+def test_boundary_on_nodes_that_do_not_answer_is_one_line_exit_1(tmp_path: Path) -> None:
+    dead = ",".join(f"{n}=127.0.0.1:{p}" for n, p in zip("ab", free_ports(2), strict=True))
+    done = _provnet(
+        tmp_path, "experiment", "boundary", "--nodes", dead, "--no-progress", env=_env()
+    )
+    assert done.returncode == 1
+    line = _one_error_line(done)
+    assert "origin a at 127.0.0.1:" in line
+    assert "does not answer" in line
+
+
+def test_the_driver_waits_for_a_node_that_is_still_starting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from harness.boundary import remote
+
+    # a loaded machine starts nodes slowly (raising=False: the code before had no wait)
+    monkeypatch.setattr(remote, "_START_WAIT_S", 60.0, raising=False)
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    argv = [sys.executable, "-m", "harness", "node", "--name", "a", "--listen", address]
+    argv += ["--data-dir", str(tmp_path / "a")]
+
+    async def connect_while_it_starts() -> str:
+        task = asyncio.create_task(
+            remote.connect_remote(
+                [("a", address)],
+                origins=["a"],
+                relays=(),
+                holder="a",
+                witness=None,
+            )
+        )
+        await asyncio.sleep(0.3)  # the driver asks first: connection refused
+        with (tmp_path / "a.log").open("ab") as log:
+            procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=_env()))
+        topo = await task
+        await topo.close()
+        return topo.origins[0].node_id
+
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        node_id = asyncio.run(connect_while_it_starts())
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=15)
+    key = json.loads(
+        next(x for x in (tmp_path / "a.log").read_text().splitlines() if "node_key_created" in x)
+    )
+    assert node_id == key["node_id"]
