@@ -122,20 +122,29 @@ def _handler(args: argparse.Namespace) -> int:
     from harness.attest.policy import AttestPolicy, AttestPolicyError
     from harness.attest.report import death_text, row_numbers, write_outputs
     from harness.attest.rows import RowSpec
-    from harness.attest.runner import AttestSlice, play_rows
+    from harness.attest.runner import AttestSlice, node_names, play_rows
     from harness.boundary.choices import TransportKind
     from nodes.config import LogFormat
     from nodes.logging import configure_logging
+    from nodes.refusal import ControlRefused
 
     if args.report_only:
         from harness.attest.report import load_results
 
+        if not (args.out / "attest_results.json").is_file():
+            raise UsageError(
+                f"--report-only: {args.out}/attest_results.json not found; --out must name"
+                " a folder an earlier 'provnet experiment attest' wrote"
+            )
         try:
             saved = load_results(args.out / "attest_results.json")
             meta = json.loads((args.out / "attest_meta.json").read_text(encoding="utf-8"))
             meta.pop("rows", None)
             written = write_outputs(saved, args.out, meta)
-        except (ValueError, OSError) as exc:
+        except OSError as exc:
+            where = exc.filename if exc.filename is not None else args.out
+            raise UsageError(f"--report-only: {where}: {exc.strerror or exc}") from None
+        except ValueError as exc:
             raise UsageError(str(exc)) from None
         print(f"attest: re-rendered {count(len(written), 'file')} in {args.out}/")
         return 0
@@ -151,9 +160,17 @@ def _handler(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.config or DEFAULT_CONFIG}: death_spiral_run: expected a mapping")
     specs = [s for s in _specs(args.rows, args.lifetimes, args.matrix) if isinstance(s, RowSpec)]
     slice_ = AttestSlice(args.matrix, args.steps, TransportKind(args.transport))
+    try:
+        # A name that is no node of the run (a typo) fails here, before anything runs.
+        policy.resolve({name: "0" * 64 for name in node_names(slice_)})
+    except AttestPolicyError as exc:
+        raise UsageError(f"{path}: {exc}") from None
     prepare_out(args.out)
     configure_logging(LogFormat.JSON, "error")
-    results = play_rows(cfg, specs, policy, slice_, workers=args.workers)
+    try:
+        results = play_rows(cfg, specs, policy, slice_, workers=args.workers)
+    except ControlRefused as exc:
+        raise UsageError(str(exc)) from None
     meta = {
         "config": str(args.config or DEFAULT_CONFIG),
         "policy": policy.to_json(),

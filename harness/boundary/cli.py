@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
-from harness.cli import UsageError
+from harness.cli import RunFailed, UsageError
 from harness.cli_common import (
     DEFAULT_CONFIG,
     add_progress_flags,
@@ -286,6 +286,8 @@ def _handler(args: argparse.Namespace) -> int:
         origins = len(origin_nodes)
     else:
         origins = args.origins
+        if members and origins > 1:
+            origin_nodes = _pick_origins(names, tuple(chain), args.witness, origins)
     witness_name = args.witness
     if witness_name is None:
         if members:
@@ -297,6 +299,7 @@ def _handler(args: argparse.Namespace) -> int:
     witness = not args.no_witness and witness_name is not None
 
     from harness._words import count
+    from harness.boundary.remote import RemoteError
     from harness.boundary.report import conditions, cost_table, unconfirmed_text
     from harness.boundary.runner import (
         BoundaryError,
@@ -306,6 +309,7 @@ def _handler(args: argparse.Namespace) -> int:
     )
     from nodes.config import LogFormat
     from nodes.logging import configure_logging
+    from nodes.refusal import ControlRefused
 
     settings = BoundarySettings(
         cadences=tuple(cadences),
@@ -375,8 +379,10 @@ def _handler(args: argparse.Namespace) -> int:
             outcome = run_boundary(
                 cfg, settings, partial, progress=args.progress, node_dir=args.node_dir
             )
-        except BoundaryError as exc:
+        except (BoundaryError, ControlRefused) as exc:
             raise UsageError(str(exc)) from None
+        except RemoteError as exc:
+            raise RunFailed(f"on running nodes: {exc}") from None
         except OSError as exc:
             where = exc.filename if exc.filename is not None else args.out
             raise UsageError(f"{where}: cannot write: {exc.strerror or exc}") from None
@@ -399,6 +405,27 @@ def _handler(args: argparse.Namespace) -> int:
         + f"; {unconfirmed_text(outcome)}; correct origins accused: {outcome.correct_accused}"
     )
     return 0
+
+
+def _pick_origins(
+    names: list[str], chain: tuple[str, ...], witness: str | None, count: int
+) -> tuple[str, ...]:
+    """``--origins N`` on running nodes: the chain's first and the next N-1 nodes without a role.
+
+    Running nodes cannot be made up: the origins are picked among them, in the
+    order they were given (``--nodes``) or recorded (``--cluster``).
+    """
+    taken = {*chain, *((witness,) if witness else ())}
+    free = [n for n in names if n not in taken]
+    if len(free) < count - 1:
+        raise UsageError(
+            f"--origins {count}: needs {count} origin nodes, but besides the chain"
+            f" {','.join(chain)}{f' and witness {witness}' if witness else ''} the running"
+            f" nodes ({', '.join(names)}) leave {len(free)}"
+            f"{': ' + ', '.join(free) if free else ''}; start more nodes or name the origins"
+            " (--origins a,d)"
+        )
+    return (chain[0], *free[: count - 1])
 
 
 def _cluster_members(home_arg: str) -> tuple[tuple[str, str], ...]:

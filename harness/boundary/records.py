@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
@@ -13,6 +12,7 @@ from harness.config import ExperimentConfig
 from harness.fingerprint import combine
 from harness.metrics import RunKey
 from nodes.faults import FaultMode
+from nodes.home import NODE_NAME_RE, NODE_NAME_RULE
 
 __all__ = [
     "UNCONFIRMED",
@@ -30,8 +30,6 @@ __all__ = [
 #: asked, or too few answered): an unconfirmed suspicion, counted in the results
 #: but neither written nor stored as evidence (silence is never proof).
 UNCONFIRMED = "unanswered_unconfirmed"
-
-_NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
 
 class BoundaryError(ValueError):
@@ -99,9 +97,9 @@ class BoundarySettings:
         if len(self.chain) < 2:
             raise BoundaryError(f"chain needs an origin and a holder, got {','.join(self.chain)}")
         names = self.node_names()
-        bad = [n for n in names if not _NODE_NAME.match(n)]
+        bad = [n for n in names if not NODE_NAME_RE.match(n)]
         if bad:
-            raise BoundaryError(f"node names must be lower-case [a-z0-9_-], 1-32 chars: {bad}")
+            raise BoundaryError(f"node names {', '.join(bad)}: expected {NODE_NAME_RULE}")
         if len(set(names)) != len(names):
             raise BoundaryError(f"node names must be distinct, got {', '.join(names)}")
         if self.origins < 1:
@@ -124,10 +122,14 @@ class BoundarySettings:
                     "an added RTT needs link proxies between nodes started here over gRPC"
                     f" (transport grpc), got transport {self.transport.value}"
                 )
-        if remote != bool(self.nodes):
+        if remote and not self.nodes:
             raise BoundaryError(
-                "transport remote needs running nodes (--cluster or --nodes), and they"
-                f" need transport remote (got {self.transport.value})"
+                "transport remote plays on running nodes: give them with --cluster or --nodes"
+            )
+        if self.nodes and not remote:
+            raise BoundaryError(
+                "running nodes (--cluster or --nodes) are reached with transport remote,"
+                f" got transport {self.transport.value}"
             )
         if remote:
             running = {n for n, _ in self.nodes}
