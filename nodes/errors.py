@@ -9,7 +9,9 @@
     ├── UnknownPeer               peer name not configured               INVALID_ARGUMENT
     ├── PromiseOutOfRange         a promise the node cannot keep         OUT_OF_RANGE
     ├── DemandPredatesRestart     dated below the replay floor found at  ABORTED
-    │                             start: re-issue a fresh demand
+    │   │                         start: re-issue a fresh demand
+    │   └── DemandPredatesFloor   dated at or below the nonces a full     ABORTED
+    │                             memory forgot (nodes.replay)
     ├── PeerUnavailable           a peer this call depends on failed     UNAVAILABLE
     └── StoreError                the hop log failed (nodes.store)       INTERNAL
         ├── StoreUnavailable      cannot open / disk I/O / locked        UNAVAILABLE
@@ -49,6 +51,7 @@ import grpc
 from contracts import errors as ce
 
 __all__ = [
+    "DemandPredatesFloor",
     "DemandPredatesRestart",
     "FoldConflict",
     "HopConflict",
@@ -103,6 +106,11 @@ class DemandPredatesRestart(NodeError):
     """A demand a previous run of this node may have answered (replay floor)."""
 
     code = grpc.StatusCode.ABORTED
+
+
+class DemandPredatesFloor(DemandPredatesRestart):
+    """A signed demand dated at or below the nonces this run forgot under load
+    (:mod:`nodes.replay`): it may be a replay of one answered; re-issue it fresh."""
 
 
 class PeerUnavailable(NodeError):

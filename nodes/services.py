@@ -224,6 +224,8 @@ MAX_ATTESTATION_LIFETIME_MS = MAX_LIFETIME_MS
 MAX_ASKED_ATTESTERS = 1024
 #: Demand nonces remembered at once (each for twice the window).
 MAX_NONCES = 200_000
+#: Counter: holder signatures on demands verified (one per demand, or per batch).
+DEMAND_VERIFICATIONS = "demand_verifications"
 #: How far above the latest accepted demand the durable replay floor is set.
 REPLAY_FLOOR_LEASE_MS = 1_000
 REPLAY_FLOOR_FILENAME = "replay_floor"
@@ -1015,6 +1017,7 @@ class NodeCore:
             or obligation.statement.holder is not None
             or d.time > _ms(now) + FUTURE_SLACK_MS
         ):
+            self.bump(DEMAND_VERIFICATIONS)
             demand = open_statement(demand.envelope, Demand)
         verify_demand(demand, obligation=obligation, commitment=commitment)
         # (5) unexpired obligation
@@ -1114,6 +1117,7 @@ class NodeCore:
             if own.fold is None or own.obligation.statement.holder is not None:
                 unsigned_ok = False
         if not unsigned_ok:
+            self.bump(DEMAND_VERIFICATIONS)
             envelope.verify(PublicKey.from_node_id(batch.holder))
         honest = type(self.behaviour).answer is _HONEST_ANSWER
         # Each fold checked, and its packed answer found when the answer rule serves
