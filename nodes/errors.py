@@ -8,6 +8,8 @@
     ├── UnknownValue              no held value with that ref            NOT_FOUND
     ├── UnknownPeer               peer name not configured               INVALID_ARGUMENT
     ├── PromiseOutOfRange         a promise the node cannot keep         OUT_OF_RANGE
+    ├── HeldConflict              a value_ref held for a reserved key    ALREADY_EXISTS
+    │                             delivered by another (nodes.held)
     ├── DemandPredatesRestart     dated below the replay floor found at  ABORTED
     │   │                         start: re-issue a fresh demand
     │   └── DemandPredatesFloor   dated at or below the nonces a full     ABORTED
@@ -54,6 +56,7 @@ __all__ = [
     "DemandPredatesFloor",
     "DemandPredatesRestart",
     "FoldConflict",
+    "HeldConflict",
     "HopConflict",
     "MalformedRequest",
     "MissingHop",
@@ -100,6 +103,12 @@ class UnknownValue(NodeError):
 
 class UnknownPeer(NodeError):
     code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class HeldConflict(NodeError):
+    """A stranger's delivery names a value_ref this node holds for a reserved key."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
 
 
 class DemandPredatesRestart(NodeError):
