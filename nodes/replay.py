@@ -41,14 +41,18 @@ class DemandNonces:
     """Remembered ``(holder, nonce)`` → demand time (ms), ordered by date; see the module."""
 
     __slots__ = ("_by_date", "_per", "_seen", "capacity", "evicted", "floor_ms", "keep_ms",
-                 "per_signer")  # fmt: skip
+                 "per_signer", "what")  # fmt: skip
 
-    def __init__(self, *, capacity: int, per_signer: int, keep_ms: int) -> None:
+    def __init__(
+        self, *, capacity: int, per_signer: int, keep_ms: int, what: str = "demand"
+    ) -> None:
+        """``what`` names the signed thing in refusals ("demand", "control call")."""
         if not 0 < per_signer <= capacity:
             raise ValueError(f"per_signer must be 1..{capacity}, got {per_signer}")
         self.capacity = capacity
         self.per_signer = per_signer
         self.keep_ms = keep_ms
+        self.what = what
         self.floor_ms = 0
         self.evicted = 0
         self._seen: dict[tuple[str, str], int] = {}
@@ -66,17 +70,17 @@ class DemandNonces:
         time_ms = self._seen.get((holder, nonce))
         if time_ms is not None:
             raise ReplayedNonce(
-                f"demand nonce {nonce[:16]} from holder {holder[:12]}… already answered"
-                f" (demand dated {time_ms} ms, remembered until {time_ms + self.keep_ms} ms)"
+                f"{self.what} nonce {nonce[:16]} from {holder[:12]}… already answered"
+                f" ({self.what} dated {time_ms} ms, remembered until {time_ms + self.keep_ms} ms)"
             )
 
     def check_floor(self, holder: str, time_ms: int) -> None:
         """Refuse a demand to be recorded that is dated at or below the eviction floor."""
         if time_ms <= self.floor_ms:
             raise DemandPredatesFloor(
-                f"demand from holder {holder[:12]}… is dated {time_ms} ms, at or below"
-                f" {self.floor_ms} ms: under load this node forgot the nonces of signed demands"
-                " dated up to then; issue a fresh demand"
+                f"{self.what} from {holder[:12]}… is dated {time_ms} ms, at or below"
+                f" {self.floor_ms} ms: under load this node forgot the nonces of signed"
+                f" {self.what}s dated up to then; issue a fresh one"
             )
 
     def prune(self, now_ms: int) -> None:
@@ -96,9 +100,9 @@ class DemandNonces:
             for holder, n in wanted.items():
                 if self._per.get(holder, 0) + n > self.per_signer:
                     raise RequestTooLarge(
-                        f"demand: holder {holder[:16]}… has {self._per.get(holder, 0)} signed"
-                        f" demands remembered, its share ({self.per_signer}) of this node's"
-                        f" full nonce memory ({self.capacity}); try again shortly"
+                        f"{self.what}: signer {holder[:16]}… has {self._per.get(holder, 0)}"
+                        f" signed {self.what}s remembered, its share ({self.per_signer}) of"
+                        f" this node's full nonce memory ({self.capacity}); try again shortly"
                     )
             heap = self._by_date
             while heap and len(self._seen) + len(entries) > self.capacity:

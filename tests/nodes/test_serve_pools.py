@@ -43,6 +43,7 @@ from nodes import wire
 from nodes._pb.provnet.v1 import (
     deliver_pb2,
     deliver_pb2_grpc,
+    evidence_pb2,
     hoplog_pb2,
     hoplog_pb2_grpc,
     node_pb2,
@@ -51,7 +52,14 @@ from nodes._pb.provnet.v1 import (
     serve_pb2_grpc,
 )
 from nodes.app import load_or_create_identity
-from nodes.auth import ControlCredentials, control_channel
+from nodes.auth import (
+    ControlAuth,
+    ControlCredentials,
+    NotAuthenticated,
+    PermissionDenied,
+    control_channel,
+    signed_metadata,
+)
 from nodes.config import NodeConfig
 from nodes.errors import DemandPredatesFloor, HeldConflict, RequestTooLarge
 from nodes.held import HeldValues
@@ -224,7 +232,7 @@ async def test_a2_signed_demands_from_many_keys_cannot_lock_out_an_honest_holder
             try:
                 await core.answer_demands([_signed_demand(key, obligation, core.now_ms() + 400)])
             except RequestTooLarge as exc:
-                refusals.add(str(exc).split("holder ", 1)[1][:16])  # the signer at its share
+                refusals.add(str(exc).split("signer ", 1)[1][:16])  # the signer at its share
                 refused += 1
         assert refused > 0
         assert refusals == {heavy.node_id[:16]}  # it alone
@@ -413,3 +421,44 @@ def test_held_values_are_evicted_from_the_key_holding_the_most_strangers_first()
     held.put("big", "v", 75, by="operator", reserved=True)
     assert held.bytes <= 100
     assert held.get("big") == "v"
+
+
+# --------------------------------------------------------------------------- control nonces
+
+
+def _signed(creds: ControlCredentials, method: str, request: Any) -> tuple[bytes, Any]:
+    return request.SerializeToString(), signed_metadata(creds, method, request)
+
+
+def test_a_strangers_signed_control_calls_cannot_fill_the_nonces_the_operator_needs() -> None:
+    auth = ControlAuth([TEST_OPERATOR.key_id], max_nonces=64)
+    report = "/provnet.v1.Evidence/Report"
+    deliver = "/provnet.v1.Deliver/Deliver"
+    stranger = ControlCredentials(Identity.generate())
+    # Signed with a key the node does not authorise: refused, and nothing recorded.
+    for _ in range(100):
+        body, meta = _signed(stranger, report, evidence_pb2.ReportRequest(evidence=b"x"))
+        with pytest.raises(PermissionDenied):
+            auth.check(report, body, meta)
+    # A key delivering as itself may sign Deliver: its share of a full memory, then refused.
+    refused = 0
+    for _ in range(100):
+        body, meta = _signed(stranger, deliver, deliver_pb2.DeliverRequest())
+        try:
+            auth.check(deliver, body, meta)
+        except RequestTooLarge:
+            refused += 1
+    assert refused == 100 - 64
+    # Fresh keys, one call each: the lowest-dated (the flood's) are forgotten, none refused.
+    for _ in range(50):
+        body, meta = _signed(
+            ControlCredentials(Identity.generate()), deliver, deliver_pb2.DeliverRequest()
+        )
+        auth.check(deliver, body, meta)
+    # The operator's calls keep their own memory (before: RESOURCE_EXHAUSTED).
+    for _ in range(10):
+        body, meta = _signed(TEST_OPERATOR, report, evidence_pb2.ReportRequest(evidence=b"x"))
+        assert auth.check(report, body, meta) == TEST_OPERATOR.key_id
+    # A replay is refused before its signature is checked, and still refused.
+    with pytest.raises(NotAuthenticated, match="replayed"):
+        auth.check(report, body, meta)
