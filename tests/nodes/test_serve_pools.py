@@ -66,7 +66,7 @@ from nodes.held import HeldValues
 from nodes.messages import Delivery
 from nodes.replay import DemandNonces
 from nodes.services import DEMAND_VERIFICATIONS, MAX_NONCES, NodeCore
-from nodes.transport import InMemoryTransport
+from nodes.transport import MAX_CHANNELS, GrpcTransport, InMemoryTransport
 from tests.nodes.node_process import node_process
 from tests.nodes.rpc_support import TEST_OPERATOR, hop_json, operator_channel
 
@@ -462,3 +462,24 @@ def test_a_strangers_signed_control_calls_cannot_fill_the_nonces_the_operator_ne
     # A replay is refused before its signature is checked, and still refused.
     with pytest.raises(NotAuthenticated, match="replayed"):
         auth.check(report, body, meta)
+
+
+# --------------------------------------------------------------------------- witness channels
+
+
+async def test_a_witness_dialling_strangers_endpoints_keeps_a_bounded_number_of_channels() -> None:
+    # A challenge makes the witness dial the endpoints of any obligation it cites, and
+    # anyone can sign one naming any address: before, every address got a channel,
+    # kept (and reconnecting) for the life of the node.
+    transport = GrpcTransport()
+    try:
+        first = transport.channel("127.0.0.1:1")
+        for port in range(2, MAX_CHANNELS + 101):
+            transport.channel(f"127.0.0.1:{port}")
+        assert len(transport._channels) == MAX_CHANNELS
+        assert len(transport._closing) > 0  # the oldest, closing once their calls end
+        again = transport.channel("127.0.0.1:1")
+        assert again is not first  # made again when used again
+    finally:
+        await transport.close()
+    assert not transport._channels
