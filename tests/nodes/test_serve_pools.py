@@ -145,10 +145,11 @@ def _copy_with_nonce(demand: Signed[Demand], nonce: str) -> bytes:
 # --------------------------------------------------------------------------- A2 (real process)
 
 
-async def _flood_copies(origin: str, calls: int) -> dict[str, int]:
+async def _flood_copies(origin: str, calls: int, top_up: int = 0) -> dict[str, int]:
     """Issue 23's attack 2: one signed bearer demand under a head, copied with random
-    nonces, 256 to a call, from 6 tasks; then an honest holder's two demands (one
-    bearer, one verified). Returns the codes the flood's calls got."""
+    nonces, 256 to a call, from 6 tasks, then ``top_up`` calls of one copy; then an
+    honest holder's two demands (one bearer, one verified). Returns the codes the
+    flood's calls got."""
     headed = await _head_obligation(origin)
     _, legacy_bytes = await _legacy_obligation(origin)
     legacy = open_statement(legacy_bytes, Obligation)
@@ -158,18 +159,20 @@ async def _flood_copies(origin: str, calls: int) -> dict[str, int]:
         stub: Any = serve_pb2_grpc.ServeStub(chan)
         todo = iter(range(calls))
 
-        async def flood() -> None:
+        async def flood(size: int) -> None:
             for _ in todo:
                 # Dated now, as a fresh copy would be: inside the window throughout.
                 signed = Signed(one.envelope, dataclasses.replace(one.statement, time=now_ms()))
-                copies = [_copy_with_nonce(signed, new_nonce()) for _ in range(256)]
+                copies = [_copy_with_nonce(signed, new_nonce()) for _ in range(size)]
                 try:
                     await stub.Demand(serve_pb2.DemandRequest(demands=copies), timeout=30)
                     codes["OK"] = codes.get("OK", 0) + 1
                 except grpc.aio.AioRpcError as exc:
                     codes[exc.code().name] = codes.get(exc.code().name, 0) + 1
 
-        await asyncio.gather(*(flood() for _ in range(6)))
+        await asyncio.gather(*(flood(256) for _ in range(6)))
+        todo = iter(range(top_up))
+        await flood(1)  # the last places, one copy at a time
         # Right after the flood, inside the minute its nonces would have lasted:
         holder = Identity.generate()
         for obligation in (headed, legacy):  # a bearer demand and a verified one
@@ -192,10 +195,10 @@ async def test_a2_copies_of_one_bearer_demand_leave_no_nonce_in_the_memory(origi
 async def test_a2_copies_of_one_bearer_demand_cannot_fill_the_memory_honest_holders_served(
     origin: str,
 ) -> None:
-    calls = -(-(MAX_NONCES + 4096) // 256)  # enough copies to fill the memory of before
-    codes = await _flood_copies(origin, calls)
-    # Before: the last calls and both honest demands were RESOURCE_EXHAUSTED.
-    assert codes == {"OK": calls}
+    calls = MAX_NONCES // 256  # enough copies to fill the memory of before, with the top-up
+    codes = await _flood_copies(origin, calls, top_up=300)
+    # Before: the top-up's last calls and both honest demands were RESOURCE_EXHAUSTED.
+    assert codes == {"OK": calls + 300}
     assert (await _stats(origin))["demand_nonces"] == 1
 
 
