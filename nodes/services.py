@@ -24,9 +24,9 @@ is written before every demand of the call passed (1)-(5):
 5. the obligation has not expired (``Expired`` → FAILED_PRECONDITION);
 6. its nonce is new in this run (ALREADY_EXISTS otherwise) and it is not
    dated below the replay floor found at start (ABORTED: a previous run may
-   have answered it) — both looked up before any signature is verified, so a
-   replay costs a lookup; only a demand whose signature was verified has its
-   nonce recorded (a bearer demand's holder and nonce are the caller's to
+   have answered it) — the nonce looked up as soon as the demand is parsed,
+   the floors before its signature is verified, so a replay costs a lookup;
+   only a demand whose signature was verified has its nonce recorded (a bearer demand's holder and nonce are the caller's to
    choose), per signer, in a memory no stranger can fill for others
    (:mod:`nodes.replay`); see ``_accept_nonces``;
 7. the fold is resolved from the store and the receipt signed by
@@ -1040,9 +1040,9 @@ class NodeCore:
         d = demand.statement
         obligation, commitment = own.obligation, own.commitment
         if _signature_decides(d, own, now):
-            # (6) a demand to be recorded: refused below the eviction floor
-            # before its signature costs anything
-            self._nonces.check_floor(d.holder, d.time)
+            # (6) a demand to be recorded: refused below a floor before its
+            # signature costs anything
+            self._refuse_below_floors(d, demand.digest)
             self.bump(DEMAND_VERIFICATIONS)
             demand = open_statement(demand.envelope, Demand)
         verify_demand(demand, obligation=obligation, commitment=commitment)
@@ -1055,25 +1055,30 @@ class NodeCore:
             )
         return demand
 
-    def _refuse_replay(self, d: Demand, digest: str) -> None:
-        """Step (6)'s refusals, checked before any signature: O(1) for a replay."""
+    def _refuse_replay(self, d: Demand) -> None:
+        """Step (6): a remembered nonce, refused as soon as the demand is parsed."""
         try:
             self._nonces.check(d.holder, d.nonce)
         except ReplayedNonce:
             self.bump(st.CounterName.NONCE_REPLAYS)
             raise
+
+    def _refuse_below_floors(self, d: Demand, digest: str) -> None:
+        """Step (6) for a demand to be recorded, before its signature is verified:
+        dated below the restart floor, or at or below the nonces a full memory forgot."""
         if d.time < self._restart_floor_ms:
             raise DemandPredatesRestart(
                 f"demand {digest[:12]}… is dated {d.time} ms, before this node's"
                 f" restart floor {self._restart_floor_ms} ms; issue a fresh demand"
             )
+        self._nonces.check_floor(d.holder, d.time)
 
     async def _check_demand(
         self, data: bytes | Envelope, now: float
     ) -> tuple[Signed[Demand], _Own]:
         """Steps (2)-(5) of one demand: the demand, checked, and the fold it is for."""
         demand = self._fresh_demand(data, now)
-        self._refuse_replay(demand.statement, demand.digest)
+        self._refuse_replay(demand.statement)
         return await self._checked_own(demand, now)
 
     async def _checked_own(self, demand: Signed[Demand], now: float) -> tuple[Signed[Demand], _Own]:
@@ -1122,7 +1127,7 @@ class NodeCore:
             if key in seen:
                 raise MalformedRequest("demand: the same nonce appears twice in one call")
             seen.add(key)
-            self._refuse_replay(demand.statement, demand.digest)
+            self._refuse_replay(demand.statement)
             fresh.append(demand)
         checked: list[tuple[Signed[Demand], _Own]] = []
         for demand in fresh:
@@ -1156,7 +1161,7 @@ class NodeCore:
             )
         # (6) a replayed batch is refused here, before its signature
         if batch.items:
-            self._refuse_replay(batch.demand(0), envelope.digest)
+            self._refuse_replay(batch.demand(0))
         # (4) ours, and bound correctly
         now_ms = _ms(now)
         # the holder's one signature carries information unless every fold is a
@@ -1175,7 +1180,7 @@ class NodeCore:
             if own.fold is None or own.obligation.statement.holder is not None:
                 unsigned_ok = False
         if not unsigned_ok:
-            self._nonces.check_floor(batch.holder, batch.time)
+            self._refuse_below_floors(demands[0].statement, envelope.digest)
             self.bump(DEMAND_VERIFICATIONS)
             envelope.verify(PublicKey.from_node_id(batch.holder))
         honest = type(self.behaviour).answer is _HONEST_ANSWER
@@ -1350,8 +1355,8 @@ class NodeCore:
         latest: int | None = None  # the latest time of a demand not dated ahead
         for demand in demands:  # one pass: checks (again: a concurrent call may have
             d = demand.statement  # claimed the nonce since), and which are dated ahead
-            self._refuse_replay(d, demand.digest)
-            self._nonces.check_floor(d.holder, d.time)
+            self._refuse_replay(d)
+            self._refuse_below_floors(d, demand.digest)
             entries.append((d.holder, d.nonce, d.time))
             if d.time > ahead:
                 future.append(demand)
