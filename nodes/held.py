@@ -55,6 +55,9 @@ class HeldValues(Generic[V]):
         self._entries: dict[str, _Entry[V]] = {}
         self._refs: dict[str, OrderedDict[str, None]] = {}  # key → its refs, oldest first
         self._key_bytes: dict[str, int] = {}
+        # Per class (reserved?), keys by how many values they hold: the key holding
+        # the most is found among the few distinct counts, not by scanning keys.
+        self._by_count: dict[bool, dict[int, dict[str, None]]] = {False: {}, True: {}}
         self.bytes = 0
         self._reserved_count = 0
         self._reserved_bytes = 0
@@ -92,7 +95,9 @@ class HeldValues(Generic[V]):
         if old is not None:
             self._drop(value_ref)
         self._entries[value_ref] = _Entry(value, key, size, reserved)
-        self._refs.setdefault(key, OrderedDict())[value_ref] = None
+        refs = self._refs.setdefault(key, OrderedDict())
+        self._recount(key, reserved, len(refs), len(refs) + 1)
+        refs[value_ref] = None
         self._key_bytes[key] = self._key_bytes.get(key, 0) + size
         self.bytes += size
         if reserved:
@@ -105,26 +110,47 @@ class HeldValues(Generic[V]):
             evicted = self._drop(victim)
             self._on_evict(victim, evicted.value)
 
+    def _only(self, key: str, value_ref: str) -> bool:
+        refs = self._refs[key]
+        return len(refs) == 1 and value_ref in refs
+
+    def _recount(self, key: str, reserved: bool, old: int, new: int) -> None:
+        buckets = self._by_count[reserved]
+        if old:
+            bucket = buckets[old]
+            del bucket[key]
+            if not bucket:
+                del buckets[old]
+        if new:
+            buckets.setdefault(new, {})[key] = None
+
     def _victim(self, *, by_bytes: bool, keep: str) -> str | None:
-        """The oldest value of the key holding the most, strangers first."""
+        """The oldest value of the key holding the most, strangers first (by bytes: a
+        scan of the keys, only once the byte cap is exceeded)."""
         for reserved in (False, True):
-            best: tuple[int, str] | None = None
-            for key, refs in self._refs.items():
-                first = next(iter(refs))
-                if self._entries[first].reserved is not reserved:
-                    continue
-                if len(refs) == 1 and first == keep:
-                    continue
-                held = self._key_bytes[key] if by_bytes else len(refs)
-                if best is None or held > best[0]:
-                    best = (held, key)
+            best: str | None = None
+            if by_bytes:
+                most = -1
+                for key, refs in self._refs.items():
+                    first = next(iter(refs))
+                    if self._entries[first].reserved is not reserved or self._only(key, keep):
+                        continue
+                    if self._key_bytes[key] > most:
+                        best, most = key, self._key_bytes[key]
+            else:
+                for count in sorted(self._by_count[reserved], reverse=True):
+                    keys = self._by_count[reserved][count]
+                    best = next((k for k in keys if not self._only(k, keep)), None)
+                    if best is not None:
+                        break
             if best is not None:
-                return next(ref for ref in self._refs[best[1]] if ref != keep)
+                return next(ref for ref in self._refs[best] if ref != keep)
         return None
 
     def _drop(self, value_ref: str) -> _Entry[V]:
         entry = self._entries.pop(value_ref)
         refs = self._refs[entry.by]
+        self._recount(entry.by, entry.reserved, len(refs), len(refs) - 1)
         del refs[value_ref]
         if not refs:
             del self._refs[entry.by]
