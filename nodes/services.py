@@ -26,9 +26,8 @@ is written before every demand of the call passed (1)-(5):
    dated below the replay floor found at start (ABORTED: a previous run may
    have answered it) — the nonce looked up as soon as the demand is parsed,
    the floors before its signature is verified, so a replay costs a lookup;
-   only a demand whose signature was verified has its nonce recorded (a
-   bearer demand's holder and nonce are the caller's to choose), per signer,
-   in a memory no stranger can fill for others
+   only a demand whose signature was verified has its nonce recorded (a bearer demand's holder and nonce are the caller's to
+   choose), per signer, in a memory no stranger can fill for others
    (:mod:`nodes.replay`); see ``_accept_nonces``;
 7. the fold is resolved from the store and the receipt signed by
    :func:`contracts.serve.answer_demand` — SERVED with the stored bytes,
@@ -199,9 +198,6 @@ DEMAND_WINDOW_S = 30.0
 #: so no caller can push the floor ahead and make a restarted node refuse.
 FUTURE_SLACK_MS = 500
 FUTURE_NONCES_FILENAME = "future_nonces"
-#: The nonce field of a line in that file that is a holder's floor, not a nonce
-#: (no nonce is this short): its demands dated at or below it are refused.
-FUTURE_FLOOR_NONCE = "*"
 #: Future-dated demands remembered durably at once: all, and per holder.
 MAX_FUTURE_NONCES = 4096
 MAX_FUTURE_NONCES_PER_HOLDER = 64
@@ -484,9 +480,6 @@ class NodeCore:
         # Future-dated demands accepted (this run and runs before): durable nonces.
         self._future_path = config.data_dir / FUTURE_NONCES_FILENAME
         self._future: dict[tuple[str, str], int] = {}
-        #: Holder → the latest date of its entries forgotten from a full memory (a
-        #: previous run's, read at start): its demands dated at or below are refused.
-        self._future_floors: dict[str, int] = {}
         self._suspects: set[str] | None = None  # origins with stored suspicions (lazy)
         # Suspicions stored so far (a receipt check that read the store before one
         # landed must not drop its origin from ``_suspects``), and the last receipts
@@ -535,12 +528,8 @@ class NodeCore:
         live = _read_future_nonces(self._future_path, self.now_ms())
         if live or self._future_path.exists():
             _rewrite_future_nonces(self._future_path, live)
+        self._future = dict(live)
         for (holder, nonce), forget_at in live.items():
-            if nonce == FUTURE_FLOOR_NONCE:
-                floor = forget_at - _ms(DEMAND_WINDOW_S)
-                self._future_floors[holder] = max(self._future_floors.get(holder, 0), floor)
-                continue
-            self._future[(holder, nonce)] = forget_at
             self._nonces.add(holder, nonce, forget_at - _ms(DEMAND_WINDOW_S))
 
     async def _outwait_restart_floor(self) -> None:
@@ -1082,13 +1071,6 @@ class NodeCore:
                 f"demand {digest[:12]}… is dated {d.time} ms, before this node's"
                 f" restart floor {self._restart_floor_ms} ms; issue a fresh demand"
             )
-        held_back = self._future_floors.get(d.holder)
-        if held_back is not None and d.time <= held_back:
-            raise DemandPredatesRestart(
-                f"demand {digest[:12]}… is dated {d.time} ms, at or below {held_back} ms, up to"
-                f" which a previous run forgot holder {d.holder[:12]}…'s demands dated ahead"
-                " to make room for others'; issue a fresh demand"
-            )
         self._nonces.check_floor(d.holder, d.time)
 
     async def _check_demand(
@@ -1368,85 +1350,60 @@ class NodeCore:
         now_ms = _ms(now)
         self._prune_nonces(now_ms)
         ahead = now_ms + FUTURE_SLACK_MS
-        claimed: list[tuple[str, str, int]] = []
+        entries: list[tuple[str, str, int]] = []
         future: list[Signed[Demand]] = []
         latest: int | None = None  # the latest time of a demand not dated ahead
         for demand in demands:  # one pass: checks (again: a concurrent call may have
             d = demand.statement  # claimed the nonce since), and which are dated ahead
             self._refuse_replay(d)
             self._refuse_below_floors(d, demand.digest)
-            claimed.append((d.holder, d.nonce, d.time))
+            entries.append((d.holder, d.nonce, d.time))
             if d.time > ahead:
                 future.append(demand)
             elif latest is None or d.time > latest:
                 latest = d.time
-        forgotten: list[tuple[str, str, int]] = []
         if future:
-            forgotten = self._check_future_caps(future, now_ms)
+            self._check_future_caps(future, now_ms)
         # Claim the nonces before the first await, so a concurrent call with the
         # same nonce sees it; give them back if they cannot be made durable.
-        self._nonces.claim(claimed)
+        self._nonces.claim(entries)
         try:
             if future:
                 # Dated ahead of our clock: remembered durably one by one, so the
-                # floor never runs ahead of the clock by more than its lease; the
-                # holder floors of entries forgotten to make room written first.
+                # floor never runs ahead of the clock by more than its lease.
                 entries = [
                     (d.statement.holder, d.statement.nonce, d.statement.time) for d in future
                 ]
-                await asyncio.to_thread(
-                    _append_future_nonces, self._future_path, [*forgotten, *entries]
-                )
+                await asyncio.to_thread(_append_future_nonces, self._future_path, entries)
                 for holder, nonce, time_ms in entries:
                     self._future[(holder, nonce)] = time_ms + _ms(DEMAND_WINDOW_S)
             if latest is not None and latest >= self._floor_ms:
                 await self._raise_floor(max(latest, now_ms) + REPLAY_FLOOR_LEASE_MS)
         except BaseException:
-            self._nonces.release(claimed)
-            for holder, nonce, _ in claimed:
+            self._nonces.release(entries)
+            for holder, nonce, _ in entries:
                 self._future.pop((holder, nonce), None)
             raise
 
-    def _check_future_caps(
-        self, future: Sequence[Signed[Demand]], now_ms: int
-    ) -> list[tuple[str, str, int]]:
-        """Room for ``future`` in the durable memory of demands dated ahead: a holder
-        over its cap is refused; when the memory is full, the lowest-dated entries of
-        the holder holding the most are forgotten (not a newcomer's: no holder drains
-        the memory for another), each replaced by a floor line for that holder
-        (``FUTURE_FLOOR_NONCE``, returned to be written first): after a restart its
-        demands dated at or below it are ABORTED, so none is answered twice."""
+    def _check_future_caps(self, future: Sequence[Signed[Demand]], now_ms: int) -> None:
         for key in [k for k, t in self._future.items() if t <= now_ms]:
             del self._future[key]
-        stale = now_ms - _ms(DEMAND_WINDOW_S)
-        for holder in [h for h, t in self._future_floors.items() if t <= stale]:
-            del self._future_floors[holder]
+        if len(self._future) + len(future) > MAX_FUTURE_NONCES:
+            raise RequestTooLarge(
+                f"demand dated ahead of this node's clock: {len(self._future)} such demands"
+                f" remembered (cap {MAX_FUTURE_NONCES}); check the holder's clock"
+            )
         per: dict[str, int] = {}
         for holder, _ in self._future:
             per[holder] = per.get(holder, 0) + 1
-        asking: dict[str, int] = {}
         for d in future:
             h = d.statement.holder
-            asking[h] = asking.get(h, 0) + 1
-            if per.get(h, 0) + asking[h] > MAX_FUTURE_NONCES_PER_HOLDER:
+            per[h] = per.get(h, 0) + 1
+            if per[h] > MAX_FUTURE_NONCES_PER_HOLDER:
                 raise RequestTooLarge(
                     f"demand dated ahead of this node's clock: holder {h[:16]}… has"
                     f" {MAX_FUTURE_NONCES_PER_HOLDER} such demands pending; check its clock"
                 )
-        forgotten: list[tuple[str, str, int]] = []
-        while len(self._future) + len(future) > MAX_FUTURE_NONCES:
-            others = [h for h in per if per[h] and h not in asking]
-            if not others:
-                raise RequestTooLarge(
-                    f"demand dated ahead of this node's clock: {len(self._future)} such demands"
-                    f" remembered (cap {MAX_FUTURE_NONCES}); check the holder's clock"
-                )
-            victim = max(others, key=per.__getitem__)
-            key = min((k for k in self._future if k[0] == victim), key=self._future.__getitem__)
-            time_ms = self._future.pop(key) - _ms(DEMAND_WINDOW_S)
-            per[victim] -= 1
-            forgotten.append((victim, FUTURE_FLOOR_NONCE, time_ms))
-        return forgotten
 
     async def _raise_floor(self, floor_ms: int) -> None:
         async with self._floor_lock:

@@ -65,13 +65,7 @@ from nodes.errors import DemandPredatesFloor, HeldConflict, RequestTooLarge
 from nodes.held import HeldValues
 from nodes.messages import Delivery
 from nodes.replay import DemandNonces
-from nodes.services import (
-    DEMAND_VERIFICATIONS,
-    MAX_FUTURE_NONCES,
-    MAX_FUTURE_NONCES_PER_HOLDER,
-    MAX_NONCES,
-    NodeCore,
-)
+from nodes.services import DEMAND_VERIFICATIONS, MAX_NONCES, NodeCore
 from nodes.transport import MAX_CHANNELS, GrpcTransport, InMemoryTransport
 from tests.nodes.node_process import node_process
 from tests.nodes.rpc_support import TEST_OPERATOR, hop_json, operator_channel
@@ -492,51 +486,3 @@ async def test_a_witness_dialling_strangers_endpoints_keeps_a_bounded_number_of_
     finally:
         await transport.close()
     assert not transport._channels
-
-
-# --------------------------------------------------------------------------- demands dated ahead
-
-
-async def test_demands_dated_ahead_from_many_keys_cannot_lock_out_an_honest_holder(
-    tmp_path: Path,
-) -> None:
-    env = {"PROVNET_OPERATOR_KEYS": TEST_OPERATOR.key_id, "PROVNET_DEADLINE_MS": "2000"}
-    honest = Identity.generate()
-    keys = [Identity.generate() for _ in range(MAX_FUTURE_NONCES // MAX_FUTURE_NONCES_PER_HOLDER)]
-    with node_process(tmp_path, "origin", **env) as (origin, _):
-        _, o_bytes = await _legacy_obligation(origin)
-        obligation = open_statement(o_bytes, Obligation)
-        async with control_channel(origin, None) as chan:
-            stub: Any = serve_pb2_grpc.ServeStub(chan)
-            # Every key its whole share of demands dated 20 s ahead: the durable
-            # memory of such demands is full.
-            ahead = now_ms() + 20_000
-            for key in keys:
-                call = [
-                    _signed_demand(key, obligation, ahead)
-                    for _ in range(MAX_FUTURE_NONCES_PER_HOLDER)
-                ]
-                reply = await stub.Demand(serve_pb2.DemandRequest(demands=call), timeout=30)
-                assert len(reply.answers) == len(call)
-            # An honest holder whose clock runs 5 s ahead (before: RESOURCE_EXHAUSTED).
-            mine = _signed_demand(honest, obligation, now_ms() + 5_000)
-            assert _served(await stub.Demand(serve_pb2.DemandRequest(demands=[mine]), timeout=10))
-    # After a restart: the honest demand is still remembered (no replay), and the
-    # key whose entry was forgotten for it is refused at or below that entry's date.
-    with node_process(tmp_path, "origin", **env) as (origin, _):
-        async with control_channel(origin, None) as chan:
-            stub = serve_pb2_grpc.ServeStub(chan)
-            with pytest.raises(grpc.aio.AioRpcError) as replayed:
-                await stub.Demand(serve_pb2.DemandRequest(demands=[mine]), timeout=10)
-            assert replayed.value.code() is grpc.StatusCode.ALREADY_EXISTS
-            victims = 0
-            for key in keys:
-                demand = _signed_demand(key, obligation, ahead - 1)
-                try:
-                    await stub.Demand(serve_pb2.DemandRequest(demands=[demand]), timeout=10)
-                except grpc.aio.AioRpcError as exc:
-                    if exc.code() is grpc.StatusCode.ABORTED:
-                        victims += 1
-                    elif exc.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:
-                        raise
-            assert victims == 1
