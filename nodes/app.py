@@ -26,6 +26,7 @@ import gc
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -148,6 +149,9 @@ async def start_node(
         if operator not in config.operator_keys:
             config = replace(config, operator_keys=(*config.operator_keys, operator))
     identity = load_or_create_identity(config.data_dir)
+    if clock is None and config.clock_offset_s:
+        clock = _offset_clock(config.clock_offset_s)
+        log.warning("clock_offset", offset_s=config.clock_offset_s)
     if transport is None:
         transport = GrpcTransport(config.max_message_bytes)
     if isinstance(transport, GrpcTransport) and transport.credentials is None:
@@ -178,6 +182,15 @@ async def start_node(
         reaper = Reaper(core.store, interval_s=config.reap_interval_s, clock=core.now_ms)
         reaper.start()
     return RunningNode(config=config, core=core, server=server, reaper=reaper)
+
+
+def _offset_clock(offset_s: float) -> Callable[[], float]:
+    """The wall clock shifted by ``offset_s`` (``clock_offset_s``, fixed at start)."""
+
+    def clock() -> float:
+        return time.time() + offset_s
+
+    return clock
 
 
 async def run_node(config: NodeConfig) -> None:

@@ -14,11 +14,15 @@ per-fold or under a signed tree head). An honest attester (fault ``none``)
 3. signs ``reconstruction ≥ 1.0`` binding
    :func:`contracts.attest.restoration_digest` of the value ref and those
    commitments, citing exactly the proofs' receipts — never backdated (issue
-   time no earlier than its clock), lifetime within :data:`MAX_LIFETIME_MS`;
+   time no earlier than its clock), lifetime within :data:`MIN_LIFETIME_MS` ..
+   :data:`MAX_LIFETIME_MS`;
 4. logs it (A6): one hop per attestation in its own log
    (:func:`contracts.attest.attestation_hop_fields`), committed as a fold
    with signed commitment and obligation, servable like any other; the answer
-   names that fold so the holder can demand it back.
+   names that fold so the holder can demand it back. Asked again for what it
+   has logged (same value digest, axis, floor, cites, discharges) it answers
+   the logged attestation and writes nothing, until that one has expired
+   (:mod:`nodes.attest_log`, which also keeps the hops' seqs across restarts).
 
 It signs nothing else: other axes and taint discharges asked for get no
 attestation (it holds no evidence for them), and a request whose proofs do
@@ -71,6 +75,7 @@ __all__ = [
     "MAX_DISCHARGE",
     "MAX_LIFETIME_MS",
     "MAX_PROOFS",
+    "MIN_LIFETIME_MS",
     "AttestCarrier",
     "AttestationAnswer",
     "AttestationAsk",
@@ -78,6 +83,7 @@ __all__ = [
     "AttesterFault",
     "FoldBytes",
     "IssuedAttestation",
+    "LoggedAttestation",
     "RestoreResult",
     "attestation_hops",
     "leaf0_demand",
@@ -87,6 +93,10 @@ __all__ = [
 ATTEST_SEQ_BASE = 1 << 62
 #: Longest lifetime an attester signs (30 days, as obligations).
 MAX_LIFETIME_MS = 30 * 24 * 3600 * 1000
+#: Shortest lifetime an attester signs: a logged attestation is renewed only
+#: once expired (:mod:`nodes.attest_log`), so this bounds how often the same
+#: proofs can make it write.
+MIN_LIFETIME_MS = 1000
 DEFAULT_LIFETIME_MS = 3600 * 1000
 #: Proofs (and commitments) one request may cite.
 MAX_PROOFS = 256
@@ -169,6 +179,11 @@ class AttestationAsk:
             raise MalformedRequest(
                 f"attest request: lifetime {self.lifetime_ms} ms exceeds {MAX_LIFETIME_MS} ms"
             )
+        if 0 < self.lifetime_ms < MIN_LIFETIME_MS:
+            raise MalformedRequest(
+                f"attest request: lifetime {self.lifetime_ms} ms is below {MIN_LIFETIME_MS} ms"
+                " (0 asks for the default)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +198,18 @@ class IssuedAttestation:
     @property
     def size(self) -> int:
         return len(self.attestation) + sum(p.size for p in self.proofs)
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedAttestation:
+    """An attestation as its attester's A6 log holds it: the envelope and the
+    (commitment, obligation) of the fold committing its hop (empty once that
+    fold has been reaped); ``repeated``: answered from the log, nothing written."""
+
+    attestation: bytes
+    commitment: bytes
+    obligation: bytes
+    repeated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +256,7 @@ class _AttesterCore(Protocol):
 
     async def log_attestations(
         self, signed: Sequence[Signed[Attestation]]
-    ) -> tuple[bytes, bytes]: ...
+    ) -> tuple[LoggedAttestation, ...]: ...
 
     async def demand_leaf0(self, proof: RehydrationProof) -> RehydrationProof | None: ...
 
@@ -363,11 +390,11 @@ class Attester:
     ) -> AttestationAnswer:
         if not signed:
             return AttestationAnswer(refused="nothing asked that this attester signs")
-        commitment, obligation = await self.core.log_attestations([s for s, _ in signed])
+        logged = await self.core.log_attestations([s for s, _ in signed])
         return AttestationAnswer(
             tuple(
-                IssuedAttestation(s.to_bytes(), proofs, commitment, obligation)
-                for s, proofs in signed
+                IssuedAttestation(entry.attestation, proofs, entry.commitment, entry.obligation)
+                for entry, (_, proofs) in zip(logged, signed, strict=True)
             )
         )
 

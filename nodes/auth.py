@@ -18,8 +18,9 @@ when it carries a per-call Ed25519 signature by a key the node authorises:
                                          signer)
 ``Attest.Request``                       an operator key, or the node key of the
                                          holder that signed every demand the
-                                         request cites (it makes the attester
-                                         sign and log on that holder's behalf)
+                                         request cites, at least one (it makes
+                                         the attester sign and log on that
+                                         holder's behalf; nodes.attest_log)
 ======================================  =====================================
 
 The signature travels in metadata and covers a domain tag, the full method

@@ -79,6 +79,10 @@ _FLAG_HELP: Mapping[str, str] = {
     " RESOURCE_EXHAUSTED before their body is read (default 8 MiB, 0: off)",
     "max_pending_rpcs": "calls received but not yet taken up by the node; more are refused by"
     " gRPC at once, seen as CANCELLED (default 1024, 0: gRPC's own limit of 1000)",
+    "routes": "'address=via' entries separated by ';' or spaces: calls this node makes to"
+    " address dial via instead (e.g. a link proxy for this node's own link)",
+    "clock_offset_s": "seconds added to this node's wall clock, for tests of clock skew"
+    " (default 0; within ±86400)",
 }
 
 

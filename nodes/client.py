@@ -84,7 +84,7 @@ from contracts.statements import (
     WitnessReport,
     payload_type_for,
 )
-from nodes.errors import MalformedRequest
+from nodes.errors import ClockSkew, MalformedRequest
 from nodes.logging import get_logger
 from nodes.messages import (
     EVIDENCE_KINDS,
@@ -123,6 +123,9 @@ _DEMAND_TEMPLATES = 4096
 #: How an origin before version 3 refuses a demand batch (an envelope of a
 #: payload type it does not read); the folds are then asked per fold.
 _BATCH_UNREAD = frozenset({"INVALID_ARGUMENT", "UNIMPLEMENTED"})
+#: How an origin refuses a demand dated outside its clock's skew window
+#: (:class:`nodes.errors.ClockSkew`): an answer about clocks, never "unanswered".
+_SKEW_CODE = "OUT_OF_RANGE"
 
 
 def _severity(outcome: Outcome) -> int:
@@ -988,6 +991,13 @@ class Holder:
             if verdict.kind is not AnswerKind.UNATTRIBUTABLE:
                 answered, receipt_bytes = receipt, answer.receipt
         except CallFailed as exc:
+            if exc.code == _SKEW_CODE:
+                # The origin answered: our demand's time is outside its clock's skew
+                # window. A refusal about clocks, not silence: nothing is signed.
+                raise ClockSkew(
+                    f"challenge: origin {o.statement.origin[:16]}… at {asked[:80]} refused this"
+                    f" witness's demand: {exc.message[:300]}"
+                ) from None
             log.info("witness_demand_unanswered", origin=o.statement.origin[:16], error=str(exc))
         except (ContractError, ValueError):
             pass  # no answer attributable to the origin: as if unanswered

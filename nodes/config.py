@@ -8,6 +8,12 @@ its variable.
 Peers are ``name=host:port[,pubkey]`` entries separated by ``;``, ``,`` is
 reserved for the optional key (64 hex characters: the peer's node id) or by
 whitespace, e.g. ``a=127.0.0.1:50051;b=127.0.0.1:50052,3f2a…``.
+
+Routes are ``address=via`` entries separated the same way: a call this node
+makes to ``address`` (a peer's, or an endpoint an origin signed) goes to
+``via`` instead, e.g. a link proxy that stands for this node's own link to
+that address. What nodes sign and advertise is unchanged; only the caller's
+dial is rewritten.
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_SERVE_FOR_MS",
     "ENV_VARS",
+    "MAX_CLOCK_OFFSET_S",
     "ConfigError",
     "LogFormat",
     "NodeConfig",
     "Peer",
     "parse_peers",
+    "parse_routes",
 ]
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -46,6 +54,9 @@ DEFAULT_MAX_BULK_BYTES = 2 * DEFAULT_MAX_MESSAGE_BYTES
 #: appointment) rather than reset by gRPC (CANCELLED, no appointment): see
 #: docs/security.md, "How a node sheds".
 DEFAULT_MAX_PENDING_RPCS = 1024
+
+#: Largest shift ``clock_offset_s`` may give a node's wall clock (a test setting).
+MAX_CLOCK_OFFSET_S = 86_400.0
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -102,6 +113,8 @@ ENV_VARS: Mapping[str, str] = {
     "max_bulk_bytes": "PROVNET_MAX_BULK_BYTES",
     "max_pending_rpcs": "PROVNET_MAX_PENDING_RPCS",
     "attest_fault": "PROVNET_ATTEST_FAULT",
+    "routes": "PROVNET_ROUTES",
+    "clock_offset_s": "PROVNET_CLOCK_OFFSET_S",
 }
 
 
@@ -131,6 +144,23 @@ def parse_peers(text: str, key: str = "peers") -> tuple[Peer, ...]:
         seen.add(name)
         peers.append(Peer(name=name, address=address, node_id=node_id or None))
     return tuple(peers)
+
+
+def parse_routes(text: str, key: str = "routes") -> tuple[tuple[str, str], ...]:
+    """Parse ``address=via`` entries (both host:port) separated by ``;`` or whitespace."""
+    routes: dict[str, str] = {}
+    for entry in re.split(r"[;\s]+", text.strip()):
+        if not entry:
+            continue
+        address, sep, via = entry.partition("=")
+        if not sep:
+            raise ConfigError(f"{key}: expected address=via (both host:port), got {entry!r}")
+        _check_address(f"{key} entry {entry!r}: address", address)
+        _check_address(f"{key} entry {entry!r}: via", via)
+        if address in routes:
+            raise ConfigError(f"{key}: address {address!r} routed twice")
+        routes[address] = via
+    return tuple(routes.items())
 
 
 def _as_int(key: str, value: object, minimum: int = 0) -> int:
@@ -213,6 +243,13 @@ class NodeConfig:
     #: the honest attester; the others are adversaries for tests
     #: (:class:`nodes.attester.AttesterFault`).
     attest_fault: AttesterFault = AttesterFault.NONE
+    #: ``(address, via)`` pairs: a call this node makes to ``address`` dials
+    #: ``via`` (see the module docstring); the last step of :meth:`peer`.
+    routes: tuple[tuple[str, str], ...] = ()
+    #: Seconds added to this node's wall clock, read once at start: a test
+    #: setting that makes a node's clock run ahead (or behind, negative) of its
+    #: peers' by a known skew. Every time the node signs or checks uses it.
+    clock_offset_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -247,6 +284,11 @@ class NodeConfig:
             raise ConfigError(f"min_witnesses must be >= 1, got {self.min_witnesses}")
         if self.reap_interval_s < 0:
             raise ConfigError(f"reap_interval_s must be >= 0 (0: off), got {self.reap_interval_s}")
+        if not abs(self.clock_offset_s) <= MAX_CLOCK_OFFSET_S:
+            raise ConfigError(
+                f"clock_offset_s ({ENV_VARS['clock_offset_s']}): must be within"
+                f" ±{MAX_CLOCK_OFFSET_S:.0f} s, got {self.clock_offset_s}"
+            )
         if self.log_level not in {"debug", "info", "warning", "error"}:
             raise ConfigError(
                 f"log_level: expected debug/info/warning/error, got {self.log_level!r}"
@@ -269,14 +311,21 @@ class NodeConfig:
         return None
 
     def peer(self, name_or_address: str) -> str:
-        """Resolve a peer name to its address; anything with a ':' is already one."""
+        """Resolve a peer name to its address (anything with a ':' is already one),
+        then through ``routes``: the address this node dials."""
         for peer in self.peers:
             if peer.name == name_or_address:
-                return peer.address
+                return self._routed(peer.address)
         if ":" in name_or_address:
-            return _check_address("peer", name_or_address)
+            return self._routed(_check_address("peer", name_or_address))
         known = [p.name for p in self.peers]
         raise ConfigError(f"unknown peer {name_or_address!r}; known: {known}")
+
+    def _routed(self, address: str) -> str:
+        for routed, via in self.routes:
+            if routed == address:
+                return via
+        return address
 
     @classmethod
     def from_env_and_args(
@@ -368,7 +417,13 @@ class NodeConfig:
         ):
             if key in raw:
                 kwargs[key] = _as_int(where(key), raw[key], minimum)
-        for key in ("shutdown_grace_s", "reap_interval_s"):
+        if "routes" in raw:
+            value = raw["routes"]
+            if isinstance(value, tuple):
+                kwargs["routes"] = value
+            else:
+                kwargs["routes"] = parse_routes(str(value), where("routes"))
+        for key in ("shutdown_grace_s", "reap_interval_s", "clock_offset_s"):
             if key in raw:
                 try:
                     kwargs[key] = float(str(raw[key]))

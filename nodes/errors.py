@@ -10,6 +10,8 @@
     ├── PromiseOutOfRange         a promise the node cannot keep         OUT_OF_RANGE
     ├── HeldConflict              a value_ref held for a reserved key    ALREADY_EXISTS
     │                             delivered by another (nodes.held)
+    ├── ClockSkew                 dated outside the documented clock     OUT_OF_RANGE
+    │                             skew of this node's clock
     ├── DemandPredatesRestart     dated below the replay floor found at  ABORTED
     │   │                         start: re-issue a fresh demand
     │   └── DemandPredatesFloor   dated at or below the nonces a full     ABORTED
@@ -53,6 +55,7 @@ import grpc
 from contracts import errors as ce
 
 __all__ = [
+    "ClockSkew",
     "DemandPredatesFloor",
     "DemandPredatesRestart",
     "FoldConflict",
@@ -93,6 +96,16 @@ class RequestTooLarge(NodeError):
 
 class PromiseOutOfRange(NodeError):
     """A commit asks for a deadline or lifetime outside the node's documented bounds."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class ClockSkew(NodeError):
+    """A demand dated further from this node's clock than the documented skew.
+
+    Its own status (not the obligation's FAILED_PRECONDITION "expired"), so a
+    holder or witness told it knows the clocks disagree: a refusal, never silence.
+    """
 
     code = grpc.StatusCode.OUT_OF_RANGE
 
@@ -194,6 +207,7 @@ _CONTRACT_CODES: tuple[tuple[type[ce.ContractError], grpc.StatusCode], ...] = (
     (ce.VerificationError, grpc.StatusCode.INVALID_ARGUMENT),
     (ce.ContractError, grpc.StatusCode.INVALID_ARGUMENT),
 )
+
 
 def status_for(exc: BaseException) -> grpc.StatusCode | None:
     """The status code a request error maps to; ``None`` for an unexpected error (a bug)."""

@@ -19,16 +19,18 @@ is written before every demand of the call passed (1)-(5):
    only where it carries information: a bearer demand for a fold under one of
    our signed heads is answered the same whoever signed it, so its signature
    is not verified on this path (whoever cites the demand in evidence does);
-3. it is fresh (``time`` within ``DEMAND_WINDOW_S`` of now);
+3. it is fresh (``time`` within ``DEMAND_WINDOW_S`` of now, the documented
+   clock skew; else :class:`ClockSkew` → OUT_OF_RANGE naming both times);
 4. it names an obligation and commitment this node issued, addressed to it;
 5. the obligation has not expired (``Expired`` → FAILED_PRECONDITION);
 6. its nonce is new in this run (ALREADY_EXISTS otherwise) and it is not
    dated below the replay floor found at start (ABORTED: a previous run may
    have answered it) — the nonce looked up as soon as the demand is parsed,
    the floors before its signature is verified, so a replay costs a lookup;
-   only a demand whose signature was verified has its nonce recorded (a bearer demand's holder and nonce are the caller's to
-   choose), per signer, in a memory no stranger can fill for others
-   (:mod:`nodes.replay`); see ``_accept_nonces``;
+   only a demand whose signature was verified has its nonce recorded (a
+   bearer demand's holder and nonce are the caller's to choose), per signer,
+   in a memory no stranger can fill for others (:mod:`nodes.replay`); see
+   ``_accept_nonces``;
 7. the fold is resolved from the store and the receipt signed by
    :func:`contracts.serve.answer_demand` — SERVED with the stored bytes,
    PENDING while the cold copy lags, never other bytes.
@@ -62,7 +64,7 @@ from contracts.batch import (
     served_whole_item,
 )
 from contracts.binary import DEMAND_BINARY_TYPE, decode_demand
-from contracts.canonical import parse_json_object, sha256_hex
+from contracts.canonical import format_ms, parse_json_object, sha256_hex
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, EncodingError, Expired, NotEvidence, ReplayedNonce
 from contracts.evidence import (
@@ -114,21 +116,21 @@ from contracts.statements import (
     Statement,
 )
 from nodes import store as st
+from nodes.attest_log import AttestLedger, check_attest_caller, check_attest_issue_time
 from nodes.attester import (
-    ATTEST_SEQ_BASE,
     MAX_LIFETIME_MS,
     AttestationAnswer,
     AttestationAsk,
     Attester,
     FoldBytes,
+    LoggedAttestation,
     RestoreResult,
-    attestation_hops,
     leaf0_demand,
 )
-from nodes.auth import PermissionDenied
 from nodes.client import HeldFold, Holder
 from nodes.config import NodeConfig
 from nodes.errors import (
+    ClockSkew,
     DemandPredatesRestart,
     MalformedRequest,
     PeerUnavailable,
@@ -169,8 +171,7 @@ __all__ = [
     "MAX_DEADLINE_MS",
     "MAX_DEMANDS_PER_CALL",
     "MAX_FOLD_HOPS",
-    "MAX_FUTURE_NONCES",
-    "MAX_FUTURE_NONCES_PER_HOLDER",
+    "MAX_FUTURE_HOLDERS",
     "MAX_HELD_BYTES",
     "MAX_HELD_VALUES",
     "MAX_NONCES",
@@ -194,13 +195,17 @@ log = get_logger(__name__)
 #: long, so a replay is always caught.
 DEMAND_WINDOW_S = 30.0
 #: A demand dated more than this ahead of the node's clock does not move the
-#: replay floor: its nonce is kept durably instead (``FUTURE_NONCES_FILENAME``),
-#: so no caller can push the floor ahead and make a restarted node refuse.
+#: replay floor: a floor of its holder's own is kept durably instead
+#: (``FUTURE_NONCES_FILENAME``), so no caller can push the node's floor ahead
+#: and make a restarted node refuse everyone.
 FUTURE_SLACK_MS = 500
 FUTURE_NONCES_FILENAME = "future_nonces"
-#: Future-dated demands remembered durably at once: all, and per holder.
-MAX_FUTURE_NONCES = 4096
-MAX_FUTURE_NONCES_PER_HOLDER = 64
+#: Holders with a durable floor of their own at once (each until its latest
+#: demand dated ahead is stale).
+MAX_FUTURE_HOLDERS = 4096
+#: Lines the holder-floor file may hold beyond twice its live entries before
+#: it is rewritten (each raise appends one line).
+_FUTURE_FILE_SLACK_LINES = 1024
 #: Promises this node signs (``CommitFold``): deadline and lifetime bounds.
 MIN_DEADLINE_MS = 50
 MAX_DEADLINE_MS = 60_000
@@ -269,6 +274,18 @@ def _ms(seconds: float) -> int:
     return int(seconds * 1000)
 
 
+def _check_skew(what: str, time_ms: int, now: float) -> None:
+    """Step (3): ``what``, dated ``time_ms``, is within ±DEMAND_WINDOW_S of ``now``;
+    else :class:`ClockSkew` naming both times, the gap and the allowed skew."""
+    gap_s = time_ms / 1000.0 - now
+    if abs(gap_s) > DEMAND_WINDOW_S:
+        way = "ahead of" if gap_s > 0 else "behind"
+        raise ClockSkew(
+            f"{what} issued_at {format_ms(time_ms)} is {abs(gap_s):.1f} s {way} this node's"
+            f" clock ({format_ms(_ms(now))}); allowed skew ±{DEMAND_WINDOW_S:.0f} s"
+        )
+
+
 def _read_floor(path: Path) -> int:
     """The durable replay floor (ms); 0 for a node that never accepted a demand."""
     try:
@@ -295,37 +312,40 @@ def _write_floor(path: Path, floor_ms: int) -> None:
         os.close(dir_fd)
 
 
-def _read_future_nonces(path: Path, now_ms: int) -> dict[tuple[str, str], int]:
-    """Nonces of future-dated demands a previous run accepted, still inside the window."""
+def _read_future_floors(path: Path, now_ms: int) -> dict[str, int]:
+    """Per holder, the latest demand dated ahead of the clock that a previous run
+    accepted, while a demand dated at or before it could still be fresh."""
     try:
         text = path.read_text(encoding="ascii")
     except FileNotFoundError:
         return {}
-    live: dict[tuple[str, str], int] = {}
+    stale = now_ms - _ms(DEMAND_WINDOW_S)
+    floors: dict[str, int] = {}
     for line in text.splitlines():
+        # "holder time"; "holder nonce time" is the per-nonce form of earlier runs
         parts = line.split()
-        if len(parts) != 3 or not parts[2].isdigit():
+        if len(parts) not in (2, 3) or not parts[-1].isdigit():
             continue  # a torn last line: its demand was never answered
-        forget_at = int(parts[2]) + _ms(DEMAND_WINDOW_S)
-        if forget_at > now_ms:
-            live[(parts[0], parts[1])] = forget_at
-    return live
+        holder, time_ms = parts[0], int(parts[-1])
+        if time_ms > stale and time_ms > floors.get(holder, -1):
+            floors[holder] = time_ms
+    return floors
 
 
-def _rewrite_future_nonces(path: Path, live: dict[tuple[str, str], int]) -> None:
+def _rewrite_future_floors(path: Path, floors: dict[str, int]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="ascii") as fh:
-        for (holder, nonce), forget_at in live.items():
-            fh.write(f"{holder} {nonce} {forget_at - _ms(DEMAND_WINDOW_S)}\n")
+        for holder, time_ms in floors.items():
+            fh.write(f"{holder} {time_ms}\n")
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 
-def _append_future_nonces(path: Path, entries: Sequence[tuple[str, str, int]]) -> None:
+def _append_future_floors(path: Path, entries: Sequence[tuple[str, int]]) -> None:
     with open(path, "a", encoding="ascii") as fh:
-        for holder, nonce, time_ms in entries:
-            fh.write(f"{holder} {nonce} {time_ms}\n")
+        for holder, time_ms in entries:
+            fh.write(f"{holder} {time_ms}\n")
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -398,10 +418,9 @@ def _signature_decides(d: Demand, own: _Own, now: float) -> bool:
     its signature (design: verify where it carries information): the answer
     does not depend on who asks, and nothing it moves is charged to the holder
     it names — not even a nonce (nodes.replay): its holder and nonce are the
-    caller's to choose. Except a demand dated ahead of our clock: its nonce is
-    written to disk and counted against the named holder's cap
-    (MAX_FUTURE_NONCES_PER_HOLDER), so an unsigned one could use up an honest
-    holder's share; it is verified like any other.
+    caller's to choose. Except a demand dated ahead of our clock: it raises the
+    named holder's durable floor, so an unsigned one could make that holder's
+    next demands ABORTED after a restart; it is verified like any other.
     """
     return (
         own.fold is None
@@ -477,9 +496,13 @@ class NodeCore:
         self._floor_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
         self.floor_writes = 0
-        # Future-dated demands accepted (this run and runs before): durable nonces.
+        # Demands dated ahead of the clock: per holder, the latest time accepted
+        # (durable, this run and runs before), and as the previous run left it.
         self._future_path = config.data_dir / FUTURE_NONCES_FILENAME
-        self._future: dict[tuple[str, str], int] = {}
+        self._future_floors: dict[str, int] = {}
+        self._restart_future_floors: dict[str, int] = {}
+        self._future_lock = asyncio.Lock()
+        self._future_lines = 0
         self._suspects: set[str] | None = None  # origins with stored suspicions (lazy)
         # Suspicions stored so far (a receipt check that read the store before one
         # landed must not drop its origin from ``_suspects``), and the last receipts
@@ -520,17 +543,17 @@ class NodeCore:
         core = cls(
             config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
         )
-        core._load_future_nonces()
+        core._load_future_floors()
         await core._outwait_restart_floor()
         return core
 
-    def _load_future_nonces(self) -> None:
-        live = _read_future_nonces(self._future_path, self.now_ms())
+    def _load_future_floors(self) -> None:
+        live = _read_future_floors(self._future_path, self.now_ms())
         if live or self._future_path.exists():
-            _rewrite_future_nonces(self._future_path, live)
-        self._future = dict(live)
-        for (holder, nonce), forget_at in live.items():
-            self._nonces.add(holder, nonce, forget_at - _ms(DEMAND_WINDOW_S))
+            _rewrite_future_floors(self._future_path, live)
+        self._future_floors = dict(live)
+        self._restart_future_floors = live
+        self._future_lines = len(live)
 
     async def _outwait_restart_floor(self) -> None:
         """Start serving only once the floor a previous run left is in the past.
@@ -1025,13 +1048,7 @@ class NodeCore:
             demand = Signed(data, decode_demand(data.payload))
         else:
             demand = parse_statement(data, Demand)
-        d = demand.statement
-        skew = abs(now - d.time / 1000.0)
-        if skew > DEMAND_WINDOW_S:
-            raise Expired(
-                f"demand {demand.digest[:12]}… is {skew:.0f}s away from now;"
-                f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
-            )
+        _check_skew(f"demand {demand.digest[:12]}…", demand.statement.time, now)
         return demand
 
     def _bound_demand(self, demand: Signed[Demand], own: _Own, now: float) -> Signed[Demand]:
@@ -1045,6 +1062,7 @@ class NodeCore:
             self._refuse_below_floors(d, demand.digest)
             self.bump(DEMAND_VERIFICATIONS)
             demand = open_statement(demand.envelope, Demand)
+            self._refuse_below_holder_floor(d, demand.digest)
         verify_demand(demand, obligation=obligation, commitment=commitment)
         # (5) unexpired obligation
         o = obligation.statement
@@ -1072,6 +1090,18 @@ class NodeCore:
                 f" restart floor {self._restart_floor_ms} ms; issue a fresh demand"
             )
         self._nonces.check_floor(d.holder, d.time)
+
+    def _refuse_below_holder_floor(self, d: Demand, digest: str) -> None:
+        """Step (6), once the holder's signature is verified (the floor is that holder's
+        own): dated at or below its latest demand dated ahead a previous run accepted."""
+        restart_future = self._restart_future_floors
+        if restart_future and d.time <= restart_future.get(d.holder, -1):
+            raise DemandPredatesRestart(
+                f"demand {digest[:12]}… is dated {d.time} ms, not after holder"
+                f" {d.holder[:16]}…'s latest demand dated ahead of this node's clock that"
+                f" a previous run accepted ({restart_future[d.holder]} ms); issue a fresh"
+                " demand"
+            )
 
     async def _check_demand(
         self, data: bytes | Envelope, now: float
@@ -1153,12 +1183,7 @@ class NodeCore:
                 f"demand: a batch of {len(batch.items)} folds exceeds {MAX_DEMANDS_PER_CALL}"
             )
         # (3) fresh
-        skew = abs(now - batch.time / 1000.0)
-        if skew > DEMAND_WINDOW_S:
-            raise Expired(
-                f"demand batch {envelope.digest[:12]}… is {skew:.0f}s away from now;"
-                f" accepted window is ±{DEMAND_WINDOW_S:.0f}s"
-            )
+        _check_skew(f"demand batch {envelope.digest[:12]}…", batch.time, now)
         # (6) a replayed batch is refused here, before its signature
         if batch.items:
             self._refuse_replay(batch.demand(0))
@@ -1183,6 +1208,7 @@ class NodeCore:
             self._refuse_below_floors(demands[0].statement, envelope.digest)
             self.bump(DEMAND_VERIFICATIONS)
             envelope.verify(PublicKey.from_node_id(batch.holder))
+            self._refuse_below_holder_floor(demands[0].statement, envelope.digest)
         honest = type(self.behaviour).answer is _HONEST_ANSWER
         # Each fold checked, and its packed answer found when the answer rule serves
         # the whole fold from bytes in memory (nothing is counted or sent before the
@@ -1344,6 +1370,14 @@ class NodeCore:
         it found on disk with ABORTED (:class:`DemandPredatesRestart`): a
         previous run may have answered them, and the holder simply issues a
         fresh demand.
+
+        A demand dated more than ``FUTURE_SLACK_MS`` ahead of the clock does
+        not move that floor (nobody can push it ahead and make a restarted
+        node refuse everyone): it raises, durably, a floor of its own holder's
+        instead (``FUTURE_NONCES_FILENAME``), and a restarted node answers that
+        holder's demands dated at or before it ABORTED. One entry per holder,
+        not per demand, so a holder whose clock runs ahead (inside the window)
+        is served as often as any; at most ``MAX_FUTURE_HOLDERS`` holders at once.
         """
         if not demands:
             return
@@ -1357,53 +1391,62 @@ class NodeCore:
             d = demand.statement  # claimed the nonce since), and which are dated ahead
             self._refuse_replay(d)
             self._refuse_below_floors(d, demand.digest)
+            self._refuse_below_holder_floor(d, demand.digest)
             entries.append((d.holder, d.nonce, d.time))
             if d.time > ahead:
                 future.append(demand)
             elif latest is None or d.time > latest:
                 latest = d.time
-        if future:
-            self._check_future_caps(future, now_ms)
+        raises = self._future_raises(future, now_ms) if future else None
         # Claim the nonces before the first await, so a concurrent call with the
         # same nonce sees it; give them back if they cannot be made durable.
         self._nonces.claim(entries)
         try:
-            if future:
-                # Dated ahead of our clock: remembered durably one by one, so the
-                # floor never runs ahead of the clock by more than its lease.
-                entries = [
-                    (d.statement.holder, d.statement.nonce, d.statement.time) for d in future
-                ]
-                await asyncio.to_thread(_append_future_nonces, self._future_path, entries)
-                for holder, nonce, time_ms in entries:
-                    self._future[(holder, nonce)] = time_ms + _ms(DEMAND_WINDOW_S)
+            if raises:
+                # Dated ahead of our clock: its holder's own floor, made durable, so
+                # the node's floor never runs ahead of the clock by more than its lease.
+                await self._raise_future_floors(raises)
             if latest is not None and latest >= self._floor_ms:
                 await self._raise_floor(max(latest, now_ms) + REPLAY_FLOOR_LEASE_MS)
         except BaseException:
             self._nonces.release(entries)
-            for holder, nonce, _ in entries:
-                self._future.pop((holder, nonce), None)
             raise
 
-    def _check_future_caps(self, future: Sequence[Signed[Demand]], now_ms: int) -> None:
-        for key in [k for k, t in self._future.items() if t <= now_ms]:
-            del self._future[key]
-        if len(self._future) + len(future) > MAX_FUTURE_NONCES:
-            raise RequestTooLarge(
-                f"demand dated ahead of this node's clock: {len(self._future)} such demands"
-                f" remembered (cap {MAX_FUTURE_NONCES}); check the holder's clock"
-            )
-        per: dict[str, int] = {}
-        for holder, _ in self._future:
-            per[holder] = per.get(holder, 0) + 1
+    def _future_raises(self, future: Sequence[Signed[Demand]], now_ms: int) -> dict[str, int]:
+        """The holder floors ``future`` (demands dated ahead) must raise; refused
+        (RESOURCE_EXHAUSTED) when new holders would exceed ``MAX_FUTURE_HOLDERS``."""
+        floors = self._future_floors
+        stale = now_ms - _ms(DEMAND_WINDOW_S)
+        for holder in [h for h, t in floors.items() if t <= stale]:
+            del floors[holder]
+        raises: dict[str, int] = {}
         for d in future:
-            h = d.statement.holder
-            per[h] = per.get(h, 0) + 1
-            if per[h] > MAX_FUTURE_NONCES_PER_HOLDER:
-                raise RequestTooLarge(
-                    f"demand dated ahead of this node's clock: holder {h[:16]}… has"
-                    f" {MAX_FUTURE_NONCES_PER_HOLDER} such demands pending; check its clock"
-                )
+            h, t = d.statement.holder, d.statement.time
+            if t > floors.get(h, -1) and t > raises.get(h, -1):
+                raises[h] = t
+        new = sum(1 for h in raises if h not in floors)
+        if new and len(floors) + new > MAX_FUTURE_HOLDERS:
+            raise RequestTooLarge(
+                f"demand dated ahead of this node's clock: {len(floors)} holders with such"
+                f" demands remembered (cap {MAX_FUTURE_HOLDERS}); check the holder's clock"
+            )
+        return raises
+
+    async def _raise_future_floors(self, raises: dict[str, int]) -> None:
+        """Append the raised holder floors (fsync'd) before any demand under them is
+        answered; rewrite the file once it holds many more lines than live floors."""
+        async with self._future_lock:
+            floors = self._future_floors
+            todo = [(h, t) for h, t in raises.items() if t > floors.get(h, -1)]
+            if not todo:
+                return
+            await asyncio.to_thread(_append_future_floors, self._future_path, todo)
+            floors.update(todo)
+            self._future_lines += len(todo)
+            if self._future_lines > 2 * len(floors) + _FUTURE_FILE_SLACK_LINES:
+                live = dict(floors)
+                await asyncio.to_thread(_rewrite_future_floors, self._future_path, live)
+                self._future_lines = len(live)
 
     async def _raise_floor(self, floor_ms: int) -> None:
         async with self._floor_lock:
@@ -2130,43 +2173,37 @@ class NodeCore:
 
     #: This node's attester (:mod:`nodes.attester`), made on first request.
     _attester: Attester | None = None
-    #: Next seq of an attestation hop in this node's log (A6), this process.
-    _attest_seq: int = ATTEST_SEQ_BASE
+    #: Its A6 log as a ledger (:mod:`nodes.attest_log`): seqs and repeats from the log.
+    _attest_ledger: AttestLedger | None = None
 
     async def request_attestation(
         self, ask: AttestationAsk, *, caller: str | None = None
     ) -> AttestationAnswer:
         """``Attest.Request``: this node as attester (:class:`nodes.attester.Attester`).
 
-        ``caller`` is the verified signer of a gRPC call (None in-process): it
-        must be an operator key or the holder that signed every demand the
-        request cites (:class:`nodes.auth.PermissionDenied` otherwise).
+        ``caller`` is the verified signer of a gRPC call (None in-process): an
+        operator key, or a holder citing at least one proof and having signed
+        the demand of every proof it cites (:class:`nodes.auth.PermissionDenied`
+        otherwise); a holder's ``issued_at`` (0: now) must be within
+        ``DEMAND_WINDOW_S`` of this node's clock (:class:`PromiseOutOfRange`).
+        An operator speaks for the attester and may date it as it likes.
         """
+        ask.check()  # bounds first: the caller check below costs a signature per proof
         if caller is not None and caller not in self.config.operator_keys:
-            for proof in ask.proofs:
-                try:
-                    holder = parse_statement(proof.demand, Demand).statement.holder
-                except (ContractError, ValueError) as exc:
-                    raise MalformedRequest(f"attest request: a cited demand: {exc}") from exc
-                if holder != caller:
-                    raise PermissionDenied(
-                        f"/provnet.v1.Attest/Request: key {caller[:16]}… is neither an operator"
-                        f" key of node {self.config.name!r} nor the holder {holder[:16]}… that"
-                        " signed the demands the request cites"
-                    )
+            check_attest_caller(ask, caller, self.config.name)
+            check_attest_issue_time(ask, self.now_ms(), DEMAND_WINDOW_S)
         if self._attester is None:
             self._attester = Attester(self, self.config.attest_fault)
         return await self._attester.request(ask)
 
-    async def log_attestations(self, signed: Sequence[Signed[Attestation]]) -> tuple[bytes, bytes]:
-        """A6: one hop per attestation in this node's log, committed as one fold;
-        returns that fold's (commitment, obligation) envelopes."""
-        first = self._attest_seq
-        self._attest_seq += len(signed)
-        seqs = list(range(first, first + len(signed)))
-        await self.append(attestation_hops(signed, first), seqs)
-        committed = await self.commit_fold(f"attestations/{seqs[0]}-{seqs[-1]}", seqs)
-        return committed.commitment, committed.obligation
+    async def log_attestations(
+        self, signed: Sequence[Signed[Attestation]]
+    ) -> tuple[LoggedAttestation, ...]:
+        """A6: one hop per new attestation in this node's log, committed as one
+        fold; a repeat is answered from the log (:class:`nodes.attest_log.AttestLedger`)."""
+        if self._attest_ledger is None:
+            self._attest_ledger = AttestLedger(self)
+        return await self._attest_ledger.log(signed)
 
     async def demand_leaf0(self, proof: RehydrationProof) -> RehydrationProof | None:
         """A demand of leaf 0 only under ``proof``'s fold, answered by its origin

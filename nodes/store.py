@@ -1131,6 +1131,51 @@ class HopStore:
             )
         return int(rows[0][0])
 
+    async def own_hops_from(self, min_seq: int) -> tuple[tuple[str, int, bytes], ...]:
+        """This node's own stored hops with ``seq >= min_seq``, every epoch, as
+        (epoch, seq, hop bytes) in (epoch, seq) order: an attester's A6 log."""
+        async with self._read("read own hops by seq") as db:
+            rows = await db.execute_fetchall(
+                "SELECT epoch, seq, hop_bytes FROM hops WHERE origin = ? AND seq >= ?"
+                " ORDER BY epoch, seq",
+                (self._origin, min_seq),
+            )
+        return tuple((str(r[0]), int(r[1]), bytes(r[2])) for r in rows)
+
+    async def next_own_seq(self, epoch: str, min_seq: int) -> int:
+        """The first seq ``>= min_seq`` past every own hop and fold member of
+        ``epoch`` (an evicted hop's seq stays taken while a fold names it)."""
+        async with self._read("read next own seq") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT MAX(seq) FROM (SELECT seq FROM hops WHERE origin = ? AND epoch = ?"
+                    " AND seq >= ? UNION ALL SELECT seq FROM fold_members WHERE origin = ?"
+                    " AND epoch = ? AND seq >= ?)",
+                    (self._origin, epoch, min_seq, self._origin, epoch, min_seq),
+                )
+            )
+        top = rows[0][0] if rows else None
+        return min_seq if top is None else int(top) + 1
+
+    async def own_fold_of_hop(self, epoch: str, seq: int) -> tuple[bytes, bytes] | None:
+        """(commitment, obligation) envelopes of the own fold that commits the
+        own hop (epoch, seq), the obligation serving longest; None if no fold does."""
+        async with self._read("read fold of hop") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT c.envelope, (SELECT o.envelope FROM obligations o"
+                    " WHERE o.commitment_digest = c.digest AND o.local = 1"
+                    " ORDER BY o.serve_until DESC LIMIT 1)"
+                    " FROM fold_members m JOIN commitments c ON c.digest = m.commitment_digest"
+                    " WHERE m.origin = ? AND m.epoch = ? AND m.seq = ? AND c.local = 1"
+                    " ORDER BY c.created_at LIMIT 1",
+                    (self._origin, epoch, seq),
+                )
+            )
+        if not rows or rows[0][1] is None:
+            return None
+        return bytes(rows[0][0]), bytes(rows[0][1])
+
     async def _existing_fold(
         self,
         db: Db,

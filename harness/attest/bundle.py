@@ -13,10 +13,18 @@ A bundle is the attestation envelope plus one
 :class:`contracts.attest.RehydrationProof` per cited receipt (commitment,
 obligation, demand, receipt envelopes and the served hop bytes). As a file
 (``type: attestation-bundle``) it also carries the value's commitments and
-the trust policy, so :func:`verify_bundle` — and ``provnet attest verify
-FILE`` — checks it with nothing but the file: signature, binding, policy,
-and for ``reconstruction`` every proof (A4), all through
-:func:`contracts.attest.verify_attestation`.
+the trust policy the holder judged it under, so :func:`verify_bundle` — and
+``provnet attest verify FILE`` — checks it with nothing but the file and the
+verifier's own trust policy: signature, binding, authority, and for
+``reconstruction`` every proof (A4), all through
+:func:`contracts.attest.verify_attestation`. The bundled policy is
+information only: nothing signs it, so whoever holds the file can change it,
+and it is never applied.
+
+The file is untrusted input: it is read through
+:func:`contracts.canonical.parse_json` (at most
+:data:`contracts.canonical.MAX_DOCUMENT_BYTES` bytes and
+:data:`contracts.canonical.MAX_DEPTH` levels of nesting), as evidence files.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from contracts.attest import (
     restoration_digest,
     verify_attestation,
 )
+from contracts.canonical import parse_json
 from contracts.envelope import Envelope
 from contracts.errors import EncodingError
 from contracts.heads import FoldProof, verify_fold
@@ -137,10 +146,7 @@ class BundleFile:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> BundleFile:
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise EncodingError(f"not JSON: {exc}") from exc
+        obj = parse_json(data, what="attestation bundle")
         if not isinstance(obj, dict) or obj.get("type") != "attestation-bundle":
             raise EncodingError("expected an object with type 'attestation-bundle'")
         version = obj.get("version", 1)
@@ -177,14 +183,15 @@ class BundleFile:
         )
 
 
-def verify_bundle(f: BundleFile) -> Signed[Attestation]:
+def verify_bundle(f: BundleFile, *, policy: TrustPolicy) -> Signed[Attestation]:
     """Raise a :class:`contracts.errors.ContractError` unless the file's attestation
-    may raise its axis of the value it names, at the file's time, under its policy."""
+    may raise its axis of the value it names, at the file's time, under ``policy``
+    (the verifier's: the file's own ``policy`` is never applied, nothing signs it)."""
     digests = [fold.digest() for fold in f.folds]
     return verify_attestation(
         f.bundle.attestation,
         value_digest=restoration_digest(f.value_ref, digests),
-        policy=f.policy,
+        policy=policy,
         now=f.at_ms,
         rehydrations=f.bundle.proofs,
         value_commitments=digests,

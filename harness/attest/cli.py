@@ -4,8 +4,11 @@
 death-spiral run — or, with ``--matrix``, the main matrix — across the
 boundary with an attester node and writes the files of
 :mod:`harness.attest.report`. ``attest verify FILE`` checks an attestation
-bundle file alone: exit 0 valid, 1 invalid, 2 unreadable (as ``provnet
-evidence verify``). Heavy imports happen only when a handler runs.
+bundle file alone under the verifier's trust policy (``--policy``, the
+attest-policy YAML; none: no attester trusted; the file's own policy is
+unsigned and never applied): exit 0 valid, 1 invalid, 2 unreadable (as
+``provnet evidence verify``, with the same size and depth bounds). Heavy
+imports happen only when a handler runs.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli import UsageError
 from harness.cli_common import (
@@ -24,7 +28,10 @@ from harness.cli_common import (
     prepare_out,
 )
 
-__all__ = ["DEFAULT_POLICY", "configure", "register"]
+if TYPE_CHECKING:
+    from harness.attest.policy import ResolvedPolicy
+
+__all__ = ["DEFAULT_POLICY", "DEFAULT_VERIFY_POLICY", "configure", "register"]
 
 DEFAULT_POLICY = Path("experiments/attest-policy.yaml")
 _DEFAULT_LIFETIMES = (5, 25, 625, 5000)
@@ -191,41 +198,168 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--policy",
         type=Path,
         default=None,
-        help="trust policy JSON (type trust-policy) to use instead of the file's own",
+        help="your trust policy, in the attest-policy YAML format of"
+        f" {DEFAULT_POLICY} (default: no attester trusted; the file's own policy is"
+        " never applied: nothing signs it)",
+    )
+    verify.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="NAME=ID",
+        help="the node id of a node the policy names (repeatable); a policy may also"
+        " name attesters by node id",
     )
     verify.add_argument("--at", type=int, default=None, help="time in ms (default: the file's)")
     verify.add_argument("--json", action="store_true", help="print the verdict as JSON")
     verify.set_defaults(handler=_verify)
 
 
+#: What ``attest verify`` applies without ``--policy``: no attester is trusted.
+DEFAULT_VERIFY_POLICY = "default (no attester trusted)"
+
+
+def _verify_policy(args: argparse.Namespace) -> tuple[ResolvedPolicy, str]:
+    """The verifier's policy (``--policy`` resolved with ``--node``) and its name."""
+    from contracts._fields import is_digest
+    from contracts.attest import TrustPolicy
+    from harness.attest.policy import AttestPolicy, AttestPolicyError, ResolvedPolicy
+
+    if args.policy is None:
+        if args.node:
+            raise UsageError("--node names nodes of a policy: give the policy with --policy")
+        return ResolvedPolicy(TrustPolicy(), {}), DEFAULT_VERIFY_POLICY
+    nodes: dict[str, str] = {}
+    for entry in args.node:
+        name, sep, node_id = str(entry).partition("=")
+        if not sep or not name or not is_digest(node_id):
+            raise UsageError(f"--node {entry!r:.80}: expected NAME=ID, ID 64 hex characters")
+        nodes[name] = node_id
+    try:
+        with args.policy.open("rb") as fh:
+            raw = fh.read(_MAX_POLICY_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"{args.policy}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > _MAX_POLICY_BYTES:
+        raise UsageError(f"{args.policy}: larger than {_MAX_POLICY_BYTES} bytes; not a policy")
+    try:
+        policy = AttestPolicy.from_obj(_yaml(raw, args.policy), str(args.policy))
+    except AttestPolicyError as exc:
+        raise UsageError(str(exc)) from None
+    names = {*policy.attesters, *policy.revocations}
+    for name in sorted(names):
+        if is_digest(name):
+            nodes.setdefault(name, name)
+        elif name not in nodes:
+            raise UsageError(
+                f"{args.policy}: names node {name!r}; give its key with --node {name}=<node id>"
+                " (or name the attester by node id in the policy)"
+            )
+    try:
+        resolved = policy.resolve(nodes)
+    except AttestPolicyError as exc:
+        raise UsageError(str(exc)) from None
+    return resolved, str(args.policy)
+
+
+#: Largest policy file ``attest verify`` reads.
+_MAX_POLICY_BYTES = 1024 * 1024
+
+
+def _yaml(raw: bytes, path: Path) -> object:
+    import yaml
+
+    try:
+        return yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not a policy: nested too deeply") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not YAML: {exc}") from None
+
+
 def _verify(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from contracts.attest import TrustPolicy
+    from contracts.canonical import MAX_DOCUMENT_BYTES, canonical_bytes, sha256_hex
     from contracts.errors import ContractError
+    from contracts.signed import open_statement
+    from contracts.statements import Attestation
     from harness.attest.bundle import BundleFile, verify_bundle
 
+    applied, source = _verify_policy(args)
     try:
-        data = args.file.read_bytes()
+        with args.file.open("rb") as fh:
+            # Bounded read: never pull an arbitrarily large file into memory.
+            data = fh.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"{args.file}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise UsageError(
+            f"{args.file}: larger than {MAX_DOCUMENT_BYTES} bytes; not an attestation bundle"
+        )
     try:
         f = BundleFile.from_bytes(data)
-        if args.policy is not None:
-            f = replace(f, policy=TrustPolicy.from_bytes(args.policy.read_bytes()))
-    except (ContractError, OSError) as exc:
+    except ContractError as exc:
         raise UsageError(f"{args.file}: not an attestation bundle: {exc}") from None
     if args.at is not None:
         f = replace(f, at_ms=args.at)
-    try:
-        signed = verify_bundle(f)
-    except ContractError as exc:
+    digest = sha256_hex(
+        canonical_bytes(
+            {
+                "trust": applied.trust.to_json(),
+                "taints": {k: sorted(v) for k, v in sorted(applied.taints.items())},
+            }
+        )
+    )
+    policy = {"source": source, "digest": digest}
+    under = f"under policy {source} (sha256 {digest[:16]}…)"
+    differs = f.policy.to_bytes() != applied.trust.to_bytes()
+    bundled_digest = sha256_hex(f.policy.to_bytes())
+    bundled = {"digest": bundled_digest, "applied": False, "differs": differs}
+    note = (
+        f"note: the file carries its own trust policy (sha256 {bundled_digest[:16]}…),"
+        " which differs from the policy applied; nothing signs it, so it was not used"
+        if differs
+        else ""
+    )
+
+    def invalid(reason: str, attester: str = "") -> int:
         if args.json:
-            print(json.dumps({"valid": False, "reason": str(exc)}))
+            verdict = {"valid": False, "reason": reason, "policy": policy}
+            if attester:
+                verdict["attester"] = attester
+            print(json.dumps({**verdict, "bundled_policy": bundled}))
         else:
-            print(f"INVALID attestation in {args.file}: {exc}")
+            print(f"INVALID attestation in {args.file} {under}: {reason}")
+            if note:
+                print(note)
         return 1
+
+    # (1) the attestation itself: signature, binding, times, proofs — granted
+    # exactly what it claims, so a failure here is the file's, not the policy's
+    try:
+        claimed = open_statement(f.bundle.attestation, Attestation).statement
+        verify_bundle(f, policy=TrustPolicy({claimed.attester: {claimed.axis: claimed.floor}}))
+    except ContractError as exc:
+        return invalid(str(exc))
+    # (2) the verifier's policy: authority (A3), revocation (A7), taint grants (A5)
+    try:
+        signed = verify_bundle(f, policy=applied.trust)
+    except ContractError as exc:
+        return invalid(
+            f"the attestation verifies, but not under the policy applied: {exc}", claimed.attester
+        )
     a = signed.statement
+    ungranted = applied.taints_allowed(a.attester, a.discharged)
+    if ungranted:
+        return invalid(
+            f"the attestation verifies, but the policy applied does not let attester"
+            f" {a.attester[:16]}… discharge {len(ungranted)} of its taints, e.g. {ungranted[0]}",
+            a.attester,
+        )
     if args.json:
         print(
             json.dumps(
@@ -237,13 +371,18 @@ def _verify(args: argparse.Namespace) -> int:
                     "floor": a.floor,
                     "discharged": list(a.discharged),
                     "cites": len(a.cites),
+                    "policy": policy,
+                    "bundled_policy": bundled,
                 }
             )
         )
     else:
         print(
             f"VALID attestation {signed.digest[:16]}… by {a.attester[:16]}…: {a.axis.value}"
-            f" ≥ {a.floor:g}, {len(a.cites)} receipts cited, {len(a.discharged)} taints discharged"
+            f" ≥ {a.floor:g}, {len(a.cites)} receipts cited, {len(a.discharged)} taints"
+            f" discharged, {under}"
         )
+        if note:
+            print(note)
     sys.stdout.flush()
     return 0

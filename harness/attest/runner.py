@@ -170,6 +170,9 @@ async def _start_attester(
         )
         inner.register(address, core)
         return core, address, None
+    # The holder asks with issue times on the run clock, which lies years ahead
+    # of the attester's; only an attester's operator may date an attestation
+    # so (nodes.attest_log), and in a run the holder speaks for the experiment.
     config = NodeConfig(
         name=ATTESTER,
         data_dir=data_dir,
@@ -177,6 +180,7 @@ async def _start_attester(
         deadline_ms=deadline_ms,
         shutdown_grace_s=0.5,
         attest_fault=fault,
+        operator_keys=(topo.holder.core.node_id,),
     )
     running = await start_node(
         config,

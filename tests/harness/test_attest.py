@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from contracts.statements import Axis
+from contracts.signed import open_statement
+from contracts.statements import Attestation, Axis
+from harness.attest.cli import DEFAULT_POLICY
 from harness.attest.policy import AttestPolicy, AttestPolicyError, ResolvedPolicy
 from harness.attest.report import row_numbers, write_outputs
 from harness.attest.rows import ATTESTER, AUTHORITY_ROWS, Row, RowSpec
@@ -225,19 +227,24 @@ def test_attestation_bundles_verify_from_files_alone(
     write_outputs(results, tmp_path, {})
     accepted = tmp_path / "attestations" / "honest-accepted.json"
     forged = tmp_path / "attestations" / "forged_receipts-rejected-proof_invalid.json"
-    assert main(["attest", "verify", str(accepted)]) == 0
-    assert "VALID" in capsys.readouterr().out
-    assert main(["attest", "verify", str(forged)]) == 1
-    # tampering with the file: a lower floor breaks the signature
+    # the verifier's policy: the shipped one, its attester named by the run's key
     obj = json.loads(accepted.read_bytes())
+    attester = open_statement(json.dumps(obj["attestation"]).encode(), Attestation).statement
+    shipped = Path(__file__).resolve().parents[2] / DEFAULT_POLICY
+    mine = ["--policy", str(shipped), "--node", f"attester={attester.attester}"]
+    assert main(["attest", "verify", str(accepted), *mine]) == 0
+    assert "VALID" in capsys.readouterr().out
+    assert main(["attest", "verify", str(accepted)]) == 1  # no policy given: nobody trusted
+    assert main(["attest", "verify", str(forged), *mine]) == 1
+    # tampering with the file: another value ref breaks the binding
     obj["value_ref"] = obj["value_ref"] + "x"
     other = tmp_path / "other.json"
     other.write_text(json.dumps(obj))
-    assert main(["attest", "verify", str(other)]) == 1
-    assert main(["attest", "verify", str(accepted), "--at", "1"]) == 1  # not yet valid
+    assert main(["attest", "verify", str(other), *mine]) == 1
+    assert main(["attest", "verify", str(accepted), "--at", "1", *mine]) == 1  # not yet valid
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{")
-    assert main(["attest", "verify", str(garbage)]) == 2
+    assert main(["attest", "verify", str(garbage), *mine]) == 2
     assert "provnet: error:" in capsys.readouterr().err
     assert (tmp_path / "summary.md").read_text().count("never") >= 1
 

@@ -37,6 +37,7 @@ from harness.config import DeathSpiralConfig, ExperimentConfig
 from harness.gates import GATES
 from nodes import wire
 from nodes._pb.provnet.v1 import attest_pb2
+from nodes.app import load_or_create_identity
 from nodes.attester import AttestationAsk, AttesterFault
 from nodes.auth import (
     OPERATOR_KEY_FILENAME,
@@ -88,11 +89,18 @@ class Cluster:
         base = [
             NodeSpec(n, p, root / n, root / f"{n}.log") for n, p in zip(names, ports, strict=True)
         ]
+        # The holder asks with issue times on the run clock, years ahead of the
+        # attesters' clocks: only an attester's operator may (nodes.attest_log).
+        holder_key = load_or_create_identity(root / "holder").node_id
         self.specs = [
             dataclasses.replace(
                 s,
                 peers=peer_list(base, s.name),
-                operator_keys=(self.operator.key_id,),
+                operator_keys=(
+                    (self.operator.key_id, holder_key)
+                    if s.name.startswith("att-")
+                    else (self.operator.key_id,)
+                ),
                 attest_fault=(
                     s.name.removeprefix("att-").replace("-", "_")
                     if s.name.startswith("att-")

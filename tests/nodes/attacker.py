@@ -131,18 +131,20 @@ class Attack(StrEnum):
 
 
 _REFUSED_DEMAND = frozenset(
-    {"INVALID_ARGUMENT", "UNAUTHENTICATED", "NOT_FOUND", "FAILED_PRECONDITION"}
+    {"INVALID_ARGUMENT", "UNAUTHENTICATED", "NOT_FOUND", "FAILED_PRECONDITION", "OUT_OF_RANGE"}
 )
 _CONTROL = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
 
 #: The codes each attack may get (besides :data:`TRANSPORT_CODES`). "OK" = answered.
 #: Control attacks are narrowed further by the credentials used (see ``_control``).
 EXPECTED: dict[Attack, frozenset[str]] = {
-    Attack.FUTURE_BEYOND_SKEW: frozenset({"FAILED_PRECONDITION"}),
-    Attack.PAST_BEYOND_SKEW: frozenset({"FAILED_PRECONDITION"}),
-    # Served (and never again), or refused by the per-holder cap on such demands.
-    Attack.WITHIN_SKEW: frozenset({"OK", "RESOURCE_EXHAUSTED"}),
-    Attack.REPLAY: frozenset({"ALREADY_EXISTS", "ABORTED", "FAILED_PRECONDITION"}),
+    Attack.FUTURE_BEYOND_SKEW: frozenset({"OUT_OF_RANGE"}),
+    Attack.PAST_BEYOND_SKEW: frozenset({"OUT_OF_RANGE"}),
+    # Served (and never again); refused when the holders with such demands fill
+    # their cap; after a restart, ABORTED when dated before the attacker's own
+    # floor (its demands jump back and forth inside the window).
+    Attack.WITHIN_SKEW: frozenset({"OK", "RESOURCE_EXHAUSTED", "ABORTED"}),
+    Attack.REPLAY: frozenset({"ALREADY_EXISTS", "ABORTED", "FAILED_PRECONDITION", "OUT_OF_RANGE"}),
     # ALREADY_EXISTS while the run that served the nonce lives (checked below).
     Attack.NONCE_REUSE: frozenset({"ALREADY_EXISTS", "OK", "ABORTED"}),
     Attack.OTHER_ORIGIN: frozenset({"NOT_FOUND"}),
@@ -526,7 +528,9 @@ class Attacker:
         except (ContractError, ValueError):
             pass
         else:
-            allowed = allowed | {"OK"}  # the flip left a valid demand (e.g. in JSON spacing)
+            # The flip left a valid demand (e.g. in JSON spacing): answered as any of
+            # the attacker's, or ABORTED below its own floor after a restart.
+            allowed = allowed | {"OK", "ABORTED"}
         code, detail = await self._serve(self.targets.origin, [flipped])
         allowed = allowed | self._predates_restart()
         self._judge(Attack.BIT_FLIP, self.targets.origin, code, str(detail), allowed)

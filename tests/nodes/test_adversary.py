@@ -294,7 +294,7 @@ async def test_future_dated_demands_cannot_poison_the_replay_floor(
         # Outside the documented ±30 s skew: rejected, and no state moves.
         far = build_demand(attacker, o, now=now_ms() + 45_000).to_bytes()
         code = await _code(_demand(a, far))
-        assert code is grpc.StatusCode.FAILED_PRECONDITION
+        assert code is grpc.StatusCode.OUT_OF_RANGE
         assert (floor_file.read_bytes() if floor_file.exists() else b"") == before
         # Inside the skew but ahead of the clock: served, and the floor stays near now.
         near = build_demand(attacker, o, now=now_ms() + 25_000).to_bytes()
@@ -311,8 +311,15 @@ async def test_future_dated_demands_cannot_poison_the_replay_floor(
         assert open_statement(reply.answers[0].receipt, Receipt).statement.status is (
             ReceiptStatus.SERVED
         )
-        # The future-dated demand is still remembered across the restart: no replay.
-        assert await _code(_demand(a, near)) is grpc.StatusCode.ALREADY_EXISTS
+        # The future-dated demand is still covered across the restart, by its
+        # holder's own durable floor: no replay.
+        assert await _code(_demand(a, near)) is grpc.StatusCode.ABORTED
+        # That holder's next demand (dated later, still ahead) is served.
+        later = build_demand(attacker, o, now=now_ms() + 26_000).to_bytes()
+        reply = await _demand(a, later)
+        assert open_statement(reply.answers[0].receipt, Receipt).statement.status is (
+            ReceiptStatus.SERVED
+        )
     finally:
         a.stop()
 

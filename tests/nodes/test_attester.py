@@ -7,7 +7,13 @@ import pytest
 from contracts.errors import EncodingError
 from contracts.statements import Axis
 from nodes import wire
-from nodes.attester import MAX_LIFETIME_MS, MAX_PROOFS, AttestationAsk, AttesterFault
+from nodes.attester import (
+    MAX_LIFETIME_MS,
+    MAX_PROOFS,
+    MIN_LIFETIME_MS,
+    AttestationAsk,
+    AttesterFault,
+)
 from nodes.config import ConfigError, NodeConfig
 from nodes.errors import MalformedRequest, RequestTooLarge
 
@@ -18,6 +24,10 @@ def test_ask_bounds_are_checked_naming_the_field() -> None:
     AttestationAsk("v/1", (DIGEST,), lifetime_ms=MAX_LIFETIME_MS).check()
     with pytest.raises(MalformedRequest, match="lifetime"):
         AttestationAsk("v/1", (DIGEST,), lifetime_ms=MAX_LIFETIME_MS + 1).check()
+    # renewals of a logged attestation wait for its expiry: a floor bounds how often
+    AttestationAsk("v/1", (DIGEST,), lifetime_ms=MIN_LIFETIME_MS).check()
+    with pytest.raises(MalformedRequest, match=f"below {MIN_LIFETIME_MS} ms"):
+        AttestationAsk("v/1", (DIGEST,), lifetime_ms=MIN_LIFETIME_MS - 1).check()
     with pytest.raises(MalformedRequest, match="not a digest"):
         AttestationAsk("v/1", ("xyz",)).check()
     with pytest.raises(MalformedRequest, match="appears twice"):

@@ -179,14 +179,14 @@ async def test_demand_on_expired_obligation_is_failed_precondition(
     assert code is grpc.StatusCode.FAILED_PRECONDITION
 
 
-async def test_stale_demand_is_failed_precondition(
+async def test_stale_demand_is_out_of_range(
     origin: RunningNode, channel: grpc.aio.Channel, clock: Clock
 ) -> None:
     fold = await _fold(channel)
     now_ms = int(clock.now * 1000)
     demand = build_demand(Identity.generate(), _obligation(fold, now_ms), now=now_ms - 600_000)
     code = await _rejected(origin, _demand_call(channel, [demand.to_bytes()]))
-    assert code is grpc.StatusCode.FAILED_PRECONDITION
+    assert code is grpc.StatusCode.OUT_OF_RANGE
 
 
 async def test_replayed_demand_nonce_is_already_exists(
@@ -296,7 +296,7 @@ async def test_a_demand_batch_with_a_bad_signature_or_stale_time_is_rejected(
     assert code is grpc.StatusCode.UNAUTHENTICATED
     stale = _batch(Identity.generate(), obligation, now_ms - 600_000)
     code = await _rejected(origin, _demand_call(channel, [stale]))
-    assert code is grpc.StatusCode.FAILED_PRECONDITION
+    assert code is grpc.StatusCode.OUT_OF_RANGE
 
 
 async def test_demand_for_unknown_obligation_is_not_found(
