@@ -614,6 +614,7 @@ def _report(
         f"  {'serve probe':22} {_p(u, 0.5):>10.1f} / {u99:>8.1f} (n={len(u):>4})"
         f" {_p(lo, 0.5):>8.1f} / {l99:>8.1f} (n={len(lo):>4})"
         f"  {ratio:6.1f} (<= 10: {verdict(ratio <= 10)})  errors {loaded['errors'] or 0}"
+        f"  loaded max {max(lo, default=0):.1f} ms"
     )
     print(
         f"  {'admitted deliveries':22} {_p(alone, 0.5):>10.1f} / {a99:>8.1f} (n={len(alone):>4})"

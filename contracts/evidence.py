@@ -18,7 +18,12 @@ Two levels, as in PeerReview:
   by the deadline. It becomes ``witness_confirmed`` when enough other nodes'
   signed reports say their own re-issued demands went unanswered too, and it
   is ``cleared`` by any receipt of the origin answering one of those demands.
-  Silence is never proof.
+  Silence is never proof. A record with ``"status": "RESOURCE_EXHAUSTED"``
+  says the origin was not silent but **busy**: it answered every ask with
+  that (unsigned) status until the deadline. It verifies as ``busy``, a
+  suspicion witnesses cannot confirm (their reports are checked, not counted)
+  and a receipt still clears; records without the field keep their bytes and
+  their verdicts.
 
 An evidence file is standalone JSON (:meth:`Evidence.to_bytes`) holding the
 DSSE envelopes themselves. :func:`verify_evidence` needs nothing else: every
@@ -95,6 +100,7 @@ from contracts.statements import (
 )
 
 __all__ = [
+    "BUSY_STATUS",
     "EVIDENCE_FORMAT",
     "Answer",
     "AnswerKind",
@@ -116,6 +122,8 @@ __all__ = [
 ]
 
 EVIDENCE_FORMAT = "provnet-evidence/v1"
+#: The one status an ``unanswered`` record may name: the origin said it was busy.
+BUSY_STATUS = "RESOURCE_EXHAUSTED"
 _MAX_WITNESSES = 64
 _MAX_ANSWERS = 64
 
@@ -137,6 +145,9 @@ class EvidenceStatus(StrEnum):
     PROVEN = "proven"
     SUSPECTED = "suspected"
     WITNESS_CONFIRMED = "witness_confirmed"
+    #: An ``unanswered`` record whose holder was told the origin was busy, not met
+    #: with silence: a suspicion never confirmed, never a proof.
+    BUSY = "busy"
     CLEARED = "cleared"
 
 
@@ -172,6 +183,7 @@ _FIELDS = frozenset(
         "witness_reports",
         "answers",
         "proof",
+        "status",
     }
 )
 
@@ -209,6 +221,8 @@ class Evidence:
     answers: tuple[Envelope, ...] = ()
     reported_at: int = 0
     proof: JsonObject | None = None
+    #: ``unanswered`` only: :data:`BUSY_STATUS` if the origin answered that, not silence.
+    status: str = ""
 
     @property
     def level(self) -> EvidenceLevel:
@@ -242,6 +256,8 @@ class Evidence:
         if self.proof is not None:
             # Only head-bound and split-view records have it: older files keep their bytes.
             out["proof"] = self.proof
+        if self.status:
+            out["status"] = self.status  # likewise: records without it keep their bytes
         return out
 
     def to_bytes(self) -> bytes:
@@ -263,6 +279,12 @@ class Evidence:
         proof = obj.get("proof")
         if proof is not None and type(proof) is not dict:
             raise EncodingError("evidence: field 'proof' must be a JSON object")
+        status = obj.get("status", "")
+        if status != "" and (status != BUSY_STATUS or obj.get("kind") != "unanswered"):
+            raise EncodingError(
+                f"evidence: field 'status' {status!r:.60} must be {BUSY_STATUS!r}, on an"
+                " unanswered record only"
+            )
         return cls(
             kind=get_enum(obj, "kind", "evidence", EvidenceKind),
             accused=get_node_id(obj, "accused", "evidence"),
@@ -277,6 +299,7 @@ class Evidence:
             answers=_env_list(obj, "answers", _MAX_ANSWERS),
             reported_at=get_int(obj, "reported_at", "evidence", hi=MAX_TIME_MS),
             proof=proof,
+            status=status,
         )
 
     @classmethod
@@ -628,6 +651,18 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
             f" {r.digest[:12]}… at {format_ms(r.statement.issued_at)}: suspicion cleared",
             tuple(confirmed),
         )
+    if e.status:
+        # Busy is what the holder was told, not silence: witnesses' reports of
+        # silence do not make it confirmed (docs/security.md, "No answer").
+        return _verdict(
+            e,
+            EvidenceStatus.BUSY,
+            c,
+            o,
+            f"origin {e.accused[:16]}… answered {e.status} (busy, not silent) to demand"
+            f" {d.digest[:12]}… until it was due {format_ms(due)}, asked {e.re_asks + 1}"
+            " time(s): a suspicion, never confirmed",
+        )
     if len(confirmed) >= min_witnesses:
         status = EvidenceStatus.WITNESS_CONFIRMED
         detail = f"confirmed by {len(confirmed)} witness(es)"
@@ -835,8 +870,13 @@ def unanswered_evidence(
     reported_at: int,
     witness_demands: Sequence[Signed[Demand]] = (),
     witness_reports: Sequence[Signed[WitnessReport]] = (),
+    status: str = "",
 ) -> Evidence:
-    """A suspicion record; verify it with :func:`verify_evidence` at ``now``."""
+    """A suspicion record; verify it with :func:`verify_evidence` at ``now``.
+
+    ``status``: :data:`BUSY_STATUS` if the origin answered that, not silence."""
+    if status not in ("", BUSY_STATUS):
+        raise ValueError(f"unanswered evidence: status {status!r} is not {BUSY_STATUS!r}")
     return Evidence(
         kind=EvidenceKind.UNANSWERED,
         accused=obligation.statement.origin,
@@ -847,6 +887,7 @@ def unanswered_evidence(
         witness_demands=tuple(w.envelope for w in witness_demands),
         witness_reports=tuple(w.envelope for w in witness_reports),
         reported_at=reported_at,
+        status=status,
     )
 
 

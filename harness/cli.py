@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-__all__ = ["UsageError", "build_parser", "main"]
+__all__ = ["RunFailed", "UsageError", "build_parser", "main"]
 
 #: Modules that provide ``register(subparsers) -> None``.
 _SUBCOMMAND_MODULES = (
@@ -34,11 +34,26 @@ class UsageError(Exception):
     """Bad user input: printed as ``provnet: error: <message>``, exit 2."""
 
 
+class RunFailed(Exception):
+    """A run could not complete (a node answered what it must not): one line, exit 1."""
+
+
+def _version() -> str:
+    """The installed distribution's version (``pyproject.toml``'s when installed from it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("provnet")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="provnet",
         description="Cross-agent provenance testbed: experiment, contracts, nodes.",
     )
+    parser.add_argument("--version", action="version", version=f"provnet {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _SUBCOMMAND_MODULES:
         module = importlib.import_module(name)
@@ -48,15 +63,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _mark_subparsers(parser: argparse.ArgumentParser) -> None:
+    """Let every (sub)command's namespace name the parser that read it, for its usage."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.set_defaults(_usage_parser=child)
+                _mark_subparsers(child)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    _mark_subparsers(parser)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # An unknown flag belongs to the subcommand it was given to: its usage, not the top's.
+        owner: argparse.ArgumentParser = getattr(args, "_usage_parser", parser)
+        owner.error(f"unrecognized arguments: {' '.join(unknown)}")
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
     except UsageError as exc:
         print(f"provnet: error: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:
+        print(f"provnet: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("provnet: interrupted", file=sys.stderr)
         return 130

@@ -30,7 +30,7 @@ from harness.cli_common import (
     prepare_out,
 )
 
-__all__ = ["TraceFormat", "register"]
+__all__ = ["TraceFormat", "detect_trace_format", "register"]
 
 
 class TraceFormat(StrEnum):
@@ -39,6 +39,41 @@ class TraceFormat(StrEnum):
     LAB = "lab"
     PROVNET = "provnet"
 
+
+#: Records :func:`detect_trace_format` looks at: the schema shows in the first ops.
+_SNIFF_RECORDS = 200
+
+
+def detect_trace_format(path: Path) -> TraceFormat:
+    """The schema of a trace, read from its first records' ops.
+
+    Any of the lab's ops (``SOURCE_FETCH``, …) makes it the lab's; string ops
+    that are none of them make it provnet's (``fetch``, ``llm_call``, …). A file
+    that cannot be read or shows no op is left to the lab's loader, whose
+    errors name the file and line.
+    """
+    import itertools
+    import json
+
+    from harness.lab_trace import LAB_OPS
+
+    seen_op = False
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            for line in itertools.islice(fh, _SNIFF_RECORDS):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                op = record.get("op") if isinstance(record, dict) else None
+                if not isinstance(op, str):
+                    continue
+                if op in LAB_OPS:
+                    return TraceFormat.LAB
+                seen_op = True
+    except OSError:
+        return TraceFormat.LAB
+    return TraceFormat.PROVNET if seen_op else TraceFormat.LAB
 
 
 def _default_workers() -> int:
@@ -88,9 +123,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument(
         "--trace-format",
         choices=[f.value for f in TraceFormat],
-        default=TraceFormat.LAB.value,
-        help="trace schema: the lab's (SOURCE_FETCH …, default) or provnet's (fetch, "
-        "llm_call …; integer steps)",
+        default=None,
+        help="trace schema: the lab's (SOURCE_FETCH …) or provnet's (fetch, llm_call …;"
+        " integer steps); default: read from the trace's ops (the lab's when none tells)",
     )
     run.add_argument(
         "--mock",
@@ -154,12 +189,31 @@ def _run(args: argparse.Namespace) -> int:
     coverage: dict[str, object] | None = None
     hop_bytes = HopBytes.CANONICAL
     if args.trace is not None:
-        fmt = TraceFormat(args.trace_format)
+        if args.trace_format is None:
+            fmt = detect_trace_format(args.trace)
+            if fmt is not TraceFormat.LAB:
+                print(
+                    f"provnet: {args.trace}: provnet's trace schema (its ops are not the"
+                    " lab's); --trace-format lab to read it as the lab's",
+                    file=sys.stderr,
+                )
+        else:
+            fmt = TraceFormat(args.trace_format)
         match fmt:
             case TraceFormat.LAB:
                 from harness.lab_trace import load_lab_trace
+                from harness.trace_rules import TraceError
 
-                loaded = load_lab_trace(args.trace, args.rules, decision_every=cfg.decision_every)
+                try:
+                    loaded = load_lab_trace(
+                        args.trace, args.rules, decision_every=cfg.decision_every
+                    )
+                except TraceError as exc:
+                    if detect_trace_format(args.trace) is TraceFormat.PROVNET:
+                        raise UsageError(
+                            f"{exc}; its ops are provnet's schema: --trace-format provnet"
+                        ) from None
+                    raise
                 coverage = dict(loaded.summary)
                 summary = {
                     "format": fmt.value,
@@ -290,11 +344,13 @@ def _report(args: argparse.Namespace) -> int:
     from harness.report import write_report
 
     sweep_out: Path | None = args.sweep_out
-    if sweep_out is not None and not (sweep_out / "sweep_metrics.csv").exists():
+    skipped = sweep_out is not None and not (sweep_out / "sweep_metrics.csv").exists()
+    # Said once the report is written: a missing results folder fails first, alone.
+    written = write_report(args.out, None if skipped else sweep_out)
+    if skipped:
         print(
             f"report: no sweep results in {sweep_out}/ — crossover section skipped", file=sys.stderr
         )
-        sweep_out = None
-    for path in write_report(args.out, sweep_out):
+    for path in written:
         print(path)
     return 0

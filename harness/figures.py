@@ -8,14 +8,16 @@ Four PNGs, each answering one question of the write-up:
   ``1 − p``; the prose arm's reconstruction is channel noise. The death cycle
   is marked.
 * ``agreement_by_class.png`` — blind agreement with the oracle per gate
-  class and arm (main matrix), plus degrade/rehydrate on the lineage classes.
+  class and arm (main matrix, or the trace replay: the title names which),
+  plus degrade/rehydrate on the lineage classes; bars from 0 %.
 * ``false_proceed_vs_cadence.png`` — false-proceed rate against compaction
   cadence, one panel per degradation profile (all gates solid, irreversible
   gates dashed).
 * ``crossover.png`` — structural_min minus prose reconstruction-class flip
-  rate against cadence per penalty (the crossover is where it reaches 0),
-  and the crossover cycle count against the penalty with the fitted power
-  law.
+  rate against cadence per penalty (the crossover is where it reaches 0;
+  a penalty whose crossover lies off the cadence grid is marked at the
+  grid's edge), and the crossover cycle count against the penalty with the
+  fitted power law.
 
 Every function takes the data frames read from the result CSVs and the
 numbers :mod:`harness.analysis` derived (death cycle, crossover, exponent) —
@@ -35,6 +37,9 @@ __all__ = [
     "ARM_COLORS",
     "ARM_LABELS",
     "CLASS_ORDER",
+    "agreement_figure",
+    "censored_side",
+    "crossover_figure",
     "plot_agreement_by_class",
     "plot_crossover",
     "plot_false_proceed_vs_cadence",
@@ -175,11 +180,22 @@ def plot_recon_decay(
     return _save(fig, path)
 
 
-def plot_agreement_by_class(gates: pd.DataFrame, path: Path) -> Path:
-    """Left: blind agreement per gate class and arm. Right: lineage gates per mode."""
+def plot_agreement_by_class(
+    gates: pd.DataFrame, path: Path, *, source: str = "main matrix"
+) -> Path:
+    """``agreement_by_class.png``; ``source`` names the runs in the title."""
+    return _save(agreement_figure(gates, source=source), path)
+
+
+def agreement_figure(gates: pd.DataFrame, *, source: str = "main matrix") -> Any:
+    """Left: blind agreement per gate class and arm. Right: lineage gates per mode.
+
+    Bars start at 0 % (a bar's length is its agreement), each bar carries its
+    value, and the legends sit above the panels, never over a bar.
+    """
     plt = _pyplot()
     fig, (ax, ax2) = plt.subplots(
-        1, 2, figsize=(12.5, 4.8), gridspec_kw={"width_ratios": [3, 2]}, sharey=True
+        1, 2, figsize=(12.5, 5.2), gridspec_kw={"width_ratios": [3, 2]}, sharey=True
     )
     width = 0.27
     for ci, cls in enumerate(CLASS_ORDER):
@@ -198,13 +214,15 @@ def plot_agreement_by_class(gates: pd.DataFrame, path: Path) -> Path:
                 color=ARM_COLORS[arm],
                 label=ARM_LABELS[arm] if ci == 0 else None,
             )
-            ax.text(x, agree + 0.4, f"{agree:.1f}", ha="center", va="bottom", fontsize=7.5)
+            ax.text(x, agree + 0.8, f"{agree:.1f}", ha="center", va="bottom", fontsize=7.5)
     ax.set_xticks(range(len(CLASS_ORDER)))
     ax.set_xticklabels([c.replace("_", " ") for c in CLASS_ORDER])
     ax.set_ylabel("agreement with the oracle (%)")
-    ax.set_ylim(60, 103)
-    ax.set_title("Blind mode, by gate class and arm")
-    ax.legend(loc="lower left", fontsize=8.5, framealpha=0.95)
+    ax.set_ylim(0, 108)
+    ax.set_axisbelow(True)
+    ax2.set_axisbelow(True)
+    ax.set_title("Blind mode, by gate class and arm", pad=26)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8.5, frameon=False)
 
     modes = ("blind", "degrade", "rehydrate")
     mode_colors = {"blind": "#7f8c8d", "degrade": "#e67e22", "rehydrate": "#16a085"}
@@ -220,13 +238,14 @@ def plot_agreement_by_class(gates: pd.DataFrame, path: Path) -> Path:
             ax2.bar(
                 x, agree, width * 0.92, color=mode_colors[mode], label=mode if ci == 0 else None
             )
-            ax2.text(x, agree + 0.4, f"{agree:.1f}", ha="center", va="bottom", fontsize=7.5)
+            ax2.text(x, agree + 0.8, f"{agree:.1f}", ha="center", va="bottom", fontsize=7.5)
     ax2.set_xticks(range(len(lineage)))
     ax2.set_xticklabels([c.replace("_", " ") for c in lineage])
-    ax2.set_title("Lineage gates, both structural arms, by mode")
-    ax2.legend(loc="lower left", fontsize=8.5, framealpha=0.95)
-    fig.suptitle("Agreement with the uncompacted oracle (main matrix)")
-    return _save(fig, path)
+    ax2.set_title("Lineage gates, both structural arms, by mode", pad=26)
+    ax2.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8.5, frameon=False)
+    fig.suptitle(f"Agreement with the uncompacted oracle ({source})")
+    fig.tight_layout()
+    return fig
 
 
 def plot_false_proceed_vs_cadence(gates: pd.DataFrame, path: Path) -> Path:
@@ -294,12 +313,45 @@ def plot_crossover(
     exponent: float | None,
     steps: int,
 ) -> Path:
-    """Reconstruction-class flip gap (structural_min − prose) per penalty, and cycles* vs p."""
+    """``crossover.png`` (see :func:`crossover_figure`)."""
+    return _save(crossover_figure(sweep, crossover=crossover, exponent=exponent, steps=steps), path)
+
+
+def censored_side(gap: list[float]) -> str | None:
+    """Where a crossover missing from the grid lies: ``"above"`` the largest cadence
+    when structural_min is still worse there (every gap > 0), ``"below"`` the
+    smallest when it is no worse already at the smallest (first gap ≤ 0); None
+    when the gap has no such reading (no finite value)."""
+    finite = [g for g in gap if not math.isnan(g)]
+    if not finite:
+        return None
+    if all(g > 0.0 for g in finite):
+        return "above"
+    if finite[0] <= 0.0:
+        return "below"
+    return None
+
+
+def crossover_figure(
+    sweep: pd.DataFrame,
+    *,
+    crossover: Mapping[float, float | None],
+    exponent: float | None,
+    steps: int,
+) -> Any:
+    """Reconstruction-class flip gap (structural_min − prose) per penalty, and cycles* vs p.
+
+    A penalty whose gap does not cross 0 inside the cadence grid is censored at
+    the grid's edge: marked there with a triangle pointing off the grid (C* above
+    the largest or below the smallest cadence), and named on the right panel,
+    which can only plot the crossovers found.
+    """
     plt = _pyplot()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
     recon = sweep[(sweep["gate_class"] == "reconstruction") & (sweep["mode"] == "blind")]
     penalties = sorted(set(recon["penalty"]))
     cmap = plt.get_cmap("viridis")
+    censored: list[tuple[float, str, int]] = []
     for i, p in enumerate(penalties):
         color = cmap(i / max(1, len(penalties) - 1) * 0.9)
         sel = recon[recon["penalty"] == p]
@@ -314,12 +366,27 @@ def plot_crossover(
         c_star = crossover.get(p)
         if c_star is not None:
             ax.plot([c_star], [0.0], marker="x", ms=9, mew=2, color=color)
+            continue
+        side = censored_side(gap)
+        if side is not None:
+            edge = int(cadences[-1] if side == "above" else cadences[0])
+            censored.append((p, side, edge))
+            ax.plot(
+                [edge],
+                [0.0],
+                marker=">" if side == "above" else "<",
+                ms=10,
+                color=color,
+                markeredgecolor="black",
+                linestyle="none",
+                label=f"p = {p:g}: C* {'>' if side == 'above' else '<'} {edge} (off the grid)",
+            )
     ax.axhline(0.0, color="black", lw=1)
     ax.set_xscale("log")
     ax.set_xlabel("compaction cadence C (steps, log scale)")
     ax.set_ylabel("flip rate: structural_min − prose (pp)")
     ax.set_title("Reconstruction-coupled gates: above 0, min-folding is worse than prose")
-    ax.legend(title="penalty per compaction", fontsize=8.5)
+    ax.legend(title="penalty per compaction (x: crossover C*)", fontsize=8.5)
 
     points = [(p, steps / c) for p, c in sorted(crossover.items()) if c is not None and c > 0]
     if points:
@@ -344,7 +411,22 @@ def plot_crossover(
         ax2.legend(fontsize=8.5)
     else:
         ax2.text(0.5, 0.5, "no crossover on this grid", ha="center", transform=ax2.transAxes)
+    if censored:
+        ax2.text(
+            0.02,
+            0.02,
+            "off the grid, not plotted: "
+            + "; ".join(
+                f"p = {p:g} (C* {'>' if side == 'above' else '<'} {edge})"
+                for p, side, edge in censored
+            ),
+            transform=ax2.transAxes,
+            fontsize=8,
+            color="#444444",
+            wrap=True,
+        )
     ax2.set_xlabel("penalty p per compaction (log)")
     ax2.set_ylabel("compaction cycles at the crossover (log)")
     ax2.set_title("Crossover cycle count against the penalty")
-    return _save(fig, path)
+    fig.tight_layout()
+    return fig

@@ -174,6 +174,13 @@ def _headlines(f: Any, is_trace: bool) -> list[str]:
         ((h.hid, h.statement, h.criterion, h.measured, f"**{h.verdict}**") for h in f.hypotheses),
         align="lllll",
     )
+    lines += [
+        "*flip*: a gate decision that differs from the uncompacted oracle's; *fp*"
+        " (false-proceed): the arm proceeds where the oracle blocks; *fs* (false-stop): the"
+        " arm blocks where the oracle proceeds. *Blind*, *degrade*, *rehydrate*: the lineage"
+        " modes (see *Payment gate and rehydration*).",
+        "",
+    ]
     return lines
 
 
@@ -243,7 +250,9 @@ def _rehydration(f: Any) -> list[str]:
         "",
         "Blind decides on what survived compaction; degrade refuses to act when folded taints "
         "exist (blocklist) or the window is not provable (allowlist); rehydrate fetches the "
-        "folded hops from the cold hop log. KB = 1,000 bytes of canonical hop JSON read.",
+        "folded hops from the cold hop log. *lookups / 100*: folded-hop pointers dereferenced"
+        " in the cold log per 100 of the row's gate decisions (*n*); *KB / 100*: kilobytes"
+        " (1,000 bytes) of canonical hop JSON read per 100 of them.",
         "",
         "`payment_no_untrusted_taint` (irreversible, default-allow), both structural arms:",
         "",
@@ -597,7 +606,11 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
                 thresholds=thresholds or None,
                 penalty=findings.penalty,
             )
-    figures["agreement"] = plot_agreement_by_class(primary, out / FIGURE_FILES["agreement"])
+    figures["agreement"] = plot_agreement_by_class(
+        primary,
+        out / FIGURE_FILES["agreement"],
+        source="trace replay" if is_trace else "main matrix",
+    )
     figures["false_proceed"] = plot_false_proceed_vs_cadence(
         primary, out / FIGURE_FILES["false_proceed"]
     )
@@ -622,6 +635,14 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
         f"provnet {versions.get('provnet', '?')}, numpy {versions.get('numpy', '?')}.",
         "",
     ]
+    # What the trace loader read comes first: every number below depends on it
+    # (a rule that never matched, an op skipped), so it is read before them.
+    trace_summary = meta.get("trace")
+    coverage_path = out / "trace_coverage.json"
+    if coverage_path.is_file():
+        lines += _coverage(_read_json(coverage_path), trace_summary)
+    elif isinstance(trace_summary, dict):
+        lines += _trace(trace_summary)
     lines += _headlines(findings, is_trace)
     lines += _per_class(findings)
     lines += _per_config(findings)
@@ -631,12 +652,6 @@ def write_report(out: Path, sweep_out: Path | None) -> list[Path]:
     lines += _death(findings)
     if sweep is not None and sweep_out is not None:
         lines += _crossover(sweep, sweep_out)
-    trace_summary = meta.get("trace")
-    coverage_path = out / "trace_coverage.json"
-    if coverage_path.is_file():
-        lines += _coverage(_read_json(coverage_path), trace_summary)
-    elif isinstance(trace_summary, dict):
-        lines += _trace(trace_summary)
     lines += _figures_section(figures)
     summary_path = out / SUMMARY_FILE
     summary_path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")

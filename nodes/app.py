@@ -9,7 +9,8 @@
    (:mod:`nodes.reaper`, every ``reap_interval_s``; it also lands pending
    hops in ``provenance_pending`` mode);
 4. serve the provnet services plus health and reflection on ``listen``
-   (port 0 picks a free port; it is written to ``port_file`` if set);
+   (port 0 picks a free port; it is written to ``port_file`` if set), and
+   start re-testing standing suspicions (:mod:`nodes.retest`);
 5. on SIGTERM/SIGINT: health NOT_SERVING, ``server.stop(grace)``, close the
    store — in that order, so no acknowledged write is cut off.
 
@@ -26,10 +27,12 @@ import gc
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TextIO
 
 from contracts.errors import KeyFileError
 from contracts.identity import Identity, load_identity, save_identity
@@ -39,6 +42,7 @@ from nodes.config import NodeConfig
 from nodes.faults import FaultPlan
 from nodes.logging import configure_logging, get_logger
 from nodes.reaper import Reaper
+from nodes.retest import Retester
 from nodes.server import NodeServer, build_server
 from nodes.services import NodeCore
 from nodes.store import StoreMode
@@ -46,6 +50,7 @@ from nodes.transport import GrpcTransport, Transport
 
 __all__ = [
     "KEY_FILENAME",
+    "NO_OPERATOR_HINT",
     "PortBusy",
     "RunningNode",
     "check_port_free",
@@ -53,6 +58,7 @@ __all__ = [
     "main",
     "run_node",
     "start_node",
+    "warn_no_operator",
 ]
 
 KEY_FILENAME = "node.key"
@@ -97,7 +103,8 @@ def operator_key_id(path: Path) -> str:
 
 def load_or_create_identity(data_dir: Path) -> Identity:
     """The node's key from ``data_dir/node.key``; generated (mode 0600) on first start."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    # Owner-only, as a cluster's data dirs: it holds the node key and the hop log.
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = data_dir / KEY_FILENAME
     if path.exists():
         return load_identity(path)
@@ -115,6 +122,7 @@ class RunningNode:
     core: NodeCore
     server: NodeServer
     reaper: Reaper | None = None
+    retester: Retester | None = None
 
     @property
     def address(self) -> str:
@@ -128,6 +136,8 @@ class RunningNode:
         await self.server.stop(self.config.shutdown_grace_s if grace is None else grace)
         if self.reaper is not None:
             await self.reaper.stop()
+        if self.retester is not None:
+            await self.retester.stop()
         await self.core.close()
 
 
@@ -181,7 +191,10 @@ async def start_node(
         # S5: the reaper evicts only through the store's obligation-reading delete.
         reaper = Reaper(core.store, interval_s=config.reap_interval_s, clock=core.now_ms)
         reaper.start()
-    return RunningNode(config=config, core=core, server=server, reaper=reaper)
+    # Standing suspicions are asked again on a schedule until they clear (nodes.retest).
+    retester = Retester(core)
+    retester.start()
+    return RunningNode(config=config, core=core, server=server, reaper=reaper, retester=retester)
 
 
 def _offset_clock(offset_s: float) -> Callable[[], float]:
@@ -191,6 +204,25 @@ def _offset_clock(offset_s: float) -> Callable[[], float]:
         return time.time() + offset_s
 
     return clock
+
+
+#: Said once at start by a node that has no operator key (nodes.auth).
+NO_OPERATOR_HINT = (
+    "node {name} has no operator key: it will refuse every control call (append, commit,"
+    " deliver, rehydrate, forward), so no driver can play on it; to authorise an operator,"
+    " make a key with 'provnet keys new operator.key' and start the node with"
+    " --operator-key-file operator.key (or --operator-keys HEX), then run the driver with"
+    " PROVNET_OPERATOR_KEY_FILE=operator.key"
+)
+
+
+def warn_no_operator(name: str, stream: TextIO | None = None) -> None:
+    """Say that node ``name`` refuses control calls: a log warning, and a plain line on a TTY."""
+    hint = NO_OPERATOR_HINT.format(name=name)
+    log.warning("control_calls_refused", reason="no operator key configured", fix=hint)
+    out = sys.stderr if stream is None else stream
+    if out.isatty():
+        print(f"provnet: warning: {hint}", file=out, flush=True)
 
 
 async def run_node(config: NodeConfig) -> None:
@@ -211,6 +243,8 @@ async def run_node(config: NodeConfig) -> None:
         fault=str(config.fault),
         data_dir=str(config.data_dir),
     )
+    if not node.config.operator_keys:
+        warn_no_operator(config.name)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -226,7 +260,6 @@ async def run_node(config: NodeConfig) -> None:
 
 def main() -> int:
     """``python -m nodes.app``: run a node configured by ``PROVNET_*`` variables only."""
-    import sys
 
     from nodes.config import ConfigError
 

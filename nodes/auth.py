@@ -370,7 +370,7 @@ class ControlAuth:
                 " refused"
             )
         return (
-            f"{method} is a control call: sign it with an operator key"
+            f"{method} is a control call: node {self._name!r} needs it signed with an operator key"
             f" ({OPERATOR_KEY_ENV} or the cluster's {OPERATOR_KEY_FILENAME})"
         )
 

@@ -44,7 +44,8 @@ def _error(message: str) -> int:
 #: Help for each NodeConfig field's flag; the flag is ``--<field>`` with '-'
 #: for '_' and the variable is ``nodes.config.ENV_VARS[field]``.
 _FLAG_HELP: Mapping[str, str] = {
-    "name": "node label, lower-case (required)",
+    "name": "node label: lower-case letters, digits, '_' and '-', starting with a letter or"
+    " digit, at most 32 characters (required)",
     "listen": "host:port to serve on (default 127.0.0.1:50051)",
     "data_dir": "directory for the key file and the hop log (required)",
     "peers": "known nodes: 'name=host:port[,pubkey]' entries separated by ';' or spaces",
@@ -68,8 +69,14 @@ _FLAG_HELP: Mapping[str, str] = {
     " none: control calls are refused",
     "operator_key_file": "operator key file whose public key is authorised too (read at start)",
     "min_witnesses": "witness confirmations an unanswered suspicion needs (default 1)",
-    "max_concurrent_rpcs": "calls handled at once; more are shed with RESOURCE_EXHAUSTED"
-    " (default 128)",
+    "reap_interval_s": "seconds between two sweeps of the retention reaper, which evicts hops"
+    " no unexpired obligation protects (default 5, 0: off)",
+    "max_concurrent_rpcs": "open calls other than demands and health checks (challenges, node"
+    " info) handled at once; more are shed with RESOURCE_EXHAUSTED (default 128)",
+    "max_streams": "long-lived streams (health watch, demand streams, reflection) open at once;"
+    " more are refused with RESOURCE_EXHAUSTED (default 64 per streaming method)",
+    "max_streams_per_peer": "long-lived streams one caller address may hold open, per streaming"
+    " method (default 16)",
     "max_bulk_rpcs": "bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;"
     " more are shed with RESOURCE_EXHAUSTED (default 16, 0: no separate limit)",
     "bulk_shed_lag_ms": "while the event loop runs this many ms late, admit one bulk call at a"
@@ -208,11 +215,28 @@ def _add_cluster_parser(sub: _Sub) -> None:
         default=DEFAULT_START_TIMEOUT_S,
         help=f"seconds each node has to answer SERVING (default {DEFAULT_START_TIMEOUT_S:g})",
     )
+    from nodes.faults import FaultMode
+
+    up.add_argument(
+        "--fault",
+        dest="faults",
+        action="append",
+        default=[],
+        metavar="NODE=MODE",
+        help="start node NODE with fault MODE (as 'provnet node --fault'; one of"
+        f" {', '.join(m.value for m in FaultMode if m is not FaultMode.SLOW)});"
+        " repeatable, or comma-separated: b=drop,c=tamper",
+    )
     up.set_defaults(handler=_cluster_up)
 
     status = csub.add_parser("status", help="health, pid, port and counters of each node")
     common(status)
-    status.add_argument("--json", action="store_true", help="print one JSON object per node")
+    status.add_argument(
+        "--json", action="store_true", help="print one JSON object per node, every counter"
+    )
+    status.add_argument(
+        "--verbose", action="store_true", help="every counter of each node, not only the main ones"
+    )
     status.set_defaults(handler=_cluster_status)
 
     down = csub.add_parser("down", help="stop the nodes: SIGTERM, then SIGKILL after a grace")
@@ -284,23 +308,41 @@ def _progress(message: str) -> None:
     print(f"provnet: {message}", file=sys.stderr, flush=True)
 
 
+def _faults(entries: list[str]) -> dict[str, str]:
+    """``--fault NODE=MODE`` entries (repeated or comma-separated) as node → mode."""
+    faults: dict[str, str] = {}
+    for entry in (e.strip() for text in entries for e in text.split(",")):
+        if not entry:
+            continue
+        name, sep, mode = entry.partition("=")
+        if not sep or not name or not mode:
+            raise ValueError(f"--fault {entry!r}: expected NODE=MODE, e.g. c=tamper")
+        if name in faults:
+            raise ValueError(f"--fault: node {name!r} given twice")
+        faults[name.strip()] = mode.strip().lower()
+    return faults
+
+
 def _cluster_up(args: argparse.Namespace) -> int:
-    from nodes.cluster import ClusterError, cluster_up
+    from nodes.cluster import ClusterError, check_faults, cluster_up
     from nodes.home import Home, check_node_name
 
     try:
         names = [check_node_name(n) for n in _names(args)]
+        faults = check_faults(names, _faults(args.faults))
         home = Home.resolve(args.home)
         home.ensure()  # a bad home is bad input (HomeError, a ValueError): exit 2
-        state = cluster_up(home, names, timeout=args.timeout, progress=_progress)
+        state = cluster_up(home, names, timeout=args.timeout, progress=_progress, faults=faults)
     except ValueError as exc:
         return _error(str(exc))
     except ClusterError as exc:
         print(f"provnet: error: cluster up failed: {exc}", file=sys.stderr)
         return 1
     for record in state.nodes:
-        print(f"{record.name}\t{record.address}\tpid {record.pid}\t{record.data_dir}")
-    print(f"cluster of {len(state.nodes)} nodes up under {home.root}")
+        fault = f"\tfault {record.fault}" if record.fault else ""
+        print(f"{record.name}\t{record.address}\tpid {record.pid}\t{record.data_dir}{fault}")
+    n = len(state.nodes)
+    print(f"cluster of {n} node{'' if n == 1 else 's'} up under {home.root}")
     return 0
 
 
@@ -323,22 +365,33 @@ def _cluster_status(args: argparse.Namespace) -> int:
             print(json.dumps(row, sort_keys=True))
     else:
         for row in rows:
-            print(_status_line(row))
+            print(_status_line(row, verbose=args.verbose))
     return 0 if healthy else 1
 
 
-def _status_line(row: dict[str, Any]) -> str:
+#: The counters ``cluster status`` shows without --verbose: what the node served,
+#: refused and recorded (evidence_* are added when not zero).
+_STATUS_COUNTERS = ("serves", "refusals", "provenance_pending", "provenance_unresolvable")
+
+
+def _status_line(row: dict[str, Any], *, verbose: bool = False) -> str:
     counters = row.get("counters")
-    shown = (
-        " ".join(f"{k}={v}" for k, v in sorted(counters.items()))
-        if isinstance(counters, dict)
-        else "counters unavailable"
-    )
+    if not isinstance(counters, dict):
+        shown = "counters unavailable"
+    elif verbose:
+        shown = " ".join(f"{k}={v}" for k, v in sorted(counters.items()))
+    else:
+        picked = {k: counters[k] for k in _STATUS_COUNTERS if k in counters}
+        picked.update(
+            {k: v for k, v in sorted(counters.items()) if k.startswith("evidence_") and v}
+        )
+        shown = " ".join(f"{k}={v}" for k, v in picked.items())
     alive = "alive" if row["alive"] else "dead"
+    fault = f"  fault {row['fault']}" if row.get("fault") else ""
     return (
         f"{row['name']:<8} {row['health']:<12} pid {row['pid']} ({alive})  "
-        f"port {row['port']}  {shown}"
-    )
+        f"port {row['port']}{fault}  {shown}"
+    ).rstrip()
 
 
 def _cluster_down(args: argparse.Namespace) -> int:
@@ -375,6 +428,7 @@ def _cluster_down(args: argparse.Namespace) -> int:
 def _cluster_smoke(args: argparse.Namespace) -> int:
     from nodes.cluster import LOOPBACK, ClusterError, load_state
     from nodes.home import Home
+    from nodes.refusal import ControlRefused
     from nodes.smoke import Member, run_smoke
 
     home = Home.resolve(args.home)
@@ -397,6 +451,8 @@ def _cluster_smoke(args: argparse.Namespace) -> int:
     except ClusterError as exc:
         print(f"provnet: error: cluster smoke failed: {exc}", file=sys.stderr)
         return 1
+    except ControlRefused as exc:
+        return _error(str(exc))
     failed = [r.name for r in results if not r.ok]
     if failed:
         print(f"provnet: error: smoke steps deviating: {', '.join(failed)}", file=sys.stderr)

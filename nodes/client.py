@@ -53,6 +53,7 @@ from contracts.canonical import sha256_hex
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, NotEvidence
 from contracts.evidence import (
+    BUSY_STATUS,
     AnswerKind,
     Evidence,
     EvidenceStatus,
@@ -84,7 +85,8 @@ from contracts.statements import (
     WitnessReport,
     payload_type_for,
 )
-from nodes.errors import ClockSkew, MalformedRequest
+from nodes.config import MAX_DEADLINE_MS
+from nodes.errors import ClockSkew, MalformedRequest, PromiseOutOfRange
 from nodes.logging import get_logger
 from nodes.messages import (
     EVIDENCE_KINDS,
@@ -96,6 +98,7 @@ from nodes.messages import (
     VerifiedHop,
     outcome_for,
 )
+from nodes.noanswer import Reply
 from nodes.transport import CallFailed, Transport
 
 __all__ = [
@@ -107,6 +110,7 @@ __all__ = [
     "Outcome",
     "RehydrationReport",
     "VerifiedHop",
+    "challenged_obligation",
     "verify_evidence_file",
 ]
 
@@ -120,6 +124,10 @@ DEFAULT_STREAM_LEAVES = 4096
 _MARGIN_S = 0.05
 #: Demand templates a holder keeps (one per obligation it demanded under, oldest dropped).
 _DEMAND_TEMPLATES = 4096
+#: Statuses a holder asks again after (a node restarting, a store briefly
+#: unavailable); if they last, the origin answered them (nodes.noanswer: a
+#: status, not silence).
+_TRANSIENT = frozenset({"NOT_FOUND", "INTERNAL"})
 #: How an origin before version 3 refuses a demand batch (an envelope of a
 #: payload type it does not read); the folds are then asked per fold.
 _BATCH_UNREAD = frozenset({"INVALID_ARGUMENT", "UNIMPLEMENTED"})
@@ -137,7 +145,7 @@ def _severity(outcome: Outcome) -> int:
             return 1
         case Outcome.REJECTED | Outcome.UNATTRIBUTABLE:
             return 2
-        case Outcome.UNANSWERED:
+        case Outcome.UNANSWERED | Outcome.BUSY:
             return 3
         case Outcome.REFUSED:
             return 4
@@ -333,10 +341,16 @@ class Holder:
         if to_ask:
             await self._ask(run, to_ask, deadline)
             unanswered = [f for f in to_ask if f.outcome is Outcome.UNANSWERED]
-            if unanswered:
-                await self._suspect(run, unanswered[0], witnesses, deadline)
-                for other in unanswered[1:]:
-                    other.evidence = None  # one suspicion per origin per decision
+            busy = [f for f in to_ask if f.outcome is Outcome.BUSY]
+            if unanswered or busy:
+                # Silence if any fold met it; a busy record only if the origin was
+                # busy and nothing else (nodes.noanswer).
+                first = unanswered[0] if unanswered else busy[0]
+                status = "" if unanswered else BUSY_STATUS
+                await self._suspect(run, first, witnesses, deadline, status=status)
+                for other in (*unanswered, *busy):
+                    if other is not first:
+                        other.evidence = None  # one suspicion per origin per decision
         if self._on_receipt is not None:
             # A later signed receipt of the origin clears what we suspected it of.
             for receipt in run.receipts:
@@ -474,6 +488,7 @@ class Holder:
             demands = [f.demand_bytes or f.demand.to_bytes() for f in folds if f.demand is not None]
         answers: list[Answer] | None = None
         last_error = ""
+        last_reply = Reply.SILENT  # no ask made (the caller's deadline): nothing came back
         # The origin has until this instant (the obligation's deadline) to answer;
         # re-asks after a fast failure are spread over that time.
         promised = self._promised(folds)
@@ -498,7 +513,23 @@ class Holder:
                     for fold in folds:
                         fold.outcome, fold.detail = Outcome.EXPIRED, last_error
                     return
-                if exc.no_answer or exc.code in {"NOT_FOUND", "INTERNAL", "DATA_LOSS"}:
+                previous, last_reply = last_reply, exc.reply
+                if last_reply is Reply.BUSY:
+                    # Said it is overloaded: asked again at its appointment if that
+                    # comes before the demand is due, else busy (never "silent").
+                    log.info(
+                        "demand_busy",
+                        origin=run.origin[:16],
+                        attempt=attempt,
+                        error=last_error,
+                        pushback_ms=exc.pushback_ms,
+                    )
+                    wait = (exc.pushback_ms or 0) / 1000.0
+                    if attempt < self.reasks and time.monotonic() + wait < due:
+                        await self._pause(wait, deadline)
+                        continue
+                    break
+                if last_reply is Reply.SILENT or exc.code in _TRANSIENT:
                     log.info(
                         "demand_unanswered",
                         origin=run.origin[:16],
@@ -510,7 +541,10 @@ class Holder:
                         await self._pause((due - time.monotonic()) / (left + 1), deadline)
                     continue
                 if exc.code == "ALREADY_EXISTS" and attempt > 0:
-                    continue  # our earlier ask arrived late; still no receipt in time
+                    # Our earlier ask arrived late; still no receipt in time: that ask's
+                    # reply (silence, most often) is what the origin gave.
+                    last_reply = previous
+                    continue
                 if exc.code == "ABORTED":
                     # The origin restarted after our demand was made: issue fresh ones.
                     if batch:
@@ -529,8 +563,15 @@ class Holder:
                     fold.outcome, fold.detail = Outcome.REJECTED, last_error
                 return
         if answers is None:
+            # One rule (nodes.noanswer): only silence is unanswered; an origin still
+            # busy is busy; one that kept answering another status answered it.
+            outcome = {
+                Reply.SILENT: Outcome.UNANSWERED,
+                Reply.BUSY: Outcome.BUSY,
+                Reply.STATUS: Outcome.REJECTED,
+            }[last_reply]
             for fold in folds:
-                fold.outcome, fold.detail = Outcome.UNANSWERED, last_error
+                fold.outcome, fold.detail = outcome, last_error
             return
         if len(answers) != len(folds):
             for fold in folds:
@@ -748,12 +789,20 @@ class Holder:
     # ----------------------------------------------------------------- suspicion, witnesses
 
     async def _suspect(
-        self, run: _OriginRun, fold: _Fold, witnesses: Sequence[str], deadline: float | None
+        self,
+        run: _OriginRun,
+        fold: _Fold,
+        witnesses: Sequence[str],
+        deadline: float | None,
+        *,
+        status: str = "",
     ) -> None:
         """An unanswered demand: ask witnesses, then build the suspicion record.
 
         A suspicion is recorded only once the demand is due (its time plus the
         promised deadline): an origin that failed fast still had until then.
+        ``status``: :data:`contracts.evidence.BUSY_STATUS` if the origin said it
+        was busy (the record says so; witnesses can clear it, never confirm it).
         """
         if fold.demand is None:
             return
@@ -795,8 +844,12 @@ class Holder:
         witness_demands: list[Signed[Demand]] = []
         witness_reports: list[Signed[WitnessReport]] = []
         answers: list[Signed[Receipt]] = []
+        inconclusive = 0
         for result in results:
             if isinstance(result, BaseException) or not result.witness_report:
+                # No report: the origin answered the witness a status (busy, say;
+                # nodes.noanswer), or the witness's time ran out first.
+                inconclusive += 1
                 continue
             try:
                 report = open_statement(result.witness_report, WitnessReport)
@@ -815,6 +868,11 @@ class Holder:
                     answers.append(open_statement(result.receipt, Receipt, signer=run.origin))
                 except ContractError:
                     continue
+        if inconclusive:
+            run.extra.append(
+                f"{inconclusive} of {len(results)} witness(es) signed no report (the origin"
+                " answered them a status, or their time ran out)"
+            )
         due_ms = fold.demand.statement.time + fold.held.obligation.statement.deadline_ms
         await self._pause((due_ms - self.now_ms()) / 1000.0 + 0.001, deadline)
         evidence = unanswered_evidence(
@@ -825,6 +883,7 @@ class Holder:
             reported_at=self.now_ms(),
             witness_demands=witness_demands,
             witness_reports=witness_reports,
+            status=status,
         )
         if fold.held.fold is not None:
             evidence = cite_head(evidence, fold.held.fold)  # the head, not its stand-ins
@@ -834,7 +893,8 @@ class Holder:
             verdict = verify_evidence(evidence, now=self.now_ms())
         except ContractError as exc:
             # Our own record does not hold up (e.g. the deadline not yet past): no accusation.
-            fold.outcome, fold.detail = Outcome.UNANSWERED, f"suspicion not recordable: {exc}"
+            fold.outcome = Outcome.BUSY if status else Outcome.UNANSWERED
+            fold.detail = f"suspicion not recordable: {exc}"
             run.cleared = True
             return
         fold.detail = verdict.reason
@@ -856,7 +916,13 @@ class Holder:
         """The evidence the origin's worst fold leaves (b"": none) and whether to record
         it: a suspicion only with the witness confirmations the policy asks for (else
         the outcome says why it was not)."""
-        if worst.evidence is None or worst.outcome not in EVIDENCE_KINDS or run.cleared:
+        if worst.evidence is None or run.cleared:
+            return b"", False
+        if worst.outcome is Outcome.BUSY:
+            # The holder's own record of what it was told, kept to be re-tested and
+            # cleared; it accuses nobody (never confirmed, Evidence.Report refuses it).
+            return worst.evidence.to_bytes(), True
+        if worst.outcome not in EVIDENCE_KINDS:
             return b"", False
         body = worst.evidence.to_bytes()
         if worst.outcome is Outcome.UNANSWERED and (
@@ -898,7 +964,7 @@ class Holder:
             witnesses_asked=run.witnesses_asked,
             witnesses_unanswered=run.witnesses_unanswered,
             witness_confirmed=run.witness_confirmed,
-            cleared=run.cleared and worst.outcome is Outcome.UNANSWERED,
+            cleared=run.cleared and worst.outcome in (Outcome.UNANSWERED, Outcome.BUSY),
         )
         if log.enabled("info"):  # the fields cost a demand's CPU even when filtered
             log.info(
@@ -953,6 +1019,14 @@ class Holder:
                 raise NotEvidence(
                     f"challenge: demand {held.digest[:12]}… is not for obligation {o.digest[:12]}…"
                 )
+        if o.statement.deadline_ms > MAX_DEADLINE_MS:
+            # No node signs such a promise; a stranger's own obligation with one would
+            # hold this witness's call (and its room for challenges) that long.
+            raise PromiseOutOfRange(
+                f"challenge: obligation {o.digest[:12]}… promises deadline_ms"
+                f" {o.statement.deadline_ms}, beyond the {MAX_DEADLINE_MS} a node signs"
+                " or a witness waits"
+            )
         # Only an endpoint the origin itself signed into the obligation is ever asked:
         # a caller cannot point the witness at an address of its choosing.
         endpoints = o.statement.endpoints
@@ -998,6 +1072,17 @@ class Holder:
                     f"challenge: origin {o.statement.origin[:16]}… at {asked[:80]} refused this"
                     f" witness's demand: {exc.message[:300]}"
                 ) from None
+            if exc.reply is not Reply.SILENT:
+                # The endpoint said something (busy, or another status): not silence,
+                # so nothing is signed (nodes.noanswer); the holder's record says busy.
+                log.info(
+                    "witness_demand_not_silent",
+                    origin=o.statement.origin[:16],
+                    reply=exc.reply.value,
+                    error=str(exc),
+                    pushback_ms=exc.pushback_ms,
+                )
+                return ChallengeResult(b"", False, demand.to_bytes(), b"")
             log.info("witness_demand_unanswered", origin=o.statement.origin[:16], error=str(exc))
         except (ContractError, ValueError):
             pass  # no answer attributable to the origin: as if unanswered
@@ -1043,6 +1128,11 @@ class Holder:
             obligation=o.digest[:16],
         )
         return ChallengeResult(signed.to_bytes(), False, demand.to_bytes(), b"")
+
+
+def challenged_obligation(commitment: bytes, obligation: bytes, now_ms: int) -> int:
+    """``serve_until`` of what a challenge with these statements names (both verified)."""
+    return _challenged(commitment, obligation, now_ms)[1].statement.serve_until
 
 
 def _challenged(

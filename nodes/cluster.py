@@ -52,6 +52,7 @@ __all__ = [
     "NodeRecord",
     "NodeSpec",
     "StopOutcome",
+    "check_faults",
     "child_env",
     "cluster_down",
     "cluster_up",
@@ -535,9 +536,37 @@ def operator_key(home: Home) -> ControlCredentials:
     return create_operator_key(home.root / OPERATOR_KEY_FILENAME)
 
 
-def _specs(home: Home, names: Sequence[str]) -> list[NodeSpec]:
+def check_faults(names: Sequence[str], faults: Mapping[str, str]) -> dict[str, str]:
+    """``--fault NODE=MODE`` choices checked against the node names; raises ``ValueError``."""
+    from nodes.faults import FaultMode
+
+    checked: dict[str, str] = {}
+    for name, mode in faults.items():
+        if name not in names:
+            raise ValueError(
+                f"--fault {name}={mode}: no node {name!r} in this cluster ({', '.join(names)})"
+            )
+        try:
+            fault = FaultMode(mode)
+        except ValueError:
+            choices = ", ".join(m.value for m in FaultMode)
+            raise ValueError(f"--fault {name}={mode}: expected one of {choices}") from None
+        if fault is FaultMode.SLOW:
+            raise ValueError(
+                f"--fault {name}=slow: 'slow' needs a delay; start that node by hand with"
+                " --fault slow --fault-delay-ms MS (docs/cluster.md)"
+            )
+        if fault is not FaultMode.NONE:
+            checked[name] = fault.value
+    return checked
+
+
+def _specs(
+    home: Home, names: Sequence[str], faults: Mapping[str, str] | None = None
+) -> list[NodeSpec]:
     ports = free_ports(len(names))
     operator = operator_key(home).key_id
+    chosen = faults or {}
     base = [
         NodeSpec(
             name=n,
@@ -546,6 +575,7 @@ def _specs(home: Home, names: Sequence[str]) -> list[NodeSpec]:
             log_file=home.log_file(n),
             evidence_dir=home.evidence_dir / n,
             operator_keys=(operator,),
+            fault=chosen.get(n),
         )
         for n, p in zip(names, ports, strict=True)
     ]
@@ -563,10 +593,13 @@ def cluster_up(
     *,
     timeout: float = DEFAULT_START_TIMEOUT_S,
     progress: Callable[[str], None] | None = None,
+    faults: Mapping[str, str] | None = None,
 ) -> ClusterState:
     """Start one node per name, health-gated, and record the cluster in ``home``.
 
     ``progress`` (optional) is called with one line of text per event.
+    ``faults`` maps node names to the fault mode each is started with
+    (``provnet node --fault``; the others are faithful).
     Refuses if a recorded cluster still has live nodes.
     """
     say = progress or (lambda _msg: None)
@@ -575,6 +608,10 @@ def cluster_up(
         raise ClusterError(f"node names must be distinct, got {', '.join(names)}")
     if not names:
         raise ClusterError("a cluster needs at least one node name")
+    try:
+        chosen = check_faults(names, faults or {})
+    except ValueError as exc:
+        raise ClusterError(str(exc)) from None
     try:
         home.ensure()
     except HomeError as exc:
@@ -596,9 +633,10 @@ def cluster_up(
         ClusterState(nodes=tuple(records)).save(home.state_file)
 
     for attempt in range(1, _START_ATTEMPTS + 1):
-        specs = _specs(home, names)
+        specs = _specs(home, names, chosen)
         for spec in specs:
-            say(f"starting node {spec.name} on {spec.address}")
+            fault = f" (fault {spec.fault})" if spec.fault else ""
+            say(f"starting node {spec.name} on {spec.address}{fault}")
         try:
             started = start_nodes(specs, timeout=timeout, on_spawned=write_state)
         except BaseException as exc:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from nodes.attester import AttesterFault
 from nodes.faults import FaultMode
+from nodes.home import NODE_NAME_RE, NODE_NAME_RULE
 
 __all__ = [
     "DEFAULT_DEADLINE_MS",
@@ -40,13 +41,26 @@ __all__ = [
     "Peer",
     "parse_peers",
     "parse_routes",
+    "setting",
 ]
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 DEFAULT_SERVE_FOR_MS = 3_600_000
 DEFAULT_DEADLINE_MS = 2_000
+#: The answer times a node promises (``deadline_ms``), on every route: its own
+#: configuration and a ``CommitFold``/``CommitCompaction`` request alike. The
+#: minimum is one the node keeps under the overload benchmark's 1 000 callers
+#: (docs/security.md, "No answer"; the measurement in docs/measurements/):
+#: a promise it cannot keep would make an honest origin look silent.
+MIN_DEADLINE_MS = 250
+MAX_DEADLINE_MS = 60_000
 DEFAULT_MAX_CONCURRENT_RPCS = 128
 DEFAULT_MAX_BULK_RPCS = 16
+#: Long-lived streams (health ``Watch``, ``Serve.DemandStream``, reflection) open
+#: at once, and per caller address: a cap of their own, so streams never take
+#: the capacity demands, control calls and health checks need.
+DEFAULT_MAX_STREAMS = 64
+DEFAULT_MAX_STREAMS_PER_PEER = 16
 #: Bytes of bulk request bodies in flight: two of the largest messages.
 DEFAULT_MAX_BULK_BYTES = 2 * DEFAULT_MAX_MESSAGE_BYTES
 #: Calls gRPC holds for the event loop. Large enough that a burst of 1 000
@@ -58,12 +72,16 @@ DEFAULT_MAX_PENDING_RPCS = 1024
 #: Largest shift ``clock_offset_s`` may give a node's wall clock (a test setting).
 MAX_CLOCK_OFFSET_S = 86_400.0
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ConfigError(ValueError):
     """A setting is missing or malformed; the message names the flag, variable and value."""
+
+
+def setting(key: str) -> str:
+    """How every message names a node setting: its flag and its variable, ``--flag ($VAR)``."""
+    return f"--{key.replace('_', '-')} (${ENV_VARS[key]})"
 
 
 class LogFormat(StrEnum):
@@ -109,6 +127,8 @@ ENV_VARS: Mapping[str, str] = {
     "min_witnesses": "PROVNET_MIN_WITNESSES",
     "max_concurrent_rpcs": "PROVNET_MAX_CONCURRENT_RPCS",
     "max_bulk_rpcs": "PROVNET_MAX_BULK_RPCS",
+    "max_streams": "PROVNET_MAX_STREAMS",
+    "max_streams_per_peer": "PROVNET_MAX_STREAMS_PER_PEER",
     "bulk_shed_lag_ms": "PROVNET_BULK_SHED_LAG_MS",
     "max_bulk_bytes": "PROVNET_MAX_BULK_BYTES",
     "max_pending_rpcs": "PROVNET_MAX_PENDING_RPCS",
@@ -133,7 +153,7 @@ def parse_peers(text: str, key: str = "peers") -> tuple[Peer, ...]:
         if not entry:
             continue
         name, sep, rest = entry.partition("=")
-        if not sep or not _NAME_RE.match(name):
+        if not sep or not NODE_NAME_RE.match(name):
             raise ConfigError(f"{key}: expected name=host:port[,pubkey], got {entry!r}")
         address, _, node_id = rest.partition(",")
         _check_address(f"{key} entry {name!r}", address)
@@ -217,9 +237,16 @@ class NodeConfig:
     operator_key_file: Path | None = None
     #: Witness confirmations an ``unanswered`` suspicion needs to be stored.
     min_witnesses: int = 1
-    #: Calls in progress at once; beyond it a call is shed at once with
-    #: RESOURCE_EXHAUSTED, so admitted callers keep their latency.
+    #: Open calls other than the serve path and health checks (``Evidence.Challenge``,
+    #: ``Node.*``, ``Attest.List``) in progress at once; beyond it such a call is
+    #: shed at once with RESOURCE_EXHAUSTED. Counted by the node itself, not by
+    #: gRPC: a cap over every call would let a stranger's calls take what
+    #: demands and control calls need.
     max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS
+    #: Long-lived streams open at once (all callers), and per caller address;
+    #: beyond either the stream is refused with RESOURCE_EXHAUSTED.
+    max_streams: int = DEFAULT_MAX_STREAMS
+    max_streams_per_peer: int = DEFAULT_MAX_STREAMS_PER_PEER
     #: Bulk calls (deliver, append, commit, rehydrate, forward, attest) at once;
     #: beyond it they are shed with RESOURCE_EXHAUSTED (0: no separate limit).
     max_bulk_rpcs: int = DEFAULT_MAX_BULK_RPCS
@@ -252,46 +279,62 @@ class NodeConfig:
     clock_offset_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if not _NAME_RE.match(self.name):
-            raise ConfigError(
-                f"name ({ENV_VARS['name']}): expected lower-case [a-z0-9_-]{{1,32}}, "
-                f"got {self.name!r}"
-            )
-        _check_address(f"listen ({ENV_VARS['listen']})", self.listen)
+        if not NODE_NAME_RE.match(self.name):
+            raise ConfigError(f"{setting('name')}: expected {NODE_NAME_RULE}, got {self.name!r}")
+        _check_address(setting("listen"), self.listen)
         if self.advertise is not None:
-            _check_address(f"advertise ({ENV_VARS['advertise']})", self.advertise)
+            _check_address(setting("advertise"), self.advertise)
         if self.fault is FaultMode.SLOW and self.fault_delay_ms <= 0:
-            raise ConfigError("fault 'slow' needs fault_delay_ms > 0 (PROVNET_FAULT_DELAY_MS)")
+            raise ConfigError(
+                f"{setting('fault')} 'slow' needs {setting('fault_delay_ms')} > 0,"
+                f" got {self.fault_delay_ms}"
+            )
         if self.max_message_bytes < 1024:
-            raise ConfigError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
-        if self.deadline_ms <= 0 or self.serve_for_ms <= 0:
-            raise ConfigError("deadline_ms and serve_for_ms must be > 0")
+            raise ConfigError(
+                f"{setting('max_message_bytes')}: must be >= 1024, got {self.max_message_bytes}"
+            )
+        for key in ("deadline_ms", "serve_for_ms"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{setting(key)}: must be > 0, got {getattr(self, key)}")
         for key in self.operator_keys:
             if not _HEX64_RE.match(key):
                 raise ConfigError(
-                    f"operator_keys ({ENV_VARS['operator_keys']}): expected 64 hex chars"
+                    f"{setting('operator_keys')}: expected 64 hex chars"
                     f" (an Ed25519 public key), got {key!r:.80}"
                 )
         if self.max_concurrent_rpcs < 1:
-            raise ConfigError(f"max_concurrent_rpcs must be >= 1, got {self.max_concurrent_rpcs}")
+            raise ConfigError(
+                f"{setting('max_concurrent_rpcs')}: must be >= 1, got {self.max_concurrent_rpcs}"
+            )
+        if not 1 <= self.max_streams_per_peer <= self.max_streams:
+            raise ConfigError(
+                f"{setting('max_streams_per_peer')}: must be 1..max_streams ({self.max_streams}),"
+                f" got {self.max_streams_per_peer}"
+            )
         if self.max_bulk_bytes and self.max_bulk_bytes < 1024:
             raise ConfigError(
-                f"max_bulk_bytes must be 0 (off) or >= 1024, got {self.max_bulk_bytes}"
+                f"{setting('max_bulk_bytes')}: must be 0 (off) or >= 1024,"
+                f" got {self.max_bulk_bytes}"
             )
         if self.max_pending_rpcs < 0:
-            raise ConfigError(f"max_pending_rpcs must be >= 0, got {self.max_pending_rpcs}")
+            raise ConfigError(
+                f"{setting('max_pending_rpcs')}: must be >= 0, got {self.max_pending_rpcs}"
+            )
         if self.min_witnesses < 1:
-            raise ConfigError(f"min_witnesses must be >= 1, got {self.min_witnesses}")
+            raise ConfigError(f"{setting('min_witnesses')}: must be >= 1, got {self.min_witnesses}")
         if self.reap_interval_s < 0:
-            raise ConfigError(f"reap_interval_s must be >= 0 (0: off), got {self.reap_interval_s}")
+            raise ConfigError(
+                f"{setting('reap_interval_s')}: must be >= 0 (0: off), got {self.reap_interval_s}"
+            )
         if not abs(self.clock_offset_s) <= MAX_CLOCK_OFFSET_S:
             raise ConfigError(
-                f"clock_offset_s ({ENV_VARS['clock_offset_s']}): must be within"
+                f"{setting('clock_offset_s')}: must be within"
                 f" ±{MAX_CLOCK_OFFSET_S:.0f} s, got {self.clock_offset_s}"
             )
         if self.log_level not in {"debug", "info", "warning", "error"}:
             raise ConfigError(
-                f"log_level: expected debug/info/warning/error, got {self.log_level!r}"
+                f"{setting('log_level')}: expected debug/info/warning/error,"
+                f" got {self.log_level!r}"
             )
 
     @property
@@ -356,14 +399,12 @@ class NodeConfig:
                 raw[key] = value
         for required in ("name", "data_dir"):
             if required not in raw:
-                flag = "--" + required.replace("_", "-")
-                raise ConfigError(f"{flag} (or ${ENV_VARS[required]}) is required")
+                raise ConfigError(f"{setting(required)}: is required")
         return cls._from_raw(raw)
 
     @classmethod
     def _from_raw(cls, raw: Mapping[str, object]) -> NodeConfig:
-        def where(key: str) -> str:
-            return f"--{key.replace('_', '-')} (${ENV_VARS[key]})"
+        where = setting
 
         kwargs: dict[str, object] = {
             "name": str(raw["name"]),
@@ -406,11 +447,13 @@ class NodeConfig:
             ("fault_delay_ms", 0),
             ("max_message_bytes", 1024),
             ("serve_for_ms", 1),
-            ("deadline_ms", 1),
+            ("deadline_ms", MIN_DEADLINE_MS),
             ("reasks", 0),
             ("min_witnesses", 1),
             ("max_concurrent_rpcs", 1),
             ("max_bulk_rpcs", 0),
+            ("max_streams", 1),
+            ("max_streams_per_peer", 1),
             ("bulk_shed_lag_ms", 0),
             ("max_bulk_bytes", 0),
             ("max_pending_rpcs", 0),

@@ -24,7 +24,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_HOME", "HOME_ENV", "Home", "HomeError", "check_node_name"]
+__all__ = [
+    "DEFAULT_HOME",
+    "HOME_ENV",
+    "NODE_NAME_RE",
+    "NODE_NAME_RULE",
+    "Home",
+    "HomeError",
+    "check_node_name",
+]
 
 
 class HomeError(ValueError):
@@ -36,20 +44,23 @@ HOME_ENV = "PROVNET_HOME"
 #: Root used when neither ``--home`` nor ``$PROVNET_HOME`` is set.
 DEFAULT_HOME = Path(".provnet")
 
-_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+#: The one rule for node names, wherever a name is given (``provnet node --name``,
+#: peers, ``cluster up --names``, ``--nodes``): a label and a directory name.
+NODE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+#: :data:`NODE_NAME_RE` in words, for error messages.
+NODE_NAME_RULE = (
+    "lower-case letters, digits, '_' and '-', starting with a letter or digit,"
+    " at most 32 characters"
+)
 
 
 def check_node_name(name: str) -> str:
     """Return ``name`` if it is usable as a node label and a directory name.
 
-    Raises ``ValueError`` naming the value otherwise: lower-case letters,
-    digits and ``-``, starting with a letter, at most 32 characters.
+    Raises ``ValueError`` naming the value otherwise (:data:`NODE_NAME_RULE`).
     """
-    if not _NAME.fullmatch(name):
-        raise ValueError(
-            f"node name {name!r} is not usable: expected lower-case letters, digits "
-            "and '-', starting with a letter, at most 32 characters"
-        )
+    if not NODE_NAME_RE.fullmatch(name):
+        raise ValueError(f"node name {name!r} is not usable: expected {NODE_NAME_RULE}")
     return name
 
 

@@ -54,11 +54,14 @@ __all__ = [
     "BULK_SHED_LOG_INTERVAL_S",
     "PUSHBACK_KEY",
     "REQUEST_ID_KEY",
+    "UNCAPPED_UNARY",
     "Backlog",
     "BulkBudget",
     "LoopLag",
     "Pushback",
     "RequestContext",
+    "Slots",
+    "peer_host",
 ]
 
 #: Calls that carry or produce bulk work; shed first under overload.
@@ -73,6 +76,19 @@ BULK_METHODS = frozenset(
         "/provnet.v1.Attest/Submit",
         "/provnet.v1.Attest/Request",
         "/provnet.v1.Attest/Restore",
+    }
+)
+
+#: Open unary methods no cap on calls in progress applies to: the serve path and
+#: health checks must answer whatever else a caller holds open. Every other open
+#: unary call (``Evidence.Challenge``, which waits on the origin, ``Node.*``,
+#: ``Attest.List``) counts against ``max_concurrent_rpcs``; streams (any handler
+#: that streams requests or responses, bulk calls aside) against ``max_streams``.
+UNCAPPED_UNARY = frozenset(
+    {
+        "/provnet.v1.Serve/Demand",
+        "/grpc.health.v1.Health/Check",
+        "/grpc.health.v1.Health/List",
     }
 )
 
@@ -438,6 +454,115 @@ class Backlog:
         return True
 
 
+def peer_host(peer: str) -> str:
+    """The caller's address without its port (``ipv4:127.0.0.1:5000`` → ``ipv4:127.0.0.1``):
+    what a per-caller cap counts by, since one caller opens as many ports as it likes."""
+    host, sep, port = peer.rpartition(":")
+    return host if sep and port.isdigit() else peer
+
+
+class Slots:
+    """Calls of one class in progress: at most ``limit`` in all and ``per_peer`` per caller.
+
+    A refused call is told which cap it met (:meth:`take` returns why). Each caller
+    address counted holds at least one slot, so the per-caller table never holds
+    more than ``limit`` entries. All on the node's event loop: no locks.
+    """
+
+    def __init__(self, what: str, limit: int, per_peer: int | None = None) -> None:
+        if limit < 1 or (per_peer is not None and not 1 <= per_peer <= limit):
+            raise ValueError(f"{what}: cap {limit} (per caller {per_peer}) must be >= 1")
+        self.what = what
+        self.limit = limit
+        self.per_peer = per_peer
+        #: Slots taken right now, and the calls refused since start.
+        self.in_use = 0
+        self.refused = 0
+        self._by_peer: dict[str, int] = {}
+
+    def take(self, peer: str) -> str | None:
+        """Take a slot for a call from ``peer`` (its host); None if taken, else why not."""
+        if self.in_use >= self.limit:
+            self.refused += 1
+            return f"{self.limit} {self.what} in progress on this node"
+        if self.per_peer is not None:
+            held = self._by_peer.get(peer, 0)
+            if held >= self.per_peer:
+                self.refused += 1
+                return f"{self.per_peer} {self.what} in progress from {peer[:80]}"
+            self._by_peer[peer] = held + 1
+        self.in_use += 1
+        return None
+
+    def give(self, peer: str) -> None:
+        self.in_use -= 1
+        if self.per_peer is not None:
+            held = self._by_peer.get(peer, 0) - 1
+            if held > 0:
+                self._by_peer[peer] = held
+            else:
+                self._by_peer.pop(peer, None)
+
+
+def _refuse(context: grpc.aio.ServicerContext[Any, Any], rpc: str, why: str) -> None:
+    """End a call with RESOURCE_EXHAUSTED before its handler ran (by status: see ``_shed``)."""
+    context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
+    context.set_details(f"{rpc}: {why}; refused before running it")
+
+
+def _capped(rpc: str, handler: Any, slots: Slots) -> Any:
+    """``handler`` (already wrapped) behind ``slots``: a slot is taken when the call
+    reaches the node and given back when it ends, however it ends; a call that
+    finds none is refused (RESOURCE_EXHAUSTED naming the cap) before it runs."""
+    for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream"):
+        inner: Any = getattr(handler, kind)
+        if inner is not None:
+            break
+    else:  # pragma: no cover - grpc's handlers always have one behaviour
+        return handler
+    make = {
+        "unary_unary": grpc.unary_unary_rpc_method_handler,
+        "unary_stream": grpc.unary_stream_rpc_method_handler,
+        "stream_unary": grpc.stream_unary_rpc_method_handler,
+        "stream_stream": grpc.stream_stream_rpc_method_handler,
+    }[kind]
+    if inspect.isasyncgenfunction(inner):
+
+        async def capped_stream(
+            request: Any, context: grpc.aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
+            peer = peer_host(context.peer())
+            why = slots.take(peer)
+            if why is not None:
+                _refuse(context, rpc, why)
+                return
+            try:
+                async for item in inner(request, context):
+                    yield item
+            finally:
+                slots.give(peer)
+
+        behaviour: Any = capped_stream
+    else:
+
+        async def capped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            peer = peer_host(context.peer())
+            why = slots.take(peer)
+            if why is not None:
+                return _refuse(context, rpc, why)
+            try:
+                return await inner(request, context)
+            finally:
+                slots.give(peer)
+
+        behaviour = capped
+    return make(
+        behaviour,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
 class BulkBudget:
     """Bytes of bulk request bodies in flight, reserved when a call's headers arrive.
 
@@ -609,8 +734,18 @@ class RequestContext:
         bulk_budget: BulkBudget | None = None,
         backlog_limit: int = 1536,
         loop_idle_at: Callable[[], float] | None = None,
+        max_streams: int = 0,
+        max_streams_per_peer: int = 0,
+        max_open_calls: int = 0,
     ) -> None:
         self._count = counters
+        #: Long-lived streams open, per streaming method (none: uncapped), each in all
+        #: and per caller address: idle watches cannot take a demand stream's room.
+        self._max_streams = max_streams
+        self._max_streams_per_peer = max_streams_per_peer or max_streams
+        self.streams: dict[str, Slots] = {}
+        #: Open unary calls in progress other than UNCAPPED_UNARY (None: uncapped).
+        self.open_calls = Slots("open calls", max_open_calls) if max_open_calls > 0 else None
         self._auth = auth
         # Load shedding: at most ``bulk_limit`` bulk calls (deliveries, appends,
         # commits, rehydrations, forwards, attestations) at once; more are
@@ -661,7 +796,26 @@ class RequestContext:
 
     def wrap(self, rpc: str, handler: Any) -> Any:
         """``handler`` (grpc's stubs type it for the sync server; here its functions
-        are coroutines) wrapped for method ``rpc``."""
+        are coroutines) wrapped for method ``rpc``, behind the cap of its class: a
+        stream (any handler streaming requests or responses; bulk calls have their
+        own admission) behind ``streams``, an open unary call not in
+        :data:`UNCAPPED_UNARY` behind ``open_calls``; signed calls, demands and
+        health checks behind neither."""
+        wrapped = self._wrap(rpc, handler)
+        slots: Slots | None
+        if handler.unary_unary is None:
+            slots = None
+            if self._max_streams > 0:
+                slots = self.streams[rpc] = Slots(
+                    "streams", self._max_streams, self._max_streams_per_peer
+                )
+        elif rpc in UNCAPPED_UNARY or rpc in SIGNED_METHODS or rpc in BULK_METHODS:
+            slots = None
+        else:
+            slots = self.open_calls
+        return wrapped if slots is None else _capped(rpc, wrapped, slots)
+
+    def _wrap(self, rpc: str, handler: Any) -> Any:
         count = self._count
         auth = self._auth
         inner_deserialize: Any = _tolerant(rpc, handler.request_deserializer)

@@ -148,6 +148,9 @@ class Outcome(StrEnum):
     EXPIRED = "expired"  # obligation past serve_until (legitimate, S3)
     REJECTED = "rejected"  # origin answered an unsigned error: not attributable
     UNATTRIBUTABLE = "unattributable"  # a reply nobody can pin on the origin
+    # said it was overloaded (RESOURCE_EXHAUSTED) until the deadline: not silence
+    # (nodes.noanswer); a suspicion never confirmed, never a proof, not an accusation
+    BUSY = "busy"
     # The accusing outcomes: one per contracts EvidenceKind, same value.
     BAD_DATA = EvidenceKind.BAD_DATA.value
     REFUSED = EvidenceKind.REFUSED.value

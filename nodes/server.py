@@ -177,6 +177,13 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
         # A node process runs on a NodeEventLoop, which tells when a backlog has
         # drained; a node started in another program's loop falls back to pauses.
         loop_idle_at=idle_clock(),
+        # Caps per class of call, counted by the node: not gRPC's
+        # ``maximum_concurrent_rpcs``, which counts every call, the serve path's
+        # and health checks' included, so whoever holds that many calls open (idle
+        # health watches, say) has every other call refused.
+        max_streams=core.config.max_streams,
+        max_streams_per_peer=core.config.max_streams_per_peer,
+        max_open_calls=core.config.max_concurrent_rpcs,
     )
     # Every handler is collected first and wrapped once, then served from one
     # generic handler: no server interceptor (a coroutine chain per call before
@@ -194,7 +201,6 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
     server = grpc.aio.server(
         handlers=[table],
         options=server_options(max_message_bytes, core.config.max_pending_rpcs),
-        maximum_concurrent_rpcs=core.config.max_concurrent_rpcs,
     )
     # The serve path alone is registered per method, its handlers the same
     # wrapped ones: gRPC then queues its calls apart from the rest (one queue

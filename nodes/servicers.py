@@ -62,6 +62,13 @@ def _authorised_sender(core: NodeCore, sender: str) -> str:
     if signer in core.config.operator_keys:
         return sender
     if sender and sender != signer:
+        if not core.config.operator_keys:
+            # Most likely an operator's call to a node started without its key.
+            raise auth.PermissionDenied(
+                f"Deliver: sender {sender[:16]}… is not the key that signed the call"
+                f" ({signer[:16]}…) and node {core.config.name!r} has no operator key"
+                " configured (--operator-keys / PROVNET_OPERATOR_KEYS) that may name another"
+            )
         raise auth.PermissionDenied(
             f"Deliver: sender {sender[:16]}… is not the key that signed the call"
             f" ({signer[:16]}…); a node delivers only as itself"

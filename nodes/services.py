@@ -128,7 +128,7 @@ from nodes.attester import (
     leaf0_demand,
 )
 from nodes.client import HeldFold, Holder
-from nodes.config import NodeConfig
+from nodes.config import MAX_DEADLINE_MS, MIN_DEADLINE_MS, NodeConfig
 from nodes.errors import (
     ClockSkew,
     DemandPredatesRestart,
@@ -206,9 +206,12 @@ MAX_FUTURE_HOLDERS = 4096
 #: Lines the holder-floor file may hold beyond twice its live entries before
 #: it is rewritten (each raise appends one line).
 _FUTURE_FILE_SLACK_LINES = 1024
-#: Promises this node signs (``CommitFold``): deadline and lifetime bounds.
-MIN_DEADLINE_MS = 50
-MAX_DEADLINE_MS = 60_000
+#: Evidence kinds stored as suspicions (cleared by a later receipt, re-tested):
+#: ``unanswered``, and ``busy``, the holder's record of an origin that answered
+#: RESOURCE_EXHAUSTED (an ``unanswered`` record naming that status, nodes.noanswer).
+_SUSPICION_KINDS = ("unanswered", "busy")
+#: Promises this node signs (``CommitFold``): deadline bounds (MIN_DEADLINE_MS,
+#: MAX_DEADLINE_MS, from nodes.config: the same on every route) and lifetime bounds.
 MIN_SERVE_FOR_MS = 1
 MAX_SERVE_FOR_MS = 30 * 24 * 3_600_000
 #: Sequence numbers are SQLite integers.
@@ -2059,7 +2062,7 @@ class NodeCore:
             now_ms=self.now_ms(),
             file_path=path,
         )
-        if kind == "unanswered":
+        if kind in _SUSPICION_KINDS:
             # Suspected once stored, not before: a receipt checked while the write
             # was in flight read the store without it.
             self._suspicions_stored += 1
@@ -2281,6 +2284,26 @@ class NodeCore:
         log.info("evidence_reported", peer=accused, kind=kind, digest=digest[:16])
         return kind, accused, digest
 
+    async def _suspected_origins(self) -> set[str]:
+        """Origins any stored suspicion (cleared or not) names: read when first needed."""
+        return {
+            r.accused for kind in _SUSPICION_KINDS for r in await self.store.evidence(kind=kind)
+        }
+
+    async def standing_suspicions(self) -> tuple[st.EvidenceRecord, ...]:
+        """Stored suspicions not cleared yet, of every origin suspected (nodes.retest);
+        no store read while nothing is suspected."""
+        stored = self._suspicions_stored
+        suspects = self._suspects
+        if suspects is None:
+            suspects = await self._suspected_origins()
+            if stored == self._suspicions_stored and self._suspects is None:
+                self._suspects = suspects
+        records: list[st.EvidenceRecord] = []
+        for origin in tuple(suspects):
+            records += await self.store.uncleared_suspicions(origin)
+        return tuple(records)
+
     async def clear_suspicions(self, origin: str, receipt: bytes, *, remember: bool = True) -> int:
         """Mark stored suspicions against ``origin`` cleared by a later receipt of it.
 
@@ -2304,7 +2327,7 @@ class NodeCore:
         stored = self._suspicions_stored
         suspects = self._suspects
         if suspects is None:
-            suspects = {r.accused for r in await self.store.evidence(kind="unanswered")}
+            suspects = await self._suspected_origins()
             if stored == self._suspicions_stored and self._suspects is None:
                 self._suspects = suspects
         if origin not in suspects:

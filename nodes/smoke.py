@@ -54,6 +54,7 @@ from nodes.cluster import (
     stop_node,
 )
 from nodes.home import Home, HomeError, check_node_name
+from nodes.refusal import ControlRefused, control_refused, is_refusal
 
 if TYPE_CHECKING:
     from nodes.auth import ControlCredentials
@@ -671,6 +672,9 @@ async def _run_steps(run: _Run, emit: Callable[[StepResult], None]) -> list[Step
                 except ClusterError as exc:
                     observed, ok = {"error": str(exc)}, False
                 except Exception as exc:  # a node answered with an error status
+                    if is_refusal(exc):
+                        # A set-up mistake: every later step would deviate the same way.
+                        raise _refused(run, exc) from None
                     observed, ok = {"error": f"{type(exc).__name__}: {_rpc_error(exc)}"}, False
             timings = dict(run.driver.timings)
             timings["step_ms"] = (time.perf_counter() - start) * 1000.0
@@ -682,6 +686,17 @@ async def _run_steps(run: _Run, emit: Callable[[StepResult], None]) -> list[Step
     finally:
         await run.driver.close()
     return results
+
+
+def _refused(run: _Run, exc: Exception) -> ControlRefused:
+    """The error for a node refusing the smoke test's control call (named in its answer)."""
+    details = getattr(exc, "details", None)
+    said = str(details()) if callable(details) else str(exc)
+    named = re.search(r"node '([a-z0-9_-]+)'", said)
+    name = named.group(1) if named else "?"
+    address = next((m.address for m in run.members if m.name == name), "?")
+    creds = run.driver.credentials
+    return control_refused(name, address, exc, signer=None if creds is None else creds.key_id)
 
 
 def _rpc_error(exc: Exception) -> str:

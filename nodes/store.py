@@ -1615,12 +1615,14 @@ class HopStore:
         )
 
     async def uncleared_suspicions(self, accused: str) -> tuple[EvidenceRecord, ...]:
-        """Stored ``unanswered`` records against ``accused`` not yet cleared, oldest first."""
+        """Stored suspicions (``unanswered``, and ``busy``: an unanswered record naming the
+        origin's RESOURCE_EXHAUSTED) against ``accused`` not yet cleared, oldest first."""
         async with self._read("read suspicions") as db:
             rows = await db.execute_fetchall(
                 "SELECT digest, kind, accused, commitment_digest, file_path, body, created_at"
-                " FROM evidence WHERE accused = ? AND kind = 'unanswered' AND digest NOT IN"
-                " (SELECT digest FROM evidence_cleared) ORDER BY created_at, digest",
+                " FROM evidence WHERE accused = ? AND kind IN ('unanswered', 'busy')"
+                " AND digest NOT IN (SELECT digest FROM evidence_cleared)"
+                " ORDER BY created_at, digest",
                 (accused,),
             )
         return tuple(

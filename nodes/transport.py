@@ -11,9 +11,8 @@ A holder, a witness or a forwarding node reaches other nodes only through a
   :func:`nodes.wire.message_size`, the encoding the gRPC path carries.
 
 Every failure is a :class:`CallFailed` carrying the gRPC status name, so the
-client classifies failures once, whatever carried the call:
-``DEADLINE_EXCEEDED``/``UNAVAILABLE`` mean "no answer"; any other code means
-the peer answered with an (unsigned) error.
+client classifies failures once, whatever carried the call, by the one rule
+of :mod:`nodes.noanswer`: silence, busy, or an (unsigned) status.
 """
 
 from __future__ import annotations
@@ -31,7 +30,8 @@ from nodes.attester import AttestationAnswer, AttestationAsk
 from nodes.auth import ControlCredentials, control_channel, signed_metadata
 from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
-from nodes.retry import retry_shed
+from nodes.noanswer import SILENT_CODES, Reply, reply_for
+from nodes.retry import PUSHBACK_KEY, retry_shed
 
 __all__ = [
     "CONNECT_TIMEOUT_MS",
@@ -50,22 +50,44 @@ __all__ = [
 _DELIVER = "/provnet.v1.Deliver/Deliver"
 _ATTEST_REQUEST = "/provnet.v1.Attest/Request"
 
-#: Status codes that mean the peer did not answer at all.
-NO_ANSWER_CODES = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED"})
+#: Status codes that mean the peer did not answer at all (:mod:`nodes.noanswer`).
+NO_ANSWER_CODES = SILENT_CODES
 
 
 class CallFailed(Exception):
-    """A call to a peer failed; ``code`` is the gRPC status name."""
+    """A call to a peer failed; ``code`` is the gRPC status name, ``pushback_ms`` the
+    retry appointment the peer sent with it (``grpc-retry-pushback-ms``), if any."""
 
-    def __init__(self, code: str, message: str, address: str) -> None:
+    def __init__(
+        self, code: str, message: str, address: str, pushback_ms: int | None = None
+    ) -> None:
         super().__init__(f"{address}: {code}: {message}")
         self.code = code
         self.message = message
         self.address = address
+        self.pushback_ms = pushback_ms
+
+    @property
+    def reply(self) -> Reply:
+        """Silence, busy or a status: the one rule of :func:`nodes.noanswer.reply_for`."""
+        return reply_for(self.code)
 
     @property
     def no_answer(self) -> bool:
-        return self.code in NO_ANSWER_CODES
+        return self.reply is Reply.SILENT
+
+
+def _pushback_ms(exc: grpc.aio.AioRpcError) -> int | None:
+    """The ``grpc-retry-pushback-ms`` a refusal carries (None: none, or not a number >= 0)."""
+    trailing: Any = exc.trailing_metadata() or ()
+    for key, value in trailing:
+        if key == PUSHBACK_KEY:
+            try:
+                ms = int(value)
+            except (TypeError, ValueError):
+                return None
+            return ms if ms >= 0 else None
+    return None
 
 
 class LocalNode(Protocol):
@@ -234,7 +256,9 @@ class GrpcTransport:
         try:
             return await coro
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
+            raise CallFailed(
+                self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
+            ) from exc
 
     def _code(self, address: str, exc: grpc.aio.AioRpcError) -> str:
         """The status name; a call that waited for a channel never connected is UNAVAILABLE.
@@ -265,7 +289,9 @@ class GrpcTransport:
         try:
             answers: wire.SizedAnswers = await call(demands, timeout=timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
+            raise CallFailed(
+                self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
+            ) from exc
         return answers
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
@@ -290,7 +316,9 @@ class GrpcTransport:
             else:
                 raise CallFailed("DATA_LOSS", "stream ended without a last chunk", address)
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
+            raise CallFailed(
+                self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
+            ) from exc
         return Answer(receipt, commitment, tuple(hops))
 
     async def challenge(

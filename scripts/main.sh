@@ -8,10 +8,9 @@
 # Each part's wall time is printed as it ends (docs/cluster.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+# shellcheck source=scripts/_venv.sh
+. scripts/_venv.sh
+ensure_venv ""   # installs only on first use or when pyproject.toml changed
 P=.venv/bin/provnet
 part() { local name=$1 t0=$SECONDS; shift; "$@"; echo "main: $name done in $((SECONDS - t0)) s" >&2; }
 part "experiment run" $P experiment run --out results --no-progress

@@ -118,25 +118,35 @@ def _specs(text: str, lifetimes: tuple[int, ...], matrix: bool) -> list[object]:
 
 
 def _handler(args: argparse.Namespace) -> int:
+    from harness._words import count
     from harness.attest.policy import AttestPolicy, AttestPolicyError
-    from harness.attest.report import row_numbers, write_outputs
+    from harness.attest.report import death_text, row_numbers, write_outputs
     from harness.attest.rows import RowSpec
-    from harness.attest.runner import AttestSlice, play_rows
+    from harness.attest.runner import AttestSlice, node_names, play_rows
     from harness.boundary.choices import TransportKind
     from nodes.config import LogFormat
     from nodes.logging import configure_logging
+    from nodes.refusal import ControlRefused
 
     if args.report_only:
         from harness.attest.report import load_results
 
+        if not (args.out / "attest_results.json").is_file():
+            raise UsageError(
+                f"--report-only: {args.out}/attest_results.json not found; --out must name"
+                " a folder an earlier 'provnet experiment attest' wrote"
+            )
         try:
             saved = load_results(args.out / "attest_results.json")
             meta = json.loads((args.out / "attest_meta.json").read_text(encoding="utf-8"))
             meta.pop("rows", None)
             written = write_outputs(saved, args.out, meta)
-        except (ValueError, OSError) as exc:
+        except OSError as exc:
+            where = exc.filename if exc.filename is not None else args.out
+            raise UsageError(f"--report-only: {where}: {exc.strerror or exc}") from None
+        except ValueError as exc:
             raise UsageError(str(exc)) from None
-        print(f"attest: re-rendered {len(written)} files in {args.out}/")
+        print(f"attest: re-rendered {count(len(written), 'file')} in {args.out}/")
         return 0
     cfg = load_experiment_config(args.config, DEFAULT_CONFIG, sweep=False)
     path = args.policy if args.policy is not None else DEFAULT_POLICY
@@ -150,9 +160,17 @@ def _handler(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.config or DEFAULT_CONFIG}: death_spiral_run: expected a mapping")
     specs = [s for s in _specs(args.rows, args.lifetimes, args.matrix) if isinstance(s, RowSpec)]
     slice_ = AttestSlice(args.matrix, args.steps, TransportKind(args.transport))
+    try:
+        # A name that is no node of the run (a typo) fails here, before anything runs.
+        policy.resolve({name: "0" * 64 for name in node_names(slice_)})
+    except AttestPolicyError as exc:
+        raise UsageError(f"{path}: {exc}") from None
     prepare_out(args.out)
     configure_logging(LogFormat.JSON, "error")
-    results = play_rows(cfg, specs, policy, slice_, workers=args.workers)
+    try:
+        results = play_rows(cfg, specs, policy, slice_, workers=args.workers)
+    except ControlRefused as exc:
+        raise UsageError(str(exc)) from None
     meta = {
         "config": str(args.config or DEFAULT_CONFIG),
         "policy": policy.to_json(),
@@ -167,15 +185,16 @@ def _handler(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.out}: cannot write results: {exc}") from None
     wall = sum(r.wall_seconds for r in results)
     print(
-        f"attest: {len(results)} rows, {wall:.1f} s of row time → {args.out}/"
-        f" ({len(written)} files)"
+        f"attest: {count(len(results), 'row')}, {wall:.1f} s of row time → {args.out}/"
+        f" ({count(len(written), 'file')})"
     )
     for r in results:
         n = row_numbers(r)
         print(
             f"  {r.name:32s} recon agreement {n.recon_agree_before:6.2f}%"
             f" → {n.recon_agree_after:6.2f}%"
-            f"  death {n.death_before} → {n.death_after}  changed {n.changed:5d}"
+            f"  death {death_text(n.death_before)} → {death_text(n.death_after)}"
+            f"  changed {n.changed:5d}"
             f"  issued {r.counts.get('attestations_issued', 0):5d}"
             f"  applied {r.counts.get('attestations_applied', 0):5d}"
             f"  fingerprint {r.fingerprint[:16]}"
@@ -287,6 +306,7 @@ def _verify(args: argparse.Namespace) -> int:
     from contracts.errors import ContractError
     from contracts.signed import open_statement
     from contracts.statements import Attestation
+    from harness._words import count
     from harness.attest.bundle import BundleFile, verify_bundle
 
     applied, source = _verify_policy(args)
@@ -379,8 +399,8 @@ def _verify(args: argparse.Namespace) -> int:
     else:
         print(
             f"VALID attestation {signed.digest[:16]}… by {a.attester[:16]}…: {a.axis.value}"
-            f" ≥ {a.floor:g}, {len(a.cites)} receipts cited, {len(a.discharged)} taints"
-            f" discharged, {under}"
+            f" ≥ {a.floor:g}, {count(len(a.cites), 'receipt')} cited,"
+            f" {count(len(a.discharged), 'taint')} discharged, {under}"
         )
         if note:
             print(note)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness._words import count, yes_no
 from harness.attest.play import DecisionRecord
 from harness.attest.rows import Row
 from harness.attest.runner import RowResult
@@ -33,6 +34,7 @@ __all__ = [
     "CycleNumbers",
     "RowNumbers",
     "death_cycle",
+    "death_text",
     "load_results",
     "row_numbers",
     "save_results",
@@ -263,7 +265,8 @@ def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object
     return path
 
 
-def _fmt(x: int | None) -> str:
+def death_text(x: int | None) -> str:
+    """A death cycle as results print it: ``never`` when the run ends before one."""
     return "never" if x is None else str(x)
 
 
@@ -307,9 +310,9 @@ def write_outputs(results: Sequence[RowResult], out: Path, meta: Mapping[str, An
                 "" if n.changed_after_revocation is None else n.changed_after_revocation,
                 f"{n.recon_agree_before:.2f}",
                 f"{n.recon_agree_after:.2f}",
-                _fmt(n.death_before),
-                _fmt(n.death_after),
-                _fmt(n.broken_at),
+                death_text(n.death_before),
+                death_text(n.death_after),
+                death_text(n.broken_at),
                 r.fingerprint,
                 none_fp is not None and r.fingerprint == none_fp,
                 r.logged,
@@ -468,58 +471,144 @@ def write_outputs(results: Sequence[RowResult], out: Path, meta: Mapping[str, An
 
 
 def _figures(results: Sequence[RowResult], out: Path) -> list[Path]:
-    from harness.figures import _pyplot, _save
+    from harness.figures import _save
 
-    plt = _pyplot()
     paths: list[Path] = []
-    honest = [r for r in results if r.row == Row.HONEST.value]
-    if honest:
-        head = honest[0]
-        cycles = _per_cycle(head.records)
-        xs = list(cycles)
-        ks = list(cycles.values())
-        pct = CycleNumbers.pct
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.5, 6.5), sharex=True)
-        ax1.plot(xs, [k.mean_r_before for k in ks], label="blind (as delivered)", color="tab:red")
-        ax1.plot(xs, [k.mean_r_after for k in ks], label="attested", color="tab:green")
-        for theta, style in ((0.5, "--"), (0.55, ":")):
-            ax1.axhline(theta, color="grey", linestyle=style, label=f"θ = {theta}")
-        ax1.set_ylabel("mean reconstruction\nof the decided values")
-        ax1.set_title("structural_min, death-spiral run: reconstruction per cycle")
-        ax1.legend(loc="upper right", fontsize=8)
-        ax2.plot(xs, [pct(k.allowed_before, k.allowed) for k in ks], label="blind", color="tab:red")
-        ax2.plot(
-            xs, [pct(k.allowed_after, k.allowed) for k in ks], label="attested", color="tab:green"
-        )
-        ax2.set_ylabel("oracle-allowed reconstruction-\ngate decisions that proceed (%)")
-        ax2.set_xlabel("compaction cycle")
-        ax2.legend(loc="center right", fontsize=8)
+    fig = recon_per_cycle_figure(results)
+    if fig is not None:
         paths.append(_save(fig, out / "attest_recon_per_cycle.png"))
-    if len(honest) > 1:
-        honest = sorted(honest, key=lambda r: r.lifetime_steps)
-        ls = [r.lifetime_steps for r in honest]
-        ps = [price(r) for r in honest]
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for key, label in (
-            ("full_rehydrations", "full rehydrations"),
-            ("attestations_issued", "attestations issued"),
-            ("attestations_verified", "attestations verified"),
-            ("rpcs", "RPCs"),
-        ):
-            ax.plot(ls, [p[key] for p in ps], marker="o", label=label)
-        ax.set_xscale("log")
-        ax.set_xlabel("attestation lifetime (steps; one cycle = C steps)")
-        ax.set_ylabel("per 100 structural_min decisions")
-        ax.set_title("price of restoration vs attestation lifetime")
-        ax.legend(fontsize=8)
+    fig = price_vs_lifetime_figure(results)
+    if fig is not None:
         paths.append(_save(fig, out / "attest_price_vs_lifetime.png"))
     return paths
+
+
+def recon_per_cycle_figure(results: Sequence[RowResult]) -> Any:
+    """``attest_recon_per_cycle.png`` of the first honest row (None without one).
+
+    The legends sit above each panel, outside the data, so neither covers a line
+    (the attested line runs along 1.0 and 100 % for most of the run); the lower
+    panel says how many evaluations each of its percentages is of.
+    """
+    from harness.figures import _pyplot
+
+    honest = [r for r in results if r.row == Row.HONEST.value]
+    if not honest:
+        return None
+    plt = _pyplot()
+    head = next((r for r in honest if r.name == Row.HONEST.value), honest[0])
+    cycles = _per_cycle(head.records)
+    xs = list(cycles)
+    ks = list(cycles.values())
+    pct = CycleNumbers.pct
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.5, 7.2), sharex=True)
+    ax1.plot(xs, [k.mean_r_before for k in ks], label="blind (as delivered)", color="tab:red")
+    ax1.plot(xs, [k.mean_r_after for k in ks], label="attested", color="tab:green")
+    for theta, style in ((0.5, "--"), (0.55, ":")):
+        ax1.axhline(theta, color="grey", linestyle=style, label=f"θ = {theta}")
+    ax1.set_ylabel("mean reconstruction\nof the decided values")
+    ax1.set_ylim(0, 1.05)
+    ax1.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)
+    fig.suptitle(f"structural_min, death-spiral run ({head.name}): reconstruction per cycle")
+    ax2.plot(xs, [pct(k.allowed_before, k.allowed) for k in ks], label="blind", color="tab:red")
+    ax2.plot(xs, [pct(k.allowed_after, k.allowed) for k in ks], label="attested", color="tab:green")
+    ax2.set_ylabel("oracle-allowed reconstruction-\ngate decisions that proceed (%)")
+    ax2.set_xlabel("compaction cycle")
+    ax2.set_ylim(-3, 105)
+    sizes = [k.allowed for k in ks if k.allowed]
+    if sizes:
+        gaps = len(ks) - len(sizes)
+        ax2.set_title(
+            f"n = {min(sizes)}–{max(sizes)} oracle-allowed evaluations per cycle"
+            f" ({sum(sizes):,} in all)"
+            + (f"; {count(gaps, 'cycle')} with none not drawn" if gaps else ""),
+            fontsize=9,
+            pad=22,
+        )
+    ax2.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+#: The price series of ``attest_price_vs_lifetime.png``: key, label, marker, line style.
+_PRICE_SERIES = (
+    ("full_rehydrations", "full rehydrations", "o", "-"),
+    ("attestations_issued", "attestations issued", "s", "--"),
+    ("attestations_verified", "attestations verified", "^", ":"),
+    ("rpcs", "RPCs", "D", "-."),
+)
+
+
+def price_vs_lifetime_figure(results: Sequence[RowResult]) -> Any:
+    """``attest_price_vs_lifetime.png`` over the honest rows' lifetimes (None for fewer
+    than two). Full rehydrations and attestations issued are equal (one attestation
+    per rehydration): each series has its own marker and dash, and the first drawn is
+    the widest, so one never hides the other; the y axis starts at 0.
+    """
+    from harness.figures import _pyplot
+
+    honest = sorted(
+        (r for r in results if r.row == Row.HONEST.value), key=lambda r: r.lifetime_steps
+    )
+    if len(honest) < 2:
+        return None
+    plt = _pyplot()
+    ls = [r.lifetime_steps for r in honest]
+    ps = [price(r) for r in honest]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, (key, label, marker, style) in enumerate(_PRICE_SERIES):
+        ax.plot(
+            ls,
+            [p[key] for p in ps],
+            marker=marker,
+            linestyle=style,
+            linewidth=3.5 - 0.8 * i,
+            markersize=10 - 2 * i,
+            label=label,
+            zorder=2 + i,
+        )
+    ax.set_xscale("log")
+    ax.set_ylim(0, max(p[key] for p in ps for key, *_ in _PRICE_SERIES) * 1.1 or 1)
+    ax.set_xlabel("attestation lifetime (steps; one cycle = C steps)")
+    ax.set_ylabel("per 100 structural_min decisions")
+    ax.set_title("price of restoration vs attestation lifetime", pad=34)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def _pct_text(k: int, n: int) -> str:
+    return f"{100.0 * k / n:.1f}" if n else "–"
+
+
+def _axes_raised(raised: Sequence[int]) -> str:
+    named = [f"{axis} {n}" for axis, n in zip(_AXES, raised, strict=True) if n]
+    return ", ".join(named) or "none"
+
+
+def _cycles_shown(per: Mapping[int, CycleNumbers], death: int | None) -> list[int]:
+    """Every tenth cycle, and the cycles either side of the death cycle."""
+    return [c for c in per if c % 10 == 0 or (death is not None and abs(c - death) <= 1)]
 
 
 def summary_md(
     results: Sequence[RowResult], nums: Mapping[str, RowNumbers], none_fp: str | None
 ) -> str:
-    lines: list[str] = ["# attest across the boundary (Part 6 in numbers)", ""]
+    lines: list[str] = [
+        "# attest across the boundary: restoring an axis by attestation (Part 6 of the"
+        " write-up, in numbers)",
+        "",
+        "Each row is one boundary run of structural_min with an attester node: `none` has"
+        " attestation disabled, `honest` restores reconstruction only with proof of a full"
+        " verified rehydration (A4: the origin's signed receipts for every folded hop), the"
+        " other rows are attesters whose attestations must change nothing or only what"
+        " their grant allows. A *death cycle* is the compaction cycle (C steps each) from"
+        " which every decision of a reconstruction-coupled gate that the oracle allows"
+        " blocks for good; `never` means the run ends before that. The spiral is *broken*"
+        " at the first cycle from the death cycle on where an attestation lets such a"
+        " decision proceed.",
+        "",
+    ]
     pooled = max((len(r.runs) for r in results), default=0)
     if pooled > 1:
         lines += [
@@ -529,39 +618,52 @@ def summary_md(
             "",
         ]
     none = next((r for r in results if r.row == Row.NONE.value), None)
-    honest = [r for r in results if r.row == Row.HONEST.value]
+    honest = sorted(
+        (r for r in results if r.row == Row.HONEST.value), key=lambda r: r.lifetime_steps
+    )
     if none is not None:
         n0 = nums[none.name]
+        equal = all(i == b for _, i, b in none.runs)
         lines += [
-            f"- attest disabled: structural_min death cycle **{_fmt(n0.death_before)}**;"
-            f" boundary fingerprint equals in-process:"
-            f" {all(i == b for _, i, b in none.runs)}"
-            f" (`{none.in_process_fingerprint[:16]}…`)",
+            f"- attest disabled: structural_min death cycle **{death_text(n0.death_before)}**;"
+            f" boundary decisions {'equal' if equal else '**differ from**'} the in-process"
+            f" ones (fingerprint `{none.in_process_fingerprint[:16]}…`"
+            f"{' both ways' if equal else ''})",
         ]
     if honest:
-        h = honest[0]
+        h = next((r for r in honest if r.name == Row.HONEST.value), honest[0])
         n = nums[h.name]
         c = h.counts
         per_h = _per_cycle(h.records)
-        dead = [k for c, k in per_h.items() if n.death_before is not None and c >= n.death_before]
-        allowed = sum(k.allowed for k in dead)
+        if n.death_before is not None:
+            dead = [k for cyc, k in per_h.items() if cyc >= n.death_before]
+            allowed = sum(k.allowed for k in dead)
+            lines.append(
+                f"- from cycle {n.death_before} on, oracle-allowed reconstruction-gate"
+                " decisions that proceed: without attest"
+                f" **{_pct_text(sum(k.allowed_before for k in dead), allowed)}%**, with attest"
+                f" **{_pct_text(sum(k.allowed_after for k in dead), allowed)}%**"
+                f" ({count(allowed, 'evaluation')})"
+            )
+        else:
+            lines.append(
+                "- no death cycle in this run (it ends before the spiral): nothing for attest"
+                " to restore yet; a longer run (`--steps`) reaches it"
+            )
         lines += [
-            f"- from cycle {_fmt(n.death_before)} on, oracle-allowed reconstruction-gate decisions"
-            f" that proceed: without attest"
-            f" **{CycleNumbers.pct(sum(k.allowed_before for k in dead), allowed):.1f}%**,"
-            f" with attest **{CycleNumbers.pct(sum(k.allowed_after for k in dead), allowed):.1f}%**"
-            f" ({allowed} evaluations)",
             f"- attest ({h.name}): reconstruction-gate agreement with the oracle"
             f" {n.recon_agree_before:.2f}% → **{n.recon_agree_after:.2f}%** over the run;"
-            f" death cycle {_fmt(n.death_before)} → **{_fmt(n.death_after)}**;"
-            f" spiral first broken at cycle **{_fmt(n.broken_at)}**",
+            f" death cycle {death_text(n.death_before)} → **{death_text(n.death_after)}**;"
+            f" spiral first broken at cycle **{death_text(n.broken_at)}**",
             f"- restorations needed {c.get('restorations_needed', 0)}, full rehydrations"
             f" {c.get('full_rehydrations', 0)}, attestations issued"
             f" {c.get('attestations_issued', 0)}, reused {c.get('attestations_reused', 0)},"
             f" expired and renewed {c.get('held_expired', 0)}; restoration folds committed"
-            f" (rule 2.2, values with nothing folded: {c.get('restorations_unfolded', 0)}"
-            f" restorations): {c.get('restoration_folds_committed', 0)}; folds rehydrated"
-            f" {c.get('folds_rehydrated', 0)}",
+            f" {c.get('restoration_folds_committed', 0)} (a value with nothing folded yet"
+            " first has its visible lineage committed as one fold under a signed head, so"
+            " that its rehydration has a receipt to cite — step 2.2 of docs/attest.md;"
+            f" {count(c.get('restorations_unfolded', 0), 'restoration')} needed one);"
+            f" folds rehydrated {c.get('folds_rehydrated', 0)}",
             f"- decisions changed {n.changed} (to proceed {n.to_proceed}, to block"
             f" {n.to_block}); flips vs oracle {n.flips_before} → {n.flips_after};"
             f" false-proceeds {n.false_proceed_before} → {n.false_proceed_after}",
@@ -569,24 +671,44 @@ def summary_md(
             "",
             "## Agreement on reconstruction-coupled gates per cycle (structural_min)",
             "",
+            "Every tenth cycle"
+            + (
+                f", and the cycles either side of the death cycle ({n.death_before})"
+                if n.death_before is not None
+                else ""
+            )
+            + "; `attest_cycles.csv` has every cycle. *Evaluations*: reconstruction-coupled"
+            " gate decisions in the cycle; *agreement*: those equal to the oracle's;"
+            " *oracle-allowed*: those the oracle proceeds on, and the share of them the"
+            " holder proceeds on (– where a cycle has none); *mean r*: mean reconstruction"
+            " score of the decided values, as delivered and after attestations.",
+            "",
             "| cycle | evaluations | agreement without attest % | with attest %"
             " | oracle-allowed | of those proceeding without attest % | with attest %"
             " | mean r delivered | mean r attested |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        per = _per_cycle(h.records)
-        pct = CycleNumbers.pct
-        for cyc, k in per.items():
-            if cyc % 10 == 0 or (n.death_before is not None and abs(cyc - n.death_before) <= 1):
-                lines.append(
-                    f"| {cyc} | {k.evaluations} | {pct(k.agree_before, k.evaluations):.1f}"
-                    f" | {pct(k.agree_after, k.evaluations):.1f} | {k.allowed}"
-                    f" | {pct(k.allowed_before, k.allowed):.1f}"
-                    f" | {pct(k.allowed_after, k.allowed):.1f}"
-                    f" | {k.mean_r_before:.3f} | {k.mean_r_after:.3f} |"
-                )
-        lines += ["", "## Price per 100 structural_min decisions", ""]
+        for cyc in _cycles_shown(per_h, n.death_before):
+            k = per_h[cyc]
+            lines.append(
+                f"| {cyc} | {k.evaluations} | {_pct_text(k.agree_before, k.evaluations)}"
+                f" | {_pct_text(k.agree_after, k.evaluations)} | {k.allowed}"
+                f" | {_pct_text(k.allowed_before, k.allowed)}"
+                f" | {_pct_text(k.allowed_after, k.allowed)}"
+                f" | {k.mean_r_before:.3f} | {k.mean_r_after:.3f} |"
+            )
         lines += [
+            "",
+            "## Price per 100 structural_min decisions",
+            "",
+            "*lifetime*: steps an attestation counts before it must be renewed (rows sorted"
+            " by it); *full rehydrations*: demands for every leaf of every fold of a value"
+            " (what A4 asks as proof); *attestations issued / verified*: signed by the"
+            " attester / checked by the holder; *RPCs*, *bytes* (protobuf request +"
+            " response), *signatures made*, *verified sigs*: on the attest path (plain"
+            " rehydrate mode: on its demands); *p50 / p99 ms*: latency of a decision that"
+            " took that path (– where none did).",
+            "",
             "| mode | lifetime | full rehydrations | attestations issued | verified | RPCs"
             " | bytes | signatures made | verified sigs | p50 ms | p99 ms |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -597,24 +719,39 @@ def summary_md(
         lines.append(
             f"| rehydrate (lineage gates) | – | {pp['full_rehydrations']:.1f} | 0 | 0 |"
             f" {pp['rpcs']:.1f} | {pp['bytes']:,.0f} | {pp['sign_ops']:.1f} |"
-            f" {pp['verify_ops']:.1f} | {pp['p50_ms']:.2f} | {pp['p99_ms']:.2f} |"
+            f" {pp['verify_ops']:.1f} |"
+            f" {_latency_cells(pp, bool(h.extra.get('plain_latencies')))} |"
         )
         for r in honest:
             p = price(r)
             lines.append(
                 f"| attest | {r.lifetime_steps} | {p['full_rehydrations']:.1f} |"
                 f" {p['attestations_issued']:.1f} | {p['attestations_verified']:.1f} |"
-                f" {p['rpcs']:.1f} | {p['bytes']:,.0f} | {p['sign_ops']:.1f} |"
-                f" {p['verify_ops']:.1f} | {p['p50_ms']:.2f} | {p['p99_ms']:.2f} |"
+                f" {p['rpcs']:,.1f} | {p['bytes']:,.0f} | {p['sign_ops']:,.1f} |"
+                f" {p['verify_ops']:,.1f} | {_latency_cells(p, bool(r.latencies))} |"
             )
     auth = [r for r in results if r.row not in (Row.NONE.value, Row.HONEST.value)]
     if auth:
         lines += [
             "",
-            "## Authority: attesters that must change nothing (and A5, item 4)",
+            "## Authority: attesters that must change nothing, taint discharge and a"
+            " dishonest attester",
+            "",
+            "The rows up to `revoked` are attesters without the authority or the proof"
+            " their attestations need (outside the trust policy, an axis not granted, above"
+            " the ceiling, no or wrong receipts, replayed, expired, revoked): each must"
+            " change nothing. `taint_discharge` may discharge one taint kind (A5: a"
+            " discharged taint is named, and a blocklist gate ignores exactly it);"
+            " `dishonest:AXIS` is a trusted attester that raises its granted axis without"
+            " cause, to show what such trust costs. *rejected*: attestations the holder"
+            " refused, by reason; *decisions changed*: gate decisions that differ from the"
+            " same view without attestations; *after revocation*: changes after the"
+            " attester's key was revoked (– for rows without a revocation); *same as none*:"
+            " the row's decisions, all arms and modes, are the `none` row's (its"
+            " fingerprint is equal).",
             "",
             "| row | issued | applied | rejected (by reason) | decisions with an axis raised"
-            " | decisions changed | after revocation | fingerprint = none |",
+            " | decisions changed | after revocation | same as none |",
             "|---|---|---|---|---|---|---|---|",
         ]
         for r in auth:
@@ -625,9 +762,10 @@ def summary_md(
                 f"| {r.name} | {r.counts.get('attestations_issued', 0)} |"
                 f" {r.counts.get('attestations_applied', 0)} | {sum(rej.values())} ({reasons}) |"
                 f" {n.decisions_raised} | {n.changed} |"
-                f" {'' if n.changed_after_revocation is None else n.changed_after_revocation} |"
-                f" {none_fp is not None and r.fingerprint == none_fp} |"
+                f" {'–' if n.changed_after_revocation is None else n.changed_after_revocation} |"
+                f" {yes_no(none_fp is not None and r.fingerprint == none_fp)} |"
             )
+        lines.append("")
         for r in auth:
             n = nums[r.name]
             if r.row == Row.TAINT_DISCHARGE.value or r.row == Row.DISHONEST.value:
@@ -638,11 +776,17 @@ def summary_md(
                 lines.append(
                     f"- {r.name}: changed {n.changed} ({parts or 'none'}); flips vs oracle"
                     f" {n.flips_before} → {n.flips_after}; false-proceeds"
-                    f" {n.false_proceed_before} → {n.false_proceed_after}; axes raised"
-                    f" {dict(zip(_AXES, n.raised_by_axis, strict=True))}"
+                    f" {n.false_proceed_before} → {n.false_proceed_after}; decisions with"
+                    f" an axis raised, by axis: {_axes_raised(n.raised_by_axis)}"
                 )
     lines.append("")
     return "\n".join(lines)
+
+
+def _latency_cells(p: Mapping[str, float], any_sample: bool) -> str:
+    if not any_sample:
+        return "– | –"
+    return f"{p['p50_ms']:.2f} | {p['p99_ms']:.2f}"
 
 
 def save_results(results: Sequence[RowResult], path: Path) -> Path:

@@ -57,7 +57,7 @@ from nodes.services import NodeCore
 from nodes.store import StoreMode
 from nodes.transport import GrpcTransport, InMemoryTransport
 
-__all__ = ["AttestSlice", "RowResult", "play_rows", "run_row"]
+__all__ = ["AttestSlice", "RowResult", "node_names", "play_rows", "run_row"]
 
 _DEADLINE_MS = 10_000
 
@@ -205,6 +205,13 @@ def _settings(slice_: AttestSlice, cadence: int, steps: int) -> BoundarySettings
     return BoundarySettings(
         cadences=(cadence,), steps=steps, transport=slice_.transport, deadline_ms=_DEADLINE_MS
     )
+
+
+def node_names(slice_: AttestSlice) -> list[str]:
+    """The node names every row of ``slice_`` runs: the names a policy may use."""
+    if slice_.transport is TransportKind.REMOTE:
+        return sorted({*(n for n, _ in slice_.nodes), ATTESTER})
+    return sorted({*_settings(slice_, 1, 1).node_names(), ATTESTER})
 
 
 async def run_row(

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
-from harness.cli import UsageError
+from harness.cli import RunFailed, UsageError
 from harness.cli_common import (
     DEFAULT_CONFIG,
     add_progress_flags,
@@ -286,6 +286,8 @@ def _handler(args: argparse.Namespace) -> int:
         origins = len(origin_nodes)
     else:
         origins = args.origins
+        if members and origins > 1:
+            origin_nodes = _pick_origins(names, tuple(chain), args.witness, origins)
     witness_name = args.witness
     if witness_name is None:
         if members:
@@ -296,7 +298,9 @@ def _handler(args: argparse.Namespace) -> int:
             witness_name = "witness"
     witness = not args.no_witness and witness_name is not None
 
-    from harness.boundary.report import conditions, cost_table
+    from harness._words import count
+    from harness.boundary.remote import RemoteError
+    from harness.boundary.report import conditions, cost_table, unconfirmed_text
     from harness.boundary.runner import (
         BoundaryError,
         BoundarySettings,
@@ -305,6 +309,7 @@ def _handler(args: argparse.Namespace) -> int:
     )
     from nodes.config import LogFormat
     from nodes.logging import configure_logging
+    from nodes.refusal import ControlRefused
 
     settings = BoundarySettings(
         cadences=tuple(cadences),
@@ -374,8 +379,10 @@ def _handler(args: argparse.Namespace) -> int:
             outcome = run_boundary(
                 cfg, settings, partial, progress=args.progress, node_dir=args.node_dir
             )
-        except BoundaryError as exc:
+        except (BoundaryError, ControlRefused) as exc:
             raise UsageError(str(exc)) from None
+        except RemoteError as exc:
+            raise RunFailed(f"on running nodes: {exc}") from None
         except OSError as exc:
             where = exc.filename if exc.filename is not None else args.out
             raise UsageError(f"{where}: cannot write: {exc.strerror or exc}") from None
@@ -383,7 +390,7 @@ def _handler(args: argparse.Namespace) -> int:
     same = sum(1 for r in outcome.runs if r.fingerprints_equal)
     faults = [f"{n} {f}" for n, f in outcome.node_faults.items() if f != FaultMode.NONE.value]
     print(
-        f"boundary: {len(outcome.runs)} runs in {outcome.wall_seconds:.2f} s"
+        f"boundary: {count(len(outcome.runs), 'run')} in {outcome.wall_seconds:.2f} s"
         f" ({settings.transport.value}, fault {', '.join(faults) or 'none'}) → {args.out}/"
     )
     print(f"fingerprint in-process {in_fp}")
@@ -395,9 +402,30 @@ def _handler(args: argparse.Namespace) -> int:
     print(
         "evidence: "
         + (", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) if kinds else "none")
-        + f"; correct origins accused: {outcome.correct_accused}"
+        + f"; {unconfirmed_text(outcome)}; correct origins accused: {outcome.correct_accused}"
     )
     return 0
+
+
+def _pick_origins(
+    names: list[str], chain: tuple[str, ...], witness: str | None, count: int
+) -> tuple[str, ...]:
+    """``--origins N`` on running nodes: the chain's first and the next N-1 nodes without a role.
+
+    Running nodes cannot be made up: the origins are picked among them, in the
+    order they were given (``--nodes``) or recorded (``--cluster``).
+    """
+    taken = {*chain, *((witness,) if witness else ())}
+    free = [n for n in names if n not in taken]
+    if len(free) < count - 1:
+        raise UsageError(
+            f"--origins {count}: needs {count} origin nodes, but besides the chain"
+            f" {','.join(chain)}{f' and witness {witness}' if witness else ''} the running"
+            f" nodes ({', '.join(names)}) leave {len(free)}"
+            f"{': ' + ', '.join(free) if free else ''}; start more nodes or name the origins"
+            " (--origins a,d)"
+        )
+    return (chain[0], *free[: count - 1])
 
 
 def _cluster_members(home_arg: str) -> tuple[tuple[str, str], ...]:

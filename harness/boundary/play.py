@@ -27,6 +27,7 @@ from contracts.statements import Commitment, Head, Obligation
 from harness.arms import Arm, ArmName, ValueState
 from harness.axes import RECON
 from harness.boundary.records import (
+    UNCONFIRMED,
     ArmCosts,
     BoundaryError,
     BoundarySettings,
@@ -52,7 +53,7 @@ from harness.replay import Replayer, ReplayError, ReplayParams
 from nodes import wire
 from nodes.client import HeldFold
 from nodes.faults import FaultMode
-from nodes.messages import Delivery, RehydrationReport
+from nodes.messages import Delivery, Outcome, RehydrationReport
 from nodes.services import HeldValue
 from nodes.transport import CallFailed
 
@@ -575,6 +576,10 @@ class RunPlayer:
         costs.origins_named += len({f.origin for f in folds})
         for o in report.outcomes:
             label = o.outcome.value + ("_cleared" if o.cleared else "")
+            if o.outcome is Outcome.UNANSWERED and not o.cleared and not o.evidence_path:
+                # Silence no witness confirmed: the gate fell back, but silence is never
+                # proof, so the holder wrote and stored nothing; counted here only.
+                label = UNCONFIRMED
             key = (topo.name_of(o.origin), label)
             runner.outcomes[key] = runner.outcomes.get(key, 0) + 1
         costs.hops_verified += len(report.hops)

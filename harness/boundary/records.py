@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
@@ -13,8 +12,10 @@ from harness.config import ExperimentConfig
 from harness.fingerprint import combine
 from harness.metrics import RunKey
 from nodes.faults import FaultMode
+from nodes.home import NODE_NAME_RE, NODE_NAME_RULE
 
 __all__ = [
+    "UNCONFIRMED",
     "ArmCosts",
     "BoundaryError",
     "BoundaryOutcome",
@@ -25,7 +26,10 @@ __all__ = [
     "overall_fingerprints",
 ]
 
-_NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+#: The origin outcome of an unanswered demand that no witness confirmed (none
+#: asked, or too few answered): an unconfirmed suspicion, counted in the results
+#: but neither written nor stored as evidence (silence is never proof).
+UNCONFIRMED = "unanswered_unconfirmed"
 
 
 class BoundaryError(ValueError):
@@ -93,9 +97,9 @@ class BoundarySettings:
         if len(self.chain) < 2:
             raise BoundaryError(f"chain needs an origin and a holder, got {','.join(self.chain)}")
         names = self.node_names()
-        bad = [n for n in names if not _NODE_NAME.match(n)]
+        bad = [n for n in names if not NODE_NAME_RE.match(n)]
         if bad:
-            raise BoundaryError(f"node names must be lower-case [a-z0-9_-], 1-32 chars: {bad}")
+            raise BoundaryError(f"node names {', '.join(bad)}: expected {NODE_NAME_RULE}")
         if len(set(names)) != len(names):
             raise BoundaryError(f"node names must be distinct, got {', '.join(names)}")
         if self.origins < 1:
@@ -118,10 +122,14 @@ class BoundarySettings:
                     "an added RTT needs link proxies between nodes started here over gRPC"
                     f" (transport grpc), got transport {self.transport.value}"
                 )
-        if remote != bool(self.nodes):
+        if remote and not self.nodes:
             raise BoundaryError(
-                "transport remote needs running nodes (--cluster or --nodes), and they"
-                f" need transport remote (got {self.transport.value})"
+                "transport remote plays on running nodes: give them with --cluster or --nodes"
+            )
+        if self.nodes and not remote:
+            raise BoundaryError(
+                "running nodes (--cluster or --nodes) are reached with transport remote,"
+                f" got transport {self.transport.value}"
             )
         if remote:
             running = {n for n, _ in self.nodes}
@@ -291,6 +299,11 @@ class BoundaryOutcome:
         for e in self.evidence:
             out[e.kind] = out.get(e.kind, 0) + 1
         return out
+
+    @property
+    def unconfirmed_suspicions(self) -> dict[str, int]:
+        """Origin name → rehydrations it left unanswered without a witness confirming."""
+        return {n: c for (n, o), c in sorted(self.outcomes.items()) if o == UNCONFIRMED}
 
     @property
     def correct_accused(self) -> int:

@@ -47,6 +47,7 @@ run completes.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -63,10 +64,13 @@ from harness.boundary.wire import WireMeter
 from nodes.auth import ControlCredentials
 from nodes.faults import FaultMode
 from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationReport
+from nodes.refusal import control_refused, is_refusal
 
 __all__ = ["RemoteNode", "RemoteOps", "RemoteTopology", "connect_remote"]
 
 _CONTROL_TIMEOUT_S = 30.0
+#: How long a node that refuses connections is given to come up before it counts as absent.
+_START_WAIT_S = 5.0
 #: gRPC status codes after which a node counts as lost rather than as misbehaving.
 _LOST_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 
@@ -184,12 +188,19 @@ async def connect_remote(
                 known = ", ".join(addresses) or "none"
                 raise RemoteError(f"{role.value} {name!r} is not a node here (nodes: {known})")
             stub = wire.node_stub(topo.channel(address))
-            try:
-                info = await stub.Info(wire.info_request(), timeout=5.0)
-            except grpc.aio.AioRpcError as exc:
-                raise RemoteError(
-                    f"{role.value} {name} at {address} does not answer: {_details(exc)}"
-                ) from None
+            # A node started just before the driver may still be binding its port.
+            give_up = time.monotonic() + _START_WAIT_S
+            while True:
+                try:
+                    info = await stub.Info(wire.info_request(), timeout=5.0)
+                    break
+                except grpc.aio.AioRpcError as exc:
+                    if _code(exc) == "UNAVAILABLE" and time.monotonic() < give_up:
+                        await asyncio.sleep(0.2)
+                        continue
+                    raise RemoteError(
+                        f"{role.value} {name} at {address} does not answer: {_details(exc)}"
+                    ) from None
             if info.name and info.name != name:
                 raise RemoteError(f"node at {address} is named {info.name!r}, not {name!r}")
             try:
@@ -251,6 +262,13 @@ class RemoteOps:
         meter.calls_by_node[key] = meter.calls_by_node.get(key, 0) + 1
 
     def _fail(self, node: NodeRef, what: str, exc: BaseException) -> Exception:
+        if is_refusal(exc):
+            # A set-up mistake, not a fault of the run: nothing after it can succeed.
+            creds = self.topo.credentials
+            address = next((n.address for n in self.topo.nodes if n.name == node.name), "?")
+            return control_refused(
+                node.name, address, exc, signer=None if creds is None else creds.key_id
+            )
         if _code(exc) in _LOST_CODES:
             return NodeLost(node.name, f"{what}: {_details(exc)}")
         return RemoteError(f"{what} on node {node.name}: {_details(exc)}")

@@ -19,12 +19,14 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, assert_never, cast
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never, cast
 
+from harness._words import count
 from harness.arms import ARM_ORDER, STRUCTURAL_ARMS, ArmName
 from harness.boundary.choices import TransportKind
 from harness.boundary.records import (
@@ -33,7 +35,10 @@ from harness.boundary.records import (
     Setting,
     overall_fingerprints,
 )
-from harness.gates import GATES, Mode, gate_modes
+from harness.gates import GATES, GateClass, Mode, gate_modes
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "COST_COLUMNS",
@@ -42,9 +47,11 @@ __all__ = [
     "conditions",
     "cost_rows",
     "cost_table",
+    "evidence_file",
     "percentile",
     "prewarm_figures",
     "summary_markdown",
+    "unconfirmed_text",
     "write_outputs",
 ]
 
@@ -119,11 +126,18 @@ def _modes(arm: ArmName) -> list[Mode]:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100); 0.0 for no values."""
+    """Nearest-rank percentile (``q`` in 0..100): the smallest value with at least
+    ``q`` % of the values at or below it; 0.0 for no values.
+
+    With this definition a percentile of pooled samples lies between the smallest
+    and the largest percentile of the groups pooled (a rank rounded from
+    ``q * (n - 1)`` does not: for 60 samples per group its p99 is the second
+    largest, and the pooled second largest can be one group's maximum).
+    """
     if not values:
         return 0.0
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q / 100.0 * (len(ordered) - 1))))
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100.0 * len(ordered)) - 1))
     return ordered[rank]
 
 
@@ -297,6 +311,18 @@ def cadence_ratios(outcome: BoundaryOutcome) -> list[tuple[int, float, float, fl
     return out
 
 
+def evidence_file(path: str, out: Path) -> str:
+    """An evidence file's path as the results folder names it: relative to ``out``.
+
+    Results are written into a staged folder that is renamed to the output
+    folder when complete; a path relative to it is valid after the rename.
+    """
+    try:
+        return Path(path).relative_to(out).as_posix()
+    except ValueError:
+        return path
+
+
 def _write_csv(path: Path, columns: list[str], rows: Iterable[Sequence[object]]) -> None:
     with path.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator="\n")
@@ -396,7 +422,7 @@ def write_outputs(
                 e.accused,
                 e.verified,
                 e.correct_origin,
-                e.path,
+                evidence_file(e.path, out),
             ]
             for e in outcome.evidence
         ),
@@ -477,6 +503,15 @@ def _rehydration_stats(outcome: BoundaryOutcome) -> tuple[int, float, list[float
     return n, rpcs, across, local
 
 
+def unconfirmed_text(outcome: BoundaryOutcome) -> str:
+    """The unconfirmed suspicions of a run, in words (\"unconfirmed suspicions: none\")."""
+    kept = outcome.unconfirmed_suspicions
+    if not kept:
+        return "unconfirmed suspicions: none"
+    named = ", ".join(f"{n} {c}" for n, c in kept.items())
+    return f"unconfirmed suspicions (unanswered, no witness confirmed; not evidence): {named}"
+
+
 def cost_table(outcome: BoundaryOutcome) -> str:
     """In-process next to across the boundary: calls, bytes, latency, evidence (Markdown)."""
     gt = outcome.arm_costs[ArmName.GROUND_TRUTH.value]
@@ -502,9 +537,18 @@ def cost_table(outcome: BoundaryOutcome) -> str:
             None,
         ),
         (
-            f"| bytes delivered per decision | {full:,.0f} (full lineage, ground_truth) |"
-            f" {value + statements:,.0f} (structural_min: {value:,.0f} value +"
-            f" {statements:,.0f} statements: fold proofs, heads) |",
+            f"| bytes delivered per decision (value + statements) | {full:,.0f} (full lineage,"
+            f" ground_truth) | {round(value) + round(statements):,} (structural_min:"
+            f" {value:,.0f} value + {statements:,.0f} statements: fold proofs, heads) |",
+            None,
+        ),
+        (
+            "| holder cache (folds verified once are not demanded again) | – |"
+            + (
+                " on (running nodes keep every fold they verified) |"
+                if outcome.settings.transport is TransportKind.REMOTE
+                else f" {'on' if outcome.settings.holder_cache else 'off'} |"
+            ),
             None,
         ),
         (
@@ -517,7 +561,8 @@ def cost_table(outcome: BoundaryOutcome) -> str:
             None,
         ),
         (
-            f"| evidence | – | {evidence}; correct origins accused: {outcome.correct_accused} |",
+            f"| evidence | – | {evidence}; {unconfirmed_text(outcome)};"
+            f" correct origins accused: {outcome.correct_accused} |",
             None,
         ),
     ]
@@ -632,7 +677,7 @@ def _draw_costs(data: _CostsFigure, path: Path) -> bool:
     nbytes.legend(fontsize=8, loc="upper right")
     nbytes.grid(True, axis="y", alpha=0.3)
     nbytes.set_ylim(0, max(v + s for v, s in zip(values_b, statements, strict=True)) * 1.2)
-    fig.suptitle(f"Across the boundary — {data.where}", fontsize=11)
+    fig.suptitle(wrap_title(f"Across the boundary — {data.where}", 110), fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -644,8 +689,36 @@ def _cadence_figure(
     ratios: list[tuple[int, float, float, float, float]], path: Path, where: str
 ) -> bool:
     """Compacted value + statements over full lineage, per compaction cadence."""
-    if not ratios:
+    fig = cadence_figure(ratios, where)
+    if fig is None:
         return False
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+#: Delivered bytes relative to the full lineage that the compaction design aims under.
+BYTES_TARGET = 0.75
+
+
+def wrap_title(text: str, width: int = 80) -> str:
+    """``text`` broken into lines of at most ``width`` characters, so a long condition
+    (running nodes, several faults) is not cut at the figure's edge."""
+    import textwrap
+
+    return "\n".join(
+        textwrap.fill(line, width, break_on_hyphens=False) for line in text.split("\n")
+    )
+
+
+def cadence_figure(
+    ratios: list[tuple[int, float, float, float, float]], where: str
+) -> Figure | None:
+    """The figure of ``boundary_bytes_by_cadence.png`` (None without a cadence to show)."""
+    if not ratios:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
@@ -655,24 +728,82 @@ def _cadence_figure(
     cs = [r[0] for r in ratios]
     ax.plot(cs, [r[4] for r in ratios], marker="o", label="(compacted value + statements) / full")
     ax.plot(cs, [r[2] / r[1] for r in ratios], marker="s", ls="--", label="compacted value / full")
-    ax.axhline(1.0, color="gray", lw=0.8)
-    ax.axhline(0.75, color="gray", lw=0.8, ls=":")
+    ax.axhline(1.0, color="gray", lw=0.8, label="full lineage (1.0)")
+    ax.axhline(BYTES_TARGET, color="gray", lw=0.8, ls=":", label=f"target ≤ {BYTES_TARGET:g}")
     ax.set_xscale("log")
     ax.set_xlabel("compaction cadence C (steps)")
     ax.set_ylabel("bytes delivered per decision, relative to full lineage")
-    ax.set_title(
-        f"Delivered bytes per cadence (structural_min vs ground_truth)\n{where}", fontsize=9
-    )
+    ax.set_ylim(0, 1.15)
+    title = "Delivered bytes per cadence (structural_min vs ground_truth)"
+    if len(cs) == 1:
+        # One cadence is one point per series, not a curve: say so where it is seen.
+        title += f"\none cadence in this slice (C = {cs[0]}): pass --cadence C1,C2,… for a curve"
+        _, full, value, _, ratio = ratios[0]
+        for y in (ratio, value / full):
+            ax.annotate(f"{y:.3f}", (cs[0], y), textcoords="offset points", xytext=(8, -3))
+    ax.set_title(wrap_title(f"{title}\n{where}", 90), fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return fig
 
 
 def _per(value: float, n: int) -> str:
     return f"{value / n:,.0f}" if n else "–"
+
+
+def _lineage_evaluations(outcome: BoundaryOutcome) -> dict[tuple[str, str], int]:
+    """In-process lineage-gate evaluations per (arm, mode): the denominator of lookups,
+    as summary.md's "per 100 lineage-gate decisions"."""
+    out: dict[tuple[str, str], int] = {}
+    for run in outcome.runs:
+        for r in run.in_process_rows:
+            if GateClass(str(r[2])).is_lineage:
+                key = (str(r[0]), str(r[4]))
+                out[key] = out.get(key, 0) + int(str(r[5]))
+    return out
+
+
+def _delivery_parts(row: dict[str, object], dec: int) -> str:
+    """A Deliver RPC's bytes per decision as parts that add up to the total shown."""
+    if not dec:
+        return "–"
+    total = round(float(str(row["delivery_bytes"])) / dec)
+    value = round(float(str(row["delivery_value_bytes"])) / dec)
+    statements = round(float(str(row["delivery_statement_bytes"])) / dec)
+    return f"{total:,} = {value:,} + {statements:,} + {total - value - statements:,}"
+
+
+def _latency(row: dict[str, object], rehydrating: bool) -> str:
+    if not rehydrating:
+        return "–"
+    return f"{row['rehydrate_p50_ms']} / {row['rehydrate_p99_ms']}"
+
+
+#: What each column of the per-arm table means, printed under it.
+_COLUMN_NOTES = [
+    "Columns:",
+    "",
+    "- flip %: gate evaluations whose proceed/stop differs from the oracle's, in-process"
+    " → across the boundary;",
+    "- lookups /100 lineage-gate dec.: folded-hop pointers the gates dereferenced"
+    " (in-process, the same across), per 100 lineage-gate evaluations of the mode (the"
+    " denominator of summary.md's figure); `–` where the mode evaluates no lineage gate;",
+    "- in-process p50 ms: the same rehydrating decisions in one process, on the cold log;",
+    "- RPCs /dec: calls made (deliveries and forwards; demands, re-asks and witness challenges);",
+    "- Deliver RPC B/dec: protobuf bytes of the Deliver (and Forward) requests and"
+    " responses; *value* is the delivered value, *statements* the fold proofs and heads"
+    " riding with it (value + statements is what the table above calls bytes delivered),"
+    " *rest* the message fields, the receiver's signed receipt and any forwards along the"
+    " chain;",
+    "- rehydr. B: protobuf bytes of demand and challenge traffic per rehydrating decision;",
+    "- hops fetched: hops that crossed the wire in demand answers per rehydrating decision;",
+    "- p50 / p99 ms: latency of a rehydrating decision across the boundary (demand,"
+    " verification, the gates);",
+    "- crypto ms/dec: CPU time of Ed25519 signatures and Merkle hashing on every node;",
+    "- fallbacks: rehydrate evaluations decided by the gate's polarity because the hops did"
+    " not arrive verified.",
+]
 
 
 def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -> str:
@@ -682,14 +813,22 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
         "# The experiment across the boundary",
         "",
         f"Transport `{s.transport.value}`, fault `{s.fault.value}` on origin `{s.chain[0]}`,"
-        f" chain {' → '.join(s.chain)}, origins {', '.join(s.origin_names())};"
+        f" chain {' → '.join(s.chain)},"
+        f" {'origin' if len(s.origin_names()) == 1 else 'origins'}"
+        f" {', '.join(f'`{n}`' for n in s.origin_names())};"
         f" C = {', '.join(map(str, s.cadences))}, profile {', '.join(s.profiles)},"
-        f" {len(s.seeds)} seed(s), {s.steps} steps; deadline {s.deadline_ms} ms,"
-        f" {s.reasks} re-ask(s), witness {'on' if s.witness else 'off'},"
+        f" {count(len(s.seeds), 'seed')}, {s.steps} steps; deadline {s.deadline_ms} ms,"
+        f" {count(s.reasks, 're-ask')}, witness {'on' if s.witness else 'off'},"
         f" holder cache {'on' if s.holder_cache else 'off'}."
-        f" {len(outcome.runs)} run(s) in {outcome.wall_seconds:.2f} s.",
+        f" {count(len(outcome.runs), 'run')} in {outcome.wall_seconds:.2f} s.",
         "",
         "## Decisions",
+        "",
+        "Every decision across the boundary is compared with the same decision made in"
+        " one process: a *fingerprint* is a SHA-256 over a run's decision log (every gate"
+        " of every arm and mode), the *gate_metrics rows* are the per-gate counts"
+        " `provnet experiment run` writes; a gate that cannot get its folded hops verified"
+        " *falls back to its polarity* (blocks, as degrade mode does).",
         "",
         f"- in-process fingerprint `{in_fp[:16]}…`, boundary fingerprint `{b_fp[:16]}…`:"
         f" **{'equal' if in_fp == b_fp else 'different'}**",
@@ -712,16 +851,18 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
         cost_table(outcome),
         "## Costs per arm and mode",
         "",
-        "Per decision unless stated. Delivery columns repeat for every mode of an arm"
-        " (each mode needs the delivered value); rehydration columns are per rehydrating"
-        " decision.",
+        "Per decision point of the arm (`dec`) unless stated; the delivery column repeats"
+        " for every mode of an arm (each mode needs the delivered value: do not add it up"
+        " across modes); rehydration columns are per rehydrating decision and `–` where"
+        " the mode never rehydrates.",
         "",
-        "| arm | mode | flip % (in → across) | lookups /100 dec | in-process p50 ms"
-        " | RPCs /dec | delivery B/dec (value + statements) | rehydr. B | hops fetched"
+        "| arm | mode | flip % (in → across) | lookups /100 lineage-gate dec. | in-process p50 ms"
+        " | RPCs /dec | Deliver RPC B/dec = value + statements + rest | rehydr. B | hops fetched"
         " | p50 / p99 ms | crypto ms/dec | fallbacks |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_key = {(str(r["setting"]), str(r["arm"]), str(r["mode"])): r for r in costs}
+    lineage = _lineage_evaluations(outcome)
     for arm in ARM_ORDER:
         for mode in _modes(arm):
             i = by_key[(Setting.IN_PROCESS.value, arm.value, mode.value)]
@@ -731,27 +872,30 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
             crypto = float(str(b["delivery_crypto_ms"])) + float(str(b["rehydrate_crypto_ms"]))
             flip_in = 100 * float(str(i["flip_rate"]))
             flip_b = 100 * float(str(b["flip_rate"]))
+            evals = lineage.get((arm.value, mode.value), 0)
+            lookups = f"{100 * int(str(i['lookups'])) / evals:.1f}" if evals else "–"
+            rehydrating = mode is Mode.REHYDRATE
             lines.append(
                 f"| {arm.value} | {mode.value} | {flip_in:.2f} → {flip_b:.2f}"
-                f" | {100 * int(str(i['lookups'])) / dec if dec else 0:.1f}"
-                f" | {i['rehydrate_p50_ms']}"
+                f" | {lookups}"
+                f" | {i['rehydrate_p50_ms'] if rehydrating else '–'}"
                 f" | {int(str(b['rpcs'])) / dec if dec else 0:.2f}"
-                f" | {_per(float(str(b['delivery_bytes'])), dec)}"
-                f" ({_per(float(str(b['delivery_value_bytes'])), dec)}"
-                f" + {_per(float(str(b['delivery_statement_bytes'])), dec)})"
+                f" | {_delivery_parts(b, dec)}"
                 f" | {_per(float(str(b['rehydrate_bytes'])), reh)}"
                 f" | {_per(float(str(b['hops_fetched'])), reh)}"
-                f" | {b['rehydrate_p50_ms']} / {b['rehydrate_p99_ms']}"
+                f" | {_latency(b, rehydrating)}"
                 f" | {crypto / dec if dec else 0:.3f}"
                 f" | {b['fallbacks']} |"
             )
+    lines += ["", *_COLUMN_NOTES]
     commit = by_key[(Setting.BOUNDARY.value, "origin", "commit")]
     gt = outcome.arm_costs[ArmName.GROUND_TRUTH.value]
     smin = outcome.arm_costs[ArmName.STRUCTURAL_MIN.value]
     lines += [
         "",
         f"Origin commits: {commit['decisions']} folds over {commit['hops_fetched']} appended"
-        f" hops; {commit['sign_ops']} signatures, {commit['hash_leaves']} leaves hashed,"
+        f" hops; {commit['sign_ops']} signatures,"
+        f" {int(str(commit['hash_leaves'])):,} leaves hashed,"
         f" {commit['delivery_crypto_ms']} ms of signature + hash CPU.",
         "",
         "## What compaction saves on delivery",
@@ -773,14 +917,17 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
             f"- structural_min ships the compacted value: {sm_v:,.0f} B"
             f" ({100 * (1 - sm_v / gt_v):.1f}% less), plus"
             f" {smin.statement_bytes / smin.decisions:,.0f} B of statements (fold proofs, heads)"
-            f" ({smin.commitments_delivered / smin.decisions:.1f} per decision):"
+            f" ({smin.commitments_delivered / smin.decisions:.1f} fold proofs per decision):"
             f" {sm_all:,.0f} B in all, {verdict}",
         ]
     ratios = cadence_ratios(outcome)
     if ratios:
         lines += [
             "",
-            "Per cadence (per decision; ratio = compacted value + statements over full lineage):",
+            "Per compaction cadence C (steps between compactions), per decision: ground_truth's"
+            " full lineage, structural_min's compacted value and its statements, and the"
+            " ratio of compacted value + statements over full lineage (below 1: compaction"
+            " saves bytes on delivery):",
             "",
             "| C | full lineage B | compacted value B | statements B | ratio |",
             "|---|---|---|---|---|",
@@ -801,14 +948,33 @@ def summary_markdown(outcome: BoundaryOutcome, costs: list[dict[str, object]]) -
         )
     else:
         lines.append("- none recorded")
+    lines.append(f"- {unconfirmed_text(outcome)}")
     lines.append(f"- correct origins accused: {outcome.correct_accused}")
     outcomes = ", ".join(f"{n} {o}: {c}" for (n, o), c in sorted(outcome.outcomes.items()))
-    lines += [f"- origin outcomes per rehydration: {outcomes or 'none'}", ""]
+    lines += [
+        "- origin outcomes per rehydration (origin, what it did when demanded: count):"
+        f" {outcomes or 'none'}",
+        "",
+    ]
     return "\n".join(lines)
 
 
 @_own_style
 def _figure(costs: list[dict[str, object]], path: Path, where: str) -> bool:
+    fig = cost_vs_flips_figure(costs, where)
+    if fig is None:
+        return False
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def cost_vs_flips_figure(costs: list[dict[str, object]], where: str) -> Figure | None:
+    """The figure of ``boundary_cost_vs_flips.png``: one point per (arm, mode) over the
+    whole slice (None without one); the per-cadence ``delivery`` rows have no flip
+    rate and are not points here (``boundary_bytes_by_cadence.png`` shows them)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -817,12 +983,17 @@ def _figure(costs: list[dict[str, object]], path: Path, where: str) -> bool:
     points: list[tuple[str, str, float, float]] = []
     for r in costs:
         dec = int(str(r["decisions"]))
-        if r["setting"] != Setting.BOUNDARY.value or r["arm"] == "origin" or not dec:
+        if (
+            r["setting"] != Setting.BOUNDARY.value
+            or r["arm"] == "origin"
+            or r["cadence"] != "all"
+            or not dec
+        ):
             continue
         wire = (float(str(r["delivery_bytes"])) + float(str(r["rehydrate_bytes"]))) / dec
         points.append((str(r["arm"]), str(r["mode"]), 100 * float(str(r["flip_rate"])), wire))
     if not points:
-        return False
+        return None
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     markers = {"blind": "o", "degrade": "s", "rehydrate": "^"}
     style = {
@@ -844,10 +1015,8 @@ def _figure(costs: list[dict[str, object]], path: Path, where: str) -> bool:
         )
     ax.set_xlabel("flip rate vs oracle, all gates of the mode (%)")
     ax.set_ylabel("bytes on the wire per decision (delivery + rehydration)")
-    ax.set_title(f"Cost vs flip rate per arm and mode\n{where}", fontsize=10)
+    ax.set_title(wrap_title(f"Cost vs flip rate per arm and mode\n{where}"), fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return fig

@@ -35,6 +35,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.arms import STRUCTURAL_ARMS
 from harness.boundary.choices import TransportKind
@@ -44,16 +45,21 @@ from harness.boundary.records import (
     BoundarySettings,
     overall_fingerprints,
 )
-from harness.boundary.report import percentile
+from harness.boundary.report import evidence_file, percentile
 from harness.boundary.runner import run_boundary_async
 from harness.config import ExperimentConfig
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 __all__ = [
     "RTT_COLUMNS",
+    "RTT_TABLE_NOTES",
     "RttPoint",
     "RttSweep",
     "print_rtt_point",
     "print_rtt_sweep",
+    "rtt_figure_of",
     "rtt_point",
     "run_rtt_sweep",
     "write_rtt_outputs",
@@ -290,6 +296,27 @@ def conditions_label(settings: BoundarySettings) -> str:
     return f"{where}; fault: {fault}; deadline {settings.deadline_ms} ms"
 
 
+#: What each column of :func:`rtt_table` means (``boundary_rtt.md`` prints them under it).
+RTT_TABLE_NOTES = (
+    "Columns (`/dec`: per arm decision point, every arm's deliveries counted):",
+    "",
+    "- RTT ms: round-trip time added on every link between two nodes by a user-space"
+    " proxy; `in-process` is the same slice decided in one process (the floor);",
+    "- runs as in-process: runs whose decision log equals the in-process one;",
+    "- rehydrating p50 / p99 ms: latency of a decision that needed folded hops (demand,"
+    " verification, the gates);",
+    "- delivery p50 ms: latency of one delivery, origin to holder;",
+    "- RPCs /dec: calls made per arm decision (deliveries; demands, re-asks, witness challenges);",
+    "- bytes /dec: protobuf bytes of those calls' requests and responses per arm decision"
+    " (what the messages carry, without HTTP/2 or TCP framing);",
+    "- rehydr. B: protobuf bytes of the demand and challenge traffic per rehydrating decision;",
+    "- link TCP B /dec: bytes the link proxies carried on their TCP connections, both"
+    " directions, per arm decision (the messages with gRPC's HTTP/2 framing and"
+    " control traffic);",
+    "- evidence (accused): evidence records by kind, and the nodes they name.",
+)
+
+
 def rtt_table(sweep: RttSweep) -> str:
     """The sweep as a Markdown table (the command prints it; ``boundary_rtt.md`` holds it)."""
     floor50, floor99 = sweep.in_process_floor_ms
@@ -311,14 +338,6 @@ def rtt_table(sweep: RttSweep) -> str:
             f" {p.link_bytes_per_decision:,.0f} | {evidence} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _relative(path: str, out: Path) -> str:
-    """An evidence file's path inside the results folder (it is staged, then renamed)."""
-    try:
-        return Path(path).relative_to(out).as_posix()
-    except ValueError:
-        return path
 
 
 def write_rtt_outputs(sweep: RttSweep, out: Path) -> list[Path]:
@@ -352,7 +371,7 @@ def write_rtt_outputs(sweep: RttSweep, out: Path) -> list[Path]:
                         "accused": e.accused_name,
                         "verified": e.verified,
                         "correct_origin": e.correct_origin,
-                        "file": _relative(e.path, out),
+                        "file": evidence_file(e.path, out),
                     }
                     for e in o_.evidence
                 ],
@@ -367,7 +386,11 @@ def write_rtt_outputs(sweep: RttSweep, out: Path) -> list[Path]:
     path = out / "boundary_rtt.md"
     path.write_text(
         f"# Boundary cost vs link RTT\n\nSlice: {slice_label(sweep.settings)};"
-        f" {conditions_label(sweep.settings)}.\n\n" + rtt_table(sweep),
+        f" {conditions_label(sweep.settings)}.\n\n"
+        + rtt_table(sweep)
+        + "\n"
+        + "\n".join(RTT_TABLE_NOTES)
+        + "\n",
         encoding="utf-8",
     )
     written.append(path)
@@ -405,7 +428,21 @@ def print_rtt_sweep(sweep: RttSweep, out: Path) -> None:
 
 
 def rtt_figure(sweep: RttSweep, path: Path) -> None:
-    """Latency vs RTT (p50, p99, in-process floor) beside bytes and RPCs per decision."""
+    """``boundary_rtt.png``: :func:`rtt_figure_of` saved to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = rtt_figure_of(sweep)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def rtt_figure_of(sweep: RttSweep) -> Figure:
+    """Latency vs RTT (p50, p99, in-process floor, one RTT) beside bytes and RPCs per decision.
+
+    The one-RTT reference is drawn as the line y = x across the positive RTTs
+    of the axis, with a marker at each RTT swept, so it shows with a single
+    positive RTT too.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -424,7 +461,10 @@ def rtt_figure(sweep: RttSweep, path: Path) -> None:
     )
     positive = [x for x in xs if x > 0]
     if positive:
-        lat.plot(positive, positive, ":", color="tab:red", label="one RTT")
+        lo, hi = min(1.0, min(positive)), max(positive)
+        grid = [lo * (hi / lo) ** (k / 60) for k in range(61)]
+        lat.plot(grid, grid, ":", color="tab:red", lw=1.5)
+        lat.plot(positive, positive, "x:", color="tab:red", ms=7, label="one RTT (y = x)")
     for i, p in enumerate(points):
         lat.annotate(
             f"{p.rehydrate_p50_ms:.1f}",
@@ -494,5 +534,4 @@ def rtt_figure(sweep: RttSweep, path: Path) -> None:
         fontsize=11,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig

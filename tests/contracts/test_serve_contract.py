@@ -14,6 +14,7 @@ from contracts import (
     BadSignature,
     BindingMismatch,
     DigestMismatch,
+    EncodingError,
     EquivocationDetector,
     Evidence,
     EvidenceKind,
@@ -47,6 +48,7 @@ from contracts import (
     verify_evidence,
     verify_served,
 )
+from contracts.evidence import BUSY_STATUS
 from contracts.merkle import merkle_root
 from contracts.serve import NonceRegistry
 from tests.contracts._support import (
@@ -379,6 +381,46 @@ def test_s4_any_answer_to_a_witness_clears_the_suspicion() -> None:
     verdict = verify_evidence(confirmed.with_answer(late).to_bytes(), now=NOW + 70_000)
     assert verdict.status is EvidenceStatus.CLEARED
     assert not verdict.accuses
+
+
+def test_s4_busy_is_a_suspicion_witnesses_cannot_confirm_and_a_receipt_clears() -> None:
+    """An origin that answered RESOURCE_EXHAUSTED was busy, not silent: the record says
+    so and verifies as ``busy``, whatever witnesses say of silence; a receipt clears it."""
+    w = make_world()
+    wd = build_demand(w.witness, w.obligation, now=NOW + 2_000, nonce="a7" * 16)
+    silent = build_witness_report(w.witness, wd, at=NOW + 9_000, address="127.0.0.1:50051")
+    busy = _unanswered(w, witness_demands=[wd], witness_reports=[silent], status=BUSY_STATUS)
+    data = busy.to_bytes()
+    assert b'"status":"RESOURCE_EXHAUSTED"' in data
+    verdict = verify_evidence(Evidence.from_bytes(data), now=NOW + 10_000)
+    assert verdict.status is EvidenceStatus.BUSY
+    assert verdict.level is EvidenceLevel.SUSPICION
+    assert "busy, not silent" in verdict.reason
+    assert verdict.accuses
+    late = answer_demand(
+        w.origin,
+        wd,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        hops=w.hops,
+        now=NOW + 60_000,
+    )
+    cleared = verify_evidence(busy.with_answer(late), now=NOW + 70_000)
+    assert cleared.status is EvidenceStatus.CLEARED
+    # A record without the field keeps its bytes (files written before stay valid).
+    assert b'"status"' not in _unanswered(w).to_bytes()
+
+
+@pytest.mark.parametrize(
+    ("kind", "status"), [("unanswered", "INTERNAL"), ("unanswered", 7), ("refused", BUSY_STATUS)]
+)
+def test_s4_an_evidence_status_other_than_busy_on_unanswered_is_malformed(
+    kind: str, status: object
+) -> None:
+    obj = _unanswered(make_world()).to_json()
+    obj["kind"], obj["status"] = kind, status
+    with pytest.raises(EncodingError, match="field 'status'"):
+        Evidence.from_json(obj)
 
 
 def test_s4_a_receipt_for_an_unrelated_demand_does_not_clear() -> None:

@@ -164,6 +164,27 @@ def test_node_started_with_a_fault_gives_the_in_process_outcomes(
     assert remote.correct_accused == 0
 
 
+def test_without_a_named_witness_a_running_holder_asks_its_peers(nodes: Nodes) -> None:
+    # In-process, --no-witness leaves an unanswered demand an unconfirmed suspicion
+    # (counted, not evidence). A running holder asked to rehydrate with no witness
+    # named asks its own peers instead, so there the suspicion is confirmed and
+    # recorded: the results count each case as what it is.
+    nodes.start({"d": FaultMode.DROP.value})
+    kw: dict[str, object] = {"seeds": (0,), "steps": 60, "deadline_ms": 100, "witness": False}
+    remote = _remote(nodes, nodes.members("d", "b"), chain=("d", "b"), **kw)
+    local = _local(fault=FaultMode.DROP, holder_cache=True, **kw)
+    rehydrations = sum(
+        remote.arm_costs[a].rehydrations for a in ("structural_min", "structural_perhop")
+    )
+    assert rehydrations > 0
+    assert local.evidence == []
+    assert local.unconfirmed_suspicions == {"origin": rehydrations}
+    assert {e.kind for e in remote.evidence} == {"unanswered"}
+    assert {e.accused_name for e in remote.evidence} == {"d"}
+    assert all(e.verified and e.path for e in remote.evidence)
+    assert remote.unconfirmed_suspicions == {}
+
+
 def test_origin_killed_during_a_run_is_named_unanswered_and_the_run_completes(
     nodes: Nodes, tmp_path: Path
 ) -> None:

@@ -22,6 +22,7 @@ from harness.boundary.records import BoundaryError, BoundarySettings
 from harness.boundary.rtt import RTT_COLUMNS, run_rtt_sweep
 from harness.cli import main
 from harness.config import ExperimentConfig
+from nodes.config import MIN_DEADLINE_MS
 
 CFG = ExperimentConfig()
 
@@ -38,15 +39,17 @@ def _settings(**kw: object) -> BoundarySettings:
 def test_rtt_above_the_deadline_leaves_unanswered_evidence_naming_the_origin_only(
     tmp_path: Path,
 ) -> None:
-    # 120 ms per round trip on every link, 50 ms promised (the smallest deadline a node
-    # signs, docs/security.md): no demand can be answered in time, the witness's neither.
-    rtt, deadline = 120.0, 50
+    # A round trip on every link longer than the smallest deadline a node signs, that
+    # deadline promised (docs/security.md): no demand can be answered in time, the
+    # witness's neither.
+    deadline = MIN_DEADLINE_MS
+    rtt = deadline + 100.0
     settings = _settings(cadences=(10,), steps=30, deadline_ms=deadline, reasks=0)
     sweep = run_rtt_sweep(CFG, settings, [rtt], tmp_path, progress=False)
     (point,) = sweep.points
     (outcome,) = sweep.outcomes
     assert point.rehydrating_decisions > 0
-    # Every answer needs >= 120 ms, the holder waits 50. (A holder whose own deadline
+    # Every answer needs >= rtt, the holder waits less. (A holder whose own deadline
     # timer fires late on a loaded machine may still take one in: that only errs
     # towards serving, so it is allowed here; what may never happen is below.)
     assert point.failed_rehydrations > point.rehydrating_decisions // 2
@@ -71,7 +74,7 @@ def test_rtt_above_the_deadline_leaves_unanswered_evidence_naming_the_origin_onl
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == RTT_COLUMNS
     assert (rows[0]["rtt_ms"], rows[0]["evidence"], rows[0]["accused"]) == (
-        "120",
+        f"{rtt:g}",
         f"unanswered:{point.failed_rehydrations}",
         "origin",
     )
@@ -79,7 +82,7 @@ def test_rtt_above_the_deadline_leaves_unanswered_evidence_naming_the_origin_onl
     files = [r["file"] for r in meta["points"][0]["evidence_records"]]
     assert files
     assert all((tmp_path / f).is_file() for f in files)
-    assert all(f.startswith("evidence/rtt_120ms/") for f in files)
+    assert all(f.startswith(f"evidence/rtt_{rtt:g}ms/") for f in files)
 
 
 def test_cli_sweep_at_a_small_rtt_decides_as_in_process_and_writes_curve_and_figure(

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from harness.figures import (
     CLASS_ORDER,
+    agreement_figure,
+    censored_side,
+    crossover_figure,
     plot_agreement_by_class,
     plot_crossover,
     plot_false_proceed_vs_cadence,
@@ -128,3 +132,69 @@ def test_crossover_without_any_crossing_still_draws(tmp_path: Path) -> None:
         sweep, tmp_path / "x.png", crossover={0.01: None, 0.02: None}, exponent=None, steps=500
     )
     _assert_png(path)
+
+
+# --------------------------------------------------------------------------- what is plotted
+
+
+def test_agreement_bars_start_at_zero_and_legends_sit_above_the_bars() -> None:
+    gates = _gate_rows(
+        profiles=("med",),
+        cadences=(10, 25),
+        modes=("blind", "degrade", "rehydrate"),
+        run_type="main",
+    )
+    fig = agreement_figure(gates)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        assert ax.get_ylim()[0] == 0
+        assert ax.patches
+        assert all(bar.get_y() == 0 for bar in ax.patches)
+        legend = ax.get_legend()
+        assert legend is not None
+        box = legend.get_window_extent(renderer)
+        assert box.y0 >= ax.get_window_extent(renderer).y1 - 1  # above the axes, over no bar
+    assert fig.get_suptitle().endswith("(main matrix)")
+
+
+def test_agreement_title_names_a_trace_replay_as_such() -> None:
+    gates = _gate_rows(profiles=("trace",), cadences=(25,), modes=("blind",), run_type="main")
+    fig = agreement_figure(gates, source="trace replay")
+    assert "(trace replay)" in fig.get_suptitle()
+    assert "main matrix" not in fig.get_suptitle()
+
+
+def test_censored_side_says_which_edge_of_the_grid_the_crossover_is_beyond() -> None:
+    assert censored_side([3.0, 2.0, 0.5]) == "above"
+    assert censored_side([-1.0, 2.0]) == "below"
+    assert censored_side([0.0, 1.0]) == "below"
+    assert censored_side([2.0, -1.0]) is None  # it crosses: not censored
+    assert censored_side([float("nan")]) is None
+
+
+def test_crossover_marks_a_crossing_censored_at_the_grid_edge() -> None:
+    # structural_min stays worse than prose at both cadences: C* lies above 25
+    gates = _gate_rows(profiles=("med",), cadences=(10, 25), modes=("blind",), run_type="sweep")
+    sweep = gates.assign(penalty=0.01)
+    fig = crossover_figure(sweep, crossover={0.01: None}, exponent=None, steps=500)
+    ax, ax2 = fig.axes
+    edge = [line for line in ax.get_lines() if line.get_marker() == ">"]
+    assert len(edge) == 1
+    assert list(np.asarray(edge[0].get_xdata())) == [25]
+    assert list(np.asarray(edge[0].get_ydata())) == [0.0]
+    assert edge[0].get_label() == "p = 0.01: C* > 25 (off the grid)"
+    legend = ax.get_legend()
+    assert legend is not None
+    assert "p = 0.01: C* > 25 (off the grid)" in [t.get_text() for t in legend.get_texts()]
+    assert any("p = 0.01 (C* > 25)" in t.get_text() for t in ax2.texts)
+
+
+def test_crossover_found_on_the_grid_is_not_marked_censored() -> None:
+    gates = _gate_rows(profiles=("med",), cadences=(10, 25, 50), modes=("blind",), run_type="sweep")
+    sweep = gates.assign(penalty=0.01)
+    fig = crossover_figure(sweep, crossover={0.01: 30.0}, exponent=None, steps=500)
+    ax = fig.axes[0]
+    assert not [line for line in ax.get_lines() if line.get_marker() in (">", "<")]
+    crosses = [line for line in ax.get_lines() if line.get_marker() == "x"]
+    assert [list(np.asarray(c.get_xdata())) for c in crosses] == [[30.0]]

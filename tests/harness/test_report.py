@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,8 +128,19 @@ def test_figures_are_valid_nonblank_pngs_linked_from_the_summary(
 
 
 def test_report_on_a_trace_run_states_what_was_mapped_skipped_and_derived(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import harness.figures
+
+    titled: list[str] = []
+    draw = harness.figures.plot_agreement_by_class
+
+    def spy(gates: Any, path: Path, *, source: str = "main matrix") -> Path:
+        titled.append(source)
+        return draw(gates, path, source=source)
+
+    monkeypatch.setattr(harness.figures, "plot_agreement_by_class", spy)
+
     from harness.trace import load_trace
 
     trace = EXAMPLES / "trace-research.jsonl"
@@ -156,6 +168,12 @@ def test_report_on_a_trace_run_states_what_was_mapped_skipped_and_derived(
         FIGURE_FILES["false_proceed"],
     }
     assert "# Trace replay: summary" in text
+    # the abbreviations the tables use are spelt out where they are shown
+    assert "*fp* (false-proceed): the arm proceeds where the oracle blocks" in text
+    assert "*lookups / 100*: folded-hop pointers dereferenced" in text
+    # the mapping, which every number depends on, is read first
+    assert text.index("## Trace mapping") < text.index("## Headline numbers")
+    assert titled == ["trace replay"]
     assert "- records read: 400; mapped: 376; skipped (unknown op): 24" in text
     assert "| heartbeat | 0 | 11 |" in text
     assert '| rules[4] tool_call when status != "ok" -> taint:tool_flaky:{step}, ' in text

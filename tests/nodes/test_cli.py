@@ -66,7 +66,7 @@ def test_node_without_name_exits_2_naming_flag_and_variable(
 ) -> None:
     assert main(["node", "--data-dir", "/nonexistent"]) == 2
     err = capsys.readouterr().err
-    assert "provnet: error: --name (or $PROVNET_NAME) is required" in err
+    assert "provnet: error: --name ($PROVNET_NAME): is required" in err
     assert "Traceback" not in err
 
 

@@ -171,7 +171,7 @@ def test_a_node_that_cannot_start_fails_fast_with_its_log_tail(home: Path) -> No
         start_node(spec, timeout=30)
     message = str(caught.value)
     assert "exited with code 2 before serving" in message
-    assert "fault 'slow' needs fault_delay_ms > 0" in message
+    assert "--fault ($PROVNET_FAULT) 'slow' needs --fault-delay-ms" in message
 
 
 def test_a_port_held_with_so_reuseport_is_never_shared_by_a_node(home: Path) -> None:
