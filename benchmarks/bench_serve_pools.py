@@ -100,11 +100,15 @@ async def _measure(args: argparse.Namespace, address: str, pid: int, key: Path) 
             timeout=10,
         )
     legacy = open_statement(bytes(own.obligation), Obligation)
-    headed = HeadCache().verify_fold(
-        FoldProof.from_bytes(bytes(compacted.fold_proofs[0])),
-        now=int(time.time() * 1000),
-        head=bytes(compacted.head),
-    ).obligation
+    headed = (
+        HeadCache()
+        .verify_fold(
+            FoldProof.from_bytes(bytes(compacted.fold_proofs[0])),
+            now=int(time.time() * 1000),
+            head=bytes(compacted.head),
+        )
+        .obligation
+    )
 
     async def stats() -> dict[str, int]:
         async with control_channel(address, None) as c:
