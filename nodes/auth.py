@@ -56,7 +56,6 @@ import hashlib
 import os
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,9 +63,10 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from contracts.errors import ContractError
+from contracts.errors import ContractError, ReplayedNonce
 from contracts.identity import Identity, PublicKey, load_identity, save_identity
-from nodes.errors import NodeError, RequestTooLarge
+from nodes.errors import DemandPredatesRestart, NodeError
+from nodes.replay import DemandNonces
 
 __all__ = [
     "CONTROL_METHODS",
@@ -317,7 +317,20 @@ class ControlAuth:
         self._clock = clock
         self._skew_ms = int(skew_s * 1000)
         self._max = max_nonces
-        self._nonces: OrderedDict[tuple[str, str], int] = OrderedDict()
+        # Nonces of calls signed by operator keys, and of every other key's calls
+        # (deliver-as-sender, Attest.Request) apart, each signer with a share:
+        # no key the node does not know can fill the memory the operator needs.
+        # A call is recorded only once its signer is authorised for the method.
+        keep_ms = 2 * self._skew_ms
+        self._nonces = DemandNonces(
+            capacity=max_nonces, per_signer=max_nonces, keep_ms=keep_ms, what="control call"
+        )
+        self._others = DemandNonces(
+            capacity=max_nonces,
+            per_signer=max(1, max_nonces // 8),
+            keep_ms=keep_ms,
+            what="control call",
+        )
 
     def check(
         self, method: str, request: bytes, metadata: Any, *, digest: str | None = None
@@ -335,9 +348,18 @@ class ControlAuth:
             if not needs:
                 return None
             raise NotAuthenticated(self._missing(method))
-        signer = self._verify(method, request, fields, digest)
+        signer, stamp, nonce = self._verify(method, request, fields, digest)
         if method in CONTROL_METHODS and signer not in self.operator_keys:
             raise PermissionDenied(self._not_operator(method, signer))
+        pool = self._nonces if signer in self.operator_keys else self._others
+        try:
+            pool.check_floor(signer, stamp)
+        except DemandPredatesRestart:
+            raise NotAuthenticated(
+                f"{method}: control signature dated {stamp} ms, at or below {pool.floor_ms} ms:"
+                " under load this node forgot the nonces of calls dated up to then; sign afresh"
+            ) from None
+        pool.claim([(signer, nonce, stamp)])
         return signer
 
     def _missing(self, method: str) -> str:
@@ -362,7 +384,9 @@ class ControlAuth:
 
     def _verify(
         self, method: str, request: bytes, fields: dict[str, str], digest: str | None
-    ) -> str:
+    ) -> tuple[str, int, str]:
+        """The signer, time and nonce of a call whose signature verifies and is not a
+        replay (looked up first: refusing a replay costs no verification)."""
         key, stamp, nonce, sig = (fields.get(k, "") for k in (_KEY, _TIME, _NONCE, _SIG))
         if not (stamp.isdigit() and len(stamp) <= 16):
             raise NotAuthenticated(f"{method}: control signature time {stamp[:20]!r} malformed")
@@ -374,6 +398,14 @@ class ControlAuth:
                 f"{method}: control signature dated {stamp} ms is more than"
                 f" {self._skew_ms // 1000} s from the node's clock ({now_ms} ms)"
             )
+        for pool in (self._nonces, self._others):
+            pool.prune(now_ms)
+            try:
+                pool.check(key, nonce)
+            except ReplayedNonce:
+                raise NotAuthenticated(
+                    f"{method}: control signature replayed (nonce {nonce[:16]})"
+                ) from None
         try:
             public = PublicKey.from_node_id(key)
             public.verify(
@@ -382,23 +414,7 @@ class ControlAuth:
             )
         except (ContractError, ValueError) as exc:
             raise NotAuthenticated(f"{method}: control signature does not verify: {exc}") from None
-        self._prune(now_ms)
-        slot = (key, nonce)
-        if slot in self._nonces:
-            raise NotAuthenticated(f"{method}: control signature replayed (nonce {nonce[:16]})")
-        if len(self._nonces) >= self._max:
-            raise RequestTooLarge(
-                f"{method}: {self._max} control nonces in the window; try again shortly"
-            )
-        self._nonces[slot] = now_ms + 2 * self._skew_ms
-        return key
-
-    def _prune(self, now_ms: int) -> None:
-        while self._nonces:
-            slot, forget_at = next(iter(self._nonces.items()))
-            if forget_at > now_ms:
-                break
-            del self._nonces[slot]
+        return key, int(stamp), nonce
 
     @staticmethod
     def bind(signer: str | None) -> contextvars.Token[str | None]:

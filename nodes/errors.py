@@ -8,10 +8,14 @@
     ├── UnknownValue              no held value with that ref            NOT_FOUND
     ├── UnknownPeer               peer name not configured               INVALID_ARGUMENT
     ├── PromiseOutOfRange         a promise the node cannot keep         OUT_OF_RANGE
+    ├── HeldConflict              a value_ref held for a reserved key    ALREADY_EXISTS
+    │                             delivered by another (nodes.held)
     ├── ClockSkew                 dated outside the documented clock     OUT_OF_RANGE
     │                             skew of this node's clock
     ├── DemandPredatesRestart     dated below the replay floor found at  ABORTED
-    │                             start: re-issue a fresh demand
+    │   │                         start: re-issue a fresh demand
+    │   └── DemandPredatesFloor   dated at or below the nonces a full     ABORTED
+    │                             memory forgot (nodes.replay)
     ├── PeerUnavailable           a peer this call depends on failed     UNAVAILABLE
     └── StoreError                the hop log failed (nodes.store)       INTERNAL
         ├── StoreUnavailable      cannot open / disk I/O / locked        UNAVAILABLE
@@ -52,8 +56,10 @@ from contracts import errors as ce
 
 __all__ = [
     "ClockSkew",
+    "DemandPredatesFloor",
     "DemandPredatesRestart",
     "FoldConflict",
+    "HeldConflict",
     "HopConflict",
     "MalformedRequest",
     "MissingHop",
@@ -112,10 +118,21 @@ class UnknownPeer(NodeError):
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
+class HeldConflict(NodeError):
+    """A stranger's delivery names a value_ref this node holds for a reserved key."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
 class DemandPredatesRestart(NodeError):
     """A demand a previous run of this node may have answered (replay floor)."""
 
     code = grpc.StatusCode.ABORTED
+
+
+class DemandPredatesFloor(DemandPredatesRestart):
+    """A signed demand dated at or below the nonces this run forgot under load
+    (:mod:`nodes.replay`): it may be a replay of one answered; re-issue it fresh."""
 
 
 class PeerUnavailable(NodeError):

@@ -159,7 +159,7 @@ class Deliver(deliver_pb2_grpc.DeliverServicer):
             if len(delivery.value) >= _OFFLOAD_HASH_BYTES
             else None
         )
-        receipt = await self.core.deliver(delivery, value_digest=digest)
+        receipt = await self.core.deliver(delivery, value_digest=digest, by=auth.caller())
         return wire.deliver_response(receipt)
 
     async def Rehydrate(

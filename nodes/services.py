@@ -25,7 +25,12 @@ is written before every demand of the call passed (1)-(5):
 5. the obligation has not expired (``Expired`` → FAILED_PRECONDITION);
 6. its nonce is new in this run (ALREADY_EXISTS otherwise) and it is not
    dated below the replay floor found at start (ABORTED: a previous run may
-   have answered it); see ``_accept_nonces``;
+   have answered it) — the nonce looked up as soon as the demand is parsed,
+   the floors before its signature is verified, so a replay costs a lookup;
+   only a demand whose signature was verified has its nonce recorded (a
+   bearer demand's holder and nonce are the caller's to choose), per signer,
+   in a memory no stranger can fill for others (:mod:`nodes.replay`); see
+   ``_accept_nonces``;
 7. the fold is resolved from the store and the receipt signed by
    :func:`contracts.serve.answer_demand` — SERVED with the stored bytes,
    PENDING while the cold copy lags, never other bytes.
@@ -136,6 +141,7 @@ from nodes.errors import (
     UnknownValue,
 )
 from nodes.faults import Behaviour, FaultPlan
+from nodes.held import HeldValues
 from nodes.logging import get_logger
 from nodes.messages import (
     Answer,
@@ -148,6 +154,7 @@ from nodes.messages import (
     RehydrationReport,
     select_hops,
 )
+from nodes.replay import DemandNonces
 from nodes.restore import restore as restore_value
 from nodes.transport import CallFailed, Transport
 
@@ -168,6 +175,7 @@ __all__ = [
     "MAX_HELD_BYTES",
     "MAX_HELD_VALUES",
     "MAX_NONCES",
+    "MAX_NONCES_PER_HOLDER",
     "MAX_SERVE_FOR_MS",
     "MAX_STRANGER_ATTESTATIONS",
     "MAX_STRANGER_ATTESTATION_BYTES",
@@ -229,8 +237,13 @@ MAX_STRANGER_ATTESTATION_BYTES = 64 * 1024 * 1024
 MAX_ATTESTATION_LIFETIME_MS = MAX_LIFETIME_MS
 #: Attester keys remembered from this node's own Restore answers (oldest forgotten).
 MAX_ASKED_ATTESTERS = 1024
-#: Demand nonces remembered at once (each for twice the window).
+#: Nonces of signed (verified) demands remembered at once, each until its demand
+#: is twice the window old; full: the lowest-dated are forgotten (nodes.replay).
 MAX_NONCES = 200_000
+#: A signer's share of a full nonce memory: beyond it, only its demands are refused.
+MAX_NONCES_PER_HOLDER = MAX_NONCES // 8
+#: Counter: holder signatures on demands verified (one per demand, or per batch).
+DEMAND_VERIFICATIONS = "demand_verifications"
 #: How far above the latest accepted demand the durable replay floor is set.
 REPLAY_FLOOR_LEASE_MS = 1_000
 REPLAY_FLOOR_FILENAME = "replay_floor"
@@ -401,6 +414,24 @@ def _claimed_holder(demands: Sequence[bytes]) -> str:
         return ""
 
 
+def _signature_decides(d: Demand, own: _Own, now: float) -> bool:
+    """Whether a demand's holder signature is verified, and so its nonce recorded.
+
+    A bearer demand for a fold under one of our own heads is answered without
+    its signature (design: verify where it carries information): the answer
+    does not depend on who asks, and nothing it moves is charged to the holder
+    it names — not even a nonce (nodes.replay): its holder and nonce are the
+    caller's to choose. Except a demand dated ahead of our clock: it raises the
+    named holder's durable floor, so an unsigned one could make that holder's
+    next demands ABORTED after a restart; it is verified like any other.
+    """
+    return (
+        own.fold is None
+        or own.obligation.statement.holder is not None
+        or d.time > _ms(now) + FUTURE_SLACK_MS
+    )
+
+
 def _check_value_ref(value_ref: str) -> None:
     if not value_ref or len(value_ref) > MAX_VALUE_REF:
         raise MalformedRequest(f"value_ref must be 1..{MAX_VALUE_REF} chars, got {value_ref!r:.80}")
@@ -431,7 +462,9 @@ class NodeCore:
         self.behaviour = self.fault.behaviour(identity)
         self.crashed = False
         self._advertised = config.advertise or config.listen
-        self._held: dict[str, HeldValue] = {}
+        self._held: HeldValues[HeldValue] = HeldValues(
+            max_values=MAX_HELD_VALUES, max_bytes=MAX_HELD_BYTES, on_evict=self._evicted
+        )
         self._cache: OrderedDict[tuple[str, bytes], Signed[Any]] = OrderedDict()
         # (commitment, obligation) digests already checked for equivocation and kept
         # in the store: delivered again (every decision re-delivers a value's
@@ -455,9 +488,11 @@ class NodeCore:
         #: :func:`contracts.batch.sign_receipt_batch`, envelope text packed once).
         self._receipt_batches = EnvelopeSigner(identity, RECEIPT_BATCH_TYPE)
         self._leaves_bytes = 0
-        # Replay protection (see _accept_nonces): nonces of this run in memory,
-        # and a durable floor every demand ever accepted is dated below.
-        self._nonces: OrderedDict[tuple[str, str], int] = OrderedDict()
+        # Replay protection (see _accept_nonces): nonces of this run's signed demands
+        # in memory, and a durable floor every demand ever recorded is dated below.
+        self._nonces = DemandNonces(
+            capacity=MAX_NONCES, per_signer=MAX_NONCES_PER_HOLDER, keep_ms=_ms(2 * DEMAND_WINDOW_S)
+        )
         self._floor_path = config.data_dir / REPLAY_FLOOR_FILENAME
         self._restart_floor_ms = restart_floor_ms
         self._floor_ms = restart_floor_ms
@@ -471,7 +506,6 @@ class NodeCore:
         self._restart_future_floors: dict[str, int] = {}
         self._future_lock = asyncio.Lock()
         self._future_lines = 0
-        self._held_bytes = 0
         self._suspects: set[str] | None = None  # origins with stored suspicions (lazy)
         # Suspicions stored so far (a receipt check that read the store before one
         # landed must not drop its origin from ``_suspects``), and the last receipts
@@ -581,6 +615,8 @@ class NodeCore:
         counters = await self.store.counters()
         counters.update(self._rpc_counts)
         counters["held_values"] = len(self._held)
+        counters["demand_nonces"] = len(self._nonces)
+        counters["demand_nonces_evicted"] = self._nonces.evicted
         # Objects kept out of the garbage collector's full collections (a node
         # process freezes what exists once it serves: nodes.app.run_node).
         counters["gc_frozen_objects"] = gc.get_freeze_count()
@@ -1023,19 +1059,13 @@ class NodeCore:
         information, bound to our obligation and commitment, the obligation unexpired."""
         d = demand.statement
         obligation, commitment = own.obligation, own.commitment
-        # A bearer demand for a fold under one of our own heads is answered
-        # without its signature (design: verify where it carries information):
-        # the answer does not depend on who asks, and nothing it moves is
-        # charged to the holder it names. Except a demand dated ahead of our
-        # clock: it raises the named holder's durable floor, so an unsigned one
-        # could make that holder's next demands ABORTED after a restart; it is
-        # verified like any other.
-        if (
-            own.fold is None
-            or obligation.statement.holder is not None
-            or d.time > _ms(now) + FUTURE_SLACK_MS
-        ):
+        if _signature_decides(d, own, now):
+            # (6) a demand to be recorded: refused below a floor before its
+            # signature costs anything
+            self._refuse_below_floors(d, demand.digest)
+            self.bump(DEMAND_VERIFICATIONS)
             demand = open_statement(demand.envelope, Demand)
+            self._refuse_below_holder_floor(d, demand.digest)
         verify_demand(demand, obligation=obligation, commitment=commitment)
         # (5) unexpired obligation
         o = obligation.statement
@@ -1046,11 +1076,46 @@ class NodeCore:
             )
         return demand
 
+    def _refuse_replay(self, d: Demand) -> None:
+        """Step (6): a remembered nonce, refused as soon as the demand is parsed."""
+        try:
+            self._nonces.check(d.holder, d.nonce)
+        except ReplayedNonce:
+            self.bump(st.CounterName.NONCE_REPLAYS)
+            raise
+
+    def _refuse_below_floors(self, d: Demand, digest: str) -> None:
+        """Step (6) for a demand to be recorded, before its signature is verified:
+        dated below the restart floor, or at or below the nonces a full memory forgot."""
+        if d.time < self._restart_floor_ms:
+            raise DemandPredatesRestart(
+                f"demand {digest[:12]}… is dated {d.time} ms, before this node's"
+                f" restart floor {self._restart_floor_ms} ms; issue a fresh demand"
+            )
+        self._nonces.check_floor(d.holder, d.time)
+
+    def _refuse_below_holder_floor(self, d: Demand, digest: str) -> None:
+        """Step (6), once the holder's signature is verified (the floor is that holder's
+        own): dated at or below its latest demand dated ahead a previous run accepted."""
+        restart_future = self._restart_future_floors
+        if restart_future and d.time <= restart_future.get(d.holder, -1):
+            raise DemandPredatesRestart(
+                f"demand {digest[:12]}… is dated {d.time} ms, not after holder"
+                f" {d.holder[:16]}…'s latest demand dated ahead of this node's clock that"
+                f" a previous run accepted ({restart_future[d.holder]} ms); issue a fresh"
+                " demand"
+            )
+
     async def _check_demand(
         self, data: bytes | Envelope, now: float
     ) -> tuple[Signed[Demand], _Own]:
         """Steps (2)-(5) of one demand: the demand, checked, and the fold it is for."""
         demand = self._fresh_demand(data, now)
+        self._refuse_replay(demand.statement)
+        return await self._checked_own(demand, now)
+
+    async def _checked_own(self, demand: Signed[Demand], now: float) -> tuple[Signed[Demand], _Own]:
+        """Steps (2), (4)-(5) of a fresh demand not seen before."""
         d = demand.statement
         # (4) ours (a coroutine only for a fold not cached)
         own = self._own.get(_own_key(d.obligation, d.commitment))
@@ -1075,8 +1140,9 @@ class NodeCore:
             if envelope.payload_type == DEMAND_BATCH_TYPE:
                 return await self._answer_batch(envelope, now)
             demand, own = await self._check_demand(envelope, now)
-            # (6) nonces: the only write before answering
-            await self._accept_nonces((demand,), now)
+            # (6) nonces: the only write before answering (a signed demand's only)
+            if _signature_decides(demand.statement, own, now):
+                await self._accept_nonces((demand,), now)
             if type(self.behaviour).answer is _HONEST_ANSWER:
                 served = self._served_alone(demand, own, _ms(now))
                 if served is not None:  # the hot path: no coroutine, a receipt template
@@ -1084,15 +1150,25 @@ class NodeCore:
             return [await self._answer(demand, own, now)]
         # Plain loops, not async comprehensions: each of those is one more
         # coroutine per call, and nearly every call carries one demand.
-        checked: list[tuple[Signed[Demand], _Own]] = []
+        # Every demand parsed, fresh and not a replay before any signature is
+        # checked: a replayed call is refused at its first demand, for a lookup.
+        fresh: list[Signed[Demand]] = []
+        seen: set[tuple[str, str]] = set()
         for data in demands:
-            checked.append(await self._check_demand(data, now))
-        if len(checked) > 1:
-            nonces = {(d.statement.holder, d.statement.nonce) for d, _ in checked}
-            if len(nonces) != len(checked):
+            demand = self._fresh_demand(data, now)
+            key = (demand.statement.holder, demand.statement.nonce)
+            if key in seen:
                 raise MalformedRequest("demand: the same nonce appears twice in one call")
-        # (6) nonces: the only write before answering
-        await self._accept_nonces([d for d, _ in checked], now)
+            seen.add(key)
+            self._refuse_replay(demand.statement)
+            fresh.append(demand)
+        checked: list[tuple[Signed[Demand], _Own]] = []
+        for demand in fresh:
+            checked.append(await self._checked_own(demand, now))
+        # (6) nonces: the only write before answering (signed demands' only)
+        await self._accept_nonces(
+            [d for d, own in checked if _signature_decides(d.statement, own, now)], now
+        )
         answers: list[Answer] = []
         for d, own in checked:
             answers.append(await self._answer(d, own, now))
@@ -1111,6 +1187,9 @@ class NodeCore:
             )
         # (3) fresh
         _check_skew(f"demand batch {envelope.digest[:12]}…", batch.time, now)
+        # (6) a replayed batch is refused here, before its signature
+        if batch.items:
+            self._refuse_replay(batch.demand(0))
         # (4) ours, and bound correctly
         now_ms = _ms(now)
         # the holder's one signature carries information unless every fold is a
@@ -1129,7 +1208,10 @@ class NodeCore:
             if own.fold is None or own.obligation.statement.holder is not None:
                 unsigned_ok = False
         if not unsigned_ok:
+            self._refuse_below_floors(demands[0].statement, envelope.digest)
+            self.bump(DEMAND_VERIFICATIONS)
             envelope.verify(PublicKey.from_node_id(batch.holder))
+            self._refuse_below_holder_floor(demands[0].statement, envelope.digest)
         honest = type(self.behaviour).answer is _HONEST_ANSWER
         # Each fold checked, and its packed answer found when the answer rule serves
         # the whole fold from bytes in memory (nothing is counted or sent before the
@@ -1144,8 +1226,9 @@ class NodeCore:
                     f" {own.obligation.statement.serve_until} ms (now {now_ms} ms)"
                 )
             packs.append(self._served_whole(demand, own, now_ms) if honest else None)
-        # (6) one nonce for the batch: the only write before answering
-        await self._accept_nonces(demands[:1], now)
+        # (6) one nonce for a signed batch: the only write before answering
+        if not unsigned_ok:
+            await self._accept_nonces(demands[:1], now)
         items: list[bytes] = []
         answers: list[Answer] = []
         served = 0
@@ -1277,8 +1360,11 @@ class NodeCore:
     async def _accept_nonces(self, demands: Sequence[Signed[Demand]], now: float) -> None:
         """Replay protection, exact across restarts, without a write per demand.
 
-        Invariant: every demand this node ever accepted is dated below the
-        durable *replay floor* (``<data_dir>/replay_floor``). Before accepting
+        ``demands``: those whose holder signature was verified (only they are
+        recorded: :func:`_signature_decides`, :mod:`nodes.replay`).
+
+        Invariant: every demand this node ever recorded is dated below the
+        durable *replay floor* (``<data_dir>/replay_floor``). Before recording
         a demand dated at or above it, the floor is raised — to the demand's
         time (or now) plus ``REPLAY_FLOOR_LEASE_MS`` — and fsync'd, so the
         write happens about once per lease, not per demand. Within a run every
@@ -1296,52 +1382,28 @@ class NodeCore:
         not per demand, so a holder whose clock runs ahead (inside the window)
         is served as often as any; at most ``MAX_FUTURE_HOLDERS`` holders at once.
         """
+        if not demands:
+            return
         now_ms = _ms(now)
         self._prune_nonces(now_ms)
-        nonces = self._nonces
         ahead = now_ms + FUTURE_SLACK_MS
-        keys: list[tuple[str, str]] = []
+        entries: list[tuple[str, str, int]] = []
         future: list[Signed[Demand]] = []
-        restart_future = self._restart_future_floors
         latest: int | None = None  # the latest time of a demand not dated ahead
-        for demand in demands:  # one pass: checks, keys, and which are dated ahead
-            d = demand.statement
-            key = (d.holder, d.nonce)
-            seen = nonces.get(key)
-            if seen is not None:
-                self.bump(st.CounterName.NONCE_REPLAYS)
-                raise ReplayedNonce(
-                    f"demand nonce {d.nonce[:16]} from holder {d.holder[:12]}… already answered"
-                    f" (remembered until {seen} ms, now {now_ms} ms)"
-                )
-            if d.time < self._restart_floor_ms:
-                raise DemandPredatesRestart(
-                    f"demand {demand.digest[:12]}… is dated {d.time} ms, before this node's"
-                    f" restart floor {self._restart_floor_ms} ms; issue a fresh demand"
-                )
-            if restart_future and d.time <= restart_future.get(d.holder, -1):
-                raise DemandPredatesRestart(
-                    f"demand {demand.digest[:12]}… is dated {d.time} ms, not after holder"
-                    f" {d.holder[:16]}…'s latest demand dated ahead of this node's clock that"
-                    f" a previous run accepted ({restart_future[d.holder]} ms); issue a fresh"
-                    " demand"
-                )
-            keys.append(key)
+        for demand in demands:  # one pass: checks (again: a concurrent call may have
+            d = demand.statement  # claimed the nonce since), and which are dated ahead
+            self._refuse_replay(d)
+            self._refuse_below_floors(d, demand.digest)
+            self._refuse_below_holder_floor(d, demand.digest)
+            entries.append((d.holder, d.nonce, d.time))
             if d.time > ahead:
                 future.append(demand)
             elif latest is None or d.time > latest:
                 latest = d.time
-        if len(nonces) + len(demands) > MAX_NONCES:
-            raise RequestTooLarge(
-                f"demand: {len(nonces)} demand nonces remembered (cap {MAX_NONCES});"
-                " try again shortly"
-            )
         raises = self._future_raises(future, now_ms) if future else None
         # Claim the nonces before the first await, so a concurrent call with the
         # same nonce sees it; give them back if they cannot be made durable.
-        forget_at = now_ms + _ms(DEMAND_WINDOW_S * 2)
-        for key in keys:
-            nonces[key] = forget_at
+        self._nonces.claim(entries)
         try:
             if raises:
                 # Dated ahead of our clock: its holder's own floor, made durable, so
@@ -1350,8 +1412,7 @@ class NodeCore:
             if latest is not None and latest >= self._floor_ms:
                 await self._raise_floor(max(latest, now_ms) + REPLAY_FLOOR_LEASE_MS)
         except BaseException:
-            for key in keys:
-                self._nonces.pop(key, None)
+            self._nonces.release(entries)
             raise
 
     def _future_raises(self, future: Sequence[Signed[Demand]], now_ms: int) -> dict[str, int]:
@@ -1399,11 +1460,7 @@ class NodeCore:
             self.floor_writes += 1
 
     def _prune_nonces(self, now_ms: int) -> None:
-        while self._nonces:
-            key, forget_at = next(iter(self._nonces.items()))
-            if forget_at > now_ms:
-                break
-            del self._nonces[key]
+        self._nonces.prune(now_ms)
 
     async def _fault_answer(
         self, demand: Signed[Demand], own: _Own, now_ms: int
@@ -1580,11 +1637,15 @@ class NodeCore:
 
     # ----------------------------------------------------------------- deliver, hold, forward
 
-    async def deliver(self, delivery: Delivery, *, value_digest: str | None = None) -> bytes:
+    async def deliver(
+        self, delivery: Delivery, *, value_digest: str | None = None, by: str | None = None
+    ) -> bytes:
         """Verify and hold a delivered value; return our signed delivery receipt.
 
         ``value_digest`` is ``sha256_hex(delivery.value)`` when the caller has
-        already computed it (off the event loop, for a large value).
+        already computed it (off the event loop, for a large value). ``by``: the
+        key that signed the call (None: an in-process caller), whose account
+        the value is held on (:mod:`nodes.held`).
         """
         _check_value_ref(delivery.value_ref)
         if len(delivery.commitments) != len(delivery.obligations):
@@ -1681,6 +1742,7 @@ class NodeCore:
                 ),
                 folds,
             ),
+            by=by,
         )
         # For a head-form fold the obligation digest is the head digest: the
         # signed receipt acknowledges every head this node now holds verified.
@@ -1793,21 +1855,26 @@ class NodeCore:
             )
             return
 
-    def _hold(self, value_ref: str, value: HeldValue) -> None:
-        """Keep a held value; the oldest are evicted beyond MAX_HELD_VALUES/BYTES."""
-        old = self._held.pop(value_ref, None)
-        if old is not None:
-            self._held_bytes -= _held_size(old)
-        self._held[value_ref] = value
-        self._held_bytes += _held_size(value)
-        while len(self._held) > 1 and (
-            len(self._held) > MAX_HELD_VALUES or self._held_bytes > MAX_HELD_BYTES
-        ):
-            ref = next(iter(self._held))
-            evicted = self._held.pop(ref)
-            self._held_bytes -= _held_size(evicted)
-            self.bump("held_evicted")
-            log.info("held_value_evicted", value_ref=ref, peer=evicted.delivery.sender)
+    def _hold(self, value_ref: str, value: HeldValue, *, by: str | None = None) -> None:
+        """Keep a held value on ``by``'s account: beyond MAX_HELD_VALUES/BYTES the
+        oldest of the key holding the most is evicted, strangers' first, and a
+        stranger never evicts a reserved key's value (:mod:`nodes.held`)."""
+        self._held.put(
+            value_ref, value, _held_size(value), by=by, reserved=self._reserved_deliverer(by)
+        )
+
+    def _reserved_deliverer(self, by: str | None) -> bool:
+        """In-process callers, this node, its operator keys and its pinned peers."""
+        return (
+            by is None
+            or by == self.node_id
+            or by in self.config.operator_keys
+            or any(p.node_id == by for p in self.config.peers)
+        )
+
+    def _evicted(self, value_ref: str, value: HeldValue) -> None:
+        self.bump("held_evicted")
+        log.info("held_value_evicted", value_ref=value_ref, peer=value.delivery.sender)
 
     def held(self, value_ref: str) -> HeldValue:
         value = self._held.get(value_ref)

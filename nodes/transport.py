@@ -35,6 +35,7 @@ from nodes.retry import PUSHBACK_KEY, retry_shed
 
 __all__ = [
     "CONNECT_TIMEOUT_MS",
+    "MAX_CHANNELS",
     "NO_ANSWER_CODES",
     "Answer",
     "CallFailed",
@@ -158,6 +159,12 @@ class Transport(Protocol):
 #: How long one connection attempt may take (TCP connect + the peer's HTTP/2
 #: SETTINGS): room for WAN round trips and a loaded machine.
 CONNECT_TIMEOUT_MS = 5_000
+#: Channels a transport keeps open at once. A witness dials the endpoints of any
+#: obligation a challenge cites, and anyone can sign an obligation naming any
+#: address: beyond this many, the oldest channel is closed (after the longest
+#: promise a node signs, so calls on it end first) and made again if used again.
+MAX_CHANNELS = 1024
+_CHANNEL_CLOSE_GRACE_S = 60.0
 
 
 def _client_options(max_message_bytes: int) -> list[tuple[str, Any]]:
@@ -206,6 +213,7 @@ class GrpcTransport:
         self._demand: dict[str, wire.DemandCall] = {}
         self._evidence: dict[str, wire.EvidenceStub] = {}
         self._deliver: dict[str, wire.DeliverStub] = {}
+        self._closing: dict[asyncio.Future[None], grpc.aio.Channel] = {}
         self.calls = 0
 
     def _serve_stub(self, address: str) -> wire.ServeStub:
@@ -231,7 +239,17 @@ class GrpcTransport:
         if chan is None:
             chan = control_channel(address, None, _client_options(self._max))
             self._channels[address] = chan
+            if len(self._channels) > MAX_CHANNELS:
+                self._drop_channel(next(iter(self._channels)))
         return chan
+
+    def _drop_channel(self, address: str) -> None:
+        chan = self._channels.pop(address)
+        for stubs in (self._serve, self._demand, self._evidence, self._deliver):
+            stubs.pop(address, None)
+        closing = asyncio.ensure_future(chan.close(_CHANNEL_CLOSE_GRACE_S))
+        self._closing[closing] = chan
+        closing.add_done_callback(lambda done: self._closing.pop(done, None))
 
     async def _call(self, address: str, coro: Any) -> Any:
         self.calls += 1
@@ -360,6 +378,9 @@ class GrpcTransport:
         self._evidence.clear()
         self._deliver.clear()
         for chan in channels.values():
+            await chan.close(None)
+        for closing, chan in list(self._closing.items()):
+            closing.cancel()
             await chan.close(None)
 
 
