@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import functools
 import gc
 import os
@@ -111,6 +112,8 @@ from contracts.statements import (
     Statement,
 )
 from nodes import store as st
+from nodes._disk import disk_full, is_disk_full
+from nodes._disk import reporter as disk_reporter
 from nodes.attest_log import AttestLedger, check_attest_caller, check_attest_issue_time
 from nodes.attester import (
     MAX_LIFETIME_MS,
@@ -234,6 +237,8 @@ MAX_NONCES = 200_000
 #: How far above the latest accepted demand the durable replay floor is set.
 REPLAY_FLOOR_LEASE_MS = 1_000
 REPLAY_FLOOR_FILENAME = "replay_floor"
+#: Digits of the floor file (fixed, so it can be overwritten in place on a full disk).
+_FLOOR_WIDTH = 20
 MAX_DEMANDS_PER_CALL = 256
 MAX_APPEND_HOPS = 10_000
 MAX_FOLD_HOPS = 100_000
@@ -288,18 +293,53 @@ def _read_floor(path: Path) -> int:
 
 
 def _write_floor(path: Path, floor_ms: int) -> None:
-    """Replace the floor file atomically and durably (fsync file, rename, fsync dir)."""
+    """Replace the floor file atomically and durably (fsync file, rename, fsync dir).
+
+    The floor is written at a fixed width, so on a full disk (no block for a
+    new file) it is overwritten in place instead: the same bytes of the same
+    block, one write, fsync'd — a node with a full disk keeps raising its
+    floor, and so keeps answering demands for what it holds. Only when even
+    that is refused does the demand fail, RESOURCE_EXHAUSTED naming the disk.
+    """
+    text = f"{floor_ms:0{_FLOOR_WIDTH}d}\n".encode("ascii")
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="ascii") as fh:
-        fh.write(f"{floor_ms}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if not is_disk_full(exc) or not path.exists():
+            if is_disk_full(exc):
+                raise disk_full(exc, f"raise replay floor to {floor_ms} ms", path) from exc
+            raise
+        try:
+            _overwrite_floor(path, text)
+        except OSError as again:
+            if is_disk_full(again):
+                raise disk_full(again, f"raise replay floor to {floor_ms} ms", path) from again
+            raise
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _overwrite_floor(path: Path, text: bytes) -> None:
+    """Write the floor over the existing file's first bytes (no new block needed)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if os.pwrite(fd, text, 0) != len(text):
+            raise OSError(errno.ENOSPC, f"short write of the replay floor to {path}")
+        os.ftruncate(fd, len(text))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _read_future_floors(path: Path, now_ms: int) -> dict[str, int]:
@@ -323,21 +363,38 @@ def _read_future_floors(path: Path, now_ms: int) -> dict[str, int]:
 
 
 def _rewrite_future_floors(path: Path, floors: dict[str, int]) -> None:
+    """Rewrite the file with only the live floors; on a full disk keep the old file
+    as it is (what it holds beyond them is stale, skipped when read)."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="ascii") as fh:
-        for holder, time_ms in floors.items():
-            fh.write(f"{holder} {time_ms}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="ascii") as fh:
+            for holder, time_ms in floors.items():
+                fh.write(f"{holder} {time_ms}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if not is_disk_full(exc):
+            raise
+        disk_full(exc, "compact the holder-floor file", path)
 
 
 def _append_future_floors(path: Path, entries: Sequence[tuple[str, int]]) -> None:
-    with open(path, "a", encoding="ascii") as fh:
-        for holder, time_ms in entries:
-            fh.write(f"{holder} {time_ms}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Append and fsync; a full disk is :class:`StoreFull` (the demand is refused, and
+    a torn last line is skipped when read)."""
+    try:
+        with open(path, "a", encoding="ascii") as fh:
+            for holder, time_ms in entries:
+                fh.write(f"{holder} {time_ms}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        if is_disk_full(exc):
+            what = f"raise the floor of {len(entries)} holder(s) dated ahead of this node's clock"
+            raise disk_full(exc, what, path) from exc
+        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,7 +559,8 @@ class NodeCore:
     ) -> NodeCore:
         """Open the node's store and state; ``store_mode`` scratch only for a node
         whose log is not meant to outlive its process (:class:`nodes.store.StoreMode`)."""
-        floor = _read_floor(config.data_dir / REPLAY_FLOOR_FILENAME)
+        floor_path = config.data_dir / REPLAY_FLOOR_FILENAME
+        floor = _read_floor(floor_path)
         store = await st.HopStore.open(
             config.data_dir,
             identity.node_id,
@@ -512,6 +570,14 @@ class NodeCore:
         core = cls(
             config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
         )
+        if not floor_path.exists():
+            # Made now, at its fixed width, so a disk that fills later still has
+            # its block to overwrite (see _write_floor).
+            try:
+                await asyncio.to_thread(_write_floor, floor_path, 0)
+            except BaseException:
+                await store.close()
+                raise
         core._load_future_floors()
         await core._outwait_restart_floor()
         return core
@@ -581,6 +647,8 @@ class NodeCore:
         counters = await self.store.counters()
         counters.update(self._rpc_counts)
         counters["held_values"] = len(self._held)
+        # Writes this process refused for a full disk (RESOURCE_EXHAUSTED, nodes._disk).
+        counters["disk_full_refusals"] = disk_reporter.refusals
         # Objects kept out of the garbage collector's full collections (a node
         # process freezes what exists once it serves: nodes.app.run_node).
         counters["gc_frozen_objects"] = gc.get_freeze_count()

@@ -67,6 +67,8 @@ from contracts.canonical import sha256_hex
 from contracts.heads import batch_record
 from contracts.signed import parse_statement
 from contracts.statements import Head
+from nodes._disk import disk_full, is_disk_full
+from nodes._disk import reporter as _disk_reporter
 from nodes._store_conn import Db, InLoopConnection
 from nodes._store_schema import DDL, SCHEMA_VERSION
 from nodes.errors import (
@@ -130,9 +132,12 @@ _BUSY_TIMEOUT_MS: Final = 10_000
 # --------------------------------------------------------------------------- errors
 
 
-def _translate(exc: BaseException, what: str) -> StoreError:
-    """Map a sqlite/aiosqlite exception to the store's tree, naming ``what``."""
+def _translate(exc: BaseException, what: str, path: Path | None = None) -> StoreError:
+    """Map a sqlite/aiosqlite exception to the store's tree, naming ``what`` (and the
+    database ``path`` when the disk holding it is full)."""
     text = str(exc) or type(exc).__name__
+    if path is not None and is_disk_full(exc):
+        return disk_full(exc, what, path)
     if isinstance(exc, sqlite3.OperationalError):
         lowered = text.lower()
         if "locked" in lowered or "busy" in lowered:
@@ -499,6 +504,8 @@ class HopStore:
         self._unflushed: dict[str, int] = {}
         # provenance_pending mode: hop bytes committed as a pointer but not landed.
         self._pending_hops: dict[str, tuple[tuple[int, bytes], ...]] = {}
+        # In-memory effects of the open write transaction, undone if it rolls back.
+        self._tx_undo: list[Callable[[], object]] = []
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -704,10 +711,11 @@ class HopStore:
         """
         async with self._write_lock:
             db = self._conn("writer")
+            self._tx_undo.clear()
             try:
                 await _begin(db, "BEGIN IMMEDIATE")
             except (sqlite3.Error, ValueError) as exc:
-                raise _translate(exc, what) from exc
+                raise _translate(exc, what, self._path) from exc
             try:
                 yield db
                 if self._unflushed:
@@ -721,9 +729,14 @@ class HopStore:
             except BaseException as exc:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(db.execute("ROLLBACK"))
+                for undo in self._tx_undo:  # what the rolled-back transaction noted in memory
+                    undo()
+                self._tx_undo.clear()
                 if isinstance(exc, sqlite3.Error):
-                    raise _translate(exc, what) from exc
+                    raise _translate(exc, what, self._path) from exc
                 raise
+            if _disk_reporter.full:
+                _disk_reporter.wrote(self._path)
 
     @contextlib.asynccontextmanager
     async def _read(self, what: str) -> AsyncIterator[Db]:
@@ -741,6 +754,17 @@ class HopStore:
             finally:
                 with contextlib.suppress(Exception):
                     await db.execute("COMMIT")
+
+    def _bump_in_tx(self, name: CounterName, n: int = 1) -> None:
+        """:meth:`bump` for what the open write transaction does: taken back if it
+        rolls back (a COMMIT refused for a full disk counts no commit)."""
+        self.bump(name, n)
+        self._tx_undo.append(lambda: self.bump(name, -n))
+
+    def _pending_in_tx(self, digest: str, hops: tuple[tuple[int, bytes], ...]) -> None:
+        """Queue a pending fold's bytes; dropped again if the transaction rolls back."""
+        self._pending_hops[digest] = hops
+        self._tx_undo.append(lambda: self._pending_hops.pop(digest, None))
 
     def bump(self, name: CounterName | str, n: int = 1) -> None:
         """Add ``n`` to a counter (persisted with the next write transaction)."""
@@ -955,10 +979,10 @@ class HopStore:
                     now_ms,
                 ),
             )
-            self.bump(CounterName.COMMITS)
+            self._bump_in_tx(CounterName.COMMITS)
             if pending:
-                self._pending_hops[signed.commitment_digest] = tuple(
-                    (h.seq, h.hop_bytes) for h in hops
+                self._pending_in_tx(
+                    signed.commitment_digest, tuple((h.seq, h.hop_bytes) for h in hops)
                 )
         # (4) released only after COMMIT returned.
         return signed
@@ -1066,9 +1090,9 @@ class HopStore:
                     " VALUES (?, ?, ?, ?)",
                     (signed.head_digest, fold.leaf_hash, binding, fold.proof),
                 )
-                self.bump(CounterName.COMMITS)
+                self._bump_in_tx(CounterName.COMMITS)
                 if pending:
-                    self._pending_hops[fold.leaf_hash] = tuple((h.seq, h.hop_bytes) for h in f.hops)
+                    self._pending_in_tx(fold.leaf_hash, tuple((h.seq, h.hop_bytes) for h in f.hops))
         # (4) released only after COMMIT returned.
         return signed
 

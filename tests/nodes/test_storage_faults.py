@@ -1,0 +1,231 @@
+"""Storage faults against a real node process: a full disk, and a corrupted store.
+
+A full disk (a size-limited tmpfs, filled to the last byte): every write the
+node is asked for — ``HopLog.Append``, ``CommitFold``, ``CommitCompaction``,
+the future-nonce file of a demand dated ahead, an evidence file, a reported
+evidence record — either lands durably and is acknowledged, or is refused
+``RESOURCE_EXHAUSTED`` naming the disk ("no space left on device" and the
+path); nothing is signed for a refused write (seed 000: no head, commitment
+or receipt over hops that are not durable). The node logs the full disk once
+per interval, not once per call, keeps serving every fold it acknowledged,
+and takes writes again once space returns; after a restart every
+acknowledged fold is served and ``provenance_unresolvable`` is 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from contracts.heads import FoldProof, HeadCache
+from contracts.identity import Identity
+from contracts.serve import build_demand
+from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc, node_pb2, node_pb2_grpc
+from nodes.client import HeldFold, Holder, Outcome
+from nodes.messages import CommittedFold
+from nodes.store import HopStore
+from nodes.transport import CallFailed, GrpcTransport
+from tests.nodes.rpc_support import held_fold, hop_json, operator_channel
+from tests.nodes.storage_support import OriginProcess, fill_disk, log_events, small_disk
+
+_FULL = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@dataclass
+class Acked:
+    """What the node acknowledged: value ref → the fold a holder would keep."""
+
+    folds: dict[str, HeldFold] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=dict)
+
+
+@contextlib.asynccontextmanager
+async def _hoplog(address: str) -> AsyncIterator[Any]:
+    async with operator_channel(address) as channel:
+        yield hoplog_pb2_grpc.HopLogStub(channel)
+
+
+def _assert_disk_full(exc: grpc.aio.AioRpcError, disk: Path) -> None:
+    assert exc.code() is _FULL, f"{exc.code()}: {exc.details()}"
+    details = exc.details() or ""
+    assert "no space left on device" in details, details
+    assert str(disk) in details, details
+
+
+async def _append(stub: Any, first: int, count: int) -> list[int]:
+    seqs = list(range(first, first + count))
+    await stub.Append(
+        hoplog_pb2.AppendRequest(hops=[hop_json(s) for s in seqs], seqs=seqs), timeout=30
+    )
+    return seqs
+
+
+async def _commit(
+    stub: Any, ref: str, seqs: list[int], acked: Acked
+) -> None:
+    reply = await stub.CommitFold(
+        hoplog_pb2.CommitFoldRequest(value_ref=ref, seqs=seqs, serve_for_ms=3_600_000), timeout=30
+    )
+    acked.folds[ref] = held_fold(CommittedFold(reply.commitment, reply.obligation, False))
+
+
+async def _compact(
+    stub: Any, folds: dict[str, list[int]], acked: Acked
+) -> None:
+    reply = await stub.CommitCompaction(
+        hoplog_pb2.CommitCompactionRequest(
+            folds=[hoplog_pb2.CompactionFold(value_ref=r, seqs=s) for r, s in folds.items()],
+            serve_for_ms=3_600_000,
+        ),
+        timeout=30,
+    )
+    heads = HeadCache()
+    for ref, proof in zip(folds, reply.fold_proofs, strict=True):
+        fold = heads.verify_fold(FoldProof.from_bytes(proof), now=_now_ms(), head=reply.head)
+        acked.folds[ref] = HeldFold(fold.commitment, fold.obligation, proof, reply.head, fold)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def _stats(address: str) -> dict[str, int]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        reply = await node_pb2_grpc.NodeStub(channel).Stats(node_pb2.StatsRequest(), timeout=10)
+    return dict(reply.counters)
+
+
+async def _served_all(address: str, acked: Acked) -> list[str]:
+    """Rehydrate every acknowledged fold as a fresh holder; the ones not SERVED."""
+    transport = GrpcTransport()
+    holder = Holder(
+        Identity.generate(), transport, reasks=0, cache=False, resolve_address=lambda _: address
+    )
+    bad: list[str] = []
+    try:
+        for ref, fold in acked.folds.items():
+            report = await holder.rehydrate(ref, [fold])
+            (outcome,) = report.outcomes
+            if outcome.outcome is not Outcome.SERVED:
+                bad.append(f"{ref}: {outcome.outcome} {outcome.detail}")
+            elif len(report.hops) != fold.commitment.statement.leaf_count:
+                bad.append(f"{ref}: {len(report.hops)} hops served")
+    finally:
+        await transport.close()
+    return bad
+
+
+async def _try(what: str, acked: Acked, disk: Path, call: Awaitable[object]) -> None:
+    """Await a write call: acknowledged (kept by the call) or refused naming the disk."""
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        _assert_disk_full(exc, disk)
+        acked.refused[what] = acked.refused.get(what, 0) + 1
+
+
+async def test_full_disk_refuses_writes_naming_it_serves_what_it_holds_and_recovers(
+    tmp_path: Path,
+) -> None:
+    with small_disk(tmp_path / "disk", "8m") as disk:
+        data_dir = disk / "origin"
+        log = tmp_path / "origin.log"
+        acked = Acked()
+        node = OriginProcess(data_dir, log)
+        try:
+            address = await node.address()
+            async with _hoplog(address) as stub:
+                pool = await _append(stub, 1, 3_000)  # hops to fold while the disk is full
+                for i in range(4):
+                    await _commit(stub, f"before{i}", pool[i * 10 : i * 10 + 10], acked)
+                await _compact(stub, {"head0": pool[40:50], "head1": pool[50:60]}, acked)
+        finally:
+            node.stop()
+        # Restarted: nothing of those folds is in memory, every demand reads the store.
+        node = OriginProcess(data_dir, log)
+        try:
+            address = await node.address()
+            commits_before = (await _stats(address))["commits"]
+            floor_file = data_dir / "replay_floor"
+            floor_before = int(floor_file.read_text())
+            filler = fill_disk(disk)
+            async with _hoplog(address) as stub:
+                next_seq = 10_000
+                for i in range(6):
+                    await _try("append", acked, disk, _append(stub, next_seq, 2_000))
+                    next_seq += 2_000
+                    await _try("commit", acked, disk, _commit(stub, f"full{i}", pool, acked))
+                    await _try(
+                        "compaction",
+                        acked,
+                        disk,
+                        _compact(stub, {f"fa{i}": pool[:1500], f"fb{i}": pool[1500:]}, acked),
+                    )
+            assert acked.refused.get("append", 0) >= 1, acked.refused
+            assert acked.refused.get("commit", 0) >= 1, acked.refused
+            assert acked.refused.get("compaction", 0) >= 1, acked.refused
+            # A demand dated ahead of the node's clock needs the future-nonce file.
+            transport = GrpcTransport()
+            try:
+                fold = acked.folds["before0"]
+                ahead = build_demand(Identity.generate(), fold.obligation, now=_now_ms() + 5_000)
+                with pytest.raises(CallFailed) as refused:
+                    await transport.demand(address, [ahead.to_bytes()], 10.0)
+                assert refused.value.code == "RESOURCE_EXHAUSTED", refused.value
+                assert "no space left on device" in refused.value.message
+                assert str(data_dir / "future_nonces") in refused.value.message
+            finally:
+                await transport.close()
+            # Keeps serving every fold it acknowledged (the replay floor still rises).
+            assert await _served_all(address, acked) == []
+            assert int(floor_file.read_text()) > floor_before  # raised in place
+            stats = await _stats(address)
+            acknowledged_here = len(acked.folds) - 6
+            assert stats["commits"] == commits_before + acknowledged_here, (stats, acked.refused)
+            assert stats["disk_full_refusals"] >= sum(acked.refused.values()) + 1
+            # Logged once for the whole episode (one interval), not once per call.
+            assert len(log_events(log, "disk_full")) == 1, log_events(log, "disk_full")
+            rejected = [
+                e for e in log_events(log, "rpc_rejected") if "no space" in str(e.get("reason"))
+            ]
+            assert rejected == []
+
+            filler.unlink()  # space returns
+            async with _hoplog(address) as stub:
+                seqs = await _append(stub, next_seq, 50)
+                await _commit(stub, "after", seqs, acked)
+                await _compact(stub, {"head_after": seqs[:20]}, acked)
+            transport = GrpcTransport()
+            try:
+                fold = acked.folds["after"]
+                ahead = build_demand(Identity.generate(), fold.obligation, now=_now_ms() + 3_000)
+                (answer,) = await transport.demand(address, [ahead.to_bytes()], 10.0)
+                assert answer.hops
+            finally:
+                await transport.close()
+            assert len(log_events(log, "disk_space_returned")) == 1
+        finally:
+            node.stop()
+        # Every acknowledged fold served by a restarted node; nothing unresolvable.
+        node = OriginProcess(data_dir, log)
+        try:
+            address = await node.address()
+            assert await _served_all(address, acked) == []
+            stats = await _stats(address)
+            assert stats["provenance_unresolvable"] == 0
+        finally:
+            node.stop()
+        store = await HopStore.open(data_dir, None)
+        try:
+            assert await store.integrity_check() == "ok"
+        finally:
+            await store.close()
+        print(f"full disk: acked={len(acked.folds)} refused={json.dumps(acked.refused)}")
