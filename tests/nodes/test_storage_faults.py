@@ -25,10 +25,18 @@ from typing import Any
 import grpc
 import pytest
 
+from contracts.evidence import EvidenceKind, verify_evidence
 from contracts.heads import FoldProof, HeadCache
 from contracts.identity import Identity
 from contracts.serve import build_demand
-from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc, node_pb2, node_pb2_grpc
+from nodes._pb.provnet.v1 import (
+    deliver_pb2,
+    deliver_pb2_grpc,
+    hoplog_pb2,
+    hoplog_pb2_grpc,
+    node_pb2,
+    node_pb2_grpc,
+)
 from nodes.client import HeldFold, Holder, Outcome
 from nodes.messages import CommittedFold
 from nodes.store import HopStore
@@ -229,3 +237,56 @@ async def test_full_disk_refuses_writes_naming_it_serves_what_it_holds_and_recov
         finally:
             await store.close()
         print(f"full disk: acked={len(acked.folds)} refused={json.dumps(acked.refused)}")
+
+
+async def test_full_disk_refuses_an_evidence_file_naming_it_and_writes_it_once_space_returns(
+    tmp_path: Path,
+) -> None:
+    with small_disk(tmp_path / "disk", "8m") as disk:
+        holder = OriginProcess(disk / "holder", tmp_path / "holder.log", name="holder")
+        origin: OriginProcess | None = None
+        try:
+            holder_address = await holder.address()
+            # A refusing origin on another disk delivers a value to the holder.
+            origin = OriginProcess(
+                tmp_path / "origin",
+                tmp_path / "origin.log",
+                PROVNET_FAULT="refuse",
+                PROVNET_PEERS=f"holder={holder_address}",
+            )
+            origin_address = await origin.address()
+            async with operator_channel(origin_address) as channel:
+                stub = hoplog_pb2_grpc.HopLogStub(channel)
+                await _append(stub, 1, 5)
+                await stub.CommitFold(
+                    hoplog_pb2.CommitFoldRequest(value_ref="v", seqs=[1, 2, 3, 4, 5], value=b"v"),
+                    timeout=30,
+                )
+                await deliver_pb2_grpc.DeliverStub(channel).Forward(
+                    deliver_pb2.ForwardRequest(value_ref="v", peer="holder"), timeout=30
+                )
+            evidence_dir = disk / "holder" / "evidence"
+            filler = fill_disk(disk)
+            async with operator_channel(holder_address) as channel:
+                deliver = deliver_pb2_grpc.DeliverStub(channel)
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await deliver.Rehydrate(deliver_pb2.RehydrateRequest(value_ref="v"), timeout=30)
+                _assert_disk_full(refused.value, evidence_dir)
+                assert "refused evidence file" in (refused.value.details() or "")
+                # Nothing half-written is left, and the holder is still up.
+                assert list(evidence_dir.glob("*")) == []
+                assert (await _stats(holder_address))["disk_full_refusals"] >= 1
+                filler.unlink()
+                reply = await deliver.Rehydrate(
+                    deliver_pb2.RehydrateRequest(value_ref="v"), timeout=30
+                )
+            (outcome,) = reply.outcomes
+            assert outcome.outcome == "refused", outcome
+            written = Path(outcome.evidence_path)
+            assert written.parent == evidence_dir
+            verdict = verify_evidence(written.read_bytes(), now=_now_ms())
+            assert verdict.kind is EvidenceKind.REFUSED
+        finally:
+            if origin is not None:
+                origin.stop()
+            holder.stop()
