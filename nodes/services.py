@@ -570,6 +570,16 @@ class NodeCore:
         core = cls(
             config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
         )
+        try:
+            # What this node would sign receipts over must be what it committed: a
+            # damaged store is refused here, before any demand, naming the damage.
+            checked = await store.check_stored()
+        except BaseException:
+            await store.close()
+            raise
+        log.info(
+            "store_checked", hops=checked.hops, folds=checked.folds, seconds=checked.seconds
+        )
         if not floor_path.exists():
             # Made now, at its fixed width, so a disk that fills later still has
             # its block to overwrite (see _write_floor).
@@ -1336,8 +1346,7 @@ class NodeCore:
             commitment_digest=commitment.digest,
             hops=leaves,
             now=now_ms,
-            # _resolve returns only a fold the store read back under the committed root
-            hops_root=commitment.statement.root,
+            hops_root=self._verified_root(commitment, leaves),
         )
         hops = self._counted(demand, commitment, item.status, item.reason, leaves)
         return item, own.commitment_bytes, hops
@@ -1519,8 +1528,7 @@ class NodeCore:
             commitment=commitment,
             hops=leaves,
             now=now_ms,
-            # _resolve returns only a fold the store read back under the committed root
-            hops_root=commitment.statement.root,
+            hops_root=self._verified_root(commitment, leaves),
         )
         r = signed.statement
         served_hops = self._counted(demand, commitment, r.status, r.reason, leaves)
@@ -1589,7 +1597,19 @@ class NodeCore:
         cached = self._cached_leaves(commitment.digest)
         if cached is not None:
             return cached
-        resolution = await self.store.resolve(commitment.digest, now_ms=now_ms)
+        resolution = await self.store.resolve(
+            commitment.digest, now_ms=now_ms, root=commitment.statement.root
+        )
+        if resolution.status is st.ResolveStatus.CORRUPTED:
+            # The bytes read miss our own root: handed on (never kept) so the answer
+            # rule recomputes their root and refuses STORE_CORRUPTED, signed.
+            log.error(
+                "store_corrupted",
+                commitment=commitment.digest[:16],
+                path=str(self.store.path),
+                reason=resolution.reason,
+            )
+            return resolution.damaged
         if not resolution:
             log.info(
                 "fold_not_resolved",
@@ -1601,6 +1621,16 @@ class NodeCore:
         leaves = tuple(resolution.leaves)
         self._keep_leaves(commitment.digest, leaves)
         return leaves
+
+    def _verified_root(
+        self, commitment: Signed[Commitment], leaves: tuple[bytes, ...] | None
+    ) -> str | None:
+        """The committed root when ``leaves`` are the bytes kept in memory after the
+        store read them back under it (see :meth:`_resolve`); None otherwise, and
+        the answer rule hashes them before anything is signed over them."""
+        if leaves is not None and self._leaves.get(commitment.digest) is leaves:
+            return commitment.statement.root
+        return None
 
     def _cached_leaves(self, digest: str) -> tuple[bytes, ...] | None:
         """A fold's hop bytes if kept in memory (then most recently used), else None."""

@@ -114,6 +114,7 @@ __all__ = [
     "SignedHeadFold",
     "SignerMismatch",
     "StaleEpoch",
+    "StoreCheck",
     "StoreClosed",
     "StoreCorrupt",
     "StoreError",
@@ -198,6 +199,7 @@ class ResolveStatus(StrEnum):
     UNKNOWN = "unknown"  # no such commitment in this store
     EXPIRED = "expired"  # hops evicted after every obligation expired (legitimate absence)
     UNRESOLVABLE = "unresolvable"  # committed and not (entirely) resolvable: invariant breach
+    CORRUPTED = "corrupted"  # every hop present, the bytes miss the committed root: a damaged disk
 
 
 class CounterName(StrEnum):
@@ -211,6 +213,7 @@ class CounterName(StrEnum):
     RECONCILED = "reconciled"
     HOPS_EVICTED = "hops_evicted"
     NONCE_REPLAYS = "nonce_replays"
+    STORE_CORRUPTED = "store_corrupted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,7 +365,10 @@ class Resolution:
     """Answer to "give me the hops of commitment X" — falsy unless FOUND.
 
     ``leaves`` is the whole fold in leaf order when FOUND (inclusion proofs
-    need every leaf; the server picks the demanded ones).
+    need every leaf; the server picks the demanded ones), and empty otherwise.
+    ``damaged`` only when CORRUPTED: the bytes read, which miss the committed
+    root — never to be served; the node's answer rule hashes them and signs a
+    STORE_CORRUPTED refusal instead.
     """
 
     status: ResolveStatus
@@ -371,6 +377,7 @@ class Resolution:
     fold: FoldRecord | None = None
     obligations: tuple[ObligationRecord, ...] = ()
     leaves: tuple[bytes, ...] = ()
+    damaged: tuple[bytes, ...] = ()
 
     def __bool__(self) -> bool:
         return self.status is ResolveStatus.FOUND
@@ -407,6 +414,15 @@ class AttestationKept:
 
     stored: bool
     evicted: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCheck:
+    """What :meth:`HopStore.check_stored` read and found intact, and how long it took."""
+
+    hops: int
+    folds: int
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -1306,14 +1322,21 @@ class HopStore:
         commitment_digest: str,
         *,
         now_ms: int,
+        root: str | None = None,
     ) -> Resolution:
         """The hop bytes of a fold, or an explicit reason why not.
 
         FOUND only if every member hop is present at exactly the
         (origin, epoch, seq) the fold recorded *and* the leaves hash to the
-        committed root: a recycled or altered hop can never be returned.
-        Missing hops are EXPIRED when every obligation has expired (the
-        reaper may evict them), UNRESOLVABLE otherwise (counted).
+        committed root (``root``: the root of the signed commitment the
+        caller holds, checked as well as the stored one): a recycled or
+        altered hop can never be returned. Missing hops are EXPIRED when
+        every obligation has expired (the reaper may evict them),
+        UNRESOLVABLE otherwise (counted). Every hop present but bytes that
+        miss the root are CORRUPTED — the disk changed them — counted in
+        ``store_corrupted``, with the bytes read in ``damaged`` (never to be
+        served: an answer built on them is a STORE_CORRUPTED refusal) and
+        ``reason`` naming the damaged hop.
         """
         async with self._read(f"resolve {commitment_digest[:16]}…") as db:
             fold = await self._fold(db, commitment_digest)
@@ -1332,7 +1355,8 @@ class HopStore:
             obligations = await self._obligations(db, commitment_digest)
             rows = list(
                 await db.execute_fetchall(
-                    "SELECT m.leaf_index, h.hop_bytes FROM fold_members m LEFT JOIN hops h"
+                    "SELECT m.leaf_index, h.hop_bytes, h.digest, m.seq FROM fold_members m"
+                    " LEFT JOIN hops h"
                     " ON h.origin = m.origin AND h.epoch = m.epoch AND h.seq = m.seq"
                     " WHERE m.commitment_digest = ? ORDER BY m.leaf_index",
                     (commitment_digest,),
@@ -1349,10 +1373,17 @@ class HopStore:
                 fold,
                 obligations,
             )
-        leaves = tuple(bytes(b) for _, b in rows if b is not None)
+        leaves = tuple(bytes(r[1]) for r in rows if r[1] is not None)
         reason = ""
         if fold.status is FoldStatus.LOST:
             reason = "pending hops lost before landing"
+        elif len(rows) != fold.leaf_count and len(leaves) == len(rows):
+            return await self._corrupted(
+                fold,
+                obligations,
+                leaves,
+                f"fold records {len(rows)} members, commitment says {fold.leaf_count}",
+            )
         elif len(rows) != fold.leaf_count:
             reason = f"fold records {len(rows)} members, commitment says {fold.leaf_count}"
         elif len(leaves) != fold.leaf_count:
@@ -1366,8 +1397,11 @@ class HopStore:
                     fold,
                     obligations,
                 )
-        elif self._root_of(leaves).hex() != fold.root:
-            reason = "stored hop bytes do not hash to the committed root"
+        elif (found := self._root_of(leaves).hex()) != fold.root or (
+            root is not None and found != root
+        ):
+            damage = _damage(rows, found, fold.root, root)
+            return await self._corrupted(fold, obligations, leaves, damage)
         if reason:
             self.bump(CounterName.UNRESOLVABLE)
             await self.flush_counters()
@@ -1375,6 +1409,25 @@ class HopStore:
                 ResolveStatus.UNRESOLVABLE, commitment_digest, reason, fold, obligations
             )
         return Resolution(ResolveStatus.FOUND, commitment_digest, "", fold, obligations, leaves)
+
+    async def _corrupted(
+        self,
+        fold: FoldRecord,
+        obligations: tuple[ObligationRecord, ...],
+        damaged: tuple[bytes, ...],
+        reason: str,
+    ) -> Resolution:
+        self.bump(CounterName.STORE_CORRUPTED)
+        with contextlib.suppress(StoreError):  # counted even if the write fails
+            await self.flush_counters()
+        return Resolution(
+            ResolveStatus.CORRUPTED,
+            fold.digest,
+            f"store corrupted: {reason}",
+            fold,
+            obligations,
+            damaged=damaged,
+        )
 
     @staticmethod
     def _fold_from_row(row: Sequence[Any]) -> FoldRecord:
@@ -1876,6 +1929,86 @@ class HopStore:
         out["evidence_cleared"] = int(cleared[0][0])
         return out
 
+    async def check_stored(self) -> StoreCheck:
+        """Check that what this node would sign for is what it committed; raise if not.
+
+        For a node's start (:class:`StoreCorrupt` naming the first damage):
+        (1) ``PRAGMA quick_check`` (the database's pages and records are
+        well-formed); (2) every hop's bytes hash to the digest stored with
+        them; (3) every own durable fold whose hops are all present has as
+        many members as leaves and its hops reproduce its committed root
+        (cumulative folds hash only their new hops, :class:`contracts.merkle.FoldRoots`).
+        One read snapshot, rows streamed; linear in the hops and fold members.
+        """
+        from contracts.merkle import FoldRoots
+
+        started = time.monotonic()
+        hops = folds = 0
+        # On the writer, not the reader: pages read here stay in this connection's
+        # cache, so what demands read later comes from the file as it is then.
+        async with self._write("check the stored hop log") as db:
+            # (1) structure
+            rows = list(await db.execute_fetchall("PRAGMA quick_check"))
+            problems = [str(r[0]) for r in rows]
+            if problems != ["ok"]:
+                raise StoreCorrupt(
+                    f"hop log {self._path}: database damaged ({len(problems)} problem(s),"
+                    f" first: {problems[0][:200]})"
+                )
+            # (2) each hop against its digest
+            cursor = await db.execute("SELECT epoch, seq, hop_bytes, digest FROM hops")
+            async for epoch, seq, data, digest in cursor:
+                hops += 1
+                actual = sha256_hex(bytes(data))
+                if actual != str(digest):
+                    raise StoreCorrupt(
+                        f"hop log {self._path}: hop (epoch {epoch}, seq {seq}) damaged: its"
+                        f" bytes hash to {actual[:16]}…, the digest stored with them is"
+                        f" {str(digest)[:16]}…"
+                    )
+            # (3) each own durable fold against its committed root
+            roots = FoldRoots()
+            cursor = await db.execute(
+                "SELECT c.digest, c.value_ref, c.fold_seq, c.leaf_count, c.root, h.hop_bytes"
+                " FROM commitments c JOIN fold_members m ON m.commitment_digest = c.digest"
+                " LEFT JOIN hops h ON h.origin = m.origin AND h.epoch = m.epoch"
+                " AND h.seq = m.seq WHERE c.local = 1 AND c.status = 'durable'"
+                " ORDER BY c.epoch, c.value_ref, c.fold_seq, c.digest, m.leaf_index"
+            )
+            current: list[Any] | None = None
+            leaves: list[bytes] = []
+            complete = True
+
+            def check(fold: list[Any]) -> None:
+                digest, ref, fold_seq, count, root = fold
+                name = f"fold {ref}#{fold_seq} (commitment {str(digest)[:16]}…)"
+                if len(leaves) != int(count):
+                    raise StoreCorrupt(
+                        f"hop log {self._path}: {name} damaged: {len(leaves)} members"
+                        f" recorded for {count} leaves"
+                    )
+                found = roots.root(leaves).hex()
+                if found != str(root):
+                    raise StoreCorrupt(
+                        f"hop log {self._path}: {name} damaged: its hops hash to"
+                        f" {found[:16]}…, the committed root is {str(root)[:16]}…"
+                    )
+
+            async for digest, ref, fold_seq, count, root, data in cursor:
+                if current is None or current[0] != digest:
+                    if current is not None and complete:
+                        check(current)
+                        folds += 1
+                    current, leaves, complete = [digest, ref, fold_seq, count, root], [], True
+                if data is None:
+                    complete = False  # evicted once every obligation expired
+                else:
+                    leaves.append(bytes(data))
+            if current is not None and complete:
+                check(current)
+                folds += 1
+        return StoreCheck(hops, folds, time.monotonic() - started)
+
     async def integrity_check(self) -> str:
         """``PRAGMA integrity_check`` on the database: "ok" or the problems found."""
         async with self._read("integrity check") as db:
@@ -1892,6 +2025,24 @@ class HopStore:
                 async for row in cursor:
                     h.update(repr(tuple(row)).encode() + b"\n")
         return h.hexdigest()
+
+
+def _damage(rows: Sequence[Any], found: str, stored_root: str, signed_root: str | None) -> str:
+    """What is damaged in a fold whose hops miss its root: the first hop whose bytes
+    miss the digest stored beside them, else the root stored or signed."""
+    for _, data, digest, seq in rows:
+        actual = sha256_hex(bytes(data))
+        if actual != str(digest):
+            return (
+                f"hop seq {seq}: stored bytes hash to {actual[:16]}…, the digest stored"
+                f" with them is {str(digest)[:16]}…"
+            )
+    if signed_root is not None and stored_root != signed_root:
+        return (
+            f"the root stored for the fold is {stored_root[:16]}…, its signed commitment"
+            f" says {signed_root[:16]}…"
+        )
+    return f"the hops hash to {found[:16]}…, the committed root is {stored_root[:16]}…"
 
 
 _TABLES: Final = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from nodes._pb.provnet.v1 import (
     node_pb2_grpc,
 )
 from nodes.client import HeldFold, Holder, Outcome
+from nodes.cluster import child_env, provnet_argv
 from nodes.messages import CommittedFold
 from nodes.store import HopStore
 from nodes.transport import CallFailed, GrpcTransport
@@ -76,18 +78,14 @@ async def _append(stub: Any, first: int, count: int) -> list[int]:
     return seqs
 
 
-async def _commit(
-    stub: Any, ref: str, seqs: list[int], acked: Acked
-) -> None:
+async def _commit(stub: Any, ref: str, seqs: list[int], acked: Acked) -> None:
     reply = await stub.CommitFold(
         hoplog_pb2.CommitFoldRequest(value_ref=ref, seqs=seqs, serve_for_ms=3_600_000), timeout=30
     )
     acked.folds[ref] = held_fold(CommittedFold(reply.commitment, reply.obligation, False))
 
 
-async def _compact(
-    stub: Any, folds: dict[str, list[int]], acked: Acked
-) -> None:
+async def _compact(stub: Any, folds: dict[str, list[int]], acked: Acked) -> None:
     reply = await stub.CommitCompaction(
         hoplog_pb2.CommitCompactionRequest(
             folds=[hoplog_pb2.CompactionFold(value_ref=r, seqs=s) for r, s in folds.items()],
@@ -290,3 +288,92 @@ async def test_full_disk_refuses_an_evidence_file_naming_it_and_writes_it_once_s
             if origin is not None:
                 origin.stop()
             holder.stop()
+
+
+def _flip_hop_byte(db_file: Path, seq: int) -> None:
+    """Change one byte of hop ``seq``'s stored bytes in the database file itself."""
+    data = bytearray(db_file.read_bytes())
+    marker = f'"hop_id":"h{seq:06d}"'.encode()
+    at = data.find(marker)
+    assert at >= 0, f"hop {seq} not found in {db_file}"
+    assert data.find(marker, at + 1) < 0, f"hop {seq} found twice in {db_file}"
+    data[at + len(marker) - 2] ^= 0x01  # a digit of the hop id: still a byte of the hop
+    with db_file.open("r+b") as fh:
+        fh.seek(at + len(marker) - 2)
+        fh.write(bytes([data[at + len(marker) - 2]]))
+        fh.flush()
+
+
+async def test_flipped_byte_in_the_store_is_a_signed_store_corrupted_refusal_then_no_start(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "origin"
+    log = tmp_path / "origin.log"
+    acked = Acked()
+    node = OriginProcess(data_dir, log)
+    try:
+        async with _hoplog(await node.address()) as stub:
+            await _append(stub, 1, 20)
+            await _commit(stub, "bad", list(range(1, 11)), acked)
+            await _compact(stub, {"good": list(range(11, 21))}, acked)
+    finally:
+        node.stop()
+    node = OriginProcess(data_dir, log)
+    try:
+        address = await node.address()  # the start-up check found nothing damaged
+        _flip_hop_byte(data_dir / "hops.sqlite3", 4)  # under the running node
+        evidence_dir = tmp_path / "evidence"
+        transport = GrpcTransport()
+        holder = Holder(
+            Identity.generate(),
+            transport,
+            reasks=0,
+            cache=False,
+            evidence_dir=evidence_dir,
+            resolve_address=lambda _: address,
+        )
+        try:
+            report = await holder.rehydrate("bad", [acked.folds["bad"]])
+            (outcome,) = report.outcomes
+            assert outcome.outcome is Outcome.REFUSED, outcome
+            assert "STORE_CORRUPTED" in outcome.detail, outcome.detail
+            assert report.hops == ()
+            # The rest of what it holds is still served.
+            good = await holder.rehydrate("good", [acked.folds["good"]])
+            assert good.outcomes[0].outcome is Outcome.SERVED
+        finally:
+            await transport.close()
+        stats = await _stats(address)
+        assert stats["store_corrupted"] == 1
+        assert stats["provenance_unresolvable"] == 0
+        assert len(log_events(log, "store_corrupted")) == 1
+    finally:
+        node.stop()
+    # provnet evidence verify: the origin's own admitted loss, not bad data.
+    verified = subprocess.run(
+        provnet_argv("evidence", "verify", outcome.evidence_path),
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        check=False,
+    )
+    assert verified.returncode == 0, verified.stderr
+    assert "VALID refused (proof, admitted_loss)" in verified.stdout, verified.stdout
+    assert "bad_data" not in verified.stdout
+    # Restarted on the damaged store: refused, one line naming the damage.
+    started = subprocess.run(
+        provnet_argv(
+            "node", "--name", "origin", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)
+        ),
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode == 2, (started.stdout, started.stderr)
+    errors = [line for line in started.stderr.splitlines() if line.startswith("provnet: error:")]
+    assert len(errors) == 1, started.stderr
+    assert "Traceback" not in started.stderr
+    assert str(data_dir) in errors[0]
+    assert "seq 4) damaged" in errors[0], errors[0]

@@ -335,7 +335,7 @@ async def test_recycled_seqs_in_new_epoch_never_resolve_old_commitment(store: Ho
     assert (await store.counters())[CounterName.UNRESOLVABLE] == 0
 
 
-async def test_altered_hop_row_resolves_unresolvable_never_wrong_bytes(store: HopStore) -> None:
+async def test_altered_hop_row_resolves_corrupted_never_wrong_bytes(store: HopStore) -> None:
     signed = await commit(store, "v", 1, hops_for(store.epoch, range(1, 4)))
     raw = sqlite3.connect(store.path)
     try:
@@ -344,10 +344,17 @@ async def test_altered_hop_row_resolves_unresolvable_never_wrong_bytes(store: Ho
     finally:
         raw.close()
     res = await store.resolve(signed.commitment_digest, now_ms=NOW)
-    assert res.status is ResolveStatus.UNRESOLVABLE
-    assert "do not hash to the committed root" in res.reason
+    assert res.status is ResolveStatus.CORRUPTED
+    assert not res
+    # The damage is named: the hop whose bytes miss the digest stored beside them.
+    assert "store corrupted: hop seq 2: stored bytes hash to" in res.reason
     assert res.leaves == ()
-    assert (await store.counters())[CounterName.UNRESOLVABLE] == 1
+    assert res.damaged[1] == b'{"forged":true}'
+    counters = await store.counters()
+    assert counters[CounterName.STORE_CORRUPTED] == 1
+    assert counters[CounterName.UNRESOLVABLE] == 0
+    with pytest.raises(StoreCorrupt, match=r"hop \(epoch .*, seq 2\) damaged"):
+        await store.check_stored()
 
 
 async def test_hop_missing_under_live_obligation_is_unresolvable_and_counted(
