@@ -69,7 +69,7 @@ from contracts.signed import parse_statement
 from contracts.statements import Head
 from nodes._disk import disk_full, is_disk_full
 from nodes._disk import reporter as _disk_reporter
-from nodes._store_conn import Db, InLoopConnection
+from nodes._store_conn import Cursor, Db, InLoopConnection
 from nodes._store_schema import DDL, SCHEMA_VERSION
 from nodes.errors import (
     FoldConflict,
@@ -1957,7 +1957,7 @@ class HopStore:
                 )
             # (2) each hop against its digest
             cursor = await db.execute("SELECT epoch, seq, hop_bytes, digest FROM hops")
-            async for epoch, seq, data, digest in cursor:
+            async for epoch, seq, data, digest in _chunked(cursor):
                 hops += 1
                 actual = sha256_hex(bytes(data))
                 if actual != str(digest):
@@ -1994,7 +1994,7 @@ class HopStore:
                         f" {found[:16]}…, the committed root is {str(root)[:16]}…"
                     )
 
-            async for digest, ref, fold_seq, count, root, data in cursor:
+            async for digest, ref, fold_seq, count, root, data in _chunked(cursor):
                 if current is None or current[0] != digest:
                     if current is not None and complete:
                         check(current)
@@ -2025,6 +2025,16 @@ class HopStore:
                 async for row in cursor:
                     h.update(repr(tuple(row)).encode() + b"\n")
         return h.hexdigest()
+
+
+async def _chunked(cursor: Cursor, size: int = 4096) -> AsyncIterator[Any]:
+    """A long result's rows, fetched ``size`` at a time (one thread hand-off per chunk)."""
+    while True:
+        rows = list(await cursor.fetchmany(size))
+        if not rows:
+            return
+        for row in rows:
+            yield row
 
 
 def _damage(rows: Sequence[Any], found: str, stored_root: str, signed_root: str | None) -> str:
