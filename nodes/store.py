@@ -1946,14 +1946,15 @@ class HopStore:
         hops = folds = 0
         # On the writer, not the reader: pages read here stay in this connection's
         # cache, so what demands read later comes from the file as it is then.
-        async with self._write("check the stored hop log") as db:
+        async with self._write(f"check the stored hop log {self._path}") as db:
             # (1) structure
             rows = list(await db.execute_fetchall("PRAGMA quick_check"))
             problems = [str(r[0]) for r in rows]
             if problems != ["ok"]:
+                # One line: quick_check's own rows span several.
+                first = "; ".join(p.strip() for p in problems[0].splitlines()[:3] if p.strip())
                 raise StoreCorrupt(
-                    f"hop log {self._path}: database damaged ({len(problems)} problem(s),"
-                    f" first: {problems[0][:200]})"
+                    f"hop log {self._path}: database damaged (quick_check: {first[:300]})"
                 )
             # (2) each hop against its digest
             cursor = await db.execute("SELECT epoch, seq, hop_bytes, digest FROM hops")

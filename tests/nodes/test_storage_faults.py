@@ -361,6 +361,12 @@ async def test_flipped_byte_in_the_store_is_a_signed_store_corrupted_refusal_the
     assert "VALID refused (proof, admitted_loss)" in verified.stdout, verified.stdout
     assert "bad_data" not in verified.stdout
     # Restarted on the damaged store: refused, one line naming the damage.
+    line = _start_refused(data_dir)
+    assert "seq 4) damaged" in line, line
+
+
+def _start_refused(data_dir: Path) -> str:
+    """Start ``provnet node`` on ``data_dir``; it must refuse: its one error line."""
     started = subprocess.run(
         provnet_argv(
             "node", "--name", "origin", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)
@@ -376,4 +382,25 @@ async def test_flipped_byte_in_the_store_is_a_signed_store_corrupted_refusal_the
     assert len(errors) == 1, started.stderr
     assert "Traceback" not in started.stderr
     assert str(data_dir) in errors[0]
-    assert "seq 4) damaged" in errors[0], errors[0]
+    return errors[0]
+
+
+async def test_node_refuses_to_start_on_a_damaged_btree_page_in_one_line(tmp_path: Path) -> None:
+    data_dir = tmp_path / "origin"
+    node = OriginProcess(data_dir, tmp_path / "origin.log")
+    try:
+        async with _hoplog(await node.address()) as stub:
+            for start in range(1, 2_001, 500):
+                seqs = await _append(stub, start, 500)
+                await _commit(stub, f"v{start}", seqs, Acked())
+    finally:
+        node.stop()
+    db_file = data_dir / "hops.sqlite3"
+    page = 4096
+    data = bytearray(db_file.read_bytes())
+    assert len(data) > 8 * page
+    data[3 * page + 1] ^= 0xFF  # the header of a b-tree page: its first freeblock
+    data[3 * page + 3] ^= 0x7F  # and its cell count
+    db_file.write_bytes(bytes(data))
+    line = _start_refused(data_dir)
+    assert "database damaged" in line or "database corrupt" in line, line
