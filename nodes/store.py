@@ -1329,7 +1329,7 @@ class HopStore:
         FOUND only if every member hop is present at exactly the
         (origin, epoch, seq) the fold recorded *and* the leaves hash to the
         committed root (``root``: the root of the signed commitment the
-        caller holds, checked as well as the stored one): a recycled or
+        caller holds, checked instead of the one stored beside it): a recycled or
         altered hop can never be returned. Missing hops are EXPIRED when
         every obligation has expired (the reaper may evict them),
         UNRESOLVABLE otherwise (counted). Every hop present but bytes that
@@ -1397,9 +1397,7 @@ class HopStore:
                     fold,
                     obligations,
                 )
-        elif (found := self._root_of(leaves).hex()) != fold.root or (
-            root is not None and found != root
-        ):
+        elif (found := self._root_of(leaves).hex()) != (root if root is not None else fold.root):
             damage = _damage(rows, found, fold.root, root)
             return await self._corrupted(fold, obligations, leaves, damage)
         if reason:
@@ -2048,12 +2046,8 @@ def _damage(rows: Sequence[Any], found: str, stored_root: str, signed_root: str 
                 f"hop seq {seq}: stored bytes hash to {actual[:16]}…, the digest stored"
                 f" with them is {str(digest)[:16]}…"
             )
-    if signed_root is not None and stored_root != signed_root:
-        return (
-            f"the root stored for the fold is {stored_root[:16]}…, its signed commitment"
-            f" says {signed_root[:16]}…"
-        )
-    return f"the hops hash to {found[:16]}…, the committed root is {stored_root[:16]}…"
+    committed = signed_root if signed_root is not None else stored_root
+    return f"the hops hash to {found[:16]}…, the committed root is {committed[:16]}…"
 
 
 _TABLES: Final = (

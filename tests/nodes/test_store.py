@@ -357,6 +357,35 @@ async def test_altered_hop_row_resolves_corrupted_never_wrong_bytes(store: HopSt
         await store.check_stored()
 
 
+async def test_check_stored_passes_an_intact_log_and_names_a_fold_whose_root_was_damaged(
+    store: HopStore,
+) -> None:
+    first = await commit(store, "v", 1, hops_for(store.epoch, range(1, 4)))
+    await commit(store, "v", 2, hops_for(store.epoch, range(1, 6)))  # cumulative
+    await commit(store, "w", 1, hops_for(store.epoch, range(6, 8)), serve_until_ms=NOW + 1)
+    await store.reap(now_ms=NOW + 2)  # w's hops evicted: not a damage
+    checked = await store.check_stored()
+    assert (checked.hops, checked.folds) == (5, 2)
+    damaged = ("0" if first.root[0] != "0" else "1") + first.root[1:]
+    raw = sqlite3.connect(store.path)
+    try:
+        raw.execute(
+            "UPDATE commitments SET root = ? WHERE digest = ?", (damaged, first.commitment_digest)
+        )
+        raw.commit()
+    finally:
+        raw.close()
+    with pytest.raises(StoreCorrupt, match=r"fold v#1 \(commitment .*\) damaged: its hops hash to"):
+        await store.check_stored()
+    # Against the root stored beside it the fold is corrupted, never found; against
+    # the signed commitment's root (what a node signs receipts for) its hops still hold.
+    res = await store.resolve(first.commitment_digest, now_ms=NOW)
+    assert res.status is ResolveStatus.CORRUPTED
+    assert res.leaves == ()
+    signed = await store.resolve(first.commitment_digest, now_ms=NOW, root=first.root)
+    assert signed.status is ResolveStatus.FOUND
+
+
 async def test_hop_missing_under_live_obligation_is_unresolvable_and_counted(
     store: HopStore,
 ) -> None:
