@@ -81,6 +81,7 @@ from nodes.errors import (
     StoreClosed,
     StoreCorrupt,
     StoreError,
+    StoreFull,
     StoreUnavailable,
     UnknownCommitment,
 )
@@ -591,7 +592,7 @@ class HopStore:
             if isinstance(exc, StoreError | ValueError):
                 raise
             if isinstance(exc, sqlite3.Error):
-                raise _translate(exc, f"open store {path}") from exc
+                raise _translate(exc, f"open store {path}", path) from exc
             raise
         store = cls(
             path,
@@ -673,8 +674,11 @@ class HopStore:
             return
         try:
             if self._unflushed:
-                async with self._write("flush counters"):
-                    pass
+                # Write-behind counters may be lost (see the module docs); on a full
+                # disk they are, and closing still closes.
+                with contextlib.suppress(StoreFull):
+                    async with self._write("flush counters"):
+                        pass
         finally:
             writer, reader = self._writer, self._reader
             self._writer = self._reader = None
@@ -775,7 +779,15 @@ class HopStore:
         """:meth:`bump` for what the open write transaction does: taken back if it
         rolls back (a COMMIT refused for a full disk counts no commit)."""
         self.bump(name, n)
-        self._tx_undo.append(lambda: self.bump(name, -n))
+        self._tx_undo.append(lambda: self._unbump(str(name), n))
+
+    def _unbump(self, key: str, n: int) -> None:
+        self._counters[key] = self._counters.get(key, 0) - n
+        left = self._unflushed.get(key, 0) - n
+        if left:
+            self._unflushed[key] = left
+        else:
+            self._unflushed.pop(key, None)
 
     def _pending_in_tx(self, digest: str, hops: tuple[tuple[int, bytes], ...]) -> None:
         """Queue a pending fold's bytes; dropped again if the transaction rolls back."""
@@ -1402,7 +1414,8 @@ class HopStore:
             return await self._corrupted(fold, obligations, leaves, damage)
         if reason:
             self.bump(CounterName.UNRESOLVABLE)
-            await self.flush_counters()
+            with contextlib.suppress(StoreFull):  # counted; the answer does not wait on disk
+                await self.flush_counters()
             return Resolution(
                 ResolveStatus.UNRESOLVABLE, commitment_digest, reason, fold, obligations
             )
@@ -1416,7 +1429,7 @@ class HopStore:
         reason: str,
     ) -> Resolution:
         self.bump(CounterName.STORE_CORRUPTED)
-        with contextlib.suppress(StoreError):  # counted even if the write fails
+        with contextlib.suppress(StoreFull):  # counted; the answer does not wait on disk
             await self.flush_counters()
         return Resolution(
             ResolveStatus.CORRUPTED,

@@ -38,10 +38,12 @@ from nodes._pb.provnet.v1 import (
     node_pb2,
     node_pb2_grpc,
 )
+from nodes._store_signing import fold_signer, synthetic_hop
 from nodes.client import HeldFold, Holder, Outcome
 from nodes.cluster import child_env, provnet_argv
+from nodes.errors import StoreFull
 from nodes.messages import CommittedFold
-from nodes.store import HopStore
+from nodes.store import HopInput, HopStore
 from nodes.transport import CallFailed, GrpcTransport
 from tests.nodes.rpc_support import held_fold, hop_json, operator_channel
 from tests.nodes.storage_support import OriginProcess, fill_disk, log_events, small_disk
@@ -405,3 +407,28 @@ async def test_node_refuses_to_start_on_a_damaged_btree_page_in_one_line(tmp_pat
     db_file.write_bytes(bytes(data))
     line = _start_refused(data_dir)
     assert "database damaged" in line or "database corrupt" in line, line
+
+
+@pytest.mark.parametrize("pending", [False, True])
+async def test_a_commit_refused_by_a_full_disk_leaves_no_count_and_no_queued_bytes(
+    tmp_path: Path, pending: bool
+) -> None:
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        identity = Identity.generate()
+        store = await HopStore.open(disk / "log", identity.node_id, provenance_pending=pending)
+        try:
+            sign = fold_signer(identity, serve_until_ms=_now_ms() + 3_600_000, issued_at_ms=1)
+            hops = [
+                HopInput(s, synthetic_hop(identity.node_id, store.epoch, s)) for s in range(1, 4001)
+            ]
+            fill_disk(disk)
+            with pytest.raises(StoreFull, match="no space left on device") as refused:
+                await store.commit_fold(
+                    epoch=store.epoch, value_ref="v", fold_seq=0, hops=hops, sign=sign, now_ms=1
+                )
+            assert str(disk / "log" / "hops.sqlite3") in str(refused.value)
+            assert (await store.counters())["commits"] == 0
+            assert store._pending_hops == {}
+            assert await store.next_fold_seq(identity.node_id, store.epoch, "v") == 0
+        finally:
+            await store.close()
