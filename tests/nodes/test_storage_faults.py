@@ -316,15 +316,18 @@ async def test_flipped_byte_in_the_store_is_a_signed_store_corrupted_refusal_the
     node = OriginProcess(data_dir, log)
     try:
         async with _hoplog(await node.address()) as stub:
-            await _append(stub, 1, 20)
+            await _append(stub, 1, 30)
             await _commit(stub, "bad", list(range(1, 11)), acked)
-            await _compact(stub, {"good": list(range(11, 21))}, acked)
+            await _compact(
+                stub, {"good": list(range(11, 21)), "head_bad": list(range(21, 31))}, acked
+            )
     finally:
         node.stop()
     node = OriginProcess(data_dir, log)
     try:
         address = await node.address()  # the start-up check found nothing damaged
         _flip_hop_byte(data_dir / "hops.sqlite3", 4)  # under the running node
+        _flip_hop_byte(data_dir / "hops.sqlite3", 24)  # a fold under a signed head
         evidence_dir = tmp_path / "evidence"
         transport = GrpcTransport()
         holder = Holder(
@@ -336,33 +339,37 @@ async def test_flipped_byte_in_the_store_is_a_signed_store_corrupted_refusal_the
             resolve_address=lambda _: address,
         )
         try:
-            report = await holder.rehydrate("bad", [acked.folds["bad"]])
-            (outcome,) = report.outcomes
-            assert outcome.outcome is Outcome.REFUSED, outcome
-            assert "STORE_CORRUPTED" in outcome.detail, outcome.detail
-            assert report.hops == ()
+            outcomes = []
+            for ref in ("bad", "head_bad"):
+                report = await holder.rehydrate(ref, [acked.folds[ref]])
+                (outcome,) = report.outcomes
+                assert outcome.outcome is Outcome.REFUSED, outcome
+                assert "STORE_CORRUPTED" in outcome.detail, outcome.detail
+                assert report.hops == ()
+                outcomes.append(outcome)
             # The rest of what it holds is still served.
             good = await holder.rehydrate("good", [acked.folds["good"]])
             assert good.outcomes[0].outcome is Outcome.SERVED
         finally:
             await transport.close()
         stats = await _stats(address)
-        assert stats["store_corrupted"] == 1
+        assert stats["store_corrupted"] == 2
         assert stats["provenance_unresolvable"] == 0
-        assert len(log_events(log, "store_corrupted")) == 1
+        assert len(log_events(log, "store_corrupted")) == 2
     finally:
         node.stop()
     # provnet evidence verify: the origin's own admitted loss, not bad data.
-    verified = subprocess.run(
-        provnet_argv("evidence", "verify", outcome.evidence_path),
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        check=False,
-    )
-    assert verified.returncode == 0, verified.stderr
-    assert "VALID refused (proof, admitted_loss)" in verified.stdout, verified.stdout
-    assert "bad_data" not in verified.stdout
+    for outcome in outcomes:
+        verified = subprocess.run(
+            provnet_argv("evidence", "verify", outcome.evidence_path),
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            check=False,
+        )
+        assert verified.returncode == 0, verified.stderr
+        assert "VALID refused (proof, admitted_loss)" in verified.stdout, verified.stdout
+        assert "bad_data" not in verified.stdout
     # Restarted on the damaged store: refused, one line naming the damage.
     line = _start_refused(data_dir)
     assert "seq 4) damaged" in line, line
