@@ -6,7 +6,9 @@ Two levels, as in PeerReview:
   ``bad_data``: a SERVED receipt signed by the origin whose leaves do not
   lead to the root it committed (or are not the leaves demanded);
   ``refused``: a signed ABSENT/REFUSED (or PENDING for a commitment issued as
-  durable) answering a valid demand, issued before ``serve_until``;
+  durable) answering a valid demand, issued before ``serve_until`` — status
+  ``admitted_loss`` when its reason is STORE_CORRUPTED (the origin says its
+  own disk damaged the bytes; a loss, not bad data);
   ``equivocation``: two commitments signed by the origin for the same
   (origin, epoch, value_ref, fold_seq) with different roots or sizes;
   ``split_view``: two heads signed by the origin for the same epoch that no

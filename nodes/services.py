@@ -28,7 +28,9 @@ is written before every demand of the call passed (1)-(5):
    have answered it); see ``_accept_nonces``;
 7. the fold is resolved from the store and the receipt signed by
    :func:`contracts.serve.answer_demand` — SERVED with the stored bytes,
-   PENDING while the cold copy lags, never other bytes.
+   PENDING while the cold copy lags, never other bytes: bytes read back that
+   miss the signed commitment's root are hashed before anything is signed
+   and refused ABSENT / STORE_CORRUPTED (the node's own disk damaged them).
 """
 
 from __future__ import annotations

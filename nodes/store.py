@@ -34,6 +34,7 @@ in :mod:`nodes.errors`), with a message naming the operation::
 
     StoreError
     ├── StoreUnavailable      cannot open / disk I/O / locked past the timeout
+    │   └── StoreFull         no space left on the disk (nodes._disk: logged once per interval)
     ├── StoreCorrupt          integrity failure, schema or owner mismatch
     ├── StoreClosed           used after close()
     ├── StaleEpoch            caller built hops for an epoch that is not current
