@@ -1,11 +1,12 @@
 """A full disk, said once: ENOSPC turned into :class:`nodes.errors.StoreFull`, logged per interval.
 
 Every write a node makes — the hop log's transactions, the replay floor, the
-future-nonce file, evidence files — can meet a full disk. Each such failure
-becomes one error naming the path and "no space left on device", which the
-server answers as RESOURCE_EXHAUSTED; nothing of the failed write was
-acknowledged, and nothing was signed for it that could leave the process
-(the store signs inside its transaction and releases only after COMMIT).
+holder floors of demands dated ahead (``future_nonces``), evidence files —
+can meet a full disk. Each such failure becomes one error naming the path
+and "no space left on device", which the server answers as
+RESOURCE_EXHAUSTED; nothing of the failed write was acknowledged, and
+nothing was signed for it that could leave the process (the store signs
+inside its transaction and releases only after COMMIT).
 
 A disk stays full for a while and every write call in that time fails the
 same way, so the event ``disk_full`` is logged at most once per

@@ -2,8 +2,8 @@
 
 A full disk (a size-limited tmpfs, filled to the last byte): every write the
 node is asked for — ``HopLog.Append``, ``CommitFold``, ``CommitCompaction``,
-the future-nonce file of a demand dated ahead, an evidence file, a reported
-evidence record — either lands durably and is acknowledged, or is refused
+the holder floor (``future_nonces``) of a demand dated ahead, an evidence
+file — either lands durably and is acknowledged, or is refused
 ``RESOURCE_EXHAUSTED`` naming the disk ("no space left on device" and the
 path); nothing is signed for a refused write (seed 000: no head, commitment
 or receipt over hops that are not durable). The node logs the full disk once
@@ -180,7 +180,7 @@ async def test_full_disk_refuses_writes_naming_it_serves_what_it_holds_and_recov
             assert acked.refused.get("append", 0) >= 1, acked.refused
             assert acked.refused.get("commit", 0) >= 1, acked.refused
             assert acked.refused.get("compaction", 0) >= 1, acked.refused
-            # A demand dated ahead of the node's clock needs the future-nonce file.
+            # A demand dated ahead of the node's clock raises its holder's durable floor.
             transport = GrpcTransport()
             try:
                 fold = acked.folds["before0"]
