@@ -1292,7 +1292,7 @@ class HopStore:
                     " WHERE digest = ? AND status = 'pending'",
                     (digest,),
                 )
-                self.bump(CounterName.RECONCILED)
+                self._bump_in_tx(CounterName.RECONCILED)
             self._pending_hops.pop(digest, None)
             landed += 1
         return landed
@@ -1907,7 +1907,7 @@ class HopStore:
                 )
                 protected = int(rows[0][0])
             if evicted:
-                self.bump(CounterName.HOPS_EVICTED, evicted)
+                self._bump_in_tx(CounterName.HOPS_EVICTED, evicted)
         return ReapReport(evicted, protected)
 
     # ----------------------------------------------------------------- counters, checks
