@@ -29,9 +29,10 @@ def refusal_for(
     In this order: EXPIRED at/after ``serve_until``; NOT_BOUND_HOLDER for a
     holder-bound obligation and another holder; BAD_DEMAND for a leaf outside
     the fold; PENDING / EVICTED when the fold cannot be read (``hops`` None);
-    EVICTED when the stored bytes no longer reproduce the committed root
-    (``hops_root``: their root when the caller already has it) — said rather
-    than signing bytes that miss the origin's own root, which is bad_data.
+    STORE_CORRUPTED when the bytes read no longer reproduce the committed root
+    (``hops_root``: their root when the caller already has it; without it the
+    root is recomputed here) — said rather than signing bytes that miss the
+    origin's own root, which would be bad_data against itself.
     """
     if now >= o.serve_until:
         return ReceiptStatus.REFUSED, RefusalReason.EXPIRED
@@ -50,5 +51,5 @@ def refusal_for(
     else:
         root = merkle_root(hops).hex()
     if root != c.root:
-        return ReceiptStatus.ABSENT, RefusalReason.EVICTED
+        return ReceiptStatus.ABSENT, RefusalReason.STORE_CORRUPTED
     return None

@@ -524,7 +524,7 @@ def batch_receipt_item(
     The same decisions as :func:`contracts.serve.answer_demand`, in the same
     order: EXPIRED at/after ``serve_until``, NOT_BOUND_HOLDER, BAD_DEMAND for
     a leaf outside the fold, PENDING / EVICTED when the fold cannot be read,
-    EVICTED when the stored bytes no longer reproduce the committed root, else
+    STORE_CORRUPTED when the stored bytes no longer reproduce the committed root, else
     SERVED over exactly ``hops``. ``hops_root``: the root of ``hops`` when the
     caller already has it.
     """

@@ -105,6 +105,7 @@ REASON_CODES: dict[RefusalReason, int] = {
     RefusalReason.OVERLOADED: 6,
     RefusalReason.PROVENANCE_PENDING: 7,
     RefusalReason.OTHER: 8,
+    RefusalReason.STORE_CORRUPTED: 9,
 }
 _STATUS_BY_CODE = {code: status for status, code in STATUS_CODES.items()}
 _REASON_BY_CODE = {code: reason for reason, code in REASON_CODES.items()}

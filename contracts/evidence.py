@@ -6,7 +6,9 @@ Two levels, as in PeerReview:
   ``bad_data``: a SERVED receipt signed by the origin whose leaves do not
   lead to the root it committed (or are not the leaves demanded);
   ``refused``: a signed ABSENT/REFUSED (or PENDING for a commitment issued as
-  durable) answering a valid demand, issued before ``serve_until``;
+  durable) answering a valid demand, issued before ``serve_until`` — status
+  ``admitted_loss`` when its reason is STORE_CORRUPTED (the origin says its
+  own disk damaged the bytes; a loss, not bad data);
   ``equivocation``: two commitments signed by the origin for the same
   (origin, epoch, value_ref, fold_seq) with different roots or sizes;
   ``split_view``: two heads signed by the origin for the same epoch that no
@@ -95,6 +97,7 @@ from contracts.statements import (
     Obligation,
     Receipt,
     ReceiptStatus,
+    RefusalReason,
     WitnessOutcome,
     WitnessReport,
 )
@@ -142,6 +145,15 @@ class EvidenceLevel(StrEnum):
 
 
 class EvidenceStatus(StrEnum):
+    """What a verified record establishes.
+
+    ``admitted_loss``: a ``refused`` record whose signed refusal says
+    STORE_CORRUPTED — the origin broke its obligation (the bytes are gone for
+    the holder), and said so itself, naming its own damaged store, rather
+    than signing bytes that miss its root. A proof of loss, not of lying:
+    never ``bad_data``.
+    """
+
     PROVEN = "proven"
     SUSPECTED = "suspected"
     WITNESS_CONFIRMED = "witness_confirmed"
@@ -149,6 +161,7 @@ class EvidenceStatus(StrEnum):
     #: with silence: a suspicion never confirmed, never a proof.
     BUSY = "busy"
     CLEARED = "cleared"
+    ADMITTED_LOSS = "admitted_loss"
 
 
 def _level(kind: EvidenceKind) -> EvidenceLevel:
@@ -497,6 +510,18 @@ def _refused(e: Evidence, core: _Core, r: Signed[Receipt]) -> EvidenceVerdict:
         raise NotEvidence(
             f"refusal {r.digest[:12]}… ({reason}) at {format_ms(rs.issued_at)} is not before"
             f" serve_until {format_ms(os_.serve_until)}: the obligation had expired"
+        )
+    if rs.reason is RefusalReason.STORE_CORRUPTED:
+        return _verdict(
+            e,
+            EvidenceStatus.ADMITTED_LOSS,
+            core.commitment,
+            core.obligation,
+            f"origin {e.accused[:16]}… answered {rs.status.value} ({reason}) at"
+            f" {format_ms(rs.issued_at)}, before serve_until {format_ms(os_.serve_until)}:"
+            f" it admits its own store is corrupted, the hops of"
+            f" {core.commitment.digest[:12]}… no longer reproduce its root"
+            " (its loss, not bad data)",
         )
     return _verdict(
         e,

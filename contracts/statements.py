@@ -137,7 +137,11 @@ class ReceiptStatus(StrEnum):
 
 
 class RefusalReason(StrEnum):
-    """Why an origin did not serve. Only EXPIRED after ``serve_until`` is legitimate."""
+    """Why an origin did not serve. Only EXPIRED after ``serve_until`` is legitimate.
+
+    STORE_CORRUPTED: the origin's own stored bytes no longer reproduce the root
+    it committed (its disk damaged them); it says so instead of signing them.
+    """
 
     EXPIRED = "EXPIRED"
     UNKNOWN = "UNKNOWN"
@@ -147,6 +151,7 @@ class RefusalReason(StrEnum):
     OVERLOADED = "OVERLOADED"
     PROVENANCE_PENDING = "PROVENANCE_PENDING"
     OTHER = "OTHER"
+    STORE_CORRUPTED = "STORE_CORRUPTED"
 
 
 _RECEIPT_STATUS = {m.value: m for m in ReceiptStatus}

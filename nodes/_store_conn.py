@@ -39,6 +39,8 @@ class Cursor(Protocol):
 
     def fetchone(self) -> Awaitable[Any]: ...
 
+    def fetchmany(self, size: int) -> Awaitable[Iterable[Any]]: ...
+
     def __aiter__(self) -> AsyncIterator[Any]: ...
 
 
@@ -81,6 +83,9 @@ class InLoopCursor:
 
     async def fetchall(self) -> list[Any]:
         return self._cursor.fetchall()
+
+    async def fetchmany(self, size: int) -> list[Any]:
+        return self._cursor.fetchmany(size)
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._rows()

@@ -262,6 +262,7 @@ def main() -> int:
     """``python -m nodes.app``: run a node configured by ``PROVNET_*`` variables only."""
 
     from nodes.config import ConfigError
+    from nodes.errors import StoreError
 
     try:
         config = NodeConfig.from_env_and_args(None)
@@ -272,6 +273,9 @@ def main() -> int:
         eventloop.run(run_node(config))
     except PortBusy as exc:
         print(f"provnet: error: --listen ($PROVNET_LISTEN): {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        print(f"provnet: error: $PROVNET_DATA_DIR {config.data_dir}: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -142,11 +142,14 @@ def _node_run(args: argparse.Namespace) -> int:
     from contracts.errors import KeyFileError
     from nodes import eventloop
     from nodes.app import PortBusy, run_node
+    from nodes.errors import StoreError
 
     try:
         eventloop.run(run_node(config))
     except PortBusy as exc:
         return _error(f"--listen ($PROVNET_LISTEN): {exc}")
+    except StoreError as exc:
+        return _error(f"--data-dir ($PROVNET_DATA_DIR) {config.data_dir}: {exc}")
     except KeyFileError as exc:
         if config.operator_key_file is not None and str(config.operator_key_file) in str(exc):
             return _error(f"--operator-key-file ($PROVNET_OPERATOR_KEY_FILE): {exc}")

@@ -85,6 +85,7 @@ from contracts.statements import (
     WitnessReport,
     payload_type_for,
 )
+from nodes._disk import disk_full, is_disk_full
 from nodes.config import MAX_DEADLINE_MS
 from nodes.errors import ClockSkew, MalformedRequest, PromiseOutOfRange
 from nodes.logging import get_logger
@@ -986,8 +987,17 @@ class Holder:
             digest = sha256_hex(body)
             target = self.evidence_dir / f"{kind.value}-{accused[:16]}-{digest[:16]}.json"
             tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-            tmp.write_bytes(body)
-            os.replace(tmp, target)
+            try:
+                tmp.write_bytes(body)
+                os.replace(tmp, target)
+            except OSError as exc:
+                # No half-written file left behind; a full disk is said as such
+                # (RESOURCE_EXHAUSTED naming the directory), the rest as before.
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                if is_disk_full(exc):
+                    raise disk_full(exc, f"write {kind.value} evidence file", target) from exc
+                raise
             path = str(target)
         if self._on_evidence is not None:
             await self._on_evidence(kind.value, accused, body, path)

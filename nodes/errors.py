@@ -19,6 +19,7 @@
     ├── PeerUnavailable           a peer this call depends on failed     UNAVAILABLE
     └── StoreError                the hop log failed (nodes.store)       INTERNAL
         ├── StoreUnavailable      cannot open / disk I/O / locked        UNAVAILABLE
+        │   └── StoreFull         no space left on the node's disk       RESOURCE_EXHAUSTED
         ├── StoreCorrupt          integrity failure, schema or owner     INTERNAL
         ├── StoreClosed           used after close()                     UNAVAILABLE
         ├── StaleEpoch            hops built for an epoch not current    FAILED_PRECONDITION
@@ -72,6 +73,7 @@ __all__ = [
     "StoreClosed",
     "StoreCorrupt",
     "StoreError",
+    "StoreFull",
     "StoreUnavailable",
     "UnknownCommitment",
     "UnknownPeer",
@@ -149,6 +151,16 @@ class StoreUnavailable(StoreError):
     """The database cannot be opened or written (I/O, locked past the timeout)."""
 
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class StoreFull(StoreUnavailable):
+    """The disk holding the node's data dir is full (ENOSPC, SQLITE_FULL).
+
+    Nothing of the refused write is kept and nothing was signed for it; the
+    node keeps serving what it holds and takes writes again once space returns.
+    """
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 class StoreCorrupt(StoreError):

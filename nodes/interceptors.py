@@ -37,7 +37,7 @@ from structlog.contextvars import bind_contextvars, bound_contextvars, reset_con
 
 from contracts.entropy import random_bytes
 from nodes.auth import SIGNED_METHODS, ControlAuth, request_digest
-from nodes.errors import MalformedRequest, status_for
+from nodes.errors import MalformedRequest, StoreFull, status_for
 from nodes.logging import get_logger
 
 __all__ = [
@@ -205,7 +205,8 @@ async def _abort_for(exc: Exception, context: grpc.aio.ServicerContext[Any, Any]
     if code is None:
         log.exception("rpc_failed_unexpectedly", rpc=rpc)
         await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}")
-    log.info("rpc_rejected", rpc=rpc, code=code.name, reason=str(exc))
+    if not isinstance(exc, StoreFull):  # a full disk is logged once per interval (nodes._disk)
+        log.info("rpc_rejected", rpc=rpc, code=code.name, reason=str(exc))
     await context.abort(code, f"{type(exc).__name__}: {exc}")
 
 

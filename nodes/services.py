@@ -33,7 +33,9 @@ is written before every demand of the call passed (1)-(5):
    ``_accept_nonces``;
 7. the fold is resolved from the store and the receipt signed by
    :func:`contracts.serve.answer_demand` — SERVED with the stored bytes,
-   PENDING while the cold copy lags, never other bytes.
+   PENDING while the cold copy lags, never other bytes: bytes read back that
+   miss the signed commitment's root are hashed before anything is signed
+   and refused ABSENT / STORE_CORRUPTED (the node's own disk damaged them).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import functools
 import gc
 import os
@@ -116,6 +119,8 @@ from contracts.statements import (
     Statement,
 )
 from nodes import store as st
+from nodes._disk import disk_full, is_disk_full
+from nodes._disk import reporter as disk_reporter
 from nodes.attest_log import AttestLedger, check_attest_caller, check_attest_issue_time
 from nodes.attester import (
     MAX_LIFETIME_MS,
@@ -247,6 +252,8 @@ DEMAND_VERIFICATIONS = "demand_verifications"
 #: How far above the latest accepted demand the durable replay floor is set.
 REPLAY_FLOOR_LEASE_MS = 1_000
 REPLAY_FLOOR_FILENAME = "replay_floor"
+#: Digits of the floor file (fixed, so it can be overwritten in place on a full disk).
+_FLOOR_WIDTH = 20
 MAX_DEMANDS_PER_CALL = 256
 MAX_APPEND_HOPS = 10_000
 MAX_FOLD_HOPS = 100_000
@@ -301,18 +308,53 @@ def _read_floor(path: Path) -> int:
 
 
 def _write_floor(path: Path, floor_ms: int) -> None:
-    """Replace the floor file atomically and durably (fsync file, rename, fsync dir)."""
+    """Replace the floor file atomically and durably (fsync file, rename, fsync dir).
+
+    The floor is written at a fixed width, so on a full disk (no block for a
+    new file) it is overwritten in place instead: the same bytes of the same
+    block, one write, fsync'd — a node with a full disk keeps raising its
+    floor, and so keeps answering demands for what it holds. Only when even
+    that is refused does the demand fail, RESOURCE_EXHAUSTED naming the disk.
+    """
+    text = f"{floor_ms:0{_FLOOR_WIDTH}d}\n".encode("ascii")
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="ascii") as fh:
-        fh.write(f"{floor_ms}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if not is_disk_full(exc) or not path.exists():
+            if is_disk_full(exc):
+                raise disk_full(exc, f"raise replay floor to {floor_ms} ms", path) from exc
+            raise
+        try:
+            _overwrite_floor(path, text)
+        except OSError as again:
+            if is_disk_full(again):
+                raise disk_full(again, f"raise replay floor to {floor_ms} ms", path) from again
+            raise
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _overwrite_floor(path: Path, text: bytes) -> None:
+    """Write the floor over the existing file's first bytes (no new block needed)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if os.pwrite(fd, text, 0) != len(text):
+            raise OSError(errno.ENOSPC, f"short write of the replay floor to {path}")
+        os.ftruncate(fd, len(text))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _read_future_floors(path: Path, now_ms: int) -> dict[str, int]:
@@ -336,21 +378,38 @@ def _read_future_floors(path: Path, now_ms: int) -> dict[str, int]:
 
 
 def _rewrite_future_floors(path: Path, floors: dict[str, int]) -> None:
+    """Rewrite the file with only the live floors; on a full disk keep the old file
+    as it is (what it holds beyond them is stale, skipped when read)."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="ascii") as fh:
-        for holder, time_ms in floors.items():
-            fh.write(f"{holder} {time_ms}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="ascii") as fh:
+            for holder, time_ms in floors.items():
+                fh.write(f"{holder} {time_ms}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if not is_disk_full(exc):
+            raise
+        disk_full(exc, "compact the holder-floor file", path)
 
 
 def _append_future_floors(path: Path, entries: Sequence[tuple[str, int]]) -> None:
-    with open(path, "a", encoding="ascii") as fh:
-        for holder, time_ms in entries:
-            fh.write(f"{holder} {time_ms}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Append and fsync; a full disk is :class:`StoreFull` (the demand is refused, and
+    a torn last line is skipped when read)."""
+    try:
+        with open(path, "a", encoding="ascii") as fh:
+            for holder, time_ms in entries:
+                fh.write(f"{holder} {time_ms}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        if is_disk_full(exc):
+            what = f"raise the floor of {len(entries)} holder(s) dated ahead of this node's clock"
+            raise disk_full(exc, what, path) from exc
+        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,7 +595,8 @@ class NodeCore:
     ) -> NodeCore:
         """Open the node's store and state; ``store_mode`` scratch only for a node
         whose log is not meant to outlive its process (:class:`nodes.store.StoreMode`)."""
-        floor = _read_floor(config.data_dir / REPLAY_FLOOR_FILENAME)
+        floor_path = config.data_dir / REPLAY_FLOOR_FILENAME
+        floor = _read_floor(floor_path)
         store = await st.HopStore.open(
             config.data_dir,
             identity.node_id,
@@ -546,6 +606,24 @@ class NodeCore:
         core = cls(
             config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
         )
+        try:
+            # What this node would sign receipts over must be what it committed: a
+            # damaged store is refused here, before any demand, naming the damage.
+            checked = await store.check_stored()
+        except BaseException:
+            await store.close()
+            raise
+        log.info(
+            "store_checked", hops=checked.hops, folds=checked.folds, seconds=checked.seconds
+        )
+        if not floor_path.exists():
+            # Made now, at its fixed width, so a disk that fills later still has
+            # its block to overwrite (see _write_floor).
+            try:
+                await asyncio.to_thread(_write_floor, floor_path, 0)
+            except BaseException:
+                await store.close()
+                raise
         core._load_future_floors()
         await core._outwait_restart_floor()
         return core
@@ -617,6 +695,8 @@ class NodeCore:
         counters["held_values"] = len(self._held)
         counters["demand_nonces"] = len(self._nonces)
         counters["demand_nonces_evicted"] = self._nonces.evicted
+        # Writes this process refused for a full disk (RESOURCE_EXHAUSTED, nodes._disk).
+        counters["disk_full_refusals"] = disk_reporter.refusals
         # Objects kept out of the garbage collector's full collections (a node
         # process freezes what exists once it serves: nodes.app.run_node).
         counters["gc_frozen_objects"] = gc.get_freeze_count()
@@ -1351,8 +1431,7 @@ class NodeCore:
             commitment_digest=commitment.digest,
             hops=leaves,
             now=now_ms,
-            # _resolve returns only a fold the store read back under the committed root
-            hops_root=commitment.statement.root,
+            hops_root=self._verified_root(commitment, leaves),
         )
         hops = self._counted(demand, commitment, item.status, item.reason, leaves)
         return item, own.commitment_bytes, hops
@@ -1508,8 +1587,7 @@ class NodeCore:
             commitment=commitment,
             hops=leaves,
             now=now_ms,
-            # _resolve returns only a fold the store read back under the committed root
-            hops_root=commitment.statement.root,
+            hops_root=self._verified_root(commitment, leaves),
         )
         r = signed.statement
         served_hops = self._counted(demand, commitment, r.status, r.reason, leaves)
@@ -1578,7 +1656,19 @@ class NodeCore:
         cached = self._cached_leaves(commitment.digest)
         if cached is not None:
             return cached
-        resolution = await self.store.resolve(commitment.digest, now_ms=now_ms)
+        resolution = await self.store.resolve(
+            commitment.digest, now_ms=now_ms, root=commitment.statement.root
+        )
+        if resolution.status is st.ResolveStatus.CORRUPTED:
+            # The bytes read miss our own root: handed on (never kept) so the answer
+            # rule recomputes their root and refuses STORE_CORRUPTED, signed.
+            log.error(
+                "store_corrupted",
+                commitment=commitment.digest[:16],
+                path=str(self.store.path),
+                reason=resolution.reason,
+            )
+            return resolution.damaged
         if not resolution:
             log.info(
                 "fold_not_resolved",
@@ -1590,6 +1680,16 @@ class NodeCore:
         leaves = tuple(resolution.leaves)
         self._keep_leaves(commitment.digest, leaves)
         return leaves
+
+    def _verified_root(
+        self, commitment: Signed[Commitment], leaves: tuple[bytes, ...] | None
+    ) -> str | None:
+        """The committed root when ``leaves`` are the bytes kept in memory after the
+        store read them back under it (see :meth:`_resolve`); None otherwise, and
+        the answer rule hashes them before anything is signed over them."""
+        if leaves is not None and self._leaves.get(commitment.digest) is leaves:
+            return commitment.statement.root
+        return None
 
     def _cached_leaves(self, digest: str) -> tuple[bytes, ...] | None:
         """A fold's hop bytes if kept in memory (then most recently used), else None."""

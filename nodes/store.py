@@ -34,6 +34,7 @@ in :mod:`nodes.errors`), with a message naming the operation::
 
     StoreError
     ├── StoreUnavailable      cannot open / disk I/O / locked past the timeout
+    │   └── StoreFull         no space left on the disk (nodes._disk: logged once per interval)
     ├── StoreCorrupt          integrity failure, schema or owner mismatch
     ├── StoreClosed           used after close()
     ├── StaleEpoch            caller built hops for an epoch that is not current
@@ -67,7 +68,9 @@ from contracts.canonical import sha256_hex
 from contracts.heads import batch_record
 from contracts.signed import parse_statement
 from contracts.statements import Head
-from nodes._store_conn import Db, InLoopConnection
+from nodes._disk import disk_full, is_disk_full
+from nodes._disk import reporter as _disk_reporter
+from nodes._store_conn import Cursor, Db, InLoopConnection
 from nodes._store_schema import DDL, SCHEMA_VERSION
 from nodes.errors import (
     FoldConflict,
@@ -79,6 +82,7 @@ from nodes.errors import (
     StoreClosed,
     StoreCorrupt,
     StoreError,
+    StoreFull,
     StoreUnavailable,
     UnknownCommitment,
 )
@@ -112,6 +116,7 @@ __all__ = [
     "SignedHeadFold",
     "SignerMismatch",
     "StaleEpoch",
+    "StoreCheck",
     "StoreClosed",
     "StoreCorrupt",
     "StoreError",
@@ -130,9 +135,12 @@ _BUSY_TIMEOUT_MS: Final = 10_000
 # --------------------------------------------------------------------------- errors
 
 
-def _translate(exc: BaseException, what: str) -> StoreError:
-    """Map a sqlite/aiosqlite exception to the store's tree, naming ``what``."""
+def _translate(exc: BaseException, what: str, path: Path | None = None) -> StoreError:
+    """Map a sqlite/aiosqlite exception to the store's tree, naming ``what`` (and the
+    database ``path`` when the disk holding it is full)."""
     text = str(exc) or type(exc).__name__
+    if path is not None and is_disk_full(exc):
+        return disk_full(exc, what, path)
     if isinstance(exc, sqlite3.OperationalError):
         lowered = text.lower()
         if "locked" in lowered or "busy" in lowered:
@@ -193,6 +201,7 @@ class ResolveStatus(StrEnum):
     UNKNOWN = "unknown"  # no such commitment in this store
     EXPIRED = "expired"  # hops evicted after every obligation expired (legitimate absence)
     UNRESOLVABLE = "unresolvable"  # committed and not (entirely) resolvable: invariant breach
+    CORRUPTED = "corrupted"  # every hop present, the bytes miss the committed root: a damaged disk
 
 
 class CounterName(StrEnum):
@@ -206,6 +215,7 @@ class CounterName(StrEnum):
     RECONCILED = "reconciled"
     HOPS_EVICTED = "hops_evicted"
     NONCE_REPLAYS = "nonce_replays"
+    STORE_CORRUPTED = "store_corrupted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,7 +367,10 @@ class Resolution:
     """Answer to "give me the hops of commitment X" — falsy unless FOUND.
 
     ``leaves`` is the whole fold in leaf order when FOUND (inclusion proofs
-    need every leaf; the server picks the demanded ones).
+    need every leaf; the server picks the demanded ones), and empty otherwise.
+    ``damaged`` only when CORRUPTED: the bytes read, which miss the committed
+    root — never to be served; the node's answer rule hashes them and signs a
+    STORE_CORRUPTED refusal instead.
     """
 
     status: ResolveStatus
@@ -366,6 +379,7 @@ class Resolution:
     fold: FoldRecord | None = None
     obligations: tuple[ObligationRecord, ...] = ()
     leaves: tuple[bytes, ...] = ()
+    damaged: tuple[bytes, ...] = ()
 
     def __bool__(self) -> bool:
         return self.status is ResolveStatus.FOUND
@@ -402,6 +416,15 @@ class AttestationKept:
 
     stored: bool
     evicted: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCheck:
+    """What :meth:`HopStore.check_stored` read and found intact, and how long it took."""
+
+    hops: int
+    folds: int
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,6 +522,8 @@ class HopStore:
         self._unflushed: dict[str, int] = {}
         # provenance_pending mode: hop bytes committed as a pointer but not landed.
         self._pending_hops: dict[str, tuple[tuple[int, bytes], ...]] = {}
+        # In-memory effects of the open write transaction, undone if it rolls back.
+        self._tx_undo: list[Callable[[], object]] = []
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -568,7 +593,7 @@ class HopStore:
             if isinstance(exc, StoreError | ValueError):
                 raise
             if isinstance(exc, sqlite3.Error):
-                raise _translate(exc, f"open store {path}") from exc
+                raise _translate(exc, f"open store {path}", path) from exc
             raise
         store = cls(
             path,
@@ -650,8 +675,11 @@ class HopStore:
             return
         try:
             if self._unflushed:
-                async with self._write("flush counters"):
-                    pass
+                # Write-behind counters may be lost (see the module docs); on a full
+                # disk they are, and closing still closes.
+                with contextlib.suppress(StoreFull):
+                    async with self._write("flush counters"):
+                        pass
         finally:
             writer, reader = self._writer, self._reader
             self._writer = self._reader = None
@@ -704,10 +732,11 @@ class HopStore:
         """
         async with self._write_lock:
             db = self._conn("writer")
+            self._tx_undo.clear()
             try:
                 await _begin(db, "BEGIN IMMEDIATE")
             except (sqlite3.Error, ValueError) as exc:
-                raise _translate(exc, what) from exc
+                raise _translate(exc, what, self._path) from exc
             try:
                 yield db
                 if self._unflushed:
@@ -721,9 +750,14 @@ class HopStore:
             except BaseException as exc:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(db.execute("ROLLBACK"))
+                for undo in self._tx_undo:  # what the rolled-back transaction noted in memory
+                    undo()
+                self._tx_undo.clear()
                 if isinstance(exc, sqlite3.Error):
-                    raise _translate(exc, what) from exc
+                    raise _translate(exc, what, self._path) from exc
                 raise
+            if _disk_reporter.full:
+                _disk_reporter.wrote(self._path)
 
     @contextlib.asynccontextmanager
     async def _read(self, what: str) -> AsyncIterator[Db]:
@@ -741,6 +775,25 @@ class HopStore:
             finally:
                 with contextlib.suppress(Exception):
                     await db.execute("COMMIT")
+
+    def _bump_in_tx(self, name: CounterName, n: int = 1) -> None:
+        """:meth:`bump` for what the open write transaction does: taken back if it
+        rolls back (a COMMIT refused for a full disk counts no commit)."""
+        self.bump(name, n)
+        self._tx_undo.append(lambda: self._unbump(str(name), n))
+
+    def _unbump(self, key: str, n: int) -> None:
+        self._counters[key] = self._counters.get(key, 0) - n
+        left = self._unflushed.get(key, 0) - n
+        if left:
+            self._unflushed[key] = left
+        else:
+            self._unflushed.pop(key, None)
+
+    def _pending_in_tx(self, digest: str, hops: tuple[tuple[int, bytes], ...]) -> None:
+        """Queue a pending fold's bytes; dropped again if the transaction rolls back."""
+        self._pending_hops[digest] = hops
+        self._tx_undo.append(lambda: self._pending_hops.pop(digest, None))
 
     def bump(self, name: CounterName | str, n: int = 1) -> None:
         """Add ``n`` to a counter (persisted with the next write transaction)."""
@@ -955,10 +1008,10 @@ class HopStore:
                     now_ms,
                 ),
             )
-            self.bump(CounterName.COMMITS)
+            self._bump_in_tx(CounterName.COMMITS)
             if pending:
-                self._pending_hops[signed.commitment_digest] = tuple(
-                    (h.seq, h.hop_bytes) for h in hops
+                self._pending_in_tx(
+                    signed.commitment_digest, tuple((h.seq, h.hop_bytes) for h in hops)
                 )
         # (4) released only after COMMIT returned.
         return signed
@@ -1066,9 +1119,9 @@ class HopStore:
                     " VALUES (?, ?, ?, ?)",
                     (signed.head_digest, fold.leaf_hash, binding, fold.proof),
                 )
-                self.bump(CounterName.COMMITS)
+                self._bump_in_tx(CounterName.COMMITS)
                 if pending:
-                    self._pending_hops[fold.leaf_hash] = tuple((h.seq, h.hop_bytes) for h in f.hops)
+                    self._pending_in_tx(fold.leaf_hash, tuple((h.seq, h.hop_bytes) for h in f.hops))
         # (4) released only after COMMIT returned.
         return signed
 
@@ -1239,7 +1292,7 @@ class HopStore:
                     " WHERE digest = ? AND status = 'pending'",
                     (digest,),
                 )
-                self.bump(CounterName.RECONCILED)
+                self._bump_in_tx(CounterName.RECONCILED)
             self._pending_hops.pop(digest, None)
             landed += 1
         return landed
@@ -1282,14 +1335,21 @@ class HopStore:
         commitment_digest: str,
         *,
         now_ms: int,
+        root: str | None = None,
     ) -> Resolution:
         """The hop bytes of a fold, or an explicit reason why not.
 
         FOUND only if every member hop is present at exactly the
         (origin, epoch, seq) the fold recorded *and* the leaves hash to the
-        committed root: a recycled or altered hop can never be returned.
-        Missing hops are EXPIRED when every obligation has expired (the
-        reaper may evict them), UNRESOLVABLE otherwise (counted).
+        committed root (``root``: the root of the signed commitment the
+        caller holds, checked instead of the one stored beside it): a recycled or
+        altered hop can never be returned. Missing hops are EXPIRED when
+        every obligation has expired (the reaper may evict them),
+        UNRESOLVABLE otherwise (counted). Every hop present but bytes that
+        miss the root are CORRUPTED — the disk changed them — counted in
+        ``store_corrupted``, with the bytes read in ``damaged`` (never to be
+        served: an answer built on them is a STORE_CORRUPTED refusal) and
+        ``reason`` naming the damaged hop.
         """
         async with self._read(f"resolve {commitment_digest[:16]}…") as db:
             fold = await self._fold(db, commitment_digest)
@@ -1308,7 +1368,8 @@ class HopStore:
             obligations = await self._obligations(db, commitment_digest)
             rows = list(
                 await db.execute_fetchall(
-                    "SELECT m.leaf_index, h.hop_bytes FROM fold_members m LEFT JOIN hops h"
+                    "SELECT m.leaf_index, h.hop_bytes, h.digest, m.seq FROM fold_members m"
+                    " LEFT JOIN hops h"
                     " ON h.origin = m.origin AND h.epoch = m.epoch AND h.seq = m.seq"
                     " WHERE m.commitment_digest = ? ORDER BY m.leaf_index",
                     (commitment_digest,),
@@ -1325,10 +1386,17 @@ class HopStore:
                 fold,
                 obligations,
             )
-        leaves = tuple(bytes(b) for _, b in rows if b is not None)
+        leaves = tuple(bytes(r[1]) for r in rows if r[1] is not None)
         reason = ""
         if fold.status is FoldStatus.LOST:
             reason = "pending hops lost before landing"
+        elif len(rows) != fold.leaf_count and len(leaves) == len(rows):
+            return await self._corrupted(
+                fold,
+                obligations,
+                leaves,
+                f"fold records {len(rows)} members, commitment says {fold.leaf_count}",
+            )
         elif len(rows) != fold.leaf_count:
             reason = f"fold records {len(rows)} members, commitment says {fold.leaf_count}"
         elif len(leaves) != fold.leaf_count:
@@ -1342,15 +1410,36 @@ class HopStore:
                     fold,
                     obligations,
                 )
-        elif self._root_of(leaves).hex() != fold.root:
-            reason = "stored hop bytes do not hash to the committed root"
+        elif (found := self._root_of(leaves).hex()) != (root if root is not None else fold.root):
+            damage = _damage(rows, found, fold.root, root)
+            return await self._corrupted(fold, obligations, leaves, damage)
         if reason:
             self.bump(CounterName.UNRESOLVABLE)
-            await self.flush_counters()
+            with contextlib.suppress(StoreFull):  # counted; the answer does not wait on disk
+                await self.flush_counters()
             return Resolution(
                 ResolveStatus.UNRESOLVABLE, commitment_digest, reason, fold, obligations
             )
         return Resolution(ResolveStatus.FOUND, commitment_digest, "", fold, obligations, leaves)
+
+    async def _corrupted(
+        self,
+        fold: FoldRecord,
+        obligations: tuple[ObligationRecord, ...],
+        damaged: tuple[bytes, ...],
+        reason: str,
+    ) -> Resolution:
+        self.bump(CounterName.STORE_CORRUPTED)
+        with contextlib.suppress(StoreFull):  # counted; the answer does not wait on disk
+            await self.flush_counters()
+        return Resolution(
+            ResolveStatus.CORRUPTED,
+            fold.digest,
+            f"store corrupted: {reason}",
+            fold,
+            obligations,
+            damaged=damaged,
+        )
 
     @staticmethod
     def _fold_from_row(row: Sequence[Any]) -> FoldRecord:
@@ -1818,7 +1907,7 @@ class HopStore:
                 )
                 protected = int(rows[0][0])
             if evicted:
-                self.bump(CounterName.HOPS_EVICTED, evicted)
+                self._bump_in_tx(CounterName.HOPS_EVICTED, evicted)
         return ReapReport(evicted, protected)
 
     # ----------------------------------------------------------------- counters, checks
@@ -1852,6 +1941,87 @@ class HopStore:
         out["evidence_cleared"] = int(cleared[0][0])
         return out
 
+    async def check_stored(self) -> StoreCheck:
+        """Check that what this node would sign for is what it committed; raise if not.
+
+        For a node's start (:class:`StoreCorrupt` naming the first damage):
+        (1) ``PRAGMA quick_check`` (the database's pages and records are
+        well-formed); (2) every hop's bytes hash to the digest stored with
+        them; (3) every own durable fold whose hops are all present has as
+        many members as leaves and its hops reproduce its committed root
+        (cumulative folds hash only their new hops, :class:`contracts.merkle.FoldRoots`).
+        One read snapshot, rows streamed; linear in the hops and fold members.
+        """
+        from contracts.merkle import FoldRoots
+
+        started = time.monotonic()
+        hops = folds = 0
+        # On the writer, not the reader: pages read here stay in this connection's
+        # cache, so what demands read later comes from the file as it is then.
+        async with self._write(f"check the stored hop log {self._path}") as db:
+            # (1) structure
+            rows = list(await db.execute_fetchall("PRAGMA quick_check"))
+            problems = [str(r[0]) for r in rows]
+            if problems != ["ok"]:
+                # One line: quick_check's own rows span several.
+                first = "; ".join(p.strip() for p in problems[0].splitlines()[:3] if p.strip())
+                raise StoreCorrupt(
+                    f"hop log {self._path}: database damaged (quick_check: {first[:300]})"
+                )
+            # (2) each hop against its digest
+            cursor = await db.execute("SELECT epoch, seq, hop_bytes, digest FROM hops")
+            async for epoch, seq, data, digest in _chunked(cursor):
+                hops += 1
+                actual = sha256_hex(bytes(data))
+                if actual != str(digest):
+                    raise StoreCorrupt(
+                        f"hop log {self._path}: hop (epoch {epoch}, seq {seq}) damaged: its"
+                        f" bytes hash to {actual[:16]}…, the digest stored with them is"
+                        f" {str(digest)[:16]}…"
+                    )
+            # (3) each own durable fold against its committed root
+            roots = FoldRoots()
+            cursor = await db.execute(
+                "SELECT c.digest, c.value_ref, c.fold_seq, c.leaf_count, c.root, h.hop_bytes"
+                " FROM commitments c JOIN fold_members m ON m.commitment_digest = c.digest"
+                " LEFT JOIN hops h ON h.origin = m.origin AND h.epoch = m.epoch"
+                " AND h.seq = m.seq WHERE c.local = 1 AND c.status = 'durable'"
+                " ORDER BY c.epoch, c.value_ref, c.fold_seq, c.digest, m.leaf_index"
+            )
+            current: list[Any] | None = None
+            leaves: list[bytes] = []
+            complete = True
+
+            def check(fold: list[Any]) -> None:
+                digest, ref, fold_seq, count, root = fold
+                name = f"fold {ref}#{fold_seq} (commitment {str(digest)[:16]}…)"
+                if len(leaves) != int(count):
+                    raise StoreCorrupt(
+                        f"hop log {self._path}: {name} damaged: {len(leaves)} members"
+                        f" recorded for {count} leaves"
+                    )
+                found = roots.root(leaves).hex()
+                if found != str(root):
+                    raise StoreCorrupt(
+                        f"hop log {self._path}: {name} damaged: its hops hash to"
+                        f" {found[:16]}…, the committed root is {str(root)[:16]}…"
+                    )
+
+            async for digest, ref, fold_seq, count, root, data in _chunked(cursor):
+                if current is None or current[0] != digest:
+                    if current is not None and complete:
+                        check(current)
+                        folds += 1
+                    current, leaves, complete = [digest, ref, fold_seq, count, root], [], True
+                if data is None:
+                    complete = False  # evicted once every obligation expired
+                else:
+                    leaves.append(bytes(data))
+            if current is not None and complete:
+                check(current)
+                folds += 1
+        return StoreCheck(hops, folds, time.monotonic() - started)
+
     async def integrity_check(self) -> str:
         """``PRAGMA integrity_check`` on the database: "ok" or the problems found."""
         async with self._read("integrity check") as db:
@@ -1868,6 +2038,30 @@ class HopStore:
                 async for row in cursor:
                     h.update(repr(tuple(row)).encode() + b"\n")
         return h.hexdigest()
+
+
+async def _chunked(cursor: Cursor, size: int = 4096) -> AsyncIterator[Any]:
+    """A long result's rows, fetched ``size`` at a time (one thread hand-off per chunk)."""
+    while True:
+        rows = list(await cursor.fetchmany(size))
+        if not rows:
+            return
+        for row in rows:
+            yield row
+
+
+def _damage(rows: Sequence[Any], found: str, stored_root: str, signed_root: str | None) -> str:
+    """What is damaged in a fold whose hops miss its root: the first hop whose bytes
+    miss the digest stored beside them, else the root stored or signed."""
+    for _, data, digest, seq in rows:
+        actual = sha256_hex(bytes(data))
+        if actual != str(digest):
+            return (
+                f"hop seq {seq}: stored bytes hash to {actual[:16]}…, the digest stored"
+                f" with them is {str(digest)[:16]}…"
+            )
+    committed = signed_root if signed_root is not None else stored_root
+    return f"the hops hash to {found[:16]}…, the committed root is {committed[:16]}…"
 
 
 _TABLES: Final = (

@@ -270,6 +270,34 @@ def test_s3_refusal_before_serve_until_is_refused_proof(
     assert reason.value in verdict.reason
 
 
+def test_s3_store_corrupted_refusal_is_the_origins_admitted_loss_not_bad_data() -> None:
+    w = make_world(serve_until=NOW + HOUR)
+    # What an origin signs when the bytes its disk gave back miss its own root.
+    damaged = [*w.hops[:-1], b'{"flipped":true}']
+    receipt = answer_demand(
+        w.origin,
+        w.demand,
+        obligation=w.obligation,
+        commitment=w.commitment,
+        hops=damaged,
+        now=NOW + 2_000,
+    )
+    assert (receipt.statement.status, receipt.statement.reason) == (
+        ReceiptStatus.ABSENT,
+        RefusalReason.STORE_CORRUPTED,
+    )
+    assert receipt.statement.served_root is None
+    result = judge(w, receipt, [])
+    assert result.kind is AnswerKind.EVIDENCE
+    assert result.evidence is not None
+    assert result.evidence.kind is EvidenceKind.REFUSED
+    verdict = verify_evidence(result.evidence.to_bytes(), now=NOW + 2 * HOUR)
+    assert (verdict.kind, verdict.status) == (EvidenceKind.REFUSED, EvidenceStatus.ADMITTED_LOSS)
+    assert "STORE_CORRUPTED" in verdict.reason
+    assert "admits its own store is corrupted" in verdict.reason
+    assert "not bad data" in verdict.reason
+
+
 def test_s3_refusal_expired_after_serve_until_is_not_evidence() -> None:
     w = make_world(serve_until=NOW + HOUR)
     receipt = answer(w, now=NOW + HOUR)
@@ -692,4 +720,4 @@ def test_s1_an_origin_that_read_its_fold_under_the_root_does_not_hash_it_again(
         hops_root=w.commitment.statement.root,
         **kwargs,  # type: ignore[arg-type]
     )
-    assert short.statement.reason is RefusalReason.EVICTED
+    assert short.statement.reason is RefusalReason.STORE_CORRUPTED

@@ -85,7 +85,7 @@ def test_served_receipt_signs_the_root_the_origin_checked_and_the_holder_verifie
     assert served.hops == tuple(HOPS)
 
 
-def test_stored_bytes_missing_the_committed_root_are_refused_as_evicted_not_signed() -> None:
+def test_stored_bytes_missing_the_committed_root_are_refused_store_corrupted_not_signed() -> None:
     commitment, obligation = _statements()
     demand = build_demand(HOLDER, obligation, now=NOW)
     for stored in ([*HOPS[:4], b'{"altered":true}'], HOPS[:4]):
@@ -98,7 +98,7 @@ def test_stored_bytes_missing_the_committed_root_are_refused_as_evicted_not_sign
             now=NOW,
         )
         assert receipt.statement.status is ReceiptStatus.ABSENT
-        assert receipt.statement.reason is RefusalReason.EVICTED
+        assert receipt.statement.reason is RefusalReason.STORE_CORRUPTED
         assert receipt.statement.served_root is None
 
 

@@ -335,7 +335,7 @@ async def test_recycled_seqs_in_new_epoch_never_resolve_old_commitment(store: Ho
     assert (await store.counters())[CounterName.UNRESOLVABLE] == 0
 
 
-async def test_altered_hop_row_resolves_unresolvable_never_wrong_bytes(store: HopStore) -> None:
+async def test_altered_hop_row_resolves_corrupted_never_wrong_bytes(store: HopStore) -> None:
     signed = await commit(store, "v", 1, hops_for(store.epoch, range(1, 4)))
     raw = sqlite3.connect(store.path)
     try:
@@ -344,10 +344,46 @@ async def test_altered_hop_row_resolves_unresolvable_never_wrong_bytes(store: Ho
     finally:
         raw.close()
     res = await store.resolve(signed.commitment_digest, now_ms=NOW)
-    assert res.status is ResolveStatus.UNRESOLVABLE
-    assert "do not hash to the committed root" in res.reason
+    assert res.status is ResolveStatus.CORRUPTED
+    assert not res
+    # The damage is named: the hop whose bytes miss the digest stored beside them.
+    assert "store corrupted: hop seq 2: stored bytes hash to" in res.reason
     assert res.leaves == ()
-    assert (await store.counters())[CounterName.UNRESOLVABLE] == 1
+    assert res.damaged[1] == b'{"forged":true}'
+    counters = await store.counters()
+    assert counters[CounterName.STORE_CORRUPTED] == 1
+    assert counters[CounterName.UNRESOLVABLE] == 0
+    with pytest.raises(StoreCorrupt, match=r"hop \(epoch .*, seq 2\) damaged"):
+        await store.check_stored()
+
+
+async def test_check_stored_passes_an_intact_log_and_names_a_fold_whose_root_was_damaged(
+    store: HopStore,
+) -> None:
+    first = await commit(store, "v", 1, hops_for(store.epoch, range(1, 4)))
+    await commit(store, "v", 2, hops_for(store.epoch, range(1, 6)))  # cumulative
+    await commit(store, "w", 1, hops_for(store.epoch, range(6, 8)), serve_until_ms=NOW + 1)
+    await store.reap(now_ms=NOW + 2)  # w's hops evicted: not a damage
+    checked = await store.check_stored()
+    assert (checked.hops, checked.folds) == (5, 2)
+    damaged = ("0" if first.root[0] != "0" else "1") + first.root[1:]
+    raw = sqlite3.connect(store.path)
+    try:
+        raw.execute(
+            "UPDATE commitments SET root = ? WHERE digest = ?", (damaged, first.commitment_digest)
+        )
+        raw.commit()
+    finally:
+        raw.close()
+    with pytest.raises(StoreCorrupt, match=r"fold v#1 \(commitment .*\) damaged: its hops hash to"):
+        await store.check_stored()
+    # Against the root stored beside it the fold is corrupted, never found; against
+    # the signed commitment's root (what a node signs receipts for) its hops still hold.
+    res = await store.resolve(first.commitment_digest, now_ms=NOW)
+    assert res.status is ResolveStatus.CORRUPTED
+    assert res.leaves == ()
+    signed = await store.resolve(first.commitment_digest, now_ms=NOW, root=first.root)
+    assert signed.status is ResolveStatus.FOUND
 
 
 async def test_hop_missing_under_live_obligation_is_unresolvable_and_counted(
