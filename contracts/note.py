@@ -66,6 +66,7 @@ __all__ = [
     "check_key_name",
     "check_note",
     "cosignature_message",
+    "cosignature_timestamp",
     "decode_canonical_base64",
     "encode_base64",
     "encode_note",
@@ -158,6 +159,25 @@ def cosignature_message(text: bytes, timestamp: int) -> bytes:
     """
     _check_timestamp_arg(timestamp)
     return COSIGNATURE_V1_HEADER + b"time %d\n" % timestamp + bytes(text)
+
+
+def cosignature_timestamp(signature: NoteSignature) -> int:
+    """The timestamp a type 0x04 line carries, read without verifying it.
+
+    For a line that is not shaped like a cosignature (``u64_be(t) ‖`` 64
+    bytes), :class:`EncodingError`. Only a verified timestamp
+    (:attr:`VerifiedSignature.timestamp`) may decide anything.
+    """
+    payload = signature.payload
+    if len(payload) != _TIMESTAMP_LEN + _ED25519_SIG_LEN:
+        raise EncodingError(
+            f"line by {signature.key} holds {len(payload)} bytes after its key id,"
+            f" not a cosignature's {_TIMESTAMP_LEN} + {_ED25519_SIG_LEN}"
+        )
+    timestamp = int.from_bytes(payload[:_TIMESTAMP_LEN], "big")
+    if timestamp > MAX_TIMESTAMP:
+        raise EncodingError(f"cosignature by {signature.key}: timestamp {timestamp} exceeds 2^63-1")
+    return timestamp
 
 
 def _check_timestamp_arg(timestamp: int) -> None:
