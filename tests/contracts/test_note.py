@@ -53,6 +53,7 @@ from contracts.note import (
     open_note,
     parse_note,
 )
+from tests.contracts import c2sp_gen
 
 VECTORS = Path(__file__).with_name("vectors") / "c2sp"
 NOTE_V = json.loads((VECTORS / "signed-note.json").read_text())
@@ -609,3 +610,44 @@ def test_a_mutated_signed_note_never_verifies(note: Note, data: st.DataObject) -
     mutated = signed[:at] + bytes([signed[at] ^ flip]) + signed[at + 1 :]
     with pytest.raises(ContractError):
         open_note(mutated, [peter.verifier])
+
+
+# --- provnet's own vector, fixed keys and clock -------------------------------------
+
+
+def test_provnet_cosigned_checkpoint_vector_regenerates_byte_for_byte() -> None:
+    assert c2sp_gen.build() == c2sp_gen.PATH.read_bytes()
+
+
+def test_provnet_vector_verifies_by_the_specs_written_out_independently() -> None:
+    from nacl.bindings import crypto_sign_open
+
+    doc = json.loads(c2sp_gen.PATH.read_text())
+    note: str = doc["note"]
+    text, block = note.rsplit("\n\n", 1)
+    signed = (text + "\n").encode()
+    vkeys = [doc["log_vkey"], *doc["cosigner_vkeys"]]
+    for vkey, line in zip(vkeys, block.splitlines(), strict=True):
+        name, hex_id, material = vkey.split("+", 2)
+        raw = base64.b64decode(material)
+        assert (
+            hashlib.sha256(name.encode() + b"\n" + raw[:1] + raw[1:]).digest()[:4].hex() == hex_id
+        )
+        dash, line_name, sig_b64 = line.split(" ")
+        assert (dash, line_name) == ("\u2014", name)
+        sig = base64.b64decode(sig_b64)
+        assert sig[:4].hex() == hex_id
+        if raw[0] == 1:
+            crypto_sign_open(sig[4:] + signed, raw[1:])
+        else:
+            t = int.from_bytes(sig[4:12], "big")
+            assert t == doc["timestamp"]
+            crypto_sign_open(sig[12:] + b"cosignature/v1\ntime %d\n" % t + signed, raw[1:])
+    verified = verify_checkpoint(
+        note.encode(),
+        log_key=VerifierKey.parse(doc["log_vkey"]),
+        cosigners=[VerifierKey.parse(v) for v in doc["cosigner_vkeys"]],
+        now=doc["now_ms"],
+    )
+    assert len(verified.cosignatures) == 2
+    assert list(verified.checkpoint.extensions) == doc["extensions"]
