@@ -82,9 +82,9 @@ _SUPPORTED_TYPES = {
     SIG_TYPE_COSIGNATURE_V1: "cosignature/v1",
 }
 
-# A head with a few dozen cosignatures is a few kB; this leaves room for
-# signatures of types this module does not verify (a post-quantum one is
-# ~3.3 kB of base64) while keeping one note's parse cost small.
+# Room for a cosigned head plus lines of types this module does not verify
+# (post-quantum signatures run to kilobytes each), while one hostile note
+# still costs little to refuse.
 MAX_NOTE_BYTES = 128 * 1024
 # The spec's floor is 16; cosigned heads carry the log's signature plus a
 # witness quorum, so a bound well above that refuses only abuse.
