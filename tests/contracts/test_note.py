@@ -651,3 +651,10 @@ def test_provnet_vector_verifies_by_the_specs_written_out_independently() -> Non
     )
     assert len(verified.cosignatures) == 2
     assert list(verified.checkpoint.extensions) == doc["extensions"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=120))
+def test_arbitrary_vkey_text_is_parsed_or_refused_as_an_encoding_error(text: str) -> None:
+    with contextlib.suppress(EncodingError):
+        assert VerifierKey.parse(text).to_string() == text
