@@ -15,6 +15,12 @@ Module map (main entry points)::
                 root_from_inclusion, verify_inclusion; consistency_proof /
                 MerkleTree.consistency, verify_consistency, consistency_roots
                 (RFC 9162 §2.1.3/§2.1.4 input checks on every verification)
+    note        C2SP signed notes: parse_note / encode_note (bounded,
+                canonical), VerifierKey (vkeys), NoteKey (sign, cosign),
+                key_id, open_note (name + key id select the key)
+    checkpoint  C2SP tlog-checkpoint (one layout table) and cosignature/v1:
+                Checkpoint, sign_checkpoint, cosign_checkpoint,
+                verify_checkpoint (imported as modules, not re-exported)
     hops        hop_bytes(fields, origin, epoch): the one byte string per hop
     statements  Commitment, Obligation, Demand, Receipt, DeliveryReceipt,
                 WitnessReport, Attestation, Head; Axis, ReceiptStatus,

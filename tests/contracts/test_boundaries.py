@@ -41,6 +41,15 @@ def test_contracts_imports_nothing_from_nodes_or_harness_or_grpc() -> None:
     assert len(list(CONTRACTS_DIR.glob("*.py"))) >= 10
 
 
+def test_signed_note_modules_import_no_clock_and_no_io() -> None:
+    # Heads become C2SP notes: their encodings must stay pure so every route
+    # (node, harness, CLI) reads the same bytes the same way.
+    allowed = {"__future__", "binascii", "hashlib", "collections.abc", "dataclasses", "typing"}
+    for name in ("note.py", "checkpoint.py"):
+        imported = _imported_modules(CONTRACTS_DIR / name)
+        assert {m for m in imported if not m.startswith("contracts.")} <= allowed, name
+
+
 def test_every_public_name_is_exported_and_resolves() -> None:
     for name in contracts.__all__:
         assert getattr(contracts, name) is not None, name
