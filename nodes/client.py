@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import time
 from collections import OrderedDict
@@ -494,7 +495,11 @@ class Holder:
         # re-asks after a fast failure are spread over that time.
         promised = self._promised(folds)
         due = time.monotonic() + promised
-        for attempt in range(self.reasks + 1):
+        asks = self.reasks + 1
+        restarted = False
+        for attempt in itertools.count():
+            if attempt >= asks:
+                break
             if deadline is not None and deadline - time.monotonic() <= _MARGIN_S:
                 last_error = "caller's deadline reached before asking"
                 break
@@ -526,7 +531,7 @@ class Holder:
                         pushback_ms=exc.pushback_ms,
                     )
                     wait = (exc.pushback_ms or 0) / 1000.0
-                    if attempt < self.reasks and time.monotonic() + wait < due:
+                    if attempt < asks - 1 and time.monotonic() + wait < due:
                         await self._pause(wait, deadline)
                         continue
                     break
@@ -537,7 +542,7 @@ class Holder:
                         attempt=attempt,
                         error=last_error,
                     )
-                    left = self.reasks - attempt
+                    left = asks - 1 - attempt
                     if left > 0:
                         await self._pause((due - time.monotonic()) / (left + 1), deadline)
                     continue
@@ -548,6 +553,13 @@ class Holder:
                     continue
                 if exc.code == "ABORTED":
                     # The origin restarted after our demand was made: issue fresh ones.
+                    # Its refusal says nothing of the demand, so what the origin gave
+                    # before stays the reply; one restart buys one more ask (a second
+                    # ABORTED for fresh demands needs a second restart meanwhile).
+                    last_reply = previous
+                    if not restarted:
+                        restarted = True
+                        asks += 1
                     if batch:
                         demands = [self._sign_batch(run, folds)]
                         continue

@@ -55,6 +55,19 @@ class AbortOnce(Recording):
         return await super().demand(address, demands, timeout)
 
 
+class SilentThenAbort(Recording):
+    """Silent at the first ask (the origin is down), ABORTED at the second (it came back
+    and the demand predates its restart), then the origin as it is."""
+
+    async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
+        self.demand_calls.append((address, len(demands), timeout))
+        if len(self.demand_calls) == 1:
+            raise CallFailed("UNAVAILABLE", "connection refused", address)
+        if len(self.demand_calls) == 2:
+            raise CallFailed("ABORTED", "demand predates restart", address)
+        return await InMemoryTransport.demand(self, address, demands, timeout)
+
+
 def _record(cluster: MemCluster, holder: str, fail_with: str = "") -> Recording:
     core = cluster.nodes[holder]
     recording = Recording(core.transport, fail_with)  # type: ignore[arg-type]
@@ -209,3 +222,20 @@ async def test_aborted_demand_is_reissued_fresh_and_served(cluster: MemCluster) 
     assert outcome.asks == 2
     first, second = aborting.sent
     assert first != second  # a new demand (new nonce), not the aborted one again
+
+
+async def test_an_origin_back_from_a_restart_on_the_last_ask_is_asked_once_more(
+    cluster: MemCluster,
+) -> None:
+    # Re-asks spent on an origin that was down, the last one refused ABORTED
+    # because the demand predates the restart: that refusal says nothing of the
+    # demand, so the holder asks fresh once more instead of ending "rejected".
+    await cluster.add("a")
+    await cluster.add("holder")
+    core = cluster.nodes["holder"]
+    transport = SilentThenAbort(core.transport)  # type: ignore[arg-type]
+    core.holder.transport = transport
+    fold = await cluster.fold("a", "v", 3)
+    outcome = single(await cluster.rehydrate("holder", "v", [fold]))
+    assert outcome.outcome is Outcome.SERVED, outcome.detail
+    assert len(transport.demand_calls) == 3
