@@ -42,15 +42,16 @@ knows the target from the cluster's configuration (a pinned peer id) or
 asks the node (``Node.Info``, once per channel) before its first signed call.
 
 The server verifies before the handler runs, cheapest check first: the
-target, the time within ``CONTROL_SKEW_S`` of its clock and not before the
-node's last restart (:mod:`nodes.control_replay`: a durable floor and the
-nonces of calls dated ahead, so a call captured before a restart is refused
-after it), the nonce unseen within the window (in memory, before any
+target, the time within ``CONTROL_SKEW_S`` of its clock, the key authorised
+for the method (operator-only methods), the time not before the node's last
+restart (:mod:`nodes.control_replay`: a durable floor and the nonces of
+calls dated ahead, so a call captured before a restart is refused after it,
+ABORTED), the nonce unseen within the window (in memory, before any
 signature is verified), room in the nonce memory (operator keys and pinned
 peers in a pool of their own, ``MAX_CONTROL_NONCES``; every other key in a
 second pool of that size, at most ``MAX_CONTROL_NONCES_PER_KEY`` each; full →
 RESOURCE_EXHAUSTED, never eviction, so a replay cannot slip through), then
-the signature, and the key authorised for the method. The call's replay
+the signature. The call's replay
 record is durable before the handler runs (:meth:`ControlAuth.settle`).
 A missing or bad signature is UNAUTHENTICATED, a valid signature by a key
 not authorised for the method (or a node with no operator key configured)
@@ -101,6 +102,7 @@ __all__ = [
     "SIGNED_METHODS",
     "Claim",
     "ControlAuth",
+    "ControlCallPredatesRestart",
     "ControlCredentials",
     "NotAuthenticated",
     "PermissionDenied",
@@ -162,6 +164,15 @@ class NotAuthenticated(NodeError):
     """No valid control-call signature (missing, malformed, stale, replayed, forged)."""
 
     code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class ControlCallPredatesRestart(NodeError):
+    """Signed before this node's last restart: a previous run may have accepted it.
+
+    ABORTED, as a demand dated below the replay floor: the caller signs afresh.
+    """
+
+    code = grpc.StatusCode.ABORTED
 
 
 class PermissionDenied(NodeError):
@@ -574,13 +585,17 @@ class ControlAuth:
                 f"{method}: control signature dated {stamp} ms is more than"
                 f" {self._skew_ms // 1000} s from the node's clock ({now_ms} ms)"
             )
+        # (3) the key may make this call (a key that may not is refused whatever it signed)
+        if method in CONTROL_METHODS and key not in self.operator_keys:
+            raise PermissionDenied(self._not_operator(method, key))
         if self.replay.predates_restart(time_ms):
-            raise NotAuthenticated(
+            raise ControlCallPredatesRestart(
                 f"{method}: control signature dated {time_ms} ms, before this node's restart"
                 f" (control floor {self.replay.restart_floor_ms} ms): a call signed before a"
-                " restart is not accepted after it; sign it afresh"
+                " restart is not accepted after it (a previous run may have run it); sign it"
+                " afresh"
             )
-        # (3) not seen, and room to remember it: before any signature is verified
+        # (4) not seen, and room to remember it: before any signature is verified
         self._prune(now_ms)
         slot = (key, nonce)
         if slot in self._nonces:
@@ -590,7 +605,7 @@ class ControlAuth:
         future = self.replay.is_future(time_ms, now_ms)
         if future:
             self.replay.check_future_room(method, key, known, now_ms)
-        # (4) the signature, over this node's id and the digest the body must match
+        # (5) the signature, over this node's id and the digest the body must match
         try:
             public = PublicKey.from_node_id(key)
             public.verify(
@@ -599,9 +614,6 @@ class ControlAuth:
             )
         except (ContractError, ValueError) as exc:
             raise NotAuthenticated(f"{method}: control signature does not verify: {exc}") from None
-        # (5) the key may make this call
-        if method in CONTROL_METHODS and key not in self.operator_keys:
-            raise PermissionDenied(self._not_operator(method, key))
         self._remember(slot, now_ms + 2 * self._skew_ms, known)
         return Claim(method, key, digest, time_ms, nonce, known)
 

@@ -160,8 +160,9 @@ async def test_a_call_captured_before_a_restart_is_refused_after_it(
     tmp_path: Path, how: str
 ) -> None:
     """Attack 6: an operator Append captured on the wire and accepted, replayed after
-    the node restarts (stopped with SIGTERM, or killed), is UNAUTHENTICATED, its
-    hops not appended again; a call signed after the restart is accepted at once.
+    the node restarts (stopped with SIGTERM, or killed), is refused, its hops not
+    appended again: ABORTED, as a demand from before a restart (the caller
+    signs afresh); a call signed after the restart is accepted at once.
     Before, control nonces lived in memory only and the replay was accepted."""
     (a, *_) = _trio(tmp_path / "restart")
     a.start()
@@ -180,7 +181,7 @@ async def test_a_call_captured_before_a_restart_is_refused_after_it(
             a.stop()
         a.start()
         refused = await _refused(Wiretap.replay(captured, a.address))
-        assert refused.code() is grpc.StatusCode.UNAUTHENTICATED, refused
+        assert refused.code() is grpc.StatusCode.ABORTED, refused
         assert "before this node's restart" in (refused.details() or ""), refused
         # The operator, signing afresh right after the restart, is served.
         async with operator_channel(a.address) as chan:
