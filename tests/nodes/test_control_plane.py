@@ -334,3 +334,18 @@ async def test_strangers_bodiless_bulk_calls_hold_nothing_the_operator_or_a_pinn
         for chan in chans:
             await chan.close(None)
         a.stop()
+
+
+def test_a_cluster_pins_every_peer_by_its_node_id(tmp_path: Path) -> None:
+    """``provnet cluster up`` makes each node's key first and pins it in every other
+    node's peer list, so a node serves its peers' deliveries from the share of its
+    caps strangers cannot take (see the attack above)."""
+    from nodes.cluster import _specs
+    from nodes.home import Home
+
+    specs = _specs(Home(tmp_path / "home"), ["a", "b", "c"])
+    ids = {s.name: load_or_create_identity(s.data_dir).node_id for s in specs}
+    for spec in specs:
+        assert sorted(spec.peers) == sorted(
+            f"{s.name}={s.address},{ids[s.name]}" for s in specs if s.name != spec.name
+        )
