@@ -618,6 +618,12 @@ class BulkBudget:
     def _fits(self, n: int) -> bool:
         return self.used == 0 or self.used + n <= self.limit
 
+    def refuses_now(self) -> bool:
+        """Whether :meth:`acquire` would refuse a call at once (no room, the queue full)."""
+        if not self._waiters and self._fits(self.reserve):
+            return False
+        return self._waiting >= self.max_waiters
+
     async def acquire(self, wait_s: float) -> bool:
         """Reserve ``reserve`` bytes, waiting at most ``wait_s`` for room; False: refused."""
         n = self.reserve
@@ -840,6 +846,13 @@ class RequestContext:
                 f" over {self._shed_lag_s * 1e3:.0f} ms)"
             )
         return None
+
+    @staticmethod
+    def _budget_refusal(rpc: str, cls: str, budget: BulkBudget) -> str:
+        share = "" if cls == "known" else f" ({cls} callers' share)"
+        return (
+            f"{rpc}: {budget.used} of {budget.limit} bytes of bulk request bodies in flight{share}"
+        )
 
     def wrap(self, rpc: str, handler: Any) -> Any:
         """``handler`` (grpc's stubs type it for the sync server; here its functions
@@ -1125,6 +1138,11 @@ class RequestContext:
                 context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                 if count is not None:
                     count(rpc)
+                budget = self.class_budgets.get(cls)
+                if budget is not None and budget.refuses_now():
+                    # No room and the queue for it full: refused as it would be after
+                    # the signature, without spending the verification on it.
+                    return self._shed(context, self._budget_refusal(rpc, cls, budget), request_id)
                 claim = None
                 if auth is not None:
                     # The whole signature, over the digest the body must have, before the
@@ -1139,7 +1157,6 @@ class RequestContext:
                 self.bulk_in_flight_by_class[cls] += 1
                 if key is not None:
                     self._signed_in_flight[key] = self._signed_in_flight.get(key, 0) + 1
-                budget = self.class_budgets.get(cls)
                 body_timeout_s = (
                     BULK_BODY_TIMEOUT_S if cls == "known" else BULK_STRANGER_BODY_TIMEOUT_S
                 )
@@ -1149,11 +1166,7 @@ class RequestContext:
                     if budget is not None:
                         if not await budget.acquire(BULK_BUDGET_WAIT_S):
                             return self._shed(
-                                context,
-                                f"{rpc}: {budget.used} of {budget.limit} bytes of bulk request"
-                                " bodies in flight"
-                                + ("" if cls == "known" else f" ({cls} callers' share)"),
-                                request_id,
+                                context, self._budget_refusal(rpc, cls, budget), request_id
                             )
                         held = budget.reserve
                         if self._backlog.active:
