@@ -43,6 +43,7 @@ from pathlib import Path
 import grpc
 
 from nodes.errors import NodeError, RequestTooLarge
+from nodes.logging import get_logger
 
 __all__ = [
     "CONTROL_FLOOR_FILENAME",
@@ -63,6 +64,12 @@ CONTROL_FLOOR_LEASE_MS = 1_000
 CONTROL_FUTURE_SLACK_MS = 500
 MAX_CONTROL_FUTURE_NONCES = 4096
 MAX_CONTROL_FUTURE_NONCES_PER_KEY = 64
+#: The future-nonce file is rewritten (only the nonces still remembered) once it
+#: holds twice as many lines as that, or as there are nonces remembered.
+_COMPACT_FUTURE_LINES = MAX_CONTROL_FUTURE_NONCES
+
+
+log = get_logger(__name__)
 
 
 class ControlReplayUnavailable(NodeError):
@@ -141,6 +148,8 @@ class ControlReplay:
         self.future: dict[tuple[str, str], int] = {}
         #: Floor writes since start (how often the durable record cost an fsync).
         self.floor_writes = 0
+        #: Lines in the future-nonce file (rewritten once mostly stale).
+        self._future_lines = 0
         if data_dir is not None:
             self._load(data_dir)
 
@@ -169,11 +178,15 @@ class ControlReplay:
             forget_at = int(parts[2]) + self._window_ms
             if forget_at > now_ms:
                 live[(parts[0], parts[1])] = forget_at
-        _replace_durably(
-            path,
-            "".join(f"{k} {n} {t - self._window_ms}\n" for (k, n), t in live.items()),
-        )
         self.future = live
+        _replace_durably(path, self._future_text(now_ms))
+        self._future_lines = len(live)
+
+    def _future_text(self, now_ms: int) -> str:
+        """The future-nonce file's lines for the nonces still remembered at ``now_ms``."""
+        return "".join(
+            f"{k} {n} {t - self._window_ms}\n" for (k, n), t in self.future.items() if t > now_ms
+        )
 
     def predates_restart(self, time_ms: int) -> bool:
         """Whether a call so dated may have been accepted by a previous run (below its floor)."""
@@ -184,8 +197,7 @@ class ControlReplay:
 
     def check_future_room(self, method: str, key: str, known: bool, now_ms: int) -> None:
         """Refuse a future-dated call the durable record has no room for."""
-        for slot in [s for s, t in self.future.items() if t <= now_ms]:
-            del self.future[slot]
+        self._prune_future(now_ms)
         mine = sum(1 for k, _ in self.future if k == key)
         if mine >= MAX_CONTROL_FUTURE_NONCES_PER_KEY:
             raise RequestTooLarge(
@@ -198,6 +210,10 @@ class ControlReplay:
                 f" remembered (cap {MAX_CONTROL_FUTURE_NONCES}); check the caller's clock"
             )
 
+    def _prune_future(self, now_ms: int) -> None:
+        for slot in [s for s, t in self.future.items() if t <= now_ms]:
+            del self.future[slot]
+
     async def record(self, key: str, nonce: str, time_ms: int, now_ms: int) -> None:
         """Make an accepted call's replay record durable (before its handler runs)."""
         future_path, floor_path = self._future_path, self._floor_path
@@ -207,9 +223,19 @@ class ControlReplay:
             # Claimed before the first await, so a concurrent call sees the room taken.
             self.future[(key, nonce)] = time_ms + self._window_ms
             try:
-                await asyncio.to_thread(
-                    _append_durably, future_path, f"{key} {nonce} {time_ms}\n"
-                )
+                async with self._lock:
+                    self._prune_future(now_ms)
+                    if self._future_lines >= 2 * max(len(self.future), _COMPACT_FUTURE_LINES):
+                        # Lines of calls long past: the file is rewritten with the live ones.
+                        await asyncio.to_thread(
+                            _replace_durably, future_path, self._future_text(now_ms)
+                        )
+                        self._future_lines = len(self.future)
+                    else:
+                        await asyncio.to_thread(
+                            _append_durably, future_path, f"{key} {nonce} {time_ms}\n"
+                        )
+                        self._future_lines += 1
             except OSError as exc:
                 self.future.pop((key, nonce), None)
                 raise _written(future_path, exc) from exc
@@ -240,3 +266,14 @@ class ControlReplay:
         ):
             ahead_s = (self.restart_floor_ms - int(self._clock() * 1000)) / 1000
             await asyncio.sleep(min(0.05, max(0.001, ahead_s)))
+        now_ms = int(self._clock() * 1000)
+        if self.restart_floor_ms > now_ms:
+            # Further ahead than any run leaves it: the clock went back. Calls signed
+            # before the floor stay refused (ABORTED) until the clock passes it.
+            log.warning(
+                "control_floor_ahead_of_clock",
+                floor_ms=self.restart_floor_ms,
+                now_ms=now_ms,
+                ahead_s=round((self.restart_floor_ms - now_ms) / 1000, 3),
+                path=str(self._floor_path),
+            )

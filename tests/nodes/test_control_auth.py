@@ -157,3 +157,31 @@ def test_future_dated_calls_are_capped_per_key(tmp_path: Path) -> None:
         assert claim is not None
 
     asyncio.run(flood())
+
+
+def test_the_future_nonce_file_is_rewritten_once_mostly_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each future-dated call appends a line; lines of calls long past are dropped by a
+    rewrite once the file holds twice what is remembered, so it does not grow for ever."""
+    from nodes import control_replay
+
+    monkeypatch.setattr(control_replay, "_COMPACT_FUTURE_LINES", 2)
+    clock = [NOW]
+    replay = ControlReplay(tmp_path, 60_000, clock=lambda: clock[0])
+    path = tmp_path / CONTROL_FUTURE_FILENAME
+
+    async def ahead(n: int) -> None:
+        for i in range(n):
+            now_ms = int(clock[0] * 1000)
+            await replay.record(OPERATOR.key_id, f"nonce{i:012d}{n}", now_ms + 10_000, now_ms)
+
+    asyncio.run(ahead(4))
+    assert len(path.read_text().splitlines()) == 4
+    clock[0] += 120  # every one of them long past
+    asyncio.run(ahead(1))
+    # (the rewrite keeps only what is still remembered: the call just made)
+    assert len(path.read_text().splitlines()) == 1
+    assert ControlReplay(tmp_path, 60_000, clock=lambda: clock[0]).future.keys() == {
+        (OPERATOR.key_id, "nonce0000000000001")
+    }
