@@ -51,8 +51,8 @@ signature is verified), room in the nonce memory (operator keys and pinned
 peers in a pool of their own, ``MAX_CONTROL_NONCES``; every other key in a
 second pool of that size, at most ``MAX_CONTROL_NONCES_PER_KEY`` each; full →
 RESOURCE_EXHAUSTED, never eviction, so a replay cannot slip through), then
-the signature. The call's replay
-record is durable before the handler runs (:meth:`ControlAuth.settle`).
+the signature. The call's replay record is durable before the handler runs
+(:meth:`ControlAuth.settle`).
 A missing or bad signature is UNAUTHENTICATED, a valid signature by a key
 not authorised for the method (or a node with no operator key configured)
 is PERMISSION_DENIED; the message names the method and what to configure.
@@ -61,10 +61,10 @@ Nothing is written for a rejected call.
 Client side, a call is signed by :func:`signed_metadata`: either through
 :func:`control_channel` (a grpc.aio channel whose interceptor signs every
 authenticated method for the node at its address; the cluster tools, smoke
-test and boundary runner reach nodes through it) or, on a channel that mostly carries the open serve
-plane, passed to the one call that needs it (:class:`nodes.transport.GrpcTransport`
-signs its ``Deliver`` and ``Attest.Request`` calls so; its demands pay no
-interceptor).
+test and boundary runner reach nodes through it) or, on a channel that
+mostly carries the open serve plane, passed to the one call that needs it
+(:class:`nodes.transport.GrpcTransport` signs its ``Deliver`` and
+``Attest.Request`` calls so; its demands pay no interceptor).
 :func:`operator_credentials` finds the operator key (``PROVNET_OPERATOR_KEY_FILE``
 or the cluster home's ``operator.key``).
 """
@@ -306,7 +306,9 @@ def signed_metadata(
 NODE_ID_TIMEOUT_S = 10.0
 
 
-async def node_id_at(channel: grpc.aio.Channel, timeout: float = NODE_ID_TIMEOUT_S) -> str:
+async def node_id_at(
+    channel: grpc.aio.Channel, timeout: float = NODE_ID_TIMEOUT_S, *, wait_for_ready: bool = False
+) -> str:
     """The id of the node at the other end of ``channel`` (``Node.Info``, an open call).
 
     What a caller that has no pinned id for a node signs its control calls
@@ -316,7 +318,9 @@ async def node_id_at(channel: grpc.aio.Channel, timeout: float = NODE_ID_TIMEOUT
     """
     from nodes import wire  # nodes.wire imports much of the node; only clients need it here
 
-    reply = await wire.node_stub(channel).Info(wire.info_request(), timeout=timeout)
+    reply = await wire.node_stub(channel).Info(
+        wire.info_request(), timeout=timeout, wait_for_ready=wait_for_ready
+    )
     node_id = str(reply.node_id)
     if len(node_id) != 64 or not set(node_id) <= _HEX:
         raise NotAuthenticated(f"node answered Node.Info with node id {node_id[:80]!r}, not 64 hex")
@@ -333,7 +337,7 @@ class _Signer:
         self.channel: grpc.aio.Channel | None = None
         self._learning: asyncio.Future[str] | None = None
 
-    async def target_for(self, timeout: float | None) -> str:
+    async def target_for(self, timeout: float | None, wait_for_ready: bool) -> str:
         if self.target is not None:
             return self.target
         if self._learning is None or (
@@ -341,8 +345,11 @@ class _Signer:
         ):
             if self.channel is None:
                 raise RuntimeError("control channel interceptor used before its channel exists")
+            # As the call that needs it: a call that waits for the channel waits here too.
             self._learning = asyncio.ensure_future(
-                node_id_at(self.channel, timeout or NODE_ID_TIMEOUT_S)
+                node_id_at(
+                    self.channel, timeout or NODE_ID_TIMEOUT_S, wait_for_ready=wait_for_ready
+                )
             )
         self.target = await asyncio.shield(self._learning)
         return self.target
@@ -351,7 +358,7 @@ class _Signer:
         method = _method_name(details.method)
         if method not in SIGNED_METHODS:
             return details
-        target = await self.target_for(details.timeout)
+        target = await self.target_for(details.timeout, bool(details.wait_for_ready))
         metadata: Any = grpc.aio.Metadata(*(details.metadata or ()))
         for key, value in signed_metadata(self.credentials, method, request, target=target):
             metadata.add(key, value)
