@@ -42,7 +42,7 @@ from pathlib import Path
 
 import grpc
 
-from nodes.errors import NodeError, RequestTooLarge
+from nodes.errors import NodeError, RequestTooLarge, StoreCorrupt
 from nodes.logging import get_logger
 
 __all__ = [
@@ -94,7 +94,7 @@ def _read_floor(path: Path) -> int:
     except FileNotFoundError:
         return 0
     if not text.isdigit():
-        raise ValueError(f"control floor {path}: expected an integer (ms), got {text[:40]!r}")
+        raise StoreCorrupt(f"control floor {path}: expected an integer (ms), got {text[:40]!r}")
     return int(text)
 
 

@@ -185,3 +185,11 @@ def test_the_future_nonce_file_is_rewritten_once_mostly_stale(
     assert ControlReplay(tmp_path, 60_000, clock=lambda: clock[0]).future.keys() == {
         (OPERATOR.key_id, "nonce0000000000001")
     }
+
+
+def test_a_damaged_control_floor_is_refused_naming_the_file(tmp_path: Path) -> None:
+    from nodes.errors import StoreCorrupt
+
+    (tmp_path / CONTROL_FLOOR_FILENAME).write_text("12x\n")
+    with pytest.raises(StoreCorrupt, match=r"control floor .*control_floor.*'12x'"):
+        ControlReplay(tmp_path, 60_000)
