@@ -816,7 +816,11 @@ class RequestContext:
         self._shed_logged_backlog = 0
         #: ``loop_idle_at``: when the node's event loop was last idle (``time.monotonic``
         #: time; :func:`nodes.eventloop.idle_clock`), which tells a backlog has drained.
-        self._backlog = Backlog(backlog_limit, idle_at=loop_idle_at)
+        #: One per class (:data:`BULK_CLASSES`): a backlog of strangers' calls sheds
+        #: theirs, not the operator's (their calls are judged on their own run).
+        self._backlogs = {
+            cls: Backlog(backlog_limit, idle_at=loop_idle_at) for cls in BULK_CLASSES
+        }
 
     def handler(self, collected: MethodCollector) -> _MethodTable:
         """One generic handler serving every collected method, each wrapped once, now."""
@@ -826,7 +830,7 @@ class RequestContext:
     def _bulk_refusal(self, rpc: str, cls: str = "known", key: str | None = None) -> str | None:
         """Why a bulk call of class ``cls`` (signed by ``key``) starting now is shed,
         or None to admit it."""
-        if self._backlog.taken():
+        if self._backlogs[cls].taken():
             self.bulk_backlog_shed += 1
             return f"{rpc}: node taking up a backlog of calls"
         limit = self._class_limits[cls]
@@ -1038,7 +1042,11 @@ class RequestContext:
             gc.collect()
 
     def _shed(
-        self, context: grpc.aio.ServicerContext[Any, Any], why: str, request_id: str | None = None
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        why: str,
+        request_id: str | None = None,
+        cls: str = "known",
     ) -> None:
         """Refuse a bulk call with RESOURCE_EXHAUSTED, its body unread, and a retry appointment
         (``grpc-retry-pushback-ms``, see :class:`Pushback`) in its trailing metadata.
@@ -1050,7 +1058,7 @@ class RequestContext:
         of MiB under the overload benchmark) until a full collection.
         """
         self.bulk_shed += 1
-        self._backlog.shed()
+        self._backlogs[cls].shed()
         self._collect_now_and_then()
         now = time.monotonic()
         if now - self._shed_logged_at >= BULK_SHED_LOG_INTERVAL_S:
@@ -1131,7 +1139,7 @@ class RequestContext:
             # calls end here, and each costs the loop the serve path needs.
             refusal = self._bulk_refusal(rpc, cls, claimed if cls == "signed" else None)
             if refusal is not None:
-                return self._shed(context, refusal)
+                return self._shed(context, refusal, cls=cls)
             request_id = _request_id(metadata)
             with bound_contextvars(request_id=request_id, rpc=rpc):
                 start = time.perf_counter()
@@ -1142,7 +1150,9 @@ class RequestContext:
                 if budget is not None and budget.refuses_now():
                     # No room and the queue for it full: refused as it would be after
                     # the signature, without spending the verification on it.
-                    return self._shed(context, self._budget_refusal(rpc, cls, budget), request_id)
+                    return self._shed(
+                        context, self._budget_refusal(rpc, cls, budget), request_id, cls
+                    )
                 claim = None
                 if auth is not None:
                     # The whole signature, over the digest the body must have, before the
@@ -1166,10 +1176,10 @@ class RequestContext:
                     if budget is not None:
                         if not await budget.acquire(BULK_BUDGET_WAIT_S):
                             return self._shed(
-                                context, self._budget_refusal(rpc, cls, budget), request_id
+                                context, self._budget_refusal(rpc, cls, budget), request_id, cls
                             )
                         held = budget.reserve
-                        if self._backlog.active:
+                        if self._backlogs[cls].active:
                             # Room came while the node works through a backlog: its
                             # body would be read and processed between the refusals of
                             # the backlog, each step behind theirs (under the overload
@@ -1180,7 +1190,10 @@ class RequestContext:
                             held = 0
                             self.bulk_backlog_shed += 1
                             return self._shed(
-                                context, f"{rpc}: node taking up a backlog of calls", request_id
+                                context,
+                                f"{rpc}: node taking up a backlog of calls",
+                                request_id,
+                                cls,
                             )
                     admitted_at = time.monotonic()
                     # Admitted: say so at once (response headers with the request id)
