@@ -21,6 +21,7 @@ import grpc
 import pytest
 
 from contracts.identity import Identity
+from contracts.serve import build_commitment, build_obligation
 from nodes._pb.provnet.v1 import (
     attest_pb2,
     attest_pb2_grpc,
@@ -349,3 +350,43 @@ def test_a_cluster_pins_every_peer_by_its_node_id(tmp_path: Path) -> None:
         assert sorted(spec.peers) == sorted(
             f"{s.name}={s.address},{ids[s.name]}" for s in specs if s.name != spec.name
         )
+
+
+async def test_a_backlog_of_strangers_calls_does_not_shed_the_operators(tmp_path: Path) -> None:
+    """Backlog shedding is judged per class: while the node sheds a stranger's calls as a
+    backlog (made so here: every call of that class is "taken up amid a backlog"), the
+    operator's delivery taken up meanwhile is admitted and held. Before, one backlog
+    judged every bulk call, and a stranger's flood of deliveries shed the operator's
+    calls with its own (the framing benchmark's attack 8: 1 operator call in 14)."""
+    from tests.nodes.rpc_support import grpc_node
+
+    node = await grpc_node(tmp_path, "classes")
+    requests: Any = node.server.requests
+    requests._backlogs["signed"].taken = lambda: True  # the stranger's class only
+    origin = Identity.generate()
+    now = int(time.time() * 1000)
+    commitment = build_commitment(
+        origin, epoch="e", value_ref="v", fold_seq=0, hops=[b"{}"], issued_at=now
+    )
+    obligation = build_obligation(
+        origin, commitment, serve_until=now + 3_600_000, deadline_ms=2000,
+        endpoints=["127.0.0.1:1"], issued_at=now,
+    )  # fmt: skip
+    body = deliver_request(
+        Delivery("v", b"value", (commitment.to_bytes(),), (obligation.to_bytes(),), "")
+    ).SerializeToString()
+    stranger = ControlCredentials(Identity.generate())
+    try:
+        async with grpc.aio.insecure_channel(node.address) as chan:
+            call = chan.unary_unary(DELIVER, None, None)
+            shed = await _refused(
+                call(body, metadata=stranger.metadata(DELIVER, body, target=node.core.node_id),
+                     timeout=10)
+            )  # fmt: skip
+            assert shed.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, shed
+            assert "backlog" in (shed.details() or ""), shed
+            signed = TEST_OPERATOR.metadata(DELIVER, body, target=node.core.node_id)
+            assert await call(body, metadata=signed, timeout=10)
+        assert (await node.core.stats())["held_values"] == 1
+    finally:
+        await node.stop(0)
