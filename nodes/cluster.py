@@ -518,9 +518,19 @@ def start_node(
 # --------------------------------------------------------------------------- cluster
 
 
-def peer_list(specs: Sequence[NodeSpec], name: str) -> tuple[str, ...]:
-    """``name=address`` entries for every node in ``specs`` except ``name``."""
-    return tuple(f"{s.name}={s.address}" for s in specs if s.name != name)
+def peer_list(
+    specs: Sequence[NodeSpec], name: str, node_ids: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """``name=address`` entries for every node in ``specs`` except ``name``; with
+    ``node_ids`` (name → node id), ``name=address,node_id``: pinned peers, whose
+    control calls (a delivery as themselves) a node serves from the operator's
+    share of its caps, not the share every other key competes for."""
+    ids = node_ids or {}
+    return tuple(
+        f"{s.name}={s.address}" + (f",{ids[s.name]}" if s.name in ids else "")
+        for s in specs
+        if s.name != name
+    )
 
 
 def operator_key(home: Home) -> ControlCredentials:
@@ -579,7 +589,11 @@ def _specs(
         )
         for n, p in zip(names, ports, strict=True)
     ]
-    return [replace(s, peers=peer_list(base, s.name)) for s in base]
+    from nodes.app import load_or_create_identity  # the node's own key, as it will load it
+
+    # Every node's key made now (each node loads its own at start), so peers are pinned.
+    ids = {s.name: load_or_create_identity(s.data_dir).node_id for s in base}
+    return [replace(s, peers=peer_list(base, s.name, ids)) for s in base]
 
 
 def running_nodes(state: ClusterState) -> list[NodeRecord]:

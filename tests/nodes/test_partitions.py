@@ -76,11 +76,14 @@ class OperatorOnNodeClock(ControlCredentials):
         method: str,
         request: bytes,
         *,
+        target: str,
         now: float | None = None,
         digest: str | None = None,
     ) -> tuple[tuple[str, str], ...]:
         at = time.time() + self.offset_s if now is None else now
-        return ControlCredentials.metadata(self, method, request, now=at, digest=digest)
+        return ControlCredentials.metadata(
+            self, method, request, target=target, now=at, digest=digest
+        )
 
 
 class Link:
