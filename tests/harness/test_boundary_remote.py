@@ -170,7 +170,7 @@ def test_without_a_named_witness_a_running_holder_asks_its_peers(nodes: Nodes) -
     # named asks its own peers instead, so there the suspicion is confirmed and
     # recorded: the results count each case as what it is.
     nodes.start({"d": FaultMode.DROP.value})
-    kw: dict[str, object] = {"seeds": (0,), "steps": 60, "deadline_ms": 100, "witness": False}
+    kw: dict[str, object] = {"seeds": (0,), "steps": 60, "deadline_ms": 300, "witness": False}
     remote = _remote(nodes, nodes.members("d", "b"), chain=("d", "b"), **kw)
     local = _local(fault=FaultMode.DROP, holder_cache=True, **kw)
     rehydrations = sum(
