@@ -63,7 +63,7 @@ def test_a_receipt_answering_a_demand_before_the_suspected_one_does_not_clear() 
     w = make_world()
     earlier = build_demand(w.holder, w.obligation, now=NOW + 1_000 - 1, nonce="c4" * 16)
     receipt = w.answer(earlier, now=NOW + 1_000 - 1).to_bytes()
-    with pytest.raises(BindingMismatch, match="before the suspected demand .* same holder"):
+    with pytest.raises(BindingMismatch, match=r"before the suspected demand .* same holder"):
         verify_clearing(_suspicion(w), receipt, now=NOW + 5_000, demand=earlier.to_bytes())
     # Within the skew window of the suspected demand, yet still earlier: no clearing
     # by the receipt alone either.
