@@ -469,7 +469,10 @@ class RemoteOps:
             hops=len(report.hops),
         )
         for o in report.outcomes:
-            if not o.accuses or not o.evidence:
+            if not o.accuses or not o.evidence or not o.evidence_path:
+                # Recorded only where the holder recorded it (its file's path): a
+                # suspicion short of the holder's witness confirmations comes back
+                # with its body but is not evidence, as in the in-process run.
                 continue
             if o.outcome is Outcome.UNANSWERED:
                 await self._check_alive(o.origin)
