@@ -24,8 +24,8 @@ Who does what:
   (``Deliver.Rehydrate``); the holder process makes the ``Serve.Demand``
   calls to the origins named by the obligations, re-asks, challenges the
   witness and verifies, and returns the verified hops and the outcomes with
-  their evidence bytes, which the driver writes to ``--out/evidence/`` and
-  re-verifies. Demand, verification and evidence are therefore measured
+  their evidence bytes; what the holder recorded (the outcome names its
+  file) the driver writes to ``--out/evidence/`` and re-verifies. Demand, verification and evidence are therefore measured
   where a deployment pays them (holder process → origin process); the one
   extra loopback call (driver → holder) is part of the measured latency.
 

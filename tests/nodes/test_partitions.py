@@ -364,7 +364,7 @@ async def test_full_cut_is_a_witness_confirmed_suspicion_that_clears_after_the_h
             # (holder's clock): only the demand it answers orders it after.
             alone = _verify_fails(path, "--cleared-by", str(receipt), *at_b)
             assert "before the suspected demand" in alone["reason"], alone
-        print(f"b offset {b_offset_s:+.0f} s: cleared {cleared_after:.2f} s after the heal")
+        print(f"b {b_offset_s:+.0f}s: cleared {cleared_after:.2f} s after heal, re-tests {retests}")
 
 
 def _verify_fails(path: Path, *extra: str) -> dict[str, Any]:
