@@ -25,8 +25,9 @@ Who does what:
   calls to the origins named by the obligations, re-asks, challenges the
   witness and verifies, and returns the verified hops and the outcomes with
   their evidence bytes; what the holder recorded (the outcome names its
-  file) the driver writes to ``--out/evidence/`` and re-verifies. Demand, verification and evidence are therefore measured
-  where a deployment pays them (holder process → origin process); the one
+  file) the driver writes to ``--out/evidence/`` and re-verifies. Demand,
+  verification and evidence are therefore measured where a deployment pays
+  them (holder process → origin process); the one
   extra loopback call (driver → holder) is part of the measured latency.
 
 **Runs are kept apart** on long-lived nodes: a node's store epoch changes

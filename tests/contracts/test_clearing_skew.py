@@ -3,6 +3,9 @@ origin served after it was suspected, whatever the holder's and the origin's clo
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from contracts import (
@@ -13,6 +16,7 @@ from contracts import (
     unanswered_evidence,
 )
 from contracts.evidence import CLEARING_SKEW_MS, verify_clearing
+from harness.cli import main
 from tests.contracts._support import NOW, World, make_world
 
 #: The holder's clock runs this far ahead of the origin's (inside the documented skew).
@@ -114,3 +118,29 @@ def test_a_demand_for_another_obligation_does_not_clear() -> None:
     ).to_bytes()
     with pytest.raises(BindingMismatch, match="not for obligation"):
         verify_clearing(_suspicion(w), receipt, now=NOW + 5_000, demand=foreign.to_bytes())
+
+
+def test_evidence_verify_answering_orders_the_receipt_on_the_holder_clock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = make_world()
+    retest = build_demand(w.holder, w.obligation, now=NOW + 3_000, nonce="d2" * 16)
+    files = {
+        "ev.json": _suspicion(w).to_bytes(),
+        "receipt": w.answer(retest, now=NOW + 3_000 - AHEAD_MS).to_bytes(),
+        "demand": retest.to_bytes(),
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    ev, receipt, demand = (str(tmp_path / n) for n in files)
+    now = ("--now", str(NOW + 5_000), "--json")
+    assert main(["evidence", "verify", ev, "--cleared-by", receipt, *now]) == 1
+    assert "before the suspected demand" in capsys.readouterr().out
+    both = ("--cleared-by", receipt, "--answering", demand)
+    assert main(["evidence", "verify", ev, *both, *now]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "cleared"
+    assert main(["evidence", "verify", ev, "--answering", demand, *now]) == 2
+    assert f"--answering {demand}: needs --cleared-by RECEIPT" in capsys.readouterr().err
+    missing = str(tmp_path / "nothing")
+    assert main(["evidence", "verify", ev, "--cleared-by", receipt, "--answering", missing]) == 2
+    assert f"--answering {missing}: cannot read" in capsys.readouterr().err
