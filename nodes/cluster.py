@@ -129,11 +129,18 @@ class NodeSpec:
     operator_keys: tuple[str, ...] = ()
     #: What the node signs as an attester (``--attest-fault``; None: honest).
     attest_fault: str | None = None
+    #: Witness confirmations the node's suspicions need before it records them
+    #: (``--min-witnesses``; None: the node's default).
+    min_witnesses: int | None = None
 
     def __post_init__(self) -> None:
         check_node_name(self.name)
         if not 0 < self.port < 65536:
             raise ValueError(f"node {self.name}: port {self.port} is outside 1..65535")
+        if self.min_witnesses is not None and self.min_witnesses < 1:
+            raise ValueError(
+                f"node {self.name}: min_witnesses must be at least 1, got {self.min_witnesses}"
+            )
 
     @property
     def listen(self) -> str:
@@ -299,6 +306,8 @@ def node_argv(spec: NodeSpec) -> list[str]:
         argv += ["--operator-keys", ";".join(spec.operator_keys)]
     if spec.attest_fault:
         argv += ["--attest-fault", spec.attest_fault]
+    if spec.min_witnesses is not None:
+        argv += ["--min-witnesses", str(spec.min_witnesses)]
     return argv
 
 
