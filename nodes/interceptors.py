@@ -823,8 +823,8 @@ class RequestContext:
         are coroutines) wrapped for method ``rpc``, behind the cap of its class: a
         stream (any handler streaming requests or responses; bulk calls have their
         own admission) behind ``streams``, a challenge behind ``challenges``, any
-        other open unary call not in :data:`UNCAPPED_UNARY` behind ``open_calls``; signed calls, demands and
-        health checks behind neither."""
+        other open unary call not in :data:`UNCAPPED_UNARY` behind ``open_calls``;
+        signed calls, demands and health checks behind neither."""
         wrapped = self._wrap(rpc, handler)
         slots: Slots | None
         if handler.unary_unary is None:
