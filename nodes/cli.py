@@ -71,8 +71,9 @@ _FLAG_HELP: Mapping[str, str] = {
     "min_witnesses": "witness confirmations an unanswered suspicion needs (default 1)",
     "reap_interval_s": "seconds between two sweeps of the retention reaper, which evicts hops"
     " no unexpired obligation protects (default 5, 0: off)",
-    "max_concurrent_rpcs": "open calls other than demands and health checks (challenges, node"
-    " info) handled at once; more are shed with RESOURCE_EXHAUSTED (default 128)",
+    "max_concurrent_rpcs": "open calls other than demands and health checks (node info,"
+    " attestation lists) handled at once, and challenges apart from them (a quarter of these"
+    " per caller address); more are shed with RESOURCE_EXHAUSTED (default 128)",
     "max_streams": "long-lived streams (health watch, demand streams, reflection) open at once;"
     " more are refused with RESOURCE_EXHAUSTED (default 64 per streaming method)",
     "max_streams_per_peer": "long-lived streams one caller address may hold open, per streaming"

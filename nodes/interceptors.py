@@ -57,12 +57,14 @@ __all__ = [
     "PUSHBACK_KEY",
     "REQUEST_ID_KEY",
     "UNCAPPED_UNARY",
+    "WITNESS_METHODS",
     "Backlog",
     "BulkBudget",
     "LoopLag",
     "Pushback",
     "RequestContext",
     "Slots",
+    "challenge_slots_per_peer",
     "peer_host",
 ]
 
@@ -93,6 +95,21 @@ UNCAPPED_UNARY = frozenset(
         "/grpc.health.v1.Health/List",
     }
 )
+
+#: Open unary methods that wait on another node for the caller (a challenge waits
+#: up to the promised deadline on an endpoint the caller's obligation names, and
+#: any key can sign an obligation naming a server that never answers): a cap of
+#: their own, in all and per caller address, so they hold nothing the other open
+#: calls need and one address cannot hold every slot other holders challenge with.
+WITNESS_METHODS = frozenset({"/provnet.v1.Evidence/Challenge"})
+
+
+def challenge_slots_per_peer(limit: int) -> int:
+    """Challenges one caller address may have in progress at once, of ``limit``: a
+    quarter, so three quarters stay for other holders whatever one address holds
+    (an honest holder challenges a witness once per silent origin of a rehydration)."""
+    return max(1, limit // 4)
+
 
 #: An admitted bulk call must deliver its request body within this time, so a
 #: caller that opens calls and never sends cannot hold the bulk slots.
@@ -768,6 +785,12 @@ class RequestContext:
         self.streams: dict[str, Slots] = {}
         #: Open unary calls in progress other than UNCAPPED_UNARY (None: uncapped).
         self.open_calls = Slots("open calls", max_open_calls) if max_open_calls > 0 else None
+        #: Challenges in progress (:data:`WITNESS_METHODS`), apart from ``open_calls``.
+        self.challenges = (
+            Slots("challenges", max_open_calls, challenge_slots_per_peer(max_open_calls))
+            if max_open_calls > 0
+            else None
+        )
         self._auth = auth
         #: Bulk calls in progress per class (:data:`BULK_CLASSES`) and per signing
         #: key of the ``signed`` class; ``bulk_in_flight`` is their sum.
@@ -863,9 +886,9 @@ class RequestContext:
         """``handler`` (grpc's stubs type it for the sync server; here its functions
         are coroutines) wrapped for method ``rpc``, behind the cap of its class: a
         stream (any handler streaming requests or responses; bulk calls have their
-        own admission) behind ``streams``, an open unary call not in
-        :data:`UNCAPPED_UNARY` behind ``open_calls``; signed calls, demands and
-        health checks behind neither."""
+        own admission) behind ``streams``, a challenge behind ``challenges``, any
+        other open unary call not in :data:`UNCAPPED_UNARY` behind ``open_calls``;
+        signed calls, demands and health checks behind neither."""
         wrapped = self._wrap(rpc, handler)
         slots: Slots | None
         if handler.unary_unary is None:
@@ -876,6 +899,8 @@ class RequestContext:
                 )
         elif rpc in UNCAPPED_UNARY or rpc in SIGNED_METHODS or rpc in BULK_METHODS:
             slots = None
+        elif rpc in WITNESS_METHODS:
+            slots = self.challenges
         else:
             slots = self.open_calls
         return wrapped if slots is None else _capped(rpc, wrapped, slots)

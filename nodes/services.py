@@ -2270,7 +2270,15 @@ class NodeCore:
         return attestation.digest
 
     async def list_attestations(self, value_digest: str) -> tuple[bytes, ...]:
-        return await self.store.attestations_for(value_digest, now_ms=self.now_ms())
+        """``Attest.List``: what fits one answer, the reserved pool's attestations first
+        (strangers may submit any number for any value digest: theirs get what is left)."""
+        return await self.store.attestations_for(
+            value_digest,
+            now_ms=self.now_ms(),
+            reserved=self.reserved_attesters(),
+            # half a message: room for each envelope's framing, however many there are
+            max_bytes=self.config.max_message_bytes // 2,
+        )
 
     # ----------------------------------------------------------------- attest role
 

@@ -130,6 +130,8 @@ __all__ = [
 DB_FILENAME: Final = "hops.sqlite3"
 
 _BUSY_TIMEOUT_MS: Final = 10_000
+#: Digests per ``IN (...)`` of one query: well below SQLite's host-parameter limit.
+_IN_CHUNK: Final = 500
 
 
 # --------------------------------------------------------------------------- errors
@@ -1863,15 +1865,56 @@ class HopStore:
             )
             return max(cursor.rowcount, 0)
 
-    async def attestations_for(self, value_digest: str, *, now_ms: int) -> tuple[bytes, ...]:
-        """Envelopes of unexpired attestations bound to a value digest."""
+    async def attestations_for(
+        self,
+        value_digest: str,
+        *,
+        now_ms: int,
+        reserved: frozenset[str] = frozenset(),
+        max_bytes: int | None = None,
+    ) -> tuple[bytes, ...]:
+        """Envelopes of unexpired attestations bound to a value digest, oldest first.
+
+        With ``max_bytes``, at most that many envelope bytes: those of ``reserved``
+        attesters first, then strangers' while room is left. Any key may submit
+        attestations for any value digest, so without the bound strangers' could
+        make the list larger than one message (nobody would get it) and make every
+        read of it load all of them.
+        """
+        if max_bytes is None:
+            async with self._read("read attestations") as db:
+                rows = await db.execute_fetchall(
+                    "SELECT envelope FROM attestations WHERE value_digest = ? AND expires_at > ?"
+                    " ORDER BY created_at, digest",
+                    (value_digest, now_ms),
+                )
+            return tuple(bytes(r[0]) for r in rows)
         async with self._read("read attestations") as db:
-            rows = await db.execute_fetchall(
-                "SELECT envelope FROM attestations WHERE value_digest = ? AND expires_at > ?"
-                " ORDER BY created_at, digest",
+            sizes = await db.execute_fetchall(
+                "SELECT digest, attester, LENGTH(envelope) FROM attestations"
+                " WHERE value_digest = ? AND expires_at > ? ORDER BY created_at, digest",
                 (value_digest, now_ms),
             )
-        return tuple(bytes(r[0]) for r in rows)
+            ranked = [r for r in sizes if r[1] in reserved] + [
+                r for r in sizes if r[1] not in reserved
+            ]
+            chosen: set[str] = set()
+            room = max_bytes
+            for digest, _, size in ranked:
+                if int(size) <= room:
+                    chosen.add(str(digest))
+                    room -= int(size)
+            wanted = [str(r[0]) for r in sizes if str(r[0]) in chosen]  # oldest first
+            found: dict[str, bytes] = {}
+            for i in range(0, len(wanted), _IN_CHUNK):
+                part = wanted[i : i + _IN_CHUNK]
+                marks = ",".join("?" * len(part))
+                for digest, envelope in await db.execute_fetchall(
+                    f"SELECT digest, envelope FROM attestations WHERE digest IN ({marks})",
+                    part,
+                ):
+                    found[str(digest)] = bytes(envelope)
+        return tuple(found[d] for d in wanted if d in found)
 
     # ----------------------------------------------------------------- reaper
 

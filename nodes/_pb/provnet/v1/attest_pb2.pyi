@@ -299,7 +299,7 @@ class ListAttestationsRequest(_message.Message):
 
     VALUE_DIGEST_FIELD_NUMBER: _builtins.int
     value_digest: _builtins.str
-    """Value digest; empty lists every attestation held."""
+    """Value digest: the attestations bound to exactly it (at most half a message)."""
     def __init__(
         self,
         *,
