@@ -535,15 +535,15 @@ class NodeCore:
         # Demands dated ahead of the clock: per holder, the latest time accepted
         # (durable, this run and runs before), and as the previous run left it.
         self._future_path = config.data_dir / FUTURE_NONCES_FILENAME
-        self._future_floors = FutureFloors(
-            capacity=MAX_FUTURE_HOLDERS, window_ms=_ms(DEMAND_WINDOW_S)
-        )
-        self._restart_future_floors = RestartFloors()
         # Holders whose floors are reserved besides those an obligation names: the
         # configured peers and the operator's keys (fixed for the run).
         self._known_holders = frozenset(
             [p.node_id for p in config.peers if p.node_id] + list(config.operator_keys)
         )
+        self._future_floors = FutureFloors(
+            capacity=MAX_FUTURE_HOLDERS, window_ms=_ms(DEMAND_WINDOW_S), known=self._known_holders
+        )
+        self._restart_future_floors = RestartFloors()
         self._future_lock = asyncio.Lock()
         self._future_lines = 0
         self._suspects: set[str] | None = None  # origins with stored suspicions (lazy)
@@ -610,12 +610,12 @@ class NodeCore:
         return core
 
     def _load_future_floors(self) -> None:
-        floors, reserved, global_ms = read_floors(
-            self._future_path, self.now_ms() - _ms(DEMAND_WINDOW_S)
-        )
-        restart = RestartFloors(floors, frozenset(reserved), global_ms)
+        restart = read_floors(self._future_path, self.now_ms() - _ms(DEMAND_WINDOW_S))
         table = FutureFloors.loaded(
-            restart, capacity=MAX_FUTURE_HOLDERS, window_ms=_ms(DEMAND_WINDOW_S)
+            restart,
+            capacity=MAX_FUTURE_HOLDERS,
+            window_ms=_ms(DEMAND_WINDOW_S),
+            known=self._known_holders,
         )
         lines = table.lines()
         if lines or self._future_path.exists():
@@ -1497,9 +1497,7 @@ class NodeCore:
         async with self._future_lock:
             table = self._future_floors
             table.prune(now_ms)
-            known = self._known_holders
-            reserved = {h for h in raises if h in named or h in known}
-            lines, evict = table.plan(raises, reserved)
+            lines, evict = table.plan(raises, {h for h in raises if h in named})
             if not lines:
                 return
             await asyncio.to_thread(append_lines, self._future_path, lines)

@@ -122,7 +122,8 @@ async def test_after_a_restart_demands_dated_ahead_stay_refused_a_peers_floor_st
     tmp_path: Path,
 ) -> None:
     friend = Identity.generate()  # a configured peer: its floor is reserved
-    peers = f"friend=127.0.0.1:9,{friend.node_id}"
+    quiet = Identity.generate()  # a configured peer with no floor (no demand dated ahead)
+    peers = f"friend=127.0.0.1:9,{friend.node_id} quiet=127.0.0.1:9,{quiet.node_id}"
     honest = Identity.generate()  # any key: an open floor
     with node_process(tmp_path, "origin", **_env(PROVNET_PEERS=peers)) as (address, data_dir):
         obligation = await _obligation(address)
@@ -153,3 +154,9 @@ async def test_after_a_restart_demands_dated_ahead_stay_refused_a_peers_floor_st
         after = build_demand(friend, obligation, now=friend_at + 1).to_bytes()
         assert friend_at + 1 <= fold_ms
         assert await _demand(address, [after]) == "SERVED"
+        # A peer the previous run knew was never folded: not refused under the fold,
+        # while a key never seen (it may have been folded) is.
+        under = build_demand(quiet, obligation, now=fold_ms).to_bytes()
+        assert await _demand(address, [under]) == "SERVED"
+        unseen = build_demand(Identity.generate(), obligation, now=fold_ms).to_bytes()
+        assert "folded the floors" in await _demand(address, [unseen])
