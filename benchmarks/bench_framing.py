@@ -390,7 +390,7 @@ async def _stranger(args: argparse.Namespace) -> dict[str, Any]:
     from contracts.signed import open_statement
     from contracts.statements import Obligation
     from nodes import wire
-    from nodes.auth import ControlCredentials
+    from nodes.auth import ControlCredentials, node_id_at
     from nodes.messages import Delivery
 
     me = load_identity(args.key)
@@ -533,6 +533,8 @@ async def _stranger(args: argparse.Namespace) -> dict[str, Any]:
                         for _ in range(4)]  # fmt: skip
         chans += holder_chans
         sent, held = [0], [0]
+        # Signed for the holder it calls (control calls name their target node).
+        holder_id = await node_id_at(holder_chans[0], _RPC_S)
 
         async def deliver(k: int) -> None:
             stub = holder_chans[k % len(holder_chans)].unary_unary(_DELIVER)
@@ -541,9 +543,8 @@ async def _stranger(args: argparse.Namespace) -> dict[str, Any]:
                 sent[0] += 1
                 d = Delivery(f"junk-{sent[0]}", b"x", (c.to_bytes(),), (o.to_bytes(),), "")
                 body = wire.deliver_request(d).SerializeToString()
-                code, _ = await _unary(
-                    stub, body, min(_RPC_S, left()), metadata=fresh.metadata(_DELIVER, body)
-                )
+                signed = fresh.metadata(_DELIVER, body, target=holder_id)
+                code, _ = await _unary(stub, body, min(_RPC_S, left()), metadata=signed)
                 calls.add("Deliver(1 byte)", code)
                 held[0] += code == "OK"
 

@@ -211,6 +211,9 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     alone: list[float] = []
     unary = [chan.unary_unary(DELIVER) for chan in chans]  # bytes in, bytes out
     streams = [chan.stream_unary(DELIVER) for chan in chans]
+    from nodes.auth import node_id_at
+
+    target = await node_id_at(chans[0])  # the node the deliveries are signed for
 
     to_admit: list[float] = []
     pushed: list[float] = []
@@ -253,7 +256,7 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
     for k in range(args.solo):
         body, digest = pool[k % len(pool)]
         start = time.perf_counter()
-        await send(0, body, operator.metadata(DELIVER, body, digest=digest), 30)
+        await send(0, body, operator.metadata(DELIVER, body, target=target, digest=digest), 30)
         alone.append((time.perf_counter() - start) * 1000)
     args.ready.write_text("ready")
     while not args.go.exists():  # every load process starts at once
@@ -266,7 +269,7 @@ async def _load(args: argparse.Namespace) -> dict[str, Any]:
         n, backoff, calls = i, 0.1, 0
         while time.monotonic() < until:
             body, digest = pool[n % len(pool)]
-            meta = operator.metadata(DELIVER, body, digest=digest)
+            meta = operator.metadata(DELIVER, body, target=target, digest=digest)
             start = time.perf_counter()
             first, calls = calls == 0, calls + 1
             try:

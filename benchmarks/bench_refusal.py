@@ -79,16 +79,23 @@ async def _measure(args: argparse.Namespace, address: str, pid: int, key: Path) 
         return
         yield b""  # an async generator that sends nothing
 
-    meta = operator.metadata(DELIVER, b"")
+    from nodes.auth import node_id_at
+
+    target = await node_id_at(chans[0])
+
+    def meta() -> tuple[tuple[str, str], ...]:
+        # Fresh per call: a nonce is refused as replayed before the body is read.
+        return operator.metadata(DELIVER, b"", target=target)
+
     holders = []
     for k in range(2):
-        call = streams[k % len(streams)](silent(), metadata=meta, timeout=120)
+        call = streams[k % len(streams)](silent(), metadata=meta(), timeout=120)
         await call.initial_metadata()  # admitted: it holds its reservation
         holders.append(call)
 
     async def one(k: int) -> str:
         try:
-            await streams[k % len(streams)](silent(), metadata=meta, timeout=30)
+            await streams[k % len(streams)](silent(), metadata=meta(), timeout=30)
         except grpc.aio.AioRpcError as exc:
             return str(exc.code().name)
         return "OK"

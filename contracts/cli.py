@@ -110,10 +110,18 @@ def _evidence_verify(args: argparse.Namespace) -> int:
             receipt = Path(args.cleared_by).read_bytes()[: MAX_DOCUMENT_BYTES + 1]
         except OSError as exc:
             return _error(f"--cleared-by {args.cleared_by}: cannot read ({exc.strerror})")
+    demand: bytes | None = None
+    if args.answering is not None:
+        if args.cleared_by is None:
+            return _error(f"--answering {args.answering}: needs --cleared-by RECEIPT")
+        try:
+            demand = Path(args.answering).read_bytes()[: MAX_DOCUMENT_BYTES + 1]
+        except OSError as exc:
+            return _error(f"--answering {args.answering}: cannot read ({exc.strerror})")
     try:
         if args.cleared_by is not None:
             verdict = verify_clearing(
-                evidence, receipt, now=now, min_witnesses=args.min_witnesses
+                evidence, receipt, now=now, min_witnesses=args.min_witnesses, demand=demand
             )
         else:
             verdict = verify_evidence(evidence, now=now, min_witnesses=args.min_witnesses)
@@ -188,5 +196,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         metavar="RECEIPT",
         help="a later receipt of the accused (DSSE envelope file) that clears the suspicion",
+    )
+    verify.add_argument(
+        "--answering",
+        default=None,
+        metavar="DEMAND",
+        help="with --cleared-by: the holder's demand (DSSE envelope file) that receipt"
+        " answers, which orders it after the suspicion on the holder's own clock",
     )
     verify.set_defaults(handler=_evidence_verify)

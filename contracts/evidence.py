@@ -104,6 +104,7 @@ from contracts.statements import (
 
 __all__ = [
     "BUSY_STATUS",
+    "CLEARING_SKEW_MS",
     "EVIDENCE_FORMAT",
     "Answer",
     "AnswerKind",
@@ -731,15 +732,41 @@ def verify_evidence(
             assert_never(e.kind)
 
 
+#: The documented clock skew between nodes (``nodes.services.DEMAND_WINDOW_S``):
+#: an origin answers a demand only if its time is within this of its own clock,
+#: so a receipt answering a demand is issued no earlier than this before it.
+CLEARING_SKEW_MS = 30_000
+
+
 def verify_clearing(
-    evidence: Evidence | bytes, receipt: bytes, *, now: int, min_witnesses: int = 1
+    evidence: Evidence | bytes,
+    receipt: bytes,
+    *,
+    now: int,
+    min_witnesses: int = 1,
+    demand: bytes | None = None,
 ) -> EvidenceVerdict:
     """A suspicion cleared by a later receipt of the accused (design: "cleared by any
     later valid receipt").
 
-    The receipt must verify with the accused's own key, answer a demand for
-    the same obligation, and be issued at or after the suspected demand's
-    time. Proofs never clear (``NotEvidence`` is not raised for them: a
+    The receipt must verify with the accused's own key and answer a demand for
+    the same obligation. What makes it *later*:
+
+    * with ``demand`` (the demand envelope the receipt answers, single or
+      batch): the demand is signed by the suspecting holder, for the same
+      obligation, dated at or after the suspected demand **on that holder's own
+      clock**, and the receipt answers exactly it (its digest and nonce), issued
+      no earlier than :data:`CLEARING_SKEW_MS` before it. The receipt names a
+      demand the holder signed after it suspected the origin, so the origin
+      served after the suspicion, whatever the two clocks read: no skew enters
+      the ordering.
+    * without it (a receipt alone, as files written before the demand was kept
+      beside the receipt): issued, on the origin's own clock, at or after the
+      suspected demand's time on the holder's clock. This takes the origin's
+      ``issued_at`` at its word and orders two clocks; it is kept so those files
+      still verify.
+
+    Proofs never clear (``NotEvidence`` is not raised for them: a
     ``VerificationError`` says so). Returns the CLEARED verdict.
     """
     e = evidence if isinstance(evidence, Evidence) else Evidence.from_bytes(evidence)
@@ -754,20 +781,53 @@ def verify_clearing(
             f"receipt {r.digest[:12]}… answers obligation {rs.obligation[:12]}…, not the"
             f" suspected {core.obligation.digest[:12]}…"
         )
-    if rs.issued_at < core.demand.statement.time:
+    suspected = core.demand.statement
+    if demand is not None:
+        how = _later_by_demand(r, demand, core, e.accused)
+    elif rs.issued_at < suspected.time:
         raise BindingMismatch(
             f"receipt {r.digest[:12]}… was issued at {format_ms(rs.issued_at)}, before the"
-            f" suspected demand ({format_ms(core.demand.statement.time)})"
+            f" suspected demand ({format_ms(suspected.time)}); give the demand it answers"
+            " to order them on the holder's clock"
         )
+    else:
+        how = "issued after the suspected demand by the origin's own clock"
     return _verdict(
         e,
         EvidenceStatus.CLEARED,
         core.commitment,
         core.obligation,
         f"origin {e.accused[:16]}… answered obligation {core.obligation.digest[:12]}… later"
-        f" ({rs.status.value}, receipt {r.digest[:12]}… at {format_ms(rs.issued_at)}):"
+        f" ({rs.status.value}, receipt {r.digest[:12]}… at {format_ms(rs.issued_at)}, {how}):"
         " suspicion cleared",
     )
+
+
+def _later_by_demand(r: Signed[Receipt], demand: bytes, core: _Core, accused: str) -> str:
+    """``r`` answers ``demand``, which the suspecting holder signed no earlier (on its
+    own clock) than the suspected demand; raise naming what does not hold."""
+    suspected = core.demand.statement
+    d: Signed[Demand] = open_statement(demand, Demand, fold=_key(core))
+    ds = d.statement
+    if ds.holder != suspected.holder:
+        raise BindingMismatch(
+            f"clearing demand {d.digest[:12]}… is signed by {ds.holder[:16]}…, not by the"
+            f" suspecting holder {suspected.holder[:16]}…"
+        )
+    _check_demand(d, core.obligation, core.commitment, accused)
+    if ds.time < suspected.time:
+        raise BindingMismatch(
+            f"clearing demand {d.digest[:12]}… is dated {format_ms(ds.time)}, before the"
+            f" suspected demand ({format_ms(suspected.time)}) on the same holder's clock"
+        )
+    verify_receipt_binding(r, demand=d, obligation=core.obligation, commitment=core.commitment)
+    if r.statement.issued_at < ds.time - CLEARING_SKEW_MS:
+        raise BindingMismatch(
+            f"receipt {r.digest[:12]}… was issued at {format_ms(r.statement.issued_at)},"
+            f" more than {CLEARING_SKEW_MS // 1000} s before the demand it answers"
+            f" ({format_ms(ds.time)}): beyond the documented clock skew"
+        )
+    return f"answering demand {d.digest[:12]}… the holder made after the suspected one"
 
 
 def check_evidence(

@@ -206,12 +206,21 @@ class _OriginRun:
     witness_confirmed: bool = False
     cleared: bool = False
     extra: list[str] = field(default_factory=list)
-    receipts: list[bytes] = field(default_factory=list)
+    #: (receipt, the demand envelope it answers) for every attributable answer.
+    receipts: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+def _demand_bytes(fold: _Fold, *, batch: bool = False) -> bytes:
+    """The demand envelope asked for ``fold`` (the batch's, for a fold of a batch)."""
+    if fold.demand_bytes and not batch:
+        return fold.demand_bytes
+    return fold.demand.to_bytes() if fold.demand is not None else b""
 
 
 EvidenceSink = Callable[[str, str, bytes, str], Awaitable[None]]
-#: Called with (origin, receipt bytes) for every receipt the origin signed.
-ReceiptSink = Callable[[str, bytes], Awaitable[int]]
+#: Called with (origin, receipt bytes, the demand envelope it answers) for every
+#: receipt the origin signed.
+ReceiptSink = Callable[[str, bytes, bytes], Awaitable[int]]
 
 
 def verify_evidence_file(data: bytes, *, now_ms: int) -> tuple[str, str]:
@@ -355,8 +364,8 @@ class Holder:
                         other.evidence = None  # one suspicion per origin per decision
         if self._on_receipt is not None:
             # A later signed receipt of the origin clears what we suspected it of.
-            for receipt in run.receipts:
-                await self._on_receipt(run.origin, receipt)
+            for receipt, demand in run.receipts:
+                await self._on_receipt(run.origin, receipt, demand)
         worst = run.folds[0] if len(run.folds) == 1 else max(run.folds, key=_fold_severity)
         evidence, record = self._evidence(run, worst)
         path = ""
@@ -602,7 +611,7 @@ class Holder:
         for fold, answer in zip(folds, answers, strict=True):
             self._judge(fold, answer, reported_at)
             if fold.outcome is not Outcome.UNATTRIBUTABLE and answer.receipt:
-                run.receipts.append(answer.receipt)
+                run.receipts.append((answer.receipt, _demand_bytes(fold)))
 
     def _judge_batch(
         self, run: _OriginRun, folds: list[_Fold], answers: list[Answer], reported_at: int
@@ -616,7 +625,7 @@ class Holder:
             envelope = Envelope.from_bytes(data)
             if envelope.payload_type == RECEIPT_BATCH_TYPE:
                 if self._served_batch(run, folds, answers, envelope.payload):
-                    run.receipts.append(data)
+                    run.receipts.append((data, _demand_bytes(folds[0], batch=True)))
                     return
                 items = {
                     (r.obligation, r.commitment): r
@@ -632,7 +641,7 @@ class Holder:
             self._judge(fold, answer, reported_at, receipt)
             attributable = attributable or fold.outcome is not Outcome.UNATTRIBUTABLE
         if attributable and data:
-            run.receipts.append(data)
+            run.receipts.append((data, _demand_bytes(folds[0], batch=True)))
 
     def _served_batch(
         self, run: _OriginRun, folds: list[_Fold], answers: list[Answer], payload: bytes

@@ -129,11 +129,18 @@ class NodeSpec:
     operator_keys: tuple[str, ...] = ()
     #: What the node signs as an attester (``--attest-fault``; None: honest).
     attest_fault: str | None = None
+    #: Witness confirmations the node's suspicions need before it records them
+    #: (``--min-witnesses``; None: the node's default).
+    min_witnesses: int | None = None
 
     def __post_init__(self) -> None:
         check_node_name(self.name)
         if not 0 < self.port < 65536:
             raise ValueError(f"node {self.name}: port {self.port} is outside 1..65535")
+        if self.min_witnesses is not None and self.min_witnesses < 1:
+            raise ValueError(
+                f"node {self.name}: min_witnesses must be at least 1, got {self.min_witnesses}"
+            )
 
     @property
     def listen(self) -> str:
@@ -299,6 +306,8 @@ def node_argv(spec: NodeSpec) -> list[str]:
         argv += ["--operator-keys", ";".join(spec.operator_keys)]
     if spec.attest_fault:
         argv += ["--attest-fault", spec.attest_fault]
+    if spec.min_witnesses is not None:
+        argv += ["--min-witnesses", str(spec.min_witnesses)]
     return argv
 
 
@@ -518,9 +527,19 @@ def start_node(
 # --------------------------------------------------------------------------- cluster
 
 
-def peer_list(specs: Sequence[NodeSpec], name: str) -> tuple[str, ...]:
-    """``name=address`` entries for every node in ``specs`` except ``name``."""
-    return tuple(f"{s.name}={s.address}" for s in specs if s.name != name)
+def peer_list(
+    specs: Sequence[NodeSpec], name: str, node_ids: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """``name=address`` entries for every node in ``specs`` except ``name``; with
+    ``node_ids`` (name → node id), ``name=address,node_id``: pinned peers, whose
+    control calls (a delivery as themselves) a node serves from the operator's
+    share of its caps, not the share every other key competes for."""
+    ids = node_ids or {}
+    return tuple(
+        f"{s.name}={s.address}" + (f",{ids[s.name]}" if s.name in ids else "")
+        for s in specs
+        if s.name != name
+    )
 
 
 def operator_key(home: Home) -> ControlCredentials:
@@ -579,7 +598,11 @@ def _specs(
         )
         for n, p in zip(names, ports, strict=True)
     ]
-    return [replace(s, peers=peer_list(base, s.name)) for s in base]
+    from nodes.app import load_or_create_identity  # the node's own key, as it will load it
+
+    # Every node's key made now (each node loads its own at start), so peers are pinned.
+    ids = {s.name: load_or_create_identity(s.data_dir).node_id for s in base}
+    return [replace(s, peers=peer_list(base, s.name, ids)) for s in base]
 
 
 def running_nodes(state: ClusterState) -> list[NodeRecord]:

@@ -49,9 +49,11 @@ __all__ = [
     "BACKLOG_SHED_PER_PENDING",
     "BULK_BODY_TIMEOUT_S",
     "BULK_BUDGET_WAIT_S",
+    "BULK_CLASSES",
     "BULK_GC_INTERVAL_S",
     "BULK_METHODS",
     "BULK_SHED_LOG_INTERVAL_S",
+    "BULK_STRANGER_BODY_TIMEOUT_S",
     "PUSHBACK_KEY",
     "REQUEST_ID_KEY",
     "UNCAPPED_UNARY",
@@ -95,6 +97,19 @@ UNCAPPED_UNARY = frozenset(
 #: An admitted bulk call must deliver its request body within this time, so a
 #: caller that opens calls and never sends cannot hold the bulk slots.
 BULK_BODY_TIMEOUT_S = 30.0
+#: The same for a call from anyone but the operator and pinned peers (an open
+#: call, or one signed by a key the node does not know): its slots and bytes
+#: are a pool strangers share, so a call that sends no body gives them back
+#: soon. Long enough for the largest message over a slow link (4 MiB at
+#: 10 Mbit/s takes ~3.4 s).
+BULK_STRANGER_BODY_TIMEOUT_S = 5.0
+
+#: Who a bulk call is from, each with slots and bytes of its own, so no class
+#: can take what another needs (:meth:`RequestContext._bulk_refusal`):
+#: ``known``: signed (verified before the body is read) by an operator key or a
+#: pinned peer; ``signed``: signed by any other key (a node delivering as
+#: itself, a holder asking for an attestation); ``open``: unsigned (``Attest.Submit``).
+BULK_CLASSES = ("known", "signed", "open")
 
 #: A bulk call that finds the byte budget spent waits this long for room (in
 #: arrival order) before it is shed: the reservations of small bodies shrink
@@ -604,6 +619,12 @@ class BulkBudget:
     def _fits(self, n: int) -> bool:
         return self.used == 0 or self.used + n <= self.limit
 
+    def refuses_now(self) -> bool:
+        """Whether :meth:`acquire` would refuse a call at once (no room, the queue full)."""
+        if not self._waiters and self._fits(self.reserve):
+            return False
+        return self._waiting >= self.max_waiters
+
     async def acquire(self, wait_s: float) -> bool:
         """Reserve ``reserve`` bytes, waiting at most ``wait_s`` for room; False: refused."""
         n = self.reserve
@@ -748,6 +769,18 @@ class RequestContext:
         #: Open unary calls in progress other than UNCAPPED_UNARY (None: uncapped).
         self.open_calls = Slots("open calls", max_open_calls) if max_open_calls > 0 else None
         self._auth = auth
+        #: Bulk calls in progress per class (:data:`BULK_CLASSES`) and per signing
+        #: key of the ``signed`` class; ``bulk_in_flight`` is their sum.
+        self.bulk_in_flight_by_class = dict.fromkeys(BULK_CLASSES, 0)
+        self._signed_in_flight: dict[str, int] = {}
+        # Slots of the classes outside ``known``: half the cap for keys the node
+        # does not know (a quarter for any one of them), a quarter for unsigned calls.
+        self._class_limits = {
+            "known": bulk_limit,
+            "signed": max(1, bulk_limit // 2),
+            "open": max(1, bulk_limit // 4),
+        }
+        self._per_key_limit = max(1, bulk_limit // 4)
         # Load shedding: at most ``bulk_limit`` bulk calls (deliveries, appends,
         # commits, rehydrations, forwards, attestations) at once; more are
         # RESOURCE_EXHAUSTED at once, so demands keep their latency.
@@ -758,8 +791,19 @@ class RequestContext:
         #: Adaptive admission (0: off): while the loop runs this late, one bulk call at a time.
         self.loop_lag = LoopLag() if bulk_shed_lag_s > 0 else None
         self._shed_lag_s = bulk_shed_lag_s
-        #: Bytes of bulk request bodies in flight (None: no byte budget).
+        #: Bytes of bulk request bodies in flight (None: no byte budget): the operator's
+        #: and pinned peers' calls. Every other caller's come from budgets of their
+        #: own, half that size each (at least one reservation).
         self.bulk_budget = bulk_budget
+        self.class_budgets: dict[str, BulkBudget | None] = {"known": bulk_budget}
+        for cls in ("signed", "open"):
+            self.class_budgets[cls] = (
+                None
+                if bulk_budget is None
+                else BulkBudget(
+                    max(bulk_budget.reserve, bulk_budget.limit // 2), bulk_budget.reserve
+                )
+            )
         #: Full garbage collections run because of bulk traffic (see BULK_GC_INTERVAL_S).
         self.bulk_collections = 0
         self._last_collection = time.monotonic()
@@ -773,20 +817,33 @@ class RequestContext:
         self._shed_logged_backlog = 0
         #: ``loop_idle_at``: when the node's event loop was last idle (``time.monotonic``
         #: time; :func:`nodes.eventloop.idle_clock`), which tells a backlog has drained.
-        self._backlog = Backlog(backlog_limit, idle_at=loop_idle_at)
+        #: One per class (:data:`BULK_CLASSES`): a backlog of strangers' calls sheds
+        #: theirs, not the operator's (their calls are judged on their own run).
+        self._backlogs = {
+            cls: Backlog(backlog_limit, idle_at=loop_idle_at) for cls in BULK_CLASSES
+        }
 
     def handler(self, collected: MethodCollector) -> _MethodTable:
         """One generic handler serving every collected method, each wrapped once, now."""
         methods = {rpc: self.wrap(rpc, h) for rpc, h in collected.methods.items()}
         return _MethodTable(self, methods, list(collected.generic))
 
-    def _bulk_refusal(self, rpc: str) -> str | None:
-        """Why a bulk call starting now is shed, or None to admit it."""
-        if self._backlog.taken():
+    def _bulk_refusal(self, rpc: str, cls: str = "known", key: str | None = None) -> str | None:
+        """Why a bulk call of class ``cls`` (signed by ``key``) starting now is shed,
+        or None to admit it."""
+        if self._backlogs[cls].taken():
             self.bulk_backlog_shed += 1
             return f"{rpc}: node taking up a backlog of calls"
-        if self.bulk_in_flight >= self._bulk_limit:
-            return f"{rpc}: {self._bulk_limit} bulk calls in progress"
+        limit = self._class_limits[cls]
+        if self.bulk_in_flight_by_class[cls] >= limit:
+            if cls == "known":
+                return f"{rpc}: {limit} bulk calls in progress"
+            whose = "unsigned" if cls == "open" else "signed by keys this node does not pin"
+            return f"{rpc}: {limit} bulk calls {whose} in progress"
+        if key is not None and self._signed_in_flight.get(key, 0) >= self._per_key_limit:
+            return (
+                f"{rpc}: {self._per_key_limit} bulk calls signed by key {key[:16]}… in progress"
+            )
         lag = self.loop_lag
         if lag is not None and self.bulk_in_flight > 0 and lag.late_s > self._shed_lag_s:
             return (
@@ -794,6 +851,13 @@ class RequestContext:
                 f" over {self._shed_lag_s * 1e3:.0f} ms)"
             )
         return None
+
+    @staticmethod
+    def _budget_refusal(rpc: str, cls: str, budget: BulkBudget) -> str:
+        share = "" if cls == "known" else f" ({cls} callers' share)"
+        return (
+            f"{rpc}: {budget.used} of {budget.limit} bytes of bulk request bodies in flight{share}"
+        )
 
     def wrap(self, rpc: str, handler: Any) -> Any:
         """``handler`` (grpc's stubs type it for the sync server; here its functions
@@ -836,10 +900,11 @@ class RequestContext:
             auth = None
         deserialize: Any = keep_raw if auth is not None else inner_deserialize
 
-        def admit(
+        async def admit(
             request: Any, context: grpc.aio.ServicerContext[Any, Any], metadata: Any = None
         ) -> Any:
-            """Verify the control signature (if this server checks them); the parsed request.
+            """Verify the control signature (if this server checks them) and make its replay
+            record durable; the parsed request.
 
             ``metadata``: the call's invocation metadata if the caller already read it.
             """
@@ -848,7 +913,7 @@ class RequestContext:
             raw, parsed = request
             if metadata is None:
                 metadata = context.invocation_metadata()
-            ControlAuth.bind(auth.check(rpc, raw, metadata))
+            ControlAuth.bind(await auth.authenticate(rpc, raw, metadata))
             return _readable(parsed)
 
         if handler.unary_unary is not None:
@@ -864,7 +929,7 @@ class RequestContext:
                 if count is not None:
                     count(rpc)
                 try:
-                    return await inner_uu(admit(request, context, metadata), context)
+                    return await inner_uu(await admit(request, context, metadata), context)
                 except Exception as exc:
                     if isinstance(exc, grpc.aio.AbortError):
                         raise
@@ -893,7 +958,7 @@ class RequestContext:
                     if count is not None:
                         count(rpc)
                     try:
-                        await inner_uw(admit(request, context), context)
+                        await inner_uw(await admit(request, context), context)
                     except Exception as exc:
                         if isinstance(exc, grpc.aio.AbortError):
                             raise
@@ -916,7 +981,7 @@ class RequestContext:
                     if count is not None:
                         count(rpc)
                     try:
-                        async for item in inner_us(admit(request, context), context):
+                        async for item in inner_us(await admit(request, context), context):
                             yield item
                     except Exception as exc:
                         if isinstance(exc, grpc.aio.AbortError):
@@ -978,7 +1043,11 @@ class RequestContext:
             gc.collect()
 
     def _shed(
-        self, context: grpc.aio.ServicerContext[Any, Any], why: str, request_id: str | None = None
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        why: str,
+        request_id: str | None = None,
+        cls: str = "known",
     ) -> None:
         """Refuse a bulk call with RESOURCE_EXHAUSTED, its body unread, and a retry appointment
         (``grpc-retry-pushback-ms``, see :class:`Pushback`) in its trailing metadata.
@@ -990,7 +1059,7 @@ class RequestContext:
         of MiB under the overload benchmark) until a full collection.
         """
         self.bulk_shed += 1
-        self._backlog.shed()
+        self._backlogs[cls].shed()
         self._collect_now_and_then()
         now = time.monotonic()
         if now - self._shed_logged_at >= BULK_SHED_LOG_INTERVAL_S:
@@ -1033,10 +1102,22 @@ class RequestContext:
         difference. With a :class:`BulkBudget`, an admitted call also reserves
         its share of the bytes of bulk bodies in flight before reading its
         body (waiting at most :data:`BULK_BUDGET_WAIT_S` for room, else
-        ``RESOURCE_EXHAUSTED``, the body still unread). The control signature's
+        ``RESOURCE_EXHAUSTED``, the body still unread).
+
+        Who may hold what (:data:`BULK_CLASSES`): a signed method's control
+        signature is verified in full when the headers arrive (it covers the
+        digest the body must have, sent with it), before the call takes a slot
+        or a byte, so a caller without the key it names holds nothing. Calls
+        signed by an operator key or a pinned peer take the configured slots
+        and budget; calls signed by any other key, and unsigned calls
+        (``Attest.Submit``), take slots and budgets of their own (half and a
+        quarter of the slots, half the bytes each) and must send their body
+        within :data:`BULK_STRANGER_BODY_TIMEOUT_S`: a stranger's streams that
+        send nothing cannot take what the operator or a peer needs. The
         SHA-256 over the body is computed in a worker thread (hashlib releases
         the GIL), so a 3 MiB body does not hold the event loop that serves
-        demands; the raw bytes are dropped once the signature is checked.
+        demands; the raw bytes are dropped once it is checked against the
+        digest signed.
         """
         count = self._count
         auth = self._auth
@@ -1045,32 +1126,61 @@ class RequestContext:
         async def bulk_unary(
             requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
         ) -> Any:
+            metadata = context.invocation_metadata()
+            # Whose call it claims to be picks the slots it may take; the claim is
+            # verified below, before any slot, byte or await is spent on it.
+            signed = auth is not None and rpc in SIGNED_METHODS
+            claimed = auth.claimed_signer(metadata) if auth is not None and signed else None
+            cls = (
+                "known"
+                if auth is None or auth.is_known(claimed)
+                else ("open" if claimed is None else "signed")
+            )
             # Decided first, with as little work as possible: under overload most
             # calls end here, and each costs the loop the serve path needs.
-            refusal = self._bulk_refusal(rpc)
+            refusal = self._bulk_refusal(rpc, cls, claimed if cls == "signed" else None)
             if refusal is not None:
-                return self._shed(context, refusal)
-            request_id = _request_id(context.invocation_metadata())
+                return self._shed(context, refusal, cls=cls)
+            request_id = _request_id(metadata)
             with bound_contextvars(request_id=request_id, rpc=rpc):
                 start = time.perf_counter()
                 context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                 if count is not None:
                     count(rpc)
+                budget = self.class_budgets.get(cls)
+                if budget is not None and budget.refuses_now():
+                    # No room and the queue for it full: refused as it would be after
+                    # the signature, without spending the verification on it.
+                    return self._shed(
+                        context, self._budget_refusal(rpc, cls, budget), request_id, cls
+                    )
+                claim = None
+                if auth is not None:
+                    # The whole signature, over the digest the body must have, before the
+                    # call may hold anything: a caller without the key it names holds no
+                    # slot and no byte of the budget (a refusal costs one verification).
+                    try:
+                        claim = auth.claim(rpc, metadata)
+                    except Exception as exc:
+                        await _abort_for(exc, context, rpc)
+                key = claim.signer if claim is not None and cls == "signed" else None
                 self.bulk_in_flight += 1
-                budget = self.bulk_budget
+                self.bulk_in_flight_by_class[cls] += 1
+                if key is not None:
+                    self._signed_in_flight[key] = self._signed_in_flight.get(key, 0) + 1
+                body_timeout_s = (
+                    BULK_BODY_TIMEOUT_S if cls == "known" else BULK_STRANGER_BODY_TIMEOUT_S
+                )
                 held = 0
                 admitted_at = time.monotonic() if budget is None else None
                 try:
                     if budget is not None:
                         if not await budget.acquire(BULK_BUDGET_WAIT_S):
                             return self._shed(
-                                context,
-                                f"{rpc}: {budget.used} of {budget.limit} bytes of bulk request"
-                                " bodies in flight",
-                                request_id,
+                                context, self._budget_refusal(rpc, cls, budget), request_id, cls
                             )
                         held = budget.reserve
-                        if self._backlog.active:
+                        if self._backlogs[cls].active:
                             # Room came while the node works through a backlog: its
                             # body would be read and processed between the refusals of
                             # the backlog, each step behind theirs (under the overload
@@ -1081,7 +1191,10 @@ class RequestContext:
                             held = 0
                             self.bulk_backlog_shed += 1
                             return self._shed(
-                                context, f"{rpc}: node taking up a backlog of calls", request_id
+                                context,
+                                f"{rpc}: node taking up a backlog of calls",
+                                request_id,
+                                cls,
                             )
                     admitted_at = time.monotonic()
                     # Admitted: say so at once (response headers with the request id)
@@ -1091,9 +1204,7 @@ class RequestContext:
                     # Callers that send the body at once are served the same.
                     await context.send_initial_metadata(((REQUEST_ID_KEY, request_id),))
                     try:
-                        request = await asyncio.wait_for(
-                            anext(aiter(requests)), BULK_BODY_TIMEOUT_S
-                        )
+                        request = await asyncio.wait_for(anext(aiter(requests)), body_timeout_s)
                     except StopAsyncIteration:
                         await context.abort(
                             grpc.StatusCode.INVALID_ARGUMENT, f"{rpc}: no request message"
@@ -1101,19 +1212,21 @@ class RequestContext:
                     except TimeoutError:
                         await context.abort(
                             grpc.StatusCode.DEADLINE_EXCEEDED,
-                            f"{rpc}: request body not received within {BULK_BODY_TIMEOUT_S:g} s",
+                            f"{rpc}: request body not received within {body_timeout_s:g} s",
                         )
                     raw, request = request
                     if budget is not None:
                         held = budget.shrink(held, len(raw))
                     if auth is not None:
-                        digest = (
-                            await asyncio.to_thread(request_digest, raw)
-                            if len(raw) >= _OFFLOAD_HASH_BYTES
-                            else None
-                        )
-                        signer = auth.check(rpc, raw, context.invocation_metadata(), digest=digest)
-                        ControlAuth.bind(signer)
+                        if claim is not None:
+                            digest = (
+                                await asyncio.to_thread(request_digest, raw)
+                                if len(raw) >= _OFFLOAD_HASH_BYTES
+                                else None
+                            )
+                            auth.check_body(claim, raw, digest=digest)
+                            await auth.settle(claim)
+                        ControlAuth.bind(None if claim is None else claim.signer)
                     request = _readable(request)
                     # Only the signature needs the bytes received; and the handler gets
                     # the only reference to the parsed request, so it can drop it early.
@@ -1127,6 +1240,13 @@ class RequestContext:
                     await _abort_for(exc, context, rpc)
                 finally:
                     self.bulk_in_flight -= 1
+                    self.bulk_in_flight_by_class[cls] -= 1
+                    if key is not None:
+                        left = self._signed_in_flight[key] - 1
+                        if left:
+                            self._signed_in_flight[key] = left
+                        else:
+                            del self._signed_in_flight[key]
                     if budget is not None and held:
                         budget.release(held)
                     if admitted_at is not None:

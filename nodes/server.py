@@ -22,7 +22,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import _async as reflection_aio
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from nodes.auth import ControlAuth
+from nodes.auth import CONTROL_SKEW_S, ControlAuth
+from nodes.control_replay import ControlReplay
 from nodes.eventloop import idle_clock
 from nodes.interceptors import (
     BACKLOG_SHED_PER_PENDING,
@@ -130,9 +131,14 @@ class NodeServer:
     listen: str
     #: What wraps every handler (its ``bulk_in_flight``/``bulk_shed`` counters).
     requests: RequestContext
+    #: Control-call signatures (and their durable replay record).
+    auth: ControlAuth | None = None
     port: int = 0
 
     async def start(self) -> int:
+        if self.auth is not None:
+            # Calls signed after this start are dated above the floor a previous run left.
+            await self.auth.replay.outwait_floor()
         self.port = self.server.add_insecure_port(self.listen)
         if self.port == 0:
             raise OSError(f"cannot bind {self.listen}")
@@ -161,7 +167,17 @@ class NodeServer:
 
 
 def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeServer:
-    auth = ControlAuth(core.config.operator_keys, node_name=core.config.name, clock=core.clock)
+    auth = ControlAuth(
+        core.config.operator_keys,
+        node_id=core.node_id,
+        node_name=core.config.name,
+        peer_keys=(p.node_id for p in core.config.peers if p.node_id),
+        clock=core.clock,
+        # A call accepted before a restart stays refused after it.
+        replay=ControlReplay(
+            core.config.data_dir, int(2 * CONTROL_SKEW_S * 1000), clock=core.clock
+        ),
+    )
     requests = RequestContext(
         core.count_rpc,
         auth,
@@ -213,5 +229,10 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
     registered: Any = server  # grpc's stubs lack add_registered_method_handlers
     registered.add_registered_method_handlers(SERVE_SERVICE, table.of_service(SERVE_SERVICE))
     return NodeServer(
-        server=server, health=health_servicer, core=core, listen=listen, requests=requests
+        server=server,
+        health=health_servicer,
+        core=core,
+        listen=listen,
+        requests=requests,
+        auth=auth,
     )

@@ -552,7 +552,7 @@ class NodeCore:
         # checked per origin: a suspicion stored after a receipt that clears it (two
         # rehydrations of one value, the later one served first) is checked at once.
         self._suspicions_stored = 0
-        self._recent_receipts: OrderedDict[str, deque[bytes]] = OrderedDict()
+        self._recent_receipts: OrderedDict[str, deque[tuple[bytes, bytes]]] = OrderedDict()
         # Signed tree heads: this origin's log of heads for the current epoch
         # (rebuilt from the store when missing), the heads this node verified
         # as a receiver (each signature checked once), and the heads each peer
@@ -2146,8 +2146,8 @@ class NodeCore:
             self._suspicions_stored += 1
             if self._suspects is not None:
                 self._suspects.add(accused)
-            for receipt in tuple(self._recent_receipts.get(accused, ())):
-                await self.clear_suspicions(accused, receipt, remember=False)
+            for receipt, demand in tuple(self._recent_receipts.get(accused, ())):
+                await self.clear_suspicions(accused, receipt, demand, remember=False)
 
     async def rehydrate(
         self, value_ref: str, witnesses: Sequence[str] = (), *, deadline: float | None = None
@@ -2382,13 +2382,18 @@ class NodeCore:
             records += await self.store.uncleared_suspicions(origin)
         return tuple(records)
 
-    async def clear_suspicions(self, origin: str, receipt: bytes, *, remember: bool = True) -> int:
+    async def clear_suspicions(
+        self, origin: str, receipt: bytes, demand: bytes = b"", *, remember: bool = True
+    ) -> int:
         """Mark stored suspicions against ``origin`` cleared by a later receipt of it.
 
         Each stored ``unanswered`` record is checked with
-        :func:`contracts.evidence.verify_clearing` (same obligation, receipt
-        signed by the origin, issued at or after the suspected demand); the
-        receipt is kept beside it (and beside its file), so a third party can
+        :func:`contracts.evidence.verify_clearing`: the receipt, signed by the
+        origin for the same obligation, answers ``demand`` (this node's, dated at
+        or after the suspected demand on this node's clock; skew between the
+        two clocks does not enter), or else is issued at or after the suspected
+        demand by the origin's clock. The receipt is kept beside the record (and
+        beside its file, with the demand when that decided), so a third party can
         check the clearing with ``provnet evidence verify FILE --cleared-by``.
         """
         if remember:  # kept for a suspicion stored after it (keep_evidence)
@@ -2399,7 +2404,7 @@ class NodeCore:
                 recent = self._recent_receipts[origin] = deque(maxlen=_RECENT_RECEIPTS)
                 if len(self._recent_receipts) > _RECENT_RECEIPT_ORIGINS:
                     self._recent_receipts.popitem(last=False)
-            recent.append(receipt)
+            recent.append((receipt, demand))
         # A suspicion stored while this call reads the store is not in what it
         # read; it is checked against this receipt once stored (keep_evidence).
         stored = self._suspicions_stored
@@ -2413,9 +2418,8 @@ class NodeCore:
         cleared = settled = 0
         records = await self.store.uncleared_suspicions(origin)
         for record in records:
-            try:
-                verify_clearing(record.body, receipt, now=self.now_ms() + 3_600_000)
-            except (ContractError, ValueError):
+            answering = _clearing_demand(record.body, receipt, demand, self.now_ms() + 3_600_000)
+            if answering is None:
                 continue
             settled += 1
             if not await self.store.mark_cleared(
@@ -2426,6 +2430,8 @@ class NodeCore:
             if record.file_path:
                 with contextlib.suppress(OSError):
                     Path(record.file_path + ".cleared-by").write_bytes(receipt)
+                    if answering:
+                        Path(record.file_path + ".cleared-by-demand").write_bytes(answering)
             log.info(
                 "suspicion_cleared",
                 peer=origin,
@@ -2435,3 +2441,18 @@ class NodeCore:
         if settled == len(records) and stored == self._suspicions_stored:
             suspects.discard(origin)  # nothing stands against it (its folds may be cached)
         return cleared
+
+
+def _clearing_demand(body: bytes, receipt: bytes, demand: bytes, now: int) -> bytes | None:
+    """How ``receipt`` clears the record ``body``: the demand it answers (the rule
+    that holds whatever the clocks read), ``b""`` by the receipt alone, or None if
+    it does not clear it (:func:`contracts.evidence.verify_clearing`)."""
+    if demand:
+        with contextlib.suppress(ContractError, ValueError):
+            verify_clearing(body, receipt, now=now, demand=demand)
+            return demand
+    try:
+        verify_clearing(body, receipt, now=now)
+    except (ContractError, ValueError):
+        return None
+    return b""

@@ -27,7 +27,7 @@ import grpc
 
 from nodes import wire
 from nodes.attester import AttestationAnswer, AttestationAsk
-from nodes.auth import ControlCredentials, control_channel, signed_metadata
+from nodes.auth import ControlCredentials, control_channel, node_id_at, signed_metadata
 from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
 from nodes.noanswer import SILENT_CODES, Reply, reply_for
@@ -196,7 +196,8 @@ class GrpcTransport:
     an extra task and a copy of its request. The calls this transport makes
     that must be signed (``Deliver``, ``Attest.Request``) carry the signature
     in their own metadata (:func:`nodes.auth.signed_metadata`, the same
-    bytes the signing channel attaches) when ``credentials`` is set. A
+    bytes the signing channel attaches) when ``credentials`` is set, signed
+    for the node at the address (its id asked once, ``Node.Info``). A
     node's own transport signs with the node key (a forwarded value names it
     as sender); tools pass the operator key.
     """
@@ -214,6 +215,8 @@ class GrpcTransport:
         self._evidence: dict[str, wire.EvidenceStub] = {}
         self._deliver: dict[str, wire.DeliverStub] = {}
         self._closing: dict[asyncio.Future[None], grpc.aio.Channel] = {}
+        #: Address → the id of the node there, which signed calls name.
+        self._targets: dict[str, str] = {}
         self.calls = 0
 
     def _serve_stub(self, address: str) -> wire.ServeStub:
@@ -247,6 +250,7 @@ class GrpcTransport:
         chan = self._channels.pop(address)
         for stubs in (self._serve, self._demand, self._evidence, self._deliver):
             stubs.pop(address, None)
+        self._targets.pop(address, None)
         closing = asyncio.ensure_future(chan.close(_CHANNEL_CLOSE_GRACE_S))
         self._closing[closing] = chan
         closing.add_done_callback(lambda done: self._closing.pop(done, None))
@@ -341,24 +345,52 @@ class GrpcTransport:
         reply = await self._call(address, stub.Challenge(request, timeout=timeout))
         return wire.challenge_result_from_pb(reply)
 
-    def _metadata(self, method: str, request: Any) -> tuple[tuple[str, str], ...] | None:
-        """The control signature of a call that needs one (None without credentials)."""
+    async def _target(self, address: str, timeout: float) -> str | None:
+        """The id of the node at ``address``, which a signed call names (None: no credentials).
+
+        Asked once per address (``Node.Info``) and kept; forgotten when that node
+        refuses a signed call as UNAUTHENTICATED (a different node may now be there).
+        """
         if self.credentials is None:
             return None
-        return signed_metadata(self.credentials, method, request)
+        known = self._targets.get(address)
+        if known is None:
+            try:
+                known = await node_id_at(self.channel(address), timeout)
+            except grpc.aio.AioRpcError as exc:
+                raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
+            self._targets[address] = known
+        return known
+
+    def _metadata(
+        self, method: str, request: Any, target: str | None
+    ) -> tuple[tuple[str, str], ...] | None:
+        """The control signature of a call that needs one (None without credentials)."""
+        if self.credentials is None or target is None:
+            return None
+        return signed_metadata(self.credentials, method, request, target=target)
+
+    async def _signed_call(self, address: str, coro: Any) -> Any:
+        try:
+            return await self._call(address, coro)
+        except CallFailed as exc:
+            if exc.code == "UNAUTHENTICATED":
+                self._targets.pop(address, None)
+            raise
 
     async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
         stub = self._deliver_stub(address)
         request = wire.deliver_request(delivery)
+        target = await self._target(address, timeout)
 
         def attempt(left: float) -> Any:
             # Signed afresh each attempt (new time and nonce): a retry is a new call.
-            metadata = self._metadata(_DELIVER, request)
+            metadata = self._metadata(_DELIVER, request, target)
             return stub.Deliver(request, timeout=left, metadata=metadata)
 
         # A peer that shed the delivery before reading it is asked again within
         # the deadline (nodes.retry: a delivery is keyed by its value_ref).
-        reply = await self._call(address, retry_shed(_DELIVER, attempt, timeout))
+        reply = await self._signed_call(address, retry_shed(_DELIVER, attempt, timeout))
         return bytes(reply.delivery_receipt)
 
     async def request_attestation(
@@ -367,8 +399,12 @@ class GrpcTransport:
         """``Attest.Request`` on an attester (signed with this transport's credentials)."""
         stub = wire.attest_stub(self.channel(address))
         request = wire.attest_request(ask)
-        metadata = self._metadata(_ATTEST_REQUEST, request)
-        reply = await self._call(address, stub.Request(request, timeout=timeout, metadata=metadata))
+        metadata = self._metadata(
+            _ATTEST_REQUEST, request, await self._target(address, timeout)
+        )
+        reply = await self._signed_call(
+            address, stub.Request(request, timeout=timeout, metadata=metadata)
+        )
         return wire.attestation_answer_from_pb(reply)
 
     async def close(self) -> None:

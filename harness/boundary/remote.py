@@ -24,9 +24,10 @@ Who does what:
   (``Deliver.Rehydrate``); the holder process makes the ``Serve.Demand``
   calls to the origins named by the obligations, re-asks, challenges the
   witness and verifies, and returns the verified hops and the outcomes with
-  their evidence bytes, which the driver writes to ``--out/evidence/`` and
-  re-verifies. Demand, verification and evidence are therefore measured
-  where a deployment pays them (holder process → origin process); the one
+  their evidence bytes; what the holder recorded (the outcome names its
+  file) the driver writes to ``--out/evidence/`` and re-verifies. Demand,
+  verification and evidence are therefore measured where a deployment pays
+  them (holder process → origin process); the one
   extra loopback call (driver → holder) is part of the measured latency.
 
 **Runs are kept apart** on long-lived nodes: a node's store epoch changes
@@ -469,7 +470,10 @@ class RemoteOps:
             hops=len(report.hops),
         )
         for o in report.outcomes:
-            if not o.accuses or not o.evidence:
+            if not o.accuses or not o.evidence or not o.evidence_path:
+                # Recorded only where the holder recorded it (its file's path): a
+                # suspicion short of the holder's witness confirmations comes back
+                # with its body but is not evidence, as in the in-process run.
                 continue
             if o.outcome is Outcome.UNANSWERED:
                 await self._check_alive(o.origin)

@@ -41,7 +41,9 @@ class Nodes:
         self.operator = create_operator_key(root / OPERATOR_KEY_FILENAME)
         self.faithful = ("a", "b", "c")
 
-    def start(self, faults: dict[str, str | None]) -> None:
+    def start(
+        self, faults: dict[str, str | None], min_witnesses: dict[str, int] | None = None
+    ) -> None:
         names = [*self.started, *faults]
         ports = dict(zip(faults, free_ports(len(faults)), strict=True))
         for name, (running, _) in self.started.items():
@@ -59,6 +61,7 @@ class Nodes:
                 peers=peer_list(base, s.name),
                 fault=faults[s.name],
                 operator_keys=(self.operator.key_id,),
+                min_witnesses=(min_witnesses or {}).get(s.name),
             )
             for s in base
             if s.name in faults
@@ -170,7 +173,7 @@ def test_without_a_named_witness_a_running_holder_asks_its_peers(nodes: Nodes) -
     # named asks its own peers instead, so there the suspicion is confirmed and
     # recorded: the results count each case as what it is.
     nodes.start({"d": FaultMode.DROP.value})
-    kw: dict[str, object] = {"seeds": (0,), "steps": 60, "deadline_ms": 100, "witness": False}
+    kw: dict[str, object] = {"seeds": (0,), "steps": 60, "deadline_ms": 300, "witness": False}
     remote = _remote(nodes, nodes.members("d", "b"), chain=("d", "b"), **kw)
     local = _local(fault=FaultMode.DROP, holder_cache=True, **kw)
     rehydrations = sum(
@@ -183,6 +186,44 @@ def test_without_a_named_witness_a_running_holder_asks_its_peers(nodes: Nodes) -
     assert {e.accused_name for e in remote.evidence} == {"d"}
     assert all(e.verified and e.path for e in remote.evidence)
     assert remote.unconfirmed_suspicions == {}
+
+
+def test_a_suspicion_the_running_holder_does_not_record_the_driver_does_not_either(
+    nodes: Nodes, tmp_path: Path
+) -> None:
+    """A holder asking two witness confirmations, one witness named: each unanswered
+    rehydration comes back with its evidence body but is not recorded by the holder,
+    so the driver neither counts nor writes it (an unconfirmed suspicion, as the
+    in-process run counts one)."""
+    nodes.start({"e": FaultMode.DROP.value})
+    nodes.start({"m": None}, min_witnesses={"m": 2})
+    kw: dict[str, object] = {"seeds": (0,), "steps": 60, "deadline_ms": 300}
+    settings = BoundarySettings(
+        **{
+            **SLICE,
+            **kw,
+            "transport": TransportKind.REMOTE,
+            "nodes": nodes.members("e", "m", "c"),
+            "chain": ("e", "m"),
+            "witness_name": "c",
+            "control_home": str(nodes.root),
+        }  # type: ignore[arg-type]
+    )
+    out = tmp_path / "out"
+    remote = run_boundary(CFG, settings, out, progress=False)
+    rehydrations = sum(
+        remote.arm_costs[a].rehydrations for a in ("structural_min", "structural_perhop")
+    )
+    assert rehydrations > 0
+    holder_evidence = nodes.root / "m" / "evidence"
+    assert not list(holder_evidence.glob("*.json")), "the holder recorded a suspicion"
+    assert remote.evidence == []
+    assert remote.unconfirmed_suspicions == {"e": rehydrations}
+    assert not list((out / "evidence").glob("*.json"))
+    # The in-process holder with too few confirmations (none: no witness) likewise.
+    local = _local(fault=FaultMode.DROP, holder_cache=True, witness=False, **kw)
+    assert local.evidence == []
+    assert local.unconfirmed_suspicions == {"origin": rehydrations}
 
 
 def test_origin_killed_during_a_run_is_named_unanswered_and_the_run_completes(

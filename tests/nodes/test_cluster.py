@@ -25,6 +25,7 @@ from nodes.cluster import (
     cluster_down,
     is_alive,
     load_state,
+    node_argv,
     start_node,
 )
 from nodes.home import Home
@@ -250,3 +251,12 @@ def test_nodes_of_an_up_killed_before_they_serve_are_still_stopped_by_down(home:
     down = _provnet(home, "cluster", "down", "--grace", "2")
     assert down.returncode == 0, down.stderr
     assert not any(is_alive(r.pid) for r in state.nodes)
+
+
+def test_a_spec_passes_its_min_witnesses_to_the_node_and_checks_it(tmp_path: Path) -> None:
+    spec = NodeSpec("a", 7001, tmp_path / "a", tmp_path / "a.log", min_witnesses=2)
+    argv = node_argv(spec)
+    assert argv[argv.index("--min-witnesses") + 1] == "2"
+    assert "--min-witnesses" not in node_argv(NodeSpec("a", 7001, tmp_path, tmp_path / "l"))
+    with pytest.raises(ValueError, match="node a: min_witnesses must be at least 1, got 0"):
+        NodeSpec("a", 7001, tmp_path / "a", tmp_path / "a.log", min_witnesses=0)

@@ -31,6 +31,8 @@ APPEND = "/provnet.v1.HopLog/Append"  # a control method (operator key only)
 DEMAND = "/provnet.v1.Serve/Demand"  # an open method
 
 OPERATOR = Identity.generate()
+#: The id of the node the test server stands for (what a signed call must name).
+NODE_ID = Identity.generate().node_id
 
 
 def _identity(raw: bytes) -> bytes:
@@ -70,7 +72,7 @@ async def address(request: pytest.FixtureRequest) -> AsyncIterator[str]:
             collected.add_generic_rpc_handlers(
                 (grpc.method_handlers_generic_handler(service, handlers),)
             )
-    context = RequestContext(auth=ControlAuth({OPERATOR.node_id}, node_name="t"))
+    context = RequestContext(auth=ControlAuth({OPERATOR.node_id}, node_id=NODE_ID, node_name="t"))
     server = grpc.aio.server(handlers=[context.handler(collected)])
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -102,9 +104,9 @@ async def test_errors_map_to_their_status_on_every_handler(address: str) -> None
 async def test_control_methods_need_an_operator_signature(address: str) -> None:
     assert await _code(address, APPEND, b"x") is grpc.StatusCode.UNAUTHENTICATED
     stranger = ControlCredentials(Identity.generate())
-    signed = stranger.metadata(APPEND, b"x")
+    signed = stranger.metadata(APPEND, b"x", target=NODE_ID)
     assert await _code(address, APPEND, b"x", signed) is grpc.StatusCode.PERMISSION_DENIED
-    signed = ControlCredentials(OPERATOR).metadata(APPEND, b"x")
+    signed = ControlCredentials(OPERATOR).metadata(APPEND, b"x", target=NODE_ID)
     assert await _call(address, APPEND, b"x", signed) == b"signer=" + OPERATOR.node_id.encode()
 
 
@@ -131,7 +133,7 @@ async def test_events_logged_in_a_call_carry_its_request_id_and_method(
     try:
         metadata: Any = ((REQUEST_ID_KEY, "req-9"),)
         if method == APPEND:
-            metadata += ControlCredentials(OPERATOR).metadata(APPEND, b"log")
+            metadata += ControlCredentials(OPERATOR).metadata(APPEND, b"log", target=NODE_ID)
         await _call(address, method, b"log", metadata)
         get_logger("tests.handlers").warning("after")
         lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line]

@@ -113,7 +113,7 @@ async def test_signed_methods_refuse_the_unsigned_and_the_unauthorised_and_write
             for body in (b"", b"\x0a\x03abc", b"\xff\xff\xff"):
                 code = await _code(chan, name, method, body, ())
                 assert code == "UNAUTHENTICATED", (name, body, code)
-                signed = stranger.metadata(name, body)
+                signed = stranger.metadata(name, body, target=node.core.node_id)
                 code = await _code(chan, name, method, body, signed)
                 if name in CONTROL_METHODS:
                     assert code == "PERMISSION_DENIED", (name, body, code)

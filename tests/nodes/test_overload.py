@@ -38,7 +38,7 @@ from nodes._pb.provnet.v1 import (
 from nodes.app import RunningNode
 from nodes.cluster import HealthState, child_env, free_ports, probe_health, provnet_argv
 from nodes.messages import Delivery
-from tests.nodes.rpc_support import grpc_node, hop_json, operator_channel
+from tests.nodes.rpc_support import TEST_OPERATOR, grpc_node, hop_json, operator_channel
 
 DELIVER = "/provnet.v1.Deliver/Deliver"
 
@@ -72,9 +72,25 @@ def _four_channels(address: str) -> list[grpc.aio.Channel]:
     return [grpc.aio.insecure_channel(address, options=options) for _ in range(4)]
 
 
-async def _connected_delivers(chans: list[grpc.aio.Channel]) -> list[Any]:
-    """Each channel's ``Deliver`` call, once the channel has connected (a ``Node/Info``)."""
-    delivers = [chan.stream_unary(DELIVER, None, None) for chan in chans]
+def _as_operator(chan: grpc.aio.Channel, node: RunningNode) -> Any:
+    """``chan``'s ``Deliver`` as a client stream, each call signed afresh by the operator
+    for ``node`` (over an empty body): admitted, it holds the operator's bulk slot and
+    reservation until its body comes, as a delivery whose body is still on its way.
+    An unsigned one is refused before it holds anything."""
+    call = chan.stream_unary(DELIVER, None, None)
+    target = node.core.node_id
+
+    def signed(requests: Any, **kwargs: Any) -> Any:
+        metadata = TEST_OPERATOR.metadata(DELIVER, b"", target=target)
+        return call(requests, metadata=metadata, **kwargs)
+
+    return signed
+
+
+async def _connected_delivers(chans: list[grpc.aio.Channel], node: RunningNode) -> list[Any]:
+    """Each channel's ``Deliver`` call (signed, :func:`_as_operator`), once the channel
+    has connected (a ``Node/Info``)."""
+    delivers = [_as_operator(chan, node) for chan in chans]
     for chan in chans:
         await chan.unary_unary("/provnet.v1.Node/Info", None, None)(b"", timeout=10)
     return delivers
@@ -135,7 +151,7 @@ async def test_bulk_call_over_the_cap_is_shed_before_its_body_and_serving_goes_o
     try:
         commitment, obligation = await _committed(node)
         async with grpc.aio.insecure_channel(node.address) as chan:
-            deliver = chan.stream_unary(DELIVER, None, None)
+            deliver = _as_operator(chan, node)
             # Two deliveries that open their call and never send the body hold both slots.
             holders = [
                 asyncio.ensure_future(deliver(_silent(release), timeout=30)) for _ in range(2)
@@ -193,7 +209,7 @@ async def test_shed_bulk_calls_are_logged_as_one_event_per_interval_with_their_c
 
     try:
         async with grpc.aio.insecure_channel(node.address) as chan:
-            deliver = chan.stream_unary(DELIVER, None, None)
+            deliver = _as_operator(chan, node)
             holder = asyncio.ensure_future(deliver(_silent(release), timeout=30))
             await _until(lambda: node.server.requests.bulk_in_flight == 1, "the bulk slot held")
             with structlog.testing.capture_logs() as events:
@@ -228,7 +244,7 @@ async def test_admitted_bulk_call_without_a_body_gives_its_slot_back(
     try:
         async with grpc.aio.insecure_channel(node.address) as chan:
             with pytest.raises(grpc.aio.AioRpcError) as slow:
-                await chan.stream_unary(DELIVER, None, None)(_silent(release), timeout=20)
+                await _as_operator(chan, node)(_silent(release), timeout=20)
             assert slow.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED, slow.value
             assert "request body not received" in (slow.value.details() or "")
         # The status reaches the caller before the handler's own clean-up has run.
@@ -245,7 +261,7 @@ async def test_lagging_event_loop_admits_one_bulk_call_and_sheds_the_next(
     release = asyncio.Event()
     try:
         async with grpc.aio.insecure_channel(node.address) as chan:
-            deliver = chan.stream_unary(DELIVER, None, None)
+            deliver = _as_operator(chan, node)
             # The first bulk call is admitted however late the loop runs.
             first = asyncio.ensure_future(deliver(_silent(release), timeout=30))
             await _until(lambda: node.server.requests.bulk_in_flight == 1, "1 bulk call held")
@@ -297,7 +313,7 @@ async def test_bulk_body_over_the_byte_budget_is_shed_at_headers_and_nothing_is_
         assert node.core.config.max_bulk_rpcs > 3
         async with operator_channel(node.address) as chan:
             holders_chan = grpc.aio.insecure_channel(node.address)
-            silent = holders_chan.stream_unary(DELIVER, None, None)
+            silent = _as_operator(holders_chan, node)
             holders = [
                 asyncio.ensure_future(silent(_silent(release), timeout=30)) for _ in range(2)
             ]
@@ -380,7 +396,7 @@ async def test_a_burst_of_bulk_calls_is_refused_by_the_node_with_appointments_no
     release = asyncio.Event()
     chans = _four_channels(node.address)
     try:
-        delivers = await _connected_delivers(chans)
+        delivers = await _connected_delivers(chans, node)
         holders = [
             asyncio.ensure_future(delivers[0](_silent(release), timeout=30)) for _ in range(2)
         ]
@@ -489,7 +505,7 @@ async def test_bulk_traffic_runs_a_full_garbage_collection_now_and_then(
     release = asyncio.Event()
     try:
         async with grpc.aio.insecure_channel(node.address) as chan:
-            deliver = chan.stream_unary(DELIVER, None, None)
+            deliver = _as_operator(chan, node)
             holder = asyncio.ensure_future(deliver(_silent(release), timeout=30))
             await _until(lambda: node.server.requests.bulk_in_flight == 1, "1 bulk call held")
             for _ in range(3):
@@ -528,7 +544,7 @@ async def test_bulk_call_finding_the_budget_queue_full_is_shed_at_once(
     try:
         async with operator_channel(node.address) as chan:
             holders_chan = grpc.aio.insecure_channel(node.address)
-            silent = holders_chan.stream_unary(DELIVER, None, None)
+            silent = _as_operator(holders_chan, node)
             holders = [
                 asyncio.ensure_future(silent(_silent(release), timeout=60)) for _ in range(2)
             ]
@@ -876,7 +892,7 @@ def test_a_pause_of_the_node_amid_a_backlog_does_not_let_queued_calls_in(
         release = asyncio.Event()
         chans = _four_channels(node.address)
         try:
-            delivers = await _connected_delivers(chans)
+            delivers = await _connected_delivers(chans, node)
             holders = [
                 asyncio.ensure_future(delivers[0](_silent(release), timeout=30)) for _ in range(2)
             ]
@@ -957,7 +973,7 @@ def test_a_call_granted_budget_room_amid_a_backlog_is_shed_not_admitted(
         assert budget is not None
         budgets.append(budget)
         try:
-            delivers = await _connected_delivers(chans)
+            delivers = await _connected_delivers(chans, node)
             for _ in range(2):
                 assert await budget.acquire(0)
             assert budget.used == budget.limit

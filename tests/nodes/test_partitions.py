@@ -76,11 +76,14 @@ class OperatorOnNodeClock(ControlCredentials):
         method: str,
         request: bytes,
         *,
+        target: str,
         now: float | None = None,
         digest: str | None = None,
     ) -> tuple[tuple[str, str], ...]:
         at = time.time() + self.offset_s if now is None else now
-        return ControlCredentials.metadata(self, method, request, now=at, digest=digest)
+        return ControlCredentials.metadata(
+            self, method, request, target=target, now=at, digest=digest
+        )
 
 
 class Link:
@@ -305,10 +308,18 @@ async def test_holder_cut_from_the_origin_while_the_witness_reaches_it_stores_no
         assert (await _rehydrate(t, "v2")).outcome == "served"
 
 
+#: Holder b's clock lead over the origin in the skewed full-cut run (inside the skew).
+AHEAD_S = 10.0
+
+
+@pytest.mark.parametrize("b_offset_s", [0.0, AHEAD_S], ids=["no-skew", "holder-10s-ahead"])
 async def test_full_cut_is_a_witness_confirmed_suspicion_that_clears_after_the_heal(
-    tmp_path: Path,
+    tmp_path: Path, b_offset_s: float
 ) -> None:
-    async with trio(tmp_path / "full-cut") as t:
+    """Cleared by the first re-tests after the heal, whether or not the holder's clock
+    runs ahead of the origin's: the clearing receipt answers the holder's own later
+    demand, so the holder's lead does not have to elapse first."""
+    async with trio(tmp_path / "full-cut", b_offset_s=b_offset_s) as t:
         await _commit_and_deliver(t, "v1")
         await t.to_a_from_b.set(cut=True)
         await t.to_a_from_c.set(cut=True)
@@ -318,7 +329,9 @@ async def test_full_cut_is_a_witness_confirmed_suspicion_that_clears_after_the_h
         assert outcome.evidence_path
         path = Path(outcome.evidence_path)
         assert (await _counters(t.b))["evidence_unanswered"] == 1
-        verdict = _verify(path)
+        # Verified as of the holder's clock (it dated the demand and its deadline).
+        at_b = ("--now", str(int((time.time() + b_offset_s) * 1000)))
+        verdict = _verify(path, *at_b)
         assert (verdict["kind"], verdict["status"]) == ("unanswered", "witness_confirmed")
         assert verdict["accused"] == t.origin_id
         # Heal both links; b re-tests (rehydrates again) until a receipt clears it.
@@ -326,8 +339,10 @@ async def test_full_cut_is_a_witness_confirmed_suspicion_that_clears_after_the_h
         await t.to_a_from_c.set(cut=False)
         healed = time.monotonic()
         cleared_after: float | None = None
+        retests = 0
         for _ in range(int(CLEAR_WITHIN_S / 0.5)):
             again = await _rehydrate(t, "v1")
+            retests += 1
             counters = await _counters(t.b)
             if again.outcome == "served" and counters.get("evidence_cleared", 0) == 1:
                 cleared_after = time.monotonic() - healed
@@ -335,11 +350,35 @@ async def test_full_cut_is_a_witness_confirmed_suspicion_that_clears_after_the_h
             await asyncio.sleep(0.5)
         assert cleared_after is not None, f"not cleared within {CLEAR_WITHIN_S} s of the heal"
         assert cleared_after < CLEAR_WITHIN_S
+        # The first re-test reaches the origin on a reset connection; the second
+        # at the latest is answered. A holder ahead by AHEAD_S cleared only once its
+        # lead had passed (about 14 re-tests at this pace) when a receipt's own date
+        # had to follow the suspected demand's.
+        assert retests <= 2, f"cleared only after {retests} re-tests ({cleared_after:.2f} s)"
         assert counters.get("evidence_unanswered", 0) == 0
         receipt = Path(f"{path}.cleared-by")
+        demand = Path(f"{path}.cleared-by-demand")
         assert receipt.exists()
-        assert _verify(path, "--cleared-by", str(receipt))["status"] == "cleared"
-        print(f"cleared {cleared_after:.2f} s after the heal")
+        assert demand.exists()
+        cleared = _verify(path, "--cleared-by", str(receipt), "--answering", str(demand), *at_b)
+        assert cleared["status"] == "cleared"
+        if b_offset_s > 0:
+            # The receipt alone is dated (origin's clock) before the suspected demand
+            # (holder's clock): only the demand it answers orders it after.
+            alone = _verify_fails(path, "--cleared-by", str(receipt), *at_b)
+            assert "before the suspected demand" in alone["reason"], alone
+        print(f"b {b_offset_s:+.0f}s: cleared {cleared_after:.2f} s after heal, re-tests {retests}")
+
+
+def _verify_fails(path: Path, *extra: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "evidence", "verify", str(path), "--json", *extra],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    verdict: dict[str, Any] = json.loads(done.stdout)
+    assert verdict["valid"] is False
+    return verdict
 
 
 # --------------------------------------------------------------------------- clock skew

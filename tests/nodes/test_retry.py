@@ -23,6 +23,7 @@ from contracts.signed import open_statement
 from contracts.statements import DeliveryReceipt
 from nodes import wire
 from nodes._pb.provnet.v1 import deliver_pb2, hoplog_pb2, hoplog_pb2_grpc
+from nodes.auth import node_id_at
 from nodes.messages import Delivery
 from nodes.retry import PUSHBACK_KEY, RETRY_SAFE, retry_shed
 from nodes.transport import GrpcTransport
@@ -67,11 +68,16 @@ async def _holding_the_budget(chan: grpc.aio.Channel, release: asyncio.Event) ->
         await release.wait()
         yield deliver_pb2.DeliverRequest()
 
+    # Signed by the operator for this node (over the empty request it sends), so it is
+    # admitted to the operator's budget before its body: an unsigned one holds nothing.
+    metadata = TEST_OPERATOR.metadata(
+        _DELIVER, deliver_pb2.DeliverRequest().SerializeToString(), target=await node_id_at(chan)
+    )
     call = chan.stream_unary(
         _DELIVER,
         request_serializer=deliver_pb2.DeliverRequest.SerializeToString,
         response_deserializer=deliver_pb2.DeliverResponse.FromString,
-    )(body(), timeout=60)
+    )(body(), timeout=60, metadata=metadata)
     await asyncio.wait_for(call.initial_metadata(), 30)  # admitted: the budget is spent
     return call
 
@@ -88,8 +94,12 @@ async def test_a_delivery_shed_by_a_node_whose_budget_is_spent_is_retried_until_
         try:
             # The budget really is spent: one call made now is shed, its body unread.
             stub: Any = wire.deliver_stub(chan)
+            request = wire.deliver_request(delivery)
+            signed = TEST_OPERATOR.metadata(
+                _DELIVER, request.SerializeToString(), target=await node_id_at(chan)
+            )
             with pytest.raises(grpc.aio.AioRpcError) as shed:
-                await stub.Deliver(wire.deliver_request(delivery), timeout=30)
+                await stub.Deliver(request, timeout=30, metadata=signed)
             assert shed.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "shed before reading the request" in (shed.value.details() or "")
             # The node's own client: shed too at first, then admitted once room is made.

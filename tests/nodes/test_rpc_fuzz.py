@@ -228,7 +228,9 @@ def test_every_rpc_rejects_bad_fields_with_a_proper_status_and_no_write(
     cls, fields = table[method]
     request = cls(**data.draw(fields, label="fields"))
     before = served.digest()
-    metadata = TEST_OPERATOR.metadata(method, request.SerializeToString())
+    metadata = TEST_OPERATOR.metadata(
+        method, request.SerializeToString(), target=served.node.core.node_id
+    )
     failed: Any = None
     with grpc.insecure_channel(served.node.address) as channel:
         call = _caller(channel, method, cls, method in STREAMS)

@@ -429,12 +429,17 @@ def test_held_values_are_evicted_from_the_key_holding_the_most_strangers_first()
 # --------------------------------------------------------------------------- control nonces
 
 
+_NODE = Identity.generate().node_id
+
+
 def _signed(creds: ControlCredentials, method: str, request: Any) -> tuple[bytes, Any]:
-    return request.SerializeToString(), signed_metadata(creds, method, request)
+    return request.SerializeToString(), signed_metadata(creds, method, request, target=_NODE)
 
 
-def test_a_strangers_signed_control_calls_cannot_fill_the_nonces_the_operator_needs() -> None:
-    auth = ControlAuth([TEST_OPERATOR.key_id], max_nonces=64)
+async def test_a_strangers_signed_control_calls_cannot_fill_the_nonces_the_operator_needs() -> (
+    None
+):
+    auth = ControlAuth([TEST_OPERATOR.key_id], node_id=_NODE, max_nonces=64, max_nonces_per_key=16)
     report = "/provnet.v1.Evidence/Report"
     deliver = "/provnet.v1.Deliver/Deliver"
     stranger = ControlCredentials(Identity.generate())
@@ -442,29 +447,34 @@ def test_a_strangers_signed_control_calls_cannot_fill_the_nonces_the_operator_ne
     for _ in range(100):
         body, meta = _signed(stranger, report, evidence_pb2.ReportRequest(evidence=b"x"))
         with pytest.raises(PermissionDenied):
-            auth.check(report, body, meta)
-    # A key delivering as itself may sign Deliver: its share of a full memory, then refused.
+            await auth.authenticate(report, body, meta)
+    # A key delivering as itself may sign Deliver: its share of the memory, then refused.
     refused = 0
     for _ in range(100):
         body, meta = _signed(stranger, deliver, deliver_pb2.DeliverRequest())
         try:
-            auth.check(deliver, body, meta)
+            await auth.authenticate(deliver, body, meta)
         except RequestTooLarge:
             refused += 1
-    assert refused == 100 - 64
-    # Fresh keys, one call each: the lowest-dated (the flood's) are forgotten, none refused.
-    for _ in range(50):
+    assert refused == 100 - 16
+    # Fresh keys fill what every key the node does not know shares, and no more.
+    refused = 0
+    for _ in range(60):
         body, meta = _signed(
             ControlCredentials(Identity.generate()), deliver, deliver_pb2.DeliverRequest()
         )
-        auth.check(deliver, body, meta)
+        try:
+            await auth.authenticate(deliver, body, meta)
+        except RequestTooLarge:
+            refused += 1
+    assert refused == 60 - (64 - 16)
     # The operator's calls keep their own memory (before: RESOURCE_EXHAUSTED).
     for _ in range(10):
         body, meta = _signed(TEST_OPERATOR, report, evidence_pb2.ReportRequest(evidence=b"x"))
-        assert auth.check(report, body, meta) == TEST_OPERATOR.key_id
+        assert await auth.authenticate(report, body, meta) == TEST_OPERATOR.key_id
     # A replay is refused before its signature is checked, and still refused.
     with pytest.raises(NotAuthenticated, match="replayed"):
-        auth.check(report, body, meta)
+        await auth.authenticate(report, body, meta)
 
 
 # --------------------------------------------------------------------------- witness channels

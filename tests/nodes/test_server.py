@@ -488,15 +488,15 @@ async def test_a_nodes_deliveries_are_signed_and_its_demands_are_not(
     sender) in the call's own metadata; its demands travel on the same open
     channel with no control signature (and no interceptor to pay for)."""
     seen: list[tuple[str, bool]] = []
-    check = ControlAuth.check
+    claim = ControlAuth.claim
     demand = servicers.Serve.Demand
 
     def signed(metadata: Any) -> bool:
         return any(k == "x-provnet-sig" for k, _ in metadata or ())
 
-    def recording(self: ControlAuth, method: str, request: bytes, metadata: Any, **kw: Any) -> Any:
+    def recording(self: ControlAuth, method: str, metadata: Any) -> Any:
         seen.append((method, signed(metadata)))
-        return check(self, method, request, metadata, **kw)
+        return claim(self, method, metadata)
 
     async def recording_demand(self: servicers.Serve, request: Any, context: Any) -> Any:
         # An open method: the node looks for no control signature there, so
@@ -504,7 +504,7 @@ async def test_a_nodes_deliveries_are_signed_and_its_demands_are_not(
         seen.append(("/provnet.v1.Serve/Demand", signed(context.invocation_metadata())))
         return await demand(self, request, context)
 
-    monkeypatch.setattr(ControlAuth, "check", recording)
+    monkeypatch.setattr(ControlAuth, "claim", recording)
     monkeypatch.setattr(servicers.Serve, "Demand", recording_demand)
     a = await grpc_node(tmp_path, "a")
     b = await grpc_node(tmp_path, "b")
@@ -517,7 +517,12 @@ async def test_a_nodes_deliveries_are_signed_and_its_demands_are_not(
     assert ("/provnet.v1.Serve/Demand", False) in seen
     assert ("/provnet.v1.Serve/Demand", True) not in seen
     with pytest.raises(ValueError, match="not a signed method"):
-        signed_metadata(TEST_OPERATOR, "/provnet.v1.Serve/Demand", deliver_pb2.ForwardRequest())
+        signed_metadata(
+            TEST_OPERATOR,
+            "/provnet.v1.Serve/Demand",
+            deliver_pb2.ForwardRequest(),
+            target=b.core.node_id,
+        )
 
 
 async def test_a_forward_without_a_caller_deadline_is_not_bound_by_the_serve_deadline(
