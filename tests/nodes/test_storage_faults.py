@@ -187,12 +187,12 @@ async def test_full_disk_refuses_writes_naming_it_serves_what_it_holds_and_recov
             try:
                 fold = acked.folds["before0"]
                 at = _now_ms() + 5_000
-                ahead = [
+                many_ahead = [
                     build_demand(Identity.generate(), fold.obligation, now=at).to_bytes()
                     for _ in range(128)
                 ]
                 with pytest.raises(CallFailed) as refused:
-                    await transport.demand(address, ahead, 10.0)
+                    await transport.demand(address, many_ahead, 10.0)
                 assert refused.value.code == "RESOURCE_EXHAUSTED", refused.value
                 assert "no space left on device" in refused.value.message
                 assert str(data_dir / "future_nonces") in refused.value.message
