@@ -506,6 +506,7 @@ class Holder:
         due = time.monotonic() + promised
         asks = self.reasks + 1
         restarted = False
+        only_aborted = True  # every reply so far ABORTED (or no ask made yet)
         for attempt in itertools.count():
             if attempt >= asks:
                 break
@@ -529,6 +530,7 @@ class Holder:
                         fold.outcome, fold.detail = Outcome.EXPIRED, last_error
                     return
                 previous, last_reply = last_reply, exc.reply
+                only_aborted = only_aborted and exc.code == "ABORTED"
                 if last_reply is Reply.BUSY:
                     # Said it is overloaded: asked again at its appointment if that
                     # comes before the demand is due, else busy (never "silent").
@@ -565,7 +567,9 @@ class Holder:
                     # Its refusal says nothing of the demand, so what the origin gave
                     # before stays the reply; one restart buys one more ask (a second
                     # ABORTED for fresh demands needs a second restart meanwhile).
-                    last_reply = previous
+                    # With nothing before but ABORTED, that refusal is the reply: a
+                    # status (the origin answered every ask), never silence.
+                    last_reply = Reply.STATUS if only_aborted else previous
                     if not restarted:
                         restarted = True
                         asks += 1

@@ -49,7 +49,7 @@ import gc
 import os
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -146,6 +146,13 @@ from nodes.errors import (
     UnknownValue,
 )
 from nodes.faults import Behaviour, FaultPlan
+from nodes.future_floors import (
+    FutureFloors,
+    RestartFloors,
+    append_lines,
+    read_floors,
+    rewrite_lines,
+)
 from nodes.held import HeldValues
 from nodes.logging import get_logger
 from nodes.messages import (
@@ -205,8 +212,10 @@ DEMAND_WINDOW_S = 30.0
 #: and make a restarted node refuse everyone.
 FUTURE_SLACK_MS = 500
 FUTURE_NONCES_FILENAME = "future_nonces"
-#: Holders with a durable floor of their own at once (each until its latest
-#: demand dated ahead is stale).
+#: Open holders (any key) with a durable floor of their own at once, each until
+#: its latest demand dated ahead is stale; beyond it the lowest-dated are folded
+#: into one global floor (nodes.future_floors). Holders of this node's own
+#: obligations have as many again, reserved.
 MAX_FUTURE_HOLDERS = 4096
 #: Lines the holder-floor file may hold beyond twice its live entries before
 #: it is rewritten (each raise appends one line).
@@ -357,61 +366,6 @@ def _overwrite_floor(path: Path, text: bytes) -> None:
         os.close(fd)
 
 
-def _read_future_floors(path: Path, now_ms: int) -> dict[str, int]:
-    """Per holder, the latest demand dated ahead of the clock that a previous run
-    accepted, while a demand dated at or before it could still be fresh."""
-    try:
-        text = path.read_text(encoding="ascii")
-    except FileNotFoundError:
-        return {}
-    stale = now_ms - _ms(DEMAND_WINDOW_S)
-    floors: dict[str, int] = {}
-    for line in text.splitlines():
-        # "holder time"; "holder nonce time" is the per-nonce form of earlier runs
-        parts = line.split()
-        if len(parts) not in (2, 3) or not parts[-1].isdigit():
-            continue  # a torn last line: its demand was never answered
-        holder, time_ms = parts[0], int(parts[-1])
-        if time_ms > stale and time_ms > floors.get(holder, -1):
-            floors[holder] = time_ms
-    return floors
-
-
-def _rewrite_future_floors(path: Path, floors: dict[str, int]) -> None:
-    """Rewrite the file with only the live floors; on a full disk keep the old file
-    as it is (what it holds beyond them is stale, skipped when read)."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="ascii") as fh:
-            for holder, time_ms in floors.items():
-                fh.write(f"{holder} {time_ms}\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        if not is_disk_full(exc):
-            raise
-        disk_full(exc, "compact the holder-floor file", path)
-
-
-def _append_future_floors(path: Path, entries: Sequence[tuple[str, int]]) -> None:
-    """Append and fsync; a full disk is :class:`StoreFull` (the demand is refused, and
-    a torn last line is skipped when read)."""
-    try:
-        with open(path, "a", encoding="ascii") as fh:
-            for holder, time_ms in entries:
-                fh.write(f"{holder} {time_ms}\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError as exc:
-        if is_disk_full(exc):
-            what = f"raise the floor of {len(entries)} holder(s) dated ahead of this node's clock"
-            raise disk_full(exc, what, path) from exc
-        raise
-
-
 @dataclass(frozen=True, slots=True)
 class HeldValue:
     """A compacted value this node holds, as delivered (statements verbatim)."""
@@ -491,6 +445,26 @@ def _signature_decides(d: Demand, own: _Own, now: float) -> bool:
     )
 
 
+def _named_holders(checked: Iterable[tuple[Signed[Demand], _Own]]) -> frozenset[str]:
+    """Holders of these demands that the obligation demanded under names (its
+    holder: only an obligation this node signed, at its operator's word, names one)."""
+    return frozenset(
+        d.statement.holder
+        for d, own in checked
+        if own.obligation.statement.holder == d.statement.holder
+    )
+
+
+def _future_raises(future: Sequence[Signed[Demand]]) -> dict[str, int]:
+    """Per holder, the latest time of its demands dated ahead in ``future``."""
+    raises: dict[str, int] = {}
+    for d in future:
+        h, t = d.statement.holder, d.statement.time
+        if t > raises.get(h, -1):
+            raises[h] = t
+    return raises
+
+
 def _check_value_ref(value_ref: str) -> None:
     if not value_ref or len(value_ref) > MAX_VALUE_REF:
         raise MalformedRequest(f"value_ref must be 1..{MAX_VALUE_REF} chars, got {value_ref!r:.80}")
@@ -561,8 +535,15 @@ class NodeCore:
         # Demands dated ahead of the clock: per holder, the latest time accepted
         # (durable, this run and runs before), and as the previous run left it.
         self._future_path = config.data_dir / FUTURE_NONCES_FILENAME
-        self._future_floors: dict[str, int] = {}
-        self._restart_future_floors: dict[str, int] = {}
+        # Holders whose floors are reserved besides those an obligation names: the
+        # configured peers and the operator's keys (fixed for the run).
+        self._known_holders = frozenset(
+            [p.node_id for p in config.peers if p.node_id] + list(config.operator_keys)
+        )
+        self._future_floors = FutureFloors(
+            capacity=MAX_FUTURE_HOLDERS, window_ms=_ms(DEMAND_WINDOW_S), known=self._known_holders
+        )
+        self._restart_future_floors = RestartFloors()
         self._future_lock = asyncio.Lock()
         self._future_lines = 0
         self._suspects: set[str] | None = None  # origins with stored suspicions (lazy)
@@ -629,12 +610,19 @@ class NodeCore:
         return core
 
     def _load_future_floors(self) -> None:
-        live = _read_future_floors(self._future_path, self.now_ms())
-        if live or self._future_path.exists():
-            _rewrite_future_floors(self._future_path, live)
-        self._future_floors = dict(live)
-        self._restart_future_floors = live
-        self._future_lines = len(live)
+        restart = read_floors(self._future_path, self.now_ms() - _ms(DEMAND_WINDOW_S))
+        table = FutureFloors.loaded(
+            restart,
+            capacity=MAX_FUTURE_HOLDERS,
+            window_ms=_ms(DEMAND_WINDOW_S),
+            known=self._known_holders,
+        )
+        lines = table.lines()
+        if lines or self._future_path.exists():
+            rewrite_lines(self._future_path, lines)
+        self._future_floors = table
+        self._restart_future_floors = restart
+        self._future_lines = len(lines)
 
     async def _outwait_restart_floor(self) -> None:
         """Start serving only once the floor a previous run left is in the past.
@@ -1177,13 +1165,10 @@ class NodeCore:
     def _refuse_below_holder_floor(self, d: Demand, digest: str) -> None:
         """Step (6), once the holder's signature is verified (the floor is that holder's
         own): dated at or below its latest demand dated ahead a previous run accepted."""
-        restart_future = self._restart_future_floors
-        if restart_future and d.time <= restart_future.get(d.holder, -1):
+        why = self._restart_future_floors.refusal(d.holder, d.time)
+        if why is not None:
             raise DemandPredatesRestart(
-                f"demand {digest[:12]}… is dated {d.time} ms, not after holder"
-                f" {d.holder[:16]}…'s latest demand dated ahead of this node's clock that"
-                f" a previous run accepted ({restart_future[d.holder]} ms); issue a fresh"
-                " demand"
+                f"demand {digest[:12]}… is dated {d.time} ms, {why}; issue a fresh demand"
             )
 
     async def _check_demand(
@@ -1222,7 +1207,7 @@ class NodeCore:
             demand, own = await self._check_demand(envelope, now)
             # (6) nonces: the only write before answering (a signed demand's only)
             if _signature_decides(demand.statement, own, now):
-                await self._accept_nonces((demand,), now)
+                await self._accept_nonces((demand,), now, _named_holders(((demand, own),)))
             if type(self.behaviour).answer is _HONEST_ANSWER:
                 served = self._served_alone(demand, own, _ms(now))
                 if served is not None:  # the hot path: no coroutine, a receipt template
@@ -1247,7 +1232,9 @@ class NodeCore:
             checked.append(await self._checked_own(demand, now))
         # (6) nonces: the only write before answering (signed demands' only)
         await self._accept_nonces(
-            [d for d, own in checked if _signature_decides(d.statement, own, now)], now
+            [d for d, own in checked if _signature_decides(d.statement, own, now)],
+            now,
+            _named_holders(checked),
         )
         answers: list[Answer] = []
         for d, own in checked:
@@ -1308,7 +1295,8 @@ class NodeCore:
             packs.append(self._served_whole(demand, own, now_ms) if honest else None)
         # (6) one nonce for a signed batch: the only write before answering
         if not unsigned_ok:
-            await self._accept_nonces(demands[:1], now)
+            named = _named_holders(zip(demands, owns, strict=True))
+            await self._accept_nonces(demands[:1], now, named)
         items: list[bytes] = []
         answers: list[Answer] = []
         served = 0
@@ -1436,7 +1424,9 @@ class NodeCore:
         hops = self._counted(demand, commitment, item.status, item.reason, leaves)
         return item, own.commitment_bytes, hops
 
-    async def _accept_nonces(self, demands: Sequence[Signed[Demand]], now: float) -> None:
+    async def _accept_nonces(
+        self, demands: Sequence[Signed[Demand]], now: float, named: Collection[str] = ()
+    ) -> None:
         """Replay protection, exact across restarts, without a write per demand.
 
         ``demands``: those whose holder signature was verified (only they are
@@ -1459,7 +1449,11 @@ class NodeCore:
         instead (``FUTURE_NONCES_FILENAME``), and a restarted node answers that
         holder's demands dated at or before it ABORTED. One entry per holder,
         not per demand, so a holder whose clock runs ahead (inside the window)
-        is served as often as any; at most ``MAX_FUTURE_HOLDERS`` holders at once.
+        is served as often as any. ``named``: holders an obligation of this node's
+        names; their floors are reserved, as the configured peers' and the
+        operator keys' are, and other holders' floors are never refused
+        for room, the lowest-dated folded into one global floor instead
+        (:mod:`nodes.future_floors`).
         """
         if not demands:
             return
@@ -1479,7 +1473,7 @@ class NodeCore:
                 future.append(demand)
             elif latest is None or d.time > latest:
                 latest = d.time
-        raises = self._future_raises(future, now_ms) if future else None
+        raises = _future_raises(future) if future else None
         # Claim the nonces before the first await, so a concurrent call with the
         # same nonce sees it; give them back if they cannot be made durable.
         self._nonces.claim(entries)
@@ -1487,47 +1481,31 @@ class NodeCore:
             if raises:
                 # Dated ahead of our clock: its holder's own floor, made durable, so
                 # the node's floor never runs ahead of the clock by more than its lease.
-                await self._raise_future_floors(raises)
+                await self._raise_future_floors(raises, named, now_ms)
             if latest is not None and latest >= self._floor_ms:
                 await self._raise_floor(max(latest, now_ms) + REPLAY_FLOOR_LEASE_MS)
         except BaseException:
             self._nonces.release(entries)
             raise
 
-    def _future_raises(self, future: Sequence[Signed[Demand]], now_ms: int) -> dict[str, int]:
-        """The holder floors ``future`` (demands dated ahead) must raise; refused
-        (RESOURCE_EXHAUSTED) when new holders would exceed ``MAX_FUTURE_HOLDERS``."""
-        floors = self._future_floors
-        stale = now_ms - _ms(DEMAND_WINDOW_S)
-        for holder in [h for h, t in floors.items() if t <= stale]:
-            del floors[holder]
-        raises: dict[str, int] = {}
-        for d in future:
-            h, t = d.statement.holder, d.statement.time
-            if t > floors.get(h, -1) and t > raises.get(h, -1):
-                raises[h] = t
-        new = sum(1 for h in raises if h not in floors)
-        if new and len(floors) + new > MAX_FUTURE_HOLDERS:
-            raise RequestTooLarge(
-                f"demand dated ahead of this node's clock: {len(floors)} holders with such"
-                f" demands remembered (cap {MAX_FUTURE_HOLDERS}); check the holder's clock"
-            )
-        return raises
-
-    async def _raise_future_floors(self, raises: dict[str, int]) -> None:
-        """Append the raised holder floors (fsync'd) before any demand under them is
-        answered; rewrite the file once it holds many more lines than live floors."""
+    async def _raise_future_floors(
+        self, raises: dict[str, int], named: Collection[str], now_ms: int
+    ) -> None:
+        """Append the raised holder floors (and the global fold, if open floors are
+        evicted for room), fsync'd, before any demand under them is answered; rewrite
+        the file once it holds many more lines than live floors."""
         async with self._future_lock:
-            floors = self._future_floors
-            todo = [(h, t) for h, t in raises.items() if t > floors.get(h, -1)]
-            if not todo:
+            table = self._future_floors
+            table.prune(now_ms)
+            lines, evict = table.plan(raises, {h for h in raises if h in named})
+            if not lines:
                 return
-            await asyncio.to_thread(_append_future_floors, self._future_path, todo)
-            floors.update(todo)
-            self._future_lines += len(todo)
-            if self._future_lines > 2 * len(floors) + _FUTURE_FILE_SLACK_LINES:
-                live = dict(floors)
-                await asyncio.to_thread(_rewrite_future_floors, self._future_path, live)
+            await asyncio.to_thread(append_lines, self._future_path, lines)
+            table.apply(lines, evict)
+            self._future_lines += len(lines)
+            if self._future_lines > 2 * len(table) + _FUTURE_FILE_SLACK_LINES:
+                live = table.lines()
+                await asyncio.to_thread(rewrite_lines, self._future_path, live)
                 self._future_lines = len(live)
 
     async def _raise_floor(self, floor_ms: int) -> None:

@@ -140,9 +140,10 @@ _CONTROL = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
 EXPECTED: dict[Attack, frozenset[str]] = {
     Attack.FUTURE_BEYOND_SKEW: frozenset({"OUT_OF_RANGE"}),
     Attack.PAST_BEYOND_SKEW: frozenset({"OUT_OF_RANGE"}),
-    # Served (and never again); refused when the holders with such demands fill
-    # their cap; after a restart, ABORTED when dated before the attacker's own
-    # floor (its demands jump back and forth inside the window).
+    # Served (and never again); RESOURCE_EXHAUSTED only as the node sheds load
+    # (holders' floors are never refused for room); after a restart, ABORTED
+    # when dated before the attacker's own floor (its demands jump back and
+    # forth inside the window) or at or below the global floor of evicted ones.
     Attack.WITHIN_SKEW: frozenset({"OK", "RESOURCE_EXHAUSTED", "ABORTED"}),
     Attack.REPLAY: frozenset({"ALREADY_EXISTS", "ABORTED", "FAILED_PRECONDITION", "OUT_OF_RANGE"}),
     # ALREADY_EXISTS while the run that served the nonce lives (checked below).

@@ -239,3 +239,29 @@ async def test_an_origin_back_from_a_restart_on_the_last_ask_is_asked_once_more(
     outcome = single(await cluster.rehydrate("holder", "v", [fold]))
     assert outcome.outcome is Outcome.SERVED, outcome.detail
     assert len(transport.demand_calls) == 3
+
+
+class AlwaysAbort(Recording):
+    """Every ask ABORTED: an origin back from a restart whose floor is still ahead of
+    the holder's fresh demands (nodes.future_floors: a global floor after a flood)."""
+
+    async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
+        self.demand_calls.append((address, len(demands), timeout))
+        raise CallFailed("ABORTED", "demand predates restart; issue a fresh demand", address)
+
+
+async def test_an_origin_that_only_answers_aborted_answered_a_status_it_is_not_silent(
+    cluster: MemCluster,
+) -> None:
+    # Nothing but ABORTED, fresh demands included: explicit statuses, each an answer
+    # (nodes.noanswer), so the holder records what the origin said, never "unanswered".
+    await cluster.add("a")
+    await cluster.add("holder")
+    core = cluster.nodes["holder"]
+    transport = AlwaysAbort(core.transport)  # type: ignore[arg-type]
+    core.holder.transport = transport
+    fold = await cluster.fold("a", "v", 3)
+    outcome = single(await cluster.rehydrate("holder", "v", [fold]))
+    assert outcome.outcome is Outcome.REJECTED, outcome.detail
+    assert "ABORTED" in outcome.detail
+    assert len(transport.demand_calls) >= 2  # asked fresh after the first refusal

@@ -180,13 +180,19 @@ async def test_full_disk_refuses_writes_naming_it_serves_what_it_holds_and_recov
             assert acked.refused.get("append", 0) >= 1, acked.refused
             assert acked.refused.get("commit", 0) >= 1, acked.refused
             assert acked.refused.get("compaction", 0) >= 1, acked.refused
-            # A demand dated ahead of the node's clock raises its holder's durable floor.
+            # A demand dated ahead of the node's clock raises its holder's durable floor
+            # (from 128 fresh keys: more lines than the file's last block has room for,
+            # the node's known keys being written in it at start).
             transport = GrpcTransport()
             try:
                 fold = acked.folds["before0"]
-                ahead = build_demand(Identity.generate(), fold.obligation, now=_now_ms() + 5_000)
+                at = _now_ms() + 5_000
+                many_ahead = [
+                    build_demand(Identity.generate(), fold.obligation, now=at).to_bytes()
+                    for _ in range(128)
+                ]
                 with pytest.raises(CallFailed) as refused:
-                    await transport.demand(address, [ahead.to_bytes()], 10.0)
+                    await transport.demand(address, many_ahead, 10.0)
                 assert refused.value.code == "RESOURCE_EXHAUSTED", refused.value
                 assert "no space left on device" in refused.value.message
                 assert str(data_dir / "future_nonces") in refused.value.message
