@@ -34,7 +34,6 @@ memory only.
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from pathlib import Path
 
 import grpc
 
+from nodes._disk import disk_full, is_disk_full
 from nodes.errors import NodeError, RequestTooLarge, StoreCorrupt
 from nodes.logging import get_logger
 
@@ -78,13 +78,10 @@ class ControlReplayUnavailable(NodeError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
-class _DiskFull(ControlReplayUnavailable):
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
 def _written(path: Path, exc: OSError) -> NodeError:
-    if exc.errno == errno.ENOSPC:
-        return _DiskFull(f"control replay record {path}: disk full ({exc.strerror})")
+    if is_disk_full(exc):
+        # Counted and logged once per interval with every other full-disk refusal.
+        return disk_full(exc, "control replay record", path)
     return ControlReplayUnavailable(f"control replay record {path}: {exc}")
 
 
