@@ -207,7 +207,8 @@ def test_import_graph_spans_packages(tmp_path: Path) -> None:
     for package in ("top", "low"):
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("")
-    (tmp_path / "top" / "front.py").write_text("import importlib\nimportlib.import_module('low.x')\n")
+    front = "import importlib\nimportlib.import_module('low.x')\n"
+    (tmp_path / "top" / "front.py").write_text(front)
     (tmp_path / "low" / "x.py").write_text("from top.front import anything\n")
     assert cycles(import_graph("low", tmp_path)) == []  # one package alone cannot see it
     assert cycles(import_graph(("top", "low"), tmp_path)) == [["low.x", "top.front"]]
