@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.cli import UsageError
+from harness.cli_errors import UsageError
 
 __all__ = ["RESULT_FILES", "check_digests", "file_digests", "staged_dir"]
 

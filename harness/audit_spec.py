@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from harness._yaml_lines import LineDict, LineList, YamlInputError, line_of, load_yaml_with_lines
-from harness.cli import UsageError
+from harness.cli_errors import UsageError
 
 __all__ = [
     "AuditSpec",

@@ -7,6 +7,13 @@ Each package contributes a ``register(subparsers)`` function in its own
 Exit codes: 0 success, 1 a check failed (e.g. invalid evidence, a smoke step
 deviated), 2 bad input or usage (file, line/key and what was expected are
 printed; never a traceback).
+
+The front is the top of the import graph: it loads the ``cli`` modules of
+``harness``, ``contracts`` and ``nodes`` (by name, below) and no module of
+any package imports it back. ``harness`` is its home because ``harness``
+already depends on the other two and they never on it. What subcommands
+raise for it (:class:`UsageError`, :class:`RunFailed`) lives in
+:mod:`harness.cli_errors`, which imports nothing; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+
+from harness.cli_errors import RunFailed, UsageError
 
 __all__ = ["RunFailed", "UsageError", "build_parser", "main"]
 
@@ -28,14 +37,6 @@ _SUBCOMMAND_MODULES = (
     "nodes.cli",
     "nodes.cli_link",
 )
-
-
-class UsageError(Exception):
-    """Bad user input: printed as ``provnet: error: <message>``, exit 2."""
-
-
-class RunFailed(Exception):
-    """A run could not complete (a node answered what it must not): one line, exit 1."""
 
 
 def _version() -> str:

@@ -5,7 +5,7 @@
 same positive-integer flags and the same progress switch, and refuse an
 unwritable results directory the same way. Importing this module costs
 argparse only: configs are loaded, and their modules imported, when a
-handler runs. Every failure is a :class:`harness.cli.UsageError` naming the
+handler runs. Every failure is a :class:`harness.cli_errors.UsageError` naming the
 file or flag and the bad value (``provnet: error: …``, exit 2).
 """
 
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.cli import UsageError
+from harness.cli_errors import UsageError
 
 if TYPE_CHECKING:
     from harness.config import ExperimentConfig

@@ -20,7 +20,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import assert_never
 
-from harness.cli import UsageError
 from harness.cli_common import (
     DEFAULT_CONFIG,
     DEFAULT_SWEEP_CONFIG,
@@ -29,6 +28,7 @@ from harness.cli_common import (
     positive_int,
     prepare_out,
 )
+from harness.cli_errors import UsageError
 
 __all__ = ["TraceFormat", "detect_trace_format", "register"]
 

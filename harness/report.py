@@ -13,7 +13,7 @@ gate and rehydration, drift, prose channel, death-cycle analytics, crossover
 (when a sweep directory is given) and, for trace runs, what the trace
 mapping mapped, skipped and derived.
 
-A missing or malformed results directory raises :class:`harness.cli.UsageError`
+A missing or malformed results directory raises :class:`harness.cli_errors.UsageError`
 naming the file and what was expected.
 """
 
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.cli import UsageError
+from harness.cli_errors import UsageError
 
 __all__ = ["FIGURE_FILES", "SUMMARY_FILE", "fmt_pct", "fmt_ratio", "write_report"]
 

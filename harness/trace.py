@@ -47,7 +47,7 @@ the synthetic generator, so the nine gates' prefixes
 (``taint:unverified_web:`` …) apply unchanged. Without a rules file no record
 degrades an axis or carries a taint.
 
-Every bad input raises :class:`TraceError` (a :class:`harness.cli.UsageError`)
+Every bad input raises :class:`TraceError` (a :class:`harness.cli_errors.UsageError`)
 naming the file, the line (trace) or rule index and key (rules), and what was
 expected.
 """

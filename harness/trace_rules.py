@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, assert_never
 
 from harness._yaml_lines import LineDict, LineList, YamlInputError, load_yaml_with_lines
-from harness.cli import UsageError
+from harness.cli_errors import UsageError
 from harness.events import BASE_AXES, Op
 
 __all__ = [

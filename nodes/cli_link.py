@@ -22,8 +22,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.cli import UsageError
-
 __all__ = ["register"]
 
 if TYPE_CHECKING:
@@ -42,6 +40,12 @@ _HELP = {
     " connection: reset each new connection with probability --drop (default chunk)",
     "seed": "seed of the jitter and drop draws (default: random)",
 }
+
+
+def _error(message: str) -> int:
+    # Printed here rather than raised to the front: nodes does not import harness.
+    print(f"provnet: error: {message}", file=sys.stderr)
+    return 2
 
 
 def register(sub: _Sub) -> None:
@@ -93,7 +97,7 @@ def _handler(args: argparse.Namespace) -> int:
     try:
         spec = LinkSpec.from_env_and_args(vars(args), os.environ)
     except LinkConfigError as exc:
-        raise UsageError(str(exc)) from None
+        return _error(str(exc))
     return asyncio.run(_serve(spec, args.port_file))
 
 
@@ -105,9 +109,9 @@ async def _serve(spec: LinkSpec, port_file: Path | None) -> int:
         await proxy.start()
     except OSError as exc:
         host, port = spec.listen
-        raise UsageError(
+        return _error(
             f"--listen ($PROVNET_LINK_LISTEN) {host}:{port}: cannot listen: {exc.strerror or exc}"
-        ) from None
+        )
     if port_file is not None:
         port_file.write_text(f"{proxy.port}\n", encoding="utf-8")
     target = f"{spec.target[0]}:{spec.target[1]}"

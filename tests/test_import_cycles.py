@@ -1,4 +1,4 @@
-"""No import cycles inside ``nodes/`` or inside ``harness/`` (static check).
+"""No import cycles inside ``nodes/`` or ``harness/``, nor across the packages (static check).
 
 Every ``.py`` file of the package is parsed with :mod:`ast` and every
 ``import`` / ``from … import`` statement anywhere in it becomes an edge of
@@ -9,9 +9,17 @@ cycle until the function runs — so none is ignored. Importing
 ``a.b.c`` also runs ``a/b/__init__.py``, so each import adds an edge to every
 enclosing package of the target inside the checked package too.
 
-Only edges between modules of the same package count (``harness`` →
-``nodes`` is the layering, checked elsewhere); generated protobuf code
-(``nodes/_pb``) is excluded as it is from ruff and mypy.
+Loads by name count as imports: ``importlib.import_module("a.b")`` and
+``__import__("a.b")`` with a literal name are edges to ``a.b``; a module
+that loads a computed name (a loop over a table of module names, as the
+``provnet`` front does) gets an edge to every module its string literals
+name, since any of them may be the one it loads.
+
+The per-package check counts edges between modules of the same package;
+the project check counts every edge between ``contracts``, ``nodes`` and
+``harness``, so a loop through two packages (a front that loads a
+package's subcommands while that package imports the front) is caught too.
+Generated protobuf code (``nodes/_pb``) is excluded as it is from ruff and mypy.
 
 A cycle is a strongly connected component of more than one module (or a
 module importing itself); the failure lists every one of them.
@@ -20,13 +28,16 @@ module importing itself); the failure lists every one of them.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCLUDED = ("nodes._pb",)
+PACKAGES = ("contracts", "nodes", "harness")
+#: Calls that import the module named by their first argument.
+_LOADERS = frozenset({"import_module", "__import__"})
 
 
 def _modules(package: str, root: Path) -> dict[str, Path]:
@@ -60,11 +71,39 @@ def _imported_names(module: str, path: Path, is_package: bool) -> Iterator[str]:
             yield base
             for alias in node.names:
                 yield f"{base}.{alias.name}"
+    yield from _loaded_names(tree)
 
 
-def import_graph(package: str, root: Path = ROOT) -> dict[str, set[str]]:
-    """Module → the modules of the same package it imports (directly or via ``__init__``)."""
-    modules = _modules(package, root)
+def _loaded_names(tree: ast.Module) -> Iterator[str]:
+    """Names the module loads through ``importlib.import_module`` / ``__import__``.
+
+    A literal first argument is the name; any other argument is computed, so
+    every string literal of the module is a name it may load (the caller keeps
+    those that are modules).
+    """
+    computed = False
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if called not in _LOADERS:
+            continue
+        first = node.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            yield first.value
+        else:
+            computed = True
+    if computed:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                yield node.value
+
+
+def import_graph(packages: str | Sequence[str], root: Path = ROOT) -> dict[str, set[str]]:
+    """Module → the modules of ``packages`` it imports (directly, via ``__init__`` or by name)."""
+    tops = (packages,) if isinstance(packages, str) else tuple(packages)
+    modules = {m: p for package in tops for m, p in _modules(package, root).items()}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
         for name in _imported_names(module, path, path.name == "__init__.py"):
@@ -72,7 +111,7 @@ def import_graph(package: str, root: Path = ROOT) -> dict[str, set[str]]:
             # the target module and every enclosing package it makes Python run
             for i in range(1, len(parts) + 1):
                 target = ".".join(parts[:i])
-                if target in modules and target != package and target != module:
+                if target in modules and target not in tops and target != module:
                     graph[module].add(target)
     return graph
 
@@ -137,6 +176,47 @@ def test_import_graph_sees_function_level_relative_and_package_imports(tmp_path:
         "pkg.sub.c": {"pkg.b"},
     }
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub", "pkg.sub.c"]]
+
+
+def test_import_graph_follows_loads_by_name(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    for name in ("__init__", "b", "c", "d", "e"):
+        (pkg / f"{name}.py").write_text("")
+    (pkg / "a.py").write_text(
+        "import importlib\n"
+        "def f() -> None:\n"
+        "    importlib.import_module('pkg.b')\n"
+        "    __import__('pkg.c')\n"
+    )
+    (pkg / "front.py").write_text(
+        "from importlib import import_module\n"
+        "_TABLE = ('pkg.d', 'pkg.e', 'not a module')\n"
+        "def f() -> None:\n"
+        "    for name in _TABLE:\n"
+        "        import_module(name)\n"
+    )
+    (pkg / "d.py").write_text("from pkg.front import f\n")
+    graph = import_graph("pkg", tmp_path)
+    assert graph["pkg.a"] == {"pkg.b", "pkg.c"}
+    assert graph["pkg.front"] == {"pkg.d", "pkg.e"}  # computed name: every module it spells
+    assert cycles(graph) == [["pkg.d", "pkg.front"]]
+
+
+def test_import_graph_spans_packages(tmp_path: Path) -> None:
+    for package in ("top", "low"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    front = "import importlib\nimportlib.import_module('low.x')\n"
+    (tmp_path / "top" / "front.py").write_text(front)
+    (tmp_path / "low" / "x.py").write_text("from top.front import anything\n")
+    assert cycles(import_graph("low", tmp_path)) == []  # one package alone cannot see it
+    assert cycles(import_graph(("top", "low"), tmp_path)) == [["low.x", "top.front"]]
+
+
+def test_no_import_cycles_across_packages() -> None:
+    found = cycles(import_graph(PACKAGES))
+    assert found == [], "import cycles across packages: " + "; ".join(" ↔ ".join(c) for c in found)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.cli import UsageError
 from harness.cli_common import (
     DEFAULT_CONFIG,
     add_progress_flags,
@@ -27,6 +26,7 @@ from harness.cli_common import (
     positive_int,
     prepare_out,
 )
+from harness.cli_errors import UsageError
 
 if TYPE_CHECKING:
     from harness.attest.policy import ResolvedPolicy

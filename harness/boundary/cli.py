@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
-from harness.cli import RunFailed, UsageError
 from harness.cli_common import (
     DEFAULT_CONFIG,
     add_progress_flags,
@@ -20,6 +19,7 @@ from harness.cli_common import (
     positive_int,
     prepare_out,
 )
+from harness.cli_errors import RunFailed, UsageError
 from nodes.faults import FaultMode
 
 __all__ = ["available_cores", "configure", "default_workers", "parse_rtts"]

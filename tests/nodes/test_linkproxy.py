@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -437,6 +438,23 @@ def test_cli_rejects_bad_settings_with_one_line_and_exit_2(
     assert err == ["provnet: error: --target ($PROVNET_LINK_TARGET) is required"]
     assert main(["link-proxy", "--listen", "127.0.0.1:0", "--target", "a:1", "--drop", "2"]) == 2
     assert "--drop ($PROVNET_LINK_DROP): a probability in [0, 1]" in capsys.readouterr().err
+
+
+def test_cli_listen_address_in_use_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("PROVNET_LINK_LISTEN", "PROVNET_LINK_TARGET"):
+        monkeypatch.delenv(var, raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["link-proxy", "--listen", f"127.0.0.1:{port}", "--target", "127.0.0.1:1"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"provnet: error: --listen ($PROVNET_LINK_LISTEN) 127.0.0.1:{port}: ")
+    assert "cannot listen" in err[0]
 
 
 async def test_cli_process_configured_by_environment_delays_and_stops_on_sigterm(
