@@ -9,8 +9,11 @@ Wire form (DSSE v1.0 JSON envelope, https://github.com/secure-systems-lab/dsse):
 What is signed: the DSSE pre-authentication encoding
 ``PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body``
 of the payload bytes exactly as received, computed by
-``securesystemslib.dsse.Envelope.pae`` (the maintained implementation). The
-signature is Ed25519 (``cryptography``) over those PAE bytes, so any DSSE
+``securesystemslib.dsse.Envelope.pae`` (the maintained implementation) — except in
+:class:`EnvelopeSigner`, which writes the same bytes itself for an origin that
+signs one statement per demand (pinned equal by a test). The
+signature is Ed25519 over those PAE bytes (made and checked by libsodium through
+PyNaCl, :mod:`contracts.identity`), so any DSSE
 verifier holding the node's public key accepts our envelopes (see the
 interoperability test). Verification never re-encodes the payload.
 

@@ -49,8 +49,8 @@ DEFAULT_SERVE_FOR_MS = 3_600_000
 DEFAULT_DEADLINE_MS = 2_000
 #: The answer times a node promises (``deadline_ms``), on every route: its own
 #: configuration and a ``CommitFold``/``CommitCompaction`` request alike. The
-#: minimum is one the node keeps under the overload benchmark's 1 000 callers
-#: (docs/security.md, "No answer"; the measurement in docs/measurements/):
+#: minimum is one the node keeps under a flood of callers (docs/security.md,
+#: "No answer"; the measurement in docs/measurements/):
 #: a promise it cannot keep would make an honest origin look silent.
 MIN_DEADLINE_MS = 250
 MAX_DEADLINE_MS = 60_000

@@ -15,9 +15,9 @@ wake-up byte), which run on the node's CPU. The loop waiting alone is not
 enough: while the node's worker threads hash admitted 3 MiB bodies and
 gRPC's threads read them on the same CPU, the hand-over waits for a CPU
 and the loop sits in its wait with hundreds of calls still queued (traced
-under the overload benchmark: waits of 2-13 ms amid the opening burst, each
-followed by more of the same burst). :class:`NodeEventLoop` records when
-its loop last waited so, for at least :data:`IDLE_WAIT_S` in one wait, with
+under the overload benchmark:
+docs/measurements/2026-12-01-node-overload-constants.md). :class:`NodeEventLoop`
+records when its loop last waited so, for at least :data:`IDLE_WAIT_S` in one wait, with
 the process using at most :data:`IDLE_CPU_SHARE` of that time in CPU
 (:attr:`IdleSelector.idle_at`).
 
@@ -40,7 +40,7 @@ __all__ = ["IDLE_CPU_SHARE", "IDLE_WAIT_S", "IdleSelector", "NodeEventLoop", "id
 #: idle. Long enough that a completion already on its way (gRPC's poller
 #: thread writing its wake-up byte while the node's worker threads share its
 #: CPU) is not mistaken for none; short enough that the gaps between callers
-#: spread out by their retry appointments (~4 ms under the overload benchmark) show it.
+#: spread out by their retry appointments show it.
 IDLE_WAIT_S = 0.001
 #: Such a wait is the node idle only if the process (every thread of it: gRPC's,
 #: the worker threads') used at most this share of it in CPU. A process busy

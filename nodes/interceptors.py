@@ -131,25 +131,24 @@ BULK_CLASSES = ("known", "signed", "open")
 #: A bulk call that finds the byte budget spent waits this long for room (in
 #: arrival order) before it is shed: the reservations of small bodies shrink
 #: as soon as they are read, so a burst of small calls is admitted, not shed.
-#: Every millisecond of it is in the latency of a call admitted after waiting
-#: (under the overload benchmark, 0.25 s made it most of an admitted delivery's p99).
+#: Every millisecond of it is in the latency of a call admitted after waiting, so
+#: it is kept short (figures: docs/measurements/2026-12-01-node-overload-constants.md).
 BULK_BUDGET_WAIT_S = 0.1
 
 #: While bulk calls come and go (admitted or shed), a full garbage collection
 #: at most this often. grpc.aio leaves small reference cycles per call that
 #: keep the call's gRPC objects alive until a full collection, which Python
-#: runs rarely once a process holds many long-lived objects: under the
-#: overload benchmark (~1 000 calls a second, most shed) that was ~3 MiB of
-#: RSS per admitted delivery, 973–1 346 MiB; collecting every 0.5 s held it
-#: at 543–623 MiB with the same throughput and latencies.
+#: runs rarely once a process holds many long-lived objects: under a flood of
+#: bulk calls, most of them shed, the resident memory then grows with every
+#: admitted delivery. Collecting on an interval bounds it without costing
+#: throughput or latency (figures: docs/measurements/2026-12-01-node-overload-constants.md).
 BULK_GC_INTERVAL_S = 0.5
 
 #: While bulk calls are shed, one log event (``bulk_calls_shed``) at most this
 #: often, counting the calls shed since the previous one; the first shed after a
-#: quiet interval is logged at once. Not one event per shed call: under the
-#: overload benchmark the node sheds ~950 calls in its opening burst and
-#: hundreds a second after, each refusal costs it 0.24-0.32 ms of CPU (nearly
-#: all of it gRPC's per-call work), and a JSON event costs ~40 us more, with a
+#: quiet interval is logged at once. Not one event per shed call: a flood sheds
+#: calls by the hundred, a refusal is cheap (nearly all of it gRPC's per-call
+#: work) and a JSON event per call would add a sizeable share to it, with a
 #: line per call that says nothing the count does not. A shed call is not a
 #: refused demand (the serve path is never shed): ``demand_not_served`` stays
 #: one event per refusal.
@@ -157,27 +156,27 @@ BULK_SHED_LOG_INTERVAL_S = 10.0
 
 #: Bulk calls taken up by the node at most this far apart are back to back: the
 #: node is working through calls that queued in gRPC while it was busy (a call
-#: arriving to an idle node is taken up within microseconds; under the overload
-#: benchmark's opening burst, 0.3-1 ms apart; with callers spread out by their
-#: appointments, ~4 ms apart on average).
+#: arriving to an idle node is taken up within microseconds; queued calls are
+#: taken up well under this apart, callers spread out by their appointments
+#: arrive further apart; figures: docs/measurements/2026-12-01-node-overload-constants.md).
 BACKLOG_GAP_S = 0.002
 #: This many bulk calls back to back, at least one of them shed: a backlog.
 BACKLOG_RUN = 16
 #: Without a loop that knows when it was idle (a node run in another program's
 #: event loop, not on :class:`nodes.eventloop.NodeEventLoop`), a backlog has
 #: drained once no bulk call has been taken up for this long: a node working
-#: through a queue pauses between calls for its other work (a 3 MiB body
-#: parsed, a garbage collection: up to ~2 ms) and when it loses its CPU to
-#: another process for a time slice, without the queue having drained. On a
-#: node's own loop a backlog drains only once the loop has been idle (see
-#: :class:`Backlog`): a node admitting 3 MiB bodies during a burst paused
-#: 10-45 ms between calls with hundreds still queued, and each such pause
-#: let the next queued call in after a wait of up to 400 ms.
+#: through a queue pauses between calls for its other work (a large body
+#: parsed, a garbage collection) and when it loses its CPU to another process
+#: for a time slice, without the queue having drained. On a node's own loop a
+#: backlog drains only once the loop has been idle (see :class:`Backlog`): a
+#: node admitting large bodies during a burst pauses between calls with many
+#: still queued, and a gap alone would let the next queued call in after a
+#: long wait.
 BACKLOG_END_GAP_S = 0.01
 #: While the node works through a backlog it sheds every bulk call: each has
 #: waited in gRPC's queue behind the backlog, so admitting it would give its
-#: caller the whole wait (under the overload benchmark the calls admitted in
-#: the opening burst of 950 callers set the admitted p99). A burst is at most
+#: caller the whole wait (the calls admitted during a burst would set the
+#: admitted calls' tail latency). A burst is at most
 #: what gRPC's queue holds (``max_pending_rpcs``) and what comes back while it
 #: drains, so a node sheds at most ``BACKLOG_SHED_PER_PENDING`` times its
 #: pending cap of calls from backlogs in any ``BACKLOG_EVERY_S``: a flood that
@@ -189,10 +188,10 @@ BACKLOG_EVERY_S = 10.0
 #: On a loop that knows when it was idle, a bulk call taken up after the loop
 #: has not been idle for this long is shed as a backlog too, however far apart
 #: the calls come: the queue was empty when the loop was last idle, so the
-#: call may have waited that long. A node admitting 3 MiB bodies takes queued
-#: calls up 5-10 ms apart (its own work between them), not back to back: under
-#: the overload benchmark, such a slow drain after the opening burst admitted
-#: calls that had waited 600-800 ms. Only once a call has been shed since the
+#: call may have waited that long. A node admitting large bodies takes queued
+#: calls up with its own work between them, not back to back, so such a slow
+#: drain after a burst would otherwise admit calls that waited in the queue
+#: for most of its length. Only once a call has been shed since the
 #: loop was idle: a node that sheds nothing is not behind (one caller's
 #: deliveries back to back keep a node from idling, with nothing queued).
 BACKLOG_BUSY_S = 0.15
@@ -1080,8 +1079,8 @@ class RequestContext:
         By status, not ``context.abort``: grpc.aio keeps an abort's exception
         on the call, whose traceback holds the handler's frame and so the call
         again, a reference cycle that only the cyclic garbage collector frees.
-        Thousands of shed calls a second then held their gRPC calls (hundreds
-        of MiB under the overload benchmark) until a full collection.
+        Shed calls by the thousand then held their gRPC calls, and their
+        memory, until a full collection.
         """
         self.bulk_shed += 1
         self._backlogs[cls].shed()
@@ -1208,10 +1207,9 @@ class RequestContext:
                         if self._backlogs[cls].active:
                             # Room came while the node works through a backlog: its
                             # body would be read and processed between the refusals of
-                            # the backlog, each step behind theirs (under the overload
-                            # benchmark such calls, taken up early in the opening
-                            # burst, were its slowest admitted ones: 200-300 ms in the
-                            # node). Shed with an appointment instead.
+                            # the backlog, each step behind theirs (such calls, taken
+                            # up early in a burst, would be the slowest admitted ones).
+                            # Shed with an appointment instead.
                             budget.release(held)
                             held = 0
                             self.bulk_backlog_shed += 1

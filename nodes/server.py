@@ -83,8 +83,8 @@ def server_options(max_message_bytes: int, max_pending_rpcs: int = 0) -> list[tu
         # No bandwidth-delay probing on what the node receives: a stream's
         # receive window then stays at HTTP/2's 64 KiB until the handler asks
         # for the message, so a call shed (or not yet read) buffers at most
-        # that much of its body, not all of it. Measured: 100 unread 3 MiB
-        # calls buffered ~300 MiB in the node with probing, ~14 MiB without.
+        # that much of its body, not all of it (with probing, unread bodies are
+        # buffered whole: docs/measurements/2026-12-01-node-overload-constants.md).
         ("grpc.http2.bdp_probe", 0),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
@@ -222,10 +222,10 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
     # wrapped ones: gRPC then queues its calls apart from the rest (one queue
     # per registered method, each with its own pending-call limit, taken up in
     # turn), so a demand never waits behind, or is refused with, a backlog of
-    # bulk calls. Measured under bench_overload (1,000 callers x 3 MiB): with
-    # every method behind the one generic handler the serve probe's loaded p99
-    # was 144 ms and some demands were CANCELLED by the pending-call limit.
-    # Two registered methods keep the serving loop's per-call wait small.
+    # bulk calls (with every method behind the one generic handler, a flood of
+    # bulk calls delays demands and the pending-call limit cancels some:
+    # docs/measurements/2026-12-01-node-overload-constants.md). Two registered methods keep the
+    # serving loop's per-call wait small.
     registered: Any = server  # grpc's stubs lack add_registered_method_handlers
     registered.add_registered_method_handlers(SERVE_SERVICE, table.of_service(SERVE_SERVICE))
     return NodeServer(

@@ -5,9 +5,16 @@ Generated code (:mod:`nodes._pb`) is imported here and by the servicers
 other module — transport, client, node core, cluster tools, the harness —
 speaks :mod:`nodes.messages` and calls this module to cross the wire.
 
-Conversions go both ways and keep bytes as they are: statement envelopes and
-hop bytes are copied into and out of ``bytes`` fields verbatim, never
-re-encoded.
+Conversions go both ways. Hop bytes and the envelopes of demands, receipts,
+delivery receipts, attestations and witness reports are copied into and out of
+``bytes`` fields verbatim. Heads and fold proofs are not: a sender takes a head
+envelope apart into its binary fields (``HeadFields``, or the packed byte string
+of :data:`WIRE_VERSION` 4) and a fold proof into its record, chain and audit path,
+leaving out what the receiver can imply; the receiver rebuilds the canonical
+payload and the envelope from those fields (:func:`signed_head_from_pb`,
+:func:`fold_proof_from_pb`) and the signature is checked over the rebuilt bytes,
+so a field rebuilt wrong fails verification. A head whose payload does not
+rebuild from its fields travels as its signed payload bytes instead.
 
 **Message size** has one definition, :func:`message_size`: the protobuf
 encoding of the message gRPC carries for a call (without HTTP/2 framing) —

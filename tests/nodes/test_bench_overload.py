@@ -1,4 +1,5 @@
-"""The overload benchmark runs end to end (``-m bench``; figures in docs/security.md).
+"""The overload benchmark runs end to end (``-m bench``; figures in
+docs/measurements/2026-12-01-security-overload-bench.md).
 
 The mechanism itself (shed before the body, serving goes on) is pinned in the
 default run by ``tests/nodes/test_overload.py``; this checks that the
