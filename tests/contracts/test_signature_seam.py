@@ -117,7 +117,8 @@ def test_no_source_outside_the_tests_replaces_sign_or_verify() -> None:
                     targets = list(node.targets)
                 elif (
                     isinstance(node, ast.Call)
-                    and getattr(node.func, "id", None) == "setattr"
+                    and "setattr"
+                    in {getattr(node.func, "id", None), getattr(node.func, "attr", None)}
                     and len(node.args) >= 2
                     and isinstance(node.args[1], ast.Constant)
                     and node.args[1].value in {"sign", "verify"}
@@ -130,7 +131,7 @@ def test_no_source_outside_the_tests_replaces_sign_or_verify() -> None:
                         and isinstance(target.value, ast.Name)
                         and target.value.id in {"Identity", "PublicKey"}
                     ):
-                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert offenders == []
+                        offenders.append(f"{path.relative_to(ROOT)}:{target.lineno}")
+    assert offenders == [], offenders
     assert Identity.sign.__qualname__ == "Identity.sign"
     assert PublicKey.verify.__qualname__ == "PublicKey.verify"
