@@ -58,6 +58,7 @@ from contracts import (
     verify_fold,
     verify_served,
 )
+from contracts.identity import SignatureCount, observe_signatures
 
 NOW = 1_795_946_400_000
 RATIO_LIMIT = 1.5
@@ -130,24 +131,22 @@ class Fold:
 
 
 class _Signatures:
-    """Counts Ed25519 signatures made through ``Identity.sign`` while active."""
+    """Counts Ed25519 signatures made (``contracts.identity``'s observer) while active."""
 
     def __init__(self) -> None:
-        self.count = 0
-        self._real = Identity.sign
+        self._counted = SignatureCount()
+        self._observing = observe_signatures(self._counted)
+
+    @property
+    def count(self) -> int:
+        return self._counted.signs
 
     def __enter__(self) -> _Signatures:
-        real = self._real
-
-        def counting(identity: Identity, data: bytes) -> bytes:
-            self.count += 1
-            return real(identity, data)
-
-        Identity.sign = counting  # type: ignore[method-assign]
+        self._observing.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        Identity.sign = self._real  # type: ignore[method-assign]
+        self._observing.__exit__(None, None, None)
 
 
 def statement_bytes(origin: Identity, folds: int, values: int, hops: int = 8) -> dict[str, int]:

@@ -8,14 +8,23 @@ have signed it: evidence verifies with nothing but the file.
 Key files hold the private key as unencrypted PKCS#8 PEM. They are written
 with mode 0600 (created that way, never widened), and :func:`load_identity`
 refuses a file that group or other can read, like OpenSSH does.
+
+Every Ed25519 signature of the project is made by :meth:`Identity.sign` and
+every verification by :meth:`PublicKey.verify`; both report to the observer
+installed with :func:`observe_signatures`, if any, which is how the harness
+and the benchmarks count and time them.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from time import perf_counter
+from types import TracebackType
+from typing import Protocol
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -31,7 +40,10 @@ __all__ = [
     "NODE_ID_HEX_LEN",
     "Identity",
     "PublicKey",
+    "SignatureCount",
+    "SignatureObserver",
     "load_identity",
+    "observe_signatures",
     "rotate_identity",
     "save_identity",
 ]
@@ -41,6 +53,85 @@ _HEX = frozenset("0123456789abcdef")
 _MAX_KEY_FILE_BYTES = 4096
 _KEY_CACHE_SIZE = 4096
 _KEY_CACHE: dict[str, PublicKey] = {}
+
+
+class SignatureObserver(Protocol):
+    """Told of every Ed25519 operation while installed (:func:`observe_signatures`).
+
+    Called on the thread that made the operation, once it returned or
+    raised (a signature that fails to verify is still a verification made),
+    with the seconds it took.
+    """
+
+    def signed(self, seconds: float) -> None: ...
+
+    def verified(self, seconds: float) -> None: ...
+
+
+# One per process, not per context: a node served in-process answers gRPC
+# calls in tasks the server spawned, which do not inherit the caller's
+# context, and the harness counts the serving side's signatures too.
+_observer: SignatureObserver | None = None
+_observer_lock = threading.Lock()
+
+
+class observe_signatures:
+    """Install ``observer`` for every Ed25519 operation of this process while entered.
+
+    One observer at a time: entering while another is installed raises
+    ``RuntimeError`` (two meters would each miss what the other counted).
+    """
+
+    __slots__ = ("observer",)
+
+    def __init__(self, observer: SignatureObserver) -> None:
+        self.observer = observer
+
+    def __enter__(self) -> SignatureObserver:
+        global _observer
+        with _observer_lock:
+            if _observer is not None:
+                raise RuntimeError(
+                    f"an Ed25519 observer is already installed in this process: {_observer!r}"
+                )
+            _observer = self.observer
+        return self.observer
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        global _observer
+        with _observer_lock:
+            if _observer is self.observer:
+                _observer = None
+
+
+class SignatureCount:
+    """A :class:`SignatureObserver` that counts and times; safe across threads."""
+
+    __slots__ = ("_lock", "seconds", "signs", "verifies")
+
+    def __init__(self) -> None:
+        self.signs = 0
+        self.verifies = 0
+        self.seconds = 0.0
+        self._lock = threading.Lock()
+
+    def signed(self, seconds: float) -> None:
+        with self._lock:
+            self.signs += 1
+            self.seconds += seconds
+
+    def verified(self, seconds: float) -> None:
+        with self._lock:
+            self.verifies += 1
+            self.seconds += seconds
+
+    def __repr__(self) -> str:
+        return f"SignatureCount(signs={self.signs}, verifies={self.verifies})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,15 +191,23 @@ class PublicKey:
         The length is checked first: ``crypto_sign_open`` reads the first 64
         bytes of signature + data as the signature.
         """
-        if type(signature) is not bytes or len(signature) != crypto_sign_BYTES:
-            raise BadSignature(
-                f"signature does not verify with key {self.node_id[:16]}…:"
-                f" {len(signature)} bytes, not {crypto_sign_BYTES}"
-            )
+        observer = _observer
+        start = perf_counter() if observer is not None else 0.0
         try:
-            crypto_sign_open(signature + data, self.raw)
-        except BadSignatureError as exc:
-            raise BadSignature(f"signature does not verify with key {self.node_id[:16]}…") from exc
+            if type(signature) is not bytes or len(signature) != crypto_sign_BYTES:
+                raise BadSignature(
+                    f"signature does not verify with key {self.node_id[:16]}…:"
+                    f" {len(signature)} bytes, not {crypto_sign_BYTES}"
+                )
+            try:
+                crypto_sign_open(signature + data, self.raw)
+            except BadSignatureError as exc:
+                raise BadSignature(
+                    f"signature does not verify with key {self.node_id[:16]}…"
+                ) from exc
+        finally:
+            if observer is not None:
+                observer.verified(perf_counter() - start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +256,14 @@ class Identity:
         here): Ed25519 signatures are deterministic, so the bytes are the
         same as OpenSSL's for the same key and data (pinned by the vectors).
         """
-        return crypto_sign(bytes(data), self._secret)[:crypto_sign_BYTES]
+        observer = _observer
+        if observer is None:
+            return crypto_sign(bytes(data), self._secret)[:crypto_sign_BYTES]
+        start = perf_counter()
+        try:
+            return crypto_sign(bytes(data), self._secret)[:crypto_sign_BYTES]
+        finally:
+            observer.signed(perf_counter() - start)
 
     def private_pem(self) -> bytes:
         return self._private.private_bytes(

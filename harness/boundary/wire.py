@@ -19,17 +19,19 @@
   A demand's answers come sized by the transport that carried them
   (:class:`nodes.wire.SizedAnswers`: over gRPC the response's length as
   received, in memory its encoding's size), so they are not sized again.
-  :class:`CryptoMeter` counts Ed25519 signatures and verifications and the
-  leaves hashed into Merkle roots, and times them, by wrapping the few
-  functions every such operation passes through while the run is active
-  (restored on exit). Operations are sequential, so a plain "current tag"
-  attributes work done on the serving side of a gRPC call too.
+  :class:`CryptoMeter` counts Ed25519 signatures and verifications, as
+  :mod:`contracts.identity` reports them to its observer
+  (:func:`contracts.identity.observe_signatures`), and the leaves hashed into
+  Merkle roots by wrapping the Merkle entry points while the run is active
+  (restored on exit), and times both. Operations are sequential, so a plain
+  "current tag" attributes work done on the serving side of a gRPC call too.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from contracts.identity import observe_signatures
 from harness.events import Hop
 from harness.gates import GateView
 from harness.lineage import FoldedPrefix, hop_fields
@@ -443,14 +446,37 @@ class MeteredTransport:
         await self.inner.close()
 
 
+class _TagSignatures:
+    """Adds each Ed25519 operation to the meter's current tag."""
+
+    __slots__ = ("_lock", "meter")
+
+    def __init__(self, meter: WireMeter) -> None:
+        self.meter = meter
+        # the observer is called on whichever thread signed; keep the sums whole
+        self._lock = threading.Lock()
+
+    def signed(self, seconds: float) -> None:
+        with self._lock:
+            c = self.meter.counts()
+            c.sign_ops += 1
+            c.sig_seconds += seconds
+
+    def verified(self, seconds: float) -> None:
+        with self._lock:
+            c = self.meter.counts()
+            c.verify_ops += 1
+            c.sig_seconds += seconds
+
+
 class CryptoMeter:
     """Counts and times signatures, verifications and Merkle hashing while active.
 
-    Wraps ``Identity.sign`` and ``PublicKey.verify`` (every Ed25519
-    operation of :mod:`contracts` goes through them) and ``merkle_root`` /
-    ``leaf_hashes`` wherever a loaded ``contracts``/``nodes`` module bound
-    them. Use as a context
-    manager; the originals are restored on exit, also on error.
+    Signatures and verifications: the observer of :mod:`contracts.identity`
+    (every Ed25519 operation of the project reports to it). Merkle hashing:
+    wraps ``merkle_root`` / ``leaf_hashes`` wherever a loaded
+    ``contracts``/``nodes`` module bound them. Use as a context manager; the
+    observer is removed and the originals are restored on exit, also on error.
     """
 
     _active = False
@@ -458,6 +484,7 @@ class CryptoMeter:
     def __init__(self, meter: WireMeter) -> None:
         self.meter = meter
         self._restore: list[tuple[object, str, object]] = []
+        self._signatures = observe_signatures(_TagSignatures(meter))
 
     def _patch(self, owner: object, name: str, make: Callable[[Any], Any]) -> None:
         original = getattr(owner, name)
@@ -470,34 +497,9 @@ class CryptoMeter:
         import contracts.merkle
         import contracts.serve
         import nodes.store  # noqa: F401
-        from contracts.identity import Identity, PublicKey
 
         meter = self.meter
         perf = time.perf_counter
-
-        def signer(original: Any) -> Any:
-            def sign(self: Identity, data: bytes) -> bytes:
-                start = perf()
-                try:
-                    return bytes(original(self, data))
-                finally:
-                    c = meter.counts()
-                    c.sign_ops += 1
-                    c.sig_seconds += perf() - start
-
-            return sign
-
-        def verifier(original: Any) -> Any:
-            def verify(self: PublicKey, signature: bytes, data: bytes) -> None:
-                start = perf()
-                try:
-                    original(self, signature, data)
-                finally:
-                    c = meter.counts()
-                    c.verify_ops += 1
-                    c.sig_seconds += perf() - start
-
-            return verify
 
         depth = [0]  # a Merkle entry point calling another is one operation, not two
 
@@ -519,9 +521,8 @@ class CryptoMeter:
 
             return hashed
 
+        self._signatures.__enter__()
         try:
-            self._patch(Identity, "sign", signer)
-            self._patch(PublicKey, "verify", verifier)
             # Every module of contracts/nodes that bound a Merkle entry point by
             # name (``from contracts.merkle import merkle_root``), and the module
             # itself for callers that look it up at call time.
@@ -539,9 +540,12 @@ class CryptoMeter:
         return self
 
     def _undo(self) -> None:
-        while self._restore:
-            owner, name, original = self._restore.pop()
-            setattr(owner, name, original)
+        try:
+            while self._restore:
+                owner, name, original = self._restore.pop()
+                setattr(owner, name, original)
+        finally:
+            self._signatures.__exit__(None, None, None)
 
     def __exit__(self, *exc: object) -> None:
         self._undo()

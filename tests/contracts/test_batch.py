@@ -52,7 +52,7 @@ from contracts.batch import (
 from contracts.binary import RECEIPT_BINARY_TYPE
 from contracts.envelope import Envelope
 from contracts.evidence import Answer, AnswerKind, verify_clearing
-from contracts.identity import PublicKey
+from contracts.identity import SignatureCount, observe_signatures
 from contracts.lazy import (
     judge_fold_answer,
     served_batch_without_signature,
@@ -118,26 +118,18 @@ def test_a_batch_is_not_read_without_naming_the_fold() -> None:
         open_statement(b.demand, Demand, fold=other)
 
 
-def test_a_faithful_batch_serve_is_judged_with_no_signature_verification(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_faithful_batch_serve_is_judged_with_no_signature_verification() -> None:
     b = make_batch_world()
     receipt = b.answer(now=NOW + 2_000).to_bytes()
-    checked: list[bytes] = []
-    real = PublicKey.verify
-
-    def counting(self: PublicKey, signature: bytes, message: bytes) -> None:
-        checked.append(message)
-        real(self, signature, message)
-
-    monkeypatch.setattr(PublicKey, "verify", counting)
-    for i in range(3):
-        verdict = _judge(b, receipt, list(b.hops), i)
-        assert verdict.kind is AnswerKind.SERVED, verdict.reason
-        assert verdict.served is not None
-        assert verdict.served.hops == b.hops[i]
-        assert verdict.served.receipt_verified is False
-    assert checked == []
+    checked = SignatureCount()
+    with observe_signatures(checked):
+        for i in range(3):
+            verdict = _judge(b, receipt, list(b.hops), i)
+            assert verdict.kind is AnswerKind.SERVED, verdict.reason
+            assert verdict.served is not None
+            assert verdict.served.hops == b.hops[i]
+            assert verdict.served.receipt_verified is False
+    assert checked.verifies == 0
 
 
 # ---------------------------------------------------------------- evidence per fold
@@ -377,15 +369,13 @@ def _served_batch(b: BatchWorld, payload: bytes, hops: Sequence[Sequence[bytes]]
     )
 
 
-def test_a_faithful_receipt_batch_is_recognised_by_its_bytes_with_no_signature_check(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_faithful_receipt_batch_is_recognised_by_its_bytes_with_no_signature_check() -> None:
     b = make_batch_world()
     payload = b.answer(now=NOW + 2_000).payload
-    calls: list[bytes] = []
-    monkeypatch.setattr(PublicKey, "verify", lambda self, sig, msg: calls.append(msg))
-    assert _served_batch(b, payload, b.hops)
-    assert calls == []
+    checked = SignatureCount()
+    with observe_signatures(checked):
+        assert _served_batch(b, payload, b.hops)
+    assert checked.verifies == 0
 
 
 def test_a_receipt_batch_that_is_not_exactly_the_faithful_one_decides_nothing() -> None:
@@ -421,20 +411,18 @@ def test_a_receipt_batch_that_is_not_exactly_the_faithful_one_decides_nothing() 
 # ---------------------------------------------------------------- one fold's receipt by bytes
 
 
-def test_a_faithful_receipt_for_one_whole_fold_is_recognised_by_its_bytes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_faithful_receipt_for_one_whole_fold_is_recognised_by_its_bytes() -> None:
     w = make_head_world()
     hops = w.hops["value:42"]
     receipt = w.answer(w.demand, hops, now=NOW + 2_000)
-    calls: list[bytes] = []
-    monkeypatch.setattr(PublicKey, "verify", lambda self, sig, msg: calls.append(msg))
+    checked = SignatureCount()
     known = KnownRoots()
-    for memo in (None, known, known):
-        assert served_fold_without_signature(
-            receipt.to_bytes(), hops, demand=w.demand, fold=w.fold, known=memo
-        )
-    assert calls == []
+    with observe_signatures(checked):
+        for memo in (None, known, known):
+            assert served_fold_without_signature(
+                receipt.to_bytes(), hops, demand=w.demand, fold=w.fold, known=memo
+            )
+    assert checked.verifies == 0
     # the slow path, which parses the receipt, reaches the same verdict
     verdict = judge_fold_answer(
         receipt.to_bytes(), hops, demand=w.demand, fold=w.fold, reported_at=NOW + 3_000

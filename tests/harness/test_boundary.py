@@ -355,25 +355,42 @@ def test_malformed_delivered_value_is_rejected_naming_the_field(data: bytes, nam
         decode_value(data)
 
 
-def test_crypto_meter_restores_the_originals_on_exit() -> None:
-    from contracts.identity import Identity, PublicKey
+def test_crypto_meter_counts_through_the_seam_and_restores_the_originals_on_exit() -> None:
+    import contracts.merkle
+    from contracts.identity import Identity, PublicKey, SignatureCount, observe_signatures
 
     sign, verify = Identity.sign, PublicKey.verify
+    merkle_root = contracts.merkle.merkle_root
     meter = WireMeter()
+    identity = Identity.generate()
     with CryptoMeter(meter):
-        assert Identity.sign is not sign
-        identity = Identity.generate()
+        # counted by the observer of contracts.identity, not by replacing methods
+        assert (Identity.sign, PublicKey.verify) == (sign, verify)
         identity.public.verify(identity.sign(b"x"), b"x")
         with pytest.raises(RuntimeError), CryptoMeter(WireMeter()):
             pass
-        import contracts.merkle
-
+        with (
+            pytest.raises(RuntimeError, match="already installed"),
+            observe_signatures(SignatureCount()),
+        ):
+            pass  # pragma: no cover - never entered
+        with meter.tagged(("arm", "rehydrate")):
+            for _ in range(3):
+                signature = identity.sign(b"y")
+            identity.public.verify(signature, b"y")
+            identity.public.verify(signature, b"y")
         contracts.merkle.merkle_root([b"one leaf"])  # calls leaf_hashes inside: counted once
     assert Identity.sign is sign
     assert PublicKey.verify is verify
+    assert contracts.merkle.merkle_root is merkle_root
+    identity.sign(b"after")  # not metered any more
     counts = meter.counts(("", ""))
     assert (counts.sign_ops, counts.verify_ops) == (1, 1)
     assert (counts.hash_calls, counts.hash_leaves) == (1, 1)
+    tagged = meter.counts(("arm", "rehydrate"))
+    assert (tagged.sign_ops, tagged.verify_ops) == (3, 2)
+    with observe_signatures(SignatureCount()):  # the meter left the seam free
+        pass
 
 
 def test_unplayable_settings_are_rejected_before_any_node_starts() -> None:

@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from contracts.evidence import verify_evidence
-from contracts.identity import Identity, PublicKey
+from contracts.identity import Identity, observe_signatures
 from contracts.serve import verify_delivery
 from contracts.signed import open_statement
 from contracts.statements import Commitment, Obligation
@@ -249,25 +249,20 @@ def grpc_holder(root: Path, transport: GrpcTransport, reasks: int = 1) -> Holder
     return Holder(identity, transport, evidence_dir=root / "evidence", reasks=reasks)
 
 
+class _Ed25519Counts:
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.counts = counts
+
+    def signed(self, seconds: float) -> None:
+        self.counts["sign"] += 1
+
+    def verified(self, seconds: float) -> None:
+        self.counts["verify"] += 1
+
+
 @contextmanager
 def ed25519_counts() -> Iterator[dict[str, int]]:
-    """Count Ed25519 signatures made and verified (every one passes through these)."""
+    """Count Ed25519 signatures made and verified (every one reports to the observer)."""
     counts = {"sign": 0, "verify": 0}
-    cls, pub = Identity, PublicKey
-    orig_sign, orig_verify = cls.sign, pub.verify
-
-    def sign(self: Identity, data: bytes) -> bytes:
-        counts["sign"] += 1
-        return orig_sign(self, data)
-
-    def verify(self: PublicKey, signature: bytes, data: bytes) -> None:
-        counts["verify"] += 1
-        orig_verify(self, signature, data)
-
-    cls.sign = sign  # type: ignore[method-assign]
-    pub.verify = verify  # type: ignore[method-assign]
-    try:
+    with observe_signatures(_Ed25519Counts(counts)):
         yield counts
-    finally:
-        cls.sign = orig_sign  # type: ignore[method-assign]
-        pub.verify = orig_verify  # type: ignore[method-assign]
