@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contracts.merkle import merkle_root
+from contracts.rules import expired
 from contracts.statements import Commitment, Demand, Obligation, ReceiptStatus, RefusalReason
 
 __all__ = ["refusal_for"]
@@ -34,7 +35,7 @@ def refusal_for(
     root is recomputed here) — said rather than signing bytes that miss the
     origin's own root, which would be bad_data against itself.
     """
-    if now >= o.serve_until:
+    if expired(o.serve_until, now):
         return ReceiptStatus.REFUSED, RefusalReason.EXPIRED
     if o.holder is not None and d.holder != o.holder:
         return ReceiptStatus.REFUSED, RefusalReason.NOT_BOUND_HOLDER

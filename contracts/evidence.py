@@ -83,6 +83,7 @@ from contracts.errors import (
 )
 from contracts.heads import FoldProof, VerifiedFold, verify_fold
 from contracts.merkle import consistency_roots
+from contracts.rules import DEMAND_WINDOW_MS, demand_due_ms, expired
 from contracts.serve import (
     ServedFold,
     verify_receipt_binding,
@@ -507,7 +508,7 @@ def _refused(e: Evidence, core: _Core, r: Signed[Receipt]) -> EvidenceVerdict:
             f"receipt {r.digest[:12]}… is PENDING for commitment {core.commitment.digest[:12]}…"
             " issued as provenance_pending: legitimate (S6)"
         )
-    if rs.issued_at >= os_.serve_until:
+    if expired(os_.serve_until, rs.issued_at):
         raise NotEvidence(
             f"refusal {r.digest[:12]}… ({reason}) at {format_ms(rs.issued_at)} is not before"
             f" serve_until {format_ms(os_.serve_until)}: the obligation had expired"
@@ -613,12 +614,12 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
     c, o, d = core.commitment, core.obligation, core.demand
     os_, ds = o.statement, d.statement
     # (1) the demand was made while the obligation ran, and its deadline passed
-    if ds.time >= os_.serve_until:
+    if expired(os_.serve_until, ds.time):
         raise NotEvidence(
             f"demand {d.digest[:12]}… at {format_ms(ds.time)} came after serve_until"
             f" {format_ms(os_.serve_until)}"
         )
-    due = ds.time + os_.deadline_ms
+    due = demand_due_ms(ds.time, os_.deadline_ms)
     if now < due:
         raise NotEvidence(
             f"demand {d.digest[:12]}… is due at {format_ms(due)}; not unanswered yet"
@@ -651,8 +652,8 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
                     f" endpoint the origin signed into obligation {o.digest[:12]}…"
                     f" ({', '.join(os_.endpoints)[:200]})"
                 )
-            w_due = wd_.statement.time + os_.deadline_ms
-            if wd_.statement.time >= os_.serve_until or rs.at < w_due:
+            w_due = demand_due_ms(wd_.statement.time, os_.deadline_ms)
+            if expired(os_.serve_until, wd_.statement.time) or rs.at < w_due:
                 raise BindingMismatch(
                     f"witness report {rep.digest[:12]}… says unanswered at {format_ms(rs.at)},"
                     f" before its demand was due ({format_ms(w_due)}) or after serve_until"
@@ -732,10 +733,10 @@ def verify_evidence(
             assert_never(e.kind)
 
 
-#: The documented clock skew between nodes (``nodes.services.DEMAND_WINDOW_S``):
+#: The documented clock skew between nodes (:data:`contracts.rules.DEMAND_WINDOW_MS`):
 #: an origin answers a demand only if its time is within this of its own clock,
 #: so a receipt answering a demand is issued no earlier than this before it.
-CLEARING_SKEW_MS = 30_000
+CLEARING_SKEW_MS = DEMAND_WINDOW_MS
 
 
 def verify_clearing(

@@ -72,6 +72,7 @@ from contracts.merkle import (
     merkle_root,
     verify_inclusion,
 )
+from contracts.rules import expired
 from contracts.signed import Signed, open_statement, sign_statement
 from contracts.statements import Commitment, Head, Obligation
 
@@ -436,7 +437,7 @@ class HeadCache:
             raise BindingMismatch(f"head {signed.digest[:12]}… is not by origin {origin[:16]}…")
         # (2) unexpired
         h = signed.statement
-        if now >= h.serve_until:
+        if expired(h.serve_until, now):
             raise Expired(
                 f"head {signed.digest[:12]}… expired at {format_ms(h.serve_until)}"
                 f" (now {format_ms(now)})"

@@ -68,6 +68,7 @@ from contracts.merkle import (
     merkle_root,
     root_from_inclusion,
 )
+from contracts.rules import expired
 from contracts.signed import Signed, is_binary, open_statement, sign_statement
 from contracts.statements import (
     Commitment,
@@ -418,7 +419,7 @@ def eviction_blockers(
     return tuple(
         o
         for o in obligations
-        if o.statement.commitment == commitment and now < o.statement.serve_until
+        if o.statement.commitment == commitment and not expired(o.statement.serve_until, now)
     )
 
 
@@ -463,7 +464,7 @@ def verify_delivery(
             f" not {c.digest[:12]}…"
         )
     # (3) unexpired
-    if now >= o.statement.serve_until:
+    if expired(o.statement.serve_until, now):
         raise Expired(
             f"obligation {o.digest[:12]}… expired at {format_ms(o.statement.serve_until)}"
             f" (now {format_ms(now)})"

@@ -73,6 +73,7 @@ from contracts.lazy import (
     served_fold_without_signature,
 )
 from contracts.merkle import KnownRoots
+from contracts.rules import MAX_DEADLINE_MS, demand_due_ms, expired
 from contracts.serve import DemandTemplate, build_demand, new_nonce, verify_delivery
 from contracts.signed import Signed, open_statement, parse_statement, sign_statement
 from contracts.statements import (
@@ -87,7 +88,6 @@ from contracts.statements import (
     payload_type_for,
 )
 from nodes._disk import disk_full, is_disk_full
-from nodes.config import MAX_DEADLINE_MS
 from nodes.errors import ClockSkew, MalformedRequest, PromiseOutOfRange
 from nodes.logging import get_logger
 from nodes.messages import (
@@ -344,7 +344,7 @@ class Holder:
                 self._cache.move_to_end(fold.held.commitment.digest)
                 fold.outcome, fold.detail = Outcome.SERVED, "verified earlier (cache)"
                 fold.hops, fold.leaves = cached, range(len(cached))
-            elif now_ms >= fold.held.obligation.statement.serve_until:
+            elif expired(fold.held.obligation.statement.serve_until, now_ms):
                 fold.outcome = Outcome.EXPIRED
                 fold.detail = f"obligation {fold.held.obligation.digest[:12]}… past serve_until"
             else:
@@ -899,7 +899,9 @@ class Holder:
                 f"{inconclusive} of {len(results)} witness(es) signed no report (the origin"
                 " answered them a status, or their time ran out)"
             )
-        due_ms = fold.demand.statement.time + fold.held.obligation.statement.deadline_ms
+        due_ms = demand_due_ms(
+            fold.demand.statement.time, fold.held.obligation.statement.deadline_ms
+        )
         await self._pause((due_ms - self.now_ms()) / 1000.0 + 0.001, deadline)
         evidence = unanswered_evidence(
             fold.demand,
@@ -1136,7 +1138,7 @@ class Holder:
             signed = sign_statement(self.identity, report)
             return ChallengeResult(signed.to_bytes(), True, demand.to_bytes(), receipt_bytes)
         # UNANSWERED may only be signed once our demand is due (never early).
-        due_ms = demand.statement.time + o.statement.deadline_ms
+        due_ms = demand_due_ms(demand.statement.time, o.statement.deadline_ms)
         for _ in range(100):
             wait = (due_ms - self.now_ms()) / 1000.0
             if wait <= 0:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+# The promise bounds are the origin's rules (contracts.rules), kept importable here.
+from contracts.rules import MAX_DEADLINE_MS, MIN_DEADLINE_MS, MIN_SERVE_FOR_MS
 from nodes.attester import AttesterFault
 from nodes.faults import FaultMode
 from nodes.home import NODE_NAME_RE, NODE_NAME_RULE
@@ -35,6 +37,8 @@ __all__ = [
     "DEFAULT_SERVE_FOR_MS",
     "ENV_VARS",
     "MAX_CLOCK_OFFSET_S",
+    "MAX_DEADLINE_MS",
+    "MIN_DEADLINE_MS",
     "ConfigError",
     "LogFormat",
     "NodeConfig",
@@ -47,13 +51,6 @@ __all__ = [
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 DEFAULT_SERVE_FOR_MS = 3_600_000
 DEFAULT_DEADLINE_MS = 2_000
-#: The answer times a node promises (``deadline_ms``), on every route: its own
-#: configuration and a ``CommitFold``/``CommitCompaction`` request alike. The
-#: minimum is one the node keeps under a flood of callers (docs/security.md,
-#: "No answer"; the measurement in docs/measurements/):
-#: a promise it cannot keep would make an honest origin look silent.
-MIN_DEADLINE_MS = 250
-MAX_DEADLINE_MS = 60_000
 DEFAULT_MAX_CONCURRENT_RPCS = 128
 DEFAULT_MAX_BULK_RPCS = 16
 #: Long-lived streams (health ``Watch``, ``Serve.DemandStream``, reflection) open
@@ -446,7 +443,7 @@ class NodeConfig:
         for key, minimum in (
             ("fault_delay_ms", 0),
             ("max_message_bytes", 1024),
-            ("serve_for_ms", 1),
+            ("serve_for_ms", MIN_SERVE_FOR_MS),
             ("deadline_ms", MIN_DEADLINE_MS),
             ("reasks", 0),
             ("min_witnesses", 1),

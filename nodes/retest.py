@@ -38,6 +38,7 @@ import structlog
 from contracts.errors import ContractError
 from contracts.evidence import Evidence
 from contracts.heads import FoldProof
+from contracts.rules import expired
 from nodes.client import challenged_obligation
 from nodes.errors import NodeError
 from nodes.store import EvidenceRecord, StoreError
@@ -127,7 +128,7 @@ class Retester:
         try:
             commitment, obligation = _statements(record)
             serve_until = challenged_obligation(commitment, obligation, core.now_ms())
-            if core.now_ms() >= serve_until:
+            if expired(serve_until, core.now_ms()):
                 _log.info("suspicion_retest_ended", evidence=record.digest[:16], why="expired")
                 self._due[record.digest] = (float("inf"), self.max_s)
                 return True

@@ -91,6 +91,19 @@ from contracts.heads import (
 from contracts.hops import MAX_HOP_BYTES, hop_bytes
 from contracts.identity import Identity, PublicKey
 from contracts.merkle import leaf_hash
+from contracts.rules import (
+    DEMAND_WINDOW_MS,
+    FUTURE_SLACK_MS,
+    MAX_DEADLINE_MS,
+    MAX_SERVE_FOR_MS,
+    MIN_DEADLINE_MS,
+    MIN_SERVE_FOR_MS,
+    deadline_in_bounds,
+    demand_is_fresh,
+    expired,
+    holder_signature_decides,
+    serve_for_in_bounds,
+)
 from contracts.serve import (
     WholeFoldReceipts,
     answer_demand,
@@ -133,7 +146,7 @@ from nodes.attester import (
     leaf0_demand,
 )
 from nodes.client import HeldFold, Holder
-from nodes.config import MAX_DEADLINE_MS, MIN_DEADLINE_MS, NodeConfig
+from nodes.config import NodeConfig
 from nodes.errors import (
     ClockSkew,
     DemandPredatesRestart,
@@ -202,15 +215,14 @@ __all__ = [
 
 log = get_logger(__name__)
 
-#: A demand is accepted only if its ``time`` is this close to now (the
-#: documented clock skew, both ways); its nonce is remembered at least this
-#: long, so a replay is always caught.
-DEMAND_WINDOW_S = 30.0
-#: A demand dated more than this ahead of the node's clock does not move the
-#: replay floor: a floor of its holder's own is kept durably instead
-#: (``FUTURE_NONCES_FILENAME``), so no caller can push the node's floor ahead
-#: and make a restarted node refuse everyone.
-FUTURE_SLACK_MS = 500
+#: A demand is accepted only if its ``time`` is this close to now
+#: (:func:`contracts.rules.demand_is_fresh`); its nonce is remembered at least
+#: this long, so a replay is always caught.
+DEMAND_WINDOW_S = DEMAND_WINDOW_MS / 1000
+#: A demand dated more than FUTURE_SLACK_MS (contracts.rules) ahead of the node's
+#: clock does not move the replay floor: a floor of its holder's own is kept
+#: durably instead (``FUTURE_NONCES_FILENAME``), so no caller can push the node's
+#: floor ahead and make a restarted node refuse everyone.
 FUTURE_NONCES_FILENAME = "future_nonces"
 #: Open holders (any key) with a durable floor of their own at once, each until
 #: its latest demand dated ahead is stale; beyond it the lowest-dated are folded
@@ -224,10 +236,8 @@ _FUTURE_FILE_SLACK_LINES = 1024
 #: ``unanswered``, and ``busy``, the holder's record of an origin that answered
 #: RESOURCE_EXHAUSTED (an ``unanswered`` record naming that status, nodes.noanswer).
 _SUSPICION_KINDS = ("unanswered", "busy")
-#: Promises this node signs (``CommitFold``): deadline bounds (MIN_DEADLINE_MS,
-#: MAX_DEADLINE_MS, from nodes.config: the same on every route) and lifetime bounds.
-MIN_SERVE_FOR_MS = 1
-MAX_SERVE_FOR_MS = 30 * 24 * 3_600_000
+#: Promises this node signs (``CommitFold``): deadline and lifetime bounds are
+#: contracts.rules' (MIN/MAX_DEADLINE_MS, MIN/MAX_SERVE_FOR_MS), the same on every route.
 #: Sequence numbers are SQLite integers.
 MAX_SEQ = 2**63 - 1
 #: Held (delivered) values kept in memory: count and bytes; oldest evicted.
@@ -296,8 +306,8 @@ def _ms(seconds: float) -> int:
 def _check_skew(what: str, time_ms: int, now: float) -> None:
     """Step (3): ``what``, dated ``time_ms``, is within ±DEMAND_WINDOW_S of ``now``;
     else :class:`ClockSkew` naming both times, the gap and the allowed skew."""
-    gap_s = time_ms / 1000.0 - now
-    if abs(gap_s) > DEMAND_WINDOW_S:
+    if not demand_is_fresh(time_ms, now * 1000.0):
+        gap_s = time_ms / 1000.0 - now
         way = "ahead of" if gap_s > 0 else "behind"
         raise ClockSkew(
             f"{what} issued_at {format_ms(time_ms)} is {abs(gap_s):.1f} s {way} this node's"
@@ -438,10 +448,10 @@ def _signature_decides(d: Demand, own: _Own, now: float) -> bool:
     named holder's durable floor, so an unsigned one could make that holder's
     next demands ABORTED after a restart; it is verified like any other.
     """
-    return (
-        own.fold is None
-        or own.obligation.statement.holder is not None
-        or d.time > _ms(now) + FUTURE_SLACK_MS
+    return holder_signature_decides(
+        d.time,
+        _ms(now),
+        bearer_under_own_head=own.fold is not None and own.obligation.statement.holder is None,
     )
 
 
@@ -793,13 +803,13 @@ class NodeCore:
 
     def _check_promise(self, value_ref: str, serve_for_ms: int, deadline_ms: int) -> None:
         """Sign only promises this node can keep (0 = this node's configured default)."""
-        if deadline_ms and not MIN_DEADLINE_MS <= deadline_ms <= MAX_DEADLINE_MS:
+        if deadline_ms and not deadline_in_bounds(deadline_ms):
             raise PromiseOutOfRange(
                 f"commit {value_ref}: deadline_ms {deadline_ms} is outside"
                 f" {MIN_DEADLINE_MS}..{MAX_DEADLINE_MS}: this node does not promise to answer"
                 " that fast or that slowly"
             )
-        if serve_for_ms and not MIN_SERVE_FOR_MS <= serve_for_ms <= MAX_SERVE_FOR_MS:
+        if serve_for_ms and not serve_for_in_bounds(serve_for_ms):
             raise PromiseOutOfRange(
                 f"commit {value_ref}: serve_for_ms {serve_for_ms} is outside"
                 f" {MIN_SERVE_FOR_MS}..{MAX_SERVE_FOR_MS} (30 days)"
@@ -1137,7 +1147,7 @@ class NodeCore:
         verify_demand(demand, obligation=obligation, commitment=commitment)
         # (5) unexpired obligation
         o = obligation.statement
-        if _ms(now) >= o.serve_until:
+        if expired(o.serve_until, _ms(now)):
             raise Expired(
                 f"obligation {obligation.digest[:12]}… expired at {o.serve_until} ms"
                 f" (now {_ms(now)} ms)"
@@ -1261,7 +1271,7 @@ class NodeCore:
         now_ms = _ms(now)
         # the holder's one signature carries information unless every fold is a
         # bearer fold under one of our heads and the batch is not dated ahead
-        unsigned_ok = batch.time <= now_ms + FUTURE_SLACK_MS
+        bearer = True
         demands: list[Signed[Demand]] = []
         owns: list[_Own] = []
         cached = self._own.get
@@ -1273,7 +1283,10 @@ class NodeCore:
                 own = await self._own_statements(d)
             owns.append(own)
             if own.fold is None or own.obligation.statement.holder is not None:
-                unsigned_ok = False
+                bearer = False
+        unsigned_ok = not holder_signature_decides(
+            batch.time, now_ms, bearer_under_own_head=bearer
+        )
         if not unsigned_ok:
             self._refuse_below_floors(demands[0].statement, envelope.digest)
             self.bump(DEMAND_VERIFICATIONS)
@@ -1287,7 +1300,7 @@ class NodeCore:
         for demand, own in zip(demands, owns, strict=True):
             verify_demand(demand, obligation=own.obligation, commitment=own.commitment)
             # (5) unexpired obligation
-            if now_ms >= own.obligation.statement.serve_until:
+            if expired(own.obligation.statement.serve_until, now_ms):
                 raise Expired(
                     f"obligation {own.obligation.digest[:12]}… expired at"
                     f" {own.obligation.statement.serve_until} ms (now {now_ms} ms)"

@@ -66,6 +66,7 @@ import aiosqlite
 
 from contracts.canonical import sha256_hex
 from contracts.heads import batch_record
+from contracts.rules import expired
 from contracts.signed import parse_statement
 from contracts.statements import Head
 from nodes._disk import disk_full, is_disk_full
@@ -1378,7 +1379,7 @@ class HopStore:
                 )
             )
         latest = max((o.serve_until_ms for o in obligations), default=-1)
-        under_obligation = latest > now_ms
+        under_obligation = not expired(latest, now_ms)
         if fold.status is FoldStatus.PENDING:
             self.bump(CounterName.PENDING_ANSWERS)
             return Resolution(

@@ -50,6 +50,19 @@ def test_signed_note_modules_import_no_clock_and_no_io() -> None:
         assert {m for m in imported if not m.startswith("contracts.")} <= allowed, name
 
 
+def test_origin_rules_module_is_pure_no_imports_no_clock_no_io() -> None:
+    # The origin's rules are decided the same on every route only if nothing but
+    # their arguments decides them: no module (no time, os, random), no open().
+    path = CONTRACTS_DIR / "rules.py"
+    assert _imported_modules(path) <= {"__future__"}
+    tree = ast.parse(path.read_text(), filename=str(path))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    called = {n.func.id for n in calls if isinstance(n.func, ast.Name)}
+    assert all(isinstance(n.func, ast.Name) for n in calls)  # no attribute calls either
+    assert called <= {"abs"}, called
+    assert not any(isinstance(n, ast.Global | ast.Nonlocal) for n in ast.walk(tree))
+
+
 def test_every_public_name_is_exported_and_resolves() -> None:
     for name in contracts.__all__:
         assert getattr(contracts, name) is not None, name

@@ -1,0 +1,93 @@
+"""The origin's rules, once: freshness, expiry, due time, promise bounds, and
+when a holder's signature decides.
+
+Every path that applies one of these — a lone demand and a demand batch on the
+origin, a holder or witness waiting for an answer, evidence checked later, a
+``CommitFold`` request and a node's own configuration — calls the function
+here, so the routes cannot drift apart. Each function is pure: no I/O and no
+clock; ``now`` (integer or fractional ms since the Unix epoch) is passed in.
+The callers keep their own error types and messages (``nodes`` errors are not
+``contracts`` errors); these functions only decide.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEMAND_WINDOW_MS",
+    "FUTURE_SLACK_MS",
+    "MAX_DEADLINE_MS",
+    "MAX_SERVE_FOR_MS",
+    "MIN_DEADLINE_MS",
+    "MIN_SERVE_FOR_MS",
+    "deadline_in_bounds",
+    "demand_due_ms",
+    "demand_is_fresh",
+    "expired",
+    "holder_signature_decides",
+    "serve_for_in_bounds",
+]
+
+#: The documented clock skew between nodes, both ways: an origin answers a
+#: demand only if its ``time`` is this close to its own clock.
+DEMAND_WINDOW_MS = 30_000
+#: A demand dated more than this ahead of the origin's clock raises its
+#: holder's durable replay floor, so its signature always decides.
+FUTURE_SLACK_MS = 500
+#: The answer times (``deadline_ms``) an origin promises, on every route: its own
+#: configuration and a ``CommitFold``/``CommitCompaction`` request alike. The
+#: minimum is one a node keeps under a flood of callers (docs/security.md,
+#: "No answer"; the measurement in docs/measurements/): a promise it cannot keep
+#: would make an honest origin look silent.
+MIN_DEADLINE_MS = 250
+MAX_DEADLINE_MS = 60_000
+#: The obligation lifetimes (``serve_until - issued_at``) an origin signs.
+MIN_SERVE_FOR_MS = 1
+MAX_SERVE_FOR_MS = 30 * 24 * 3_600_000
+
+
+def demand_is_fresh(time_ms: int, now_ms: float) -> bool:
+    """S1 (within its deadline, so only while the demand is current): a demand (or a
+    demand batch) dated ``time_ms`` is answered only within ±:data:`DEMAND_WINDOW_MS`
+    of the origin's clock ``now_ms``; exactly at the window's edge is still fresh."""
+    return abs(time_ms - now_ms) <= DEMAND_WINDOW_MS
+
+
+def expired(serve_until: int, at_ms: float) -> bool:
+    """S3/S5: a signed promise (obligation or head) running until ``serve_until`` has
+    expired at ``at_ms`` — at ``serve_until`` itself and after. A refusal EXPIRED is
+    legitimate exactly then; before it, the origin owes the bytes."""
+    return at_ms >= serve_until
+
+
+def demand_due_ms(demand_time_ms: int, deadline_ms: int) -> int:
+    """S4: when the answer to a demand dated ``demand_time_ms`` under an obligation
+    promising ``deadline_ms`` is due; no ``unanswered`` record or witness report may
+    say "no answer" before it."""
+    return demand_time_ms + deadline_ms
+
+
+def deadline_in_bounds(deadline_ms: int) -> bool:
+    """S1 (within its deadline) and S8 (never accuse a correct origin): a promised
+    answer time an origin signs, on every route, is within
+    :data:`MIN_DEADLINE_MS`..:data:`MAX_DEADLINE_MS` inclusive."""
+    return MIN_DEADLINE_MS <= deadline_ms <= MAX_DEADLINE_MS
+
+
+def serve_for_in_bounds(serve_for_ms: int) -> bool:
+    """S5 (the origin keeps hops while an obligation runs): a lifetime an origin signs
+    is within :data:`MIN_SERVE_FOR_MS`..:data:`MAX_SERVE_FOR_MS` inclusive."""
+    return MIN_SERVE_FOR_MS <= serve_for_ms <= MAX_SERVE_FOR_MS
+
+
+def holder_signature_decides(time_ms: int, now_ms: int, *, bearer_under_own_head: bool) -> bool:
+    """S7 (obligations are bearer instruments), design rev. 3 (sign where it carries
+    information): whether the origin must verify a demand's holder signature (and so
+    record its nonce).
+
+    ``bearer_under_own_head``: every fold demanded is under one of the origin's own
+    signed heads and its obligation names no holder. Such a demand is answered the
+    same whoever asks, so its signature decides nothing — unless it is dated more
+    than :data:`FUTURE_SLACK_MS` ahead of ``now_ms``: it would then raise the named
+    holder's durable floor, which only that holder may do.
+    """
+    return not bearer_under_own_head or time_ms > now_ms + FUTURE_SLACK_MS
