@@ -60,3 +60,26 @@ def wait_serving(proc: subprocess.Popen[bytes], address: str, log: Path, timeout
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"node did not start: {log.read_text()[-2000:]}")
         time.sleep(0.05)
+
+
+def one_node_setup(prefix: str) -> tuple[Path, str, str, dict[str, str]]:
+    """A scratch folder with an operator key, a free loopback address and the
+    environment for one node that authorises that key, reaps nothing and logs
+    only warnings: ``(work, operator_node_id, address, env)``. The key is
+    ``work / "operator.key"``."""
+    import tempfile
+
+    from contracts.identity import Identity, save_identity
+    from nodes.cluster import child_env, free_ports
+
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    operator = Identity.generate()
+    save_identity(operator, work / "operator.key")
+    (port,) = free_ports(1)
+    env = child_env()
+    env.update(
+        PROVNET_OPERATOR_KEYS=operator.node_id,
+        PROVNET_REAP_INTERVAL_S="0",
+        PROVNET_LOG_LEVEL="warning",
+    )
+    return work, operator.node_id, f"127.0.0.1:{port}", env

@@ -33,13 +33,12 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from _procs import cpu_seconds, stop, wait_serving
+from _procs import cpu_seconds, one_node_setup, stop, wait_serving
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -161,20 +160,9 @@ def main() -> int:
     if args.waves < 1 or args.calls < 1 or args.connections < 1:
         parser.error("--waves, --calls and --connections must be >= 1")
 
-    from contracts.identity import Identity, save_identity
-    from nodes.cluster import child_env, free_ports, provnet_argv
+    from nodes.cluster import provnet_argv
 
-    work = Path(tempfile.mkdtemp(prefix="provnet-refusal-"))
-    operator = Identity.generate()
-    save_identity(operator, work / "operator.key")
-    (port,) = free_ports(1)
-    address = f"127.0.0.1:{port}"
-    env = child_env()
-    env.update(
-        PROVNET_OPERATOR_KEYS=operator.node_id,
-        PROVNET_REAP_INTERVAL_S="0",
-        PROVNET_LOG_LEVEL="warning",
-    )
+    work, _operator_id, address, env = one_node_setup("provnet-refusal-")
     for kv in args.node_env:
         key, sep, value = kv.partition("=")
         if not sep:

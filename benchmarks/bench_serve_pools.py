@@ -34,12 +34,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _procs import cpu_seconds, stop, wait_serving
+from _procs import cpu_seconds, one_node_setup, stop, wait_serving
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -228,20 +227,9 @@ def main() -> int:
     if args.replays < 1 or args.flood_s <= 0 or args.flood_tasks < 1:
         parser.error("--replays and --flood-tasks must be >= 1, --flood-s > 0")
 
-    from contracts.identity import Identity, save_identity
-    from nodes.cluster import child_env, free_ports, provnet_argv
+    from nodes.cluster import provnet_argv
 
-    work = Path(tempfile.mkdtemp(prefix="provnet-pools-"))
-    operator = Identity.generate()
-    save_identity(operator, work / "operator.key")
-    (port,) = free_ports(1)
-    address = f"127.0.0.1:{port}"
-    env = child_env()
-    env.update(
-        PROVNET_OPERATOR_KEYS=operator.node_id,
-        PROVNET_REAP_INTERVAL_S="0",
-        PROVNET_LOG_LEVEL="warning",
-    )
+    work, _operator_id, address, env = one_node_setup("provnet-pools-")
     cpus = sorted(os.sched_getaffinity(0))
     node_cpus: Any = {cpus[0]} if len(cpus) > 1 else None
     log = (work / "node.log").open("wb")
