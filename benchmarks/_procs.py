@@ -7,10 +7,12 @@ on it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["cpu_seconds", "minor_faults", "stop", "wait_serving"]
@@ -83,3 +85,37 @@ def one_node_setup(prefix: str) -> tuple[Path, str, str, dict[str, str]]:
         PROVNET_LOG_LEVEL="warning",
     )
     return work, operator.node_id, f"127.0.0.1:{port}", env
+
+
+@contextlib.contextmanager
+def pinned_node(
+    name: str, work: Path, address: str, env: dict[str, str]
+) -> Iterator[tuple[subprocess.Popen[bytes], int | None]]:
+    """One ``provnet node`` serving at ``address`` with its data and JSON log in
+    ``work``; with two CPUs or more it is pinned to the first and this process
+    moves to the rest. Yields the process and the node's CPU (None: unpinned);
+    afterwards the node is stopped and ``work`` removed."""
+    import shutil
+
+    from nodes.cluster import provnet_argv
+
+    cpus = sorted(os.sched_getaffinity(0))
+    node_cpus = {cpus[0]} if len(cpus) > 1 else None
+    log = (work / "node.log").open("wb")
+    node = subprocess.Popen(
+        provnet_argv(
+            "node", "--name", name, "--listen", address, "--data-dir", str(work / "node"),
+            "--log-format", "json",
+        ),
+        stdout=log, stderr=subprocess.STDOUT, env=env,
+        preexec_fn=(lambda: os.sched_setaffinity(0, node_cpus)) if node_cpus else None,
+    )  # fmt: skip
+    try:
+        wait_serving(node, address, work / "node.log", 60)
+        if node_cpus:
+            os.sched_setaffinity(0, set(cpus[1:]))
+        yield node, cpus[0] if node_cpus else None
+    finally:
+        stop(node, 15)
+        log.close()
+        shutil.rmtree(work, ignore_errors=True)

@@ -29,16 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-from _procs import cpu_seconds, one_node_setup, stop, wait_serving
+from _procs import cpu_seconds, one_node_setup, pinned_node
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -160,40 +157,20 @@ def main() -> int:
     if args.waves < 1 or args.calls < 1 or args.connections < 1:
         parser.error("--waves, --calls and --connections must be >= 1")
 
-    from nodes.cluster import provnet_argv
-
     work, _operator_id, address, env = one_node_setup("provnet-refusal-")
     for kv in args.node_env:
         key, sep, value = kv.partition("=")
         if not sep:
             parser.error(f"--node-env wants KEY=VALUE, got {kv!r}")
         env[key] = value
-    cpus = sorted(os.sched_getaffinity(0))
-    node_cpus: Any = {cpus[0]} if len(cpus) > 1 else None
-    log = (work / "node.log").open("wb")
-    node = subprocess.Popen(
-        provnet_argv(
-            "node", "--name", "refusal", "--listen", address, "--data-dir", str(work / "node"),
-            "--log-format", "json",
-        ),
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-        preexec_fn=(lambda: os.sched_setaffinity(0, node_cpus)) if node_cpus else None,
-    )  # fmt: skip
-    try:
-        wait_serving(node, address, work / "node.log", 60)
-        if node_cpus:
-            os.sched_setaffinity(0, set(cpus[1:]))
+    with pinned_node("refusal", work, address, env) as (node, cpu):
         print(
-            f"node on CPU {cpus[0] if node_cpus else 'any'}, {args.waves} waves of"
+            f"node on CPU {'any' if cpu is None else cpu}, {args.waves} waves of"
             f" {args.calls} deliveries over {args.connections} connections,"
             f" node env {args.node_env or 'default'}",
             flush=True,
         )
         return asyncio.run(_measure(args, address, node.pid, work / "operator.key"))
-    finally:
-        stop(node, 15)
-        log.close()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -30,15 +30,12 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from _procs import cpu_seconds, one_node_setup, stop, wait_serving
+from _procs import cpu_seconds, one_node_setup, pinned_node
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -227,31 +224,11 @@ def main() -> int:
     if args.replays < 1 or args.flood_s <= 0 or args.flood_tasks < 1:
         parser.error("--replays and --flood-tasks must be >= 1, --flood-s > 0")
 
-    from nodes.cluster import provnet_argv
-
     work, _operator_id, address, env = one_node_setup("provnet-pools-")
-    cpus = sorted(os.sched_getaffinity(0))
-    node_cpus: Any = {cpus[0]} if len(cpus) > 1 else None
-    log = (work / "node.log").open("wb")
-    node = subprocess.Popen(
-        provnet_argv(
-            "node", "--name", "pools", "--listen", address, "--data-dir", str(work / "node"),
-            "--log-format", "json",
-        ),
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-        preexec_fn=(lambda: os.sched_setaffinity(0, node_cpus)) if node_cpus else None,
-    )  # fmt: skip
-    try:
-        wait_serving(node, address, work / "node.log", 60)
-        if node_cpus:
-            os.sched_setaffinity(0, set(cpus[1:]))
-        print(f"node on CPU {cpus[0] if node_cpus else 'any'}, code at {REPO}", flush=True)
+    with pinned_node("pools", work, address, env) as (node, cpu):
+        print(f"node on CPU {'any' if cpu is None else cpu}, code at {REPO}", flush=True)
         asyncio.run(_measure(args, address, node.pid, work / "operator.key"))
-        return 0
-    finally:
-        stop(node, 15)
-        log.close()
-        shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -123,6 +123,11 @@ class OriginProcess:
             await asyncio.sleep(0.02)
         raise AssertionError(f"node did not listen within {timeout} s")
 
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

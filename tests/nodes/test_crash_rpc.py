@@ -36,7 +36,8 @@ from contracts.statements import Commitment, Obligation
 from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc
 from nodes.store import HopStore, ResolveStatus
 from nodes.transport import GrpcTransport
-from tests.nodes.rpc_support import TEST_OPERATOR, operator_channel
+from tests.nodes.rpc_support import operator_channel
+from tests.nodes.storage_support import OriginProcess
 
 _REPO = Path(__file__).resolve().parents[2]
 _LONG_MS = 3_600_000
@@ -57,54 +58,6 @@ class Client:
     folds: int = 0
     acks: list[Ack] = field(default_factory=list)
     failed_calls: int = 0
-
-
-class NodeProcess:
-    """One ``python -m nodes.app`` process on 127.0.0.1, port from its port file."""
-
-    def __init__(self, data_dir: Path, log: Path) -> None:
-        self.port_file = data_dir.parent / "origin.port"
-        self.port_file.unlink(missing_ok=True)
-        env = {
-            **os.environ,
-            "PROVNET_NAME": "origin",
-            "PROVNET_LISTEN": "127.0.0.1:0",
-            "PROVNET_DATA_DIR": str(data_dir),
-            "PROVNET_PORT_FILE": str(self.port_file),
-            "PROVNET_LOG_FORMAT": "json",
-            "PROVNET_OPERATOR_KEYS": TEST_OPERATOR.key_id,
-            "PROVNET_SHUTDOWN_GRACE_S": "1",
-        }
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "nodes.app"], env=env, stdout=out, stderr=out, cwd=_REPO
-            )
-
-    async def address(self, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.port_file.exists():
-                port = self.port_file.read_text().strip()
-                if port:
-                    return f"127.0.0.1:{port}"
-            if self.proc.poll() is not None:
-                raise AssertionError(f"node exited with {self.proc.returncode} before listening")
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"node did not listen within {timeout} s")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
 
 def _hop_fields(seq: int) -> bytes:
@@ -164,7 +117,7 @@ def _now_ms() -> int:
 
 
 async def _trial(data_dir: Path, log: Path, client: Client) -> None:
-    node = NodeProcess(data_dir, log)
+    node = OriginProcess(data_dir, log)
     try:
         address = await node.address()
         work = asyncio.create_task(_commit_until_failure(address, client))
@@ -245,7 +198,7 @@ async def run_rpc_campaign(tmp_path: Path, trials: int, seed: int) -> dict[str, 
     assert reaper is not None
     assert reaper.returncode == 0, (tmp_path / "reaper.log").read_text()
 
-    node = NodeProcess(data_dir, log)
+    node = OriginProcess(data_dir, log)
     holder = Identity.generate()
     now = _now_ms()
     live = [a for a in client.acks if a.obligation.statement.serve_until > now + 5_000]
