@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from nodes._periodic import PeriodicTask
 from nodes.store import HopStore, ReapReport, StoreError
 
 __all__ = ["Reaper", "ReaperStats", "main"]
@@ -54,7 +55,7 @@ class ReaperStats:
     attestations_reaped: int = 0
 
 
-class Reaper:
+class Reaper(PeriodicTask):
     """Runs :meth:`HopStore.reap` every ``interval_s`` seconds in a task.
 
     With ``reconcile`` (default: the store's provenance_pending mode) each
@@ -78,13 +79,12 @@ class Reaper:
             raise ValueError(f"reaper interval must be > 0 s, got {interval_s}")
         if grace_ms < 0:
             raise ValueError(f"reaper grace must be >= 0 ms, got {grace_ms}")
+        super().__init__("hop-reaper", interval_s)
         self._store = store
-        self._interval = interval_s
         self._grace = grace_ms
         self._batch = batch
         self._reconcile = store.provenance_pending if reconcile is None else reconcile
         self._clock = clock
-        self._task: asyncio.Task[None] | None = None
         self._passes = 0
         self._evicted = 0
         self._errors = 0
@@ -118,28 +118,9 @@ class Reaper:
             _log.debug("reaper_pass", hops_evicted=report.hops_evicted)
         return report
 
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except StoreError as exc:
-                self._errors += 1
-                _log.warning("reaper_pass_failed", error=str(exc))
-            await asyncio.sleep(self._interval)
-
-    def start(self) -> None:
-        """Start the periodic task (idempotent)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name="hop-reaper")
-
-    async def stop(self) -> None:
-        """Cancel the task and wait for it (a pass in flight is rolled back)."""
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    def pass_failed(self, exc: StoreError) -> None:
+        self._errors += 1
+        _log.warning("reaper_pass_failed", error=str(exc))
 
 
 async def _run_standalone(args: argparse.Namespace) -> int:

@@ -27,8 +27,6 @@ to the node is bounded however many suspicions it holds.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -39,6 +37,7 @@ from contracts.errors import ContractError
 from contracts.evidence import Evidence
 from contracts.heads import FoldProof
 from contracts.rules import expired
+from nodes._periodic import PeriodicTask
 from nodes.client import challenged_obligation
 from nodes.errors import NodeError
 from nodes.store import EvidenceRecord, StoreError
@@ -71,8 +70,13 @@ def _statements(record: EvidenceRecord) -> tuple[bytes, bytes]:
     return FoldProof.from_json(e.proof).to_bytes(), e.commitment.to_bytes()
 
 
-class Retester:
+class Retester(PeriodicTask):
     """Re-tests ``core``'s standing suspicions (module docstring) in a task of its own."""
+
+    # A bug in one pass must not end the re-tests: standing suspicions would
+    # then never clear unasked.
+    survive_bugs = True
+    crash_event = "suspicion_retest_pass_crashed"
 
     def __init__(
         self,
@@ -88,14 +92,13 @@ class Retester:
                 f"re-test schedule {first_s}..{max_s} s (poll {poll_s} s) must be positive,"
                 " first <= max"
             )
+        super().__init__("suspicion-retest", poll_s)
         self._core = core
         self.first_s = first_s
         self.max_s = max_s
-        self._poll_s = poll_s
         self._clock = clock
         #: Record digest → (when its next re-test is due, the wait after that one).
         self._due: dict[str, tuple[float, float]] = {}
-        self._task: asyncio.Task[None] | None = None
         #: Re-tests made, and suspicions they cleared, since start.
         self.retests = 0
         self.cleared = 0
@@ -146,27 +149,5 @@ class Retester:
         _log.info("suspicion_retested", evidence=record.digest[:16], answered=True, cleared=cleared)
         return cleared > 0
 
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except StoreError as exc:
-                _log.warning("suspicion_retest_pass_failed", error=str(exc))
-            except Exception:  # a bug: logged, and the schedule goes on (no silent stop)
-                _log.exception("suspicion_retest_pass_crashed")
-            await asyncio.sleep(self._poll_s)
-
-    def start(self) -> None:
-        """Start the periodic task (idempotent)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(
-                self._loop(), name="suspicion-retest"
-            )
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    def pass_failed(self, exc: StoreError) -> None:
+        _log.warning("suspicion_retest_pass_failed", error=str(exc))
