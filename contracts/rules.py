@@ -34,10 +34,11 @@ DEMAND_WINDOW_MS = 30_000
 #: holder's durable replay floor, so its signature always decides.
 FUTURE_SLACK_MS = 500
 #: The answer times (``deadline_ms``) an origin promises, on every route: its own
-#: configuration and a ``CommitFold``/``CommitCompaction`` request alike. The
-#: minimum is one a node keeps under a flood of callers (docs/security.md,
-#: "No answer"; the measurement in docs/measurements/): a promise it cannot keep
-#: would make an honest origin look silent.
+#: configuration and a ``CommitFold``/``CommitCompaction`` request alike. A
+#: promise the node cannot keep makes an honest origin look silent, so the
+#: minimum sits above how fast a node answers nearly every demand under a flood
+#: of callers — not yet above its slowest answers (docs/security.md, "No answer";
+#: the measurements in docs/measurements/).
 MIN_DEADLINE_MS = 250
 MAX_DEADLINE_MS = 60_000
 #: The obligation lifetimes (``serve_until - issued_at``) an origin signs.
