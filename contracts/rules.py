@@ -36,9 +36,8 @@ FUTURE_SLACK_MS = 500
 #: The answer times (``deadline_ms``) an origin promises, on every route: its own
 #: configuration and a ``CommitFold``/``CommitCompaction`` request alike. A
 #: promise the node cannot keep makes an honest origin look silent, so the
-#: minimum sits above how fast a node answers nearly every demand under a flood
-#: of callers — not yet above its slowest answers (docs/security.md, "No answer";
-#: the measurements in docs/measurements/).
+#: minimum sits above the slowest answer a node gives under a flood of callers
+#: (docs/security.md, "No answer"; benchmarks/bench_overload.py judges it).
 MIN_DEADLINE_MS = 250
 MAX_DEADLINE_MS = 60_000
 #: The obligation lifetimes (``serve_until - issued_at``) an origin signs.

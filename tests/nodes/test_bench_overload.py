@@ -50,3 +50,11 @@ def test_overload_bench_sheds_and_reports_rss_and_p99() -> None:
     assert int(shed.group(1)) > 0, f"200 callers never made the node shed a call:\n{out}"
     assert re.search(r"^  node RSS peak \d+ MiB .* vs bound \d+ MiB: (PASS|FAIL)", out, re.M), out
     assert re.search(r"^round 1: load average max [\d.]+", out, re.M), out
+    # The minimum promise is judged only on a real-time probe, and says which it was.
+    promise = re.search(
+        r"^    minimum promise\s+(slowest loaded demand ([\d.]+|inf) ms vs MIN_DEADLINE_MS"
+        r" 250 ms: (PASS|FAIL)|not judged: the serve probe did not run real-time)$",
+        out,
+        re.M,
+    )
+    assert promise, out
