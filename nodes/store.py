@@ -527,6 +527,12 @@ class HopStore:
         self._pending_hops: dict[str, tuple[tuple[int, bytes], ...]] = {}
         # In-memory effects of the open write transaction, undone if it rolls back.
         self._tx_undo: list[Callable[[], object]] = []
+        # Write transactions committed so far, and the gauges counted at that
+        # generation: Node.Stats is open to anyone, so it counts rows only when
+        # something was written since it last did (a stranger's loop of calls
+        # costs a dict copy each, not a scan).
+        self._generation = 0
+        self._gauges: tuple[int, dict[str, int]] | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -750,6 +756,7 @@ class HopStore:
                     )
                 await db.execute("COMMIT")
                 self._unflushed.clear()
+                self._generation += 1
             except BaseException as exc:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(db.execute("ROLLBACK"))
@@ -1965,6 +1972,15 @@ class HopStore:
         """
         out = {str(name): 0 for name in CounterName}
         out.update(self._counters)
+        out.update(await self._gauge_counts())
+        return out
+
+    async def _gauge_counts(self) -> dict[str, int]:
+        """The counted gauges of :meth:`counters`, counted again only after a write."""
+        generation = self._generation
+        if self._gauges is not None and self._gauges[0] == generation:
+            return dict(self._gauges[1])
+        out: dict[str, int] = {}
         async with self._read("read counters") as db:
             pending = list(
                 await db.execute_fetchall(
@@ -1983,6 +1999,9 @@ class HopStore:
             total += int(count)
         out["evidence_total"] = total
         out["evidence_cleared"] = int(cleared[0][0])
+        # Counted in a snapshot at least as new as ``generation``: a write that
+        # committed meanwhile makes the next call count again.
+        self._gauges = (generation, dict(out))
         return out
 
     async def check_stored(self) -> StoreCheck:

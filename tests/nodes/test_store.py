@@ -1016,3 +1016,27 @@ async def test_begin_after_a_cancelled_readers_queued_commit_starts_cleanly(tmp_
         assert list(rows) == [(1, 20)]
     finally:
         await db.close()
+
+
+async def test_counted_gauges_are_counted_again_only_after_a_write(store: HopStore) -> None:
+    # Node.Stats is open to anyone: a loop of calls with nothing written in
+    # between must not scan the tables each time (an out-of-band row is not
+    # seen), and every write the store makes is seen by the next call.
+    assert (await store.counters())["evidence_total"] == 0
+    raw = sqlite3.connect(store.path)
+    try:
+        raw.execute(
+            "INSERT INTO evidence (digest, kind, accused, commitment_digest, file_path, body,"
+            " created_at) VALUES ('d0', 'unanswered', 'x', NULL, NULL, x'00', 1)"
+        )
+        raw.commit()
+    finally:
+        raw.close()
+    assert (await store.counters())["evidence_total"] == 0  # no write since: not counted
+    added = await store.add_evidence(
+        digest="d1", kind="unanswered", accused="x", body=b"\x00", now_ms=NOW
+    )
+    assert added
+    counted = await store.counters()
+    assert counted["evidence_total"] == 2
+    assert counted["evidence_unanswered"] == 2
