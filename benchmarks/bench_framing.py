@@ -740,26 +740,24 @@ async def _holder_work(
 async def _referee(cluster: _Cluster, obligation: bytes, now_ms: int) -> int:
     """A third party's demand for ``obligation``; any receipt the origin signs for it
     that clears a standing stranger record is written beside it. Returns how many."""
-    import grpc
-
     from contracts.identity import Identity
     from contracts.serve import build_demand
     from contracts.signed import open_statement
     from contracts.statements import Obligation
-    from nodes import wire
+    from nodes.control import NodeClient
+    from nodes.transport import CallFailed
 
     ob = open_statement(obligation, Obligation)
     demand = build_demand(Identity.generate(), ob, now=now_ms)
-    async with grpc.aio.insecure_channel(cluster.address["origin"], options=_OWN_CONNECTION) as ch:
+    origin = NodeClient(cluster.address["origin"], options=_OWN_CONNECTION, timeout=_RPC_S)
+    async with origin:
         try:
-            reply = await wire.serve_stub(ch).Demand(
-                wire.demand_request([demand.to_bytes()]), timeout=_RPC_S
-            )
-        except grpc.aio.AioRpcError:
+            answers = await origin.demand([demand.to_bytes()])
+        except CallFailed:
             return 0
-    if not reply.answers:
+    if not answers:
         return 0
-    receipt = bytes(reply.answers[0].receipt)
+    receipt = answers[0].receipt
     cleared = 0
     for path in sorted(cluster.stranger_evidence.glob("*.json")):
         beside = path.with_name(path.name + ".cleared-by")
