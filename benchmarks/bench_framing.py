@@ -634,77 +634,54 @@ class _Work:
 
 
 class _Operator:
-    """Signed control calls to the cluster's nodes (the operator key)."""
+    """Signed control calls to the cluster's nodes (the operator key), through the one
+    client (:class:`nodes.control.NodeClients`)."""
 
     def __init__(self, cluster: _Cluster, key: Any) -> None:
-        from nodes.auth import ControlCredentials, control_channel
+        from nodes.auth import ControlCredentials
+        from nodes.control import NodeClients
 
         self.cluster = cluster
-        creds = ControlCredentials(key)
-        self._chans = {n: control_channel(a, creds) for n, a in cluster.address.items()}
+        self._clients = NodeClients(ControlCredentials(key), timeout=_RPC_S)
         self._seq = 0
 
+    def _at(self, name: str) -> Any:
+        return self._clients.at(self.cluster.address[name])
+
     async def close(self) -> None:
-        for chan in self._chans.values():
-            await chan.close(None)
+        await self._clients.close()
 
     async def ids(self) -> dict[str, str]:
-        from nodes import wire
-
-        out = {}
-        for name, chan in self._chans.items():
-            info = await wire.node_stub(chan).Info(wire.info_request(), timeout=_RPC_S)
-            out[name] = str(info.node_id)
-        return out
+        return {name: (await self._at(name).info()).node_id for name in self.cluster.address}
 
     async def stats(self, name: str) -> dict[str, int]:
-        from nodes import wire
-
-        reply = await wire.node_stub(self._chans[name]).Stats(wire.stats_request(), timeout=_RPC_S)
-        return dict(reply.counters)
+        counters: dict[str, int] = await self._at(name).stats()
+        return counters
 
     async def commit_and_forward(self, value_ref: str, deadline_ms: int) -> Any:
         """Append a hop at the origin, commit it as a fold, forward the value to the holder."""
-        from nodes import wire
-
         self._seq += 1
-        hoplog = wire.hoplog_stub(self._chans["origin"])
+        origin = self._at("origin")
         hop = json.dumps({"step": self._seq, "op": "framing", "value": value_ref}).encode()
-        appended = await hoplog.Append(wire.append_request([hop], [self._seq]), timeout=_RPC_S)
-        fold = await hoplog.CommitFold(
-            wire.commit_fold_request(
-                value_ref, list(appended.seqs), deadline_ms=deadline_ms,
-                value=f"value {value_ref}".encode(),
-            ),
-            timeout=_RPC_S,
-        )  # fmt: skip
-        deliver = wire.deliver_stub(self._chans["origin"])
-        await deliver.Forward(wire.forward_request(value_ref, "holder"), timeout=_RPC_S)
+        seqs = await origin.append([hop], [self._seq])
+        fold = await origin.commit_fold(
+            value_ref, seqs, deadline_ms=deadline_ms, value=f"value {value_ref}".encode()
+        )
+        await origin.forward(value_ref, "holder")
         return fold
 
     async def compaction(self, value_ref: str) -> tuple[bytes, bytes]:
         """One fold committed under a signed head at the origin: (the head, its fold proof)."""
-        from nodes import wire
-
         self._seq += 1
-        hoplog = wire.hoplog_stub(self._chans["origin"])
+        origin = self._at("origin")
         hop = json.dumps({"step": self._seq, "op": "framing", "value": value_ref}).encode()
-        appended = await hoplog.Append(wire.append_request([hop], [self._seq]), timeout=_RPC_S)
-        reply = await hoplog.CommitCompaction(
-            wire.commit_compaction_request([(value_ref, list(appended.seqs), b"v")]),
-            timeout=_RPC_S,
-        )
-        return bytes(reply.head), bytes(reply.fold_proofs[0])
+        seqs = await origin.append([hop], [self._seq])
+        compaction = await origin.commit_compaction([(value_ref, seqs, b"v")])
+        return compaction.head, compaction.fold_proofs[0]
 
     async def rehydrate(self, value_ref: str) -> Any:
-        from nodes import wire
-
         witnesses = [self.cluster.address["w1"], self.cluster.address["w2"]]
-        deliver = wire.deliver_stub(self._chans["holder"])
-        reply = await deliver.Rehydrate(
-            wire.rehydrate_request(value_ref, witnesses), timeout=_REHYDRATE_S
-        )
-        return wire.rehydration_report_from_pb(reply)
+        return await self._at("holder").rehydrate(value_ref, witnesses, timeout=_REHYDRATE_S)
 
 
 async def _holder_work(
@@ -721,9 +698,8 @@ async def _holder_work(
     whatever the control plane does) and of the base value (its hops cached: it
     shows whether the holder still holds it). Counted in ``during`` while the
     attack runs (``state["attack_over"]`` unset), else in ``state["after_work"]``."""
-    import grpc
-
     from nodes.messages import Outcome
+    from nodes.transport import CallFailed
 
     k = 0
     while not stop.is_set():
@@ -734,8 +710,8 @@ async def _holder_work(
         refs = [f"work-{k}"]
         try:
             await op.commit_and_forward(f"work-{k}", deadline_ms)
-        except grpc.aio.AioRpcError as exc:
-            into.refused[f"commit/forward {exc.code().name}"] += 1
+        except CallFailed as exc:
+            into.refused[f"commit/forward {exc.code}"] += 1
             refs = []
         if k <= len(pool):
             refs.append(pool[k - 1])
@@ -743,8 +719,8 @@ async def _holder_work(
         for value_ref in refs:
             try:
                 report = await op.rehydrate(value_ref)
-            except grpc.aio.AioRpcError as exc:
-                into.refused[f"rehydrate {exc.code().name}"] += 1
+            except CallFailed as exc:
+                into.refused[f"rehydrate {exc.code}"] += 1
                 continue
             for o in report.outcomes:
                 if o.outcome is Outcome.SERVED and o.asks == 0:
@@ -764,26 +740,24 @@ async def _holder_work(
 async def _referee(cluster: _Cluster, obligation: bytes, now_ms: int) -> int:
     """A third party's demand for ``obligation``; any receipt the origin signs for it
     that clears a standing stranger record is written beside it. Returns how many."""
-    import grpc
-
     from contracts.identity import Identity
     from contracts.serve import build_demand
     from contracts.signed import open_statement
     from contracts.statements import Obligation
-    from nodes import wire
+    from nodes.control import NodeClient
+    from nodes.transport import CallFailed
 
     ob = open_statement(obligation, Obligation)
     demand = build_demand(Identity.generate(), ob, now=now_ms)
-    async with grpc.aio.insecure_channel(cluster.address["origin"], options=_OWN_CONNECTION) as ch:
+    origin = NodeClient(cluster.address["origin"], options=_OWN_CONNECTION, timeout=_RPC_S)
+    async with origin:
         try:
-            reply = await wire.serve_stub(ch).Demand(
-                wire.demand_request([demand.to_bytes()]), timeout=_RPC_S
-            )
-        except grpc.aio.AioRpcError:
+            answers = await origin.demand([demand.to_bytes()])
+        except CallFailed:
             return 0
-    if not reply.answers:
+    if not answers:
         return 0
-    receipt = bytes(reply.answers[0].receipt)
+    receipt = answers[0].receipt
     cleared = 0
     for path in sorted(cluster.stranger_evidence.glob("*.json")):
         beside = path.with_name(path.name + ".cleared-by")

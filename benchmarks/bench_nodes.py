@@ -597,7 +597,7 @@ async def _profile_demands(
     stats = pstats.Stats(profiler)
     stats.sort_stats("tottime").print_stats(args.profile_top)
     await transport.close()
-    await channel.close(None)
+    await channel.close()
     return 0 if errors == 0 else 1
 
 
@@ -607,10 +607,10 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     from contracts.serve import verify_delivery
     from contracts.signed import open_statement
     from contracts.statements import Commitment, Obligation
-    from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc
-    from nodes.auth import ControlCredentials, control_channel
+    from nodes.auth import ControlCredentials
     from nodes.client import HeldFold, Holder, Outcome
     from nodes.config import LogFormat
+    from nodes.control import NodeClient
     from nodes.logging import configure_logging
     from nodes.transport import GrpcTransport
 
@@ -620,8 +620,9 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     bare_address = f"127.0.0.1:{started['bare_port']}"
     options = [("grpc.max_receive_message_length", 4 << 20)]
     operator = ControlCredentials(load_identity(Path(started["data_dir"]) / "node.key"))
-    channel = control_channel(address, operator, options)
-    hoplog: Any = hoplog_pb2_grpc.HopLogStub(channel)
+    # The control calls that set the origin up go through the one client; the
+    # measured calls below speak raw gRPC on channels of their own.
+    channel = NodeClient(address, operator, options=options, timeout=10.0)
     # Origin state: one value folded three times (1, 5, 50 hops).
     step = 0
     folds: dict[int, HeldFold] = {}
@@ -631,34 +632,21 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     for size in FOLD_SIZES:
         hops = _fold_hops(step + 1, size)
         step += size
-        appended = await hoplog.Append(hoplog_pb2.AppendRequest(hops=hops), timeout=10)
-        fold = await hoplog.CommitFold(
-            hoplog_pb2.CommitFoldRequest(
-                value_ref="bench-value", seqs=list(appended.seqs), deadline_ms=2000
-            ),
-            timeout=10,
-        )
-        c = open_statement(bytes(fold.commitment), Commitment)
-        o = open_statement(bytes(fold.obligation), Obligation)
+        seqs = await channel.append(hops)
+        fold = await channel.commit_fold("bench-value", seqs, deadline_ms=2000)
+        c = open_statement(fold.commitment, Commitment)
+        o = open_statement(fold.obligation, Obligation)
         verify_delivery(c, o, now=now_ms)
-        folds[size] = HeldFold(c, o, bytes(fold.commitment), bytes(fold.obligation))
+        folds[size] = HeldFold(c, o, fold.commitment, fold.obligation)
 
     # The same folds under ONE signed tree head (one compaction of three values):
     # the holder verifies the head once; a faithful serve then costs no verification.
     for size in FOLD_SIZES:
         hops = _fold_hops(step + 1, size)
         step += size
-        appended = await hoplog.Append(hoplog_pb2.AppendRequest(hops=hops), timeout=10)
-        head_seqs[size] = list(appended.seqs)
-    compaction = await hoplog.CommitCompaction(
-        hoplog_pb2.CommitCompactionRequest(
-            folds=[
-                hoplog_pb2.CompactionFold(value_ref=f"bench-head-{size}", seqs=head_seqs[size])
-                for size in FOLD_SIZES
-            ],
-            deadline_ms=2000,
-        ),
-        timeout=10,
+        head_seqs[size] = list(await channel.append(hops))
+    compaction = await channel.commit_compaction(
+        [(f"bench-head-{size}", head_seqs[size], b"") for size in FOLD_SIZES], deadline_ms=2000
     )
     heads = HeadCache()
     for size, proof in zip(FOLD_SIZES, compaction.fold_proofs, strict=True):
@@ -870,7 +858,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         f" = {per:.2f} (target 1 per origin) {'PASS' if ok_rpcs else 'FAIL'}"
     )
     await transport.close()
-    await channel.close(None)
+    await channel.close()
     await bare_channel.close(None)
     await node_channel.close(None)
     ok = ok_latency and ok_tp and ok_rpcs and ok_sigs

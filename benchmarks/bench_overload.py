@@ -385,19 +385,14 @@ def _wait(proc: subprocess.Popen[bytes], out: Path, timeout: float) -> dict[str,
 
 async def _setup(address: str, operator_key: Path, obligation_out: Path) -> None:
     from contracts.identity import load_identity
-    from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc
-    from nodes.auth import ControlCredentials, control_channel
+    from nodes.auth import ControlCredentials
+    from nodes.control import NodeClient
 
-    ops = control_channel(address, ControlCredentials(load_identity(operator_key)))
-    hoplog: Any = hoplog_pb2_grpc.HopLogStub(ops)
-    await hoplog.Append(
-        hoplog_pb2.AppendRequest(hops=[b'{"step": 1, "op": "x"}'], seqs=[1]), timeout=10
-    )
-    fold = await hoplog.CommitFold(
-        hoplog_pb2.CommitFoldRequest(value_ref="p", seqs=[1]), timeout=10
-    )
-    obligation_out.write_bytes(bytes(fold.obligation))
-    await ops.close(None)
+    operator = ControlCredentials(load_identity(operator_key))
+    async with NodeClient(address, operator, timeout=10.0) as origin:
+        await origin.append([b'{"step": 1, "op": "x"}'], [1])
+        fold = await origin.commit_fold("p", [1])
+    obligation_out.write_bytes(fold.obligation)
 
 
 def _drive(args: argparse.Namespace) -> int:

@@ -58,15 +58,9 @@ async def _measure(args: argparse.Namespace, address: str, pid: int, key: Path) 
     from contracts.serve import build_demand, new_nonce
     from contracts.signed import Signed, open_statement
     from contracts.statements import Obligation
-    from nodes._pb.provnet.v1 import (
-        hoplog_pb2,
-        hoplog_pb2_grpc,
-        node_pb2,
-        node_pb2_grpc,
-        serve_pb2,
-        serve_pb2_grpc,
-    )
+    from nodes._pb.provnet.v1 import serve_pb2, serve_pb2_grpc
     from nodes.auth import ControlCredentials, control_channel
+    from nodes.control import NodeClient
 
     operator = ControlCredentials(load_identity(key))
     hops = [
@@ -82,34 +76,23 @@ async def _measure(args: argparse.Namespace, address: str, pid: int, key: Path) 
         ).encode()
         for i in range(1, 4)
     ]
-    async with control_channel(address, operator) as chan:
-        log: Any = hoplog_pb2_grpc.HopLogStub(chan)
-        seqs = list((await log.Append(hoplog_pb2.AppendRequest(hops=hops), timeout=10)).seqs)
-        own = await log.CommitFold(
-            hoplog_pb2.CommitFoldRequest(value_ref="own", seqs=seqs), timeout=10
-        )
-        seqs = list((await log.Append(hoplog_pb2.AppendRequest(hops=hops), timeout=10)).seqs)
-        compacted = await log.CommitCompaction(
-            hoplog_pb2.CommitCompactionRequest(
-                folds=[hoplog_pb2.CompactionFold(value_ref="headed", seqs=seqs)]
-            ),
-            timeout=10,
-        )
-    legacy = open_statement(bytes(own.obligation), Obligation)
+    async with NodeClient(address, operator, timeout=10.0) as log:
+        own = await log.commit_fold("own", await log.append(hops))
+        compacted = await log.commit_compaction([("headed", await log.append(hops), b"")])
+    legacy = open_statement(own.obligation, Obligation)
     headed = (
         HeadCache()
         .verify_fold(
-            FoldProof.from_bytes(bytes(compacted.fold_proofs[0])),
+            FoldProof.from_bytes(compacted.fold_proofs[0]),
             now=int(time.time() * 1000),
-            head=bytes(compacted.head),
+            head=compacted.head,
         )
         .obligation
     )
 
     async def stats() -> dict[str, int]:
-        async with control_channel(address, None) as c:
-            stub: Any = node_pb2_grpc.NodeStub(c)
-            return dict((await stub.Stats(node_pb2.StatsRequest(), timeout=10)).counters)
+        async with NodeClient(address, timeout=10.0) as node:
+            return await node.stats()
 
     # ------------------------------------------------------------------ replays
     holder = Identity.generate()

@@ -47,6 +47,8 @@ class ControlRefused(Exception):
 
 def _code_name(exc: BaseException) -> str:
     code = getattr(exc, "code", None)
+    if isinstance(code, str):  # a nodes.transport.CallFailed (nodes.control.RpcFailed)
+        return code
     if not callable(code):
         return ""
     value = code()
@@ -54,6 +56,9 @@ def _code_name(exc: BaseException) -> str:
 
 
 def _details(exc: BaseException) -> str:
+    message = getattr(exc, "message", None)
+    if isinstance(message, str):  # what the node said, as a CallFailed carries it
+        return message
     details = getattr(exc, "details", None)
     return str(details()) if callable(details) else str(exc)
 

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any
 
 from nodes.cluster import (
     DEFAULT_START_TIMEOUT_S,
@@ -58,13 +58,15 @@ from nodes.refusal import ControlRefused, control_refused, is_refusal
 
 if TYPE_CHECKING:
     from nodes.auth import ControlCredentials
+    from nodes.control import CallRecord
+    from nodes.messages import CommittedFold, NodeInfo, OriginOutcome, RehydrationReport
+    from nodes.transport import CallFailed
 
 __all__ = [
     "SMOKE_STEPS",
     "Member",
     "StepResult",
     "cluster_members",
-    "control_channel",
     "run_smoke",
 ]
 
@@ -77,8 +79,6 @@ _DEADLINE_MS = 1500
 _SERVE_FOR_MS = 10 * 60 * 1000
 _RPC_TIMEOUT_S = 10.0
 _REHYDRATE_TIMEOUT_S = 30.0
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,136 +125,71 @@ def _fold_hops(tag: str, count: int = _FOLD_HOPS) -> list[bytes]:
     return hops
 
 
-def control_channel(address: str, credentials: ControlCredentials | None) -> Any:
-    """The channel every control client (smoke test, boundary driver) opens to a node.
-
-    One construction for all of them: :func:`nodes.auth.control_channel`, which
-    signs every control-plane call with ``credentials`` (the operator key, see
-    :func:`smoke_credentials`); ``None`` gives a plain channel, on which
-    only serve-plane calls are accepted. Returns a ``grpc.aio.Channel``; the
-    caller closes it.
-    """
-    from nodes.auth import control_channel as signed_channel
-
-    return signed_channel(address, credentials)
+#: The step timings a call's duration is reported under (``timings`` of its step).
+_TIMING_OF = {
+    "/provnet.v1.HopLog/Append": "append_ms",
+    "/provnet.v1.HopLog/CommitFold": "commit_fold_ms",
+    "/provnet.v1.Deliver/Forward": "forward_ms",
+    "/provnet.v1.Deliver/Rehydrate": "rehydrate_ms",
+}
 
 
 class _Driver:
-    """Raw gRPC calls to cluster nodes, one channel per address, every call with a deadline."""
+    """The smoke test's calls to cluster nodes (:class:`nodes.control.NodeClients`:
+    one signed channel per address, every call with a deadline, shed calls retried)."""
 
     def __init__(self, credentials: ControlCredentials | None) -> None:
+        from nodes.control import NodeClients
+
         self.credentials = credentials
-        self._channels: dict[str, Any] = {}
+        self.clients = NodeClients(credentials, timeout=_RPC_TIMEOUT_S, on_call=self._timed)
         self.timings: dict[str, float] = {}
 
-    def _channel(self, address: str) -> Any:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = control_channel(address, self.credentials)
-            self._channels[address] = channel
-        return channel
+    def _timed(self, call: CallRecord) -> None:
+        label = _TIMING_OF.get(call.method)
+        if label is not None:
+            self.timings[label] = call.ms
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close(None)
-        self._channels.clear()
+        await self.clients.close()
 
-    async def timed(self, label: str, call: Awaitable[T]) -> T:
-        start = time.perf_counter()
-        try:
-            return await call
-        finally:
-            self.timings[label] = (time.perf_counter() - start) * 1000.0
-
-    def stubs(self, address: str) -> Any:
-        from nodes import wire
-
-        channel = self._channel(address)
-        return (wire.hoplog_stub(channel), wire.deliver_stub(channel), wire.node_stub(channel))
-
-    async def info(self, address: str) -> Any:
-        from nodes import wire
-
-        _, _, node = self.stubs(address)
-        return await node.Info(wire.info_request(), timeout=_RPC_TIMEOUT_S)
+    async def info(self, address: str) -> NodeInfo:
+        return await self.clients.at(address).info()
 
     async def counters(self, address: str) -> dict[str, int]:
-        from nodes import wire
+        return await self.clients.at(address).stats()
 
-        _, _, node = self.stubs(address)
-        reply = await node.Stats(wire.stats_request(), timeout=_RPC_TIMEOUT_S)
-        return dict(reply.counters)
-
-    async def commit(self, address: str, value_ref: str, tag: str) -> Any:
-        from nodes import wire
-        from nodes.retry import retry_shed
-
-        hoplog, _, _ = self.stubs(address)
+    async def commit(self, address: str, value_ref: str, tag: str) -> CommittedFold:
+        client = self.clients.at(address)
         hops = _fold_hops(tag)
         # Fresh sequence numbers on every run, so smoke runs can repeat on one cluster.
         base = time.time_ns() // 1_000_000 * 100
-        seqs = [base + i for i in range(len(hops))]
-        request = wire.append_request(hops, seqs)
-        appended = await self.timed(
-            "append_ms",
-            retry_shed(
-                "/provnet.v1.HopLog/Append",
-                lambda left: hoplog.Append(request, timeout=left),
-                _RPC_TIMEOUT_S,
-            ),
-        )
-        commit = wire.commit_fold_request(
+        seqs = await client.append(hops, [base + i for i in range(len(hops))])
+        return await client.commit_fold(
             value_ref,
-            list(appended.seqs),
+            seqs,
             serve_for_ms=_SERVE_FOR_MS,
             deadline_ms=_DEADLINE_MS,
             value=f"compacted value {value_ref}".encode(),
         )
-        return await self.timed(
-            "commit_fold_ms",
-            retry_shed(
-                "/provnet.v1.HopLog/CommitFold",
-                lambda left: hoplog.CommitFold(commit, timeout=left),
-                _RPC_TIMEOUT_S,
-            ),
-        )
 
-    async def forward(self, address: str, value_ref: str, peer: str) -> Any:
-        from nodes import wire
-        from nodes.retry import retry_shed
+    async def forward(self, address: str, value_ref: str, peer: str) -> bytes:
+        """The peer's signed delivery receipt."""
+        return await self.clients.at(address).forward(value_ref, peer)
 
-        _, deliver, _ = self.stubs(address)
-        request = wire.forward_request(value_ref, peer)
-        return await self.timed(
-            "forward_ms",
-            retry_shed(
-                "/provnet.v1.Deliver/Forward",
-                lambda left: deliver.Forward(request, timeout=left),
-                _RPC_TIMEOUT_S,
-            ),
-        )
-
-    async def rehydrate(self, address: str, value_ref: str, witnesses: list[str]) -> Any:
-        from nodes import wire
-        from nodes.retry import retry_shed
-
-        _, deliver, _ = self.stubs(address)
-        request = wire.rehydrate_request(value_ref, witnesses)
-        return await self.timed(
-            "rehydrate_ms",
-            retry_shed(
-                "/provnet.v1.Deliver/Rehydrate",
-                lambda left: deliver.Rehydrate(request, timeout=left),
-                _REHYDRATE_TIMEOUT_S,
-            ),
+    async def rehydrate(
+        self, address: str, value_ref: str, witnesses: list[str]
+    ) -> RehydrationReport:
+        return await self.clients.at(address).rehydrate(
+            value_ref, witnesses, timeout=_REHYDRATE_TIMEOUT_S
         )
 
 
-def _outcomes(reply: Any) -> list[dict[str, Any]]:
+def _outcomes(reply: RehydrationReport) -> list[dict[str, Any]]:
     return [
         {
             "origin": o.origin,
-            "outcome": o.outcome,
+            "outcome": o.outcome.value,
             "detail": o.detail,
             "asks": o.asks,
             "witnesses_asked": o.witnesses_asked,
@@ -369,18 +304,18 @@ def _check_commitment(run: _Run, commitment: bytes, obligation: bytes) -> dict[s
 
 
 async def _step_deliver(run: _Run) -> dict[str, Any]:
-    reply = await run.driver.forward(run.a.address, run.value_ref, run.b.name)
+    receipt = await run.driver.forward(run.a.address, run.value_ref, run.b.name)
     observed = {
         "from": run.a.name,
         "to": run.b.name,
-        "delivery_receipt_bytes": len(reply.delivery_receipt),
+        "delivery_receipt_bytes": len(receipt),
     }
-    if not reply.delivery_receipt:
+    if not receipt:
         raise _StepFailed(observed)
     return observed
 
 
-def _served_by(run: _Run, reply: Any) -> tuple[bool, dict[str, Any]]:
+def _served_by(run: _Run, reply: RehydrationReport) -> tuple[bool, dict[str, Any]]:
     """Served by A, in one RPC, and the returned hops hash to the root A signed."""
     from contracts import merkle_root
 
@@ -417,13 +352,13 @@ async def _step_rehydrate_b(run: _Run) -> dict[str, Any]:
 
 
 async def _step_forward(run: _Run) -> dict[str, Any]:
-    reply = await run.driver.forward(run.b.address, run.value_ref, run.c.name)
+    receipt = await run.driver.forward(run.b.address, run.value_ref, run.c.name)
     observed = {
         "from": run.b.name,
         "to": run.c.name,
-        "delivery_receipt_bytes": len(reply.delivery_receipt),
+        "delivery_receipt_bytes": len(receipt),
     }
-    if not reply.delivery_receipt:
+    if not receipt:
         raise _StepFailed(observed)
     return observed
 
@@ -483,7 +418,7 @@ def _verify_evidence_file(path: Path) -> tuple[int, str]:
     return done.returncode, (done.stdout + done.stderr).strip()
 
 
-def _evidence_file(run: _Run, kind: str, outcome: Any) -> Path:
+def _evidence_file(run: _Run, kind: str, outcome: OriginOutcome) -> Path:
     """The holder's own evidence file when this machine sees it, else a copy of its bytes.
 
     A local holder writes under ``$PROVNET_HOME/evidence/<holder>/``; a holder in
@@ -506,7 +441,7 @@ async def _fault_commit_and_deliver(run: _Run, record: NodeRecord, tag: str) -> 
     if not reply.commitment or not reply.obligation:
         raise _StepFailed({"origin": record.name, "commit": "no commitment/obligation returned"})
     delivered = await run.driver.forward(record.address, value_ref, run.b.name)
-    if not delivered.delivery_receipt:
+    if not delivered:
         raise _StepFailed({"origin": record.name, "deliver": "no delivery receipt"})
     return value_ref, str(info.node_id)
 
@@ -643,7 +578,7 @@ SMOKE_STEPS = tuple(step.name for step in _STEPS)
 
 
 async def _run_steps(run: _Run, emit: Callable[[StepResult], None]) -> list[StepResult]:
-    import grpc
+    from nodes.transport import CallFailed
 
     results: list[StepResult] = []
     done: dict[str, bool] = {}
@@ -651,10 +586,10 @@ async def _run_steps(run: _Run, emit: Callable[[StepResult], None]) -> list[Step
         for member in run.members:
             try:
                 run.ids[member.name] = str((await run.driver.info(member.address)).node_id)
-            except grpc.RpcError as exc:
+            except CallFailed as exc:
                 raise ClusterError(
                     f"node {member.name} at {member.address}: provnet.v1.Node/Info failed: "
-                    f"{_rpc_error(exc)}"
+                    f"{exc.code}: {exc.message}"
                 ) from exc
         for step in _STEPS:
             name, expected = step.name, step.expected
@@ -671,11 +606,13 @@ async def _run_steps(run: _Run, emit: Callable[[StepResult], None]) -> list[Step
                     observed, ok = exc.observed, False
                 except ClusterError as exc:
                     observed, ok = {"error": str(exc)}, False
-                except Exception as exc:  # a node answered with an error status
+                except CallFailed as exc:  # a node answered with an error status
                     if is_refusal(exc):
                         # A set-up mistake: every later step would deviate the same way.
                         raise _refused(run, exc) from None
-                    observed, ok = {"error": f"{type(exc).__name__}: {_rpc_error(exc)}"}, False
+                    observed, ok = {"error": f"{type(exc).__name__}: {exc}"}, False
+                except Exception as exc:  # a reply that does not parse, a failed check
+                    observed, ok = {"error": f"{type(exc).__name__}: {exc}"}, False
             timings = dict(run.driver.timings)
             timings["step_ms"] = (time.perf_counter() - start) * 1000.0
             result = StepResult(name, ok, expected, observed, timings)
@@ -688,23 +625,18 @@ async def _run_steps(run: _Run, emit: Callable[[StepResult], None]) -> list[Step
     return results
 
 
-def _refused(run: _Run, exc: Exception) -> ControlRefused:
-    """The error for a node refusing the smoke test's control call (named in its answer)."""
-    details = getattr(exc, "details", None)
-    said = str(details()) if callable(details) else str(exc)
-    named = re.search(r"node '([a-z0-9_-]+)'", said)
-    name = named.group(1) if named else "?"
-    address = next((m.address for m in run.members if m.name == name), "?")
+def _refused(run: _Run, exc: CallFailed) -> ControlRefused:
+    """The error for a node refusing the smoke test's control call (the node called,
+    else the one its answer names)."""
+    member = next((m for m in run.members if m.address == exc.address), None)
+    if member is not None:
+        name, address = member.name, member.address
+    else:
+        named = re.search(r"node '([a-z0-9_-]+)'", exc.message)
+        name = named.group(1) if named else "?"
+        address = exc.address
     creds = run.driver.credentials
     return control_refused(name, address, exc, signer=None if creds is None else creds.key_id)
-
-
-def _rpc_error(exc: Exception) -> str:
-    code = getattr(exc, "code", None)
-    details = getattr(exc, "details", None)
-    if callable(code) and callable(details):
-        return f"{code()}: {details()}"
-    return str(exc)
 
 
 def smoke_credentials(home: Home, local: bool) -> ControlCredentials | None:

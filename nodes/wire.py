@@ -160,6 +160,7 @@ __all__ = [
     "info_response",
     "list_attestations_request",
     "message_size",
+    "node_info_from_pb",
     "node_stub",
     "pack_fold_proof",
     "pack_head",
@@ -169,6 +170,8 @@ __all__ = [
     "rehydrate_request",
     "rehydrate_response",
     "rehydration_report_from_pb",
+    "report_request",
+    "reported_from_pb",
     "restore_from_pb",
     "restore_request",
     "restore_response",
@@ -1008,6 +1011,15 @@ def challenge_result_from_pb(msg: evidence_pb2.ChallengeResponse) -> ChallengeRe
     )
 
 
+def report_request(evidence: bytes) -> evidence_pb2.ReportRequest:
+    return evidence_pb2.ReportRequest(evidence=evidence)
+
+
+def reported_from_pb(msg: evidence_pb2.ReportResponse) -> tuple[str, str, str]:
+    """``Evidence.Report``'s answer: (evidence kind, accused origin id, evidence digest)."""
+    return str(msg.kind), str(msg.accused), str(msg.digest)
+
+
 # --------------------------------------------------------------------------- Deliver
 
 
@@ -1175,6 +1187,17 @@ def info_response(info: NodeInfo) -> node_pb2.InfoResponse:
         epoch=info.epoch,
         fault=info.fault,
         listen=info.listen,
+    )
+
+
+def node_info_from_pb(msg: node_pb2.InfoResponse) -> NodeInfo:
+    return NodeInfo(
+        str(msg.name),
+        str(msg.node_id),
+        bytes(msg.public_key),
+        str(msg.epoch),
+        str(msg.fault),
+        str(msg.listen),
     )
 
 

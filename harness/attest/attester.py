@@ -26,9 +26,9 @@ the value.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, assert_never
+from typing import TYPE_CHECKING, Protocol, assert_never
 
 from contracts.envelope import Envelope
 from contracts.errors import ContractError
@@ -45,7 +45,8 @@ from nodes.attester import (
     FoldBytes,
     RestoreResult,
 )
-from nodes.transport import CallFailed, GrpcTransport
+from nodes.messages import Answer
+from nodes.transport import CallFailed
 
 if TYPE_CHECKING:
     from contracts.identity import Identity
@@ -132,17 +133,19 @@ class _Logged:
                 self.entries.append(LoggedAttestation(digest, i.hop_commitment, i.hop_obligation))
 
 
+#: ``Serve.Demand`` on the attester: (demands, timeout s) -> the answers.
+DemandCall = Callable[[Sequence[bytes], float], Awaitable[list[Answer]]]
+
+
 async def _demand_back(
-    identity: Identity, transport: Any, attester_id: str, address: str, logged: LoggedAttestation
+    identity: Identity, demand_call: DemandCall, attester_id: str, logged: LoggedAttestation
 ) -> bool:
     """A6: demand an attestation's hop from the attester and verify it names it."""
     commitment = open_statement(logged.commitment, Commitment, signer=attester_id)
     obligation = open_statement(logged.obligation, Obligation, signer=attester_id)
     demand = build_demand(identity, obligation, now=_now_ms())
     try:
-        answers = await transport.demand(
-            address, [demand.to_bytes()], obligation.statement.deadline_ms / 1000.0
-        )
+        answers = await demand_call([demand.to_bytes()], obligation.statement.deadline_ms / 1000.0)
         served = verify_served(
             Envelope.from_bytes(answers[0].receipt),
             answers[0].hops,
@@ -196,13 +199,16 @@ class LocalAttestOps(_Logged):
 
     async def demand_back(self, logged: LoggedAttestation) -> bool:
         holder = self.topo.holder.core
-        return await _demand_back(
-            holder.identity, holder.transport, self.attester_id, self.address, logged
-        )
+
+        def demand_call(demands: Sequence[bytes], timeout: float) -> Awaitable[list[Answer]]:
+            return holder.transport.demand(self.address, demands, timeout)
+
+        return await _demand_back(holder.identity, demand_call, self.attester_id, logged)
 
 
 class RemoteAttestOps(_Logged):
-    """:class:`AttestOps` over gRPC to node processes (every call a real RPC)."""
+    """:class:`AttestOps` to node processes (every call a real RPC, through the
+    topology's :class:`nodes.control.NodeClients`)."""
 
     def __init__(self, topo: RemoteTopology, attester: RemoteNode, identity: Identity) -> None:
         super().__init__()
@@ -210,42 +216,34 @@ class RemoteAttestOps(_Logged):
         self.attester = attester
         self.attester_id = attester.node_id
         self.identity = identity  # the operator's: signs the A6 demand-back
-        self._transport = GrpcTransport(credentials=topo.credentials)
 
     async def restore(self, ask: AttestationAsk, folds: Sequence[FoldBytes]) -> RestoreResult:
-        from nodes import wire
-
-        stub = wire.attest_stub(self.topo.channel(self.topo.holder.address))
-        reply = await stub.Restore(
-            wire.restore_request(ask, folds, self.attester.address), timeout=_TIMEOUT_S
-        )
-        result = wire.restore_result_from_pb(reply)
+        holder = self.topo.clients.at(self.topo.holder.address)
+        result = await holder.restore(ask, folds, self.attester.address, timeout=_TIMEOUT_S)
         self.note(result.answer)
         return result
 
     async def unasked(self, ask: AttestationAsk) -> AttestationAnswer:
-        answer = await self._transport.request_attestation(self.attester.address, ask, _TIMEOUT_S)
+        attester = self.topo.clients.at(self.attester.address)
+        answer = await attester.request_attestation(ask, timeout=_TIMEOUT_S)
         self.note(answer)
         return answer
 
     async def list_attestations(self, value_digest: str) -> tuple[bytes, ...]:
-        from nodes import wire
-
-        stub = wire.attest_stub(self.topo.channel(self.topo.holder.address))
-        reply = await stub.List(wire.list_attestations_request(value_digest), timeout=_TIMEOUT_S)
-        return tuple(bytes(a) for a in reply.attestations)
+        holder = self.topo.clients.at(self.topo.holder.address)
+        return await holder.list_attestations(value_digest, timeout=_TIMEOUT_S)
 
     async def submit(self, attestation: bytes) -> str:
-        from nodes import wire
-
-        stub = wire.attest_stub(self.topo.channel(self.topo.holder.address))
-        reply = await stub.Submit(wire.submit_attestation_request(attestation), timeout=_TIMEOUT_S)
-        return str(reply.digest)
+        holder = self.topo.clients.at(self.topo.holder.address)
+        return await holder.submit_attestation(attestation, timeout=_TIMEOUT_S)
 
     async def demand_back(self, logged: LoggedAttestation) -> bool:
-        return await _demand_back(
-            self.identity, self._transport, self.attester_id, self.attester.address, logged
-        )
+        attester = self.topo.clients.at(self.attester.address)
+
+        def demand_call(demands: Sequence[bytes], timeout: float) -> Awaitable[list[Answer]]:
+            return attester.demand(demands, timeout=timeout)
+
+        return await _demand_back(self.identity, demand_call, self.attester_id, logged)
 
     async def close(self) -> None:
-        await self._transport.close()
+        """Nothing of its own: the topology's clients close with the topology."""

@@ -372,11 +372,9 @@ async def run_row(
 
 async def _remote_attester(topo: RemoteTopology, name: str, address: str | None) -> RemoteNode:
     """The running attester node ``name`` (its identity from its ``Info``)."""
-    from nodes import wire
-
     if address is None:
         raise ValueError(f"attester {name!r} is not among the running nodes")
-    info = await wire.node_stub(topo.channel(address)).Info(wire.info_request(), timeout=5.0)
+    info = await topo.clients.at(address).info(timeout=5.0)
     return RemoteNode(name, Role.WITNESS, address, info.node_id, FaultMode.NONE)
 
 

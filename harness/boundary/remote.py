@@ -16,10 +16,11 @@ Who does what:
 - **deliveries** leave this process: the driver sends the value with the
   origin's fold proofs and heads to the first node of the path (``Deliver``,
   sender = the origin's id; the origin signs the heads, not the value) the
-  way a node's ``send`` does — a head the first node acknowledged in a signed
-  receipt travels as its digest afterwards, and in full again after a
-  ``NOT_FOUND`` — and each relay forwards it with ``Forward`` (its own
-  ``send``). The holder verifies heads and fold proofs in its own process.
+  way a node's ``send`` does, by the same code
+  (:meth:`nodes.control.NodeClients.send`) — a head the first node
+  acknowledged in a signed receipt travels as its digest afterwards, and in
+  full again after a ``NOT_FOUND`` — and each relay forwards it with
+  ``Forward`` (its own ``send``). The holder verifies heads and fold proofs in its own process.
 - **the holder is a node**: the driver asks it to rehydrate the held value
   (``Deliver.Rehydrate``); the holder process makes the ``Serve.Demand``
   calls to the origins named by the obligations, re-asks, challenges the
@@ -36,14 +37,17 @@ only when it restarts, so each session takes a fresh id (value refs are
 (``session_ms × 10⁶ + run × (steps + 1) + step``): no run's hops, folds or
 held values can meet another's, and the nodes need no reset.
 
-**Control calls** open their channels with :func:`nodes.smoke.control_channel`,
-the one construction the cluster tools use: every control call is signed
-with the operator key (``$PROVNET_OPERATOR_KEY_FILE``, else the cluster
-home's ``operator.key``), which the nodes authorise (``nodes.auth``).
-Every call has a deadline. A node that stops answering (``UNAVAILABLE``,
-deadline exceeded) is *lost*: it commits nothing more, values keep the folds
-they had, and the holder's demands to it end ``unanswered`` naming it; the
-run completes.
+**Every call** goes through :class:`nodes.control.NodeClients`, the one
+client the cluster tools use (this module imports no gRPC): every control
+call is signed with the operator key (``$PROVNET_OPERATOR_KEY_FILE``, else
+the cluster home's ``operator.key``), which the nodes authorise
+(``nodes.auth``); every call has a deadline; shed calls are retried within
+it; deliveries leave heads out as a node's own ``send`` does
+(:class:`nodes.elision.HeadElision`); and the run's wire meter counts calls
+and bytes through the client's metering hook. A node that stops answering
+(``UNAVAILABLE``, deadline exceeded) is *lost*: it commits nothing more,
+values keep the folds they had, and the holder's demands to it end
+``unanswered`` naming it; the run completes.
 """
 
 from __future__ import annotations
@@ -52,20 +56,20 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from contracts.envelope import Envelope
-from contracts.signed import Signed, parse_statement
+from contracts.signed import Signed
 from contracts.statements import DeliveryReceipt
 from harness.boundary.choices import Role, TransportKind
 from harness.boundary.topology import EvidenceSink, NodeLost, NodeRef
 from harness.boundary.wire import WireMeter
 from nodes.auth import ControlCredentials
+from nodes.control import CallRecord, NodeClients
 from nodes.faults import FaultMode
 from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationReport
 from nodes.refusal import control_refused, is_refusal
+from nodes.transport import CallFailed
 
 __all__ = ["RemoteNode", "RemoteOps", "RemoteTopology", "connect_remote"]
 
@@ -74,14 +78,13 @@ _CONTROL_TIMEOUT_S = 30.0
 _START_WAIT_S = 5.0
 #: gRPC status codes after which a node counts as lost rather than as misbehaving.
 _LOST_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
+#: The calls the wire meter counts: the run's own (:class:`RemoteOps`), not the driver's
+#: look-ups (``Info``) nor what other players on the same clients call (attestations).
+_METERED = frozenset({"Append", "CommitCompaction", "Deliver", "Forward", "Rehydrate"})
 
 
 class RemoteError(Exception):
     """A remote node cannot play its role (names the node and what it answered)."""
-
-
-class _HeadsUnknown(Exception):
-    """The receiving node answered ``NOT_FOUND``: it does not hold a head the delivery names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +98,21 @@ class RemoteNode:
 
 @dataclass(slots=True)
 class RemoteTopology:
-    """Running nodes and the channels to them; :meth:`close` closes the channels."""
+    """Running nodes and the clients to them; :meth:`close` closes the clients."""
 
     origins: list[RemoteNode]
     relays: list[RemoteNode]
     holder: RemoteNode
     witness: RemoteNode | None
     meter: WireMeter
-    channels: dict[str, Any] = field(default_factory=dict)
+    #: the clients, signing control calls with the operator key (None: unsigned)
+    clients: NodeClients = field(default_factory=NodeClients)
     transport: TransportKind = TransportKind.REMOTE
-    #: the operator key control calls are signed with (None: plain channels)
-    credentials: ControlCredentials | None = None
+
+    @property
+    def credentials(self) -> ControlCredentials | None:
+        """The operator key control calls are signed with (None: plain channels)."""
+        return self.clients.credentials
 
     @property
     def nodes(self) -> list[RemoteNode]:
@@ -121,31 +128,8 @@ class RemoteTopology:
                 return n.name
         return node_id[:16]
 
-    def channel(self, address: str) -> Any:
-        from nodes.smoke import control_channel
-
-        chan = self.channels.get(address)
-        if chan is None:
-            chan = self.channels[address] = control_channel(address, self.credentials)
-        return chan
-
     async def close(self) -> None:
-        channels, self.channels = self.channels, {}
-        for chan in channels.values():
-            await chan.close(None)
-
-
-def _code(exc: BaseException) -> str:
-    code = getattr(exc, "code", None)
-    if callable(code):
-        value = code()
-        return str(getattr(value, "name", value))
-    return ""
-
-
-def _details(exc: BaseException) -> str:
-    details = getattr(exc, "details", None)
-    return f"{_code(exc)}: {details()}" if callable(details) else str(exc)
+        await self.clients.close()
 
 
 async def connect_remote(
@@ -162,10 +146,6 @@ async def connect_remote(
     Raises :class:`RemoteError` naming a role whose node is not among
     ``members`` or does not answer ``Info``.
     """
-    import grpc
-
-    from nodes import wire
-
     addresses = dict(members)
     roles: list[tuple[str, Role]] = [
         *((n, Role.ORIGIN) for n in origins),
@@ -179,7 +159,7 @@ async def connect_remote(
         RemoteNode("", Role.HOLDER, "", "", FaultMode.NONE),
         None,
         WireMeter(),
-        credentials=credentials,
+        NodeClients(credentials, timeout=_CONTROL_TIMEOUT_S),
     )
     try:
         nodes: list[RemoteNode] = []
@@ -188,19 +168,20 @@ async def connect_remote(
             if address is None:
                 known = ", ".join(addresses) or "none"
                 raise RemoteError(f"{role.value} {name!r} is not a node here (nodes: {known})")
-            stub = wire.node_stub(topo.channel(address))
+            client = topo.clients.at(address)
             # A node started just before the driver may still be binding its port.
             give_up = time.monotonic() + _START_WAIT_S
             while True:
                 try:
-                    info = await stub.Info(wire.info_request(), timeout=5.0)
+                    info = await client.info(timeout=5.0)
                     break
-                except grpc.aio.AioRpcError as exc:
-                    if _code(exc) == "UNAVAILABLE" and time.monotonic() < give_up:
+                except CallFailed as exc:
+                    if exc.code == "UNAVAILABLE" and time.monotonic() < give_up:
                         await asyncio.sleep(0.2)
                         continue
                     raise RemoteError(
-                        f"{role.value} {name} at {address} does not answer: {_details(exc)}"
+                        f"{role.value} {name} at {address} does not answer:"
+                        f" {exc.code}: {exc.message}"
                     ) from None
             if info.name and info.name != name:
                 raise RemoteError(f"node at {address} is named {info.name!r}, not {name!r}")
@@ -245,24 +226,38 @@ class RemoteOps:
         self._session_base = started_ms * 1_000_000
         self._run = -1
         self._base = self._session_base
-        #: (address, head digest) the node at address acknowledged holding verified
-        self._acked: set[tuple[str, str]] = set()
+        #: the node a delivery leaves on behalf of (the driver sends the origin's)
+        self._sender = ""
+        topo.clients.on_call = self._metered
 
     # ----------------------------------------------------------------- helpers
 
-    def _count(
-        self, node: str, method: str, request: int, response: int, *, rpcs: int = 1, hops: int = 0
-    ) -> None:
+    def _metered(self, call: CallRecord) -> None:
+        """The client's metering hook: the run's answered calls, per node and method.
+
+        A call counts for the node that makes it in a deployment: a delivery
+        for its sender, a forward as the relay's own ``Deliver``, anything
+        else for the node called. A rehydration's calls are the holder's, as
+        its report counts them (:meth:`rehydrate`); only its bytes count here.
+        """
+        method = call.method.rsplit("/", 1)[-1]
+        if call.code != "OK" or method not in _METERED:
+            return
         meter = self.topo.meter
         c = meter.counts()
-        c.rpcs += rpcs
-        c.hops_received += hops
-        c.request_bytes += request
-        c.response_bytes += response
+        if method != "Rehydrate":
+            c.rpcs += 1
+        c.request_bytes += call.request_bytes
+        c.response_bytes += call.response_bytes
+        if method == "Deliver":
+            node = self._sender
+        else:
+            node = next((n.name for n in self.topo.nodes if n.address == call.address), "?")
+            method = "Deliver" if method == "Forward" else method
         key = (node, method)
         meter.calls_by_node[key] = meter.calls_by_node.get(key, 0) + 1
 
-    def _fail(self, node: NodeRef, what: str, exc: BaseException) -> Exception:
+    def _fail(self, node: NodeRef, what: str, exc: CallFailed) -> Exception:
         if is_refusal(exc):
             # A set-up mistake, not a fault of the run: nothing after it can succeed.
             creds = self.topo.credentials
@@ -270,9 +265,9 @@ class RemoteOps:
             return control_refused(
                 node.name, address, exc, signer=None if creds is None else creds.key_id
             )
-        if _code(exc) in _LOST_CODES:
-            return NodeLost(node.name, f"{what}: {_details(exc)}")
-        return RemoteError(f"{what} on node {node.name}: {_details(exc)}")
+        if exc.code in _LOST_CODES:
+            return NodeLost(node.name, f"{what}: {exc.code}: {exc.message}")
+        return RemoteError(f"{what} on node {node.name}: {exc.code}: {exc.message}")
 
     async def _check_alive(self, node_id: str) -> None:
         """An origin accused of not answering: does it answer anything at all?
@@ -281,19 +276,13 @@ class RemoteOps:
         lost from here on; a faithful node that merely missed a deadline
         still answers and stays correct, so its accusation counts as false.
         """
-        import grpc
-
-        from nodes import wire
-
         node = next((n for n in self.topo.nodes if n.node_id == node_id), None)
         if node is None:
             return
         try:
-            await wire.node_stub(self.topo.channel(node.address)).Info(
-                wire.info_request(), timeout=2.0
-            )
-        except grpc.aio.AioRpcError as exc:
-            if _code(exc) in _LOST_CODES:
+            await self.topo.clients.at(node.address).info(timeout=2.0)
+        except CallFailed as exc:
+            if exc.code in _LOST_CODES:
                 self._on_lost(node.name)
 
     # ----------------------------------------------------------------- NodeOps
@@ -314,70 +303,22 @@ class RemoteOps:
         return f"{self.session}/{arm}/v{value_id}"
 
     async def append(self, origin: NodeRef, hops: list[bytes], steps: list[int]) -> None:
-        import grpc
-
-        from nodes import wire
-        from nodes.retry import retry_shed
-
-        stub = wire.hoplog_stub(self.topo.channel(origin.address))
-        request = wire.append_request(hops, [self._base + s for s in steps])
         try:
-            reply = await retry_shed(
-                "/provnet.v1.HopLog/Append",
-                lambda left: stub.Append(request, timeout=left),
-                _CONTROL_TIMEOUT_S,
-            )
-        except grpc.aio.AioRpcError as exc:
+            await self.topo.clients.at(origin.address).append(hops, [self._base + s for s in steps])
+        except CallFailed as exc:
             raise self._fail(origin, "append", exc) from None
-        self._count(origin.name, "Append", request.ByteSize(), reply.ByteSize())
 
     async def commit_compaction(
         self, origin: NodeRef, folds: list[tuple[str, list[int], bytes]]
     ) -> CommittedCompaction:
-        import grpc
-
-        from nodes import wire
-        from nodes.retry import retry_shed
-
-        stub = wire.hoplog_stub(self.topo.channel(origin.address))
-        request = wire.commit_compaction_request(
-            [(ref, [self._base + s for s in steps], value) for ref, steps, value in folds],
-            deadline_ms=self._deadline_ms,
-        )
         try:
-            reply = await retry_shed(
-                "/provnet.v1.HopLog/CommitCompaction",
-                lambda left: stub.CommitCompaction(request, timeout=left),
-                _CONTROL_TIMEOUT_S,
+            return await self.topo.clients.at(origin.address).commit_compaction(
+                [(ref, [self._base + s for s in steps], value) for ref, steps, value in folds],
+                deadline_ms=self._deadline_ms,
             )
-        except grpc.aio.AioRpcError as exc:
+        except CallFailed as exc:
             refs = ", ".join(ref for ref, _, _ in folds[:3])
             raise self._fail(origin, f"commit compaction ({refs}…)", exc) from None
-        self._count(origin.name, "CommitCompaction", request.ByteSize(), reply.ByteSize())
-        return wire.committed_compaction_from_pb(reply)
-
-    async def _deliver_once(
-        self, sender: NodeRef, first: NodeRef, delivery: Delivery, timeout: float
-    ) -> bytes:
-        import grpc
-
-        from nodes import wire
-        from nodes.retry import retry_shed
-
-        request = wire.deliver_request(delivery)
-        try:
-            stub = wire.deliver_stub(self.topo.channel(first.address))
-            reply = await retry_shed(
-                "/provnet.v1.Deliver/Deliver",
-                lambda left: stub.Deliver(request, timeout=left),
-                timeout,
-            )
-        except grpc.aio.AioRpcError as exc:
-            if _code(exc) == "NOT_FOUND":
-                raise _HeadsUnknown(_details(exc)) from None
-            raise self._fail(first, f"deliver {delivery.value_ref}", exc) from None
-        self._count(sender.name, "Deliver", request.ByteSize(), reply.ByteSize())
-        return bytes(reply.delivery_receipt)
 
     async def deliver(
         self, path: Sequence[NodeRef], delivery: Delivery, timeout: float
@@ -386,89 +327,46 @@ class RemoteOps:
 
         Heads the first node acknowledged in an earlier signed receipt travel
         as the digests their fold proofs name; a ``NOT_FOUND`` answer (the
-        node no longer holds one) repeats the delivery once with every head.
-        Relays forward with their own ``send``.
+        node no longer holds one) repeats the delivery once with every head
+        (:meth:`nodes.control.NodeClients.send`). Relays forward with their
+        own ``send``.
         """
-        import grpc
-
-        from nodes import wire
-        from nodes.retry import retry_shed
-
         sender, first = path[0], path[1]
-        digests = {h: Envelope.from_bytes(h).digest for h in delivery.heads}
-        elided = tuple(h for h in delivery.heads if (first.address, digests[h]) in self._acked)
-        sent = delivery
-        if elided:
-            sent = replace(delivery, heads=tuple(h for h in delivery.heads if h not in elided))
+        self._sender = sender.name
         try:
-            data = await self._deliver_once(sender, first, sent, timeout)
-        except _HeadsUnknown as exc:
-            if not elided:
-                raise RemoteError(
-                    f"deliver {delivery.value_ref} on node {first.name}: {exc}"
-                ) from None
-            for h in elided:
-                self._acked.discard((first.address, digests[h]))
-            sent = delivery
-            try:
-                data = await self._deliver_once(sender, first, sent, timeout)
-            except _HeadsUnknown as again:
-                raise RemoteError(
-                    f"deliver {delivery.value_ref} on node {first.name}: {again}"
-                ) from None
-        # Parsed, bound to the node's key, not verified: it decides only which
-        # heads travel as digests next time (a node without one answers NOT_FOUND).
-        receipt = parse_statement(data, DeliveryReceipt, signer=first.node_id)
-        for digest in receipt.statement.obligations:
-            if digest in digests.values():
-                self._acked.add((first.address, digest))
+            _, receipt, sent = await self.topo.clients.send(
+                first.address, delivery, timeout, signer=first.node_id
+            )
+        except CallFailed as exc:
+            raise self._fail(first, f"deliver {delivery.value_ref}", exc) from None
         for relay, nxt in itertools.pairwise(path[1:]):
-            forward = wire.forward_request(delivery.value_ref, nxt.name)
+            # The relay's own Deliver to the next node carries the value and statements
+            # (its heads as digests once the next node acknowledged them).
             try:
-                relay_stub: Any = wire.deliver_stub(self.topo.channel(relay.address))
-
-                def forward_once(left: float, s: Any = relay_stub, f: Any = forward) -> Any:
-                    return s.Forward(f, timeout=left)
-
-                answer = await retry_shed("/provnet.v1.Deliver/Forward", forward_once, timeout)
-            except grpc.aio.AioRpcError as exc:
+                await self.topo.clients.at(relay.address).forward(
+                    delivery.value_ref, nxt.name, timeout=timeout
+                )
+            except CallFailed as exc:
                 raise self._fail(
                     relay, f"forward {delivery.value_ref} to {nxt.name}", exc
                 ) from None
-            # The relay's own Deliver to the next node carries the value and statements
-            # (its heads as digests once the next node acknowledged them).
-            self._count(relay.name, "Deliver", forward.ByteSize(), answer.ByteSize())
         return receipt, sent
 
     async def rehydrate(self, value_ref: str) -> RehydrationReport:
-        import grpc
-
-        from nodes import wire
-        from nodes.retry import retry_shed
-
         holder = self.topo.holder
         witness = self.topo.witness
-        request = wire.rehydrate_request(value_ref, [witness.name] if witness is not None else [])
         # ask + re-asks + a witness challenge, each bounded by the promised deadline
         timeout = (self._reasks + 3) * self._deadline_ms / 1000.0 + _CONTROL_TIMEOUT_S
         try:
-            stub = wire.deliver_stub(self.topo.channel(holder.address))
-            reply = await retry_shed(
-                "/provnet.v1.Deliver/Rehydrate",
-                lambda left: stub.Rehydrate(request, timeout=left),
-                timeout,
+            report = await self.topo.clients.at(holder.address).rehydrate(
+                value_ref, [witness.name] if witness is not None else [], timeout=timeout
             )
-        except grpc.aio.AioRpcError as exc:
+        except CallFailed as exc:
             raise self._fail(holder, f"rehydrate {value_ref}", exc) from None
-        report = wire.rehydration_report_from_pb(reply)
-        self._count(
-            holder.name,
-            "Rehydrate",
-            request.ByteSize(),
-            reply.ByteSize(),
-            rpcs=report.rpcs,
-            hops=len(report.hops),
-        )
+        # The holder's calls, as it counted them; the hops that crossed to it.
+        c = self.topo.meter.counts()
+        c.rpcs += report.rpcs
+        c.hops_received += len(report.hops)
         for o in report.outcomes:
             if not o.accuses or not o.evidence or not o.evidence_path:
                 # Recorded only where the holder recorded it (its file's path): a

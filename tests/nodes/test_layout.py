@@ -79,6 +79,38 @@ def test_node_core_imports_no_grpc() -> None:
     assert grpc_imports == []
 
 
+#: What only the one client (nodes.control) may use to reach a node: gRPC itself,
+#: the generated code, raw stubs and channels, and the retry of shed calls.
+_CLIENT_ONLY_MODULES = ("grpc", "nodes._pb", "nodes.retry")
+_CLIENT_ONLY_NAMES = frozenset({"nodes.auth.control_channel", "nodes.smoke.control_channel"})
+
+
+def _raw_stub_uses(path: Path) -> set[str]:
+    """``wire.<x>_stub`` / ``wire.demand_unary`` attribute uses (raw stubs from nodes.wire)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return {
+        f"wire.{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "wire"
+        and (node.attr.endswith("_stub") or node.attr == "demand_unary")
+    }
+
+
+def test_the_harness_imports_no_grpc_and_reaches_nodes_only_through_the_client() -> None:
+    offenders = sorted(
+        f"{rel}: {name}"
+        for rel, path in _library_files()
+        if rel.startswith("harness/")
+        for name in _imports(path) | _raw_stub_uses(path)
+        if name in _CLIENT_ONLY_NAMES
+        or name.startswith("wire.")
+        or any(name == m or name.startswith(f"{m}.") for m in _CLIENT_ONLY_MODULES)
+    )
+    assert offenders == []
+
+
 def test_service_table_registers_every_service_in_the_protos() -> None:
     in_protos = {
         svc.full_name
