@@ -361,8 +361,8 @@ async def test_a_backlog_of_strangers_calls_does_not_shed_the_operators(tmp_path
     from tests.nodes.rpc_support import grpc_node
 
     node = await grpc_node(tmp_path, "classes")
-    requests: Any = node.server.requests
-    requests._backlogs["signed"].taken = lambda: True  # the stranger's class only
+    overload: Any = node.server.requests.overload
+    overload._backlogs["signed"].taken = lambda: True  # the stranger's class only
     origin = Identity.generate()
     now = int(time.time() * 1000)
     commitment = build_commitment(

@@ -117,6 +117,23 @@ def test_the_table_read_from_the_descriptors_is_what_was_decided() -> None:
         assert bool(p.retry_reason) is p.retried, name
 
 
+def test_the_reference_page_lists_the_table() -> None:
+    """docs/wire.md, "Method policy": one row per rpc, as the table reads."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "wire.md").read_text(encoding="utf-8")
+    section = text.split("| RPC | access | sender | bulk | retry | open cap |", 1)[1]
+    rows = {}
+    for line in section.splitlines()[2:]:
+        if not line.startswith("| `"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows["/provnet.v1." + cells[0].strip("`").replace(".", "/")] = tuple(cells[1:])
+    expected = {
+        name: (p.access, p.sender, "yes" if p.bulk else "no", p.retry, p.open_cap or "—")
+        for name, p in methods.METHODS.items()
+    }
+    assert rows == expected
+
+
 def test_the_views_are_the_table() -> None:
     assert {n for n, d in DECIDED.items() if d[0] is _S} == methods.SIGNED
     assert {n for n, d in DECIDED.items() if d[1] is _OP} == methods.OPERATOR_ONLY
