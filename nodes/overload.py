@@ -80,7 +80,7 @@ BULK_BODY_TIMEOUT_S = 30.0
 BULK_STRANGER_BODY_TIMEOUT_S = 5.0
 
 #: Who a bulk call is from, each with slots and bytes of its own, so no class
-#: can take what another needs (:meth:`RequestContext._bulk_refusal`):
+#: can take what another needs (:meth:`Overload.bulk_refusal`):
 #: ``known``: signed (verified before the body is read) by an operator key or a
 #: pinned peer; ``signed``: signed by any other key (a node delivering as
 #: itself, a holder asking for an attestation); ``open``: unsigned (``Attest.Submit``).
