@@ -24,7 +24,7 @@ plain unary call). A caller that is shed (``RESOURCE_EXHAUSTED``,
 ``UNAVAILABLE``, or ``CANCELLED`` from gRPC's pending-call limit) retries the
 same delivery, as a gRPC client's retry policy would: after the node's
 ``grpc-retry-pushback-ms`` if the refusal carries one (the node's appointment,
-``nodes.interceptors.Pushback``; ``--no-pushback``: ignored, as by a client
+``nodes.overload.Pushback``; ``--no-pushback``: ignored, as by a client
 without a retry policy), else after an exponential backoff with jitter
 (100 ms × 1.6ⁿ, at most 2 s, ±20 %); an admitted caller sends its next value
 at once. Every caller stays in its loop for the whole run, whether it is

@@ -231,7 +231,7 @@ async def run_node(config: NodeConfig) -> None:
     node = await start_node(config)
     # What exists now (modules, classes, the node's own long-lived objects) lives
     # as long as the process: moved out of the collector's sight, the full
-    # collections that bulk traffic runs now and then (nodes.interceptors,
+    # collections that bulk traffic runs now and then (nodes.overload,
     # BULK_GC_INTERVAL_S) scan only what came since, not every object at each
     # pause of the event loop.
     gc.collect()

@@ -57,11 +57,12 @@ from nodes.attester import ATTEST_SEQ_BASE, AttestationAsk, LoggedAttestation, a
 from nodes.auth import PermissionDenied
 from nodes.errors import MalformedRequest, PromiseOutOfRange
 from nodes.messages import CommittedFold
+from nodes.methods import method_name
 from nodes.store import HopStore
 
 __all__ = ["AttestLedger", "attestation_key", "check_attest_caller", "check_attest_issue_time"]
 
-_METHOD = "/provnet.v1.Attest/Request"
+_METHOD = method_name("Attest", "Request")
 
 
 def check_attest_caller(ask: AttestationAsk, caller: str, node: str) -> None:

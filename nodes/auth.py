@@ -4,24 +4,21 @@ Design ("Who may call what", revision 2): the serve plane is open (any
 bearer of a valid obligation may demand, any node may challenge a witness,
 anyone may read ``Node.Info``/``Stats`` and submit a self-verifying
 attestation); the **control plane** is not. A control call is accepted only
-when it carries a per-call Ed25519 signature by a key the node authorises:
+when it carries a per-call Ed25519 signature by a key the node authorises.
+Which methods are signed, and by whom, is each rpc's ``sender`` in the method
+table (:mod:`nodes.methods`, declared in the ``.proto``):
 
-======================================  =====================================
-``HopLog.Append``, ``HopLog.CommitFold``  an operator key (``--operator-keys``)
-``HopLog.CommitCompaction``
-``Deliver.Rehydrate``, ``Deliver.Forward``
-``Evidence.Report``, ``Attest.Restore``
-``Deliver.Deliver``                      an operator key, or the node key of the
-                                         sender the delivery receipt will name
-                                         (a node forwarding a value signs with
-                                         its own key; ``sender`` empty = the
-                                         signer)
-``Attest.Request``                       an operator key, or the node key of the
-                                         holder that signed every demand the
-                                         request cites, at least one (it makes
-                                         the attester sign and log on that
-                                         holder's behalf; nodes.attest_log)
-======================================  =====================================
+=========================  ===================================================
+``operator``               an operator key (``--operator-keys``)
+``peer-as-itself``         an operator key, or any node key, which the core
+                           then checks against what the request names:
+                           ``Deliver.Deliver`` (the sender the delivery receipt
+                           will name; ``sender`` empty = the signer),
+                           ``Attest.Request`` (the holder that signed every
+                           demand the request cites, at least one; it makes
+                           the attester sign and log on that holder's behalf,
+                           nodes.attest_log)
+=========================  ===================================================
 
 The signature travels in metadata and covers a domain tag, the **target
 node's id** (the hex public key of the node the call is meant for), the full
@@ -89,17 +86,14 @@ from contracts.errors import ContractError
 from contracts.identity import Identity, PublicKey, load_identity, save_identity
 from nodes.control_replay import ControlReplay
 from nodes.errors import NodeError, RequestTooLarge
+from nodes.methods import OPERATOR_ONLY, SIGNED
 
 __all__ = [
-    "CONTROL_METHODS",
     "CONTROL_SKEW_S",
     "MAX_CONTROL_NONCES",
     "MAX_CONTROL_NONCES_PER_KEY",
     "OPERATOR_KEY_ENV",
     "OPERATOR_KEY_FILENAME",
-    "REQUESTER_METHODS",
-    "SENDER_METHODS",
-    "SIGNED_METHODS",
     "Claim",
     "ControlAuth",
     "ControlCallPredatesRestart",
@@ -115,26 +109,6 @@ __all__ = [
     "signed_metadata",
     "signing_payload",
 ]
-
-#: Methods that make a node sign or store on the caller's behalf: operator only.
-CONTROL_METHODS = frozenset(
-    {
-        "/provnet.v1.HopLog/Append",
-        "/provnet.v1.HopLog/CommitFold",
-        "/provnet.v1.HopLog/CommitCompaction",
-        "/provnet.v1.Deliver/Rehydrate",
-        "/provnet.v1.Deliver/Forward",
-        "/provnet.v1.Evidence/Report",
-        "/provnet.v1.Attest/Restore",
-    }
-)
-#: Methods where the sender's own node key is accepted too (deliver-as-sender).
-SENDER_METHODS = frozenset({"/provnet.v1.Deliver/Deliver"})
-#: Methods where the holder that signed every cited demand is accepted too
-#: (the node core checks the signer against the demands).
-REQUESTER_METHODS = frozenset({"/provnet.v1.Attest/Request"})
-#: Every method a client signs.
-SIGNED_METHODS = CONTROL_METHODS | SENDER_METHODS | REQUESTER_METHODS
 
 #: A control call's time must be this close to the node's clock.
 CONTROL_SKEW_S = 30.0
@@ -296,7 +270,7 @@ def signed_metadata(
     few signed calls on a channel otherwise open (:class:`nodes.transport.GrpcTransport`)
     passes it to the call itself, so its other calls pay no interceptor.
     """
-    if method not in SIGNED_METHODS:
+    if method not in SIGNED:
         raise ValueError(f"{method} is not a signed method")
     return credentials.metadata(method, request.SerializeToString(), target=target)
 
@@ -356,7 +330,7 @@ class _Signer:
 
     async def details(self, details: Any, request: Any) -> Any:
         method = _method_name(details.method)
-        if method not in SIGNED_METHODS:
+        if method not in SIGNED:
             return details
         target = await self.target_for(details.timeout, bool(details.wait_for_ready))
         metadata: Any = grpc.aio.Metadata(*(details.metadata or ()))
@@ -503,7 +477,7 @@ class ControlAuth:
         RESOURCE_EXHAUSTED for a full nonce pool) for a call to refuse. On a
         method that is not signed, signature metadata is ignored, not checked.
         """
-        if method not in SIGNED_METHODS:
+        if method not in SIGNED:
             return None
         fields: dict[str, str] = {}
         for key, value in metadata or ():
@@ -593,7 +567,7 @@ class ControlAuth:
                 f" {self._skew_ms // 1000} s from the node's clock ({now_ms} ms)"
             )
         # (3) the key may make this call (a key that may not is refused whatever it signed)
-        if method in CONTROL_METHODS and key not in self.operator_keys:
+        if method in OPERATOR_ONLY and key not in self.operator_keys:
             raise PermissionDenied(self._not_operator(method, key))
         if self.replay.predates_restart(time_ms):
             raise ControlCallPredatesRestart(

@@ -1,6 +1,6 @@
 """The event loop a node process runs on: asyncio's selector loop that knows when it was idle.
 
-A node sheds the bulk calls it takes up from a backlog (:class:`nodes.interceptors.Backlog`):
+A node sheds the bulk calls it takes up from a backlog (:class:`nodes.overload.Backlog`):
 calls that waited in gRPC's queue while the node was busy. gRPC hands the node
 one call per event-loop turn and says nothing of what is still queued, so
 the node has to tell from its own loop when the queue has drained. A pause

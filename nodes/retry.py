@@ -2,7 +2,7 @@
 
 A node under load refuses bulk calls (deliveries, forwards, rehydrations,
 appends, commits) with ``RESOURCE_EXHAUSTED`` before it reads their request
-body (:mod:`nodes.interceptors`: the bulk-call cap, the byte budget and its
+body (:mod:`nodes.overload`: the bulk-call cap, the byte budget and its
 waiter cap, the event-loop-lag admission), and gRPC refuses calls beyond the
 server's ``maximum_concurrent_rpcs`` the same way, before any handler runs.
 Such a refusal means "not now", and the call had no effect: its handler
@@ -17,8 +17,9 @@ Only refusals that say the call never ran are retried: the pushback
 metadata, the node's "shed before reading the request" and gRPC's
 "Concurrent RPC limit exceeded". Other ``RESOURCE_EXHAUSTED`` answers
 (a request over a size bound, the control-nonce cache full) are final and
-raised at once. And only the methods in :data:`RETRY_SAFE` are retried,
-each with the reason it is safe there: all but the two commits are
+raised at once. And only the methods whose policy says they may be are
+retried (``retry`` in the method table, :mod:`nodes.methods`, declared in
+the ``.proto`` with the reason it is safe there): all but the two commits are
 idempotent, so even a mistaken "not run" costs nothing but a duplicate.
 
 Every attempt is a new call: a signed call is signed afresh (new time and
@@ -35,39 +36,14 @@ from typing import Any, TypeVar
 
 import grpc
 
-__all__ = ["PUSHBACK_KEY", "RETRY_SAFE", "retry_shed"]
+from nodes import methods
+
+__all__ = ["PUSHBACK_KEY", "retry_shed"]
 
 T = TypeVar("T")
 
 #: Trailing metadata a server may set on a refusal: when to try again (ms).
 PUSHBACK_KEY = "grpc-retry-pushback-ms"
-
-#: Methods retried after a "not run" refusal, and why a duplicate is harmless.
-RETRY_SAFE: dict[str, str] = {
-    "/provnet.v1.Deliver/Deliver": (
-        "the receiver holds a value under its value_ref: the same delivery again"
-        " replaces it with the same statements and is acknowledged the same way"
-    ),
-    "/provnet.v1.Deliver/Forward": (
-        "a forward delivers the held value unchanged to the peer: a second one is a"
-        " duplicate delivery (see Deliver)"
-    ),
-    "/provnet.v1.Deliver/Rehydrate": (
-        "a rehydration reads: its demands carry fresh nonces, and a second run over"
-        " the same value asks the origins again and verifies the same hops"
-    ),
-    "/provnet.v1.HopLog/Append": (
-        "re-appending identical hop bytes at the same seqs (given, or each hop's"
-        " step) is a no-op in the store (nodes.store.HopStore.append_hops)"
-    ),
-    "/provnet.v1.HopLog/CommitFold": (
-        "not idempotent (a second commit signs a new commitment): retried only as"
-        " every call here is, after a refusal that never ran the handler"
-    ),
-    "/provnet.v1.HopLog/CommitCompaction": (
-        "not idempotent, as CommitFold: retried only after a refusal that never ran the handler"
-    ),
-}
 
 #: First pause and the cap of the exponential backoff (s), with full jitter.
 _FIRST_BACKOFF_S = 0.05
@@ -107,12 +83,15 @@ def _pause_s(exc: grpc.aio.AioRpcError, backoff_s: float) -> float | None:
 async def retry_shed(method: str, attempt: Callable[[float], Awaitable[T]], timeout: float) -> T:
     """``await attempt(time_left)`` until it is not shed, within ``timeout`` seconds in all.
 
-    ``method`` must be in :data:`RETRY_SAFE`. ``attempt`` makes one new call
+    ``method`` must be one the method table retries (:attr:`nodes.methods.MethodPolicy.retried`;
+    ``ValueError`` otherwise). ``attempt`` makes one new call
     with the given timeout (signing it afresh if it is signed). The last
     refusal is raised when the next attempt would not fit in the deadline.
     """
-    if method not in RETRY_SAFE:
-        raise ValueError(f"{method} is not a retry-safe method (nodes.retry.RETRY_SAFE)")
+    found = methods.lookup(method)
+    if found is None or not found.retried:
+        said = "has no policy" if found is None else f"policy says retry: {found.retry}"
+        raise ValueError(f"{method} is not a retry-safe method ({said}; nodes.methods)")
     give_up = time.monotonic() + timeout
     backoff = _FIRST_BACKOFF_S
     while True:

@@ -25,13 +25,9 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from nodes.auth import CONTROL_SKEW_S, ControlAuth
 from nodes.control_replay import ControlReplay
 from nodes.eventloop import idle_clock
-from nodes.interceptors import (
-    BACKLOG_SHED_PER_PENDING,
-    BulkBudget,
-    MethodCollector,
-    RequestContext,
-)
+from nodes.interceptors import MethodCollector, RequestContext
 from nodes.logging import get_logger
+from nodes.overload import BACKLOG_SHED_PER_PENDING, BulkBudget, Overload
 from nodes.servicers import SERVE_SERVICE, SERVICE_NAMES, add_services
 from nodes.services import NodeCore
 
@@ -129,7 +125,7 @@ class NodeServer:
     health: HealthServicer
     core: NodeCore
     listen: str
-    #: What wraps every handler (its ``bulk_in_flight``/``bulk_shed`` counters).
+    #: What wraps every handler (its overload controller's ``bulk_in_flight``/``bulk_shed``).
     requests: RequestContext
     #: Control-call signatures (and their durable replay record).
     auth: ControlAuth | None = None
@@ -178,9 +174,7 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
             core.config.data_dir, int(2 * CONTROL_SKEW_S * 1000), clock=core.clock
         ),
     )
-    requests = RequestContext(
-        core.count_rpc,
-        auth,
+    overload = Overload(
         core.config.max_bulk_rpcs,
         bulk_shed_lag_s=core.config.bulk_shed_lag_ms / 1000,
         bulk_budget=(
@@ -201,6 +195,7 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
         max_streams_per_peer=core.config.max_streams_per_peer,
         max_open_calls=core.config.max_concurrent_rpcs,
     )
+    requests = RequestContext(core.count_rpc, auth, overload)
     # Every handler is collected first and wrapped once, then served from one
     # generic handler: no server interceptor (a coroutine chain per call before
     # the handler is found) and no per-method registration (grpc.aio's serving

@@ -30,6 +30,7 @@ from nodes.attester import AttestationAnswer, AttestationAsk
 from nodes.auth import ControlCredentials, control_channel, node_id_at, signed_metadata
 from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
+from nodes.methods import method_name
 from nodes.noanswer import SILENT_CODES, Reply, reply_for
 from nodes.retry import PUSHBACK_KEY, retry_shed
 
@@ -47,8 +48,8 @@ __all__ = [
     "Transport",
 ]
 
-_DELIVER = "/provnet.v1.Deliver/Deliver"
-_ATTEST_REQUEST = "/provnet.v1.Attest/Request"
+_DELIVER = method_name("Deliver", "Deliver")
+_ATTEST_REQUEST = method_name("Attest", "Request")
 
 #: Status codes that mean the peer did not answer at all (:mod:`nodes.noanswer`).
 NO_ANSWER_CODES = SILENT_CODES

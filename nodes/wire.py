@@ -88,6 +88,7 @@ from nodes.messages import (
     RehydrationReport,
     VerifiedHop,
 )
+from nodes.methods import method_name
 
 if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
     from typing import TypeAlias
@@ -1223,7 +1224,7 @@ def serve_stub(channel: grpc.aio.Channel) -> ServeStub:
 
 
 #: The full method name of ``Serve.Demand``.
-DEMAND_METHOD = "/provnet.v1.Serve/Demand"
+DEMAND_METHOD = method_name("Serve", "Demand")
 
 
 def demand_unary(channel: grpc.aio.Channel) -> DemandCall:

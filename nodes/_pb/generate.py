@@ -46,6 +46,9 @@ def generate(out_dir: Path) -> list[Path]:
     """Generate into ``out_dir`` (the ``provnet/v1`` level); return the files written."""
     from grpc_tools import protoc  # dev dependency; imported only when generating
 
+    # protoc's own well-known types (google/protobuf/descriptor.proto, which the
+    # method options in policy.proto extend), as bundled with grpcio-tools.
+    well_known = Path(protoc.__file__).resolve().parent / "_proto"
     source_dir = PROTO_ROOT / "provnet" / "v1"
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in source_dir.glob("*.proto"))
     if not protos:
@@ -54,6 +57,7 @@ def generate(out_dir: Path) -> list[Path]:
         args = [
             "grpc_tools.protoc",
             f"-I{PROTO_ROOT}",
+            f"-I{well_known}",
             f"--python_out={tmp}",
             f"--grpc_python_out={tmp}",
             f"--mypy_out={tmp}",

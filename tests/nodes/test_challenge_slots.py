@@ -34,7 +34,7 @@ from nodes._pb.provnet.v1 import (
 )
 from nodes.cluster import free_ports
 from nodes.config import DEFAULT_MAX_CONCURRENT_RPCS
-from nodes.interceptors import challenge_slots_per_peer
+from nodes.overload import challenge_slots_per_peer
 from tests.nodes.node_process import node_process
 
 pytestmark = pytest.mark.timeout(240)

@@ -34,8 +34,8 @@ from nodes.app import load_or_create_identity
 from nodes.auth import ControlCredentials, control_channel
 from nodes.cluster import HealthState, probe_health
 from nodes.control_replay import CONTROL_FLOOR_FILENAME, CONTROL_FUTURE_FILENAME
-from nodes.interceptors import BULK_STRANGER_BODY_TIMEOUT_S
 from nodes.messages import Delivery
+from nodes.overload import BULK_STRANGER_BODY_TIMEOUT_S
 from nodes.wire import deliver_request
 from tests.nodes.rpc_support import TEST_OPERATOR, hop_json, operator_channel
 from tests.nodes.test_adversary import Node, _commit, _trio
@@ -361,8 +361,8 @@ async def test_a_backlog_of_strangers_calls_does_not_shed_the_operators(tmp_path
     from tests.nodes.rpc_support import grpc_node
 
     node = await grpc_node(tmp_path, "classes")
-    requests: Any = node.server.requests
-    requests._backlogs["signed"].taken = lambda: True  # the stranger's class only
+    overload: Any = node.server.requests.overload
+    overload._backlogs["signed"].taken = lambda: True  # the stranger's class only
     origin = Identity.generate()
     now = int(time.time() * 1000)
     commitment = build_commitment(

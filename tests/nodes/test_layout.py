@@ -35,7 +35,20 @@ from nodes.messages import EVIDENCE_KINDS, Outcome, outcome_for
 from nodes.servicers import SERVICE_NAMES
 
 _ROOTS = [Path(str(p.__file__)).parent for p in (contracts, nodes, harness)]
-_MAY_IMPORT_GENERATED = {"nodes/wire.py", "nodes/servicers.py"}
+#: Modules that import generated code: the conversions, the servicers, and the method
+#: table (it reads the rpcs' policy options from the descriptors, builds no message).
+_MAY_IMPORT_GENERATED = {"nodes/wire.py", "nodes/servicers.py", "nodes/methods.py"}
+#: Modules that decide per method (who may call, admission, retry, which rpc is called):
+#: they name methods only through the method table, never by a literal of their own.
+_READ_THE_METHOD_TABLE = (
+    "nodes/auth.py",
+    "nodes/interceptors.py",
+    "nodes/overload.py",
+    "nodes/retry.py",
+    "nodes/transport.py",
+    "nodes/wire.py",
+    "nodes/attest_log.py",
+)
 
 
 def _imports(path: Path) -> set[str]:
@@ -69,6 +82,19 @@ def test_only_the_wire_module_and_servicers_import_generated_code() -> None:
         if name == "nodes._pb" or name.startswith("nodes._pb.")
     )
     assert offenders == []
+
+
+def test_per_method_policy_lives_only_in_the_method_table() -> None:
+    root = Path(str(nodes.__file__)).parent.parent
+    literals = sorted(
+        f"{rel}: {node.value}"
+        for rel in _READ_THE_METHOD_TABLE
+        for node in ast.walk(ast.parse((root / rel).read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.startswith("/provnet.v1.")
+    )
+    assert literals == [], "name methods through nodes.methods (method_name, METHODS)"
 
 
 def test_node_core_imports_no_grpc() -> None:

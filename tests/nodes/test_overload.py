@@ -26,7 +26,7 @@ from contracts.identity import Identity
 from contracts.serve import build_commitment, build_demand, build_obligation, verify_served
 from contracts.signed import open_statement
 from contracts.statements import Commitment, Obligation
-from nodes import eventloop, interceptors, wire
+from nodes import eventloop, interceptors, overload, wire
 from nodes._pb.provnet.v1 import (
     deliver_pb2,
     deliver_pb2_grpc,
@@ -165,7 +165,7 @@ async def test_bulk_call_over_the_cap_is_shed_before_its_body_and_serving_goes_o
             assert node.server.requests.bulk_shed == 1
             # With an appointment to try again (gRPC's retry pushback), named in the details.
             first = _pushback_ms(refused.value)
-            assert interceptors.Pushback().min_s * 1000 <= first <= 10_000
+            assert overload.Pushback().min_s * 1000 <= first <= 10_000
             assert f"try again in {first} ms" in (refused.value.details() or "")
             # The next one refused is given a later slot, not the same moment.
             with pytest.raises(grpc.aio.AioRpcError) as again:
@@ -222,7 +222,7 @@ async def test_shed_bulk_calls_are_logged_as_one_event_per_interval_with_their_c
             assert first["from_backlogs"] == 0
             assert "1 bulk calls in progress" in first["reason"]
             # Once the interval has passed, the next shed reports every call since.
-            monkeypatch.setattr(interceptors, "BULK_SHED_LOG_INTERVAL_S", 0.0)
+            monkeypatch.setattr(overload, "BULK_SHED_LOG_INTERVAL_S", 0.0)
             with structlog.testing.capture_logs() as events:
                 await refused(deliver)
             (second,) = shed_events(events)
@@ -238,7 +238,7 @@ async def test_shed_bulk_calls_are_logged_as_one_event_per_interval_with_their_c
 async def test_admitted_bulk_call_without_a_body_gives_its_slot_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(interceptors, "BULK_BODY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(overload, "BULK_BODY_TIMEOUT_S", 0.2)
     node = await grpc_node(tmp_path, "slow", max_bulk_rpcs=1)
     release = asyncio.Event()
     try:
@@ -305,7 +305,7 @@ async def test_bulk_body_over_the_byte_budget_is_shed_at_headers_and_nothing_is_
     after its short wait and its value is not held, though only two of the 16
     bulk slots are taken. Once the two give up, the same delivery is held.
     """
-    monkeypatch.setattr(interceptors, "BULK_BUDGET_WAIT_S", 0.05)
+    monkeypatch.setattr(overload, "BULK_BUDGET_WAIT_S", 0.05)
     node = await grpc_node(tmp_path, "budget")
     release = asyncio.Event()
     body = _delivery_request("budget")
@@ -497,7 +497,7 @@ async def test_bulk_traffic_runs_a_full_garbage_collection_now_and_then(
     Counted, not timed: with the interval at 0, every bulk call that ends
     (here: shed over ``max_bulk_rpcs``) runs one full collection.
     """
-    monkeypatch.setattr(interceptors, "BULK_GC_INTERVAL_S", 0.0)
+    monkeypatch.setattr(overload, "BULK_GC_INTERVAL_S", 0.0)
     collected: list[int] = []
     real_collect = gc.collect
     monkeypatch.setattr(gc, "collect", lambda: collected.append(real_collect()))
@@ -534,7 +534,7 @@ async def test_bulk_call_finding_the_budget_queue_full_is_shed_at_once(
     ``RESOURCE_EXHAUSTED`` while they still wait: it does not queue behind
     them (before, it waited its turn until its own deadline ran out).
     """
-    monkeypatch.setattr(interceptors, "BULK_BUDGET_WAIT_S", 60.0)
+    monkeypatch.setattr(overload, "BULK_BUDGET_WAIT_S", 60.0)
     node = await grpc_node(tmp_path, "queue")
     release = asyncio.Event()
     body = _delivery_request("queue")
@@ -574,7 +574,7 @@ async def test_bulk_call_finding_the_budget_queue_full_is_shed_at_once(
 
 async def test_bulk_budget_waiters_are_capped_and_served_in_arrival_order() -> None:
     """``BulkBudget``: a call finding ``max_waiters`` waiting is refused without waiting."""
-    budget = interceptors.BulkBudget(limit=8, reserve=4)
+    budget = overload.BulkBudget(limit=8, reserve=4)
     assert budget.max_waiters == 2
     assert await budget.acquire(0)
     assert await budget.acquire(0)
@@ -593,7 +593,7 @@ async def test_bulk_budget_waiters_are_capped_and_served_in_arrival_order() -> N
     assert budget.used == 8
     assert budget.waiting == 0
     with pytest.raises(ValueError, match="waiters"):
-        interceptors.BulkBudget(limit=8, reserve=4, max_waiters=-1)
+        overload.BulkBudget(limit=8, reserve=4, max_waiters=-1)
 
 
 def test_node_process_keeps_its_startup_objects_out_of_full_collections(tmp_path: Path) -> None:
@@ -638,7 +638,7 @@ def test_pushback_spaces_refused_callers_at_the_rate_the_node_completes_bulk_cal
     """
     now = [100.0]
     draws = iter([0.0, 1.0])
-    pushback = interceptors.Pushback(
+    pushback = overload.Pushback(
         min_s=0.05, max_s=0.3, headroom=2.0, first_interval_s=0.1,
         clock=lambda: now[0], rng=lambda: next(draws),
     )  # fmt: skip
@@ -657,12 +657,12 @@ def test_pushback_spaces_refused_callers_at_the_rate_the_node_completes_bulk_cal
     pushback.completed(admitted_at=now[0] - 0.02)
     assert pushback.interval_s == pytest.approx(0.02, rel=0.01)
     with pytest.raises(ValueError, match="pushback bounds"):
-        interceptors.Pushback(min_s=1.0, max_s=0.5)
+        overload.Pushback(min_s=1.0, max_s=0.5)
     with pytest.raises(ValueError, match="headroom"):
-        interceptors.Pushback(headroom=0)
+        overload.Pushback(headroom=0)
 
 
-def _take_up(backlog: interceptors.Backlog, now: list[float], n: int, gap: float) -> list[bool]:
+def _take_up(backlog: overload.Backlog, now: list[float], n: int, gap: float) -> list[bool]:
     """``n`` calls taken up ``gap`` s apart on the fake clock ``now``: whether each was shed."""
     out = []
     for _ in range(n):
@@ -674,9 +674,9 @@ def _take_up(backlog: interceptors.Backlog, now: list[float], n: int, gap: float
 def test_backlog_is_a_run_of_calls_taken_up_back_to_back_with_one_shed() -> None:
     """``Backlog`` with a fake clock: what counts as a backlog, when it ends, how much."""
     now = [100.0]
-    backlog = interceptors.Backlog(limit=100, clock=lambda: now[0])
-    step = interceptors.BACKLOG_GAP_S / 2
-    run = interceptors.BACKLOG_RUN
+    backlog = overload.Backlog(limit=100, clock=lambda: now[0])
+    step = overload.BACKLOG_GAP_S / 2
+    run = overload.BACKLOG_RUN
 
     def take(n: int, gap: float = step) -> list[bool]:
         return _take_up(backlog, now, n, gap)
@@ -688,9 +688,9 @@ def test_backlog_is_a_run_of_calls_taken_up_back_to_back_with_one_shed() -> None
     backlog.shed()
     assert take(run) == [False] * (run - 2) + [True, True]  # the run began one call before
     # A pause in a backlog (the node's other work, a lost time slice) does not end it...
-    assert take(1, gap=interceptors.BACKLOG_END_GAP_S / 2) == [True]
+    assert take(1, gap=overload.BACKLOG_END_GAP_S / 2) == [True]
     # ...a longer gap does: the queue has drained, the run is over.
-    assert take(1, gap=2 * interceptors.BACKLOG_END_GAP_S) == [False]
+    assert take(1, gap=2 * overload.BACKLOG_END_GAP_S) == [False]
     backlog.shed()
     # A backlog that lasts: ``limit`` calls shed in all (3 already), then admitted as before.
     lasting = take(200)
@@ -701,7 +701,7 @@ def test_backlog_is_a_run_of_calls_taken_up_back_to_back_with_one_shed() -> None
     backlog.shed()
     assert not any(take(2 * run))
     # ...after it, it is.
-    take(1, gap=interceptors.BACKLOG_EVERY_S)
+    take(1, gap=overload.BACKLOG_EVERY_S)
     backlog.shed()
     assert take(run)[-1]
 
@@ -712,9 +712,9 @@ def test_backlog_on_a_loop_that_knows_when_it_was_idle_ends_only_once_it_was() -
     queue may still be full), not the end of the backlog; the loop idle once is."""
     now = [100.0]
     idle = [0.0]
-    backlog = interceptors.Backlog(limit=1000, clock=lambda: now[0], idle_at=lambda: idle[0])
-    step = interceptors.BACKLOG_GAP_S / 2
-    run = interceptors.BACKLOG_RUN
+    backlog = overload.Backlog(limit=1000, clock=lambda: now[0], idle_at=lambda: idle[0])
+    step = overload.BACKLOG_GAP_S / 2
+    run = overload.BACKLOG_RUN
 
     def take(n: int, gap: float = step) -> list[bool]:
         return _take_up(backlog, now, n, gap)
@@ -725,8 +725,8 @@ def test_backlog_on_a_loop_that_knows_when_it_was_idle_ends_only_once_it_was() -
     # The node busy with its own work for 5x the pause that ends a backlog without
     # this clock (a node admitting 3 MiB bodies during a burst paused 10-45 ms):
     # still the backlog.
-    assert take(1, gap=5 * interceptors.BACKLOG_END_GAP_S) == [True]
-    assert take(3, gap=3 * interceptors.BACKLOG_END_GAP_S) == [True] * 3
+    assert take(1, gap=5 * overload.BACKLOG_END_GAP_S) == [True]
+    assert take(3, gap=3 * overload.BACKLOG_END_GAP_S) == [True] * 3
     # The loop was idle before the last call was taken up: no news since.
     idle[0] = now[0] - step
     assert take(1) == [True]
@@ -746,10 +746,10 @@ def test_calls_taken_up_long_after_the_loop_was_last_idle_are_shed_however_far_a
     back) none is. Without the idle clock such calls are never a backlog."""
     now = [100.0]
     idle = [100.0]
-    backlog = interceptors.Backlog(limit=5, clock=lambda: now[0], idle_at=lambda: idle[0])
-    blind = interceptors.Backlog(limit=5, clock=lambda: now[0])
+    backlog = overload.Backlog(limit=5, clock=lambda: now[0], idle_at=lambda: idle[0])
+    blind = overload.Backlog(limit=5, clock=lambda: now[0])
     apart = 0.005  # > BACKLOG_GAP_S: never a run of calls back to back
-    assert apart > interceptors.BACKLOG_GAP_S
+    assert apart > overload.BACKLOG_GAP_S
 
     def take(n: int) -> list[bool]:
         out = []
@@ -759,7 +759,7 @@ def test_calls_taken_up_long_after_the_loop_was_last_idle_are_shed_however_far_a
             assert not blind.taken()
         return out
 
-    busy = interceptors.BACKLOG_BUSY_S
+    busy = overload.BACKLOG_BUSY_S
     # Nothing shed since the loop was idle: however long it has been busy (one
     # caller's deliveries back to back), nothing is queued behind; none shed.
     assert not any(take(2 * int(busy / apart)))
@@ -778,7 +778,7 @@ def test_calls_taken_up_long_after_the_loop_was_last_idle_are_shed_however_far_a
     now[0] += 0.001
     backlog.shed()
     assert not any(take(int(busy / apart) - 1))
-    now[0] += interceptors.BACKLOG_EVERY_S
+    now[0] += overload.BACKLOG_EVERY_S
     assert take(1) == [True]
 
 
@@ -789,7 +789,7 @@ def test_a_node_not_yet_idle_sheds_no_call_before_it_has_shed_one() -> None:
     calls are admitted. (A node started in a busy process once shed its first
     bulk call as a backlog this way.) Once a call is shed, the busy rule applies."""
     now = [100.0]
-    backlog = interceptors.Backlog(limit=5, clock=lambda: now[0], idle_at=lambda: float("-inf"))
+    backlog = overload.Backlog(limit=5, clock=lambda: now[0], idle_at=lambda: float("-inf"))
     for _ in range(3):
         now[0] += 1.0
         assert not backlog.taken()
@@ -874,18 +874,18 @@ def test_a_pause_of_the_node_amid_a_backlog_does_not_let_queued_calls_in(
     """
     taken: list[bool] = []
     stalled_at: list[int] = []
-    real_taken = interceptors.Backlog.taken
+    real_taken = overload.Backlog.taken
 
-    def stalling_taken(self: interceptors.Backlog) -> bool:
+    def stalling_taken(self: overload.Backlog) -> bool:
         # Three calls into the backlog, at a call taken up with the loop not idle since
         # the one before (in-process, the test's own calls can leave it idle between two).
         if sum(taken) >= 3 and self.active and not stalled_at:
             stalled_at.append(len(taken))
-            time.sleep(3 * interceptors.BACKLOG_END_GAP_S)  # the node busy, its loop held
+            time.sleep(3 * overload.BACKLOG_END_GAP_S)  # the node busy, its loop held
         taken.append(real_taken(self))
         return taken[-1]
 
-    monkeypatch.setattr(interceptors.Backlog, "taken", stalling_taken)
+    monkeypatch.setattr(overload.Backlog, "taken", stalling_taken)
 
     async def scenario() -> None:
         node = await grpc_node(tmp_path, "stall")
@@ -950,20 +950,20 @@ def test_a_call_granted_budget_room_amid_a_backlog_is_shed_not_admitted(
     calls into the backlog the two reservations are given back, which gives
     the waiters their room.
     """
-    monkeypatch.setattr(interceptors, "BULK_BUDGET_WAIT_S", 30.0)  # the waiters outlast the block
+    monkeypatch.setattr(overload, "BULK_BUDGET_WAIT_S", 30.0)  # the waiters outlast the block
     taken: list[bool] = []
     freed: list[int] = []
-    budgets: list[interceptors.BulkBudget] = []
-    real_taken = interceptors.Backlog.taken
+    budgets: list[overload.BulkBudget] = []
+    real_taken = overload.Backlog.taken
 
-    def watched_taken(self: interceptors.Backlog) -> bool:
+    def watched_taken(self: overload.Backlog) -> bool:
         if sum(taken) >= 3 and self.active and not freed:
             freed.append(len(taken))
             budgets[0].release(2 * budgets[0].reserve)  # the two bodies in flight are done
         taken.append(real_taken(self))
         return taken[-1]
 
-    monkeypatch.setattr(interceptors.Backlog, "taken", watched_taken)
+    monkeypatch.setattr(overload.Backlog, "taken", watched_taken)
 
     async def scenario() -> None:
         node = await grpc_node(tmp_path, "granted")

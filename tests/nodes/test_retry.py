@@ -21,11 +21,11 @@ import pytest
 from contracts import sha256_hex
 from contracts.signed import open_statement
 from contracts.statements import DeliveryReceipt
-from nodes import wire
+from nodes import methods, wire
 from nodes._pb.provnet.v1 import deliver_pb2, hoplog_pb2, hoplog_pb2_grpc
 from nodes.auth import node_id_at
 from nodes.messages import Delivery
-from nodes.retry import PUSHBACK_KEY, RETRY_SAFE, retry_shed
+from nodes.retry import PUSHBACK_KEY, retry_shed
 from nodes.transport import GrpcTransport
 from tests.nodes.node_process import node_process
 from tests.nodes.rpc_support import TEST_OPERATOR, hop_json, operator_channel
@@ -187,6 +187,6 @@ async def test_retries_stay_within_the_calls_deadline() -> None:
 
 
 async def test_only_retry_safe_methods_are_retried() -> None:
-    assert "/provnet.v1.Evidence/Report" not in RETRY_SAFE
+    assert not methods.policy("/provnet.v1.Evidence/Report").retried
     with pytest.raises(ValueError, match="Report is not a retry-safe method"):
         await retry_shed("/provnet.v1.Evidence/Report", _Calls(), 1.0)

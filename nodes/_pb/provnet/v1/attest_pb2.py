@@ -22,37 +22,46 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from nodes._pb.provnet.v1 import policy_pb2 as provnet_dot_v1_dot_policy__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/attest.proto\x12\nprovnet.v1\"K\n\rHeldFoldBytes\x12\x12\n\ncommitment\x18\x01 \x01(\x0c\x12\x12\n\nobligation\x18\x02 \x01(\x0c\x12\x12\n\nunder_head\x18\x03 \x01(\x08\"(\n\tAxisFloor\x12\x0c\n\x04\x61xis\x18\x01 \x01(\t\x12\r\n\x05\x66loor\x18\x02 \x01(\x01\"\xce\x01\n\x19RequestAttestationRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x13\n\x0b\x63ommitments\x18\x02 \x03(\t\x12\x0e\n\x06proofs\x18\x03 \x03(\x0c\x12\x16\n\x0ereconstruction\x18\x04 \x01(\x08\x12\x14\n\x0cissued_at_ms\x18\x05 \x01(\x04\x12\x13\n\x0blifetime_ms\x18\x06 \x01(\x04\x12#\n\x04\x61xes\x18\x07 \x03(\x0b\x32\x15.provnet.v1.AxisFloor\x12\x11\n\tdischarge\x18\x08 \x03(\t\"h\n\x11IssuedAttestation\x12\x13\n\x0b\x61ttestation\x18\x01 \x01(\x0c\x12\x0e\n\x06proofs\x18\x02 \x03(\x0c\x12\x16\n\x0ehop_commitment\x18\x03 \x01(\x0c\x12\x16\n\x0ehop_obligation\x18\x04 \x01(\x0c\"b\n\x1aRequestAttestationResponse\x12\x33\n\x0c\x61ttestations\x18\x01 \x03(\x0b\x32\x1d.provnet.v1.IssuedAttestation\x12\x0f\n\x07refused\x18\x02 \x01(\t\"\x8a\x01\n\x0eRestoreRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12(\n\x05\x66olds\x18\x02 \x03(\x0b\x32\x19.provnet.v1.HeldFoldBytes\x12\x10\n\x08\x61ttester\x18\x03 \x01(\t\x12\x14\n\x0cissued_at_ms\x18\x04 \x01(\x04\x12\x13\n\x0blifetime_ms\x18\x05 \x01(\x04\"\xbf\x01\n\x0fRestoreResponse\x12\x36\n\x06\x61nswer\x18\x01 \x01(\x0b\x32&.provnet.v1.RequestAttestationResponse\x12\x12\n\nrehydrated\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65mand_rpcs\x18\x04 \x01(\r\x12\x0c\n\x04hops\x18\x05 \x01(\r\x12\x15\n\rrequest_bytes\x18\x06 \x01(\x04\x12\x16\n\x0eresponse_bytes\x18\x07 \x01(\x04\"/\n\x18SubmitAttestationRequest\x12\x13\n\x0b\x61ttestation\x18\x01 \x01(\x0c\"+\n\x19SubmitAttestationResponse\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\"/\n\x17ListAttestationsRequest\x12\x14\n\x0cvalue_digest\x18\x01 \x01(\t\"0\n\x18ListAttestationsResponse\x12\x14\n\x0c\x61ttestations\x18\x01 \x03(\x0c\x32\xd0\x02\n\x06\x41ttest\x12U\n\x06Submit\x12$.provnet.v1.SubmitAttestationRequest\x1a%.provnet.v1.SubmitAttestationResponse\x12Q\n\x04List\x12#.provnet.v1.ListAttestationsRequest\x1a$.provnet.v1.ListAttestationsResponse\x12X\n\x07Request\x12%.provnet.v1.RequestAttestationRequest\x1a&.provnet.v1.RequestAttestationResponse\x12\x42\n\x07Restore\x12\x1a.provnet.v1.RestoreRequest\x1a\x1b.provnet.v1.RestoreResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/attest.proto\x12\nprovnet.v1\x1a\x17provnet/v1/policy.proto\"K\n\rHeldFoldBytes\x12\x12\n\ncommitment\x18\x01 \x01(\x0c\x12\x12\n\nobligation\x18\x02 \x01(\x0c\x12\x12\n\nunder_head\x18\x03 \x01(\x08\"(\n\tAxisFloor\x12\x0c\n\x04\x61xis\x18\x01 \x01(\t\x12\r\n\x05\x66loor\x18\x02 \x01(\x01\"\xce\x01\n\x19RequestAttestationRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x13\n\x0b\x63ommitments\x18\x02 \x03(\t\x12\x0e\n\x06proofs\x18\x03 \x03(\x0c\x12\x16\n\x0ereconstruction\x18\x04 \x01(\x08\x12\x14\n\x0cissued_at_ms\x18\x05 \x01(\x04\x12\x13\n\x0blifetime_ms\x18\x06 \x01(\x04\x12#\n\x04\x61xes\x18\x07 \x03(\x0b\x32\x15.provnet.v1.AxisFloor\x12\x11\n\tdischarge\x18\x08 \x03(\t\"h\n\x11IssuedAttestation\x12\x13\n\x0b\x61ttestation\x18\x01 \x01(\x0c\x12\x0e\n\x06proofs\x18\x02 \x03(\x0c\x12\x16\n\x0ehop_commitment\x18\x03 \x01(\x0c\x12\x16\n\x0ehop_obligation\x18\x04 \x01(\x0c\"b\n\x1aRequestAttestationResponse\x12\x33\n\x0c\x61ttestations\x18\x01 \x03(\x0b\x32\x1d.provnet.v1.IssuedAttestation\x12\x0f\n\x07refused\x18\x02 \x01(\t\"\x8a\x01\n\x0eRestoreRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12(\n\x05\x66olds\x18\x02 \x03(\x0b\x32\x19.provnet.v1.HeldFoldBytes\x12\x10\n\x08\x61ttester\x18\x03 \x01(\t\x12\x14\n\x0cissued_at_ms\x18\x04 \x01(\x04\x12\x13\n\x0blifetime_ms\x18\x05 \x01(\x04\"\xbf\x01\n\x0fRestoreResponse\x12\x36\n\x06\x61nswer\x18\x01 \x01(\x0b\x32&.provnet.v1.RequestAttestationResponse\x12\x12\n\nrehydrated\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65mand_rpcs\x18\x04 \x01(\r\x12\x0c\n\x04hops\x18\x05 \x01(\r\x12\x15\n\rrequest_bytes\x18\x06 \x01(\x04\x12\x16\n\x0eresponse_bytes\x18\x07 \x01(\x04\"/\n\x18SubmitAttestationRequest\x12\x13\n\x0b\x61ttestation\x18\x01 \x01(\x0c\"+\n\x19SubmitAttestationResponse\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\"/\n\x17ListAttestationsRequest\x12\x14\n\x0cvalue_digest\x18\x01 \x01(\t\"0\n\x18ListAttestationsResponse\x12\x14\n\x0c\x61ttestations\x18\x01 \x03(\x0c\x32\xf9\x05\n\x06\x41ttest\x12\xcf\x01\n\x06Submit\x12$.provnet.v1.SubmitAttestationRequest\x1a%.provnet.v1.SubmitAttestationResponse\"x\xc2\x82\x19t\x08\x02\x12ja self-verifying attestation (its attester\'s signature), kept in the stranger pool unless its key is known\x18\x04 \x01(\x01\x12s\n\x04List\x12#.provnet.v1.ListAttestationsRequest\x1a$.provnet.v1.ListAttestationsResponse\" \xc2\x82\x19\x1c\x08\x02\x12\x12reads attestations\x18\x04(\x01\x38\x01\x12\xf7\x01\n\x07Request\x12%.provnet.v1.RequestAttestationRequest\x1a&.provnet.v1.RequestAttestationResponse\"\x9c\x01\xc2\x82\x19\x97\x01\x08\x01\x12\x8c\x01the attester signs and logs an attestation on the holder\'s behalf: an operator key, or the holder that signed every demand the request cites\x18\x02 \x01(\x01\x12\xad\x01\n\x07Restore\x12\x1a.provnet.v1.RestoreRequest\x1a\x1b.provnet.v1.RestoreResponse\"i\xc2\x82\x19\x65\x08\x01\x12[the node demands from origins on the operator\'s behalf and asks an attester with the proofs\x18\x01 \x01(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'provnet.v1.attest_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_HELDFOLDBYTES']._serialized_start=39
-  _globals['_HELDFOLDBYTES']._serialized_end=114
-  _globals['_AXISFLOOR']._serialized_start=116
-  _globals['_AXISFLOOR']._serialized_end=156
-  _globals['_REQUESTATTESTATIONREQUEST']._serialized_start=159
-  _globals['_REQUESTATTESTATIONREQUEST']._serialized_end=365
-  _globals['_ISSUEDATTESTATION']._serialized_start=367
-  _globals['_ISSUEDATTESTATION']._serialized_end=471
-  _globals['_REQUESTATTESTATIONRESPONSE']._serialized_start=473
-  _globals['_REQUESTATTESTATIONRESPONSE']._serialized_end=571
-  _globals['_RESTOREREQUEST']._serialized_start=574
-  _globals['_RESTOREREQUEST']._serialized_end=712
-  _globals['_RESTORERESPONSE']._serialized_start=715
-  _globals['_RESTORERESPONSE']._serialized_end=906
-  _globals['_SUBMITATTESTATIONREQUEST']._serialized_start=908
-  _globals['_SUBMITATTESTATIONREQUEST']._serialized_end=955
-  _globals['_SUBMITATTESTATIONRESPONSE']._serialized_start=957
-  _globals['_SUBMITATTESTATIONRESPONSE']._serialized_end=1000
-  _globals['_LISTATTESTATIONSREQUEST']._serialized_start=1002
-  _globals['_LISTATTESTATIONSREQUEST']._serialized_end=1049
-  _globals['_LISTATTESTATIONSRESPONSE']._serialized_start=1051
-  _globals['_LISTATTESTATIONSRESPONSE']._serialized_end=1099
-  _globals['_ATTEST']._serialized_start=1102
-  _globals['_ATTEST']._serialized_end=1438
+  _globals['_ATTEST'].methods_by_name['Submit']._loaded_options = None
+  _globals['_ATTEST'].methods_by_name['Submit']._serialized_options = b'\302\202\031t\010\002\022ja self-verifying attestation (its attester\'s signature), kept in the stranger pool unless its key is known\030\004 \001(\001'
+  _globals['_ATTEST'].methods_by_name['List']._loaded_options = None
+  _globals['_ATTEST'].methods_by_name['List']._serialized_options = b'\302\202\031\034\010\002\022\022reads attestations\030\004(\0018\001'
+  _globals['_ATTEST'].methods_by_name['Request']._loaded_options = None
+  _globals['_ATTEST'].methods_by_name['Request']._serialized_options = b'\302\202\031\227\001\010\001\022\214\001the attester signs and logs an attestation on the holder\'s behalf: an operator key, or the holder that signed every demand the request cites\030\002 \001(\001'
+  _globals['_ATTEST'].methods_by_name['Restore']._loaded_options = None
+  _globals['_ATTEST'].methods_by_name['Restore']._serialized_options = b'\302\202\031e\010\001\022[the node demands from origins on the operator\'s behalf and asks an attester with the proofs\030\001 \001(\001'
+  _globals['_HELDFOLDBYTES']._serialized_start=64
+  _globals['_HELDFOLDBYTES']._serialized_end=139
+  _globals['_AXISFLOOR']._serialized_start=141
+  _globals['_AXISFLOOR']._serialized_end=181
+  _globals['_REQUESTATTESTATIONREQUEST']._serialized_start=184
+  _globals['_REQUESTATTESTATIONREQUEST']._serialized_end=390
+  _globals['_ISSUEDATTESTATION']._serialized_start=392
+  _globals['_ISSUEDATTESTATION']._serialized_end=496
+  _globals['_REQUESTATTESTATIONRESPONSE']._serialized_start=498
+  _globals['_REQUESTATTESTATIONRESPONSE']._serialized_end=596
+  _globals['_RESTOREREQUEST']._serialized_start=599
+  _globals['_RESTOREREQUEST']._serialized_end=737
+  _globals['_RESTORERESPONSE']._serialized_start=740
+  _globals['_RESTORERESPONSE']._serialized_end=931
+  _globals['_SUBMITATTESTATIONREQUEST']._serialized_start=933
+  _globals['_SUBMITATTESTATIONREQUEST']._serialized_end=980
+  _globals['_SUBMITATTESTATIONRESPONSE']._serialized_start=982
+  _globals['_SUBMITATTESTATIONRESPONSE']._serialized_end=1025
+  _globals['_LISTATTESTATIONSREQUEST']._serialized_start=1027
+  _globals['_LISTATTESTATIONSREQUEST']._serialized_end=1074
+  _globals['_LISTATTESTATIONSRESPONSE']._serialized_start=1076
+  _globals['_LISTATTESTATIONSRESPONSE']._serialized_end=1124
+  _globals['_ATTEST']._serialized_start=1127
+  _globals['_ATTEST']._serialized_end=1888
 # @@protoc_insertion_point(module_scope)

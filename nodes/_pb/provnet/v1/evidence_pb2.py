@@ -22,23 +22,28 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from nodes._pb.provnet.v1 import policy_pb2 as provnet_dot_v1_dot_policy__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19provnet/v1/evidence.proto\x12\nprovnet.v1\"!\n\rReportRequest\x12\x10\n\x08\x65vidence\x18\x01 \x01(\x0c\"?\n\x0eReportResponse\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63\x63used\x18\x02 \x01(\t\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\"b\n\x10\x43hallengeRequest\x12\x12\n\ncommitment\x18\x01 \x01(\x0c\x12\x12\n\nobligation\x18\x02 \x01(\x0c\x12\x0e\n\x06\x64\x65mand\x18\x03 \x01(\x0c\x12\x16\n\x0eorigin_address\x18\x04 \x01(\t\"f\n\x11\x43hallengeResponse\x12\x16\n\x0ewitness_report\x18\x01 \x01(\x0c\x12\x10\n\x08\x61nswered\x18\x02 \x01(\x08\x12\x16\n\x0ewitness_demand\x18\x03 \x01(\x0c\x12\x0f\n\x07receipt\x18\x04 \x01(\x0c\x32\x95\x01\n\x08\x45vidence\x12?\n\x06Report\x12\x19.provnet.v1.ReportRequest\x1a\x1a.provnet.v1.ReportResponse\x12H\n\tChallenge\x12\x1c.provnet.v1.ChallengeRequest\x1a\x1d.provnet.v1.ChallengeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19provnet/v1/evidence.proto\x12\nprovnet.v1\x1a\x17provnet/v1/policy.proto\"!\n\rReportRequest\x12\x10\n\x08\x65vidence\x18\x01 \x01(\x0c\"?\n\x0eReportResponse\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63\x63used\x18\x02 \x01(\t\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\"b\n\x10\x43hallengeRequest\x12\x12\n\ncommitment\x18\x01 \x01(\x0c\x12\x12\n\nobligation\x18\x02 \x01(\x0c\x12\x0e\n\x06\x64\x65mand\x18\x03 \x01(\x0c\x12\x16\n\x0eorigin_address\x18\x04 \x01(\t\"f\n\x11\x43hallengeResponse\x12\x16\n\x0ewitness_report\x18\x01 \x01(\x0c\x12\x10\n\x08\x61nswered\x18\x02 \x01(\x08\x12\x16\n\x0ewitness_demand\x18\x03 \x01(\x0c\x12\x0f\n\x07receipt\x18\x04 \x01(\x0c\x32\xbf\x02\n\x08\x45vidence\x12|\n\x06Report\x12\x19.provnet.v1.ReportRequest\x1a\x1a.provnet.v1.ReportResponse\";\xc2\x82\x19\x37\x08\x01\x12/the node stores evidence that accuses an origin\x18\x01(\x01\x12\xb4\x01\n\tChallenge\x12\x1c.provnet.v1.ChallengeRequest\x1a\x1d.provnet.v1.ChallengeResponse\"j\xc2\x82\x19\x66\x08\x02\x12\\a witness re-asks the origin, with a demand of its own, only at an address the origin signed\x18\x04(\x01\x38\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'provnet.v1.evidence_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REPORTREQUEST']._serialized_start=41
-  _globals['_REPORTREQUEST']._serialized_end=74
-  _globals['_REPORTRESPONSE']._serialized_start=76
-  _globals['_REPORTRESPONSE']._serialized_end=139
-  _globals['_CHALLENGEREQUEST']._serialized_start=141
-  _globals['_CHALLENGEREQUEST']._serialized_end=239
-  _globals['_CHALLENGERESPONSE']._serialized_start=241
-  _globals['_CHALLENGERESPONSE']._serialized_end=343
-  _globals['_EVIDENCE']._serialized_start=346
-  _globals['_EVIDENCE']._serialized_end=495
+  _globals['_EVIDENCE'].methods_by_name['Report']._loaded_options = None
+  _globals['_EVIDENCE'].methods_by_name['Report']._serialized_options = b'\302\202\0317\010\001\022/the node stores evidence that accuses an origin\030\001(\001'
+  _globals['_EVIDENCE'].methods_by_name['Challenge']._loaded_options = None
+  _globals['_EVIDENCE'].methods_by_name['Challenge']._serialized_options = b'\302\202\031f\010\002\022\\a witness re-asks the origin, with a demand of its own, only at an address the origin signed\030\004(\0018\003'
+  _globals['_REPORTREQUEST']._serialized_start=66
+  _globals['_REPORTREQUEST']._serialized_end=99
+  _globals['_REPORTRESPONSE']._serialized_start=101
+  _globals['_REPORTRESPONSE']._serialized_end=164
+  _globals['_CHALLENGEREQUEST']._serialized_start=166
+  _globals['_CHALLENGEREQUEST']._serialized_end=264
+  _globals['_CHALLENGERESPONSE']._serialized_start=266
+  _globals['_CHALLENGERESPONSE']._serialized_end=368
+  _globals['_EVIDENCE']._serialized_start=371
+  _globals['_EVIDENCE']._serialized_end=690
 # @@protoc_insertion_point(module_scope)

@@ -22,29 +22,36 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from nodes._pb.provnet.v1 import policy_pb2 as provnet_dot_v1_dot_policy__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/hoplog.proto\x12\nprovnet.v1\"+\n\rAppendRequest\x12\x0c\n\x04hops\x18\x01 \x03(\x0c\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\"-\n\x0e\x41ppendResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\"n\n\x11\x43ommitFoldRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\x12\x14\n\x0cserve_for_ms\x18\x03 \x01(\x04\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x04 \x01(\r\x12\r\n\x05value\x18\x05 \x01(\x0c\"X\n\x12\x43ommitFoldResponse\x12\x12\n\ncommitment\x18\x01 \x01(\x0c\x12\x12\n\nobligation\x18\x02 \x01(\x0c\x12\x1a\n\x12provenance_pending\x18\x03 \x01(\x08\"@\n\x0e\x43ompactionFold\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\x12\r\n\x05value\x18\x03 \x01(\x0c\"o\n\x17\x43ommitCompactionRequest\x12)\n\x05\x66olds\x18\x01 \x03(\x0b\x32\x1a.provnet.v1.CompactionFold\x12\x14\n\x0cserve_for_ms\x18\x02 \x01(\x04\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\r\"Y\n\x18\x43ommitCompactionResponse\x12\x0c\n\x04head\x18\x01 \x01(\x0c\x12\x13\n\x0b\x66old_proofs\x18\x02 \x03(\x0c\x12\x1a\n\x12provenance_pending\x18\x03 \x01(\x08\x32\xf5\x01\n\x06HopLog\x12?\n\x06\x41ppend\x12\x19.provnet.v1.AppendRequest\x1a\x1a.provnet.v1.AppendResponse\x12K\n\nCommitFold\x12\x1d.provnet.v1.CommitFoldRequest\x1a\x1e.provnet.v1.CommitFoldResponse\x12]\n\x10\x43ommitCompaction\x12#.provnet.v1.CommitCompactionRequest\x1a$.provnet.v1.CommitCompactionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/hoplog.proto\x12\nprovnet.v1\x1a\x17provnet/v1/policy.proto\"+\n\rAppendRequest\x12\x0c\n\x04hops\x18\x01 \x03(\x0c\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\"-\n\x0e\x41ppendResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\"n\n\x11\x43ommitFoldRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\x12\x14\n\x0cserve_for_ms\x18\x03 \x01(\x04\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x04 \x01(\r\x12\r\n\x05value\x18\x05 \x01(\x0c\"X\n\x12\x43ommitFoldResponse\x12\x12\n\ncommitment\x18\x01 \x01(\x0c\x12\x12\n\nobligation\x18\x02 \x01(\x0c\x12\x1a\n\x12provenance_pending\x18\x03 \x01(\x08\"@\n\x0e\x43ompactionFold\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x04\x12\r\n\x05value\x18\x03 \x01(\x0c\"o\n\x17\x43ommitCompactionRequest\x12)\n\x05\x66olds\x18\x01 \x03(\x0b\x32\x1a.provnet.v1.CompactionFold\x12\x14\n\x0cserve_for_ms\x18\x02 \x01(\x04\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\r\"Y\n\x18\x43ommitCompactionResponse\x12\x0c\n\x04head\x18\x01 \x01(\x0c\x12\x13\n\x0b\x66old_proofs\x18\x02 \x03(\x0c\x12\x1a\n\x12provenance_pending\x18\x03 \x01(\x08\x32\x9e\x06\n\x06HopLog\x12\x80\x02\n\x06\x41ppend\x12\x19.provnet.v1.AppendRequest\x1a\x1a.provnet.v1.AppendResponse\"\xbe\x01\xc2\x82\x19\xb9\x01\x08\x01\x12$the node stores hops as their origin\x18\x01 \x01(\x02\x32\x88\x01re-appending identical hop bytes at the same seqs (given, or each hop\'s step) is a no-op in the store (nodes.store.HopStore.append_hops)\x12\x94\x02\n\nCommitFold\x12\x1d.provnet.v1.CommitFoldRequest\x1a\x1e.provnet.v1.CommitFoldResponse\"\xc6\x01\xc2\x82\x19\xc1\x01\x08\x01\x12-the node signs a commitment and an obligation\x18\x01 \x01(\x03\x32\x87\x01not idempotent (a second commit signs a new commitment): retried only as every call here is, after a refusal that never ran the handler\x12\xf9\x01\n\x10\x43ommitCompaction\x12#.provnet.v1.CommitCompactionRequest\x1a$.provnet.v1.CommitCompactionResponse\"\x99\x01\xc2\x82\x19\x94\x01\x08\x01\x12\x32the node signs a tree head over the folds\' records\x18\x01 \x01(\x03\x32Vnot idempotent, as CommitFold: retried only after a refusal that never ran the handlerb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'provnet.v1.hoplog_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_APPENDREQUEST']._serialized_start=39
-  _globals['_APPENDREQUEST']._serialized_end=82
-  _globals['_APPENDRESPONSE']._serialized_start=84
-  _globals['_APPENDRESPONSE']._serialized_end=129
-  _globals['_COMMITFOLDREQUEST']._serialized_start=131
-  _globals['_COMMITFOLDREQUEST']._serialized_end=241
-  _globals['_COMMITFOLDRESPONSE']._serialized_start=243
-  _globals['_COMMITFOLDRESPONSE']._serialized_end=331
-  _globals['_COMPACTIONFOLD']._serialized_start=333
-  _globals['_COMPACTIONFOLD']._serialized_end=397
-  _globals['_COMMITCOMPACTIONREQUEST']._serialized_start=399
-  _globals['_COMMITCOMPACTIONREQUEST']._serialized_end=510
-  _globals['_COMMITCOMPACTIONRESPONSE']._serialized_start=512
-  _globals['_COMMITCOMPACTIONRESPONSE']._serialized_end=601
-  _globals['_HOPLOG']._serialized_start=604
-  _globals['_HOPLOG']._serialized_end=849
+  _globals['_HOPLOG'].methods_by_name['Append']._loaded_options = None
+  _globals['_HOPLOG'].methods_by_name['Append']._serialized_options = b'\302\202\031\271\001\010\001\022$the node stores hops as their origin\030\001 \001(\0022\210\001re-appending identical hop bytes at the same seqs (given, or each hop\'s step) is a no-op in the store (nodes.store.HopStore.append_hops)'
+  _globals['_HOPLOG'].methods_by_name['CommitFold']._loaded_options = None
+  _globals['_HOPLOG'].methods_by_name['CommitFold']._serialized_options = b'\302\202\031\301\001\010\001\022-the node signs a commitment and an obligation\030\001 \001(\0032\207\001not idempotent (a second commit signs a new commitment): retried only as every call here is, after a refusal that never ran the handler'
+  _globals['_HOPLOG'].methods_by_name['CommitCompaction']._loaded_options = None
+  _globals['_HOPLOG'].methods_by_name['CommitCompaction']._serialized_options = b'\302\202\031\224\001\010\001\0222the node signs a tree head over the folds\' records\030\001 \001(\0032Vnot idempotent, as CommitFold: retried only after a refusal that never ran the handler'
+  _globals['_APPENDREQUEST']._serialized_start=64
+  _globals['_APPENDREQUEST']._serialized_end=107
+  _globals['_APPENDRESPONSE']._serialized_start=109
+  _globals['_APPENDRESPONSE']._serialized_end=154
+  _globals['_COMMITFOLDREQUEST']._serialized_start=156
+  _globals['_COMMITFOLDREQUEST']._serialized_end=266
+  _globals['_COMMITFOLDRESPONSE']._serialized_start=268
+  _globals['_COMMITFOLDRESPONSE']._serialized_end=356
+  _globals['_COMPACTIONFOLD']._serialized_start=358
+  _globals['_COMPACTIONFOLD']._serialized_end=422
+  _globals['_COMMITCOMPACTIONREQUEST']._serialized_start=424
+  _globals['_COMMITCOMPACTIONREQUEST']._serialized_end=535
+  _globals['_COMMITCOMPACTIONRESPONSE']._serialized_start=537
+  _globals['_COMMITCOMPACTIONRESPONSE']._serialized_end=626
+  _globals['_HOPLOG']._serialized_start=629
+  _globals['_HOPLOG']._serialized_end=1427
 # @@protoc_insertion_point(module_scope)

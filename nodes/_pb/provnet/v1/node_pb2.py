@@ -22,9 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from nodes._pb.provnet.v1 import policy_pb2 as provnet_dot_v1_dot_policy__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15provnet/v1/node.proto\x12\nprovnet.v1\"\r\n\x0bInfoRequest\"o\n\x0cInfoResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x12\n\npublic_key\x18\x03 \x01(\x0c\x12\r\n\x05\x65poch\x18\x04 \x01(\t\x12\r\n\x05\x66\x61ult\x18\x05 \x01(\t\x12\x0e\n\x06listen\x18\x06 \x01(\t\"\x0e\n\x0cStatsRequest\"{\n\rStatsResponse\x12\x39\n\x08\x63ounters\x18\x01 \x03(\x0b\x32\'.provnet.v1.StatsResponse.CountersEntry\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\x7f\n\x04Node\x12\x39\n\x04Info\x12\x17.provnet.v1.InfoRequest\x1a\x18.provnet.v1.InfoResponse\x12<\n\x05Stats\x12\x18.provnet.v1.StatsRequest\x1a\x19.provnet.v1.StatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15provnet/v1/node.proto\x12\nprovnet.v1\x1a\x17provnet/v1/policy.proto\"\r\n\x0bInfoRequest\"o\n\x0cInfoResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x12\n\npublic_key\x18\x03 \x01(\x0c\x12\r\n\x05\x65poch\x18\x04 \x01(\t\x12\r\n\x05\x66\x61ult\x18\x05 \x01(\t\x12\x0e\n\x06listen\x18\x06 \x01(\t\"\x0e\n\x0cStatsRequest\"{\n\rStatsResponse\x12\x39\n\x08\x63ounters\x18\x01 \x03(\x0b\x32\'.provnet.v1.StatsResponse.CountersEntry\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xce\x01\n\x04Node\x12j\n\x04Info\x12\x17.provnet.v1.InfoRequest\x1a\x18.provnet.v1.InfoResponse\"/\xc2\x82\x19+\x08\x02\x12!reads the node\'s id and endpoints\x18\x04(\x01\x38\x01\x12Z\n\x05Stats\x12\x18.provnet.v1.StatsRequest\x1a\x19.provnet.v1.StatsResponse\"\x1c\xc2\x82\x19\x18\x08\x02\x12\x0ereads counters\x18\x04(\x01\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,16 +34,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_STATSRESPONSE_COUNTERSENTRY']._loaded_options = None
   _globals['_STATSRESPONSE_COUNTERSENTRY']._serialized_options = b'8\001'
-  _globals['_INFOREQUEST']._serialized_start=37
-  _globals['_INFOREQUEST']._serialized_end=50
-  _globals['_INFORESPONSE']._serialized_start=52
-  _globals['_INFORESPONSE']._serialized_end=163
-  _globals['_STATSREQUEST']._serialized_start=165
-  _globals['_STATSREQUEST']._serialized_end=179
-  _globals['_STATSRESPONSE']._serialized_start=181
-  _globals['_STATSRESPONSE']._serialized_end=304
-  _globals['_STATSRESPONSE_COUNTERSENTRY']._serialized_start=257
-  _globals['_STATSRESPONSE_COUNTERSENTRY']._serialized_end=304
-  _globals['_NODE']._serialized_start=306
-  _globals['_NODE']._serialized_end=433
+  _globals['_NODE'].methods_by_name['Info']._loaded_options = None
+  _globals['_NODE'].methods_by_name['Info']._serialized_options = b'\302\202\031+\010\002\022!reads the node\'s id and endpoints\030\004(\0018\001'
+  _globals['_NODE'].methods_by_name['Stats']._loaded_options = None
+  _globals['_NODE'].methods_by_name['Stats']._serialized_options = b'\302\202\031\030\010\002\022\016reads counters\030\004(\0018\001'
+  _globals['_INFOREQUEST']._serialized_start=62
+  _globals['_INFOREQUEST']._serialized_end=75
+  _globals['_INFORESPONSE']._serialized_start=77
+  _globals['_INFORESPONSE']._serialized_end=188
+  _globals['_STATSREQUEST']._serialized_start=190
+  _globals['_STATSREQUEST']._serialized_end=204
+  _globals['_STATSRESPONSE']._serialized_start=206
+  _globals['_STATSRESPONSE']._serialized_end=329
+  _globals['_STATSRESPONSE_COUNTERSENTRY']._serialized_start=282
+  _globals['_STATSRESPONSE_COUNTERSENTRY']._serialized_end=329
+  _globals['_NODE']._serialized_start=332
+  _globals['_NODE']._serialized_end=538
 # @@protoc_insertion_point(module_scope)
