@@ -16,11 +16,11 @@ owns, for the node at one address:
   types (:mod:`nodes.messages`, :mod:`nodes.attester`), converted by
   :mod:`nodes.wire`;
 - **a deadline on every call** (the client's default, or the call's own);
-- **retries with pushback**: a method :data:`nodes.retry.RETRY_SAFE` names
-  is made again after a refusal that says it never ran, within the one
-  deadline (:func:`nodes.retry.retry_shed`: the node's
-  ``grpc-retry-pushback-ms``, else jittered backoff; signed afresh each
-  attempt). Every other failure is final at once;
+- **retries with pushback**: a method the method table retries
+  (:attr:`nodes.methods.MethodPolicy.retried`) is made again after a
+  refusal that says it never ran, within the one deadline
+  (:func:`nodes.retry.retry_shed`: the node's ``grpc-retry-pushback-ms``,
+  else jittered backoff; signed afresh each attempt). Every other failure is final at once;
 - **error mapping**: a failed call raises :class:`RpcFailed`, a
   :class:`nodes.transport.CallFailed` (the status name, the node's message,
   the address, its pushback) that also names the method — the error the
@@ -61,7 +61,9 @@ from nodes.messages import (
     NodeInfo,
     RehydrationReport,
 )
-from nodes.retry import PUSHBACK_KEY, RETRY_SAFE, retry_shed
+from nodes.methods import lookup as method_policy
+from nodes.methods import method_name
+from nodes.retry import PUSHBACK_KEY, retry_shed
 from nodes.transport import CallFailed
 
 if TYPE_CHECKING:
@@ -80,21 +82,21 @@ __all__ = [
 #: The deadline of a call that names none (seconds).
 DEFAULT_TIMEOUT_S = 30.0
 
-_APPEND = "/provnet.v1.HopLog/Append"
-_COMMIT_FOLD = "/provnet.v1.HopLog/CommitFold"
-_COMMIT_COMPACTION = "/provnet.v1.HopLog/CommitCompaction"
-_DELIVER = "/provnet.v1.Deliver/Deliver"
-_FORWARD = "/provnet.v1.Deliver/Forward"
-_REHYDRATE = "/provnet.v1.Deliver/Rehydrate"
+_APPEND = method_name("HopLog", "Append")
+_COMMIT_FOLD = method_name("HopLog", "CommitFold")
+_COMMIT_COMPACTION = method_name("HopLog", "CommitCompaction")
+_DELIVER = method_name("Deliver", "Deliver")
+_FORWARD = method_name("Deliver", "Forward")
+_REHYDRATE = method_name("Deliver", "Rehydrate")
 _DEMAND = wire.DEMAND_METHOD
-_CHALLENGE = "/provnet.v1.Evidence/Challenge"
-_REPORT = "/provnet.v1.Evidence/Report"
-_INFO = "/provnet.v1.Node/Info"
-_STATS = "/provnet.v1.Node/Stats"
-_ATTEST_REQUEST = "/provnet.v1.Attest/Request"
-_RESTORE = "/provnet.v1.Attest/Restore"
-_LIST = "/provnet.v1.Attest/List"
-_SUBMIT = "/provnet.v1.Attest/Submit"
+_CHALLENGE = method_name("Evidence", "Challenge")
+_REPORT = method_name("Evidence", "Report")
+_INFO = method_name("Node", "Info")
+_STATS = method_name("Node", "Stats")
+_ATTEST_REQUEST = method_name("Attest", "Request")
+_RESTORE = method_name("Attest", "Restore")
+_LIST = method_name("Attest", "List")
+_SUBMIT = method_name("Attest", "Submit")
 
 
 class RpcFailed(CallFailed):
@@ -203,7 +205,8 @@ class NodeClient:
 
         start = time.perf_counter()
         try:
-            if method in RETRY_SAFE:
+            found = method_policy(method)
+            if found is not None and found.retried:
                 reply = await retry_shed(method, attempt, budget)
             else:
                 reply = await attempt(budget)

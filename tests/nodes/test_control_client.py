@@ -147,7 +147,8 @@ async def _bare_server(service: str, methods: dict[str, Handler]) -> tuple[grpc.
 
 async def test_a_shed_call_is_made_again_after_the_nodes_pushback_and_others_are_not() -> None:
     """Append (retry-safe) is made again after a RESOURCE_EXHAUSTED carrying a pushback;
-    Info (not in nodes.retry.RETRY_SAFE) raises the first refusal with its pushback."""
+    Info (not retried by the method table, nodes.methods) raises the first refusal with
+    its pushback."""
     calls = {"append": 0, "info": 0}
 
     async def append(request: bytes, context: Any) -> bytes:
