@@ -54,6 +54,7 @@ from nodes.cluster import (
     stop_node,
 )
 from nodes.home import Home, HomeError, check_node_name
+from nodes.methods import method_name
 from nodes.refusal import ControlRefused, control_refused, is_refusal
 
 if TYPE_CHECKING:
@@ -127,10 +128,10 @@ def _fold_hops(tag: str, count: int = _FOLD_HOPS) -> list[bytes]:
 
 #: The step timings a call's duration is reported under (``timings`` of its step).
 _TIMING_OF = {
-    "/provnet.v1.HopLog/Append": "append_ms",
-    "/provnet.v1.HopLog/CommitFold": "commit_fold_ms",
-    "/provnet.v1.Deliver/Forward": "forward_ms",
-    "/provnet.v1.Deliver/Rehydrate": "rehydrate_ms",
+    method_name("HopLog", "Append"): "append_ms",
+    method_name("HopLog", "CommitFold"): "commit_fold_ms",
+    method_name("Deliver", "Forward"): "forward_ms",
+    method_name("Deliver", "Rehydrate"): "rehydrate_ms",
 }
 
 
