@@ -63,7 +63,7 @@ from typing import Any, Protocol
 from contracts.canonical import MAX_DOCUMENT_BYTES, parse_json_object
 from contracts.errors import ContractError, EncodingError, KeyFileError
 from contracts.evidence import Evidence as _EvidenceRecord
-from contracts.evidence import EvidenceVerdict
+from contracts.evidence import EvidenceLevel, EvidenceVerdict
 from contracts.evidence import verify_evidence as _verify_evidence
 from contracts.hops import MAX_HOP_BYTES
 from contracts.identity import load_identity
@@ -239,16 +239,21 @@ class Rehydrated:
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
-    """An origin failed its obligation; ``data`` is the self-contained evidence file.
+    """An origin failed its obligation; ``data`` is the self-contained evidence record.
 
     ``kind`` is ``bad_data``, ``refused``, ``equivocation``, ``split_view``
-    (proofs) or ``unanswered`` (a suspicion); ``path`` where the holder wrote
-    the file (on the holder's machine; empty when it kept none).
+    (``level`` ``proof``) or ``unanswered`` (``suspicion``). A suspicion is
+    ``confirmed`` only when witnesses' demands went unanswered too; an
+    unconfirmed one is not kept (``path`` empty) and verifies as
+    ``suspected``, never as a proof: silence alone proves nothing. ``path``:
+    where the holder wrote the file (on the holder's machine).
     """
 
     ref: str
     origin: str
     kind: str
+    level: str
+    confirmed: bool
     detail: str
     data: bytes
     path: str
@@ -261,7 +266,8 @@ class Verdict:
     kind: str
     #: ``proof`` or ``suspicion``
     level: str
-    #: ``proven``, ``confirmed``, ``unconfirmed`` or ``cleared``
+    #: ``proven``, ``admitted_loss`` (proofs); ``suspected``, ``witness_confirmed``,
+    #: ``busy`` (suspicions); ``cleared`` (a later receipt of the accused answered)
     status: str
     accused: str
     commitment: str
@@ -356,6 +362,7 @@ class _Backend(Protocol):
     """What a :class:`Node` calls: a node core in this process, or a node's client."""
 
     node_id: str
+    address: str
 
     async def append(self, hops: Sequence[bytes]) -> tuple[int, ...]: ...
 
@@ -374,6 +381,7 @@ class _Local:
     def __init__(self, running: RunningNode) -> None:
         self.running = running
         self.node_id = running.node_id
+        self.address = running.address
 
     async def append(self, hops: Sequence[bytes]) -> tuple[int, ...]:
         try:
@@ -410,6 +418,7 @@ class _Remote:
     def __init__(self, client: NodeClient, node_id: str) -> None:
         self.client = client
         self.node_id = node_id
+        self.address = client.address
 
     async def append(self, hops: Sequence[bytes]) -> tuple[int, ...]:
         try:
@@ -461,6 +470,11 @@ class Node:
     def node_id(self) -> str:
         """The node's id: the hex of its Ed25519 public key."""
         return self._backend.node_id
+
+    @property
+    def address(self) -> str:
+        """host:port the node answers on (what its obligations name, for a local node)."""
+        return self._backend.address
 
     async def append(self, hops: Sequence[Mapping[str, Any] | bytes]) -> tuple[int, ...]:
         """Store hops in the node's hop log; returns each hop's sequence number.
@@ -542,8 +556,16 @@ class Node:
         report = await self._backend.rehydrate(ref, tuple(witnesses))
         for o in report.outcomes:
             if o.accuses:
+                level = _EvidenceRecord.from_bytes(o.evidence).level
                 return Evidence(
-                    ref, o.origin, o.outcome.value, o.detail, o.evidence, o.evidence_path
+                    ref,
+                    o.origin,
+                    o.outcome.value,
+                    level.value,
+                    level is EvidenceLevel.PROOF or o.witness_confirmed,
+                    o.detail,
+                    o.evidence,
+                    o.evidence_path,
                 )
         failed = next((o for o in report.outcomes if o.outcome is not Outcome.SERVED), None)
         if failed is not None:
