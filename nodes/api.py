@@ -61,10 +61,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from contracts.canonical import MAX_DOCUMENT_BYTES, parse_json_object
+from contracts.envelope import Envelope
 from contracts.errors import ContractError, EncodingError, KeyFileError
 from contracts.evidence import Evidence as _EvidenceRecord
 from contracts.evidence import EvidenceLevel, EvidenceVerdict
 from contracts.evidence import verify_evidence as _verify_evidence
+from contracts.heads import FoldProof
 from contracts.hops import MAX_HOP_BYTES
 from contracts.identity import load_identity
 from contracts.signed import parse_statement
@@ -341,6 +343,8 @@ def _decode(data: bytes) -> Value:
         msg.ParseFromString(data)
         delivery = wire.delivery_from_pb(msg)
         value = _value(delivery, data)
+        carried = {Envelope.from_bytes(h).digest for h in delivery.heads}
+        proven_under = [FoldProof.from_bytes(p).head for p in delivery.fold_proofs]
     except ContractError as exc:
         raise MalformedValue(f"value: {exc}") from exc
     except Exception as exc:  # protobuf's DecodeError, and what a parser may raise on junk
@@ -352,6 +356,15 @@ def _decode(data: bytes) -> Value:
             f"value {value.ref!r:.80}: carries no signed statements, so nothing commits"
             " its folded hops"
         )
+    # A fold proof may name a head the receiver verified before instead of
+    # carrying it; such a head's origin would be missing from ``origins``, and
+    # ``receive(origin=…)`` would accept another origin's folds unseen.
+    for i, head in enumerate(proven_under):
+        if head not in carried:
+            raise MalformedValue(
+                f"value {value.ref!r:.80}: fold proof {i} is proven under head {head[:12]}…,"
+                " which the value does not carry"
+            )
     return value
 
 
@@ -372,7 +385,9 @@ class _Backend(Protocol):
 
     async def deliver(self, delivery: Delivery) -> bytes: ...
 
-    async def rehydrate(self, ref: str, witnesses: Sequence[str]) -> RehydrationReport: ...
+    async def rehydrate(
+        self, ref: str, witnesses: Sequence[str], expect: Delivery | None
+    ) -> RehydrationReport: ...
 
     async def close(self) -> None: ...
 
@@ -404,9 +419,27 @@ class _Local:
         # The node verifies every statement before it holds anything.
         return await self.running.core.deliver(delivery)
 
-    async def rehydrate(self, ref: str, witnesses: Sequence[str]) -> RehydrationReport:
+    async def rehydrate(
+        self, ref: str, witnesses: Sequence[str], expect: Delivery | None
+    ) -> RehydrationReport:
+        core = self.running.core
         try:
-            return await self.running.core.rehydrate(ref, witnesses)
+            if expect is not None:
+                # A later value under the same ref replaces the one held; the
+                # caller named this one. (No await between this check and the
+                # core's own look-up: nothing can replace it in between.)
+                held = core.held(ref).delivery
+                if (held.value, held.commitments, held.fold_proofs) != (
+                    expect.value,
+                    expect.commitments,
+                    expect.fold_proofs,
+                ):
+                    raise RequestRejected(
+                        f"rehydrate {ref!r:.80}: node {core.config.name!r} now holds another"
+                        " value under this ref",
+                        code="FAILED_PRECONDITION",
+                    )
+            return await core.rehydrate(ref, witnesses)
         except (NodeError, ContractError) as exc:
             raise _node_error(f"rehydrate {ref!r:.80}", exc) from exc
 
@@ -439,7 +472,10 @@ class _Remote:
     async def deliver(self, delivery: Delivery) -> bytes:
         return await self.client.deliver(delivery)
 
-    async def rehydrate(self, ref: str, witnesses: Sequence[str]) -> RehydrationReport:
+    async def rehydrate(
+        self, ref: str, witnesses: Sequence[str], expect: Delivery | None
+    ) -> RehydrationReport:
+        # Deliver.Rehydrate names the value by ref alone: what the node holds under it.
         try:
             return await self.client.rehydrate(ref, witnesses)
         except CallFailed as exc:
@@ -550,13 +586,24 @@ class Node:
         first that failed. :class:`NotRehydrated` when neither (the origin
         said pending, the promise expired, …).
         """
-        ref = value.value.ref if isinstance(value, Received) else getattr(value, "ref", value)
-        if not isinstance(ref, str):
-            raise TypeError(f"rehydrate: a Value, Received or value ref expected, got {ref!r:.80}")
-        report = await self._backend.rehydrate(ref, tuple(witnesses))
+        if isinstance(value, Received):
+            value = value.value
+        if isinstance(value, Value):
+            ref, expect = value.ref, value._delivery
+        elif isinstance(value, str):
+            ref, expect = value, None
+        else:
+            raise TypeError(f"rehydrate: a Value, Received or ref expected, got {value!r:.80}")
+        report = await self._backend.rehydrate(ref, tuple(witnesses), expect)
         for o in report.outcomes:
             if o.accuses:
-                level = _EvidenceRecord.from_bytes(o.evidence).level
+                try:
+                    level = _EvidenceRecord.from_bytes(o.evidence).level
+                except ContractError as exc:
+                    raise RequestRejected(
+                        f"rehydrate {ref!r:.80}: the holder's evidence against"
+                        f" {o.origin[:16]}… is not an evidence record: {exc}"
+                    ) from exc
                 return Evidence(
                     ref,
                     o.origin,

@@ -37,7 +37,7 @@ from nodes.api import (
     open_node,
     verify_evidence,
 )
-from nodes.messages import OriginOutcome, Outcome, RehydrationReport
+from nodes.messages import Delivery, OriginOutcome, Outcome, RehydrationReport
 
 
 @dataclass
@@ -162,6 +162,38 @@ async def test_receive_a_value_for_another_origin_is_wrong_origin(trio: Trio) ->
     assert info.value.found == (trio.t.node_id,)
     with pytest.raises(RequestRejected, match="no held value"):
         await trio.b.rehydrate(value.ref)  # refused before anything was held
+
+
+async def test_receive_a_fold_under_a_head_it_does_not_carry_is_malformed(trio: Trio) -> None:
+    # B verified T's head before; a value with A's per-fold statements and a
+    # fold proof naming T's head by digest alone would pass origin=A unseen.
+    t_value = await _value(trio.t, "t-value")
+    await trio.b.receive(t_value.to_bytes())
+    core = trio.a._backend.running.core  # type: ignore[attr-defined]
+    _, seqs = await core.append([b'{"step": 50}'])
+    fold = await core.commit_fold("mixed", seqs)
+    mixed = Delivery(
+        "mixed",
+        b"x",
+        (fold.commitment,),
+        (fold.obligation,),
+        "",
+        t_value._delivery.fold_proofs,
+        (),
+    )
+    with pytest.raises(MalformedValue, match=r"fold proof 0 is proven under head .* not carry"):
+        await trio.b.receive(api._encode(mixed), origin=trio.a.node_id)
+    with pytest.raises(RequestRejected, match="no held value"):
+        await trio.b.rehydrate("mixed")
+
+
+async def test_rehydrate_a_value_replaced_under_its_ref_is_rejected(trio: Trio) -> None:
+    first = await trio.b.receive((await _value(trio.a, "m")).to_bytes())
+    await trio.b.receive((await _value(trio.t, "m")).to_bytes())  # same ref, later
+    with pytest.raises(RequestRejected, match="now holds another value under this ref"):
+        await trio.b.rehydrate(first)
+    # by ref: whatever is held now (the tampering origin's)
+    assert isinstance(await trio.b.rehydrate("m"), Evidence)
 
 
 async def test_receive_a_head_whose_signature_fails_is_value_rejected(trio: Trio) -> None:
@@ -304,7 +336,7 @@ class _Reports:
     def __init__(self, report: RehydrationReport) -> None:
         self.report = report
 
-    async def rehydrate(self, ref: str, witnesses: object) -> RehydrationReport:
+    async def rehydrate(self, ref: str, witnesses: object, expect: object) -> RehydrationReport:
         return self.report
 
 
