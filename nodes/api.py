@@ -581,10 +581,14 @@ class Node:
 
         :class:`Rehydrated`: every hop verified against its origin's signed
         root. :class:`Evidence`: an origin failed (wrong bytes, a signed
-        refusal, two heads for one slot, or no answer that ``witnesses`` — peer
-        names or addresses — confirm); for a value of several origins, the
+        refusal, two heads for one slot, or no answer by the deadline: a
+        suspicion, ``confirmed`` when the ``witnesses`` — peer names or
+        addresses — were not answered either); for a value of several origins, the
         first that failed. :class:`NotRehydrated` when neither (the origin
-        said pending, the promise expired, …).
+        said pending, the promise expired, …). Given a :class:`Value`, a local
+        node rehydrates that value or refuses (:class:`RequestRejected`) when
+        a later one replaced it under its ref; a connected node, and a ref
+        alone, rehydrate what is held under the ref.
         """
         if isinstance(value, Received):
             value = value.value

@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import contracts
+import harness
+import nodes
 from nodes import api
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
@@ -56,3 +59,10 @@ def test_the_page_draws_the_error_tree_the_classes_form() -> None:
 
 def test_the_module_docstring_draws_the_same_tree() -> None:
     assert _tree(api.__doc__ or "") == _errors()
+
+
+def test_every_package_says_it_is_internal_and_names_the_api() -> None:
+    for package in (contracts, nodes, harness):
+        doc = package.__doc__ or ""
+        assert "nodes.api" in doc, package.__name__
+        assert "internal" in doc.lower(), package.__name__
