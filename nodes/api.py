@@ -72,14 +72,15 @@ from contracts.identity import load_identity
 from contracts.signed import parse_statement
 from contracts.statements import Commitment, Head
 from nodes import wire
-from nodes.app import RunningNode, start_node
+from nodes.app import RunningNode, load_or_create_identity, start_node
 from nodes.auth import ControlCredentials
 from nodes.config import DEFAULT_MAX_MESSAGE_BYTES, ConfigError, NodeConfig
 from nodes.control import NodeClient
 from nodes.errors import NodeError, PeerUnavailable, RequestTooLarge
 from nodes.faults import FaultMode
 from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationReport
-from nodes.transport import CallFailed
+from nodes.services import NodeCore
+from nodes.transport import CallFailed, GrpcTransport
 
 __all__ = [
     "MAX_VALUE_BYTES",
@@ -393,14 +394,17 @@ class _Backend(Protocol):
 
 
 class _Local:
-    def __init__(self, running: RunningNode) -> None:
+    """A node core in this process; ``running`` None: it has no server."""
+
+    def __init__(self, core: NodeCore, running: RunningNode | None) -> None:
+        self.core = core
         self.running = running
-        self.node_id = running.node_id
-        self.address = running.address
+        self.node_id = core.node_id
+        self.address = running.address if running is not None else ""
 
     async def append(self, hops: Sequence[bytes]) -> tuple[int, ...]:
         try:
-            _, seqs = await self.running.core.append(hops)
+            _, seqs = await self.core.append(hops)
         except (NodeError, ContractError) as exc:
             raise _node_error("append", exc) from exc
         return seqs
@@ -408,8 +412,15 @@ class _Local:
     async def compact(
         self, ref: str, seqs: Sequence[int], payload: bytes, serve_for_ms: int, deadline_ms: int
     ) -> CommittedCompaction:
+        if self.running is None:
+            # Its obligation would name an address where nobody answers.
+            raise RequestRejected(
+                f"compact {ref!r:.80}: node {self.core.config.name!r} has no server"
+                " (listen=None), so it cannot serve the hops it would promise to serve",
+                code="FAILED_PRECONDITION",
+            )
         try:
-            return await self.running.core.commit_compaction(
+            return await self.core.commit_compaction(
                 [(ref, seqs, payload)], serve_for_ms=serve_for_ms, deadline_ms=deadline_ms
             )
         except (NodeError, ContractError) as exc:
@@ -417,12 +428,12 @@ class _Local:
 
     async def deliver(self, delivery: Delivery) -> bytes:
         # The node verifies every statement before it holds anything.
-        return await self.running.core.deliver(delivery)
+        return await self.core.deliver(delivery)
 
     async def rehydrate(
         self, ref: str, witnesses: Sequence[str], expect: Delivery | None
     ) -> RehydrationReport:
-        core = self.running.core
+        core = self.core
         try:
             if expect is not None:
                 # A later value under the same ref replaces the one held; the
@@ -444,7 +455,10 @@ class _Local:
             raise _node_error(f"rehydrate {ref!r:.80}", exc) from exc
 
     async def close(self) -> None:
-        await self.running.stop()
+        if self.running is not None:
+            await self.running.stop()
+        else:
+            await self.core.close()
 
 
 class _Remote:
@@ -501,6 +515,7 @@ class Node:
 
     def __init__(self, backend: _Backend) -> None:
         self._backend = backend
+        self._closed = False
 
     @property
     def node_id(self) -> str:
@@ -631,7 +646,9 @@ class Node:
         )
 
     async def close(self) -> None:
-        await self._backend.close()
+        if not self._closed:
+            self._closed = True
+            await self._backend.close()
 
     async def __aenter__(self) -> Node:
         return self
@@ -645,7 +662,7 @@ async def open_node(
     data_dir: str | Path,
     *,
     name: str = "node",
-    listen: str = "127.0.0.1:0",
+    listen: str | None = "127.0.0.1:0",
     operator_keys: Sequence[str] = (),
     fault: FaultMode | str = FaultMode.NONE,
     deadline_ms: int = 0,
@@ -655,7 +672,9 @@ async def open_node(
 
     Its key (``node.key``, made on first use), hop log and evidence files
     live under ``data_dir``; it serves on ``listen`` (port 0: a free one),
-    the address its obligations name. ``operator_keys`` (64-hex public keys)
+    the address its obligations name. ``listen=None``: no server — the node
+    receives, rehydrates and keeps evidence, but cannot :meth:`Node.compact`
+    (nobody could demand what it promised). ``operator_keys`` (64-hex public keys)
     may drive it from outside as :func:`connect` does. ``fault`` makes it
     misbehave as an origin (``tamper``, ``refuse``, … for tests and
     experiments; ``none`` is the honest node). ``deadline_ms`` and
@@ -672,7 +691,7 @@ async def open_node(
         config = NodeConfig(
             name=name,
             data_dir=Path(data_dir),
-            listen=listen,
+            listen="127.0.0.1:0" if listen is None else listen,
             operator_keys=tuple(operator_keys),
             fault=mode,
             **terms,  # type: ignore[arg-type]
@@ -680,10 +699,19 @@ async def open_node(
     except ConfigError as exc:
         raise ValueError(f"open_node: {exc}") from exc
     try:
-        running = await start_node(config)
+        if listen is None:
+            identity = load_or_create_identity(config.data_dir)
+            # the calls it makes (demands, re-asks) are signed with its own key
+            transport = GrpcTransport(
+                config.max_message_bytes, credentials=ControlCredentials(identity)
+            )
+            backend = _Local(await NodeCore.open(config, identity, transport=transport), None)
+        else:
+            running = await start_node(config)
+            backend = _Local(running.core, running)
     except (OSError, ContractError, NodeError) as exc:
         raise NodeUnavailable(f"open_node {data_dir}: {exc}") from exc
-    node = Node(_Local(running))
+    node = Node(backend)
     try:
         yield node
     finally:

@@ -249,6 +249,22 @@ async def test_gone_origin_is_an_unconfirmed_suspicion_never_a_proof(trio: Trio)
     assert "0 of 1 witness confirmation" in verdict.reason
 
 
+async def test_a_node_without_a_server_receives_and_rehydrates_but_never_promises(
+    trio: Trio,
+) -> None:
+    async with open_node(trio.root / "quiet", name="quiet", listen=None) as quiet:
+        assert quiet.address == ""
+        got = await quiet.receive((await _value(trio.a)).to_bytes(), origin=trio.a.node_id)
+        result = await quiet.rehydrate(got)
+        assert isinstance(result, Rehydrated)
+        assert len(result.hops) == 4
+        seqs = await quiet.append(_hops(2))
+        with pytest.raises(RequestRejected, match="has no server") as info:
+            await quiet.compact("mine", seqs)
+        assert info.value.code == "FAILED_PRECONDITION"
+        await quiet.close()  # closing twice (here, then the block) is one close
+
+
 # ------------------------------------------------------------------ verify_evidence
 
 
