@@ -77,7 +77,7 @@ from nodes.auth import ControlCredentials
 from nodes.config import DEFAULT_MAX_MESSAGE_BYTES, ConfigError, NodeConfig
 from nodes.control import NodeClient
 from nodes.errors import NodeError, PeerUnavailable, RequestTooLarge
-from nodes.faults import FaultMode
+from nodes.faults import FaultMode, FaultPlan
 from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationReport
 from nodes.services import NodeCore
 from nodes.transport import CallFailed, GrpcTransport
@@ -665,6 +665,7 @@ async def open_node(
     listen: str | None = "127.0.0.1:0",
     operator_keys: Sequence[str] = (),
     fault: FaultMode | str = FaultMode.NONE,
+    fault_delay_ms: int = 0,
     deadline_ms: int = 0,
     serve_for_ms: int = 0,
 ) -> AsyncIterator[Node]:
@@ -677,7 +678,9 @@ async def open_node(
     (nobody could demand what it promised). ``operator_keys`` (64-hex public keys)
     may drive it from outside as :func:`connect` does. ``fault`` makes it
     misbehave as an origin (``tamper``, ``refuse``, … for tests and
-    experiments; ``none`` is the honest node). ``deadline_ms`` and
+    experiments; ``none`` is the honest node; ``slow`` waits
+    ``fault_delay_ms`` before answering; ``crash`` stops answering, and never
+    exits this process as a node process would). ``deadline_ms`` and
     ``serve_for_ms``: the terms it promises (0: the node's defaults).
     """
     try:
@@ -694,10 +697,20 @@ async def open_node(
             listen="127.0.0.1:0" if listen is None else listen,
             operator_keys=tuple(operator_keys),
             fault=mode,
+            fault_delay_ms=fault_delay_ms,
             **terms,  # type: ignore[arg-type]
         )
     except ConfigError as exc:
         raise ValueError(f"open_node: {exc}") from exc
+    cores: list[NodeCore] = []
+
+    def crash() -> None:
+        # Not os._exit, as a node process does: this is the caller's process.
+        # The node stops answering, as a crashed peer would.
+        for core in cores:
+            core.crashed = True
+
+    plan = FaultPlan(mode, fault_delay_ms, crash=crash)
     try:
         if listen is None:
             identity = load_or_create_identity(config.data_dir)
@@ -705,10 +718,12 @@ async def open_node(
             transport = GrpcTransport(
                 config.max_message_bytes, credentials=ControlCredentials(identity)
             )
-            backend = _Local(await NodeCore.open(config, identity, transport=transport), None)
+            core = await NodeCore.open(config, identity, transport=transport, fault=plan)
+            backend = _Local(core, None)
         else:
-            running = await start_node(config)
+            running = await start_node(config, fault=plan)
             backend = _Local(running.core, running)
+        cores.append(backend.core)
     except (OSError, ContractError, NodeError) as exc:
         raise NodeUnavailable(f"open_node {data_dir}: {exc}") from exc
     node = Node(backend)

@@ -265,6 +265,25 @@ async def test_a_node_without_a_server_receives_and_rehydrates_but_never_promise
         await quiet.close()  # closing twice (here, then the block) is one close
 
 
+async def test_a_crashing_origin_stops_answering_and_this_process_lives_on(trio: Trio) -> None:
+    async with open_node(trio.root / "c", name="c", fault="crash", deadline_ms=250) as c:
+        got = await trio.b.receive((await _value(c)).to_bytes())
+        result = await trio.b.rehydrate(got)
+        assert isinstance(result, Evidence), result
+        assert (result.kind, result.origin) == ("unanswered", c.node_id)
+
+
+async def test_fault_slow_without_a_delay_and_an_unknown_fault_are_value_errors(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ValueError, match="'slow' needs"):
+        async with open_node(tmp_path / "s", fault="slow"):
+            pass
+    with pytest.raises(ValueError, match="fault 'melt' is not one of none, refuse"):
+        async with open_node(tmp_path / "s", fault="melt"):
+            pass
+
+
 # ------------------------------------------------------------------ verify_evidence
 
 

@@ -14,6 +14,7 @@ import contracts
 import harness
 import nodes
 from nodes import api
+from nodes.faults import FaultMode
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 _TREE_LINE = re.compile(r"^\s*(?:[│ ]*[├└]── )?([A-Z][A-Za-z]+)\s{2,}")
@@ -66,3 +67,11 @@ def test_every_package_says_it_is_internal_and_names_the_api() -> None:
         doc = package.__doc__ or ""
         assert "nodes.api" in doc, package.__name__
         assert "internal" in doc.lower(), package.__name__
+
+
+def test_the_page_lists_every_fault_mode() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    line = next(x for x in text.splitlines() if "misbehave as an origin" in x)
+    block = text.split(line, 1)[1].split("(`FaultMode`)", 1)[0]
+    listed = re.findall(r"`([a-z]+)`", line + block)
+    assert sorted(listed) == sorted(m.value for m in FaultMode if m is not FaultMode.NONE)
