@@ -43,7 +43,7 @@ def test_readme_example_runs_and_prints_what_the_readme_says(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
     said = [line for line in done.stdout.splitlines() if line.startswith("B ")]
-    assert said == ["B verified 3 hops from A", "B holds bad_data proof against True"]
+    assert said == ["B verified 3 hops from A", "B holds bad_data proof against T: True"]
     text = README.read_text(encoding="utf-8").split(SECTION, 1)[1]
     for line in said:
         assert f"`{line}`" in text, f"the README does not say it prints {line!r}"
