@@ -76,7 +76,7 @@ from nodes.app import RunningNode, load_or_create_identity, start_node
 from nodes.auth import ControlCredentials
 from nodes.config import DEFAULT_MAX_MESSAGE_BYTES, ConfigError, NodeConfig
 from nodes.control import NodeClient
-from nodes.errors import NodeError, PeerUnavailable, RequestTooLarge
+from nodes.errors import NodeError, PeerUnavailable, RequestTooLarge, StoreError
 from nodes.faults import FaultMode, FaultPlan
 from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationReport
 from nodes.services import NodeCore
@@ -581,6 +581,8 @@ class Node:
             receipt = await self._backend.deliver(value._delivery)
         except RequestTooLarge as exc:
             raise MalformedValue(f"value {value.ref!r:.80}: {exc}") from exc
+        except StoreError as exc:  # the receiver's own disk, not the value
+            raise _node_error(f"receive {value.ref!r:.80}", exc) from exc
         except (NodeError, ContractError) as exc:
             raise ValueRejected(f"value {value.ref!r:.80}: {exc}") from exc
         except CallFailed as exc:

@@ -187,6 +187,18 @@ async def test_receive_a_fold_under_a_head_it_does_not_carry_is_malformed(trio: 
         await trio.b.rehydrate("mixed")
 
 
+async def test_a_receiver_whose_own_store_fails_does_not_blame_the_value(trio: Trio) -> None:
+    core = trio.a._backend.running.core  # type: ignore[attr-defined]
+    _, seqs = await core.append([b'{"step": 60}'])
+    fold = await core.commit_fold("per-fold", seqs)  # kept in the receiver's store
+    value = Delivery("per-fold", b"x", (fold.commitment,), (fold.obligation,))
+    await trio.b._backend.core.store.close()  # type: ignore[attr-defined]
+    with pytest.raises(RequestRejected, match="receive 'per-fold'") as info:
+        await trio.b.receive(api._encode(value))
+    assert not isinstance(info.value, ValueRejected)
+    assert info.value.code == "UNAVAILABLE"
+
+
 async def test_rehydrate_a_value_replaced_under_its_ref_is_rejected(trio: Trio) -> None:
     first = await trio.b.receive((await _value(trio.a, "m")).to_bytes())
     await trio.b.receive((await _value(trio.t, "m")).to_bytes())  # same ref, later
