@@ -3,6 +3,9 @@
 No I/O beyond key files, no clock: every check takes ``now`` (integer ms
 since the Unix epoch, UTC). Nothing here imports ``nodes`` or ``harness``.
 
+Internal: the supported interfaces are :mod:`nodes.api` and the ``provnet``
+command line (docs/api.md); this package may change.
+
 Module map (main entry points)::
 
     errors      ContractError tree; CheckResult (falsy on failure) for check_*

@@ -8,6 +8,9 @@ packages play it on provnet nodes and are the only parts that import
 holder as different nodes) and :mod:`harness.attest` (``provnet experiment
 attest``, Part 6). :mod:`harness.cli` is the ``provnet`` front: it registers the
 subcommands of every package (harness, contracts, nodes) by module name.
+
+Internal: the supported interfaces are the ``provnet`` command line and
+:mod:`nodes.api` (docs/api.md); this package may change.
 """
 
 __all__: list[str] = []
