@@ -35,12 +35,10 @@ from a2a.utils.errors import (
     InvalidParamsError,
 )
 from google.protobuf import struct_pb2
-from google.protobuf.message import DecodeError
 
-from contracts.errors import ContractError
+from contracts.errors import ContractError, EncodingError
 from contracts.statements import StatementKind, payload_type_for
 from nodes import wire
-from nodes._pb.provnet.v1 import deliver_pb2
 from nodes.messages import Delivery
 
 __all__ = [
@@ -307,19 +305,14 @@ def read_delegation(message: a2a_pb2.Message, *, max_bytes: int = MAX_DELIVERY_B
         )
     hints = _hints(message.metadata)
     try:
-        request = deliver_pb2.DeliverRequest.FromString(raw)
-    except DecodeError as exc:
-        raise InvalidParamsError(
-            message=f"{DELIVERY_MEDIA_TYPE} part: not a DeliverRequest ({exc})"
-        ) from None
-    if not request.HasField("value"):
-        raise InvalidParamsError(message=f"{DELIVERY_MEDIA_TYPE} part: no value")
-    if request.sender:
-        raise InvalidParamsError(
-            message=f"{DELIVERY_MEDIA_TYPE} part: sender {request.sender[:16]!r} set; over A2A no"
-            " provnet key signs the call, so a delivery names no sender"
-        )
-    try:
+        request = wire.deliver_request_from_bytes(raw)
+        if not request.HasField("value"):
+            raise EncodingError("no value")
+        if request.sender:
+            raise EncodingError(
+                f"sender {request.sender[:16]!r} set; over A2A no provnet key signs the call,"
+                " so a delivery names no sender"
+            )
         delivery = wire.delivery_from_pb(request.value)
     except (ContractError, ValueError) as exc:
         raise InvalidParamsError(message=f"{DELIVERY_MEDIA_TYPE} part: {exc}") from None
