@@ -27,6 +27,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -38,7 +39,7 @@ from nodes.config import NodeConfig, Peer
 from nodes.faults import FaultMode, FaultPlan
 from nodes.messages import Delivery
 
-__all__ = ["Run", "Scenario", "compacted_value", "run_scenario"]
+__all__ = ["Run", "Scenario", "compacted_value", "delegate_to", "run_scenario", "start_agent"]
 
 ACTION = "wire-transfer"
 #: A fold small enough to read, large enough to be a real compaction.
@@ -110,13 +111,16 @@ def _config(root: Path, name: str, fault: FaultMode, peers: tuple[Peer, ...] = (
     )
 
 
-async def _agent(
+async def start_agent(
     stack: AsyncExitStack,
     root: Path,
     name: str,
     fault: FaultMode = FaultMode.NONE,
     witnesses: tuple[ProvnetAgent, ...] = (),
+    *,
+    required: bool = True,
 ) -> ProvnetAgent:
+    """Start agent ``name`` (its node and A2A service); ``stack`` stops it."""
     crashed: list[ProvnetAgent] = []
 
     def crash() -> None:
@@ -132,6 +136,7 @@ async def _agent(
         ),
         jsonrpc_url=f"http://{name}.agent/",
         fault=FaultPlan(fault, 0, crash=crash),
+        required=required,
     )
     crashed.append(agent)
     stack.push_async_callback(agent.stop)
@@ -139,7 +144,8 @@ async def _agent(
 
 
 @asynccontextmanager
-async def _delegate_to(agent: ProvnetAgent, binding: str) -> AsyncIterator[Delegate]:
+async def delegate_to(agent: ProvnetAgent, binding: str, **options: Any) -> AsyncIterator[Delegate]:
+    """A :class:`Delegate` to ``agent`` over ``binding`` (JSON-RPC: through ASGI, no socket)."""
     http = (
         httpx.AsyncClient(
             transport=httpx.ASGITransport(app=agent.asgi_app()), base_url=agent.jsonrpc_url
@@ -148,7 +154,7 @@ async def _delegate_to(agent: ProvnetAgent, binding: str) -> AsyncIterator[Deleg
         else None
     )
     delegate = Delegate(
-        agent.card, binding=binding, trusted_node_id=agent.node_id, httpx_client=http
+        agent.card, binding=binding, trusted_node_id=agent.node_id, httpx_client=http, **options
     )
     try:
         yield delegate
@@ -167,12 +173,12 @@ async def run_scenario(root: Path, scenario: Scenario, binding: str = "JSONRPC")
         Scenario.GONE: FaultMode.CRASH,
     }[scenario]
     async with AsyncExitStack() as stack:
-        a = await _agent(stack, root, "a", fault)
-        c = await _agent(stack, root, "c")
+        a = await start_agent(stack, root, "a", fault)
+        c = await start_agent(stack, root, "c")
         # C is also B's witness: when A does not answer B, C re-asks A (design, S4).
-        b = await _agent(stack, root, "b", witnesses=(c,))
-        to_b = await stack.enter_async_context(_delegate_to(b, binding))
-        to_c = await stack.enter_async_context(_delegate_to(c, binding))
+        b = await start_agent(stack, root, "b", witnesses=(c,))
+        to_b = await stack.enter_async_context(delegate_to(b, binding))
+        to_c = await stack.enter_async_context(delegate_to(c, binding))
         b.connect("c", to_c.delegate)
         value = await compacted_value(a.node, f"plan-{scenario}")
         result = await to_b.delegate(value, ACTION, forward_to="c")

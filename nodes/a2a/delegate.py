@@ -4,11 +4,12 @@
 the node id the caller pins (:func:`nodes.a2a.card.verify_card`) and the
 provnet parameters it declares — then sends a delegation message
 (:func:`nodes.a2a.extension.delegation_message`) over the binding asked for,
-with the extension activated in ``A2A-Extensions`` (HTTP header or gRPC
-metadata ``a2a-extensions``; ``legacy=True`` also sends ``X-A2A-Extensions``
-for v0.3 agents). The answer is read into a :class:`DelegationResult`: the
-agent's decision and reason (string hints), its signed delivery receipt and
-any evidence it recorded, as the bytes it signed or wrote.
+with the extension activated in the headers ``headers`` names: by default
+``A2A-Extensions`` (the HTTP header, or gRPC metadata ``a2a-extensions``);
+``X-A2A-Extensions`` for v0.3 agents; none to leave it off. The answer is
+read into a :class:`DelegationResult`: the agent's decision and reason
+(string hints), its signed delivery receipt and any evidence it recorded, as
+the bytes it signed or wrote.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from dataclasses import dataclass
 import grpc
 import httpx
 from a2a.client import ClientCallContext, ClientConfig, ClientFactory
+from a2a.extensions.common import HTTP_EXTENSION_HEADER as EXTENSIONS_HEADER
 from a2a.types import a2a_pb2
 
 from nodes.a2a.card import verify_card
 from nodes.a2a.extension import (
     EVIDENCE_MEDIA_TYPE,
     EXTENSION_URI,
-    LEGACY_EXTENSIONS_HEADER,
     RECEIPT_MEDIA_TYPE,
     delegation_message,
     hint_key,
@@ -33,7 +34,7 @@ from nodes.a2a.extension import (
 )
 from nodes.messages import Delivery
 
-__all__ = ["Binding", "Delegate", "DelegationResult"]
+__all__ = ["EXTENSIONS_HEADER", "Binding", "Delegate", "DelegationResult"]
 
 Binding = str  # "JSONRPC" or "GRPC" (a2a.utils.constants.TransportProtocol values)
 
@@ -78,8 +79,7 @@ class Delegate:
         binding: Binding = "JSONRPC",
         trusted_node_id: str | None = None,
         httpx_client: httpx.AsyncClient | None = None,
-        activate: bool = True,
-        legacy: bool = False,
+        headers: tuple[str, ...] = (EXTENSIONS_HEADER,),
         timeout: float = 30.0,
     ) -> None:
         params, self.required = read_card_params(card)  # (the card declares provnet)
@@ -87,8 +87,7 @@ class Delegate:
         verify_card(card, trusted_node_id or params.node_id)
         self.card = card
         self.node_id = params.node_id
-        self.activate = activate
-        self.legacy = legacy
+        self.headers = headers
         self.timeout = timeout
         config = ClientConfig(
             streaming=False,
@@ -99,11 +98,7 @@ class Delegate:
         self._client = ClientFactory(config).create(card)
 
     def _context(self) -> ClientCallContext:
-        params: dict[str, str] = {}
-        if self.activate:
-            params["A2A-Extensions"] = EXTENSION_URI
-            if self.legacy:
-                params[LEGACY_EXTENSIONS_HEADER] = EXTENSION_URI
+        params = dict.fromkeys(self.headers, EXTENSION_URI)
         return ClientCallContext(service_parameters=params, timeout=self.timeout)
 
     async def send(self, message: a2a_pb2.Message) -> DelegationResult:
