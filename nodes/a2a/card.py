@@ -4,9 +4,10 @@ The signed bytes, exactly:
 
 1. the card as JSON in the protobuf JSON mapping (``MessageToDict``: field
    names in lowerCamelCase, fields at their default value left out), with
-   ``signatures`` removed and then every empty string, list and object
-   removed, recursively — the form the reference SDK canonicalizes, so a card
-   signed here verifies there and back;
+   ``signatures`` removed and then every empty string, list and object, and
+   every null, removed, recursively — the form the reference SDK
+   canonicalizes, so a card signed here verifies there and back (tested both
+   ways against its signer and verifier);
 2. that object in RFC 8785 canonical JSON (:func:`contracts.canonical.canonical_bytes`,
    the ``rfc8785`` package for anything beyond its fast path) — the JWS payload;
 3. the JWS signing input ``BASE64URL(protected) || '.' || BASE64URL(payload)``
@@ -66,7 +67,7 @@ def public_jwk(node_id: str) -> dict[str, str]:
 
 
 def _clean(value: Any, depth: int = 0) -> Any:
-    """Drop empty strings, lists and objects, recursively (bounded)."""
+    """Drop empty strings, lists and objects and nulls, recursively (bounded)."""
     if depth > _MAX_DEPTH:
         raise EncodingError(f"card: nested deeper than {_MAX_DEPTH}")
     if isinstance(value, dict):
