@@ -9,6 +9,7 @@ canonicalization path.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from a2a.types import a2a_pb2
@@ -17,6 +18,7 @@ from a2a.utils.signing import (
     create_agent_card_signer,
     create_signature_verifier,
 )
+from google.protobuf.json_format import MessageToDict
 from jwt import PyJWK
 
 from contracts.canonical import canonical_bytes
@@ -60,7 +62,7 @@ def _card(identity: Identity = ALICE) -> a2a_pb2.AgentCard:
     return build_card("alice", identity, grpc_url="127.0.0.1:7001", jsonrpc_url="http://a/")
 
 
-def _bare_card_with(params: dict[str, object]) -> a2a_pb2.AgentCard:
+def _bare_card_with(params: dict[str, Any]) -> a2a_pb2.AgentCard:
     card = a2a_pb2.AgentCard(name="vectors")
     ext = card.capabilities.extensions.add(uri="urn:example:vectors")
     ext.params.update(params)
@@ -92,8 +94,9 @@ def test_card_declares_the_extension_with_its_params() -> None:
     assert params.node_id == ALICE.node_id
     assert params.rehydration_endpoint == "127.0.0.1:7001"
     (ext,) = [e for e in card.capabilities.extensions if e.uri == EXTENSION_URI]
-    assert ext.params["verificationKey"]["kty"] == "OKP"
-    assert ext.params["verificationKey"]["x"] == public_jwk(ALICE.node_id)["x"]
+    jwk = MessageToDict(ext.params)["verificationKey"]
+    assert jwk["kty"] == "OKP"
+    assert jwk["x"] == public_jwk(ALICE.node_id)["x"]
 
 
 def test_signed_card_verifies_and_any_change_breaks_it() -> None:
