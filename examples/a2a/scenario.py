@@ -96,7 +96,9 @@ async def compacted_value(node: RunningNode, value_ref: str, hops: int = HOPS) -
     return Delivery(value_ref, value, (), (), "", out.fold_proofs, (out.head,))
 
 
-def _config(root: Path, name: str, fault: FaultMode, peers: tuple[Peer, ...] = ()) -> NodeConfig:
+def _config(
+    root: Path, name: str, fault: FaultMode, peers: tuple[Peer, ...] = (), **extra: Any
+) -> NodeConfig:
     # reasks 0 and a short deadline keep the "gone" run short; still signed
     # re-asks behind every failed unsigned demand (nodes.client).
     return NodeConfig(
@@ -108,6 +110,7 @@ def _config(root: Path, name: str, fault: FaultMode, peers: tuple[Peer, ...] = (
         reasks=0,
         reap_interval_s=0,
         peers=peers,
+        **extra,
     )
 
 
@@ -119,6 +122,7 @@ async def start_agent(
     witnesses: tuple[ProvnetAgent, ...] = (),
     *,
     required: bool = True,
+    **config: Any,
 ) -> ProvnetAgent:
     """Start agent ``name`` (its node and A2A service); ``stack`` stops it."""
     crashed: list[ProvnetAgent] = []
@@ -133,6 +137,7 @@ async def start_agent(
             name,
             fault,
             tuple(Peer(w.node.config.name, w.node.address, w.node_id) for w in witnesses),
+            **config,
         ),
         jsonrpc_url=f"http://{name}.agent/",
         fault=FaultPlan(fault, 0, crash=crash),
