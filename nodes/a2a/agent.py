@@ -33,8 +33,9 @@ saying the value was not read, so no action gated on it is taken.
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -91,6 +92,7 @@ if TYPE_CHECKING:
 __all__ = [
     "A2A_ACCOUNT",
     "A2A_SERVICE",
+    "BodyLimit",
     "Decision",
     "Downstream",
     "Gate",
@@ -344,6 +346,75 @@ def build_card(
     return sign_card(card, identity)
 
 
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class BodyLimit:
+    """ASGI: refuse an HTTP body over ``limit`` bytes (413, a JSON-RPC error) unread.
+
+    The body is read up to the limit before the app sees any of it, so an
+    oversized request costs at most ``limit`` bytes of memory, whether it
+    declares its length or streams it.
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send, f"request body of {int(declared)} bytes")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            event = await receive()
+            if event["type"] != "http.request":
+                break
+            chunk = event.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._refuse(send, f"request body over {self.limit} bytes")
+                return
+            chunks.append(chunk)
+            if not event.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> MutableMapping[str, Any]:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send, what: str) -> None:
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": -32600, "message": f"{what} exceeds limit {self.limit}"},
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
 @dataclass(slots=True)
 class ProvnetAgent:
     """A started agent: its node, its signed card, its handler; ``await stop()`` it."""
@@ -417,14 +488,19 @@ class ProvnetAgent:
         """Let this agent forward values to agent ``name`` (a ``forwardTo`` hint)."""
         self.executor.downstream = {**self.executor.downstream, name: send}
 
-    def asgi_app(self) -> Starlette:
-        """The JSON-RPC binding and the card at ``/.well-known/agent-card.json``."""
+    def asgi_app(self) -> BodyLimit:
+        """The JSON-RPC binding and the card at ``/.well-known/agent-card.json``.
+
+        Request bodies are bounded before the SDK parses them: a raw part
+        travels base64 in JSON (4/3 of its size), so the bound is twice the
+        node's message bound.
+        """
         builder = V03ServerCallContextBuilder(DefaultServerCallContextBuilder())
         routes = [
             *create_agent_card_routes(self.card),
             *create_jsonrpc_routes(self.handler, "/", context_builder=builder),  # type: ignore[arg-type]
         ]
-        return Starlette(routes=routes)
+        return BodyLimit(Starlette(routes=routes), 2 * self.node.config.max_message_bytes)
 
     async def stop(self, grace: float = 0.2) -> None:
         await self.node.stop(grace)

@@ -19,6 +19,7 @@ from collections.abc import Coroutine, Iterator
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 from a2a.types import a2a_pb2
 from a2a.utils.errors import (
@@ -182,6 +183,20 @@ def test_an_oversized_part_is_refused_before_it_is_parsed(edge: Edge) -> None:
     err = edge.send(message)
     assert isinstance(err, InvalidParamsError), err
     assert f"limit {MAX_BYTES}" in err.message
+
+
+def test_an_oversized_http_body_is_refused_before_the_sdk_reads_it(edge: Edge) -> None:
+    limit = 2 * MAX_BYTES
+
+    async def post(body: bytes) -> httpx.Response:
+        transport = httpx.ASGITransport(app=edge.b.asgi_app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://b.agent") as http:
+            return await http.post("/", content=body, headers={"content-type": "application/json"})
+
+    reply = edge.loop.run(post(b"x" * (limit + 1)))
+    assert reply.status_code == 413
+    assert reply.json()["error"]["code"] == -32600
+    assert f"exceeds limit {limit}" in reply.json()["error"]["message"]
 
 
 def test_a_struct_number_where_a_string_is_required_is_refused(edge: Edge) -> None:
