@@ -154,3 +154,26 @@ async def test_a2a_serve_and_health_share_the_nodes_one_port(tmp_path: Path) -> 
             for service in (A2A_SERVICE, "provnet.v1.Serve", ""):
                 reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING, service
+
+
+def test_the_example_command_prints_each_agents_decision_and_why(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "examples.a2a", str(tmp_path / "demo"), "--binding", "GRPC"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [line.split("]")[0] for line in lines if line.startswith("[")] == [
+        "[faithful over GRPC",
+        "[tamper over GRPC",
+        "[gone over GRPC",
+    ]
+    assert any(line.startswith("  B acted: wire-transfer") for line in lines)
+    assert any(line.startswith("  B then forwarded to c: acted") for line in lines)
+    assert any("B kept evidence bad_data-" in line for line in lines)
+    assert any("B kept evidence unanswered-" in line for line in lines)
+    assert len(list((tmp_path / "demo").glob("*/b/evidence/*.json"))) == 2
