@@ -135,8 +135,9 @@ class Verdict:
 
 #: Decides on a delegation after its rehydration (verified hops, or outcomes).
 Gate = Callable[[Delegation, RehydrationReport], Verdict]
-#: Forwards a held value to a named agent: the delegating side (nodes.a2a.delegate).
-Downstream = Callable[[Delivery, str], "Any"]
+#: Forwards a value to a named agent with an action: e.g. ``Delegate.delegate``
+#: (nodes.a2a.delegate).
+Downstream = Callable[[Delivery, str], Awaitable["DelegationResult"]]
 
 
 def verified_gate(delegation: Delegation, report: RehydrationReport) -> Verdict:
@@ -169,6 +170,7 @@ class ProvnetRequestHandler(DefaultRequestHandlerV2):
     def __init__(self, core: NodeCore, card: a2a_pb2.AgentCard, *, required: bool, **kw: Any):
         self.core = core
         self.required = required
+        self.streaming = card.capabilities.streaming
         super().__init__(agent_card=card, **kw)
 
     async def _admit(self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext) -> None:
@@ -202,7 +204,8 @@ class ProvnetRequestHandler(DefaultRequestHandlerV2):
     async def on_message_send_stream(
         self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext
     ) -> Any:
-        await self._admit(params, context)
+        if self.streaming:  # else the SDK refuses it (UnsupportedOperation): nothing admitted
+            await self._admit(params, context)
         async for event in super().on_message_send_stream(params, context):
             yield event
 
@@ -214,7 +217,7 @@ class ProvnetExecutor(AgentExecutor):
     core: NodeCore
     gate: Gate = verified_gate
     #: Agents this one may forward to, by the name a ``forwardTo`` hint uses.
-    downstream: Mapping[str, Callable[[Delivery, str], Any]] = field(default_factory=dict)
+    downstream: Mapping[str, Downstream] = field(default_factory=dict)
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         admitted = context.call_context.state.get(_ADMITTED)
@@ -233,9 +236,21 @@ class ProvnetExecutor(AgentExecutor):
         delegation = admitted.delegation
         if delegation is None:  # pragma: no cover - admission sets it whenever active
             raise InternalError(message="admitted delegation missing")
-        report = await self.core.rehydrate(delegation.value_ref)
-        verdict = self.gate(delegation, report)
         parts = [a2a_pb2.Part(raw=admitted.receipt, media_type=RECEIPT_MEDIA_TYPE)]
+        try:
+            report = await self.core.rehydrate(delegation.value_ref)
+        except Exception as exc:
+            # (the value evicted since admission, the node stopping…): no verified
+            # hops, so the gated action is not taken; an answer, not a failed task.
+            log.warning("a2a_rehydration_failed", value_ref=delegation.value_ref, error=str(exc))
+            verdict = Verdict(
+                Decision.REFUSED,
+                f"{delegation.action or 'the action'} refused: rehydration"
+                f" of {delegation.value_ref[:80]!r} failed: {exc}",
+            )
+            await event_queue.enqueue_event(_reply(context, verdict, parts))
+            return
+        verdict = self.gate(delegation, report)
         for outcome in report.outcomes:
             if outcome.evidence:
                 parts.append(
@@ -273,7 +288,7 @@ class ProvnetExecutor(AgentExecutor):
             held.heads,
         )
         try:
-            result: DelegationResult = await send(outgoing, delegation.action)
+            result = await send(outgoing, delegation.action)
         except Exception as exc:
             return f"forward to {delegation.forward_to} failed: {exc}"
         parts.extend(p for p in result.message.parts if p.media_type == EVIDENCE_MEDIA_TYPE)
@@ -484,7 +499,7 @@ class ProvnetAgent:
     def node_id(self) -> str:
         return self.node.node_id
 
-    def connect(self, name: str, send: Callable[[Delivery, str], Any]) -> None:
+    def connect(self, name: str, send: Downstream) -> None:
         """Let this agent forward values to agent ``name`` (a ``forwardTo`` hint)."""
         self.executor.downstream = {**self.executor.downstream, name: send}
 

@@ -21,12 +21,14 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+from a2a.server.context import ServerCallContext
 from a2a.types import a2a_pb2
 from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
     InternalError,
     InvalidParamsError,
+    UnsupportedOperationError,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -217,6 +219,34 @@ def test_a_card_whose_signature_fails_is_refused_before_anything_is_sent(edge: E
     # A valid card of another node than the one pinned: refused too.
     with pytest.raises(BadSignature, match="kid"):
         Delegate(edge.b.card, trusted_node_id=edge.a.node_id)
+
+
+def test_a_rehydration_that_raises_is_a_refusal_not_a_failed_call(
+    edge: Edge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(value_ref: str, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("store closed")
+
+    monkeypatch.setattr(edge.b.node.core, "rehydrate", broken)
+    answer = edge.send(_message(edge.value, action="act"))
+    assert answer.decision == Decision.REFUSED, answer
+    assert "rehydration of 'v' failed: store closed" in answer.reason
+
+
+def test_streaming_is_refused_by_the_sdk_before_anything_is_admitted(edge: Edge) -> None:
+    async def stream() -> Any:
+        context = ServerCallContext(requested_extensions={EXTENSION_URI})
+        request = a2a_pb2.SendMessageRequest(message=_message(edge.value))
+        try:
+            async for _ in edge.b.handler.on_message_send_stream(request, context):
+                pass
+        except A2AError as exc:
+            return exc, context.state
+        return None, context.state
+
+    err, state = edge.loop.run(stream())
+    assert isinstance(err, UnsupportedOperationError), err
+    assert "provnet.admitted" not in state
 
 
 def test_no_bad_message_produced_evidence(edge: Edge) -> None:
