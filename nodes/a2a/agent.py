@@ -24,8 +24,10 @@ A delegation is handled in two steps:
    its origins (:meth:`nodes.services.NodeCore.rehydrate` — the holder
    client, its re-asks, its evidence files), the gate decides, the value is
    forwarded unchanged when asked (the duty stays with the value: the next
-   agent demands from the origin, not from us), and the answer carries our
-   signed delivery receipt, the evidence, and the decision with its reason.
+   agent demands from the origin, not from us), and the answer is a task
+   (completed: acted; rejected: refused) whose result Artifact carries our
+   signed delivery receipt and the evidence, its status message the decision
+   with its reason.
 
 An optional extension a client did not activate yields a plain A2A answer
 saying the value was not read, so no action gated on it is taken.
@@ -59,6 +61,7 @@ from a2a.server.routes import (
     create_jsonrpc_routes,
 )
 from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
+from a2a.server.tasks.task_updater import TaskUpdater
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from a2a.utils.errors import InternalError, InvalidParamsError
 from grpc_health.v1 import health_pb2
@@ -92,6 +95,7 @@ if TYPE_CHECKING:
 __all__ = [
     "A2A_ACCOUNT",
     "A2A_SERVICE",
+    "RESULT_ARTIFACT",
     "BodyLimit",
     "Decision",
     "Downstream",
@@ -114,6 +118,8 @@ A2A_ACCOUNT = "a2a"
 #: Where admission leaves its result for the executor (the call's own state).
 _ADMITTED = "provnet.admitted"
 
+#: The name of the result Artifact of an activated delegation.
+RESULT_ARTIFACT = "provnet-result"
 #: Reply metadata keys (strings, like every hint).
 DECISION = hint_key("decision")
 REASON = hint_key("reason")
@@ -236,20 +242,51 @@ class ProvnetExecutor(AgentExecutor):
         delegation = admitted.delegation
         if delegation is None:  # pragma: no cover - admission sets it whenever active
             raise InternalError(message="admitted delegation missing")
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        # An activated delegation is a task: its result Artifact carries the signed
+        # bytes (our receipt, any evidence), its final status the decision.
+        await event_queue.enqueue_event(
+            a2a_pb2.Task(
+                id=task_id,
+                context_id=context_id,
+                status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING),
+                history=[context.message] if context.message is not None else [],
+            )
+        )
+        updater = TaskUpdater(event_queue, task_id, context_id)
         parts = [a2a_pb2.Part(raw=admitted.receipt, media_type=RECEIPT_MEDIA_TYPE)]
+        verdict, forwarded = await self._decide(delegation, parts)
+        log.info(
+            "a2a_delegation_decided",
+            value_ref=delegation.value_ref,
+            decision=str(verdict.decision),
+            reason=verdict.reason,
+        )
+        await updater.add_artifact(parts, name=RESULT_ARTIFACT, extensions=[EXTENSION_URI])
+        answer = _reply(context, verdict, forwarded=forwarded)
+        if verdict.decision is Decision.ACTED:
+            await updater.complete(answer)
+        else:
+            await updater.reject(answer)
+
+    async def _decide(
+        self, delegation: Delegation, parts: list[a2a_pb2.Part]
+    ) -> tuple[Verdict, str]:
+        """Rehydrate, gate, forward; evidence parts appended to ``parts``."""
+        action = delegation.action or "the action"
         try:
             report = await self.core.rehydrate(delegation.value_ref)
         except Exception as exc:
             # (the value evicted since admission, the node stopping…): no verified
             # hops, so the gated action is not taken; an answer, not a failed task.
             log.warning("a2a_rehydration_failed", value_ref=delegation.value_ref, error=str(exc))
-            verdict = Verdict(
-                Decision.REFUSED,
-                f"{delegation.action or 'the action'} refused: rehydration"
-                f" of {delegation.value_ref[:80]!r} failed: {exc}",
+            return (
+                Verdict(
+                    Decision.REFUSED,
+                    f"{action} refused: rehydration of {delegation.value_ref[:80]!r} failed: {exc}",
+                ),
+                "",
             )
-            await event_queue.enqueue_event(_reply(context, verdict, parts))
-            return
         verdict = self.gate(delegation, report)
         for outcome in report.outcomes:
             if outcome.evidence:
@@ -263,13 +300,7 @@ class ProvnetExecutor(AgentExecutor):
         forwarded = ""
         if delegation.forward_to and verdict.decision is Decision.ACTED:
             forwarded = await self._forward(delegation, parts)
-        log.info(
-            "a2a_delegation_decided",
-            value_ref=delegation.value_ref,
-            decision=str(verdict.decision),
-            reason=verdict.reason,
-        )
-        await event_queue.enqueue_event(_reply(context, verdict, parts, forwarded))
+        return verdict, forwarded
 
     async def _forward(self, delegation: Delegation, parts: list[a2a_pb2.Part]) -> str:
         send = self.downstream.get(delegation.forward_to)
@@ -291,7 +322,7 @@ class ProvnetExecutor(AgentExecutor):
             result = await send(outgoing, delegation.action)
         except Exception as exc:
             return f"forward to {delegation.forward_to} failed: {exc}"
-        parts.extend(p for p in result.message.parts if p.media_type == EVIDENCE_MEDIA_TYPE)
+        parts.extend(a2a_pb2.Part(raw=e, media_type=EVIDENCE_MEDIA_TYPE) for e in result.evidence)
         return f"forwarded to {delegation.forward_to}: {result.decision} ({result.reason})"
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -302,12 +333,14 @@ def _reply(
     context: RequestContext,
     verdict: Verdict,
     parts: list[a2a_pb2.Part] | None = None,
+    *,
     forwarded: str = "",
 ) -> a2a_pb2.Message:
     text = f"{verdict.decision}: {verdict.reason}" + (f"; {forwarded}" if forwarded else "")
     message = a2a_pb2.Message(
         message_id=str(uuid.uuid4()),
         context_id=context.context_id or "",
+        task_id=(context.task_id or "") if verdict.decision is not Decision.NOT_READ else "",
         role=a2a_pb2.ROLE_AGENT,
         extensions=[EXTENSION_URI] if verdict.decision is not Decision.NOT_READ else [],
         parts=[a2a_pb2.Part(text=text), *(parts or [])],

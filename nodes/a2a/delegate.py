@@ -49,23 +49,31 @@ class DelegationResult:
     receipt: bytes
     evidence: tuple[bytes, ...]
     forwarded: str
+    #: The decision's message (a task's final status message, or the answer).
     message: a2a_pb2.Message
+    #: The task, when the agent answered with one (an activated delegation).
+    task: a2a_pb2.Task | None = None
 
 
-def _result(message: a2a_pb2.Message) -> DelegationResult:
+def _result(message: a2a_pb2.Message, task: a2a_pb2.Task | None = None) -> DelegationResult:
     def hint(name: str) -> str:
         value = message.metadata.fields.get(hint_key(name))
         return value.string_value if value is not None else ""
 
-    receipts = [p.raw for p in message.parts if p.media_type == RECEIPT_MEDIA_TYPE]
+    parts = [
+        *message.parts,
+        *(p for a in (task.artifacts if task is not None else ()) for p in a.parts),
+    ]
+    receipts = [p.raw for p in parts if p.media_type == RECEIPT_MEDIA_TYPE]
     return DelegationResult(
         decision=hint("decision"),
         reason=hint("reason"),
         text="\n".join(p.text for p in message.parts if p.text),
         receipt=receipts[0] if receipts else b"",
-        evidence=tuple(p.raw for p in message.parts if p.media_type == EVIDENCE_MEDIA_TYPE),
+        evidence=tuple(p.raw for p in parts if p.media_type == EVIDENCE_MEDIA_TYPE),
         forwarded=hint("forwarded"),
         message=message,
+        task=task,
     )
 
 
@@ -105,14 +113,15 @@ class Delegate:
         """Send a message as given (no layout of ours enforced) and read the answer."""
         request = a2a_pb2.SendMessageRequest(message=message)
         answer: a2a_pb2.Message | None = None
+        task: a2a_pb2.Task | None = None
         async for event in self._client.send_message(request, context=self._context()):
             if event.HasField("message"):
-                answer = event.message
+                answer, task = event.message, None
             elif event.HasField("task") and event.task.status.HasField("message"):
-                answer = event.task.status.message
+                answer, task = event.task.status.message, event.task
         if answer is None:
             raise ValueError(f"agent {self.card.name!r} answered no message")
-        return _result(answer)
+        return _result(answer, task)
 
     async def delegate(
         self, delivery: Delivery, action: str = "", *, forward_to: str = ""

@@ -7,10 +7,10 @@ What travels (``docs/a2a.md`` is the reference):
   the ``provnet.v1.DeliverRequest`` a node sends on its own Deliver call — the
   value, its heads, fold proofs and obligations as the signed bytes the origin
   made (never re-encoded into A2A structures);
-* the answer ``Message`` names the URI too and carries the receiver's signed
-  delivery receipt (:data:`RECEIPT_MEDIA_TYPE`), any evidence it recorded
-  (:data:`EVIDENCE_MEDIA_TYPE`, the file's bytes) and a text part saying what
-  it decided and why;
+* the answer is a ``Task`` whose result ``Artifact`` names the URI and
+  carries the receiver's signed delivery receipt (:data:`RECEIPT_MEDIA_TYPE`)
+  and any evidence it recorded (:data:`EVIDENCE_MEDIA_TYPE`, the file's
+  bytes); its final status message says what it decided and why;
 * ``metadata`` (a protobuf ``Struct``) holds only routing hints, each a
   string under a key prefixed by the URI (:data:`HINTS`). A ``Struct`` number
   is a double and a ``Struct`` keeps no key order, so nothing signed may

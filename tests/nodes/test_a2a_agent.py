@@ -23,6 +23,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from a2a.types import a2a_pb2
 from a2a.utils.errors import ExtensionSupportRequiredError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -31,8 +32,13 @@ from contracts.signed import open_statement
 from contracts.statements import DeliveryReceipt
 from examples.a2a.scenario import Run, Scenario, compacted_value, delegate_to, run_scenario
 from examples.a2a.scenario import start_agent as start
-from nodes.a2a.agent import A2A_SERVICE, Decision
-from nodes.a2a.extension import LEGACY_EXTENSIONS_HEADER, read_card_params
+from nodes.a2a.agent import A2A_SERVICE, RESULT_ARTIFACT, Decision
+from nodes.a2a.extension import (
+    EXTENSION_URI,
+    LEGACY_EXTENSIONS_HEADER,
+    RECEIPT_MEDIA_TYPE,
+    read_card_params,
+)
 from nodes.errors import UnknownValue
 
 BINDINGS = ["JSONRPC", "GRPC"]
@@ -60,6 +66,13 @@ async def test_faithful_origin_b_acts_and_forwards_and_c_demands_from_a(
     # C acted on the value B forwarded: it rehydrated from A, the origin the heads name.
     assert run.b.forwarded.startswith("forwarded to c: acted"), run.b.forwarded
     assert run.evidence_files == ()
+    # The answer is a completed task whose result Artifact carries B's signed receipt.
+    assert run.b.task is not None
+    assert run.b.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    (artifact,) = run.b.task.artifacts
+    assert artifact.name == RESULT_ARTIFACT
+    assert list(artifact.extensions) == [EXTENSION_URI]
+    assert [p.media_type for p in artifact.parts] == [RECEIPT_MEDIA_TYPE]
     receipt = open_statement(run.b.receipt, DeliveryReceipt).statement
     # Over A2A no provnet key signs the call: the receipt names the value's origin.
     assert receipt.sender == run.origin
@@ -71,6 +84,8 @@ async def test_tampering_origin_b_refuses_and_keeps_bad_data_naming_a(
 ) -> None:
     run = await run_scenario(tmp_path / "run", Scenario.TAMPER, binding)
     assert run.b.decision == Decision.REFUSED
+    assert run.b.task is not None
+    assert run.b.task.status.state == a2a_pb2.TASK_STATE_REJECTED
     assert "bad_data" in run.b.reason
     assert run.b.forwarded == ""  # a refused value is not passed on
     (path,) = run.evidence_files
@@ -139,6 +154,7 @@ async def test_optional_extension_ignored_still_gets_a_valid_answer(
         assert result.decision == Decision.NOT_READ
         assert "not activated" in result.text
         assert result.receipt == b""  # the value was not taken
+        assert result.task is None  # a plain message: no task was opened
 
 
 async def test_a2a_serve_and_health_share_the_nodes_one_port(tmp_path: Path) -> None:
