@@ -59,6 +59,8 @@ class Run:
     origin: str
     b: DelegationResult
     evidence_files: tuple[Path, ...]
+    #: Serve calls A answered or was sent (B's and, after a forward, C's demands).
+    origin_demand_rpcs: int = 0
 
     def lines(self) -> list[str]:
         out = [f"[{self.scenario} over {self.binding}] A={self.origin[:12]}…"]
@@ -188,4 +190,6 @@ async def run_scenario(root: Path, scenario: Scenario, binding: str = "JSONRPC")
         value = await compacted_value(a.node, f"plan-{scenario}")
         result = await to_b.delegate(value, ACTION, forward_to="c")
         evidence = tuple(sorted(b.node.config.evidence_path.glob("*.json")))
-        return Run(scenario, binding, a.node_id, result, evidence)
+        counts = await a.node.core.stats()
+        demands = counts.get("rpc_Demand", 0) + counts.get("rpc_DemandStream", 0)
+        return Run(scenario, binding, a.node_id, result, evidence, demands)

@@ -65,6 +65,8 @@ async def test_faithful_origin_b_acts_and_forwards_and_c_demands_from_a(
     assert "8 folded hops rehydrated and verified" in run.b.reason
     # C acted on the value B forwarded: it rehydrated from A, the origin the heads name.
     assert run.b.forwarded.startswith("forwarded to c: acted"), run.b.forwarded
+    # A answered both holders: B's demand and C's, the duty travelling with the value.
+    assert run.origin_demand_rpcs == 2
     assert run.evidence_files == ()
     # The answer is a completed task whose result Artifact carries B's signed receipt.
     assert run.b.task is not None
