@@ -116,7 +116,11 @@ async def run(rounds: int, hops: int) -> dict[str, dict[str, float]]:
                         value, action="act", message_id="0" * 36, text="please act"
                     )
                 )
-                answer = a2a_pb2.SendMessageResponse(message=result.message)
+                answer = (
+                    a2a_pb2.SendMessageResponse(task=result.task)
+                    if result.task is not None
+                    else a2a_pb2.SendMessageResponse(message=result.message)
+                )
                 return request.ByteSize(), answer.ByteSize()
 
             async def via_jsonrpc(value: Delivery) -> tuple[int, int]:

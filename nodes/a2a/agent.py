@@ -250,7 +250,6 @@ class ProvnetExecutor(AgentExecutor):
                 id=task_id,
                 context_id=context_id,
                 status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING),
-                history=[context.message] if context.message is not None else [],
             )
         )
         updater = TaskUpdater(event_queue, task_id, context_id)
