@@ -86,7 +86,7 @@ from nodes.config import NodeConfig
 from nodes.errors import NodeError
 from nodes.faults import FaultPlan
 from nodes.logging import get_logger
-from nodes.messages import Delivery, RehydrationReport
+from nodes.messages import Delivery, Outcome, RehydrationReport
 from nodes.services import NodeCore
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ def verified_gate(delegation: Delegation, report: RehydrationReport) -> Verdict:
     failed = "; ".join(
         f"origin {o.origin[:12]}… {o.outcome.value}: {o.detail}"
         for o in report.outcomes
-        if o.outcome.value != "served"
+        if o.outcome is not Outcome.SERVED
     )
     return Verdict(Decision.REFUSED, f"{action} refused: {failed}")
 
