@@ -34,6 +34,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
+import grpc
+
 from contracts.errors import KeyFileError
 from contracts.identity import Identity, load_identity, save_identity
 from nodes import eventloop
@@ -148,11 +150,14 @@ async def start_node(
     clock: Callable[[], float] | None = None,
     fault: FaultPlan | None = None,
     store_mode: StoreMode = StoreMode.DURABLE,
+    extra_services: Callable[[NodeCore, grpc.aio.Server], None] | None = None,
 ) -> RunningNode:
     """Open key and store and start serving; the caller stops the returned node.
 
     ``store_mode`` scratch (no durability claimed, :class:`nodes.store.StoreMode`)
-    only for a node whose log dies with the process, e.g. an experiment's."""
+    only for a node whose log dies with the process, e.g. an experiment's.
+    ``extra_services`` adds services to the same server before it starts (one
+    port, one health service): the A2A service of :mod:`nodes.a2a`."""
     check_port_free(config.listen)  # before anything (the key file) is written
     if config.operator_key_file is not None:
         operator = operator_key_id(config.operator_key_file)
@@ -176,6 +181,8 @@ async def start_node(
         store_mode=store_mode,
     )
     server = build_server(core, config.listen, config.max_message_bytes)
+    if extra_services is not None:
+        extra_services(core, server.server)
     try:
         port = await server.start()
     except BaseException:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import grpc
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from contracts._fields import is_digest
 from contracts.attest import RehydrationProof
@@ -1026,6 +1026,14 @@ def reported_from_pb(msg: evidence_pb2.ReportResponse) -> tuple[str, str, str]:
 
 def deliver_request(delivery: Delivery) -> deliver_pb2.DeliverRequest:
     return deliver_pb2.DeliverRequest(value=delivered_value(delivery), sender=delivery.sender)
+
+
+def deliver_request_from_bytes(data: bytes) -> deliver_pb2.DeliverRequest:
+    """A DeliverRequest from its bytes (an A2A raw part, :mod:`nodes.a2a.extension`)."""
+    try:
+        return deliver_pb2.DeliverRequest.FromString(data)
+    except DecodeError as exc:
+        raise EncodingError(f"not a DeliverRequest ({exc})") from None
 
 
 def deliver_response(receipt: bytes) -> deliver_pb2.DeliverResponse:
