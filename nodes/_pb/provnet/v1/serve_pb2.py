@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from nodes._pb.provnet.v1 import common_pb2 as provnet_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16provnet/v1/serve.proto\x12\nprovnet.v1\x1a\x17provnet/v1/common.proto\" \n\rDemandRequest\x12\x0f\n\x07\x64\x65mands\x18\x01 \x03(\x0c\"5\n\x0e\x44\x65mandResponse\x12#\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x12.provnet.v1.Answer\">\n\x13\x44\x65mandStreamRequest\x12\x0e\n\x06\x64\x65mand\x18\x01 \x01(\x0c\x12\x17\n\x0fmax_chunk_bytes\x18\x02 \x01(\r\"^\n\x0cReceiptChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07receipt\x18\x02 \x01(\x0c\x12\x12\n\ncommitment\x18\x03 \x01(\x0c\x12\x0c\n\x04hops\x18\x04 \x03(\x0c\x12\x0c\n\x04last\x18\x05 \x01(\x08\x32\x95\x01\n\x05Serve\x12?\n\x06\x44\x65mand\x12\x19.provnet.v1.DemandRequest\x1a\x1a.provnet.v1.DemandResponse\x12K\n\x0c\x44\x65mandStream\x12\x1f.provnet.v1.DemandStreamRequest\x1a\x18.provnet.v1.ReceiptChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16provnet/v1/serve.proto\x12\nprovnet.v1\x1a\x17provnet/v1/common.proto\".\n\rDemandRequest\x12\x0f\n\x07\x64\x65mands\x18\x01 \x03(\x0c\x12\x0c\n\x04\x61sks\x18\x02 \x01(\x0c\"5\n\x0e\x44\x65mandResponse\x12#\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x12.provnet.v1.Answer\">\n\x13\x44\x65mandStreamRequest\x12\x0e\n\x06\x64\x65mand\x18\x01 \x01(\x0c\x12\x17\n\x0fmax_chunk_bytes\x18\x02 \x01(\r\"^\n\x0cReceiptChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07receipt\x18\x02 \x01(\x0c\x12\x12\n\ncommitment\x18\x03 \x01(\x0c\x12\x0c\n\x04hops\x18\x04 \x03(\x0c\x12\x0c\n\x04last\x18\x05 \x01(\x08\x32\x95\x01\n\x05Serve\x12?\n\x06\x44\x65mand\x12\x19.provnet.v1.DemandRequest\x1a\x1a.provnet.v1.DemandResponse\x12K\n\x0c\x44\x65mandStream\x12\x1f.provnet.v1.DemandStreamRequest\x1a\x18.provnet.v1.ReceiptChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,13 +33,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'provnet.v1.serve_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DEMANDREQUEST']._serialized_start=63
-  _globals['_DEMANDREQUEST']._serialized_end=95
-  _globals['_DEMANDRESPONSE']._serialized_start=97
-  _globals['_DEMANDRESPONSE']._serialized_end=150
-  _globals['_DEMANDSTREAMREQUEST']._serialized_start=152
-  _globals['_DEMANDSTREAMREQUEST']._serialized_end=214
-  _globals['_RECEIPTCHUNK']._serialized_start=216
-  _globals['_RECEIPTCHUNK']._serialized_end=310
-  _globals['_SERVE']._serialized_start=313
-  _globals['_SERVE']._serialized_end=462
+  _globals['_DEMANDREQUEST']._serialized_end=109
+  _globals['_DEMANDRESPONSE']._serialized_start=111
+  _globals['_DEMANDRESPONSE']._serialized_end=164
+  _globals['_DEMANDSTREAMREQUEST']._serialized_start=166
+  _globals['_DEMANDSTREAMREQUEST']._serialized_end=228
+  _globals['_RECEIPTCHUNK']._serialized_start=230
+  _globals['_RECEIPTCHUNK']._serialized_end=324
+  _globals['_SERVE']._serialized_start=327
+  _globals['_SERVE']._serialized_end=476
 # @@protoc_insertion_point(module_scope)
