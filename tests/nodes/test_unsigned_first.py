@@ -112,7 +112,9 @@ async def test_a_faithful_rehydration_over_grpc_signs_and_verifies_nothing(
                 outcome = single(report)
                 assert outcome.outcome is Outcome.SERVED, outcome.detail
         assert counts == {"sign": 0, "verify": 0}
-        stored = await origin.core.store.resolve(held.commitment.digest, now_ms=origin.core.now_ms())
+        stored = await origin.core.store.resolve(
+            held.commitment.digest, now_ms=origin.core.now_ms()
+        )
         assert [h.hop for h in report.hops] == list(stored.leaves)
         assert holder.unsigned_asks == 1  # then from the holder's hop cache
         assert (await origin.core.stats())["open_serves"] == 1
@@ -244,10 +246,11 @@ async def test_what_an_origin_will_not_serve_unsigned_is_answered_empty(
     pending = await cluster.add("pending", provenance_pending=True)
     held = await _head_fold(pending)
     (answer,) = await pending.answer_asks(_ask_bytes(held))
-    assert answer.hops == () and answer.receipt == b""  # PENDING comes signed, if asked signed
+    assert answer.hops == ()  # PENDING comes signed, if asked signed
+    assert answer.receipt == b""
     origin = await cluster.add("origin")
     held = await _head_fold(origin)
-    clock, offset = _shared_clock(origin)
+    _, offset = _shared_clock(origin)
     offset[0] = (held.obligation.statement.serve_until - origin.now_ms()) / 1000 + 1
     (answer,) = await origin.answer_asks(_ask_bytes(held))
     assert answer.hops == ()  # expired: the signed answer says EXPIRED
