@@ -104,4 +104,4 @@ def serves_unsigned(serve_until: int, now_ms: float, *, leaf_count: int, max_lea
     number. Anything else is answered empty, and the holder demands the fold signed,
     where the refusal or the stream it gets is signed and can decide something.
     """
-    return not expired(serve_until, now_ms) and 0 < leaf_count <= max_leaves
+    return now_ms < serve_until and 0 < leaf_count <= max_leaves  # not expired()
