@@ -490,10 +490,13 @@ class Holder:
         run.rpcs += 1
         self.demand_rpcs += 1
         self.unsigned_asks += 1
+        timeout = self._bounded(self._promised(folds), deadline)
+        if deadline is not None:
+            # At most half of what the caller left: the signed demand any failure here
+            # leads to must still get its own ask in time.
+            timeout = min(timeout, max(0.001, (deadline - time.monotonic() - _MARGIN_S) / 2))
         try:
-            answers = await self.transport.ask(
-                address, asks, self._bounded(self._promised(folds), deadline)
-            )
+            answers = await self.transport.ask(address, asks, timeout)
         except CallFailed as exc:
             self._ask_signed_first(run.origin, f"{exc.code}: {exc.message[:200]}")
             return folds

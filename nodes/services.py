@@ -1320,11 +1320,17 @@ class NodeCore:
             max_leaves=MAX_OPEN_LEAVES,
         ):
             return ()
-        leaves = await self._honest_leaves(commitment, now_ms)
-        # Only bytes read back under our own root: anything else is answered signed
-        # (PENDING, or STORE_CORRUPTED), never as unsigned bytes.
-        if leaves is None or self._verified_root(commitment, leaves) is None:
-            return ()
+        leaves = self._cached_leaves(commitment.digest)
+        if leaves is None:
+            # Read as the signed path reads (FOUND: every hop, hashing to our root), but
+            # counted and logged nowhere: the signed demand a failure leads to does that.
+            resolution = await self.store.resolve(
+                commitment.digest, now_ms=now_ms, root=commitment.statement.root, count=False
+            )
+            if resolution.status is not st.ResolveStatus.FOUND:
+                return ()  # PENDING, STORE_CORRUPTED, …: answered signed, never unsigned
+            leaves = tuple(resolution.leaves)
+            self._keep_leaves(commitment.digest, leaves)
         if type(self.behaviour).unsigned_hops is not _HONEST_UNSIGNED:  # a fault may lie
             return self.behaviour.unsigned_hops(commitment.digest, leaves)
         return leaves

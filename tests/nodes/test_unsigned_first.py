@@ -245,9 +245,11 @@ async def test_what_an_origin_will_not_serve_unsigned_is_answered_empty(
 ) -> None:
     pending = await cluster.add("pending", provenance_pending=True)
     held = await _head_fold(pending)
+    counters = await pending.store.counters()
     (answer,) = await pending.answer_asks(_ask_bytes(held))
     assert answer.hops == ()  # PENDING comes signed, if asked signed
     assert answer.receipt == b""
+    assert await pending.store.counters() == counters  # no pending_answers counted
     origin = await cluster.add("origin")
     held = await _head_fold(origin)
     _, offset = _shared_clock(origin)
