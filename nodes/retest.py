@@ -142,7 +142,9 @@ class Retester(PeriodicTask):
         if not result.receipt:
             _log.info("suspicion_retested", evidence=record.digest[:16], answered=False)
             return False
-        cleared = await core.clear_suspicions(record.accused, result.receipt, result.witness_demand)
+        cleared = await core.clear_suspicions(
+            record.accused, result.receipt, result.witness_demand
+        )
         self.cleared += cleared
         _log.info("suspicion_retested", evidence=record.digest[:16], answered=True, cleared=cleared)
         return cleared > 0

@@ -612,7 +612,9 @@ class NodeCore:
         except BaseException:
             await store.close()
             raise
-        log.info("store_checked", hops=checked.hops, folds=checked.folds, seconds=checked.seconds)
+        log.info(
+            "store_checked", hops=checked.hops, folds=checked.folds, seconds=checked.seconds
+        )
         if not floor_path.exists():
             # Made now, at its fixed width, so a disk that fills later still has
             # its block to overwrite (see _write_floor).
@@ -1368,7 +1370,9 @@ class NodeCore:
             owns.append(own)
             if own.fold is None or own.obligation.statement.holder is not None:
                 bearer = False
-        unsigned_ok = not holder_signature_decides(batch.time, now_ms, bearer_under_own_head=bearer)
+        unsigned_ok = not holder_signature_decides(
+            batch.time, now_ms, bearer_under_own_head=bearer
+        )
         if not unsigned_ok:
             self._refuse_below_floors(demands[0].statement, envelope.digest)
             self.bump(DEMAND_VERIFICATIONS)

@@ -614,7 +614,9 @@ class HopStore:
         return store
 
     @staticmethod
-    async def _init_schema(db: Db, path: Path, origin: str | None) -> tuple[str, str]:
+    async def _init_schema(
+        db: Db, path: Path, origin: str | None
+    ) -> tuple[str, str]:
         await db.execute("BEGIN IMMEDIATE")
         try:
             # Read the version before creating anything: a log written by
@@ -1477,7 +1479,9 @@ class HopStore:
         )
         return self._fold_from_row(rows[0]) if rows else None
 
-    async def _obligations(self, db: Db, commitment_digest: str) -> tuple[ObligationRecord, ...]:
+    async def _obligations(
+        self, db: Db, commitment_digest: str
+    ) -> tuple[ObligationRecord, ...]:
         rows = await db.execute_fetchall(
             "SELECT digest, commitment_digest, serve_until, envelope, local FROM obligations"
             " WHERE commitment_digest = ? ORDER BY serve_until DESC",
@@ -1630,7 +1634,9 @@ class HopStore:
         )
         return cursor.rowcount == 1
 
-    async def _insert_obligation(self, db: Db, o: ObligationRecord, now_ms: int) -> bool:
+    async def _insert_obligation(
+        self, db: Db, o: ObligationRecord, now_ms: int
+    ) -> bool:
         fold = await self._fold(db, o.commitment_digest)
         if fold is None:
             raise UnknownCommitment(

@@ -1393,7 +1393,9 @@ def _deliver_request_size(delivery: Delivery) -> int:
 
 def _value_only_inner(delivery: Delivery) -> int:
     """Size of the value-only ``DeliveredValue`` (value_ref and value fields)."""
-    return _field_size(len(delivery.value_ref.encode("utf-8"))) + _field_size(len(delivery.value))
+    return _field_size(len(delivery.value_ref.encode("utf-8"))) + _field_size(
+        len(delivery.value)
+    )
 
 
 def _delivery_extra(delivery: Delivery) -> int:
@@ -1569,7 +1571,9 @@ def restore_from_pb(
     folds = tuple(
         FoldBytes(bytes(f.commitment), bytes(f.obligation), bool(f.under_head)) for f in msg.folds
     )
-    ask = AttestationAsk(msg.value_ref, (), (), True, int(msg.issued_at_ms), int(msg.lifetime_ms))
+    ask = AttestationAsk(
+        msg.value_ref, (), (), True, int(msg.issued_at_ms), int(msg.lifetime_ms)
+    )
     return ask, folds, msg.attester
 
 
