@@ -85,6 +85,9 @@ def unpack_asks(data: bytes, *, max_folds: int) -> tuple[FoldAsk, ...]:
     count = len(data) // ASK_BYTES
     if count > max_folds:
         raise EncodingError(f"asks: {count} folds exceeds {max_folds} per call")
+    if count == 1:  # nearly every call: one fold, the layout's two fields
+        (_, head), (_, fold) = ASK_LAYOUT
+        return (FoldAsk(data[:head].hex(), data[head : head + fold].hex()),)
     asks: list[FoldAsk] = []
     for at in range(0, len(data), ASK_BYTES):
         fields: list[str] = []

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import os
 import time
@@ -144,6 +145,12 @@ _SIGNED_FIRST_ORIGINS = 4096
 #: How an origin refuses a demand dated outside its clock's skew window
 #: (:class:`nodes.errors.ClockSkew`): an answer about clocks, never "unanswered".
 _SKEW_CODE = "OUT_OF_RANGE"
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed_ask(head_digest: str, leaf_hash: bytes) -> bytes:
+    """One fold's unsigned ask (:data:`contracts.ask.ASK_LAYOUT`), packed once per fold."""
+    return pack_asks([FoldAsk(head_digest, leaf_hash.hex())])
 
 
 def _severity(outcome: Outcome) -> int:
@@ -424,13 +431,13 @@ class Holder:
         unsigned ask had been made: the signed demand's own time, nonce and deadline.
         """
         if self.unsigned_first and not self._signed_first_now(run.origin):
-            seen: set[FoldAsk] = set()
+            seen: set[bytes] = set()
             open_folds: list[_Fold] = []
             for f in folds:
                 vf = f.held.fold
                 if vf is None or vf.record.leaf_count > min(self.stream_leaves, MAX_OPEN_LEAVES):
                     continue
-                key = FoldAsk.for_fold(vf)
+                key = _packed_ask(vf.head.digest, vf.leaf_hash)
                 if key not in seen:  # a fold held twice is asked once; the copy signed
                     seen.add(key)
                     open_folds.append(f)
@@ -485,7 +492,11 @@ class Holder:
             address = self._address(folds[0].held.obligation)
         except CallFailed:
             return folds  # the signed path says why, as it would have
-        asks = pack_asks([FoldAsk.for_fold(f.held.fold) for f in folds if f.held.fold is not None])
+        asks = b"".join(
+            _packed_ask(f.held.fold.head.digest, f.held.fold.leaf_hash)
+            for f in folds
+            if f.held.fold is not None
+        )
         run.asks += 1
         run.rpcs += 1
         self.demand_rpcs += 1
