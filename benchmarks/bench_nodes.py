@@ -50,8 +50,8 @@ Printed:
    verified demand for 1-, 5- and 50-hop folds (per-fold and under a head),
    and the ratio verified-5-hop (head) p50 / bare p50 (target ≤ 1.15);
 2. sustained demands/s with concurrent holders, errors counted (target:
-   zero), next to bare unary calls/s and both floors with the same
-   concurrency, in ``--rounds`` interleaved rounds (each row runs
+   zero), next to bare unary calls/s, both floors and the signed demand
+   under a head with the same concurrency, in ``--rounds`` interleaved rounds (each row runs
    ``--duration``/``--rounds`` seconds per round, bare next to the verified
    demand under a head, the order reversed every other round); the target
    (ratio ≥ 0.85) is judged on the median of the rounds' verified ÷ bare
@@ -797,6 +797,18 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         report = await h.rehydrate("bench-head-5", [head_folds[5]])
         return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
 
+    signers = [
+        Holder(Identity.generate(), transport, cache=False, reasks=0, unsigned_first=False)
+        for _ in range(args.concurrency)
+    ]
+
+    async def signed_5_head() -> bool:
+        nonlocal turn
+        turn += 1
+        h = signers[turn % len(signers)]
+        report = await h.rehydrate("bench-head-5", [head_folds[5]])
+        return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
+
     # Interleaved rounds: every row runs once per round for duration/rounds
     # seconds, bare next to the verified demand under a head and the order
     # reversed every other round, so a drift or a burst of load from outside
@@ -807,6 +819,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     order: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
         (BARE, bare),
         (VERIFIED_HEAD, verified_5_head),
+        (SIGNED_HEAD, signed_5_head),
         (VERIFIED_FOLDS, verified_5),
         (FLOOR_CONTRACTS, floors.contracts),
         (FLOOR_CRYPTO, floors.crypto),
@@ -822,7 +835,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     )
     pooled = {name: _pooled(r) for name, r in runs.items()}
     b_rate = pooled[BARE][0] / pooled[BARE][2]
-    for name in (BARE, FLOOR_CRYPTO, FLOOR_CONTRACTS, VERIFIED_FOLDS, VERIFIED_HEAD):
+    for name in (BARE, FLOOR_CRYPTO, FLOOR_CONTRACTS, VERIFIED_FOLDS, SIGNED_HEAD, VERIFIED_HEAD):
         done, err, secs, hc, oc = pooled[name]
         rate = done / secs
         print(
