@@ -25,6 +25,7 @@ __all__ = [
     "expired",
     "holder_signature_decides",
     "serve_for_in_bounds",
+    "serves_unsigned",
 ]
 
 #: The documented clock skew between nodes, both ways: an origin answers a
@@ -91,3 +92,15 @@ def holder_signature_decides(time_ms: int, now_ms: int, *, bearer_under_own_head
     holder's durable floor, which only that holder may do.
     """
     return not bearer_under_own_head or time_ms > now_ms + FUTURE_SLACK_MS
+
+
+def serves_unsigned(serve_until: int, now_ms: float, *, leaf_count: int, max_leaves: int) -> bool:
+    """Design rev. 3 (sign where it carries information): whether an origin answers an
+    unsigned ask for a whole fold under one of its own heads with the fold's hops.
+
+    Only while the head's promise runs (not :func:`expired`) and only for a fold of
+    at most ``max_leaves`` hops, so an ask of a few bytes is answered with a bounded
+    number. Anything else is answered empty, and the holder demands the fold signed,
+    where the refusal or the stream it gets is signed and can decide something.
+    """
+    return now_ms < serve_until and 0 < leaf_count <= max_leaves  # not expired()

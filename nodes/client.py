@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import os
 import time
@@ -44,6 +45,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import assert_never
 
+from contracts.ask import MAX_OPEN_LEAVES, FoldAsk, pack_asks, reproduces_fold
 from contracts.batch import (
     DEMAND_BATCH_TYPE,
     RECEIPT_BATCH_TYPE,
@@ -106,6 +108,7 @@ from nodes.transport import CallFailed, Transport
 __all__ = [
     "DEFAULT_STREAM_LEAVES",
     "EVIDENCE_KINDS",
+    "SIGNED_FIRST_S",
     "HeldFold",
     "Holder",
     "OriginOutcome",
@@ -133,9 +136,21 @@ _TRANSIENT = frozenset({"NOT_FOUND", "INTERNAL"})
 #: How an origin before version 3 refuses a demand batch (an envelope of a
 #: payload type it does not read); the folds are then asked per fold.
 _BATCH_UNREAD = frozenset({"INVALID_ARGUMENT", "UNIMPLEMENTED"})
+#: How long an origin whose unsigned answer failed (other bytes, none, an error, no
+#: answer in time) is asked signed first: one lying origin costs a holder one extra
+#: round trip per this long, not one per demand.
+SIGNED_FIRST_S = 300.0
+#: Origins remembered as signed-first at once (the oldest forgotten first).
+_SIGNED_FIRST_ORIGINS = 4096
 #: How an origin refuses a demand dated outside its clock's skew window
 #: (:class:`nodes.errors.ClockSkew`): an answer about clocks, never "unanswered".
 _SKEW_CODE = "OUT_OF_RANGE"
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed_ask(head_digest: str, leaf_hash: bytes) -> bytes:
+    """One fold's unsigned ask (:data:`contracts.ask.ASK_LAYOUT`), packed once per fold."""
+    return pack_asks([FoldAsk(head_digest, leaf_hash.hex())])
 
 
 def _severity(outcome: Outcome) -> int:
@@ -250,6 +265,7 @@ class Holder:
         min_witnesses: int = 1,
         batch: bool = True,
         suspected: Callable[[str], bool] | None = None,
+        unsigned_first: bool = True,
     ) -> None:
         if reasks < 0:
             raise ValueError(f"reasks must be >= 0, got {reasks}")
@@ -287,6 +303,14 @@ class Holder:
         #: Signs this holder's demand batches from a template (made on first use).
         self._batch_signer: EnvelopeSigner | None = None
         self.demand_rpcs = 0
+        #: Ask folds under verified heads unsigned first (design revision 3); False:
+        #: every demand signed (what an origin that cannot read an ask gets anyway,
+        #: after its first refusal of one).
+        self.unsigned_first = unsigned_first
+        #: Origins whose unsigned answer failed → until when (holder clock, s) they
+        #: are asked signed first (bounded, oldest forgotten).
+        self._signed_first: OrderedDict[str, float] = OrderedDict()
+        self.unsigned_asks = 0
 
     @property
     def node_id(self) -> str:
@@ -399,6 +423,119 @@ class Holder:
         return max(0.001, min(promised, deadline - time.monotonic() - _MARGIN_S))
 
     async def _ask(self, run: _OriginRun, folds: list[_Fold], deadline: float | None) -> None:
+        """Unsigned first where it may end the rehydration, then signed for the rest.
+
+        Folds under verified heads, small enough not to stream, of an origin not
+        asked signed-first, are asked unsigned (:meth:`_ask_unsigned`); whatever that
+        leaves unserved is demanded signed (:meth:`_ask_signed`), exactly as if no
+        unsigned ask had been made: the signed demand's own time, nonce and deadline.
+        """
+        if self.unsigned_first and not self._signed_first_now(run.origin):
+            seen: set[bytes] = set()
+            open_folds: list[_Fold] = []
+            for f in folds:
+                vf = f.held.fold
+                if vf is None or vf.record.leaf_count > min(self.stream_leaves, MAX_OPEN_LEAVES):
+                    continue
+                key = _packed_ask(vf.head.digest, vf.leaf_hash)
+                if key not in seen:  # a fold held twice is asked once; the copy signed
+                    seen.add(key)
+                    open_folds.append(f)
+            if open_folds:
+                left = await self._ask_unsigned(run, open_folds, deadline)
+                if left or len(open_folds) != len(folds):
+                    served = {id(f) for f in open_folds} - {id(f) for f in left}
+                    folds = [f for f in folds if id(f) not in served]
+                else:
+                    return
+                if not folds:
+                    return
+        await self._ask_signed(run, folds, deadline)
+
+    def _signed_first_now(self, origin: str) -> bool:
+        """Whether ``origin`` is asked signed first: its unsigned answer failed within the
+        last :data:`SIGNED_FIRST_S`, or a suspicion of it stands (only a signed receipt
+        can clear one)."""
+        if self._suspected is not None and self._suspected(origin):
+            return True
+        until = self._signed_first.get(origin)
+        if until is None:
+            return False
+        if self.clock() < until:
+            return True
+        del self._signed_first[origin]
+        return False
+
+    def _ask_signed_first(self, origin: str, why: str) -> None:
+        """Remember that ``origin``'s unsigned answer failed (bounded: the oldest forgotten)."""
+        self._signed_first.pop(origin, None)
+        self._signed_first[origin] = self.clock() + SIGNED_FIRST_S
+        if len(self._signed_first) > _SIGNED_FIRST_ORIGINS:
+            self._signed_first.popitem(last=False)
+        log.info(
+            "unsigned_answer_failed", origin=origin[:16], why=why, signed_first_s=SIGNED_FIRST_S
+        )
+
+    async def _ask_unsigned(
+        self, run: _OriginRun, folds: list[_Fold], deadline: float | None
+    ) -> list[_Fold]:
+        """One unsigned ask (:mod:`contracts.ask`) for ``folds``; the folds it left unserved.
+
+        A fold is served when the hops answered reproduce the root proven under the
+        head this holder verified (:func:`contracts.ask.reproduces_fold`): the
+        committed bytes, whoever sent them, so no signature decides anything. Any
+        other answer — other bytes, none, an error status, no answer in time — is
+        never evidence and accuses nobody: the fold is demanded signed, and the
+        origin is asked signed first for a while (:meth:`_ask_signed_first`).
+        """
+        try:
+            address = self._address(folds[0].held.obligation)
+        except CallFailed:
+            return folds  # the signed path says why, as it would have
+        asks = b"".join(
+            _packed_ask(f.held.fold.head.digest, f.held.fold.leaf_hash)
+            for f in folds
+            if f.held.fold is not None
+        )
+        run.asks += 1
+        run.rpcs += 1
+        self.demand_rpcs += 1
+        self.unsigned_asks += 1
+        timeout = self._bounded(self._promised(folds), deadline)
+        if deadline is not None:
+            # At most half of what the caller left: the signed demand any failure here
+            # leads to must still get its own ask in time.
+            timeout = min(timeout, max(0.001, (deadline - time.monotonic() - _MARGIN_S) / 2))
+        try:
+            answers = await self.transport.ask(address, asks, timeout)
+        except CallFailed as exc:
+            self._ask_signed_first(run.origin, f"{exc.code}: {exc.message[:200]}")
+            return folds
+        if len(answers) != len(folds):
+            self._ask_signed_first(run.origin, f"{len(answers)} answers for {len(folds)} folds")
+            return folds
+        left: list[_Fold] = []
+        for fold, answer in zip(folds, answers, strict=True):
+            vf = fold.held.fold
+            if vf is not None and reproduces_fold(answer.hops, vf, self._known_roots):
+                hops = tuple(answer.hops)
+                fold.outcome, fold.hops, fold.leaves = Outcome.SERVED, hops, range(len(hops))
+                fold.detail = (
+                    f"served {len(hops)} hop(s) unsigned, reproducing the root under head"
+                    f" {vf.head.digest[:12]}…"
+                )
+                self._remember(fold.held.commitment.digest, hops)
+            else:
+                left.append(fold)
+        if left:
+            self._ask_signed_first(
+                run.origin, f"{len(left)} of {len(folds)} unsigned answer(s) do not reproduce"
+            )
+        return left
+
+    async def _ask_signed(
+        self, run: _OriginRun, folds: list[_Fold], deadline: float | None
+    ) -> None:
         """One ``Serve.Demand`` for every ordinary fold; a huge fold streams on its own.
 
         Folds under signed heads that need no stream are demanded with ONE
@@ -583,7 +720,7 @@ class Holder:
                     # An origin older than version 3 reads a batch as one demand of an
                     # unknown type: ask the same folds with a demand each (docs/wire.md).
                     self.no_batch.add(run.origin)
-                    await self._ask(run, folds, deadline)
+                    await self._ask_signed(run, folds, deadline)
                     return
                 for fold in folds:
                     fold.outcome, fold.detail = Outcome.REJECTED, last_error

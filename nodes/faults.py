@@ -31,8 +31,10 @@ core (:mod:`nodes.services`) is the honest node; it calls a
 :class:`Behaviour` at the three points a fault can act — before serving
 (:meth:`~Behaviour.before_serving`), after a fold is committed
 (:meth:`~Behaviour.after_commit`) and when answering one demand
-(:meth:`~Behaviour.answer`, ``None`` meaning "answer honestly") — and has
-no branch of its own on the mode.
+(:meth:`~Behaviour.answer`, ``None`` meaning "answer honestly"; and
+:meth:`~Behaviour.unsigned_hops` for an unsigned first ask, whose answer is
+never evidence: a fault that lies there is caught by the holder's signed
+re-ask) — and has no branch of its own on the mode.
 """
 
 from __future__ import annotations
@@ -165,6 +167,12 @@ class Behaviour:
         """A faulty answer to a checked demand, or ``None`` to answer honestly."""
         return None
 
+    def unsigned_hops(self, commitment_digest: str, leaves: tuple[bytes, ...]) -> tuple[bytes, ...]:
+        """The hops an unsigned ask for a fold whose stored bytes are ``leaves`` is
+        answered with (``()``: none, "ask signed"). Whatever a fault answers here
+        is never evidence: the holder re-asks signed (design revision 3)."""
+        return leaves
+
 
 class Honest(Behaviour):
     """``none``: serves faithfully."""
@@ -201,6 +209,9 @@ class Refuse(Behaviour):
         )
         return FaultAnswer(Answer(receipt.to_bytes(), commitment_bytes), served=False)
 
+    def unsigned_hops(self, commitment_digest: str, leaves: tuple[bytes, ...]) -> tuple[bytes, ...]:
+        return ()  # the refusal comes signed, to the signed re-ask
+
 
 @dataclass(slots=True)
 class Tamper(Behaviour):
@@ -235,6 +246,9 @@ class Tamper(Behaviour):
         )
         served = select_hops(altered, demand.statement.leaves)
         return FaultAnswer(Answer(receipt.to_bytes(), commitment_bytes, served), served=True)
+
+    def unsigned_hops(self, commitment_digest: str, leaves: tuple[bytes, ...]) -> tuple[bytes, ...]:
+        return tuple(tamper_bytes(leaf) for leaf in leaves)
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +373,10 @@ class Equivocate(Behaviour):
         return FaultAnswer(
             Answer(receipt.to_bytes(), second.commitment.to_bytes(), served), served=True
         )
+
+    def unsigned_hops(self, commitment_digest: str, leaves: tuple[bytes, ...]) -> tuple[bytes, ...]:
+        second = self._second.get(commitment_digest)
+        return leaves if second is None else second.leaves
 
 
 @dataclass(slots=True)

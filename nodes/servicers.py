@@ -116,6 +116,11 @@ class Serve(serve_pb2_grpc.ServeServicer):
     async def Demand(
         self, request: serve_pb2.DemandRequest, context: _Context
     ) -> serve_pb2.DemandResponse:
+        if request.asks:
+            # Unsigned first asks (contracts.ask): one form or the other per call.
+            if request.demands:
+                raise MalformedRequest("demand: a call carries demands or asks, not both")
+            return wire.demand_response(await self.core.answer_asks(request.asks))
         # The repeated field itself (a sequence of bytes), not a copy of it in a list.
         return wire.demand_response(await self.core.answer_demands(request.demands))
 

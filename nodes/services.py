@@ -56,6 +56,7 @@ from typing import Any, TypeVar
 
 from contracts._answer_rule import refusal_for
 from contracts._fields import is_digest
+from contracts.ask import ASK_BYTES, MAX_OPEN_LEAVES, FoldAsk, unpack_asks
 from contracts.attest import RehydrationProof
 from contracts.batch import (
     DEMAND_BATCH_TYPE,
@@ -103,6 +104,7 @@ from contracts.rules import (
     expired,
     holder_signature_decides,
     serve_for_in_bounds,
+    serves_unsigned,
 )
 from contracts.serve import (
     WholeFoldReceipts,
@@ -288,6 +290,11 @@ _OWN_CACHE = 100_000
 #: skips awaiting it on every demand.
 _HONEST_BEFORE_SERVING = Behaviour.before_serving
 _HONEST_ANSWER = Behaviour.answer
+_HONEST_UNSIGNED = Behaviour.unsigned_hops
+#: In-memory counters of unsigned asks (folds served, folds answered empty): kept
+#: apart from the store's counters, so an ask writes nothing, not even a counter.
+OPEN_SERVES = "open_serves"
+OPEN_DECLINED = "open_declined"
 _LEAF_CACHE_BYTES = 64 * 1024 * 1024
 #: A delivery's budget when its caller sets none (the servicer passes the call's own).
 DELIVER_TIMEOUT_S = 30.0
@@ -518,6 +525,7 @@ class NodeCore:
         # (its head is still checked unexpired, which costs no signature).
         self._kept_folds: OrderedDict[str, tuple[str, HeldFold]] = OrderedDict()
         self._rpc_counts: dict[str, int] = {}
+        self.open_counts: dict[str, int] = {OPEN_SERVES: 0, OPEN_DECLINED: 0}
         self._holder: Holder | None = None  # created on first use
         self._own: OrderedDict[str, _Own] = OrderedDict()
         self._leaves: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
@@ -690,6 +698,7 @@ class NodeCore:
     async def stats(self) -> dict[str, int]:
         counters = await self.store.counters()
         counters.update(self._rpc_counts)
+        counters.update(self.open_counts)
         counters["held_values"] = len(self._held)
         counters["demand_nonces"] = len(self._nonces)
         counters["demand_nonces_evicted"] = self._nonces.evicted
@@ -1110,7 +1119,12 @@ class NodeCore:
         d = demand.statement
         if not (is_digest(d.obligation) and is_digest(d.commitment)):
             return None
-        row = await self.store.head_fold(d.obligation, d.commitment)
+        return await self._own_under_head(d.obligation, d.commitment)
+
+    async def _own_under_head(self, head_digest: str, leaf: str) -> _Own | None:
+        """One of our heads (by digest) and a fold record under it (by leaf hash), if we
+        signed them; kept in the own-cache when found, never when not."""
+        row = await self.store.head_fold(head_digest, leaf)
         if row is None:
             return None
         head = self.open_cached(row.head_envelope, Head, signer=self.node_id)
@@ -1250,6 +1264,78 @@ class NodeCore:
         for d, own in checked:
             answers.append(await self._answer(d, own, now))
         return answers
+
+    async def answer_asks(self, asks: bytes) -> list[Answer]:
+        """Unsigned first asks (:mod:`contracts.ask`; design revision 3), one answer per
+        fold in order: the fold's hops when this node serves all of them now, under one
+        of its own unexpired heads, from bytes read back under the committed root; an
+        empty answer (no hops: "ask signed") for anything else — unknown, expired,
+        pending, damaged, too large for this path.
+
+        No signature is made or verified and nothing is written: no nonce is claimed,
+        no replay floor or future-nonce floor moves (an ask names no holder, no time,
+        no nonce), so a flood of asks leaves the node as it found it. Sizes are checked
+        before anything is looked up; an answer is bounded like a signed one (whole
+        folds of at most :data:`MAX_OPEN_LEAVES` hops, the response within half the
+        message bound: the rest answered empty, to be demanded signed or streamed).
+        """
+        behaviour = type(self.behaviour)
+        if behaviour.before_serving is not _HONEST_BEFORE_SERVING:  # a fault acts here
+            await self.behaviour.before_serving(lambda: "")
+        # (1) sizes, before anything is read from the bytes
+        if len(asks) > MAX_DEMANDS_PER_CALL * ASK_BYTES:
+            raise RequestTooLarge(
+                f"demand: {len(asks)} bytes of asks exceeds {MAX_DEMANDS_PER_CALL} folds per call"
+            )
+        try:
+            parsed = unpack_asks(asks, max_folds=MAX_DEMANDS_PER_CALL)
+        except EncodingError as exc:
+            raise MalformedRequest(f"demand: {exc}") from exc
+        now_ms = self.now_ms()
+        room = self.config.max_message_bytes // 2
+        answers: list[Answer] = []
+        for ask in parsed:
+            hops = await self._open_hops(ask, now_ms)
+            size = sum(map(len, hops))
+            if size > room:
+                hops, size = (), 0
+            room -= size
+            if hops:
+                self.open_counts[OPEN_SERVES] += 1
+            else:
+                self.open_counts[OPEN_DECLINED] += 1
+            answers.append(Answer(b"", b"", hops))
+        return answers
+
+    async def _open_hops(self, ask: FoldAsk, now_ms: int) -> tuple[bytes, ...]:
+        """The hops an unsigned ask for one fold is answered with (``()``: ask signed)."""
+        own = self._own.get(_own_key(ask.head, ask.fold))
+        if own is None:
+            own = await self._own_under_head(ask.head, ask.fold)
+        if own is None or own.fold is None or own.obligation.statement.holder is not None:
+            return ()
+        commitment = own.commitment
+        if not serves_unsigned(
+            own.obligation.statement.serve_until,
+            now_ms,
+            leaf_count=commitment.statement.leaf_count,
+            max_leaves=MAX_OPEN_LEAVES,
+        ):
+            return ()
+        leaves = self._cached_leaves(commitment.digest)
+        if leaves is None:
+            # Read as the signed path reads (FOUND: every hop, hashing to our root), but
+            # counted and logged nowhere: the signed demand a failure leads to does that.
+            resolution = await self.store.resolve(
+                commitment.digest, now_ms=now_ms, root=commitment.statement.root, count=False
+            )
+            if resolution.status is not st.ResolveStatus.FOUND:
+                return ()  # PENDING, STORE_CORRUPTED, …: answered signed, never unsigned
+            leaves = tuple(resolution.leaves)
+            self._keep_leaves(commitment.digest, leaves)
+        if type(self.behaviour).unsigned_hops is not _HONEST_UNSIGNED:  # a fault may lie
+            return self.behaviour.unsigned_hops(commitment.digest, leaves)
+        return leaves
 
     async def _answer_batch(self, envelope: Envelope, now: float) -> list[Answer]:
         """A demand batch (:mod:`contracts.batch`): the same checks as for one demand per

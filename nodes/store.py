@@ -1346,6 +1346,7 @@ class HopStore:
         *,
         now_ms: int,
         root: str | None = None,
+        count: bool = True,
     ) -> Resolution:
         """The hop bytes of a fold, or an explicit reason why not.
 
@@ -1360,6 +1361,10 @@ class HopStore:
         ``store_corrupted``, with the bytes read in ``damaged`` (never to be
         served: an answer built on them is a STORE_CORRUPTED refusal) and
         ``reason`` naming the damaged hop.
+
+        ``count=False``: the same answer, counted nowhere and nothing written (an
+        unsigned ask's read, which moves no state; the signed demand that follows a
+        failed one counts what it finds).
         """
         async with self._read(f"resolve {commitment_digest[:16]}…") as db:
             fold = await self._fold(db, commitment_digest)
@@ -1388,7 +1393,8 @@ class HopStore:
         latest = max((o.serve_until_ms for o in obligations), default=-1)
         under_obligation = not expired(latest, now_ms)
         if fold.status is FoldStatus.PENDING:
-            self.bump(CounterName.PENDING_ANSWERS)
+            if count:
+                self.bump(CounterName.PENDING_ANSWERS)
             return Resolution(
                 ResolveStatus.PENDING,
                 commitment_digest,
@@ -1406,6 +1412,7 @@ class HopStore:
                 obligations,
                 leaves,
                 f"fold records {len(rows)} members, commitment says {fold.leaf_count}",
+                count,
             )
         elif len(rows) != fold.leaf_count:
             reason = f"fold records {len(rows)} members, commitment says {fold.leaf_count}"
@@ -1422,11 +1429,12 @@ class HopStore:
                 )
         elif (found := self._root_of(leaves).hex()) != (root if root is not None else fold.root):
             damage = _damage(rows, found, fold.root, root)
-            return await self._corrupted(fold, obligations, leaves, damage)
+            return await self._corrupted(fold, obligations, leaves, damage, count)
         if reason:
-            self.bump(CounterName.UNRESOLVABLE)
-            with contextlib.suppress(StoreFull):  # counted; the answer does not wait on disk
-                await self.flush_counters()
+            if count:
+                self.bump(CounterName.UNRESOLVABLE)
+                with contextlib.suppress(StoreFull):  # counted; the answer does not wait on disk
+                    await self.flush_counters()
             return Resolution(
                 ResolveStatus.UNRESOLVABLE, commitment_digest, reason, fold, obligations
             )
@@ -1438,10 +1446,12 @@ class HopStore:
         obligations: tuple[ObligationRecord, ...],
         damaged: tuple[bytes, ...],
         reason: str,
+        count: bool = True,
     ) -> Resolution:
-        self.bump(CounterName.STORE_CORRUPTED)
-        with contextlib.suppress(StoreFull):  # counted; the answer does not wait on disk
-            await self.flush_counters()
+        if count:
+            self.bump(CounterName.STORE_CORRUPTED)
+            with contextlib.suppress(StoreFull):  # counted; the answer does not wait on disk
+                await self.flush_counters()
         return Resolution(
             ResolveStatus.CORRUPTED,
             fold.digest,

@@ -99,6 +99,8 @@ class LocalNode(Protocol):
 
     async def answer_demands(self, demands: Sequence[bytes]) -> list[Answer]: ...
 
+    async def answer_asks(self, asks: bytes) -> list[Answer]: ...
+
     def answer_demand_stream(
         self, demand: bytes, *, max_chunk_bytes: int = 0
     ) -> AsyncIterator[Answer]: ...
@@ -128,6 +130,10 @@ class Transport(Protocol):
 
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
         """``Serve.Demand``: all demands for one origin, one call; answers in order."""
+        ...
+
+    async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
+        """``Serve.Demand`` with unsigned asks (:mod:`contracts.ask`): hops, no receipts."""
         ...
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
@@ -213,6 +219,7 @@ class GrpcTransport:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._serve: dict[str, wire.ServeStub] = {}
         self._demand: dict[str, wire.DemandCall] = {}
+        self._ask: dict[str, wire.AskCall] = {}
         self._evidence: dict[str, wire.EvidenceStub] = {}
         self._deliver: dict[str, wire.DeliverStub] = {}
         self._closing: dict[asyncio.Future[None], grpc.aio.Channel] = {}
@@ -249,7 +256,7 @@ class GrpcTransport:
 
     def _drop_channel(self, address: str) -> None:
         chan = self._channels.pop(address)
-        for stubs in (self._serve, self._demand, self._evidence, self._deliver):
+        for stubs in (self._serve, self._demand, self._ask, self._evidence, self._deliver):
             stubs.pop(address, None)
         self._targets.pop(address, None)
         closing = asyncio.ensure_future(chan.close(_CHANNEL_CLOSE_GRACE_S))
@@ -293,6 +300,19 @@ class GrpcTransport:
         self.calls += 1
         try:
             answers: wire.SizedAnswers = await call(demands, timeout=timeout, wait_for_ready=True)
+        except grpc.aio.AioRpcError as exc:
+            raise CallFailed(
+                self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
+            ) from exc
+        return answers
+
+    async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
+        call = self._ask.get(address)
+        if call is None:
+            call = self._ask[address] = wire.ask_unary(self.channel(address))
+        self.calls += 1
+        try:
+            answers: wire.SizedAnswers = await call(asks, timeout=timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
             raise CallFailed(
                 self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
@@ -518,6 +538,14 @@ class InMemoryTransport:
         size = wire.demand_response_size(answers)
         self._check_size(address, size)
         return wire.SizedAnswers(answers, size)  # sized once: a meter reads the size
+
+    async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
+        core = self._node(address)
+        self._check_size(address, wire.ask_request_size(asks))
+        answers: list[Answer] = await self._run(address, timeout, core.answer_asks(asks))
+        size = wire.demand_response_size(answers)
+        self._check_size(address, size)
+        return wire.SizedAnswers(answers, size)
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
         core = self._node(address)

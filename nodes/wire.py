@@ -108,10 +108,13 @@ if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
     ServeStub: TypeAlias = ServeAsyncStub
     #: ``Serve.Demand`` from the demands' bytes, read into answers (:func:`demand_unary`).
     DemandCall: TypeAlias = grpc.aio.UnaryUnaryMultiCallable[Sequence[bytes], "SizedAnswers"]
+    #: ``Serve.Demand`` from unsigned asks' bytes (:func:`ask_unary`).
+    AskCall: TypeAlias = grpc.aio.UnaryUnaryMultiCallable[bytes, "SizedAnswers"]
 
 __all__ = [
     "DEMAND_METHOD",
     "WIRE_VERSION",
+    "AskCall",
     "DemandCall",
     "SizedAnswers",
     "answer_from_pb",
@@ -119,6 +122,8 @@ __all__ = [
     "answers_from_pb",
     "answers_from_response",
     "append_request",
+    "ask_request_size",
+    "ask_unary",
     "attest_request",
     "attest_request_size",
     "attest_response",
@@ -151,6 +156,7 @@ __all__ = [
     "demand_response",
     "demand_response_size",
     "demand_unary",
+    "encode_ask_request",
     "encode_demand_request",
     "evidence_stub",
     "fold_proof_from_pb",
@@ -932,6 +938,14 @@ def encode_demand_request(demands: Sequence[bytes]) -> bytes:
     return b"".join(parts)
 
 
+def encode_ask_request(asks: bytes) -> bytes:
+    """The bytes of ``DemandRequest(asks=asks).SerializeToString()``, written directly:
+    field 2 (``asks``), its length as a varint, the packed asks (:mod:`contracts.ask`)."""
+    out = bytearray(b"\x12")
+    _put_varint(out, len(asks))
+    return bytes(out) + asks
+
+
 def demand_response(answers: Iterable[Answer]) -> serve_pb2.DemandResponse:
     # Each answer made in place (``add``): a message built apart and passed in
     # a list is copied into the response, half the cost of a batch's answers.
@@ -1248,6 +1262,16 @@ def demand_unary(channel: grpc.aio.Channel) -> DemandCall:
     )
 
 
+def ask_unary(channel: grpc.aio.Channel) -> AskCall:
+    """``Serve.Demand`` with unsigned asks, as :func:`demand_unary` (request written by
+    :func:`encode_ask_request`, reply read straight into :class:`SizedAnswers`)."""
+    return channel.unary_unary(
+        DEMAND_METHOD,
+        request_serializer=encode_ask_request,
+        response_deserializer=answers_from_response,
+    )
+
+
 def evidence_stub(channel: grpc.aio.Channel) -> EvidenceStub:
     return evidence_pb2_grpc.EvidenceStub(channel)
 
@@ -1305,6 +1329,11 @@ def _answer_size(answer: Answer) -> int:
 def demand_request_size(demands: Sequence[bytes]) -> int:
     """``ByteSize()`` of :func:`demand_request`, from the lengths alone."""
     return _repeated_bytes_size(demands)
+
+
+def ask_request_size(asks: bytes) -> int:
+    """``ByteSize()`` of a ``DemandRequest`` carrying ``asks`` (proto3: empty is not sent)."""
+    return _bytes_field_size(len(asks)) if asks else 0
 
 
 def demand_response_size(answers: Iterable[Answer]) -> int:

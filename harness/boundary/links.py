@@ -68,6 +68,9 @@ class RoutedTransport:
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
         return await self.inner.demand(self._to(address), demands, timeout)
 
+    async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
+        return await self.inner.ask(self._to(address), asks, timeout)
+
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
         return await self.inner.demand_stream(self._to(address), demand, timeout)
 

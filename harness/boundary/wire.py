@@ -389,6 +389,17 @@ class MeteredTransport:
         self._count("Demand", req, resp, hops=sum([len(a.hops) for a in answers]))
         return answers
 
+    async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
+        req = wire.ask_request_size(asks)
+        try:
+            answers = await self.inner.ask(address, asks, timeout)
+        except Exception:
+            self._count("Demand", req, 0, failed=True)
+            raise
+        resp = wire.demand_response_size(answers)
+        self._count("Demand", req, resp, hops=sum([len(a.hops) for a in answers]))
+        return answers
+
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
         req = wire.stream_request_size(demand)
         try:

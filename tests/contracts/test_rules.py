@@ -15,6 +15,7 @@ from contracts.rules import (
     expired,
     holder_signature_decides,
     serve_for_in_bounds,
+    serves_unsigned,
 )
 
 NOW = 1_800_000_000_000
@@ -82,3 +83,14 @@ def test_s7_a_bearer_demand_dated_beyond_the_slack_ahead_is_verified() -> None:
 def test_s7_a_bound_or_unheaded_demand_is_always_verified() -> None:
     assert holder_signature_decides(NOW, NOW, bearer_under_own_head=False)
     assert holder_signature_decides(NOW - DEMAND_WINDOW_MS, NOW, bearer_under_own_head=False)
+
+
+def test_rev3_an_unsigned_ask_is_served_until_serve_until_and_not_at_it() -> None:
+    assert serves_unsigned(NOW + 1, NOW, leaf_count=5, max_leaves=5)
+    assert not serves_unsigned(NOW, NOW, leaf_count=5, max_leaves=5)  # expired() agrees
+    assert expired(NOW, NOW)
+
+
+def test_rev3_an_unsigned_ask_is_served_only_for_a_bounded_nonempty_fold() -> None:
+    assert not serves_unsigned(NOW + 1, NOW, leaf_count=6, max_leaves=5)
+    assert not serves_unsigned(NOW + 1, NOW, leaf_count=0, max_leaves=5)

@@ -62,6 +62,7 @@ async def test_a_holder_falls_back_to_per_fold_demands_for_an_origin_without_bat
     # The origin is of version 2: the batch payload type means nothing to its serve path.
     monkeypatch.setattr(services, "DEMAND_BATCH_TYPE", DEMAND_BATCH_TYPE + "+unknown")
     folds = [f for ref in ("a", "b", "c") for f in holder.held(ref).folds]
+    holder.holder.unsigned_first = False  # the signed demands a failed unsigned ask leads to
     calls = holder.holder.demand_rpcs
     report = audit(await holder.holder.rehydrate("abc", folds), cluster.correct_ids())
     outcome = single(report)

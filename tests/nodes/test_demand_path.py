@@ -3,8 +3,9 @@
 In-process nodes (the NodeCore code the gRPC server runs), Ed25519 calls
 counted at the one place every signature passes through:
 
-* a faithful demand costs exactly two signatures (the holder's demand, the
-  origin's receipt) and **no** verification on either side;
+* a faithful rehydration costs no signature and no verification on either
+  side (the unsigned ask, design revision 3); a signed demand exactly two
+  signatures (the holder's demand, the origin's receipt) and no verification;
 * a serve whose bytes miss the root makes the holder verify the origin's
   receipt — ``bad_data`` is built only from a verified signed receipt, and
   the record verifies standalone;
@@ -55,13 +56,32 @@ async def _head_fold(core: NodeCore, ref: str = "v", hops: int = 5) -> HeldFold:
     return HeldFold(fold.commitment, fold.obligation, out.fold_proofs[0], out.head, fold)
 
 
-async def test_a_hundred_faithful_demands_cost_two_signatures_each_and_no_verification(
+async def test_a_hundred_faithful_rehydrations_sign_and_verify_nothing_in_either_node(
     cluster: MemCluster,
 ) -> None:
     origin = await cluster.add("origin")
     node = await cluster.add("holder")
-    # Hop cache off: every decision is a fresh demand and a fresh receipt.
+    # Hop cache off: every decision asks the origin again.
     holder = Holder(node.identity, node.transport, cache=False, reasks=0)
+    held = await _head_fold(origin)
+    with ed25519_counts() as counts:  # both nodes run in this process
+        for _ in range(100):
+            report = audit(await holder.rehydrate("v", [held]), cluster.correct_ids())
+            assert single(report).outcome is Outcome.SERVED
+            assert len(report.hops) == 5
+    # Design revision 3: the unsigned ask is answered unsigned and the hops reproduce
+    # the root under the verified head; revision 2 made 200 (a demand and a receipt each).
+    assert counts == {"sign": 0, "verify": 0}
+    assert holder.unsigned_asks == 100
+
+
+async def test_a_hundred_signed_demands_cost_two_signatures_each_and_no_verification(
+    cluster: MemCluster,
+) -> None:
+    origin = await cluster.add("origin")
+    node = await cluster.add("holder")
+    # The signed path every failed unsigned ask falls back to, on its own.
+    holder = Holder(node.identity, node.transport, cache=False, reasks=0, unsigned_first=False)
     held = await _head_fold(origin)
     with ed25519_counts() as counts:
         for _ in range(100):
@@ -203,7 +223,7 @@ async def test_a_faithful_receipt_for_one_fold_is_recognised_by_its_bytes_not_pa
 
     origin = await cluster.add("origin")
     node = await cluster.add("holder")
-    holder = Holder(node.identity, node.transport, cache=False, reasks=0)
+    holder = Holder(node.identity, node.transport, cache=False, reasks=0, unsigned_first=False)
     held = await _head_fold(origin, hops=5)
     parsed: list[object] = []
     original = contracts.signed.parse_statement

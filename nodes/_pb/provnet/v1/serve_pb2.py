@@ -26,7 +26,7 @@ from nodes._pb.provnet.v1 import common_pb2 as provnet_dot_v1_dot_common__pb2
 from nodes._pb.provnet.v1 import policy_pb2 as provnet_dot_v1_dot_policy__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16provnet/v1/serve.proto\x12\nprovnet.v1\x1a\x17provnet/v1/common.proto\x1a\x17provnet/v1/policy.proto\" \n\rDemandRequest\x12\x0f\n\x07\x64\x65mands\x18\x01 \x03(\x0c\"5\n\x0e\x44\x65mandResponse\x12#\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x12.provnet.v1.Answer\">\n\x13\x44\x65mandStreamRequest\x12\x0e\n\x06\x64\x65mand\x18\x01 \x01(\x0c\x12\x17\n\x0fmax_chunk_bytes\x18\x02 \x01(\r\"^\n\x0cReceiptChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07receipt\x18\x02 \x01(\x0c\x12\x12\n\ncommitment\x18\x03 \x01(\x0c\x12\x0c\n\x04hops\x18\x04 \x03(\x0c\x12\x0c\n\x04last\x18\x05 \x01(\x08\x32\xa5\x02\n\x05Serve\x12\x9d\x01\n\x06\x44\x65mand\x12\x19.provnet.v1.DemandRequest\x1a\x1a.provnet.v1.DemandResponse\"\\\xc2\x82\x19X\x08\x02\x12Nthe demands are the bearer\'s statements, checked by the core where they decide\x18\x03(\x01\x38\x02\x12|\n\x0c\x44\x65mandStream\x12\x1f.provnet.v1.DemandStreamRequest\x1a\x18.provnet.v1.ReceiptChunk\"/\xc2\x82\x19+\x08\x02\x12#the same demand, answered in chunks\x18\x03(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16provnet/v1/serve.proto\x12\nprovnet.v1\x1a\x17provnet/v1/common.proto\x1a\x17provnet/v1/policy.proto\".\n\rDemandRequest\x12\x0f\n\x07\x64\x65mands\x18\x01 \x03(\x0c\x12\x0c\n\x04\x61sks\x18\x02 \x01(\x0c\"5\n\x0e\x44\x65mandResponse\x12#\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x12.provnet.v1.Answer\">\n\x13\x44\x65mandStreamRequest\x12\x0e\n\x06\x64\x65mand\x18\x01 \x01(\x0c\x12\x17\n\x0fmax_chunk_bytes\x18\x02 \x01(\r\"^\n\x0cReceiptChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07receipt\x18\x02 \x01(\x0c\x12\x12\n\ncommitment\x18\x03 \x01(\x0c\x12\x0c\n\x04hops\x18\x04 \x03(\x0c\x12\x0c\n\x04last\x18\x05 \x01(\x08\x32\xa5\x02\n\x05Serve\x12\x9d\x01\n\x06\x44\x65mand\x12\x19.provnet.v1.DemandRequest\x1a\x1a.provnet.v1.DemandResponse\"\\\xc2\x82\x19X\x08\x02\x12Nthe demands are the bearer\'s statements, checked by the core where they decide\x18\x03(\x01\x38\x02\x12|\n\x0c\x44\x65mandStream\x12\x1f.provnet.v1.DemandStreamRequest\x1a\x18.provnet.v1.ReceiptChunk\"/\xc2\x82\x19+\x08\x02\x12#the same demand, answered in chunks\x18\x03(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,13 +38,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SERVE'].methods_by_name['DemandStream']._loaded_options = None
   _globals['_SERVE'].methods_by_name['DemandStream']._serialized_options = b'\302\202\031+\010\002\022#the same demand, answered in chunks\030\003(\001'
   _globals['_DEMANDREQUEST']._serialized_start=88
-  _globals['_DEMANDREQUEST']._serialized_end=120
-  _globals['_DEMANDRESPONSE']._serialized_start=122
-  _globals['_DEMANDRESPONSE']._serialized_end=175
-  _globals['_DEMANDSTREAMREQUEST']._serialized_start=177
-  _globals['_DEMANDSTREAMREQUEST']._serialized_end=239
-  _globals['_RECEIPTCHUNK']._serialized_start=241
-  _globals['_RECEIPTCHUNK']._serialized_end=335
-  _globals['_SERVE']._serialized_start=338
-  _globals['_SERVE']._serialized_end=631
+  _globals['_DEMANDREQUEST']._serialized_end=134
+  _globals['_DEMANDRESPONSE']._serialized_start=136
+  _globals['_DEMANDRESPONSE']._serialized_end=189
+  _globals['_DEMANDSTREAMREQUEST']._serialized_start=191
+  _globals['_DEMANDSTREAMREQUEST']._serialized_end=253
+  _globals['_RECEIPTCHUNK']._serialized_start=255
+  _globals['_RECEIPTCHUNK']._serialized_end=349
+  _globals['_SERVE']._serialized_start=352
+  _globals['_SERVE']._serialized_end=645
 # @@protoc_insertion_point(module_scope)

@@ -24,6 +24,16 @@ class DemandRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DEMANDS_FIELD_NUMBER: _builtins.int
+    ASKS_FIELD_NUMBER: _builtins.int
+    asks: _builtins.bytes
+    """Unsigned first asks (design revision 3), instead of `demands`: 64 bytes
+    per fold, the digest of a signed head of the origin's then the RFC 6962
+    leaf hash of a fold record proven under it, raw, back to back
+    (contracts.ask). Answered with the fold's hops and no receipt; an empty
+    answer means "ask signed". An unsigned answer is never evidence: the
+    holder keeps the hops only if they reproduce the root proven under a head
+    it verified, and otherwise demands the fold signed (`demands`).
+    """
     @_builtins.property
     def demands(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
         """DSSE envelopes of Demand statements, each signed by its holder; or exactly
@@ -35,10 +45,11 @@ class DemandRequest(_message.Message):
         self,
         *,
         demands: _abc.Iterable[_builtins.bytes] | None = ...,
+        asks: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["demands", b"demands"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["asks", b"asks", "demands", b"demands"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
