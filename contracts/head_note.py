@@ -77,6 +77,7 @@ __all__ = [
     "Occurs",
     "SignedHead",
     "head_checkpoint",
+    "head_digest",
     "head_from_checkpoint",
     "head_log_key",
     "head_origin",
@@ -335,12 +336,28 @@ class SignedHead:
     def signer(self) -> str:
         return self.statement.origin
 
+    @property
+    def text(self) -> bytes:
+        """The note text: the bytes the origin signed (blank line and signatures excluded)."""
+        return self.note[: self.note.rfind(b"\n\n") + 1]
+
     def to_bytes(self) -> bytes:
         return self.note
 
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def head_digest(data: bytes) -> str:
+    """The digest a head note would have, read **without parsing or verifying it**:
+    the SHA-256 of everything before its last blank line. A key to look a verified
+    head up by (:class:`contracts.heads.HeadCache`); it vouches for nothing."""
+    raw = bytes(data)
+    split = raw.rfind(b"\n\n")
+    if split < 0:
+        raise EncodingError("head note has no blank line between its text and its signatures")
+    return hashlib.sha256(raw[: split + 1]).hexdigest()
 
 
 def sign_head(identity: Identity, head: Head) -> SignedHead:
