@@ -81,6 +81,7 @@ __all__ = [
     "head_from_checkpoint",
     "head_log_key",
     "head_origin",
+    "is_head_note",
     "open_head",
     "parse_head",
     "parse_head_origin",
@@ -138,6 +139,12 @@ def parse_head_origin(origin: str) -> tuple[str, str]:
     if problem is not None:
         raise EncodingError(f"head origin: {problem}")
     return node_id, epoch
+
+
+def is_head_note(data: bytes) -> bool:
+    """Whether ``data`` is shaped as a head note (it starts with a head's origin line
+    prefix) rather than a DSSE envelope (JSON): which parser to try, nothing more."""
+    return bytes(data[: len(HEAD_ORIGIN_PREFIX) + 1]) == HEAD_ORIGIN_PREFIX.encode() + b"/"
 
 
 def head_log_key(node_id: str, epoch: str) -> VerifierKey:

@@ -453,9 +453,7 @@ class Backlog:
         """A bulk call is being taken up now: True if it comes from a backlog (shed it)."""
         now = self._clock()
         gap = now - self._last
-        drained = (
-            gap > BACKLOG_END_GAP_S if self._idle_at is None else self._idle_at() > self._last
-        )
+        drained = gap > BACKLOG_END_GAP_S if self._idle_at is None else self._idle_at() > self._last
         self._last = now
         if drained or (gap > BACKLOG_GAP_S and self._run < BACKLOG_RUN):
             self._run, self._run_shed = 1, False
@@ -841,9 +839,7 @@ class RequestContext:
         #: time; :func:`nodes.eventloop.idle_clock`), which tells a backlog has drained.
         #: One per class (:data:`BULK_CLASSES`): a backlog of strangers' calls sheds
         #: theirs, not the operator's (their calls are judged on their own run).
-        self._backlogs = {
-            cls: Backlog(backlog_limit, idle_at=loop_idle_at) for cls in BULK_CLASSES
-        }
+        self._backlogs = {cls: Backlog(backlog_limit, idle_at=loop_idle_at) for cls in BULK_CLASSES}
 
     def handler(self, collected: MethodCollector) -> _MethodTable:
         """One generic handler serving every collected method, each wrapped once, now."""
@@ -863,9 +859,7 @@ class RequestContext:
             whose = "unsigned" if cls == "open" else "signed by keys this node does not pin"
             return f"{rpc}: {limit} bulk calls {whose} in progress"
         if key is not None and self._signed_in_flight.get(key, 0) >= self._per_key_limit:
-            return (
-                f"{rpc}: {self._per_key_limit} bulk calls signed by key {key[:16]}… in progress"
-            )
+            return f"{rpc}: {self._per_key_limit} bulk calls signed by key {key[:16]}… in progress"
         lag = self.loop_lag
         if lag is not None and self.bulk_in_flight > 0 and lag.late_s > self._shed_lag_s:
             return (

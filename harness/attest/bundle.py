@@ -42,9 +42,10 @@ from contracts.attest import (
 from contracts.canonical import parse_json
 from contracts.envelope import Envelope
 from contracts.errors import EncodingError
+from contracts.head_note import open_head
 from contracts.heads import FoldProof, verify_fold
 from contracts.signed import Signed, open_statement
-from contracts.statements import Attestation, Commitment, Head
+from contracts.statements import Attestation, Commitment
 
 __all__ = [
     "BUNDLE_VERSION",
@@ -117,7 +118,7 @@ class HeldFoldBytes:
         signatures and inclusion checked."""
         if self.head is None:
             return open_statement(self.commitment, Commitment).digest
-        head = open_statement(self.head, Head)
+        head = open_head(self.head)
         return verify_fold(FoldProof.from_bytes(self.commitment), head).leaf_hash.hex()
 
 

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from contracts.envelope import Envelope
+from contracts.head_note import head_digest
 from contracts.signed import Signed, parse_statement
 from contracts.statements import DeliveryReceipt
 from harness.boundary.choices import Role, TransportKind
@@ -395,7 +395,7 @@ class RemoteOps:
         from nodes.retry import retry_shed
 
         sender, first = path[0], path[1]
-        digests = {h: Envelope.from_bytes(h).digest for h in delivery.heads}
+        digests = {h: head_digest(h) for h in delivery.heads}
         elided = tuple(h for h in delivery.heads if (first.address, digests[h]) in self._acked)
         sent = delivery
         if elided:
