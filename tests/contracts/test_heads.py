@@ -180,6 +180,21 @@ def test_head_cache_rejects_forged_foreign_and_expired_heads() -> None:
         cache.verify(w.head, now=NOW + DAY)
 
 
+def test_head_cache_verifies_a_known_heads_text_under_other_signature_lines() -> None:
+    """The digest names the text; bytes with a forged line are not waved through."""
+    w = make_head_world()
+    cache = HeadCache()
+    cache.verify(w.head.note, now=NOW)
+    note = parse_note(w.head.note)
+    (line,) = note.signatures
+    forged = Note(note.text, (line, dataclasses.replace(line, payload=bytes(64)))).to_bytes()
+    with pytest.raises(BadSignature):
+        cache.verify(forged, now=NOW)
+    assert cache.signature_checks == 1
+    assert cache.verify(w.head.note, now=NOW).note == w.head.note
+    assert cache.signature_checks == 1
+
+
 def test_fold_proof_rejects_a_record_not_under_the_head() -> None:
     w = make_head_world(values=3)
     proof = w.fold.proof

@@ -163,7 +163,9 @@ RFC6962_VECTORS = Path(__file__).with_name("vectors") / "rfc6962"
 # RFC 9162 fixes every hash at the hash function's size, and the Go verifier
 # compares equal-size roots without checking their length.
 STRICTER_THAN_SOURCE = {
-    "testdata/consistency/additional/sizes-are-equal-one-and-proof-is-empty.json": "13-byte roots are not SHA-256 hashes",
+    "testdata/consistency/additional/sizes-are-equal-one-and-proof-is-empty.json": (
+        "13-byte roots are not SHA-256 hashes"
+    ),
 }
 
 
