@@ -218,7 +218,7 @@ def print_bytes(origin: Identity) -> bool:
         # 1 fold has a null prev; from 2 folds on only fold_seq's digits change.
         ok &= max(cached) - min(cached) <= 64
     print(
-        "old: every fold's commitment + obligation envelope; new: head envelope + fold proof"
+        "old: every fold's commitment + obligation envelope; new: head note + fold proof"
         " on first delivery, 'head shared' = the head's bytes split over the values of its"
         " compaction, 'head verified' = the fold proof alone (names the head by digest)"
     )

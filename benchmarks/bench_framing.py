@@ -437,14 +437,14 @@ async def _stranger(args: argparse.Namespace) -> dict[str, Any]:
 
         tasks.append(release())
     elif name == "nonces":
+        from contracts.head_note import open_head
         from contracts.heads import FoldProof, verify_fold
-        from contracts.statements import Head
 
         # A fold under a signed head, when given: its bearer demands are answered
         # without their signature being checked.
         aimed = obligation
         if args.head is not None:
-            head = open_statement(args.head.read_bytes(), Head)
+            head = open_head(args.head.read_bytes())
             aimed = verify_fold(FoldProof.from_bytes(args.fold_proof.read_bytes()), head).obligation
         extra["aimed_at"] = "a fold under a signed head" if args.head else "a per-fold obligation"
         template = [build_demand(me, aimed, now=int(time.time() * 1000))]

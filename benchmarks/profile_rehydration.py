@@ -69,9 +69,7 @@ def profile(transport: TransportKind, top: int) -> None:
 
     topology.LocalOps.rehydrate = profiled  # type: ignore[method-assign]
     try:
-        settings = BoundarySettings(
-            cadences=(25,), seeds=(0, 1), steps=500, transport=transport
-        )
+        settings = BoundarySettings(cadences=(25,), seeds=(0, 1), steps=500, transport=transport)
         run_boundary(ExperimentConfig(), settings, progress=False)
     finally:
         topology.LocalOps.rehydrate = original  # type: ignore[method-assign]

@@ -35,6 +35,10 @@ Module map (main entry points)::
                 naming several folds of one origin, one signed receipt
                 answering them; open_statement(..., fold=) reads one fold's
                 item as its own Demand / Receipt
+    head_note   a head as a C2SP tlog-checkpoint signed note (revision 3):
+                sign_head, open_head (verify_checkpoint on the note's bytes),
+                parse_head (unverified), SignedHead (note verbatim, digest
+                of its text), head_digest
     heads       signed tree heads (revision 2): HeadLog (origin: one
                 signature per compaction), FoldRecord, FoldProof,
                 verify_fold, VerifiedFold (stands in for commitment +
@@ -148,6 +152,13 @@ from contracts.evidence import (
     split_view_evidence,
     unanswered_evidence,
     verify_evidence,
+)
+from contracts.head_note import (
+    SignedHead,
+    head_digest,
+    open_head,
+    parse_head,
+    sign_head,
 )
 from contracts.heads import (
     FOLD_RECORD_TYPE,
@@ -304,6 +315,7 @@ __all__ = [
     "RootMismatch",
     "ServedFold",
     "Signed",
+    "SignedHead",
     "Statement",
     "StatementKind",
     "TrustPolicy",
@@ -334,6 +346,7 @@ __all__ = [
     "equivocation_evidence",
     "eviction_blockers",
     "format_ms",
+    "head_digest",
     "hop_bytes",
     "inclusion_proof",
     "judge_answer",
@@ -346,8 +359,10 @@ __all__ = [
     "new_nonce",
     "node_hash",
     "open_any",
+    "open_head",
     "open_statement",
     "pae",
+    "parse_head",
     "parse_hop",
     "parse_json",
     "parse_json_object",
@@ -362,6 +377,7 @@ __all__ = [
     "served_without_signature",
     "sha256_hex",
     "sign_envelope",
+    "sign_head",
     "sign_served",
     "sign_statement",
     "split_view_evidence",

@@ -51,6 +51,7 @@ from contracts.errors import (
     Revoked,
     run_check,
 )
+from contracts.head_note import SignedHead, open_head
 from contracts.heads import FoldProof, verify_fold
 from contracts.identity import Identity
 from contracts.serve import verify_served
@@ -60,7 +61,6 @@ from contracts.statements import (
     Axis,
     Commitment,
     Demand,
-    Head,
     Obligation,
     Receipt,
 )
@@ -211,6 +211,11 @@ def build_attestation(
 EnvelopeInput = bytes | Envelope | dict[str, Any]
 
 
+def _cited_bytes(value: Envelope | bytes) -> bytes:
+    """The bytes a proof part travels as: a head note as it is, an envelope's DSSE JSON."""
+    return value if isinstance(value, bytes) else value.to_bytes()
+
+
 #: Version of the JSON form of a :class:`RehydrationProof` (``"v"``): 2 added the
 #: head form (a fold proven under a signed tree head); a form without ``"v"``
 #: is version 1, the per-fold form, and still reads.
@@ -229,8 +234,8 @@ class RehydrationProof:
     * **per-fold** (``fold`` is None): ``commitment`` and ``obligation`` are the
       origin's signed per-fold statements;
     * **under a signed tree head** (design revision 2): ``obligation`` is the
-      origin's signed head and ``fold`` the fold proof (fold record, audit
-      path to the head's root, chain) — what a holder of a head-form value
+      origin's signed head (its note, bytes as signed) and ``fold`` the fold
+      proof (fold record, audit path to the head's root, chain) — what a holder of a head-form value
       already has; ``commitment`` is None. The fold's commitment digest is
       the fold record's RFC 6962 leaf hash, as everywhere heads are used
       (:class:`contracts.heads.VerifiedFold`).
@@ -238,11 +243,13 @@ class RehydrationProof:
     The demand, the origin's SERVED receipt and the hop bytes are the same in
     both forms. JSON (:meth:`to_json`): the per-fold form keeps its version-1
     keys; the head form is ``{"v": 2, "head", "fold_proof", "demand",
-    "receipt", "hops"}`` (envelopes as JSON objects, hops standard base64).
+    "receipt", "hops"}`` (envelopes as JSON objects, the head note as a JSON
+    string, verbatim; hops standard base64).
     """
 
     commitment: Envelope | None
-    obligation: Envelope
+    #: the per-fold obligation's envelope, or (head form) the head's note
+    obligation: Envelope | bytes
     demand: Envelope
     receipt: Envelope
     hops: tuple[bytes, ...]
@@ -253,6 +260,8 @@ class RehydrationProof:
             raise ValueError(
                 "a rehydration proof has either a per-fold commitment or a fold proof under a head"
             )
+        if isinstance(self.obligation, bytes) != (self.fold is not None):
+            raise ValueError("a rehydration proof's head is a note exactly in the head form")
 
     @classmethod
     def of(
@@ -272,7 +281,7 @@ class RehydrationProof:
     def under_head(
         cls,
         *,
-        head: Envelope | Signed[Head],
+        head: bytes | SignedHead,
         fold: FoldProof,
         demand: Envelope | Signed[Demand],
         receipt: Envelope | Signed[Receipt],
@@ -283,7 +292,8 @@ class RehydrationProof:
         def env(x: Envelope | Signed[Any]) -> Envelope:
             return x if isinstance(x, Envelope) else x.envelope
 
-        return cls(None, env(head), env(demand), env(receipt), tuple(hops), fold)
+        note = head.note if isinstance(head, SignedHead) else bytes(head)
+        return cls(None, note, env(demand), env(receipt), tuple(hops), fold)
 
     @property
     def size(self) -> int:
@@ -297,7 +307,7 @@ class RehydrationProof:
         )
         return (
             first
-            + len(self.obligation.to_bytes())
+            + len(_cited_bytes(self.obligation))
             + len(self.demand.to_bytes())
             + len(self.receipt.to_bytes())
             + sum(len(h) for h in self.hops)
@@ -308,7 +318,7 @@ class RehydrationProof:
         if self.fold is not None:
             return {
                 "v": PROOF_VERSION,
-                "head": self.obligation.to_json(),
+                "head": _cited_bytes(self.obligation).decode("utf-8"),
                 "fold_proof": self.fold.to_json(),
                 "demand": self.demand.to_json(),
                 "receipt": self.receipt.to_json(),
@@ -316,6 +326,8 @@ class RehydrationProof:
             }
         if self.commitment is None:  # pragma: no cover - excluded by __post_init__
             raise ValueError("rehydration proof without commitment or fold proof")
+        if isinstance(self.obligation, bytes):  # pragma: no cover - excluded by __post_init__
+            raise ValueError("per-fold rehydration proof with a head note")
         return {
             "commitment": self.commitment.to_json(),
             "obligation": self.obligation.to_json(),
@@ -359,9 +371,11 @@ class RehydrationProof:
         demand = Envelope.from_json(obj["demand"])
         receipt = Envelope.from_json(obj["receipt"])
         if head_form:
+            if type(obj["head"]) is not str:
+                raise EncodingError("rehydration proof: head must be the head's signed note")
             return cls(
                 None,
-                Envelope.from_json(obj["head"]),
+                obj["head"].encode("utf-8"),
                 demand,
                 receipt,
                 decoded,
@@ -388,9 +402,13 @@ def _proof_statements(
         if proof.commitment is None:  # pragma: no cover - excluded by __post_init__
             raise EncodingError("rehydration proof without commitment or fold proof")
         c = open_statement(proof.commitment, Commitment)
+        if isinstance(proof.obligation, bytes):  # pragma: no cover - excluded by __post_init__
+            raise EncodingError("per-fold rehydration proof with a head note")
         return c, open_statement(proof.obligation, Obligation, signer=c.signer)
     # head form: the head signed by the origin it names, the fold proven under it
-    head = open_statement(proof.obligation, Head)
+    if not isinstance(proof.obligation, bytes):  # pragma: no cover - excluded by __post_init__
+        raise EncodingError("head-form rehydration proof without a head note")
+    head = open_head(proof.obligation)
     try:
         fold = verify_fold(proof.fold, head)
     except ContractError as exc:

@@ -223,9 +223,7 @@ def _served_bytes(r: Receipt, parts: list[bytes]) -> None:
     if any(len(h) != 32 for h in r.leaf_hashes):
         raise ValueError("receipt leaf hashes are 32 bytes each")
     parts.append(_leaves_bytes(r.leaves))
-    parts.append(
-        b"\x00" if r.served_root is None else b"\x01" + _raw(r.served_root, "served_root")
-    )
+    parts.append(b"\x00" if r.served_root is None else b"\x01" + _raw(r.served_root, "served_root"))
     parts.append(_U32.pack(len(r.leaf_hashes)))
     parts.extend(r.leaf_hashes)
     parts.append(_U32.pack(len(r.proofs)))
@@ -327,9 +325,7 @@ def decode_demand(data: bytes) -> Demand:
     size = _DEMAND_HEAD.size
     if len(data) < size + 1:
         raise _bad(k, f"{len(data)} bytes is shorter than a demand")
-    version, tag, holder, origin, obligation, commitment, time, n = _DEMAND_HEAD.unpack_from(
-        data
-    )
+    version, tag, holder, origin, obligation, commitment, time, n = _DEMAND_HEAD.unpack_from(data)
     if version != BINARY_VERSION or tag != _DEMAND_TAG:
         raise _bad(k, f"version/kind bytes {version}/{tag} are not {BINARY_VERSION}/'D'")
     if time > MAX_TIME_MS:
@@ -469,7 +465,9 @@ def _read_codes(
     return status, reason
 
 
-def _read_served(data: bytes, at: int, k: str) -> tuple[
+def _read_served(
+    data: bytes, at: int, k: str
+) -> tuple[
     tuple[int, ...] | None,
     str | None,
     tuple[bytes, ...],

@@ -28,7 +28,9 @@ Two levels, as in PeerReview:
   their verdicts.
 
 An evidence file is standalone JSON (:meth:`Evidence.to_bytes`) holding the
-DSSE envelopes themselves. :func:`verify_evidence` needs nothing else: every
+signed statements themselves: DSSE envelopes (JSON objects) and heads, C2SP
+signed notes carried verbatim (JSON strings, :mod:`contracts.head_note`).
+:func:`verify_evidence` needs nothing else: every
 statement attributed to the accused must verify with the accused's own key
 (its node id is its public key), every demand or report with its signer's.
 Anything that does not verify that way is rejected, so a correct origin
@@ -37,7 +39,7 @@ failure a holder observes into evidence (S8 completeness).
 
 Head-bound records (design revision 2): a ``bad_data``, ``refused`` or
 ``unanswered`` record about a fold proven under a signed head holds the head
-envelope in ``commitment``, no ``obligation`` (the head carries the serving
+note in ``commitment``, no ``obligation`` (the head carries the serving
 terms) and the fold proof in ``proof`` (:class:`contracts.heads.FoldProof`
 JSON); :func:`cite_head` turns a record built with a
 :class:`~contracts.heads.VerifiedFold`'s stand-ins into that form. The verifier
@@ -81,6 +83,7 @@ from contracts.errors import (
     VerificationError,
     run_check,
 )
+from contracts.head_note import SignedHead, open_head
 from contracts.heads import FoldProof, VerifiedFold, verify_fold
 from contracts.merkle import consistency_roots
 from contracts.rules import DEMAND_WINDOW_MS, demand_due_ms, expired
@@ -94,7 +97,6 @@ from contracts.signed import Signed, open_statement
 from contracts.statements import (
     Commitment,
     Demand,
-    Head,
     Obligation,
     Receipt,
     ReceiptStatus,
@@ -203,9 +205,27 @@ _FIELDS = frozenset(
 )
 
 
+#: A signed statement in an evidence record: a DSSE envelope, or a head's note (bytes).
+Cited = Envelope | bytes
+
+
 def _env_or_none(obj: JsonObject, key: str) -> Envelope | None:
     value = obj.get(key)
     return None if value is None else Envelope.from_json(value)
+
+
+def _cited_or_none(obj: JsonObject, key: str) -> Cited | None:
+    """An envelope (JSON object) or a head note (JSON string: the note's text verbatim)."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if type(value) is str:
+        return value.encode("utf-8")
+    return Envelope.from_json(value)
+
+
+def _cited_json(value: Cited) -> Any:
+    return value.decode("utf-8") if isinstance(value, bytes) else value.to_json()
 
 
 def _env_list(obj: JsonObject, key: str, limit: int) -> tuple[Envelope, ...]:
@@ -225,11 +245,12 @@ class Evidence:
 
     kind: EvidenceKind
     accused: str
-    commitment: Envelope
+    #: the commitment's envelope, or (head-bound and split-view records) a head note
+    commitment: Cited
     obligation: Envelope | None = None
     demand: Envelope | None = None
     receipt: Envelope | None = None
-    conflicting: Envelope | None = None
+    conflicting: Cited | None = None
     re_asks: int = 0
     witness_demands: tuple[Envelope, ...] = ()
     witness_reports: tuple[Envelope, ...] = ()
@@ -259,11 +280,11 @@ class Evidence:
             "accused": self.accused,
             "reported_at": self.reported_at,
             "re_asks": self.re_asks,
-            "commitment": self.commitment.to_json(),
+            "commitment": _cited_json(self.commitment),
             "obligation": env(self.obligation),
             "demand": env(self.demand),
             "receipt": env(self.receipt),
-            "conflicting": env(self.conflicting),
+            "conflicting": None if self.conflicting is None else _cited_json(self.conflicting),
             "witness_demands": [e.to_json() for e in self.witness_demands],
             "witness_reports": [e.to_json() for e in self.witness_reports],
             "answers": [e.to_json() for e in self.answers],
@@ -288,7 +309,7 @@ class Evidence:
             raise EncodingError(
                 f"evidence: format {obj.get('format')!r:.60} is not {EVIDENCE_FORMAT!r}"
             )
-        commitment = _env_or_none(obj, "commitment")
+        commitment = _cited_or_none(obj, "commitment")
         if commitment is None:
             raise EncodingError("evidence: missing field 'commitment'")
         proof = obj.get("proof")
@@ -307,7 +328,7 @@ class Evidence:
             obligation=_env_or_none(obj, "obligation"),
             demand=_env_or_none(obj, "demand"),
             receipt=_env_or_none(obj, "receipt"),
-            conflicting=_env_or_none(obj, "conflicting"),
+            conflicting=_cited_or_none(obj, "conflicting"),
             re_asks=get_int(obj, "re_asks", "evidence", hi=MAX_COUNT),
             witness_demands=_env_list(obj, "witness_demands", _MAX_WITNESSES),
             witness_reports=_env_list(obj, "witness_reports", _MAX_WITNESSES),
@@ -359,13 +380,24 @@ class _Core:
 
 
 def _by_accused(
-    env: Envelope | None, cls: Any, accused: str, what: str, fold: FoldKey | None = None
+    env: Cited | None, cls: Any, accused: str, what: str, fold: FoldKey | None = None
 ) -> Any:
     if env is None:
         raise EncodingError(f"evidence: missing {what}")
+    if isinstance(env, bytes):
+        raise EncodingError(f"evidence: {what} is a head note where a signed envelope belongs")
     # Attributed statements must verify with the accused's own key; a batch
     # (contracts.batch) is read for the record's own fold.
     return open_statement(env, cls, signer=accused, fold=fold)
+
+
+def _head_by_accused(value: Cited | None, accused: str, what: str) -> SignedHead:
+    if value is None:
+        raise EncodingError(f"evidence: missing {what}")
+    if not isinstance(value, bytes):
+        raise EncodingError(f"evidence: {what} is an envelope; a head is a signed note")
+    # Attributed heads must verify with the accused's own key (its node id).
+    return open_head(value, origin=accused)
 
 
 def _core(e: Evidence) -> _Core:
@@ -382,7 +414,7 @@ def _core(e: Evidence) -> _Core:
 def _head_core(e: Evidence) -> _Core:
     """A head-bound record: the head by the accused, the fold proven under it."""
     # (1) the head is signed by the accused
-    head: Signed[Head] = _by_accused(e.commitment, Head, e.accused, "head")
+    head = _head_by_accused(e.commitment, e.accused, "head")
     if e.obligation is not None:
         raise EncodingError("evidence: a head-bound record has no obligation (the head has it)")
     # (2) the fold record is included under the head's root
@@ -441,7 +473,7 @@ def _key(core: _Core) -> FoldKey:
 def _verdict(
     e: Evidence,
     status: EvidenceStatus,
-    c: Signed[Commitment] | Signed[Head],
+    c: Signed[Commitment] | SignedHead,
     o: Signed[Obligation] | None,
     reason: str,
     witnesses: tuple[str, ...] = (),
@@ -570,8 +602,8 @@ def _split_view_path(e: Evidence) -> tuple[bytes, ...]:
 
 def _verify_split_view(e: Evidence) -> EvidenceVerdict:
     # (1) both heads signed by the accused, for the same epoch
-    a: Signed[Head] = _by_accused(e.commitment, Head, e.accused, "head")
-    b: Signed[Head] = _by_accused(e.conflicting, Head, e.accused, "conflicting head")
+    a = _head_by_accused(e.commitment, e.accused, "head")
+    b = _head_by_accused(e.conflicting, e.accused, "conflicting head")
     sa, sb = a.statement, b.statement
     if sa.epoch != sb.epoch:
         raise NotEvidence(f"heads {a.digest[:12]}… and {b.digest[:12]}… are of different epochs")
@@ -857,8 +889,8 @@ def equivocation_evidence(
 
 
 def split_view_evidence(
-    a: Signed[Head],
-    b: Signed[Head],
+    a: SignedHead,
+    b: SignedHead,
     *,
     reported_at: int,
     path: Sequence[bytes] = (),
@@ -873,8 +905,8 @@ def split_view_evidence(
     e = Evidence(
         kind=EvidenceKind.SPLIT_VIEW,
         accused=a.statement.origin,
-        commitment=a.envelope,
-        conflicting=b.envelope,
+        commitment=a.note,
+        conflicting=b.note,
         reported_at=reported_at,
         proof=None if a.statement.seq == b.statement.seq else {"path": [p.hex() for p in path]},
     )
@@ -883,8 +915,8 @@ def split_view_evidence(
 
 
 def judge_head_extension(
-    earlier: Signed[Head],
-    later: Signed[Head],
+    earlier: SignedHead,
+    later: SignedHead,
     path: Sequence[bytes],
     *,
     reported_at: int,
@@ -926,7 +958,7 @@ def cite_head(evidence: Evidence, fold: VerifiedFold) -> Evidence:
     if evidence.obligation is None or evidence.obligation.digest != fold.head.digest:
         raise ValueError("evidence was not built from this fold's head")
     return dataclasses.replace(
-        evidence, commitment=fold.head.envelope, obligation=None, proof=fold.proof.to_json()
+        evidence, commitment=fold.head.note, obligation=None, proof=fold.proof.to_json()
     )
 
 

@@ -25,14 +25,16 @@ the number of values folded by one compaction, not with the epoch. One tree
 over the whole epoch would make every value carry ``log2(folds in the
 epoch)`` hashes.
 
-What is signed: only the :class:`~contracts.statements.Head` (a DSSE
-envelope, RFC 8785 payload). Fold records are leaf data (RFC 8785 bytes,
-hashed ``SHA-256(0x00 ‖ bytes)``); fold proofs and consistency paths are
-unsigned and verify against a signed root.
+What is signed: only the :class:`~contracts.statements.Head`, as a C2SP
+tlog-checkpoint signed note (:mod:`contracts.head_note`: the log of heads is
+the checkpoint's tree, the compaction's tree and the serving terms its
+extension lines). Fold records are leaf data (RFC 8785 bytes, hashed
+``SHA-256(0x00 ‖ bytes)``); fold proofs and consistency paths are unsigned
+and verify against a signed root.
 
 Holder side: :class:`HeadCache` verifies a head's signature once and keeps
-it by digest (a receiver that already verified a head gets only its
-digest); :func:`verify_fold` proves a fold record under a head with no
+it by digest, the SHA-256 of its note text (a receiver that already verified
+a head gets only its digest); :func:`verify_fold` proves a fold record under a head with no
 signature at all. A :class:`VerifiedFold` stands in for the per-fold
 commitment and obligation (:attr:`VerifiedFold.commitment`,
 :attr:`VerifiedFold.obligation`), so demands, receipts and evidence keep
@@ -63,6 +65,7 @@ from contracts.errors import (
     Expired,
     RootMismatch,
 )
+from contracts.head_note import SignedHead, head_digest, open_head, sign_head
 from contracts.identity import Identity
 from contracts.merkle import (
     HASH_LEN,
@@ -73,12 +76,12 @@ from contracts.merkle import (
     verify_inclusion,
 )
 from contracts.rules import expired
-from contracts.signed import Signed, open_statement, sign_statement
+from contracts.signed import Signed
 from contracts.statements import Commitment, Head, Obligation
 
 __all__ = [
     "FOLD_RECORD_TYPE",
-    "KEY_ID_BYTES",
+    "HEAD_TEXT_TYPE",
     "MAX_CHAIN",
     "Compaction",
     "FoldInput",
@@ -89,12 +92,14 @@ __all__ = [
     "VerifiedFold",
     "batch_record",
     "build_head",
-    "key_id",
     "verify_fold",
 ]
 
 #: Payload type of the unsigned stand-in envelope of a fold record (never on the wire).
 FOLD_RECORD_TYPE = "application/vnd.provnet.fold-record"
+#: Payload type of the unsigned stand-in envelope of a head read as a fold's obligation:
+#: its payload is the head's note text, so its digest is the head's (never on the wire).
+HEAD_TEXT_TYPE = "application/vnd.provnet.head-text"
 #: Most earlier fold records one proof may chain back through.
 MAX_CHAIN = 4096
 _MAX_RECORD_BYTES = 4096
@@ -102,19 +107,7 @@ _MAX_PATH = 64
 _RECORD_KEYS = frozenset({"n", "p", "r", "s", "v"})
 _PROOF_KEYS = frozenset({"chain", "head", "index", "path", "record"})
 
-HeadInput = bytes | Envelope | Signed[Head]
-
-#: Bytes of a key id: the first bytes of an origin's Ed25519 public key (its node id).
-KEY_ID_BYTES = 8
-
-
-def key_id(node_id: str) -> bytes:
-    """The key id of a node: the first :data:`KEY_ID_BYTES` bytes of its public key.
-
-    A short name for a key the receiver already holds, never a binding: what
-    it resolves to must still verify a signature (:meth:`HeadCache.origin_for_key_id`).
-    """
-    return bytes.fromhex(node_id[: 2 * KEY_ID_BYTES])
+HeadInput = bytes | SignedHead
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,10 +281,11 @@ class VerifiedFold:
       envelope is unsigned, payload ``0x00 ‖ record``, so that ``digest`` is
       that leaf hash; it never goes on the wire: the head vouches for it);
     * the obligation is the head itself read as this fold's obligation: its
-      digest is the head digest and its envelope the signed head.
+      digest is the head digest (its envelope is unsigned, payload the head's
+      note text; it never goes on the wire either: :attr:`head` is the head).
     """
 
-    head: Signed[Head]
+    head: SignedHead
     proof: FoldProof
     record: FoldRecord
     leaf_hash: bytes
@@ -340,10 +334,10 @@ class VerifiedFold:
             endpoints=h.endpoints,
             issued_at=h.issued_at,
         )
-        return Signed(self.head.envelope, statement)
+        return Signed(Envelope(self.head.text, HEAD_TEXT_TYPE, ()), statement)
 
 
-def verify_fold(proof: FoldProof | JsonObject, head: Signed[Head]) -> VerifiedFold:
+def verify_fold(proof: FoldProof | JsonObject, head: SignedHead) -> VerifiedFold:
     """Prove a fold record under an (already verified) head; no signature is checked.
 
     Raises :class:`BindingMismatch` when the proof names another head or the
@@ -391,10 +385,8 @@ class HeadCache:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
         self._capacity = capacity
-        self._heads: OrderedDict[str, Signed[Head]] = OrderedDict()
-        self._by_key: dict[tuple[str, str, int], Signed[Head]] = {}
-        # origins of the cached heads by key id: origin -> heads cached
-        self._by_key_id: dict[bytes, dict[str, int]] = {}
+        self._heads: OrderedDict[str, SignedHead] = OrderedDict()
+        self._by_key: dict[tuple[str, str, int], SignedHead] = {}
         self.signature_checks = 0
 
     def __len__(self) -> int:
@@ -403,34 +395,25 @@ class HeadCache:
     def __contains__(self, digest: object) -> bool:
         return digest in self._heads
 
-    def get(self, digest: str) -> Signed[Head] | None:
+    def get(self, digest: str) -> SignedHead | None:
         return self._heads.get(digest)
 
-    def origin_for_key_id(self, kid: bytes) -> str | None:
-        """The one origin whose key has id ``kid`` among the heads held here, else None.
+    def verify(self, head: HeadInput, *, now: int, origin: str | None = None) -> SignedHead:
+        """The verified head (from the cache when its digest is known); unexpired at ``now``.
 
-        A key is held while a head it signed is cached (verified). None when no
-        held key has that id **or more than one does**: a key id names a key
-        only unambiguously (anyone can make a key sharing a short prefix), and
-        the signature of whatever it names is still verified with the full key.
+        A head's digest covers its note text, so a copy with other signature
+        lines (a witness's cosignature) is the same head; such a copy is
+        verified as it came before it is returned.
         """
-        origins = self._by_key_id.get(bytes(kid))
-        if origins is None or len(origins) != 1:
-            return None
-        return next(iter(origins))
-
-    def verify(self, head: HeadInput, *, now: int, origin: str | None = None) -> Signed[Head]:
-        """The verified head (from the cache when its digest is known); unexpired at ``now``."""
-        if isinstance(head, Signed):
-            envelope = head.envelope
-        elif isinstance(head, Envelope):
-            envelope = head
-        else:
-            envelope = Envelope.from_bytes(head)
-        signed = self._heads.get(envelope.digest)
+        digest = head.digest if isinstance(head, SignedHead) else head_digest(head)
+        signed = self._heads.get(digest)
+        if signed is not None and not isinstance(head, SignedHead) and head != signed.note:
+            # The same text under other signature lines: those bytes are what the
+            # caller keeps and passes on, so they are verified as they came.
+            signed = None
         if signed is None:
             # (1) signed by the origin it names — once per head
-            signed = open_statement(envelope, Head, signer=origin)
+            signed = open_head(head.note if isinstance(head, SignedHead) else head, origin=origin)
             self.signature_checks += 1
             self._remember(signed)
         elif origin is not None and signed.statement.origin != origin:
@@ -465,30 +448,20 @@ class HeadCache:
             head = cached
         return verify_fold(p, self.verify(head, now=now, origin=origin))
 
-    def conflicting(self, head: Signed[Head]) -> Signed[Head] | None:
+    def conflicting(self, head: SignedHead) -> SignedHead | None:
         """A cached head of the same (origin, epoch, seq) that says another tree, if any."""
         other = self._by_key.get(head.statement.log_key)
         if other is None or other.statement.tree == head.statement.tree:
             return None
         return other
 
-    def _remember(self, signed: Signed[Head]) -> None:
+    def _remember(self, signed: SignedHead) -> None:
         self._heads[signed.digest] = signed
         self._by_key.setdefault(signed.statement.log_key, signed)
-        origin = signed.statement.origin
-        held = self._by_key_id.setdefault(key_id(origin), {})
-        held[origin] = held.get(origin, 0) + 1
         if len(self._heads) > self._capacity:
             _, old = self._heads.popitem(last=False)
             if self._by_key.get(old.statement.log_key) is old:
                 del self._by_key[old.statement.log_key]
-            kid = key_id(old.statement.origin)
-            held = self._by_key_id[kid]
-            held[old.statement.origin] -= 1
-            if not held[old.statement.origin]:
-                del held[old.statement.origin]
-                if not held:
-                    del self._by_key_id[kid]
 
 
 # ----------------------------------------------------------------- origin side
@@ -507,7 +480,7 @@ class FoldInput:
 class Compaction:
     """What one compaction produced: the signed head and one fold proof per value."""
 
-    head: Signed[Head]
+    head: SignedHead
     records: tuple[bytes, ...]
     proofs: Mapping[str, FoldProof]
 
@@ -524,7 +497,7 @@ def build_head(
     endpoints: Sequence[str],
     issued_at: int,
     pending: bool = False,
-) -> Signed[Head]:
+) -> SignedHead:
     """Sign the head of compaction ``seq`` over its fold records (leaf data, in order).
 
     S6: sign only once the hops are durable, or pass ``pending=True``.
@@ -542,7 +515,7 @@ def build_head(
         issued_at=issued_at,
         pending=pending,
     )
-    return sign_statement(identity, statement)
+    return sign_head(identity, statement)
 
 
 @dataclass
@@ -572,11 +545,11 @@ class HeadLog:
         self._batches = [leaf_hash(b) for b in batches]
         self._last = {v: leaf_hash(r).hex() for v, r in (last_folds or {}).items()}
         self._values: dict[str, _ValueFolds] = {}
-        self._trees: dict[str, tuple[Signed[Head], MerkleTree, tuple[bytes, ...]]] = {}
+        self._trees: dict[str, tuple[SignedHead, MerkleTree, tuple[bytes, ...]]] = {}
         # A value's folds are cumulative (each covers the hops of the one before
         # and more): its record roots are computed incrementally, same bytes.
         self._fold_roots = FoldRoots()
-        self.heads: list[Signed[Head]] = []
+        self.heads: list[SignedHead] = []
 
     @property
     def size(self) -> int:

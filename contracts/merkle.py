@@ -186,7 +186,6 @@ class MerkleTree:
             index >>= 1
         return tuple(path)
 
-
     def root_at(self, size: int) -> bytes:
         """Root of the tree of the first ``size`` leaves (an earlier head of the log)."""
         if not 0 <= size <= self.size:

@@ -48,7 +48,6 @@ from contracts.statements import (
     Commitment,
     DeliveryReceipt,
     Demand,
-    Head,
     Obligation,
     Receipt,
     Statement,
@@ -122,7 +121,6 @@ AnySigned = (
     | Signed[DeliveryReceipt]
     | Signed[WitnessReport]
     | Signed[Attestation]
-    | Signed[Head]
 )
 
 

@@ -40,8 +40,10 @@ head               origin     compaction ``seq`` of ``epoch``: ``size`` fold
 =================  =========  ==================================================
 
 A ``head`` is the signed tree head of design revision 2 (one signature per
-compaction; see :mod:`contracts.heads`). The per-fold ``commitment`` and
-``obligation`` remain valid statements.
+compaction; see :mod:`contracts.heads`). It is the one statement not signed
+as a DSSE envelope: it is a C2SP tlog-checkpoint signed note
+(:mod:`contracts.head_note`). The per-fold ``commitment`` and ``obligation``
+remain valid statements.
 """
 
 from __future__ import annotations
@@ -816,25 +818,13 @@ class Head:
     leaves, so a later head proves it extends this one with a consistency
     proof. The serving terms are signed here once for every fold under the
     head (design revision 2), not once per fold.
+
+    A head is signed, carried and cited as a C2SP tlog-checkpoint signed note
+    (:mod:`contracts.head_note`), not as a DSSE envelope: this class is what
+    that note states.
     """
 
     KIND: ClassVar[StatementKind] = StatementKind.HEAD
-    _FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {
-            "type",
-            "origin",
-            "epoch",
-            "seq",
-            "size",
-            "root",
-            "log_root",
-            "serve_until",
-            "deadline_ms",
-            "endpoints",
-            "pending",
-            "issued_at",
-        }
-    )
 
     origin: str
     epoch: str
@@ -858,6 +848,12 @@ class Head:
             raise ValueError(f"head size {self.size}: a head covers at least one fold")
         if self.deadline_ms < 1:
             raise ValueError(f"head deadline_ms {self.deadline_ms} must be positive")
+        if not 0 <= self.serve_until <= MAX_TIME_MS or not 0 <= self.issued_at <= MAX_TIME_MS:
+            raise ValueError("head serve_until and issued_at must be times in ms")
+        if self.deadline_ms > MAX_TIME_MS:
+            raise ValueError(f"head deadline_ms {self.deadline_ms} is not a duration in ms")
+        if len(self.endpoints) > _MAX_ENDPOINTS:
+            raise ValueError(f"a head names at most {_MAX_ENDPOINTS} endpoints")
 
     @property
     def signer(self) -> str:
@@ -873,40 +869,6 @@ class Head:
         """What the head says about the log: (size, root, log_root)."""
         return (self.size, self.root, self.log_root)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": self.KIND.value,
-            "origin": self.origin,
-            "epoch": self.epoch,
-            "seq": self.seq,
-            "size": self.size,
-            "root": self.root,
-            "log_root": self.log_root,
-            "serve_until": self.serve_until,
-            "deadline_ms": self.deadline_ms,
-            "endpoints": list(self.endpoints),
-            "pending": self.pending,
-            "issued_at": self.issued_at,
-        }
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> Head:
-        k = cls.KIND.value
-        check_fields(obj, k, cls._FIELDS)
-        return cls(
-            origin=get_node_id(obj, "origin", k),
-            epoch=get_str(obj, "epoch", k, max_len=128),
-            seq=get_int(obj, "seq", k, hi=MAX_COUNT - 1),
-            size=get_int(obj, "size", k, lo=1),
-            root=get_digest(obj, "root", k),
-            log_root=get_digest(obj, "log_root", k),
-            serve_until=_time(obj, "serve_until", k),
-            deadline_ms=get_int(obj, "deadline_ms", k, lo=1, hi=MAX_TIME_MS),
-            endpoints=get_list(obj, "endpoints", k, _str_item(k, 512), max_len=_MAX_ENDPOINTS),
-            pending=get_bool(obj, "pending", k),
-            issued_at=_time(obj, "issued_at", k),
-        )
-
 
 STATEMENT_TYPES: dict[str, type[Any]] = {
     payload_type_for(cls.KIND): cls
@@ -918,6 +880,5 @@ STATEMENT_TYPES: dict[str, type[Any]] = {
         DeliveryReceipt,
         WitnessReport,
         Attestation,
-        Head,
     )
 }

@@ -61,16 +61,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from contracts.canonical import MAX_DOCUMENT_BYTES, parse_json_object
-from contracts.envelope import Envelope
 from contracts.errors import ContractError, EncodingError, KeyFileError
 from contracts.evidence import Evidence as _EvidenceRecord
 from contracts.evidence import EvidenceLevel, EvidenceVerdict
 from contracts.evidence import verify_evidence as _verify_evidence
+from contracts.head_note import head_digest, parse_head
 from contracts.heads import FoldProof
 from contracts.hops import MAX_HOP_BYTES
 from contracts.identity import load_identity
 from contracts.signed import parse_statement
-from contracts.statements import Commitment, Head
+from contracts.statements import Commitment
 from nodes import wire
 from nodes.app import RunningNode, load_or_create_identity, start_node
 from nodes.auth import ControlCredentials
@@ -315,7 +315,7 @@ def _encode(delivery: Delivery) -> bytes:
 
 def _origins(delivery: Delivery) -> tuple[str, ...]:
     """The origins the statements name (parsed; the receiving node verifies them)."""
-    found = [parse_statement(h, Head).statement.origin for h in delivery.heads]
+    found = [parse_head(h).statement.origin for h in delivery.heads]
     found += [parse_statement(c, Commitment).statement.origin for c in delivery.commitments]
     return tuple(dict.fromkeys(found))
 
@@ -344,7 +344,7 @@ def _decode(data: bytes) -> Value:
         msg.ParseFromString(data)
         delivery = wire.delivery_from_pb(msg)
         value = _value(delivery, data)
-        carried = {Envelope.from_bytes(h).digest for h in delivery.heads}
+        carried = {head_digest(h) for h in delivery.heads}
         proven_under = [FoldProof.from_bytes(p).head for p in delivery.fold_proofs]
     except ContractError as exc:
         raise MalformedValue(f"value: {exc}") from exc

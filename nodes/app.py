@@ -87,8 +87,7 @@ def check_port_free(listen: str) -> None:
             sock.bind((host, port))
         except OSError as exc:
             raise PortBusy(
-                f"cannot listen on {listen}: {exc.strerror or exc} (is another node running"
-                " there?)"
+                f"cannot listen on {listen}: {exc.strerror or exc} (is another node running there?)"
             ) from None
 
 

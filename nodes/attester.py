@@ -62,11 +62,12 @@ from contracts.attest import (
 )
 from contracts.envelope import sign_envelope
 from contracts.errors import ContractError
+from contracts.head_note import open_head
 from contracts.heads import FoldProof, verify_fold
 from contracts.identity import Identity
 from contracts.serve import build_demand
 from contracts.signed import Signed, open_statement
-from contracts.statements import Attestation, Axis, Commitment, Head, Obligation
+from contracts.statements import Attestation, Axis, Commitment, Obligation
 from nodes.errors import MalformedRequest, RequestTooLarge
 
 __all__ = [
@@ -140,7 +141,7 @@ class FoldBytes:
             c = open_statement(self.commitment, Commitment)
             return c, open_statement(self.obligation, Obligation, signer=c.signer), None
         proof = FoldProof.from_bytes(self.commitment)
-        fold = verify_fold(proof, open_statement(self.obligation, Head))
+        fold = verify_fold(proof, open_head(self.obligation))
         return fold.commitment, fold.obligation, proof
 
 
@@ -411,8 +412,8 @@ def leaf0_demand(
     identity: Identity, proof: RehydrationProof, now_ms: int
 ) -> tuple[Signed[Obligation], bytes]:
     """A demand of leaf 0 only under a proof's obligation (head form: its head)."""
-    if proof.fold is None:
+    if proof.fold is None or not isinstance(proof.obligation, bytes):
         obligation = open_statement(proof.obligation, Obligation)
     else:
-        obligation = verify_fold(proof.fold, open_statement(proof.obligation, Head)).obligation
+        obligation = verify_fold(proof.fold, open_head(proof.obligation)).obligation
     return obligation, build_demand(identity, obligation, now=now_ms, leaves=[0]).to_bytes()

@@ -356,9 +356,7 @@ class _SignUnary(_UU):
     async def intercept_unary_unary(
         self, continuation: Callable[..., Any], client_call_details: Any, request: Any
     ) -> Any:
-        return await continuation(
-            await self._signer.details(client_call_details, request), request
-        )
+        return await continuation(await self._signer.details(client_call_details, request), request)
 
 
 class _SignStream(_US):
@@ -368,9 +366,7 @@ class _SignStream(_US):
     async def intercept_unary_stream(
         self, continuation: Callable[..., Any], client_call_details: Any, request: Any
     ) -> Any:
-        return await continuation(
-            await self._signer.details(client_call_details, request), request
-        )
+        return await continuation(await self._signer.details(client_call_details, request), request)
 
 
 def control_channel(
@@ -449,8 +445,8 @@ class ControlAuth:
         self._skew_ms = int(skew_s * 1000)
         self._max = max_nonces
         self._max_per_key = max_nonces_per_key
-        self.replay = replay if replay is not None else ControlReplay(
-            None, 2 * self._skew_ms, clock=clock
+        self.replay = (
+            replay if replay is not None else ControlReplay(None, 2 * self._skew_ms, clock=clock)
         )
         # (key, nonce) → (forget at ms, known): in order of forgetting.
         self._nonces: OrderedDict[tuple[str, str], tuple[int, bool]] = OrderedDict()

@@ -67,6 +67,7 @@ from contracts.evidence import (
     unanswered_evidence,
     verify_evidence,
 )
+from contracts.head_note import SignedHead, is_head_note, open_head
 from contracts.heads import FoldProof, HeadCache, VerifiedFold, verify_fold
 from contracts.identity import Identity
 from contracts.lazy import (
@@ -81,13 +82,11 @@ from contracts.signed import Signed, open_statement, parse_statement, sign_state
 from contracts.statements import (
     Commitment,
     Demand,
-    Head,
     Obligation,
     Receipt,
     ReceiptStatus,
     WitnessOutcome,
     WitnessReport,
-    payload_type_for,
 )
 from nodes._disk import disk_full, is_disk_full
 from nodes.errors import ClockSkew, MalformedRequest, PromiseOutOfRange
@@ -913,11 +912,11 @@ class Holder:
         return Outcome.EXPIRED
 
     @staticmethod
-    def _split_view(ours: Signed[Head], theirs: bytes, reported_at: int) -> Evidence | None:
+    def _split_view(ours: SignedHead, theirs: bytes, reported_at: int) -> Evidence | None:
         if not theirs:
             return None
         try:
-            other = open_statement(theirs, Head, signer=ours.statement.origin)
+            other = open_head(theirs, origin=ours.statement.origin)
         except ContractError:
             return None
         if other.digest == ours.digest or other.statement.log_key != ours.statement.log_key:
@@ -1314,7 +1313,7 @@ def _challenged(
 ) -> tuple[Signed[Commitment], Signed[Obligation]]:
     """The statements a challenge names: a commitment + obligation pair, or (head form)
     a fold proof + the signed head, read as the fold's stand-ins."""
-    if Envelope.from_bytes(obligation).payload_type == payload_type_for(Head.KIND):
+    if is_head_note(obligation):
         head = HeadCache().verify(obligation, now=now_ms)
         fold = verify_fold(FoldProof.from_bytes(commitment), head)
         return fold.commitment, fold.obligation

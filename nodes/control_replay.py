@@ -258,9 +258,7 @@ class ControlReplay:
         """
         limit_s = (CONTROL_FLOOR_LEASE_MS + CONTROL_FUTURE_SLACK_MS) / 1000 + 0.25
         give_up = time.monotonic() + limit_s
-        while (
-            self.restart_floor_ms > int(self._clock() * 1000) and time.monotonic() < give_up
-        ):
+        while self.restart_floor_ms > int(self._clock() * 1000) and time.monotonic() < give_up:
             ahead_s = (self.restart_floor_ms - int(self._clock() * 1000)) / 1000
             await asyncio.sleep(min(0.05, max(0.001, ahead_s)))
         now_ms = int(self._clock() * 1000)

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, assert_never
 
 import structlog
 
+from contracts.head_note import SignedHead
 from contracts.heads import FoldProof, FoldRecord, build_head, verify_fold
 from contracts.identity import Identity
 from contracts.merkle import MerkleTree, leaf_hash, merkle_root
@@ -58,7 +59,6 @@ from contracts.signed import Signed, sign_statement
 from contracts.statements import (
     Commitment,
     Demand,
-    Head,
     Obligation,
     Receipt,
     ReceiptStatus,
@@ -149,7 +149,7 @@ class Behaviour:
 
     def after_compaction(
         self,
-        head: Signed[Head],
+        head: SignedHead,
         records: Sequence[bytes],
         folds: Sequence[CompactionInput],
     ) -> None:
@@ -297,7 +297,7 @@ class Equivocate(Behaviour):
 
     def after_compaction(
         self,
-        head: Signed[Head],
+        head: SignedHead,
         records: Sequence[bytes],
         folds: Sequence[CompactionInput],
     ) -> None:

@@ -107,9 +107,7 @@ class NodeLogger:
 
     def _logger(self) -> Any:
         key, old = _config_key(), self._key
-        if not (
-            key[0] is old[0] and key[1] is old[1] and key[2] is old[2] and key[3] is old[3]
-        ):
+        if not (key[0] is old[0] and key[1] is old[1] and key[2] is old[2] and key[3] is old[3]):
             self._bound = structlog.get_logger(module=self._name).bind()
             self._check = getattr(self._bound, "is_enabled_for", None)
             self._key = key

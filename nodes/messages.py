@@ -63,15 +63,10 @@ class Delivery:
 
     Per-fold form: ``commitments`` and ``obligations`` (same order). Head
     form: ``fold_proofs`` (:class:`contracts.heads.FoldProof` JSON, each
-    naming its head by digest) and ``heads``, the signed head envelopes the
-    receiver is not known to hold already (a head it verified before travels
-    as the digest in the fold proof only). A value may carry both forms.
-
-    ``key_id_origins``: origins whose key the receiver is known to hold (it
-    acknowledged a head of theirs); a head of one of them names its origin on
-    the wire by key id (:func:`contracts.heads.key_id`) instead of the full
-    key, and the receiver resolves it among the keys it holds
-    (:mod:`nodes.wire`, wire version 3). The heads themselves are the same.
+    naming its head by digest) and ``heads``, the signed head notes
+    (:mod:`contracts.head_note`, bytes as signed) the receiver is not known to
+    hold already (a head it verified before travels as the digest in the fold
+    proof only). A value may carry both forms.
     """
 
     value_ref: str
@@ -81,7 +76,6 @@ class Delivery:
     sender: str = ""
     fold_proofs: tuple[bytes, ...] = ()
     heads: tuple[bytes, ...] = ()
-    key_id_origins: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:

@@ -97,7 +97,7 @@ async def restore(
                     )
                     if fold is None
                     else RehydrationProof.under_head(
-                        head=Envelope.from_bytes(f.obligation),
+                        head=f.obligation,
                         fold=fold,
                         demand=d,
                         receipt=receipt,

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from contracts.envelope import Envelope
 from contracts.errors import ContractError
 from contracts.evidence import Evidence
 from contracts.heads import FoldProof
@@ -63,11 +64,11 @@ def _statements(record: EvidenceRecord) -> tuple[bytes, bytes]:
     """(commitment, obligation) as a witness is given them: a per-fold record's own
     envelopes, or (head-bound) the fold proof and the signed head."""
     e = Evidence.from_bytes(record.body)
-    if e.obligation is not None:
+    if e.obligation is not None and isinstance(e.commitment, Envelope):
         return e.commitment.to_bytes(), e.obligation.to_bytes()
-    if e.proof is None:
+    if e.proof is None or not isinstance(e.commitment, bytes):
         raise ContractError(f"suspicion {record.digest[:16]}… names no obligation")
-    return FoldProof.from_json(e.proof).to_bytes(), e.commitment.to_bytes()
+    return FoldProof.from_json(e.proof).to_bytes(), e.commitment
 
 
 class Retester(PeriodicTask):
@@ -142,9 +143,7 @@ class Retester(PeriodicTask):
         if not result.receipt:
             _log.info("suspicion_retested", evidence=record.digest[:16], answered=False)
             return False
-        cleared = await core.clear_suspicions(
-            record.accused, result.receipt, result.witness_demand
-        )
+        cleared = await core.clear_suspicions(record.accused, result.receipt, result.witness_demand)
         self.cleared += cleared
         _log.info("suspicion_retested", evidence=record.digest[:16], answered=True, cleared=cleared)
         return cleared > 0

@@ -205,9 +205,7 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
     add_services(core, methods)  # type: ignore[arg-type]  # it has what registration uses
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, methods)
-    _add_reflection(
-        (*SERVICE_NAMES, HEALTH_SERVICE, REFLECTION_V1ALPHA, REFLECTION_V1), methods
-    )
+    _add_reflection((*SERVICE_NAMES, HEALTH_SERVICE, REFLECTION_V1ALPHA, REFLECTION_V1), methods)
     table = requests.handler(methods)
     server = grpc.aio.server(
         handlers=[table],

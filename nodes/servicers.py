@@ -155,7 +155,7 @@ class Deliver(deliver_pb2_grpc.DeliverServicer):
         if not request.HasField("value"):
             raise MalformedRequest("deliver: no value given")
         sender = _authorised_sender(self.core, request.sender)
-        delivery = wire.delivery_from_pb(request.value, sender, self.core.origin_for_key_id)
+        delivery = wire.delivery_from_pb(request.value, sender)
         del request  # the parsed message holds a second copy of the value
         # The receipt's digest of a large value is computed in a worker thread
         # (hashlib releases the GIL), not on the event loop demands are served on.

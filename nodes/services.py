@@ -42,9 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import errno
-import functools
 import gc
 import os
 import time
@@ -79,6 +77,7 @@ from contracts.evidence import (
     verify_clearing,
     verify_evidence,
 )
+from contracts.head_note import SignedHead, open_head
 from contracts.heads import (
     FoldInput,
     FoldProof,
@@ -86,7 +85,6 @@ from contracts.heads import (
     HeadCache,
     HeadLog,
     VerifiedFold,
-    key_id,
     verify_fold,
 )
 from contracts.hops import MAX_HOP_BYTES, hop_bytes
@@ -149,6 +147,7 @@ from nodes.attester import (
 )
 from nodes.client import HeldFold, Holder
 from nodes.config import NodeConfig
+from nodes.elision import HeadElision
 from nodes.errors import (
     ClockSkew,
     DemandPredatesRestart,
@@ -413,21 +412,6 @@ def _held_fold(fold: VerifiedFold, proof: bytes, head: bytes) -> HeldFold:
     return HeldFold(fold.commitment, fold.obligation, proof, head, fold)
 
 
-@functools.lru_cache(maxsize=4096)
-def _envelope_digest(data: bytes) -> str:
-    """Digest of an envelope as sent (the digest statements name it by).
-
-    Memoised by the exact bytes (a head travels, or is elided, on every
-    delivery of every value folded under it)."""
-    return Envelope.from_bytes(data).digest
-
-
-@functools.lru_cache(maxsize=4096)
-def _head_origin(data: bytes) -> str:
-    """The origin a head envelope is signed by (its one signature's key id)."""
-    return Envelope.from_bytes(data).signatures[0].keyid
-
-
 def _held_size(value: HeldValue) -> int:
     d = value.delivery
     return len(d.value) + sum(map(len, d.commitments)) + sum(map(len, d.obligations))
@@ -515,7 +499,7 @@ class NodeCore:
         self._held: HeldValues[HeldValue] = HeldValues(
             max_values=MAX_HELD_VALUES, max_bytes=MAX_HELD_BYTES, on_evict=self._evicted
         )
-        self._cache: OrderedDict[tuple[str, bytes], Signed[Any]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, bytes], Signed[Any] | SignedHead] = OrderedDict()
         # (commitment, obligation) digests already checked for equivocation and kept
         # in the store: delivered again (every decision re-delivers a value's
         # statements), they need neither the check nor the no-op write again.
@@ -578,8 +562,7 @@ class NodeCore:
         # their origins (a peer holds their keys: named by key id after).
         self._head_log: HeadLog | None = None
         self.heads = HeadCache()
-        self._heads_acked: set[tuple[str, str]] = set()
-        self._origins_acked: set[tuple[str, str]] = set()
+        self._elision = HeadElision()
 
     @classmethod
     async def open(
@@ -612,9 +595,7 @@ class NodeCore:
         except BaseException:
             await store.close()
             raise
-        log.info(
-            "store_checked", hops=checked.hops, folds=checked.folds, seconds=checked.seconds
-        )
+        log.info("store_checked", hops=checked.hops, folds=checked.folds, seconds=checked.seconds)
         if not floor_path.exists():
             # Made now, at its fixed width, so a disk that fills later still has
             # its block to overwrite (see _write_floor).
@@ -723,7 +704,7 @@ class NodeCore:
         """``open_statement`` with a cache keyed by the exact bytes (statements are immutable)."""
         key = (cls.KIND.value, data)
         hit = self._cache.get(key)
-        if hit is not None:
+        if isinstance(hit, Signed):
             self._cache.move_to_end(key)
             if signer is None or hit.signer == signer:
                 return hit
@@ -732,6 +713,19 @@ class NodeCore:
         if len(self._cache) > _STATEMENT_CACHE:
             self._cache.popitem(last=False)
         return signed
+
+    def _open_own_head(self, note: bytes) -> SignedHead:
+        """One of this node's heads as stored: verified once, then cached by its bytes."""
+        key = (Head.KIND.value, note)
+        hit = self._cache.get(key)
+        if isinstance(hit, SignedHead):
+            self._cache.move_to_end(key)
+            return hit
+        head = open_head(note, origin=self.node_id)
+        self._cache[key] = head
+        if len(self._cache) > _STATEMENT_CACHE:
+            self._cache.popitem(last=False)
+        return head
 
     # ----------------------------------------------------------------- hop log
 
@@ -997,7 +991,7 @@ class NodeCore:
         deadline = deadline_ms or self.config.deadline_ms
         issued = _ms(self.clock())
         pending = self.store.provenance_pending
-        made: list[tuple[Signed[Head], dict[str, FoldProof]]] = []
+        made: list[tuple[SignedHead, dict[str, FoldProof]]] = []
         #: the exact bytes each fold's root was computed over (durable folds only)
         signed_leaves: dict[str, tuple[bytes, ...]] = {}
 
@@ -1043,7 +1037,7 @@ class NodeCore:
             raise
         head, proofs = made[-1]
         # Our own head and folds, committed just now: served from memory, no re-verification.
-        self._cache[(Head.KIND.value, signed.head_envelope)] = head
+        self._cache[(Head.KIND.value, signed.head_note)] = head
         for (ref, _, _), fold_row in zip(wanted, signed.folds, strict=True):
             verified = verify_fold(proofs[ref], head)
             self._own[_own_key(head.digest, fold_row.leaf_hash)] = _Own(
@@ -1055,9 +1049,7 @@ class NodeCore:
                 # first demand for this fold is served from memory, not read back.
                 self._keep_leaves(verified.commitment.digest, leaves)
         self.behaviour.after_compaction(head, [f.record for f in signed.folds], inputs)
-        out = CommittedCompaction(
-            signed.head_envelope, tuple(f.proof for f in signed.folds), pending
-        )
+        out = CommittedCompaction(signed.head_note, tuple(f.proof for f in signed.folds), pending)
         for (ref, _, value), fold in zip(wanted, signed.folds, strict=True):
             if value:
                 verified = verify_fold(proofs[ref], head)
@@ -1127,7 +1119,7 @@ class NodeCore:
         row = await self.store.head_fold(head_digest, leaf)
         if row is None:
             return None
-        head = self.open_cached(row.head_envelope, Head, signer=self.node_id)
+        head = self._open_own_head(row.head_note)
         fold = verify_fold(FoldProof.from_bytes(row.proof), head)
         own = _Own(fold.obligation, fold.commitment, b"", fold)
         self._own[_own_key(row.head_digest, row.leaf_hash)] = own
@@ -1370,9 +1362,7 @@ class NodeCore:
             owns.append(own)
             if own.fold is None or own.obligation.statement.holder is not None:
                 bearer = False
-        unsigned_ok = not holder_signature_decides(
-            batch.time, now_ms, bearer_under_own_head=bearer
-        )
+        unsigned_ok = not holder_signature_decides(batch.time, now_ms, bearer_under_own_head=bearer)
         if not unsigned_ok:
             self._refuse_below_floors(demands[0].statement, envelope.digest)
             self.bump(DEMAND_VERIFICATIONS)
@@ -1960,11 +1950,7 @@ class NodeCore:
                 f"deliver {delivery.value_ref}: {len(delivery.heads)} heads for"
                 f" {len(delivery.fold_proofs)} fold proofs"
             )
-        for origin in delivery.key_id_origins:
-            # (what the wire decoder resolved; checked here for every transport)
-            if self.origin_for_key_id(key_id(origin)) != origin:
-                raise UnknownCommitment(f"deliver: key id of {origin[:16]}… names another key")
-        heads: dict[str, Signed[Head]] = {}
+        heads: dict[str, SignedHead] = {}
         for data in delivery.heads:
             known = self.heads.verify(data, now=now_ms)
             heads[known.digest] = known
@@ -1995,7 +1981,7 @@ class NodeCore:
             held.append(held_fold)
         return tuple(held)
 
-    async def _check_split_view(self, head: Signed[Head]) -> None:
+    async def _check_split_view(self, head: SignedHead) -> None:
         """Two heads of one compaction slot with different trees: split-view evidence."""
         other = self.heads.conflicting(head)
         if other is None:
@@ -2127,69 +2113,12 @@ class NodeCore:
         digest: a head it lists is held verified there, so later deliveries to
         that address carry the fold proof (which names the head) without the
         head. A peer that no longer holds it answers ``NOT_FOUND``; the
-        delivery is then repeated once with every head.
+        delivery is then repeated once with every head
+        (:class:`nodes.elision.HeadElision`).
         """
-        elided = tuple(
-            h for h in delivery.heads if (address, _envelope_digest(h)) in self._heads_acked
+        return await self._elision.send(
+            self.transport.deliver, address, delivery, timeout, signer=signer
         )
-        travelling = tuple(h for h in delivery.heads if h not in elided)
-        # A head that travels names an origin other than the sender by key id
-        # when the peer acknowledged a head of that origin (it holds the key).
-        keyed = tuple(
-            dict.fromkeys(
-                o
-                for o in map(_head_origin, travelling)
-                if o != delivery.sender and (address, o) in self._origins_acked
-            )
-        )
-        full = (
-            delivery
-            if not delivery.key_id_origins
-            else dataclasses.replace(delivery, key_id_origins=())
-        )
-        outgoing = full
-        if elided or keyed:
-            outgoing = dataclasses.replace(delivery, heads=travelling, key_id_origins=keyed)
-        try:
-            data = await self.transport.deliver(address, outgoing, timeout)
-        except CallFailed as exc:
-            if not (elided or keyed) or exc.code != "NOT_FOUND":
-                raise
-            # The peer no longer holds a head or a key (a restart; its caches are
-            # in memory): once more with every head, each naming its origin in full.
-            for h in elided:
-                self._heads_acked.discard((address, _envelope_digest(h)))
-            for o in keyed:
-                self._origins_acked.discard((address, o))
-            data = await self.transport.deliver(address, full, timeout)
-            outgoing = full
-        # The receipt decides nothing here (design, "Verify where it carries
-        # information"): the heads it lists only travel as digests next time, and
-        # a peer that does not hold one answers NOT_FOUND and gets every head.
-        receipt = parse_statement(data, DeliveryReceipt, signer=signer)
-        sent = {_envelope_digest(h): h for h in delivery.heads}
-        for digest in receipt.statement.obligations:
-            head = sent.get(digest)
-            if head is not None and (address, digest) not in self._heads_acked:
-                # (a head acknowledged before had its origin recorded then)
-                self._heads_acked.add((address, digest))
-                self._origins_acked.add((address, _head_origin(head)))
-        return data, receipt, outgoing
-
-    def origin_for_key_id(self, kid: bytes) -> str:
-        """The origin a delivered head names by key id: the one key with that id among
-        the heads this node holds verified (:meth:`contracts.heads.HeadCache.origin_for_key_id`).
-
-        ``NOT_FOUND`` when none or several do: the sender then repeats the
-        delivery with the origin's full key (:meth:`send`).
-        """
-        origin = self.heads.origin_for_key_id(kid)
-        if origin is None:
-            raise UnknownCommitment(
-                f"deliver: a head names its origin by key id {kid.hex()}, which names no"
-                " single key held here; send the origin"
-            )
-        return origin
 
     def _timeout(self, deadline: float | None, default: float) -> float:
         if deadline is None:

@@ -65,10 +65,9 @@ from typing import Any, Final, assert_never
 import aiosqlite
 
 from contracts.canonical import sha256_hex
+from contracts.head_note import parse_head
 from contracts.heads import batch_record
 from contracts.rules import expired
-from contracts.signed import parse_statement
-from contracts.statements import Head
 from nodes._disk import disk_full, is_disk_full
 from nodes._disk import reporter as _disk_reporter
 from nodes._store_conn import Cursor, Db, InLoopConnection
@@ -292,7 +291,7 @@ class SignedCompaction:
     """The signer's answer for a compaction: ONE signed head and a fold per draft."""
 
     head_digest: str
-    head_envelope: bytes
+    head_note: bytes
     seq: int
     serve_until_ms: int
     folds: tuple[SignedHeadFold, ...]
@@ -300,10 +299,10 @@ class SignedCompaction:
 
 @dataclass(frozen=True, slots=True)
 class HeadFoldRecord:
-    """A stored own fold under a head: the head envelope, the fold proof, the record."""
+    """A stored own fold under a head: the head note, the fold proof, the record."""
 
     head_digest: str
-    head_envelope: bytes
+    head_note: bytes
     leaf_hash: str
     proof: bytes
     binding: str
@@ -620,9 +619,7 @@ class HopStore:
         return store
 
     @staticmethod
-    async def _init_schema(
-        db: Db, path: Path, origin: str | None
-    ) -> tuple[str, str]:
+    async def _init_schema(db: Db, path: Path, origin: str | None) -> tuple[str, str]:
         await db.execute("BEGIN IMMEDIATE")
         try:
             # Read the version before creating anything: a log written by
@@ -1087,7 +1084,7 @@ class HopStore:
                     epoch,
                     signed.seq,
                     signed.serve_until_ms,
-                    signed.head_envelope,
+                    signed.head_note,
                     now_ms,
                 ),
             )
@@ -1122,7 +1119,7 @@ class HopStore:
                 await db.execute(
                     "INSERT INTO obligations (digest, commitment_digest, serve_until, envelope,"
                     " local, created_at) VALUES (?, ?, ?, ?, 1, ?)",
-                    (binding, fold.leaf_hash, signed.serve_until_ms, signed.head_envelope, now_ms),
+                    (binding, fold.leaf_hash, signed.serve_until_ms, signed.head_note, now_ms),
                 )
                 await db.execute(
                     "INSERT INTO head_folds (head_digest, leaf_hash, binding, proof)"
@@ -1177,7 +1174,7 @@ class HopStore:
             )
         batches: list[bytes] = []
         for (envelope,) in heads:
-            head = parse_statement(bytes(envelope), Head).statement  # our own, stored signed
+            head = parse_head(bytes(envelope)).statement  # our own, stored signed
             batches.append(batch_record(head.size, head.root))
         last = {str(ref): bytes(record) for ref, record in records}
         return batches, last
@@ -1486,9 +1483,7 @@ class HopStore:
         )
         return self._fold_from_row(rows[0]) if rows else None
 
-    async def _obligations(
-        self, db: Db, commitment_digest: str
-    ) -> tuple[ObligationRecord, ...]:
+    async def _obligations(self, db: Db, commitment_digest: str) -> tuple[ObligationRecord, ...]:
         rows = await db.execute_fetchall(
             "SELECT digest, commitment_digest, serve_until, envelope, local FROM obligations"
             " WHERE commitment_digest = ? ORDER BY serve_until DESC",
@@ -1641,9 +1636,7 @@ class HopStore:
         )
         return cursor.rowcount == 1
 
-    async def _insert_obligation(
-        self, db: Db, o: ObligationRecord, now_ms: int
-    ) -> bool:
+    async def _insert_obligation(self, db: Db, o: ObligationRecord, now_ms: int) -> bool:
         fold = await self._fold(db, o.commitment_digest)
         if fold is None:
             raise UnknownCommitment(

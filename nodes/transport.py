@@ -420,9 +420,7 @@ class GrpcTransport:
         """``Attest.Request`` on an attester (signed with this transport's credentials)."""
         stub = wire.attest_stub(self.channel(address))
         request = wire.attest_request(ask)
-        metadata = self._metadata(
-            _ATTEST_REQUEST, request, await self._target(address, timeout)
-        )
+        metadata = self._metadata(_ATTEST_REQUEST, request, await self._target(address, timeout))
         reply = await self._signed_call(
             address, stub.Request(request, timeout=timeout, metadata=metadata)
         )

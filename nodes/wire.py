@@ -5,16 +5,14 @@ Generated code (:mod:`nodes._pb`) is imported here and by the servicers
 other module — transport, client, node core, cluster tools, the harness —
 speaks :mod:`nodes.messages` and calls this module to cross the wire.
 
-Conversions go both ways. Hop bytes and the envelopes of demands, receipts,
-delivery receipts, attestations and witness reports are copied into and out of
-``bytes`` fields verbatim. Heads and fold proofs are not: a sender takes a head
-envelope apart into its binary fields (``HeadFields``, or the packed byte string
-of :data:`WIRE_VERSION` 4) and a fold proof into its record, chain and audit path,
-leaving out what the receiver can imply; the receiver rebuilds the canonical
-payload and the envelope from those fields (:func:`signed_head_from_pb`,
-:func:`fold_proof_from_pb`) and the signature is checked over the rebuilt bytes,
-so a field rebuilt wrong fails verification. A head whose payload does not
-rebuild from its fields travels as its signed payload bytes instead.
+Conversions go both ways. Hop bytes, the envelopes of demands, receipts,
+delivery receipts, attestations and witness reports, and heads (C2SP
+tlog-checkpoint signed notes, :mod:`contracts.head_note`) are copied into and
+out of ``bytes`` fields verbatim: what is verified is what was signed, and
+nothing is rebuilt. Fold proofs, which are unsigned, travel as their record,
+chain and audit path (:func:`fold_proof_to_pb`, :func:`fold_proof_from_pb`),
+leaving out what the receiver can imply; a proof rebuilt wrong misses the
+signed root it is checked against.
 
 **Message size** has one definition, :func:`message_size`: the protobuf
 encoding of the message gRPC carries for a call (without HTTP/2 framing) —
@@ -29,30 +27,18 @@ encodes, and what actually crossed the wire for one that is not.
 from __future__ import annotations
 
 import functools
-import ipaddress
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from contracts._fields import is_digest
 from contracts.attest import RehydrationProof
-from contracts.canonical import canonical_bytes, parse_json_object
-from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeSignature
 from contracts.errors import EncodingError
-from contracts.heads import (
-    KEY_ID_BYTES,
-    MAX_CHAIN,
-    FoldProof,
-    FoldRecord,
-    batch_record,
-    key_id,
-)
-from contracts.merkle import leaf_hash, root_from_inclusion
-from contracts.statements import Axis, Head, StatementKind, payload_type_for
+from contracts.head_note import head_digest
+from contracts.heads import MAX_CHAIN, FoldProof, FoldRecord
+from contracts.statements import Axis
 from nodes._pb.provnet.v1 import (
     attest_pb2,
     attest_pb2_grpc,
@@ -170,7 +156,6 @@ __all__ = [
     "node_info_from_pb",
     "node_stub",
     "pack_fold_proof",
-    "pack_head",
     "read_counters",
     "receipt_chunk",
     "receipt_chunk_size",
@@ -184,8 +169,6 @@ __all__ = [
     "restore_response",
     "restore_result_from_pb",
     "serve_stub",
-    "signed_head_from_pb",
-    "signed_head_to_pb",
     "stats_request",
     "stats_response",
     "stream_answer_size",
@@ -193,26 +176,13 @@ __all__ = [
     "stream_request_size",
     "submit_attestation_request",
     "unpack_fold_proof",
-    "unpack_head",
 ]
 
-#: Version of the compact head encoding a sender emits (``HeadFields``, common.proto):
-#: 1 spelled every field out; 2 leaves out the origin when it is the sender, and sends
-#: the epoch, serving term, endpoints and a first head's log root in the forms the
-#: receiver rebuilds exactly; 3 names an origin that is not the sender by its key id
-#: when the receiver holds its key (a forwarded head); 4 sends each head and each fold
-#: proof as one packed byte string (:func:`pack_head`, :func:`pack_fold_proof`) instead
-#: of a protobuf message of fields, and whole seconds as seconds. A receiver reads every
-#: version (tests/nodes/vectors).
-WIRE_VERSION = 4
-
-#: Resolves a key id to the one origin whose key the receiver holds; raises when it
-#: holds none or several (:meth:`nodes.services.NodeCore.origin_for_key_id`).
-OriginForKeyId = Callable[[bytes], str]
-
-
-def _no_keys_held(kid: bytes) -> str:
-    raise EncodingError(f"head: origin named by key id {kid.hex()}, and this decoder holds no keys")
+#: Version of the delivery encoding (common.proto ``DeliveredValue``): 5 carries each
+#: head as its C2SP checkpoint note, verbatim (``heads``), and each fold proof as one
+#: packed byte string (:func:`pack_fold_proof`). Versions 1-4 took heads apart into
+#: fields and rebuilt their signed payloads; they are not read.
+WIRE_VERSION = 5
 
 
 def message_size(message: Message) -> int:
@@ -224,76 +194,37 @@ def message_size(message: Message) -> int:
 
 
 def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
-    """A delivery in binary, compact: a fold proof naming a head of the same delivery
-    names it by position (``head_part``) and that head travels without its root, and
-    without its origin when the origin is the delivery's sender (with its origin's
-    key id when the origin is one of ``delivery.key_id_origins``); each fold proof and
-    head as one packed byte string (:data:`WIRE_VERSION` 4, :func:`pack_head`)."""
-    parts = {Envelope.from_bytes(h).digest: i + 1 for i, h in enumerate(delivery.heads)}
+    """A delivery in binary: its heads verbatim; a fold proof naming a head of the same
+    delivery names it by position (``head_part``); each fold proof as one packed byte
+    string (:func:`pack_fold_proof`)."""
+    parts = {head_digest(h): i + 1 for i, h in enumerate(delivery.heads)}
     proofs = [fold_proof_to_pb(p, delivery.value_ref, parts) for p in delivery.fold_proofs]
-    derivable = {p.head_part for p in proofs if p.head_part}
-    heads = [
-        signed_head_to_pb(
-            h,
-            omit_root=i + 1 in derivable,
-            sender=delivery.sender,
-            key_id_origins=delivery.key_id_origins,
-        )
-        for i, h in enumerate(delivery.heads)
-    ]
     msg = common_pb2.DeliveredValue(
         value_ref=delivery.value_ref,
         value=delivery.value,
         commitments=list(delivery.commitments),
         obligations=list(delivery.obligations),
+        heads=list(delivery.heads),
     )
-    # wire version 4: packed, unless one of them has no packed form (a head whose
-    # payload travels as signed); then that list goes as messages (version 3)
+    # packed, unless one of them has no packed form; then the list goes as messages
     packed_proofs = [pack_fold_proof(p) for p in proofs]
-    packed_heads = [pack_head(h) for h in heads]
     if all(p is not None for p in packed_proofs):
         msg.packed_fold_proofs.extend(p for p in packed_proofs if p is not None)
     else:
         msg.fold_proofs.extend(proofs)
-    if all(h is not None for h in packed_heads):
-        msg.packed_heads.extend(h for h in packed_heads if h is not None)
-    else:
-        msg.heads.extend(heads)
     return msg
 
 
-def delivery_from_pb(
-    msg: common_pb2.DeliveredValue,
-    sender: str = "",
-    origin_for_key_id: OriginForKeyId = _no_keys_held,
-) -> Delivery:
+def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delivery:
     """The delivery a :func:`delivered_value` message carries; ``sender`` is the
-    request's sender, the origin of a head that leaves its origin out;
-    ``origin_for_key_id`` names the origin of a head that names it by key id
-    (the receiver's held keys; it raises for an id it cannot resolve)."""
+    request's sender. Heads are taken as they came (verified by the receiver)."""
     value_ref = str(msg.value_ref)
     if msg.fold_proofs and msg.packed_fold_proofs:
         raise EncodingError("delivery: fold_proofs and packed_fold_proofs are exclusive")
-    if msg.heads and msg.packed_heads:
-        raise EncodingError("delivery: heads and packed_heads are exclusive")
     proof_msgs = list(msg.fold_proofs) or [unpack_fold_proof(p) for p in msg.packed_fold_proofs]
-    head_msgs = list(msg.heads) or [unpack_head(h) for h in msg.packed_heads]
     parts = [_proof_parts(p, value_ref) for p in proof_msgs]
-    heads: list[bytes] = []
-    keyed: list[str] = []
-    for i, h in enumerate(head_msgs):
-        root = None
-        if h.HasField("fields") and not h.fields.root:
-            # (the root this head signs is the one its fold proof implies)
-            first = next((q for q in parts if q.head_part == i + 1), None)
-            if first is None:
-                raise EncodingError(f"head {i + 1}: no root, and no fold proof names it")
-            root = first.implied_root(h.fields.size)
-        head = signed_head_from_pb(h, root=root, sender=sender, origin_for_key_id=origin_for_key_id)
-        heads.append(head)
-        if h.HasField("fields") and len(h.fields.origin) == KEY_ID_BYTES:
-            keyed.append(Envelope.from_bytes(head).signatures[0].keyid)
-    digests = [Envelope.from_bytes(h).digest for h in heads]
+    heads = tuple(bytes(h) for h in msg.heads)
+    digests = [head_digest(h) for h in heads]
     return Delivery(
         value_ref=value_ref,
         value=bytes(msg.value),
@@ -301,234 +232,8 @@ def delivery_from_pb(
         obligations=tuple(bytes(o) for o in msg.obligations),
         sender=sender,
         fold_proofs=tuple(q.to_bytes(digests) for q in parts),
-        heads=tuple(heads),
-        key_id_origins=tuple(dict.fromkeys(keyed)),
+        heads=heads,
     )
-
-
-_HEAD_TYPE = payload_type_for(StatementKind.HEAD)
-
-
-def signed_head_to_pb(
-    envelope: bytes,
-    *,
-    omit_root: bool = False,
-    sender: str = "",
-    key_id_origins: Sequence[str] = (),
-) -> common_pb2.SignedHead:
-    """A head envelope as its parts: the payload's fields in binary and the raw signature.
-
-    The compact form (``fields``) is sent whenever rebuilding the payload from
-    the fields gives the signed bytes back (always, for a head an origin
-    signed with :func:`contracts.signed.sign_statement`); otherwise the
-    payload bytes travel as signed. ``omit_root``: a fold proof travelling
-    with the head implies its root (:func:`delivered_value`). ``sender``: the
-    node id the request names as sender; a head of that origin leaves its
-    origin out. ``key_id_origins``: origins whose key the receiver holds; a
-    head of one of them (not the sender) names its origin by key id
-    (:data:`WIRE_VERSION` 3). Every other field takes its shortest form that
-    rebuilds to the same value (:data:`WIRE_VERSION` 2, common.proto
-    ``HeadFields``).
-    """
-    env = Envelope.from_bytes(envelope)
-    if env.payload_type != _HEAD_TYPE or len(env.signatures) != 1:
-        raise EncodingError(f"head: expected one signature over a {_HEAD_TYPE} payload")
-    signature = env.signatures[0].sig
-    try:
-        head: Head | None = Head.from_json(parse_json_object(env.payload, what="head payload"))
-    except (EncodingError, ValueError):
-        head = None
-    if head is not None and canonical_bytes(head.to_json()) == env.payload:
-        fields = _head_fields(
-            head, omit_root=omit_root, sender=sender, key_id_origins=key_id_origins
-        )
-        return common_pb2.SignedHead(signature=signature, fields=fields)
-    return common_pb2.SignedHead(payload=env.payload, signature=signature)
-
-
-def _head_fields(
-    head: Head, *, omit_root: bool, sender: str, key_id_origins: Sequence[str]
-) -> common_pb2.HeadFields:
-    if sender and head.origin == sender:
-        origin = b""
-    elif head.origin in key_id_origins:
-        origin = key_id(head.origin)
-    else:
-        origin = bytes.fromhex(head.origin)
-    fields = common_pb2.HeadFields(
-        origin=origin,
-        seq=head.seq,
-        size=head.size,
-        root=b"" if omit_root else bytes.fromhex(head.root),
-        deadline_ms=head.deadline_ms,
-        pending=head.pending,
-        issued_at=head.issued_at,
-    )
-    epoch = _epoch_parts(head.epoch)
-    if epoch is None:
-        fields.epoch = head.epoch
-    else:
-        fields.epoch_counter, fields.epoch_nonce = epoch
-    if head.serve_until >= head.issued_at:
-        fields.serve_for_ms = head.serve_until - head.issued_at
-    else:
-        fields.serve_until = head.serve_until
-    addrs = [_endpoint_to_bytes(e) for e in head.endpoints]
-    if addrs and all(a is not None for a in addrs):
-        fields.endpoint_addrs.extend(a for a in addrs if a is not None)
-    else:
-        fields.endpoints.extend(head.endpoints)
-    if head.seq != 0 or head.log_root != _first_log_root(head.size, head.root):
-        fields.log_root = bytes.fromhex(head.log_root)
-    return fields
-
-
-# ``<counter>-<16 hex>``: the epochs nodes.store makes (counter below 2**64)
-_EPOCH_FORM = re.compile(r"(0|[1-9][0-9]{0,19})-([0-9a-f]{16})")
-_PORT_FORM = re.compile(r"0|[1-9][0-9]{0,4}")
-
-
-def _epoch_parts(epoch: str) -> tuple[int, bytes] | None:
-    """(counter, 8 nonce bytes) of an epoch in the store's form, else None."""
-    m = _EPOCH_FORM.fullmatch(epoch)
-    if m is None or int(m[1]) >= 1 << 64:
-        return None
-    return int(m[1]), bytes.fromhex(m[2])
-
-
-def _endpoint_to_bytes(endpoint: str) -> bytes | None:
-    """``a.b.c.d:port`` or ``[v6]:port`` as raw address + 2-byte port, when that
-    rebuilds the very string; else None (the endpoint travels as a string)."""
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or _PORT_FORM.fullmatch(port) is None or int(port) > 0xFFFF:
-        return None
-    try:
-        ip: ipaddress.IPv4Address | ipaddress.IPv6Address
-        if host.startswith("[") and host.endswith("]"):
-            ip = ipaddress.IPv6Address(host[1:-1])
-        else:
-            ip = ipaddress.IPv4Address(host)
-    except ValueError:
-        return None
-    raw = ip.packed + int(port).to_bytes(2, "big")
-    return raw if _endpoint_from_bytes(raw) == endpoint else None
-
-
-def _endpoint_from_bytes(raw: bytes) -> str:
-    port = int.from_bytes(raw[-2:], "big")
-    if len(raw) == 6:
-        return f"{ipaddress.IPv4Address(raw[:4])}:{port}"
-    if len(raw) == 18:
-        return f"[{ipaddress.IPv6Address(raw[:16])}]:{port}"
-    raise EncodingError(
-        f"head: endpoint address of {len(raw)} bytes (IPv4 + port: 6, IPv6 + port: 18)"
-    )
-
-
-def _first_log_root(size: int, root: str) -> str:
-    """Log root of an epoch's first head: one leaf, the batch record (RFC 6962 §2.1)."""
-    return leaf_hash(batch_record(size, root)).hex()
-
-
-def _head_payload(
-    f: common_pb2.HeadFields,
-    root: bytes | None,
-    sender: str = "",
-    origin_for_key_id: OriginForKeyId = _no_keys_held,
-) -> bytes:
-    """The RFC 8785 head payload rebuilt from its binary fields (verified later by PAE)."""
-    root = bytes(f.root) if root is None else root
-    if len(root) != 32 or len(f.log_root) not in (0, 32):
-        raise EncodingError("head: root and log_root must be 32 bytes each")
-    if len(f.origin) not in (0, KEY_ID_BYTES, 32):
-        raise EncodingError(
-            f"head: origin must be 32 bytes (its key) or {KEY_ID_BYTES} (its key id),"
-            f" not {len(f.origin)}"
-        )
-    # (1) the origin: sent, named by key id (a key the receiver holds), or the
-    # sender's (a head of the node that delivers it)
-    if len(f.origin) == 32:
-        origin = bytes(f.origin).hex()
-    elif f.origin:
-        origin = origin_for_key_id(bytes(f.origin))
-        if key_id(origin) != f.origin:
-            raise EncodingError(f"head: key id {bytes(f.origin).hex()} resolved to another key")
-    elif sender:
-        origin = sender
-    else:
-        raise EncodingError("head: no origin, and the delivery names no sender")
-    # (2) the epoch: as a string, or counter + nonce
-    if f.epoch_nonce:
-        if f.epoch or len(f.epoch_nonce) != 8:
-            raise EncodingError("head: epoch and epoch_nonce are exclusive; a nonce is 8 bytes")
-        epoch = f"{f.epoch_counter}-{bytes(f.epoch_nonce).hex()}"
-    elif f.epoch_counter:
-        raise EncodingError("head: epoch_counter without epoch_nonce")
-    else:
-        epoch = str(f.epoch)
-    # (3) the serving term: absolute, or relative to issued_at
-    if f.HasField("serve_for_ms"):
-        if f.serve_until:
-            raise EncodingError("head: serve_until and serve_for_ms are exclusive")
-        serve_until = int(f.issued_at) + int(f.serve_for_ms)
-    else:
-        serve_until = int(f.serve_until)
-    # (4) endpoints: strings, or raw addresses
-    if f.endpoint_addrs and f.endpoints:
-        raise EncodingError("head: endpoints and endpoint_addrs are exclusive")
-    endpoints = tuple(_endpoint_from_bytes(bytes(a)) for a in f.endpoint_addrs) or tuple(
-        str(e) for e in f.endpoints
-    )
-    # (5) the log root: sent, or (first head of an epoch) the one-leaf log's root
-    if f.log_root:
-        log_root = bytes(f.log_root).hex()
-    elif f.seq == 0:
-        log_root = _first_log_root(int(f.size), root.hex())
-    else:
-        raise EncodingError(f"head: no log_root, and head {f.seq} is not an epoch's first")
-    try:
-        head = Head(
-            origin=origin,
-            epoch=epoch,
-            seq=int(f.seq),
-            size=int(f.size),
-            root=root.hex(),
-            log_root=log_root,
-            serve_until=serve_until,
-            deadline_ms=int(f.deadline_ms),
-            endpoints=endpoints,
-            issued_at=int(f.issued_at),
-            pending=bool(f.pending),
-        )
-        # the bounds a parsed payload meets (times, epoch and endpoint lengths)
-        return canonical_bytes(Head.from_json(head.to_json()).to_json())
-    except ValueError as exc:
-        raise EncodingError(f"head: {exc}") from exc
-
-
-def signed_head_from_pb(
-    msg: common_pb2.SignedHead,
-    *,
-    root: bytes | None = None,
-    sender: str = "",
-    origin_for_key_id: OriginForKeyId = _no_keys_held,
-) -> bytes:
-    """The DSSE envelope rebuilt around the payload (received, or rebuilt from its fields;
-    ``root`` when the fields leave it out, ``sender`` the origin when they leave it out,
-    ``origin_for_key_id`` the origin when they name it by key id)."""
-    if msg.HasField("fields"):
-        if msg.payload:
-            raise EncodingError("head: payload and fields are exclusive")
-        payload = _head_payload(msg.fields, root, sender, origin_for_key_id)
-    else:
-        payload = bytes(msg.payload)
-    origin = parse_json_object(payload, what="head payload", max_bytes=MAX_ENVELOPE_BYTES).get(
-        "origin"
-    )
-    if not isinstance(origin, str) or not is_digest(origin):
-        raise EncodingError("head payload names no origin node id")
-    signature = EnvelopeSignature(origin, bytes(msg.signature))
-    return Envelope(payload, _HEAD_TYPE, (signature,)).to_bytes()
 
 
 def _record_to_pb(record: bytes, value_ref: str) -> common_pb2.FoldRecordFields:
@@ -586,10 +291,6 @@ class _ProofParts:
     record: bytes
     chain: tuple[bytes, ...]
 
-    def implied_root(self, size: int) -> bytes:
-        """The root of a ``size``-leaf tree this proof's record and path imply."""
-        return root_from_inclusion(leaf_hash(self.record), self.index, size, self.path)
-
     def to_bytes(self, head_digests: Sequence[str]) -> bytes:
         if self.head_part:
             if self.head_part > len(head_digests):
@@ -637,36 +338,19 @@ def fold_proof_from_pb(msg: common_pb2.FoldProof, value_ref: str = "") -> bytes:
     return _proof_parts(msg, value_ref).to_bytes(())
 
 
-# --------------------------------------------------------------------------- version 4
+# --------------------------------------------------------------------------- packed proofs
 #
-# A head and a fold proof as one byte string each (DeliveredValue.packed_heads /
-# packed_fold_proofs): the very fields of HeadFields / FoldProof (the forms of
-# versions 2 and 3: origin left out, by key id or in full; implied root and log
-# root; epoch as counter + nonce; serving term after issued_at; raw endpoint
-# addresses), without the tag and length protobuf puts before each field.
-# Integers are varints (LEB128, shortest form); a time or duration in ms is the
-# varint ``seconds << 1 | 1`` when it is a nonzero whole number of seconds, else
-# ``ms << 1``. Decoding is strict (shortest forms, exact lengths, no trailing
-# bytes, no unknown flag) and yields the message the fields came from, which is
-# then rebuilt and checked exactly as a version 3 message: a wrong implied value
-# rebuilds another payload, and the signature fails.
+# A fold proof as one byte string (DeliveredValue.packed_fold_proofs): the very
+# fields of FoldProof, without the tag and length protobuf puts before each
+# field. Integers are varints (LEB128, shortest form). Decoding is strict
+# (shortest forms, exact lengths, no trailing bytes, no unknown flag) and yields
+# the message the fields came from, checked exactly as that message.
 #
-#   head   = u8 flags, 64 signature, origin (0 | 8 key id | 32 key: flags bits 0-1),
-#            [32 root: FLAG_ROOT], [32 log_root: FLAG_LOG_ROOT],
-#            epoch (FLAG_EPOCH_TEXT: varint length + UTF-8; else varint counter +
-#            8 nonce bytes), varint seq, varint size, ms issued_at,
-#            ms serve_until (FLAG_SERVE_UNTIL) or serve_for_ms (else), ms deadline_ms,
-#            varint count + count × (varint length + endpoint: UTF-8 when
-#            FLAG_ENDPOINT_TEXT, else 6 or 18 raw bytes); FLAG_PENDING: pending
 #   proof  = varint head_part (0: 32 raw head digest follow), varint index, record,
 #            varint chain count + count × record, audit path (the rest: 32-byte hashes)
 #   record = u8 flags (1: prev, 2: value_ref), varint fold_seq, varint leaf_count,
 #            32 root, [32 prev], [varint length + UTF-8 value_ref]
 
-_SIGNATURE_BYTES = 64
-_ORIGIN_LENGTHS = (0, KEY_ID_BYTES, 32)  # by flags bits 0-1: the sender, key id, key
-_FLAG_ROOT, _FLAG_LOG_ROOT, _FLAG_EPOCH_TEXT, _FLAG_SERVE_UNTIL = 4, 8, 16, 32
-_FLAG_ENDPOINT_TEXT, _FLAG_PENDING = 64, 128
 _RECORD_PREV, _RECORD_VALUE_REF = 1, 2
 _MAX_VARINT_BYTES = 10  # 70 bits: every uint64, and a uint64 time shifted by one
 
@@ -676,10 +360,6 @@ def _put_varint(out: bytearray, n: int) -> None:
         out.append(n & 0x7F | 0x80)
         n >>= 7
     out.append(n)
-
-
-def _put_ms(out: bytearray, ms: int) -> None:
-    _put_varint(out, (ms // 1000) << 1 | 1 if ms and ms % 1000 == 0 else ms << 1)
 
 
 def _put_text(out: bytearray, raw: bytes) -> None:
@@ -713,16 +393,6 @@ class _Reader:
                 return n
         raise EncodingError(f"{self.what}: {name} is a varint of more than 10 bytes")
 
-    def ms(self, name: str) -> int:
-        code = self.varint(name)
-        if code & 1:
-            if code == 1:
-                raise EncodingError(f"{self.what}: {name} is 0 seconds (0 ms is coded 0)")
-            return (code >> 1) * 1000
-        if code and (code >> 1) % 1000 == 0:
-            raise EncodingError(f"{self.what}: {name} is whole seconds coded as ms")
-        return code >> 1
-
     def text(self, name: str) -> str:
         raw = self.take(self.varint(f"{name} length"), name)
         try:
@@ -737,91 +407,6 @@ class _Reader:
     def end(self) -> None:
         if self.at != len(self.data):
             raise EncodingError(f"{self.what}: {len(self.data) - self.at} trailing bytes")
-
-
-def pack_head(msg: common_pb2.SignedHead) -> bytes | None:
-    """A compact :class:`common_pb2.SignedHead` (``fields`` set) as its version 4 byte
-    string, or None when it has no packed form (a payload sent as signed)."""
-    if not msg.HasField("fields") or msg.payload or len(msg.signature) != _SIGNATURE_BYTES:
-        return None
-    f = msg.fields
-    serve_for = f.HasField("serve_for_ms")
-    if (
-        len(f.origin) not in _ORIGIN_LENGTHS
-        or len(f.root) not in (0, 32)
-        or len(f.log_root) not in (0, 32)
-        or (f.epoch_nonce and (f.epoch or len(f.epoch_nonce) != 8))
-        or (f.epoch_counter and not f.epoch_nonce)
-        or (serve_for and f.serve_until)
-        or (f.endpoints and f.endpoint_addrs)
-    ):
-        return None  # not a form a decoder accepts: left to the version 3 message
-    flags = _ORIGIN_LENGTHS.index(len(f.origin))
-    flags |= _FLAG_ROOT if f.root else 0
-    flags |= _FLAG_LOG_ROOT if f.log_root else 0
-    flags |= 0 if f.epoch_nonce else _FLAG_EPOCH_TEXT
-    flags |= 0 if serve_for else _FLAG_SERVE_UNTIL
-    flags |= _FLAG_ENDPOINT_TEXT if f.endpoints else 0
-    flags |= _FLAG_PENDING if f.pending else 0
-    out = bytearray((flags,))
-    out += msg.signature + f.origin + f.root + f.log_root
-    if f.epoch_nonce:
-        _put_varint(out, f.epoch_counter)
-        out += f.epoch_nonce
-    else:
-        _put_text(out, f.epoch.encode("utf-8"))
-    _put_varint(out, f.seq)
-    _put_varint(out, f.size)
-    _put_ms(out, f.issued_at)
-    _put_ms(out, f.serve_for_ms if serve_for else f.serve_until)
-    _put_ms(out, f.deadline_ms)
-    endpoints = [e.encode("utf-8") for e in f.endpoints] or list(f.endpoint_addrs)
-    _put_varint(out, len(endpoints))
-    for e in endpoints:
-        _put_text(out, e)
-    return bytes(out)
-
-
-def unpack_head(data: bytes) -> common_pb2.SignedHead:
-    """The :class:`common_pb2.SignedHead` a :func:`pack_head` byte string carries (its
-    payload is rebuilt and checked by :func:`signed_head_from_pb`)."""
-    r = _Reader(bytes(data), "packed head")
-    flags = r.take(1, "flags")[0]
-    if flags & 3 == 3:
-        raise EncodingError("packed head: origin form 3 (0 sender, 1 key id, 2 key)")
-    signature = r.take(_SIGNATURE_BYTES, "signature")
-    origin = r.take(_ORIGIN_LENGTHS[flags & 3], "origin")
-    root = r.take(32, "root") if flags & _FLAG_ROOT else b""
-    log_root = r.take(32, "log_root") if flags & _FLAG_LOG_ROOT else b""
-    f = common_pb2.HeadFields(origin=origin, root=root, log_root=log_root)
-    try:
-        if flags & _FLAG_EPOCH_TEXT:
-            f.epoch = r.text("epoch")
-        else:
-            f.epoch_counter = r.varint("epoch counter")
-            f.epoch_nonce = r.take(8, "epoch nonce")
-        f.seq = r.varint("seq")
-        f.size = r.varint("size")
-        f.issued_at = r.ms("issued_at")
-        if flags & _FLAG_SERVE_UNTIL:
-            f.serve_until = r.ms("serve_until")
-        else:
-            f.serve_for_ms = r.ms("serve_for_ms")
-        f.deadline_ms = r.ms("deadline_ms")
-        count = r.varint("endpoint count")
-        if count > len(r.data) - r.at:  # each takes a byte at least
-            left = len(r.data) - r.at
-            raise EncodingError(f"packed head: {count} endpoints in the {left} bytes left")
-        for _ in range(count):
-            if flags & _FLAG_ENDPOINT_TEXT:
-                f.endpoints.append(r.text("endpoint"))
-            else:
-                f.endpoint_addrs.append(r.take(r.varint("endpoint length"), "endpoint"))
-    except ValueError as exc:  # an integer out of its field's range
-        raise EncodingError(f"packed head: {exc}") from exc
-    f.pending = bool(flags & _FLAG_PENDING)
-    r.end()
-    return common_pb2.SignedHead(signature=signature, fields=f)
 
 
 def _pack_record(out: bytearray, f: common_pb2.FoldRecordFields) -> bool:
@@ -1425,9 +1010,7 @@ def _deliver_request_size(delivery: Delivery) -> int:
 
 def _value_only_inner(delivery: Delivery) -> int:
     """Size of the value-only ``DeliveredValue`` (value_ref and value fields)."""
-    return _field_size(len(delivery.value_ref.encode("utf-8"))) + _field_size(
-        len(delivery.value)
-    )
+    return _field_size(len(delivery.value_ref.encode("utf-8"))) + _field_size(len(delivery.value))
 
 
 def _delivery_extra(delivery: Delivery) -> int:
@@ -1438,7 +1021,6 @@ def _delivery_extra(delivery: Delivery) -> int:
         tuple(delivery.obligations),
         tuple(delivery.fold_proofs),
         tuple(delivery.heads),
-        tuple(delivery.key_id_origins),
     )
 
 
@@ -1454,18 +1036,14 @@ def _statement_fields_size(
     obligations: tuple[bytes, ...],
     fold_proofs: tuple[bytes, ...],
     heads: tuple[bytes, ...],
-    key_id_origins: tuple[str, ...] = (),
 ) -> int:
     """Bytes the statement fields add to a ``DeliveredValue``. They depend on the
-    value ref (a fold proof's record leaves out the delivered value's ref), on
-    the sender (a head leaves out its origin when that is the sender) and on the
-    origins named by key id, so all are part of the key; the value itself is not."""
+    value ref (a fold proof's record leaves out the delivered value's ref), so it
+    is part of the key; the value itself is not."""
     if not (commitments or obligations or fold_proofs or heads):
         return 0
     with_statements = delivered_value(
-        Delivery(
-            value_ref, b"", commitments, obligations, sender, fold_proofs, heads, key_id_origins
-        )
+        Delivery(value_ref, b"", commitments, obligations, sender, fold_proofs, heads)
     )
     return message_size(with_statements) - message_size(
         common_pb2.DeliveredValue(value_ref=value_ref)
@@ -1603,9 +1181,7 @@ def restore_from_pb(
     folds = tuple(
         FoldBytes(bytes(f.commitment), bytes(f.obligation), bool(f.under_head)) for f in msg.folds
     )
-    ask = AttestationAsk(
-        msg.value_ref, (), (), True, int(msg.issued_at_ms), int(msg.lifetime_ms)
-    )
+    ask = AttestationAsk(msg.value_ref, (), (), True, int(msg.issued_at_ms), int(msg.lifetime_ms))
     return ask, folds, msg.attester
 
 

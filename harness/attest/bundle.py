@@ -42,9 +42,10 @@ from contracts.attest import (
 from contracts.canonical import parse_json
 from contracts.envelope import Envelope
 from contracts.errors import EncodingError
+from contracts.head_note import open_head
 from contracts.heads import FoldProof, verify_fold
 from contracts.signed import Signed, open_statement
-from contracts.statements import Attestation, Commitment, Head
+from contracts.statements import Attestation, Commitment
 
 __all__ = [
     "BUNDLE_VERSION",
@@ -99,7 +100,8 @@ class HeldFoldBytes:
     def to_json(self) -> dict[str, Any]:
         if self.head is None:
             return {"commitment": json.loads(self.commitment)}
-        return {"head": json.loads(self.head), "fold_proof": json.loads(self.commitment)}
+        # the head note verbatim, as a JSON string (as evidence cites it)
+        return {"head": self.head.decode("utf-8"), "fold_proof": json.loads(self.commitment)}
 
     @classmethod
     def from_json(cls, obj: Any) -> HeldFoldBytes:
@@ -107,17 +109,16 @@ class HeldFoldBytes:
             raise EncodingError("folds: each entry is {commitment} or {head, fold_proof}")
         if "commitment" in obj:
             return cls(Envelope.from_json(obj["commitment"]).to_bytes())
-        return cls(
-            FoldProof.from_json(obj["fold_proof"]).to_bytes(),
-            Envelope.from_json(obj["head"]).to_bytes(),
-        )
+        if type(obj["head"]) is not str:
+            raise EncodingError("folds: a head is its signed note, a JSON string")
+        return cls(FoldProof.from_json(obj["fold_proof"]).to_bytes(), obj["head"].encode("utf-8"))
 
     def digest(self) -> str:
         """The fold's commitment digest (a head-form fold: its record's leaf hash),
         signatures and inclusion checked."""
         if self.head is None:
             return open_statement(self.commitment, Commitment).digest
-        head = open_statement(self.head, Head)
+        head = open_head(self.head)
         return verify_fold(FoldProof.from_bytes(self.commitment), head).leaf_hash.hex()
 
 

@@ -50,9 +50,10 @@ from contracts.attest import (
     restoration_digest,
 )
 from contracts.errors import ContractError
+from contracts.head_note import open_head
 from contracts.heads import FoldProof, verify_fold
 from contracts.signed import open_statement
-from contracts.statements import Attestation, Axis, Head
+from contracts.statements import Attestation, Axis
 from harness.arms import ArmName, ValueState
 from harness.attest.attester import AttestOps
 from harness.attest.bundle import AttestationBundle, BundleFile, HeldFoldBytes
@@ -426,9 +427,7 @@ class AttestPlayer(RunPlayer):
         committed = await ops.commit_compaction(owner, [(ref, [h.step for h in hops], b"")])
         self.ctx.counts["restoration_folds_committed"] += 1
         proof = committed.fold_proofs[0]
-        leaf = verify_fold(
-            FoldProof.from_bytes(proof), open_statement(committed.head, Head)
-        ).leaf_hash.hex()
+        leaf = verify_fold(FoldProof.from_bytes(proof), open_head(committed.head)).leaf_hash.hex()
         fold = (FoldBytes(proof, committed.head, True), leaf)
         self.restoration_folds[key] = fold
         return fold

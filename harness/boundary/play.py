@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from contracts.canonical import sha256_hex
-from contracts.envelope import Envelope
 from contracts.errors import ContractError
 from contracts.evidence import verify_evidence
+from contracts.head_note import SignedHead, head_digest, open_head
 from contracts.heads import FoldProof, verify_fold
 from contracts.hops import parse_hop
-from contracts.signed import Signed, open_statement
-from contracts.statements import Commitment, Head, Obligation
+from contracts.signed import open_statement
+from contracts.statements import Commitment, Obligation
 from harness.arms import Arm, ArmName, ValueState
 from harness.axes import RECON
 from harness.boundary.records import (
@@ -170,7 +170,7 @@ class RunPlayer:
         self.codec = HopCodec()
         self.plans: dict[ArmName, list[tuple[int, Gate, Mode, GateCounts]]] = {}
         self.decisions: dict[tuple[str, str, str], list[int]] = {}
-        self._heads_seen: dict[str, Signed[Head]] = {}
+        self._heads_seen: dict[str, SignedHead] = {}
         # (arm, gate, mode) names of each plan entry, spelled once per run
         self.plan_keys: dict[ArmName, list[tuple[str, str, str]]] = {}
         for name in (ArmName.STRUCTURAL_MIN, ArmName.STRUCTURAL_PERHOP, ArmName.PROSE):
@@ -411,10 +411,10 @@ class RunPlayer:
         held: list[HeldFold] = []
         for f in folds:
             if f.proof:
-                digest = Envelope.from_bytes(f.head).digest
+                digest = head_digest(f.head)
                 head = self._heads_seen.get(digest)
                 if head is None:
-                    head = self._heads_seen[digest] = open_statement(f.head, Head)
+                    head = self._heads_seen[digest] = open_head(f.head)
                 vf = verify_fold(FoldProof.from_bytes(f.proof), head)
                 held.append(HeldFold(vf.commitment, vf.obligation, f.proof, f.head, vf))
             else:

@@ -30,8 +30,8 @@ from contracts import (
     Envelope,
     Evidence,
     FoldProof,
-    Head,
     Identity,
+    SignedHead,
     TrustPolicy,
     apply_attestations,
     build_demand,
@@ -39,7 +39,7 @@ from contracts import (
     judge_answer,
     judge_fold_answer,
     open_any,
-    open_statement,
+    open_head,
     pae,
     sha256_hex,
     verify_attestation,
@@ -324,7 +324,7 @@ class _FoldProofTarget:
     """A mutated fold proof, proven under the golden head."""
 
     def __init__(self, head: bytes) -> None:
-        self.head = open_statement(head, Head)
+        self.head: SignedHead = open_head(head)
 
     def __call__(self, data: bytes) -> object:
         return verify_fold(FoldProof.from_bytes(data), self.head)
@@ -334,6 +334,9 @@ def _one(
     rng: random.Random, keys: _Keys, seeds: dict[str, bytes]
 ) -> tuple[bytes, Callable[[bytes], object]]:
     name = rng.choice(sorted(seeds))
+    if name.endswith(".note"):
+        # a signed note is text: mutated as bytes, opened as a head
+        return _mutate_bytes(rng, seeds[name]), open_head
     data = seeds[name].rstrip(b"\n")
     if name.startswith("evidence"):
         target: Callable[[bytes], object] = _target_evidence
@@ -401,7 +404,7 @@ def run_fuzz(n: int, seed: int) -> FuzzReport:
         _SERVED[(False, binary)] = _ServedTarget(False, binary)
         _SERVED[(True, binary)] = _ServedTarget(True, binary)
         _SERVED[("head", binary)] = _HeadServedTarget(binary)
-    _SERVED["fold-proof"] = _FoldProofTarget(seeds["head.json"].rstrip(b"\n"))
+    _SERVED["fold-proof"] = _FoldProofTarget(seeds["head.note"])
     # A signature from another envelope, grafted on: swapped signatures.
     extra = Envelope.from_bytes(seeds["commitment.json"].rstrip(b"\n")).to_json()
     receipt = Envelope.from_bytes(seeds["receipt-served.json"].rstrip(b"\n")).to_json()

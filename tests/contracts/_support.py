@@ -16,12 +16,12 @@ from contracts import (
     Commitment,
     Demand,
     FoldInput,
-    Head,
     HeadLog,
     Identity,
     Obligation,
     Receipt,
     Signed,
+    SignedHead,
     VerifiedFold,
     answer_demand,
     build_commitment,
@@ -177,7 +177,7 @@ class HeadWorld:
     holder: Identity
     log: HeadLog
     hops: dict[str, tuple[bytes, ...]]
-    head: Signed[Head]
+    head: SignedHead
     fold: VerifiedFold
     demand: Signed[Demand]
 

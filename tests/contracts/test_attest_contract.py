@@ -36,8 +36,8 @@ from contracts import (
 from contracts.attest import PROOF_VERSION, verify_rehydration
 from contracts.errors import ContractError, EncodingError, RootMismatch
 from contracts.evidence import AnswerKind
+from contracts.head_note import SignedHead
 from contracts.heads import FoldProof
-from contracts.statements import Head
 from tests.contracts._support import (
     DAY,
     EPOCH,
@@ -364,7 +364,7 @@ def test_a7_revoked_key_stops_counting_even_for_earlier_attestations() -> None:
 
 
 def _head_proof(
-    hw: HeadWorld, *, fold: FoldProof | None = None, head: Signed[Head] | None = None
+    hw: HeadWorld, *, fold: FoldProof | None = None, head: SignedHead | None = None
 ) -> RehydrationProof:
     hops = hw.hops["value:42"]
     receipt = answer_demand(

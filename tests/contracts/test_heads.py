@@ -50,6 +50,7 @@ from contracts import (
     verify_evidence,
     verify_fold,
 )
+from contracts.note import Note, parse_note
 from contracts.signed import Signed
 from contracts.statements import Receipt
 from tests.contracts._support import (
@@ -162,10 +163,12 @@ def test_head_cache_verifies_a_head_once_then_needs_only_its_digest(
 
 def test_head_cache_rejects_forged_foreign_and_expired_heads() -> None:
     w = make_head_world()
-    raw = json.loads(w.head.to_bytes())
-    raw["signatures"][0]["sig"] = raw["signatures"][0]["sig"][:-4] + "AAA="
+    note = parse_note(w.head.note)
+    (line,) = note.signatures
+    flipped = bytes([line.payload[0] ^ 1]) + line.payload[1:]
+    forged = Note(note.text, (dataclasses.replace(line, payload=flipped),)).to_bytes()
     with pytest.raises(BadSignature):
-        HeadCache().verify(json.dumps(raw).encode(), now=NOW)
+        HeadCache().verify(forged, now=NOW)
     with pytest.raises(BindingMismatch):
         HeadCache().verify(w.head, now=NOW, origin=fixed_identity("stranger").node_id)
     cache = HeadCache()
@@ -175,6 +178,21 @@ def test_head_cache_rejects_forged_foreign_and_expired_heads() -> None:
     cache.verify(w.head, now=NOW)
     with pytest.raises(Expired):
         cache.verify(w.head, now=NOW + DAY)
+
+
+def test_head_cache_verifies_a_known_heads_text_under_other_signature_lines() -> None:
+    """The digest names the text; bytes with a forged line are not waved through."""
+    w = make_head_world()
+    cache = HeadCache()
+    cache.verify(w.head.note, now=NOW)
+    note = parse_note(w.head.note)
+    (line,) = note.signatures
+    forged = Note(note.text, (line, dataclasses.replace(line, payload=bytes(64)))).to_bytes()
+    with pytest.raises(BadSignature):
+        cache.verify(forged, now=NOW)
+    assert cache.signature_checks == 1
+    assert cache.verify(w.head.note, now=NOW).note == w.head.note
+    assert cache.signature_checks == 1
 
 
 def test_fold_proof_rejects_a_record_not_under_the_head() -> None:
@@ -457,7 +475,7 @@ def test_split_view_record_framing_another_origin_or_epoch_does_not_verify() -> 
         split_view_evidence(x.heads[0], other_epoch.heads[0], reported_at=NOW)
     # Heads of different seq need a path.
     x2, _ = _two_views(diverge_at=0, length=2)
-    no_path = dataclasses.replace(ev, conflicting=x2.heads[1].envelope)
+    no_path = dataclasses.replace(ev, conflicting=x2.heads[1].note)
     assert check_evidence(no_path.to_bytes(), now=NOW).failed == "EncodingError"
 
 

@@ -163,8 +163,9 @@ RFC6962_VECTORS = Path(__file__).with_name("vectors") / "rfc6962"
 # RFC 9162 fixes every hash at the hash function's size, and the Go verifier
 # compares equal-size roots without checking their length.
 STRICTER_THAN_SOURCE = {
-    "testdata/consistency/additional/sizes-are-equal-one-and-proof-is-empty.json":
-        "13-byte roots are not SHA-256 hashes",
+    "testdata/consistency/additional/sizes-are-equal-one-and-proof-is-empty.json": (
+        "13-byte roots are not SHA-256 hashes"
+    ),
 }
 
 
@@ -261,9 +262,7 @@ def test_ct_vectors_audit_paths_are_generated_and_verified(case: dict[str, Any])
     verify_inclusion(CT_HASHES[index], index, n, path, bytes.fromhex(CT["roots"][n - 1]))
 
 
-@pytest.mark.parametrize(
-    "case", CT["proofs"], ids=lambda c: f"{c['snapshot1']}to{c['snapshot2']}"
-)
+@pytest.mark.parametrize("case", CT["proofs"], ids=lambda c: f"{c['snapshot1']}to{c['snapshot2']}")
 def test_ct_vectors_consistency_proofs_are_generated_and_verified(case: dict[str, Any]) -> None:
     m, n = case["snapshot1"], case["snapshot2"]
     tree = MerkleTree(CT_HASHES[:n])

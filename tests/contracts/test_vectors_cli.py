@@ -16,11 +16,11 @@ from contracts import (
     EvidenceKind,
     EvidenceStatus,
     FoldProof,
-    Head,
+    SignedHead,
     canonical_bytes,
     merkle_root,
     open_any,
-    open_statement,
+    open_head,
     verify_evidence,
     verify_fold,
 )
@@ -50,7 +50,6 @@ ENVELOPE_VECTORS = {
     "delivery-receipt.json": "holder",
     "witness-report.json": "witness",
     "attestation.json": "attester",
-    "head.json": "origin",
     "demand-head.json": "holder",
     "receipt-head-served.json": "origin",
     # the compact binary form of demands and receipts (contracts.binary)
@@ -95,7 +94,7 @@ def _keys() -> dict[str, str]:
 
 def test_golden_vectors_regenerate_byte_for_byte() -> None:
     built = build_vectors()
-    on_disk = {p.name: p.read_bytes() for p in VECTOR_DIR.glob("*.json")}
+    on_disk = {p.name: p.read_bytes() for p in VECTOR_DIR.glob("*.*") if p.is_file()}
     assert sorted(built) == sorted(on_disk)
     for name, data in built.items():
         assert on_disk[name] == data, f"{name} differs; regenerate on purpose with vectors_gen"
@@ -263,8 +262,19 @@ def test_cli_evidence_verify_refuses_an_oversized_file_without_reading_it_all(
     assert "larger than 8388608 bytes" in err
 
 
+def _head_vector() -> SignedHead:
+    return open_head((VECTOR_DIR / "head.note").read_bytes(), origin=_keys()["origin"])
+
+
+def test_the_head_vector_is_a_checkpoint_note_by_the_origin() -> None:
+    data = (VECTOR_DIR / "head.note").read_bytes()
+    head = _head_vector()
+    assert head.note == data
+    assert data.startswith(f"provnet/{_keys()['origin']}/".encode())
+
+
 def test_fold_proof_vector_is_proven_under_the_head_vector() -> None:
-    head = open_statement((VECTOR_DIR / "head.json").read_bytes().rstrip(b"\n"), Head)
+    head = _head_vector()
     proof = FoldProof.from_bytes((VECTOR_DIR / "fold-proof.json").read_bytes())
     fold = verify_fold(proof, head)
     assert fold.record.value_ref == "value:42"
@@ -303,9 +313,9 @@ def test_head_form_rehydration_proof_vector_verifies_from_the_file_alone(suffix:
     proof = RehydrationProof.from_bytes(
         (VECTOR_DIR / f"rehydration-proof-head{suffix}.json").read_bytes()
     )
-    head = open_statement((VECTOR_DIR / "head.json").read_bytes().rstrip(b"\n"), Head)
+    head = _head_vector()
     commitment, receipt = verify_rehydration(proof)
-    assert proof.obligation.digest == head.digest
+    assert proof.obligation == head.note
     assert (
         commitment
         == verify_fold(

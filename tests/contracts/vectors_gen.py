@@ -290,7 +290,7 @@ def build_head_vectors() -> dict[str, bytes]:
         out[name] = data + b"\n"
 
     w = make_head_world(values=3, compactions=2, binary=False)
-    put("head.json", w.head.to_bytes())
+    out["head.note"] = w.head.note  # a signed note ends in its own newline
     put("fold-proof.json", w.fold.proof.to_bytes())
     _head_demand_vectors(put, w, "")
 

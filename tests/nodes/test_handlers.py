@@ -114,9 +114,7 @@ async def test_open_methods_are_served_unsigned_with_the_request_id_echoed(addre
     async with grpc.aio.insecure_channel(address) as channel:
         call = channel.unary_unary(
             DEMAND, request_serializer=_identity, response_deserializer=_identity
-        )(
-            b"x", metadata=((REQUEST_ID_KEY, "req-7"),), timeout=5
-        )
+        )(b"x", metadata=((REQUEST_ID_KEY, "req-7"),), timeout=5)
         assert await call == b"signer=none"
         assert dict(await call.trailing_metadata())[REQUEST_ID_KEY] == "req-7"
 

@@ -158,8 +158,7 @@ def test_accusing_outcomes_are_the_evidence_kinds() -> None:
 def test_every_fault_mode_has_its_own_behaviour_class() -> None:
     identity = Identity.generate()
     classes = {
-        mode: type(FaultPlan(mode, 1, crash=lambda: None).behaviour(identity))
-        for mode in FaultMode
+        mode: type(FaultPlan(mode, 1, crash=lambda: None).behaviour(identity)) for mode in FaultMode
     }
     assert len(set(classes.values())) == len(FaultMode)
     for cls in classes.values():

@@ -104,9 +104,7 @@ async def _bodiless(chans: list[grpc.aio.Channel], method: str, n: int) -> list[
         await never.wait()
         yield b""  # pragma: no cover - never reached
 
-    calls = [
-        chans[k % len(chans)].stream_unary(method, None, None)(body()) for k in range(n)
-    ]
+    calls = [chans[k % len(chans)].stream_unary(method, None, None)(body()) for k in range(n)]
     await asyncio.sleep(1.0)  # every call's headers have reached the node
     return calls
 

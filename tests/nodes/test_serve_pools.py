@@ -436,9 +436,7 @@ def _signed(creds: ControlCredentials, method: str, request: Any) -> tuple[bytes
     return request.SerializeToString(), signed_metadata(creds, method, request, target=_NODE)
 
 
-async def test_a_strangers_signed_control_calls_cannot_fill_the_nonces_the_operator_needs() -> (
-    None
-):
+async def test_a_strangers_signed_control_calls_cannot_fill_the_nonces_the_operator_needs() -> None:
     auth = ControlAuth([TEST_OPERATOR.key_id], node_id=_NODE, max_nonces=64, max_nonces_per_key=16)
     report = "/provnet.v1.Evidence/Report"
     deliver = "/provnet.v1.Deliver/Deliver"

@@ -69,13 +69,17 @@ async def test_both_transports_name_failures_with_the_same_status(
             ]
         finally:
             await transport.close()
-    assert seen["memory"] == seen["grpc"] == [
-        "INVALID_ARGUMENT",
-        "RESOURCE_EXHAUSTED",
-        "RESOURCE_EXHAUSTED",
-        "DEADLINE_EXCEEDED",
-        "UNAVAILABLE",
-    ]
+    assert (
+        seen["memory"]
+        == seen["grpc"]
+        == [
+            "INVALID_ARGUMENT",
+            "RESOURCE_EXHAUSTED",
+            "RESOURCE_EXHAUSTED",
+            "DEADLINE_EXCEEDED",
+            "UNAVAILABLE",
+        ]
+    )
 
 
 async def test_both_transports_carry_the_same_verified_answer(

@@ -1,4 +1,4 @@
-"""Golden vectors of the node wire: a lone first delivery, per wire version.
+"""Golden vectors of the node wire: a lone first delivery.
 
 The delivery (:func:`lone_first_delivery`): one value of a 20-value
 compaction (a 5-hash audit path), folded twice so its fold record chains to
@@ -6,24 +6,19 @@ its first fold, delivered by its origin with the signed head — the case
 docs/contracts.md measures. Fixed Ed25519 key and clock; Ed25519 signatures
 are deterministic (RFC 8032), so the bytes are too.
 
-Files in ``tests/nodes/vectors`` (``DeliverRequest``, protobuf binary):
+Files in ``tests/nodes/vectors`` (``DeliverRequest``, protobuf binary), for
+the current :data:`nodes.wire.WIRE_VERSION` only (earlier versions are not
+read):
 
-* ``deliver-request-v<N>.binpb`` — the first delivery as the version ``N``
-  encoder writes it (:data:`nodes.wire.WIRE_VERSION`);
+* ``deliver-request-v<N>.binpb`` — the first delivery, with the head note;
 * ``deliver-request-held-v<N>.binpb`` — the same value once the receiver
   holds the head (the fold proof names it by digest);
-* ``deliver-request-forwarded-v<N>.binpb`` (from version 3) — the first
-  delivery forwarded by another node (:data:`FORWARDER`) to a receiver that
-  holds the origin's key: the head names its origin by key id;
-* ``deliver-request-first-contact-v<N>.binpb`` (from version 4) — the same
-  forward to a receiver that never verified a head of the origin: the head
-  carries the origin's full key.
+* ``deliver-request-forwarded-v<N>.binpb`` — the first delivery forwarded by
+  another node (:data:`FORWARDER`): the head note is the same bytes.
 
-Every version stays readable: ``tests/nodes/test_heads_wire.py`` decodes each
-file to the same delivery and rebuilds the current version byte for byte.
-Files of earlier versions are frozen (written by that version's encoder) and
-never regenerated. Write the current version's on purpose, after a
-deliberate format change that bumps ``WIRE_VERSION``, with::
+``tests/nodes/test_heads_wire.py`` decodes each file to its delivery and
+rebuilds it byte for byte. Write them on purpose, after a deliberate format
+change that bumps ``WIRE_VERSION`` (delete the older files), with::
 
     .venv/bin/python -m tests.nodes.wire_vectors --write
 """
@@ -42,7 +37,6 @@ from nodes.messages import Delivery
 __all__ = [
     "VECTOR_DIR",
     "build_wire_vectors",
-    "first_contact_delivery",
     "forwarded_first_delivery",
     "lone_first_delivery",
     "main",
@@ -57,11 +51,9 @@ ORIGIN = Identity.from_seed(bytes(32))
 FORWARDER = Identity.from_seed(bytes([1]) * 32)
 
 
-def lone_first_delivery(
-    *, sender: str | None = None, key_id_origins: tuple[str, ...] = ()
-) -> tuple[Delivery, Delivery]:
+def lone_first_delivery(*, sender: str | None = None) -> tuple[Delivery, Delivery]:
     """(first delivery with the head, the same once the head is held), sent by ``sender``
-    (default: the origin itself), naming the origins ``key_id_origins`` by key id."""
+    (default: the origin itself)."""
     log = HeadLog(ORIGIN, "7-0123456789abcdef")
     refs = [f"C25-med-s0/v0.{40 + i}" for i in range(20)]
     compactions = [
@@ -80,29 +72,19 @@ def lone_first_delivery(
     compaction = compactions[-1]
     head, proof = compaction.head.to_bytes(), compaction.proofs[refs[0]].to_bytes()
     by = ORIGIN.node_id if sender is None else sender
-    first = Delivery(refs[0], b"v", (), (), by, (proof,), (head,), key_id_origins)
+    first = Delivery(refs[0], b"v", (), (), by, (proof,), (head,))
     held = Delivery(refs[0], b"v", (), (), by, (proof,), ())
     return first, held
 
 
 def forwarded_first_delivery() -> Delivery:
-    """The first delivery as :data:`FORWARDER` forwards it to a receiver holding the
-    origin's key (the head names :data:`ORIGIN` by key id)."""
-    first, _ = lone_first_delivery(sender=FORWARDER.node_id, key_id_origins=(ORIGIN.node_id,))
-    return first
-
-
-def first_contact_delivery() -> Delivery:
-    """The first delivery as :data:`FORWARDER` forwards it to a receiver that holds no
-    key of the origin (the head carries :data:`ORIGIN`'s full key)."""
+    """The first delivery as :data:`FORWARDER` forwards it (the head note unchanged)."""
     first, _ = lone_first_delivery(sender=FORWARDER.node_id)
     return first
 
 
-def vector_name(
-    version: int, *, held: bool = False, forwarded: bool = False, first_contact: bool = False
-) -> str:
-    kinds = {"held-": held, "forwarded-": forwarded, "first-contact-": first_contact}
+def vector_name(version: int, *, held: bool = False, forwarded: bool = False) -> str:
+    kinds = {"held-": held, "forwarded-": forwarded}
     kind = next((k for k, wanted in kinds.items() if wanted), "")
     return f"deliver-request-{kind}v{version}.binpb"
 
@@ -118,7 +100,6 @@ def build_wire_vectors() -> dict[str, bytes]:
         vector_name(wire.WIRE_VERSION): encode(first),
         vector_name(wire.WIRE_VERSION, held=True): encode(held),
         vector_name(wire.WIRE_VERSION, forwarded=True): encode(forwarded_first_delivery()),
-        vector_name(wire.WIRE_VERSION, first_contact=True): encode(first_contact_delivery()),
     }
 
 

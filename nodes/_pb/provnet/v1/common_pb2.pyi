@@ -34,6 +34,11 @@ class DeliveredValue(_message.Message):
     and the signed heads those proofs name. A head the receiver already
     verified is left out: its digest in the fold proof is then the reference
     (see DeliverResponse).
+
+    A head is a C2SP tlog-checkpoint signed note (contracts.head_note), carried
+    in ``heads`` byte for byte as its origin signed it: the receiver verifies
+    those very bytes and stores and cites them unchanged. Its digest is the
+    SHA-256 of the note text (the bytes before the blank line).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -43,9 +48,8 @@ class DeliveredValue(_message.Message):
     COMMITMENTS_FIELD_NUMBER: _builtins.int
     OBLIGATIONS_FIELD_NUMBER: _builtins.int
     FOLD_PROOFS_FIELD_NUMBER: _builtins.int
-    HEADS_FIELD_NUMBER: _builtins.int
     PACKED_FOLD_PROOFS_FIELD_NUMBER: _builtins.int
-    PACKED_HEADS_FIELD_NUMBER: _builtins.int
+    HEADS_FIELD_NUMBER: _builtins.int
     value_ref: _builtins.str
     value: _builtins.bytes
     @_builtins.property
@@ -55,21 +59,20 @@ class DeliveredValue(_message.Message):
     @_builtins.property
     def fold_proofs(self) -> _containers.RepeatedCompositeFieldContainer[Global___FoldProof]: ...
     @_builtins.property
-    def heads(self) -> _containers.RepeatedCompositeFieldContainer[Global___SignedHead]: ...
-    @_builtins.property
     def packed_fold_proofs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """Wire version 4: the same fold proofs and heads, each as ONE packed byte
-        string instead of a message of fields (nodes.wire.pack_fold_proof /
-        pack_head: fixed-size fields back to back, integers as varints, a flags
-        byte saying which of the version 2/3 forms each field takes). The fields
-        and what the receiver rebuilds from them are those of FoldProof and
-        HeadFields; only the per-field protobuf framing is gone. A delivery uses
-        either fold_proofs or packed_fold_proofs, and either heads or
-        packed_heads, never both; head_part numbers the heads of the form used.
+        """Wire version 4: the same fold proofs, each as ONE packed byte string
+        instead of a message of fields (nodes.wire.pack_fold_proof: fixed-size
+        fields back to back, integers as varints, a flags byte saying which form
+        each field takes). A delivery uses either fold_proofs or
+        packed_fold_proofs, never both.
         """
 
     @_builtins.property
-    def packed_heads(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    def heads(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """The signed head notes the fold proofs name, verbatim; FoldProof.head_part
+        numbers them (1-based).
+        """
+
     def __init__(
         self,
         *,
@@ -78,152 +81,16 @@ class DeliveredValue(_message.Message):
         commitments: _abc.Iterable[_builtins.bytes] | None = ...,
         obligations: _abc.Iterable[_builtins.bytes] | None = ...,
         fold_proofs: _abc.Iterable[Global___FoldProof] | None = ...,
-        heads: _abc.Iterable[Global___SignedHead] | None = ...,
         packed_fold_proofs: _abc.Iterable[_builtins.bytes] | None = ...,
-        packed_heads: _abc.Iterable[_builtins.bytes] | None = ...,
+        heads: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "fold_proofs", b"fold_proofs", "heads", b"heads", "obligations", b"obligations", "packed_fold_proofs", b"packed_fold_proofs", "packed_heads", b"packed_heads", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "fold_proofs", b"fold_proofs", "heads", b"heads", "obligations", b"obligations", "packed_fold_proofs", b"packed_fold_proofs", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeliveredValue: _TypeAlias = DeliveredValue  # noqa: Y015
-
-@_typing.final
-class SignedHead(_message.Message):
-    """A signed tree head (contracts.statements.Head) as the parts of its DSSE
-    envelope: the payload bytes exactly as signed (RFC 8785 JSON) and the raw
-    64-byte Ed25519 signature. The payload type is the head's and the key id
-    is the origin the payload names, so neither travels; the receiver rebuilds
-    the envelope and verifies the DSSE PAE over these very payload bytes
-    (nothing signed is re-serialised).
-
-    Compact form (what a sender emits): ``payload`` empty and ``fields`` set:
-    the payload's fields in binary (raw 32-byte origin, root and log_root).
-    The receiver rebuilds the RFC 8785 payload from them
-    (contracts.statements.Head.to_json): canonical JSON has exactly one
-    encoding, so the rebuilt bytes are the signed bytes of an honest origin,
-    and any other payload fails the signature check like a tampered one.
-    In a delivery, ``fields.root`` is empty when a fold proof of the same
-    delivery names this head (FoldProof.head_part): the root is the one that
-    proof's record and audit path imply (RFC 9162 §2.1.3.2); a wrong path
-    yields another root and the head's signature fails.
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    PAYLOAD_FIELD_NUMBER: _builtins.int
-    SIGNATURE_FIELD_NUMBER: _builtins.int
-    FIELDS_FIELD_NUMBER: _builtins.int
-    payload: _builtins.bytes
-    signature: _builtins.bytes
-    @_builtins.property
-    def fields(self) -> Global___HeadFields: ...
-    def __init__(
-        self,
-        *,
-        payload: _builtins.bytes = ...,
-        signature: _builtins.bytes = ...,
-        fields: Global___HeadFields | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "payload", b"payload", "signature", b"signature"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___SignedHead: _TypeAlias = SignedHead  # noqa: Y015
-
-@_typing.final
-class HeadFields(_message.Message):
-    """contracts.statements.Head field by field (the payload type is implied).
-
-    Wire version 2 leaves out what the receiver rebuilds exactly (a sender
-    uses each form only when rebuilding gives the signed value back; version 1,
-    every field spelled out, is still read):
-    - ``origin`` empty: the origin is the DeliverRequest's ``sender`` (an origin
-      delivering its own value names itself once);
-    - (wire version 3) ``origin`` of 8 bytes: the origin's key id, the first 8
-      bytes of its public key, sent only to a receiver that acknowledged a head
-      of that origin (a forwarded head). The receiver resolves it among the
-      keys of the heads it holds verified: exactly one must match, else it
-      answers NOT_FOUND and the sender repeats the delivery with the full
-      32-byte key. The signature is verified with the full key it resolved to;
-    - ``epoch`` empty and ``epoch_nonce`` set: the epoch is
-      ``"<epoch_counter>-<hex of the 8 epoch_nonce bytes>"`` (nodes.store's form);
-    - ``serve_until`` 0 and ``serve_for_ms`` set: serve_until is
-      ``issued_at + serve_for_ms``;
-    - ``endpoints`` empty and ``endpoint_addrs`` set: each endpoint is a raw IP
-      address (4 or 16 bytes) and a big-endian 2-byte port, rebuilt as
-      ``a.b.c.d:port`` or ``[v6]:port``;
-    - ``log_root`` empty when ``seq`` is 0: a log of one compaction has as root
-      the leaf hash of its batch record (size, root) (RFC 6962 §2.1).
-    A wrong implied value rebuilds another payload and the signature fails.
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    ORIGIN_FIELD_NUMBER: _builtins.int
-    EPOCH_FIELD_NUMBER: _builtins.int
-    SEQ_FIELD_NUMBER: _builtins.int
-    SIZE_FIELD_NUMBER: _builtins.int
-    ROOT_FIELD_NUMBER: _builtins.int
-    LOG_ROOT_FIELD_NUMBER: _builtins.int
-    SERVE_UNTIL_FIELD_NUMBER: _builtins.int
-    DEADLINE_MS_FIELD_NUMBER: _builtins.int
-    ENDPOINTS_FIELD_NUMBER: _builtins.int
-    PENDING_FIELD_NUMBER: _builtins.int
-    ISSUED_AT_FIELD_NUMBER: _builtins.int
-    EPOCH_COUNTER_FIELD_NUMBER: _builtins.int
-    EPOCH_NONCE_FIELD_NUMBER: _builtins.int
-    SERVE_FOR_MS_FIELD_NUMBER: _builtins.int
-    ENDPOINT_ADDRS_FIELD_NUMBER: _builtins.int
-    origin: _builtins.bytes
-    epoch: _builtins.str
-    seq: _builtins.int
-    size: _builtins.int
-    root: _builtins.bytes
-    log_root: _builtins.bytes
-    serve_until: _builtins.int
-    deadline_ms: _builtins.int
-    pending: _builtins.bool
-    issued_at: _builtins.int
-    epoch_counter: _builtins.int
-    epoch_nonce: _builtins.bytes
-    serve_for_ms: _builtins.int
-    @_builtins.property
-    def endpoints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
-    @_builtins.property
-    def endpoint_addrs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
-    def __init__(
-        self,
-        *,
-        origin: _builtins.bytes = ...,
-        epoch: _builtins.str = ...,
-        seq: _builtins.int = ...,
-        size: _builtins.int = ...,
-        root: _builtins.bytes = ...,
-        log_root: _builtins.bytes = ...,
-        serve_until: _builtins.int = ...,
-        deadline_ms: _builtins.int = ...,
-        endpoints: _abc.Iterable[_builtins.str] | None = ...,
-        pending: _builtins.bool = ...,
-        issued_at: _builtins.int = ...,
-        epoch_counter: _builtins.int = ...,
-        epoch_nonce: _builtins.bytes = ...,
-        serve_for_ms: _builtins.int | None = ...,
-        endpoint_addrs: _abc.Iterable[_builtins.bytes] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_serve_for_ms", b"_serve_for_ms", "serve_for_ms", b"serve_for_ms"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_serve_for_ms", b"_serve_for_ms", "deadline_ms", b"deadline_ms", "endpoint_addrs", b"endpoint_addrs", "endpoints", b"endpoints", "epoch", b"epoch", "epoch_counter", b"epoch_counter", "epoch_nonce", b"epoch_nonce", "issued_at", b"issued_at", "log_root", b"log_root", "origin", b"origin", "pending", b"pending", "root", b"root", "seq", b"seq", "serve_for_ms", b"serve_for_ms", "serve_until", b"serve_until", "size", b"size"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__serve_for_ms: _TypeAlias = _typing.Literal["serve_for_ms"]  # noqa: Y015
-    _WhichOneofArgType__serve_for_ms: _TypeAlias = _typing.Literal["_serve_for_ms", b"_serve_for_ms"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__serve_for_ms) -> _WhichOneofReturnType__serve_for_ms | None: ...
-
-Global___HeadFields: _TypeAlias = HeadFields  # noqa: Y015
 
 @_typing.final
 class FoldProof(_message.Message):
