@@ -208,9 +208,20 @@ async def test_rehydrate_a_value_replaced_under_its_ref_is_rejected(trio: Trio) 
     assert isinstance(await trio.b.rehydrate("m"), Evidence)
 
 
+def _flip_head_signature(data: bytes) -> bytes:
+    """``data`` with one bit of its head note's signature flipped, the note otherwise
+    intact (the signature line: "— <name> <base64 key id + signature>")."""
+    start = data.index("\n\n\u2014 ".encode()) + 2
+    end = data.index(b"\n", start)
+    name, sig = data[start:end].rsplit(b" ", 1)
+    raw = bytearray(base64.b64decode(sig))
+    raw[-1] ^= 0x01
+    return data[:start] + name + b" " + base64.b64encode(bytes(raw)) + data[end:]
+
+
 async def test_receive_a_head_whose_signature_fails_is_value_rejected(trio: Trio) -> None:
     data = (await _value(trio.a)).to_bytes()
-    broken = data[:-1] + bytes([data[-1] ^ 0x01])  # the head's last signed field
+    broken = _flip_head_signature(data)
     with pytest.raises(ValueRejected, match=r"signature by .* does not verify"):
         await trio.b.receive(broken)
     with pytest.raises(RequestRejected, match="no held value"):
@@ -349,7 +360,7 @@ async def test_connect_drives_a_running_node_like_a_local_one(tmp_path: Path) ->
                 await holder.receive(b"\xff" * 16)
             data = value.to_bytes()
             with pytest.raises(ValueRejected, match="does not verify"):
-                await holder.receive(data[:-1] + bytes([data[-1] ^ 1]))
+                await holder.receive(_flip_head_signature(data))
 
 
 async def test_connect_with_a_key_the_node_does_not_authorise_is_rejected(
