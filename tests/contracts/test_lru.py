@@ -1,0 +1,93 @@
+"""contracts._lru.BoundedCache: the order entries leave in, the bounds, the counter."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts._lru import BoundedCache
+
+
+def test_the_oldest_entry_is_evicted_first_and_counted() -> None:
+    cache: BoundedCache[str, int] = BoundedCache(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    cache.put("c", 3)
+    assert ("a" in cache, "b" in cache, "c" in cache) == (False, True, True)
+    assert len(cache) == 2
+    assert cache.evicted == 1
+
+
+def test_get_refreshes_so_the_other_entry_is_evicted() -> None:
+    cache: BoundedCache[str, int] = BoundedCache(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == 1
+    cache.put("c", 3)
+    assert "a" in cache
+    assert "b" not in cache
+
+
+def test_touch_refreshes_and_says_whether_the_key_is_kept() -> None:
+    cache: BoundedCache[str, None] = BoundedCache(2)
+    cache.put("a", None)
+    cache.put("b", None)
+    assert cache.touch("a") is True
+    assert cache.touch("z") is False
+    cache.put("c", None)
+    assert sorted(k for k in "abc" if k in cache) == ["a", "c"]
+
+
+def test_peek_and_membership_leave_the_order_alone() -> None:
+    cache: BoundedCache[str, int] = BoundedCache(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.peek("a") == 1
+    assert "a" in cache
+    cache.put("c", 3)
+    assert "a" not in cache  # still the oldest: a FIFO memory stays FIFO
+    assert cache.peek("missing") is None
+    assert cache.get("missing") is None
+
+
+def test_putting_a_key_again_replaces_it_refreshes_it_and_is_no_eviction() -> None:
+    cache: BoundedCache[str, int] = BoundedCache(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    cache.put("a", 10)
+    assert (len(cache), cache.evicted) == (2, 0)
+    cache.put("c", 3)
+    assert cache.peek("a") == 10
+    assert "b" not in cache
+    assert cache.evicted == 1
+
+
+def test_weight_bound_evicts_oldest_but_never_the_entry_just_put() -> None:
+    cache: BoundedCache[str, bytes] = BoundedCache(None, maxweight=10, weigh=len)
+    cache.put("a", b"x" * 4)
+    cache.put("b", b"x" * 4)
+    assert (cache.weight, cache.evicted) == (8, 0)
+    cache.put("c", b"x" * 4)  # 12 > 10: "a" leaves
+    assert ("a" in cache, cache.weight, cache.evicted) == (False, 8, 1)
+    cache.put("big", b"x" * 50)  # heavier than the bound: kept alone
+    assert (len(cache), cache.weight, cache.evicted) == (1, 50, 3)
+    cache.put("big", b"x" * 2)  # replaced: its old weight is given back
+    assert cache.weight == 2
+
+
+def test_on_evict_sees_each_evicted_entry_in_order() -> None:
+    gone: list[tuple[int, str]] = []
+    cache: BoundedCache[int, str] = BoundedCache(3, on_evict=lambda k, v: gone.append((k, v)))
+    for i in range(6):
+        cache.put(i, str(i))
+    assert gone == [(0, "0"), (1, "1"), (2, "2")]
+    assert cache.evicted == 3
+    assert [k for k in range(6) if k in cache] == [3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"maxsize": None}, {"maxsize": 0}, {"maxsize": None, "maxweight": 5}],
+)
+def test_a_cache_without_a_usable_bound_is_refused(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        BoundedCache(**kwargs)  # type: ignore[arg-type]
