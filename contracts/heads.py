@@ -48,12 +48,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from contracts._fields import MAX_COUNT, is_digest
+from contracts._lru import BoundedCache
 from contracts.canonical import JsonObject, canonical_bytes, format_ms, parse_json_object
 from contracts.envelope import Envelope
 from contracts.errors import (
@@ -390,8 +390,9 @@ class HeadCache:
     def __init__(self, capacity: int = 4096) -> None:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
-        self._capacity = capacity
-        self._heads: OrderedDict[str, Signed[Head]] = OrderedDict()
+        # oldest verified first out (a hit does not refresh: a head's signature is
+        # checked once while cached, and which head stays longest does not matter)
+        self._heads: BoundedCache[str, Signed[Head]] = BoundedCache(capacity, on_evict=self._forget)
         self._by_key: dict[tuple[str, str, int], Signed[Head]] = {}
         # origins of the cached heads by key id: origin -> heads cached
         self._by_key_id: dict[bytes, dict[str, int]] = {}
@@ -404,7 +405,7 @@ class HeadCache:
         return digest in self._heads
 
     def get(self, digest: str) -> Signed[Head] | None:
-        return self._heads.get(digest)
+        return self._heads.peek(digest)
 
     def origin_for_key_id(self, kid: bytes) -> str | None:
         """The one origin whose key has id ``kid`` among the heads held here, else None.
@@ -427,7 +428,7 @@ class HeadCache:
             envelope = head
         else:
             envelope = Envelope.from_bytes(head)
-        signed = self._heads.get(envelope.digest)
+        signed = self._heads.peek(envelope.digest)
         if signed is None:
             # (1) signed by the origin it names — once per head
             signed = open_statement(envelope, Head, signer=origin)
@@ -459,7 +460,7 @@ class HeadCache:
         """
         p = proof if isinstance(proof, FoldProof) else FoldProof.from_json(proof)
         if head is None:
-            cached = self._heads.get(p.head)
+            cached = self._heads.peek(p.head)
             if cached is None:
                 raise DigestMismatch(f"fold proof names head {p.head[:12]}…, not verified here")
             head = cached
@@ -473,22 +474,23 @@ class HeadCache:
         return other
 
     def _remember(self, signed: Signed[Head]) -> None:
-        self._heads[signed.digest] = signed
         self._by_key.setdefault(signed.statement.log_key, signed)
         origin = signed.statement.origin
         held = self._by_key_id.setdefault(key_id(origin), {})
         held[origin] = held.get(origin, 0) + 1
-        if len(self._heads) > self._capacity:
-            _, old = self._heads.popitem(last=False)
-            if self._by_key.get(old.statement.log_key) is old:
-                del self._by_key[old.statement.log_key]
-            kid = key_id(old.statement.origin)
-            held = self._by_key_id[kid]
-            held[old.statement.origin] -= 1
-            if not held[old.statement.origin]:
-                del held[old.statement.origin]
-                if not held:
-                    del self._by_key_id[kid]
+        self._heads.put(signed.digest, signed)
+
+    def _forget(self, _digest: str, old: Signed[Head]) -> None:
+        """The indexes of a head evicted from the cache."""
+        if self._by_key.get(old.statement.log_key) is old:
+            del self._by_key[old.statement.log_key]
+        kid = key_id(old.statement.origin)
+        held = self._by_key_id[kid]
+        held[old.statement.origin] -= 1
+        if not held[old.statement.origin]:
+            del held[old.statement.origin]
+            if not held:
+                del self._by_key_id[kid]
 
 
 # ----------------------------------------------------------------- origin side

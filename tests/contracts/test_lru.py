@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from contracts._lru import BoundedCache
@@ -85,9 +87,30 @@ def test_on_evict_sees_each_evicted_entry_in_order() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"maxsize": None}, {"maxsize": 0}, {"maxsize": None, "maxweight": 5}],
+    ("kwargs", "says"),
+    [
+        ({"maxsize": None}, "needs maxsize, maxweight or both"),
+        ({"maxsize": 0}, "maxsize must be at least 1"),
+        ({"maxsize": None, "maxweight": 5}, "comes with a weigh function"),
+    ],
 )
-def test_a_cache_without_a_usable_bound_is_refused(kwargs: dict[str, object]) -> None:
-    with pytest.raises(ValueError):
+def test_a_cache_without_a_usable_bound_is_refused(kwargs: dict[str, object], says: str) -> None:
+    with pytest.raises(ValueError, match=says):
         BoundedCache(**kwargs)  # type: ignore[arg-type]
+
+
+def test_no_package_module_keeps_a_hand_rolled_recency_cache() -> None:
+    # The helper is the one home of "oldest first out": a module that needs a
+    # bounded memo uses it, and a policy that is not oldest-first (nodes.held,
+    # nodes.replay, nodes.auth) needs no OrderedDict either.
+    root = Path(__file__).resolve().parents[2]
+    helper = root / "contracts" / "_lru.py"
+    offenders = [
+        f"{path.relative_to(root)}: {word}"
+        for package in ("contracts", "nodes", "harness")
+        for path in sorted((root / package).rglob("*.py"))
+        if path != helper and "_pb" not in path.parts
+        for word in ("OrderedDict", "move_to_end", "popitem(last=False)")
+        if word in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []
