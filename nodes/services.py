@@ -99,11 +99,10 @@ from contracts.rules import (
     MAX_SERVE_FOR_MS,
     MIN_DEADLINE_MS,
     MIN_SERVE_FOR_MS,
-    deadline_in_bounds,
     demand_is_fresh,
     expired,
     holder_signature_decides,
-    serve_for_in_bounds,
+    promise_refusal,
 )
 from contracts.serve import (
     WholeFoldReceipts,
@@ -808,18 +807,14 @@ class NodeCore:
             return await self._commit(epoch, value_ref, inputs, serve_for_ms, deadline_ms, value)
 
     def _check_promise(self, value_ref: str, serve_for_ms: int, deadline_ms: int) -> None:
-        """Sign only promises this node can keep (0 = this node's configured default)."""
-        if deadline_ms and not deadline_in_bounds(deadline_ms):
-            raise PromiseOutOfRange(
-                f"commit {value_ref}: deadline_ms {deadline_ms} is outside"
-                f" {MIN_DEADLINE_MS}..{MAX_DEADLINE_MS}: this node does not promise to answer"
-                " that fast or that slowly"
-            )
-        if serve_for_ms and not serve_for_in_bounds(serve_for_ms):
-            raise PromiseOutOfRange(
-                f"commit {value_ref}: serve_for_ms {serve_for_ms} is outside"
-                f" {MIN_SERVE_FOR_MS}..{MAX_SERVE_FOR_MS} (30 days)"
-            )
+        """Sign only promises this node can keep: the promise as it would be signed (0 =
+        this node's configured default), by the rule every route applies."""
+        refusal = promise_refusal(
+            deadline_ms=deadline_ms or self.config.deadline_ms,
+            serve_for_ms=serve_for_ms or self.config.serve_for_ms,
+        )
+        if refusal:
+            raise PromiseOutOfRange(f"commit {value_ref}: {refusal}")
 
     async def _commit(
         self,
