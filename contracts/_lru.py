@@ -105,20 +105,26 @@ class BoundedCache(Generic[K, V]):
         entries while over a bound (never this one)."""
         data = self._data
         weigh = self._weigh
+        if weigh is None:  # bounded by count only: the common, hot case
+            data[key] = value
+            data.move_to_end(key)
+            maxsize = self.maxsize
+            while maxsize is not None and len(data) > maxsize:
+                self._evict_oldest()
+            return
         if key in data:
-            old = data.pop(key)
-            if weigh is not None:
-                self.weight -= weigh(old)
+            self.weight -= weigh(data.pop(key))
         data[key] = value
-        if weigh is not None:
-            self.weight += weigh(value)
+        self.weight += weigh(value)
         while len(data) > 1 and self._over():
-            old_key, old_value = data.popitem(last=False)
-            if weigh is not None:
-                self.weight -= weigh(old_value)
-            self.evicted += 1
-            if self._on_evict is not None:
-                self._on_evict(old_key, old_value)
+            self.weight -= weigh(self._evict_oldest())
+
+    def _evict_oldest(self) -> V:
+        old_key, old_value = self._data.popitem(last=False)
+        self.evicted += 1
+        if self._on_evict is not None:
+            self._on_evict(old_key, old_value)
+        return old_value
 
     def _over(self) -> bool:
         if self.maxsize is not None and len(self._data) > self.maxsize:
