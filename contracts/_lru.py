@@ -8,8 +8,9 @@ entry just put is never the one evicted, so a single entry heavier than
 order of insertion, refreshed by :meth:`get`, :meth:`touch` and by putting a
 key again (:meth:`peek` and ``in`` refresh nothing). Each entry evicted calls
 ``on_evict`` (when given) and adds one to :attr:`evicted`; an entry replaced by a
-put of its key is not an eviction. A value of ``None`` (a bounded set) is tested
-with ``in`` or :meth:`touch`, since :meth:`get` answers None for a miss.
+put of its key or removed with :meth:`pop` is not an eviction. A value of ``None``
+(a bounded set) is tested with ``in`` or :meth:`touch`, since :meth:`get` answers
+None for a miss.
 
 Why not :func:`functools.lru_cache`: it memoises a function of its arguments,
 computing the value on a miss. The sites here need what it cannot give:
@@ -23,8 +24,9 @@ computing the value on a miss. The sites here need what it cannot give:
 * the cache belongs to one object (one node, one holder), not to a function
   shared by every instance in the process.
 
-Where :func:`functools.lru_cache` fits — a pure function of immutable bytes —
-it is used instead (``contracts.batch``, ``contracts.lazy``, ``nodes.wire``).
+Where :func:`functools.lru_cache` fits — a pure function of immutable bytes or
+text — it is used instead (``contracts.batch``, ``contracts.lazy``,
+``contracts.identity``, ``nodes.wire``).
 
 Policies that are not "oldest first" stay with their owners: the held values
 evict per delivering key (:mod:`nodes.held`), demand and control nonces are
@@ -37,7 +39,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Generic, TypeVar
 
 __all__ = ["BoundedCache"]
@@ -82,6 +84,14 @@ class BoundedCache(Generic[K, V]):
     def __contains__(self, key: object) -> bool:
         return key in self._data
 
+    def __iter__(self) -> Iterator[K]:
+        """The keys, oldest first (the order refreshes nothing)."""
+        return iter(self._data)
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        """The entries, oldest first (the order refreshes nothing)."""
+        return iter(self._data.items())
+
     def get(self, key: K) -> V | None:
         """The value kept for ``key`` (now the most recently used), else None."""
         value = self._data.get(key)
@@ -118,6 +128,15 @@ class BoundedCache(Generic[K, V]):
         self.weight += weigh(value)
         while len(data) > 1 and self._over():
             self.weight -= weigh(self._evict_oldest())
+
+    def pop(self, key: K) -> V | None:
+        """Remove ``key`` and return its value, else None; not an eviction."""
+        if key not in self._data:
+            return None
+        value = self._data.pop(key)
+        if self._weigh is not None:
+            self.weight -= self._weigh(value)
+        return value
 
     def _evict_oldest(self) -> V:
         old_key, old_value = self._data.popitem(last=False)

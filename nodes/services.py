@@ -502,8 +502,8 @@ class NodeCore:
         self.config = config
         self.identity = identity
         self.store = store
-        #: Attesters that answered this node's Restore (insertion-ordered set).
-        self._asked_attesters: dict[str, None] = {}
+        #: Attesters that answered this node's Restore (the latest answers kept).
+        self._asked_attesters: BoundedCache[str, None] = BoundedCache(MAX_ASKED_ATTESTERS)
         self.transport = transport
         self.clock: Callable[[], float] = clock if clock is not None else time.time
         self.fault = fault if fault is not None else FaultPlan(config.fault, config.fault_delay_ms)
@@ -2187,10 +2187,7 @@ class NodeCore:
                 attester = open_statement(issued.attestation, Attestation).statement.attester
             except ContractError:
                 continue
-            self._asked_attesters.pop(attester, None)
-            self._asked_attesters[attester] = None
-            while len(self._asked_attesters) > MAX_ASKED_ATTESTERS:
-                del self._asked_attesters[next(iter(self._asked_attesters))]
+            self._asked_attesters.put(attester, None)
 
     async def submit_attestation(self, data: bytes) -> str:
         if len(data) > MAX_ATTESTATION_BYTES:

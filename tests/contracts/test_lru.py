@@ -101,8 +101,8 @@ def test_a_cache_without_a_usable_bound_is_refused(kwargs: dict[str, object], sa
 
 def test_no_package_module_keeps_a_hand_rolled_recency_cache() -> None:
     # The helper is the one home of "oldest first out": a module that needs a
-    # bounded memo uses it, and a policy that is not oldest-first (nodes.held,
-    # nodes.replay, nodes.auth) needs no OrderedDict either.
+    # bounded memo uses it (or functools.lru_cache), and a policy that is not
+    # oldest-first (nodes.held, nodes.replay, nodes.auth) needs no OrderedDict.
     root = Path(__file__).resolve().parents[2]
     helper = root / "contracts" / "_lru.py"
     offenders = [
@@ -110,7 +110,34 @@ def test_no_package_module_keeps_a_hand_rolled_recency_cache() -> None:
         for package in ("contracts", "nodes", "harness")
         for path in sorted((root / package).rglob("*.py"))
         if path != helper and "_pb" not in path.parts
-        for word in ("OrderedDict", "move_to_end", "popitem(last=False)")
+        for word in (
+            "OrderedDict",
+            "move_to_end",
+            "popitem(last=False)",
+            "pop(next(iter(",  # a dict used as a FIFO: the oldest key dropped
+            "[next(iter(",
+            "(next(iter(self.",
+        )
         if word in path.read_text(encoding="utf-8")
     ]
     assert offenders == []
+
+
+def test_pop_removes_gives_back_its_weight_and_is_no_eviction() -> None:
+    cache: BoundedCache[str, bytes] = BoundedCache(3, maxweight=100, weigh=len)
+    cache.put("a", b"xyz")
+    cache.put("b", b"xy")
+    assert cache.pop("a") == b"xyz"
+    assert cache.pop("a") is None
+    assert (len(cache), cache.weight, cache.evicted) == (1, 2, 0)
+
+
+def test_iteration_is_oldest_first_and_refreshes_nothing() -> None:
+    cache: BoundedCache[str, int] = BoundedCache(3)
+    for key, value in (("a", 1), ("b", 2), ("c", 3)):
+        cache.put(key, value)
+    cache.get("a")
+    assert list(cache) == ["b", "c", "a"]
+    assert list(cache.items()) == [("b", 2), ("c", 3), ("a", 1)]
+    cache.put("d", 4)
+    assert list(cache) == ["c", "a", "d"]
