@@ -218,12 +218,13 @@ def test_every_playable_fault_has_its_expected_evidence_here() -> None:
 def test_faulty_origin_falls_back_to_polarity_and_is_named(
     fault: FaultMode, kind: str, tmp_path: Path
 ) -> None:
-    # Timing faults need a short promise to be quick (the shortest a node signs); the
-    # others keep the generous default, so a loaded machine cannot turn their proof
-    # into a timeout.
+    # Timing faults need a short promise to be quick (the shortest a node signs) and,
+    # as each failed rehydration waits it out three times, fewer steps; the others
+    # keep the generous default, so a loaded machine cannot turn their proof into a
+    # timeout.
     timing = fault in (FaultMode.SLOW, FaultMode.DROP)
-    short = {"deadline_ms": MIN_DEADLINE_MS} if timing else {}
-    outcome = _play(tmp_path, steps=100, fault=fault, **short)
+    short: dict[str, Any] = {"deadline_ms": MIN_DEADLINE_MS, "steps": 60} if timing else {}
+    outcome = _play(tmp_path, fault=fault, **{"steps": 100, **short})
     run = outcome.runs[0]
     failed = sum(outcome.arm_costs[a].failed_rehydrations for a in STRUCTURAL)
     assert failed == _rehydrations(outcome) > 0
