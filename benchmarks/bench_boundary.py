@@ -27,7 +27,7 @@ Usage::
     .venv/bin/python benchmarks/bench_boundary.py [--seeds 2] [--steps 500] [--cadence 25]
                                                   [--transports memory,grpc,memory+cache,memory+w2]
                                                   [--full [--workers N]]
-                                                  [--faults [--fault-deadline-ms 50]]
+                                                  [--faults [--fault-deadline-ms 250]]
 
 ``memory+cache`` lets the holder keep the folds it verified (no second
 demand for a fold it already holds); ``memory+w2`` shares the runs over two
@@ -64,6 +64,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from contracts.rules import MIN_DEADLINE_MS
 from harness.arms import STRUCTURAL_ARMS
 from harness.boundary import topology
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
@@ -303,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also play each fault of the first origin (deadline --fault-deadline-ms)",
     )
-    ap.add_argument("--fault-deadline-ms", type=int, default=50)
+    ap.add_argument("--fault-deadline-ms", type=int, default=MIN_DEADLINE_MS)
     ap.add_argument(
         "--full",
         action="store_true",

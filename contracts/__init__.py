@@ -49,8 +49,8 @@ Module map (main entry points)::
     signed      Signed[S] (envelope + statement, digest), sign_statement,
                 open_statement (parse + verify), open_any
     rules       the origin's rules, once and pure: demand_is_fresh, expired,
-                demand_due_ms, deadline_in_bounds, serve_for_in_bounds,
-                holder_signature_decides (imported as a module)
+                demand_due_ms, promise_refusal, holder_signature_decides
+                (imported as a module)
     serve       origin: build_commitment, build_obligation,
                 verify_demand / check_demand, NonceRegistry, answer_demand
                 (what a correct origin answers), sign_served (sign exactly

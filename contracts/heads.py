@@ -50,12 +50,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from contracts._fields import MAX_COUNT, is_digest
+from contracts._lru import BoundedCache
 from contracts.canonical import JsonObject, canonical_bytes, format_ms, parse_json_object
 from contracts.envelope import Envelope
 from contracts.errors import (
@@ -384,8 +384,9 @@ class HeadCache:
     def __init__(self, capacity: int = 4096) -> None:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
-        self._capacity = capacity
-        self._heads: OrderedDict[str, SignedHead] = OrderedDict()
+        # oldest verified first out (a hit does not refresh: a head's signature is
+        # checked once while cached, and which head stays longest does not matter)
+        self._heads: BoundedCache[str, SignedHead] = BoundedCache(capacity, on_evict=self._forget)
         self._by_key: dict[tuple[str, str, int], SignedHead] = {}
         self.signature_checks = 0
 
@@ -396,7 +397,7 @@ class HeadCache:
         return digest in self._heads
 
     def get(self, digest: str) -> SignedHead | None:
-        return self._heads.get(digest)
+        return self._heads.peek(digest)
 
     def verify(self, head: HeadInput, *, now: int, origin: str | None = None) -> SignedHead:
         """The verified head (from the cache when its digest is known); unexpired at ``now``.
@@ -406,7 +407,7 @@ class HeadCache:
         verified as it came before it is returned.
         """
         digest = head.digest if isinstance(head, SignedHead) else head_digest(head)
-        signed = self._heads.get(digest)
+        signed = self._heads.peek(digest)
         if signed is not None and not isinstance(head, SignedHead) and head != signed.note:
             # The same text under other signature lines: those bytes are what the
             # caller keeps and passes on, so they are verified as they came.
@@ -442,7 +443,7 @@ class HeadCache:
         """
         p = proof if isinstance(proof, FoldProof) else FoldProof.from_json(proof)
         if head is None:
-            cached = self._heads.get(p.head)
+            cached = self._heads.peek(p.head)
             if cached is None:
                 raise DigestMismatch(f"fold proof names head {p.head[:12]}…, not verified here")
             head = cached
@@ -456,12 +457,13 @@ class HeadCache:
         return other
 
     def _remember(self, signed: SignedHead) -> None:
-        self._heads[signed.digest] = signed
         self._by_key.setdefault(signed.statement.log_key, signed)
-        if len(self._heads) > self._capacity:
-            _, old = self._heads.popitem(last=False)
-            if self._by_key.get(old.statement.log_key) is old:
-                del self._by_key[old.statement.log_key]
+        self._heads.put(signed.digest, signed)
+
+    def _forget(self, _digest: str, old: SignedHead) -> None:
+        """The index of a head evicted from the cache."""
+        if self._by_key.get(old.statement.log_key) is old:
+            del self._by_key[old.statement.log_key]
 
 
 # ----------------------------------------------------------------- origin side

@@ -17,6 +17,7 @@ and the benchmarks count and time them.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import threading
@@ -52,7 +53,6 @@ NODE_ID_HEX_LEN = 64
 _HEX = frozenset("0123456789abcdef")
 _MAX_KEY_FILE_BYTES = 4096
 _KEY_CACHE_SIZE = 4096
-_KEY_CACHE: dict[str, PublicKey] = {}
 
 
 class SignatureObserver(Protocol):
@@ -160,23 +160,15 @@ class PublicKey:
     def from_node_id(cls, node_id: str) -> PublicKey:
         """Parse a node id (64 lower-case hex characters).
 
-        Parsed keys are memoised (bounded): verifying many statements by the
-        same few nodes should not re-decode the curve point every time.
+        Parsed keys are memoised (bounded, least recently used out): verifying
+        many statements by the same few nodes should not re-decode the curve
+        point every time.
         """
-        cached = _KEY_CACHE.get(node_id) if isinstance(node_id, str) else None
-        if cached is not None:
-            return cached
-        if not isinstance(node_id, str) or len(node_id) != NODE_ID_HEX_LEN:
+        if not isinstance(node_id, str):
             raise EncodingError(
                 f"node id must be {NODE_ID_HEX_LEN} hex characters: {node_id!r:.80}"
             )
-        if not set(node_id) <= _HEX:
-            raise EncodingError(f"node id must be lower-case hex: {node_id!r:.80}")
-        key = cls.from_raw(bytes.fromhex(node_id))
-        if len(_KEY_CACHE) >= _KEY_CACHE_SIZE:
-            _KEY_CACHE.clear()
-        _KEY_CACHE[node_id] = key
-        return key
+        return _parsed_node_id(node_id)
 
     @property
     def node_id(self) -> str:
@@ -208,6 +200,17 @@ class PublicKey:
         finally:
             if observer is not None:
                 observer.verified(perf_counter() - start)
+
+
+@functools.lru_cache(maxsize=_KEY_CACHE_SIZE)
+def _parsed_node_id(node_id: str) -> PublicKey:
+    """A node id's key: a pure function of the id's text, so functools memoises it
+    (a malformed id raises and is not remembered)."""
+    if len(node_id) != NODE_ID_HEX_LEN:
+        raise EncodingError(f"node id must be {NODE_ID_HEX_LEN} hex characters: {node_id!r:.80}")
+    if not set(node_id) <= _HEX:
+        raise EncodingError(f"node id must be lower-case hex: {node_id!r:.80}")
+    return PublicKey.from_raw(bytes.fromhex(node_id))
 
 
 @dataclass(frozen=True, slots=True)

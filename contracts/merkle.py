@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
+from contracts._lru import BoundedCache
 from contracts.errors import EncodingError, RootMismatch
 
 __all__ = [
@@ -255,6 +256,14 @@ class MerkleFrontier:
         return root
 
 
+def _kept_leaf_count(kept: tuple[tuple[bytes, ...], MerkleFrontier]) -> int:
+    return len(kept[0])
+
+
+def _kept_size(kept: tuple[tuple[bytes, ...], int]) -> int:
+    return kept[1]
+
+
 class FoldRoots:
     """:func:`merkle_root` for cumulative folds: a fold that extends an earlier one
     hashes only its new leaves.
@@ -269,17 +278,17 @@ class FoldRoots:
     first; a longer list is not remembered at all).
     """
 
-    __slots__ = ("_capacity", "_held", "_last", "_max_leaves")
+    __slots__ = ("_last", "_max_leaves")
 
     def __init__(self, capacity: int = 256, max_leaves: int = 65_536) -> None:
         if capacity < 1 or max_leaves < 1:
             raise ValueError(
                 f"capacity and max_leaves must be at least 1, got {capacity} and {max_leaves}"
             )
-        self._capacity = capacity
         self._max_leaves = max_leaves
-        self._held = 0
-        self._last: dict[bytes, tuple[tuple[bytes, ...], MerkleFrontier]] = {}
+        self._last: BoundedCache[bytes, tuple[tuple[bytes, ...], MerkleFrontier]] = BoundedCache(
+            capacity, maxweight=max_leaves, weigh=_kept_leaf_count
+        )
 
     def root(self, leaves: Sequence[bytes]) -> bytes:
         """RFC 6962 Merkle tree hash of ``leaves`` (leaf data, in order)."""
@@ -287,9 +296,7 @@ class FoldRoots:
         if not leaves:
             return EMPTY_ROOT
         first = leaves[0]
-        last = self._last.pop(first, None)
-        if last is not None:
-            self._held -= len(last[0])
+        last = self._last.pop(first)
         if last is not None and len(last[0]) <= len(leaves) and leaves[: len(last[0])] == last[0]:
             frontier = last[1]
             frontier.append(leaves[len(last[0]) :])
@@ -297,11 +304,7 @@ class FoldRoots:
             frontier = MerkleFrontier()
             frontier.append(leaves)
         if len(leaves) <= self._max_leaves:
-            self._last[first] = (leaves, frontier)
-            self._held += len(leaves)
-            while len(self._last) > self._capacity or self._held > self._max_leaves:
-                oldest = next(iter(self._last))
-                self._held -= len(self._last.pop(oldest)[0])
+            self._last.put(first, (leaves, frontier))
         return frontier.root
 
 
@@ -320,17 +323,17 @@ class KnownRoots:
     leaves that are not all ``bytes``: a mutable buffer is never kept).
     """
 
-    __slots__ = ("_capacity", "_held", "_known", "_max_bytes")
+    __slots__ = ("_known", "_max_bytes")
 
     def __init__(self, capacity: int = 4096, max_bytes: int = 8 << 20) -> None:
         if capacity < 1 or max_bytes < 1:
             raise ValueError(
                 f"capacity and max_bytes must be at least 1, got {capacity} and {max_bytes}"
             )
-        self._capacity = capacity
         self._max_bytes = max_bytes
-        self._held = 0
-        self._known: dict[bytes, tuple[tuple[bytes, ...], int]] = {}
+        self._known: BoundedCache[bytes, tuple[tuple[bytes, ...], int]] = BoundedCache(
+            capacity, maxweight=max_bytes, weigh=_kept_size
+        )
 
     def __len__(self) -> int:
         return len(self._known)
@@ -338,7 +341,7 @@ class KnownRoots:
     def reproduces(self, leaves: Sequence[bytes], root: bytes) -> bool:
         """``merkle_root(leaves) == root`` (leaf data in order; ``root`` 32 bytes)."""
         leaves = tuple(leaves)
-        known = self._known.get(root)
+        known = self._known.peek(root)
         if known is not None and known[0] == leaves:
             return True
         if merkle_root(leaves) != root:
@@ -347,12 +350,7 @@ class KnownRoots:
         # Only immutable leaves are remembered: a bytearray kept here could be
         # changed by its owner afterwards and then match without being hashed.
         if size <= self._max_bytes and all(type(leaf) is bytes for leaf in leaves):
-            if known is not None:
-                self._held -= self._known.pop(root)[1]
-            self._known[root] = (leaves, size)
-            self._held += size
-            while len(self._known) > self._capacity or self._held > self._max_bytes:
-                self._held -= self._known.pop(next(iter(self._known)))[1]
+            self._known.put(root, (leaves, size))
         return True
 
 

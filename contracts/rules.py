@@ -6,8 +6,9 @@ origin, a holder or witness waiting for an answer, evidence checked later, a
 ``CommitFold`` request and a node's own configuration — calls the function
 here, so the routes cannot drift apart. Each function is pure: no I/O and no
 clock; ``now`` (integer or fractional ms since the Unix epoch) is passed in.
-The callers keep their own error types and messages (``nodes`` errors are not
-``contracts`` errors); these functions only decide.
+The callers keep their own error types (``nodes`` errors are not ``contracts``
+errors); these functions decide, and :func:`promise_refusal` also says why, so
+every route that sets a promise refuses it in the same words.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ __all__ = [
     "MAX_SERVE_FOR_MS",
     "MIN_DEADLINE_MS",
     "MIN_SERVE_FOR_MS",
-    "deadline_in_bounds",
     "demand_due_ms",
     "demand_is_fresh",
     "expired",
     "holder_signature_decides",
-    "serve_for_in_bounds",
+    "promise_refusal",
     "serves_unsigned",
 ]
 
@@ -67,17 +67,29 @@ def demand_due_ms(demand_time_ms: int, deadline_ms: int) -> int:
     return demand_time_ms + deadline_ms
 
 
-def deadline_in_bounds(deadline_ms: int) -> bool:
-    """S1 (within its deadline) and S8 (never accuse a correct origin): a promised
-    answer time an origin signs, on every route, is within
-    :data:`MIN_DEADLINE_MS`..:data:`MAX_DEADLINE_MS` inclusive."""
-    return MIN_DEADLINE_MS <= deadline_ms <= MAX_DEADLINE_MS
+def promise_refusal(*, deadline_ms: int | None = None, serve_for_ms: int | None = None) -> str:
+    """S1 (within its deadline), S5 (hops kept while an obligation runs), S8 (never
+    accuse a correct origin): why an origin does not sign a promise of ``deadline_ms``
+    answer time or ``serve_for_ms`` lifetime (``serve_until - issued_at``); "" when
+    every part given is within :data:`MIN_DEADLINE_MS`..:data:`MAX_DEADLINE_MS` and
+    :data:`MIN_SERVE_FOR_MS`..:data:`MAX_SERVE_FOR_MS`, bounds included. A part left
+    None is not part of the promise checked.
 
-
-def serve_for_in_bounds(serve_for_ms: int) -> bool:
-    """S5 (the origin keeps hops while an obligation runs): a lifetime an origin signs
-    is within :data:`MIN_SERVE_FOR_MS`..:data:`MAX_SERVE_FOR_MS` inclusive."""
-    return MIN_SERVE_FOR_MS <= serve_for_ms <= MAX_SERVE_FOR_MS
+    The one check of a promise on every route: a ``CommitFold``/``CommitCompaction``
+    request (remote or in-process), a node's configured defaults (flags, variables,
+    files, or a ``NodeConfig`` built in-process) and an experiment's settings.
+    """
+    if deadline_ms is not None and not MIN_DEADLINE_MS <= deadline_ms <= MAX_DEADLINE_MS:
+        return (
+            f"deadline_ms {deadline_ms} is outside {MIN_DEADLINE_MS}..{MAX_DEADLINE_MS}:"
+            " an origin does not promise to answer that fast or that slowly"
+        )
+    if serve_for_ms is not None and not MIN_SERVE_FOR_MS <= serve_for_ms <= MAX_SERVE_FOR_MS:
+        return (
+            f"serve_for_ms {serve_for_ms} is outside {MIN_SERVE_FOR_MS}..{MAX_SERVE_FOR_MS}"
+            " (30 days): an origin does not promise to keep hops that briefly or that long"
+        )
+    return ""
 
 
 def holder_signature_decides(time_ms: int, now_ms: int, *, bearer_under_own_head: bool) -> bool:

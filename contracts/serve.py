@@ -23,13 +23,13 @@ Who is to blame when :func:`verify_served` fails matters (S8):
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any
 
 from contracts._answer_rule import refusal_for
+from contracts._lru import BoundedCache
 from contracts.binary import (
     _DEMAND_FIXED,
     _DEMAND_TAG,
@@ -183,8 +183,7 @@ class NonceRegistry:
     def __init__(self, capacity: int = 100_000) -> None:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
-        self._capacity = capacity
-        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._seen: BoundedCache[tuple[str, str], None] = BoundedCache(capacity)
 
     def remember(self, demand: Demand) -> None:
         key = (demand.holder, demand.nonce)
@@ -192,9 +191,7 @@ class NonceRegistry:
             raise ReplayedNonce(
                 f"demand nonce {demand.nonce[:16]}… from {demand.holder[:16]}… was already used"
             )
-        self._seen[key] = None
-        if len(self._seen) > self._capacity:
-            self._seen.popitem(last=False)
+        self._seen.put(key, None)
 
 
 def verify_demand(

@@ -74,7 +74,6 @@ import hashlib
 import os
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -448,8 +447,10 @@ class ControlAuth:
         self.replay = (
             replay if replay is not None else ControlReplay(None, 2 * self._skew_ms, clock=clock)
         )
-        # (key, nonce) → (forget at ms, known): in order of forgetting.
-        self._nonces: OrderedDict[tuple[str, str], tuple[int, bool]] = OrderedDict()
+        # (key, nonce) → (forget at ms, known): in order of forgetting (a dict keeps
+        # insertion order). Not a contracts._lru cache: a nonce is forgotten by date,
+        # never evicted for room — a full pool refuses (_check_room).
+        self._nonces: dict[tuple[str, str], tuple[int, bool]] = {}
         self._known_count = 0
         self._other_count = 0
         self._per_key: dict[str, int] = {}

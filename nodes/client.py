@@ -38,13 +38,13 @@ import functools
 import itertools
 import os
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 from typing import assert_never
 
+from contracts._lru import BoundedCache
 from contracts.ask import MAX_OPEN_LEAVES, FoldAsk, pack_asks, reproduces_fold
 from contracts.batch import (
     DEMAND_BATCH_TYPE,
@@ -291,14 +291,16 @@ class Holder:
         #: Origins that refused a demand batch as unreadable (older than version 3):
         #: asked per fold from then on, for the life of this holder.
         self.no_batch: set[str] = set()
-        self._cache: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+        self._cache: BoundedCache[str, tuple[bytes, ...]] = BoundedCache(_CACHE_FOLDS)
         #: Roots whole folds were seen to reproduce, with their bytes: a fold served
         #: again in the same bytes is compared with them, not hashed again (the
         #: outcome is the same; with or without ``cache``).
         self._known_roots = KnownRoots()
         #: (obligation digest, commitment digest) → the template a fold's demands are
         #: signed from (bounded).
-        self._templates: OrderedDict[tuple[str, str], DemandTemplate] = OrderedDict()
+        self._templates: BoundedCache[tuple[str, str], DemandTemplate] = BoundedCache(
+            _DEMAND_TEMPLATES
+        )
         #: Signs this holder's demand batches from a template (made on first use).
         self._batch_signer: EnvelopeSigner | None = None
         self.demand_rpcs = 0
@@ -308,7 +310,8 @@ class Holder:
         self.unsigned_first = unsigned_first
         #: Origins whose unsigned answer failed → until when (holder clock, s) they
         #: are asked signed first (bounded, oldest forgotten).
-        self._signed_first: OrderedDict[str, float] = OrderedDict()
+        # origin -> until when it is asked signed first (the oldest forgotten first)
+        self._signed_first: BoundedCache[str, float] = BoundedCache(_SIGNED_FIRST_ORIGINS)
         self.unsigned_asks = 0
 
     @property
@@ -364,7 +367,6 @@ class Holder:
         for fold in run.folds:
             cached = self._cache.get(fold.held.commitment.digest) if use_cache else None
             if cached is not None:
-                self._cache.move_to_end(fold.held.commitment.digest)
                 fold.outcome, fold.detail = Outcome.SERVED, "verified earlier (cache)"
                 fold.hops, fold.leaves = cached, range(len(cached))
             elif expired(fold.held.obligation.statement.serve_until, now_ms):
@@ -457,20 +459,17 @@ class Holder:
         can clear one)."""
         if self._suspected is not None and self._suspected(origin):
             return True
-        until = self._signed_first.get(origin)
+        until = self._signed_first.peek(origin)
         if until is None:
             return False
         if self.clock() < until:
             return True
-        del self._signed_first[origin]
+        self._signed_first.pop(origin)
         return False
 
     def _ask_signed_first(self, origin: str, why: str) -> None:
         """Remember that ``origin``'s unsigned answer failed (bounded: the oldest forgotten)."""
-        self._signed_first.pop(origin, None)
-        self._signed_first[origin] = self.clock() + SIGNED_FIRST_S
-        if len(self._signed_first) > _SIGNED_FIRST_ORIGINS:
-            self._signed_first.popitem(last=False)
+        self._signed_first.put(origin, self.clock() + SIGNED_FIRST_S)
         log.info(
             "unsigned_answer_failed", origin=origin[:16], why=why, signed_first_s=SIGNED_FIRST_S
         )
@@ -585,11 +584,10 @@ class Holder:
             # A head's folds share its digest (their obligations' stand-in): keyed
             # by the fold's commitment as well.
             key = (obligation.digest, obligation.statement.commitment)
-            template = templates.get(key)
+            template = templates.peek(key)
             if template is None:
-                template = templates[key] = DemandTemplate(self.identity, obligation)
-                if len(templates) > _DEMAND_TEMPLATES:
-                    templates.popitem(last=False)
+                template = DemandTemplate(self.identity, obligation)
+                templates.put(key, template)
             fold.demand, fold.demand_bytes = template.sign(now_ms)
 
     def _sign_batch(self, run: _OriginRun, folds: list[_Fold]) -> bytes:
@@ -944,9 +942,7 @@ class Holder:
     def _remember(self, digest: str, hops: tuple[bytes, ...]) -> None:
         if not self._use_cache:
             return
-        self._cache[digest] = hops
-        if len(self._cache) > _CACHE_FOLDS:
-            self._cache.popitem(last=False)
+        self._cache.put(digest, hops)
 
     # ----------------------------------------------------------------- suspicion, witnesses
 

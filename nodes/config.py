@@ -26,8 +26,9 @@ from enum import StrEnum
 from pathlib import Path
 
 # The promise bounds are the origin's rules (contracts.rules), kept importable here.
-from contracts.rules import MAX_DEADLINE_MS, MIN_DEADLINE_MS, MIN_SERVE_FOR_MS
+from contracts.rules import MAX_DEADLINE_MS, MIN_DEADLINE_MS, promise_refusal
 from nodes.attester import AttesterFault
+from nodes.errors import PromiseOutOfRange
 from nodes.faults import FaultMode
 from nodes.home import NODE_NAME_RE, NODE_NAME_RULE
 
@@ -43,6 +44,7 @@ __all__ = [
     "LogFormat",
     "NodeConfig",
     "Peer",
+    "PromiseSettingOutOfRange",
     "parse_peers",
     "parse_routes",
     "setting",
@@ -74,6 +76,14 @@ _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 
 class ConfigError(ValueError):
     """A setting is missing or malformed; the message names the flag, variable and value."""
+
+
+class PromiseSettingOutOfRange(ConfigError, PromiseOutOfRange):
+    """A default promise (``deadline_ms``, ``serve_for_ms``) the node would refuse to
+    sign on request: the :class:`nodes.errors.PromiseOutOfRange` (OUT_OF_RANGE) a
+    ``CommitFold`` asking for it gets, and a :class:`ConfigError` to whoever reads
+    settings. Raised however the configuration is made — flags, variables, a file, or
+    a :class:`NodeConfig` built in-process — so no route signs what another refuses."""
 
 
 def setting(key: str) -> str:
@@ -180,12 +190,12 @@ def parse_routes(text: str, key: str = "routes") -> tuple[tuple[str, str], ...]:
     return tuple(routes.items())
 
 
-def _as_int(key: str, value: object, minimum: int = 0) -> int:
+def _as_int(key: str, value: object, minimum: int | None = 0) -> int:
     try:
         number = int(str(value))
     except ValueError:
         raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
-    if number < minimum:
+    if minimum is not None and number < minimum:
         raise ConfigError(f"{key}: must be >= {minimum}, got {number}")
     return number
 
@@ -290,9 +300,12 @@ class NodeConfig:
             raise ConfigError(
                 f"{setting('max_message_bytes')}: must be >= 1024, got {self.max_message_bytes}"
             )
-        for key in ("deadline_ms", "serve_for_ms"):
-            if getattr(self, key) <= 0:
-                raise ConfigError(f"{setting(key)}: must be > 0, got {getattr(self, key)}")
+        for key, refusal in (
+            ("deadline_ms", promise_refusal(deadline_ms=self.deadline_ms)),
+            ("serve_for_ms", promise_refusal(serve_for_ms=self.serve_for_ms)),
+        ):
+            if refusal:
+                raise PromiseSettingOutOfRange(f"{setting(key)}: {refusal}")
         for key in self.operator_keys:
             if not _HEX64_RE.match(key):
                 raise ConfigError(
@@ -442,8 +455,9 @@ class NodeConfig:
         for key, minimum in (
             ("fault_delay_ms", 0),
             ("max_message_bytes", 1024),
-            ("serve_for_ms", MIN_SERVE_FOR_MS),
-            ("deadline_ms", MIN_DEADLINE_MS),
+            # bounded by NodeConfig itself, as on every route (contracts.rules)
+            ("serve_for_ms", None),
+            ("deadline_ms", None),
             ("reasks", 0),
             ("min_witnesses", 1),
             ("max_concurrent_rpcs", 1),

@@ -8,6 +8,8 @@
     ├── UnknownValue              no held value with that ref            NOT_FOUND
     ├── UnknownPeer               peer name not configured               INVALID_ARGUMENT
     ├── PromiseOutOfRange         a promise the node cannot keep         OUT_OF_RANGE
+    │   └── config.PromiseSettingOutOfRange   the same, as a configured
+    │                             default (also a config.ConfigError)
     ├── HeldConflict              a value_ref held for a reserved key    ALREADY_EXISTS
     │                             delivered by another (nodes.held)
     ├── ClockSkew                 dated outside the documented clock     OUT_OF_RANGE
@@ -97,7 +99,8 @@ class RequestTooLarge(NodeError):
 
 
 class PromiseOutOfRange(NodeError):
-    """A commit asks for a deadline or lifetime outside the node's documented bounds."""
+    """A deadline or lifetime outside the node's documented bounds
+    (:func:`contracts.rules.promise_refusal`): asked by a commit, or configured."""
 
     code = grpc.StatusCode.OUT_OF_RANGE
 

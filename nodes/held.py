@@ -21,7 +21,6 @@ Invariant, over the caps (``max_values``, ``max_bytes``):
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -53,7 +52,10 @@ class HeldValues(Generic[V]):
         self.max_bytes = max_bytes
         self._on_evict = on_evict
         self._entries: dict[str, _Entry[V]] = {}
-        self._refs: dict[str, OrderedDict[str, None]] = {}  # key → its refs, oldest first
+        # key → its refs, oldest first (a dict keeps insertion order). Not a
+        # contracts._lru cache: the victim is chosen across keys, by class and by
+        # who holds the most, never simply the oldest value.
+        self._refs: dict[str, dict[str, None]] = {}
         self._key_bytes: dict[str, int] = {}
         # Per class (reserved?), keys by how many values they hold: the key holding
         # the most is found among the few distinct counts, not by scanning keys.
@@ -95,7 +97,7 @@ class HeldValues(Generic[V]):
         if old is not None:
             self._drop(value_ref)
         self._entries[value_ref] = _Entry(value, key, size, reserved)
-        refs = self._refs.setdefault(key, OrderedDict())
+        refs = self._refs.setdefault(key, {})
         self._recount(key, reserved, len(refs), len(refs) + 1)
         refs[value_ref] = None
         self._key_bytes[key] = self._key_bytes.get(key, 0) + size

@@ -46,7 +46,7 @@ import errno
 import gc
 import os
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +54,7 @@ from typing import Any, TypeVar
 
 from contracts._answer_rule import refusal_for
 from contracts._fields import is_digest
+from contracts._lru import BoundedCache
 from contracts.ask import ASK_BYTES, MAX_OPEN_LEAVES, FoldAsk, unpack_asks
 from contracts.attest import RehydrationProof
 from contracts.batch import (
@@ -97,11 +98,10 @@ from contracts.rules import (
     MAX_SERVE_FOR_MS,
     MIN_DEADLINE_MS,
     MIN_SERVE_FOR_MS,
-    deadline_in_bounds,
     demand_is_fresh,
     expired,
     holder_signature_decides,
-    serve_for_in_bounds,
+    promise_refusal,
     serves_unsigned,
 )
 from contracts.serve import (
@@ -400,6 +400,11 @@ class _Own:
     fold: VerifiedFold | None = None
 
 
+def _leaves_size(leaves: tuple[bytes, ...]) -> int:
+    """The weight of a fold's hop bytes in the leaf cache: their length."""
+    return sum(len(x) for x in leaves)
+
+
 def _own_key(head_digest: str, leaf_hash: str) -> str:
     """The own-cache key of a fold under a head: head digest ‖ leaf hash (128 hex
     characters, so never a per-fold obligation digest). Looked up on every
@@ -488,8 +493,8 @@ class NodeCore:
         self.config = config
         self.identity = identity
         self.store = store
-        #: Attesters that answered this node's Restore (insertion-ordered set).
-        self._asked_attesters: dict[str, None] = {}
+        #: Attesters that answered this node's Restore (the latest answers kept).
+        self._asked_attesters: BoundedCache[str, None] = BoundedCache(MAX_ASKED_ATTESTERS)
         self.transport = transport
         self.clock: Callable[[], float] = clock if clock is not None else time.time
         self.fault = fault if fault is not None else FaultPlan(config.fault, config.fault_delay_ms)
@@ -499,30 +504,34 @@ class NodeCore:
         self._held: HeldValues[HeldValue] = HeldValues(
             max_values=MAX_HELD_VALUES, max_bytes=MAX_HELD_BYTES, on_evict=self._evicted
         )
-        self._cache: OrderedDict[tuple[str, bytes], Signed[Any] | SignedHead] = OrderedDict()
+        self._cache: BoundedCache[tuple[str, bytes], Signed[Any] | SignedHead] = BoundedCache(
+            _STATEMENT_CACHE
+        )
         # (commitment, obligation) digests already checked for equivocation and kept
         # in the store: delivered again (every decision re-delivers a value's
         # statements), they need neither the check nor the no-op write again.
-        self._kept_pairs: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._kept_pairs: BoundedCache[tuple[str, str], None] = BoundedCache(_STATEMENT_CACHE)
         # Fold proofs already proved under a head this node verified, by the proof
         # bytes' digest: delivered again, the proof is not parsed and hashed again
         # (its head is still checked unexpired, which costs no signature).
-        self._kept_folds: OrderedDict[str, tuple[str, HeldFold]] = OrderedDict()
+        self._kept_folds: BoundedCache[str, tuple[str, HeldFold]] = BoundedCache(_STATEMENT_CACHE)
         self._rpc_counts: dict[str, int] = {}
         self.open_counts: dict[str, int] = {OPEN_SERVES: 0, OPEN_DECLINED: 0}
         self._holder: Holder | None = None  # created on first use
-        self._own: OrderedDict[str, _Own] = OrderedDict()
-        self._leaves: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+        self._own: BoundedCache[str, _Own] = BoundedCache(_OWN_CACHE)
+        #: Hop bytes of folds read back under their committed roots, bounded in bytes.
+        self._leaves: BoundedCache[str, tuple[bytes, ...]] = BoundedCache(
+            None, maxweight=_LEAF_CACHE_BYTES, weigh=_leaves_size
+        )
         #: Receipt batch items of whole folds served (obligation ‖ commitment digest →
         #: packed item, :func:`contracts.batch.served_whole_item`): immutable per fold.
-        self._served_items: OrderedDict[str, bytes] = OrderedDict()
+        self._served_items: BoundedCache[str, bytes] = BoundedCache(_OWN_CACHE)
         #: Receipt templates of whole folds served to lone demands (obligation ‖
         #: commitment digest → :class:`contracts.serve.WholeFoldReceipts`).
-        self._served_receipts: OrderedDict[str, WholeFoldReceipts] = OrderedDict()
+        self._served_receipts: BoundedCache[str, WholeFoldReceipts] = BoundedCache(_OWN_CACHE)
         #: Signs receipt batches straight to envelope bytes (the bytes of
         #: :func:`contracts.batch.sign_receipt_batch`, envelope text packed once).
         self._receipt_batches = EnvelopeSigner(identity, RECEIPT_BATCH_TYPE)
-        self._leaves_bytes = 0
         # Replay protection (see _accept_nonces): nonces of this run's signed demands
         # in memory, and a durable floor every demand ever recorded is dated below.
         self._nonces = DemandNonces(
@@ -554,7 +563,9 @@ class NodeCore:
         # checked per origin: a suspicion stored after a receipt that clears it (two
         # rehydrations of one value, the later one served first) is checked at once.
         self._suspicions_stored = 0
-        self._recent_receipts: OrderedDict[str, deque[tuple[bytes, bytes]]] = OrderedDict()
+        self._recent_receipts: BoundedCache[str, deque[tuple[bytes, bytes]]] = BoundedCache(
+            _RECENT_RECEIPT_ORIGINS
+        )
         # Signed tree heads: this origin's log of heads for the current epoch
         # (rebuilt from the store when missing), the heads this node verified
         # as a receiver (each signature checked once), and the heads each peer
@@ -704,14 +715,10 @@ class NodeCore:
         """``open_statement`` with a cache keyed by the exact bytes (statements are immutable)."""
         key = (cls.KIND.value, data)
         hit = self._cache.get(key)
-        if isinstance(hit, Signed):
-            self._cache.move_to_end(key)
-            if signer is None or hit.signer == signer:
-                return hit
+        if isinstance(hit, Signed) and (signer is None or hit.signer == signer):
+            return hit
         signed = open_statement(data, cls, signer=signer)
-        self._cache[key] = signed
-        if len(self._cache) > _STATEMENT_CACHE:
-            self._cache.popitem(last=False)
+        self._cache.put(key, signed)
         return signed
 
     def _open_own_head(self, note: bytes) -> SignedHead:
@@ -719,12 +726,9 @@ class NodeCore:
         key = (Head.KIND.value, note)
         hit = self._cache.get(key)
         if isinstance(hit, SignedHead):
-            self._cache.move_to_end(key)
             return hit
         head = open_head(note, origin=self.node_id)
-        self._cache[key] = head
-        if len(self._cache) > _STATEMENT_CACHE:
-            self._cache.popitem(last=False)
+        self._cache.put(key, head)
         return head
 
     # ----------------------------------------------------------------- hop log
@@ -805,18 +809,14 @@ class NodeCore:
             return await self._commit(epoch, value_ref, inputs, serve_for_ms, deadline_ms, value)
 
     def _check_promise(self, value_ref: str, serve_for_ms: int, deadline_ms: int) -> None:
-        """Sign only promises this node can keep (0 = this node's configured default)."""
-        if deadline_ms and not deadline_in_bounds(deadline_ms):
-            raise PromiseOutOfRange(
-                f"commit {value_ref}: deadline_ms {deadline_ms} is outside"
-                f" {MIN_DEADLINE_MS}..{MAX_DEADLINE_MS}: this node does not promise to answer"
-                " that fast or that slowly"
-            )
-        if serve_for_ms and not serve_for_in_bounds(serve_for_ms):
-            raise PromiseOutOfRange(
-                f"commit {value_ref}: serve_for_ms {serve_for_ms} is outside"
-                f" {MIN_SERVE_FOR_MS}..{MAX_SERVE_FOR_MS} (30 days)"
-            )
+        """Sign only promises this node can keep: the promise as it would be signed (0 =
+        this node's configured default), by the rule every route applies."""
+        refusal = promise_refusal(
+            deadline_ms=deadline_ms or self.config.deadline_ms,
+            serve_for_ms=serve_for_ms or self.config.serve_for_ms,
+        )
+        if refusal:
+            raise PromiseOutOfRange(f"commit {value_ref}: {refusal}")
 
     async def _commit(
         self,
@@ -1037,11 +1037,12 @@ class NodeCore:
             raise
         head, proofs = made[-1]
         # Our own head and folds, committed just now: served from memory, no re-verification.
-        self._cache[(Head.KIND.value, signed.head_note)] = head
+        self._cache.put((Head.KIND.value, signed.head_note), head)
         for (ref, _, _), fold_row in zip(wanted, signed.folds, strict=True):
             verified = verify_fold(proofs[ref], head)
-            self._own[_own_key(head.digest, fold_row.leaf_hash)] = _Own(
-                verified.obligation, verified.commitment, b"", verified
+            self._own.put(
+                _own_key(head.digest, fold_row.leaf_hash),
+                _Own(verified.obligation, verified.commitment, b"", verified),
             )
             leaves = signed_leaves.get(ref)
             if leaves is not None:
@@ -1072,13 +1073,11 @@ class NodeCore:
     # ----------------------------------------------------------------- serve
 
     def _remember_own(self, own: _Own) -> None:
-        self._own[own.obligation.digest] = own
-        if len(self._own) > _OWN_CACHE:
-            self._own.popitem(last=False)
+        self._own.put(own.obligation.digest, own)
 
     async def _own_statements(self, demand: Signed[Demand]) -> _Own:
         d = demand.statement
-        own = self._own.get(_own_key(d.obligation, d.commitment)) or self._own.get(d.obligation)
+        own = self._own.peek(_own_key(d.obligation, d.commitment)) or self._own.peek(d.obligation)
         if own is not None:
             return own
         record = await self.store.obligation(d.obligation)
@@ -1122,9 +1121,7 @@ class NodeCore:
         head = self._open_own_head(row.head_note)
         fold = verify_fold(FoldProof.from_bytes(row.proof), head)
         own = _Own(fold.obligation, fold.commitment, b"", fold)
-        self._own[_own_key(row.head_digest, row.leaf_hash)] = own
-        if len(self._own) > _OWN_CACHE:
-            self._own.popitem(last=False)
+        self._own.put(_own_key(row.head_digest, row.leaf_hash), own)
         return own
 
     def _fresh_demand(self, data: bytes | Envelope, now: float) -> Signed[Demand]:
@@ -1447,14 +1444,12 @@ class NodeCore:
         commitment = own.commitment
         c = commitment.statement
         key = own.obligation.digest + commitment.digest
-        packed = self._served_items.get(key)
+        packed = self._served_items.peek(key)
         if packed is None:
             packed = served_whole_item(
                 own.obligation.digest, commitment.digest, c.leaf_count, c.root
             )
-            self._served_items[key] = packed
-            if len(self._served_items) > _OWN_CACHE:
-                self._served_items.popitem(last=False)
+            self._served_items.put(key, packed)
         return packed, leaves
 
     def _served_alone(self, demand: Signed[Demand], own: _Own, now_ms: int) -> Answer | None:
@@ -1470,14 +1465,12 @@ class NodeCore:
             return None
         commitment = own.commitment
         key = own.obligation.digest + commitment.digest
-        receipts = self._served_receipts.get(key)
+        receipts = self._served_receipts.peek(key)
         if receipts is None:
             receipts = WholeFoldReceipts(
                 self.identity, obligation=own.obligation, commitment=commitment
             )
-            self._served_receipts[key] = receipts
-            if len(self._served_receipts) > _OWN_CACHE:
-                self._served_receipts.popitem(last=False)
+            self._served_receipts.put(key, receipts)
         receipt = receipts.sign(demand, now_ms)
         self._log_served(demand, commitment, leaves)
         return Answer(receipt, own.commitment_bytes, leaves)
@@ -1754,27 +1747,18 @@ class NodeCore:
         """The committed root when ``leaves`` are the bytes kept in memory after the
         store read them back under it (see :meth:`_resolve`); None otherwise, and
         the answer rule hashes them before anything is signed over them."""
-        if leaves is not None and self._leaves.get(commitment.digest) is leaves:
+        if leaves is not None and self._leaves.peek(commitment.digest) is leaves:
             return commitment.statement.root
         return None
 
     def _cached_leaves(self, digest: str) -> tuple[bytes, ...] | None:
         """A fold's hop bytes if kept in memory (then most recently used), else None."""
-        cached = self._leaves.get(digest)
-        if cached is not None:
-            self._leaves.move_to_end(digest)
-        return cached
+        return self._leaves.get(digest)
 
     def _keep_leaves(self, digest: str, leaves: tuple[bytes, ...]) -> None:
         """Remember a fold's hop bytes (immutable for its digest), bounded in bytes."""
-        if digest in self._leaves:
-            self._leaves.move_to_end(digest)
-            return
-        self._leaves[digest] = leaves
-        self._leaves_bytes += sum(len(x) for x in leaves)
-        while self._leaves_bytes > _LEAF_CACHE_BYTES and len(self._leaves) > 1:
-            _, old = self._leaves.popitem(last=False)
-            self._leaves_bytes -= sum(len(x) for x in old)
+        if not self._leaves.touch(digest):
+            self._leaves.put(digest, leaves)
 
     async def answer_demand_stream(
         self, demand: bytes, *, max_chunk_bytes: int = 0
@@ -1845,8 +1829,7 @@ class NodeCore:
         for (commitment, obligation), c_bytes, o_bytes in zip(
             pairs, delivery.commitments, delivery.obligations, strict=True
         ):
-            if (commitment.digest, obligation.digest) in self._kept_pairs:
-                self._kept_pairs.move_to_end((commitment.digest, obligation.digest))
+            if self._kept_pairs.touch((commitment.digest, obligation.digest)):
                 continue
             c = commitment.statement
             await self._check_equivocation(commitment)
@@ -1875,9 +1858,7 @@ class NodeCore:
         if kept:
             await self.store.put_delivered(kept, now_ms=_ms(now))
             for c_kept, o_kept in kept:
-                self._kept_pairs[(c_kept.digest, o_kept.digest)] = None
-            while len(self._kept_pairs) > _STATEMENT_CACHE:
-                self._kept_pairs.popitem(last=False)
+                self._kept_pairs.put((c_kept.digest, o_kept.digest), None)
         first_origin = (
             pairs[0][0].statement.origin
             if pairs
@@ -1958,11 +1939,11 @@ class NodeCore:
         held: list[HeldFold] = []
         for data in delivery.fold_proofs:
             key = sha256_hex(data)
-            kept = self._kept_folds.get(key)
+            kept = self._kept_folds.peek(key)
             kept_head = self.heads.get(kept[0]) if kept is not None else None
             if kept is not None and kept_head is not None:
                 self.heads.verify(kept_head, now=now_ms)  # still unexpired
-                self._kept_folds.move_to_end(key)
+                self._kept_folds.touch(key)
                 held.append(kept[1])
                 continue
             proof = FoldProof.from_bytes(data)
@@ -1975,9 +1956,7 @@ class NodeCore:
             head = self.heads.verify(head, now=now_ms)
             fold = verify_fold(proof, head)
             held_fold = _held_fold(fold, data, head.to_bytes())
-            self._kept_folds[key] = (head.digest, held_fold)
-            while len(self._kept_folds) > _STATEMENT_CACHE:
-                self._kept_folds.popitem(last=False)
+            self._kept_folds.put(key, (head.digest, held_fold))
             held.append(held_fold)
         return tuple(held)
 
@@ -2174,7 +2153,7 @@ class NodeCore:
             self._suspicions_stored += 1
             if self._suspects is not None:
                 self._suspects.add(accused)
-            for receipt, demand in tuple(self._recent_receipts.get(accused, ())):
+            for receipt, demand in tuple(self._recent_receipts.peek(accused) or ()):
                 await self.clear_suspicions(accused, receipt, demand, remember=False)
 
     async def rehydrate(
@@ -2222,10 +2201,7 @@ class NodeCore:
                 attester = open_statement(issued.attestation, Attestation).statement.attester
             except ContractError:
                 continue
-            self._asked_attesters.pop(attester, None)
-            self._asked_attesters[attester] = None
-            while len(self._asked_attesters) > MAX_ASKED_ATTESTERS:
-                del self._asked_attesters[next(iter(self._asked_attesters))]
+            self._asked_attesters.put(attester, None)
 
     async def submit_attestation(self, data: bytes) -> str:
         if len(data) > MAX_ATTESTATION_BYTES:
@@ -2434,12 +2410,9 @@ class NodeCore:
         """
         if remember:  # kept for a suspicion stored after it (keep_evidence)
             recent = self._recent_receipts.get(origin)
-            if recent is not None:
-                self._recent_receipts.move_to_end(origin)
-            else:
-                recent = self._recent_receipts[origin] = deque(maxlen=_RECENT_RECEIPTS)
-                if len(self._recent_receipts) > _RECENT_RECEIPT_ORIGINS:
-                    self._recent_receipts.popitem(last=False)
+            if recent is None:
+                recent = deque(maxlen=_RECENT_RECEIPTS)
+                self._recent_receipts.put(origin, recent)
             recent.append((receipt, demand))
         # A suspicion stored while this call reads the store is not in what it
         # read; it is checked against this receipt once stored (keep_evidence).

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import grpc
 
+from contracts._lru import BoundedCache
 from nodes import wire
 from nodes.attester import AttestationAnswer, AttestationAsk
 from nodes.auth import ControlCredentials, control_channel, node_id_at, signed_metadata
@@ -216,7 +217,11 @@ class GrpcTransport:
     ) -> None:
         self._max = max_message_bytes
         self.credentials = credentials
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        # oldest made first out (a use does not refresh): a channel evicted is closed
+        # once its calls can have ended, and made again if used
+        self._channels: BoundedCache[str, grpc.aio.Channel] = BoundedCache(
+            MAX_CHANNELS, on_evict=self._drop_channel
+        )
         self._serve: dict[str, wire.ServeStub] = {}
         self._demand: dict[str, wire.DemandCall] = {}
         self._ask: dict[str, wire.AskCall] = {}
@@ -246,16 +251,14 @@ class GrpcTransport:
         return stub
 
     def channel(self, address: str) -> grpc.aio.Channel:
-        chan = self._channels.get(address)
+        chan = self._channels.peek(address)
         if chan is None:
             chan = control_channel(address, None, _client_options(self._max))
-            self._channels[address] = chan
-            if len(self._channels) > MAX_CHANNELS:
-                self._drop_channel(next(iter(self._channels)))
+            self._channels.put(address, chan)
         return chan
 
-    def _drop_channel(self, address: str) -> None:
-        chan = self._channels.pop(address)
+    def _drop_channel(self, address: str, chan: grpc.aio.Channel) -> None:
+        """A channel evicted from the bounded set: its stubs go, it closes with grace."""
         for stubs in (self._serve, self._demand, self._ask, self._evidence, self._deliver):
             stubs.pop(address, None)
         self._targets.pop(address, None)
@@ -280,7 +283,7 @@ class GrpcTransport:
         in-memory transport says, not slow.
         """
         code = exc.code().name
-        chan = self._channels.get(address)
+        chan = self._channels.peek(address)
         if code == "DEADLINE_EXCEEDED" and chan is not None:
             state = chan.get_state(try_to_connect=False)
             if state in (
@@ -427,12 +430,13 @@ class GrpcTransport:
         return wire.attestation_answer_from_pb(reply)
 
     async def close(self) -> None:
-        channels, self._channels = self._channels, {}
+        channels = self._channels
+        self._channels = BoundedCache(MAX_CHANNELS, on_evict=self._drop_channel)
         self._serve.clear()
         self._demand.clear()
         self._evidence.clear()
         self._deliver.clear()
-        for chan in channels.values():
+        for _, chan in channels.items():
             await chan.close(None)
         for closing, chan in list(self._closing.items()):
             closing.cancel()

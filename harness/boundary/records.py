@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 
+from contracts.rules import promise_refusal
 from harness.boundary.choices import BOUNDARY_FAULTS, Role, TransportKind
 from harness.boundary.topology import NodeSpec
 from harness.config import ExperimentConfig
@@ -104,8 +105,12 @@ class BoundarySettings:
             raise BoundaryError(f"node names must be distinct, got {', '.join(names)}")
         if self.origins < 1:
             raise BoundaryError(f"origins must be >= 1, got {self.origins}")
-        if self.deadline_ms < 1 or self.reasks < 0:
-            raise BoundaryError("deadline_ms must be >= 1 and reasks >= 0")
+        # what the origins would sign: refused here as every node refuses it
+        refusal = promise_refusal(deadline_ms=self.deadline_ms)
+        if refusal:
+            raise BoundaryError(refusal)
+        if self.reasks < 0:
+            raise BoundaryError(f"reasks must be >= 0, got {self.reasks}")
         if self.workers < 1:
             raise BoundaryError(f"workers must be >= 1, got {self.workers}")
         if self.origin_nodes and self.origin_nodes[0] != self.chain[0]:

@@ -461,8 +461,8 @@ def test_fold_roots_stay_within_their_leaf_budget_and_stay_right() -> None:
     for n in (10, 20, 30):
         for leaves in values:
             assert roots.root(leaves[:n]) == merkle_root(leaves[:n])
-            assert roots._held <= 50
-            assert roots._held == sum(len(kept) for kept, _ in roots._last.values())
+            assert roots._last.weight <= 50
+            assert roots._last.weight == sum(len(kept) for _, (kept, _) in roots._last.items())
     too_long = [f"x{i}".encode() for i in range(51)]
     assert roots.root(too_long) == merkle_root(too_long)
     assert too_long[0] not in roots._last
@@ -499,7 +499,7 @@ def test_property_known_roots_answer_exactly_whether_leaves_reproduce_the_root(
         assert known.reproduces(leaves, root)
         assert not known.reproduces(leaves, merkle_root(other)) or merkle_root(other) == root
         assert len(known) <= 3
-        assert known._held <= 200
+        assert known._known.weight <= 200
 
 
 def test_known_roots_compare_leaves_seen_before_instead_of_hashing_them(
@@ -535,8 +535,8 @@ def test_known_roots_stay_within_their_budget_and_stay_right() -> None:
     folds = [[f"v{v} hop {i}".encode() for i in range(4)] for v in range(6)]  # 32 bytes each
     for leaves in folds * 2:
         assert known.reproduces(leaves, merkle_root(leaves))
-        assert known._held <= 100
-        assert known._held == sum(size for _, size in known._known.values())
+        assert known._known.weight <= 100
+        assert known._known.weight == sum(size for _, (_, size) in known._known.items())
     big = [b"x" * 60, b"y" * 60]
     assert known.reproduces(big, merkle_root(big))
     assert merkle_root(big) not in known._known  # checked, not remembered

@@ -9,12 +9,11 @@ from contracts.rules import (
     MAX_SERVE_FOR_MS,
     MIN_DEADLINE_MS,
     MIN_SERVE_FOR_MS,
-    deadline_in_bounds,
     demand_due_ms,
     demand_is_fresh,
     expired,
     holder_signature_decides,
-    serve_for_in_bounds,
+    promise_refusal,
     serves_unsigned,
 )
 
@@ -55,19 +54,30 @@ def test_s4_a_demand_is_due_at_its_time_plus_the_promised_deadline() -> None:
 
 
 def test_s1_deadline_bounds_are_inclusive_at_min_and_max() -> None:
-    assert deadline_in_bounds(MIN_DEADLINE_MS)
-    assert deadline_in_bounds(MAX_DEADLINE_MS)
-    assert not deadline_in_bounds(MIN_DEADLINE_MS - 1)
-    assert not deadline_in_bounds(MAX_DEADLINE_MS + 1)
-    assert not deadline_in_bounds(10)
+    assert promise_refusal(deadline_ms=MIN_DEADLINE_MS) == ""
+    assert promise_refusal(deadline_ms=MAX_DEADLINE_MS) == ""
+    for wrong in (MIN_DEADLINE_MS - 1, MAX_DEADLINE_MS + 1, 10, 0):
+        assert promise_refusal(deadline_ms=wrong) == (
+            f"deadline_ms {wrong} is outside {MIN_DEADLINE_MS}..{MAX_DEADLINE_MS}:"
+            " an origin does not promise to answer that fast or that slowly"
+        )
 
 
 def test_s5_lifetime_bounds_are_inclusive_at_min_and_max() -> None:
-    assert serve_for_in_bounds(MIN_SERVE_FOR_MS)
-    assert serve_for_in_bounds(MAX_SERVE_FOR_MS)
-    assert not serve_for_in_bounds(MIN_SERVE_FOR_MS - 1)
-    assert not serve_for_in_bounds(MAX_SERVE_FOR_MS + 1)
+    assert promise_refusal(serve_for_ms=MIN_SERVE_FOR_MS) == ""
+    assert promise_refusal(serve_for_ms=MAX_SERVE_FOR_MS) == ""
+    for wrong in (MIN_SERVE_FOR_MS - 1, MAX_SERVE_FOR_MS + 1):
+        assert promise_refusal(serve_for_ms=wrong).startswith(
+            f"serve_for_ms {wrong} is outside {MIN_SERVE_FOR_MS}..{MAX_SERVE_FOR_MS} (30 days)"
+        )
     assert MAX_SERVE_FOR_MS == 30 * 24 * 3_600_000
+
+
+def test_s1_s5_a_promise_is_refused_for_its_first_part_out_of_bounds() -> None:
+    both = promise_refusal(deadline_ms=10, serve_for_ms=MAX_SERVE_FOR_MS + 1)
+    assert both.startswith("deadline_ms 10 ")
+    assert promise_refusal(deadline_ms=2_000, serve_for_ms=0).startswith("serve_for_ms 0 ")
+    assert promise_refusal() == ""
 
 
 def test_s7_a_bearer_demand_under_an_own_head_needs_no_signature_up_to_the_slack() -> None:

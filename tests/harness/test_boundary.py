@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from contracts.evidence import verify_evidence
+from contracts.rules import MIN_DEADLINE_MS
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
 from harness.boundary.runner import (
     BoundaryError,
@@ -219,10 +220,13 @@ def test_every_playable_fault_has_its_expected_evidence_here() -> None:
 def test_faulty_origin_falls_back_to_polarity_and_is_named(
     fault: FaultMode, kind: str, tmp_path: Path
 ) -> None:
-    # Timing faults need a short promise to be quick; the others keep the generous
-    # default, so a loaded machine cannot turn their proof into a timeout.
+    # Timing faults need a short promise to be quick (the shortest a node signs) and,
+    # as each failed rehydration waits it out three times, fewer steps; the others
+    # keep the generous default, so a loaded machine cannot turn their proof into a
+    # timeout.
     timing = fault in (FaultMode.SLOW, FaultMode.DROP)
-    outcome = _play(tmp_path, steps=100, fault=fault, **({"deadline_ms": 60} if timing else {}))
+    short: dict[str, Any] = {"deadline_ms": MIN_DEADLINE_MS, "steps": 60} if timing else {}
+    outcome = _play(tmp_path, fault=fault, **{"steps": 100, **short})
     run = outcome.runs[0]
     failed = sum(outcome.arm_costs[a].failed_rehydrations for a in STRUCTURAL)
     assert failed == _rehydrations(outcome) > 0
@@ -264,7 +268,7 @@ def test_slow_origin_within_its_deadline_is_served_and_decides_as_in_process() -
 
 
 def test_unanswered_origin_is_witness_confirmed_after_one_reask() -> None:
-    outcome = _play(steps=60, fault=FaultMode.DROP, deadline_ms=60)
+    outcome = _play(steps=60, fault=FaultMode.DROP, deadline_ms=MIN_DEADLINE_MS)
     calls = outcome.wire[("calls", "by_node")]
     rehydrations = _rehydrations(outcome)
     assert rehydrations > 0

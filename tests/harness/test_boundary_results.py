@@ -22,6 +22,7 @@ import pytest
 
 matplotlib.use("Agg")
 
+from contracts.rules import MIN_DEADLINE_MS
 from harness._words import count, yes_no
 from harness.boundary.choices import TransportKind
 from harness.boundary.records import BoundaryOutcome, BoundarySettings
@@ -177,7 +178,8 @@ def test_no_witness_counts_unanswered_demands_as_unconfirmed_suspicions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "nw"
-    argv = ["experiment", "boundary", "--fault", "drop", "--deadline-ms", "20", "--no-witness"]
+    argv = ["experiment", "boundary", "--fault", "drop", "--no-witness"]
+    argv += ["--deadline-ms", str(MIN_DEADLINE_MS)]
     argv += ["--steps", "100", "--seeds", "1", "--out", str(out), "--no-progress"]
     assert main(argv) == 0
     printed = capsys.readouterr().out

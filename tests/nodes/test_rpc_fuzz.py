@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contracts.rules import MIN_DEADLINE_MS
 from nodes._pb.provnet.v1 import (
     attest_pb2,
     common_pb2,
@@ -193,7 +194,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     # No reaper: it evicts folds that earlier examples committed with a serving
     # term of a few ms, and a write of its own between an example's two store
     # digests would be taken for the rejected call's.
-    holder.node = holder.run(grpc_node(root, "fuzz", deadline_ms=200, reap_interval_s=0))
+    node = grpc_node(root, "fuzz", deadline_ms=MIN_DEADLINE_MS, reap_interval_s=0)
+    holder.node = holder.run(node)
     holder.run(holder.node.core.append([hop_json(s) for s in HELD], HELD))
     try:
         yield holder

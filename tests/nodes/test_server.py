@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 
 from contracts.evidence import verify_evidence
 from contracts.identity import Identity
+from contracts.rules import MIN_DEADLINE_MS
 from contracts.serve import build_demand, verify_served
 from nodes import servicers
 from nodes._pb.provnet.v1 import (
@@ -532,14 +533,14 @@ async def test_a_forward_without_a_caller_deadline_is_not_bound_by_the_serve_dea
     demand; a delivery to a peer (the peer checks every statement and writes its
     store durably) is another call. A forward with no deadline of its own must not
     fail because the peer took longer than the serve deadline (a loaded machine)."""
-    a = await grpc_node(tmp_path, "a", deadline_ms=200)
+    a = await grpc_node(tmp_path, "a", deadline_ms=MIN_DEADLINE_MS)
     b = await grpc_node(tmp_path, "b")
     nodes.extend([a, b])
     await _commit(a, 2, value_ref="v1", value=b"compacted value")
     real = b.core.deliver
 
     async def slow(*args: Any, **kw: Any) -> bytes:
-        await asyncio.sleep(0.6)  # three serve deadlines of a: a busy peer
+        await asyncio.sleep(3 * MIN_DEADLINE_MS / 1000)  # three serve deadlines of a: a busy peer
         return await real(*args, **kw)
 
     b.core.deliver = slow  # type: ignore[method-assign]
