@@ -334,8 +334,7 @@ class NodeConfig:
             )
         if self.log_level not in {"debug", "info", "warning", "error"}:
             raise ConfigError(
-                f"{setting('log_level')}: expected debug/info/warning/error,"
-                f" got {self.log_level!r}"
+                f"{setting('log_level')}: expected debug/info/warning/error, got {self.log_level!r}"
             )
 
     @property

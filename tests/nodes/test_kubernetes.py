@@ -88,8 +88,9 @@ def _one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> d
 
 
 def _container(pod_spec: dict[str, Any], name: str) -> dict[str, Any]:
-    (found,) = [c for c in pod_spec["containers"] if c["name"] == name]
-    return found
+    found: list[dict[str, Any]] = [c for c in pod_spec["containers"] if c["name"] == name]
+    assert len(found) == 1, f"container {name}: {len(found)}"
+    return found[0]
 
 
 def _pod_env(objects: list[dict[str, Any]], container: dict[str, Any], pod: str) -> dict[str, str]:
@@ -313,7 +314,8 @@ def test_runner_job_plays_the_compose_runners_commands_on_the_node_pods(
     assert "until provnet node health --addr ${member#*=}" in script[wait:]
     assert wait < script.index("provnet cluster smoke")
     assert [line[:3] for line in ours] == [line[:3] for line in theirs]
-    assert ours[0][:3] == ["provnet", "cluster", "smoke"] and len(ours) == 2
+    assert ours[0][:3] == ["provnet", "cluster", "smoke"]
+    assert len(ours) == 2
     smoke, boundary = (_parse(line[1:]) for line in ours)
     pods = {pod: config for pod, config, _ in _nodes(objects)}
     members = Member.parse_list(smoke.members)
@@ -362,7 +364,8 @@ def test_wan_overlay_puts_a_link_proxy_in_every_node_pod_in_front_of_the_node(
     for pod, config, _ in _nodes(objects):
         # the node serves behind the proxy; what it advertises is the proxy's port
         host, _, port = config.listen.rpartition(":")
-        assert proxy.target == (host, int(port)) and host == "127.0.0.1", pod
+        assert proxy.target == (host, int(port)), pod
+        assert host == "127.0.0.1", pod
         assert int(config.advertised.rpartition(":")[2]) == proxy.listen[1]
     assert node["readinessProbe"]["grpc"]["port"] == proxy.listen[1], "probes cross the proxy"
     assert node.get("ports") == [], "the pod's port is the proxy's"
