@@ -36,7 +36,7 @@ import yaml
 __all__ = ["HEADER", "stack_from_compose"]
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = "${PROVNET_RESULTS_DIR:?the results folder (scripts/swarm-check.sh sets it)}"
+RESULTS = "${PROVNET_RESULTS_DIR:?set it to the results folder}"
 #: Where Swarm mounts a service's secrets.
 SECRETS = "/run/secrets"
 

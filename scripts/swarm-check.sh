@@ -41,6 +41,7 @@ SWARM_TIMEOUT=${PROVNET_SWARM_TIMEOUT_S:-1500}
 IMAGE=provnet:local
 
 CREATED_SWARM=0
+GWBRIDGE_BEFORE=1
 DEPLOYED=0
 
 stack_gone() {
@@ -72,6 +73,11 @@ swarm_teardown() {
         log "leaving the swarm this check created"
         timeout 60 docker swarm leave --force >/dev/null 2>&1 \
             || log "warning: 'docker swarm leave --force' failed"
+        # `swarm init` makes the bridge to the overlay networks; leaving keeps it
+        if [ "$GWBRIDGE_BEFORE" -eq 0 ]; then
+            docker network rm docker_gwbridge >/dev/null 2>&1 \
+                || log "warning: could not remove the network docker_gwbridge"
+        fi
     fi
     if [ ${#TIMINGS[@]} -gt 0 ]; then
         log "timings: $(IFS=';'; echo "${TIMINGS[*]}")"
@@ -87,6 +93,7 @@ ensure_swarm() {
         return
     fi
     phase "docker swarm init --advertise-addr $ADVERTISE"
+    docker network inspect docker_gwbridge >/dev/null 2>&1 || GWBRIDGE_BEFORE=0
     timeout 60 docker swarm init --advertise-addr "$ADVERTISE" >/dev/null \
         || die "docker swarm init --advertise-addr $ADVERTISE failed"
     CREATED_SWARM=1
