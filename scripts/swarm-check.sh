@@ -27,6 +27,9 @@
 #   PROVNET_SWARM_RESULTS    results folder on the host (./results-swarm)
 #   PROVNET_SWARM_ADVERTISE  address for `swarm init` (127.0.0.1)
 #   PROVNET_SWARM_TIMEOUT_S  bound on build and on the runner (1500)
+#   PROVNET_SWARM_NODES      node services, e.g. a,b,c,d,e (default: docker-stack.yml's
+#                            a,b,c); the stack file is then made for them by
+#                            scripts/stack_file.py --names, run in the image
 #   PROVNET_BASE_IMAGE, PROVNET_COMPOSE_TOOLS as for compose-check.sh
 set -euo pipefail
 
@@ -39,6 +42,8 @@ SWARM_RESULTS=${PROVNET_SWARM_RESULTS:-$REPO/results-swarm}
 ADVERTISE=${PROVNET_SWARM_ADVERTISE:-127.0.0.1}
 SWARM_TIMEOUT=${PROVNET_SWARM_TIMEOUT_S:-1500}
 IMAGE=provnet:local
+NODES=${PROVNET_SWARM_NODES:-a,b,c}
+STACK_FILE=$REPO/docker-stack.yml
 
 CREATED_SWARM=0
 GWBRIDGE_BEFORE=1
@@ -147,10 +152,17 @@ swarm_main() {
     SWARM_RESULTS=$(cd "$SWARM_RESULTS" && pwd)
     make_operator_key
     export PROVNET_RESULTS_DIR=$SWARM_RESULTS PROVNET_UID=$(id -u) PROVNET_GID=$(id -g)
+    if [ -n "${PROVNET_SWARM_NODES:-}" ]; then
+        STACK_FILE=$SWARM_RESULTS/docker-stack.yml
+        log "stack file for nodes $NODES: $STACK_FILE"
+        docker run --rm -v "$REPO/scripts:/scripts:ro" -v "$REPO/docker-compose.yml:/compose.yml:ro" \
+            --entrypoint python3 "$IMAGE" /scripts/stack_file.py --compose /compose.yml \
+            --names "$NODES" >"$STACK_FILE" || die "scripts/stack_file.py --names $NODES failed"
+    fi
 
     phase "docker stack deploy $STACK (results: $SWARM_RESULTS)"
     DEPLOYED=1
-    timeout 300 docker stack deploy --detach=true --prune -c "$REPO/docker-stack.yml" "$STACK" \
+    timeout 300 docker stack deploy --detach=true --prune -c "$STACK_FILE" "$STACK" \
         >"$SWARM_RESULTS/stack-deploy.log" 2>&1 \
         || { cat "$SWARM_RESULTS/stack-deploy.log" >&2; die "docker stack deploy failed"; }
     phase_done deploy
@@ -167,7 +179,7 @@ swarm_main() {
     phase_done run
     timeout 120 docker service logs --raw "${STACK}_runner" >"$SWARM_RESULTS/runner.log" 2>&1 || true
     local svc
-    for svc in a b c; do
+    for svc in ${NODES//,/ }; do
         timeout 60 docker service logs --raw "${STACK}_$svc" >"$SWARM_RESULTS/node-$svc.log" 2>&1 \
             || true
     done

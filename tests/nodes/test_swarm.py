@@ -153,3 +153,34 @@ def test_swarm_check_script_is_valid_bash_and_sources_compose_checks_steps() -> 
 def test_swarm_check_script_runs_each_swarm_step(key: str) -> None:
     text = (REPO / "scripts" / "swarm-check.sh").read_text(encoding="utf-8")
     assert f"docker {key}" in text
+
+
+def test_a_stack_of_five_nodes_keeps_the_keys_and_plays_three_origins_among_them() -> None:
+    # Scale-out with the same configuration keys: five node services shaped like `a`
+    compose_text = (REPO / "docker-compose.yml").read_text(encoding="utf-8")
+    names = ["a", "b", "c", "d", "e"]
+    stack = yaml.safe_load(_stack_module().render(compose_text, names))
+    compose = _load("docker-compose.yml")["services"]
+    assert set(stack["services"]) == {*names, "runner"}
+    assert set(stack["volumes"]) == {f"{n}-data" for n in names}
+    for name in names:
+        service = stack["services"][name]
+        assert set(_env(service)) == set(_env(compose["a"])), name
+        config = _config(service)
+        assert config.name == name
+        assert config.advertised == f"{name}:50051"
+        assert {p.name: p.address for p in config.peers} == {
+            n: f"{n}:50051" for n in names if n != name
+        }
+        assert service["volumes"] == [f"{name}-data:/data"]
+    runner = stack["services"]["runner"]
+    smoke, boundary = _provnet_lines(runner["command"][0], _env(runner))
+    parsed = build_parser().parse_args(boundary[1:])
+    assert [n for n, _ in parsed.nodes] == names
+    assert parsed.origins == 3
+    from harness.boundary.records import pick_running_origins
+
+    assert pick_running_origins(names, ("a", "b"), None, 3) == ("a", "c", "d")
+    assert "--nodes" in smoke
+    with pytest.raises(ValueError, match="at least 3 distinct"):
+        _stack_module().render(compose_text, ["a", "b"])
