@@ -190,9 +190,14 @@ swarm_main() {
     case $state in
         Complete*) log "ok: runner task $state; results in $SWARM_RESULTS" ;;
         "") log "the runner task never appeared"; return 1 ;;
-        *)
+        Failed*|Rejected*|Shutdown*|Orphaned*)
             tail -n 40 "$SWARM_RESULTS/runner.log" >&2
             log "runner task ended: $state"
+            return 1
+            ;;
+        *)
+            tail -n 40 "$SWARM_RESULTS/runner.log" >&2
+            log "runner task not done after $SWARM_TIMEOUT s: $state"
             return 1
             ;;
     esac

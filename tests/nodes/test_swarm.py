@@ -149,12 +149,6 @@ def test_swarm_check_script_is_valid_bash_and_sources_compose_checks_steps() -> 
     assert "compose-check:" not in run.stderr
 
 
-@pytest.mark.parametrize("key", ["swarm init", "stack deploy", "stack rm", "swarm leave"])
-def test_swarm_check_script_runs_each_swarm_step(key: str) -> None:
-    text = (REPO / "scripts" / "swarm-check.sh").read_text(encoding="utf-8")
-    assert f"docker {key}" in text
-
-
 def test_a_stack_of_five_nodes_keeps_the_keys_and_plays_three_origins_among_them() -> None:
     # Scale-out with the same configuration keys: five node services shaped like `a`
     compose_text = (REPO / "docker-compose.yml").read_text(encoding="utf-8")
