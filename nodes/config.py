@@ -7,7 +7,11 @@ its variable.
 
 Peers are ``name=host:port[,pubkey]`` entries separated by ``;``, ``,`` is
 reserved for the optional key (64 hex characters: the peer's node id) or by
-whitespace, e.g. ``a=127.0.0.1:50051;b=127.0.0.1:50052,3f2a…``.
+whitespace, e.g. ``a=127.0.0.1:50051;b=127.0.0.1:50052,3f2a…``. An entry
+with the node's own name is the node itself and is dropped, so one list of
+all members configures every one of them (a Kubernetes ConfigMap for a
+StatefulSet, a Swarm stack's shared environment): a node never asks itself
+to witness.
 
 Routes are ``address=via`` entries separated the same way: a call this node
 makes to ``address`` (a peer's, or an endpoint an origin signed) goes to
@@ -424,10 +428,9 @@ class NodeConfig:
                 kwargs[key] = str(raw[key])
         if "peers" in raw:
             value = raw["peers"]
-            if isinstance(value, tuple):
-                kwargs["peers"] = value
-            else:
-                kwargs["peers"] = parse_peers(str(value), where("peers"))
+            peers = value if isinstance(value, tuple) else parse_peers(str(value), where("peers"))
+            # the node's own entry in a list shared by all members is the node itself
+            kwargs["peers"] = tuple(p for p in peers if p.name != kwargs["name"])
         if "fault" in raw:
             try:
                 kwargs["fault"] = FaultMode(str(raw["fault"]).lower())

@@ -39,8 +39,10 @@ DEFAULT_BASE=python:3.11-slim
 DEBIAN_BASE=provnet-base:bookworm
 SUITE=bookworm
 
-log() { printf 'compose-check: %s\n' "$*" >&2; }
-die() { printf 'compose-check: error: %s\n' "$*" >&2; exit 2; }
+# scripts/swarm-check.sh sources this file for steps 1-4 and names itself here.
+CHECK_NAME=${CHECK_NAME:-compose-check}
+log() { printf '%s: %s\n' "$CHECK_NAME" "$*" >&2; }
+die() { printf '%s: error: %s\n' "$CHECK_NAME" "$*" >&2; exit 2; }
 
 declare -a TIMINGS=()
 phase_start=0
@@ -271,4 +273,7 @@ main() {
     log "ok: results in $RESULTS"
 }
 
-main "$@"
+# Run only when executed; sourced (scripts/swarm-check.sh), it only defines.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    main "$@"
+fi

@@ -410,22 +410,13 @@ def _handler(args: argparse.Namespace) -> int:
 def _pick_origins(
     names: list[str], chain: tuple[str, ...], witness: str | None, count: int
 ) -> tuple[str, ...]:
-    """``--origins N`` on running nodes: the chain's first and the next N-1 nodes without a role.
+    """``--origins N`` on running nodes (:func:`~harness.boundary.records.pick_running_origins`)."""
+    from harness.boundary.records import BoundaryError, pick_running_origins
 
-    Running nodes cannot be made up: the origins are picked among them, in the
-    order they were given (``--nodes``) or recorded (``--cluster``).
-    """
-    taken = {*chain, *((witness,) if witness else ())}
-    free = [n for n in names if n not in taken]
-    if len(free) < count - 1:
-        raise UsageError(
-            f"--origins {count}: needs {count} origin nodes, but besides the chain"
-            f" {','.join(chain)}{f' and witness {witness}' if witness else ''} the running"
-            f" nodes ({', '.join(names)}) leave {len(free)}"
-            f"{': ' + ', '.join(free) if free else ''}; start more nodes or name the origins"
-            " (--origins a,d)"
-        )
-    return (chain[0], *free[: count - 1])
+    try:
+        return pick_running_origins(names, chain, witness, count)
+    except BoundaryError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _cluster_members(home_arg: str) -> tuple[tuple[str, str], ...]:

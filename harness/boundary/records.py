@@ -25,6 +25,7 @@ __all__ = [
     "RunComparison",
     "Setting",
     "overall_fingerprints",
+    "pick_running_origins",
 ]
 
 #: The origin outcome of an unanswered demand that no witness confirmed (none
@@ -37,6 +38,34 @@ class BoundaryError(ValueError):
     """Bad boundary settings, or a run that cannot be played (message names what)."""
 
 
+def pick_running_origins(
+    names: list[str] | tuple[str, ...],
+    chain: tuple[str, ...],
+    witness: str | None,
+    count: int,
+) -> tuple[str, ...]:
+    """``count`` origins among running nodes: the chain's first and the next nodes without a role.
+
+    Running nodes cannot be made up, so an origin count on them never names
+    ``{first}2``: the origins are the chain's first node and the next
+    ``count - 1`` nodes that are neither in the chain nor the witness, in the
+    order the nodes were given (a cluster ``a``–``e`` with chain ``a,b`` and
+    3 origins: ``a``, ``c``, ``d``, leaving ``e`` for the witness). Too few
+    such nodes is a :class:`BoundaryError` naming what was there.
+    """
+    taken = {*chain, *((witness,) if witness else ())}
+    free = [n for n in names if n not in taken]
+    if len(free) < count - 1:
+        raise BoundaryError(
+            f"--origins {count}: needs {count} origin nodes, but besides the chain"
+            f" {','.join(chain)}{f' and witness {witness}' if witness else ''} the running"
+            f" nodes ({', '.join(names)}) leave {len(free)}"
+            f"{': ' + ', '.join(free) if free else ''}; start more nodes or name the origins"
+            " (--origins a,d)"
+        )
+    return (chain[0], *free[: count - 1])
+
+
 class Setting(StrEnum):
     IN_PROCESS = "in_process"
     BOUNDARY = "boundary"
@@ -47,8 +76,10 @@ class BoundarySettings:
     """One boundary slice: which runs, on which topology, with which fault.
 
     ``chain`` names the delivery path: first the origin, last the holder,
-    relays between. ``origins`` > 1 adds origins ``{chain[0]}2``, … that own
-    a share of the values (``origin_nodes`` names them instead). Only the
+    relays between. ``origins`` > 1 adds origins that own a share of the
+    values: ``{chain[0]}2``, … on nodes started here, the next running nodes
+    without a role on running nodes (:func:`pick_running_origins`), or the
+    ones ``origin_nodes`` names. Only the
     first origin runs ``fault``. ``nodes`` (name, address) are running nodes
     to play on (transport ``remote``): roles map onto them by name, each
     runs the fault it was started with. ``workers`` > 1 plays the runs in
@@ -162,6 +193,10 @@ class BoundarySettings:
     def origin_names(self) -> list[str]:
         if self.origin_nodes:
             return list(self.origin_nodes)
+        if self.nodes and self.origins > 1:
+            running = [n for n, _ in self.nodes]
+            witness = self.witness_name if self.witness else None
+            return list(pick_running_origins(running, self.chain, witness, self.origins))
         first = self.chain[0]
         return [first] + [f"{first}{i}" for i in range(2, self.origins + 1)]
 

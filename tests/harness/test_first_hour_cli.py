@@ -103,3 +103,31 @@ def test_origins_count_beyond_the_running_nodes_is_one_line(
     assert code == 2
     assert "a2" not in err
     assert "--origins 3: needs 3 origin nodes" in err
+
+
+def test_origins_count_in_the_settings_picks_running_nodes_never_made_up_names() -> None:
+    # The settings themselves, not only the CLI: a running cluster a–e, chain a,b,
+    # witness e and 3 origins plays on a, c, d (no 'a2', which no node is).
+    from harness.boundary.choices import TransportKind
+    from harness.boundary.runner import BoundaryError, BoundarySettings
+    from harness.config import ExperimentConfig
+
+    five = tuple((n, f"127.0.0.1:{port}") for port, n in enumerate("abcde", start=1))
+    settings = BoundarySettings(
+        transport=TransportKind.REMOTE,
+        nodes=five,
+        chain=("a", "b"),
+        origins=3,
+        witness_name="e",
+    )
+    settings.validate(ExperimentConfig())
+    assert settings.origin_names() == ["a", "c", "d"]
+    assert settings.node_names() == ["a", "c", "d", "b", "e"]
+    assert settings.to_json()["origins"] == ["a", "c", "d"]
+    # started here (no running nodes), the extra origins are still made up
+    assert BoundarySettings(chain=("a", "b"), origins=3).origin_names() == ["a", "a2", "a3"]
+    short = BoundarySettings(
+        transport=TransportKind.REMOTE, nodes=five[:3], chain=("a", "b"), origins=3
+    )
+    with pytest.raises(BoundaryError, match=r"--origins 3: needs 3 origin nodes.*leave 1: c"):
+        short.validate(ExperimentConfig())

@@ -124,6 +124,41 @@ def test_cluster_up_smoke_twice_down_every_step_ok_and_nothing_left_running(home
     assert _processes_naming(home) == []
 
 
+def test_five_nodes_a_to_e_run_the_smoke_test_and_boundary_with_origins_picked_among_them(
+    home: Path, tmp_path: Path
+) -> None:
+    # Scale-out with the same keys as three nodes: names a–e, `--origins 3` with
+    # no names picks running nodes (a, c, d; witness e), never a made-up 'a2'.
+    up = _provnet(home, "cluster", "up", "--names", "a,b,c,d,e")
+    assert up.returncode == 0, up.stderr
+    state = load_state(Home(home))
+    assert state is not None
+    assert [r.name for r in state.nodes] == ["a", "b", "c", "d", "e"]
+
+    smoke = _provnet(home, "cluster", "smoke", "--quiet", timeout=180)
+    steps = [json.loads(line) for line in smoke.stdout.splitlines()]
+    assert [s["name"] for s in steps] == list(SMOKE_STEPS)
+    assert smoke.returncode == 0, json.dumps([s for s in steps if not s["ok"]], indent=1)
+
+    out = tmp_path / "boundary"
+    argv = ("--cluster", str(home), "--origins", "3", "--seeds", "1", "--steps", "120")
+    boundary = _provnet(
+        home, "experiment", "boundary", *argv, "--out", str(out), "--no-progress", timeout=180
+    )
+    assert boundary.returncode == 0, boundary.stderr[-3000:]
+    assert "runs deciding exactly as in-process: 1/1" in boundary.stdout
+    meta = json.loads((out / "boundary_meta.json").read_text(encoding="utf-8"))
+    assert meta["settings"]["origins"] == ["a", "c", "d"]
+    assert meta["settings"]["witness_name"] == "e"
+    # every origin was sent hops and committed folds in its own process
+    calls = meta["calls_by_node"]
+    assert all(calls.get(f"{n}:CommitCompaction", 0) > 0 for n in ("a", "c", "d")), calls
+
+    down = _provnet(home, "cluster", "down")
+    assert down.returncode == 0, down.stderr
+    assert [line.split("\t")[2] for line in down.stdout.splitlines()] == ["terminated"] * 5
+
+
 def test_down_sigkills_a_node_that_ignores_sigterm_and_up_recovers_from_stale_state(
     home: Path,
 ) -> None:

@@ -67,6 +67,18 @@ def test_peers_with_duplicate_names_are_rejected() -> None:
         parse_peers("a=127.0.0.1:1 a=127.0.0.1:2")
 
 
+def test_one_peers_list_of_all_members_configures_each_without_itself() -> None:
+    # a StatefulSet's ConfigMap or a stack's shared environment lists every member
+    members = "node-0=node-0.provnet:50051;node-1=node-1.provnet:50051;node-2=node-2.provnet:50051"
+    for me in ("node-0", "node-1", "node-2"):
+        env = {"PROVNET_NAME": me, "PROVNET_DATA_DIR": "/data/node", "PROVNET_PEERS": members}
+        config = NodeConfig.from_env_and_args(None, env)
+        assert [p.name for p in config.peers] == [
+            n for n in ("node-0", "node-1", "node-2") if n != me
+        ]
+        assert config.peer("node-1" if me != "node-1" else "node-0").endswith(".provnet:50051")
+
+
 def test_every_setting_has_a_provnet_variable() -> None:
     fields = set(NodeConfig.__dataclass_fields__)
     assert set(ENV_VARS) == fields
