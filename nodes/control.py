@@ -63,7 +63,7 @@ from nodes.messages import (
 )
 from nodes.methods import lookup as method_policy
 from nodes.methods import method_name
-from nodes.retry import PUSHBACK_KEY, retry_shed
+from nodes.retry import appointment_ms, retry_shed
 from nodes.transport import CallFailed
 
 if TYPE_CHECKING:
@@ -112,20 +112,7 @@ class RpcFailed(CallFailed):
 
     @classmethod
     def from_rpc(cls, method: str, address: str, exc: grpc.aio.AioRpcError) -> RpcFailed:
-        return cls(method, exc.code().name, exc.details() or "", address, _pushback_ms(exc))
-
-
-def _pushback_ms(exc: grpc.aio.AioRpcError) -> int | None:
-    """The retry appointment a refusal carries (None: none, or not a number >= 0)."""
-    trailing: Any = exc.trailing_metadata() or ()
-    for key, value in trailing:
-        if key == PUSHBACK_KEY:
-            try:
-                ms = int(value)
-            except (TypeError, ValueError):
-                return None
-            return ms if ms >= 0 else None
-    return None
+        return cls(method, exc.code().name, exc.details() or "", address, appointment_ms(exc))
 
 
 @dataclass(frozen=True, slots=True)

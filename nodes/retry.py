@@ -38,7 +38,7 @@ import grpc
 
 from nodes import methods
 
-__all__ = ["PUSHBACK_KEY", "retry_shed"]
+__all__ = ["PUSHBACK_KEY", "appointment_ms", "pushback_ms", "retry_shed"]
 
 T = TypeVar("T")
 
@@ -54,17 +54,30 @@ _MIN_ATTEMPT_S = 0.05
 _NOT_RUN = ("shed before reading the request", "Concurrent RPC limit exceeded")
 
 
-def _pushback_s(exc: grpc.aio.AioRpcError) -> float | None:
-    """The server's pushback in seconds; -1.0 if it says not to retry; None if unsent."""
+def pushback_ms(exc: grpc.aio.AioRpcError) -> int | None:
+    """The retry appointment a refusal carries (ms); None when it carries none; -1 when
+    it carries one that is not a number >= 0 (gRPC's A6: do not retry)."""
     trailing: Any = exc.trailing_metadata() or ()
     for key, value in trailing:
         if key == PUSHBACK_KEY:
             try:
                 ms = int(value)
             except (TypeError, ValueError):
-                return -1.0  # unparseable: A6 says do not retry
-            return ms / 1000.0 if ms >= 0 else -1.0
+                return -1
+            return ms if ms >= 0 else -1
     return None
+
+
+def appointment_ms(exc: grpc.aio.AioRpcError) -> int | None:
+    """The appointment a refusal carries, if it is a valid one (ms), else None."""
+    ms = pushback_ms(exc)
+    return None if ms is None or ms < 0 else ms
+
+
+def _pushback_s(exc: grpc.aio.AioRpcError) -> float | None:
+    """The server's pushback in seconds; -1.0 if it says not to retry; None if unsent."""
+    ms = pushback_ms(exc)
+    return None if ms is None else (-1.0 if ms < 0 else ms / 1000.0)
 
 
 def _pause_s(exc: grpc.aio.AioRpcError, backoff_s: float) -> float | None:

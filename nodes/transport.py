@@ -33,7 +33,7 @@ from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
 from nodes.methods import method_name
 from nodes.noanswer import SILENT_CODES, Reply, reply_for
-from nodes.retry import PUSHBACK_KEY, retry_shed
+from nodes.retry import appointment_ms, retry_shed
 
 __all__ = [
     "CONNECT_TIMEOUT_MS",
@@ -77,19 +77,6 @@ class CallFailed(Exception):
     @property
     def no_answer(self) -> bool:
         return self.reply is Reply.SILENT
-
-
-def _pushback_ms(exc: grpc.aio.AioRpcError) -> int | None:
-    """The ``grpc-retry-pushback-ms`` a refusal carries (None: none, or not a number >= 0)."""
-    trailing: Any = exc.trailing_metadata() or ()
-    for key, value in trailing:
-        if key == PUSHBACK_KEY:
-            try:
-                ms = int(value)
-            except (TypeError, ValueError):
-                return None
-            return ms if ms >= 0 else None
-    return None
 
 
 class LocalNode(Protocol):
@@ -272,7 +259,7 @@ class GrpcTransport:
             return await coro
         except grpc.aio.AioRpcError as exc:
             raise CallFailed(
-                self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
+                self._code(address, exc), exc.details() or "", address, appointment_ms(exc)
             ) from exc
 
     def _code(self, address: str, exc: grpc.aio.AioRpcError) -> str:
@@ -305,7 +292,7 @@ class GrpcTransport:
             answers: wire.SizedAnswers = await call(demands, timeout=timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
             raise CallFailed(
-                self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
+                self._code(address, exc), exc.details() or "", address, appointment_ms(exc)
             ) from exc
         return answers
 
@@ -318,7 +305,7 @@ class GrpcTransport:
             answers: wire.SizedAnswers = await call(asks, timeout=timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
             raise CallFailed(
-                self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
+                self._code(address, exc), exc.details() or "", address, appointment_ms(exc)
             ) from exc
         return answers
 
@@ -345,7 +332,7 @@ class GrpcTransport:
                 raise CallFailed("DATA_LOSS", "stream ended without a last chunk", address)
         except grpc.aio.AioRpcError as exc:
             raise CallFailed(
-                self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
+                self._code(address, exc), exc.details() or "", address, appointment_ms(exc)
             ) from exc
         return Answer(receipt, commitment, tuple(hops))
 
