@@ -163,7 +163,8 @@ async def start_node(
         clock = _offset_clock(config.clock_offset_s)
         log.warning("clock_offset", offset_s=config.clock_offset_s)
     if transport is None:
-        transport = GrpcTransport(config.max_message_bytes)
+        # Peers listed with a key are checked to be that node at every new connection.
+        transport = GrpcTransport(config.max_message_bytes, pins=config.pins)
     if isinstance(transport, GrpcTransport) and transport.credentials is None:
         # Deliveries this node makes (Forward) are signed with its own key.
         transport.credentials = ControlCredentials(identity)

@@ -9,6 +9,12 @@ Peers are ``name=host:port[,pubkey]`` entries separated by ``;``, ``,`` is
 reserved for the optional key (64 hex characters: the peer's node id) or by
 whitespace, e.g. ``a=127.0.0.1:50051;b=127.0.0.1:50052,3f2a…``.
 
+A peer's host may be a DNS name (``node-1.provnet.default.svc.cluster.local:50051``,
+a swarm service name), resolved when the node connects and again after a
+connection fails; its pinned key, not its address, is its identity: a call
+to a pinned address first checks the node answering there is that peer
+(:attr:`NodeConfig.pins`, :mod:`nodes.transport`).
+
 Routes are ``address=via`` entries separated the same way: a call this node
 makes to ``address`` (a peer's, or an endpoint an origin signed) goes to
 ``via`` instead, e.g. a link proxy that stands for this node's own link to
@@ -328,6 +334,7 @@ class NodeConfig:
                 f"{setting('clock_offset_s')}: must be within"
                 f" ±{MAX_CLOCK_OFFSET_S:.0f} s, got {self.clock_offset_s}"
             )
+        self.pins  # noqa: B018  # an address pinned to two keys is refused here
         if self.log_level not in {"debug", "info", "warning", "error"}:
             raise ConfigError(
                 f"{setting('log_level')}: expected debug/info/warning/error,"
@@ -360,6 +367,28 @@ class NodeConfig:
             return self._routed(_check_address("peer", name_or_address))
         known = [p.name for p in self.peers]
         raise ConfigError(f"unknown peer {name_or_address!r}; known: {known}")
+
+    @property
+    def pins(self) -> dict[str, str]:
+        """Dialed address → the node id pinned for it (peers listed with a key).
+
+        Keyed by the address this node dials (after ``routes``) and by the
+        peer's own address (an endpoint an origin signed is that address,
+        then routed): a call to either checks the node there is that peer
+        (:mod:`nodes.transport`). A peer's host may be a DNS name.
+        """
+        pins: dict[str, str] = {}
+        for peer in self.peers:
+            if peer.node_id is None:
+                continue
+            for address in dict.fromkeys((peer.address, self._routed(peer.address))):
+                other = pins.setdefault(address, peer.node_id)
+                if other != peer.node_id:
+                    raise ConfigError(
+                        f"{setting('peers')}: {address} is pinned to two keys,"
+                        f" {other[:16]}… and {peer.node_id[:16]}… (peer {peer.name!r})"
+                    )
+        return pins
 
     def _routed(self, address: str) -> str:
         for routed, via in self.routes:

@@ -13,6 +13,24 @@ A holder, a witness or a forwarding node reaches other nodes only through a
 Every failure is a :class:`CallFailed` carrying the gRPC status name, so the
 client classifies failures once, whatever carried the call, by the one rule
 of :mod:`nodes.noanswer`: silence, busy, or an (unsigned) status.
+
+Addresses are ``host:port`` where the host may be a DNS name: gRPC resolves
+it when a channel connects and again after a connection fails (its ``dns``
+resolver, what a plain ``host:port`` target uses). A node's identity is its
+key, never its address: ``pins`` (address → node id, from the peers the
+configuration pins, :meth:`nodes.config.NodeConfig.pins`) makes both
+transports check, before a call on a connection not yet checked, that the
+node answering there is the pinned one. A name that resolves to another node
+fails the call with :data:`WRONG_NODE` (``UNAUTHENTICATED``, naming the
+address and both ids) before the request is sent: a status, never silence,
+so nobody is suspected for it and no witness signs it (:mod:`nodes.noanswer`).
+The check runs again whenever the channel is not connected at call time (it
+is about to connect, perhaps to another address the name now resolves to)
+and after a call failed. It catches a name resolving to the wrong honest
+node; ``Node.Info`` is unauthenticated, so a node that lies about its id
+passes it, and signatures stay the guard of what a call decides: a receipt,
+a report or a delivery receipt verifies only with the key that must sign it,
+and a signed call is signed for the pinned id, which any other node refuses.
 """
 
 from __future__ import annotations
@@ -20,14 +38,20 @@ from __future__ import annotations
 import asyncio
 import time
 import types
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncIterator, Generator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import grpc
 
 from nodes import wire
 from nodes.attester import AttestationAnswer, AttestationAsk
-from nodes.auth import ControlCredentials, control_channel, node_id_at, signed_metadata
+from nodes.auth import (
+    ControlCredentials,
+    NotAuthenticated,
+    control_channel,
+    node_id_at,
+    signed_metadata,
+)
 from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
 from nodes.methods import method_name
@@ -36,8 +60,10 @@ from nodes.retry import PUSHBACK_KEY, retry_shed
 
 __all__ = [
     "CONNECT_TIMEOUT_MS",
+    "DNS_RERESOLVE_MS",
     "MAX_CHANNELS",
     "NO_ANSWER_CODES",
+    "WRONG_NODE",
     "Answer",
     "CallFailed",
     "ChallengeResult",
@@ -53,6 +79,20 @@ _ATTEST_REQUEST = method_name("Attest", "Request")
 
 #: Status codes that mean the peer did not answer at all (:mod:`nodes.noanswer`).
 NO_ANSWER_CODES = SILENT_CODES
+#: The status of a call refused because the node at the address is not the
+#: pinned one: a status (never silence, never evidence).
+WRONG_NODE = "UNAUTHENTICATED"
+
+
+def wrong_node(address: str, found: str, pinned: str) -> CallFailed:
+    """The failure of a call whose address answers as ``found``, not the ``pinned`` node."""
+    return CallFailed(
+        WRONG_NODE,
+        f"the node at {address} is {found[:16]}…, not the pinned {pinned[:16]}…"
+        " (the name resolves to another node: check DNS and the peers' pinned keys);"
+        " nothing was sent",
+        address,
+    )
 
 
 class CallFailed(Exception):
@@ -166,6 +206,11 @@ CONNECT_TIMEOUT_MS = 5_000
 #: promise a node signs, so calls on it end first) and made again if used again.
 MAX_CHANNELS = 1024
 _CHANNEL_CLOSE_GRACE_S = 60.0
+#: Least time between two DNS resolutions of one channel's name. gRPC
+#: re-resolves after a connection fails, but by default not within 30 s of
+#: the last resolution: a node rescheduled to a new address (a pod, a swarm
+#: task) would stay unreachable for that long, past any promised deadline.
+DNS_RERESOLVE_MS = 1_000
 
 
 def _client_options(max_message_bytes: int) -> list[tuple[str, Any]]:
@@ -185,6 +230,7 @@ def _client_options(max_message_bytes: int) -> list[tuple[str, Any]]:
         # attempt timed out. Refused connections still fail at once, so the
         # 50-500 ms backoff above keeps reaching restarted peers quickly.
         ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
+        ("grpc.dns_min_time_between_resolutions_ms", DNS_RERESOLVE_MS),
     ]
 
 
@@ -201,15 +247,25 @@ class GrpcTransport:
     for the node at the address (its id asked once, ``Node.Info``). A
     node's own transport signs with the node key (a forwarded value names it
     as sender); tools pass the operator key.
+
+    ``pins`` (address → node id): calls to a pinned address first check the
+    node there is that node (module docstring); its signed calls are signed
+    for the pinned id, never for what the address says.
     """
 
     def __init__(
         self,
         max_message_bytes: int = 4 * 1024 * 1024,
         credentials: ControlCredentials | None = None,
+        *,
+        pins: Mapping[str, str] | None = None,
     ) -> None:
         self._max = max_message_bytes
         self.credentials = credentials
+        self.pins: dict[str, str] = dict(pins or {})
+        #: Pinned addresses whose current connection answered as the pinned node.
+        self._checked: set[str] = set()
+        self._checking: dict[str, asyncio.Future[str]] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._serve: dict[str, wire.ServeStub] = {}
         self._demand: dict[str, wire.DemandCall] = {}
@@ -252,6 +308,7 @@ class GrpcTransport:
         for stubs in (self._serve, self._demand, self._evidence, self._deliver):
             stubs.pop(address, None)
         self._targets.pop(address, None)
+        self._checked.discard(address)
         closing = asyncio.ensure_future(chan.close(_CHANNEL_CLOSE_GRACE_S))
         self._closing[closing] = chan
         closing.add_done_callback(lambda done: self._closing.pop(done, None))
@@ -261,9 +318,52 @@ class GrpcTransport:
         try:
             return await coro
         except grpc.aio.AioRpcError as exc:
+            self._checked.discard(address)
             raise CallFailed(
                 self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
             ) from exc
+
+    async def _check_pin(self, address: str, timeout: float, wait_for_ready: bool) -> float:
+        """Check the node at a pinned ``address`` is the pinned one; the timeout left.
+
+        Skipped while the connection that was checked is still up (one
+        ``get_state``); otherwise one ``Node.Info`` (shared by the calls
+        waiting for it) within the call's own timeout, before anything is sent.
+        """
+        pinned = self.pins.get(address)
+        if pinned is None:
+            return timeout
+        chan = self.channel(address)
+        if (
+            address in self._checked
+            and chan.get_state(try_to_connect=False) is grpc.ChannelConnectivity.READY
+        ):
+            return timeout
+        self._checked.discard(address)
+        started = time.monotonic()
+        checking = self._checking.get(address)
+        if checking is None or checking.done():
+            checking = asyncio.ensure_future(
+                node_id_at(chan, timeout, wait_for_ready=wait_for_ready)
+            )
+            self._checking[address] = checking
+            checking.add_done_callback(
+                lambda done: (
+                    self._checking.pop(address, None)
+                    if self._checking.get(address) is done
+                    else None
+                )
+            )
+        try:
+            found = await asyncio.shield(checking)
+        except grpc.aio.AioRpcError as exc:
+            raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
+        except NotAuthenticated as exc:
+            raise CallFailed(WRONG_NODE, str(exc), address) from exc
+        if found != pinned:
+            raise wrong_node(address, found, pinned)
+        self._checked.add(address)
+        return max(0.001, timeout - (time.monotonic() - started))
 
     def _code(self, address: str, exc: grpc.aio.AioRpcError) -> str:
         """The status name; a call that waited for a channel never connected is UNAVAILABLE.
@@ -287,6 +387,8 @@ class GrpcTransport:
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
         # The reply is read into answers by the call itself (wire.demand_unary),
         # sized by its length on the wire: nothing to convert or measure after it.
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, True)
         call = self._demand.get(address)
         if call is None:
             call = self._demand[address] = wire.demand_unary(self.channel(address))
@@ -294,12 +396,15 @@ class GrpcTransport:
         try:
             answers: wire.SizedAnswers = await call(demands, timeout=timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
+            self._checked.discard(address)
             raise CallFailed(
                 self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
             ) from exc
         return answers
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, True)
         stub = self._serve_stub(address)
         self.calls += 1
         hops: list[bytes] = []
@@ -321,6 +426,7 @@ class GrpcTransport:
             else:
                 raise CallFailed("DATA_LOSS", "stream ended without a last chunk", address)
         except grpc.aio.AioRpcError as exc:
+            self._checked.discard(address)
             raise CallFailed(
                 self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
             ) from exc
@@ -336,6 +442,8 @@ class GrpcTransport:
         origin_address: str,
         timeout: float,
     ) -> ChallengeResult:
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, False)
         stub = self._evidence_stub(address)
         request = wire.challenge_request(
             commitment=commitment,
@@ -354,6 +462,9 @@ class GrpcTransport:
         """
         if self.credentials is None:
             return None
+        pinned = self.pins.get(address)
+        if pinned is not None:
+            return pinned
         known = self._targets.get(address)
         if known is None:
             try:
@@ -380,6 +491,8 @@ class GrpcTransport:
             raise
 
     async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, False)
         stub = self._deliver_stub(address)
         request = wire.deliver_request(delivery)
         target = await self._target(address, timeout)
@@ -398,11 +511,11 @@ class GrpcTransport:
         self, address: str, ask: AttestationAsk, timeout: float
     ) -> AttestationAnswer:
         """``Attest.Request`` on an attester (signed with this transport's credentials)."""
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, False)
         stub = wire.attest_stub(self.channel(address))
         request = wire.attest_request(ask)
-        metadata = self._metadata(
-            _ATTEST_REQUEST, request, await self._target(address, timeout)
-        )
+        metadata = self._metadata(_ATTEST_REQUEST, request, await self._target(address, timeout))
         reply = await self._signed_call(
             address, stub.Request(request, timeout=timeout, metadata=metadata)
         )
@@ -460,6 +573,8 @@ class InMemoryTransport:
         self,
         max_message_bytes: int = 4 * 1024 * 1024,
         registry: dict[str, LocalNode] | None = None,
+        *,
+        pins: Mapping[str, str] | None = None,
     ) -> None:
         # Several transports may share one registry: each node its own view,
         # with its own ``blocked`` set (a partition as seen from that node).
@@ -467,6 +582,8 @@ class InMemoryTransport:
         self._max = max_message_bytes
         self.blocked: set[str] = set()
         self.calls = 0
+        #: Address → the node id pinned for it (as :class:`GrpcTransport`).
+        self.pins: dict[str, str] = dict(pins or {})
 
     def register(self, address: str, core: LocalNode) -> None:
         self._nodes[address] = core
@@ -475,6 +592,11 @@ class InMemoryTransport:
         core = self._nodes.get(address)
         if core is None or core.crashed or address in self.blocked:
             raise CallFailed("UNAVAILABLE", "no node listening", address)
+        pinned = self.pins.get(address)
+        if pinned is not None:
+            found = str(getattr(core, "node_id", ""))
+            if found != pinned:
+                raise wrong_node(address, found, pinned)
         return core
 
     def _check_size(self, address: str, size: int) -> None:
