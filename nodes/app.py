@@ -46,6 +46,7 @@ from nodes.retest import Retester
 from nodes.server import NodeServer, build_server
 from nodes.services import NodeCore
 from nodes.store import StoreMode
+from nodes.tls import TlsFiles
 from nodes.transport import GrpcTransport, Transport
 
 __all__ = [
@@ -154,6 +155,9 @@ async def start_node(
     ``store_mode`` scratch (no durability claimed, :class:`nodes.store.StoreMode`)
     only for a node whose log dies with the process, e.g. an experiment's."""
     check_port_free(config.listen)  # before anything (the key file) is written
+    # TLS files are read now: one that is wrong fails the start, naming it.
+    tls = TlsFiles(config.tls_ca, config.tls_cert, config.tls_key)
+    server_tls = tls.server_credentials()
     if config.operator_key_file is not None:
         operator = operator_key_id(config.operator_key_file)
         if operator not in config.operator_keys:
@@ -164,7 +168,9 @@ async def start_node(
         log.warning("clock_offset", offset_s=config.clock_offset_s)
     if transport is None:
         # Peers listed with a key are checked to be that node at every new connection.
-        transport = GrpcTransport(config.max_message_bytes, pins=config.pins)
+        transport = GrpcTransport(
+            config.max_message_bytes, pins=config.pins, tls=tls if tls.ca else None
+        )
     if isinstance(transport, GrpcTransport) and transport.credentials is None:
         # Deliveries this node makes (Forward) are signed with its own key.
         transport.credentials = ControlCredentials(identity)
@@ -176,7 +182,7 @@ async def start_node(
         fault=fault,
         store_mode=store_mode,
     )
-    server = build_server(core, config.listen, config.max_message_bytes)
+    server = build_server(core, config.listen, config.max_message_bytes, server_tls)
     try:
         port = await server.start()
     except BaseException:
@@ -264,6 +270,7 @@ def main() -> int:
 
     from nodes.config import ConfigError
     from nodes.errors import StoreError
+    from nodes.tls import TlsError
 
     try:
         config = NodeConfig.from_env_and_args(None)
@@ -272,6 +279,9 @@ def main() -> int:
         return 2
     try:
         eventloop.run(run_node(config))
+    except TlsError as exc:
+        print(f"provnet: error: {exc}", file=sys.stderr)
+        return 2
     except PortBusy as exc:
         print(f"provnet: error: --listen ($PROVNET_LISTEN): {exc}", file=sys.stderr)
         return 2

@@ -91,6 +91,11 @@ _FLAG_HELP: Mapping[str, str] = {
     " address dial via instead (e.g. a link proxy for this node's own link)",
     "clock_offset_s": "seconds added to this node's wall clock, for tests of clock skew"
     " (default 0; within ±86400)",
+    "tls_ca": "PEM file of the CA that verifies peers' TLS certificates; every call this node"
+    " makes is then TLS (default: plaintext)",
+    "tls_cert": "PEM file of this node's TLS certificate; the node then serves TLS only"
+    " (needs --tls-key and --tls-ca)",
+    "tls_key": "PEM file of the key of --tls-cert",
 }
 
 
@@ -147,6 +152,8 @@ def _node_run(args: argparse.Namespace) -> int:
 
     try:
         eventloop.run(run_node(config))
+    except ConfigError as exc:  # a TLS file that is wrong (nodes.tls.TlsError)
+        return _error(str(exc))
     except PortBusy as exc:
         return _error(f"--listen ($PROVNET_LISTEN): {exc}")
     except StoreError as exc:

@@ -138,6 +138,9 @@ ENV_VARS: Mapping[str, str] = {
     "attest_fault": "PROVNET_ATTEST_FAULT",
     "routes": "PROVNET_ROUTES",
     "clock_offset_s": "PROVNET_CLOCK_OFFSET_S",
+    "tls_ca": "PROVNET_TLS_CA",
+    "tls_cert": "PROVNET_TLS_CERT",
+    "tls_key": "PROVNET_TLS_KEY",
 }
 
 
@@ -280,6 +283,12 @@ class NodeConfig:
     #: setting that makes a node's clock run ahead (or behind, negative) of its
     #: peers' by a known skew. Every time the node signs or checks uses it.
     clock_offset_s: float = 0.0
+    #: TLS (:mod:`nodes.tls`): the CA that verifies peers' certificates (every
+    #: call this node makes is then TLS), and this node's own certificate and
+    #: key (it then serves TLS only). All three, or the CA alone; none: plaintext.
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def __post_init__(self) -> None:
         if not NODE_NAME_RE.match(self.name):
@@ -333,6 +342,16 @@ class NodeConfig:
             raise ConfigError(
                 f"{setting('clock_offset_s')}: must be within"
                 f" ±{MAX_CLOCK_OFFSET_S:.0f} s, got {self.clock_offset_s}"
+            )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError(
+                f"{setting('tls_cert')} and {setting('tls_key')} go together: got only"
+                f" {'the certificate' if self.tls_key is None else 'the key'}"
+            )
+        if self.tls_cert is not None and self.tls_ca is None:
+            raise ConfigError(
+                f"{setting('tls_cert')} needs {setting('tls_ca')}: a node that serves TLS"
+                " dials its TLS peers with TLS, verified against that CA"
             )
         self.pins  # noqa: B018  # an address pinned to two keys is refused here
         if self.log_level not in {"debug", "info", "warning", "error"}:
@@ -498,7 +517,14 @@ class NodeConfig:
                     kwargs[key] = float(str(raw[key]))
                 except ValueError:
                     raise ConfigError(f"{where(key)}: expected seconds, got {raw[key]!r}") from None
-        for key in ("evidence_dir", "port_file", "operator_key_file"):
+        for key in (
+            "evidence_dir",
+            "port_file",
+            "operator_key_file",
+            "tls_ca",
+            "tls_cert",
+            "tls_key",
+        ):
             if key in raw:
                 kwargs[key] = Path(str(raw[key]))
         if "operator_keys" in raw:

@@ -57,6 +57,7 @@ from nodes.messages import Answer, ChallengeResult, Delivery
 from nodes.methods import method_name
 from nodes.noanswer import SILENT_CODES, Reply, reply_for
 from nodes.retry import PUSHBACK_KEY, retry_shed
+from nodes.tls import TLS_FAILED, TlsFiles, diagnose
 
 __all__ = [
     "CONNECT_TIMEOUT_MS",
@@ -206,6 +207,8 @@ CONNECT_TIMEOUT_MS = 5_000
 #: promise a node signs, so calls on it end first) and made again if used again.
 MAX_CHANNELS = 1024
 _CHANNEL_CLOSE_GRACE_S = 60.0
+#: How long naming a failed TLS handshake may take (one more connection).
+_DIAGNOSE_TIMEOUT_S = 1.0
 #: Least time between two DNS resolutions of one channel's name. gRPC
 #: re-resolves after a connection fails, but by default not within 30 s of
 #: the last resolution: a node rescheduled to a new address (a pod, a swarm
@@ -248,6 +251,9 @@ class GrpcTransport:
     node's own transport signs with the node key (a forwarded value names it
     as sender); tools pass the operator key.
 
+    ``tls``: with a CA, every channel is TLS and verifies the peer's
+    certificate (:mod:`nodes.tls`); a handshake failure is named, not silence.
+
     ``pins`` (address → node id): calls to a pinned address first check the
     node there is that node (module docstring); its signed calls are signed
     for the pinned id, never for what the address says.
@@ -259,8 +265,12 @@ class GrpcTransport:
         credentials: ControlCredentials | None = None,
         *,
         pins: Mapping[str, str] | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self._max = max_message_bytes
+        # Read once: a TLS file that is wrong fails here, naming it, not at a call.
+        self._tls = None if tls is None else tls.channel_credentials()
+        self._ca_pem = None if tls is None else tls.ca_pem()
         self.credentials = credentials
         self.pins: dict[str, str] = dict(pins or {})
         #: Pinned addresses whose current connection answered as the pinned node.
@@ -297,7 +307,7 @@ class GrpcTransport:
     def channel(self, address: str) -> grpc.aio.Channel:
         chan = self._channels.get(address)
         if chan is None:
-            chan = control_channel(address, None, _client_options(self._max))
+            chan = control_channel(address, None, _client_options(self._max), tls=self._tls)
             self._channels[address] = chan
             if len(self._channels) > MAX_CHANNELS:
                 self._drop_channel(next(iter(self._channels)))
@@ -318,10 +328,7 @@ class GrpcTransport:
         try:
             return await coro
         except grpc.aio.AioRpcError as exc:
-            self._checked.discard(address)
-            raise CallFailed(
-                self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
-            ) from exc
+            raise await self._failed(address, exc) from exc
 
     async def _check_pin(self, address: str, timeout: float, wait_for_ready: bool) -> float:
         """Check the node at a pinned ``address`` is the pinned one; the timeout left.
@@ -357,13 +364,37 @@ class GrpcTransport:
         try:
             found = await asyncio.shield(checking)
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
+            raise await self._failed(address, exc) from exc
         except NotAuthenticated as exc:
             raise CallFailed(WRONG_NODE, str(exc), address) from exc
         if found != pinned:
             raise wrong_node(address, found, pinned)
         self._checked.add(address)
         return max(0.001, timeout - (time.monotonic() - started))
+
+    async def _failed(self, address: str, exc: grpc.aio.AioRpcError) -> CallFailed:
+        """The :class:`CallFailed` for a failed call; a TLS handshake failure named as such.
+
+        A connection whose handshake failed looks like silence to gRPC; with a
+        CA configured, such a failure is diagnosed (:func:`nodes.tls.diagnose`)
+        and becomes :data:`nodes.tls.TLS_FAILED` naming what failed: a status,
+        so a wrong or expired certificate accuses nobody.
+        """
+        self._checked.discard(address)
+        code = self._code(address, exc)
+        details = exc.details() or ""
+        if self._ca_pem is not None and code in SILENT_CODES:
+            chan = self._channels.get(address)
+            handshake = any(w in details.lower() for w in ("handshake", "ssl", "certificate"))
+            if handshake or (
+                chan is not None
+                and chan.get_state(try_to_connect=False)
+                is grpc.ChannelConnectivity.TRANSIENT_FAILURE
+            ):
+                reason = await diagnose(address, self._ca_pem, _DIAGNOSE_TIMEOUT_S)
+                if reason is not None:
+                    return CallFailed(TLS_FAILED, f"TLS: {reason}; nothing was sent", address)
+        return CallFailed(code, details, address, _pushback_ms(exc))
 
     def _code(self, address: str, exc: grpc.aio.AioRpcError) -> str:
         """The status name; a call that waited for a channel never connected is UNAVAILABLE.
@@ -396,10 +427,7 @@ class GrpcTransport:
         try:
             answers: wire.SizedAnswers = await call(demands, timeout=timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
-            self._checked.discard(address)
-            raise CallFailed(
-                self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
-            ) from exc
+            raise await self._failed(address, exc) from exc
         return answers
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
@@ -426,10 +454,7 @@ class GrpcTransport:
             else:
                 raise CallFailed("DATA_LOSS", "stream ended without a last chunk", address)
         except grpc.aio.AioRpcError as exc:
-            self._checked.discard(address)
-            raise CallFailed(
-                self._code(address, exc), exc.details() or "", address, _pushback_ms(exc)
-            ) from exc
+            raise await self._failed(address, exc) from exc
         return Answer(receipt, commitment, tuple(hops))
 
     async def challenge(
@@ -470,7 +495,7 @@ class GrpcTransport:
             try:
                 known = await node_id_at(self.channel(address), timeout)
             except grpc.aio.AioRpcError as exc:
-                raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
+                raise await self._failed(address, exc) from exc
             self._targets[address] = known
         return known
 
