@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 __all__ = ["node_flags", "register"]
@@ -135,6 +136,12 @@ def _add_node_parser(sub: _Sub) -> None:
     health.add_argument(
         "--timeout", type=float, default=2.0, help="seconds to wait for the answer (default 2)"
     )
+    health.add_argument(
+        "--tls-ca",
+        default=None,
+        help="ask over TLS, verifying the node's certificate against this CA for the host of"
+        " $PROVNET_ADVERTISE when set (default: $PROVNET_TLS_CA; none: plaintext)",
+    )
     health.set_defaults(handler=_node_health)
 
 
@@ -179,7 +186,16 @@ def _node_health(args: argparse.Namespace) -> int:
     # A node listening on all interfaces is asked on loopback.
     if host in ("0.0.0.0", "[::]", ""):
         address = f"127.0.0.1:{port}"
-    state = probe_health(address, timeout=args.timeout)
+    tls_ca = args.tls_ca or os.environ.get("PROVNET_TLS_CA") or None
+    ca_pem = None
+    if tls_ca is not None:
+        try:
+            ca_pem = Path(tls_ca).read_bytes()
+        except OSError as exc:
+            return _error(f"--tls-ca ($PROVNET_TLS_CA) {tls_ca}: cannot read ({exc.strerror})")
+    # The certificate names the host callers dial (the advertised one), not loopback.
+    advertised = os.environ.get("PROVNET_ADVERTISE", "").rpartition(":")[0] or None
+    state = probe_health(address, timeout=args.timeout, tls_ca=ca_pem, server_name=advertised)
     print(f"{address} {state}")
     return 0 if state is HealthState.SERVING else 1
 

@@ -9,6 +9,7 @@ their per-call signature; the serve plane stays open to any bearer.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from pathlib import Path
 
@@ -195,3 +196,24 @@ def test_provnet_tls_new_makes_a_ca_once_and_a_certificate_per_node(
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.DNSName) == ["b"]
     assert (ca / "b.key").stat().st_mode & 0o077 == 0
+
+
+async def test_node_health_asks_a_tls_node_over_tls_for_its_advertised_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Compose healthcheck: loopback dialed, the certificate checked for the
+    advertised host; plaintext gets no answer from a TLS node."""
+    ca = tmp_path / "ca"
+    new_ca(ca, now=NOW)
+    new_node_certificate(ca, "a", ["a.cluster.example"], now=NOW)
+    a = await tls_node(tmp_path, "a", ca, ca)
+    monkeypatch.delenv("PROVNET_TLS_CA", raising=False)
+    try:
+        health = ["node", "health", "--addr", a.address, "--timeout", "2"]
+        monkeypatch.setenv("PROVNET_ADVERTISE", "a.cluster.example:50051")
+        assert await asyncio.to_thread(provnet, [*health, "--tls-ca", str(ca / "ca.pem")]) == 0
+        assert await asyncio.to_thread(provnet, health) != 0
+        monkeypatch.setenv("PROVNET_ADVERTISE", "b.cluster.example:50051")
+        assert await asyncio.to_thread(provnet, [*health, "--tls-ca", str(ca / "ca.pem")]) != 0
+    finally:
+        await stop_all([a])
