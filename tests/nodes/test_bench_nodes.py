@@ -71,8 +71,10 @@ def test_bench_nodes_short_run_serves_every_row_without_errors() -> None:
 
 def test_bench_nodes_tls_rows_are_served_next_to_the_plaintext_ones() -> None:
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--tls", "--duration", "0.6", "--samples", "10"]
-        + ["--concurrency", "2", "--rounds", "2"],
+        [
+            *(sys.executable, str(BENCH), "--tls", "--duration", "0.6", "--samples", "10"),
+            *("--concurrency", "2", "--rounds", "2"),
+        ],
         capture_output=True,
         text=True,
         timeout=180,
