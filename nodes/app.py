@@ -158,6 +158,7 @@ async def start_node(
     # TLS files are read now: one that is wrong fails the start, naming it.
     tls = TlsFiles(config.tls_ca, config.tls_cert, config.tls_key)
     server_tls = tls.server_credentials()
+    tls.channel_credentials()
     if config.operator_key_file is not None:
         operator = operator_key_id(config.operator_key_file)
         if operator not in config.operator_keys:
