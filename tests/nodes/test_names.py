@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nodes.app import RunningNode, start_node
-from nodes.config import ConfigError, NodeConfig, Peer
+from nodes.config import NodeConfig, Peer
 from nodes.messages import Delivery, Outcome
 from nodes.transport import WRONG_NODE, CallFailed, GrpcTransport, InMemoryTransport
 from tests.nodes.rpc_support import (
@@ -168,10 +168,14 @@ def test_pins_cover_the_peer_address_and_its_route(tmp_path: Path) -> None:
     }
 
 
-def test_one_address_pinned_to_two_keys_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="pinned to two keys"):
-        NodeConfig(
-            name="h",
-            data_dir=tmp_path,
-            peers=(Peer("a", "n:1", "ab" * 32), Peer("b", "n:1", "cd" * 32)),
-        )
+def test_an_address_peers_of_two_keys_share_is_not_pinned(tmp_path: Path) -> None:
+    config = NodeConfig(
+        name="h",
+        data_dir=tmp_path,
+        peers=(
+            Peer("a", "n:1", "ab" * 32),
+            Peer("b", "n:1", "cd" * 32),
+            Peer("c", "m:1", "ef" * 32),
+        ),
+    )
+    assert config.pins == {"m:1": "ef" * 32}
