@@ -62,6 +62,15 @@ Printed:
 4. Serve RPCs per decision for a value folded three times (1 + 5 + 50 hops)
    by one origin (target: exactly 1 per origin).
 
+With ``--tls`` the origin's node server and the bare server also listen on
+a TLS port each (certificates this run makes, :mod:`nodes.tls`), and the
+run adds paired rows next to the plaintext ones in the same interleaving:
+``bare unary (TLS)`` and ``verified 5-hop (head) (TLS)`` latency, and
+``bare unary (TLS)`` and ``verified 5-hop, under a head (TLS)`` throughput,
+with the TLS ÷ plaintext ratio of each; connections are set up before the
+samples, so the rows measure TLS on established connections (record
+encryption), not handshakes. The targets stay judged on plaintext.
+
 Exit status 0 when every target is met, 1 otherwise.
 """
 
@@ -104,6 +113,9 @@ TARGET_LATENCY_RATIO = 1.15
 TARGET_THROUGHPUT_RATIO = 0.85
 #: Set (to a file path) in the origin child's environment by ``--profile``.
 PROFILE_ENV = "PROVNET_BENCH_PROFILE"
+#: Set (to the directory of the run's CA and origin certificate) by ``--tls``.
+TLS_ENV = "PROVNET_BENCH_TLS"
+TLS_SUFFIX = " (TLS)"
 
 
 def _identity(x: bytes) -> bytes:
@@ -278,6 +290,19 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
         )
     )
     bare_port = bare.add_insecure_port("127.0.0.1:0")
+    tls_ports: dict[str, int] = {}
+    tls_dir = os.environ.get(TLS_ENV)
+    if tls_dir:
+        from nodes.tls import TlsFiles
+
+        tls = TlsFiles(
+            Path(tls_dir) / "ca.pem", Path(tls_dir) / "origin.pem", Path(tls_dir) / "origin.key"
+        ).server_credentials()
+        assert tls is not None
+        # The same servers on a second port each: TLS rows and plaintext rows
+        # reach the same node and the same bare handlers.
+        tls_ports["bare_tls_port"] = bare.add_secure_port("127.0.0.1:0", tls)
+        tls_ports["tls_port"] = node.server.add_secure_port("127.0.0.1:0", tls)
     await bare.start()
     port = await node.start()
     core.set_advertised(f"127.0.0.1:{port}")
@@ -288,6 +313,7 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
             {
                 "port": port,
                 "bare_port": bare_port,
+                **tls_ports,
                 "floor_key": floor_key.public_key().public_bytes_raw().hex(),
                 "floor_head": floor_head.to_bytes().decode(),
                 "floor_proof": floor_proof.decode(),
@@ -721,6 +747,49 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         calls[f"verified {size}-hop"] = lambda s=size: verified(s)  # type: ignore[misc]
         calls[f"verified {size}-hop (head)"] = lambda s=size: verified_head(s)  # type: ignore[misc]
     calls[SIGNED_HEAD] = lambda: signed_head(5)
+    tls_channels: list[Any] = []
+    tls_transport: Any = None
+    if args.tls:
+        from nodes.tls import TlsFiles
+
+        tls_files = TlsFiles(ca=Path(started["tls_dir"]) / "ca.pem")
+        tls_address = f"127.0.0.1:{started['tls_port']}"
+        credentials = tls_files.channel_credentials()
+        if credentials is None:
+            raise RuntimeError("--tls: no CA certificate")
+        bare_tls = grpc.aio.secure_channel(
+            f"127.0.0.1:{started['bare_tls_port']}", credentials, options=options
+        )
+        tls_channels.append(bare_tls)
+        echo_tls = bare_tls.unary_unary(
+            ECHO_METHOD, request_serializer=_identity, response_deserializer=_identity
+        )
+        tls_transport = GrpcTransport(tls=tls_files)
+        tls_holder = Holder(
+            Identity.generate(),
+            tls_transport,
+            cache=False,
+            reasks=0,
+            # The folds name the plaintext port; this holder dials the TLS one.
+            resolve_address=lambda a: tls_address if a == address else a,
+        )
+
+        async def bare_over_tls() -> bool:
+            reply = await echo_tls(payload, timeout=2.0)
+            return len(reply) == len(payload)
+
+        async def verified_head_over_tls() -> bool:
+            report = await tls_holder.rehydrate("bench-head-5", [head_folds[5]])
+            outcome = report.outcomes[0]
+            if outcome.outcome is not Outcome.SERVED or len(report.hops) != 5:
+                raise RuntimeError(f"5-hop demand over TLS not served: {outcome.detail}")
+            return True
+
+        calls["bare unary" + TLS_SUFFIX] = bare_over_tls
+        calls["verified 5-hop (head)" + TLS_SUFFIX] = verified_head_over_tls
+        # Handshakes before the samples: the rows compare established connections.
+        await bare_over_tls()
+        await verified_head_over_tls()
     lat = await _latencies(calls, args.samples)
     print(f"{'latency (ms)':<34}{'p50':>9}{'p99':>9}{'mean':>9}{'p50/bare':>10}")
     bare_p50 = _pct(lat["bare unary"], 0.5)
@@ -730,6 +799,13 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
             f"{name:<34}{p50:>9.3f}{_pct(values, 0.99):>9.3f}"
             f"{statistics.fmean(values):>9.3f}{p50 / bare_p50:>10.2f}"
         )
+    for name in ("bare unary", "verified 5-hop (head)"):
+        if name + TLS_SUFFIX in lat:
+            plain, tls_p50 = _pct(lat[name], 0.5), _pct(lat[name + TLS_SUFFIX], 0.5)
+            print(
+                f"ratio p50 {name}: TLS / plaintext = {tls_p50 / plain:.2f}"
+                f" (+{(tls_p50 - plain) * 1e3:.0f} µs)"
+            )
     ratio5_folds = _pct(lat["verified 5-hop"], 0.5) / bare_p50
     ratio5 = _pct(lat["verified 5-hop (head)"], 0.5) / bare_p50
     print(f"ratio p50 verified 5-hop / bare unary, per-fold statements = {ratio5_folds:.2f}")
@@ -812,6 +888,28 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         (FLOOR_CONTRACTS, floors.contracts),
         (FLOOR_CRYPTO, floors.crypto),
     ]
+    if args.tls:
+
+        async def verified_5_head_over_tls() -> bool:
+            nonlocal turn
+            turn += 1
+            h = tls_holders[turn % len(tls_holders)]
+            report = await h.rehydrate("bench-head-5", [head_folds[5]])
+            return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
+
+        tls_holders = [
+            Holder(
+                Identity.generate(),
+                tls_transport,
+                cache=False,
+                reasks=0,
+                resolve_address=lambda a: tls_address if a == address else a,
+            )
+            for _ in range(args.concurrency)
+        ]
+        # Each TLS row right after its plaintext pair: what hits one hits the other.
+        order.insert(1, (BARE + TLS_SUFFIX, calls["bare unary" + TLS_SUFFIX]))  # type: ignore[arg-type]
+        order.insert(3, (VERIFIED_HEAD + TLS_SUFFIX, verified_5_head_over_tls))
     runs: dict[str, list[tuple[int, int, float, float, float]]] = {n: [] for n, _ in order}
     for k in range(rounds):
         for name, call in order if k % 2 == 0 else order[::-1]:
@@ -823,7 +921,10 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     )
     pooled = {name: _pooled(r) for name, r in runs.items()}
     b_rate = pooled[BARE][0] / pooled[BARE][2]
-    for name in (BARE, FLOOR_CRYPTO, FLOOR_CONTRACTS, VERIFIED_FOLDS, SIGNED_HEAD, VERIFIED_HEAD):
+    rows = [BARE, FLOOR_CRYPTO, FLOOR_CONTRACTS, VERIFIED_FOLDS, SIGNED_HEAD, VERIFIED_HEAD]
+    if args.tls:
+        rows += [BARE + TLS_SUFFIX, VERIFIED_HEAD + TLS_SUFFIX]
+    for name in rows:
         done, err, secs, hc, oc = pooled[name]
         rate = done / secs
         print(
@@ -848,6 +949,18 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         f"ratio verified (head) / bare throughput = {t_ratio:.3f}, median of {rounds} rounds"
         f" (target >= {TARGET_THROUGHPUT_RATIO}, zero errors) {'PASS' if ok_tp else 'FAIL'}"
     )
+    if args.tls:
+        for name in (BARE, VERIFIED_HEAD):
+            per_round_tls = [
+                (t[0] / t[2]) / (p[0] / p[2]) if p[0] and p[2] and t[2] else 0.0
+                for p, t in zip(runs[name], runs[name + TLS_SUFFIX], strict=True)
+            ]
+            print(
+                f"ratio throughput {name}: TLS / plaintext = "
+                f"{statistics.median(per_round_tls):.3f}, median of {rounds} rounds ("
+                + ", ".join(f"{r:.2f}" for r in per_round_tls)
+                + f"); TLS errors {pooled[name + TLS_SUFFIX][1]}"
+            )
 
     # Signatures per 100 demands, both processes counted (the origin's via SigStats).
     sig_stats = bare_channel.unary_unary(
@@ -894,6 +1007,10 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     await channel.close()
     await bare_channel.close(None)
     await node_channel.close(None)
+    for tls_channel in tls_channels:
+        await tls_channel.close(None)
+    if tls_transport is not None:
+        await tls_transport.close()
     ok = ok_latency and ok_tp and ok_rpcs and ok_sigs
     print(f"overall {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
@@ -924,6 +1041,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--profile-top", type=int, default=25, help="rows of each profile to print")
     parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="also measure bare and verified demands over TLS, paired with the plaintext rows",
+    )
+    parser.add_argument(
         "--serve", nargs=2, metavar=("DATA_DIR", "PORT_FILE"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
@@ -939,6 +1061,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             Path(args.profile).mkdir(parents=True, exist_ok=True)
             env[PROFILE_ENV] = str(Path(args.profile).resolve() / "origin.prof")
+        if args.tls:
+            import datetime as dt
+
+            from nodes.tls import new_ca, new_node_certificate
+
+            now = dt.datetime.now(dt.UTC)
+            new_ca(workdir / "tls", now=now, days=1)
+            new_node_certificate(workdir / "tls", "origin", ["127.0.0.1"], now=now, days=1)
+            env[TLS_ENV] = str(workdir / "tls")
         child = subprocess.Popen(
             [sys.executable, __file__, "--serve", str(workdir / "origin"), str(port_file)],
             stderr=subprocess.PIPE,
@@ -954,6 +1085,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.05)
             started = json.loads(port_file.read_text(encoding="utf-8"))
             started["data_dir"] = str(workdir / "origin")
+            started["tls_dir"] = str(workdir / "tls")
             return asyncio.run(_bench(args, started, child.pid))
         finally:
             stop(child, 10)

@@ -36,6 +36,7 @@ _SUBCOMMAND_MODULES = (
     "contracts.cli",
     "nodes.cli",
     "nodes.cli_link",
+    "nodes.cli_tls",
 )
 
 

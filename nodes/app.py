@@ -48,6 +48,7 @@ from nodes.retest import Retester
 from nodes.server import NodeServer, build_server
 from nodes.services import NodeCore
 from nodes.store import StoreMode
+from nodes.tls import TlsFiles
 from nodes.transport import GrpcTransport, Transport
 
 __all__ = [
@@ -158,6 +159,10 @@ async def start_node(
     ``extra_services`` adds services to the same server before it starts (one
     port, one health service): the A2A service of :mod:`nodes.a2a`."""
     check_port_free(config.listen)  # before anything (the key file) is written
+    # TLS files are read now: one that is wrong fails the start, naming it.
+    tls = TlsFiles(config.tls_ca, config.tls_cert, config.tls_key)
+    server_tls = tls.server_credentials()
+    tls.channel_credentials()
     if config.operator_key_file is not None:
         operator = operator_key_id(config.operator_key_file)
         if operator not in config.operator_keys:
@@ -167,7 +172,10 @@ async def start_node(
         clock = _offset_clock(config.clock_offset_s)
         log.warning("clock_offset", offset_s=config.clock_offset_s)
     if transport is None:
-        transport = GrpcTransport(config.max_message_bytes)
+        # Peers listed with a key are checked to be that node at every new connection.
+        transport = GrpcTransport(
+            config.max_message_bytes, pins=config.pins, tls=tls if tls.ca else None
+        )
     if isinstance(transport, GrpcTransport) and transport.credentials is None:
         # Deliveries this node makes (Forward) are signed with its own key.
         transport.credentials = ControlCredentials(identity)
@@ -179,7 +187,7 @@ async def start_node(
         fault=fault,
         store_mode=store_mode,
     )
-    server = build_server(core, config.listen, config.max_message_bytes)
+    server = build_server(core, config.listen, config.max_message_bytes, server_tls)
     if extra_services is not None:
         extra_services(core, server.server)
     try:
@@ -269,6 +277,7 @@ def main() -> int:
 
     from nodes.config import ConfigError
     from nodes.errors import StoreError
+    from nodes.tls import TlsError
 
     try:
         config = NodeConfig.from_env_and_args(None)
@@ -277,6 +286,9 @@ def main() -> int:
         return 2
     try:
         eventloop.run(run_node(config))
+    except TlsError as exc:
+        print(f"provnet: error: {exc}", file=sys.stderr)
+        return 2
     except PortBusy as exc:
         print(f"provnet: error: --listen ($PROVNET_LISTEN): {exc}", file=sys.stderr)
         return 2

@@ -374,6 +374,7 @@ def control_channel(
     options: Sequence[tuple[str, Any]] = (),
     *,
     target: str | None = None,
+    tls: grpc.ChannelCredentials | None = None,
 ) -> grpc.aio.Channel:
     """A grpc.aio channel that signs every control call with ``credentials``.
 
@@ -382,14 +383,18 @@ def control_channel(
     the node at ``address`` for its id (``Node.Info``) before its first
     signed call. With ``credentials=None`` it is a plain channel (serve-plane
     calls only; a control call then gets UNAUTHENTICATED from the node).
+    ``tls``: a TLS channel verifying the node's certificate (:mod:`nodes.tls`);
+    the per-call signatures are the same over it.
     """
     opts = [("grpc.enable_http_proxy", 0), *options]
-    if credentials is None:
-        return grpc.aio.insecure_channel(address, options=opts)
-    signer = _Signer(credentials, target)
-    interceptors: Any = [_SignUnary(signer), _SignStream(signer)]
-    channel = grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
-    signer.channel = channel
+    signer = None if credentials is None else _Signer(credentials, target)
+    interceptors: Any = None if signer is None else [_SignUnary(signer), _SignStream(signer)]
+    if tls is None:
+        channel = grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
+    else:
+        channel = grpc.aio.secure_channel(address, tls, options=opts, interceptors=interceptors)
+    if signer is not None:
+        signer.channel = channel
     return channel
 
 

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 __all__ = ["node_flags", "register"]
@@ -91,6 +92,11 @@ _FLAG_HELP: Mapping[str, str] = {
     " address dial via instead (e.g. a link proxy for this node's own link)",
     "clock_offset_s": "seconds added to this node's wall clock, for tests of clock skew"
     " (default 0; within ±86400)",
+    "tls_ca": "PEM file of the CA that verifies peers' TLS certificates; every call this node"
+    " makes is then TLS (default: plaintext)",
+    "tls_cert": "PEM file of this node's TLS certificate; the node then serves TLS only"
+    " (needs --tls-key and --tls-ca)",
+    "tls_key": "PEM file of the key of --tls-cert",
 }
 
 
@@ -130,6 +136,12 @@ def _add_node_parser(sub: _Sub) -> None:
     health.add_argument(
         "--timeout", type=float, default=2.0, help="seconds to wait for the answer (default 2)"
     )
+    health.add_argument(
+        "--tls-ca",
+        default=None,
+        help="ask over TLS, verifying the node's certificate against this CA for the host of"
+        " $PROVNET_ADVERTISE when set (default: $PROVNET_TLS_CA; none: plaintext)",
+    )
     health.set_defaults(handler=_node_health)
 
 
@@ -147,6 +159,8 @@ def _node_run(args: argparse.Namespace) -> int:
 
     try:
         eventloop.run(run_node(config))
+    except ConfigError as exc:  # a TLS file that is wrong (nodes.tls.TlsError)
+        return _error(str(exc))
     except PortBusy as exc:
         return _error(f"--listen ($PROVNET_LISTEN): {exc}")
     except StoreError as exc:
@@ -172,7 +186,16 @@ def _node_health(args: argparse.Namespace) -> int:
     # A node listening on all interfaces is asked on loopback.
     if host in ("0.0.0.0", "[::]", ""):
         address = f"127.0.0.1:{port}"
-    state = probe_health(address, timeout=args.timeout)
+    tls_ca = args.tls_ca or os.environ.get("PROVNET_TLS_CA") or None
+    ca_pem = None
+    if tls_ca is not None:
+        try:
+            ca_pem = Path(tls_ca).read_bytes()
+        except OSError as exc:
+            return _error(f"--tls-ca ($PROVNET_TLS_CA) {tls_ca}: cannot read ({exc.strerror})")
+    # The certificate names the host callers dial (the advertised one), not loopback.
+    advertised = os.environ.get("PROVNET_ADVERTISE", "").rpartition(":")[0] or None
+    state = probe_health(address, timeout=args.timeout, tls_ca=ca_pem, server_name=advertised)
     print(f"{address} {state}")
     return 0 if state is HealthState.SERVING else 1
 

@@ -359,13 +359,31 @@ def log_tail(path: Path, lines: int = 20) -> str:
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
-def probe_health(address: str, timeout: float = 1.0) -> HealthState:
-    """Ask ``address``'s standard health service for the overall status ('')."""
+def probe_health(
+    address: str,
+    timeout: float = 1.0,
+    *,
+    tls_ca: bytes | None = None,
+    server_name: str | None = None,
+) -> HealthState:
+    """Ask ``address``'s standard health service for the overall status ('').
+
+    ``tls_ca``: over TLS, verifying the node's certificate against that CA and
+    for ``server_name`` (default: the host dialed), e.g. its advertised name
+    when it is asked on loopback.
+    """
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    options = [("grpc.enable_http_proxy", 0)]
-    with grpc.insecure_channel(address, options=options) as channel:
+    options: list[tuple[str, Any]] = [("grpc.enable_http_proxy", 0)]
+    if tls_ca is None:
+        channel = grpc.insecure_channel(address, options=options)
+    else:
+        if server_name:
+            options.append(("grpc.ssl_target_name_override", server_name))
+        credentials = grpc.ssl_channel_credentials(root_certificates=tls_ca)
+        channel = grpc.secure_channel(address, credentials, options=options)
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)

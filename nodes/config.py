@@ -13,6 +13,12 @@ all members configures every one of them (a Kubernetes ConfigMap for a
 StatefulSet, a Swarm stack's shared environment): a node never asks itself
 to witness.
 
+A peer's host may be a DNS name (``node-1.provnet.default.svc.cluster.local:50051``,
+a swarm service name), resolved when the node connects and again after a
+connection fails; its pinned key, not its address, is its identity: a call
+to a pinned address first checks the node answering there is that peer
+(:attr:`NodeConfig.pins`, :mod:`nodes.transport`).
+
 Routes are ``address=via`` entries separated the same way: a call this node
 makes to ``address`` (a peer's, or an endpoint an origin signed) goes to
 ``via`` instead, e.g. a link proxy that stands for this node's own link to
@@ -146,6 +152,9 @@ ENV_VARS: Mapping[str, str] = {
     "attest_fault": "PROVNET_ATTEST_FAULT",
     "routes": "PROVNET_ROUTES",
     "clock_offset_s": "PROVNET_CLOCK_OFFSET_S",
+    "tls_ca": "PROVNET_TLS_CA",
+    "tls_cert": "PROVNET_TLS_CERT",
+    "tls_key": "PROVNET_TLS_KEY",
 }
 
 
@@ -288,6 +297,12 @@ class NodeConfig:
     #: setting that makes a node's clock run ahead (or behind, negative) of its
     #: peers' by a known skew. Every time the node signs or checks uses it.
     clock_offset_s: float = 0.0
+    #: TLS (:mod:`nodes.tls`): the CA that verifies peers' certificates (every
+    #: call this node makes is then TLS), and this node's own certificate and
+    #: key (it then serves TLS only). All three, or the CA alone; none: plaintext.
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def __post_init__(self) -> None:
         if not NODE_NAME_RE.match(self.name):
@@ -345,6 +360,16 @@ class NodeConfig:
                 f"{setting('clock_offset_s')}: must be within"
                 f" ±{MAX_CLOCK_OFFSET_S:.0f} s, got {self.clock_offset_s}"
             )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError(
+                f"{setting('tls_cert')} and {setting('tls_key')} go together: got only"
+                f" {'the certificate' if self.tls_key is None else 'the key'}"
+            )
+        if self.tls_cert is not None and self.tls_ca is None:
+            raise ConfigError(
+                f"{setting('tls_cert')} needs {setting('tls_ca')}: a node that serves TLS"
+                " dials its TLS peers with TLS, verified against that CA"
+            )
         if self.log_level not in {"debug", "info", "warning", "error"}:
             raise ConfigError(
                 f"{setting('log_level')}: expected debug/info/warning/error, got {self.log_level!r}"
@@ -376,6 +401,29 @@ class NodeConfig:
             return self._routed(_check_address("peer", name_or_address))
         known = [p.name for p in self.peers]
         raise ConfigError(f"unknown peer {name_or_address!r}; known: {known}")
+
+    @property
+    def pins(self) -> dict[str, str]:
+        """Dialed address → the node id pinned for it (peers listed with a key).
+
+        Keyed by the address this node dials (after ``routes``) and by the
+        peer's own address (an endpoint an origin signed is that address,
+        then routed): a call to either checks the node there is that peer
+        (:mod:`nodes.transport`). A peer's host may be a DNS name.
+
+        An address that peers of different keys share is left out: no one node
+        can be expected there, and what each such peer signs is still checked
+        against its own key by name (a forward's receipt, say).
+        """
+        pins: dict[str, str] = {}
+        shared: set[str] = set()
+        for peer in self.peers:
+            if peer.node_id is None:
+                continue
+            for address in dict.fromkeys((peer.address, self._routed(peer.address))):
+                if pins.setdefault(address, peer.node_id) != peer.node_id:
+                    shared.add(address)
+        return {address: key for address, key in pins.items() if address not in shared}
 
     def _routed(self, address: str) -> str:
         for routed, via in self.routes:
@@ -485,7 +533,14 @@ class NodeConfig:
                     kwargs[key] = float(str(raw[key]))
                 except ValueError:
                     raise ConfigError(f"{where(key)}: expected seconds, got {raw[key]!r}") from None
-        for key in ("evidence_dir", "port_file", "operator_key_file"):
+        for key in (
+            "evidence_dir",
+            "port_file",
+            "operator_key_file",
+            "tls_ca",
+            "tls_cert",
+            "tls_key",
+        ):
             if key in raw:
                 kwargs[key] = Path(str(raw[key]))
         if "operator_keys" in raw:

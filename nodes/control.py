@@ -12,6 +12,11 @@ owns, for the node at one address:
   ``Challenge``, ``Info``, ``Stats``) go unsigned on the same channel.
   Without credentials it is a plain channel, and a control call gets the
   node's ``UNAUTHENTICATED``;
+- **names and TLS**: the address may name its host by DNS; ``node_id`` pins
+  the node there (control calls are signed for it, so another node a name
+  reaches refuses them), ``tls`` makes the channel TLS, verifying the node's
+  certificate (:mod:`nodes.tls`); :class:`NodeClients` takes ``pins`` and
+  ``tls`` for every address;
 - **typed calls**: one method per RPC, taking and returning the node's own
   types (:mod:`nodes.messages`, :mod:`nodes.attester`), converted by
   :mod:`nodes.wire`;
@@ -42,7 +47,7 @@ acknowledged travel as their digests, all of them again after a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +69,7 @@ from nodes.messages import (
 from nodes.methods import lookup as method_policy
 from nodes.methods import method_name
 from nodes.retry import appointment_ms, retry_shed
+from nodes.tls import TlsFiles
 from nodes.transport import CallFailed
 
 if TYPE_CHECKING:
@@ -148,12 +154,22 @@ class NodeClient:
         options: Sequence[tuple[str, Any]] = (),
         timeout: float = DEFAULT_TIMEOUT_S,
         on_call: CallObserver | None = None,
+        node_id: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.address = address
         self.credentials = credentials
         self.timeout = timeout
         self.on_call = on_call
-        self._channel = control_channel(address, credentials, options)
+        # ``node_id`` pins the node: control calls are signed for it, so any other
+        # node a name reaches refuses them (UNAUTHENTICATED, naming both ids).
+        self._channel = control_channel(
+            address,
+            credentials,
+            options,
+            target=node_id,
+            tls=None if tls is None else tls.channel_credentials(),
+        )
         self._hoplog = wire.hoplog_stub(self._channel)
         self._deliver = wire.deliver_stub(self._channel)
         self._node = wire.node_stub(self._channel)
@@ -404,9 +420,13 @@ class NodeClients:
         options: Sequence[tuple[str, Any]] = (),
         timeout: float = DEFAULT_TIMEOUT_S,
         on_call: CallObserver | None = None,
+        pins: Mapping[str, str] | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.credentials = credentials
         self.on_call = on_call
+        self._pins = dict(pins or {})
+        self._tls = tls
         self._options = tuple(options)
         self._timeout = timeout
         self._clients: dict[str, NodeClient] = {}
@@ -422,6 +442,8 @@ class NodeClients:
                 options=self._options,
                 timeout=self._timeout,
                 on_call=self._observe,
+                node_id=self._pins.get(address),
+                tls=self._tls,
             )
         return client
 

@@ -129,13 +129,18 @@ class NodeServer:
     requests: RequestContext
     #: Control-call signatures (and their durable replay record).
     auth: ControlAuth | None = None
+    #: TLS for the port (:mod:`nodes.tls`); None: plaintext.
+    tls: grpc.ServerCredentials | None = None
     port: int = 0
 
     async def start(self) -> int:
         if self.auth is not None:
             # Calls signed after this start are dated above the floor a previous run left.
             await self.auth.replay.outwait_floor()
-        self.port = self.server.add_insecure_port(self.listen)
+        if self.tls is None:
+            self.port = self.server.add_insecure_port(self.listen)
+        else:
+            self.port = self.server.add_secure_port(self.listen, self.tls)
         if self.port == 0:
             raise OSError(f"cannot bind {self.listen}")
         await self.server.start()
@@ -162,7 +167,12 @@ class NodeServer:
         log.info("node_stopped", grace_s=grace)
 
 
-def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeServer:
+def build_server(
+    core: NodeCore,
+    listen: str,
+    max_message_bytes: int,
+    tls: grpc.ServerCredentials | None = None,
+) -> NodeServer:
     auth = ControlAuth(
         core.config.operator_keys,
         node_id=core.node_id,
@@ -228,4 +238,5 @@ def build_server(core: NodeCore, listen: str, max_message_bytes: int) -> NodeSer
         listen=listen,
         requests=requests,
         auth=auth,
+        tls=tls,
     )

@@ -13,6 +13,24 @@ A holder, a witness or a forwarding node reaches other nodes only through a
 Every failure is a :class:`CallFailed` carrying the gRPC status name, so the
 client classifies failures once, whatever carried the call, by the one rule
 of :mod:`nodes.noanswer`: silence, busy, or an (unsigned) status.
+
+Addresses are ``host:port`` where the host may be a DNS name: gRPC resolves
+it when a channel connects and again after a connection fails (its ``dns``
+resolver, what a plain ``host:port`` target uses). A node's identity is its
+key, never its address: ``pins`` (address → node id, from the peers the
+configuration pins, :meth:`nodes.config.NodeConfig.pins`) makes both
+transports check, before a call on a connection not yet checked, that the
+node answering there is the pinned one. A name that resolves to another node
+fails the call with :data:`WRONG_NODE` (``UNAUTHENTICATED``, naming the
+address and both ids) before the request is sent: a status, never silence,
+so nobody is suspected for it and no witness signs it (:mod:`nodes.noanswer`).
+The check runs again whenever the channel is not connected at call time (it
+is about to connect, perhaps to another address the name now resolves to)
+and after a call failed. It catches a name resolving to the wrong honest
+node; ``Node.Info`` is unauthenticated, so a node that lies about its id
+passes it, and signatures stay the guard of what a call decides: a receipt,
+a report or a delivery receipt verifies only with the key that must sign it,
+and a signed call is signed for the pinned id, which any other node refuses.
 """
 
 from __future__ import annotations
@@ -20,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import time
 import types
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncIterator, Generator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import grpc
@@ -28,17 +46,26 @@ import grpc
 from contracts._lru import BoundedCache
 from nodes import wire
 from nodes.attester import AttestationAnswer, AttestationAsk
-from nodes.auth import ControlCredentials, control_channel, node_id_at, signed_metadata
+from nodes.auth import (
+    ControlCredentials,
+    NotAuthenticated,
+    control_channel,
+    node_id_at,
+    signed_metadata,
+)
 from nodes.errors import status_for
 from nodes.messages import Answer, ChallengeResult, Delivery
 from nodes.methods import method_name
 from nodes.noanswer import SILENT_CODES, Reply, reply_for
 from nodes.retry import appointment_ms, retry_shed
+from nodes.tls import TLS_FAILED, TlsFiles, diagnose
 
 __all__ = [
     "CONNECT_TIMEOUT_MS",
+    "DNS_RERESOLVE_MS",
     "MAX_CHANNELS",
     "NO_ANSWER_CODES",
+    "WRONG_NODE",
     "Answer",
     "CallFailed",
     "ChallengeResult",
@@ -54,6 +81,20 @@ _ATTEST_REQUEST = method_name("Attest", "Request")
 
 #: Status codes that mean the peer did not answer at all (:mod:`nodes.noanswer`).
 NO_ANSWER_CODES = SILENT_CODES
+#: The status of a call refused because the node at the address is not the
+#: pinned one: a status (never silence, never evidence).
+WRONG_NODE = "UNAUTHENTICATED"
+
+
+def wrong_node(address: str, found: str, pinned: str) -> CallFailed:
+    """The failure of a call whose address answers as ``found``, not the ``pinned`` node."""
+    return CallFailed(
+        WRONG_NODE,
+        f"the node at {address} is {found[:16]}…, not the pinned {pinned[:16]}…"
+        " (the name resolves to another node: check DNS and the peers' pinned keys);"
+        " nothing was sent",
+        address,
+    )
 
 
 class CallFailed(Exception):
@@ -160,6 +201,13 @@ CONNECT_TIMEOUT_MS = 5_000
 #: promise a node signs, so calls on it end first) and made again if used again.
 MAX_CHANNELS = 1024
 _CHANNEL_CLOSE_GRACE_S = 60.0
+#: How long naming a failed TLS handshake may take (one more connection).
+_DIAGNOSE_TIMEOUT_S = 1.0
+#: Least time between two DNS resolutions of one channel's name. gRPC
+#: re-resolves after a connection fails, but by default not within 30 s of
+#: the last resolution: a node rescheduled to a new address (a pod, a swarm
+#: task) would stay unreachable for that long, past any promised deadline.
+DNS_RERESOLVE_MS = 1_000
 
 
 def _client_options(max_message_bytes: int) -> list[tuple[str, Any]]:
@@ -179,6 +227,7 @@ def _client_options(max_message_bytes: int) -> list[tuple[str, Any]]:
         # attempt timed out. Refused connections still fail at once, so the
         # 50-500 ms backoff above keeps reaching restarted peers quickly.
         ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
+        ("grpc.dns_min_time_between_resolutions_ms", DNS_RERESOLVE_MS),
     ]
 
 
@@ -195,15 +244,32 @@ class GrpcTransport:
     for the node at the address (its id asked once, ``Node.Info``). A
     node's own transport signs with the node key (a forwarded value names it
     as sender); tools pass the operator key.
+
+    ``tls``: with a CA, every channel is TLS and verifies the peer's
+    certificate (:mod:`nodes.tls`); a handshake failure is named, not silence.
+
+    ``pins`` (address → node id): calls to a pinned address first check the
+    node there is that node (module docstring); its signed calls are signed
+    for the pinned id, never for what the address says.
     """
 
     def __init__(
         self,
         max_message_bytes: int = 4 * 1024 * 1024,
         credentials: ControlCredentials | None = None,
+        *,
+        pins: Mapping[str, str] | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self._max = max_message_bytes
+        # Read once: a TLS file that is wrong fails here, naming it, not at a call.
+        self._tls = None if tls is None else tls.channel_credentials()
+        self._ca_pem = None if tls is None else tls.ca_pem()
         self.credentials = credentials
+        self.pins: dict[str, str] = dict(pins or {})
+        #: Pinned addresses whose current connection answered as the pinned node.
+        self._checked: set[str] = set()
+        self._checking: dict[str, asyncio.Future[str]] = {}
         # oldest made first out (a use does not refresh): a channel evicted is closed
         # once its calls can have ended, and made again if used
         self._channels: BoundedCache[str, grpc.aio.Channel] = BoundedCache(
@@ -240,7 +306,7 @@ class GrpcTransport:
     def channel(self, address: str) -> grpc.aio.Channel:
         chan = self._channels.peek(address)
         if chan is None:
-            chan = control_channel(address, None, _client_options(self._max))
+            chan = control_channel(address, None, _client_options(self._max), tls=self._tls)
             self._channels.put(address, chan)
         return chan
 
@@ -249,6 +315,7 @@ class GrpcTransport:
         for stubs in (self._serve, self._demand, self._ask, self._evidence, self._deliver):
             stubs.pop(address, None)
         self._targets.pop(address, None)
+        self._checked.discard(address)
         closing = asyncio.ensure_future(chan.close(_CHANNEL_CLOSE_GRACE_S))
         self._closing[closing] = chan
         closing.add_done_callback(lambda done: self._closing.pop(done, None))
@@ -258,9 +325,73 @@ class GrpcTransport:
         try:
             return await coro
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(
-                self._code(address, exc), exc.details() or "", address, appointment_ms(exc)
-            ) from exc
+            raise await self._failed(address, exc) from exc
+
+    async def _check_pin(self, address: str, timeout: float, wait_for_ready: bool) -> float:
+        """Check the node at a pinned ``address`` is the pinned one; the timeout left.
+
+        Skipped while the connection that was checked is still up (one
+        ``get_state``); otherwise one ``Node.Info`` (shared by the calls
+        waiting for it) within the call's own timeout, before anything is sent.
+        """
+        pinned = self.pins.get(address)
+        if pinned is None:
+            return timeout
+        chan = self.channel(address)
+        if (
+            address in self._checked
+            and chan.get_state(try_to_connect=False) is grpc.ChannelConnectivity.READY
+        ):
+            return timeout
+        self._checked.discard(address)
+        started = time.monotonic()
+        checking = self._checking.get(address)
+        if checking is None or checking.done():
+            checking = asyncio.ensure_future(
+                node_id_at(chan, timeout, wait_for_ready=wait_for_ready)
+            )
+            self._checking[address] = checking
+            checking.add_done_callback(
+                lambda done: (
+                    self._checking.pop(address, None)
+                    if self._checking.get(address) is done
+                    else None
+                )
+            )
+        try:
+            found = await asyncio.shield(checking)
+        except grpc.aio.AioRpcError as exc:
+            raise await self._failed(address, exc) from exc
+        except NotAuthenticated as exc:
+            raise CallFailed(WRONG_NODE, str(exc), address) from exc
+        if found != pinned:
+            raise wrong_node(address, found, pinned)
+        self._checked.add(address)
+        return max(0.001, timeout - (time.monotonic() - started))
+
+    async def _failed(self, address: str, exc: grpc.aio.AioRpcError) -> CallFailed:
+        """The :class:`CallFailed` for a failed call; a TLS handshake failure named as such.
+
+        A connection whose handshake failed looks like silence to gRPC; with a
+        CA configured, such a failure is diagnosed (:func:`nodes.tls.diagnose`)
+        and becomes :data:`nodes.tls.TLS_FAILED` naming what failed: a status,
+        so a wrong or expired certificate accuses nobody.
+        """
+        self._checked.discard(address)
+        code = self._code(address, exc)
+        details = exc.details() or ""
+        if self._ca_pem is not None and code in SILENT_CODES:
+            chan = self._channels.peek(address)
+            handshake = any(w in details.lower() for w in ("handshake", "ssl", "certificate"))
+            if handshake or (
+                chan is not None
+                and chan.get_state(try_to_connect=False)
+                is grpc.ChannelConnectivity.TRANSIENT_FAILURE
+            ):
+                reason = await diagnose(address, self._ca_pem, _DIAGNOSE_TIMEOUT_S)
+                if reason is not None:
+                    return CallFailed(TLS_FAILED, f"TLS: {reason}; nothing was sent", address)
+        return CallFailed(code, details, address, appointment_ms(exc))
 
     def _code(self, address: str, exc: grpc.aio.AioRpcError) -> str:
         """The status name; a call that waited for a channel never connected is UNAVAILABLE.
@@ -284,6 +415,8 @@ class GrpcTransport:
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
         # The reply is read into answers by the call itself (wire.demand_unary),
         # sized by its length on the wire: nothing to convert or measure after it.
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, True)
         call = self._demand.get(address)
         if call is None:
             call = self._demand[address] = wire.demand_unary(self.channel(address))
@@ -291,12 +424,12 @@ class GrpcTransport:
         try:
             answers: wire.SizedAnswers = await call(demands, timeout=timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(
-                self._code(address, exc), exc.details() or "", address, appointment_ms(exc)
-            ) from exc
+            raise await self._failed(address, exc) from exc
         return answers
 
     async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, True)
         call = self._ask.get(address)
         if call is None:
             call = self._ask[address] = wire.ask_unary(self.channel(address))
@@ -304,12 +437,12 @@ class GrpcTransport:
         try:
             answers: wire.SizedAnswers = await call(asks, timeout=timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(
-                self._code(address, exc), exc.details() or "", address, appointment_ms(exc)
-            ) from exc
+            raise await self._failed(address, exc) from exc
         return answers
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, True)
         stub = self._serve_stub(address)
         self.calls += 1
         hops: list[bytes] = []
@@ -331,9 +464,7 @@ class GrpcTransport:
             else:
                 raise CallFailed("DATA_LOSS", "stream ended without a last chunk", address)
         except grpc.aio.AioRpcError as exc:
-            raise CallFailed(
-                self._code(address, exc), exc.details() or "", address, appointment_ms(exc)
-            ) from exc
+            raise await self._failed(address, exc) from exc
         return Answer(receipt, commitment, tuple(hops))
 
     async def challenge(
@@ -346,6 +477,8 @@ class GrpcTransport:
         origin_address: str,
         timeout: float,
     ) -> ChallengeResult:
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, False)
         stub = self._evidence_stub(address)
         request = wire.challenge_request(
             commitment=commitment,
@@ -364,12 +497,15 @@ class GrpcTransport:
         """
         if self.credentials is None:
             return None
+        pinned = self.pins.get(address)
+        if pinned is not None:
+            return pinned
         known = self._targets.get(address)
         if known is None:
             try:
                 known = await node_id_at(self.channel(address), timeout)
             except grpc.aio.AioRpcError as exc:
-                raise CallFailed(self._code(address, exc), exc.details() or "", address) from exc
+                raise await self._failed(address, exc) from exc
             self._targets[address] = known
         return known
 
@@ -390,6 +526,8 @@ class GrpcTransport:
             raise
 
     async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, False)
         stub = self._deliver_stub(address)
         request = wire.deliver_request(delivery)
         target = await self._target(address, timeout)
@@ -408,6 +546,8 @@ class GrpcTransport:
         self, address: str, ask: AttestationAsk, timeout: float
     ) -> AttestationAnswer:
         """``Attest.Request`` on an attester (signed with this transport's credentials)."""
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, False)
         stub = wire.attest_stub(self.channel(address))
         request = wire.attest_request(ask)
         metadata = self._metadata(_ATTEST_REQUEST, request, await self._target(address, timeout))
@@ -469,6 +609,8 @@ class InMemoryTransport:
         self,
         max_message_bytes: int = 4 * 1024 * 1024,
         registry: dict[str, LocalNode] | None = None,
+        *,
+        pins: Mapping[str, str] | None = None,
     ) -> None:
         # Several transports may share one registry: each node its own view,
         # with its own ``blocked`` set (a partition as seen from that node).
@@ -476,6 +618,8 @@ class InMemoryTransport:
         self._max = max_message_bytes
         self.blocked: set[str] = set()
         self.calls = 0
+        #: Address → the node id pinned for it (as :class:`GrpcTransport`).
+        self.pins: dict[str, str] = dict(pins or {})
 
     def register(self, address: str, core: LocalNode) -> None:
         self._nodes[address] = core
@@ -484,6 +628,11 @@ class InMemoryTransport:
         core = self._nodes.get(address)
         if core is None or core.crashed or address in self.blocked:
             raise CallFailed("UNAVAILABLE", "no node listening", address)
+        pinned = self.pins.get(address)
+        if pinned is not None:
+            found = str(getattr(core, "node_id", ""))
+            if found != pinned:
+                raise wrong_node(address, found, pinned)
         return core
 
     def _check_size(self, address: str, size: int) -> None:

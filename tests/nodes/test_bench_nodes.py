@@ -70,3 +70,23 @@ def test_bench_nodes_short_run_serves_every_row_without_errors() -> None:
     assert "per-fold statements 200 signed / 200 verified" in out, out
     verdict = "PASS" if proc.returncode == 0 else "FAIL"
     assert out.rstrip().endswith(f"overall {verdict}")
+
+
+def test_bench_nodes_tls_rows_are_served_next_to_the_plaintext_ones() -> None:
+    proc = subprocess.run(
+        [
+            *(sys.executable, str(BENCH), "--tls", "--duration", "0.6", "--samples", "10"),
+            *("--concurrency", "2", "--rounds", "2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    out = proc.stdout
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    for name in ("bare unary (TLS)", "verified 5-hop (head) (TLS)"):
+        assert re.search(rf"^{re.escape(name)}\s+\d+\.\d{{3}}\s", out, re.M), (name, out)
+    assert re.search(r"^verified 5-hop, under a head \(TLS\)\s+\d+\.\d\s+0\s", out, re.M), out
+    assert "ratio p50 verified 5-hop (head): TLS / plaintext = " in out
+    assert "TLS errors 0" in out
