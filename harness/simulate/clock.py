@@ -30,6 +30,7 @@ not on when the simulation ran.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import selectors
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
@@ -127,11 +128,22 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
 
 def run_virtual(main: Callable[[VirtualTimeLoop], Coroutine[Any, Any, _T]]) -> _T:
-    """Run ``main(loop)`` to completion on a fresh :class:`VirtualTimeLoop`, then close it."""
+    """Run ``main(loop)`` to completion on a fresh :class:`VirtualTimeLoop`, then close it.
+
+    On Ctrl-C (KeyboardInterrupt) the task is cancelled and run to its end first, so
+    its ``finally`` blocks (nodes closed, scratch directories removed) run; then
+    the interrupt goes on."""
     loop = VirtualTimeLoop()
     try:
         asyncio.set_event_loop(loop)
-        return loop.run_until_complete(main(loop))
+        task = loop.create_task(main(loop))
+        try:
+            return loop.run_until_complete(task)
+        except KeyboardInterrupt:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                loop.run_until_complete(task)
+            raise
     finally:
         try:
             loop.run_until_complete(loop.shutdown_asyncgens())

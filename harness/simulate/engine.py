@@ -9,14 +9,13 @@ the engine adds is only *where time comes from* — every node and the holder
 read :meth:`harness.simulate.clock.VirtualTimeLoop.wall` through a
 :class:`harness.boundary.topology.RunClock` — and, optionally, a network
 model wrapped around each node's outgoing transport
-(:mod:`harness.simulate.network`). Many cells run concurrently on one loop,
-so N agents are the nodes of all cells together.
+(:mod:`harness.simulate.network`). N agents are the nodes of all cells
+together.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harness.boundary.records import BoundaryOutcome, BoundarySettings
@@ -47,14 +46,14 @@ async def _play_cell(
     index: int,
     settings: BoundarySettings,
     network: Network | None,
-    on_decision: object,
+    on_decision: Callable[[], None] | None,
 ) -> CellResult:
     start = loop.time()
     outcome = await run_boundary_async(
         cfg,
         settings,
         progress=False,
-        on_decision=on_decision if callable(on_decision) else None,
+        on_decision=on_decision,
         clock=_clock(loop),
         network=network,
     )
@@ -65,29 +64,31 @@ def play_cells(
     cfg: ExperimentConfig,
     cells: Sequence[tuple[BoundarySettings, Network | None]],
     *,
-    on_decision: object = None,
-    concurrency: int = 0,
-) -> tuple[list[CellResult], float]:
-    """Play every cell on one virtual-time loop; results in cell order and the
-    virtual seconds the whole simulation took. ``concurrency`` > 0 bounds how
-    many cells are alive at once (memory); the order of results never depends
-    on it."""
+    on_decision: Callable[[], None] | None = None,
+) -> list[CellResult]:
+    """Play every cell, in order, each on a fresh virtual-time loop (virtual time 0
+    at its start, the same epoch). Cells share no node, so playing them one
+    after the other gives what playing them side by side would, and a cell's
+    result depends on its own settings and seed alone — whatever else is
+    played, in this process or another. (The signature and hash counters,
+    :class:`harness.boundary.wire.CryptoMeter`, are one per process, which is
+    also why cells are not interleaved on one loop.)"""
+    results: list[CellResult] = []
+    for i, (settings, network) in enumerate(cells):
 
-    async def main(loop: VirtualTimeLoop) -> tuple[list[CellResult], float]:
-        gate = asyncio.Semaphore(concurrency if concurrency > 0 else max(1, len(cells)))
+        async def main(
+            loop: VirtualTimeLoop,
+            i: int = i,
+            s: BoundarySettings = settings,
+            n: Network | None = network,
+        ) -> CellResult:
+            return await _play_cell(loop, cfg, i, s, n, on_decision)
 
-        async def one(i: int, settings: BoundarySettings, net: Network | None) -> CellResult:
-            async with gate:
-                return await _play_cell(loop, cfg, i, settings, net, on_decision)
-
-        results = await asyncio.gather(*(one(i, s, n) for i, (s, n) in enumerate(cells)))
-        return list(results), loop.time()
-
-    return run_virtual(main)
+        results.append(run_virtual(main))
+    return results
 
 
 def play_slice(cfg: ExperimentConfig, settings: BoundarySettings) -> BoundaryOutcome:
     """One boundary slice on virtual time (no network model): the engine's check
     that it plays the experiment's own code — same fingerprints as in-process."""
-    results, _ = play_cells(cfg, [(settings, None)])
-    return results[0].outcome
+    return play_cells(cfg, [(settings, None)])[0].outcome

@@ -8,15 +8,25 @@ fingerprints the in-process replay pins (tests/harness/test_determinism.py).
 from __future__ import annotations
 
 import asyncio
+import csv
+import math
 import time
+from dataclasses import fields
 from pathlib import Path
+
+import pytest
 
 from harness.boundary.choices import TransportKind
 from harness.boundary.records import BoundarySettings
 from harness.boundary.topology import RunClock, start_topology
+from harness.cli import main
 from harness.config import ExperimentConfig
 from harness.simulate.clock import EPOCH_S, VirtualTimeLoop, run_virtual
-from harness.simulate.engine import play_slice
+from harness.simulate.engine import play_cells, play_slice
+from harness.simulate.network import Availability, LinkModel, SimNetwork
+from harness.simulate.report import confidence_interval, loglog_slope
+from harness.simulate.run import CellRow, run_simulation
+from harness.simulate.workload import build_cells, parse_workload
 from nodes.store import StoreMode
 
 CFG = ExperimentConfig()
@@ -81,3 +91,125 @@ def test_nodes_started_for_a_simulation_read_the_virtual_clock(tmp_path: Path) -
     first, later = run_virtual(main)
     assert abs(first - EPOCH_S * 1000) <= 1
     assert abs(later - (EPOCH_S + 7200) * 1000) <= 1
+
+
+# --------------------------------------------------------------------------- workload, runs
+
+SMALL = {
+    "agents": 9,
+    "steps": 25,
+    "network": {"loss": 0.05, "think_s": 2},
+    "churn": {"up_scale_s": 30, "down_scale_s": 20, "departure_rate_per_h": 2},
+    "adversary": {"fraction": 0.33, "faults": ["tamper", "equivocate", "refuse", "drop"]},
+}
+
+#: Columns that are virtual times: the node core budgets its re-asks and deadlines on
+#: time.monotonic() (real time), so these carry sub-second jitter from run to run.
+_TIMED = {"virtual_s", "time_to_evidence_s"}
+
+
+def _untimed(rows: list[CellRow]) -> list[tuple[object, ...]]:
+    return [
+        tuple(getattr(r, f.name) for f in fields(CellRow) if f.name not in _TIMED) for r in rows
+    ]
+
+
+def test_a_seed_gives_the_same_cells_decisions_evidence_and_costs() -> None:
+    w = parse_workload(SMALL)
+    first = run_simulation(CFG, w, progress=False)
+    second = run_simulation(CFG, w, progress=False)
+    assert _untimed(first.rows) == _untimed(second.rows)
+    # and the run is not vacuous: the network, churn and adversaries were all at work
+    assert sum(r.losses for r in first.rows) > 0
+    assert sum(r.fault != "none" for r in first.rows) > 0
+    assert all(r.decisions == 5 for r in first.rows)
+    other = run_simulation(CFG, parse_workload({**SMALL, "seeds": [1]}), progress=False)
+    assert _untimed(other.rows) != _untimed(first.rows)
+
+
+def test_cells_fill_n_agents_with_chains_up_to_depth_and_fan_in() -> None:
+    w = parse_workload({"agents": 400, "graph": {"max_depth": 10, "max_fan_in": 3}})
+    cells = build_cells(w, 400, 0)
+    assert sum(c.agents for c in cells) == 400
+    depths = [len(c.settings.chain) - 1 for c in cells]
+    assert max(depths) == 10
+    assert min(depths) == 1
+    assert {c.settings.origins for c in cells} == {1, 2, 3}
+    for c in cells:
+        c.settings.validate(CFG)  # every cell is a playable boundary slice
+
+
+def test_network_round_trips_take_virtual_time_and_keep_the_decisions() -> None:
+    settings = BoundarySettings(seeds=(0,), steps=25)
+    net = SimNetwork(0, LinkModel(rtt_median_ms=100.0, rtt_sigma=0.0, jitter=0.0))
+    plain, wan = play_cells(CFG, [(settings, None), (settings, net)])
+    assert plain.virtual_seconds < 0.01  # nothing in a faithful run waits
+    # every call waits one 100 ms round trip on the virtual clock
+    assert wan.virtual_seconds >= 0.1 * net.calls / 2 > 0
+    assert [r.boundary_fingerprint for r in wan.outcome.runs] == [
+        r.boundary_fingerprint for r in plain.outcome.runs
+    ]
+
+
+def test_an_origin_that_is_down_is_unanswered_never_proven() -> None:
+    always_down = {"origin": Availability(((0.0, math.inf),))}
+    settings = BoundarySettings(seeds=(0,), steps=50)
+    (cell,) = play_cells(CFG, [(settings, SimNetwork(0, LinkModel(), always_down))])
+    kinds = {e.kind for e in cell.outcome.evidence}
+    assert kinds <= {"unanswered"}
+    assert cell.outcome.arm_costs["structural_min"].failed_rehydrations > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("adversary:\n  fraction: 1.0\n", "key 'adversary.fraction': expected a number f ≥ 0"),
+        ("graph:\n  max_depth: 0\n", "key 'graph.max_depth': expected an integer ≥ 1"),
+        ("graph:\n  max_fan_in: two\n", "key 'graph.max_fan_in': expected an integer ≥ 1"),
+        ("agents: 2\n", "key 'agents': expected an integer ≥ 3"),
+        ("network:\n  loss: 1\n", "key 'network.loss': expected a probability in [0, 1)"),
+        ("adversary:\n  faults: [lie]\n", "key 'adversary.faults': expected a non-empty list"),
+        ("churn:\n  alpha: 0\n", "key 'churn.alpha': expected a number > 0"),
+        ("graph: {depth: 3}\n", "unknown key 'graph.depth'"),
+        ("agents: [\n", "not valid YAML (line 2)"),
+    ],
+)
+def test_bad_workload_is_one_error_line_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, named: str
+) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert main(["simulate", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"provnet: error: {path}: ")
+    assert named in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_writes_the_result_files_with_intervals_and_growth(tmp_path: Path) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text("steps: 25\nagents: [6, 12]\nseeds: 2\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["simulate", str(path), "--out", str(out), "--no-progress"]) == 0
+    with (out / "summary.csv").open(encoding="utf-8") as fh:
+        summary = list(csv.DictReader(fh))
+    honest = [r for r in summary if r["quantity"] == "proofs_against_honest"]
+    assert [(r["agents"], r["mean"], r["seeds"]) for r in honest] == [
+        ("6", "0", "2"),
+        ("12", "0", "2"),
+    ]
+    assert all(r["ci95_half_width"] != "" for r in summary if r["seeds"] == "2")
+    with (out / "growth.csv").open(encoding="utf-8") as fh:
+        growth = {r["cost"]: r["loglog_exponent"] for r in csv.DictReader(fh)}
+    assert set(growth) == {"rpcs", "bytes", "sign_ops", "verify_ops"}
+    assert all(v != "" for v in growth.values())
+    assert "## Growth with N" in (out / "summary.md").read_text(encoding="utf-8")
+
+
+def test_confidence_interval_and_loglog_slope() -> None:
+    mean, half = confidence_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert mean == 3.0
+    assert half == pytest.approx(2.776 * math.sqrt(2.5 / 5))
+    assert loglog_slope([100, 1000, 10000], [5.0, 5.0, 5.0]) == pytest.approx(0.0)
+    assert loglog_slope([100, 1000, 10000], [1.0, 10.0, 100.0]) == pytest.approx(1.0)

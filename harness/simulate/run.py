@@ -1,0 +1,172 @@
+"""One simulation: every (N, seed) of a workload played, measured per cell.
+
+For each N in ``agents`` and each seed, :func:`harness.simulate.workload.build_cells`
+draws the cells and :func:`harness.simulate.engine.play_cells` plays them;
+each cell becomes one :class:`CellRow` of measured quantities. Nothing here
+decides anything about the protocol: proofs and suspicions are the evidence
+the holder's real client produced, and an accused node is *honest* when the
+cell ran it faithful.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from contracts.evidence import EvidenceKind
+from harness.boundary.records import UNCONFIRMED, BoundaryOutcome
+from harness.config import ExperimentConfig
+from harness.fingerprint import combine
+from harness.simulate.engine import CellResult, play_cells
+from harness.simulate.workload import Cell, Workload, build_cells
+
+__all__ = ["PROOF_KINDS", "CellRow", "SimResult", "run_simulation"]
+
+#: Evidence kinds that prove a fault (a suspicion is ``unanswered``).
+PROOF_KINDS = frozenset(
+    {
+        EvidenceKind.BAD_DATA,
+        EvidenceKind.REFUSED,
+        EvidenceKind.EQUIVOCATION,
+        EvidenceKind.SPLIT_VIEW,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CellRow:
+    agents_total: int
+    seed: int
+    cell: int
+    agents: int
+    origins: int
+    relays: int
+    fault: str
+    departed: int
+    decisions: int
+    virtual_s: float
+    #: evidence against the cell's faulty origin: proofs, witness-confirmed suspicions
+    proofs_faulty: int
+    suspicions_faulty: int
+    #: evidence against nodes the cell ran faithful (accuracy)
+    proofs_honest: int
+    suspicions_honest: int
+    #: rehydrations a faithful origin left unanswered with no witness confirming
+    unconfirmed_honest: int
+    #: first step at which the faulty origin was named (-1: never), and its virtual time
+    first_evidence_step: int
+    time_to_evidence_s: float
+    rpcs: int
+    bytes: int
+    sign_ops: int
+    verify_ops: int
+    rehydrations: int
+    failed_rehydrations: int
+    churn_refusals: int
+    losses: int
+    #: the cell's decision fingerprint (harness.fingerprint over its runs)
+    fingerprint: str
+
+    def per_decision(self, field_name: str) -> float:
+        value: float = getattr(self, field_name)
+        return value / self.decisions if self.decisions else 0.0
+
+
+@dataclass(slots=True)
+class SimResult:
+    workload: Workload
+    rows: list[CellRow]
+
+
+def _row(w: Workload, n: int, seed: int, cell: Cell, result: CellResult) -> CellRow:
+    o: BoundaryOutcome = result.outcome
+    faulty_name = cell.settings.chain[0] if cell.fault.value != "none" else None
+    proofs_f = susp_f = proofs_h = susp_h = 0
+    first_step = -1
+    for e in o.evidence:
+        proof = e.kind in PROOF_KINDS
+        if faulty_name is not None and e.accused_name == faulty_name:
+            proofs_f += proof
+            susp_f += not proof
+            if first_step < 0 or e.step < first_step:
+                first_step = e.step
+        else:
+            proofs_h += proof
+            susp_h += not proof
+    unconfirmed = sum(
+        c for (name, label), c in o.outcomes.items() if label == UNCONFIRMED and name != faulty_name
+    )
+    wire = [c for (tag, kind), c in o.wire.items() if (tag, kind) != ("calls", "by_node")]
+    decisions = sum(r.n_decisions for r in o.runs)
+    structural = [o.arm_costs[a] for a in ("structural_min", "structural_perhop")]
+    steps = w.steps
+    return CellRow(
+        agents_total=n,
+        seed=seed,
+        cell=cell.index,
+        agents=cell.agents,
+        origins=cell.settings.origins,
+        relays=len(cell.settings.chain) - 2,
+        fault=cell.fault.value,
+        departed=len(cell.departed),
+        decisions=decisions,
+        virtual_s=round(result.virtual_seconds, 6),
+        proofs_faulty=proofs_f,
+        suspicions_faulty=susp_f,
+        proofs_honest=proofs_h,
+        suspicions_honest=susp_h,
+        unconfirmed_honest=unconfirmed,
+        first_evidence_step=first_step,
+        # the step's share of the cell's virtual time (decisions are evenly spaced in steps)
+        time_to_evidence_s=(
+            round(result.virtual_seconds * first_step / steps, 6) if first_step >= 0 else -1.0
+        ),
+        rpcs=int(sum(c.get("rpcs", 0.0) for c in wire)),
+        bytes=int(sum(c.get("request_bytes", 0.0) + c.get("response_bytes", 0.0) for c in wire)),
+        sign_ops=int(sum(c.get("sign_ops", 0.0) for c in wire)),
+        verify_ops=int(sum(c.get("verify_ops", 0.0) for c in wire)),
+        rehydrations=sum(c.rehydrations for c in structural),
+        failed_rehydrations=sum(c.failed_rehydrations for c in structural),
+        churn_refusals=sum(cell.network.churn_refusals.values()),
+        losses=cell.network.losses,
+        fingerprint=combine((r.label, r.boundary_fingerprint) for r in o.runs),
+    )
+
+
+def run_simulation(
+    cfg: ExperimentConfig,
+    w: Workload,
+    *,
+    progress: bool | None = None,
+    on_cell: Callable[[CellRow], None] | None = None,
+) -> SimResult:
+    """Play every (N, seed) of ``w``; rows in (N, seed, cell) order."""
+    from tqdm import tqdm
+
+    from harness.runner import progress_disabled
+    from nodes.config import LogFormat
+    from nodes.logging import configure_logging
+
+    configure_logging(LogFormat.JSON, "warning")  # nodes' info lines would drown the bar
+    plan = [(n, seed, build_cells(w, n, seed)) for n in w.agents for seed in w.seeds]
+    per_cell = w.steps // cfg.decision_every
+    total = sum(len(cells) for _, _, cells in plan) * per_cell
+    bar = tqdm(
+        total=total, desc="simulate", unit="decision", file=sys.stderr,
+        disable=progress_disabled(progress),
+    )  # fmt: skip
+    rows: list[CellRow] = []
+    try:
+        for n, seed, cells in plan:
+            for cell in cells:
+                (result,) = play_cells(
+                    cfg, [(cell.settings, cell.network)], on_decision=lambda: bar.update(1)
+                )
+                row = _row(w, n, seed, cell, result)
+                rows.append(row)
+                if on_cell is not None:
+                    on_cell(row)
+    finally:
+        bar.close()
+    return SimResult(w, rows)
