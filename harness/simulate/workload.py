@@ -106,7 +106,7 @@ class Workload:
     max_depth: int = 10
     p_forward: float = 0.5
     max_fan_in: int = 3
-    link: LinkModel = field(default_factory=LinkModel)
+    link: LinkModel = field(default_factory=lambda: LinkModel(think_s=30.0))
     churn: ChurnModel = field(default_factory=ChurnModel)
     fraction: float = 0.0
     faults: tuple[FaultMode, ...] = ADVERSARY_FAULTS

@@ -26,7 +26,7 @@ from harness.simulate.engine import play_cells, play_slice
 from harness.simulate.network import Availability, LinkModel, SimNetwork
 from harness.simulate.report import confidence_interval, loglog_slope
 from harness.simulate.run import CellRow, run_simulation
-from harness.simulate.workload import build_cells, parse_workload
+from harness.simulate.workload import Workload, build_cells, parse_workload
 from nodes.store import StoreMode
 
 CFG = ExperimentConfig()
@@ -213,3 +213,9 @@ def test_confidence_interval_and_loglog_slope() -> None:
     assert half == pytest.approx(2.776 * math.sqrt(2.5 / 5))
     assert loglog_slope([100, 1000, 10000], [5.0, 5.0, 5.0]) == pytest.approx(0.0)
     assert loglog_slope([100, 1000, 10000], [1.0, 10.0, 100.0]) == pytest.approx(1.0)
+
+
+def test_the_built_in_workload_is_the_documented_defaults() -> None:
+    # `provnet simulate` without a file and an empty file play the same workload
+    assert Workload() == parse_workload({})
+    assert Workload().link.think_s == 30.0
