@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.cli_common import add_progress_flags, positive_int, prepare_out
-from harness.cli_errors import UsageError
+from harness.cli_errors import RunFailed, UsageError
 
 __all__ = ["register"]
 
@@ -64,9 +64,12 @@ def _simulate(args: argparse.Namespace) -> int:
     prepare_out(args.out)
 
     from harness.simulate.report import write_outputs
-    from harness.simulate.run import run_simulation
+    from harness.simulate.run import SimulationFailed, run_simulation
 
-    result = run_simulation(ExperimentConfig(), w, progress=args.progress)
+    try:
+        result = run_simulation(ExperimentConfig(), w, progress=args.progress)
+    except SimulationFailed as exc:
+        raise RunFailed(str(exc)) from None
     written = write_outputs(result, args.out)
     honest = sum(r.proofs_honest for r in result.rows)
     print(

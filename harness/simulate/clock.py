@@ -32,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import selectors
+import signal
+import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any, TypeVar
@@ -130,21 +132,46 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 def run_virtual(main: Callable[[VirtualTimeLoop], Coroutine[Any, Any, _T]]) -> _T:
     """Run ``main(loop)`` to completion on a fresh :class:`VirtualTimeLoop`, then close it.
 
-    On Ctrl-C (KeyboardInterrupt) the task is cancelled and run to its end first, so
-    its ``finally`` blocks (nodes closed, scratch directories removed) run; then
-    the interrupt goes on."""
+    Ctrl-C (SIGINT) cancels the task, as :func:`asyncio.run` does, instead of
+    raising wherever the signal lands (inside a callback it would be ignored
+    and the run would go on): the task runs its ``finally`` blocks (nodes
+    closed, scratch directories removed) and :class:`KeyboardInterrupt` is
+    raised here. A second Ctrl-C raises at once."""
     loop = VirtualTimeLoop()
+    interrupted = False
+    task: asyncio.Task[_T] | None = None
+
+    def on_sigint(signum: int, frame: object) -> None:
+        nonlocal interrupted
+        if interrupted or task is None:
+            raise KeyboardInterrupt
+        interrupted = True
+        loop.call_soon_threadsafe(task.cancel)
+
+    previous: Any = None
+    install = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
     try:
         asyncio.set_event_loop(loop)
         task = loop.create_task(main(loop))
+        if install:
+            previous = signal.signal(signal.SIGINT, on_sigint)
         try:
             return loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if interrupted:
+                raise KeyboardInterrupt from None
+            raise
         except KeyboardInterrupt:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 loop.run_until_complete(task)
             raise
     finally:
+        if install:
+            signal.signal(signal.SIGINT, previous)
         try:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.run_until_complete(loop.shutdown_default_executor())

@@ -15,13 +15,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contracts.evidence import EvidenceKind
-from harness.boundary.records import UNCONFIRMED, BoundaryOutcome
+from harness.boundary.records import UNCONFIRMED, BoundaryError, BoundaryOutcome
 from harness.config import ExperimentConfig
 from harness.fingerprint import combine
 from harness.simulate.engine import CellResult, play_cells
 from harness.simulate.workload import Cell, Workload, build_cells
 
-__all__ = ["PROOF_KINDS", "CellRow", "SimResult", "run_simulation"]
+__all__ = ["PROOF_KINDS", "CellRow", "SimResult", "SimulationFailed", "run_simulation"]
+
+
+class SimulationFailed(Exception):
+    """A cell could not be played to its end (the message names N, seed and cell)."""
+
 
 #: Evidence kinds that prove a fault (a suspicion is ``unanswered``).
 PROOF_KINDS = frozenset(
@@ -160,9 +165,12 @@ def run_simulation(
     try:
         for n, seed, cells in plan:
             for cell in cells:
-                (result,) = play_cells(
-                    cfg, [(cell.settings, cell.network)], on_decision=lambda: bar.update(1)
-                )
+                try:
+                    (result,) = play_cells(
+                        cfg, [(cell.settings, cell.network)], on_decision=lambda: bar.update(1)
+                    )
+                except BoundaryError as exc:
+                    raise SimulationFailed(f"N={n} seed={seed} cell {cell.index}: {exc}") from exc
                 row = _row(w, n, seed, cell, result)
                 rows.append(row)
                 if on_cell is not None:

@@ -20,7 +20,7 @@ and unknown keys are errors, as in the experiment's config
       jitter: 0.1
       loss: 0.01
       rto_ms: 1000
-      think_s: 30            # mean pause before an origin's delivery (the pace)
+      think_s: 15            # mean pause before an origin's delivery (the pace)
     churn:                   # Pareto up/down times; exponential permanent departures
       up_scale_s: 600
       down_scale_s: 30
@@ -64,7 +64,12 @@ from harness.boundary.choices import BOUNDARY_FAULTS
 from harness.boundary.records import BoundarySettings
 from harness.config import DEFAULT_PROFILES, ConfigError, _Reader
 from harness.simulate.network import Availability, LinkModel, SimNetwork, churn_schedule
+from nodes.config import DEFAULT_SERVE_FOR_MS
 from nodes.faults import FaultMode
+
+#: The longest expected pace of a cell (s): half the obligations' lifetime,
+#: leaving room for the spread of exponential think times and round trips.
+MAX_CELL_S = DEFAULT_SERVE_FOR_MS / 2000
 
 #: The faults an adversarial origin can play (every boundary fault but none).
 ADVERSARY_FAULTS: tuple[FaultMode, ...] = tuple(
@@ -106,7 +111,7 @@ class Workload:
     max_depth: int = 10
     p_forward: float = 0.5
     max_fan_in: int = 3
-    link: LinkModel = field(default_factory=lambda: LinkModel(think_s=30.0))
+    link: LinkModel = field(default_factory=lambda: LinkModel(think_s=15.0))
     churn: ChurnModel = field(default_factory=ChurnModel)
     fraction: float = 0.0
     faults: tuple[FaultMode, ...] = ADVERSARY_FAULTS
@@ -197,8 +202,20 @@ def parse_workload(data: object, source: str = "<workload>") -> Workload:
             jitter=n.prob("jitter", 0.1),
             loss=_number(n, "loss", 0.0, 0.0),
             rto_ms=_number(n, "rto_ms", 1000.0, 0.0, open_low=True),
-            think_s=_number(n, "think_s", 30.0, 0.0),
+            think_s=_number(n, "think_s", 15.0, 0.0),
         )
+        # A cell's origins commit folds whose obligations run for the node's
+        # serve_for (one hour) and are not renewed during the cell: its
+        # deliveries must fit in that window, or the holder rightly refuses an
+        # expired head. Expected pace: four deliveries per decision.
+        expected_s = 4 * (steps // 5) * link.think_s
+        if expected_s > MAX_CELL_S:
+            raise n.fail(
+                "think_s",
+                f"a think time with 4 × {steps // 5} decisions × think_s ≤ {MAX_CELL_S:g} s"
+                f" (obligations last {DEFAULT_SERVE_FOR_MS // 1000} s)",
+                n.data.get("think_s"),
+            )
         if link.loss >= 1.0:
             raise n.fail("loss", "a probability in [0, 1)", n.data["loss"])
         c = _section(

@@ -10,6 +10,10 @@ from __future__ import annotations
 import asyncio
 import csv
 import math
+import os
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -218,4 +222,38 @@ def test_confidence_interval_and_loglog_slope() -> None:
 def test_the_built_in_workload_is_the_documented_defaults() -> None:
     # `provnet simulate` without a file and an empty file play the same workload
     assert Workload() == parse_workload({})
-    assert Workload().link.think_s == 30.0
+    assert Workload().link.think_s == 15.0
+
+
+def test_a_pace_that_outlives_the_obligations_is_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text("steps: 150\nnetwork:\n  think_s: 60\n", encoding="utf-8")
+    assert main(["simulate", str(path), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "key 'network.think_s': expected a think time with 4 × 30 decisions" in line
+
+
+def test_ctrl_c_stops_the_run_closes_its_nodes_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "simulate", "--agents", "200", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        time.sleep(6.0)  # well inside the first of ~28 cells' play
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "provnet: interrupted"
+    assert "Traceback" not in err
+    assert not out.exists()
