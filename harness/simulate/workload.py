@@ -40,9 +40,11 @@ origin, a holder and a witness). Each cell plays one boundary slice of
 ``steps`` on the real node core (:mod:`harness.simulate.engine`).
 
 **Adversaries.** A cell's first origin runs a fault with probability
-``min(1, f × cell size)``, so the expected share of faulty agents is f
-(one per cell at most: the other nodes of a cell are faithful, so every
-accusation of them would be false). The fault is drawn uniformly from
+``min(1, f × cell size)``, so the expected share of faulty agents is f as
+long as f × cell size ≤ 1 (one per cell at most: the other nodes of a cell
+are faithful, so every accusation of them would be false); beyond that the
+share is capped at one over the cell size — about 0.15 at the default
+graph, whatever larger f is asked for. The fault is drawn uniformly from
 ``faults``. The share actually drawn is reported.
 
 **Churn** applies to origins and witnesses (the nodes a holder needs
