@@ -1,6 +1,6 @@
 """``provnet simulate``: argparse only at import (the engine is imported when it runs).
 
-``provnet simulate [WORKLOAD.yaml] --out DIR [--agents N ...] [--seeds K]``
+``provnet simulate [WORKLOAD.yaml] --out DIR [--agents N ...] [--seeds K] [--workers W]``
 plays the workload (:mod:`harness.simulate.workload`; defaults without a
 file) and writes the result files (:mod:`harness.simulate.report`) into
 ``DIR``. Bad input is one ``provnet: error:`` line naming the key and what
@@ -45,6 +45,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--agents", type=_agents, nargs="+", help="N (several: a growth sweep); overrides the file"
     )
     p.add_argument("--seeds", type=positive_int, help="seeds 0..K-1; overrides the file")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="processes to share the cells over (results identical for any count)",
+    )
     add_progress_flags(p)
     p.set_defaults(handler=_simulate)
 
@@ -67,7 +73,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from harness.simulate.run import SimulationFailed, run_simulation
 
     try:
-        result = run_simulation(ExperimentConfig(), w, progress=args.progress)
+        result = run_simulation(ExperimentConfig(), w, progress=args.progress, workers=args.workers)
     except SimulationFailed as exc:
         raise RunFailed(str(exc)) from None
     written = write_outputs(result, args.out)

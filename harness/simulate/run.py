@@ -139,42 +139,101 @@ def _row(w: Workload, n: int, seed: int, cell: Cell, result: CellResult) -> Cell
     )
 
 
+def _quiet() -> None:
+    from nodes.config import LogFormat
+    from nodes.logging import configure_logging
+
+    configure_logging(LogFormat.JSON, "warning")  # nodes' info lines would drown the bar
+
+
+def _play_one(
+    cfg: ExperimentConfig,
+    w: Workload,
+    n: int,
+    seed: int,
+    cell: Cell,
+    on_decision: Callable[[], None] | None = None,
+) -> CellRow:
+    """One cell played and measured (in this process or a worker's)."""
+    try:
+        (result,) = play_cells(cfg, [(cell.settings, cell.network)], on_decision=on_decision)
+    except BoundaryError as exc:
+        raise SimulationFailed(f"N={n} seed={seed} cell {cell.index}: {exc}") from None
+    return _row(w, n, seed, cell, result)
+
+
+def _worker_init(parent: int) -> None:
+    from harness._workers import exit_with_parent
+
+    exit_with_parent(parent)  # a SIGKILLed parent leaves no worker playing on
+    _quiet()
+
+
 def run_simulation(
     cfg: ExperimentConfig,
     w: Workload,
     *,
     progress: bool | None = None,
-    on_cell: Callable[[CellRow], None] | None = None,
+    workers: int = 1,
 ) -> SimResult:
-    """Play every (N, seed) of ``w``; rows in (N, seed, cell) order."""
+    """Play every (N, seed) of ``w``; rows in (N, seed, cell) order.
+
+    With ``workers`` > 1 the cells are shared out over that many processes.
+    A cell depends on its own settings and seed alone (its own nodes, its own
+    virtual-time loop), so the rows are those of one process, in the same
+    order; only the progress bar moves a cell at a time instead of a
+    decision at a time."""
     from tqdm import tqdm
 
     from harness.runner import progress_disabled
-    from nodes.config import LogFormat
-    from nodes.logging import configure_logging
 
-    configure_logging(LogFormat.JSON, "warning")  # nodes' info lines would drown the bar
-    plan = [(n, seed, build_cells(w, n, seed)) for n in w.agents for seed in w.seeds]
+    _quiet()
+    plan = [
+        (n, seed, cell) for n in w.agents for seed in w.seeds for cell in build_cells(w, n, seed)
+    ]
     per_cell = w.steps // cfg.decision_every
-    total = sum(len(cells) for _, _, cells in plan) * per_cell
     bar = tqdm(
-        total=total, desc="simulate", unit="decision", file=sys.stderr,
+        total=len(plan) * per_cell, desc="simulate", unit="decision", file=sys.stderr,
         disable=progress_disabled(progress),
     )  # fmt: skip
-    rows: list[CellRow] = []
     try:
-        for n, seed, cells in plan:
-            for cell in cells:
-                try:
-                    (result,) = play_cells(
-                        cfg, [(cell.settings, cell.network)], on_decision=lambda: bar.update(1)
-                    )
-                except BoundaryError as exc:
-                    raise SimulationFailed(f"N={n} seed={seed} cell {cell.index}: {exc}") from exc
-                row = _row(w, n, seed, cell, result)
-                rows.append(row)
-                if on_cell is not None:
-                    on_cell(row)
+        if workers <= 1:
+            rows = [
+                _play_one(cfg, w, n, seed, cell, lambda: bar.update(1)) for n, seed, cell in plan
+            ]
+        else:
+            rows = _play_parallel(cfg, w, plan, workers, lambda: bar.update(per_cell))
     finally:
         bar.close()
     return SimResult(w, rows)
+
+
+def _play_parallel(
+    cfg: ExperimentConfig,
+    w: Workload,
+    plan: list[tuple[int, int, Cell]],
+    workers: int,
+    tick: Callable[[], None],
+) -> list[CellRow]:
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: grpc's core does not survive a fork of a process that uses it
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(
+        max_workers=min(workers, len(plan)) or 1,
+        mp_context=ctx,
+        initializer=_worker_init,
+        initargs=(os.getpid(),),
+    )
+    try:
+        futures = [pool.submit(_play_one, cfg, w, n, seed, cell) for n, seed, cell in plan]
+        for f in futures:
+            f.add_done_callback(lambda _: tick())
+        rows = [f.result() for f in futures]
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return rows

@@ -127,6 +127,9 @@ def test_a_seed_gives_the_same_cells_decisions_evidence_and_costs() -> None:
     assert sum(r.losses for r in first.rows) > 0
     assert sum(r.fault != "none" for r in first.rows) > 0
     assert all(r.decisions == 5 for r in first.rows)
+    # the same rows, in the same order, from two worker processes
+    shared = run_simulation(CFG, w, progress=False, workers=2)
+    assert _untimed(shared.rows) == _untimed(first.rows)
     other = run_simulation(CFG, parse_workload({**SMALL, "seeds": [1]}), progress=False)
     assert _untimed(other.rows) != _untimed(first.rows)
 
