@@ -32,6 +32,7 @@ __all__ = ["RunFailed", "UsageError", "build_parser", "main"]
 _SUBCOMMAND_MODULES = (
     "harness.cli_experiment",
     "harness.cli_audit",
+    "harness.simulate.cli",
     "harness.attest.cli",
     "contracts.cli",
     "nodes.cli",

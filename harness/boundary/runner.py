@@ -75,7 +75,7 @@ from harness.boundary.records import (
 )
 from harness.boundary.remote import RemoteTopology, connect_remote
 from harness.boundary.report import prewarm_figures, write_outputs
-from harness.boundary.topology import Topology, start_topology
+from harness.boundary.topology import Network, RunClock, Topology, start_topology
 from harness.boundary.wire import CryptoMeter
 from harness.config import ExperimentConfig, Profile
 from harness.metrics import RunKey
@@ -167,6 +167,8 @@ async def _play_tasks(
     evidence_dir: Path | None,
     tick: Callable[[], None],
     store_mode: StoreMode,
+    clock: RunClock | None = None,
+    network: Network | None = None,
 ) -> _Partial:
     """Start (or connect to) the nodes, play ``tasks`` in order, stop the nodes."""
     topo: Topology | RemoteTopology
@@ -187,6 +189,8 @@ async def _play_tasks(
             deadline_ms=settings.deadline_ms,
             reasks=settings.reasks,
             store_mode=store_mode,
+            clock=clock,
+            network=network,
         )
     links: Links | None = None
     try:
@@ -490,6 +494,8 @@ async def run_boundary_async(
     progress: bool | None = None,
     on_decision: Callable[[], None] | None = None,
     out: Path | None = None,
+    clock: RunClock | None = None,
+    network: Network | None = None,
 ) -> BoundaryOutcome:
     """Play every run of the slice across the boundary.
 
@@ -502,7 +508,9 @@ async def run_boundary_async(
     results are merged in run order, so the outputs and fingerprints are
     those of one process. With ``out`` the result files are written there
     (:func:`harness.boundary.report.write_outputs`; with workers, the
-    figures are drawn in the worker processes before they end).
+    figures are drawn in the worker processes before they end). ``clock`` and
+    ``network`` go to :func:`harness.boundary.topology.start_topology` (one
+    process only: a simulation's virtual clock and network model).
     """
     from tqdm import tqdm
 
@@ -511,6 +519,8 @@ async def run_boundary_async(
     total = len(tasks) * (settings.steps // cfg.decision_every)  # decisions at step % D == 0
     start = time.perf_counter()
     parallel = settings.workers > 1 and settings.transport is not TransportKind.REMOTE
+    if parallel and (clock is not None or network is not None):
+        raise BoundaryError("a clock or network model is for runs in one process (workers 1)")
 
     def finish(partials: list[_Partial], pool: Executor | None) -> BoundaryOutcome:
         outcome = _outcome(settings, partials, time.perf_counter() - start)
@@ -551,7 +561,9 @@ async def run_boundary_async(
 
             indexed = [(i, *t) for i, t in enumerate(tasks)]
             partials = [
-                await _play_tasks(cfg, settings, indexed, root, evidence_dir, tick, store_mode)
+                await _play_tasks(
+                    cfg, settings, indexed, root, evidence_dir, tick, store_mode, clock, network
+                )
             ]
         finally:
             bar.close()

@@ -42,11 +42,12 @@ from nodes.faults import FaultMode, FaultPlan
 from nodes.messages import CommittedCompaction, Delivery, RehydrationReport
 from nodes.services import NodeCore
 from nodes.store import StoreMode
-from nodes.transport import GrpcTransport, InMemoryTransport, LocalNode
+from nodes.transport import GrpcTransport, InMemoryTransport, LocalNode, Transport
 
 __all__ = [
     "EvidenceSink",
     "LocalOps",
+    "Network",
     "NodeHandle",
     "NodeLost",
     "NodeOps",
@@ -59,6 +60,8 @@ __all__ = [
 
 #: Called with (kind, accused node id, evidence bytes, file path) for each record.
 EvidenceSink = Callable[[str, str, bytes, str], Awaitable[None]]
+#: Wraps an in-memory node's outgoing transport, given the node's name.
+Network = Callable[[Transport, str], Transport]
 
 
 class RunClock:
@@ -303,21 +306,36 @@ async def start_topology(
     deadline_ms: int,
     reasks: int,
     store_mode: StoreMode = StoreMode.DURABLE,
+    clock: RunClock | None = None,
+    network: Network | None = None,
 ) -> Topology:
     """Start every node of ``specs`` (data dirs under ``root``); stop them all on failure.
 
     ``store_mode`` scratch when ``root`` is a temporary directory removed
     after the run: the nodes' logs then claim no durability
-    (:class:`nodes.store.StoreMode`)."""
+    (:class:`nodes.store.StoreMode`). ``clock`` is the clock every node and
+    the holder read (default: a :class:`RunClock` on the wall clock; a
+    simulation passes one on its virtual clock). ``network`` wraps each
+    in-memory node's outgoing transport (called with the transport and the
+    node's name): a simulation's model of WAN delay, loss and churn."""
     meter = WireMeter()
-    clock = RunClock()
+    clock = clock if clock is not None else RunClock()
     registry: dict[str, LocalNode] = {}
     handles: list[NodeHandle] = []
     try:
         for spec in specs:
             handles.append(
                 await _start_one(
-                    root, spec, transport, meter, clock, registry, deadline_ms, reasks, store_mode
+                    root,
+                    spec,
+                    transport,
+                    meter,
+                    clock,
+                    registry,
+                    deadline_ms,
+                    reasks,
+                    store_mode,
+                    network,
                 )
             )
     except BaseException:
@@ -344,6 +362,7 @@ async def _start_one(
     deadline_ms: int,
     reasks: int,
     store_mode: StoreMode,
+    network: Network | None = None,
 ) -> NodeHandle:
     data_dir = root / spec.name
     if transport is TransportKind.MEMORY:
@@ -362,10 +381,13 @@ async def _start_one(
         def crash() -> None:  # never os._exit inside the runner's process
             core_ref[0].crashed = True
 
+        inner: Transport = InMemoryTransport(registry=registry)
+        if network is not None:
+            inner = network(inner, spec.name)
         core = await NodeCore.open(
             config,
             load_or_create_identity(data_dir),
-            transport=MeteredTransport(InMemoryTransport(registry=registry), meter, spec.name),
+            transport=MeteredTransport(inner, meter, spec.name),
             fault=FaultPlan(spec.fault, spec.fault_delay_ms, crash=crash),
             store_mode=store_mode,
             clock=clock,

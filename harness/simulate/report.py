@@ -1,0 +1,198 @@
+"""The files of a simulation: ``cells.csv``, ``summary.csv``, ``growth.csv``, ``summary.md``.
+
+- ``cells.csv`` — one row per cell (:class:`harness.simulate.run.CellRow`).
+- ``summary.csv`` — per N and quantity: the mean over seeds of the per-seed
+  value and, with two or more seeds, a 95% confidence interval
+  (Student's t, seeds as independent replicates; the issue asks for ≥ 5).
+  Quantities: costs per delegated decision (RPCs, bytes, signatures,
+  verifications), per fault class the share of faulty cells whose origin was
+  named at all (*exposed*) and by a proof (*proven*), and accuracy (proofs
+  and suspicions against faithful nodes, counted).
+- ``growth.csv`` — with several N: per cost, the slope of the least-squares
+  line through (log N, log cost per decision). A slope near 0 says the cost
+  per decision does not grow with the network.
+- ``summary.md`` — the same, in words and tables.
+
+Every number is computed from the rows, in row order: the files depend on
+the workload and the seeds alone (no wall-clock quantity is written).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import astuple, fields
+from pathlib import Path
+
+from harness.simulate.run import CellRow, SimResult
+
+__all__ = ["COSTS", "confidence_interval", "loglog_slope", "write_outputs"]
+
+#: Costs reported per delegated decision.
+COSTS = ("rpcs", "bytes", "sign_ops", "verify_ops")
+
+# two-sided 95% Student t quantiles by degrees of freedom (1..30); beyond: normal
+_T95 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def confidence_interval(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, 95% half-width); half-width NaN for fewer than two values."""
+    k = len(values)
+    mean = sum(values) / k
+    if k < 2:
+        return mean, math.nan
+    var = sum((v - mean) ** 2 for v in values) / (k - 1)
+    t = _T95[k - 2] if k - 1 <= len(_T95) else 1.960
+    return mean, t * math.sqrt(var / k)
+
+
+def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of log y on log x (NaN without two distinct x or with y ≤ 0)."""
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
+    if len({p[0] for p in pts}) < 2 or len(pts) != len(xs):
+        return math.nan
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    sxx = sum((p[0] - mx) ** 2 for p in pts)
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
+
+
+def _per_seed(rows: Sequence[CellRow]) -> dict[str, float]:
+    """The quantities of one (N, seed): costs per decision, completeness, accuracy."""
+    decisions = sum(r.decisions for r in rows)
+    out: dict[str, float] = {
+        f"{c}_per_decision": sum(getattr(r, c) for r in rows) / decisions if decisions else 0.0
+        for c in COSTS
+    }
+    out["agents_faulty_share"] = sum(r.fault != "none" for r in rows) / sum(r.agents for r in rows)
+    out["proofs_against_honest"] = float(sum(r.proofs_honest for r in rows))
+    out["suspicions_against_honest"] = float(sum(r.suspicions_honest for r in rows))
+    out["unconfirmed_against_honest"] = float(sum(r.unconfirmed_honest for r in rows))
+    for fault in sorted({r.fault for r in rows} - {"none"}):
+        faulty = [r for r in rows if r.fault == fault]
+        out[f"exposed[{fault}]"] = sum(
+            r.proofs_faulty + r.suspicions_faulty > 0 for r in faulty
+        ) / len(faulty)
+        out[f"proven[{fault}]"] = sum(r.proofs_faulty > 0 for r in faulty) / len(faulty)
+        times = [r.time_to_evidence_s for r in faulty if r.time_to_evidence_s >= 0]
+        if times:
+            out[f"time_to_evidence_s[{fault}]"] = sum(times) / len(times)
+    return out
+
+
+def _fmt(x: float) -> str:
+    return "" if math.isnan(x) else f"{x:.6g}"
+
+
+def summarise(result: SimResult) -> list[tuple[int, str, float, float, int]]:
+    """(N, quantity, mean, 95% half-width, seeds that have it), in N then quantity order."""
+    by: dict[tuple[int, int], list[CellRow]] = {}
+    for r in result.rows:
+        by.setdefault((r.agents_total, r.seed), []).append(r)
+    out: list[tuple[int, str, float, float, int]] = []
+    for n in result.workload.agents:
+        seeds = [_per_seed(by[(n, s)]) for s in result.workload.seeds if (n, s) in by]
+        names = sorted({k for d in seeds for k in d})
+        for name in names:
+            values = [d[name] for d in seeds if name in d]
+            mean, half = confidence_interval(values)
+            out.append((n, name, mean, half, len(values)))
+    return out
+
+
+def write_outputs(result: SimResult, out: Path) -> list[Path]:
+    """Write the four files into ``out`` (created); returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    cells = out / "cells.csv"
+    with cells.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow([f.name for f in fields(CellRow)])
+        w.writerows(astuple(r) for r in result.rows)
+    summary = summarise(result)
+    summary_csv = out / "summary.csv"
+    with summary_csv.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(["agents", "quantity", "mean", "ci95_half_width", "seeds"])
+        for n, name, mean, half, k in summary:
+            w.writerow([n, name, _fmt(mean), _fmt(half), k])
+    growth = _growth(summary, result.workload.agents)
+    growth_csv = out / "growth.csv"
+    with growth_csv.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(["cost", "loglog_exponent", "agents"])
+        for cost, slope in growth:
+            w.writerow([cost, _fmt(slope), " ".join(str(n) for n in result.workload.agents)])
+    md = out / "summary.md"
+    md.write_text(_markdown(result, summary, growth), encoding="utf-8")
+    return [cells, summary_csv, growth_csv, md]
+
+
+def _growth(
+    summary: Sequence[tuple[int, str, float, float, int]], agents: Sequence[int]
+) -> list[tuple[str, float]]:
+    if len(set(agents)) < 2:
+        return []
+    means = {(n, q): m for n, q, m, _, _ in summary}
+    return [
+        (c, loglog_slope(agents, [means.get((n, f"{c}_per_decision"), 0.0) for n in agents]))
+        for c in COSTS
+    ]
+
+
+def _markdown(
+    result: SimResult,
+    summary: Sequence[tuple[int, str, float, float, int]],
+    growth: Sequence[tuple[str, float]],
+) -> str:
+    w = result.workload
+    rows = result.rows
+    honest_proofs = sum(r.proofs_honest for r in rows)
+    lines = [
+        "# Simulation summary",
+        "",
+        f"- agents (N): {', '.join(str(n) for n in w.agents)}; seeds: {len(w.seeds)};"
+        f" cells: {len(rows)}; delegated decisions: {sum(r.decisions for r in rows)}",
+        f"- adversary fraction f = {w.fraction:g} (faults: {', '.join(f.value for f in w.faults)})",
+        f"- network: RTT log-normal, median {w.link.rtt_median_ms:g} ms, sigma"
+        f" {w.link.rtt_sigma:g}; loss {w.link.loss:g}; think time {w.link.think_s:g} s",
+        f"- churn: Pareto up scale {w.churn.up_scale_s:g} s, down scale {w.churn.down_scale_s:g} s,"
+        f" alpha {w.churn.alpha:g}; departures {w.churn.departure_rate_per_h:g}/h",
+        "",
+        "## Accuracy",
+        "",
+        f"Proofs against faithful nodes, all runs: **{honest_proofs}** (must be 0).",
+        "Witness-confirmed suspicions against faithful nodes:"
+        f" {sum(r.suspicions_honest for r in rows)};"
+        f" unconfirmed unanswered rehydrations of faithful origins: "
+        f"{sum(r.unconfirmed_honest for r in rows)} (churn: an origin that was down).",
+        "",
+        "## Per N (mean over seeds, ± 95% CI half-width)",
+        "",
+        "| N | quantity | mean | ± 95% | seeds |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    lines += [f"| {n} | {q} | {_fmt(m)} | {_fmt(h)} | {k} |" for n, q, m, h, k in summary]
+    if growth:
+        lines += [
+            "",
+            "## Growth with N",
+            "",
+            "Slope of log(cost per decision) on log N; 0 means no growth.",
+            "",
+            "| cost | exponent |",
+            "|---|---:|",
+            *(f"| {c} | {_fmt(s)} |" for c, s in growth),
+        ]
+    lines += [
+        "",
+        "*exposed[f]*: share of cells whose faulty origin (fault f) was named by any evidence;"
+        " *proven[f]*: by a proof; *time_to_evidence_s*: virtual seconds from the cell's start"
+        " to the step of the first record naming it. See docs/simulate.md.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,338 @@
+"""The workload of a simulation, read from YAML, and the cells it is played as.
+
+A workload file is a YAML mapping; every key is optional (defaults below)
+and unknown keys are errors, as in the experiment's config
+(:mod:`harness.config`, whose reader this module uses)::
+
+    agents: 100              # N, or a list of N to sweep (growth fit)
+    seeds: 1                 # a count or a list
+    steps: 150               # experiment steps per delegation (decision every 5)
+    cadence: 25              # compaction cadence of the agents' memories
+    profile: med             # degradation profile of the experiment
+    deadline_ms: 1000        # what origins promise (serve deadline)
+    graph:
+      max_depth: 10          # longest delivery chain (origin .. holder), hops
+      p_forward: 0.5         # chance a delegation is forwarded (relays in the chain)
+      max_fan_in: 3          # most origins whose values one holder merges
+    network:                 # harness.simulate.network.LinkModel
+      rtt_median_ms: 80
+      rtt_sigma: 0.6
+      jitter: 0.1
+      loss: 0.01
+      rto_ms: 1000
+      think_s: 15            # mean pause before an origin's delivery (the pace)
+    churn:                   # Pareto up/down times; exponential permanent departures
+      up_scale_s: 600
+      down_scale_s: 30
+      alpha: 1.5
+      departure_rate_per_h: 0.0
+      horizon_s: 3600
+    adversary:
+      fraction: 0.1          # f in [0, 1)
+      faults: [refuse, tamper, equivocate, slow, drop]
+
+**Cells.** Agents are grouped into delegations (*cells*): one holder, one
+witness, 1..``max_fan_in`` origins whose values the holder's values merge
+(fan-in), and — with probability ``p_forward`` — relays, so the chain from
+the first origin to the holder has 1..``max_depth`` hops. Cells are drawn
+until they hold N agents (the last one is cut to fit, keeping at least an
+origin, a holder and a witness). Each cell plays one boundary slice of
+``steps`` on the real node core (:mod:`harness.simulate.engine`).
+
+**Adversaries.** A cell's first origin runs a fault with probability
+``min(1, f × cell size)``, so the expected share of faulty agents is f as
+long as f × cell size ≤ 1 (one per cell at most: the other nodes of a cell
+are faithful, so every accusation of them would be false); beyond that the
+share is capped at one over the cell size — about 0.15 at the default
+graph, whatever larger f is asked for. The fault is drawn uniformly from
+``faults``. The share actually drawn is reported.
+
+**Churn** applies to origins and witnesses (the nodes a holder needs
+later); holders and relays stay up.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.boundary.choices import BOUNDARY_FAULTS
+from harness.boundary.records import BoundarySettings
+from harness.config import DEFAULT_PROFILES, ConfigError, _Reader
+from harness.simulate.network import Availability, LinkModel, SimNetwork, churn_schedule
+from nodes.config import DEFAULT_SERVE_FOR_MS
+from nodes.faults import FaultMode
+
+#: The longest expected pace of a cell (s): half the obligations' lifetime,
+#: leaving room for the spread of exponential think times and round trips.
+MAX_CELL_S = DEFAULT_SERVE_FOR_MS / 2000
+
+#: The faults an adversarial origin can play (every boundary fault but none).
+ADVERSARY_FAULTS: tuple[FaultMode, ...] = tuple(
+    f for f in BOUNDARY_FAULTS if f is not FaultMode.NONE
+)
+
+__all__ = [
+    "ADVERSARY_FAULTS",
+    "Cell",
+    "ChurnModel",
+    "Workload",
+    "WorkloadError",
+    "build_cells",
+    "load_workload",
+]
+
+
+class WorkloadError(ConfigError):
+    """A workload that cannot be read or built; the message names the key and what was expected."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChurnModel:
+    up_scale_s: float = 0.0
+    down_scale_s: float = 30.0
+    alpha: float = 1.5
+    departure_rate_per_h: float = 0.0
+    horizon_s: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    agents: tuple[int, ...] = (100,)
+    seeds: tuple[int, ...] = (0,)
+    steps: int = 150
+    cadence: int = 25
+    profile: str = "med"
+    deadline_ms: int = 1000
+    max_depth: int = 10
+    p_forward: float = 0.5
+    max_fan_in: int = 3
+    link: LinkModel = field(default_factory=lambda: LinkModel(think_s=15.0))
+    churn: ChurnModel = field(default_factory=ChurnModel)
+    fraction: float = 0.0
+    faults: tuple[FaultMode, ...] = ADVERSARY_FAULTS
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One delegation: its boundary settings, network model and who is faulty."""
+
+    index: int
+    settings: BoundarySettings
+    network: SimNetwork
+    departed: tuple[str, ...]
+
+    @property
+    def agents(self) -> int:
+        return len(self.settings.specs())
+
+    @property
+    def fault(self) -> FaultMode:
+        return self.settings.fault
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _fail(source: str, key: str, expected: str, got: object) -> WorkloadError:
+    return WorkloadError(f"{source}: key '{key}': expected {expected}, got {got!r}")
+
+
+def _number(r: _Reader, key: str, default: float, low: float, *, open_low: bool = False) -> float:
+    if key not in r.data:
+        return default
+    value = r.data[key]
+    bound = f"> {low:g}" if open_low else f"≥ {low:g}"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _fail(r.source, f"{r.prefix}{key}", f"a number {bound}", value)
+    if value < low or (open_low and value == low):
+        raise _fail(r.source, f"{r.prefix}{key}", f"a number {bound}", value)
+    return float(value)
+
+
+def _section(r: _Reader, key: str, allowed: set[str]) -> _Reader:
+    sub = r.mapping(key)
+    if sub is None:
+        return _Reader(r.source, {}, f"{key}.")
+    sub.check_keys(allowed)
+    return sub
+
+
+def parse_workload(data: object, source: str = "<workload>") -> Workload:
+    """A :class:`Workload` from parsed YAML; :class:`WorkloadError` names what is wrong."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise WorkloadError(f"{source}: expected a YAML mapping at top level, got {data!r}")
+    r = _Reader(source, data, "")
+    try:
+        r.check_keys(
+            {"agents", "seeds", "steps", "cadence", "profile", "deadline_ms"}
+            | {"graph", "network", "churn", "adversary"}
+        )
+        agents = r.int_list("agents", (100,), 3)
+        if (
+            "seeds" in data
+            and isinstance(data["seeds"], int)
+            and not isinstance(data["seeds"], bool)
+        ):
+            seeds = tuple(range(r.int_value("seeds", data["seeds"], 1)))
+        else:
+            seeds = r.int_list("seeds", (0,), 0)
+        steps = r.int_("steps", 150, 5)
+        cadence = r.int_("cadence", 25, 1)
+        profile = data.get("profile", "med")
+        if profile not in DEFAULT_PROFILES:
+            raise r.fail("profile", f"one of {', '.join(DEFAULT_PROFILES)}", profile)
+        deadline_ms = r.int_("deadline_ms", 1000, 1)
+        g = _section(r, "graph", {"max_depth", "p_forward", "max_fan_in"})
+        max_depth = g.int_("max_depth", 10, 1)
+        p_forward = g.prob("p_forward", 0.5)
+        max_fan_in = g.int_("max_fan_in", 3, 1)
+        n = _section(
+            r, "network", {"rtt_median_ms", "rtt_sigma", "jitter", "loss", "rto_ms", "think_s"}
+        )
+        link = LinkModel(
+            rtt_median_ms=_number(n, "rtt_median_ms", 80.0, 0.0),
+            rtt_sigma=_number(n, "rtt_sigma", 0.6, 0.0),
+            jitter=n.prob("jitter", 0.1),
+            loss=_number(n, "loss", 0.0, 0.0),
+            rto_ms=_number(n, "rto_ms", 1000.0, 0.0, open_low=True),
+            think_s=_number(n, "think_s", 15.0, 0.0),
+        )
+        # A cell's origins commit folds whose obligations run for the node's
+        # serve_for (one hour) and are not renewed during the cell: its
+        # deliveries must fit in that window, or the holder rightly refuses an
+        # expired head. Expected pace: four deliveries per decision.
+        expected_s = 4 * (steps // 5) * link.think_s
+        if expected_s > MAX_CELL_S:
+            raise n.fail(
+                "think_s",
+                f"a think time with 4 × {steps // 5} decisions × think_s ≤ {MAX_CELL_S:g} s"
+                f" (obligations last {DEFAULT_SERVE_FOR_MS // 1000} s)",
+                n.data.get("think_s"),
+            )
+        if link.loss >= 1.0:
+            raise n.fail("loss", "a probability in [0, 1)", n.data["loss"])
+        c = _section(
+            r,
+            "churn",
+            {"up_scale_s", "down_scale_s", "alpha", "departure_rate_per_h", "horizon_s"},
+        )
+        churn = ChurnModel(
+            up_scale_s=_number(c, "up_scale_s", 0.0, 0.0),
+            down_scale_s=_number(c, "down_scale_s", 30.0, 0.0),
+            alpha=_number(c, "alpha", 1.5, 0.0, open_low=True),
+            departure_rate_per_h=_number(c, "departure_rate_per_h", 0.0, 0.0),
+            horizon_s=_number(c, "horizon_s", 3600.0, 0.0, open_low=True),
+        )
+        a = _section(r, "adversary", {"fraction", "faults"})
+        fraction = _number(a, "fraction", 0.0, 0.0)
+        if fraction >= 1.0:
+            raise a.fail("fraction", "a number f ≥ 0 and < 1", a.data["fraction"])
+        faults = _faults(a)
+    except WorkloadError:
+        raise
+    except ConfigError as exc:
+        raise WorkloadError(str(exc)) from None
+    return Workload(
+        agents, seeds, steps, cadence, profile, deadline_ms, max_depth, p_forward,
+        max_fan_in, link, churn, fraction, faults,
+    )  # fmt: skip
+
+
+def _faults(a: _Reader) -> tuple[FaultMode, ...]:
+    if "faults" not in a.data:
+        return ADVERSARY_FAULTS
+    value = a.data["faults"]
+    names = [f.value for f in ADVERSARY_FAULTS]
+    expected = f"a non-empty list of fault modes from {', '.join(names)}"
+    if not isinstance(value, list) or not value or any(v not in names for v in value):
+        raise a.fail("faults", expected, value)
+    return tuple(FaultMode(v) for v in dict.fromkeys(value))
+
+
+def load_workload(path: Path) -> Workload:
+    """Read and check a workload file (:class:`WorkloadError` naming file and key)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read workload: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{path}: expected a UTF-8 YAML file") from None
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise WorkloadError(f"{path}: not valid YAML{where}: expected a YAML mapping") from None
+    return parse_workload(data, str(path))
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def _shape(rng: random.Random, w: Workload, room: int) -> tuple[int, int]:
+    """(origins, relays) of one cell that fits in ``room`` agents (>= 3)."""
+    origins = rng.randint(1, w.max_fan_in)
+    relays = (
+        rng.randint(1, w.max_depth - 1) if w.max_depth > 1 and rng.random() < w.p_forward else 0
+    )
+    while origins + relays + 2 > room:  # cut to fit: relays first, keep one origin
+        if relays:
+            relays -= 1
+        else:
+            origins -= 1
+    return origins, relays
+
+
+def build_cells(w: Workload, agents: int, seed: int) -> list[Cell]:
+    """The cells of one run (N agents, one seed): deterministic in (workload, N, seed)."""
+    rng = random.Random(f"cells/{agents}/{seed}")
+    cells: list[Cell] = []
+    left = agents
+    while left >= 3:
+        origins, relays = _shape(rng, w, left)
+        if left - (origins + relays + 2) in (1, 2):  # never leave a remainder too small
+            relays += left - (origins + relays + 2)
+        size = origins + relays + 2
+        left -= size
+        index = len(cells)
+        faulty = rng.random() < min(1.0, w.fraction * size)
+        fault = rng.choice(w.faults) if faulty and w.faults else FaultMode.NONE
+        names = ["origin", *(f"relay{i}" for i in range(1, relays + 1)), "holder"]
+        settings = BoundarySettings(
+            cadences=(w.cadence,),
+            profiles=(w.profile,),
+            seeds=(seed * 100_000 + index,),
+            steps=w.steps,
+            fault=fault,
+            chain=tuple(names),
+            origins=origins,
+            deadline_ms=w.deadline_ms,
+        )
+        availability: dict[str, Availability] = {}
+        departed: list[str] = []
+        if w.churn.up_scale_s > 0 or w.churn.departure_rate_per_h > 0:
+            for name in [*settings.origin_names(), settings.witness_name]:
+                crng = random.Random(f"churn/{agents}/{seed}/{index}/{name}")
+                avail, leave = churn_schedule(
+                    crng,
+                    w.churn.horizon_s,
+                    up_scale_s=w.churn.up_scale_s,
+                    down_scale_s=w.churn.down_scale_s,
+                    alpha=w.churn.alpha,
+                    departure_rate_per_h=w.churn.departure_rate_per_h,
+                )
+                availability[name] = avail
+                if leave is not None:
+                    departed.append(name)
+        network = SimNetwork(seed * 100_000 + index, w.link, availability)
+        cells.append(Cell(index, settings, network, tuple(departed)))
+    return cells

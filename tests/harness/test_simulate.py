@@ -1,0 +1,262 @@
+"""``provnet simulate``: the real node core on virtual time.
+
+The engine check plays the boundary experiment's default slice (origin,
+holder, witness: three nodes) on the virtual-time loop and gets the decision
+fingerprints the in-process replay pins (tests/harness/test_determinism.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from harness.boundary.choices import TransportKind
+from harness.boundary.records import BoundarySettings
+from harness.boundary.topology import RunClock, start_topology
+from harness.cli import main
+from harness.config import ExperimentConfig
+from harness.simulate.clock import EPOCH_S, VirtualTimeLoop, run_virtual
+from harness.simulate.engine import play_cells, play_slice
+from harness.simulate.network import Availability, LinkModel, SimNetwork
+from harness.simulate.report import confidence_interval, loglog_slope
+from harness.simulate.run import CellRow, run_simulation
+from harness.simulate.workload import Workload, build_cells, parse_workload
+from nodes.store import StoreMode
+
+CFG = ExperimentConfig()
+
+#: The in-process replay fingerprints of med / cadence 25 / 500 steps, seeds 0 and 1.
+PINNED_DEFAULT_SLICE = (
+    "0cee7f0c57e7aaa94ae246bbd0d0bfdacd7bd1f69f50476c5e106dc61881f79a",
+    "c3729baa9cff026307cdffee651a2d3deeb0ba26a6fc51fd0b75e269b5c393e2",
+)
+
+
+def test_virtual_loop_skips_idle_time_and_keeps_thread_work_real() -> None:
+    async def main(loop: VirtualTimeLoop) -> tuple[float, float, float, bool]:
+        await asyncio.sleep(3600)
+        timed_out = False
+        try:
+            async with asyncio.timeout(5):
+                await asyncio.sleep(10)
+        except TimeoutError:
+            timed_out = True
+        before = loop.time()
+        # a thread's work is waited for in real time: the clock stands still meanwhile
+        await asyncio.to_thread(time.sleep, 0.05)
+        return before, loop.time(), loop.wall(), timed_out
+
+    before, after, wall, timed_out = run_virtual(main)
+    assert before == 3605.0
+    assert after == before
+    assert wall == EPOCH_S + 3605.0
+    assert timed_out
+
+
+def test_default_boundary_slice_on_virtual_time_has_the_pinned_fingerprints() -> None:
+    settings = BoundarySettings()  # origin -> holder, witness; seeds 0, 1; 500 steps
+    assert len(settings.specs()) == 3
+    outcome = play_slice(CFG, settings)
+    assert [r.boundary_fingerprint for r in outcome.runs] == list(PINNED_DEFAULT_SLICE)
+    assert all(r.fingerprints_equal and r.rows_equal for r in outcome.runs)
+    assert outcome.evidence == []
+    # the holder really rehydrated across the boundary, on the real node core
+    assert outcome.arm_costs["structural_min"].rehydrations > 0
+
+
+def test_nodes_started_for_a_simulation_read_the_virtual_clock(tmp_path: Path) -> None:
+    async def main(loop: VirtualTimeLoop) -> tuple[int, int]:
+        topo = await start_topology(
+            tmp_path,
+            BoundarySettings().specs(),
+            TransportKind.MEMORY,
+            deadline_ms=1000,
+            reasks=1,
+            store_mode=StoreMode.SCRATCH,
+            clock=RunClock(wall=loop.wall),
+        )
+        try:
+            first = topo.holder.core.now_ms()
+            await asyncio.sleep(7200)
+            return first, topo.origins[0].core.now_ms()
+        finally:
+            await topo.close()
+
+    first, later = run_virtual(main)
+    assert abs(first - EPOCH_S * 1000) <= 1
+    assert abs(later - (EPOCH_S + 7200) * 1000) <= 1
+
+
+# --------------------------------------------------------------------------- workload, runs
+
+SMALL = {
+    "agents": 9,
+    "steps": 25,
+    "network": {"loss": 0.05, "think_s": 2},
+    "churn": {"up_scale_s": 30, "down_scale_s": 20, "departure_rate_per_h": 2},
+    "adversary": {"fraction": 0.33, "faults": ["tamper", "equivocate", "refuse", "drop"]},
+}
+
+#: Columns that are virtual times: the node core budgets its re-asks and deadlines on
+#: time.monotonic() (real time), so these carry sub-second jitter from run to run.
+_TIMED = {"virtual_s", "time_to_evidence_s"}
+
+
+def _untimed(rows: list[CellRow]) -> list[tuple[object, ...]]:
+    return [
+        tuple(getattr(r, f.name) for f in fields(CellRow) if f.name not in _TIMED) for r in rows
+    ]
+
+
+def test_a_seed_gives_the_same_cells_decisions_evidence_and_costs() -> None:
+    w = parse_workload(SMALL)
+    first = run_simulation(CFG, w, progress=False)
+    second = run_simulation(CFG, w, progress=False)
+    assert _untimed(first.rows) == _untimed(second.rows)
+    # and the run is not vacuous: the network, churn and adversaries were all at work
+    assert sum(r.losses for r in first.rows) > 0
+    assert sum(r.fault != "none" for r in first.rows) > 0
+    assert all(r.decisions == 5 for r in first.rows)
+    # the same rows, in the same order, from two worker processes
+    shared = run_simulation(CFG, w, progress=False, workers=2)
+    assert _untimed(shared.rows) == _untimed(first.rows)
+    other = run_simulation(CFG, parse_workload({**SMALL, "seeds": [1]}), progress=False)
+    assert _untimed(other.rows) != _untimed(first.rows)
+
+
+def test_cells_fill_n_agents_with_chains_up_to_depth_and_fan_in() -> None:
+    w = parse_workload({"agents": 400, "graph": {"max_depth": 10, "max_fan_in": 3}})
+    cells = build_cells(w, 400, 0)
+    assert sum(c.agents for c in cells) == 400
+    depths = [len(c.settings.chain) - 1 for c in cells]
+    assert max(depths) == 10
+    assert min(depths) == 1
+    assert {c.settings.origins for c in cells} == {1, 2, 3}
+    for c in cells:
+        c.settings.validate(CFG)  # every cell is a playable boundary slice
+
+
+def test_network_round_trips_take_virtual_time_and_keep_the_decisions() -> None:
+    settings = BoundarySettings(seeds=(0,), steps=25)
+    net = SimNetwork(0, LinkModel(rtt_median_ms=100.0, rtt_sigma=0.0, jitter=0.0))
+    plain, wan = play_cells(CFG, [(settings, None), (settings, net)])
+    assert plain.virtual_seconds < 0.01  # nothing in a faithful run waits
+    # every call waits one 100 ms round trip on the virtual clock
+    assert wan.virtual_seconds >= 0.1 * net.calls / 2 > 0
+    assert [r.boundary_fingerprint for r in wan.outcome.runs] == [
+        r.boundary_fingerprint for r in plain.outcome.runs
+    ]
+
+
+def test_an_origin_that_is_down_is_unanswered_never_proven() -> None:
+    always_down = {"origin": Availability(((0.0, math.inf),))}
+    settings = BoundarySettings(seeds=(0,), steps=50)
+    (cell,) = play_cells(CFG, [(settings, SimNetwork(0, LinkModel(), always_down))])
+    kinds = {e.kind for e in cell.outcome.evidence}
+    assert kinds <= {"unanswered"}
+    assert cell.outcome.arm_costs["structural_min"].failed_rehydrations > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("adversary:\n  fraction: 1.0\n", "key 'adversary.fraction': expected a number f ≥ 0"),
+        ("graph:\n  max_depth: 0\n", "key 'graph.max_depth': expected an integer ≥ 1"),
+        ("graph:\n  max_fan_in: two\n", "key 'graph.max_fan_in': expected an integer ≥ 1"),
+        ("agents: 2\n", "key 'agents': expected an integer ≥ 3"),
+        ("network:\n  loss: 1\n", "key 'network.loss': expected a probability in [0, 1)"),
+        ("adversary:\n  faults: [lie]\n", "key 'adversary.faults': expected a non-empty list"),
+        ("churn:\n  alpha: 0\n", "key 'churn.alpha': expected a number > 0"),
+        ("graph: {depth: 3}\n", "unknown key 'graph.depth'"),
+        ("agents: [\n", "not valid YAML (line 2)"),
+    ],
+)
+def test_bad_workload_is_one_error_line_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, named: str
+) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert main(["simulate", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"provnet: error: {path}: ")
+    assert named in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_writes_the_result_files_with_intervals_and_growth(tmp_path: Path) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text("steps: 25\nagents: [6, 12]\nseeds: 2\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["simulate", str(path), "--out", str(out), "--no-progress"]) == 0
+    with (out / "summary.csv").open(encoding="utf-8") as fh:
+        summary = list(csv.DictReader(fh))
+    honest = [r for r in summary if r["quantity"] == "proofs_against_honest"]
+    assert [(r["agents"], r["mean"], r["seeds"]) for r in honest] == [
+        ("6", "0", "2"),
+        ("12", "0", "2"),
+    ]
+    assert all(r["ci95_half_width"] != "" for r in summary if r["seeds"] == "2")
+    with (out / "growth.csv").open(encoding="utf-8") as fh:
+        growth = {r["cost"]: r["loglog_exponent"] for r in csv.DictReader(fh)}
+    assert set(growth) == {"rpcs", "bytes", "sign_ops", "verify_ops"}
+    assert all(v != "" for v in growth.values())
+    assert "## Growth with N" in (out / "summary.md").read_text(encoding="utf-8")
+
+
+def test_confidence_interval_and_loglog_slope() -> None:
+    mean, half = confidence_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert mean == 3.0
+    assert half == pytest.approx(2.776 * math.sqrt(2.5 / 5))
+    assert loglog_slope([100, 1000, 10000], [5.0, 5.0, 5.0]) == pytest.approx(0.0)
+    assert loglog_slope([100, 1000, 10000], [1.0, 10.0, 100.0]) == pytest.approx(1.0)
+
+
+def test_the_built_in_workload_is_the_documented_defaults() -> None:
+    # `provnet simulate` without a file and an empty file play the same workload
+    assert Workload() == parse_workload({})
+    assert Workload().link.think_s == 15.0
+
+
+def test_a_pace_that_outlives_the_obligations_is_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text("steps: 150\nnetwork:\n  think_s: 60\n", encoding="utf-8")
+    assert main(["simulate", str(path), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "key 'network.think_s': expected a think time with 4 × 30 decisions" in line
+
+
+def test_ctrl_c_stops_the_run_closes_its_nodes_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "simulate", "--agents", "200", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        time.sleep(6.0)  # well inside the first of ~28 cells' play
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "provnet: interrupted"
+    assert "Traceback" not in err
+    assert not out.exists()
