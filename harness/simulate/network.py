@@ -216,6 +216,11 @@ class _SimTransport:
             address, timeout, True, lambda: self.inner.demand(address, demands, timeout)
         )
 
+    async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
+        return await self._call(
+            address, timeout, True, lambda: self.inner.ask(address, asks, timeout)
+        )
+
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
         return await self._call(
             address, timeout, True, lambda: self.inner.demand_stream(address, demand, timeout)
