@@ -9,16 +9,14 @@ line: a selected test that skipped would look like a pass.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from nodes.smoke import SMOKE_STEPS
+from tests.nodes._docker_checks import assert_smoke_and_boundary_ran, run_check
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2700)]
 
 
@@ -30,34 +28,11 @@ def test_compose_check_runs_smoke_and_boundary_and_tears_down(tmp_path: Path) ->
         "PROVNET_COMPOSE_RESULTS": str(results),
         "PROVNET_COMPOSE_PROJECT": project,
     }
-    try:
-        run = subprocess.run(
-            ["bash", str(REPO / "scripts" / "compose-check.sh")],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=2600,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"scripts/compose-check.sh did not finish in {exc.timeout} s")
-    if run.returncode != 0:
-        pytest.fail(f"scripts/compose-check.sh exited {run.returncode}:\n{run.stderr[-6000:]}")
-
-    lines = (results / "smoke.jsonl").read_text(encoding="utf-8").splitlines()
-    steps = [json.loads(line) for line in lines if line.startswith("{")]
-    assert [s["name"] for s in steps] == list(SMOKE_STEPS)
-    assert all(s["ok"] for s in steps), [s for s in steps if not s["ok"]]
-
+    run_check("compose-check.sh", env)
+    assert_smoke_and_boundary_ran(results)
     boundary = results / "boundary"
-    meta = json.loads((boundary / "boundary_meta.json").read_text(encoding="utf-8"))
-    assert meta["n_runs"] == 2, meta["n_runs"]
-    assert meta["fingerprints_equal"] is True
     for name in ("boundary_costs.csv", "boundary_decisions.csv", "boundary.md"):
         assert (boundary / name).stat().st_size > 0, name
-    runner_log = (results / "runner.log").read_text(encoding="utf-8")
-    assert "runs deciding exactly as in-process: 2/2" in runner_log
 
     # Torn down: no container of the project is left.
     left = subprocess.run(
