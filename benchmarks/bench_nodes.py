@@ -87,12 +87,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from _procs import cpu_seconds, stop
+
+if TYPE_CHECKING:
+    from nodes.client import HeldFold, Holder
 
 ECHO_METHOD = "/bench.Echo/Echo"
 SIGN2_METHOD = "/bench.Echo/Sign2"
@@ -474,6 +477,24 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
     }
 
 
+def _rehydrating(
+    holders: Sequence[Holder], ref: str, fold: HeldFold, hops: int
+) -> Callable[[], Awaitable[bool]]:
+    """One throughput call: the next of ``holders`` in turn rehydrates ``fold`` of
+    ``ref``; True when it was served with ``hops`` hops."""
+    from nodes.client import Outcome
+
+    turn = 0
+
+    async def call() -> bool:
+        nonlocal turn
+        turn += 1
+        report = await holders[turn % len(holders)].rehydrate(ref, [fold])
+        return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == hops
+
+    return call
+
+
 async def _throughput(
     call: Callable[[], Awaitable[bool]], concurrency: int, duration: float, origin_pid: int
 ) -> tuple[int, int, float, float, float]:
@@ -845,33 +866,13 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         Holder(Identity.generate(), transport, cache=False, reasks=0)
         for _ in range(args.concurrency)
     ]
-    turn = 0
-
-    async def verified_5() -> bool:
-        nonlocal turn
-        turn += 1
-        h = holders[turn % len(holders)]
-        report = await h.rehydrate("bench-value", [folds[5]])
-        return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
-
-    async def verified_5_head() -> bool:
-        nonlocal turn
-        turn += 1
-        h = holders[turn % len(holders)]
-        report = await h.rehydrate("bench-head-5", [head_folds[5]])
-        return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
-
+    verified_5 = _rehydrating(holders, "bench-value", folds[5], 5)
+    verified_5_head = _rehydrating(holders, "bench-head-5", head_folds[5], 5)
     signers = [
         Holder(Identity.generate(), transport, cache=False, reasks=0, unsigned_first=False)
         for _ in range(args.concurrency)
     ]
-
-    async def signed_5_head() -> bool:
-        nonlocal turn
-        turn += 1
-        h = signers[turn % len(signers)]
-        report = await h.rehydrate("bench-head-5", [head_folds[5]])
-        return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
+    signed_5_head = _rehydrating(signers, "bench-head-5", head_folds[5], 5)
 
     # Interleaved rounds: every row runs once per round for duration/rounds
     # seconds, bare next to the verified demand under a head and the order
@@ -889,14 +890,6 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         (FLOOR_CRYPTO, floors.crypto),
     ]
     if args.tls:
-
-        async def verified_5_head_over_tls() -> bool:
-            nonlocal turn
-            turn += 1
-            h = tls_holders[turn % len(tls_holders)]
-            report = await h.rehydrate("bench-head-5", [head_folds[5]])
-            return report.outcomes[0].outcome is Outcome.SERVED and len(report.hops) == 5
-
         tls_holders = [
             Holder(
                 Identity.generate(),
@@ -907,6 +900,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
             )
             for _ in range(args.concurrency)
         ]
+        verified_5_head_over_tls = _rehydrating(tls_holders, "bench-head-5", head_folds[5], 5)
         # Each TLS row right after its plaintext pair: what hits one hits the other.
         order.insert(1, (BARE + TLS_SUFFIX, calls["bare unary" + TLS_SUFFIX]))  # type: ignore[arg-type]
         order.insert(3, (VERIFIED_HEAD + TLS_SUFFIX, verified_5_head_over_tls))
