@@ -33,7 +33,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -377,10 +377,10 @@ class MeteredTransport:
         self._count("AttestRequest", req, wire.attest_response_size(answer))
         return answer
 
-    async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
-        req = wire.demand_request_size(demands)
+    async def _serve_demand(self, req: int, call: Awaitable[list[Answer]]) -> list[Answer]:
+        """One ``Serve.Demand`` (signed demands or unsigned asks), counted as such."""
         try:
-            answers = await self.inner.demand(address, demands, timeout)
+            answers = await call
         except Exception:
             self._count("Demand", req, 0, failed=True)
             raise
@@ -389,16 +389,15 @@ class MeteredTransport:
         self._count("Demand", req, resp, hops=sum([len(a.hops) for a in answers]))
         return answers
 
+    async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
+        return await self._serve_demand(
+            wire.demand_request_size(demands), self.inner.demand(address, demands, timeout)
+        )
+
     async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
-        req = wire.ask_request_size(asks)
-        try:
-            answers = await self.inner.ask(address, asks, timeout)
-        except Exception:
-            self._count("Demand", req, 0, failed=True)
-            raise
-        resp = wire.demand_response_size(answers)
-        self._count("Demand", req, resp, hops=sum([len(a.hops) for a in answers]))
-        return answers
+        return await self._serve_demand(
+            wire.ask_request_size(asks), self.inner.ask(address, asks, timeout)
+        )
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
         req = wire.stream_request_size(demand)
