@@ -53,6 +53,7 @@ verbatim or as the fields they are rebuilt and verified from.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -299,17 +300,8 @@ class Verdict:
 
 
 def _encode(delivery: Delivery) -> bytes:
-    # No sender: a head whose origin is the sender would leave its origin out,
-    # and these bytes may reach a receiver from anyone.
-    bare = Delivery(
-        delivery.value_ref,
-        delivery.value,
-        delivery.commitments,
-        delivery.obligations,
-        "",
-        delivery.fold_proofs,
-        delivery.heads,
-    )
+    # No sender: these bytes may reach a receiver from anyone, so they name none.
+    bare = dataclasses.replace(delivery, sender="")
     return bytes(wire.delivered_value(bare).SerializeToString())
 
 

@@ -25,6 +25,7 @@ judged by the node (:mod:`nodes.services`), not here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -225,15 +226,7 @@ def delegation_message(
     receipt names the value's origin as sender (as a delivery by an operator
     that names none, :meth:`nodes.services.NodeCore.deliver`).
     """
-    unsigned = Delivery(
-        delivery.value_ref,
-        delivery.value,
-        delivery.commitments,
-        delivery.obligations,
-        "",
-        delivery.fold_proofs,
-        delivery.heads,
-    )
+    unsigned = dataclasses.replace(delivery, sender="")
     raw = wire.deliver_request(unsigned).SerializeToString()
     message = a2a_pb2.Message(
         message_id=message_id,
