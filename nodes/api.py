@@ -301,8 +301,7 @@ class Verdict:
 
 def _encode(delivery: Delivery) -> bytes:
     # No sender: these bytes may reach a receiver from anyone, so they name none.
-    bare = dataclasses.replace(delivery, sender="")
-    return bytes(wire.delivered_value(bare).SerializeToString())
+    return wire.delivered_value_bytes(dataclasses.replace(delivery, sender=""))
 
 
 def _origins(delivery: Delivery) -> tuple[str, ...]:
@@ -329,12 +328,8 @@ def _decode(data: bytes) -> Value:
     data = bytes(data)
     if len(data) > MAX_VALUE_BYTES:
         raise MalformedValue(f"value: {len(data)} bytes exceeds the limit of {MAX_VALUE_BYTES}")
-    # nodes.wire owns the conversion: the bytes are parsed into a message it
-    # built, so that generated code stays imported by nodes.wire alone.
-    msg = wire.delivered_value(Delivery("", b"", (), ()))
     try:
-        msg.ParseFromString(data)
-        delivery = wire.delivery_from_pb(msg)
+        delivery = wire.delivery_from_value_bytes(data)
         value = _value(delivery, data)
         carried = {head_digest(h) for h in delivery.heads}
         proven_under = [FoldProof.from_bytes(p).head for p in delivery.fold_proofs]

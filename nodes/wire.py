@@ -135,7 +135,9 @@ __all__ = [
     "deliver_response_size",
     "deliver_stub",
     "delivered_value",
+    "delivered_value_bytes",
     "delivery_from_pb",
+    "delivery_from_value_bytes",
     "delivery_statement_size",
     "demand_request",
     "demand_request_size",
@@ -621,6 +623,21 @@ def reported_from_pb(msg: evidence_pb2.ReportResponse) -> tuple[str, str, str]:
 
 
 # --------------------------------------------------------------------------- Deliver
+
+
+def delivered_value_bytes(delivery: Delivery) -> bytes:
+    """A delivery as the bytes of its :func:`delivered_value` message (no sender)."""
+    return bytes(delivered_value(delivery).SerializeToString())
+
+
+def delivery_from_value_bytes(data: bytes) -> Delivery:
+    """The delivery :func:`delivered_value_bytes` wrote (``EncodingError`` when the
+    bytes are not such a message)."""
+    try:
+        msg = common_pb2.DeliveredValue.FromString(data)
+    except DecodeError as exc:
+        raise EncodingError(f"not a DeliveredValue ({exc})") from None
+    return delivery_from_pb(msg)
 
 
 def deliver_request(delivery: Delivery) -> deliver_pb2.DeliverRequest:
