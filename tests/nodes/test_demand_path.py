@@ -16,8 +16,6 @@ counted at the one place every signature passes through:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,14 +34,9 @@ from nodes.faults import FaultMode, Tamper
 from nodes.services import FUTURE_NONCES_FILENAME, NodeCore
 from tests.nodes.rpc_support import MemCluster, audit, ed25519_counts, hop_json, single
 
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
-    mem = MemCluster(tmp_path, deadline_ms=300, reasks=0)
-    try:
-        yield mem
-    finally:
-        await mem.close()
+#: The shared ``cluster`` fixture (tests/nodes/conftest.py) with no re-ask: a
+#: failed ask is judged at once.
+CLUSTER_REASKS = 0
 
 
 async def _head_fold(core: NodeCore, ref: str = "v", hops: int = 5) -> HeldFold:

@@ -9,7 +9,6 @@ NodeCore code the gRPC server runs).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -28,13 +27,9 @@ from tests.nodes.rpc_support import MemCluster
 AHEAD_MS = 20_000
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
-    mem = MemCluster(tmp_path, deadline_ms=300, reasks=0)
-    try:
-        yield mem
-    finally:
-        await mem.close()
+#: The shared ``cluster`` fixture (tests/nodes/conftest.py) with no re-ask: a
+#: failed ask is judged at once.
+CLUSTER_REASKS = 0
 
 
 async def _served(origin: NodeCore, demand: bytes) -> None:

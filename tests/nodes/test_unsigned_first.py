@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -63,13 +63,9 @@ class _ForgesUnsignedRefusesSigned(Refuse):
         return tuple(_FORGED for _ in leaves)
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[MemCluster]:
-    mem = MemCluster(tmp_path, deadline_ms=300, reasks=0)
-    try:
-        yield mem
-    finally:
-        await mem.close()
+#: The shared ``cluster`` fixture (tests/nodes/conftest.py) with no re-ask: a
+#: failed ask is judged at once.
+CLUSTER_REASKS = 0
 
 
 async def _head_fold(core: NodeCore, ref: str = "v", hops: int = 5, first: int = 1) -> HeldFold:
