@@ -241,14 +241,16 @@ def test_a_pace_that_outlives_the_obligations_is_refused_naming_the_key(
 def test_ctrl_c_stops_the_run_closes_its_nodes_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "simulate", "--agents", "200", "--out", str(out)],
+        # Large enough that no machine finishes it before the interrupt (1,000
+        # agents are tens of seconds of play).
+        [sys.executable, "-m", "harness", "simulate", "--agents", "5000", "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        time.sleep(6.0)  # well inside the first of ~28 cells' play
+        time.sleep(6.0)  # well inside the run's play
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
