@@ -24,6 +24,7 @@ from contracts.attest import RehydrationProof
 from contracts.envelope import Envelope
 from contracts.errors import ContractError, Expired
 from contracts.identity import Identity
+from contracts.rules import DEMAND_WINDOW_MS, expired
 from contracts.signed import Signed, open_statement
 from contracts.statements import Attestation
 from nodes import store as st
@@ -42,7 +43,6 @@ from nodes.context import NodeContext
 from nodes.errors import PromiseOutOfRange, RequestTooLarge
 from nodes.logging import get_logger
 from nodes.messages import CommittedFold
-from nodes.origin import DEMAND_WINDOW_S
 from nodes.restore import restore as restore_value
 from nodes.transport import CallFailed
 
@@ -78,6 +78,8 @@ MAX_STRANGER_ATTESTATION_BYTES = 64 * 1024 * 1024
 MAX_ATTESTATION_LIFETIME_MS = MAX_LIFETIME_MS
 #: Attester keys remembered from this node's own Restore answers (oldest forgotten).
 MAX_ASKED_ATTESTERS = 1024
+#: The demand window (contracts.rules), in seconds.
+DEMAND_WINDOW_S = DEMAND_WINDOW_MS / 1000
 
 
 class Attestations:
@@ -145,7 +147,7 @@ class Attestations:
         attestation = open_statement(data, Attestation)
         a = attestation.statement
         now_ms = self.ctx.now_ms()
-        if now_ms >= a.expires_at:
+        if expired(a.expires_at, now_ms):
             raise Expired(
                 f"attestation {attestation.digest[:12]}… expired at {a.expires_at} ms"
                 f" (now {now_ms} ms)"
