@@ -1,14 +1,9 @@
-"""The origin role: the hop log, the promises signed over it, and the answers owed.
+"""The origin's answers: every demand for a fold this node signed, answered by the rules.
 
-What this role promises. Hops are appended to the node's log
-(:class:`nodes.store.HopStore`) and folded into signed commitments and
-obligations (``commit_fold``) or under one signed tree head per compaction
-(``commit_compaction``) — only promises the rules allow
-(:func:`contracts.rules.promise_refusal`, the same check as the node's
-configuration and a remote request), and only after the hops are durable.
-Every demand for a fold it signed is then answered by these rules, whatever
-the route (one demand, a batch, an unsigned ask, a stream; in-process or
-remote).
+What this half of the origin role promises (the log, what it signs, is
+:mod:`nodes.origin_log`). Every demand for a fold this node signed is answered
+by the origin's rules (:mod:`contracts.rules`), whatever the route: one
+demand, a batch, an unsigned ask, a stream; in-process or remote.
 
 Serving a demand (``answer_demands``), per demand, in this order — nothing
 is written before every demand of the call passed (1)-(5):
@@ -45,12 +40,9 @@ after a commit, per answer).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 from contracts._answer_rule import refusal_for
-from contracts._fields import is_digest
 from contracts._lru import BoundedCache
 from contracts.ask import ASK_BYTES, MAX_OPEN_LEAVES, FoldAsk, unpack_asks
 from contracts.batch import (
@@ -63,74 +55,51 @@ from contracts.batch import (
     served_whole_item,
 )
 from contracts.binary import DEMAND_BINARY_TYPE, decode_demand
-from contracts.canonical import format_ms, parse_json_object
+from contracts.canonical import format_ms
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, EncodingError, Expired
-from contracts.head_note import SignedHead, open_head
-from contracts.heads import (
-    FoldInput,
-    FoldProof,
-    FoldRecord,
-    HeadLog,
-    VerifiedFold,
-    verify_fold,
-)
-from contracts.hops import MAX_HOP_BYTES, hop_bytes
 from contracts.identity import PublicKey
-from contracts.merkle import leaf_hash
 from contracts.rules import (
     DEMAND_WINDOW_MS,
     demand_is_fresh,
     expired,
     holder_signature_decides,
-    promise_refusal,
     serves_unsigned,
 )
 from contracts.serve import (
     WholeFoldReceipts,
     answer_demand,
-    build_commitment,
-    build_obligation,
     verify_demand,
 )
 from contracts.signed import Signed, open_statement, parse_statement
 from contracts.statements import (
     Commitment,
     Demand,
-    Head,
     Obligation,
     Receipt,
     ReceiptStatus,
     RefusalReason,
 )
 from nodes import store as st
-from nodes.client import HeldFold
-from nodes.context import HeldValue, NodeContext, check_value_ref, held_fold, ms
+from nodes.context import NodeContext, ms
 from nodes.errors import (
     ClockSkew,
     MalformedRequest,
-    PromiseOutOfRange,
     RequestTooLarge,
-    UnknownCommitment,
 )
 from nodes.faults import Behaviour
 from nodes.logging import get_logger
 from nodes.messages import (
     Answer,
-    CommittedCompaction,
-    CommittedFold,
-    Delivery,
     select_hops,
 )
+from nodes.origin_folds import MAX_DEMANDS_PER_CALL, Own, OwnFolds, own_key
 from nodes.origin_replay import OriginReplay
 
 __all__ = [
     "DEMAND_VERIFICATIONS",
     "DEMAND_WINDOW_S",
-    "MAX_APPEND_HOPS",
     "MAX_DEMANDS_PER_CALL",
-    "MAX_FOLD_HOPS",
-    "MAX_SEQ",
     "OPEN_DECLINED",
     "OPEN_SERVES",
     "Origin",
@@ -142,16 +111,8 @@ log = get_logger(__name__)
 #: (:func:`contracts.rules.demand_is_fresh`); its nonce is remembered at least
 #: this long, so a replay is always caught.
 DEMAND_WINDOW_S = DEMAND_WINDOW_MS / 1000
-#: Promises this node signs (``CommitFold``): deadline and lifetime bounds are
-#: contracts.rules' (MIN/MAX_DEADLINE_MS, MIN/MAX_SERVE_FOR_MS), the same on every route.
-#: Sequence numbers are SQLite integers.
-MAX_SEQ = 2**63 - 1
 #: Counter: holder signatures on demands verified (one per demand, or per batch).
 DEMAND_VERIFICATIONS = "demand_verifications"
-MAX_DEMANDS_PER_CALL = 256
-MAX_APPEND_HOPS = 10_000
-MAX_FOLD_HOPS = 100_000
-_OWN_CACHE = 100_000
 #: The honest behaviour's hooks: a node whose behaviour does not override one
 #: skips awaiting it on every demand.
 _HONEST_BEFORE_SERVING = Behaviour.before_serving
@@ -161,8 +122,9 @@ _HONEST_UNSIGNED = Behaviour.unsigned_hops
 #: apart from the store's counters, so an ask writes nothing, not even a counter.
 OPEN_SERVES = "open_serves"
 OPEN_DECLINED = "open_declined"
-_LEAF_CACHE_BYTES = 64 * 1024 * 1024
 _DEFAULT_CHUNK_BYTES = 1024 * 1024
+#: Receipt items and templates of whole folds served, kept per fold.
+_SERVED_CACHE = 100_000
 
 
 def _check_skew(what: str, time_ms: int, now: float) -> None:
@@ -187,28 +149,6 @@ def _refuse_expired(obligation: Signed[Obligation], now_ms: int) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Own:
-    """An obligation this node issued, its commitment, and the commitment's stored bytes."""
-
-    obligation: Signed[Obligation]
-    commitment: Signed[Commitment]
-    commitment_bytes: bytes
-    fold: VerifiedFold | None = None
-
-
-def _leaves_size(leaves: tuple[bytes, ...]) -> int:
-    """The weight of a fold's hop bytes in the leaf cache: their length."""
-    return sum(len(x) for x in leaves)
-
-
-def _own_key(head_digest: str, leaf_hash: str) -> str:
-    """The own-cache key of a fold under a head: head digest ‖ leaf hash (128 hex
-    characters, so never a per-fold obligation digest). Looked up on every
-    demand, so a concatenation rather than the store's hashed binding."""
-    return head_digest + leaf_hash
-
-
 def _claimed_holder(demands: Sequence[bytes]) -> str:
     """The holder the first demand names (unverified: for a log line only)."""
     try:
@@ -220,12 +160,12 @@ def _claimed_holder(demands: Sequence[bytes]) -> str:
         return ""
 
 
-def _bearer_under_own_head(own: _Own) -> bool:
+def _bearer_under_own_head(own: Own) -> bool:
     """A fold under one of our own heads whose obligation names no holder."""
     return own.fold is not None and own.obligation.statement.holder is None
 
 
-def _signature_decides(d: Demand, own: _Own, now: float) -> bool:
+def _signature_decides(d: Demand, own: Own, now: float) -> bool:
     """Whether a demand's holder signature is verified, and so its nonce recorded.
 
     A bearer demand for a fold under one of our own heads is answered without
@@ -241,7 +181,7 @@ def _signature_decides(d: Demand, own: _Own, now: float) -> bool:
     )
 
 
-def _named_holders(checked: Iterable[tuple[Signed[Demand], _Own]]) -> frozenset[str]:
+def _named_holders(checked: Iterable[tuple[Signed[Demand], Own]]) -> frozenset[str]:
     """Holders of these demands that the obligation demanded under names (its
     holder: only an obligation this node signed, at its operator's word, names one)."""
     return frozenset(
@@ -252,450 +192,33 @@ def _named_holders(checked: Iterable[tuple[Signed[Demand], _Own]]) -> frozenset[
 
 
 class Origin:
-    """The origin role of one node; see the module docstring."""
+    """The origin's answers; see the module docstring."""
 
-    def __init__(
-        self,
-        ctx: NodeContext,
-        *,
-        hold: Callable[[str, HeldValue], None],
-        restart_floor_ms: int = 0,
-    ) -> None:
+    def __init__(self, ctx: NodeContext, folds: OwnFolds, *, restart_floor_ms: int = 0) -> None:
         self.ctx = ctx
         self.config = ctx.config
         self.identity = ctx.identity
         self.store = ctx.store
         self.node_id = ctx.identity.node_id
-        #: Where a value committed with its bytes is held (the holder role's table).
-        self._hold = hold
+        self._folds = folds
+        #: The own-fold cache, looked up on every demand (the same object as ``folds.cache``).
+        self._own = folds.cache
         self.replay = OriginReplay(ctx, restart_floor_ms=restart_floor_ms)
-        self._commit_lock = asyncio.Lock()
         self.open_counts: dict[str, int] = {OPEN_SERVES: 0, OPEN_DECLINED: 0}
-        self._own: BoundedCache[str, _Own] = BoundedCache(_OWN_CACHE)
-        #: Hop bytes of folds read back under their committed roots, bounded in bytes.
-        self._leaves: BoundedCache[str, tuple[bytes, ...]] = BoundedCache(
-            None, maxweight=_LEAF_CACHE_BYTES, weigh=_leaves_size
-        )
         #: Receipt batch items of whole folds served (obligation ‖ commitment digest →
         #: packed item, :func:`contracts.batch.served_whole_item`): immutable per fold.
-        self._served_items: BoundedCache[str, bytes] = BoundedCache(_OWN_CACHE)
+        self._served_items: BoundedCache[str, bytes] = BoundedCache(_SERVED_CACHE)
         #: Receipt templates of whole folds served to lone demands (obligation ‖
         #: commitment digest → :class:`contracts.serve.WholeFoldReceipts`).
-        self._served_receipts: BoundedCache[str, WholeFoldReceipts] = BoundedCache(_OWN_CACHE)
+        self._served_receipts: BoundedCache[str, WholeFoldReceipts] = BoundedCache(_SERVED_CACHE)
         #: Signs receipt batches straight to envelope bytes (the bytes of
         #: :func:`contracts.batch.sign_receipt_batch`, envelope text packed once).
         self._receipt_batches = EnvelopeSigner(ctx.identity, RECEIPT_BATCH_TYPE)
-        #: This origin's log of signed heads for the current epoch (rebuilt from
-        #: the store when missing).
-        self._head_log: HeadLog | None = None
 
     @property
     def served_items(self) -> int:
         """Packed receipt items of whole folds kept (one per fold served in a batch)."""
         return len(self._served_items)
-
-    def _open_own_head(self, note: bytes) -> SignedHead:
-        """One of this node's heads as stored: verified once, then cached by its bytes."""
-        key = (Head.KIND.value, note)
-        hit = self.ctx.statements.get(key)
-        if isinstance(hit, SignedHead):
-            return hit
-        head = open_head(note, origin=self.node_id)
-        self.ctx.statements.put(key, head)
-        return head
-
-    # ----------------------------------------------------------------- hop log
-
-    async def append(
-        self, hops: Sequence[bytes], seqs: Sequence[int] = ()
-    ) -> tuple[str, tuple[int, ...]]:
-        """Append hops (JSON objects of hop fields); seqs explicit or each hop's ``step``."""
-        if not hops:
-            raise MalformedRequest("append: no hops given")
-        if len(hops) > MAX_APPEND_HOPS:
-            raise RequestTooLarge(f"append: {len(hops)} hops exceeds {MAX_APPEND_HOPS} per call")
-        if seqs and len(seqs) != len(hops):
-            raise MalformedRequest(f"append: {len(seqs)} seqs for {len(hops)} hops")
-        epoch = self.store.epoch
-        inputs: list[st.HopInput] = []
-        for i, raw in enumerate(hops):
-            if len(raw) > MAX_HOP_BYTES:
-                raise RequestTooLarge(f"append: hop {i} is {len(raw)} bytes, limit {MAX_HOP_BYTES}")
-            fields = parse_json_object(raw, what=f"hop {i}", max_bytes=MAX_HOP_BYTES)
-            if seqs:
-                seq = int(seqs[i])
-                if not 0 <= seq <= MAX_SEQ:
-                    raise MalformedRequest(f"append: seq {seq} of hop {i} is outside 0..2^63-1")
-            else:
-                step = fields.get("step")
-                if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_SEQ:
-                    raise MalformedRequest(
-                        f"append: hop {i} has no seq and no integer 'step' in 0..2^63-1"
-                    )
-                seq = step
-            try:
-                data = hop_bytes(fields, self.node_id, epoch)
-            except ValueError as exc:
-                raise MalformedRequest(f"append: hop {i}: {exc}") from exc
-            inputs.append(st.HopInput(seq=seq, hop_bytes=data))
-        if len({h.seq for h in inputs}) != len(inputs):
-            raise MalformedRequest("append: a seq appears twice in one call")
-        await self.store.append_hops(epoch, inputs, now_ms=self.ctx.now_ms())
-        return epoch, tuple(h.seq for h in inputs)
-
-    async def commit_fold(
-        self,
-        value_ref: str,
-        seqs: Sequence[int],
-        *,
-        serve_for_ms: int = 0,
-        deadline_ms: int = 0,
-        value: bytes = b"",
-    ) -> CommittedFold:
-        """Fold stored hops (current epoch) into a signed commitment + obligation.
-
-        The store makes the hops durable, then calls our signer inside the
-        same transaction, and returns only after COMMIT (seed 000 ordering).
-        """
-        check_value_ref(value_ref)
-        if not seqs:
-            raise MalformedRequest(f"commit {value_ref}: no hops to fold")
-        if len(seqs) > MAX_FOLD_HOPS:
-            raise RequestTooLarge(f"commit {value_ref}: {len(seqs)} hops exceeds {MAX_FOLD_HOPS}")
-        if len(set(seqs)) != len(seqs):
-            raise MalformedRequest(f"commit {value_ref}: a seq appears twice")
-        bad = next((q for q in seqs if not 0 <= int(q) <= MAX_SEQ), None)
-        if bad is not None:
-            raise MalformedRequest(f"commit {value_ref}: seq {bad} is outside 0..2^63-1")
-        self._check_promise(value_ref, serve_for_ms, deadline_ms)
-        epoch = self.store.epoch
-        stored = await self.store.hops(epoch, seqs)
-        inputs: list[st.HopInput] = []
-        for seq in seqs:
-            data = stored.get(int(seq))
-            if data is None:
-                raise st.MissingHop(
-                    f"commit {value_ref}: hop seq {seq} of epoch {epoch} is not in the log"
-                )
-            inputs.append(st.HopInput(seq=int(seq), hop_bytes=data))
-        async with self._commit_lock:  # fold_seq is next-free per value ref
-            return await self._commit(epoch, value_ref, inputs, serve_for_ms, deadline_ms, value)
-
-    def _check_promise(self, value_ref: str, serve_for_ms: int, deadline_ms: int) -> None:
-        """Sign only promises this node can keep: the promise as it would be signed (0 =
-        this node's configured default), by the rule every route applies."""
-        refusal = promise_refusal(
-            deadline_ms=deadline_ms or self.config.deadline_ms,
-            serve_for_ms=serve_for_ms or self.config.serve_for_ms,
-        )
-        if refusal:
-            raise PromiseOutOfRange(f"commit {value_ref}: {refusal}")
-
-    async def _commit(
-        self,
-        epoch: str,
-        value_ref: str,
-        inputs: list[st.HopInput],
-        serve_for_ms: int,
-        deadline_ms: int,
-        value: bytes,
-    ) -> CommittedFold:
-        fold_seq = await self.store.next_fold_seq(self.node_id, epoch, value_ref)
-        serve_for = serve_for_ms or self.config.serve_for_ms
-        deadline = deadline_ms or self.config.deadline_ms
-        now = self.ctx.clock()
-        pending = self.store.provenance_pending
-        made: list[_Own] = []
-
-        def sign(draft: st.FoldDraft) -> st.SignedFold:
-            issued = ms(now)
-            commitment = build_commitment(
-                self.identity,
-                epoch=draft.epoch,
-                value_ref=draft.value_ref,
-                fold_seq=draft.fold_seq,
-                hops=draft.leaves,
-                issued_at=issued,
-                provenance_pending=pending,
-            )
-            obligation = build_obligation(
-                self.identity,
-                commitment,
-                serve_until=issued + serve_for,
-                deadline_ms=deadline,
-                endpoints=(self.ctx.advertised,),
-                issued_at=issued,
-            )
-            commitment_bytes = commitment.to_bytes()
-            made.append(_Own(obligation, commitment, commitment_bytes))
-            return st.SignedFold(
-                commitment_digest=commitment.digest,
-                commitment_envelope=commitment_bytes,
-                root=commitment.statement.root,
-                obligation_digest=obligation.digest,
-                obligation_envelope=obligation.to_bytes(),
-                serve_until_ms=issued + serve_for,
-            )
-
-        signed = await self.store.commit_fold(
-            epoch=epoch,
-            value_ref=value_ref,
-            fold_seq=fold_seq,
-            hops=inputs,
-            sign=sign,
-            now_ms=ms(now),
-        )
-        # Only now, after COMMIT, may the fold be served from memory.
-        ours = next((o for o in made if o.commitment.digest == signed.commitment_digest), None)
-        if ours is not None:
-            self._remember_own(ours)
-        result = CommittedFold(signed.commitment_envelope, signed.obligation_envelope, pending)
-        self.ctx.behaviour.after_commit(
-            signed.commitment_digest,
-            epoch=epoch,
-            value_ref=value_ref,
-            fold_seq=fold_seq,
-            hops=[h.hop_bytes for h in inputs],
-            issued_at=ms(now),
-            provenance_pending=pending,
-        )
-        if value:
-            # Statements signed just now need no second verification; a fold the
-            # store already had (an identical re-commit) is opened from its bytes.
-            if ours is not None:
-                commitment, obligation = ours.commitment, ours.obligation
-            else:
-                commitment = self.ctx.open_cached(result.commitment, Commitment)
-                obligation = self.ctx.open_cached(result.obligation, Obligation)
-            delivery = Delivery(
-                value_ref, value, (result.commitment,), (result.obligation,), self.node_id
-            )
-            self._hold(
-                value_ref,
-                HeldValue(
-                    delivery,
-                    (HeldFold(commitment, obligation, result.commitment, result.obligation),),
-                ),
-            )
-        log.info(
-            "fold_committed",
-            value_ref=value_ref,
-            fold_seq=fold_seq,
-            hops=len(inputs),
-            commitment=signed.commitment_digest[:16],
-            pending=pending,
-        )
-        return result
-
-    async def commit_compaction(
-        self,
-        folds: Sequence[tuple[str, Sequence[int], bytes]],
-        *,
-        serve_for_ms: int = 0,
-        deadline_ms: int = 0,
-    ) -> CommittedCompaction:
-        """Fold several values' stored hops at once under ONE signed tree head.
-
-        ``folds`` are ``(value_ref, seqs, value)``: at most one per value. The
-        store makes every hop durable, then the head is signed over the fold
-        records inside the same transaction (one signature, however many
-        values), and only after COMMIT are head and fold proofs returned.
-        """
-        if not folds:
-            raise MalformedRequest("commit compaction: no folds given")
-        if len(folds) > MAX_DEMANDS_PER_CALL:
-            raise RequestTooLarge(
-                f"commit compaction: {len(folds)} folds exceeds {MAX_DEMANDS_PER_CALL}"
-            )
-        if len({ref for ref, _, _ in folds}) != len(folds):
-            raise MalformedRequest("commit compaction: a value_ref appears twice")
-        self._check_promise("compaction", serve_for_ms, deadline_ms)
-        epoch = self.store.epoch
-        for value_ref, seqs, _ in folds:
-            check_value_ref(value_ref)
-            if not seqs or len(seqs) > MAX_FOLD_HOPS or len(set(seqs)) != len(seqs):
-                raise MalformedRequest(
-                    f"commit {value_ref}: 1..{MAX_FOLD_HOPS} distinct seqs, got {len(seqs)}"
-                )
-            bad = next((q for q in seqs if not 0 <= int(q) <= MAX_SEQ), None)
-            if bad is not None:
-                raise MalformedRequest(f"commit {value_ref}: seq {bad} is outside 0..2^63-1")
-        # Every fold's hops in one read (folds of one compaction share most of them).
-        stored = await self.store.hops(
-            epoch, list(dict.fromkeys(int(q) for _, seqs, _ in folds for q in seqs))
-        )
-        wanted: list[tuple[str, list[st.HopInput], bytes]] = []
-        for value_ref, seqs, value in folds:
-            inputs: list[st.HopInput] = []
-            for seq in seqs:
-                data = stored.get(int(seq))
-                if data is None:
-                    raise st.MissingHop(
-                        f"commit {value_ref}: hop seq {seq} of epoch {epoch} is not in the log"
-                    )
-                inputs.append(st.HopInput(seq=int(seq), hop_bytes=data))
-            wanted.append((value_ref, inputs, value))
-        async with self._commit_lock:
-            return await self._commit_compaction(epoch, wanted, serve_for_ms, deadline_ms)
-
-    async def _epoch_head_log(self, epoch: str) -> HeadLog:
-        """This origin's log of heads for ``epoch``, rebuilt from the store if needed."""
-        log_ = self._head_log
-        if log_ is not None and log_.epoch == epoch:
-            return log_
-        batches, last = await self.store.head_log_state(epoch)
-        log_ = HeadLog(self.identity, epoch, batches=batches, last_folds=last)
-        self._head_log = log_
-        return log_
-
-    async def _commit_compaction(
-        self,
-        epoch: str,
-        wanted: list[tuple[str, list[st.HopInput], bytes]],
-        serve_for_ms: int,
-        deadline_ms: int,
-    ) -> CommittedCompaction:
-        head_log = await self._epoch_head_log(epoch)
-        fold_seqs = await self.store.next_fold_seqs(
-            self.node_id, epoch, [ref for ref, _, _ in wanted]
-        )
-        inputs = [st.CompactionInput(ref, fold_seqs[ref], tuple(hops)) for ref, hops, _ in wanted]
-        serve_for = serve_for_ms or self.config.serve_for_ms
-        deadline = deadline_ms or self.config.deadline_ms
-        issued = ms(self.ctx.clock())
-        pending = self.store.provenance_pending
-        made: list[tuple[SignedHead, dict[str, FoldProof]]] = []
-        #: the exact bytes each fold's root was computed over (durable folds only)
-        signed_leaves: dict[str, tuple[bytes, ...]] = {}
-
-        def sign(drafts: Sequence[st.FoldDraft]) -> st.SignedCompaction:
-            compaction = head_log.compact(
-                [FoldInput(d.value_ref, d.fold_seq, d.leaves) for d in drafts],
-                serve_until=issued + serve_for,
-                deadline_ms=deadline,
-                endpoints=(self.ctx.advertised,),
-                issued_at=issued,
-                pending=pending,
-            )
-            made.append((compaction.head, dict(compaction.proofs)))
-            signed_leaves.clear()
-            signed_leaves.update(
-                (d.value_ref, d.leaves) for d in drafts if not d.provenance_pending
-            )
-            folds: list[st.SignedHeadFold] = []
-            for draft, record in zip(drafts, compaction.records, strict=True):
-                proof = compaction.proofs[draft.value_ref]
-                folds.append(
-                    st.SignedHeadFold(
-                        leaf_hash(record).hex(),
-                        record,
-                        FoldRecord.from_bytes(record).root,
-                        proof.to_bytes(),
-                    )
-                )
-            return st.SignedCompaction(
-                compaction.head.digest,
-                compaction.head.to_bytes(),
-                compaction.head.statement.seq,
-                issued + serve_for,
-                tuple(folds),
-            )
-
-        try:
-            signed = await self.store.commit_compaction(
-                epoch=epoch, folds=inputs, sign=sign, now_ms=issued
-            )
-        except BaseException:
-            self._head_log = None  # the in-memory log ran ahead of the store: rebuild
-            raise
-        head, proofs = made[-1]
-        # Our own head and folds, committed just now: served from memory, no re-verification.
-        self.ctx.statements.put((Head.KIND.value, signed.head_note), head)
-        for (ref, _, _), fold_row in zip(wanted, signed.folds, strict=True):
-            verified = verify_fold(proofs[ref], head)
-            self._own.put(
-                _own_key(head.digest, fold_row.leaf_hash),
-                _Own(verified.obligation, verified.commitment, b"", verified),
-            )
-            leaves = signed_leaves.get(ref)
-            if leaves is not None:
-                # Durable now, and exactly the bytes the root was signed over: the
-                # first demand for this fold is served from memory, not read back.
-                self._keep_leaves(verified.commitment.digest, leaves)
-        self.ctx.behaviour.after_compaction(head, [f.record for f in signed.folds], inputs)
-        out = CommittedCompaction(signed.head_note, tuple(f.proof for f in signed.folds), pending)
-        for (ref, _, value), fold in zip(wanted, signed.folds, strict=True):
-            if value:
-                verified = verify_fold(proofs[ref], head)
-                self._hold(
-                    ref,
-                    HeldValue(
-                        Delivery(ref, value, (), (), self.node_id, (fold.proof,), (out.head,)),
-                        (held_fold(verified, fold.proof, out.head),),
-                    ),
-                )
-        log.info(
-            "compaction_committed",
-            folds=len(inputs),
-            head=signed.head_digest[:16],
-            seq=signed.seq,
-            pending=pending,
-        )
-        return out
-
-    # ----------------------------------------------------------------- serve
-
-    def _remember_own(self, own: _Own) -> None:
-        self._own.put(own.obligation.digest, own)
-
-    async def _own_statements(self, demand: Signed[Demand]) -> _Own:
-        d = demand.statement
-        own = self._own.peek(_own_key(d.obligation, d.commitment)) or self._own.peek(d.obligation)
-        if own is not None:
-            return own
-        record = await self.store.obligation(d.obligation)
-        if record is None:
-            own = await self._own_head_fold(demand)
-            if own is not None:
-                return own
-        if record is None or not record.local:
-            raise UnknownCommitment(
-                f"demand {demand.digest[:12]}… names obligation {d.obligation[:12]}…,"
-                " which this node did not issue"
-            )
-        fold = await self.store.commitment(record.commitment_digest)
-        if fold is None:
-            raise UnknownCommitment(
-                f"obligation {d.obligation[:12]}… names commitment"
-                f" {record.commitment_digest[:12]}…, which this node does not hold"
-            )
-        own = _Own(
-            self.ctx.open_cached(record.envelope, Obligation, signer=self.node_id),
-            self.ctx.open_cached(fold.envelope, Commitment, signer=self.node_id),
-            fold.envelope,
-        )
-        self._remember_own(own)
-        return own
-
-    async def _own_head_fold(self, demand: Signed[Demand]) -> _Own | None:
-        """A demand naming one of our heads and a fold record under it (no signature checked:
-        the head is our own, opened once and cached; the fold proof is hashed)."""
-        d = demand.statement
-        if not (is_digest(d.obligation) and is_digest(d.commitment)):
-            return None
-        return await self._own_under_head(d.obligation, d.commitment)
-
-    async def _own_under_head(self, head_digest: str, leaf: str) -> _Own | None:
-        """One of our heads (by digest) and a fold record under it (by leaf hash), if we
-        signed them; kept in the own-cache when found, never when not."""
-        row = await self.store.head_fold(head_digest, leaf)
-        if row is None:
-            return None
-        head = self._open_own_head(row.head_note)
-        fold = verify_fold(FoldProof.from_bytes(row.proof), head)
-        own = _Own(fold.obligation, fold.commitment, b"", fold)
-        self._own.put(_own_key(row.head_digest, row.leaf_hash), own)
-        return own
 
     def _fresh_demand(self, data: bytes | Envelope, now: float) -> Signed[Demand]:
         """Steps (2)-(3) of a demand: parsed (``data``: the bytes, or the envelope
@@ -708,7 +231,7 @@ class Origin:
         _check_skew(f"demand {demand.digest[:12]}…", demand.statement.time, now)
         return demand
 
-    def _bound_demand(self, demand: Signed[Demand], own: _Own, now: float) -> Signed[Demand]:
+    def _bound_demand(self, demand: Signed[Demand], own: Own, now: float) -> Signed[Demand]:
         """Steps (2) and (4)-(5) of a fresh demand for ``own``: signed where that carries
         information, bound to our obligation and commitment, the obligation unexpired."""
         d = demand.statement
@@ -728,19 +251,19 @@ class Origin:
 
     async def _check_demand(
         self, data: bytes | Envelope, now: float
-    ) -> tuple[Signed[Demand], _Own]:
+    ) -> tuple[Signed[Demand], Own]:
         """Steps (2)-(5) of one demand: the demand, checked, and the fold it is for."""
         demand = self._fresh_demand(data, now)
         self.replay.refuse_replay(demand.statement)
         return await self._checked_own(demand, now)
 
-    async def _checked_own(self, demand: Signed[Demand], now: float) -> tuple[Signed[Demand], _Own]:
+    async def _checked_own(self, demand: Signed[Demand], now: float) -> tuple[Signed[Demand], Own]:
         """Steps (2), (4)-(5) of a fresh demand not seen before."""
         d = demand.statement
         # (4) ours (a coroutine only for a fold not cached)
-        own = self._own.get(_own_key(d.obligation, d.commitment))
+        own = self._own.get(own_key(d.obligation, d.commitment))
         if own is None:
-            own = await self._own_statements(demand)
+            own = await self._folds.lookup(demand)
         return self._bound_demand(demand, own, now), own
 
     async def answer_demands(self, demands: Sequence[bytes]) -> list[Answer]:
@@ -782,7 +305,7 @@ class Origin:
             seen.add(key)
             self.replay.refuse_replay(demand.statement)
             fresh.append(demand)
-        checked: list[tuple[Signed[Demand], _Own]] = []
+        checked: list[tuple[Signed[Demand], Own]] = []
         for demand in fresh:
             checked.append(await self._checked_own(demand, now))
         # (6) nonces: the only write before answering (signed demands' only)
@@ -840,9 +363,9 @@ class Origin:
 
     async def _open_hops(self, ask: FoldAsk, now_ms: int) -> tuple[bytes, ...]:
         """The hops an unsigned ask for one fold is answered with (``()``: ask signed)."""
-        own = self._own.get(_own_key(ask.head, ask.fold))
+        own = self._own.get(own_key(ask.head, ask.fold))
         if own is None:
-            own = await self._own_under_head(ask.head, ask.fold)
+            own = await self._folds.under_head(ask.head, ask.fold)
         if own is None or not _bearer_under_own_head(own):
             return ()
         commitment = own.commitment
@@ -853,7 +376,7 @@ class Origin:
             max_leaves=MAX_OPEN_LEAVES,
         ):
             return ()
-        leaves = self._cached_leaves(commitment.digest)
+        leaves = self._folds.cached_leaves(commitment.digest)
         if leaves is None:
             # Read as the signed path reads (FOUND: every hop, hashing to our root), but
             # counted and logged nowhere: the signed demand a failure leads to does that.
@@ -863,7 +386,7 @@ class Origin:
             if resolution.status is not st.ResolveStatus.FOUND:
                 return ()  # PENDING, STORE_CORRUPTED, …: answered signed, never unsigned
             leaves = tuple(resolution.leaves)
-            self._keep_leaves(commitment.digest, leaves)
+            self._folds.keep_leaves(commitment.digest, leaves)
         if type(self.ctx.behaviour).unsigned_hops is not _HONEST_UNSIGNED:  # a fault may lie
             return self.ctx.behaviour.unsigned_hops(commitment.digest, leaves)
         return leaves
@@ -890,14 +413,14 @@ class Origin:
         # bearer fold under one of our heads and the batch is not dated ahead
         bearer = True
         demands: list[Signed[Demand]] = []
-        owns: list[_Own] = []
+        owns: list[Own] = []
         cached = self._own.get
         for i, item in enumerate(batch.items):  # a coroutine only for a fold not cached
             d = Signed(envelope, batch.demand(i))
             demands.append(d)
-            own = cached(_own_key(item.obligation, item.commitment))
+            own = cached(own_key(item.obligation, item.commitment))
             if own is None:
-                own = await self._own_statements(d)
+                own = await self._folds.lookup(d)
             owns.append(own)
             if not _bearer_under_own_head(own):
                 bearer = False
@@ -954,21 +477,21 @@ class Origin:
         answers[0] = Answer(self._receipt_batches.sign(payload), first.commitment, first.hops)
         return answers
 
-    def _whole_in_memory(self, d: Demand, own: _Own, now_ms: int) -> tuple[bytes, ...] | None:
+    def _whole_in_memory(self, d: Demand, own: Own, now_ms: int) -> tuple[bytes, ...] | None:
         """The hops of ``own``'s whole fold when ``d`` asks all of it, its bytes are in
         memory (read back under the committed root, see :meth:`_resolve`) and the
         answer rule serves it; None otherwise (a leaf subset, a fold to read from the
         store, a refusal)."""
         if d.leaves is not None:
             return None
-        leaves = self._cached_leaves(own.commitment.digest)
+        leaves = self._folds.cached_leaves(own.commitment.digest)
         c = own.commitment.statement
         if leaves is None or refusal_for(own.obligation.statement, c, d, leaves, now_ms, c.root):
             return None
         return leaves
 
     def _served_whole(
-        self, demand: Signed[Demand], own: _Own, now_ms: int
+        self, demand: Signed[Demand], own: Own, now_ms: int
     ) -> tuple[bytes, tuple[bytes, ...]] | None:
         """An honest batch item for a whole fold whose bytes are in memory (read back
         under the committed root, see :meth:`_resolve`) and that the answer rule
@@ -990,7 +513,7 @@ class Origin:
             self._served_items.put(key, packed)
         return packed, leaves
 
-    def _served_alone(self, demand: Signed[Demand], own: _Own, now_ms: int) -> Answer | None:
+    def _served_alone(self, demand: Signed[Demand], own: Own, now_ms: int) -> Answer | None:
         """An honest answer to a lone binary demand for a whole fold whose bytes are in
         memory (read back under the committed root, see :meth:`_resolve`) and that the
         answer rule serves: its receipt signed from the fold's template
@@ -1014,7 +537,7 @@ class Origin:
         return Answer(receipt, own.commitment_bytes, leaves)
 
     async def _answer_item(
-        self, demand: Signed[Demand], own: _Own, now_ms: int
+        self, demand: Signed[Demand], own: Own, now_ms: int
     ) -> tuple[Receipt | bytes, bytes, tuple[bytes, ...]]:
         """One fold of a demand batch: its receipt item (unsigned; packed when a whole
         fold is served), the commitment bytes answered against and the hops served —
@@ -1039,14 +562,14 @@ class Origin:
             commitment_digest=commitment.digest,
             hops=leaves,
             now=now_ms,
-            hops_root=self._verified_root(commitment, leaves),
+            hops_root=self._folds.verified_root(commitment, leaves),
         )
         hops = self._counted(demand, commitment, item.status, item.reason, leaves)
         return item, own.commitment_bytes, hops
 
 
     async def _fault_answer(
-        self, demand: Signed[Demand], own: _Own, now_ms: int
+        self, demand: Signed[Demand], own: Own, now_ms: int
     ) -> tuple[Answer | None, tuple[bytes, ...] | None]:
         """Under a fault mode: the fault's own answer (counted and logged), or None and
         the fold's leaves when the fault leaves the answer to the honest path."""
@@ -1074,7 +597,7 @@ class Origin:
         )
         return faulty.answer, None
 
-    async def _answer(self, demand: Signed[Demand], own: _Own, now: float) -> Answer:
+    async def _answer(self, demand: Signed[Demand], own: Own, now: float) -> Answer:
         obligation, commitment = own.obligation, own.commitment
         now_ms = ms(now)
 
@@ -1091,7 +614,7 @@ class Origin:
             commitment=commitment,
             hops=leaves,
             now=now_ms,
-            hops_root=self._verified_root(commitment, leaves),
+            hops_root=self._folds.verified_root(commitment, leaves),
         )
         r = signed.statement
         served_hops = self._counted(demand, commitment, r.status, r.reason, leaves)
@@ -1102,7 +625,7 @@ class Origin:
     ) -> tuple[bytes, ...] | None:
         """The fold's leaves for an honest answer: a fold already read back under its
         root is in memory (see _resolve); only a miss goes to the store."""
-        leaves = self._cached_leaves(commitment.digest)
+        leaves = self._folds.cached_leaves(commitment.digest)
         if leaves is None:
             leaves = await self._resolve(commitment, now_ms)
         return leaves
@@ -1157,7 +680,7 @@ class Origin:
         Anything else is asked of the store every time, so PENDING turns into
         SERVED as soon as the cold copy lands.
         """
-        cached = self._cached_leaves(commitment.digest)
+        cached = self._folds.cached_leaves(commitment.digest)
         if cached is not None:
             return cached
         resolution = await self.store.resolve(
@@ -1182,27 +705,8 @@ class Origin:
             )
             return None
         leaves = tuple(resolution.leaves)
-        self._keep_leaves(commitment.digest, leaves)
+        self._folds.keep_leaves(commitment.digest, leaves)
         return leaves
-
-    def _verified_root(
-        self, commitment: Signed[Commitment], leaves: tuple[bytes, ...] | None
-    ) -> str | None:
-        """The committed root when ``leaves`` are the bytes kept in memory after the
-        store read them back under it (see :meth:`_resolve`); None otherwise, and
-        the answer rule hashes them before anything is signed over them."""
-        if leaves is not None and self._leaves.peek(commitment.digest) is leaves:
-            return commitment.statement.root
-        return None
-
-    def _cached_leaves(self, digest: str) -> tuple[bytes, ...] | None:
-        """A fold's hop bytes if kept in memory (then most recently used), else None."""
-        return self._leaves.get(digest)
-
-    def _keep_leaves(self, digest: str, leaves: tuple[bytes, ...]) -> None:
-        """Remember a fold's hop bytes (immutable for its digest), bounded in bytes."""
-        if not self._leaves.touch(digest):
-            self._leaves.put(digest, leaves)
 
     async def answer_demand_stream(
         self, demand: bytes, *, max_chunk_bytes: int = 0

@@ -5,9 +5,10 @@ identity, clock, store and counters, configuration, peers, the holder client
 evidence goes through) and five roles over it, each in a module of its own that
 says what the role promises:
 
-* the origin (:mod:`nodes.origin`): the hop log, the promises signed over it
-  and the answers owed to every demand, with its replay protection
-  (:mod:`nodes.origin_replay`);
+* the origin: its hop log and the promises signed over it
+  (:mod:`nodes.origin_log`), the answers owed to every demand (:mod:`nodes.origin`)
+  with their replay protection (:mod:`nodes.origin_replay`), and what it signed,
+  kept in memory for both (:mod:`nodes.origin_folds`);
 * the holder (:mod:`nodes.holding`): deliveries verified and held, forwarded,
   rehydrated;
 * the witness (:mod:`nodes.witnessing`): challenges on a holder's behalf;
@@ -60,14 +61,9 @@ from nodes.faults import Behaviour, FaultPlan
 from nodes.holding import MAX_HELD_BYTES, MAX_HELD_VALUES, Holding
 from nodes.logging import get_logger
 from nodes.messages import CommittedFold, NodeInfo
-from nodes.origin import (
-    DEMAND_VERIFICATIONS,
-    DEMAND_WINDOW_S,
-    MAX_APPEND_HOPS,
-    MAX_DEMANDS_PER_CALL,
-    MAX_FOLD_HOPS,
-    Origin,
-)
+from nodes.origin import DEMAND_VERIFICATIONS, DEMAND_WINDOW_S, MAX_DEMANDS_PER_CALL, Origin
+from nodes.origin_folds import OwnFolds
+from nodes.origin_log import MAX_APPEND_HOPS, MAX_FOLD_HOPS, OriginLog
 from nodes.origin_replay import (
     FUTURE_NONCES_FILENAME,
     MAX_FUTURE_HOLDERS,
@@ -147,10 +143,12 @@ class NodeCore:
         self.suspicions = Suspicions(ctx)
         ctx.evidence = self.suspicions
         self.holding = Holding(ctx)
-        self.origin = Origin(ctx, hold=self.holding.hold, restart_floor_ms=restart_floor_ms)
+        folds = OwnFolds(ctx)  # what the origin signed: its log fills it, its answers read it
+        self.origin_log = OriginLog(ctx, folds, hold=self.holding.hold)
+        self.origin = Origin(ctx, folds, restart_floor_ms=restart_floor_ms)
         self.witness = Witness(ctx)
         self.attestations = Attestations(
-            ctx, append=self.origin.append, commit_fold=self.origin.commit_fold
+            ctx, append=self.origin_log.append, commit_fold=self.origin_log.commit_fold
         )
         # The roles' public methods are the node's (bound once: the hot paths —
         # answering demands, delivering — pay no extra call).
@@ -165,9 +163,9 @@ class NodeCore:
         self.bump = ctx.bump
         self.count_rpc = ctx.count_rpc
         # origin
-        self.append = origin.append
-        self.commit_fold = origin.commit_fold
-        self.commit_compaction = origin.commit_compaction
+        self.append = self.origin_log.append
+        self.commit_fold = self.origin_log.commit_fold
+        self.commit_compaction = self.origin_log.commit_compaction
         self.answer_demands = origin.answer_demands
         self.answer_asks = origin.answer_asks
         self.answer_demand_stream = origin.answer_demand_stream

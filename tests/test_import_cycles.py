@@ -232,6 +232,8 @@ def test_no_import_cycles_within_package(package: str) -> None:
 #: nodes.services.NodeCore: each a module of its own.
 NODE_ROLES = (
     "nodes.origin",
+    "nodes.origin_log",
+    "nodes.origin_folds",
     "nodes.origin_replay",
     "nodes.holding",
     "nodes.witnessing",

@@ -102,6 +102,8 @@ _NODE_CORE_MODULES = (
     "services",
     "context",
     "origin",
+    "origin_log",
+    "origin_folds",
     "origin_replay",
     "holding",
     "witnessing",
