@@ -33,9 +33,9 @@ is written before every demand of the call passed (1)-(5):
    miss the signed commitment's root are hashed before anything is signed
    and refused ABSENT / STORE_CORRUPTED (the node's own disk damaged them).
 
-A fault mode's misbehaviour is not written here: the role calls its
-:class:`nodes.faults.Behaviour` at the points a fault can act (before serving,
-after a commit, per answer).
+A fault mode's misbehaviour is not written here: the origin calls its
+:class:`nodes.faults.Behaviour` at the points a fault can act (here before
+serving and per answer; after a commit in :mod:`nodes.origin_log`).
 """
 
 from __future__ import annotations
