@@ -144,8 +144,7 @@ def _refuse_expired(obligation: Signed[Obligation], now_ms: int) -> None:
     serve_until = obligation.statement.serve_until
     if expired(serve_until, now_ms):
         raise Expired(
-            f"obligation {obligation.digest[:12]}… expired at {serve_until} ms"
-            f" (now {now_ms} ms)"
+            f"obligation {obligation.digest[:12]}… expired at {serve_until} ms (now {now_ms} ms)"
         )
 
 
@@ -248,10 +247,7 @@ class Origin:
         _refuse_expired(obligation, ms(now))
         return demand
 
-
-    async def _check_demand(
-        self, data: bytes | Envelope, now: float
-    ) -> tuple[Signed[Demand], Own]:
+    async def _check_demand(self, data: bytes | Envelope, now: float) -> tuple[Signed[Demand], Own]:
         """Steps (2)-(5) of one demand: the demand, checked, and the fold it is for."""
         demand = self._fresh_demand(data, now)
         self.replay.refuse_replay(demand.statement)
@@ -566,7 +562,6 @@ class Origin:
         )
         hops = self._counted(demand, commitment, item.status, item.reason, leaves)
         return item, own.commitment_bytes, hops
-
 
     async def _fault_answer(
         self, demand: Signed[Demand], own: Own, now_ms: int

@@ -111,6 +111,7 @@ __all__ = [
 
 log = get_logger(__name__)
 
+
 class NodeCore:
     """One node: its context and its roles; see the module docstring. Open with :meth:`open`."""
 
