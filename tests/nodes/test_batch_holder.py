@@ -34,7 +34,7 @@ from contracts.binary import new_receipt
 from contracts.envelope import Envelope
 from contracts.hops import hop_bytes
 from contracts.statements import ReceiptStatus, RefusalReason
-from nodes import services
+from nodes import origin as origin_role
 from nodes.messages import Answer, Delivery, Outcome
 from nodes.services import NodeCore
 from tests.nodes.rpc_support import MemCluster, audit, hop_json, single
@@ -60,7 +60,7 @@ async def test_a_holder_falls_back_to_per_fold_demands_for_an_origin_without_bat
     holder = await cluster.add("holder")
     await _held_under_one_head(cluster, ["a", "b", "c"])
     # The origin is of version 2: the batch payload type means nothing to its serve path.
-    monkeypatch.setattr(services, "DEMAND_BATCH_TYPE", DEMAND_BATCH_TYPE + "+unknown")
+    monkeypatch.setattr(origin_role, "DEMAND_BATCH_TYPE", DEMAND_BATCH_TYPE + "+unknown")
     folds = [f for ref in ("a", "b", "c") for f in holder.held(ref).folds]
     holder.holder.unsigned_first = False  # the signed demands a failed unsigned ask leads to
     calls = holder.holder.demand_rpcs
