@@ -147,6 +147,7 @@ from nodes.attester import (
 )
 from nodes.client import HeldFold, Holder
 from nodes.config import NodeConfig
+from nodes.cosigner import Witnessing
 from nodes.elision import HeadElision
 from nodes.errors import (
     ClockSkew,
@@ -183,6 +184,7 @@ from nodes.messages import (
 from nodes.replay import DemandNonces
 from nodes.restore import restore as restore_value
 from nodes.transport import CallFailed, Transport
+from nodes.witness_wire import WitnessReply
 
 __all__ = [
     "DEMAND_WINDOW_S",
@@ -574,6 +576,9 @@ class NodeCore:
         self._head_log: HeadLog | None = None
         self.heads = HeadCache()
         self._elision = HeadElision()
+        # Witness-cosigned heads (nodes.cosigner): this node's witness role, the
+        # witnesses it asks as an origin, the quorum it requires as a holder.
+        self.witnessing = Witnessing(self)
 
     @classmethod
     async def open(
@@ -1050,7 +1055,9 @@ class NodeCore:
                 # first demand for this fold is served from memory, not read back.
                 self._keep_leaves(verified.commitment.digest, leaves)
         self.behaviour.after_compaction(head, [f.record for f in signed.folds], inputs)
-        out = CommittedCompaction(signed.head_note, tuple(f.proof for f in signed.folds), pending)
+        # The witnesses' cosignatures ride on the note delivered (same head digest).
+        note = await self.witnessing.cosign_head(signed.head_note, head_log)
+        out = CommittedCompaction(note, tuple(f.proof for f in signed.folds), pending)
         for (ref, _, value), fold in zip(wanted, signed.folds, strict=True):
             if value:
                 verified = verify_fold(proofs[ref], head)
@@ -1933,6 +1940,7 @@ class NodeCore:
             )
         heads: dict[str, SignedHead] = {}
         for data in delivery.heads:
+            await self.witnessing.admit_head(data, now_ms, self.heads)  # the witness quorum
             known = self.heads.verify(data, now=now_ms)
             heads[known.digest] = known
             await self._check_split_view(known)
@@ -2129,6 +2137,10 @@ class NodeCore:
 
     def _resolve_peer(self, name_or_address: str) -> str:
         return self.config.peer(name_or_address)
+
+    async def add_checkpoint(self, body: bytes) -> WitnessReply:
+        """``Witness.AddCheckpoint``: this node's witness role (nodes.cosigner)."""
+        return await self.witnessing.cosigner.add_checkpoint(body)
 
     async def keep_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
         """Store an evidence record (and where its file is) in the node's log.
