@@ -73,6 +73,7 @@ from nodes.witness_wire import WitnessReply
 
 __all__ = [
     "ANY_LOG",
+    "MAX_ANY_LOGS",
     "Cosigner",
     "CosignerFault",
     "HeadGate",
@@ -90,6 +91,9 @@ log = get_logger(__name__)
 
 #: ``--witness-logs *``: witness every provnet head log (each head names its key).
 ANY_LOG = "*"
+#: Logs a ``*`` witness takes on at most: a stranger minting origin keys fills
+#: no more than this many rows (a named list of origins has no such cap).
+MAX_ANY_LOGS = 10_000
 _ADMITTED_CACHE = 4096
 
 _CODES = {
@@ -157,6 +161,7 @@ class Cosigner:
         store: st.HopStore,
         *,
         logs: LogKeys | None,
+        max_logs: int | None = None,
         clock: Callable[[], float],
         keep_evidence: Callable[[str, bytes], Awaitable[None]],
         fault: CosignerFault = CosignerFault.NONE,
@@ -164,6 +169,7 @@ class Cosigner:
         self._key = witness_note_key(identity)
         self._store = store
         self._logs = logs
+        self.max_logs = max_logs
         self._clock = clock
         self._keep_evidence = keep_evidence
         self.fault = fault
@@ -204,7 +210,9 @@ class Cosigner:
             return written, answer
 
         # (1)-(7) decided inside the write transaction; COMMIT before we answer
-        answer = await self._store.witness_decide(origin, decide, now_ms=int(now * 1000))
+        answer = await self._store.witness_decide(
+            origin, decide, now_ms=int(now * 1000), max_logs=self.max_logs
+        )
         if answer.inconsistency is not None:
             await self._keep(answer, origin, int(now * 1000))
         if answer:
@@ -428,7 +436,8 @@ class Witnessing:
     def __init__(self, core: _Core) -> None:
         config = core.config
         logs_text: str = config.witness_logs
-        logs = None if not logs_text else provnet_head_logs(parse_witness_logs(logs_text))
+        named = parse_witness_logs(logs_text) if logs_text else frozenset()
+        logs = None if not logs_text else provnet_head_logs(named)
 
         async def keep(accused: str, body: bytes) -> None:
             # Kept as a holder keeps split-view evidence: a file and the store.
@@ -437,7 +446,12 @@ class Witnessing:
         self._keep = keep
 
         self.cosigner = Cosigner(
-            core.identity, core.store, logs=logs, clock=lambda: core.clock(), keep_evidence=keep
+            core.identity,
+            core.store,
+            logs=logs,
+            max_logs=MAX_ANY_LOGS if logs_text and named is None else None,
+            clock=lambda: core.clock(),
+            keep_evidence=keep,
         )
         self.origin = OriginWitnesses(
             [config.peer(w) for w in config.witnesses],

@@ -2127,13 +2127,15 @@ class HopStore:
         decide: Callable[[WitnessLogRow | None], tuple[WitnessLogRow | None, T]],
         *,
         now_ms: int,
+        max_logs: int | None = None,
     ) -> T:
         """Read a log's witness state, decide on it, write what ``decide`` returns: one
         transaction, committed (fsync'd) before this returns (c2sp.org/tlog-witness:
         the check of the old size and the new state's write are atomic, and the new
         state is durable before the witness answers). ``decide`` is pure and
         synchronous; it returns the row to write (None: nothing changes) and what
-        the caller gets back.
+        the caller gets back. ``max_logs``: a log not yet known is refused
+        (``RequestTooLarge``) once that many are.
         """
         async with self._write(f"witness log {origin[:80]}") as db:
             rows = list(
@@ -2146,6 +2148,14 @@ class HopStore:
                 if rows
                 else None
             )
+            if current is None and max_logs is not None:
+                counted = await db.execute_fetchall("SELECT COUNT(*) FROM witness_logs")
+                known = int(next(iter(counted))[0])
+                if known >= max_logs:
+                    raise RequestTooLarge(
+                        f"witness: already {known} logs witnessed, the limit; log"
+                        f" {origin[:80]} is not taken on"
+                    )
             row, result = decide(current)
             if row is not None:
                 if row.origin != origin or (current is not None and row.size < current.size):

@@ -21,6 +21,7 @@ from contracts.witness_policy import check_quorum, parse_policy
 from harness.custody.split_view import bound_holds, policy_text, run_rows
 from nodes.app import load_or_create_identity
 from nodes.config import NodeConfig
+from nodes.cosigner import MAX_ANY_LOGS
 from nodes.messages import Delivery
 from nodes.services import NodeCore
 from nodes.transport import CallFailed, GrpcTransport, InMemoryTransport, LocalNode
@@ -272,3 +273,20 @@ async def test_w6_conflicting_heads_both_accepted_exactly_when_2q_le_n_plus_f(
             assert row.conflicting_accepted == 2, row
         assert row.honest_accused == 0, row
     assert [r.bound_holds for r in rows] == [True, False, True, False]
+
+
+async def test_w5_a_witness_of_every_log_takes_on_a_bounded_number_of_logs(nodes: Nodes) -> None:
+    (witness,) = await _witnesses(nodes, 1)
+    assert witness.witnessing.cosigner.max_logs == MAX_ANY_LOGS
+    witness.witnessing.cosigner.max_logs = 1
+    first, second = await nodes.add("o1"), await nodes.add("o2")
+    send = first.transport.add_checkpoint  # type: ignore[attr-defined]
+    note1 = _fork(first, "a", first.now_ms())
+    assert (await send(witness.config.listen, AddCheckpoint(0, (), note1).to_bytes(), 5)).size == 1
+    note2 = _fork(second, "a", second.now_ms())
+    with pytest.raises(CallFailed) as caught:
+        await send(witness.config.listen, AddCheckpoint(0, (), note2).to_bytes(), 5)
+    assert caught.value.code == "RESOURCE_EXHAUSTED"
+    # a log it already witnesses is still followed
+    again = await send(witness.config.listen, AddCheckpoint(1, (), note1).to_bytes(), 5)
+    assert again.cosignatures
