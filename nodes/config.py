@@ -49,6 +49,7 @@ __all__ = [
     "ENV_VARS",
     "MAX_CLOCK_OFFSET_S",
     "MAX_DEADLINE_MS",
+    "MAX_WITNESSES",
     "MIN_DEADLINE_MS",
     "ConfigError",
     "LogFormat",
@@ -61,6 +62,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+#: Witnesses an origin asks per head: each adds one cosignature line to the note
+#: (a head holds at most 32 signature lines, contracts.head_note).
+MAX_WITNESSES = 16
 DEFAULT_SERVE_FOR_MS = 3_600_000
 DEFAULT_DEADLINE_MS = 2_000
 DEFAULT_MAX_CONCURRENT_RPCS = 128
@@ -390,6 +394,11 @@ class NodeConfig:
                     f"{setting('witness_logs')}: expected '*' or origins' node ids (64 hex),"
                     f" got {self.witness_logs!r:.80}"
                 )
+        if len(self.witnesses) > MAX_WITNESSES:
+            raise ConfigError(
+                f"{setting('witnesses')}: at most {MAX_WITNESSES} witnesses (a head carries"
+                f" their cosignatures), got {len(self.witnesses)}"
+            )
         for witness in self.witnesses:
             if ":" in witness:
                 _check_address(f"{setting('witnesses')} entry", witness)

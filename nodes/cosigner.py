@@ -44,7 +44,13 @@ from contracts._lru import BoundedCache
 from contracts.checkpoint import parse_checkpoint, verify_checkpoint
 from contracts.errors import BadSignature, ContractError, EncodingError
 from contracts.evidence import split_view_evidence
-from contracts.head_note import head_log_key, open_head, parse_head_origin
+from contracts.head_note import (
+    MAX_HEAD_BYTES,
+    MAX_HEAD_SIGNATURES,
+    head_log_key,
+    open_head,
+    parse_head_origin,
+)
 from contracts.heads import HeadCache, HeadLog
 from contracts.identity import Identity
 from contracts.note import parse_note
@@ -342,13 +348,13 @@ class OriginWitnesses:
         return b""
 
     def _checked(self, address: str, text: str, lines: bytes) -> bytes:
-        """The returned lines that are cosignatures by the witness key their name claims."""
+        """The first returned line that is a cosignature by the witness key its name claims
+        (and, for a pinned address, by the pinned node)."""
         try:
             got = parse_note(text.encode("utf-8") + b"\n" + lines).signatures
         except EncodingError as exc:
             log.warning("witness_reply_malformed", witness=address, error=str(exc))
             return b""
-        kept: list[bytes] = []
         for signature in got:
             node_id = signature.name.removeprefix(WITNESS_KEY_PREFIX)
             pinned = self._pins.get(address)
@@ -359,8 +365,9 @@ class OriginWitnesses:
             except (BadSignature, ValueError) as exc:
                 log.warning("witness_reply_refused", witness=address, error=str(exc))
                 continue
-            kept.append(signature.line.encode("utf-8"))
-        return b"".join(kept)
+            # One line per witness: a reply cannot fill the head's signature lines.
+            return signature.line.encode("utf-8")
+        return b""
 
 
 # ------------------------------------------------------------------ holder
@@ -400,6 +407,8 @@ class HeadGate:
         if self._admitted.touch(key):
             return
         try:
+            # a head's own bounds first: at most MAX_HEAD_SIGNATURES lines to verify
+            parse_note(note, max_bytes=MAX_HEAD_BYTES, max_signatures=MAX_HEAD_SIGNATURES)
             first = note[: note.index(b"\n")].decode("utf-8")
             node_id, epoch = parse_head_origin(first)
         except (ValueError, EncodingError) as exc:
