@@ -52,6 +52,7 @@ __all__ = [
     "SplitViewRow",
     "bound_holds",
     "policy_text",
+    "rows_markdown",
     "run_rows",
     "run_split_view",
 ]
@@ -231,3 +232,21 @@ async def run_rows(
 ) -> list[SplitViewRow]:
     """Every row, each on its own nodes under ``root/n<n>-q<q>-f<f>``."""
     return [await run_split_view(n, q, f, root=root / f"n{n}-q{q}-f{f}") for n, q, f in rows]
+
+
+def rows_markdown(rows: Sequence[SplitViewRow]) -> str:
+    """The rows as a Markdown table (docs/custody.md, "Witness-cosigned heads")."""
+    head = (
+        "| n | q | f | 2q > n+f | cosignatures A / B | holders accepting | conflicting heads"
+        " accepted | split_view evidence (witnesses / holders) | honest accused |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+    )
+    body = "".join(
+        f"| {r.n} | {r.q} | {r.f} | {'yes' if r.bound_holds else 'no'}"
+        f" | {r.cosignatures_a} / {r.cosignatures_b}"
+        f" | {int(r.holder_a_accepted) + int(r.holder_b_accepted)} of 2"
+        f" | {r.conflicting_accepted} | {r.witness_evidence} / {r.holder_evidence}"
+        f" | {r.honest_accused} |\n"
+        for r in rows
+    )
+    return head + body

@@ -9,6 +9,7 @@ was copied from.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from pathlib import Path
 
@@ -415,3 +416,31 @@ def test_w3_a_head_signed_by_another_key_fails_before_any_cosignature_counts() -
     result = check_quorum(_cosigned(other.note, ws), policy, NOW, log_key=key)
     assert not result
     assert "no signature by a trusted key" in result.message
+
+
+def _docs_example() -> str:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "custody.md").read_text()
+    after = text.split("An example: three operators", 1)[1]
+    return after.split("```\n", 2)[1]
+
+
+def test_w3_the_docs_policy_example_parses_and_counts_an_operator_once() -> None:
+    policy = parse_policy(_docs_example())
+    docs = {
+        n: Identity.from_seed(hashlib.sha256(f"provnet docs witness {n}".encode()).digest())
+        for n in ("a1", "a2", "b1", "c1")
+    }
+    assert {n: w.key for n, w in policy.witnesses.items()} == {
+        n: witness_vkey(i.node_id) for n, i in docs.items()
+    }
+    origin = fixed_identity("origin")
+    note = _log(origin, 1).heads[0].note
+    key = head_log_key(origin.node_id, EPOCH)
+    same_operator = check_quorum(
+        _cosigned(note, [docs["a1"], docs["a2"]]), policy, NOW, log_key=key
+    )
+    assert not same_operator
+    assert "group two-operators needs 2 of 3, has 1 (acme)" in same_operator.message
+    two = check_quorum(_cosigned(note, [docs["a2"], docs["c1"]]), policy, NOW, log_key=key)
+    assert two
+    assert two.operators == ("acme", "initech")
