@@ -73,9 +73,8 @@ from nodes import store as st
 from nodes.config import ConfigError, setting
 from nodes.errors import MalformedRequest, NodeError
 from nodes.logging import get_logger
-from nodes.messages import Outcome
+from nodes.messages import Outcome, WitnessReply
 from nodes.transport import CallFailed
-from nodes.witness_wire import WitnessReply
 
 __all__ = [
     "ANY_LOG",

@@ -262,7 +262,7 @@ class Witness(witness_pb2_grpc.WitnessServicer):
         self, request: witness_pb2.AddCheckpointRequest, context: _Context
     ) -> witness_pb2.AddCheckpointResponse:
         reply = await self.core.add_checkpoint(bytes(request.body))
-        return reply.to_pb()
+        return wire.add_checkpoint_response(reply)
 
 
 @dataclass(frozen=True, slots=True)

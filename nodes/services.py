@@ -179,12 +179,12 @@ from nodes.messages import (
     NodeInfo,
     Outcome,
     RehydrationReport,
+    WitnessReply,
     select_hops,
 )
 from nodes.replay import DemandNonces
 from nodes.restore import restore as restore_value
 from nodes.transport import CallFailed, Transport
-from nodes.witness_wire import WitnessReply
 
 __all__ = [
     "DEMAND_WINDOW_S",

@@ -54,12 +54,11 @@ from nodes.auth import (
     signed_metadata,
 )
 from nodes.errors import status_for
-from nodes.messages import Answer, ChallengeResult, Delivery
+from nodes.messages import Answer, ChallengeResult, Delivery, WitnessReply
 from nodes.methods import method_name
 from nodes.noanswer import SILENT_CODES, Reply, reply_for
 from nodes.retry import appointment_ms, retry_shed
 from nodes.tls import TLS_FAILED, TlsFiles, diagnose
-from nodes.witness_wire import WitnessReply, add_checkpoint_request, witness_stub
 
 __all__ = [
     "CONNECT_TIMEOUT_MS",
@@ -568,10 +567,10 @@ class GrpcTransport:
         """``Witness.AddCheckpoint`` on a witness (open: the checkpoint's signature decides)."""
         if self.pins:
             timeout = await self._check_pin(address, timeout, False)
-        stub = witness_stub(self.channel(address))
-        request = add_checkpoint_request(body)
+        stub = wire.witness_stub(self.channel(address))
+        request = wire.add_checkpoint_request(body)
         reply = await self._call(address, stub.AddCheckpoint(request, timeout=timeout))
-        return WitnessReply.from_pb(reply)
+        return wire.witness_reply_from_pb(reply)
 
     async def close(self) -> None:
         channels = self._channels
@@ -770,7 +769,7 @@ class InMemoryTransport:
         core = self._node(address)
         if not isinstance(core, _WitnessNode):
             raise CallFailed("UNIMPLEMENTED", "not a witness", address)
-        self._check_size(address, add_checkpoint_request(body).ByteSize())
+        self._check_size(address, wire.message_size(wire.add_checkpoint_request(body)))
         reply: WitnessReply = await self._run(address, timeout, core.add_checkpoint(body))
         return reply
 
