@@ -20,7 +20,7 @@ from contracts.witness import AddCheckpoint, witness_vkey
 from contracts.witness_policy import check_quorum, parse_policy
 from harness.custody.split_view import bound_holds, policy_text, run_rows
 from nodes.app import load_or_create_identity
-from nodes.config import NodeConfig
+from nodes.config import ConfigError, NodeConfig
 from nodes.cosigner import MAX_ANY_LOGS
 from nodes.messages import Delivery
 from nodes.services import NodeCore
@@ -290,3 +290,38 @@ async def test_w5_a_witness_of_every_log_takes_on_a_bounded_number_of_logs(nodes
     # a log it already witnesses is still followed
     again = await send(witness.config.listen, AddCheckpoint(1, (), note1).to_bytes(), 5)
     assert again.cosignatures
+
+
+# ------------------------------------------------------------------ settings
+
+
+def test_w4_witness_settings_come_from_flags_or_variables_and_errors_name_them(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "PROVNET_NAME": "n",
+        "PROVNET_DATA_DIR": str(tmp_path),
+        "PROVNET_PEERS": "w1=127.0.0.1:7001",
+        "PROVNET_WITNESSES": "w1; 127.0.0.1:7002",
+        "PROVNET_WITNESS_LOGS": "*",
+        "PROVNET_WITNESS_POLICY": str(tmp_path / "policy.txt"),
+    }
+    config = NodeConfig.from_env_and_args(None, env)
+    assert config.witnesses == ("w1", "127.0.0.1:7002")
+    assert (config.witness_logs, config.witness_policy) == ("*", tmp_path / "policy.txt")
+    with pytest.raises(ConfigError, match=r"--witness-logs \(\$PROVNET_WITNESS_LOGS\)"):
+        NodeConfig.from_env_and_args(None, {**env, "PROVNET_WITNESS_LOGS": "abc"})
+    with pytest.raises(ConfigError, match=r"--witnesses .*'w9' is neither host:port nor a peer"):
+        NodeConfig.from_env_and_args(None, {**env, "PROVNET_WITNESSES": "w9"})
+    many = ";".join(f"127.0.0.1:{7000 + i}" for i in range(17))
+    with pytest.raises(ConfigError, match="at most 16 witnesses"):
+        NodeConfig.from_env_and_args(None, {**env, "PROVNET_WITNESSES": many})
+
+
+async def test_w4_a_bad_policy_file_stops_the_node_naming_the_setting_and_line(
+    nodes: Nodes,
+) -> None:
+    policy = nodes.root / "policy.txt"
+    policy.write_text("# ok\nquorum w1\n")
+    with pytest.raises(ConfigError, match=r"--witness-policy .*policy line 2: quorum 'w1'"):
+        await nodes.add("holder", witness_policy=policy)
