@@ -32,7 +32,9 @@ the custody experiment and tests call it alike.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ __all__ = [
     "SplitViewRow",
     "bound_holds",
     "policy_text",
+    "rows_csv",
     "rows_markdown",
     "run_rows",
     "run_split_view",
@@ -250,3 +253,14 @@ def rows_markdown(rows: Sequence[SplitViewRow]) -> str:
         for r in rows
     )
     return head + body
+
+
+def rows_csv(rows: Sequence[SplitViewRow]) -> str:
+    """The rows as CSV, one column per :class:`SplitViewRow` field, in field order."""
+    out = io.StringIO()
+    names = [f.name for f in dataclasses.fields(SplitViewRow)]
+    writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(row.to_json())
+    return out.getvalue()

@@ -533,3 +533,22 @@ def test_w3_any_policy_text_parses_or_is_an_encoding_error_naming_a_line(text: s
         assert message.startswith(("policy line ", "policy: no quorum")), message
         return
     assert policy.quorum == "none" or policy.quorum in {*policy.witnesses, *policy.groups}
+
+
+def test_w1_witness_modules_are_pure_no_clock_no_io() -> None:
+    import ast
+
+    allowed = {"__future__", "hashlib", "collections.abc", "dataclasses", "enum", "types"}
+    root = Path(__file__).resolve().parents[2] / "contracts"
+    for name in ("witness.py", "witness_policy.py"):
+        tree = ast.parse((root / name).read_text())
+        imported = {
+            n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+        } | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert {m for m in imported if not m.startswith("contracts")} <= allowed, name
+        called = {
+            n.func.id
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        }
+        assert "open" not in called, name

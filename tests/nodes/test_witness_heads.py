@@ -18,7 +18,7 @@ from contracts.merkle import leaf_hash
 from contracts.note import parse_note
 from contracts.witness import AddCheckpoint, witness_vkey
 from contracts.witness_policy import check_quorum, parse_policy
-from harness.custody.split_view import bound_holds, policy_text, run_rows
+from harness.custody.split_view import bound_holds, policy_text, rows_csv, run_rows
 from nodes.app import load_or_create_identity
 from nodes.config import ConfigError, NodeConfig
 from nodes.cosigner import MAX_ANY_LOGS
@@ -273,6 +273,9 @@ async def test_w6_conflicting_heads_both_accepted_exactly_when_2q_le_n_plus_f(
             assert row.conflicting_accepted == 2, row
         assert row.honest_accused == 0, row
     assert [r.bound_holds for r in rows] == [True, False, True, False]
+    table = rows_csv(rows).splitlines()
+    assert table[0].startswith("n,q,f,bound_holds,")
+    assert len(table) == 1 + len(rows)
 
 
 async def test_w5_a_witness_of_every_log_takes_on_a_bounded_number_of_logs(nodes: Nodes) -> None:
