@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.evidence import Evidence, EvidenceStatus, verify_evidence
 from contracts.head_note import head_digest, head_log_key, open_head
 from contracts.heads import FoldInput, FoldProof, HeadLog
 from contracts.merkle import leaf_hash
@@ -224,6 +225,11 @@ async def test_w5_witness_state_survives_a_restart_and_it_never_cosigns_the_fork
     assert "signed two roots for size 1" in caught.value.message
     (record,) = await witness.store.evidence(kind="split_view")
     assert record.accused == origin.node_id
+    verdict = verify_evidence(Evidence.from_bytes(record.body), now=origin.now_ms())
+    assert verdict.status is EvidenceStatus.PROVEN
+    # the file `provnet evidence verify` reads
+    assert record.file_path
+    assert Path(record.file_path).read_bytes() == record.body
     assert (await witness.store.witness_log(row.origin)) == row  # unchanged
 
 
