@@ -26,7 +26,13 @@ settings behaves exactly as before (same calls, same bytes):
   (:func:`contracts.witness_policy.check_quorum`) before it is verified,
   cached or held; otherwise the delivery is refused with FAILED_PRECONDITION
   naming what is missing. A missing quorum accuses nobody: it is no signed
-  misbehaviour.
+  misbehaviour — but a refused head the origin signed that conflicts with a
+  head this holder holds is, and is kept as ``split_view`` evidence.
+
+Bounds: a witness of every log (``*``) takes on at most :data:`MAX_ANY_LOGS`
+logs; an origin keeps one line per witness reply, and has at most 16
+witnesses (``nodes.config.MAX_WITNESSES``); a holder reads a head within the
+head's own bounds before verifying any cosignature.
 """
 
 from __future__ import annotations
