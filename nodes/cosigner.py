@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -76,7 +75,7 @@ from contracts.witness import (
 )
 from contracts.witness_policy import WitnessPolicy, check_quorum, parse_policy
 from nodes import store as st
-from nodes.config import ConfigError, setting
+from nodes.config import ConfigError, WitnessFault, setting
 from nodes.errors import MalformedRequest, NodeError
 from nodes.logging import get_logger
 from nodes.messages import Outcome, WitnessReply
@@ -86,7 +85,6 @@ __all__ = [
     "ANY_LOG",
     "MAX_ANY_LOGS",
     "Cosigner",
-    "CosignerFault",
     "HeadGate",
     "HeadRefused",
     "NotAWitness",
@@ -138,14 +136,6 @@ class HeadRefused(NodeError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
-class CosignerFault(StrEnum):
-    """How this node behaves as a witness: honest, or (tests) colluding with origins."""
-
-    NONE = "none"
-    #: cosigns every head its log signed, whatever it cosigned before
-    COLLUDE = "collude"
-
-
 def parse_witness_logs(text: str) -> frozenset[str] | None:
     """``--witness-logs``: ``*`` (every provnet head log), or node ids; ``""``: not a witness.
 
@@ -175,7 +165,7 @@ class Cosigner:
         max_logs: int | None = None,
         clock: Callable[[], float],
         keep_evidence: Callable[[str, bytes], Awaitable[None]],
-        fault: CosignerFault = CosignerFault.NONE,
+        fault: WitnessFault = WitnessFault.NONE,
     ) -> None:
         self._key = witness_note_key(identity)
         self._store = store
@@ -206,7 +196,7 @@ class Cosigner:
             raise MalformedRequest(f"Witness.AddCheckpoint: {exc}") from exc
         now = self._clock()
         timestamp = max(1, int(now))
-        if self.fault is CosignerFault.COLLUDE:
+        if self.fault is WitnessFault.COLLUDE:
             return self._collude(request, origin, logs, timestamp)
 
         def decide(row: st.WitnessLogRow | None) -> tuple[st.WitnessLogRow | None, WitnessAnswer]:
@@ -466,6 +456,7 @@ class Witnessing:
             max_logs=MAX_ANY_LOGS if logs_text and named is None else None,
             clock=lambda: core.clock(),
             keep_evidence=keep,
+            fault=config.witness_fault,
         )
         self.origin = OriginWitnesses(
             [config.peer(w) for w in config.witnesses],
