@@ -7,6 +7,8 @@ real nodes (small n: each row is a few in-process nodes, well under 2 s).
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from contracts.witness import AddCheckpoint, witness_vkey
 from contracts.witness_policy import check_quorum, parse_policy
 from harness.custody.split_view import bound_holds, policy_text, rows_csv, run_rows
 from nodes.app import load_or_create_identity
+from nodes.cluster import HealthState, child_env, free_ports, probe_health, provnet_argv
 from nodes.config import ConfigError, NodeConfig
 from nodes.cosigner import MAX_ANY_LOGS
 from nodes.messages import Delivery
@@ -334,3 +337,59 @@ async def test_w4_a_bad_policy_file_stops_the_node_naming_the_setting_and_line(
     policy.write_text("# ok\nquorum w1\n")
     with pytest.raises(ConfigError, match=r"--witness-policy .*policy line 2: quorum 'w1'"):
         await nodes.add("holder", witness_policy=policy)
+
+
+# ------------------------------------------------------------------ a real process, killed
+
+
+def _start(root: Path, address: str) -> subprocess.Popen[bytes]:
+    argv = provnet_argv(
+        "node", "--name", "w1", "--listen", address, "--data-dir", str(root / "w1"),
+        "--witness-logs", "*",
+    )  # fmt: skip
+    log = (root / "w1.log").open("ab")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=child_env())
+    log.close()
+    give_up = time.monotonic() + 60
+    while probe_health(address, timeout=0.5) is not HealthState.SERVING:
+        if proc.poll() is not None or time.monotonic() > give_up:
+            proc.kill()
+            pytest.fail(f"witness did not start: {(root / 'w1.log').read_text()[-2000:]}")
+        time.sleep(0.05)  # polling a health probe, bounded by give_up
+    return proc
+
+
+@pytest.mark.soak
+async def test_w5_a_witness_killed_right_after_it_answered_still_knows_what_it_cosigned(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL the witness process the moment its cosignature arrives: restarted, it
+    answers the same log's stale request with the size it cosigned (soak: two
+    process starts, a few seconds)."""
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    origin = load_or_create_identity(tmp_path / "origin")
+    now = int(time.time() * 1000)
+    log = HeadLog(origin, "1-0123456789abcdef")
+    note = log.compact(
+        [FoldInput("v", 0, [hop_json(1)])],
+        serve_until=now + 3_600_000,
+        deadline_ms=2_000,
+        endpoints=("127.0.0.1:1",),
+        issued_at=now,
+    ).head.note
+    transport = GrpcTransport()
+    proc = _start(tmp_path, address)
+    try:
+        reply = await transport.add_checkpoint(address, AddCheckpoint(0, (), note).to_bytes(), 10)
+        proc.kill()  # no shutdown, no flush: only what was committed before the answer
+        proc.wait(timeout=10)
+        assert reply.cosignatures
+        await transport.close()
+        transport = GrpcTransport()
+        proc = _start(tmp_path, address)
+        again = await transport.add_checkpoint(address, AddCheckpoint(0, (), note).to_bytes(), 10)
+        assert (again.conflict, again.size) == (True, 1)
+    finally:
+        await transport.close()
+        proc.kill()
+        proc.wait(timeout=10)
