@@ -97,6 +97,14 @@ _FLAG_HELP: Mapping[str, str] = {
     "tls_cert": "PEM file of this node's TLS certificate; the node then serves TLS only"
     " (needs --tls-key and --tls-ca)",
     "tls_key": "PEM file of the key of --tls-cert",
+    "witnesses": "origin: witnesses (peer names or host:port, ';'-separated) asked to cosign"
+    " each new head; their cosignatures ride on the delivered head (default: none)",
+    "witness_policy": "holder: a tlog-policy file; a delivered head needs its quorum of"
+    " witness cosignatures (docs/custody.md; default: no quorum required)",
+    "witness_logs": "witness: '*' (every origin's heads) or origins' node ids whose heads this"
+    " node cosigns (Witness.AddCheckpoint; default: not a witness)",
+    "witness_fault": "what this node cosigns as a witness, for tests: none (honest), collude"
+    " (cosigns every head its origin signed)",
 }
 
 
