@@ -391,3 +391,90 @@ def test_compose_check_script_is_valid_bash() -> None:
         ["bash", "-n", str(script)], capture_output=True, text=True, check=False, timeout=30
     )
     assert result.returncode == 0, result.stderr
+
+
+# ------------------------------------------------------------- TLS override
+
+TLS = "docker-compose.tls.yml"
+RESULTS = "./results-compose"  # the results folder with PROVNET_RESULTS_DIR unset
+
+
+def _tls_new_argv(node: str) -> list[str]:
+    """The ``provnet tls new`` command tls-certs runs for ``node``, as the shell sees it."""
+    (script,) = _services(TLS)["tls-certs"]["command"]
+    text = script.replace("$$", "$").replace("\\\n", " ")
+    (line,) = [ln for ln in text.splitlines() if "provnet tls new" in ln]
+    words = shlex.split(line.replace('"$node"', node).replace("$node", node))
+    start = words.index("provnet")
+    return words[start + 1 : words.index(">/dev/null")]
+
+
+def test_tls_certs_makes_one_ca_and_a_certificate_per_node_naming_its_advertised_host() -> None:
+    certs = _services(TLS)["tls-certs"]
+    assert certs["volumes"] == [f"{RESULTS}:/results"]
+    assert certs["image"] == _services()["runner"]["image"]
+    assert certs.get("init") is True
+    assert _env(certs)["PROVNET_TLS_NODES"].split() == list(NODE_SERVICES)
+    for node in NODE_SERVICES:
+        args = _parse(_tls_new_argv(node))
+        assert (args.command, args.tls_command) == ("tls", "new")
+        assert args.ca == Path("/results/tls/ca"), "one CA for every node"
+        assert args.out == Path(f"/results/tls/{node}")
+        assert args.node == node
+        # what the node is dialled by: its advertised host (and its WAN proxy's)
+        advertised = _node_config(node, TLS).advertised.rpartition(":")[0]
+        wan_advertised = _node_config(node, WAN).advertised.rpartition(":")[0]
+        assert {advertised, wan_advertised} <= set(args.host), node
+    (script,) = certs["command"]
+    # the node user gets its key; it stays up, healthy once every file is there
+    assert 'chown 10001:10001 "/results/tls/$$node/$$node.key"' in script
+    assert script.rstrip().endswith("exec sleep infinity")
+    assert script.index("touch /results/tls/.done") > script.rindex("chown")
+    assert "/results/tls/.done" in " ".join(certs["healthcheck"]["test"])
+    runner_owner = _services()["runner"]["user"]
+    assert _env(certs)["PROVNET_TLS_OWNER"] == runner_owner, "the runner reads the CA key"
+
+
+@pytest.mark.parametrize("node", NODE_SERVICES)
+def test_tls_nodes_read_their_own_certificate_and_key_and_the_ca_read_only(node: str) -> None:
+    service = _services(TLS)[node]
+    config = _node_config(node, TLS)
+    args = _parse(_tls_new_argv(node))
+    mount = f"{RESULTS}/tls/{node}:/tls:ro"
+    # only its own folder (not the CA's key, not another node's key)
+    assert [v for v in service["volumes"] if ":/tls" in v] == [mount]
+    assert args.out == Path("/results" + mount.split(":")[0].removeprefix(RESULTS))
+    assert (config.tls_ca, config.tls_cert, config.tls_key) == (
+        Path("/tls/ca.pem"),
+        Path(f"/tls/{node}.pem"),
+        Path(f"/tls/{node}.key"),
+    )
+    # what the base mounts is still mounted (the override repeats it)
+    assert set(_services()[node]["volumes"]) < set(service["volumes"])
+    assert set(_env(_services()[node])) | {
+        "PROVNET_TLS_CA",
+        "PROVNET_TLS_CERT",
+        "PROVNET_TLS_KEY",
+    } == set(_env(service))
+    assert service["depends_on"]["tls-certs"] == {"condition": "service_healthy"}
+    assert service["depends_on"]["operator-key"] == {"condition": "service_healthy"}
+    # the healthcheck is unchanged: `provnet node health` reads PROVNET_TLS_CA and
+    # checks the certificate for the host of PROVNET_ADVERTISE
+    assert service["healthcheck"] == _services()[node]["healthcheck"]
+
+
+def test_tls_runner_verifies_the_nodes_with_the_ca_whose_key_lies_beside_it() -> None:
+    runner = _services(TLS)["runner"]
+    env = _env(runner)
+    assert set(env) - set(_env(_services()["runner"])) == {"PROVNET_TLS_CA"}
+    ca = Path(env["PROVNET_TLS_CA"])
+    # the CA folder tls new writes (ca.pem, ca.key), inside the runner's /results
+    assert ca == _parse(_tls_new_argv("a")).ca / "ca.pem"
+    assert f"{RESULTS}:/results" in runner["volumes"]
+    # the smoke test and the boundary experiment both take it (--tls-ca's variable)
+    from nodes.client_tls import ClientTls
+
+    for argv, _ in _runner_commands(TLS):
+        args = _parse(argv)
+        assert args.tls_ca is None, "from the variable, not a flag"
+        assert ClientTls.from_args(args, {"PROVNET_TLS_CA": "/dev/null"}).ca == Path("/dev/null")
