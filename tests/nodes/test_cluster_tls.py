@@ -242,3 +242,27 @@ def test_the_smoke_fault_nodes_certificate_is_given_or_made_with_the_ca_key_besi
     shutil.copy(ca, renamed)
     with pytest.raises(TlsError, match="belongs to"):
         ClientTls(renamed).serving(tmp_path / "out", "runner")
+
+
+def test_the_attest_runner_on_running_nodes_dials_them_with_the_slices_ca(tmp_path: Path) -> None:
+    from harness.attest.runner import AttestSlice, _settings
+    from harness.boundary.choices import TransportKind
+    from harness.boundary.runner import _tls
+
+    ca = new_ca(tmp_path / "ca", now=dt.datetime.now(dt.UTC))
+    nodes = (("a", "127.0.0.1:1"), ("b", "127.0.0.1:2"), ("c", "127.0.0.1:3"))
+    remote = AttestSlice(transport=TransportKind.REMOTE, nodes=nodes, tls_ca=str(ca))
+    files = _tls(_settings(remote, 25, 10))
+    assert files is not None
+    assert files.ca == ca
+    plain = AttestSlice(transport=TransportKind.REMOTE, nodes=nodes)
+    assert _tls(_settings(plain, 25, 10)) is None
+    # a CA file that is not PEM fails before any node is dialled, naming the setting's file
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate", encoding="utf-8")
+    with pytest.raises(TlsError, match=r"bad\.pem: not PEM certificates"):
+        _tls(
+            _settings(
+                AttestSlice(transport=TransportKind.REMOTE, nodes=nodes, tls_ca=str(bad)), 25, 10
+            )
+        )
