@@ -50,7 +50,14 @@ from typing import Any
 
 import yaml
 
-__all__ = ["HEADER", "merge_override", "render", "stack_from_compose", "with_nodes"]
+__all__ = [
+    "HEADER",
+    "merge_override",
+    "render",
+    "render_compose",
+    "stack_from_compose",
+    "with_nodes",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = "${PROVNET_RESULTS_DIR:?set it to the results folder}"
@@ -86,6 +93,17 @@ TLS_HEADER = """\
 # needs, besides what docker-stack.yml needs, the TLS files in
 # $PROVNET_RESULTS_DIR/tls (ca/ca.pem, ca/ca.key, <node>/<node>.pem and .key);
 # PROVNET_SWARM_TLS=1 scripts/swarm-check.sh makes them and runs it end to end.
+"""
+
+
+COMPOSE_HEADER = """\
+# GENERATED from docker-compose.yml by scripts/stack_file.py --as-compose
+# --names {names}{tls} -- the Compose cluster with these node services, each
+# shaped like docker-compose.yml's `a` (same variables; one member list for all):
+#
+#   docker compose --project-directory REPO -f THIS_FILE up --build --exit-code-from runner
+#
+# PROVNET_COMPOSE_NODES={names} scripts/compose-check.sh makes and runs it.
 """
 
 
@@ -152,6 +170,8 @@ def with_nodes(compose: dict[str, Any], names: list[str]) -> dict[str, Any]:
     if "tls-certs" in services:
         services["tls-certs"]["environment"]["PROVNET_TLS_NODES"] = " ".join(names)
     runner = services["runner"]
+    if "depends_on" in runner:  # Compose: the runner starts once every node is healthy
+        runner["depends_on"] = {n: {"condition": "service_healthy"} for n in names}
     runner["environment"]["PROVNET_SMOKE_NODES"] = ";".join(members)
     runner["environment"]["PROVNET_BOUNDARY_ARGS"] = (
         f"--nodes {','.join(members)} --origins {len(names) - 2}"
@@ -233,6 +253,24 @@ def stack_from_compose(compose: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class _NoAliases(yaml.SafeDumper):
+    """A dumper that writes shared values out in full (no YAML anchors)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def render_compose(compose_text: str, names: list[str], tls_text: str | None = None) -> str:
+    """docker-compose.yml for node services ``names`` (with ``tls_text``, TLS applied):
+    the compose file of N nodes (scripts/compose-check.sh: ``PROVNET_COMPOSE_NODES``)."""
+    compose = yaml.safe_load(compose_text)
+    if tls_text is not None:
+        compose = merge_override(compose, yaml.safe_load(tls_text))
+    out = {k: v for k, v in with_nodes(compose, names).items() if not k.startswith("x-")}
+    body = yaml.dump(out, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, width=100)
+    return COMPOSE_HEADER.format(names=",".join(names), tls=" --tls" if tls_text else "") + body
+
+
 def render(compose_text: str, names: list[str] | None = None, tls_text: str | None = None) -> str:
     """docker-stack.yml's text for docker-compose.yml's (with node services ``names``;
     with ``tls_text``, docker-compose.tls.yml's, applied first: docker-stack.tls.yml)."""
@@ -255,10 +293,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"TLS between the services: apply {TLS_OVERRIDE} (beside --compose) first",
     )
+    parser.add_argument(
+        "--as-compose",
+        action="store_true",
+        help="write the compose file of --names instead of a stack file (run it with"
+        " docker compose --project-directory REPO -f FILE)",
+    )
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     tls = (args.compose.parent / TLS_OVERRIDE).read_text(encoding="utf-8") if args.tls else None
-    sys.stdout.write(render(args.compose.read_text(encoding="utf-8"), names, tls))
+    text = args.compose.read_text(encoding="utf-8")
+    if args.as_compose:
+        if names is None:
+            parser.error("--as-compose needs --names")
+        sys.stdout.write(render_compose(text, names, tls))
+    else:
+        sys.stdout.write(render(text, names, tls))
     return 0
 
 

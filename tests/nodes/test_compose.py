@@ -478,3 +478,66 @@ def test_tls_runner_verifies_the_nodes_with_the_ca_whose_key_lies_beside_it() ->
         args = _parse(argv)
         assert args.tls_ca is None, "from the variable, not a flag"
         assert ClientTls.from_args(args, {"PROVNET_TLS_CA": "/dev/null"}).ca == Path("/dev/null")
+
+
+# ------------------------------------------------------------- N node services
+
+
+def _generated(names: list[str], *, tls: bool) -> dict[str, Any]:
+    """scripts/stack_file.py --as-compose --names …: the compose file of these nodes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stack_file", REPO / "scripts" / "stack_file.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (REPO / "docker-compose.yml").read_text(encoding="utf-8")
+    tls_text = (REPO / TLS).read_text(encoding="utf-8") if tls else None
+    data = yaml.safe_load(module.render_compose(text, names, tls_text))
+    assert isinstance(data, dict)
+    result = _interpolate(data)
+    assert isinstance(result, dict)
+    return result
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_a_compose_file_of_five_nodes_has_the_same_keys_and_plays_on_all_of_them(
+    tls: bool,
+) -> None:
+    names = ["a", "b", "c", "d", "e"]
+    services = _generated(names, tls=tls)["services"]
+    base = _services(TLS) if tls else _services()
+    assert set(services) == set(names) | (set(base) - set(NODE_SERVICES))
+    for name in names:
+        service = services[name]
+        assert set(_env(service)) == set(_env(base["a"])), name
+        config = NodeConfig.from_env_and_args(_parse(list(service["command"])), env=_env(service))
+        assert config.name == name
+        assert config.advertised == f"{name}:50051"
+        assert {p.name for p in config.peers} == set(names) - {name}
+        assert service["volumes"][0] == f"{name}-data:/data"
+        if tls:
+            assert config.tls_cert == Path(f"/tls/{name}.pem")
+            assert f"{RESULTS}/tls/{name}:/tls:ro" in service["volumes"]
+    runner = services["runner"]
+    assert runner["depends_on"] == {n: {"condition": "service_healthy"} for n in names}
+    if tls:
+        assert _env(services["tls-certs"])["PROVNET_TLS_NODES"].split() == names
+    env = _env(runner)
+    from nodes.smoke import Member
+
+    assert [m.name for m in Member.parse_list(env["PROVNET_SMOKE_NODES"])] == names
+    boundary = _parse(["experiment", "boundary", *shlex.split(env["PROVNET_BOUNDARY_ARGS"])])
+    assert [n for n, _ in boundary.nodes] == names
+    assert boundary.origins == 3
+
+
+def test_compose_check_makes_the_compose_file_of_other_nodes_in_the_image() -> None:
+    text = (REPO / "scripts" / "compose-check.sh").read_text(encoding="utf-8")
+    assert "/scripts/stack_file.py --as-compose" in text
+    assert '--names "$PROVNET_COMPOSE_NODES" "${tls_flag[@]}"' in text
+    # the generated file's relative paths (build context) are the repository's
+    assert (
+        'COMPOSE=(docker compose -p "$PROJECT" --project-directory "$REPO" -f "$generated")' in text
+    )
