@@ -33,8 +33,13 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nodes.tls import CA_CERT, CA_KEY, TlsError, TlsFiles, new_ca, new_node_certificate
+if TYPE_CHECKING:
+    from nodes.tls import TlsFiles
+
+# nodes.tls (grpc, cryptography) is imported where it is used: the flags are
+# registered on commands whose registration must stay light (harness.cli).
 
 __all__ = [
     "CLUSTER_TLS_DIR",
@@ -63,6 +68,12 @@ _FLAGS = {
 def _setting(field: str) -> str:
     flag, var = _FLAGS[field]
     return f"{flag} (${var})"
+
+
+def _error(message: str) -> Exception:
+    from nodes.tls import TlsError
+
+    return TlsError(message)
 
 
 def add_tls_flags(parser: argparse.ArgumentParser, *, serving: bool = False) -> None:
@@ -102,12 +113,12 @@ class ClientTls:
 
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
-            raise TlsError(
+            raise _error(
                 f"{_setting('tls_cert')} and {_setting('tls_key')} go together: got only"
                 f" {'the certificate' if self.key is None else 'the key'}"
             )
         if self.cert is not None and self.ca is None:
-            raise TlsError(
+            raise _error(
                 f"{_setting('tls_cert')} needs {_setting('tls_ca')}: the fault nodes it"
                 " serves for dial the cluster's nodes over TLS"
             )
@@ -145,6 +156,8 @@ class ClientTls:
 
     def files(self) -> TlsFiles | None:
         """What :class:`nodes.control.NodeClients` takes (None: plaintext)."""
+        from nodes.tls import TlsFiles
+
         if self.ca is None:
             return None
         TlsFiles(ca=self.ca).channel_credentials()  # not PEM: fails here, naming the file
@@ -156,7 +169,7 @@ class ClientTls:
         try:
             return self.ca.read_bytes()
         except OSError as exc:
-            raise TlsError(
+            raise _error(
                 f"{_setting('tls_ca')} {self.ca}: cannot read ({exc.strerror or exc})"
             ) from None
 
@@ -168,20 +181,22 @@ class ClientTls:
         ``--tls-cert``/``--tls-key`` when given; else one made now into
         ``out_dir`` with the CA key found beside the CA certificate.
         """
+        from nodes.tls import CA_CERT, CA_KEY, new_node_certificate
+
         if self.ca is None:
-            raise TlsError("TLS is off: no certificate is needed")
+            raise _error("TLS is off: no certificate is needed")
         if self.cert is not None and self.key is not None:
             return self.cert, self.key
         ca_dir = self.ca.parent
         if not (ca_dir / CA_KEY).is_file():
-            raise TlsError(
+            raise _error(
                 f"the smoke test's fault nodes serve TLS and need a certificate naming {host!r}:"
                 f" give {_setting('tls_cert')} and {_setting('tls_key')}, or keep the CA key"
                 f" {ca_dir / CA_KEY} beside {_setting('tls_ca')} {self.ca}"
                 " ('provnet tls new --ca DIR --node NAME --host HOST' makes such a certificate)"
             )
         if (ca_dir / CA_CERT).resolve() != self.ca.resolve():
-            raise TlsError(
+            raise _error(
                 f"{_setting('tls_ca')} {self.ca}: the CA key {ca_dir / CA_KEY} belongs to"
                 f" {ca_dir / CA_CERT}; point {_setting('tls_ca')} at that file, or give"
                 f" {_setting('tls_cert')} and {_setting('tls_key')}"
@@ -200,6 +215,8 @@ def _valid_ca(path: Path, now: dt.datetime) -> bool:
     """Whether ``path`` is a CA certificate valid for a while longer, with its key beside it."""
     from cryptography import x509
 
+    from nodes.tls import CA_KEY
+
     if not (path.is_file() and (path.parent / CA_KEY).is_file()):
         return False
     try:
@@ -214,6 +231,8 @@ def cluster_certificates(
 ) -> tuple[Path, dict[str, tuple[Path, Path]]]:
     """The local cluster's CA (made once, again when expiring) and a fresh certificate
     per node naming :data:`LOCAL_HOSTS`: (ca.pem, name → (cert, key))."""
+    from nodes.tls import CA_CERT, new_ca, new_node_certificate
+
     when = now or dt.datetime.now(dt.UTC)
     tls_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     ca = tls_dir / CA_CERT
