@@ -33,7 +33,10 @@ from contracts.custody import (
     sign_custody,
 )
 from contracts.errors import BadSignature, BindingMismatch, ContractError, EncodingError, Expired
+from contracts.evidence import AnswerKind, Evidence, EvidenceKind, verify_evidence
 from contracts.head_note import is_head_note
+from contracts.lazy import judge_fold_answer
+from contracts.serve import answer_demand, build_demand, sign_served
 from tests.contracts._support import DAY, NOW, fixed_identity, make_head_world
 
 VECTOR = Path(__file__).with_name("vectors") / "custody" / "custody.json"
@@ -210,3 +213,101 @@ def test_c1_fuzz_long_run_of_mutated_statements() -> None:
 if __name__ == "__main__":
     VECTOR.write_text(json.dumps(_golden(), indent=2, ensure_ascii=False) + "\n")
     print(f"wrote {VECTOR}")
+
+
+# ------------------------------------------------------- evidence naming a custodian
+
+
+def _custody_world():  # type: ignore[no-untyped-def]
+    w = make_head_world()
+    custody = open_custody(sign_custody(CUSTODIAN, _statement(w)).note)
+    return w, bind_custody(custody, w.fold, now=NOW)
+
+
+def test_c3_custodian_bad_data_is_proof_naming_the_custodian_not_the_origin() -> None:
+    w, cfold = _custody_world()
+    demand = build_demand(w.holder, cfold.obligation, now=NOW + 1_000, nonce="b2" * 16)
+    lie = (*w.hops["value:42"][:-1], b'{"lie":1}')
+    receipt = sign_served(
+        CUSTODIAN,
+        demand,
+        obligation=cfold.obligation,
+        commitment=cfold.commitment,
+        hops=lie,
+        now=NOW + 1_001,
+    )
+    answer = judge_fold_answer(receipt, lie, demand=demand, fold=cfold, reported_at=NOW + 1_002)
+    assert answer.evidence is not None
+    data = answer.evidence.to_bytes()
+    verdict = verify_evidence(data, now=NOW + 2_000)
+    assert verdict.kind is EvidenceKind.BAD_DATA
+    assert verdict.accused == CUSTODIAN.node_id != w.origin.node_id
+    assert verdict.obligation == cfold.custody.digest  # type: ignore[union-attr]
+    # the record's custody note is the statement as signed
+    assert Evidence.from_bytes(data).custody == cfold.custody.note  # type: ignore[union-attr]
+
+
+def test_c3_custodian_refusal_before_serve_until_is_proof() -> None:
+    w, cfold = _custody_world()
+    demand = build_demand(w.holder, cfold.obligation, now=NOW + 1_000, nonce="c3" * 16)
+    receipt = answer_demand(
+        CUSTODIAN,
+        demand,
+        obligation=cfold.obligation,
+        commitment=cfold.commitment,
+        hops=None,
+        now=NOW + 1_001,
+    )
+    answer = judge_fold_answer(receipt, (), demand=demand, fold=cfold, reported_at=NOW + 1_002)
+    assert answer.evidence is not None
+    verdict = verify_evidence(answer.evidence.to_bytes(), now=NOW + 2_000)
+    assert verdict.kind is EvidenceKind.REFUSED
+    assert verdict.accused == CUSTODIAN.node_id
+
+
+def test_c3_honest_custodian_serving_is_served_without_a_signature_check() -> None:
+    w, cfold = _custody_world()
+    hops = w.hops["value:42"]
+    demand = build_demand(w.holder, cfold.obligation, now=NOW + 1_000, nonce="d4" * 16)
+    receipt = answer_demand(
+        CUSTODIAN,
+        demand,
+        obligation=cfold.obligation,
+        commitment=cfold.commitment,
+        hops=hops,
+        now=NOW + 1_001,
+    )
+    answer = judge_fold_answer(receipt, hops, demand=demand, fold=cfold, reported_at=NOW + 1_002)
+    assert answer.kind is AnswerKind.SERVED
+    assert answer.evidence is None
+
+
+def test_c3_a_custodian_cannot_be_framed_with_a_statement_it_did_not_sign() -> None:
+    """Accuracy: a record naming an honest custodian with a forger's statement (its
+    custodian line rewritten) or another custodian's statement does not verify."""
+    w, cfold = _custody_world()
+    forger = fixed_identity("forger")
+    fcustody = open_custody(sign_custody(forger, _statement(w, custodian=forger.node_id)).note)
+    ffold = bind_custody(fcustody, w.fold)
+    demand = build_demand(w.holder, ffold.obligation, now=NOW + 1_000, nonce="e5" * 16)
+    receipt = answer_demand(
+        forger,
+        demand,
+        obligation=ffold.obligation,
+        commitment=ffold.commitment,
+        hops=None,
+        now=NOW + 1_001,
+    )
+    answer = judge_fold_answer(receipt, (), demand=demand, fold=ffold, reported_at=NOW + 1_002)
+    assert answer.evidence is not None
+    assert verify_evidence(answer.evidence, now=NOW + 2_000).accused == forger.node_id
+    framed = dataclasses.replace(answer.evidence, accused=CUSTODIAN.node_id)
+    with pytest.raises(ContractError):
+        verify_evidence(framed.to_bytes(), now=NOW + 2_000)
+    swapped = dataclasses.replace(
+        answer.evidence,
+        accused=CUSTODIAN.node_id,
+        custody=cfold.custody.note,  # type: ignore[union-attr]
+    )
+    with pytest.raises(ContractError):  # the demand and receipt are for another statement
+        verify_evidence(swapped.to_bytes(), now=NOW + 2_000)
