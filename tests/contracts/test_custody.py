@@ -37,7 +37,7 @@ from contracts.evidence import AnswerKind, Evidence, EvidenceKind, verify_eviden
 from contracts.head_note import is_head_note
 from contracts.lazy import judge_fold_answer
 from contracts.serve import answer_demand, build_demand, sign_served
-from tests.contracts._support import DAY, NOW, fixed_identity, make_head_world
+from tests.contracts._support import DAY, NOW, HeadWorld, fixed_identity, make_head_world
 
 VECTOR = Path(__file__).with_name("vectors") / "custody" / "custody.json"
 CUSTODIAN = fixed_identity("custodian")
@@ -218,7 +218,7 @@ if __name__ == "__main__":
 # ------------------------------------------------------- evidence naming a custodian
 
 
-def _custody_world():  # type: ignore[no-untyped-def]
+def _custody_world() -> tuple[HeadWorld, CustodyFold]:
     w = make_head_world()
     custody = open_custody(sign_custody(CUSTODIAN, _statement(w)).note)
     return w, bind_custody(custody, w.fold, now=NOW)
@@ -242,9 +242,10 @@ def test_c3_custodian_bad_data_is_proof_naming_the_custodian_not_the_origin() ->
     verdict = verify_evidence(data, now=NOW + 2_000)
     assert verdict.kind is EvidenceKind.BAD_DATA
     assert verdict.accused == CUSTODIAN.node_id != w.origin.node_id
-    assert verdict.obligation == cfold.custody.digest  # type: ignore[union-attr]
+    assert cfold.custody is not None
+    assert verdict.obligation == cfold.custody.digest
     # the record's custody note is the statement as signed
-    assert Evidence.from_bytes(data).custody == cfold.custody.note  # type: ignore[union-attr]
+    assert Evidence.from_bytes(data).custody == cfold.custody.note
 
 
 def test_c3_custodian_refusal_before_serve_until_is_proof() -> None:
@@ -307,7 +308,7 @@ def test_c3_a_custodian_cannot_be_framed_with_a_statement_it_did_not_sign() -> N
     swapped = dataclasses.replace(
         answer.evidence,
         accused=CUSTODIAN.node_id,
-        custody=cfold.custody.note,  # type: ignore[union-attr]
+        custody=cfold.custody.note if cfold.custody else None,
     )
     with pytest.raises(ContractError):  # the demand and receipt are for another statement
         verify_evidence(swapped.to_bytes(), now=NOW + 2_000)
