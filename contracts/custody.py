@@ -87,6 +87,7 @@ __all__ = [
     "SignedCustody",
     "bind_custody",
     "custodian_key",
+    "custody_bundle",
     "custody_digest",
     "custody_text",
     "is_custody_note",
@@ -94,6 +95,7 @@ __all__ = [
     "parse_custody",
     "parse_custody_text",
     "sign_custody",
+    "split_custody_bundle",
 ]
 
 #: First line of every custody statement.
@@ -412,6 +414,29 @@ def custody_digest(data: bytes) -> str:
     if split < 0:
         raise EncodingError("custody note has no blank line between its text and its signature")
     return hashlib.sha256(raw[: split + 1]).hexdigest()
+
+
+_BUNDLE_MARK = b"\n" + CUSTODY_HEADER.encode() + b"\n"
+
+
+def custody_bundle(head_note: bytes, custody_note: bytes) -> bytes:
+    """A head note followed by a custody statement about it: how a custodian's fold
+    travels where one obligation's bytes go (a witness challenge)."""
+    if not is_custody_note(custody_note) or not head_note.endswith(b"\n"):
+        raise ValueError("a custody bundle is a head note then a custody note")
+    return head_note + custody_note
+
+
+def split_custody_bundle(data: bytes) -> tuple[bytes, bytes]:
+    """(head note, custody note) of a bundle; (data, b"") when ``data`` holds no
+    custody statement. Neither part is verified here. A head note's lines never
+    read ``provnet-custody/v1`` (its text lines have keywords of their own, its
+    signature lines start with an em dash), so the first such line splits."""
+    raw = bytes(data)
+    at = raw.find(_BUNDLE_MARK)
+    if at < 0:
+        return raw, b""
+    return raw[: at + 1], raw[at + 1 :]
 
 
 def is_custody_note(data: bytes) -> bool:

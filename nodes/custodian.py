@@ -44,6 +44,7 @@ from contracts.custody import (
     CustodyFoldRef,
     CustodyStatement,
     bind_custody,
+    custody_bundle,
     custody_digest,
     open_custody,
     parse_custody,
@@ -467,9 +468,9 @@ def custody_folds(
                 f"deliver: more than {MAX_CUSTODY_PER_ORIGIN} custody statements for origin"
                 f" {origin[:16]}…"
             )
-        out.append(
-            HeldFold(bound.commitment, bound.obligation, bound.proof.to_bytes(), note, bound)
-        )
+        bundle = custody_bundle(bound.head.note, note)
+        proof = bound.proof.to_bytes()
+        out.append(HeldFold(bound.commitment, bound.obligation, proof, bundle, bound))
     return tuple(out)
 
 
@@ -516,7 +517,9 @@ async def rehydrate_with_custody(
             if c.fold is not None and (c.fold.head.digest, c.fold.leaf_hash.hex()) == key
         ]
         for candidate in candidates:
-            sub = await holder.rehydrate(value_ref, [candidate], witnesses=(), deadline=deadline)
+            sub = await holder.rehydrate(
+                value_ref, [candidate], witnesses=witnesses, deadline=deadline
+            )
             rpcs += sub.rpcs
             demand_rpcs += sub.demand_rpcs
             parties.extend(sub.outcomes)

@@ -69,6 +69,7 @@ from contracts.batch import (
 )
 from contracts.binary import DEMAND_BINARY_TYPE, decode_demand
 from contracts.canonical import format_ms, parse_json_object, sha256_hex
+from contracts.custody import CustodyFold
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, EncodingError, Expired, NotEvidence, ReplayedNonce
 from contracts.evidence import (
@@ -1933,7 +1934,11 @@ class NodeCore:
                     sender,
                     delivery.fold_proofs,
                     tuple(dict.fromkeys(f.obligation_bytes for f in head_folds)),
-                    tuple(f.obligation_bytes for f in custody),
+                    tuple(
+                        f.fold.custody.note
+                        for f in custody
+                        if isinstance(f.fold, CustodyFold) and f.fold.custody
+                    ),
                 ),
                 folds,
                 custody,

@@ -7,13 +7,15 @@ a holder whose origin left rehydrates exactly from any one custodian that serves
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from contracts.custody import open_custody
+from contracts.custody import open_custody, sign_custody
 from nodes.custody_store import custody_counts, reap_custody
+from nodes.errors import MalformedRequest
 from nodes.faults import FaultMode
 from nodes.messages import Outcome
 from tests.nodes.custody_support import CustodyCluster, accused_honest
@@ -142,3 +144,77 @@ async def test_c3_custody_survives_a_restart_and_binds_the_reaper(
     held = net.nodes["h"].held(REF)
     until = open_custody(held.delivery.custody[0]).statement.serve_until
     assert await reap_custody(c1.store, now_ms=until + 1) == 6
+
+
+async def test_c3_a_node_that_never_held_the_hops_is_named_and_the_next_custodian_serves(
+    net: CustodyCluster,
+) -> None:
+    """An adversary signs a custody statement for a fold it never fetched (valid
+    signature, bound to the head): the value carries it, the holder asks it first,
+    gets no hops, names it, and the honest custodian after it serves."""
+    await _world(net, k=1)
+    x = await net.add("x", peers=("o",), operator="op-x")
+    h = net.nodes["h"]
+    held = h.held(REF)
+    honest = held.delivery.custody[0]
+    real = open_custody(honest).statement
+    forged = sign_custody(
+        x.identity,
+        dataclasses.replace(real, custodian=x.node_id, operator="op-x", endpoints=(x.advertised,)),
+    )
+    assert await custody_counts(x.store) == {
+        "custody_folds": 0,
+        "custody_hops": 0,
+        "custody_statements": 0,
+    }
+    # the forged statement travels first
+    await h.deliver(dataclasses.replace(held.delivery, custody=(forged.note, honest)))
+    net.depart("o")
+    h.holder._use_cache = False
+    report = await h.rehydrate(REF)
+    assert report.complete
+    assert report.served_by == (net.nodes["c1"].node_id,)
+    named = {o.origin: o for o in report.parties}
+    # it says it does not know the statement its own key signed: no receipt by the
+    # deadline, an ``unanswered`` suspicion naming it (witnesses get the same answer)
+    assert named[x.node_id].outcome is Outcome.UNANSWERED
+    assert named[x.node_id].accuses
+    assert accused_honest(report, {net.nodes["c1"].node_id, h.node_id}) == []
+
+
+async def test_c1_a_statement_not_bound_to_the_value_or_not_signed_is_rejected_at_delivery(
+    net: CustodyCluster,
+) -> None:
+    await _world(net, k=1)
+    h = net.nodes["h"]
+    held = h.held(REF)
+    note = held.delivery.custody[0]
+    # another custodian's line with the same signature: the signature fails
+    tampered = note.replace(b"operator op-a", b"operator op-z")
+    with pytest.raises(MalformedRequest, match="custody statement"):
+        await h.deliver(dataclasses.replace(held.delivery, custody=(tampered,)))
+    # a valid statement about another fold: bound to nothing this value carries
+    real = open_custody(note).statement
+    other = sign_custody(
+        net.nodes["c1"].identity,
+        dataclasses.replace(real, folds=(dataclasses.replace(real.folds[0], leaf_hash="ab" * 32),)),
+    )
+    with pytest.raises(MalformedRequest, match="names no fold"):
+        await h.deliver(dataclasses.replace(held.delivery, custody=(other.note,)))
+
+
+async def test_c3_a_silent_custodian_is_unanswered_confirmed_by_witnesses(
+    net: CustodyCluster,
+) -> None:
+    await _world(net, k=2, faults={"c1": FaultMode.DROP})
+    net.depart("o")
+    h = net.nodes["h"]
+    h.holder._use_cache = False
+    report = await h.rehydrate(REF)
+    c1, c2 = net.nodes["c1"].node_id, net.nodes["c2"].node_id
+    assert report.complete
+    assert report.served_by == (c2,)
+    silent = next(o for o in report.parties if o.origin == c1)
+    assert silent.outcome is Outcome.UNANSWERED
+    assert silent.witness_confirmed
+    assert accused_honest(report, {c2, h.node_id, net.nodes["c3"].node_id}) == []
