@@ -37,6 +37,7 @@ from contracts.evidence import AnswerKind, Evidence, EvidenceKind, verify_eviden
 from contracts.head_note import is_head_note
 from contracts.lazy import judge_fold_answer
 from contracts.serve import answer_demand, build_demand, sign_served
+from harness.cli import main as provnet_main
 from tests.contracts._support import DAY, NOW, HeadWorld, fixed_identity, make_head_world
 
 VECTOR = Path(__file__).with_name("vectors") / "custody" / "custody.json"
@@ -312,3 +313,33 @@ def test_c3_a_custodian_cannot_be_framed_with_a_statement_it_did_not_sign() -> N
     )
     with pytest.raises(ContractError):  # the demand and receipt are for another statement
         verify_evidence(swapped.to_bytes(), now=NOW + 2_000)
+
+
+def test_c3_provnet_evidence_verify_reads_evidence_naming_a_custodian(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit codes unchanged: 0 for a record that accuses the custodian, 1 for one
+    framed on another key."""
+    w, cfold = _custody_world()
+    demand = build_demand(w.holder, cfold.obligation, now=NOW + 1_000, nonce="f6" * 16)
+    lie = (*w.hops["value:42"][:-1], b'{"lie":2}')
+    receipt = sign_served(
+        CUSTODIAN,
+        demand,
+        obligation=cfold.obligation,
+        commitment=cfold.commitment,
+        hops=lie,
+        now=NOW + 1_001,
+    )
+    answer = judge_fold_answer(receipt, lie, demand=demand, fold=cfold, reported_at=NOW + 1_002)
+    assert answer.evidence is not None
+    good = tmp_path / "custodian.json"
+    good.write_bytes(answer.evidence.to_bytes())
+    assert provnet_main(["evidence", "verify", str(good), "--now", str(NOW + 2_000)]) == 0
+    out = capsys.readouterr().out
+    assert CUSTODIAN.node_id[:16] in out
+    framed = tmp_path / "framed.json"
+    record = json.loads(good.read_bytes())
+    record["accused"] = w.origin.node_id
+    framed.write_text(json.dumps(record))
+    assert provnet_main(["evidence", "verify", str(framed), "--now", str(NOW + 2_000)]) == 1
