@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from contracts.custody import open_custody, sign_custody
-from nodes.custody_store import custody_counts, reap_custody
-from nodes.errors import MalformedRequest
+from nodes.custody_store import custody_counts, keep_statement, reap_custody
+from nodes.errors import MalformedRequest, StoreUnavailable
 from nodes.faults import FaultMode
 from nodes.messages import Outcome
 from tests.nodes.custody_support import CustodyCluster, accused_honest
@@ -218,3 +218,42 @@ async def test_c3_a_silent_custodian_is_unanswered_confirmed_by_witnesses(
     assert silent.outcome is Outcome.UNANSWERED
     assert silent.witness_confirmed
     assert accused_honest(report, {c2, h.node_id, net.nodes["c3"].node_id}) == []
+
+
+async def test_c2_no_statement_is_signed_unless_the_hops_are_durable_first(
+    net: CustodyCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 000: a custodian whose durable write fails signs nothing; the origin's
+    commit stands with no statement (it still serves itself)."""
+    import nodes.custodian as custodian
+
+    signed: list[object] = []
+    real_sign = custodian.sign_custody
+
+    async def disk_fails(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailable("disk I/O error (test)")
+
+    def counting_sign(*args: object, **kwargs: object) -> object:
+        signed.append(args)
+        return real_sign(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(custodian, "hold_folds", disk_fails)
+    monkeypatch.setattr(custodian, "sign_custody", counting_sign)
+    await _world(net, k=1)
+    assert signed == []
+    assert net.nodes["h"].held(REF).delivery.custody == ()
+    assert (await custody_counts(net.nodes["c1"].store))["custody_statements"] == 0
+
+
+async def test_c2_a_statement_is_kept_only_over_a_hold_that_covers_its_term(
+    net: CustodyCluster,
+) -> None:
+    await _world(net, k=1)
+    c1 = net.nodes["c1"]
+    note = net.nodes["h"].held(REF).delivery.custody[0]
+    statement = open_custody(note).statement
+    longer = sign_custody(
+        c1.identity, dataclasses.replace(statement, serve_until=statement.serve_until + 1)
+    )
+    with pytest.raises(ValueError, match="not held until its serve_until"):
+        await keep_statement(c1.store, longer, now_ms=c1.now_ms())
