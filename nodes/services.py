@@ -156,6 +156,7 @@ from nodes.custodian import (
     statements_for,
     take_custody,
 )
+from nodes.custody_store import custody_counts
 from nodes.elision import HeadElision
 from nodes.errors import (
     ClockSkew,
@@ -712,6 +713,8 @@ class NodeCore:
         # Objects kept out of the garbage collector's full collections (a node
         # process freezes what exists once it serves: nodes.app.run_node).
         counters["gc_frozen_objects"] = gc.get_freeze_count()
+        # custody hook: folds, hops and statements held as custodian (nodes.custodian)
+        counters.update(await custody_counts(self.store))
         return counters
 
     def info(self) -> NodeInfo:
