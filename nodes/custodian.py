@@ -32,6 +32,7 @@ not name, nor for anything after ``serve_until``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -43,6 +44,7 @@ from contracts.custody import (
     CustodyFold,
     CustodyFoldRef,
     CustodyStatement,
+    SignedCustody,
     bind_custody,
     custody_bundle,
     custody_digest,
@@ -422,6 +424,19 @@ def statements_for(custody: Sequence[bytes], fold_proof: bytes) -> tuple[bytes, 
 # --------------------------------------------------------------------- holder side
 
 
+#: Custody notes whose signature verified, by the SHA-256 of their bytes (bounded).
+_VERIFIED: BoundedCache[str, SignedCustody] = BoundedCache(_FOLD_CACHE)
+
+
+def _verified(note: bytes) -> SignedCustody:
+    key = hashlib.sha256(note).hexdigest()
+    signed = _VERIFIED.get(key)
+    if signed is None:
+        signed = open_custody(note)
+        _VERIFIED.put(key, signed)
+    return signed
+
+
 def custody_folds(
     custody: Sequence[bytes], folds: Sequence[HeldFold], *, now_ms: int
 ) -> tuple[HeldFold, ...]:
@@ -435,6 +450,10 @@ def custody_folds(
     """
     if not custody:
         return ()
+    if len(custody) > MAX_CUSTODY_PER_ORIGIN * max(1, len(folds)):
+        raise RequestTooLarge(
+            f"deliver: {len(custody)} custody statements for {len(folds)} fold(s)"
+        )
     by_key = {(f.fold.head.digest, f.fold.leaf_hash.hex()): f for f in folds if f.fold is not None}
     out: list[HeldFold] = []
     per_origin: dict[str, int] = {}
@@ -445,14 +464,16 @@ def custody_folds(
             if digest in seen:
                 continue
             seen.add(digest)
-            signed = open_custody(note)
-            s = signed.statement
+            # (1) read, (2) bound to a fold of this value — only then (3) the signature
+            # (once per note bytes: a value re-delivered is not verified again)
+            s = parse_custody(note).statement
+            held = next(
+                (h for ref in s.folds if (h := by_key.get((s.head, ref.leaf_hash))) is not None),
+                None,
+            )
             bound: CustodyFold | None = None
-            for ref in s.folds:
-                held = by_key.get((s.head, ref.leaf_hash))
-                if held is not None and held.fold is not None:
-                    bound = bind_custody(signed, held.fold, now=now_ms)
-                    break
+            if held is not None and held.fold is not None:
+                bound = bind_custody(_verified(note), held.fold, now=now_ms)
         except Expired:
             continue  # a promise that ran out is no promise: not carried on, not asked
         except ContractError as exc:
@@ -496,10 +517,12 @@ async def rehydrate_with_custody(
     if not custody or report.complete:
         return report
     served_origins = {o.origin for o in report.outcomes if o.outcome is Outcome.SERVED}
+    served_folds = {h.commitment for h in report.hops}
     missing = [
         f
         for f in folds
-        if f.fold is not None and f.commitment.statement.origin not in served_origins
+        if f.commitment.statement.origin not in served_origins
+        and f.commitment.digest not in served_folds
     ]
     if not missing:
         return report

@@ -343,3 +343,52 @@ def test_c3_provnet_evidence_verify_reads_evidence_naming_a_custodian(
     record["accused"] = w.origin.node_id
     framed.write_text(json.dumps(record))
     assert provnet_main(["evidence", "verify", str(framed), "--now", str(NOW + 2_000)]) == 1
+
+
+def _fuzz_evidence(runs: int, seed: int) -> None:
+    """Mutated records against a custodian: every one verifies as the original does,
+    or is rejected with a ContractError; none accuses anyone but the custodian."""
+    w, cfold = _custody_world()
+    demand = build_demand(w.holder, cfold.obligation, now=NOW + 1_000, nonce="a7" * 16)
+    receipt = answer_demand(
+        CUSTODIAN,
+        demand,
+        obligation=cfold.obligation,
+        commitment=cfold.commitment,
+        hops=None,
+        now=NOW + 1_001,
+    )
+    answer = judge_fold_answer(receipt, (), demand=demand, fold=cfold, reported_at=NOW + 1_002)
+    assert answer.evidence is not None
+    base = answer.evidence.to_json()
+    rng = random.Random(seed)
+    others = [w.origin.node_id, w.holder.node_id, fixed_identity("forger").node_id]
+    for _ in range(runs):
+        record = json.loads(json.dumps(base))
+        match rng.randrange(4):
+            case 0:  # a byte of the custody note
+                note = bytearray(record["custody"].encode())
+                note[rng.randrange(len(note))] ^= 1 << rng.randrange(7)
+                record["custody"] = note.decode("utf-8", "replace")
+            case 1:
+                record["accused"] = rng.choice(others)
+            case 2:
+                record[rng.choice(["custody", "proof", "commitment", "receipt"])] = rng.choice(
+                    [None, "", 7, [], {}]
+                )
+            case _:
+                record["commitment"], record["custody"] = record["custody"], record["commitment"]
+        try:
+            verdict = verify_evidence(json.dumps(record).encode(), now=NOW + 2_000)
+        except ContractError:
+            continue
+        assert verdict.accused == CUSTODIAN.node_id
+
+
+def test_c3_fuzz_mutated_custodian_evidence_never_accuses_another_party() -> None:
+    _fuzz_evidence(200, seed=7)
+
+
+@pytest.mark.long
+def test_c3_fuzz_long_run_of_mutated_custodian_evidence() -> None:
+    _fuzz_evidence(20_000, seed=77)
