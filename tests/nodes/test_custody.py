@@ -225,20 +225,17 @@ async def test_c2_no_statement_is_signed_unless_the_hops_are_durable_first(
 ) -> None:
     """Seed 000: a custodian whose durable write fails signs nothing; the origin's
     commit stands with no statement (it still serves itself)."""
-    import nodes.custodian as custodian
-
     signed: list[object] = []
-    real_sign = custodian.sign_custody
 
     async def disk_fails(*args: object, **kwargs: object) -> None:
         raise StoreUnavailable("disk I/O error (test)")
 
     def counting_sign(*args: object, **kwargs: object) -> object:
         signed.append(args)
-        return real_sign(*args, **kwargs)  # type: ignore[arg-type]
+        return sign_custody(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(custodian, "hold_folds", disk_fails)
-    monkeypatch.setattr(custodian, "sign_custody", counting_sign)
+    monkeypatch.setattr("nodes.custodian.hold_folds", disk_fails)
+    monkeypatch.setattr("nodes.custodian.sign_custody", counting_sign)
     await _world(net, k=1)
     assert signed == []
     assert net.nodes["h"].held(REF).delivery.custody == ()
