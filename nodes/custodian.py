@@ -53,9 +53,9 @@ from contracts.custody import (
     sign_custody,
 )
 from contracts.errors import ContractError, Expired
-from contracts.head_note import MAX_HEAD_BYTES, SignedHead, open_head
+from contracts.head_note import MAX_HEAD_BYTES, SignedHead, open_head, parse_head
 from contracts.heads import FoldProof, VerifiedFold, verify_fold
-from contracts.merkle import merkle_root
+from contracts.merkle import leaf_hash, merkle_root
 from contracts.rules import promise_refusal
 from nodes.client import HeldFold
 from nodes.custody_store import HeldCustodyFold, custody_row, hold_folds, keep_statement
@@ -379,6 +379,10 @@ async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tup
     if not isinstance(transport, CustodyTransport):
         log.warning("custody_not_taken", error="this transport cannot reach custodians")
         return ()
+    # our own head, just committed: read, and the folds proven under it
+    head = parse_head(committed.head)
+    folds = [verify_fold(FoldProof.from_bytes(p), head) for p in committed.fold_proofs]
+    pinned = {p.name: p.node_id for p in config.peers if p.node_id}
     chosen: list[tuple[str, tuple[bytes, ...]]] = []
     spare: list[tuple[str, tuple[bytes, ...]]] = []
     for name in _placement(config.custodians, k):
@@ -389,14 +393,22 @@ async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tup
             notes = await transport.take_custody(
                 address, committed.head, committed.fold_proofs, CUSTODY_TAKE_TIMEOUT_S
             )
-            statements = [open_custody(n) for n in notes]
+            if len(notes) != len(folds):
+                raise ValueError(f"{len(notes)} statements for {len(folds)} folds")
+            # Only statements our holders will accept travel with our values: each
+            # signed by the custodian asked (its pinned key, if pinned), bound to
+            # our head and to its fold (a custodian cannot make deliveries fail).
+            statements = [
+                bind_custody(open_custody(n, custodian=pinned.get(name)), f).custody
+                for n, f in zip(notes, folds, strict=True)
+            ]
+            custodians = {s.statement.custodian for s in statements if s is not None}
+            if len(custodians) != 1 or core.node_id in custodians:
+                raise ValueError("statements by more than one key, or by this node")
         except (CallFailed, ContractError, ValueError) as exc:
             log.warning("custody_not_taken", custodian=name, error=str(exc))
             continue
-        if len(statements) != len(committed.fold_proofs) or not statements:
-            log.warning("custody_not_taken", custodian=name, error="wrong statement count")
-            continue
-        operator = statements[0].statement.operator
+        operator = statements[0].statement.operator if statements[0] else ""
         if operator in {op for op, _ in chosen}:
             spare.append((operator, tuple(notes)))
         else:
@@ -410,8 +422,6 @@ def statements_for(custody: Sequence[bytes], fold_proof: bytes) -> tuple[bytes, 
     not verified: the receiver verifies them), in order: what a delivery of that
     value carries."""
     proof = FoldProof.from_bytes(fold_proof)
-    from contracts.merkle import leaf_hash
-
     leaf = leaf_hash(proof.target).hex()
     out: list[bytes] = []
     for note in custody:

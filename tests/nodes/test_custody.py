@@ -8,16 +8,18 @@ a holder whose origin left rehydrates exactly from any one custodian that serves
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from contracts.custody import open_custody, sign_custody
+from contracts.identity import Identity
 from nodes.custody_store import custody_counts, keep_statement, reap_custody
 from nodes.errors import MalformedRequest, StoreUnavailable
 from nodes.faults import FaultMode
 from nodes.messages import Outcome
+from tests.contracts._support import fixed_identity
 from tests.nodes.custody_support import CustodyCluster, accused_honest
 
 REF = "value:7"
@@ -254,3 +256,43 @@ async def test_c2_a_statement_is_kept_only_over_a_hold_that_covers_its_term(
     )
     with pytest.raises(ValueError, match="not held until its serve_until"):
         await keep_statement(c1.store, longer, now_ms=c1.now_ms())
+
+
+class _LyingCustodian:
+    """Answers Custody.Take with a statement signed by its key but bound to nothing
+    of the origin's (another fold), as a custodian that wants deliveries refused."""
+
+    crashed = False
+
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
+
+    async def take_custody(self, head: bytes, fold_proofs: Sequence[bytes]) -> tuple[bytes, ...]:
+        honest = open_custody(self.template).statement
+        lie = dataclasses.replace(
+            honest,
+            custodian=self.identity.node_id,
+            folds=(dataclasses.replace(honest.folds[0], leaf_hash="cd" * 32),),
+        )
+        return (sign_custody(self.identity, lie).note,)
+
+    template: bytes = b""
+
+
+async def test_c2_the_origin_keeps_only_statements_bound_to_its_own_head_and_folds(
+    net: CustodyCluster,
+) -> None:
+    await _world(net, k=1)  # c1 took custody of value:7: its statement is a template
+    liar = _LyingCustodian(fixed_identity("liar"))
+    liar.template = net.nodes["h"].held(REF).delivery.custody[0]
+    net.registry[net.address("liar")] = liar  # type: ignore[assignment]
+    o2 = await net.add(
+        "o2", peers=("h", "liar", "c1"), custodians=("liar", "c1"), custody_k=1, operator="op-2"
+    )
+    c1 = net.nodes["c1"]
+    await net.compact("o2", "value:8")
+    await o2.forward("value:8", "h")  # the delivery is accepted: the lie never travels
+    chosen = [
+        open_custody(n).statement.custodian for n in net.nodes["h"].held("value:8").delivery.custody
+    ]
+    assert chosen == [c1.node_id]
