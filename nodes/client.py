@@ -53,7 +53,7 @@ from contracts.batch import (
     sign_demand_batch,
 )
 from contracts.canonical import sha256_hex
-from contracts.custody import CustodyFold, bind_custody, open_custody, split_custody_bundle
+from contracts.custody import CustodyFold, open_fold, split_custody_bundle
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, NotEvidence
 from contracts.evidence import (
@@ -1321,11 +1321,11 @@ def _challenged(
     a fold proof + the signed head, read as the fold's stand-ins."""
     if is_head_note(obligation):
         head_note, custody = split_custody_bundle(obligation)
-        head = HeadCache().verify(head_note, now=now_ms)
-        fold = verify_fold(FoldProof.from_bytes(commitment), head)
         if custody:
             # a custodian's promise (nodes.custodian): its statement, bound to the fold
-            bound = bind_custody(open_custody(custody), fold, now=now_ms)
+            bound = open_fold(obligation, FoldProof.from_bytes(commitment), now=now_ms)
             return bound.commitment, bound.obligation
+        head = HeadCache().verify(head_note, now=now_ms)
+        fold = verify_fold(FoldProof.from_bytes(commitment), head)
         return fold.commitment, fold.obligation
     return verify_delivery(commitment, obligation, now=now_ms)

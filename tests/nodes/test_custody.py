@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from contracts.attest import verify_rehydration
 from contracts.custody import open_custody, sign_custody
 from contracts.identity import Identity
+from nodes.attester import AttestationAsk, FoldBytes
 from nodes.custody_store import custody_counts, keep_statement, reap_custody
 from nodes.errors import MalformedRequest, StoreUnavailable
 from nodes.faults import FaultMode
@@ -296,3 +298,31 @@ async def test_c2_the_origin_keeps_only_statements_bound_to_its_own_head_and_fol
         open_custody(n).statement.custodian for n in net.nodes["h"].held("value:8").delivery.custody
     ]
     assert chosen == [c1.node_id]
+
+
+async def test_c4_after_the_origin_is_gone_reconstruction_is_restored_from_a_custodian(
+    net: CustodyCluster,
+) -> None:
+    """The death spiral undone (A4 with custody): the holder fetches the fold in full
+    from the custodian, the attester verifies the custodian's receipt against its
+    statement and the origin's head, and signs reconstruction."""
+    await _world(net, k=1)
+    await net.add("a", peers=("c1",))
+    h = net.nodes["h"]
+    await h.close()
+    del net.nodes["h"]
+    h = await net.add("h", peers=("o", "c1", "a"))  # the same holder, now knowing an attester
+    held = net.nodes["o"].held(REF)
+    await h.deliver(held.delivery)
+    net.depart("o")
+    custody = h.held(REF).custody[0]
+    result = await h.restore(
+        AttestationAsk(REF, (), (), True, 0, 600_000),
+        [FoldBytes(custody.commitment_bytes, custody.obligation_bytes, under_head=True)],
+        "a",
+    )
+    assert result.rehydrated, result.detail
+    assert result.answer.issued, result.answer.refused
+    (proof,) = result.answer.issued[0].proofs
+    digest, _ = verify_rehydration(proof)
+    assert digest == h.held(REF).folds[0].commitment.digest  # the origin's fold, exactly
