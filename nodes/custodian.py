@@ -32,6 +32,7 @@ not name, nor for anything after ``serve_until``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -365,11 +366,12 @@ def _placement(names: Sequence[str], k: int) -> list[str]:
 async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tuple[bytes, ...]:
     """The origin asks ``custody_k`` custodians to take custody of a compaction's folds.
 
-    Candidates are tried in ``custodians`` order (at most ``2k`` of them): a
-    statement from an operator already chosen is set aside while a custodian of
-    another operator may still answer, and used only if fewer than ``k`` distinct
-    operators did. A custodian that fails is logged and skipped: the commit
-    stands (the origin itself still serves), with fewer statements.
+    Candidates are the first ``2k`` of ``custodians``, asked ``k`` at a time in
+    that order, each round at once: a statement from an operator already chosen
+    is set aside while a custodian of another operator may still answer, and
+    used only if fewer than ``k`` distinct operators did. A custodian that fails
+    is logged and skipped: the commit stands (the origin itself still serves),
+    with fewer statements.
     """
     config = core.config
     k = config.custody_k
@@ -383,11 +385,9 @@ async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tup
     head = parse_head(committed.head)
     folds = [verify_fold(FoldProof.from_bytes(p), head) for p in committed.fold_proofs]
     pinned = {p.name: p.node_id for p in config.peers if p.node_id}
-    chosen: list[tuple[str, tuple[bytes, ...]]] = []
-    spare: list[tuple[str, tuple[bytes, ...]]] = []
-    for name in _placement(config.custodians, k):
-        if len(chosen) >= k:
-            break
+
+    async def ask(name: str) -> tuple[str, tuple[bytes, ...]] | None:
+        """(operator, statements) from one custodian, or None (logged) if it failed."""
         try:
             address = config.peer(name)
             notes = await transport.take_custody(
@@ -402,17 +402,32 @@ async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tup
                 bind_custody(open_custody(n, custodian=pinned.get(name)), f).custody
                 for n, f in zip(notes, folds, strict=True)
             ]
-            custodians = {s.statement.custodian for s in statements if s is not None}
-            if len(custodians) != 1 or core.node_id in custodians:
+            signers = {s.statement.custodian for s in statements if s is not None}
+            if len(signers) != 1 or core.node_id in signers:
                 raise ValueError("statements by more than one key, or by this node")
         except (CallFailed, ContractError, ValueError) as exc:
             log.warning("custody_not_taken", custodian=name, error=str(exc))
-            continue
-        operator = statements[0].statement.operator if statements[0] else ""
-        if operator in {op for op, _ in chosen}:
-            spare.append((operator, tuple(notes)))
-        else:
-            chosen.append((operator, tuple(notes)))
+            return None
+        first = statements[0]
+        return (first.statement.operator if first else ""), tuple(notes)
+
+    # Asked k at a time, at once (a commit waits for one round, not k calls in a
+    # row); a round's failures and operator repeats are replaced from the next
+    # candidates, in configured order.
+    candidates = _placement(config.custodians, k)
+    chosen: list[tuple[str, tuple[bytes, ...]]] = []
+    spare: list[tuple[str, tuple[bytes, ...]]] = []
+    at = 0
+    while len(chosen) < k and at < len(candidates):
+        batch = candidates[at : at + k - len(chosen)]
+        at += len(batch)
+        for answer in await asyncio.gather(*(ask(name) for name in batch)):
+            if answer is None:
+                continue
+            if answer[0] in {op for op, _ in chosen}:
+                spare.append(answer)
+            else:
+                chosen.append(answer)
     chosen.extend(spare[: max(0, k - len(chosen))])
     return tuple(n for _, notes in chosen for n in notes)
 
