@@ -431,7 +431,12 @@ def _held_fold(fold: VerifiedFold, proof: bytes, head: bytes) -> HeldFold:
 
 def _held_size(value: HeldValue) -> int:
     d = value.delivery
-    return len(d.value) + sum(map(len, d.commitments)) + sum(map(len, d.obligations))
+    return (
+        len(d.value)
+        + sum(map(len, d.commitments))
+        + sum(map(len, d.obligations))
+        + sum(map(len, d.custody))
+    )
 
 
 def _claimed_holder(demands: Sequence[bytes]) -> str:
