@@ -53,8 +53,14 @@ from contracts.custody import (
     parse_custody,
     sign_custody,
 )
-from contracts.errors import ContractError, Expired
-from contracts.head_note import MAX_HEAD_BYTES, SignedHead, open_head, parse_head
+from contracts.errors import ContractError, EncodingError, Expired
+from contracts.head_note import (
+    MAX_HEAD_BYTES,
+    SignedHead,
+    open_head,
+    parse_head,
+    parse_head_origin,
+)
 from contracts.heads import FoldProof, VerifiedFold, verify_fold
 from contracts.merkle import leaf_hash, merkle_root
 from contracts.rules import promise_refusal
@@ -177,23 +183,29 @@ class Custodian:
             )
         if len(head_note) > MAX_HEAD_BYTES:
             raise RequestTooLarge(f"custody take: head is {len(head_note)} bytes")
-        # (2) the origin's head, verified
+        # (2) who asks, from the head's origin line before any signature is checked:
+        # over the wire, only the head's own origin pinned as a peer in this node's
+        # configuration, or an operator — no stranger makes this node verify, fetch,
+        # store or sign anything
         try:
-            head = core.heads.verify(head_note, now=now_ms)
+            claimed = parse_head_origin(_first_line(head_note))[0]
+        except ContractError as exc:
+            raise CustodyRefused(f"custody take: not a head: {exc}") from exc
+        if by is not None and by not in core.config.operator_keys:
+            pinned = {p.node_id for p in core.config.peers if p.node_id}
+            if by != claimed or by not in pinned:
+                raise CustodyRefused(
+                    f"custody take: asked by {by[:16]}…, which is neither the head's origin"
+                    f" {claimed[:16]}… as a pinned peer nor an operator"
+                )
+        if claimed == core.node_id:
+            raise CustodyRefused("custody take: this node is the head's origin")
+        # (2') the origin's head, verified (once per head: cached by digest)
+        try:
+            head = core.heads.verify(head_note, now=now_ms, origin=claimed)
         except ContractError as exc:
             raise CustodyRefused(f"custody take: head does not verify: {exc}") from exc
         h = head.statement
-        if h.origin == core.node_id:
-            raise CustodyRefused("custody take: this node is the head's origin")
-        if by is not None and by not in core.config.operator_keys:
-            # Over the wire: the head's own origin, pinned as a peer in this node's
-            # configuration — no stranger makes this node fetch, store and sign.
-            pinned = {p.node_id for p in core.config.peers if p.node_id}
-            if by != h.origin or by not in pinned:
-                raise CustodyRefused(
-                    f"custody take: asked by {by[:16]}…, which is neither the head's origin"
-                    f" {h.origin[:16]}… as a pinned peer nor an operator"
-                )
         if h.pending:
             raise CustodyRefused(
                 f"custody take: head {head.digest[:12]}… is provenance_pending; its hops"
@@ -351,6 +363,15 @@ class Custodian:
         fold = bind_custody(custody, verify_fold(FoldProof.from_bytes(row.proof), head))
         self._folds.put(key, fold)
         return fold
+
+
+def _first_line(data: bytes) -> str:
+    """A head note's origin line (bounded; undecodable bytes are an EncodingError)."""
+    end = data.find(b"\n", 0, 512)
+    try:
+        return data[: max(end, 0)].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EncodingError(f"head origin line is not UTF-8 (byte {exc.start})") from exc
 
 
 # --------------------------------------------------------------------- origin side

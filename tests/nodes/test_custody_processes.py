@@ -21,7 +21,7 @@ from nodes.config import NodeConfig, Peer
 from nodes.control import NodeClient
 from nodes.custody_store import custody_counts
 from nodes.messages import Outcome
-from nodes.transport import GrpcTransport
+from nodes.transport import CallFailed, GrpcTransport
 from tests.nodes.rpc_support import TEST_OPERATOR, hop_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,6 +158,11 @@ async def test_c4_custody_over_grpc_servers_and_a_stranger_cannot_make_a_node_ta
         _, xs = await x.core.append([hop_json(50)])
         refused = await x.core.commit_compaction([("w", list(xs), b"w")])
         assert refused.custody == ()
+        transport = x.core.transport
+        assert isinstance(transport, GrpcTransport)
+        with pytest.raises(CallFailed, match="pinned peer") as failed:
+            await transport.take_custody(addr["c1"], refused.head, refused.fold_proofs, 10.0)
+        assert failed.value.code == "INVALID_ARGUMENT"
         assert (await custody_counts(running[0].core.store))["custody_statements"] == 1
         await o.stop(0.2)  # the origin leaves
         running.remove(o)
