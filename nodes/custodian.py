@@ -53,7 +53,7 @@ from contracts.custody import (
     parse_custody,
     sign_custody,
 )
-from contracts.errors import ContractError, EncodingError, Expired
+from contracts.errors import BindingMismatch, ContractError, EncodingError, Expired
 from contracts.head_note import (
     MAX_HEAD_BYTES,
     SignedHead,
@@ -420,7 +420,7 @@ async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tup
             # signed by the custodian asked (its pinned key, if pinned), bound to
             # our head and to its fold (a custodian cannot make deliveries fail).
             statements = [
-                bind_custody(open_custody(n, custodian=pinned.get(name)), f).custody
+                bind_custody(_verified(n, custodian=pinned.get(name)), f).custody
                 for n, f in zip(notes, folds, strict=True)
             ]
             signers = {s.statement.custodian for s in statements if s is not None}
@@ -474,12 +474,17 @@ def statements_for(custody: Sequence[bytes], fold_proof: bytes) -> tuple[bytes, 
 _VERIFIED: BoundedCache[str, SignedCustody] = BoundedCache(_FOLD_CACHE)
 
 
-def _verified(note: bytes) -> SignedCustody:
+def _verified(note: bytes, *, custodian: str | None = None) -> SignedCustody:
+    """:func:`open_custody`, once per note's bytes (``custodian``: the key it must be by)."""
     key = hashlib.sha256(note).hexdigest()
     signed = _VERIFIED.get(key)
     if signed is None:
         signed = open_custody(note)
         _VERIFIED.put(key, signed)
+    if custodian is not None and signed.statement.custodian != custodian:
+        raise BindingMismatch(
+            f"custody statement is by {signed.statement.custodian[:16]}…, not {custodian[:16]}…"
+        )
     return signed
 
 
