@@ -17,6 +17,7 @@ from contracts.attest import verify_rehydration
 from contracts.custody import open_custody, sign_custody
 from contracts.identity import Identity
 from nodes.attester import AttestationAsk, FoldBytes
+from nodes.config import ConfigError, NodeConfig
 from nodes.custody_store import custody_counts, keep_statement, reap_custody
 from nodes.errors import MalformedRequest, StoreUnavailable
 from nodes.faults import FaultMode
@@ -326,3 +327,25 @@ async def test_c4_after_the_origin_is_gone_reconstruction_is_restored_from_a_cus
     (proof,) = result.answer.issued[0].proofs
     digest, _ = verify_rehydration(proof)
     assert digest == h.held(REF).folds[0].commitment.digest  # the origin's fold, exactly
+
+
+def test_c2_custody_settings_are_read_and_checked_like_every_node_setting(tmp_path: Path) -> None:
+    env = {"PROVNET_NAME": "o", "PROVNET_DATA_DIR": str(tmp_path)}
+    config = NodeConfig.from_env_and_args(
+        env={
+            **env,
+            "PROVNET_CUSTODIANS": "c1;c2, c3",
+            "PROVNET_CUSTODY_K": "2",
+            "PROVNET_OPERATOR": "op-a",
+        }
+    )
+    assert (config.custodians, config.custody_k, config.operator) == (("c1", "c2", "c3"), 2, "op-a")
+    assert NodeConfig.from_env_and_args(env=env).custody_k == 0  # none by default
+    for bad, named in (
+        ({"PROVNET_CUSTODIANS": "c1", "PROVNET_CUSTODY_K": "2"}, "--custody-k"),
+        ({"PROVNET_CUSTODIANS": "o", "PROVNET_CUSTODY_K": "1"}, "--custodians"),
+        ({"PROVNET_CUSTODY_K": "9"}, "--custody-k"),
+        ({"PROVNET_OPERATOR": "Op A"}, "--operator"),
+    ):
+        with pytest.raises(ConfigError, match=named):
+            NodeConfig.from_env_and_args(env={**env, **bad})
