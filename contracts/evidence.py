@@ -37,6 +37,15 @@ Anything that does not verify that way is rejected, so a correct origin
 cannot be framed (S8 accuracy); :func:`judge_answer` turns every attributable
 failure a holder observes into evidence (S8 completeness).
 
+Custodians (design revision 3, :mod:`contracts.custody`): a head-bound
+``bad_data``, ``refused`` or ``unanswered`` record against a custodian also
+holds its custody statement in ``custody`` (the note, verbatim); the head in
+``commitment`` is then the origin's, verified with the origin's key, the
+statement with the accused custodian's, and it must name exactly that head
+and fold (:func:`contracts.custody.bind_custody`). Demands and receipts are
+bound to the statement's digest as their obligation: a custodian is accused
+only with statements its own key signed, like an origin.
+
 Head-bound records (design revision 2): a ``bad_data``, ``refused`` or
 ``unanswered`` record about a fold proven under a signed head holds the head
 note in ``commitment``, no ``obligation`` (the head carries the serving
@@ -72,6 +81,7 @@ from contracts.canonical import (
     format_ms,
     parse_json_object,
 )
+from contracts.custody import CustodyFold, bind_custody, open_custody
 from contracts.envelope import Envelope
 from contracts.errors import (
     BindingMismatch,
@@ -201,6 +211,7 @@ _FIELDS = frozenset(
         "answers",
         "proof",
         "status",
+        "custody",
     }
 )
 
@@ -259,6 +270,10 @@ class Evidence:
     proof: JsonObject | None = None
     #: ``unanswered`` only: :data:`BUSY_STATUS` if the origin answered that, not silence.
     status: str = ""
+    #: A head-bound record against a **custodian**: its custody statement's note
+    #: (:mod:`contracts.custody`); ``commitment`` is then the origin's head, signed
+    #: by the origin, and everything attributed is the custodian's.
+    custody: bytes | None = None
 
     @property
     def level(self) -> EvidenceLevel:
@@ -294,6 +309,8 @@ class Evidence:
             out["proof"] = self.proof
         if self.status:
             out["status"] = self.status  # likewise: records without it keep their bytes
+        if self.custody is not None:
+            out["custody"] = self.custody.decode("utf-8")  # likewise
         return out
 
     def to_bytes(self) -> bytes:
@@ -315,6 +332,11 @@ class Evidence:
         proof = obj.get("proof")
         if proof is not None and type(proof) is not dict:
             raise EncodingError("evidence: field 'proof' must be a JSON object")
+        custody = obj.get("custody")
+        if custody is not None and (type(custody) is not str or proof is None):
+            raise EncodingError(
+                "evidence: field 'custody' must be a custody note (text), on a head-bound record"
+            )
         status = obj.get("status", "")
         if status != "" and (status != BUSY_STATUS or obj.get("kind") != "unanswered"):
             raise EncodingError(
@@ -336,6 +358,7 @@ class Evidence:
             reported_at=get_int(obj, "reported_at", "evidence", hi=MAX_TIME_MS),
             proof=proof,
             status=status,
+            custody=None if custody is None else custody.encode("utf-8"),
         )
 
     @classmethod
@@ -379,6 +402,11 @@ class _Core:
     demand: Signed[Demand]
 
 
+def _party(e: Evidence) -> str:
+    """How a verdict names the accused: the custodian of a custody record, else the origin."""
+    return "custodian" if e.custody is not None else "origin"
+
+
 def _by_accused(
     env: Cited | None, cls: Any, accused: str, what: str, fold: FoldKey | None = None
 ) -> Any:
@@ -412,13 +440,25 @@ def _core(e: Evidence) -> _Core:
 
 
 def _head_core(e: Evidence) -> _Core:
-    """A head-bound record: the head by the accused, the fold proven under it."""
-    # (1) the head is signed by the accused
-    head = _head_by_accused(e.commitment, e.accused, "head")
+    """A head-bound record: the head by the accused, the fold proven under it — or,
+    against a custodian, the origin's head, the fold under it, and the custodian's
+    statement bound to both (:func:`contracts.custody.bind_custody`)."""
     if e.obligation is not None:
         raise EncodingError("evidence: a head-bound record has no obligation (the head has it)")
-    # (2) the fold record is included under the head's root
-    fold = verify_fold(FoldProof.from_json(e.proof), head)
+    fold: VerifiedFold
+    if e.custody is None:
+        # (1) the head is signed by the accused
+        head = _head_by_accused(e.commitment, e.accused, "head")
+        # (2) the fold record is included under the head's root
+        fold = verify_fold(FoldProof.from_json(e.proof), head)
+    else:
+        # (1') the head is signed by its origin, the custody statement by the accused
+        if not isinstance(e.commitment, bytes):
+            raise EncodingError("evidence: head is an envelope; a head is a signed note")
+        head = open_head(e.commitment)
+        custody = open_custody(e.custody, custodian=e.accused)
+        # (2') the fold is under the head, and the statement promises exactly it
+        fold = bind_custody(custody, verify_fold(FoldProof.from_json(e.proof), head))
     if e.demand is None:
         raise EncodingError("evidence: missing demand")
     # (3) the demand names the head and the fold (as for per-fold statements)
@@ -515,7 +555,7 @@ def _bad_data(e: Evidence, core: _Core, r: Signed[Receipt], miss: Exception) -> 
         EvidenceStatus.PROVEN,
         core.commitment,
         core.obligation,
-        f"origin {e.accused[:16]}… signed receipt {r.digest[:12]}… that misses"
+        f"{_party(e)} {e.accused[:16]}… signed receipt {r.digest[:12]}… that misses"
         f" its commitment {core.commitment.digest[:12]}…: {miss}",
     )
 
@@ -551,7 +591,7 @@ def _refused(e: Evidence, core: _Core, r: Signed[Receipt]) -> EvidenceVerdict:
             EvidenceStatus.ADMITTED_LOSS,
             core.commitment,
             core.obligation,
-            f"origin {e.accused[:16]}… answered {rs.status.value} ({reason}) at"
+            f"{_party(e)} {e.accused[:16]}… answered {rs.status.value} ({reason}) at"
             f" {format_ms(rs.issued_at)}, before serve_until {format_ms(os_.serve_until)}:"
             f" it admits its own store is corrupted, the hops of"
             f" {core.commitment.digest[:12]}… no longer reproduce its root"
@@ -562,7 +602,7 @@ def _refused(e: Evidence, core: _Core, r: Signed[Receipt]) -> EvidenceVerdict:
         EvidenceStatus.PROVEN,
         core.commitment,
         core.obligation,
-        f"origin {e.accused[:16]}… answered {rs.status.value} ({reason}) at"
+        f"{_party(e)} {e.accused[:16]}… answered {rs.status.value} ({reason}) at"
         f" {format_ms(rs.issued_at)}, before serve_until {format_ms(os_.serve_until)}",
     )
 
@@ -584,7 +624,7 @@ def _verify_equivocation(e: Evidence) -> EvidenceVerdict:
         EvidenceStatus.PROVEN,
         a,
         None,
-        f"origin {e.accused[:16]}… committed fold (epoch {sa.epoch!r}, value {sa.value_ref!r},"
+        f"{_party(e)} {e.accused[:16]}… committed fold (epoch {sa.epoch!r}, value {sa.value_ref!r},"
         f" fold {sa.fold_seq}) to two roots {sa.root[:12]}… ({sa.leaf_count} leaves)"
         f" and {sb.root[:12]}… ({sb.leaf_count} leaves)",
     )
@@ -614,7 +654,7 @@ def _verify_split_view(e: Evidence) -> EvidenceVerdict:
                 f"heads {a.digest[:12]}… and {b.digest[:12]}… agree on compaction {sa.seq}"
             )
         reason = (
-            f"origin {e.accused[:16]}… signed two trees for compaction {sa.seq} of epoch"
+            f"{_party(e)} {e.accused[:16]}… signed two trees for compaction {sa.seq} of epoch"
             f" {sa.epoch!r}: {sa.size} folds, root {sa.root[:12]}…, log {sa.log_root[:12]}…"
             f" and {sb.size} folds, root {sb.root[:12]}…, log {sb.log_root[:12]}…"
         )
@@ -634,7 +674,7 @@ def _verify_split_view(e: Evidence) -> EvidenceVerdict:
                 f"head {hi.digest[:12]}… extends head {lo.digest[:12]}…: the logs are consistent"
             )
         reason = (
-            f"origin {e.accused[:16]}… signed log root {lo.statement.log_root[:12]}… for"
+            f"{_party(e)} {e.accused[:16]}… signed log root {lo.statement.log_root[:12]}… for"
             f" {first} compaction(s) of epoch {sa.epoch!r}, but its head {hi.digest[:12]}…"
             f" of {second} has {fr.hex()[:12]}… for those: a split view"
         )
@@ -706,7 +746,7 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
             EvidenceStatus.CLEARED,
             c,
             o,
-            f"origin {e.accused[:16]}… answered ({r.statement.status.value}) with receipt"
+            f"{_party(e)} {e.accused[:16]}… answered ({r.statement.status.value}) with receipt"
             f" {r.digest[:12]}… at {format_ms(r.statement.issued_at)}: suspicion cleared",
             tuple(confirmed),
         )
@@ -718,7 +758,7 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
             EvidenceStatus.BUSY,
             c,
             o,
-            f"origin {e.accused[:16]}… answered {e.status} (busy, not silent) to demand"
+            f"{_party(e)} {e.accused[:16]}… answered {e.status} (busy, not silent) to demand"
             f" {d.digest[:12]}… until it was due {format_ms(due)}, asked {e.re_asks + 1}"
             " time(s): a suspicion, never confirmed",
         )
@@ -733,7 +773,7 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
         status,
         c,
         o,
-        f"origin {e.accused[:16]}… did not answer demand {d.digest[:12]}… due"
+        f"{_party(e)} {e.accused[:16]}… did not answer demand {d.digest[:12]}… due"
         f" {format_ms(due)}, re-asked {e.re_asks} time(s); {detail}",
         tuple(confirmed),
     )
@@ -830,7 +870,7 @@ def verify_clearing(
         EvidenceStatus.CLEARED,
         core.commitment,
         core.obligation,
-        f"origin {e.accused[:16]}… answered obligation {core.obligation.digest[:12]}… later"
+        f"{_party(e)} {e.accused[:16]}… answered obligation {core.obligation.digest[:12]}… later"
         f" ({rs.status.value}, receipt {r.digest[:12]}… at {format_ms(rs.issued_at)}, {how}):"
         " suspicion cleared",
     )
@@ -955,6 +995,17 @@ def cite_head(evidence: Evidence, fold: VerifiedFold) -> Evidence:
     The stand-in commitment is not a signed envelope; the head is. The result
     verifies with :func:`verify_evidence` like any record.
     """
+    if isinstance(fold, CustodyFold) and fold.custody is not None:
+        # against a custodian: its statement is the obligation, the head the origin's
+        if evidence.obligation is None or evidence.obligation.digest != fold.custody.digest:
+            raise ValueError("evidence was not built from this fold's custody statement")
+        return dataclasses.replace(
+            evidence,
+            commitment=fold.head.note,
+            obligation=None,
+            proof=fold.proof.to_json(),
+            custody=fold.custody.note,
+        )
     if evidence.obligation is None or evidence.obligation.digest != fold.head.digest:
         raise ValueError("evidence was not built from this fold's head")
     return dataclasses.replace(

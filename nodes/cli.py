@@ -105,6 +105,11 @@ _FLAG_HELP: Mapping[str, str] = {
     " node cosigns (Witness.AddCheckpoint; default: not a witness)",
     "witness_fault": "what this node cosigns as a witness, for tests: none (honest), collude"
     " (cosigns every head its origin signed)",
+    "custodians": "peer names (';'- or ','-separated) this node asks to take custody of its"
+    " folds at commit, in order of preference (see docs/custody.md)",
+    "custody_k": "custodians asked per compaction, distinct operators first (default 0: none)",
+    "operator": "this node's operator label, one failure domain for custody placement"
+    " (default: the node name)",
 }
 
 

@@ -81,6 +81,8 @@ class HeldValue:
 
     delivery: Delivery
     folds: tuple[HeldFold, ...]
+    #: Custodians' stand-ins for the folds (nodes.custodian), in statement order.
+    custody: tuple[HeldFold, ...] = ()
 
 
 class EvidenceKeeping(Protocol):

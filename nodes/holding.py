@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from contracts._lru import BoundedCache
 from contracts.canonical import sha256_hex
+from contracts.custody import CustodyFold
 from contracts.errors import ContractError, EncodingError
 from contracts.evidence import equivocation_evidence, split_view_evidence
 from contracts.head_note import SignedHead
@@ -31,6 +32,7 @@ from nodes import store as st
 from nodes.client import HeldFold
 from nodes.context import STATEMENT_CACHE, HeldValue, NodeContext, check_value_ref, held_fold, ms
 from nodes.cosigner import Witnessing
+from nodes.custodian import custody_folds, rehydrate_with_custody
 from nodes.elision import HeadElision
 from nodes.errors import (
     MalformedRequest,
@@ -65,7 +67,12 @@ DELIVER_TIMEOUT_S = 30.0
 
 def _held_size(value: HeldValue) -> int:
     d = value.delivery
-    return len(d.value) + sum(map(len, d.commitments)) + sum(map(len, d.obligations))
+    return (
+        len(d.value)
+        + sum(map(len, d.commitments))
+        + sum(map(len, d.obligations))
+        + sum(map(len, d.custody))
+    )
 
 
 class Holding:
@@ -168,6 +175,8 @@ class Holding:
                 )
             )
         head_folds = await self._verify_head_folds(delivery, ms(now))
+        # custody: statements verified and bound to the folds (nodes.custodian)
+        custody = custody_folds(delivery.custody, head_folds, now_ms=ms(now))
         if kept:
             await self.store.put_delivered(kept, now_ms=ms(now))
             for c_kept, o_kept in kept:
@@ -200,8 +209,14 @@ class Holding:
                     sender,
                     delivery.fold_proofs,
                     tuple(dict.fromkeys(f.obligation_bytes for f in head_folds)),
+                    tuple(
+                        f.fold.custody.note
+                        for f in custody
+                        if isinstance(f.fold, CustodyFold) and f.fold.custody
+                    ),
                 ),
                 folds,
+                custody,
             ),
             by=by,
         )
@@ -334,6 +349,10 @@ class Holding:
         self.ctx.bump("held_evicted")
         log.info("held_value_evicted", value_ref=value_ref, peer=value.delivery.sender)
 
+    def find(self, value_ref: str) -> HeldValue | None:
+        """The held value ``value_ref``, or None."""
+        return self._held.get(value_ref)
+
     def held(self, value_ref: str) -> HeldValue:
         value = self._held.get(value_ref)
         if value is None:
@@ -371,6 +390,7 @@ class Holding:
             self.node_id,
             held.delivery.fold_proofs,
             held.delivery.heads,
+            held.delivery.custody,
         )
         try:
             data, receipt, _ = await self.send(
@@ -422,6 +442,15 @@ class Holding:
         held = self.held(value_ref)
         if not witnesses:
             witnesses = tuple(p.name for p in self.config.peers)
+        if held.custody:  # custodians after the origins (nodes.custodian)
+            return await rehydrate_with_custody(
+                self.ctx.client(),
+                value_ref,
+                held.folds,
+                held.custody,
+                witnesses=witnesses,
+                deadline=deadline,
+            )
         report: RehydrationReport = await self.ctx.client().rehydrate(
             value_ref, held.folds, witnesses=witnesses, deadline=deadline
         )

@@ -11,10 +11,12 @@ every cache is bounded (:class:`contracts._lru.BoundedCache`).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from contracts._fields import is_digest
 from contracts._lru import BoundedCache
+from contracts.custody import CustodyFold
 from contracts.head_note import SignedHead, open_head
 from contracts.heads import FoldProof, VerifiedFold, verify_fold
 from contracts.signed import Signed
@@ -57,6 +59,9 @@ class OwnFolds:
 
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
+        #: Folds this node holds as custodian, by head digest and leaf hash
+        #: (``nodes.custodian.Custodian.fold_for``; set by the node core).
+        self.custody: Callable[[str, str], Awaitable[CustodyFold | None]] | None = None
         #: Folds by obligation digest (per-value form) or head digest ‖ leaf hash.
         self.cache: BoundedCache[str, Own] = BoundedCache(_OWN_CACHE)
         #: Hop bytes of folds read back under their committed roots, bounded in bytes.
@@ -126,7 +131,13 @@ class OwnFolds:
         signed them; kept in the own-cache when found, never when not."""
         row = await self.ctx.store.head_fold(head_digest, leaf)
         if row is None:
-            return None
+            # a fold this node promised as custodian (nodes.custodian)
+            held = None if self.custody is None else await self.custody(head_digest, leaf)
+            if held is None:
+                return None
+            own = Own(held.obligation, held.commitment, b"", held)
+            self.cache.put(own_key(head_digest, leaf), own)
+            return own
         head = self.open_own_head(row.head_note)
         fold = verify_fold(FoldProof.from_bytes(row.proof), head)
         own = Own(fold.obligation, fold.commitment, b"", fold)

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from contracts.heads import HeadCache
 from contracts.identity import Identity
@@ -58,10 +59,12 @@ from nodes.client import Holder
 from nodes.config import NodeConfig
 from nodes.context import HeldValue, NodeContext
 from nodes.cosigner import Witnessing
+from nodes.custodian import Custodian, custody_folds, statements_for, take_custody
+from nodes.custody_store import custody_counts
 from nodes.faults import Behaviour, FaultPlan
 from nodes.holding import MAX_HELD_BYTES, MAX_HELD_VALUES, Holding
 from nodes.logging import get_logger
-from nodes.messages import CommittedFold, NodeInfo
+from nodes.messages import CommittedCompaction, CommittedFold, NodeInfo
 from nodes.origin import DEMAND_VERIFICATIONS, DEMAND_WINDOW_S, MAX_DEMANDS_PER_CALL, Origin
 from nodes.origin_folds import OwnFolds
 from nodes.origin_log import MAX_APPEND_HOPS, MAX_FOLD_HOPS, OriginLog
@@ -157,6 +160,10 @@ class NodeCore:
         self.attestations = attestations = Attestations(
             ctx, append=origin_log.append, commit_fold=origin_log.commit_fold
         )
+        # The custodian role (nodes.custodian): folds of other origins it keeps and
+        # serves; the origin's answers find them beside its own.
+        self.custodian = Custodian(self)
+        folds.custody = self.custodian.fold_for
         # The roles' public methods are the node's (bound once: the hot paths —
         # answering demands, delivering — pay no extra call).
         self.open_cached = ctx.open_cached
@@ -166,7 +173,6 @@ class NodeCore:
         # origin
         self.append = origin_log.append
         self.commit_fold = origin_log.commit_fold
-        self.commit_compaction = origin_log.commit_compaction
         self.answer_demands = origin.answer_demands
         self.answer_asks = origin.answer_asks
         self.answer_demand_stream = origin.answer_demand_stream
@@ -188,6 +194,8 @@ class NodeCore:
         self.restore = attestations.restore
         # witness cosigning (Witness.AddCheckpoint)
         self.add_checkpoint = witnessing.cosigner.add_checkpoint
+        # custody (Custody.Take)
+        self.take_custody = self.custodian.take
         # suspicions
         self.keep_evidence = suspicions.keep_evidence
         self.report_evidence = suspicions.report_evidence
@@ -336,7 +344,36 @@ class NodeCore:
         # Objects kept out of the garbage collector's full collections (a node
         # process freezes what exists once it serves: nodes.app.run_node).
         counters["gc_frozen_objects"] = gc.get_freeze_count()
+        # folds, hops and statements held as custodian (nodes.custodian)
+        counters.update(await custody_counts(self.store))
         return counters
+
+    async def commit_compaction(
+        self,
+        folds: Sequence[tuple[str, Sequence[int], bytes]],
+        *,
+        serve_for_ms: int = 0,
+        deadline_ms: int = 0,
+    ) -> CommittedCompaction:
+        """The origin's compaction (nodes.origin_log), then its custodians asked once the
+        commit stands (``custody_k``; nodes.custodian)."""
+        out = await self.origin_log.commit_compaction(
+            folds, serve_for_ms=serve_for_ms, deadline_ms=deadline_ms
+        )
+        if not self.config.custody_k:
+            return out
+        custody = await take_custody(self, out)
+        if not custody:
+            return out
+        now_ms = self.now_ms()
+        for (ref, _, value), proof in zip(folds, out.fold_proofs, strict=True):
+            held = self.holding.find(ref) if value else None
+            if held is not None:
+                notes = statements_for(custody, proof)
+                delivery = dataclasses.replace(held.delivery, custody=notes)
+                extra = custody_folds(notes, held.folds, now_ms=now_ms)
+                self.holding.hold(ref, HeldValue(delivery, held.folds, extra))
+        return dataclasses.replace(out, custody=custody)
 
     def info(self) -> NodeInfo:
         return NodeInfo(

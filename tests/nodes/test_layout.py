@@ -24,6 +24,7 @@ from contracts.identity import Identity
 from nodes import errors, faults, store
 from nodes._pb.provnet.v1 import (
     attest_pb2,
+    custody_pb2,
     deliver_pb2,
     evidence_pb2,
     hoplog_pb2,
@@ -167,6 +168,7 @@ def test_service_table_registers_every_service_in_the_protos() -> None:
             evidence_pb2,
             node_pb2,
             witness_pb2,
+            custody_pb2,
         )
         for svc in mod.DESCRIPTOR.services_by_name.values()
     }

@@ -52,7 +52,6 @@ async def test_the_nodes_methods_are_its_roles_own(cluster: MemCluster) -> None:
     owners = {
         "append": core.origin_log,
         "commit_fold": core.origin_log,
-        "commit_compaction": core.origin_log,
         "answer_demands": core.origin,
         "answer_asks": core.origin,
         "answer_demand_stream": core.origin,
@@ -76,4 +75,8 @@ async def test_the_nodes_methods_are_its_roles_own(cluster: MemCluster) -> None:
     }
     for name, role in owners.items():
         assert getattr(core, name) == getattr(role, name), name
+    # Two roles' methods under other names: the witness's AddCheckpoint and the
+    # custodian's Take; a compaction is the origin log's, then the custodians'.
+    assert core.add_checkpoint == core.witnessing.cosigner.add_checkpoint
+    assert core.take_custody == core.custodian.take
     assert core.holder is core.holder  # the holder client is made once
