@@ -66,7 +66,6 @@ from contracts.batch import (
     receipt_item_bytes,
     served_whole_item,
 )
-from contracts.binary import DEMAND_BINARY_TYPE, decode_demand
 from contracts.canonical import format_ms, parse_json_object, sha256_hex
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, EncodingError, Expired, NotEvidence, ReplayedNonce
@@ -105,7 +104,6 @@ from contracts.rules import (
     serves_unsigned,
 )
 from contracts.serve import (
-    WholeFoldReceipts,
     answer_demand,
     build_commitment,
     build_obligation,
@@ -526,9 +524,6 @@ class NodeCore:
         #: Receipt batch items of whole folds served (obligation ‖ commitment digest →
         #: packed item, :func:`contracts.batch.served_whole_item`): immutable per fold.
         self._served_items: BoundedCache[str, bytes] = BoundedCache(_OWN_CACHE)
-        #: Receipt templates of whole folds served to lone demands (obligation ‖
-        #: commitment digest → :class:`contracts.serve.WholeFoldReceipts`).
-        self._served_receipts: BoundedCache[str, WholeFoldReceipts] = BoundedCache(_OWN_CACHE)
         #: Signs receipt batches straight to envelope bytes (the bytes of
         #: :func:`contracts.batch.sign_receipt_batch`, envelope text packed once).
         self._receipt_batches = EnvelopeSigner(identity, RECEIPT_BATCH_TYPE)
@@ -1127,11 +1122,7 @@ class NodeCore:
     def _fresh_demand(self, data: bytes | Envelope, now: float) -> Signed[Demand]:
         """Steps (2)-(3) of a demand: parsed (``data``: the bytes, or the envelope
         already read from them; its signature not yet checked) and fresh."""
-        if type(data) is Envelope and data.payload_type == DEMAND_BINARY_TYPE:
-            # what parse_statement reads for this payload type, without its dispatch
-            demand = Signed(data, decode_demand(data.payload))
-        else:
-            demand = parse_statement(data, Demand)
+        demand = parse_statement(data, Demand)
         _check_skew(f"demand {demand.digest[:12]}…", demand.statement.time, now)
         return demand
 
@@ -1213,19 +1204,14 @@ class NodeCore:
                 f"demand: {len(demands)} demands exceeds {MAX_DEMANDS_PER_CALL} per call"
             )
         now = self.clock()
-        if len(demands) == 1:  # nearly every call: the envelope is read once
+        if len(demands) == 1:  # nearly every call: one demand, for one fold or several
             envelope = Envelope.from_bytes(demands[0])
-            if envelope.payload_type == DEMAND_BATCH_TYPE:
-                return await self._answer_batch(envelope, now)
-            demand, own = await self._check_demand(envelope, now)
-            # (6) nonces: the only write before answering (a signed demand's only)
-            if _signature_decides(demand.statement, own, now):
-                await self._accept_nonces((demand,), now, _named_holders(((demand, own),)))
-            if type(self.behaviour).answer is _HONEST_ANSWER:
-                served = self._served_alone(demand, own, _ms(now))
-                if served is not None:  # the hot path: no coroutine, a receipt template
-                    return [served]
-            return [await self._answer(demand, own, now)]
+            if envelope.payload_type != DEMAND_BATCH_TYPE:
+                raise EncodingError(
+                    f"payload type {envelope.payload_type!r:.80} where {DEMAND_BATCH_TYPE!r}"
+                    " was expected"
+                )
+            return await self._answer_batch(envelope, now)
         # Plain loops, not async comprehensions: each of those is one more
         # coroutine per call, and nearly every call carries one demand.
         # Every demand parsed, fresh and not a replay before any signature is
@@ -1451,29 +1437,6 @@ class NodeCore:
             )
             self._served_items.put(key, packed)
         return packed, leaves
-
-    def _served_alone(self, demand: Signed[Demand], own: _Own, now_ms: int) -> Answer | None:
-        """An honest answer to a lone binary demand for a whole fold whose bytes are in
-        memory (read back under the committed root, see :meth:`_resolve`) and that the
-        answer rule serves: its receipt signed from the fold's template
-        (:class:`contracts.serve.WholeFoldReceipts`, the bytes :func:`answer_demand`
-        signs), counted and logged. None: anything else takes :meth:`_answer`."""
-        if demand.envelope.payload_type != DEMAND_BINARY_TYPE:
-            return None
-        leaves = self._whole_in_memory(demand.statement, own, now_ms)
-        if leaves is None:
-            return None
-        commitment = own.commitment
-        key = own.obligation.digest + commitment.digest
-        receipts = self._served_receipts.peek(key)
-        if receipts is None:
-            receipts = WholeFoldReceipts(
-                self.identity, obligation=own.obligation, commitment=commitment
-            )
-            self._served_receipts.put(key, receipts)
-        receipt = receipts.sign(demand, now_ms)
-        self._log_served(demand, commitment, leaves)
-        return Answer(receipt, own.commitment_bytes, leaves)
 
     async def _answer_item(
         self, demand: Signed[Demand], own: _Own, now_ms: int
