@@ -76,6 +76,7 @@ def payload_type_of(kind: StatementKind) -> str:
     """The one DSSE payload type statements of ``kind`` are signed under."""
     return _PAYLOAD_TYPES[kind]
 
+
 #: Payload type → statement class, for :func:`open_any`.
 _CLASSES: dict[str, type[Any]] = {
     **{t: cls for t, cls in STATEMENT_TYPES.items() if cls.KIND not in _BINARY},

@@ -4,7 +4,7 @@ A control call (``nodes.auth``) is accepted once: its ``(key, nonce)`` is
 remembered in memory for twice the clock-skew window. Memory alone forgets
 every nonce when the process ends, and a call captured before a restart
 would be accepted again after it. The guarantee kept here, as the node keeps
-one for demands (``nodes.services``, ``replay_floor``), per call:
+one for demands (``nodes.origin_replay``, ``replay_floor``), per call:
 
     every control call a node ever accepted is either dated below the durable
     *control floor* (``<data_dir>/control_floor``), or its ``(key, nonce)`` is

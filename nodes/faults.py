@@ -26,8 +26,8 @@ mode            what the node does on a demand                 holder sees
 
 Each mode is one class below (:class:`Refuse`, :class:`Tamper`, …), and
 :meth:`FaultPlan.behaviour` picks it with an exhaustive ``match``: a mode
-added to :class:`FaultMode` without a class fails the type check. The node
-core (:mod:`nodes.services`) is the honest node; it calls a
+added to :class:`FaultMode` without a class fails the type check. The node's
+origin role (:mod:`nodes.origin_log`, :mod:`nodes.origin`) is the honest origin; it calls a
 :class:`Behaviour` at the three points a fault can act — before serving
 (:meth:`~Behaviour.before_serving`), after a fold is committed
 (:meth:`~Behaviour.after_commit`) and when answering one demand

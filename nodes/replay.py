@@ -10,7 +10,7 @@ twice, however full the memory gets.
 Who can fill it, and what that costs them:
 
 * Only demands whose holder signature was **verified** are recorded (the
-  caller, :class:`nodes.services.NodeCore`, decides). A bearer demand
+  caller, the origin's answers in :mod:`nodes.origin`, decides). A bearer demand
   answered without its signature checked names a holder and nonce anyone can
   choose, so remembering it would protect nothing and hand a stranger with no
   key a node-wide pool to fill; it is checked against this memory (a lookup)

@@ -226,3 +226,64 @@ def test_no_import_cycles_across_packages() -> None:
 def test_no_import_cycles_within_package(package: str) -> None:
     found = cycles(import_graph(package))
     assert found == [], f"import cycles in {package}/: " + "; ".join(" ↔ ".join(c) for c in found)
+
+
+#: The node's roles over their shared context (nodes.context), composed by
+#: nodes.services.NodeCore: each a module of its own.
+NODE_ROLES = (
+    "nodes.origin",
+    "nodes.origin_log",
+    "nodes.origin_folds",
+    "nodes.origin_replay",
+    "nodes.holding",
+    "nodes.witnessing",
+    "nodes.attestations",
+    "nodes.suspicions",
+)
+
+
+def _private_reaches(path: Path) -> list[str]:
+    """``from <role> import _x`` and ``<not self>._x`` in one module, as "line: text"."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in (*NODE_ROLES, "nodes.context"):
+            found += [
+                f"{node.lineno}: from {node.module} import {a.name}"
+                for a in node.names
+                if a.name.startswith("_")
+            ]
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_node_roles_import_neither_the_composition_nor_each_others_privates() -> None:
+    graph = import_graph("nodes")
+    assert set(NODE_ROLES) <= set(graph), "a role module is missing from nodes/"
+    for role in (*NODE_ROLES, "nodes.context"):
+        # the composition imports the roles, never the other way round
+        assert "nodes.services" not in graph[role], f"{role} imports nodes.services"
+    assert not set(NODE_ROLES) & graph["nodes.context"], "the shared context imports a role"
+    modules = _modules("nodes", ROOT)
+    offenders = {
+        m: reaches
+        for m in (*NODE_ROLES, "nodes.context", "nodes.services")
+        if (reaches := _private_reaches(modules[m]))
+    }
+    assert offenders == {}, f"private names reached across roles: {offenders}"
+
+
+def test_the_private_reach_check_sees_both_forms(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(
+        "from nodes.origin import _Own, Origin\n"
+        "def f(self, holding):\n"
+        "    self._mine = holding._held\n"
+    )
+    assert _private_reaches(path) == ["1: from nodes.origin import _Own", "3: holding._held"]

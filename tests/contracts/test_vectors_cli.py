@@ -300,9 +300,7 @@ def test_cli_evidence_verify_handles_split_views(tmp_path: Path) -> None:
 def test_head_form_rehydration_proof_vector_verifies_from_the_file_alone() -> None:
     from contracts.attest import RehydrationProof, verify_rehydration
 
-    proof = RehydrationProof.from_bytes(
-        (VECTOR_DIR / "rehydration-proof-head.json").read_bytes()
-    )
+    proof = RehydrationProof.from_bytes((VECTOR_DIR / "rehydration-proof-head.json").read_bytes())
     head = _head_vector()
     commitment, receipt = verify_rehydration(proof)
     assert proof.obligation == head.note

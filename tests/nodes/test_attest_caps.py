@@ -28,7 +28,7 @@ from contracts.attest import build_attestation
 from contracts.identity import Identity
 from contracts.signed import Signed
 from contracts.statements import Attestation, Axis
-from nodes import services
+from nodes import attestations
 from nodes._pb.provnet.v1 import attest_pb2, attest_pb2_grpc
 from nodes.app import load_or_create_identity
 from nodes.attester import AttestationAnswer, IssuedAttestation
@@ -67,7 +67,7 @@ def attestation(
     )
 
 
-#: The stranger pool's documented count cap (``services.MAX_STRANGER_ATTESTATIONS``).
+#: The stranger pool's documented count cap (``attestations.MAX_STRANGER_ATTESTATIONS``).
 STRANGER_POOL = 4096
 HONEST = Identity.from_seed(b"provnet-test-honest-attester-key")
 
@@ -102,8 +102,8 @@ def _usage(node: NodeCore) -> tuple[int, int]:
 @pytest.fixture
 def small_pools(monkeypatch: pytest.MonkeyPatch) -> None:
     # on the old code only MAX_ATTESTATIONS exists: "all attestations" capped at 8
-    monkeypatch.setattr(services, "MAX_ATTESTATIONS", 8)
-    monkeypatch.setattr(services, "MAX_STRANGER_ATTESTATIONS", 4, raising=False)
+    monkeypatch.setattr(attestations, "MAX_ATTESTATIONS", 8)
+    monkeypatch.setattr(attestations, "MAX_STRANGER_ATTESTATIONS", 4)
 
 
 @pytest.mark.usefixtures("small_pools")
@@ -140,7 +140,7 @@ async def test_an_attester_this_node_asked_uses_the_reserved_pool(
     first = attestation(asked, 50)
     await node.submit_attestation(first.to_bytes())  # a stranger yet: evicts the oldest
     assert await node.list_attestations(first.statement.value_digest) == (first.to_bytes(),)
-    node._remember_attesters(AttestationAnswer((IssuedAttestation(first.to_bytes()),)))
+    node.attestations.remember_attesters(AttestationAnswer((IssuedAttestation(first.to_bytes()),)))
     assert asked.node_id in node.reserved_attesters()
     for i in range(10):
         clock.ms += 1
@@ -168,7 +168,7 @@ async def test_stranger_pool_bytes_stay_under_the_cap(
     node, clock = core
     size = len(attestation(Identity.generate()).to_bytes())
     cap = 5 * size + size // 2
-    monkeypatch.setattr(services, "MAX_STRANGER_ATTESTATION_BYTES", cap, raising=False)
+    monkeypatch.setattr(attestations, "MAX_STRANGER_ATTESTATION_BYTES", cap)
     # on the old code nothing bounds bytes: a stranger's submissions are all kept
     for i in range(30):
         clock.ms += 1
@@ -182,7 +182,7 @@ async def test_expires_at_beyond_the_longest_lifetime_is_out_of_range(
     core: tuple[NodeCore, Clock],
 ) -> None:
     node, _ = core
-    bound = services.MAX_ATTESTATION_LIFETIME_MS
+    bound = attestations.MAX_ATTESTATION_LIFETIME_MS
     ok = attestation(Identity.generate(), lifetime_ms=bound)
     assert await node.submit_attestation(ok.to_bytes()) == ok.digest
     far = attestation(Identity.generate(), 1, lifetime_ms=bound + 1)

@@ -27,7 +27,7 @@ from contracts.batch import (
 from contracts.envelope import Envelope
 from contracts.hops import hop_bytes
 from contracts.statements import ReceiptStatus, RefusalReason
-from nodes import services
+from nodes import origin as origin_role
 from nodes.messages import Answer, Delivery, Outcome
 from nodes.services import NodeCore
 from tests.nodes.rpc_support import MemCluster, audit, hop_json, single
@@ -55,7 +55,7 @@ async def test_an_origin_that_cannot_read_the_one_demand_form_is_not_asked_anoth
     holder = await cluster.add("holder")
     await _held_under_one_head(cluster, ["a", "b", "c"])
     # The origin reads some other payload type: the demand's means nothing to it.
-    monkeypatch.setattr(services, "DEMAND_BATCH_TYPE", DEMAND_BATCH_TYPE + "+unknown")
+    monkeypatch.setattr(origin_role, "DEMAND_BATCH_TYPE", DEMAND_BATCH_TYPE + "+unknown")
     folds = [f for ref in ("a", "b", "c") for f in holder.held(ref).folds]
     holder.holder.unsigned_first = False  # the signed demands a failed unsigned ask leads to
     calls = holder.holder.demand_rpcs

@@ -17,7 +17,7 @@ from contracts.identity import Identity
 from contracts.serve import build_demand
 from contracts.signed import open_statement
 from contracts.statements import Receipt, ReceiptStatus
-from nodes import services
+from nodes import origin_replay
 from nodes.errors import DemandPredatesRestart
 from nodes.future_floors import FutureFloors, append_lines, read_floors
 from nodes.services import FUTURE_NONCES_FILENAME, NodeCore
@@ -41,7 +41,7 @@ async def _served(origin: NodeCore, demand: bytes) -> None:
 async def test_a_holder_ahead_of_the_clock_is_served_every_demand_and_keeps_one_entry(
     cluster: MemCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(services, "_FUTURE_FILE_SLACK_LINES", 8)
+    monkeypatch.setattr(origin_replay, "_FUTURE_FILE_SLACK_LINES", 8)
     origin = await cluster.add("origin")
     held = await cluster.fold("origin", "v", 3)
     holder = Identity.generate()

@@ -293,7 +293,7 @@ async def test_a_fold_proof_delivered_again_is_not_proved_again_yet_its_head_sti
         proved[0] += 1
         return real(proof, signed)
 
-    monkeypatch.setattr("nodes.services.verify_fold", counting)
+    monkeypatch.setattr("nodes.holding.verify_fold", counting)
     first, _ = await _deliver(cluster, "origin", "holder", "a", proofs[0], head)
     again, _ = await _deliver(cluster, "origin", "holder", "a", proofs[0], head)
     assert proved[0] == 1

@@ -97,10 +97,28 @@ def test_per_method_policy_lives_only_in_the_method_table() -> None:
     assert literals == [], "name methods through nodes.methods (method_name, METHODS)"
 
 
+#: The node's composition, its shared context and its roles: none speaks gRPC.
+_NODE_CORE_MODULES = (
+    "services",
+    "context",
+    "origin",
+    "origin_log",
+    "origin_folds",
+    "origin_replay",
+    "holding",
+    "witnessing",
+    "attestations",
+    "suspicions",
+)
+
+
 def test_node_core_imports_no_grpc() -> None:
-    core = Path(str(nodes.__file__)).parent / "services.py"
+    here = Path(str(nodes.__file__)).parent
     grpc_imports = sorted(
-        name for name in _imports(core) if name.split(".")[0] == "grpc" or "._pb" in name
+        f"{module}: {name}"
+        for module in _NODE_CORE_MODULES
+        for name in _imports(here / f"{module}.py")
+        if name.split(".")[0] == "grpc" or "._pb" in name
     )
     assert grpc_imports == []
 

@@ -4,6 +4,7 @@ a promise the rules refuse with the same error: :class:`nodes.errors.PromiseOutO
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ import contracts.evidence
 import nodes.config
 import nodes.services
 from contracts import rules
+from contracts.identity import Identity, save_identity
 from contracts.rules import MAX_SERVE_FOR_MS, promise_refusal
 from nodes._pb.provnet.v1 import hoplog_pb2, hoplog_pb2_grpc
+from nodes.api import RequestRejected, connect, open_node
 from nodes.config import ConfigError, NodeConfig
 from nodes.errors import PromiseOutOfRange, status_for
 from tests.nodes.rpc_support import MemCluster, grpc_node, hop_json, operator_channel
@@ -158,3 +161,36 @@ def test_the_configured_bounds_are_the_requests_bounds_at_their_edges(tmp_path: 
     for lifetime in (rules.MIN_SERVE_FOR_MS, MAX_SERVE_FOR_MS):
         config = NodeConfig(name="a", data_dir=tmp_path, serve_for_ms=lifetime)
         assert config.serve_for_ms == lifetime
+
+
+# ------------------------------------------------------------------ the library API (nodes.api)
+
+
+async def test_the_library_api_refuses_a_10_ms_promise_configured_or_asked(
+    tmp_path: Path,
+) -> None:
+    # configured: a node opened with a 10 ms default never opens
+    with pytest.raises(ValueError, match=re.escape(TOO_FAST_SAYS)) as configured:
+        async with open_node(tmp_path / "fast", name="fast", deadline_ms=TOO_FAST):
+            pytest.fail("a node promising a 10 ms answer opened")
+    assert isinstance(configured.value.__cause__, PromiseOutOfRange)
+    operator = Identity.generate()
+    key = save_identity(operator, tmp_path / "operator.key")
+    async with open_node(tmp_path / "o", name="o", operator_keys=[operator.node_id]) as local:
+        seqs = await local.append([{"step": 1, "op": "READ"}])
+        async with await connect(local.address, key) as remote:
+            # asked: the same words and code in this process and across the boundary
+            for node, promise, says in (
+                (local, {"deadline_ms": TOO_FAST}, TOO_FAST_SAYS),
+                (remote, {"deadline_ms": TOO_FAST}, TOO_FAST_SAYS),
+                (local, {"serve_for_ms": MAX_SERVE_FOR_MS + 1}, TOO_LONG_SAYS),
+                (remote, {"serve_for_ms": MAX_SERVE_FOR_MS + 1}, TOO_LONG_SAYS),
+            ):
+                with pytest.raises(RequestRejected) as asked:
+                    await node.compact("v", seqs, b"value", **promise)
+                assert asked.value.code == "OUT_OF_RANGE", (node, promise)
+                assert says in str(asked.value), (node, promise)
+            # and a promise within the bounds is signed on both
+            for node in (local, remote):
+                value = await node.compact("v", seqs, b"value", deadline_ms=rules.MIN_DEADLINE_MS)
+                assert value.origins == (local.node_id,)

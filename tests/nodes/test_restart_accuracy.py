@@ -33,7 +33,7 @@ async def test_origin_restarted_right_after_serving_serves_fresh_demands_unaccus
     restarted = await cluster.add("origin")
     assert restarted.node_id == origin.node_id
     # It came up only once that floor was in the past.
-    assert restarted.clock() * 1000 >= restarted._restart_floor_ms > 0
+    assert restarted.clock() * 1000 >= restarted.origin.replay.restart_floor_ms > 0
     # A holder with an empty cache must go to the origin for the hops.
     await cluster.add("holder2")
     accused_before = len(AUDIT.correct_accused)

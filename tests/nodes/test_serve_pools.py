@@ -224,7 +224,7 @@ async def test_a2_signed_demands_from_many_keys_cannot_lock_out_an_honest_holder
         # flood is validly signed, from many keys, one demand per millisecond
         # (the real memory's size over a rate the node can verify spans far more
         # than the 500 ms a demand may be dated ahead), each dated 400 ms ahead.
-        core._nonces = DemandNonces(capacity=512, per_signer=64, keep_ms=60_000)
+        core.origin.replay.nonces = DemandNonces(capacity=512, per_signer=64, keep_ms=60_000)
         heavy, *keys = [Identity.generate() for _ in range(16)]
         refused = 0
         refusals: set[str] = set()
@@ -238,7 +238,7 @@ async def test_a2_signed_demands_from_many_keys_cannot_lock_out_an_honest_holder
                 refused += 1
         assert refused > 0
         assert refusals == {heavy.node_id[:16]}  # it alone
-        assert len(core._nonces) <= 512
+        assert len(core.origin.replay.nonces) <= 512
         # An honest holder's demand, made 50 ms ago, is served, and so is its next.
         honest = Identity.generate()
         for _ in range(2):

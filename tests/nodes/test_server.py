@@ -543,7 +543,7 @@ async def test_a_forward_without_a_caller_deadline_is_not_bound_by_the_serve_dea
         await asyncio.sleep(3 * MIN_DEADLINE_MS / 1000)  # three serve deadlines of a: a busy peer
         return await real(*args, **kw)
 
-    b.core.deliver = slow  # type: ignore[method-assign]
+    b.core.deliver = slow
     assert await a.core.forward("v1", b.address)
     assert b.core.held("v1").delivery.value == b"compacted value"
     # A caller's own deadline still bounds the call.

@@ -563,4 +563,4 @@ async def test_a_whole_fold_served_from_memory_signs_the_same_item_as_one_read_f
     assert items[2] == items[0]
     served = [e for e in events if e["event"] == "demand_served"]
     assert [(e["peer"], e["hops"]) for e in served] == [(holder.node_id, 3)] * 3
-    assert len(origin.core._served_items) == 1  # the packed item, kept for the fold
+    assert origin.core.origin.served_items == 1  # the packed item, kept for the fold

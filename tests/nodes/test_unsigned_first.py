@@ -198,7 +198,7 @@ async def test_a_flood_of_unsigned_asks_moves_no_persistent_state(cluster: MemCl
             assert all(a.receipt == b"" and a.commitment == b"" for a in answers)
     assert counts == {"sign": 0, "verify": 0}
     assert [p.read_bytes() if p.exists() else None for p in files] == before
-    assert len(origin._nonces) == 0
+    assert len(origin.origin.replay.nonces) == 0
     assert origin.floor_writes == 0
     assert await origin.store.counters() == counters  # not even a counter to persist
     stats = await origin.stats()
