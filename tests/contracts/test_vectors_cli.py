@@ -165,6 +165,29 @@ def test_cli_evidence_verify_exits_1_with_the_reason_for_invalid_evidence(tmp_pa
     assert "names signer" in out
 
 
+@pytest.mark.parametrize("old", ["demand+json", "demand.v2+bin"])
+def test_cli_evidence_verify_exits_1_for_evidence_citing_an_earlier_demand_form(
+    tmp_path: Path, old: str
+) -> None:
+    """docs/wire.md: evidence whose demand is in a form no longer read (signed by the
+    holder it names, so only the form is wrong) does not verify, naming that form."""
+    from contracts.envelope import sign_envelope
+    from tests.contracts._support import fixed_identity
+
+    evidence = json.loads((VECTOR_DIR / "evidence-bad_data.json").read_bytes())
+    demand = Envelope.from_json(evidence["demand"])
+    resigned = sign_envelope(
+        fixed_identity("holder"), f"application/vnd.provnet.{old}", demand.payload
+    )
+    evidence["demand"] = resigned.to_json()
+    path = tmp_path / "old-form.json"
+    path.write_text(json.dumps(evidence))
+    code, out, _ = run_cli("evidence", "verify", str(path), "--now", str(NOW))
+    assert code == 1
+    assert out.startswith("INVALID bad_data against ")
+    assert old in out
+
+
 def test_cli_evidence_verify_exits_1_for_a_receipt_altered_after_signing(
     tmp_path: Path,
 ) -> None:
