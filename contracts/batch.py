@@ -65,11 +65,11 @@ decodes re-encodes to the same bytes.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from contracts._answer_rule import refusal_for
@@ -407,36 +407,43 @@ Row = tuple[str, _Codec]
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """A kind's bytes: ``head`` fields, a u16 item count, then ``item`` fields per item."""
+    """A kind's bytes: ``head`` fields, a u16 item count, then ``item`` fields per item.
+
+    Fields are read from, and decoded into, attributes of the same name: a field
+    is one row here and one attribute of the statement (constant tags, the
+    version and kind bytes, are written as themselves and not returned).
+    """
 
     kind: str
     head: tuple[Row, ...]
     item: tuple[Row, ...]
 
-    def pack_head(self, values: Sequence[Any], count: int) -> bytes:
+    def pack_head(self, obj: Any, count: int) -> bytes:
+        """The head of ``obj`` (its attributes named by the rows) and the item count."""
         if not 1 <= count <= MAX_BATCH:
             raise ValueError(f"a {self.kind} names 1..{MAX_BATCH} folds, got {count}")
         parts = [
-            codec.pack(value, f"{self.kind} {name}")
-            for (name, codec), value in zip(self.head, values, strict=True)
+            codec.pack(getattr(obj, name, None), f"{self.kind} {name}") for name, codec in self.head
         ]
         parts.append(_U16.pack(count))
         return b"".join(parts)
 
-    def pack_item(self, values: Sequence[Any]) -> bytes:
+    def pack_item(self, obj: Any) -> bytes:
+        """One item of ``obj``'s attributes named by the rows."""
         return b"".join(
-            codec.pack(value, f"{self.kind} item {name}")
-            for (name, codec), value in zip(self.item, values, strict=True)
+            codec.pack(getattr(obj, name), f"{self.kind} item {name}") for name, codec in self.item
         )
 
-    def unpack(self, data: bytes) -> tuple[list[Any], list[list[Any]], list[int]]:
-        """(head values, item values, each item's start offset); strict to the last byte."""
+    def unpack(self, data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]], list[int]]:
+        """(head fields, each item's fields, each item's start offset) by name, tags
+        checked and left out; strict to the last byte."""
         what = f"{self.kind} (v{BATCH_VERSION})"
-        head: list[Any] = []
+        head: dict[str, Any] = {}
         at = 0
         for name, codec in self.head:
             value, at = codec.unpack(data, at, f"{what} {name}")
-            head.append(value)
+            if not isinstance(codec, _Tag):
+                head[name] = value
         raw = data[at : at + 2]
         if len(raw) != 2:
             raise EncodingError(f"{what} item count: truncated")
@@ -444,14 +451,13 @@ class Layout:
         if not 1 <= count <= MAX_BATCH:
             raise EncodingError(f"{what} item count {count} is not 1..{MAX_BATCH}")
         at += 2
-        items: list[list[Any]] = []
+        items: list[dict[str, Any]] = []
         starts: list[int] = []
         for index in range(count):
             starts.append(at)
-            values: list[Any] = []
+            values: dict[str, Any] = {}
             for name, codec in self.item:
-                value, at = codec.unpack(data, at, f"{what} item {index} {name}")
-                values.append(value)
+                values[name], at = codec.unpack(data, at, f"{what} item {index} {name}")
             items.append(values)
         if at != len(data):
             raise EncodingError(f"{what}: {len(data) - at} trailing bytes")
@@ -616,27 +622,16 @@ class ReceiptBatch:
 # ------------------------------------------------------------------- encoding
 
 
-def _key_bytes(obligation: str, commitment: str) -> bytes:
-    return DEMAND_LAYOUT.pack_item((obligation, commitment, None))[:64]
-
-
-#: A fold's packed key, once per fold: a holder names the same folds demand after demand.
-_fold_key = functools.lru_cache(maxsize=4096)(_key_bytes)
-
-
 def encode_demand_batch(b: DemandBatch) -> bytes:
     """The payload of a demand (``ValueError`` on fields it cannot hold)."""
-    parts = [
-        DEMAND_LAYOUT.pack_head((None, None, b.holder, b.origin, b.time, b.nonce), len(b.items))
-    ]
+    parts = [DEMAND_LAYOUT.pack_head(b, len(b.items))]
     prev = b""
     for it in b.items:
-        key = _fold_key(it.obligation, it.commitment)
-        if key <= prev:
+        item = DEMAND_LAYOUT.pack_item(it)
+        if item[:64] <= prev:  # (obligation, commitment), the first two fields
             raise ValueError("demand items must be strictly increasing by fold")
-        prev = key
-        parts.append(key)
-        parts.append(_LEAVES.pack(it.leaves, "demand item leaves"))
+        prev = item[:64]
+        parts.append(item)
     return b"".join(parts)
 
 
@@ -656,19 +651,7 @@ def receipt_item_bytes(r: Receipt) -> bytes:
     nonce, issued_at): whatever those are in ``r``, the receipt that carries
     the item signs its own.
     """
-    return RECEIPT_LAYOUT.pack_item(
-        (
-            r.obligation,
-            r.commitment,
-            r.tree_size,
-            r.status,
-            r.reason,
-            r.leaves,
-            r.served_root,
-            r.leaf_hashes,
-            r.proofs,
-        )
-    )
+    return RECEIPT_LAYOUT.pack_item(r)
 
 
 def encode_receipt_batch(b: ReceiptBatch) -> bytes:
@@ -704,13 +687,25 @@ def served_whole_item(obligation: str, commitment: str, tree_size: int, root: st
     before it asks (:func:`contracts.lazy.served_batch_without_signature`).
     """
     return RECEIPT_LAYOUT.pack_item(
-        (obligation, commitment, tree_size, ReceiptStatus.SERVED, None, None, root, (), ())
+        SimpleNamespace(
+            obligation=obligation,
+            commitment=commitment,
+            tree_size=tree_size,
+            status=ReceiptStatus.SERVED,
+            reason=None,
+            leaves=None,
+            served_root=root,
+            leaf_hashes=(),
+            proofs=(),
+        )
     )
 
 
 def receipt_batch_head(origin: str, demand: str, nonce: str, issued_at: int, count: int) -> bytes:
     """The bytes of a receipt before its items (``ValueError`` on bad fields)."""
-    return RECEIPT_LAYOUT.pack_head((None, None, origin, demand, issued_at, nonce), count)
+    return RECEIPT_LAYOUT.pack_head(
+        SimpleNamespace(origin=origin, demand=demand, issued_at=issued_at, nonce=nonce), count
+    )
 
 
 def receipt_batch_payload(
@@ -731,60 +726,40 @@ def decode_demand_batch(data: bytes) -> DemandBatch:
     """Parse a demand payload (untrusted bytes; :class:`EncodingError` naming the field)."""
     head, rows, starts = DEMAND_LAYOUT.unpack(data)
     prev = b""
-    items = []
-    for (obligation, commitment, leaves), at in zip(rows, starts, strict=True):
-        key = data[at : at + 64]
+    for at in starts:
+        key = data[at : at + 64]  # (obligation, commitment), the first two fields
         if key <= prev:
             raise EncodingError(
                 f"demand (v{BATCH_VERSION}): items must be strictly increasing by"
                 " (obligation, commitment)"
             )
         prev = key
-        items.append(DemandItem(obligation, commitment, leaves))
-    _, _, holder, origin, time, nonce = head
-    return DemandBatch(holder, origin, nonce, time, tuple(items))
+    return DemandBatch(**head, items=tuple(DemandItem(**row) for row in rows))
 
 
 def decode_receipt_batch(data: bytes) -> ReceiptBatch:
     """Parse a receipt payload (untrusted bytes; :class:`EncodingError` naming the field)."""
     head, rows, _ = RECEIPT_LAYOUT.unpack(data)
-    _, _, origin, demand, issued_at, nonce = head
     items: list[Receipt] = []
     seen: set[tuple[str, str]] = set()
     for index, row in enumerate(rows):
-        obligation, commitment, tree_size, status, reason, leaves, root, hashes, proofs = row
-        if (obligation, commitment) in seen:
+        key = (row["obligation"], row["commitment"])
+        if key in seen:
             raise EncodingError(
                 f"receipt (v{BATCH_VERSION}) item {index}: names a fold already answered"
             )
-        seen.add((obligation, commitment))
+        seen.add(key)
         check_receipt_shape(
             f"receipt (v{BATCH_VERSION}) item {index}",
-            status,
-            reason,
-            leaves,
-            root,
-            hashes,
-            proofs,
+            row["status"],
+            row["reason"],
+            row["leaves"],
+            row["served_root"],
+            row["leaf_hashes"],
+            row["proofs"],
         )
-        items.append(
-            new_receipt(
-                origin,
-                obligation,
-                commitment,
-                demand,
-                nonce,
-                status,
-                issued_at,
-                tree_size,
-                leaves,
-                root,
-                hashes,
-                proofs,
-                reason,
-            )
-        )
-    return ReceiptBatch(origin, demand, nonce, issued_at, tuple(items))
+        items.append(new_receipt(**head, **row))
+    return ReceiptBatch(**head, items=tuple(items))
 
 
 # ------------------------------------------------------------------- one fold of a batch
