@@ -411,7 +411,6 @@ class Holding:
             self.ctx.transport.deliver, address, delivery, timeout, signer=signer
         )
 
-
     async def rehydrate(
         self, value_ref: str, witnesses: Sequence[str] = (), *, deadline: float | None = None
     ) -> RehydrationReport:

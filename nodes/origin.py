@@ -33,9 +33,9 @@ is written before every demand of the call passed (1)-(5):
    miss the signed commitment's root are hashed before anything is signed
    and refused ABSENT / STORE_CORRUPTED (the node's own disk damaged them).
 
-A fault mode's misbehaviour is not written here: the role calls its
-:class:`nodes.faults.Behaviour` at the points a fault can act (before serving,
-after a commit, per answer).
+A fault mode's misbehaviour is not written here: the origin calls its
+:class:`nodes.faults.Behaviour` at the points a fault can act (here before
+serving and per answer; after a commit in :mod:`nodes.origin_log`).
 """
 
 from __future__ import annotations
@@ -142,8 +142,7 @@ def _refuse_expired(obligation: Signed[Obligation], now_ms: int) -> None:
     serve_until = obligation.statement.serve_until
     if expired(serve_until, now_ms):
         raise Expired(
-            f"obligation {obligation.digest[:12]}… expired at {serve_until} ms"
-            f" (now {now_ms} ms)"
+            f"obligation {obligation.digest[:12]}… expired at {serve_until} ms (now {now_ms} ms)"
         )
 
 
@@ -238,7 +237,6 @@ class Origin:
         # (5) unexpired obligation
         _refuse_expired(obligation, ms(now))
         return demand
-
 
     async def _checked_own(self, demand: Signed[Demand], now: float) -> tuple[Signed[Demand], Own]:
         """Steps (2), (4)-(5) of a fresh demand not seen before."""
@@ -521,7 +519,6 @@ class Origin:
         )
         hops = self._counted(demand, commitment, item.status, item.reason, leaves)
         return item, own.commitment_bytes, hops
-
 
     async def _fault_answer(
         self, demand: Signed[Demand], own: Own, now_ms: int

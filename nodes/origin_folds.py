@@ -152,4 +152,3 @@ class OwnFolds:
         """Remember a fold's hop bytes (immutable for its digest), bounded in bytes."""
         if not self.leaves.touch(digest):
             self.leaves.put(digest, leaves)
-

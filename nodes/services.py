@@ -111,6 +111,7 @@ __all__ = [
 
 log = get_logger(__name__)
 
+
 class NodeCore:
     """One node: its context and its roles; see the module docstring. Open with :meth:`open`."""
 
@@ -140,32 +141,26 @@ class NodeCore:
             clock=clock if clock is not None else time.time,
             advertised=config.advertise or config.listen,
         )
-        self.suspicions = Suspicions(ctx)
-        ctx.evidence = self.suspicions
-        self.holding = Holding(ctx)
+        self.suspicions = suspicions = Suspicions(ctx)
+        ctx.evidence = suspicions
+        self.holding = holding = Holding(ctx)
         folds = OwnFolds(ctx)  # what the origin signed: its log fills it, its answers read it
-        self.origin_log = OriginLog(ctx, folds, hold=self.holding.hold)
-        self.origin = Origin(ctx, folds, restart_floor_ms=restart_floor_ms)
+        self.origin_log = origin_log = OriginLog(ctx, folds, hold=holding.hold)
+        self.origin = origin = Origin(ctx, folds, restart_floor_ms=restart_floor_ms)
         self.witness = Witness(ctx)
-        self.attestations = Attestations(
-            ctx, append=self.origin_log.append, commit_fold=self.origin_log.commit_fold
+        self.attestations = attestations = Attestations(
+            ctx, append=origin_log.append, commit_fold=origin_log.commit_fold
         )
         # The roles' public methods are the node's (bound once: the hot paths —
         # answering demands, delivering — pay no extra call).
-        origin, holding, attestations, suspicions = (
-            self.origin,
-            self.holding,
-            self.attestations,
-            self.suspicions,
-        )
         self.open_cached = ctx.open_cached
         self.now_ms = ctx.now_ms
         self.bump = ctx.bump
         self.count_rpc = ctx.count_rpc
         # origin
-        self.append = self.origin_log.append
-        self.commit_fold = self.origin_log.commit_fold
-        self.commit_compaction = self.origin_log.commit_compaction
+        self.append = origin_log.append
+        self.commit_fold = origin_log.commit_fold
+        self.commit_compaction = origin_log.commit_compaction
         self.answer_demands = origin.answer_demands
         self.answer_asks = origin.answer_asks
         self.answer_demand_stream = origin.answer_demand_stream

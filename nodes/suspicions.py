@@ -210,4 +210,3 @@ def _clearing_demand(body: bytes, receipt: bytes, demand: bytes, now: int) -> by
     except (ContractError, ValueError):
         return None
     return b""
-
