@@ -118,7 +118,9 @@ class StatementKind(StrEnum):
 
 
 def payload_type_for(kind: StatementKind) -> str:
-    """DSSE payload type of a statement kind."""
+    """The RFC 8785 JSON payload type of a statement kind. Demands and receipts are
+    not signed in that form (their one form: :mod:`contracts.batch`); the payload
+    type every kind is signed under is :func:`contracts.signed.payload_type_of`."""
     return f"{PAYLOAD_TYPE_PREFIX}{kind.value}+json"
 
 
