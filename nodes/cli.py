@@ -97,6 +97,14 @@ _FLAG_HELP: Mapping[str, str] = {
     "tls_cert": "PEM file of this node's TLS certificate; the node then serves TLS only"
     " (needs --tls-key and --tls-ca)",
     "tls_key": "PEM file of the key of --tls-cert",
+    "witnesses": "origin: witnesses (peer names or host:port, ';'-separated) asked to cosign"
+    " each new head; their cosignatures ride on the delivered head (default: none)",
+    "witness_policy": "holder: a tlog-policy file; a delivered head needs its quorum of"
+    " witness cosignatures (docs/custody.md; default: no quorum required)",
+    "witness_logs": "witness: '*' (every origin's heads) or origins' node ids whose heads this"
+    " node cosigns (Witness.AddCheckpoint; default: not a witness)",
+    "witness_fault": "what this node cosigns as a witness, for tests: none (honest), collude"
+    " (cosigns every head its origin signed)",
 }
 
 
@@ -254,6 +262,12 @@ def _add_cluster_parser(sub: _Sub) -> None:
         f" {', '.join(m.value for m in FaultMode if m is not FaultMode.SLOW)});"
         " repeatable, or comma-separated: b=drop,c=tamper",
     )
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS between the nodes: a cluster CA under $PROVNET_HOME/tls (made once) and a"
+        " certificate per node; status, smoke and 'experiment boundary --cluster' use it",
+    )
     up.set_defaults(handler=_cluster_up)
 
     status = csub.add_parser("status", help="health, pid, port and counters of each node")
@@ -304,6 +318,9 @@ def _add_cluster_parser(sub: _Sub) -> None:
     smoke.add_argument(
         "--quiet", action="store_true", help="no progress lines on stderr, only the JSON steps"
     )
+    from nodes.client_tls import add_tls_flags
+
+    add_tls_flags(smoke, serving=True)
     smoke.set_defaults(handler=_cluster_smoke)
 
 
@@ -359,7 +376,9 @@ def _cluster_up(args: argparse.Namespace) -> int:
         faults = check_faults(names, _faults(args.faults))
         home = Home.resolve(args.home)
         home.ensure()  # a bad home is bad input (HomeError, a ValueError): exit 2
-        state = cluster_up(home, names, timeout=args.timeout, progress=_progress, faults=faults)
+        state = cluster_up(
+            home, names, timeout=args.timeout, progress=_progress, faults=faults, tls=args.tls
+        )
     except ValueError as exc:
         return _error(str(exc))
     except ClusterError as exc:
@@ -369,7 +388,8 @@ def _cluster_up(args: argparse.Namespace) -> int:
         fault = f"\tfault {record.fault}" if record.fault else ""
         print(f"{record.name}\t{record.address}\tpid {record.pid}\t{record.data_dir}{fault}")
     n = len(state.nodes)
-    print(f"cluster of {n} node{'' if n == 1 else 's'} up under {home.root}")
+    tls = f", TLS (CA {state.tls_ca})" if state.tls_ca is not None else ""
+    print(f"cluster of {n} node{'' if n == 1 else 's'} up under {home.root}{tls}")
     return 0
 
 
@@ -385,7 +405,11 @@ def _cluster_status(args: argparse.Namespace) -> int:
     if state is None:
         print(f"no cluster recorded under {home.root}")
         return 1
-    rows = [node_status(r) for r in state.nodes]
+    try:
+        ca_pem = state.ca_pem()
+    except ClusterError as exc:
+        return _error(str(exc))
+    rows = [node_status(r, tls_ca=ca_pem) for r in state.nodes]
     healthy = all(row["health"] == "SERVING" for row in rows)
     if args.json:
         for row in rows:
@@ -453,7 +477,9 @@ def _cluster_down(args: argparse.Namespace) -> int:
 
 
 def _cluster_smoke(args: argparse.Namespace) -> int:
+    from nodes.client_tls import ClientTls
     from nodes.cluster import LOOPBACK, ClusterError, load_state
+    from nodes.config import ConfigError
     from nodes.home import Home
     from nodes.refusal import ControlRefused
     from nodes.smoke import Member, run_smoke
@@ -462,9 +488,12 @@ def _cluster_smoke(args: argparse.Namespace) -> int:
     progress = None if args.quiet else _progress
     try:
         members = None if args.members is None else Member.parse_list(args.members)
-        if members is None:
-            load_state(home)
-    except (ValueError, ClusterError) as exc:
+        state = load_state(home) if members is None else None
+        # a local cluster started with --tls: its own CA, unless one is given
+        tls = ClientTls.from_args(
+            args, default_ca=None if state is None else state.tls_ca, serving=True
+        )
+    except (ValueError, ClusterError, ConfigError) as exc:
         return _error(str(exc))
     try:
         results = run_smoke(
@@ -474,11 +503,12 @@ def _cluster_smoke(args: argparse.Namespace) -> int:
             start_timeout=args.timeout,
             progress=progress,
             out=sys.stdout,
+            tls=tls,
         )
     except ClusterError as exc:
         print(f"provnet: error: cluster smoke failed: {exc}", file=sys.stderr)
         return 1
-    except ControlRefused as exc:
+    except (ControlRefused, ConfigError) as exc:  # ConfigError: a TLS setting (TlsError)
         return _error(str(exc))
     failed = [r.name for r in results if not r.ok]
     if failed:

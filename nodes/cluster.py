@@ -132,6 +132,11 @@ class NodeSpec:
     #: Witness confirmations the node's suspicions need before it records them
     #: (``--min-witnesses``; None: the node's default).
     min_witnesses: int | None = None
+    #: TLS (:mod:`nodes.tls`): the CA the node verifies peers with, and its own
+    #: certificate and key (``--tls-ca``/``--tls-cert``/``--tls-key``); None: plaintext.
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def __post_init__(self) -> None:
         check_node_name(self.name)
@@ -204,13 +209,29 @@ class ClusterState:
 
     nodes: tuple[NodeRecord, ...]
     created_at: float = field(default_factory=time.time)
+    #: The CA the nodes' TLS certificates chain to (``cluster up --tls``); None: plaintext.
+    tls_ca: Path | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "version": STATE_VERSION,
             "created_at": self.created_at,
             "nodes": [r.to_json() for r in self.nodes],
         }
+        if self.tls_ca is not None:
+            out["tls_ca"] = str(self.tls_ca)
+        return out
+
+    def ca_pem(self) -> bytes | None:
+        """The TLS CA's certificate (None: a plaintext cluster); raises ClusterError."""
+        if self.tls_ca is None:
+            return None
+        try:
+            return self.tls_ca.read_bytes()
+        except OSError as exc:
+            raise ClusterError(
+                f"the cluster's TLS CA {self.tls_ca}: cannot read ({exc.strerror or exc})"
+            ) from None
 
     def save(self, path: Path) -> None:
         """Write atomically (temp file + rename), so a reader never sees half a file."""
@@ -240,9 +261,13 @@ def load_state(home: Home) -> ClusterState | None:
     nodes = raw.get("nodes")
     if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
         raise ClusterError(f"{path}: key 'nodes': expected a list of objects")
+    tls_ca = raw.get("tls_ca")
+    if tls_ca is not None and not isinstance(tls_ca, str):
+        raise ClusterError(f"{path}: key 'tls_ca': expected a path, got {tls_ca!r}")
     return ClusterState(
         nodes=tuple(NodeRecord.from_json(n, str(path)) for n in nodes),
         created_at=float(raw.get("created_at", 0.0)),
+        tls_ca=None if tls_ca is None else Path(tls_ca),
     )
 
 
@@ -308,6 +333,13 @@ def node_argv(spec: NodeSpec) -> list[str]:
         argv += ["--attest-fault", spec.attest_fault]
     if spec.min_witnesses is not None:
         argv += ["--min-witnesses", str(spec.min_witnesses)]
+    for flag, path in (
+        ("--tls-ca", spec.tls_ca),
+        ("--tls-cert", spec.tls_cert),
+        ("--tls-key", spec.tls_key),
+    ):
+        if path is not None:
+            argv += [flag, str(path)]
     return argv
 
 
@@ -467,18 +499,29 @@ def stop_node(
     return StopOutcome.KILLED
 
 
+def _server_name(spec: NodeSpec) -> str | None:
+    """The host a TLS node's certificate names when it is asked on loopback: the advertised."""
+    if spec.tls_ca is None or spec.advertise is None:
+        return None
+    return spec.advertise.rpartition(":")[0].strip("[]") or None
+
+
 def _wait_serving(
     spec: NodeSpec, proc: subprocess.Popen[bytes], timeout: float
 ) -> tuple[bool, str]:
     """Poll health until SERVING; (False, why) if the process exits or time runs out."""
     deadline = time.monotonic() + timeout
     last = HealthState.UNREACHABLE
+    ca_pem = None if spec.tls_ca is None else spec.tls_ca.read_bytes()
     while True:
         code = proc.poll()
         if code is not None:
             return False, f"exited with code {code} before serving"
         last = probe_health(
-            spec.local_address, timeout=min(1.0, max(0.1, deadline - time.monotonic()))
+            spec.local_address,
+            timeout=min(1.0, max(0.1, deadline - time.monotonic())),
+            tls_ca=ca_pem,
+            server_name=_server_name(spec),
         )
         if last is HealthState.SERVING:
             return True, ""
@@ -599,7 +642,10 @@ def check_faults(names: Sequence[str], faults: Mapping[str, str]) -> dict[str, s
 
 
 def _specs(
-    home: Home, names: Sequence[str], faults: Mapping[str, str] | None = None
+    home: Home,
+    names: Sequence[str],
+    faults: Mapping[str, str] | None = None,
+    tls: tuple[Path, Mapping[str, tuple[Path, Path]]] | None = None,
 ) -> list[NodeSpec]:
     ports = free_ports(len(names))
     operator = operator_key(home).key_id
@@ -613,6 +659,9 @@ def _specs(
             evidence_dir=home.evidence_dir / n,
             operator_keys=(operator,),
             fault=chosen.get(n),
+            tls_ca=None if tls is None else tls[0],
+            tls_cert=None if tls is None else tls[1][n][0],
+            tls_key=None if tls is None else tls[1][n][1],
         )
         for n, p in zip(names, ports, strict=True)
     ]
@@ -635,12 +684,16 @@ def cluster_up(
     timeout: float = DEFAULT_START_TIMEOUT_S,
     progress: Callable[[str], None] | None = None,
     faults: Mapping[str, str] | None = None,
+    tls: bool = False,
 ) -> ClusterState:
     """Start one node per name, health-gated, and record the cluster in ``home``.
 
     ``progress`` (optional) is called with one line of text per event.
     ``faults`` maps node names to the fault mode each is started with
-    (``provnet node --fault``; the others are faithful).
+    (``provnet node --fault``; the others are faithful). ``tls``: every node
+    serves TLS with a certificate from the cluster CA under ``home/tls``
+    (:func:`nodes.client_tls.cluster_certificates`) and dials its peers with
+    TLS; the CA is recorded in ``cluster.json`` for the tools.
     Refuses if a recorded cluster still has live nodes.
     """
     say = progress or (lambda _msg: None)
@@ -668,13 +721,21 @@ def cluster_up(
             )
         home.state_file.unlink(missing_ok=True)
 
+    certificates = None
+    if tls:
+        from nodes.client_tls import CLUSTER_TLS_DIR, cluster_certificates
+
+        certificates = cluster_certificates(home.root / CLUSTER_TLS_DIR, names)
+        say(f"TLS: CA {certificates[0]}, a certificate per node")
+    tls_ca = None if certificates is None else certificates[0]
+
     # Recorded before the health gate: if this command is killed while
     # waiting, 'provnet cluster down' still finds the processes.
     def write_state(records: Sequence[NodeRecord]) -> None:
-        ClusterState(nodes=tuple(records)).save(home.state_file)
+        ClusterState(nodes=tuple(records), tls_ca=tls_ca).save(home.state_file)
 
     for attempt in range(1, _START_ATTEMPTS + 1):
-        specs = _specs(home, names, chosen)
+        specs = _specs(home, names, chosen, certificates)
         for spec in specs:
             fault = f" (fault {spec.fault})" if spec.fault else ""
             say(f"starting node {spec.name} on {spec.address}{fault}")
@@ -692,7 +753,7 @@ def cluster_up(
             continue
         for node, _ in started:
             say(f"node {node.name} SERVING (pid {node.pid})")
-        state = ClusterState(nodes=tuple(r for r, _ in started))
+        state = ClusterState(nodes=tuple(r for r, _ in started), tls_ca=tls_ca)
         state.save(home.state_file)
         return state
     raise AssertionError("unreachable: the last attempt returns or raises")
@@ -765,11 +826,20 @@ def stop_all(
         stop_node(record, grace=grace, proc=proc)
 
 
-def node_status(record: NodeRecord, *, timeout: float = 1.0) -> dict[str, Any]:
-    """One node's health, pid, port and counters, as printed by ``cluster status``."""
+def node_status(
+    record: NodeRecord, *, timeout: float = 1.0, tls_ca: bytes | None = None
+) -> dict[str, Any]:
+    """One node's health, pid, port and counters, as printed by ``cluster status``
+    (over TLS verified against ``tls_ca`` when given)."""
     alive = _is_node_process(record)
-    health = probe_health(record.address, timeout=timeout) if alive else HealthState.UNREACHABLE
-    counters = _fetch_counters(record.address, timeout) if health is HealthState.SERVING else None
+    health = (
+        probe_health(record.address, timeout=timeout, tls_ca=tls_ca)
+        if alive
+        else HealthState.UNREACHABLE
+    )
+    counters = (
+        _fetch_counters(record.address, timeout, tls_ca) if health is HealthState.SERVING else None
+    )
     return {
         "name": record.name,
         "pid": record.pid,
@@ -783,13 +853,23 @@ def node_status(record: NodeRecord, *, timeout: float = 1.0) -> dict[str, Any]:
     }
 
 
-def _fetch_counters(address: str, timeout: float) -> dict[str, int] | None:
+def _fetch_counters(
+    address: str, timeout: float, tls_ca: bytes | None = None
+) -> dict[str, int] | None:
     """The node's counters from ``provnet.v1.Node/Stats``; None if it does not answer."""
     import grpc
 
     from nodes import wire
 
-    with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
+    options = [("grpc.enable_http_proxy", 0)]
+    channel = (
+        grpc.insecure_channel(address, options=options)
+        if tls_ca is None
+        else grpc.secure_channel(
+            address, grpc.ssl_channel_credentials(root_certificates=tls_ca), options=options
+        )
+    )
+    with channel:
         try:
             return wire.read_counters(channel, timeout)
         except grpc.RpcError:

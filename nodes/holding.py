@@ -30,6 +30,7 @@ from contracts.statements import Commitment, DeliveryReceipt, Obligation
 from nodes import store as st
 from nodes.client import HeldFold
 from nodes.context import STATEMENT_CACHE, HeldValue, NodeContext, check_value_ref, held_fold, ms
+from nodes.cosigner import Witnessing
 from nodes.elision import HeadElision
 from nodes.errors import (
     MalformedRequest,
@@ -70,8 +71,10 @@ def _held_size(value: HeldValue) -> int:
 class Holding:
     """The holder role of one node; see the module docstring."""
 
-    def __init__(self, ctx: NodeContext) -> None:
+    def __init__(self, ctx: NodeContext, witnessing: Witnessing) -> None:
         self.ctx = ctx
+        #: The witness quorum this holder requires of a head (nodes.cosigner).
+        self._witnessing = witnessing
         self.config = ctx.config
         self.identity = ctx.identity
         self.store = ctx.store
@@ -243,6 +246,7 @@ class Holding:
             )
         heads: dict[str, SignedHead] = {}
         for data in delivery.heads:
+            await self._witnessing.admit_head(data, now_ms, self.heads)  # the witness quorum
             known = self.heads.verify(data, now=now_ms)
             heads[known.digest] = known
             await self._check_split_view(known)

@@ -34,6 +34,7 @@ __all__ = [
     "Outcome",
     "RehydrationReport",
     "VerifiedHop",
+    "WitnessReply",
     "outcome_for",
     "select_hops",
 ]
@@ -218,3 +219,13 @@ class RehydrationReport:
     @property
     def complete(self) -> bool:
         return all(o.outcome is Outcome.SERVED for o in self.outcomes)
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessReply:
+    """A ``Witness.AddCheckpoint`` answer: cosignature lines, or a conflict with the
+    witness's size (tlog-witness's 409)."""
+
+    cosignatures: bytes = b""
+    conflict: bool = False
+    size: int = 0

@@ -28,6 +28,7 @@ from contracts.statements import Commitment, Obligation
 from nodes import store as st
 from nodes.client import HeldFold
 from nodes.context import HeldValue, NodeContext, check_value_ref, held_fold, ms
+from nodes.cosigner import Witnessing
 from nodes.errors import MalformedRequest, PromiseOutOfRange, RequestTooLarge
 from nodes.logging import get_logger
 from nodes.messages import CommittedCompaction, CommittedFold, Delivery
@@ -49,9 +50,16 @@ class OriginLog:
     """The origin's hop log and commits; see the module docstring."""
 
     def __init__(
-        self, ctx: NodeContext, folds: OwnFolds, *, hold: Callable[[str, HeldValue], None]
+        self,
+        ctx: NodeContext,
+        folds: OwnFolds,
+        *,
+        hold: Callable[[str, HeldValue], None],
+        witnessing: Witnessing,
     ) -> None:
         self.ctx = ctx
+        #: The witnesses this origin asks to cosign each head (nodes.cosigner).
+        self._witnessing = witnessing
         self.config = ctx.config
         self.identity = ctx.identity
         self.store = ctx.store
@@ -381,7 +389,9 @@ class OriginLog:
                 # first demand for this fold is served from memory, not read back.
                 self._folds.keep_leaves(verified.commitment.digest, leaves)
         self.ctx.behaviour.after_compaction(head, [f.record for f in signed.folds], inputs)
-        out = CommittedCompaction(signed.head_note, tuple(f.proof for f in signed.folds), pending)
+        # The witnesses' cosignatures ride on the note delivered (same head digest).
+        note = await self._witnessing.cosign_head(signed.head_note, head_log)
+        out = CommittedCompaction(note, tuple(f.proof for f in signed.folds), pending)
         for (ref, _, value), fold in zip(wanted, signed.folds, strict=True):
             if value:
                 verified = verify_fold(proofs[ref], head)

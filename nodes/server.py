@@ -148,7 +148,7 @@ class NodeServer:
             self.requests.loop_lag.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("node_serving", listen=self.listen, port=self.port)
+        log.info("node_serving", listen=self.listen, port=self.port, tls=self.tls is not None)
         return self.port
 
     @property

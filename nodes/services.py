@@ -57,6 +57,7 @@ from nodes.attestations import (
 from nodes.client import Holder
 from nodes.config import NodeConfig
 from nodes.context import HeldValue, NodeContext
+from nodes.cosigner import Witnessing
 from nodes.faults import Behaviour, FaultPlan
 from nodes.holding import MAX_HELD_BYTES, MAX_HELD_VALUES, Holding
 from nodes.logging import get_logger
@@ -143,9 +144,14 @@ class NodeCore:
         )
         self.suspicions = suspicions = Suspicions(ctx)
         ctx.evidence = suspicions
-        self.holding = holding = Holding(ctx)
+        # Witness-cosigned heads (nodes.cosigner): this node's witness role, the
+        # witnesses it asks as an origin, the quorum it requires as a holder.
+        self.witnessing = witnessing = Witnessing(ctx)
+        self.holding = holding = Holding(ctx, witnessing)
         folds = OwnFolds(ctx)  # what the origin signed: its log fills it, its answers read it
-        self.origin_log = origin_log = OriginLog(ctx, folds, hold=holding.hold)
+        self.origin_log = origin_log = OriginLog(
+            ctx, folds, hold=holding.hold, witnessing=witnessing
+        )
         self.origin = origin = Origin(ctx, folds, restart_floor_ms=restart_floor_ms)
         self.witness = Witness(ctx)
         self.attestations = attestations = Attestations(
@@ -180,6 +186,8 @@ class NodeCore:
         self.log_attestations = attestations.log_attestations
         self.demand_leaf0 = attestations.demand_leaf0
         self.restore = attestations.restore
+        # witness cosigning (Witness.AddCheckpoint)
+        self.add_checkpoint = witnessing.cosigner.add_checkpoint
         # suspicions
         self.keep_evidence = suspicions.keep_evidence
         self.report_evidence = suspicions.report_evidence
@@ -207,9 +215,13 @@ class NodeCore:
             provenance_pending=config.provenance_pending,
             mode=store_mode,
         )
-        core = cls(
-            config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
-        )
+        try:  # a setting refused here (a bad --witness-policy file) closes the store
+            core = cls(
+                config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
+            )
+        except BaseException:
+            await store.close()
+            raise
         try:
             # What this node would sign receipts over must be what it committed: a
             # damaged store is refused here, before any demand, naming the damage.

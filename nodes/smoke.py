@@ -59,6 +59,7 @@ from nodes.refusal import ControlRefused, control_refused, is_refusal
 
 if TYPE_CHECKING:
     from nodes.auth import ControlCredentials
+    from nodes.client_tls import ClientTls
     from nodes.control import CallRecord
     from nodes.messages import CommittedFold, NodeInfo, OriginOutcome, RehydrationReport
     from nodes.transport import CallFailed
@@ -139,11 +140,13 @@ class _Driver:
     """The smoke test's calls to cluster nodes (:class:`nodes.control.NodeClients`:
     one signed channel per address, every call with a deadline, shed calls retried)."""
 
-    def __init__(self, credentials: ControlCredentials | None) -> None:
+    def __init__(self, credentials: ControlCredentials | None, tls: ClientTls) -> None:
         from nodes.control import NodeClients
 
         self.credentials = credentials
-        self.clients = NodeClients(credentials, timeout=_RPC_TIMEOUT_S, on_call=self._timed)
+        self.clients = NodeClients(
+            credentials, timeout=_RPC_TIMEOUT_S, on_call=self._timed, tls=tls.files()
+        )
         self.timings: dict[str, float] = {}
 
     def _timed(self, call: CallRecord) -> None:
@@ -239,6 +242,9 @@ class _Run:
     members: tuple[Member, ...]
     #: Host under which the cluster reaches the smoke's extra nodes.
     extra_host: str = LOOPBACK
+    #: TLS: the CA nodes are verified with, and the extra nodes' (ca, cert, key).
+    ca_pem: bytes | None = None
+    extra_tls: tuple[Path, Path, Path] | None = None
     ids: dict[str, str] = field(default_factory=dict)
     value_ref: str = ""
     #: Merkle root (hex) of A's committed fold, as signed by A.
@@ -395,6 +401,9 @@ def _extra_node(
         operator_keys=(
             (run.driver.credentials.key_id,) if run.driver.credentials is not None else ()
         ),
+        tls_ca=None if run.extra_tls is None else run.extra_tls[0],
+        tls_cert=None if run.extra_tls is None else run.extra_tls[1],
+        tls_key=None if run.extra_tls is None else run.extra_tls[2],
     )
     run.say(f"starting extra node {name} (fault {fault}) on {spec.address}")
     record, proc = start_node(spec, timeout=run.start_timeout)
@@ -503,7 +512,7 @@ async def _step_crash(run: _Run) -> dict[str, Any]:
 
 async def _step_intact(run: _Run) -> dict[str, Any]:
     ids = {m.name: str((await run.driver.info(m.address)).node_id) for m in run.members}
-    health = {m.name: str(probe_health(m.address)) for m in run.members}
+    health = {m.name: str(probe_health(m.address, tls_ca=run.ca_pem)) for m in run.members}
     pids_alive = {m.name: is_alive(m.pid) for m in run.members if m.pid is not None}
     extra_alive = [pid for pid in run.extra_pids if is_alive(pid)]
     observed = {
@@ -679,33 +688,51 @@ def run_smoke(
     start_timeout: float = DEFAULT_START_TIMEOUT_S,
     progress: Callable[[str], None] | None = None,
     out: IO[str] | None = None,
+    tls: ClientTls | None = None,
 ) -> list[StepResult]:
     """Run every smoke step and print one JSON line per step to ``out``.
 
     ``members`` (A, B, C) default to the local cluster recorded under ``home``;
     extra fault nodes are started locally and advertised as ``extra_host``.
+    ``tls`` (:mod:`nodes.client_tls`): every call is TLS, verified against its
+    CA, and the extra nodes serve TLS (its certificate, or one made with the
+    CA key beside the CA); a TLS setting that cannot work raises
+    :class:`nodes.tls.TlsError` before anything runs.
     Raises ``ClusterError`` if a member is not SERVING before the first step.
     """
+    from nodes.client_tls import ClientTls, reachability
+
     say = progress or (lambda _msg: None)
+    tls = tls or ClientTls()
     chosen = cluster_members(home) if members is None else members
+    ca_pem = tls.ca_pem()
     for member in chosen:
-        health = probe_health(member.address, timeout=2.0)
+        health = probe_health(member.address, timeout=2.0, tls_ca=ca_pem)
         if health is not HealthState.SERVING:
             raise ClusterError(
-                f"node {member.name} at {member.address} answers {health}, not SERVING"
+                f"node {member.name} at {member.address}"
+                f" {reachability(member.address, ca_pem, str(health))}"
             )
     try:
         home.ensure()
     except HomeError as exc:
         raise ClusterError(str(exc)) from None
+    run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{time.time_ns() % 1000000:06d}"
+    extra_tls = None
+    if tls.ca is not None:
+        # the nodes dial the extra nodes by extra_host: their certificate names it
+        cert, key = tls.serving(home.smoke_dir / run_id / "tls", extra_host)
+        extra_tls = (tls.ca, cert, key)
     run = _Run(
         home=home,
-        run_id=time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{time.time_ns() % 1000000:06d}",
-        driver=_Driver(smoke_credentials(home, members is None)),
+        run_id=run_id,
+        driver=_Driver(smoke_credentials(home, members is None), tls),
         start_timeout=start_timeout,
         say=say,
         members=chosen,
         extra_host=extra_host,
+        ca_pem=ca_pem,
+        extra_tls=extra_tls,
     )
 
     def emit(result: StepResult) -> None:

@@ -25,7 +25,12 @@
 #   PROVNET_BASE_IMAGE        base image to build on (skips the choice in 4)
 #   PROVNET_COMPOSE_TIMEOUT_S bound on build + up (1500)
 #   PROVNET_COMPOSE_FILES     extra compose files, ':'-separated (e.g.
-#                             docker-compose.wan.yml)
+#                             docker-compose.wan.yml, docker-compose.tls.yml)
+#   PROVNET_COMPOSE_NODES     node services, e.g. a,b,c,d,e (default: the compose
+#                             file's a,b,c); the compose file is then made for them
+#                             by scripts/stack_file.py --as-compose, run in the image
+#                             (with docker-compose.tls.yml in PROVNET_COMPOSE_FILES:
+#                             --tls; no other extra file)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -240,11 +245,19 @@ main() {
     export BASE_IMAGE=$BASE PIP_INDEX_URL=$index PIP_EXTRA_INDEX_URL=$extra \
         PIP_TRUSTED_HOST=$trusted
 
-    COMPOSE=(docker compose -p "$PROJECT" -f docker-compose.yml)
-    local extra_file
+    COMPOSE=(docker compose -p "$PROJECT" --project-directory "$REPO" -f docker-compose.yml)
+    local extra_file tls_flag=()
     IFS=':' read -r -a extra_files <<<"${PROVNET_COMPOSE_FILES:-}"
     for extra_file in "${extra_files[@]}"; do
-        [ -n "$extra_file" ] && COMPOSE+=(-f "$extra_file")
+        [ -n "$extra_file" ] || continue
+        if [ -n "${PROVNET_COMPOSE_NODES:-}" ]; then
+            # the generated file has the nodes; only the TLS override folds into it
+            [ "$(basename "$extra_file")" = docker-compose.tls.yml ] \
+                || die "PROVNET_COMPOSE_NODES takes no compose file but docker-compose.tls.yml, got $extra_file"
+            tls_flag=(--tls)
+            continue
+        fi
+        COMPOSE+=(-f "$extra_file")
     done
 
     phase "building the image on $BASE"
@@ -254,6 +267,18 @@ main() {
     docker image prune -f --filter label=org.opencontainers.image.title=provnet >/dev/null \
         || log "warning: could not prune untagged provnet images"
     phase_done build
+
+    if [ -n "${PROVNET_COMPOSE_NODES:-}" ]; then
+        local generated=$RESULTS/docker-compose.nodes.yml
+        log "compose file for nodes $PROVNET_COMPOSE_NODES: $generated"
+        docker run --rm -v "$REPO/scripts:/scripts:ro" \
+            -v "$REPO/docker-compose.yml:/docker-compose.yml:ro" \
+            -v "$REPO/docker-compose.tls.yml:/docker-compose.tls.yml:ro" \
+            --entrypoint python3 provnet:local /scripts/stack_file.py --as-compose \
+            --compose /docker-compose.yml --names "$PROVNET_COMPOSE_NODES" "${tls_flag[@]}" \
+            >"$generated" || die "scripts/stack_file.py --as-compose --names $PROVNET_COMPOSE_NODES failed"
+        COMPOSE=(docker compose -p "$PROJECT" --project-directory "$REPO" -f "$generated")
+    fi
 
     phase "docker compose up --exit-code-from runner (results: $RESULTS)"
     local status=0

@@ -30,6 +30,10 @@
 #   PROVNET_SWARM_NODES      node services, e.g. a,b,c,d,e (default: docker-stack.yml's
 #                            a,b,c); the stack file is then made for them by
 #                            scripts/stack_file.py --names, run in the image
+#   PROVNET_SWARM_TLS        1: TLS between the services (docker-stack.tls.yml, or
+#                            stack_file.py --tls with PROVNET_SWARM_NODES); the
+#                            cluster CA and a certificate per node service are
+#                            made in $PROVNET_SWARM_RESULTS/tls first
 #   PROVNET_BASE_IMAGE, PROVNET_COMPOSE_TOOLS as for compose-check.sh
 set -euo pipefail
 
@@ -43,7 +47,9 @@ ADVERTISE=${PROVNET_SWARM_ADVERTISE:-127.0.0.1}
 SWARM_TIMEOUT=${PROVNET_SWARM_TIMEOUT_S:-1500}
 IMAGE=provnet:local
 NODES=${PROVNET_SWARM_NODES:-a,b,c}
+TLS=${PROVNET_SWARM_TLS:-0}
 STACK_FILE=$REPO/docker-stack.yml
+[ "$TLS" = 1 ] && STACK_FILE=$REPO/docker-stack.tls.yml
 
 CREATED_SWARM=0
 GWBRIDGE_BEFORE=1
@@ -131,6 +137,19 @@ make_operator_key() {
     [ -s "$SWARM_RESULTS/operator.pub" ] || die "$SWARM_RESULTS/operator.pub is empty"
 }
 
+make_tls_files() {
+    # The cluster CA (tls/ca) and a certificate per node service naming the
+    # service, by the results folder's owner; the stack hands them out as secrets.
+    docker run --rm --user "$(id -u):$(id -g)" -v "$SWARM_RESULTS:/results" \
+        -e "NODES=${NODES//,/ }" --entrypoint sh "$IMAGE" -euc \
+        'for node in $NODES; do
+           provnet tls new --ca /results/tls/ca --node "$node" --host "$node" \
+             --out "/results/tls/$node" >/dev/null
+         done' \
+        || die "could not make the TLS files in $SWARM_RESULTS/tls"
+    log "TLS: CA $SWARM_RESULTS/tls/ca/ca.pem, a certificate per node service"
+}
+
 # The runner's task state: running, complete, failed, ... (empty before it exists).
 runner_state() {
     docker service ps "${STACK}_runner" --no-trunc --format '{{.CurrentState}}|{{.Error}}' \
@@ -151,13 +170,21 @@ swarm_main() {
     mkdir -p "$SWARM_RESULTS"
     SWARM_RESULTS=$(cd "$SWARM_RESULTS" && pwd)
     make_operator_key
+    local tls_flag=()
+    if [ "$TLS" = 1 ]; then
+        make_tls_files
+        tls_flag=(--tls)
+    fi
     export PROVNET_RESULTS_DIR=$SWARM_RESULTS PROVNET_UID=$(id -u) PROVNET_GID=$(id -g)
     if [ -n "${PROVNET_SWARM_NODES:-}" ]; then
         STACK_FILE=$SWARM_RESULTS/docker-stack.yml
         log "stack file for nodes $NODES: $STACK_FILE"
-        docker run --rm -v "$REPO/scripts:/scripts:ro" -v "$REPO/docker-compose.yml:/compose.yml:ro" \
-            --entrypoint python3 "$IMAGE" /scripts/stack_file.py --compose /compose.yml \
-            --names "$NODES" >"$STACK_FILE" || die "scripts/stack_file.py --names $NODES failed"
+        docker run --rm -v "$REPO/scripts:/scripts:ro" \
+            -v "$REPO/docker-compose.yml:/docker-compose.yml:ro" \
+            -v "$REPO/docker-compose.tls.yml:/docker-compose.tls.yml:ro" \
+            --entrypoint python3 "$IMAGE" /scripts/stack_file.py --compose /docker-compose.yml \
+            --names "$NODES" "${tls_flag[@]}" >"$STACK_FILE" \
+            || die "scripts/stack_file.py --names $NODES ${tls_flag[*]} failed"
     fi
 
     phase "docker stack deploy $STACK (results: $SWARM_RESULTS)"

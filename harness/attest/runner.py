@@ -80,6 +80,8 @@ class AttestSlice:
     nodes: tuple[tuple[str, str], ...] = ()
     attesters: tuple[tuple[str, str], ...] = ()
     control_home: str = ""
+    #: running nodes: the CA their TLS certificates are verified with ("": plaintext)
+    tls_ca: str = ""
 
     def tasks(self, cfg: ExperimentConfig) -> list[tuple[RunKey, Any, Any, int]]:
         if self.matrix:
@@ -201,6 +203,7 @@ def _settings(slice_: AttestSlice, cadence: int, steps: int) -> BoundarySettings
             deadline_ms=_DEADLINE_MS,
             nodes=slice_.nodes,
             control_home=slice_.control_home,
+            tls_ca=slice_.tls_ca,
         )
     return BoundarySettings(
         cadences=(cadence,), steps=steps, transport=slice_.transport, deadline_ms=_DEADLINE_MS
@@ -241,7 +244,7 @@ async def run_row(
         topo: Topology | RemoteTopology
         attester_node: RemoteNode | None = None
         if settings.transport is TransportKind.REMOTE:
-            from harness.boundary.runner import _control_credentials
+            from harness.boundary.runner import _control_credentials, _tls
 
             by_fault = dict(slice_.attesters)
             attester_name = by_fault.get(fault.value)
@@ -257,6 +260,7 @@ async def run_row(
                 holder=settings.chain[-1],
                 witness=witness,
                 credentials=_control_credentials(settings),
+                tls=_tls(settings),
             )
             if attester_name is not None:
                 attester_node = await _remote_attester(

@@ -153,6 +153,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="play on running nodes name=host:port[,…] (e.g. Compose services)",
     )
+    from nodes.client_tls import add_tls_flags
+
+    add_tls_flags(parser)
     parser.add_argument(
         "--workers",
         type=positive_int,
@@ -250,6 +253,9 @@ def _handler(args: argparse.Namespace) -> int:
         control_home = str(Home.resolve(args.cluster or None).root)
     elif args.nodes is not None:
         members = args.nodes
+    tls_ca = _tls_ca(args) if members else ""
+    if not members and args.tls_ca is not None:
+        raise UsageError("--tls-ca: applies to running nodes (--cluster, --nodes)")
     if args.rtt_ms is not None:
         try:
             args.rtt_ms = parse_rtts(args.rtt_ms)
@@ -334,6 +340,7 @@ def _handler(args: argparse.Namespace) -> int:
         if transport is TransportKind.REMOTE  # running nodes: one driver
         else default_workers(len(cadences) * len(profiles) * len(seeds)),
         control_home=control_home,
+        tls_ca=tls_ca,
     )
     try:
         settings.validate(cfg)
@@ -417,6 +424,28 @@ def _pick_origins(
         return pick_running_origins(names, chain, witness, count)
     except BoundaryError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _tls_ca(args: argparse.Namespace) -> str:
+    """The CA running nodes are verified with: --tls-ca, $PROVNET_TLS_CA, else (--cluster)
+    the CA the local cluster recorded; "" for plaintext."""
+    from nodes.client_tls import ClientTls
+    from nodes.cluster import ClusterError, load_state
+    from nodes.home import Home
+
+    recorded = None
+    if args.cluster is not None:
+        try:
+            state = load_state(Home.resolve(args.cluster or None))
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from None
+        recorded = None if state is None else state.tls_ca
+    try:
+        tls = ClientTls.from_args(args, default_ca=recorded)
+        tls.files()
+    except ValueError as exc:  # nodes.tls.TlsError: names the setting and the file
+        raise UsageError(str(exc)) from None
+    return "" if tls.ca is None else str(tls.ca)
 
 
 def _cluster_members(home_arg: str) -> tuple[tuple[str, str], ...]:

@@ -106,6 +106,9 @@ class BoundarySettings:
     #: running nodes: the cluster home whose operator key signs control calls
     #: (``$PROVNET_OPERATOR_KEY_FILE`` first, as :func:`nodes.auth.operator_credentials`)
     control_home: str = ""
+    #: running nodes: the CA their TLS certificates are verified with (``--tls-ca``,
+    #: a cluster's recorded CA); "": plaintext
+    tls_ca: str = ""
     #: round-trip time added on every link between two nodes by a user-space proxy per
     #: directed link (:mod:`harness.boundary.links`); None: nodes reach each other directly
     rtt_ms: float | None = None
@@ -239,6 +242,7 @@ class BoundarySettings:
             "nodes": {n: a for n, a in self.nodes},
             "workers": self.workers,
             "rtt_ms": self.rtt_ms,
+            "tls": bool(self.tls_ca),
         }
 
 

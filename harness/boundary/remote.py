@@ -69,6 +69,7 @@ from nodes.control import CallRecord, NodeClients
 from nodes.faults import FaultMode
 from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationReport
 from nodes.refusal import control_refused, is_refusal
+from nodes.tls import TlsFiles
 from nodes.transport import CallFailed
 
 __all__ = ["RemoteNode", "RemoteOps", "RemoteTopology", "connect_remote"]
@@ -140,11 +141,14 @@ async def connect_remote(
     holder: str,
     witness: str | None,
     credentials: ControlCredentials | None = None,
+    tls: TlsFiles | None = None,
 ) -> RemoteTopology:
     """Ask each named node for its identity and fault; map the roles onto them.
 
+    ``tls``: every call is TLS, verifying each node's certificate against its CA.
     Raises :class:`RemoteError` naming a role whose node is not among
-    ``members`` or does not answer ``Info``.
+    ``members`` or does not answer ``Info`` (over TLS: naming the certificate
+    check that failed, when that is why).
     """
     addresses = dict(members)
     roles: list[tuple[str, Role]] = [
@@ -159,7 +163,7 @@ async def connect_remote(
         RemoteNode("", Role.HOLDER, "", "", FaultMode.NONE),
         None,
         WireMeter(),
-        NodeClients(credentials, timeout=_CONTROL_TIMEOUT_S),
+        NodeClients(credentials, timeout=_CONTROL_TIMEOUT_S, tls=tls),
     )
     try:
         nodes: list[RemoteNode] = []
@@ -176,12 +180,15 @@ async def connect_remote(
                     info = await client.info(timeout=5.0)
                     break
                 except CallFailed as exc:
-                    if exc.code == "UNAVAILABLE" and time.monotonic() < give_up:
+                    why = None if tls is None else await _tls_failure(address, tls)
+                    if why is None and exc.code == "UNAVAILABLE" and time.monotonic() < give_up:
                         await asyncio.sleep(0.2)
                         continue
                     raise RemoteError(
                         f"{role.value} {name} at {address} does not answer:"
                         f" {exc.code}: {exc.message}"
+                        if why is None
+                        else f"{role.value} {name} at {address}: TLS: {why}; nothing was sent"
                     ) from None
             if info.name and info.name != name:
                 raise RemoteError(f"node at {address} is named {info.name!r}, not {name!r}")
@@ -198,6 +205,14 @@ async def connect_remote(
     topo.holder = next(n for n in nodes if n.role is Role.HOLDER)
     topo.witness = next((n for n in nodes if n.role is Role.WITNESS), None)
     return topo
+
+
+async def _tls_failure(address: str, tls: TlsFiles) -> str | None:
+    """Why a TLS handshake with ``address`` fails (:func:`nodes.tls.diagnose`), or None."""
+    from nodes.tls import diagnose
+
+    ca_pem = tls.ca_pem()
+    return None if ca_pem is None else await diagnose(address, ca_pem, timeout=2.0)
 
 
 class RemoteOps:

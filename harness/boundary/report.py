@@ -485,7 +485,7 @@ def conditions(outcome: BoundaryOutcome) -> str:
             if s.rtt_ms is not None:
                 rtt = f"RTT: {s.rtt_ms:g} ms added per link (user-space proxies)"
         case TransportKind.REMOTE:
-            where = f"gRPC to {nodes} running node processes"
+            where = f"gRPC{' over TLS' if s.tls_ca else ''} to {nodes} running node processes"
             rtt = "RTT: as the network gives (loopback: no added delay)"
         case _:
             assert_never(s.transport)

@@ -85,6 +85,7 @@ from harness.trajectory import generate
 from nodes.auth import ControlCredentials
 from nodes.faults import FaultMode
 from nodes.store import StoreMode
+from nodes.tls import TlsFiles
 
 __all__ = [
     "BOUNDARY_FAULTS",
@@ -145,6 +146,13 @@ def _control_credentials(settings: BoundarySettings) -> ControlCredentials | Non
     return operator_credentials(Path(settings.control_home) if settings.control_home else None)
 
 
+def _tls(settings: BoundarySettings) -> TlsFiles | None:
+    """TLS to running nodes, verified against ``settings.tls_ca`` (None: plaintext)."""
+    from nodes.client_tls import ClientTls
+
+    return ClientTls(Path(settings.tls_ca)).files() if settings.tls_ca else None
+
+
 def _scratch_root() -> str | None:
     """Where temporary node stores go: tmpfs if there is one.
 
@@ -180,6 +188,7 @@ async def _play_tasks(
             holder=settings.chain[-1],
             witness=settings.witness_name if settings.witness else None,
             credentials=_control_credentials(settings),
+            tls=_tls(settings),
         )
     else:
         topo = await start_topology(

@@ -20,8 +20,9 @@ from nodes.smoke import SMOKE_STEPS
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_check(script: str, env: dict[str, str], timeout: float = 2600) -> None:
-    """Run ``scripts/<script>`` from the repository; fail the test with its stderr if it fails."""
+def run_check(script: str, env: dict[str, str], timeout: float = 2600) -> str:
+    """Run ``scripts/<script>`` from the repository; fail the test with its stderr if it
+    fails, else return what it printed on stderr (its progress lines)."""
     try:
         run = subprocess.run(
             ["bash", str(REPO / "scripts" / script)],
@@ -36,6 +37,16 @@ def run_check(script: str, env: dict[str, str], timeout: float = 2600) -> None:
         pytest.fail(f"scripts/{script} did not finish in {exc.timeout} s")
     if run.returncode != 0:
         pytest.fail(f"scripts/{script} exited {run.returncode}:\n{run.stderr[-6000:]}")
+    return run.stderr
+
+
+def assert_over_tls(results: Path, meta: dict[str, Any]) -> None:
+    """The runner's smoke test and boundary slice reached the nodes over TLS."""
+    assert meta["settings"]["tls"] is True
+    runner_log = (results / "runner.log").read_text(encoding="utf-8")
+    assert "gRPC over TLS to" in runner_log
+    # the smoke's fault nodes served a certificate made with the CA key beside the CA
+    assert list((results / "home" / "smoke").glob("*/tls/extra.pem")), "no fault-node certificate"
 
 
 def assert_smoke_and_boundary_ran(results: Path) -> dict[str, Any]:

@@ -391,3 +391,153 @@ def test_compose_check_script_is_valid_bash() -> None:
         ["bash", "-n", str(script)], capture_output=True, text=True, check=False, timeout=30
     )
     assert result.returncode == 0, result.stderr
+
+
+# ------------------------------------------------------------- TLS override
+
+TLS = "docker-compose.tls.yml"
+RESULTS = "./results-compose"  # the results folder with PROVNET_RESULTS_DIR unset
+
+
+def _tls_new_argv(node: str) -> list[str]:
+    """The ``provnet tls new`` command tls-certs runs for ``node``, as the shell sees it."""
+    (script,) = _services(TLS)["tls-certs"]["command"]
+    text = script.replace("$$", "$").replace("\\\n", " ")
+    (line,) = [ln for ln in text.splitlines() if "provnet tls new" in ln]
+    words = shlex.split(line.replace('"$node"', node).replace("$node", node))
+    start = words.index("provnet")
+    return words[start + 1 : words.index(">/dev/null")]
+
+
+def test_tls_certs_makes_one_ca_and_a_certificate_per_node_naming_its_advertised_host() -> None:
+    certs = _services(TLS)["tls-certs"]
+    assert certs["volumes"] == [f"{RESULTS}:/results"]
+    assert certs["image"] == _services()["runner"]["image"]
+    assert certs.get("init") is True
+    assert _env(certs)["PROVNET_TLS_NODES"].split() == list(NODE_SERVICES)
+    for node in NODE_SERVICES:
+        args = _parse(_tls_new_argv(node))
+        assert (args.command, args.tls_command) == ("tls", "new")
+        assert args.ca == Path("/results/tls/ca"), "one CA for every node"
+        assert args.out == Path(f"/results/tls/{node}")
+        assert args.node == node
+        # what the node is dialled by: its advertised host (and its WAN proxy's)
+        advertised = _node_config(node, TLS).advertised.rpartition(":")[0]
+        wan_advertised = _node_config(node, WAN).advertised.rpartition(":")[0]
+        assert {advertised, wan_advertised} <= set(args.host), node
+    (script,) = certs["command"]
+    # the node user gets its key; it stays up, healthy once every file is there
+    assert 'chown 10001:10001 "/results/tls/$$node/$$node.key"' in script
+    assert script.rstrip().endswith("exec sleep infinity")
+    assert script.index("touch /results/tls/.done") > script.rindex("chown")
+    assert "/results/tls/.done" in " ".join(certs["healthcheck"]["test"])
+    runner_owner = _services()["runner"]["user"]
+    assert _env(certs)["PROVNET_TLS_OWNER"] == runner_owner, "the runner reads the CA key"
+
+
+@pytest.mark.parametrize("node", NODE_SERVICES)
+def test_tls_nodes_read_their_own_certificate_and_key_and_the_ca_read_only(node: str) -> None:
+    service = _services(TLS)[node]
+    config = _node_config(node, TLS)
+    args = _parse(_tls_new_argv(node))
+    mount = f"{RESULTS}/tls/{node}:/tls:ro"
+    # only its own folder (not the CA's key, not another node's key)
+    assert [v for v in service["volumes"] if ":/tls" in v] == [mount]
+    assert args.out == Path("/results" + mount.split(":")[0].removeprefix(RESULTS))
+    assert (config.tls_ca, config.tls_cert, config.tls_key) == (
+        Path("/tls/ca.pem"),
+        Path(f"/tls/{node}.pem"),
+        Path(f"/tls/{node}.key"),
+    )
+    # what the base mounts is still mounted (the override repeats it)
+    assert set(_services()[node]["volumes"]) < set(service["volumes"])
+    assert set(_env(_services()[node])) | {
+        "PROVNET_TLS_CA",
+        "PROVNET_TLS_CERT",
+        "PROVNET_TLS_KEY",
+    } == set(_env(service))
+    assert service["depends_on"]["tls-certs"] == {"condition": "service_healthy"}
+    assert service["depends_on"]["operator-key"] == {"condition": "service_healthy"}
+    # the healthcheck is unchanged: `provnet node health` reads PROVNET_TLS_CA and
+    # checks the certificate for the host of PROVNET_ADVERTISE
+    assert service["healthcheck"] == _services()[node]["healthcheck"]
+
+
+def test_tls_runner_verifies_the_nodes_with_the_ca_whose_key_lies_beside_it() -> None:
+    runner = _services(TLS)["runner"]
+    env = _env(runner)
+    assert set(env) - set(_env(_services()["runner"])) == {"PROVNET_TLS_CA"}
+    ca = Path(env["PROVNET_TLS_CA"])
+    # the CA folder tls new writes (ca.pem, ca.key), inside the runner's /results
+    assert ca == _parse(_tls_new_argv("a")).ca / "ca.pem"
+    assert f"{RESULTS}:/results" in runner["volumes"]
+    # the smoke test and the boundary experiment both take it (--tls-ca's variable)
+    from nodes.client_tls import ClientTls
+
+    for argv, _ in _runner_commands(TLS):
+        args = _parse(argv)
+        assert args.tls_ca is None, "from the variable, not a flag"
+        assert ClientTls.from_args(args, {"PROVNET_TLS_CA": "/dev/null"}).ca == Path("/dev/null")
+
+
+# ------------------------------------------------------------- N node services
+
+
+def _generated(names: list[str], *, tls: bool) -> dict[str, Any]:
+    """scripts/stack_file.py --as-compose --names …: the compose file of these nodes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stack_file", REPO / "scripts" / "stack_file.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (REPO / "docker-compose.yml").read_text(encoding="utf-8")
+    tls_text = (REPO / TLS).read_text(encoding="utf-8") if tls else None
+    data = yaml.safe_load(module.render_compose(text, names, tls_text))
+    assert isinstance(data, dict)
+    result = _interpolate(data)
+    assert isinstance(result, dict)
+    return result
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_a_compose_file_of_five_nodes_has_the_same_keys_and_plays_on_all_of_them(
+    tls: bool,
+) -> None:
+    names = ["a", "b", "c", "d", "e"]
+    services = _generated(names, tls=tls)["services"]
+    base = _services(TLS) if tls else _services()
+    assert set(services) == set(names) | (set(base) - set(NODE_SERVICES))
+    for name in names:
+        service = services[name]
+        assert set(_env(service)) == set(_env(base["a"])), name
+        config = NodeConfig.from_env_and_args(_parse(list(service["command"])), env=_env(service))
+        assert config.name == name
+        assert config.advertised == f"{name}:50051"
+        assert {p.name for p in config.peers} == set(names) - {name}
+        assert service["volumes"][0] == f"{name}-data:/data"
+        if tls:
+            assert config.tls_cert == Path(f"/tls/{name}.pem")
+            assert f"{RESULTS}/tls/{name}:/tls:ro" in service["volumes"]
+    runner = services["runner"]
+    assert runner["depends_on"] == {n: {"condition": "service_healthy"} for n in names}
+    if tls:
+        assert _env(services["tls-certs"])["PROVNET_TLS_NODES"].split() == names
+    env = _env(runner)
+    from nodes.smoke import Member
+
+    assert [m.name for m in Member.parse_list(env["PROVNET_SMOKE_NODES"])] == names
+    boundary = _parse(["experiment", "boundary", *shlex.split(env["PROVNET_BOUNDARY_ARGS"])])
+    assert [n for n, _ in boundary.nodes] == names
+    assert boundary.origins == 3
+
+
+def test_compose_check_makes_the_compose_file_of_other_nodes_in_the_image() -> None:
+    text = (REPO / "scripts" / "compose-check.sh").read_text(encoding="utf-8")
+    assert "/scripts/stack_file.py --as-compose" in text
+    assert '--names "$PROVNET_COMPOSE_NODES" "${tls_flag[@]}"' in text
+    # the generated file's relative paths (build context) are the repository's
+    assert (
+        'COMPOSE=(docker compose -p "$PROJECT" --project-directory "$REPO" -f "$generated")' in text
+    )

@@ -18,6 +18,8 @@ render would look like a pass.
 from __future__ import annotations
 
 import argparse
+import base64
+import datetime as dt
 import re
 import shlex
 import shutil
@@ -29,16 +31,19 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from harness.cli import build_parser
 from nodes.auth import OPERATOR_KEY_FILENAME, create_operator_key
 from nodes.config import ENV_VARS, NodeConfig
 from nodes.linkproxy import LINK_ENV_VARS, LinkSpec
 from nodes.smoke import Member
+from nodes.tls import check_certificate, new_ca, new_node_certificate
 
 REPO = Path(__file__).resolve().parents[2]
 KUBE = REPO / "deploy" / "kubernetes"
-KUSTOMIZATIONS = ("base", "overlays/five", "overlays/wan")
+KUSTOMIZATIONS = ("base", "overlays/five", "overlays/wan", "overlays/tls")
 #: The oldest Kubernetes with gRPC probes GA (1.27 is not in the schema set: 1.29),
 #: and the newest schemas kubernetes-validate ships.
 VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
@@ -59,10 +64,18 @@ def _kubectl() -> str:
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     """Every kustomization rendered, from a copy with an operator key made for it."""
     root = tmp_path_factory.mktemp("kube") / "kubernetes"
-    shutil.copytree(KUBE, root, ignore=shutil.ignore_patterns("operator.key", "operator.pub"))
+    shutil.copytree(
+        KUBE, root, ignore=shutil.ignore_patterns("operator.key", "operator.pub", "*.pem", "*.key")
+    )
     operator = root / "base" / "operator"
     key = create_operator_key(operator / OPERATOR_KEY_FILENAME)
     (operator / "operator.pub").write_text(key.key_id + "\n", encoding="utf-8")
+    # the TLS overlay's files, made as docs/kubernetes.md says
+    now = dt.datetime.now(dt.UTC)
+    certs = root / "overlays" / "tls" / "certs"
+    new_ca(certs, now=now)
+    for i in range(3):
+        new_node_certificate(certs, f"node-{i}", [f"node-{i}.provnet"], now=now)
     out: dict[str, list[dict[str, Any]]] = {}
     for name in KUSTOMIZATIONS:
         run = subprocess.run(
@@ -135,8 +148,11 @@ def _compose() -> dict[str, Any]:
     return data
 
 
-def _compose_env(service: str) -> dict[str, str]:
-    raw = _compose()["services"][service]["environment"]
+def _compose_env(service: str, *, tls: bool = False) -> dict[str, str]:
+    raw = dict(_compose()["services"][service]["environment"])
+    if tls:
+        override = yaml.safe_load((REPO / "docker-compose.tls.yml").read_text(encoding="utf-8"))
+        raw.update(override["services"][service]["environment"])
     return {str(k): str(v) for k, v in raw.items()}
 
 
@@ -159,12 +175,12 @@ def test_every_rendered_object_is_valid_against_the_kubernetes_schemas(
     rendered: dict[str, list[dict[str, Any]]], name: str
 ) -> None:
     kinds = sorted(o["kind"] for o in rendered[name])
+    secrets = ["Secret"] * (4 if name == "overlays/tls" else 2)
     assert kinds == [
         "ConfigMap",
         "Job",
         "PersistentVolumeClaim",
-        "Secret",
-        "Secret",
+        *secrets,
         "Service",
         "StatefulSet",
     ], kinds
@@ -235,6 +251,11 @@ def test_probes_ask_the_nodes_grpc_health_service_on_the_port_compose_checks(
         sts = _one(rendered[name], "StatefulSet")
         node = _container(sts["spec"]["template"]["spec"], "node")
         for probe in ("readinessProbe", "livenessProbe"):
+            if name == "overlays/tls":
+                # native gRPC probes cannot speak TLS: the Compose healthcheck's command
+                assert "grpc" not in node[probe], (name, probe)
+                assert node[probe]["exec"]["command"] == compose_check[1:], (name, probe)
+                continue
             grpc = node[probe]["grpc"]
             # the whole server's status (service ""), as `provnet node health` asks
             assert grpc == {"port": port}, (name, probe, grpc)
@@ -301,7 +322,7 @@ def test_runner_job_plays_the_compose_runners_commands_on_the_node_pods(
     runner = _container(job, "runner")
     env = _pod_env(objects, runner, "runner")
     compose_runner = _compose()["services"]["runner"]
-    compose_env = _compose_env("runner")
+    compose_env = _compose_env("runner", tls=name == "overlays/tls")
     assert set(env) == set(compose_env), set(env) ^ set(compose_env)
     assert runner["command"][:2] == compose_runner["entrypoint"][:2] == ["bash", "-euo"]
     ours = _provnet_lines(runner["args"][0], env)
@@ -374,3 +395,71 @@ def test_wan_overlay_puts_a_link_proxy_in_every_node_pod_in_front_of_the_node(
     assert set(sources) == {f"{p}.provnet" for p in pods} | {"runner.provnet"}
     assert all(s.delay_ms > 0 and not s.blackhole for s in sources.values())
     assert (proxy.delay_ms, proxy.blackhole) == (0, False), "the kubelet's probes: no conditions"
+
+
+# ------------------------------------------------------------- TLS overlay
+
+
+def _secret_files(objects: list[dict[str, Any]], name: str) -> dict[str, bytes]:
+    secret = _one(objects, "Secret", name)
+    return {k: base64.b64decode(v) for k, v in secret["data"].items()}
+
+
+def _mounted(pod_spec: dict[str, Any], container: dict[str, Any], path: Path) -> tuple[str, str]:
+    """(Secret name, key) a file path of ``container`` comes from."""
+    for mount in container["volumeMounts"]:
+        if path.parent == Path(mount["mountPath"]):
+            (volume,) = [v for v in pod_spec["volumes"] if v["name"] == mount["name"]]
+            assert mount.get("readOnly") is True, path
+            return volume["secret"]["secretName"], path.name
+    raise AssertionError(f"{path}: not on a mounted Secret")
+
+
+def test_tls_pods_set_the_compose_tls_variables_and_each_serves_its_own_certificate(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["overlays/tls"]
+    sts = _one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    node = _container(sts, "node")
+    compose = _compose_env("a", tls=True)
+    secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
+    now = dt.datetime.now(dt.UTC)
+    pods = list(_nodes(objects))
+    assert len(pods) == 3
+    for pod, config, env in pods:
+        assert set(env) == set(compose), set(env) ^ set(compose)
+        assert config.tls_ca is not None
+        assert config.tls_cert is not None
+        assert config.tls_key is not None
+        sources = {_mounted(sts, node, p) for p in (config.tls_ca, config.tls_cert, config.tls_key)}
+        (secret,) = {s for s, _ in sources}
+        files = _secret_files(objects, secret)
+        assert {k for _, k in sources} == {"ca.pem", f"{pod}.pem", f"{pod}.key"}, pod
+        assert "ca.key" not in files, "the CA's key is on no node"
+        assert secrets[secret]["metadata"]["name"].startswith("provnet-tls")
+        # the certificate chains to the CA and names the host the pod is dialled by
+        der = x509.load_pem_x509_certificate(files[f"{pod}.pem"]).public_bytes(Encoding.DER)
+        host = config.advertised.rpartition(":")[0]
+        assert check_certificate(der, files["ca.pem"], host, now) is None, pod
+
+
+def test_tls_runner_verifies_the_nodes_with_the_ca_and_certifies_its_fault_nodes_with_its_key(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["overlays/tls"]
+    job = _one(objects, "Job")["spec"]["template"]["spec"]
+    runner = _container(job, "runner")
+    env = _pod_env(objects, runner, "runner")
+    ca = Path(env["PROVNET_TLS_CA"])
+    secret, key = _mounted(job, runner, ca)
+    files = _secret_files(objects, secret)
+    assert key == "ca.pem"
+    # ca.key beside ca.pem: what the smoke test looks for (nodes.client_tls)
+    assert set(files) == {"ca.pem", "ca.key"}
+    nodes_ca = _secret_files(objects, "provnet-tls-ca")["ca.pem"]
+    node_secret = next(
+        o["metadata"]["name"]
+        for o in objects
+        if o["kind"] == "Secret" and "node-0.pem" in o.get("data", {})
+    )
+    assert _secret_files(objects, node_secret)["ca.pem"] == nodes_ca == files["ca.pem"]

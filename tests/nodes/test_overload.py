@@ -40,6 +40,10 @@ from nodes.cluster import HealthState, child_env, free_ports, probe_health, prov
 from nodes.messages import Delivery
 from tests.nodes.rpc_support import TEST_OPERATOR, grpc_node, hop_json, operator_channel
 
+# These tests build a backlog and read how the node sheds it: another test
+# process sharing the CPUs changes what they measure, so they run alone.
+pytestmark = pytest.mark.serial
+
 DELIVER = "/provnet.v1.Deliver/Deliver"
 
 

@@ -178,3 +178,91 @@ def test_a_stack_of_five_nodes_keeps_the_keys_and_plays_three_origins_among_them
     assert "--nodes" in smoke
     with pytest.raises(ValueError, match="at least 3 distinct"):
         _stack_module().render(compose_text, ["a", "b"])
+
+
+# ------------------------------------------------------------- TLS
+
+
+def _tls_override() -> str:
+    return (REPO / "docker-compose.tls.yml").read_text(encoding="utf-8")
+
+
+def _compose_tls() -> dict[str, Any]:
+    merged = _stack_module().merge_override(
+        _load("docker-compose.yml"), yaml.safe_load(_tls_override())
+    )
+    assert isinstance(merged, dict)
+    return merged
+
+
+def test_tls_stack_file_is_regenerated_from_the_compose_and_tls_files_byte_for_byte() -> None:
+    text = (REPO / "docker-compose.yml").read_text(encoding="utf-8")
+    assert _stack_module().render(text, None, _tls_override()) == (
+        REPO / "docker-stack.tls.yml"
+    ).read_text(encoding="utf-8"), (
+        "docker-stack.tls.yml is stale:"
+        " .venv/bin/python scripts/stack_file.py --tls > docker-stack.tls.yml"
+    )
+
+
+def _check_tls_stack(stack: dict[str, Any], names: list[str]) -> None:
+    compose = _compose_tls()["services"]
+    files = {name: secret["file"] for name, secret in stack["secrets"].items()}
+    results = "${PROVNET_RESULTS_DIR:?"
+    assert "tls-certs" not in stack["services"], "the files are made before the stack"
+    for name in names:
+        ours = stack["services"][name]
+        theirs = compose[name] if name in compose else compose["a"]
+        # the compose node's variables, TLS ones included, and no TLS bind mount
+        assert set(_env(ours)) == set(_env(theirs)), name
+        assert ours["volumes"] == [f"{name}-data:/data"], name
+        config = _config(ours)
+        by_target = {Path("/run/secrets") / s["target"]: s for s in ours["secrets"]}
+        for path in (config.tls_ca, config.tls_cert, config.tls_key):
+            assert path in by_target, (name, path)
+        ca, cert, key = (by_target[p] for p in (config.tls_ca, config.tls_cert, config.tls_key))
+        # the files tls-certs / swarm-check.sh make: tls/ca/ca.pem, tls/<node>/<node>.*
+        assert files[ca["source"]].startswith(results)
+        assert files[ca["source"]].endswith("}/tls/ca/ca.pem")
+        assert files[cert["source"]].endswith(f"}}/tls/{name}/{name}.pem")
+        assert files[key["source"]].endswith(f"}}/tls/{name}/{name}.key")
+        # the key: the node user's own, private (the image's user, 10001)
+        assert (key["uid"], key["gid"], key["mode"]) == ("10001", "10001", 0o400)
+        assert "uid" not in cert
+        # a node's certificate is its own: no other node's key is handed to it
+        others = {f"tls_{n}_key" for n in names if n != name}
+        assert not others & {s["source"] for s in ours["secrets"]}, name
+    runner = stack["services"]["runner"]
+    assert set(_env(runner)) == set(_env(compose["runner"]))
+    by_target = {s["target"]: s for s in runner["secrets"]}
+    assert _env(runner)["PROVNET_TLS_CA"] == "/run/secrets/ca.pem"
+    # the CA key beside the CA certificate, the runner user's own: the smoke's fault nodes
+    assert files[by_target["ca.key"]["source"]].endswith("}/tls/ca/ca.key")
+    assert files[by_target["ca.pem"]["source"]].endswith("}/tls/ca/ca.pem")
+    assert (by_target["ca.key"]["uid"], by_target["ca.key"]["mode"]) == (
+        "${PROVNET_UID:-10001}",
+        0o400,
+    )
+
+
+def test_tls_stack_hands_each_node_its_own_certificate_and_key_as_secrets() -> None:
+    _check_tls_stack(_load("docker-stack.tls.yml"), list(NODE_SERVICES))
+
+
+def test_tls_stack_of_five_nodes_certifies_each_by_its_own_name() -> None:
+    text = (REPO / "docker-compose.yml").read_text(encoding="utf-8")
+    names = ["a", "b", "c", "d", "e"]
+    rendered = _stack_module().render(text, names, _tls_override())
+    stack = yaml.safe_load(rendered)
+    _check_tls_stack(stack, names)
+    assert _config(stack["services"]["e"]).tls_cert == Path("/run/secrets/e.pem")
+
+
+def test_swarm_check_makes_the_tls_files_where_the_stack_reads_them() -> None:
+    text = (REPO / "scripts" / "swarm-check.sh").read_text(encoding="utf-8")
+    assert '[ "$TLS" = 1 ] && STACK_FILE=$REPO/docker-stack.tls.yml' in text
+    # tls new --ca /results/tls/ca ... --out /results/tls/$node: the secrets' files
+    line = next(ln for ln in text.splitlines() if "provnet tls new" in ln)
+    assert '--ca /results/tls/ca --node "$node" --host "$node"' in line
+    assert '--out "/results/tls/$node"' in text
+    assert '"${tls_flag[@]}"' in text, "a stack of other nodes is generated with --tls too"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.nodes._docker_checks import assert_smoke_and_boundary_ran, run_check
+from tests.nodes._docker_checks import assert_over_tls, assert_smoke_and_boundary_ran, run_check
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2700)]
 
@@ -37,6 +37,27 @@ def test_swarm_check_runs_smoke_and_boundary_on_a_stack_and_leaves_nothing(
     assert_smoke_and_boundary_ran(results)
 
     # Nothing of the stack is left: containers, networks, volumes.
+    label = f"label=com.docker.stack.namespace={stack}"
+    assert _docker("ps", "-a", "-q", "--filter", label) == ""
+    assert _docker("network", "ls", "-q", "--filter", label) == ""
+    assert _docker("volume", "ls", "-q", "--filter", label) == ""
+
+
+def test_swarm_check_with_tls_runs_smoke_and_boundary_over_tls_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    results = tmp_path / "results-swarm"
+    stack = f"provnet-test-tls-{os.getpid()}"
+    env = {
+        **os.environ,
+        "PROVNET_SWARM_RESULTS": str(results),
+        "PROVNET_SWARM_STACK": stack,
+        "PROVNET_SWARM_TLS": "1",
+    }
+    said = run_check("swarm-check.sh", env)
+    (tmp_path / "swarm-check.log").write_text(said, encoding="utf-8")
+    meta = assert_smoke_and_boundary_ran(results)
+    assert_over_tls(results, meta)
     label = f"label=com.docker.stack.namespace={stack}"
     assert _docker("ps", "-a", "-q", "--filter", label) == ""
     assert _docker("network", "ls", "-q", "--filter", label) == ""
