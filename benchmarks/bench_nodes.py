@@ -30,14 +30,11 @@ trip plus only the two Ed25519 signatures the revision-2 contract requires
 of a faithful demand (``Sign2``; the first contract's floor was four
 operations, two signatures and two verifications), and the bare round trip
 plus only the ``contracts`` library calls of a 5-hop demand under a head
-(``Contracts``: sign the demand from the fold's template,
-``contracts.serve.DemandTemplate``, as a holder does; parse it, check its
-binding, apply the answer rule and sign the receipt from the fold's
-template, ``contracts.serve.WholeFoldReceipts``, as a node does; judge the
-answer lazily) — what no node built on the contract, or on this library,
-can go below. (Before the templates, the floor signed through the general
-``answer_demand`` and built its demand with ``build_demand``, which the
-step table still prints as "not made".) Two
+(``Contracts``: sign the demand with ``contracts.serve.build_demand``, as a
+holder does; parse it, check its binding, apply the answer rule and sign
+the receipt with ``contracts.serve.answer_demand``; judge the answer
+lazily) — what no node built on the contract, or on this library, can go
+below. Two
 latency rows step from that floor towards a verified demand with the same
 holder-side calls: ``step: + node core`` (the node's ``answer_demands`` —
 checks, nonce memory, answer — served by the bare server) and ``step: +
@@ -191,7 +188,7 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
 
     from contracts.heads import FoldProof, verify_fold
     from contracts.identity import Identity
-    from contracts.serve import WholeFoldReceipts, refusal_for, verify_demand
+    from contracts.serve import answer_demand, refusal_for, verify_demand
     from contracts.signed import parse_statement
     from contracts.statements import Demand
     from nodes import wire
@@ -237,18 +234,22 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     floor_fold = verify_fold(FoldProof.from_bytes(floor_proof), floor_head)
     floor_root = floor_fold.commitment.statement.root
 
-    floor_receipts = WholeFoldReceipts(
-        floor_origin, obligation=floor_fold.obligation, commitment=floor_fold.commitment
-    )
-
     async def contracts_only(request: Any, context: Any) -> Any:
         demand = parse_statement(bytes(request.demands[0]), Demand)
         verify_demand(demand, obligation=floor_fold.obligation, commitment=floor_fold.commitment)
         now = int(time.time() * 1000)
         o, c = floor_fold.obligation.statement, floor_fold.commitment.statement
         if refusal_for(o, c, demand.statement, floor_hops, now, floor_root) is None:
-            # a whole fold served: the receipt from the fold's template, as a node signs it
-            receipt = floor_receipts.sign(demand, now)
+            # a whole fold served: the receipt answer_demand signs
+            receipt = answer_demand(
+                floor_origin,
+                demand,
+                obligation=floor_fold.obligation,
+                commitment=floor_fold.commitment,
+                hops=floor_hops,
+                now=now,
+                hops_root=floor_root,
+            ).to_bytes()
         else:  # pragma: no cover - the floor's holder asks for what is served
             raise RuntimeError("the floor's demand is not served")
         return serve_pb2.DemandResponse(
@@ -399,8 +400,6 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
     from contracts.identity import Identity
     from contracts.lazy import judge_fold_answer
     from contracts.serve import (
-        DemandTemplate,
-        WholeFoldReceipts,
         answer_demand,
         build_demand,
         refusal_for,
@@ -431,32 +430,12 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
     sig = receipt.envelope.signatures[0].sig
     public = origin_identity.public
 
-    receipts = WholeFoldReceipts(
-        origin_identity, obligation=fold.obligation, commitment=fold.commitment
-    )
-    # what a holder does for a whole fold it demands: the demand from the fold's template
-    demands = DemandTemplate(holder_identity, fold.obligation)
-
     def origin_answer() -> object:
-        # what a node does for a whole fold it serves: the answer rule, then the
-        # receipt from the fold's template (the bytes answer_demand signs)
+        # what a node does for a whole fold it serves: the answer rule, then the receipt
         o, c = fold.obligation.statement, fold.commitment.statement
         if refusal_for(o, c, demand.statement, hops, now, root) is not None:
             raise RuntimeError("the stage's demand is not served")
-        return receipts.sign(demand, now)
-
-    def origin_check() -> object:
-        parsed = parse_statement(demand_bytes, Demand)
-        return verify_demand(parsed, obligation=fold.obligation, commitment=fold.commitment)
-
-    steps: dict[str, Callable[[], object]] = {
-        "holder: sign + encode demand (template)": lambda: demands.sign(now),
-        "not made: build_demand + to_bytes": lambda: build_demand(
-            holder_identity, fold.obligation, now=now
-        ).to_bytes(),
-        "origin: parse + bind demand (no verify)": origin_check,
-        "origin: answer + sign + encode receipt": origin_answer,
-        "not made: the same, general answer_demand": lambda: answer_demand(
+        return answer_demand(
             origin_identity,
             demand,
             obligation=fold.obligation,
@@ -464,7 +443,18 @@ def _stage_costs(hops: list[bytes]) -> dict[str, float]:
             hops=hops,
             now=now,
             hops_root=root,
+        ).to_bytes()
+
+    def origin_check() -> object:
+        parsed = parse_statement(demand_bytes, Demand)
+        return verify_demand(parsed, obligation=fold.obligation, commitment=fold.commitment)
+
+    steps: dict[str, Callable[[], object]] = {
+        "holder: sign + encode demand": lambda: build_demand(
+            holder_identity, fold.obligation, now=now
         ).to_bytes(),
+        "origin: parse + bind demand (no verify)": origin_check,
+        "origin: answer + sign + encode receipt": origin_answer,
         "holder: judge lazily (no verify)": lambda: judge_fold_answer(
             receipt_bytes, hops, demand=demand, fold=fold, reported_at=now
         ),
@@ -533,12 +523,10 @@ class _Floors:
         from contracts.heads import FoldProof, HeadCache
         from contracts.identity import Identity
         from contracts.lazy import judge_fold_answer
-        from contracts.serve import DemandTemplate
+        from contracts.serve import build_demand
         from nodes._pb.provnet.v1 import serve_pb2
 
-        self._template, self._judge = DemandTemplate, judge_fold_answer
-        #: id(fold) → (fold, its demand template): the holder's demands, as a node signs them
-        self._templates: dict[int, tuple[Any, Any]] = {}
+        self._build, self._judge = build_demand, judge_fold_answer
         self._served = AnswerKind.SERVED
         self._payload = payload
         self._holder_key = Ed25519PrivateKey.generate()
@@ -581,11 +569,8 @@ class _Floors:
     async def demand_via(self, call: Any, fold: Any) -> bool:
         """The floor's holder side (build, sign; judge lazily) against ``call`` for ``fold``."""
         now = int(time.time() * 1000)
-        kept = self._templates.get(id(fold))
-        if kept is None:
-            template = self._template(self._identity, fold.obligation)
-            kept = self._templates[id(fold)] = (fold, template)
-        demand, demand_bytes = kept[1].sign(now)
+        demand = self._build(self._identity, fold.obligation, now=now)
+        demand_bytes = demand.to_bytes()
         reply = await call(self._request(demands=[demand_bytes]), timeout=2.0)
         answer = reply.answers[0]
         verdict = self._judge(

@@ -51,7 +51,7 @@ def _pct(values: list[float], q: float) -> float:
 async def _measure(args: argparse.Namespace, address: str, pid: int, key: Path) -> None:
     import grpc
 
-    from contracts.binary import encode_demand
+    from contracts.batch import demand_payload
     from contracts.envelope import Envelope
     from contracts.heads import FoldProof, HeadCache
     from contracts.identity import Identity, load_identity
@@ -141,7 +141,7 @@ async def _measure(args: argparse.Namespace, address: str, pid: int, key: Path) 
         env = one.envelope
         return [
             Envelope(
-                encode_demand(dataclasses.replace(base, nonce=new_nonce())),
+                demand_payload(dataclasses.replace(base, nonce=new_nonce())),
                 env.payload_type,
                 env.signatures,
             ).to_bytes()

@@ -28,13 +28,11 @@ Module map (main entry points)::
     statements  Commitment, Obligation, Demand, Receipt, DeliveryReceipt,
                 WitnessReport, Attestation, Head; Axis, ReceiptStatus,
                 RefusalReason
-    binary      the compact binary payloads (version 2) of Demand and Receipt:
-                encode_/decode_demand, encode_/decode_receipt, payload types
-                …demand.v2+bin / …receipt.v2+bin (the JSON form stays valid)
-    batch       batched demands and receipts (version 3): one signed demand
-                naming several folds of one origin, one signed receipt
-                answering them; open_statement(..., fold=) reads one fold's
-                item as its own Demand / Receipt
+    batch       the one form of demands and receipts (version 3, layout
+                declared once: DEMAND_LAYOUT, RECEIPT_LAYOUT): one signed
+                demand naming one or more folds of one origin, one signed
+                receipt answering them; open_statement(..., fold=) reads one
+                fold's item as its own Demand / Receipt
     head_note   a head as a C2SP tlog-checkpoint signed note (revision 3):
                 sign_head, open_head (verify_checkpoint on the note's bytes),
                 parse_head (unverified), SignedHead (note verbatim, digest
@@ -77,7 +75,7 @@ Module map (main entry points)::
 
 Digests ("commitment digest", "obligation digest", "receipt digest" …) are
 the hex SHA-256 of a statement envelope's payload, which is the RFC 8785
-canonical statement (or, for demands and receipts, its binary form):
+canonical statement (for demands and receipts, their binary layout):
 ``Signed.digest`` / ``Envelope.digest``. A value digest
 is whatever the caller hashes to name a value (``sha256_hex`` of its
 canonical bytes); attestations bind to it.

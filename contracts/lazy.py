@@ -32,15 +32,6 @@ from collections.abc import Sequence
 
 from contracts._fields import MAX_TIME_MS
 from contracts.batch import receipt_batch_head, served_whole_item
-from contracts.binary import (
-    _RECEIPT_HEAD,
-    _RECEIPT_TAG,
-    BINARY_VERSION,
-    RECEIPT_BINARY_TYPE,
-    STATUS_CODES,
-    _nonce_bytes,
-    _raw,
-)
 from contracts.envelope import Envelope
 from contracts.errors import ContractError
 from contracts.evidence import Answer, AnswerKind, cite_head, judge_answer
@@ -53,7 +44,6 @@ from contracts.statements import Demand, Receipt, ReceiptStatus
 __all__ = [
     "judge_fold_answer",
     "served_batch_without_signature",
-    "served_fold_without_signature",
     "served_without_signature",
 ]
 
@@ -108,78 +98,6 @@ def served_without_signature(
     return ServedFold(receipt=r, leaves=leaves, hops=tuple(hops), receipt_verified=False)
 
 
-#: Where ``issued_at`` (u64) sits in a version-2 receipt: after the version and
-#: kind bytes and four 32-byte ids (origin, obligation, commitment, demand).
-_ISSUED_AT = 2 + 4 * 32
-#: What follows the nonce of a SERVED whole-fold receipt: leaves flag 0 (the whole
-#: fold), served_root present (then the root), then no leaf hashes and no proofs.
-_WHOLE_FOLD = b"\x00\x01"
-_NO_HASHES_NO_PROOFS = bytes(8)
-_SERVED = STATUS_CODES[ReceiptStatus.SERVED]
-
-
-def served_fold_without_signature(
-    receipt: bytes,
-    hops: Sequence[bytes],
-    *,
-    demand: Signed[Demand],
-    fold: VerifiedFold,
-    known: KnownRoots | None = None,
-) -> bool:
-    """Step 1 of :func:`judge_fold_answer` for a whole-fold demand, from the receipt's bytes.
-
-    True when ``receipt`` is an envelope whose payload (binary, version 2) is
-    exactly what a faithful origin signs for ``demand`` — its own id, the
-    demand's obligation and commitment, the demand's digest and nonce, any
-    ``issued_at`` in range, SERVED, the fold's tree size and committed root,
-    nothing else — and ``hops`` reproduce the fold's root proven under its
-    verified head. The payload is compared with bytes packed here instead of
-    being parsed: equal bytes decode to exactly those fields, the ones
-    :func:`served_without_signature` reads. The signature decides nothing
-    and is not checked.
-
-    False decides nothing: the caller judges the answer with
-    :func:`judge_fold_answer` (which parses the receipt, and verifies it where
-    it decides). ``known`` as for :func:`served_without_signature`.
-    """
-    ds = demand.statement
-    record = fold.record
-    if ds.leaves is not None or len(hops) != record.leaf_count:
-        return False
-    try:
-        envelope = Envelope.from_bytes(receipt)
-        nonce = _nonce_bytes(ds.nonce, 0)
-        head = _RECEIPT_HEAD.pack(
-            BINARY_VERSION,
-            _RECEIPT_TAG,
-            _raw(ds.origin, "receipt origin"),
-            _raw(ds.obligation, "receipt obligation"),
-            _raw(ds.commitment, "receipt commitment"),
-            _raw(demand.digest, "receipt demand"),
-            0,
-            record.leaf_count,
-            _SERVED,
-            0,
-            len(nonce),
-        )
-        root = _raw(record.root, "served_root")
-    except (ContractError, ValueError):
-        return False
-    payload = envelope.payload
-    at = _ISSUED_AT
-    tail = nonce + _WHOLE_FOLD + root + _NO_HASHES_NO_PROOFS
-    if (
-        envelope.payload_type != RECEIPT_BINARY_TYPE
-        or len(payload) != len(head) + len(tail)
-        or payload[:at] != head[:at]
-        or int.from_bytes(payload[at : at + 8], "big") > MAX_TIME_MS
-        or payload[at + 8 : len(head)] != head[at + 8 :]
-        or payload[len(head) :] != tail
-    ):
-        return False
-    return _reproduces(hops, root, known)
-
-
 #: A fold's faithful item, packed once per fold (its fields are immutable).
 _whole_item = functools.lru_cache(maxsize=4096)(served_whole_item)
 
@@ -196,9 +114,9 @@ def served_batch_without_signature(
 ) -> bool:
     """Step 1 of :func:`judge_fold_answer` for every fold of a whole-fold demand batch at once.
 
-    True when ``payload`` (a receipt batch's, version 3) is exactly what a
-    faithful origin signs for the demand batch ``demand`` / ``nonce`` of
-    whole folds ``folds`` (in the batch's order) — the origin's id, that
+    True when ``payload`` (a receipt's) is exactly what a faithful origin
+    signs for the demand ``demand`` / ``nonce`` of whole folds ``folds`` (in
+    the demand's order; a demand for one fold is a batch of one) — the origin's id, that
     demand's digest and nonce, any ``issued_at`` in range, item ``i`` SERVED
     for fold ``i`` with the fold's tree size and committed root, nothing
     else — and ``hops[i]`` reproduces fold ``i``'s root proven under its

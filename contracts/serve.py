@@ -25,30 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from hashlib import sha256
 from typing import Any
 
 from contracts._answer_rule import refusal_for
 from contracts._lru import BoundedCache
-from contracts.binary import (
-    _DEMAND_FIXED,
-    _DEMAND_TAG,
-    _DEMAND_TIME,
-    _MIN_NONCE,
-    _WHOLE_LEAVES,
-    BINARY_VERSION,
-    DEMAND_BINARY_TYPE,
-    RECEIPT_BINARY_TYPE,
-    _nonce_bytes,
-    _raw,
-    new_demand,
-    new_receipt,
-    served_whole_receipt,
-    served_whole_receipt_frame,
-)
+from contracts.batch import new_demand, new_receipt
 from contracts.canonical import format_ms
 from contracts.entropy import random_bytes
-from contracts.envelope import Envelope, EnvelopeSigner
+from contracts.envelope import Envelope
 from contracts.errors import (
     BindingMismatch,
     CheckResult,
@@ -69,7 +53,7 @@ from contracts.merkle import (
     root_from_inclusion,
 )
 from contracts.rules import expired
-from contracts.signed import Signed, is_binary, open_statement, sign_statement
+from contracts.signed import Signed, open_statement, sign_statement
 from contracts.statements import (
     Commitment,
     DeliveryReceipt,
@@ -83,10 +67,8 @@ from contracts.statements import (
 )
 
 __all__ = [
-    "DemandTemplate",
     "NonceRegistry",
     "ServedFold",
-    "WholeFoldReceipts",
     "answer_demand",
     "build_commitment",
     "build_delivery_receipt",
@@ -280,7 +262,6 @@ def answer_demand(
                 tree_size=c.leaf_count,
                 issued_at=now,
             ),
-            binary=is_binary(demand),
         )
 
     why = refusal_for(o, c, d, hops, now, hops_root)
@@ -347,61 +328,7 @@ def _sign_served(
         signed_hashes,
         proofs,
     )
-    # answered in the form the demand was made in (an older holder reads JSON)
-    return sign_statement(identity, receipt, binary=is_binary(demand))
-
-
-class WholeFoldReceipts:
-    """An origin's SERVED receipts for whole-fold demands on one fold, from a template.
-
-    Nearly every demand an origin answers asks for a whole fold (``leaves``
-    null) in the binary form, and its receipt then differs from the previous
-    one for that fold only in the demand's digest, its nonce and the time.
-    What does not (origin, obligation, commitment, tree size, served root, the
-    envelope around the payload) is packed once here; :meth:`sign` returns
-    the bytes of ``answer_demand(...).to_bytes()`` for that demand (pinned by
-    a test), with one Ed25519 signature.
-
-    It decides nothing: the caller has checked the demand
-    (:func:`verify_demand`) and holds the fold's bytes read back under the
-    committed root, which the answer rule serves (:func:`refusal_for` is None).
-    """
-
-    __slots__ = ("_frame", "_signer", "_tree_size")
-
-    def __init__(
-        self,
-        identity: Identity,
-        *,
-        obligation: Signed[Obligation],
-        commitment: Signed[Commitment],
-    ) -> None:
-        c = commitment.statement
-        self._frame = served_whole_receipt_frame(
-            identity.node_id, obligation.digest, commitment.digest, c.root
-        )
-        self._tree_size = c.leaf_count
-        self._signer = EnvelopeSigner(identity, RECEIPT_BINARY_TYPE)
-
-    def sign(self, demand: Signed[Demand], now: int) -> bytes:
-        """The signed receipt (envelope bytes) serving the whole fold to ``demand`` at ``now``."""
-        whole_binary = demand.envelope.payload_type == DEMAND_BINARY_TYPE
-        if not whole_binary or demand.statement.leaves is not None:
-            raise ValueError(
-                f"demand {demand.digest[:12]}… is not a binary demand for the whole fold"
-            )
-        envelope = demand.envelope
-        # the demand's digest as raw bytes (what its hex form, if computed, says)
-        known = envelope._digest
-        raw_digest = bytes.fromhex(known) if known else sha256(envelope.payload).digest()
-        payload = served_whole_receipt(
-            self._frame,
-            raw_digest,
-            demand.statement.nonce,
-            now,
-            self._tree_size,
-        )
-        return self._signer.sign(payload)
+    return sign_statement(identity, receipt)
 
 
 def eviction_blockers(
@@ -496,14 +423,9 @@ def build_demand(
     now: int,
     leaves: Sequence[int] | None = None,
     nonce: str | None = None,
-    binary: bool = True,
 ) -> Signed[Demand]:
-    """A holder's signed demand for all leaves (``leaves=None``) or some, sorted.
-
-    ``binary``: the compact version-2 payload (:mod:`contracts.binary`, the
-    default); ``False`` signs the RFC 8785 JSON form. An origin answers in
-    the form of the demand.
-    """
+    """A holder's signed demand for all leaves (``leaves=None``) or some, sorted:
+    a demand naming this one fold (:mod:`contracts.batch`)."""
     picked = None if leaves is None else tuple(sorted(set(leaves)))
     o = obligation.statement
     if nonce is None:
@@ -522,55 +444,7 @@ def build_demand(
             nonce=new_nonce() if nonce is None else nonce,
             time=now,
         )
-    return sign_statement(identity, statement, binary=binary)
-
-
-class DemandTemplate:
-    """A holder's whole-fold demands under one obligation, from a template.
-
-    ``sign(now)`` is ``build_demand(identity, obligation, now=now)`` and its
-    envelope's ``to_bytes()`` (the same statement and bytes for the same
-    nonce: pinned by a test), with what does not change from one demand to
-    the next for the fold — the payload's version, kind and four ids, the
-    envelope around it — packed once here: a holder demands the same folds
-    decision after decision. One Ed25519 signature per demand, as before.
-    """
-
-    __slots__ = ("_commitment", "_holder", "_obligation", "_origin", "_prefix", "_signer")
-
-    def __init__(self, identity: Identity, obligation: Signed[Obligation]) -> None:
-        o = obligation.statement
-        self._holder = identity.node_id
-        self._origin = o.origin
-        self._obligation = obligation.digest
-        self._commitment = o.commitment
-        # what _DEMAND_HEAD packs before the time and the nonce's length
-        self._prefix = _DEMAND_FIXED.pack(
-            BINARY_VERSION,
-            _DEMAND_TAG,
-            _raw(self._holder, "demand holder"),
-            _raw(self._origin, "demand origin"),
-            _raw(self._obligation, "demand obligation"),
-            _raw(self._commitment, "demand commitment"),
-        )
-        self._signer = EnvelopeSigner(identity, DEMAND_BINARY_TYPE)
-
-    def sign(self, now: int, nonce: str | None = None) -> tuple[Signed[Demand], bytes]:
-        """A signed demand for the whole fold at ``now`` (a fresh nonce unless given,
-        checked as :func:`build_demand` checks one) and its envelope bytes."""
-        if nonce is None:
-            nonce = new_nonce()  # 32 hex characters: a valid binary nonce
-            raw_nonce = nonce.encode("ascii")
-        else:
-            raw_nonce = _nonce_bytes(nonce, _MIN_NONCE)
-        payload = b"".join(
-            (self._prefix, _DEMAND_TIME.pack(now, len(raw_nonce)), raw_nonce, _WHOLE_LEAVES)
-        )
-        envelope, data = self._signer.sign_envelope(payload)
-        statement = new_demand(
-            self._holder, self._origin, self._obligation, self._commitment, nonce, now, None
-        )
-        return Signed(envelope, statement), data
+    return sign_statement(identity, statement)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,11 +3,10 @@
 ``open_statement(data, Commitment)`` is parse-then-verify in one step:
 
 1. parse the DSSE JSON (bounded size and depth);
-2. the payload type must be one of the expected kind's: its RFC 8785 JSON
-   form (every kind) or, for demands and receipts, the compact binary form
-   of :mod:`contracts.binary`;
-3. parse the payload (bounded) into the statement, strictly, in the form its
-   payload type names;
+2. the payload type must be the expected kind's one form: RFC 8785 JSON for
+   every kind but demands and receipts, whose one form is the binary layout
+   of :mod:`contracts.batch`;
+3. parse the payload (bounded) into the statement, strictly;
 4. verify an Ed25519 signature by the statement's own signer
    (``statement.signer``) over the PAE of the payload bytes as received.
 
@@ -26,17 +25,9 @@ from contracts.batch import (
     RECEIPT_BATCH_TYPE,
     FoldKey,
     demand_item,
+    demand_payload,
     receipt_item,
-)
-from contracts.binary import (
-    BINARY_KINDS,
-    DEMAND_BINARY_TYPE,
-    RECEIPT_BINARY_TYPE,
-    binary_payload_type_for,
-    decode_demand,
-    decode_receipt,
-    encode_demand,
-    encode_receipt,
+    receipt_payload,
 )
 from contracts.canonical import canonical_bytes, parse_json
 from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, sign_envelope
@@ -59,31 +50,38 @@ from contracts.statements import (
 __all__ = [
     "AnySigned",
     "Signed",
-    "is_binary",
     "open_any",
     "open_statement",
     "parse_statement",
+    "payload_type_of",
     "sign_statement",
     "verify_parsed",
 ]
 
 S = TypeVar("S", bound=Statement)
-_PAYLOAD_TYPES = {kind: payload_type_for(kind) for kind in StatementKind}
+#: Kinds whose one form is the binary layout of :mod:`contracts.batch`: payload
+#: type, encoder (one fold's statement → payload) and one fold's reader.
+_BINARY: dict[StatementKind, tuple[str, Any, Any]] = {
+    StatementKind.DEMAND: (DEMAND_BATCH_TYPE, demand_payload, demand_item),
+    StatementKind.RECEIPT: (RECEIPT_BATCH_TYPE, receipt_payload, receipt_item),
+}
+#: Every kind's one payload type.
+_PAYLOAD_TYPES = {
+    kind: _BINARY[kind][0] if kind in _BINARY else payload_type_for(kind) for kind in StatementKind
+}
 _PAYLOAD_WHAT = {kind: f"{kind.value} payload" for kind in StatementKind}
-#: Binary payload type → (kind, decoder); see :mod:`contracts.binary`.
-_BINARY_DECODERS: dict[str, tuple[StatementKind, Any]] = {
-    DEMAND_BINARY_TYPE: (StatementKind.DEMAND, decode_demand),
-    RECEIPT_BINARY_TYPE: (StatementKind.RECEIPT, decode_receipt),
-}
-_BINARY_ENCODERS: dict[StatementKind, Any] = {
-    StatementKind.DEMAND: encode_demand,
-    StatementKind.RECEIPT: encode_receipt,
-}
-_BINARY_CLASSES: dict[str, type[Any]] = {DEMAND_BINARY_TYPE: Demand, RECEIPT_BINARY_TYPE: Receipt}
-#: Batch payload type (version 3, :mod:`contracts.batch`) → (kind, one fold's statement).
-_BATCH_SELECTORS: dict[str, tuple[StatementKind, Any]] = {
-    DEMAND_BATCH_TYPE: (StatementKind.DEMAND, demand_item),
-    RECEIPT_BATCH_TYPE: (StatementKind.RECEIPT, receipt_item),
+
+
+def payload_type_of(kind: StatementKind) -> str:
+    """The one DSSE payload type statements of ``kind`` are signed under."""
+    return _PAYLOAD_TYPES[kind]
+
+
+#: Payload type → statement class, for :func:`open_any`.
+_CLASSES: dict[str, type[Any]] = {
+    **{t: cls for t, cls in STATEMENT_TYPES.items() if cls.KIND not in _BINARY},
+    DEMAND_BATCH_TYPE: Demand,
+    RECEIPT_BATCH_TYPE: Receipt,
 }
 
 
@@ -124,32 +122,18 @@ AnySigned = (
 )
 
 
-def sign_statement(identity: Identity, statement: S, *, binary: bool = False) -> Signed[S]:
-    """Sign ``statement`` with ``identity``, which must be its signer.
-
-    ``binary``: sign the compact binary payload (:mod:`contracts.binary`,
-    demands and receipts only) instead of the RFC 8785 JSON one.
-    """
+def sign_statement(identity: Identity, statement: S) -> Signed[S]:
+    """Sign ``statement`` with ``identity``, which must be its signer, in its kind's
+    one form (a demand or receipt: for the one fold it names, :mod:`contracts.batch`)."""
     kind = statement.KIND
     if statement.signer != identity.node_id:
         raise ValueError(
             f"{kind.value} names signer {statement.signer[:16]}…,"
             f" not this identity {identity.node_id[:16]}…"
         )
-    if binary:
-        if kind not in BINARY_KINDS:
-            raise ValueError(f"{kind.value} statements have no binary form")
-        payload = _BINARY_ENCODERS[kind](statement)
-        payload_type = binary_payload_type_for(kind)
-    else:
-        payload = canonical_bytes(statement.to_json())
-        payload_type = _PAYLOAD_TYPES[kind]
-    return Signed(sign_envelope(identity, payload_type, payload), statement)
-
-
-def is_binary(signed: Signed[Any]) -> bool:
-    """True if ``signed`` carries the compact binary payload of its kind."""
-    return signed.envelope.payload_type in _BINARY_DECODERS
+    binary = _BINARY.get(kind)
+    payload = canonical_bytes(statement.to_json()) if binary is None else binary[1](statement)
+    return Signed(sign_envelope(identity, _PAYLOAD_TYPES[kind], payload), statement)
 
 
 def _as_envelope(data: bytes | Envelope | dict[str, Any], max_bytes: int) -> Envelope:
@@ -163,32 +147,21 @@ def _as_envelope(data: bytes | Envelope | dict[str, Any], max_bytes: int) -> Env
 
 
 def _parse(envelope: Envelope, cls: type[Any], fold: FoldKey | None = None) -> Any:
-    """The statement of kind ``cls`` in ``envelope``, in the form its payload type names.
+    """The statement of kind ``cls`` in ``envelope``, in its kind's one form.
 
-    A batch (version 3) holds one statement per fold: ``fold`` (obligation,
-    commitment digests) selects it; without it a batch is an error.
+    A demand or receipt holds one statement per fold: ``fold`` (obligation,
+    commitment digests) selects it; without it, one naming several folds is
+    an error.
     """
+    kind = cls.KIND
     payload_type = envelope.payload_type
-    if payload_type != _PAYLOAD_TYPES[cls.KIND]:
-        binary = _BINARY_DECODERS.get(payload_type)
-        if binary is None:
-            batch = _BATCH_SELECTORS.get(payload_type)
-            if batch is not None and batch[0] is cls.KIND:
-                if fold is None:
-                    raise EncodingError(
-                        f"a {cls.KIND.value} batch ({payload_type}) holds one {cls.KIND.value}"
-                        " per fold: name the fold (obligation, commitment) to read"
-                    )
-                return batch[1](envelope.payload, fold)
-        if binary is None or binary[0] is not cls.KIND:
-            expected = [_PAYLOAD_TYPES[cls.KIND]]
-            if cls.KIND in BINARY_KINDS:
-                expected.append(binary_payload_type_for(cls.KIND))
-            raise EncodingError(
-                f"payload type {payload_type!r:.80} where {' or '.join(map(repr, expected))}"
-                " was expected"
-            )
-        return binary[1](envelope.payload)
+    if payload_type != _PAYLOAD_TYPES[kind]:
+        raise EncodingError(
+            f"payload type {payload_type!r:.80} where {_PAYLOAD_TYPES[kind]!r} was expected"
+        )
+    binary = _BINARY.get(kind)
+    if binary is not None:
+        return binary[2](envelope.payload, fold)
     payload = parse_json(envelope.payload, what=_PAYLOAD_WHAT[cls.KIND])
     if type(payload) is not dict:
         raise EncodingError(f"{_PAYLOAD_WHAT[cls.KIND]}: expected a JSON object")
@@ -211,10 +184,10 @@ def open_statement(
 
     If ``signer`` is given, the statement must name that node id as its
     signer (:class:`BindingMismatch` otherwise). ``fold`` (obligation,
-    commitment digests) reads that fold's statement out of a batch
-    (:mod:`contracts.batch`): the envelope, its signature and its digest are
-    the batch's. It is ignored for single statements (whose bindings the
-    caller checks as always).
+    commitment digests) reads that fold's statement out of a demand or
+    receipt (:mod:`contracts.batch`; not needed for one naming a single
+    fold): the envelope, its signature and its digest are the whole
+    statement's. It is ignored for the other kinds.
     """
     envelope = _as_envelope(data, max_bytes)
     # (1) payload type names the kind we were asked for, (2) strict parse of
@@ -270,7 +243,7 @@ def open_any(
 ) -> AnySigned:
     """Open a signed statement of any kind, dispatching on its payload type."""
     envelope = _as_envelope(data, max_bytes)
-    cls = STATEMENT_TYPES.get(envelope.payload_type) or _BINARY_CLASSES.get(envelope.payload_type)
+    cls = _CLASSES.get(envelope.payload_type)
     if cls is None:
         raise EncodingError(f"unknown payload type {envelope.payload_type!r:.80}")
     result: AnySigned = open_statement(envelope, cls)

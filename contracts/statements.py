@@ -1,10 +1,14 @@
 """The signed statements of the serve and attest contracts.
 
-Each statement is a frozen dataclass with ``to_json()`` (the JSON object
-whose RFC 8785 bytes are the DSSE payload) and ``from_json()`` (strict
-parsing of untrusted JSON). Every payload carries ``"type": <kind>`` and is
-wrapped under the payload type ``application/vnd.provnet.<kind>+json``; both
-must agree, so a statement of one kind is never accepted as another.
+Each kind has one signed form. Commitments, obligations, delivery receipts,
+witness reports and attestations: ``to_json()`` is the JSON object whose
+RFC 8785 bytes are the DSSE payload and ``from_json()`` its strict parser;
+every payload carries ``"type": <kind>`` under the payload type
+``application/vnd.provnet.<kind>+json``, and both must agree, so a statement
+of one kind is never accepted as another. Demands and receipts are signed
+in the binary layout of :mod:`contracts.batch` (one demand or receipt names
+one or more folds); their ``to_json()`` shows the fields and is never
+signed or parsed. A head is a C2SP signed note (below).
 
 Conventions:
 
@@ -114,7 +118,9 @@ class StatementKind(StrEnum):
 
 
 def payload_type_for(kind: StatementKind) -> str:
-    """DSSE payload type of a statement kind."""
+    """The RFC 8785 JSON payload type of a statement kind. Demands and receipts are
+    not signed in that form (their one form: :mod:`contracts.batch`); the payload
+    type every kind is signed under is :func:`contracts.signed.payload_type_of`."""
     return f"{PAYLOAD_TYPE_PREFIX}{kind.value}+json"
 
 
@@ -416,26 +422,6 @@ class Demand:
             "time": self.time,
         }
 
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> Demand:
-        k = cls.KIND.value
-        check_fields(obj, k, cls._FIELDS)
-        nonce = get_str(obj, "nonce", k, max_len=_MAX_NONCE)
-        if len(nonce) < _MIN_NONCE:
-            raise EncodingError(f"{k}: nonce shorter than {_MIN_NONCE} characters")
-        leaves = get_opt(obj, "leaves", lambda: get_list(obj, "leaves", k, _index_item(k)))
-        if leaves is not None:
-            _validate_indices(leaves, k, "leaves")
-        return cls(
-            holder=get_node_id(obj, "holder", k),
-            origin=get_node_id(obj, "origin", k),
-            obligation=get_digest(obj, "obligation", k),
-            commitment=get_digest(obj, "commitment", k),
-            leaves=leaves,
-            nonce=nonce,
-            time=_time(obj, "time", k),
-        )
-
 
 def check_receipt_shape(
     k: str,
@@ -446,7 +432,7 @@ def check_receipt_shape(
     leaf_hashes: tuple[bytes, ...],
     proofs: tuple[tuple[bytes, ...], ...],
 ) -> None:
-    """The fields a receipt of ``status`` carries (both payload forms: JSON and binary)."""
+    """The fields a receipt of ``status`` carries (checked on every decoded item)."""
     if status is ReceiptStatus.SERVED:
         if reason is not None:
             raise EncodingError(f"{k}: a SERVED receipt carries no reason")
@@ -544,74 +530,6 @@ class Receipt:
             "proofs": [[p.hex() for p in path] for path in self.proofs],
             "issued_at": self.issued_at,
         }
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> Receipt:
-        # Written out flat, with few calls: this parser is on the hot path of
-        # verifying a served fold. Same rules as the generic field readers.
-        k = "receipt"
-        get = obj.get
-        if get("type") != k or not obj.keys() <= cls._FIELDS:
-            check_fields(obj, k, cls._FIELDS)  # raises with the precise reason
-        values: dict[str, Any] = {}
-        for name in ("origin", "obligation", "commitment", "demand"):
-            v = get(name)
-            if type(v) is not str or len(v) != 64 or v.strip(_HEX_CHARS):
-                raise EncodingError(f"{k}: field {name!r} must be 64 lower-case hex characters")
-            values[name] = v
-        nonce = get("nonce")
-        if type(nonce) is not str or len(nonce) > _MAX_NONCE:
-            raise EncodingError(f"{k}: field 'nonce' must be a string of at most {_MAX_NONCE}")
-        raw = get("status")
-        status = _RECEIPT_STATUS.get(raw) if type(raw) is str else None
-        if status is None:
-            raise EncodingError(f"{k}: field 'status' has unknown value {raw!r:.40}")
-        raw = get("reason")
-        reason = None
-        if raw is not None:
-            reason = _REFUSAL_REASON.get(raw) if type(raw) is str else None
-            if reason is None:
-                raise EncodingError(f"{k}: field 'reason' has unknown value {raw!r:.40}")
-        tree_size, issued_at = get("tree_size"), get("issued_at")
-        if type(tree_size) is not int or not 0 <= tree_size <= MAX_COUNT:
-            raise EncodingError(f"{k}: field 'tree_size' must be an integer in [0, {MAX_COUNT}]")
-        if type(issued_at) is not int or not 0 <= issued_at <= MAX_TIME_MS:
-            raise EncodingError(f"{k}: field 'issued_at' must be a time in ms")
-        leaves = None
-        if get("leaves") is not None:
-            leaves = get_list(obj, "leaves", k, _index_item(k))
-            _validate_indices(leaves, k, "leaves")
-        served_root = get("served_root")
-        if served_root is not None and not is_digest(served_root):
-            raise EncodingError(f"{k}: field 'served_root' must be 64 lower-case hex characters")
-        raw = get("leaf_hashes")
-        leaf_hashes = () if raw == [] else _hash_list(raw, k, "leaf_hashes")
-        raw = get("proofs")
-        if raw == []:
-            proofs: tuple[tuple[bytes, ...], ...] = ()
-        elif type(raw) is not list or len(raw) > MAX_LIST:
-            raise EncodingError(f"{k}: field 'proofs' must be a list")
-        else:
-            proofs = tuple(_hash_list(path, k, "proof", max_len=64) for path in raw)
-        check_receipt_shape(k, status, reason, leaves, served_root, leaf_hashes, proofs)
-        # Every field was validated above, so __post_init__ is not run again;
-        # the attributes are set one by one (cheaper than ** on this hot path).
-        receipt = object.__new__(cls)
-        put = object.__setattr__
-        put(receipt, "origin", values["origin"])
-        put(receipt, "obligation", values["obligation"])
-        put(receipt, "commitment", values["commitment"])
-        put(receipt, "demand", values["demand"])
-        put(receipt, "nonce", nonce)
-        put(receipt, "status", status)
-        put(receipt, "issued_at", issued_at)
-        put(receipt, "reason", reason)
-        put(receipt, "tree_size", tree_size)
-        put(receipt, "leaves", leaves)
-        put(receipt, "served_root", served_root)
-        put(receipt, "leaf_hashes", leaf_hashes)
-        put(receipt, "proofs", proofs)
-        return receipt
 
 
 @dataclass(frozen=True, slots=True)
@@ -875,8 +793,6 @@ STATEMENT_TYPES: dict[str, type[Any]] = {
     for cls in (
         Commitment,
         Obligation,
-        Demand,
-        Receipt,
         DeliveryReceipt,
         WitnessReport,
         Attestation,

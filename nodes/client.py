@@ -71,14 +71,10 @@ from contracts.evidence import (
 from contracts.head_note import SignedHead, is_head_note, open_head
 from contracts.heads import FoldProof, HeadCache, VerifiedFold, verify_fold
 from contracts.identity import Identity
-from contracts.lazy import (
-    judge_fold_answer,
-    served_batch_without_signature,
-    served_fold_without_signature,
-)
+from contracts.lazy import judge_fold_answer, served_batch_without_signature
 from contracts.merkle import KnownRoots
 from contracts.rules import MAX_DEADLINE_MS, demand_due_ms, expired
-from contracts.serve import DemandTemplate, build_demand, new_nonce, verify_delivery
+from contracts.serve import build_demand, new_nonce, verify_delivery
 from contracts.signed import Signed, open_statement, parse_statement, sign_statement
 from contracts.statements import (
     Commitment,
@@ -127,15 +123,10 @@ _CACHE_FOLDS = 4096
 DEFAULT_STREAM_LEAVES = 4096
 #: Time kept back from a caller's budget so a reply can still travel back.
 _MARGIN_S = 0.05
-#: Demand templates a holder keeps (one per obligation it demanded under, oldest dropped).
-_DEMAND_TEMPLATES = 4096
 #: Statuses a holder asks again after (a node restarting, a store briefly
 #: unavailable); if they last, the origin answered them (nodes.noanswer: a
 #: status, not silence).
 _TRANSIENT = frozenset({"NOT_FOUND", "INTERNAL"})
-#: How an origin before version 3 refuses a demand batch (an envelope of a
-#: payload type it does not read); the folds are then asked per fold.
-_BATCH_UNREAD = frozenset({"INVALID_ARGUMENT", "UNIMPLEMENTED"})
 #: How long an origin whose unsigned answer failed (other bytes, none, an error, no
 #: answer in time) is asked signed first: one lying origin costs a holder one extra
 #: round trip per this long, not one per demand.
@@ -286,23 +277,15 @@ class Holder:
         #: never would).
         self._suspected = suspected
         self.stream_leaves = stream_leaves
-        #: Demand folds under heads with one signed demand batch per origin (version 3);
-        #: False: one signed demand per fold (what origins before version 3 read).
+        #: Demand folds under heads with one signed demand naming them all, per origin;
+        #: False: one signed demand per fold (several demands in one call).
         self.batch = batch
-        #: Origins that refused a demand batch as unreadable (older than version 3):
-        #: asked per fold from then on, for the life of this holder.
-        self.no_batch: set[str] = set()
         self._cache: BoundedCache[str, tuple[bytes, ...]] = BoundedCache(_CACHE_FOLDS)
         #: Roots whole folds were seen to reproduce, with their bytes: a fold served
         #: again in the same bytes is compared with them, not hashed again (the
         #: outcome is the same; with or without ``cache``).
         self._known_roots = KnownRoots()
-        #: (obligation digest, commitment digest) → the template a fold's demands are
-        #: signed from (bounded).
-        self._templates: BoundedCache[tuple[str, str], DemandTemplate] = BoundedCache(
-            _DEMAND_TEMPLATES
-        )
-        #: Signs this holder's demand batches from a template (made on first use).
+        #: Signs this holder's demands from a template (made on first use).
         self._batch_signer: EnvelopeSigner | None = None
         self.demand_rpcs = 0
         #: Ask folds under verified heads unsigned first (design revision 3); False:
@@ -538,13 +521,11 @@ class Holder:
         """One ``Serve.Demand`` for every ordinary fold; a huge fold streams on its own.
 
         Folds under signed heads that need no stream are demanded with ONE
-        signed demand batch (:mod:`contracts.batch`) and answered with one
-        signed receipt batch; any other fold with a demand of its own.
+        signed demand naming them all (:mod:`contracts.batch`) and answered with
+        one signed receipt; any other fold with a demand of its own.
         """
         if (
             self.batch
-            and run.origin not in self.no_batch
-            and len(folds) > 1  # one fold: its own demand costs the same signatures, less work
             and all(
                 f.held.fold is not None
                 and f.held.commitment.statement.leaf_count <= self.stream_leaves
@@ -575,30 +556,30 @@ class Holder:
         )
 
     def _new_demands(self, folds: list[_Fold]) -> None:
-        """A fresh signed demand for every fold (the whole fold), and its bytes:
-        ``build_demand`` from the fold's :class:`DemandTemplate`, made once per
-        obligation and kept (the same folds are demanded decision after decision)."""
+        """A fresh signed demand for every fold on its own (the whole fold), and its bytes."""
         now_ms = self.now_ms()
-        templates = self._templates
         for fold in folds:
             obligation = fold.held.obligation
-            # A head's folds share its digest (their obligations' stand-in): keyed
-            # by the fold's commitment as well.
-            key = (obligation.digest, obligation.statement.commitment)
-            template = templates.peek(key)
-            if template is None:
-                template = DemandTemplate(self.identity, obligation)
-                templates.put(key, template)
-            fold.demand, fold.demand_bytes = template.sign(now_ms)
+            envelope, batch, fold.demand_bytes = sign_demand_batch(
+                self._signer(),
+                [(obligation.statement, obligation.digest, None)],
+                origin=obligation.statement.origin,
+                nonce=new_nonce(),
+                now=now_ms,
+            )
+            fold.demand = Signed(envelope, batch.demand(0))
 
-    def _sign_batch(self, run: _OriginRun, folds: list[_Fold]) -> bytes:
-        """One signed demand batch for ``folds`` (put in the batch's order); each fold's
-        ``demand`` is its item, read as a demand inside the batch's envelope."""
+    def _signer(self) -> EnvelopeSigner:
         signer = self._batch_signer
         if signer is None or signer.signs_as[0] != self.identity.node_id:
             signer = self._batch_signer = EnvelopeSigner(self.identity, DEMAND_BATCH_TYPE)
+        return signer
+
+    def _sign_batch(self, run: _OriginRun, folds: list[_Fold]) -> bytes:
+        """One signed demand for ``folds`` (put in its order); each fold's ``demand``
+        is its item, read as a demand inside the one envelope."""
         envelope, batch, data = sign_demand_batch(
-            signer,
+            self._signer(),
             [(f.held.obligation.statement, f.held.obligation.digest, None) for f in folds],
             origin=run.origin,
             nonce=new_nonce(),
@@ -714,12 +695,6 @@ class Holder:
                     self._new_demands(folds)
                     demands = [f.demand_bytes for f in folds]
                     continue
-                if batch and exc.code in _BATCH_UNREAD:
-                    # An origin older than version 3 reads a batch as one demand of an
-                    # unknown type: ask the same folds with a demand each (docs/wire.md).
-                    self.no_batch.add(run.origin)
-                    await self._ask_signed(run, folds, deadline)
-                    return
                 for fold in folds:
                     fold.outcome, fold.detail = Outcome.REJECTED, last_error
                 return
@@ -824,6 +799,24 @@ class Holder:
             self._remember(fold.held.commitment.digest, hops)
         return True
 
+    def _served_alone(self, answer: Answer, demand: Signed[Demand], fold: VerifiedFold) -> bool:
+        """The hot path of a demand for one whole fold under a verified head: the receipt
+        is exactly the faithful one and the hops reproduce the fold's root
+        (:func:`contracts.lazy.served_batch_without_signature`, one fold)."""
+        try:
+            envelope = Envelope.from_bytes(answer.receipt)
+        except (ContractError, ValueError):
+            return False
+        return envelope.payload_type == RECEIPT_BATCH_TYPE and served_batch_without_signature(
+            envelope.payload,
+            [answer.hops],
+            origin=demand.statement.origin,
+            demand=demand.digest,
+            nonce=demand.statement.nonce,
+            folds=[fold],
+            known=self._known_roots,
+        )
+
     def _judge(
         self,
         fold: _Fold,
@@ -840,13 +833,7 @@ class Holder:
             if (
                 receipt is None
                 and demand.statement.leaves is None
-                and served_fold_without_signature(
-                    answer.receipt,
-                    answer.hops,
-                    demand=demand,
-                    fold=fold.held.fold,
-                    known=self._known_roots,
-                )
+                and self._served_alone(answer, demand, fold.held.fold)
             ):
                 # The faithful receipt, byte for byte (nothing to parse): served.
                 hops = answer.hops

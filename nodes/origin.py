@@ -54,7 +54,6 @@ from contracts.batch import (
     receipt_item_bytes,
     served_whole_item,
 )
-from contracts.binary import DEMAND_BINARY_TYPE, decode_demand
 from contracts.canonical import format_ms
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, EncodingError, Expired
@@ -67,7 +66,6 @@ from contracts.rules import (
     serves_unsigned,
 )
 from contracts.serve import (
-    WholeFoldReceipts,
     answer_demand,
     verify_demand,
 )
@@ -123,7 +121,7 @@ _HONEST_UNSIGNED = Behaviour.unsigned_hops
 OPEN_SERVES = "open_serves"
 OPEN_DECLINED = "open_declined"
 _DEFAULT_CHUNK_BYTES = 1024 * 1024
-#: Receipt items and templates of whole folds served, kept per fold.
+#: Receipt items of whole folds served, kept per fold.
 _SERVED_CACHE = 100_000
 
 
@@ -207,9 +205,6 @@ class Origin:
         #: Receipt batch items of whole folds served (obligation ‖ commitment digest →
         #: packed item, :func:`contracts.batch.served_whole_item`): immutable per fold.
         self._served_items: BoundedCache[str, bytes] = BoundedCache(_SERVED_CACHE)
-        #: Receipt templates of whole folds served to lone demands (obligation ‖
-        #: commitment digest → :class:`contracts.serve.WholeFoldReceipts`).
-        self._served_receipts: BoundedCache[str, WholeFoldReceipts] = BoundedCache(_SERVED_CACHE)
         #: Signs receipt batches straight to envelope bytes (the bytes of
         #: :func:`contracts.batch.sign_receipt_batch`, envelope text packed once).
         self._receipt_batches = EnvelopeSigner(ctx.identity, RECEIPT_BATCH_TYPE)
@@ -222,11 +217,7 @@ class Origin:
     def _fresh_demand(self, data: bytes | Envelope, now: float) -> Signed[Demand]:
         """Steps (2)-(3) of a demand: parsed (``data``: the bytes, or the envelope
         already read from them; its signature not yet checked) and fresh."""
-        if type(data) is Envelope and data.payload_type == DEMAND_BINARY_TYPE:
-            # what parse_statement reads for this payload type, without its dispatch
-            demand = Signed(data, decode_demand(data.payload))
-        else:
-            demand = parse_statement(data, Demand)
+        demand = parse_statement(data, Demand)
         _check_skew(f"demand {demand.digest[:12]}…", demand.statement.time, now)
         return demand
 
@@ -246,12 +237,6 @@ class Origin:
         # (5) unexpired obligation
         _refuse_expired(obligation, ms(now))
         return demand
-
-    async def _check_demand(self, data: bytes | Envelope, now: float) -> tuple[Signed[Demand], Own]:
-        """Steps (2)-(5) of one demand: the demand, checked, and the fold it is for."""
-        demand = self._fresh_demand(data, now)
-        self.replay.refuse_replay(demand.statement)
-        return await self._checked_own(demand, now)
 
     async def _checked_own(self, demand: Signed[Demand], now: float) -> tuple[Signed[Demand], Own]:
         """Steps (2), (4)-(5) of a fresh demand not seen before."""
@@ -274,19 +259,14 @@ class Origin:
                 f"demand: {len(demands)} demands exceeds {MAX_DEMANDS_PER_CALL} per call"
             )
         now = self.ctx.clock()
-        if len(demands) == 1:  # nearly every call: the envelope is read once
+        if len(demands) == 1:  # nearly every call: one demand, for one fold or several
             envelope = Envelope.from_bytes(demands[0])
-            if envelope.payload_type == DEMAND_BATCH_TYPE:
-                return await self._answer_batch(envelope, now)
-            demand, own = await self._check_demand(envelope, now)
-            # (6) nonces: the only write before answering (a signed demand's only)
-            if _signature_decides(demand.statement, own, now):
-                await self.replay.accept_nonces((demand,), now, _named_holders(((demand, own),)))
-            if type(self.ctx.behaviour).answer is _HONEST_ANSWER:
-                served = self._served_alone(demand, own, ms(now))
-                if served is not None:  # the hot path: no coroutine, a receipt template
-                    return [served]
-            return [await self._answer(demand, own, now)]
+            if envelope.payload_type != DEMAND_BATCH_TYPE:
+                raise EncodingError(
+                    f"payload type {envelope.payload_type!r:.80} where {DEMAND_BATCH_TYPE!r}"
+                    " was expected"
+                )
+            return await self._answer_batch(envelope, now)
         # Plain loops, not async comprehensions: each of those is one more
         # coroutine per call, and nearly every call carries one demand.
         # Every demand parsed, fresh and not a replay before any signature is
@@ -508,29 +488,6 @@ class Origin:
             )
             self._served_items.put(key, packed)
         return packed, leaves
-
-    def _served_alone(self, demand: Signed[Demand], own: Own, now_ms: int) -> Answer | None:
-        """An honest answer to a lone binary demand for a whole fold whose bytes are in
-        memory (read back under the committed root, see :meth:`_resolve`) and that the
-        answer rule serves: its receipt signed from the fold's template
-        (:class:`contracts.serve.WholeFoldReceipts`, the bytes :func:`answer_demand`
-        signs), counted and logged. None: anything else takes :meth:`_answer`."""
-        if demand.envelope.payload_type != DEMAND_BINARY_TYPE:
-            return None
-        leaves = self._whole_in_memory(demand.statement, own, now_ms)
-        if leaves is None:
-            return None
-        commitment = own.commitment
-        key = own.obligation.digest + commitment.digest
-        receipts = self._served_receipts.peek(key)
-        if receipts is None:
-            receipts = WholeFoldReceipts(
-                self.identity, obligation=own.obligation, commitment=commitment
-            )
-            self._served_receipts.put(key, receipts)
-        receipt = receipts.sign(demand, now_ms)
-        self._log_served(demand, commitment, leaves)
-        return Answer(receipt, own.commitment_bytes, leaves)
 
     async def _answer_item(
         self, demand: Signed[Demand], own: Own, now_ms: int

@@ -9,10 +9,10 @@ Conversions go both ways. Hop bytes, the envelopes of demands, receipts,
 delivery receipts, attestations and witness reports, and heads (C2SP
 tlog-checkpoint signed notes, :mod:`contracts.head_note`) are copied into and
 out of ``bytes`` fields verbatim: what is verified is what was signed, and
-nothing is rebuilt. Fold proofs, which are unsigned, travel as their record,
-chain and audit path (:func:`fold_proof_to_pb`, :func:`fold_proof_from_pb`),
-leaving out what the receiver can imply; a proof rebuilt wrong misses the
-signed root it is checked against.
+nothing is rebuilt. Fold proofs, which are unsigned, travel in one packed
+form (:func:`pack_fold_proof`, :func:`unpack_fold_proof`): their record,
+chain and audit path, leaving out what the receiver can imply; a proof
+rebuilt wrong misses the signed root it is checked against.
 
 **Message size** has one definition, :func:`message_size`: the protobuf
 encoding of the message gRPC carries for a call (without HTTP/2 framing) —
@@ -111,6 +111,7 @@ __all__ = [
     "WIRE_VERSION",
     "AskCall",
     "DemandCall",
+    "PackedFoldProof",
     "SizedAnswers",
     "add_checkpoint_request",
     "add_checkpoint_response",
@@ -158,8 +159,6 @@ __all__ = [
     "encode_ask_request",
     "encode_demand_request",
     "evidence_stub",
-    "fold_proof_from_pb",
-    "fold_proof_to_pb",
     "forward_request",
     "hoplog_stub",
     "info_request",
@@ -195,8 +194,8 @@ __all__ = [
 
 #: Version of the delivery encoding (common.proto ``DeliveredValue``): 5 carries each
 #: head as its C2SP checkpoint note, verbatim (``heads``), and each fold proof as one
-#: packed byte string (:func:`pack_fold_proof`). Versions 1-4 took heads apart into
-#: fields and rebuilt their signed payloads; they are not read.
+#: packed byte string (:func:`pack_fold_proof`), its one form. Versions 1-4 took heads
+#: apart into fields and rebuilt their signed payloads; they are not read.
 WIRE_VERSION = 5
 
 
@@ -209,36 +208,27 @@ def message_size(message: Message) -> int:
 
 
 def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
-    """A delivery in binary: its heads verbatim; a fold proof naming a head of the same
-    delivery names it by position (``head_part``); each fold proof as one packed byte
-    string (:func:`pack_fold_proof`)."""
+    """A delivery in binary: its heads verbatim; each fold proof as one packed byte
+    string (:func:`pack_fold_proof`), naming a head of the same delivery by position."""
     parts = {head_digest(h): i + 1 for i, h in enumerate(delivery.heads)}
-    proofs = [fold_proof_to_pb(p, delivery.value_ref, parts) for p in delivery.fold_proofs]
-    msg = common_pb2.DeliveredValue(
+    return common_pb2.DeliveredValue(
         value_ref=delivery.value_ref,
         value=delivery.value,
         commitments=list(delivery.commitments),
         obligations=list(delivery.obligations),
+        packed_fold_proofs=[
+            pack_fold_proof(p, delivery.value_ref, parts) for p in delivery.fold_proofs
+        ],
         heads=list(delivery.heads),
         custody=list(delivery.custody),
     )
-    # packed, unless one of them has no packed form; then the list goes as messages
-    packed_proofs = [pack_fold_proof(p) for p in proofs]
-    if all(p is not None for p in packed_proofs):
-        msg.packed_fold_proofs.extend(p for p in packed_proofs if p is not None)
-    else:
-        msg.fold_proofs.extend(proofs)
-    return msg
 
 
 def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delivery:
     """The delivery a :func:`delivered_value` message carries; ``sender`` is the
     request's sender. Heads are taken as they came (verified by the receiver)."""
     value_ref = str(msg.value_ref)
-    if msg.fold_proofs and msg.packed_fold_proofs:
-        raise EncodingError("delivery: fold_proofs and packed_fold_proofs are exclusive")
-    proof_msgs = list(msg.fold_proofs) or [unpack_fold_proof(p) for p in msg.packed_fold_proofs]
-    parts = [_proof_parts(p, value_ref) for p in proof_msgs]
+    parts = [unpack_fold_proof(p, value_ref) for p in msg.packed_fold_proofs]
     heads = tuple(bytes(h) for h in msg.heads)
     digests = [head_digest(h) for h in heads]
     return Delivery(
@@ -253,123 +243,24 @@ def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delive
     )
 
 
-def _record_to_pb(record: bytes, value_ref: str) -> common_pb2.FoldRecordFields:
-    r = FoldRecord.from_bytes(record)
-    return common_pb2.FoldRecordFields(
-        value_ref="" if r.value_ref == value_ref else r.value_ref,
-        fold_seq=r.fold_seq,
-        leaf_count=r.leaf_count,
-        root=bytes.fromhex(r.root),
-        prev=b"" if r.prev is None else bytes.fromhex(r.prev),
-    )
-
-
-def _record_from_pb(f: common_pb2.FoldRecordFields, value_ref: str) -> bytes:
-    if len(f.root) != 32 or len(f.prev) not in (0, 32):
-        raise EncodingError("fold record: root must be 32 bytes and prev 32 bytes or empty")
-    try:
-        return FoldRecord(
-            value_ref=str(f.value_ref) or value_ref,
-            fold_seq=int(f.fold_seq),
-            leaf_count=int(f.leaf_count),
-            root=bytes(f.root).hex(),
-            prev=bytes(f.prev).hex() if f.prev else None,
-        ).to_bytes()
-    except ValueError as exc:
-        raise EncodingError(f"fold record: {exc}") from exc
-
-
-def fold_proof_to_pb(
-    proof: bytes, value_ref: str = "", head_parts: Mapping[str, int] | None = None
-) -> common_pb2.FoldProof:
-    """A fold proof (JSON) as binary fields: raw head digest (or its position in
-    ``head_parts``, the delivery's heads by digest) and path, records field by field
-    (a record's value_ref left out when it is ``value_ref``, the delivered value's)."""
-    p = FoldProof.from_bytes(proof)
-    part = (head_parts or {}).get(p.head, 0)
-    return common_pb2.FoldProof(
-        head=b"" if part else bytes.fromhex(p.head),
-        head_part=part,
-        index=p.index,
-        path=b"".join(p.path),
-        record_fields=_record_to_pb(p.record, value_ref),
-        chain_fields=[_record_to_pb(c, value_ref) for c in p.chain],
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _ProofParts:
-    """A decoded binary fold proof whose head may still be named by position."""
-
-    head: bytes
-    head_part: int
-    index: int
-    path: tuple[bytes, ...]
-    record: bytes
-    chain: tuple[bytes, ...]
-
-    def to_bytes(self, head_digests: Sequence[str]) -> bytes:
-        if self.head_part:
-            if self.head_part > len(head_digests):
-                raise EncodingError(f"fold proof names head part {self.head_part}, not sent")
-            head = head_digests[self.head_part - 1]
-        else:
-            head = self.head.hex()
-        try:
-            proof = FoldProof(head, self.index, self.path, self.record, self.chain)
-        except ValueError as exc:
-            raise EncodingError(f"fold proof: {exc}") from exc
-        return proof.to_bytes()
-
-
-def _proof_parts(msg: common_pb2.FoldProof, value_ref: str) -> _ProofParts:
-    path = bytes(msg.path)
-    if len(path) % 32 or len(path) > 64 * 32:
-        raise EncodingError("fold proof: path must be whole 32-byte hashes (at most 64)")
-    by_digest, by_part = len(msg.head) == 32 and not msg.head_part, not msg.head and msg.head_part
-    if not (by_digest or by_part):
-        raise EncodingError("fold proof: name its head by a 32-byte digest or by head_part")
-    if msg.HasField("record_fields"):
-        if msg.record or msg.chain:
-            raise EncodingError("fold proof: record bytes and record fields are exclusive")
-        record = _record_from_pb(msg.record_fields, value_ref)
-        chain = tuple(_record_from_pb(c, value_ref) for c in msg.chain_fields)
-    else:
-        if msg.chain_fields:
-            raise EncodingError("fold proof: chain fields without record fields")
-        record = FoldRecord.from_bytes(bytes(msg.record)).to_bytes()
-        chain = tuple(FoldRecord.from_bytes(bytes(c)).to_bytes() for c in msg.chain)
-    return _ProofParts(
-        bytes(msg.head),
-        int(msg.head_part),
-        int(msg.index),
-        tuple(path[i : i + 32] for i in range(0, len(path), 32)),
-        record,
-        chain,
-    )
-
-
-def fold_proof_from_pb(msg: common_pb2.FoldProof, value_ref: str = "") -> bytes:
-    """The fold proof's JSON form, rebuilt from its binary fields (checked when verified);
-    a proof naming its head by position needs its delivery (:func:`delivery_from_pb`)."""
-    return _proof_parts(msg, value_ref).to_bytes(())
-
-
 # --------------------------------------------------------------------------- packed proofs
 #
-# A fold proof as one byte string (DeliveredValue.packed_fold_proofs): the very
-# fields of FoldProof, without the tag and length protobuf puts before each
-# field. Integers are varints (LEB128, shortest form). Decoding is strict
-# (shortest forms, exact lengths, no trailing bytes, no unknown flag) and yields
-# the message the fields came from, checked exactly as that message.
+# A fold proof as one byte string (DeliveredValue.packed_fold_proofs), its one
+# form on the wire, written by pack_fold_proof and read by unpack_fold_proof.
+# Integers are varints (LEB128, shortest form). Decoding is strict (shortest
+# forms, exact lengths, no trailing bytes, no unknown flag).
 #
 #   proof  = varint head_part (0: 32 raw head digest follow), varint index, record,
 #            varint chain count + count × record, audit path (the rest: 32-byte hashes)
 #   record = u8 flags (1: prev, 2: value_ref), varint fold_seq, varint leaf_count,
 #            32 root, [32 prev], [varint length + UTF-8 value_ref]
+#
+# head_part names a head of the same delivery (1-based, in DeliveredValue.heads);
+# a record's value_ref is left out when it is the delivered value's.
 
 _RECORD_PREV, _RECORD_VALUE_REF = 1, 2
 _MAX_VARINT_BYTES = 10  # 70 bits: every uint64, and a uint64 time shifted by one
+_MAX_PATH = 64
 
 
 def _put_varint(out: bytearray, n: int) -> None:
@@ -377,11 +268,6 @@ def _put_varint(out: bytearray, n: int) -> None:
         out.append(n & 0x7F | 0x80)
         n >>= 7
     out.append(n)
-
-
-def _put_text(out: bytearray, raw: bytes) -> None:
-    _put_varint(out, len(raw))
-    out += raw
 
 
 class _Reader:
@@ -421,80 +307,113 @@ class _Reader:
         out, self.at = self.data[self.at :], len(self.data)
         return out
 
-    def end(self) -> None:
-        if self.at != len(self.data):
-            raise EncodingError(f"{self.what}: {len(self.data) - self.at} trailing bytes")
+
+def _pack_record(out: bytearray, record: bytes, value_ref: str) -> None:
+    r = FoldRecord.from_bytes(record)
+    own_ref = r.value_ref == value_ref
+    out.append((_RECORD_PREV if r.prev else 0) | (0 if own_ref else _RECORD_VALUE_REF))
+    _put_varint(out, r.fold_seq)
+    _put_varint(out, r.leaf_count)
+    out += bytes.fromhex(r.root)
+    if r.prev:
+        out += bytes.fromhex(r.prev)
+    if not own_ref:
+        raw = r.value_ref.encode("utf-8")
+        _put_varint(out, len(raw))
+        out += raw
 
 
-def _pack_record(out: bytearray, f: common_pb2.FoldRecordFields) -> bool:
-    if len(f.root) != 32 or len(f.prev) not in (0, 32):
-        return False
-    out.append((_RECORD_PREV if f.prev else 0) | (_RECORD_VALUE_REF if f.value_ref else 0))
-    _put_varint(out, f.fold_seq)
-    _put_varint(out, f.leaf_count)
-    out += f.root + f.prev
-    if f.value_ref:
-        _put_text(out, f.value_ref.encode("utf-8"))
-    return True
-
-
-def _unpack_record(r: _Reader) -> common_pb2.FoldRecordFields:
+def _unpack_record(r: _Reader, value_ref: str) -> bytes:
     flags = r.take(1, "record flags")[0]
     if flags & ~(_RECORD_PREV | _RECORD_VALUE_REF):
         raise EncodingError(f"packed fold proof: unknown record flags {flags:#04x}")
-    f = common_pb2.FoldRecordFields(
-        fold_seq=r.varint("fold_seq"), leaf_count=r.varint("leaf_count")
-    )
-    f.root = r.take(32, "record root")
-    if flags & _RECORD_PREV:
-        f.prev = r.take(32, "record prev")
+    fold_seq, leaf_count = r.varint("fold_seq"), r.varint("leaf_count")
+    root = r.take(32, "record root").hex()
+    prev = r.take(32, "record prev").hex() if flags & _RECORD_PREV else None
+    ref = value_ref
     if flags & _RECORD_VALUE_REF:
-        f.value_ref = r.text("value_ref")
-        if not f.value_ref:
+        ref = r.text("value_ref")
+        if not ref:
             raise EncodingError("packed fold proof: an empty value_ref is sent by leaving it out")
-    return f
+    try:
+        return FoldRecord(
+            value_ref=ref, fold_seq=fold_seq, leaf_count=leaf_count, root=root, prev=prev
+        ).to_bytes()
+    except ValueError as exc:
+        raise EncodingError(f"fold record: {exc}") from exc
 
 
-def pack_fold_proof(msg: common_pb2.FoldProof) -> bytes | None:
-    """A compact :class:`common_pb2.FoldProof` (``record_fields`` set) as its version 4
-    byte string, or None when it has no packed form (records sent as leaf data)."""
-    if not msg.HasField("record_fields") or msg.record or msg.chain:
-        return None
-    if bool(msg.head_part) == (len(msg.head) == 32) or len(msg.path) % 32:
-        return None
+def pack_fold_proof(
+    proof: bytes, value_ref: str = "", head_parts: Mapping[str, int] | None = None
+) -> bytes:
+    """A fold proof (:class:`contracts.heads.FoldProof` bytes) as its packed byte string:
+    its head by position in ``head_parts`` (the delivery's heads by digest) or by raw
+    digest, its records field by field (a value_ref left out when it is ``value_ref``)."""
+    p = FoldProof.from_bytes(proof)
+    part = (head_parts or {}).get(p.head, 0)
     out = bytearray()
-    _put_varint(out, msg.head_part)
-    out += msg.head
-    _put_varint(out, msg.index)
-    if not _pack_record(out, msg.record_fields):
-        return None
-    _put_varint(out, len(msg.chain_fields))
-    if not all(_pack_record(out, c) for c in msg.chain_fields):
-        return None
-    out += msg.path
+    _put_varint(out, part)
+    if not part:
+        out += bytes.fromhex(p.head)
+    _put_varint(out, p.index)
+    _pack_record(out, p.record, value_ref)
+    _put_varint(out, len(p.chain))
+    for record in p.chain:
+        _pack_record(out, record, value_ref)
+    out += b"".join(p.path)
     return bytes(out)
 
 
-def unpack_fold_proof(data: bytes) -> common_pb2.FoldProof:
-    """The :class:`common_pb2.FoldProof` a :func:`pack_fold_proof` byte string carries
-    (rebuilt and checked by the version 3 decoder)."""
+@dataclass(frozen=True, slots=True)
+class PackedFoldProof:
+    """A decoded packed fold proof whose head may still be named by position
+    (``head_part``, 1-based; 0: ``head`` is the raw digest)."""
+
+    head: bytes
+    head_part: int
+    index: int
+    path: tuple[bytes, ...]
+    record: bytes
+    chain: tuple[bytes, ...]
+
+    def to_bytes(self, head_digests: Sequence[str]) -> bytes:
+        """The fold proof (:class:`contracts.heads.FoldProof` bytes), its head named by
+        digest (``head_digests``: the delivery's heads, in order)."""
+        if self.head_part:
+            if self.head_part > len(head_digests):
+                raise EncodingError(f"fold proof names head part {self.head_part}, not sent")
+            head = head_digests[self.head_part - 1]
+        else:
+            head = self.head.hex()
+        try:
+            proof = FoldProof(head, self.index, self.path, self.record, self.chain)
+        except ValueError as exc:
+            raise EncodingError(f"fold proof: {exc}") from exc
+        return proof.to_bytes()
+
+
+def unpack_fold_proof(data: bytes, value_ref: str = "") -> PackedFoldProof:
+    """The fold proof a :func:`pack_fold_proof` byte string carries (``value_ref``: the
+    delivered value's, for records that leave theirs out); :class:`EncodingError`."""
     r = _Reader(bytes(data), "packed fold proof")
     try:
-        msg = common_pb2.FoldProof(head_part=r.varint("head_part"))
-        if not msg.head_part:
-            msg.head = r.take(32, "head digest")
-        msg.index = r.varint("index")
-        msg.record_fields.CopyFrom(_unpack_record(r))
+        head_part = r.varint("head_part")
+        head = b"" if head_part else r.take(32, "head digest")
+        index = r.varint("index")
+        record = _unpack_record(r, value_ref)
         count = r.varint("chain count")
         if count > MAX_CHAIN:
             raise EncodingError(
                 f"packed fold proof: chain of {count} records (at most {MAX_CHAIN})"
             )
-        msg.chain_fields.extend(_unpack_record(r) for _ in range(count))
+        chain = tuple(_unpack_record(r, value_ref) for _ in range(count))
     except ValueError as exc:  # an integer out of its field's range
         raise EncodingError(f"packed fold proof: {exc}") from exc
-    msg.path = r.rest()
-    return msg
+    path = r.rest()
+    if len(path) % 32 or len(path) > _MAX_PATH * 32:
+        raise EncodingError("fold proof: path must be whole 32-byte hashes (at most 64)")
+    hashes = tuple(path[i : i + 32] for i in range(0, len(path), 32))
+    return PackedFoldProof(head, head_part, index, hashes, record, chain)
 
 
 def answer_to_pb(answer: Answer) -> common_pb2.Answer:

@@ -38,7 +38,8 @@ from a2a.utils.errors import (
 from google.protobuf import struct_pb2
 
 from contracts.errors import ContractError, EncodingError
-from contracts.statements import StatementKind, payload_type_for
+from contracts.signed import payload_type_of
+from contracts.statements import StatementKind
 from nodes import wire
 from nodes.messages import Delivery
 
@@ -80,8 +81,11 @@ LEGACY_EXTENSIONS_HEADER = "X-A2A-Extensions"
 MAX_DELIVERY_BYTES = 4 * 1024 * 1024
 #: Longest routing hint (characters).
 MAX_HINT_CHARS = 256
-#: Statement payload types this version reads and writes.
-STATEMENT_VERSIONS = tuple(payload_type_for(kind) for kind in StatementKind)
+#: Statement payload types this version reads and writes: the one DSSE payload type of
+#: each kind (a head is a C2SP signed note, not an envelope, and has none).
+STATEMENT_VERSIONS = tuple(
+    payload_type_of(kind) for kind in StatementKind if kind is not StatementKind.HEAD
+)
 
 HINT_VALUE_REF = "valueRef"
 HINT_ACTION = "action"

@@ -52,7 +52,7 @@ from tests.contracts.vectors_gen import KEY_NAMES, build_vectors
 
 __all__ = ["FuzzReport", "run_fuzz"]
 
-_SERVED: dict[tuple[bool | str, bool] | str, Callable[[bytes], object]] = {}
+_SERVED: dict[bool | str, Callable[[bytes], object]] = {}
 
 _NASTY: list[Any] = [
     None,
@@ -199,8 +199,8 @@ def _mutate_envelope(rng: random.Random, keys: _Keys, env: Any) -> Any:
     if not isinstance(env, dict) or not isinstance(env.get("payload"), str):
         return _mutate_json(rng, env)
     if choice <= 1 and str(env.get("payloadType", "")).endswith("+bin"):
-        # the compact binary form: mutate the payload bytes and re-sign, so the
-        # strict binary decoder is reached, not only the signature check
+        # demands and receipts: mutate the payload bytes and re-sign, so the
+        # strict decoder is reached, not only the signature check
         try:
             raw_payload = base64.b64decode(env["payload"])
         except ValueError:
@@ -226,6 +226,8 @@ def _mutate_envelope(rng: random.Random, keys: _Keys, env: Any) -> Any:
                 "application/vnd.provnet.demand+json",
                 "application/vnd.provnet.demand.v2+bin",
                 "application/vnd.provnet.receipt.v2+bin",
+                "application/vnd.provnet.demand-batch.v3+bin",
+                "application/vnd.provnet.receipt-batch.v3+bin",
                 "application/vnd.provnet.attestation+json",
                 "application/json",
             ]
@@ -271,8 +273,8 @@ def _target_attestation(data: bytes) -> object:
 class _ServedTarget:
     """A mutated receipt judged against the real demand, obligation and commitment."""
 
-    def __init__(self, partial: bool, binary: bool) -> None:
-        w = make_world(n_hops=8, serve_until=NOW + DAY, binary=binary)
+    def __init__(self, partial: bool) -> None:
+        w = make_world(n_hops=8, serve_until=NOW + DAY)
         self.world = w
         leaves = [1, 6] if partial else None
         self.demand = build_demand(
@@ -281,7 +283,6 @@ class _ServedTarget:
             now=NOW + 1_000,
             leaves=leaves,
             nonce=("b2" if partial else "a1") * 16,
-            binary=binary,
         )
         self.hops = [w.hops[i] for i in (leaves or range(8))]
 
@@ -305,8 +306,8 @@ class _ServedTarget:
 class _HeadServedTarget:
     """A mutated receipt judged lazily for a fold under a verified head."""
 
-    def __init__(self, binary: bool) -> None:
-        self.world = make_head_world(values=3, compactions=2, binary=binary)
+    def __init__(self) -> None:
+        self.world = make_head_world(values=3, compactions=2)
 
     def __call__(self, data: bytes) -> object:
         w = self.world
@@ -346,14 +347,12 @@ def _one(
         return _mutate_bytes(rng, data), _target_envelope
     elif name == "fold-proof.json":
         target = _SERVED["fold-proof"]
-    elif name in ("receipt-head-served.json", "receipt-head-served-v2.json") and (
-        rng.random() < 0.5
-    ):
-        target = _SERVED[("head", name.endswith("-v2.json"))]
+    elif name == "receipt-head-served.json" and rng.random() < 0.5:
+        target = _SERVED["head"]
     elif name == "attestation.json" and rng.random() < 0.5:
         target = _target_attestation
     elif name.startswith(("receipt-served", "receipt-partial")) and rng.random() < 0.5:
-        target = _SERVED[(name.startswith("receipt-partial"), name.endswith("-v2.json"))]
+        target = _SERVED[name.startswith("receipt-partial")]
     else:
         target = _target_envelope
     mode = rng.randrange(3)
@@ -399,11 +398,10 @@ def run_fuzz(n: int, seed: int) -> FuzzReport:
     keys = _Keys()
     seeds = build_vectors()
     _SERVED.clear()
-    for binary in (False, True):
-        # each seed receipt is judged against the demand (JSON or binary) it answers
-        _SERVED[(False, binary)] = _ServedTarget(False, binary)
-        _SERVED[(True, binary)] = _ServedTarget(True, binary)
-        _SERVED[("head", binary)] = _HeadServedTarget(binary)
+    # each seed receipt is judged against the demand it answers
+    _SERVED[False] = _ServedTarget(False)
+    _SERVED[True] = _ServedTarget(True)
+    _SERVED["head"] = _HeadServedTarget()
     _SERVED["fold-proof"] = _FoldProofTarget(seeds["head.note"])
     # A signature from another envelope, grafted on: swapped signatures.
     extra = Envelope.from_bytes(seeds["commitment.json"].rstrip(b"\n")).to_json()

@@ -39,7 +39,6 @@ from contracts.batch import (
 )
 from contracts.envelope import Envelope
 from contracts.merkle import leaf_hash, merkle_root
-from contracts.signed import is_binary
 
 __all__ = [
     "DAY",
@@ -118,7 +117,6 @@ def make_world(
     holder_bound: bool = False,
     provenance_pending: bool = False,
     leaves: Sequence[int] | None = None,
-    binary: bool = True,
 ) -> World:
     origin = fixed_identity("origin")
     holder = fixed_identity("holder")
@@ -141,7 +139,7 @@ def make_world(
         issued_at=NOW,
         holder=holder.node_id if holder_bound else None,
     )
-    d = build_demand(holder, o, now=NOW + 1_000, leaves=leaves, nonce="a1" * 16, binary=binary)
+    d = build_demand(holder, o, now=NOW + 1_000, leaves=leaves, nonce="a1" * 16)
     return World(
         origin=origin,
         holder=holder,
@@ -166,7 +164,7 @@ def resign_receipt(
         statement = dataclasses.replace(
             receipt.statement, leaf_hashes=tuple(leaf_hash(h) for h in served)
         )
-    return sign_statement(signer, statement, binary=is_binary(receipt))
+    return sign_statement(signer, statement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +201,6 @@ def make_head_world(
     serve_until: int = NOW + DAY,
     pending: bool = False,
     leaves: Sequence[int] | None = None,
-    binary: bool = True,
 ) -> HeadWorld:
     """``compactions`` compactions, each folding ``values`` values (value:42 among them)."""
     origin = fixed_identity("origin")
@@ -227,9 +224,7 @@ def make_head_world(
         )
     head = compaction.head
     fold = verify_fold(compaction.proofs["value:42"], head)
-    demand = build_demand(
-        holder, fold.obligation, now=NOW + 1_000, leaves=leaves, nonce="a1" * 16, binary=binary
-    )
+    demand = build_demand(holder, fold.obligation, now=NOW + 1_000, leaves=leaves, nonce="a1" * 16)
     return HeadWorld(origin, holder, log, hops, head, fold, demand)
 
 

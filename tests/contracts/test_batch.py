@@ -49,16 +49,13 @@ from contracts.batch import (
     served_whole_item,
     sign_receipt_batch,
 )
-from contracts.binary import RECEIPT_BINARY_TYPE
 from contracts.envelope import Envelope
 from contracts.evidence import Answer, AnswerKind, verify_clearing
 from contracts.identity import SignatureCount, observe_signatures
 from contracts.lazy import (
     judge_fold_answer,
     served_batch_without_signature,
-    served_fold_without_signature,
 )
-from contracts.merkle import KnownRoots
 from contracts.serve import build_demand
 from contracts.signed import Signed
 from contracts.statements import Demand, Receipt
@@ -408,61 +405,80 @@ def test_a_receipt_batch_that_is_not_exactly_the_faithful_one_decides_nothing() 
     assert _served_batch(b, payload[:66] + struct.pack(">Q", 7) + payload[74:], b.hops)
 
 
-# ---------------------------------------------------------------- one fold's receipt by bytes
+# ---------------------------------------------------------------- the one layout, declared once
 
 
-def test_a_faithful_receipt_for_one_whole_fold_is_recognised_by_its_bytes() -> None:
+def test_the_layout_tables_are_the_documented_bytes_for_a_demand_and_receipt_of_one() -> None:
+    """docs/contracts.md "Demands and receipts": the bytes written out by hand from the
+    table there equal what the layout tables encode, and decode back to the fields."""
+    from contracts.batch import DEMAND_LAYOUT, RECEIPT_LAYOUT, demand_payload, receipt_payload
+
     w = make_head_world()
-    hops = w.hops["value:42"]
-    receipt = w.answer(w.demand, hops, now=NOW + 2_000)
-    checked = SignatureCount()
-    known = KnownRoots()
-    with observe_signatures(checked):
-        for memo in (None, known, known):
-            assert served_fold_without_signature(
-                receipt.to_bytes(), hops, demand=w.demand, fold=w.fold, known=memo
-            )
-    assert checked.verifies == 0
-    # the slow path, which parses the receipt, reaches the same verdict
-    verdict = judge_fold_answer(
-        receipt.to_bytes(), hops, demand=w.demand, fold=w.fold, reported_at=NOW + 3_000
+    d = w.demand.statement
+    nonce = d.nonce.encode()
+    by_hand = (
+        bytes((3, ord("d")))
+        + bytes.fromhex(d.holder)
+        + bytes.fromhex(d.origin)
+        + struct.pack(">QB", d.time, len(nonce))
+        + nonce
+        + struct.pack(">H", 1)
+        + bytes.fromhex(d.obligation)
+        + bytes.fromhex(d.commitment)
+        + b"\x00"  # LEAVES: the whole fold
     )
-    assert verdict.kind is AnswerKind.SERVED
+    assert demand_payload(d) == w.demand.envelope.payload == by_hand
+    r = w.answer(w.demand, w.hops["value:42"], now=NOW + 2_000).statement
+    by_hand = (
+        bytes((3, ord("r")))
+        + bytes.fromhex(r.origin)
+        + bytes.fromhex(r.demand)
+        + struct.pack(">QB", r.issued_at, len(nonce))
+        + nonce
+        + struct.pack(">H", 1)
+        + bytes.fromhex(r.obligation)
+        + bytes.fromhex(r.commitment)
+        + struct.pack(">QBB", r.tree_size, 1, 0)  # SERVED, no reason
+        + b"\x00\x01"  # whole fold; served_root present
+        + bytes.fromhex(str(r.served_root))
+        + struct.pack(">II", 0, 0)  # no leaf hashes, no proofs
+    )
+    assert receipt_payload(r) == by_hand
+    assert [name for name, _ in DEMAND_LAYOUT.head] == [
+        "version", "kind", "holder", "origin", "time", "nonce",
+    ]  # fmt: skip
+    assert [name for name, _ in RECEIPT_LAYOUT.item] == [
+        "obligation", "commitment", "tree_size", "status", "reason", "leaves",
+        "served_root", "leaf_hashes", "proofs",
+    ]  # fmt: skip
 
 
-def test_a_receipt_for_one_fold_that_is_not_exactly_the_faithful_one_decides_nothing() -> None:
+@pytest.mark.parametrize(
+    ("at", "byte", "field"),
+    [
+        (0, 2, "version"),
+        (1, ord("D"), "kind"),
+        (74, 3, "nonce"),  # the nonce's length byte: too short
+        (-1, 7, "leaves"),
+    ],
+)
+def test_a_malformed_demand_is_refused_naming_the_field(at: int, byte: int, field: str) -> None:
+    payload = bytearray(make_head_world().demand.envelope.payload)
+    payload[at] = byte
+    with pytest.raises(EncodingError, match=rf"demand \(v3\).* {field}"):
+        decode_demand_batch(bytes(payload))
+
+
+def test_earlier_demand_and_receipt_forms_are_not_read() -> None:
+    """One wire form: a demand signed as JSON (version 1) or in the per-fold binary
+    form (version 2) is refused naming its payload type, whoever signed it."""
     w = make_head_world()
-    hops = w.hops["value:42"]
-    payload = w.answer(w.demand, hops, now=NOW + 2_000).envelope.payload
-
-    def served(
-        data: bytes, served_hops: Sequence[bytes] = hops, demand: Signed[Demand] = w.demand
-    ) -> bool:
-        envelope = sign_envelope(w.origin, RECEIPT_BINARY_TYPE, data)
-        return served_fold_without_signature(
-            envelope.to_bytes(), served_hops, demand=demand, fold=w.fold, known=KnownRoots()
-        )
-
-    assert served(payload)
-    assert not served(payload, (b"x" + hops[0][1:], *hops[1:]))  # bytes that miss the root
-    assert not served(payload, hops[:-1])
-    assert not served(payload + b"\x00")
-    assert not served(payload[:-1])
-    at = 2 + 4 * 32  # issued_at
-    for i in (5, 40, 70, 100, at + 9, at + 17, len(payload) - 9, len(payload) - 1):
-        flipped = bytearray(payload)
-        flipped[i] ^= 1  # origin, obligation, commitment, demand, tree size, status, root, proofs
-        assert not served(bytes(flipped)), i
-    assert not served(payload[:at] + struct.pack(">Q", MAX_TIME_MS + 1) + payload[at + 8 :])
-    assert served(payload[:at] + struct.pack(">Q", 7) + payload[at + 8 :])
-    refused = w.answer(w.demand, None, now=NOW + 2_000)
-    assert not served(refused.envelope.payload, ())
-    # JSON receipts, partial demands and receipts of another kind go the slow way
-    json_demand = build_demand(w.holder, w.fold.obligation, now=NOW + 1_000, binary=False)
-    json_receipt = w.answer(json_demand, hops, now=NOW + 2_000)
-    assert not served_fold_without_signature(
-        json_receipt.to_bytes(), hops, demand=json_demand, fold=w.fold
-    )
-    partial = build_demand(w.holder, w.fold.obligation, now=NOW + 1_000, leaves=[0])
-    assert not served(payload, hops[:1], partial)
-    assert not served_fold_without_signature(b"not an envelope", hops, demand=w.demand, fold=w.fold)
+    for old in ("demand+json", "demand.v2+bin"):
+        env = sign_envelope(w.holder, f"application/vnd.provnet.{old}", w.demand.envelope.payload)
+        with pytest.raises(EncodingError, match=old.replace("+", r"\+")):
+            open_statement(env, Demand)
+    receipt = w.answer(w.demand, w.hops["value:42"], now=NOW + 2_000)
+    for old in ("receipt+json", "receipt.v2+bin"):
+        env = sign_envelope(w.origin, f"application/vnd.provnet.{old}", receipt.envelope.payload)
+        with pytest.raises(EncodingError, match=old.replace("+", r"\+")):
+            open_statement(env, Receipt)

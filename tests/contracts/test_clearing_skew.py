@@ -116,7 +116,7 @@ def test_a_demand_for_another_obligation_does_not_clear() -> None:
     receipt = w.answer(
         build_demand(w.holder, w.obligation, now=NOW + 3_000, nonce="c1" * 16), now=NOW + 3_000
     ).to_bytes()
-    with pytest.raises(BindingMismatch, match="not for obligation"):
+    with pytest.raises(BindingMismatch, match="names no fold"):
         verify_clearing(_suspicion(w), receipt, now=NOW + 5_000, demand=foreign.to_bytes())
 
 

@@ -27,10 +27,11 @@ from contracts import (
 from contracts.batch import (
     decode_demand_batch,
     decode_receipt_batch,
+    demand_payload,
     encode_demand_batch,
     encode_receipt_batch,
+    receipt_payload,
 )
-from contracts.binary import encode_demand, encode_receipt
 from contracts.identity import PublicKey
 from harness.cli import main as provnet_main
 from tests.contracts._support import DAY, NOW
@@ -52,14 +53,6 @@ ENVELOPE_VECTORS = {
     "attestation.json": "attester",
     "demand-head.json": "holder",
     "receipt-head-served.json": "origin",
-    # the compact binary form of demands and receipts (contracts.binary)
-    "demand-v2.json": "holder",
-    "demand-partial-v2.json": "holder",
-    "demand-head-v2.json": "holder",
-    "receipt-served-v2.json": "origin",
-    "receipt-partial-v2.json": "origin",
-    "receipt-pending-v2.json": "origin",
-    "receipt-head-served-v2.json": "origin",
 }
 EVIDENCE_VECTORS = {
     "evidence-bad_data.json": (EvidenceKind.BAD_DATA, EvidenceStatus.PROVEN),
@@ -71,9 +64,6 @@ EVIDENCE_VECTORS = {
     "evidence-refused-head.json": (EvidenceKind.REFUSED, EvidenceStatus.PROVEN),
     "evidence-split_view.json": (EvidenceKind.SPLIT_VIEW, EvidenceStatus.PROVEN),
     "evidence-split_view-consistency.json": (EvidenceKind.SPLIT_VIEW, EvidenceStatus.PROVEN),
-    "evidence-unanswered-cleared-v2.json": (EvidenceKind.UNANSWERED, EvidenceStatus.CLEARED),
-    "evidence-bad_data-head-v2.json": (EvidenceKind.BAD_DATA, EvidenceStatus.PROVEN),
-    "evidence-refused-head-v2.json": (EvidenceKind.REFUSED, EvidenceStatus.PROVEN),
     # batched demands and receipts (contracts.batch, payload version 3)
     "evidence-bad_data-batch-v3.json": (EvidenceKind.BAD_DATA, EvidenceStatus.PROVEN),
     "evidence-refused-batch-v3.json": (EvidenceKind.REFUSED, EvidenceStatus.PROVEN),
@@ -107,10 +97,11 @@ def test_every_statement_vector_verifies_with_its_fixed_key(name: str, signer: s
     assert signed.signer == _keys()[signer]
     assert Envelope.from_bytes(data).to_bytes() == data
     # Parsing loses nothing: the statement re-encodes to the payload signed,
-    # in the form its payload type names.
-    if name.endswith("-v2.json"):
-        assert signed.envelope.payload_type.endswith(".v2+bin")
-        encode = encode_demand if signed.statement.KIND.value == "demand" else encode_receipt
+    # in its kind's one form (a demand or receipt for one fold: a batch of one).
+    kind = signed.statement.KIND.value
+    if kind in ("demand", "receipt"):
+        assert signed.envelope.payload_type.endswith(f"{kind}-batch.v3+bin")
+        encode = demand_payload if kind == "demand" else receipt_payload
         assert encode(signed.statement) == signed.envelope.payload  # type: ignore[arg-type]
     else:
         assert signed.envelope.payload_type.endswith("+json")
@@ -150,7 +141,7 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     "name",
     [
         "evidence-bad_data.json",
-        "evidence-bad_data-head-v2.json",
+        "evidence-bad_data-head.json",
         "evidence-bad_data-batch-v3.json",
     ],
 )
@@ -174,10 +165,33 @@ def test_cli_evidence_verify_exits_1_with_the_reason_for_invalid_evidence(tmp_pa
     assert "names signer" in out
 
 
-def test_cli_evidence_verify_exits_1_for_a_binary_receipt_altered_after_signing(
+@pytest.mark.parametrize("old", ["demand+json", "demand.v2+bin"])
+def test_cli_evidence_verify_exits_1_for_evidence_citing_an_earlier_demand_form(
+    tmp_path: Path, old: str
+) -> None:
+    """docs/wire.md: evidence whose demand is in a form no longer read (signed by the
+    holder it names, so only the form is wrong) does not verify, naming that form."""
+    from contracts.envelope import sign_envelope
+    from tests.contracts._support import fixed_identity
+
+    evidence = json.loads((VECTOR_DIR / "evidence-bad_data.json").read_bytes())
+    demand = Envelope.from_json(evidence["demand"])
+    resigned = sign_envelope(
+        fixed_identity("holder"), f"application/vnd.provnet.{old}", demand.payload
+    )
+    evidence["demand"] = resigned.to_json()
+    path = tmp_path / "old-form.json"
+    path.write_text(json.dumps(evidence))
+    code, out, _ = run_cli("evidence", "verify", str(path), "--now", str(NOW))
+    assert code == 1
+    assert out.startswith("INVALID bad_data against ")
+    assert old in out
+
+
+def test_cli_evidence_verify_exits_1_for_a_receipt_altered_after_signing(
     tmp_path: Path,
 ) -> None:
-    evidence = json.loads((VECTOR_DIR / "evidence-bad_data-head-v2.json").read_bytes())
+    evidence = json.loads((VECTOR_DIR / "evidence-bad_data-head.json").read_bytes())
     payload = bytearray(base64.b64decode(evidence["receipt"]["payload"]))
     payload[-40] ^= 0x01  # a byte of the signed served root: still a well-formed receipt
     evidence["receipt"]["payload"] = base64.b64encode(bytes(payload)).decode()
@@ -306,13 +320,10 @@ def test_cli_evidence_verify_handles_split_views(tmp_path: Path) -> None:
     assert err.startswith("provnet: error:")
 
 
-@pytest.mark.parametrize("suffix", ["", "-v2"])
-def test_head_form_rehydration_proof_vector_verifies_from_the_file_alone(suffix: str) -> None:
+def test_head_form_rehydration_proof_vector_verifies_from_the_file_alone() -> None:
     from contracts.attest import RehydrationProof, verify_rehydration
 
-    proof = RehydrationProof.from_bytes(
-        (VECTOR_DIR / f"rehydration-proof-head{suffix}.json").read_bytes()
-    )
+    proof = RehydrationProof.from_bytes((VECTOR_DIR / "rehydration-proof-head.json").read_bytes())
     head = _head_vector()
     commitment, receipt = verify_rehydration(proof)
     assert proof.obligation == head.note
@@ -322,5 +333,5 @@ def test_head_form_rehydration_proof_vector_verifies_from_the_file_alone(suffix:
             FoldProof.from_bytes((VECTOR_DIR / "fold-proof.json").read_bytes()), head
         ).leaf_hash.hex()
     )
-    served = (VECTOR_DIR / f"receipt-head-served{suffix}.json").read_bytes().rstrip(b"\n")
+    served = (VECTOR_DIR / "receipt-head-served.json").read_bytes().rstrip(b"\n")
     assert receipt == open_any(served).digest

@@ -1,13 +1,9 @@
 """Golden vectors: one file per statement kind, from fixed keys and a fixed clock.
 
-Demands and receipts have two payload forms: the first (RFC 8785 JSON) is
-kept in the original files, byte for byte, so statements made before the
-binary form stay readable; the compact binary form (``contracts.binary``,
-payload types ``…demand.v2+bin`` / ``…receipt.v2+bin``) is in the
-``*-v2.json`` files (:func:`build_v2_vectors`). Batched demands and receipts
-(``contracts.batch``, payload version 3: one signed demand naming several
-folds, one signed receipt answering them) and evidence citing them are the
-``*-batch-v3.json`` files (:func:`build_v3_vectors`).
+Demands and receipts have one form (``contracts.batch``, payload version 3):
+a demand naming one fold is a batch of one (``demand.json``,
+``receipt-*.json``, the evidence citing them); the ``*-batch-v3.json`` files
+(:func:`build_v3_vectors`) name several folds under one signature.
 
 Regenerate on purpose (after a deliberate format change) with::
 
@@ -117,7 +113,7 @@ def _head_demand_vectors(put: Callable[[str, bytes], None], w: HeadWorld, suffix
 
 def build_vectors() -> dict[str, bytes]:
     """File name → exact file content."""
-    w = make_world(n_hops=8, serve_until=NOW + DAY, binary=False)
+    w = make_world(n_hops=8, serve_until=NOW + DAY)
     out: dict[str, bytes] = {}
 
     def put(name: str, data: bytes) -> None:
@@ -151,7 +147,7 @@ def build_vectors() -> dict[str, bytes]:
     served = w.answer(w.demand, now=NOW + 2_000)
     put("receipt-served.json", served.to_bytes())
     partial_demand = build_demand(
-        w.holder, w.obligation, now=NOW + 1_000, leaves=[1, 6], nonce="b2" * 16, binary=False
+        w.holder, w.obligation, now=NOW + 1_000, leaves=[1, 6], nonce="b2" * 16
     )
     put("demand-partial.json", partial_demand.to_bytes())
     partial = w.answer(partial_demand, now=NOW + 2_000)
@@ -173,7 +169,7 @@ def build_vectors() -> dict[str, bytes]:
         ),
     )
     put("receipt-refused.json", refused.to_bytes())
-    pending_world = make_world(n_hops=8, provenance_pending=True, binary=False)
+    pending_world = make_world(n_hops=8, provenance_pending=True)
     pending = pending_world.answer(pending_world.demand, now=NOW + 2_000, serve=False)
     put("receipt-pending.json", pending.to_bytes())
 
@@ -189,9 +185,7 @@ def build_vectors() -> dict[str, bytes]:
             received_at=NOW + 500,
         ).to_bytes(),
     )
-    witness_demand = build_demand(
-        w.witness, w.obligation, now=NOW + 3_000, nonce="c3" * 16, binary=False
-    )
+    witness_demand = build_demand(w.witness, w.obligation, now=NOW + 3_000, nonce="c3" * 16)
     put("demand-witness.json", witness_demand.to_bytes())
     silent = build_witness_report(
         w.witness, witness_demand, at=NOW + 9_000, address="127.0.0.1:50051"
@@ -277,7 +271,6 @@ def build_vectors() -> dict[str, bytes]:
     cleared_by = w.answer(witness_demand, now=NOW + 20_000)
     put("evidence-unanswered-cleared.json", unanswered.with_answer(cleared_by).to_bytes())
     out.update(build_head_vectors())
-    out.update(build_v2_vectors())
     out.update(build_v3_vectors())
     return out
 
@@ -289,7 +282,7 @@ def build_head_vectors() -> dict[str, bytes]:
     def put(name: str, data: bytes) -> None:
         out[name] = data + b"\n"
 
-    w = make_head_world(values=3, compactions=2, binary=False)
+    w = make_head_world(values=3, compactions=2)
     out["head.note"] = w.head.note  # a signed note ends in its own newline
     put("fold-proof.json", w.fold.proof.to_bytes())
     _head_demand_vectors(put, w, "")
@@ -318,49 +311,6 @@ def build_head_vectors() -> dict[str, bytes]:
             x.heads[1], y.heads[3], reported_at=NOW + 6_000, path=y.consistency_path(1, 3)
         ).to_bytes(),
     )
-    return out
-
-
-def build_v2_vectors() -> dict[str, bytes]:
-    """Demands and receipts in the compact binary form, and evidence citing them."""
-    out: dict[str, bytes] = {}
-
-    def put(name: str, data: bytes) -> None:
-        out[name] = data + b"\n"
-
-    w = make_world(n_hops=8, serve_until=NOW + DAY, binary=True)
-    put("demand-v2.json", w.demand.to_bytes())
-    served = w.answer(w.demand, now=NOW + 2_000)
-    put("receipt-served-v2.json", served.to_bytes())
-    partial_demand = build_demand(
-        w.holder, w.obligation, now=NOW + 1_000, leaves=[1, 6], nonce="b2" * 16, binary=True
-    )
-    put("demand-partial-v2.json", partial_demand.to_bytes())
-    partial = w.answer(partial_demand, now=NOW + 2_000)
-    put("receipt-partial-v2.json", partial.to_bytes())
-    pending_world = make_world(n_hops=8, provenance_pending=True, binary=True)
-    pending = pending_world.answer(pending_world.demand, now=NOW + 2_000, serve=False)
-    put("receipt-pending-v2.json", pending.to_bytes())
-    witness_demand = build_demand(
-        w.witness, w.obligation, now=NOW + 3_000, nonce="c3" * 16, binary=True
-    )
-    silent = build_witness_report(
-        w.witness, witness_demand, at=NOW + 9_000, address="127.0.0.1:50051"
-    )
-    unanswered = unanswered_evidence(
-        w.demand,
-        obligation=w.obligation,
-        commitment=w.commitment,
-        re_asks=3,
-        reported_at=NOW + 10_000,
-        witness_demands=[witness_demand],
-        witness_reports=[silent],
-    )
-    cleared_by = w.answer(witness_demand, now=NOW + 20_000)
-    put("evidence-unanswered-cleared-v2.json", unanswered.with_answer(cleared_by).to_bytes())
-
-    h = make_head_world(values=3, compactions=2, binary=True)
-    _head_demand_vectors(put, h, "-v2")
     return out
 
 

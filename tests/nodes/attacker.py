@@ -47,7 +47,7 @@ from typing import Any, assert_never
 
 import grpc
 
-from contracts.canonical import canonical_bytes
+from contracts.batch import DEMAND_BATCH_TYPE, demand_payload
 from contracts.envelope import Envelope, EnvelopeSignature, pae
 from contracts.errors import ContractError
 from contracts.evidence import unanswered_evidence
@@ -62,7 +62,6 @@ from contracts.statements import (
     ReceiptStatus,
     WitnessOutcome,
     WitnessReport,
-    payload_type_for,
 )
 from nodes import wire
 from nodes._pb.provnet.v1 import (
@@ -550,8 +549,8 @@ class Attacker:
             nonce=self._demand(bearer).statement.nonce,
             time=int(time.time() * 1000),
         )
-        payload = canonical_bytes(statement.to_json())
-        payload_type = payload_type_for(Demand.KIND)
+        payload = demand_payload(statement)
+        payload_type = DEMAND_BATCH_TYPE
         sig = self.identity.sign(pae(payload_type, payload))
         keyid = victim if victim_keyid else self.identity.node_id
         return Envelope(payload, payload_type, (EnvelopeSignature(keyid, sig),)).to_bytes()

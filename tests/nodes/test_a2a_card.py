@@ -147,3 +147,19 @@ def test_the_reference_sdk_verifies_our_card_and_we_verify_its_signature() -> No
     tampered.name = "bob"
     with pytest.raises(InvalidSignaturesError):
         sdk_verify(tampered)
+
+
+def test_the_card_lists_the_one_payload_type_each_statement_kind_is_signed_under() -> None:
+    """docs/a2a.md: ``statementVersions`` are the payload types a node reads and writes —
+    one per DSSE statement kind; demands and receipts only in their one form."""
+    from contracts.batch import DEMAND_BATCH_TYPE, RECEIPT_BATCH_TYPE
+    from contracts.signed import payload_type_of
+    from contracts.statements import StatementKind
+    from nodes.a2a.extension import STATEMENT_VERSIONS
+
+    kinds = [k for k in StatementKind if k is not StatementKind.HEAD]
+    assert tuple(payload_type_of(k) for k in kinds) == STATEMENT_VERSIONS
+    assert DEMAND_BATCH_TYPE in STATEMENT_VERSIONS
+    assert RECEIPT_BATCH_TYPE in STATEMENT_VERSIONS
+    for gone in ("demand+json", "receipt+json", "head+json", "demand.v2+bin"):
+        assert f"application/vnd.provnet.{gone}" not in STATEMENT_VERSIONS

@@ -1,18 +1,11 @@
-"""A holder demanding with a batch (payload version 3): old origins, and whose item is whose.
+"""A holder's signed demands under heads: one form, one call per origin, whose item is whose.
 
-A receipt batch's item for a fold is the one naming that fold, in any order
-(last test). And docs/wire.md: folds under heads are demanded with one signed demand batch per
-origin; an origin older than version 3 reads a batch's envelope as a single
-demand of an unknown payload type and refuses the call (``INVALID_ARGUMENT``,
-an unsigned error: ``rejected``, no hops). The holder must then ask the same
-folds once more with one signed demand per fold (the version 2 form, which
-every origin that signs heads serves) and remember that this origin takes no
-batches, so its next rehydrations go per fold at once.
-
-The older origin here is a real node whose serve path is the per-demand one
-of version 2: the batch payload type is unknown to it (what a version 2 node
-does with a batch is exactly what this one does with an envelope of a payload
-type it does not read).
+docs/wire.md: folds under heads are demanded with one signed demand per
+origin naming them all (a lone fold: a demand naming one); there is no
+second form to fall back to, so an origin that cannot read it refuses the
+call (``INVALID_ARGUMENT``, an unsigned error: ``rejected``, no hops). A
+receipt's item for a fold is the one naming that fold, in any order (last
+test).
 """
 
 from __future__ import annotations
@@ -27,10 +20,10 @@ import pytest
 from contracts.batch import (
     DEMAND_BATCH_TYPE,
     decode_demand_batch,
+    new_receipt,
     served_item,
     sign_receipt_batch,
 )
-from contracts.binary import new_receipt
 from contracts.envelope import Envelope
 from contracts.hops import hop_bytes
 from contracts.statements import ReceiptStatus, RefusalReason
@@ -53,33 +46,55 @@ async def _held_under_one_head(cluster: MemCluster, refs: list[str], first: int 
         await origin.send(cluster.address("holder"), delivery, 5.0)
 
 
-async def test_a_holder_falls_back_to_per_fold_demands_for_an_origin_without_batches(
+async def test_an_origin_that_cannot_read_the_one_demand_form_is_not_asked_another(
     cluster: MemCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One signed form per demand: an origin that refuses it as unreadable gets the
+    refusal recorded (``rejected``, an unsigned status, never evidence), in one call."""
     await cluster.add("origin")
     holder = await cluster.add("holder")
     await _held_under_one_head(cluster, ["a", "b", "c"])
-    # The origin is of version 2: the batch payload type means nothing to its serve path.
+    # The origin reads some other payload type: the demand's means nothing to it.
     monkeypatch.setattr(origin_role, "DEMAND_BATCH_TYPE", DEMAND_BATCH_TYPE + "+unknown")
     folds = [f for ref in ("a", "b", "c") for f in holder.held(ref).folds]
     holder.holder.unsigned_first = False  # the signed demands a failed unsigned ask leads to
     calls = holder.holder.demand_rpcs
-    report = audit(await holder.holder.rehydrate("abc", folds), cluster.correct_ids())
+    report = await holder.holder.rehydrate("abc", folds)
     outcome = single(report)
-    assert outcome.outcome is Outcome.SERVED, outcome.detail
-    assert len(report.hops) == 9
-    assert holder.holder.demand_rpcs - calls == 2  # the batch refused, then one per-fold call
-    # Remembered: the next rehydration from that origin goes per fold at once.
-    await _held_under_one_head(cluster, ["d", "e"], first=100)
-    folds = [f for ref in ("d", "e") for f in holder.held(ref).folds]
-    calls = holder.holder.demand_rpcs
-    report = await holder.holder.rehydrate("de", folds)
-    assert single(report).outcome is Outcome.SERVED
+    assert outcome.outcome is Outcome.REJECTED, outcome.detail
+    assert "INVALID_ARGUMENT" in outcome.detail
+    assert not report.hops
     assert holder.holder.demand_rpcs - calls == 1
 
 
+async def test_a_lone_fold_under_a_head_is_demanded_as_a_demand_of_one(
+    cluster: MemCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A demand for one fold is the same form as for several: one fold named."""
+    await cluster.add("origin")
+    holder = await cluster.add("holder")
+    await _held_under_one_head(cluster, ["a"])
+    sent: list[bytes] = []
+    real = holder.holder.transport.demand
+
+    async def spy(address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
+        sent.extend(demands)
+        return await real(address, demands, timeout)
+
+    monkeypatch.setattr(holder.holder.transport, "demand", spy)
+    holder.holder.unsigned_first = False
+    report = audit(
+        await holder.holder.rehydrate("a", holder.held("a").folds), cluster.correct_ids()
+    )
+    assert single(report).outcome is Outcome.SERVED
+    assert len(sent) == 1
+    envelope = Envelope.from_bytes(sent[0])
+    assert envelope.payload_type == DEMAND_BATCH_TYPE
+    assert len(decode_demand_batch(envelope.payload).items) == 1
+
+
 async def test_an_origin_that_reads_batches_is_asked_with_one(cluster: MemCluster) -> None:
-    """The fallback costs nothing where batches are read: one batch call, served."""
+    """Several folds of one origin: one demand call naming them all, served."""
     await cluster.add("origin")
     holder = await cluster.add("holder")
     await _held_under_one_head(cluster, ["a", "b"])

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from contracts.canonical import canonical_bytes
+from contracts.batch import DEMAND_BATCH_TYPE, decode_receipt_batch, demand_payload
 from contracts.envelope import sign_envelope
 from contracts.errors import BadSignature
 from contracts.evidence import EvidenceKind, verify_evidence
@@ -28,7 +28,7 @@ from contracts.heads import FoldProof, HeadCache, VerifiedFold
 from contracts.identity import Identity
 from contracts.serve import build_demand
 from contracts.signed import open_statement
-from contracts.statements import Receipt, ReceiptStatus, StatementKind, payload_type_for
+from contracts.statements import Receipt, ReceiptStatus
 from nodes.client import HeldFold, Holder, Outcome
 from nodes.faults import FaultMode, Tamper
 from nodes.services import FUTURE_NONCES_FILENAME, NodeCore
@@ -105,8 +105,7 @@ async def test_bytes_that_miss_the_root_are_judged_on_the_verified_signed_receip
 def _forged(victim: Identity, attacker: Identity, held: HeldFold, at: int) -> bytes:
     """A demand naming ``victim`` as its holder, signed by ``attacker``."""
     genuine = build_demand(victim, held.obligation, now=at).statement
-    payload = canonical_bytes(genuine.to_json())
-    envelope = sign_envelope(attacker, payload_type_for(StatementKind.DEMAND), payload)
+    envelope = sign_envelope(attacker, DEMAND_BATCH_TYPE, demand_payload(genuine))
     return envelope.to_bytes()
 
 
@@ -213,6 +212,7 @@ async def test_a_faithful_receipt_for_one_fold_is_recognised_by_its_bytes_not_pa
 ) -> None:
     import contracts.lazy
     import contracts.signed
+    import nodes.client
 
     origin = await cluster.add("origin")
     node = await cluster.add("holder")
@@ -225,7 +225,12 @@ async def test_a_faithful_receipt_for_one_fold_is_recognised_by_its_bytes_not_pa
         parsed.append(data)
         return original(data, *args, **kwargs)
 
+    def decoding(payload: bytes) -> Any:
+        parsed.append(payload)
+        return decode_receipt_batch(payload)
+
     monkeypatch.setattr(contracts.lazy, "parse_statement", counting)
+    monkeypatch.setattr(nodes.client, "decode_receipt_batch", decoding)
     with ed25519_counts() as counts:
         for _ in range(3):
             report = audit(await holder.rehydrate("v", [held]), cluster.correct_ids())

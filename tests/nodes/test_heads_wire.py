@@ -177,7 +177,6 @@ def test_a_delivery_carries_its_head_notes_verbatim_and_proofs_by_position() -> 
     value = wire.delivered_value(first)
     assert list(value.heads) == list(first.heads)  # verbatim
     assert value.packed_fold_proofs
-    assert not value.fold_proofs
     assert wire.unpack_fold_proof(value.packed_fold_proofs[0]).head_part == 1
     assert wire.delivery_from_pb(value, first.sender) == first
     held = wire.delivered_value(later)
@@ -196,10 +195,9 @@ def test_a_delivery_carries_its_head_notes_verbatim_and_proofs_by_position() -> 
     # a proof naming a head part that was not sent is malformed
     bad = common_pb2.DeliveredValue()
     bad.CopyFrom(held)
-    proof = wire.unpack_fold_proof(bad.packed_fold_proofs[0])
-    proof.head, proof.head_part = b"", 2
-    del bad.packed_fold_proofs[:]
-    bad.fold_proofs.append(proof)
+    by_digest = bad.packed_fold_proofs[0]
+    assert by_digest[0] == 0  # head_part 0, then the 32-byte digest
+    bad.packed_fold_proofs[0] = b"\x02" + by_digest[33:]
     with pytest.raises(EncodingError, match="head part 2"):
         wire.delivery_from_pb(bad)
     # a head without the blank line of a signed note is malformed before anything else
@@ -213,7 +211,7 @@ def _statement_fields(msg: common_pb2.DeliveredValue) -> int:
     """Bytes of a DeliveredValue's statement fields (fold proofs, heads) with framing."""
     bare = common_pb2.DeliveredValue()
     bare.CopyFrom(msg)
-    del bare.fold_proofs[:], bare.heads[:], bare.packed_fold_proofs[:]
+    del bare.heads[:], bare.packed_fold_proofs[:]
     return msg.ByteSize() - bare.ByteSize()
 
 
@@ -411,11 +409,6 @@ def test_packed_fold_proofs_of_the_wrong_shape_are_malformed() -> None:
             wire.delivery_from_pb(
                 common_pb2.DeliveredValue(value_ref="x", packed_fold_proofs=[data])
             )
-    both = common_pb2.DeliveredValue()
-    both.CopyFrom(value)
-    both.fold_proofs.append(wire.unpack_fold_proof(proof))
-    with pytest.raises(EncodingError, match="fold_proofs and packed_fold_proofs are exclusive"):
-        wire.delivery_from_pb(both)
 
 
 @settings(max_examples=200, deadline=None)
@@ -463,10 +456,10 @@ def test_a_packed_fold_proof_carries_its_chain_and_a_foreign_value_ref() -> None
         )
     proof = log.fold_proof("a", back=2).to_bytes()
     assert len(FoldProof.from_bytes(proof).chain) == 2
+    sizes = []
     for value_ref in ("a", "another value"):  # the record's ref left out, or sent
-        pb = wire.fold_proof_to_pb(proof, value_ref)
-        assert bool(pb.record_fields.value_ref) is (value_ref != "a")
-        packed = wire.pack_fold_proof(pb)
-        assert packed is not None
-        assert wire.unpack_fold_proof(packed) == pb
-        assert wire.fold_proof_from_pb(wire.unpack_fold_proof(packed), value_ref) == proof
+        packed = wire.pack_fold_proof(proof, value_ref)
+        sizes.append(len(packed))
+        assert wire.unpack_fold_proof(packed, value_ref).to_bytes(()) == proof
+    # the three records (the proof's and its chain of two) carry "a" (2 B) when sent
+    assert sizes[1] - sizes[0] == 3 * 2

@@ -30,8 +30,7 @@ from typing import Any
 import grpc
 import pytest
 
-from contracts.batch import build_demand_batch
-from contracts.binary import encode_demand
+from contracts.batch import build_demand_batch, demand_payload
 from contracts.envelope import Envelope
 from contracts.errors import ReplayedNonce
 from contracts.heads import FoldProof, HeadCache
@@ -137,7 +136,7 @@ def _served(reply: Any) -> bool:
 
 def _copy_with_nonce(demand: Signed[Demand], nonce: str) -> bytes:
     """The demand's envelope with another nonce in its payload and the old signature."""
-    payload = encode_demand(dataclasses.replace(demand.statement, nonce=nonce))
+    payload = demand_payload(dataclasses.replace(demand.statement, nonce=nonce))
     env = demand.envelope
     return Envelope(payload, env.payload_type, env.signatures).to_bytes()
 

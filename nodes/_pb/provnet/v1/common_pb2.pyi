@@ -47,7 +47,6 @@ class DeliveredValue(_message.Message):
     VALUE_FIELD_NUMBER: _builtins.int
     COMMITMENTS_FIELD_NUMBER: _builtins.int
     OBLIGATIONS_FIELD_NUMBER: _builtins.int
-    FOLD_PROOFS_FIELD_NUMBER: _builtins.int
     PACKED_FOLD_PROOFS_FIELD_NUMBER: _builtins.int
     HEADS_FIELD_NUMBER: _builtins.int
     CUSTODY_FIELD_NUMBER: _builtins.int
@@ -58,21 +57,19 @@ class DeliveredValue(_message.Message):
     @_builtins.property
     def obligations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     @_builtins.property
-    def fold_proofs(self) -> _containers.RepeatedCompositeFieldContainer[Global___FoldProof]: ...
-    @_builtins.property
     def packed_fold_proofs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """Wire version 4: the same fold proofs, each as ONE packed byte string
-        instead of a message of fields (nodes.wire.pack_fold_proof: fixed-size
-        fields back to back, integers as varints, a flags byte saying which form
-        each field takes). A delivery uses either fold_proofs or
-        packed_fold_proofs, never both.
+        """The fold proofs, each as one packed byte string (nodes.wire, "packed
+        fold proofs": the head named by its position in ``heads`` (1-based) or
+        by its raw 32-byte digest, the leaf index, each fold record field by
+        field — its value_ref left out when it is this value's — then the audit
+        path). The receiver rebuilds each record's RFC 8785 leaf data
+        (contracts.heads.FoldRecord.to_bytes), which is what the head's root was
+        computed over: a wrong field misses that root.
         """
 
     @_builtins.property
     def heads(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """The signed head notes the fold proofs name, verbatim; FoldProof.head_part
-        numbers them (1-based).
-        """
+        """The signed head notes the fold proofs name, verbatim."""
 
     @_builtins.property
     def custody(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
@@ -88,110 +85,17 @@ class DeliveredValue(_message.Message):
         value: _builtins.bytes = ...,
         commitments: _abc.Iterable[_builtins.bytes] | None = ...,
         obligations: _abc.Iterable[_builtins.bytes] | None = ...,
-        fold_proofs: _abc.Iterable[Global___FoldProof] | None = ...,
         packed_fold_proofs: _abc.Iterable[_builtins.bytes] | None = ...,
         heads: _abc.Iterable[_builtins.bytes] | None = ...,
         custody: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "custody", b"custody", "fold_proofs", b"fold_proofs", "heads", b"heads", "obligations", b"obligations", "packed_fold_proofs", b"packed_fold_proofs", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "custody", b"custody", "heads", b"heads", "obligations", b"obligations", "packed_fold_proofs", b"packed_fold_proofs", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeliveredValue: _TypeAlias = DeliveredValue  # noqa: Y015
-
-@_typing.final
-class FoldProof(_message.Message):
-    """contracts.heads.FoldProof in binary: the head's digest (raw SHA-256), the
-    record's leaf index and audit path (concatenated raw 32-byte hashes) in
-    that head's tree, the fold record's leaf data (RFC 8785 bytes, hashed as
-    sent) and, optionally, earlier records of the value (newest first).
-
-    Compact form (what a sender emits): ``record``/``chain`` empty and
-    ``record_fields``/``chain_fields`` set: each fold record field by field,
-    its value_ref empty when it is the delivered value's. The receiver
-    rebuilds the RFC 8785 leaf data (contracts.heads.FoldRecord.to_bytes),
-    which is exactly what was hashed into the head's root. ``head`` is empty
-    and ``head_part`` names the head (1-based, in DeliveredValue.heads) when the
-    head travels in the same delivery: its digest is computed there.
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    HEAD_FIELD_NUMBER: _builtins.int
-    INDEX_FIELD_NUMBER: _builtins.int
-    PATH_FIELD_NUMBER: _builtins.int
-    RECORD_FIELD_NUMBER: _builtins.int
-    CHAIN_FIELD_NUMBER: _builtins.int
-    RECORD_FIELDS_FIELD_NUMBER: _builtins.int
-    CHAIN_FIELDS_FIELD_NUMBER: _builtins.int
-    HEAD_PART_FIELD_NUMBER: _builtins.int
-    head: _builtins.bytes
-    index: _builtins.int
-    path: _builtins.bytes
-    record: _builtins.bytes
-    head_part: _builtins.int
-    @_builtins.property
-    def chain(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
-    @_builtins.property
-    def record_fields(self) -> Global___FoldRecordFields: ...
-    @_builtins.property
-    def chain_fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___FoldRecordFields]: ...
-    def __init__(
-        self,
-        *,
-        head: _builtins.bytes = ...,
-        index: _builtins.int = ...,
-        path: _builtins.bytes = ...,
-        record: _builtins.bytes = ...,
-        chain: _abc.Iterable[_builtins.bytes] | None = ...,
-        record_fields: Global___FoldRecordFields | None = ...,
-        chain_fields: _abc.Iterable[Global___FoldRecordFields] | None = ...,
-        head_part: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["record_fields", b"record_fields"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chain", b"chain", "chain_fields", b"chain_fields", "head", b"head", "head_part", b"head_part", "index", b"index", "path", b"path", "record", b"record", "record_fields", b"record_fields"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___FoldProof: _TypeAlias = FoldProof  # noqa: Y015
-
-@_typing.final
-class FoldRecordFields(_message.Message):
-    """contracts.heads.FoldRecord field by field: raw 32-byte root and prev
-    (prev empty: the value's first fold).
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    VALUE_REF_FIELD_NUMBER: _builtins.int
-    FOLD_SEQ_FIELD_NUMBER: _builtins.int
-    LEAF_COUNT_FIELD_NUMBER: _builtins.int
-    ROOT_FIELD_NUMBER: _builtins.int
-    PREV_FIELD_NUMBER: _builtins.int
-    value_ref: _builtins.str
-    fold_seq: _builtins.int
-    leaf_count: _builtins.int
-    root: _builtins.bytes
-    prev: _builtins.bytes
-    def __init__(
-        self,
-        *,
-        value_ref: _builtins.str = ...,
-        fold_seq: _builtins.int = ...,
-        leaf_count: _builtins.int = ...,
-        root: _builtins.bytes = ...,
-        prev: _builtins.bytes = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fold_seq", b"fold_seq", "leaf_count", b"leaf_count", "prev", b"prev", "root", b"root", "value_ref", b"value_ref"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___FoldRecordFields: _TypeAlias = FoldRecordFields  # noqa: Y015
 
 @_typing.final
 class Answer(_message.Message):
