@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import astuple, fields
 from pathlib import Path
 
-from harness.simulate.run import CellRow, SimResult
+from harness.simulate.run import AgentRow, CellRow, SimResult
 
 __all__ = ["COSTS", "confidence_interval", "loglog_slope", "write_outputs"]
 
@@ -62,26 +62,36 @@ def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
 
 
-def _per_seed(rows: Sequence[CellRow]) -> dict[str, float]:
+def _per_seed(rows: Sequence[CellRow], agents: Sequence[AgentRow]) -> dict[str, float]:
     """The quantities of one (N, seed): costs per decision, completeness, accuracy."""
     decisions = sum(r.decisions for r in rows)
     out: dict[str, float] = {
         f"{c}_per_decision": sum(getattr(r, c) for r in rows) / decisions if decisions else 0.0
         for c in COSTS
     }
-    out["agents_faulty_share"] = sum(r.fault != "none" for r in rows) / sum(r.agents for r in rows)
+    out["agents_faulty_share"] = sum(r.faulty_agents for r in rows) / sum(r.agents for r in rows)
     out["proofs_against_honest"] = float(sum(r.proofs_honest for r in rows))
     out["suspicions_against_honest"] = float(sum(r.suspicions_honest for r in rows))
     out["unconfirmed_against_honest"] = float(sum(r.unconfirmed_honest for r in rows))
-    for fault in sorted({r.fault for r in rows} - {"none"}):
-        faulty = [r for r in rows if r.fault == fault]
-        out[f"exposed[{fault}]"] = sum(
-            r.proofs_faulty + r.suspicions_faulty > 0 for r in faulty
-        ) / len(faulty)
-        out[f"proven[{fault}]"] = sum(r.proofs_faulty > 0 for r in faulty) / len(faulty)
-        times = [r.time_to_evidence_s for r in faulty if r.time_to_evidence_s >= 0]
+    out["forgeries"] = float(sum(r.forgeries for r in rows))
+    out["forgeries_rejected"] = float(sum(r.forgeries_rejected for r in rows))
+    for fault in sorted({a.fault for a in agents} - {"honest", "liar"}):
+        mine = [a for a in agents if a.fault == fault]
+        asked = [a for a in mine if a.asked > 0]
+        out[f"exposed[{fault}]"] = sum(a.proven or a.confirmed for a in mine) / len(mine)
+        out[f"proven[{fault}]"] = sum(a.proven for a in mine) / len(mine)
+        if asked:
+            out[f"proven_when_asked[{fault}]"] = sum(a.proven for a in asked) / len(asked)
+            out[f"confirmed_when_asked[{fault}]"] = sum(a.confirmed for a in asked) / len(asked)
+        times = [a.time_s for a in mine if a.time_s >= 0]
         if times:
             out[f"time_to_evidence_s[{fault}]"] = sum(times) / len(times)
+    honest = [a for a in agents if a.fault == "honest"]
+    cleared = [a.time_s for a in honest if a.time_s >= 0]
+    if honest:
+        out["suspicions_cleared_share"] = len(cleared) / len(honest)
+    if cleared:
+        out["time_to_clear_s"] = sum(cleared) / len(cleared)
     return out
 
 
@@ -94,9 +104,16 @@ def summarise(result: SimResult) -> list[tuple[int, str, float, float, int]]:
     by: dict[tuple[int, int], list[CellRow]] = {}
     for r in result.rows:
         by.setdefault((r.agents_total, r.seed), []).append(r)
+    agents: dict[tuple[int, int], list[AgentRow]] = {}
+    for a in result.agents:
+        agents.setdefault((a.agents_total, a.seed), []).append(a)
     out: list[tuple[int, str, float, float, int]] = []
     for n in result.workload.agents:
-        seeds = [_per_seed(by[(n, s)]) for s in result.workload.seeds if (n, s) in by]
+        seeds = [
+            _per_seed(by[(n, s)], agents.get((n, s), []))
+            for s in result.workload.seeds
+            if (n, s) in by
+        ]
         names = sorted({k for d in seeds for k in d})
         for name in names:
             values = [d[name] for d in seeds if name in d]

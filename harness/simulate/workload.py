@@ -28,8 +28,9 @@ and unknown keys are errors, as in the experiment's config
       departure_rate_per_h: 0.0
       horizon_s: 3600
     adversary:
-      fraction: 0.1          # f in [0, 1)
-      faults: [refuse, tamper, equivocate, slow, drop]
+      fraction: 0.1          # f in [0, 1): the share of faulty agents of every role
+      faults: [refuse, tamper, equivocate, slow, drop]   # what a faulty origin plays
+      roles: [origin, relay, holder, witness]            # roles that may be faulty
 
 **Cells.** Agents are grouped into delegations (*cells*): one holder, one
 witness, 1..``max_fan_in`` origins whose values the holder's values merge
@@ -39,13 +40,14 @@ until they hold N agents (the last one is cut to fit, keeping at least an
 origin, a holder and a witness). Each cell plays one boundary slice of
 ``steps`` on the real node core (:mod:`harness.simulate.engine`).
 
-**Adversaries.** A cell's first origin runs a fault with probability
-``min(1, f × cell size)``, so the expected share of faulty agents is f as
-long as f × cell size ≤ 1 (one per cell at most: the other nodes of a cell
-are faithful, so every accusation of them would be false); beyond that the
-share is capped at one over the cell size — about 0.15 at the default
-graph, whatever larger f is asked for. The fault is drawn uniformly from
-``faults``. The share actually drawn is reported.
+**Adversaries.** Every agent of a cell — origin, relay, holder, witness —
+is faulty with probability ``f``, independently (``adversary.roles`` says which
+roles may be), so a share f of the agents of every role is faulty, whatever
+the cell's size. A faulty origin runs a fault drawn uniformly from
+``faults``; a faulty relay or holder lies (it tries to frame the faithful
+origins of the values it holds) and a faulty witness lies (it covers its
+colluders and frames the faithful): :mod:`harness.simulate.adversary`.
+All of a cell's faulty agents collude. The share actually drawn is reported.
 
 **Churn** applies to origins and witnesses (the nodes a holder needs
 later); holders and relays stay up.
@@ -65,6 +67,7 @@ import yaml
 from harness.boundary.choices import BOUNDARY_FAULTS
 from harness.boundary.records import BoundarySettings
 from harness.config import DEFAULT_PROFILES, ConfigError, _Reader
+from harness.simulate.adversary import LIAR
 from harness.simulate.network import Availability, LinkModel, SimNetwork, churn_schedule
 from nodes.config import DEFAULT_SERVE_FOR_MS
 from nodes.faults import FaultMode
@@ -117,6 +120,7 @@ class Workload:
     churn: ChurnModel = field(default_factory=ChurnModel)
     fraction: float = 0.0
     faults: tuple[FaultMode, ...] = ADVERSARY_FAULTS
+    roles: tuple[str, ...] = ("origin", "relay", "holder", "witness")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +131,10 @@ class Cell:
     settings: BoundarySettings
     network: SimNetwork
     departed: tuple[str, ...]
+    #: node name -> fault label (an origin's fault mode, or "liar") of its faulty agents
+    faulty: tuple[tuple[str, str], ...] = ()
+    #: node name -> virtual time of its permanent departure
+    departures: tuple[tuple[str, float], ...] = ()
 
     @property
     def agents(self) -> int:
@@ -232,18 +240,19 @@ def parse_workload(data: object, source: str = "<workload>") -> Workload:
             departure_rate_per_h=_number(c, "departure_rate_per_h", 0.0, 0.0),
             horizon_s=_number(c, "horizon_s", 3600.0, 0.0, open_low=True),
         )
-        a = _section(r, "adversary", {"fraction", "faults"})
+        a = _section(r, "adversary", {"fraction", "faults", "roles"})
         fraction = _number(a, "fraction", 0.0, 0.0)
         if fraction >= 1.0:
             raise a.fail("fraction", "a number f ≥ 0 and < 1", a.data["fraction"])
         faults = _faults(a)
+        roles = _roles(a)
     except WorkloadError:
         raise
     except ConfigError as exc:
         raise WorkloadError(str(exc)) from None
     return Workload(
         agents, seeds, steps, cadence, profile, deadline_ms, max_depth, p_forward,
-        max_fan_in, link, churn, fraction, faults,
+        max_fan_in, link, churn, fraction, faults, roles,
     )  # fmt: skip
 
 
@@ -256,6 +265,18 @@ def _faults(a: _Reader) -> tuple[FaultMode, ...]:
     if not isinstance(value, list) or not value or any(v not in names for v in value):
         raise a.fail("faults", expected, value)
     return tuple(FaultMode(v) for v in dict.fromkeys(value))
+
+
+ROLES = ("origin", "relay", "holder", "witness")
+
+
+def _roles(a: _Reader) -> tuple[str, ...]:
+    if "roles" not in a.data:
+        return ROLES
+    value = a.data["roles"]
+    if not isinstance(value, list) or any(v not in ROLES for v in value):
+        raise a.fail("roles", f"a list of roles from {', '.join(ROLES)}", value)
+    return tuple(dict.fromkeys(value))
 
 
 def load_workload(path: Path) -> Workload:
@@ -304,21 +325,35 @@ def build_cells(w: Workload, agents: int, seed: int) -> list[Cell]:
         size = origins + relays + 2
         left -= size
         index = len(cells)
-        faulty = rng.random() < min(1.0, w.fraction * size)
-        fault = rng.choice(w.faults) if faulty and w.faults else FaultMode.NONE
         names = ["origin", *(f"relay{i}" for i in range(1, relays + 1)), "holder"]
+        origin_names = ["origin", *(f"origin{i}" for i in range(2, origins + 1))]
+        faulty: dict[str, str] = {}
+        origin_faults: list[FaultMode] = []
+        for name in origin_names:
+            bad = "origin" in w.roles and rng.random() < w.fraction
+            fault = rng.choice(w.faults) if bad else FaultMode.NONE
+            origin_faults.append(fault)
+            if bad:
+                faulty[name] = fault.value
+        for name, role in [*((n, "relay") for n in names[1:-1]), ("holder", "holder")]:
+            if role in w.roles and rng.random() < w.fraction:
+                faulty[name] = LIAR
+        if "witness" in w.roles and rng.random() < w.fraction:
+            faulty["witness"] = LIAR
         settings = BoundarySettings(
             cadences=(w.cadence,),
             profiles=(w.profile,),
             seeds=(seed * 100_000 + index,),
             steps=w.steps,
-            fault=fault,
+            fault=origin_faults[0],
             chain=tuple(names),
             origins=origins,
             deadline_ms=w.deadline_ms,
+            origin_faults=tuple(origin_faults),
         )
         availability: dict[str, Availability] = {}
         departed: list[str] = []
+        departures: list[tuple[str, float]] = []
         if w.churn.up_scale_s > 0 or w.churn.departure_rate_per_h > 0:
             for name in [*settings.origin_names(), settings.witness_name]:
                 crng = random.Random(f"churn/{agents}/{seed}/{index}/{name}")
@@ -333,6 +368,12 @@ def build_cells(w: Workload, agents: int, seed: int) -> list[Cell]:
                 availability[name] = avail
                 if leave is not None:
                     departed.append(name)
+                    departures.append((name, leave))
         network = SimNetwork(seed * 100_000 + index, w.link, availability)
-        cells.append(Cell(index, settings, network, tuple(departed)))
+        cells.append(
+            Cell(
+                index, settings, network, tuple(departed), tuple(faulty.items()),
+                tuple(departures),
+            )
+        )  # fmt: skip
     return cells

@@ -25,12 +25,14 @@ from harness.boundary.records import BoundarySettings
 from harness.boundary.topology import RunClock, start_topology
 from harness.cli import main
 from harness.config import ExperimentConfig
+from harness.simulate.adversary import LIAR, CellLedger
 from harness.simulate.clock import EPOCH_S, VirtualTimeLoop, run_virtual
-from harness.simulate.engine import play_cells, play_slice
+from harness.simulate.engine import CellResult, play_cells, play_slice
 from harness.simulate.network import Availability, LinkModel, SimNetwork
 from harness.simulate.report import confidence_interval, loglog_slope
 from harness.simulate.run import CellRow, run_simulation
 from harness.simulate.workload import Workload, build_cells, parse_workload
+from nodes.faults import FaultMode
 from nodes.store import StoreMode
 
 CFG = ExperimentConfig()
@@ -125,7 +127,7 @@ def test_a_seed_gives_the_same_cells_decisions_evidence_and_costs() -> None:
     assert _untimed(first.rows) == _untimed(second.rows)
     # and the run is not vacuous: the network, churn and adversaries were all at work
     assert sum(r.losses for r in first.rows) > 0
-    assert sum(r.fault != "none" for r in first.rows) > 0
+    assert sum(r.faulty_agents for r in first.rows) > 0
     assert all(r.decisions == 5 for r in first.rows)
     # the same rows, in the same order, from two worker processes
     shared = run_simulation(CFG, w, progress=False, workers=2)
@@ -262,3 +264,57 @@ def test_ctrl_c_stops_the_run_closes_its_nodes_and_writes_nothing(tmp_path: Path
     assert err.strip().splitlines()[-1] == "provnet: interrupted"
     assert "Traceback" not in err
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- adversaries
+
+
+def _ledgered(settings: BoundarySettings, faulty: dict[str, str]) -> tuple[CellResult, CellLedger]:
+    ledger = CellLedger(faulty)
+    (cell,) = play_cells(CFG, [(settings, SimNetwork(0, LinkModel()))], observers=[ledger])
+    return cell, ledger
+
+
+def test_lying_holder_and_witness_frame_a_faithful_origin_but_prove_nothing() -> None:
+    settings = BoundarySettings(seeds=(0,), steps=50)
+    _, ledger = _ledgered(settings, {"holder": LIAR, "witness": LIAR})
+    kinds = {(f.kind, f.verdict) for f in ledger.forgeries}
+    # every forgery was tried, and a verifier accepted none of them as a proof
+    assert {("refused", "rejected"), ("bad_data", "rejected")} <= kinds
+    assert not [f for f in ledger.forgeries if f.verdict == "proof"]
+    # the colluding witness confirmed the framed silence: a suspicion, never more
+    assert ("unanswered", "suspicion") in kinds
+    assert ledger.witness_lies > 0
+
+
+def test_a_faithful_witness_clears_a_lying_holders_framing() -> None:
+    settings = BoundarySettings(seeds=(0,), steps=50)
+    _, ledger = _ledgered(settings, {"holder": LIAR})
+    framed = [f for f in ledger.forgeries if f.kind == "unanswered"]
+    assert framed
+    assert all(f.verdict == "rejected" for f in framed)
+    assert all("cleared" in f.reason for f in framed)
+
+
+def test_a_colluding_witness_covers_a_dropping_origin() -> None:
+    settings = BoundarySettings(seeds=(0,), steps=50, fault=FaultMode.DROP)
+    _, ledger = _ledgered(settings, {"origin": "drop", "witness": LIAR})
+    assert any(s.origin == "origin" and s.outcome == "unanswered" for s in ledger.stamps)
+    assert not any(s.recorded for s in ledger.stamps)  # never confirmed: nothing kept
+    honest, _ = _ledgered(settings, {"origin": "drop"})
+    assert honest.outcome.evidence  # a faithful witness confirms the same silence
+
+
+def test_every_role_is_faulty_at_the_asked_fraction() -> None:
+    w = parse_workload({"agents": 3000, "adversary": {"fraction": 0.33}})
+    cells = build_cells(w, 3000, 0)
+    roles: dict[str, list[bool]] = {}
+    for c in cells:
+        faulty = dict(c.faulty)
+        for spec in c.settings.specs():
+            roles.setdefault(spec.role.value, []).append(spec.name in faulty)
+        assert [s.fault.value for s in c.settings.specs() if s.role.value == "origin"] == [
+            faulty.get(n, "none") for n in c.settings.origin_names()
+        ]
+    for role, flags in roles.items():
+        assert abs(sum(flags) / len(flags) - 0.33) < 0.05, role
