@@ -69,6 +69,11 @@ def _per_seed(rows: Sequence[CellRow], agents: Sequence[AgentRow]) -> dict[str, 
         f"{c}_per_decision": sum(getattr(r, c) for r in rows) / decisions if decisions else 0.0
         for c in COSTS
     }
+    agent_hours = sum(r.agents * r.virtual_s for r in rows) / 3600.0
+    for c in COSTS:
+        total = sum(getattr(r, c) for r in rows)
+        out[f"{c}_per_agent_hour"] = total / agent_hours if agent_hours > 0 else 0.0
+    out["agent_hours"] = agent_hours
     out["agents_faulty_share"] = sum(r.faulty_agents for r in rows) / sum(r.agents for r in rows)
     out["proofs_against_honest"] = float(sum(r.proofs_honest for r in rows))
     out["suspicions_against_honest"] = float(sum(r.suspicions_honest for r in rows))

@@ -288,7 +288,7 @@ def run_simulation(
     plan = [
         (n, seed, cell) for n in w.agents for seed in w.seeds for cell in build_cells(w, n, seed)
     ]
-    per_cell = w.steps // cfg.decision_every
+    per_cell = w.runs_per_cell * (w.steps // cfg.decision_every)
     bar = tqdm(
         total=len(plan) * per_cell, desc="simulate", unit="decision", file=sys.stderr,
         disable=progress_disabled(progress),

@@ -10,6 +10,7 @@ and unknown keys are errors, as in the experiment's config
     cadence: 25              # compaction cadence of the agents' memories
     profile: med             # degradation profile of the experiment
     deadline_ms: 1000        # what origins promise (serve deadline)
+    horizon_s: 3600          # simulated time every agent lives (its delegation renewed)
     graph:
       max_depth: 10          # longest delivery chain (origin .. holder), hops
       p_forward: 0.5         # chance a delegation is forwarded (relays in the chain)
@@ -26,7 +27,6 @@ and unknown keys are errors, as in the experiment's config
       down_scale_s: 30
       alpha: 1.5
       departure_rate_per_h: 0.0
-      horizon_s: 3600
     adversary:
       fraction: 0.1          # f in [0, 1): the share of faulty agents of every role
       faults: [refuse, tamper, equivocate, slow, drop]   # what a faulty origin plays
@@ -37,8 +37,11 @@ witness, 1..``max_fan_in`` origins whose values the holder's values merge
 (fan-in), and — with probability ``p_forward`` — relays, so the chain from
 the first origin to the holder has 1..``max_depth`` hops. Cells are drawn
 until they hold N agents (the last one is cut to fit, keeping at least an
-origin, a holder and a witness). Each cell plays one boundary slice of
-``steps`` on the real node core (:mod:`harness.simulate.engine`).
+origin, a holder and a witness). Each cell plays boundary runs of ``steps``
+on the real node core (:mod:`harness.simulate.engine`), one after the other
+on the same nodes until its agents have lived ``horizon_s``: each run is a new
+epoch in which the origins append and commit afresh under new obligations (the
+delegation renewed), so no obligation has to outlive one run.
 
 **Adversaries.** Every agent of a cell — origin, relay, holder, witness —
 is faulty with probability ``f``, independently (``adversary.roles`` says which
@@ -76,6 +79,9 @@ from nodes.faults import FaultMode
 #: leaving room for the spread of exponential think times and round trips.
 MAX_CELL_S = DEFAULT_SERVE_FOR_MS / 2000
 
+#: The most runs one cell plays to cover its horizon (a pace far below the horizon).
+MAX_RUNS_PER_CELL = 1000
+
 #: The faults an adversarial origin can play (every boundary fault but none).
 ADVERSARY_FAULTS: tuple[FaultMode, ...] = tuple(
     f for f in BOUNDARY_FAULTS if f is not FaultMode.NONE
@@ -102,7 +108,6 @@ class ChurnModel:
     down_scale_s: float = 30.0
     alpha: float = 1.5
     departure_rate_per_h: float = 0.0
-    horizon_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +126,18 @@ class Workload:
     fraction: float = 0.0
     faults: tuple[FaultMode, ...] = ADVERSARY_FAULTS
     roles: tuple[str, ...] = ("origin", "relay", "holder", "witness")
+    horizon_s: float = 3600.0
+
+    @property
+    def run_s(self) -> float:
+        """The expected virtual seconds of one run of a cell: four deliveries per decision."""
+        return 4 * (self.steps // 5) * self.link.think_s
+
+    @property
+    def runs_per_cell(self) -> int:
+        """Runs a cell plays one after the other, each a fresh epoch with fresh
+        obligations, so that the cell's agents live ``horizon_s`` (one without a pace)."""
+        return max(1, math.ceil(self.horizon_s / self.run_s)) if self.run_s > 0 else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +198,7 @@ def parse_workload(data: object, source: str = "<workload>") -> Workload:
     r = _Reader(source, data, "")
     try:
         r.check_keys(
-            {"agents", "seeds", "steps", "cadence", "profile", "deadline_ms"}
+            {"agents", "seeds", "steps", "cadence", "profile", "deadline_ms", "horizon_s"}
             | {"graph", "network", "churn", "adversary"}
         )
         agents = r.int_list("agents", (100,), 3)
@@ -199,6 +216,7 @@ def parse_workload(data: object, source: str = "<workload>") -> Workload:
         if profile not in DEFAULT_PROFILES:
             raise r.fail("profile", f"one of {', '.join(DEFAULT_PROFILES)}", profile)
         deadline_ms = r.int_("deadline_ms", 1000, 1)
+        horizon_s = _number(r, "horizon_s", 3600.0, 0.0, open_low=True)
         g = _section(r, "graph", {"max_depth", "p_forward", "max_fan_in"})
         max_depth = g.int_("max_depth", 10, 1)
         p_forward = g.prob("p_forward", 0.5)
@@ -226,19 +244,25 @@ def parse_workload(data: object, source: str = "<workload>") -> Workload:
                 f" (obligations last {DEFAULT_SERVE_FOR_MS // 1000} s)",
                 n.data.get("think_s"),
             )
+        if expected_s > 0 and horizon_s / expected_s > MAX_RUNS_PER_CELL:
+            raise r.fail(
+                "horizon_s",
+                f"a horizon of at most {MAX_RUNS_PER_CELL} runs of a cell"
+                f" ({MAX_RUNS_PER_CELL} × {expected_s:g} s at this pace)",
+                data.get("horizon_s"),
+            )
         if link.loss >= 1.0:
             raise n.fail("loss", "a probability in [0, 1)", n.data["loss"])
         c = _section(
             r,
             "churn",
-            {"up_scale_s", "down_scale_s", "alpha", "departure_rate_per_h", "horizon_s"},
+            {"up_scale_s", "down_scale_s", "alpha", "departure_rate_per_h"},
         )
         churn = ChurnModel(
             up_scale_s=_number(c, "up_scale_s", 0.0, 0.0),
             down_scale_s=_number(c, "down_scale_s", 30.0, 0.0),
             alpha=_number(c, "alpha", 1.5, 0.0, open_low=True),
             departure_rate_per_h=_number(c, "departure_rate_per_h", 0.0, 0.0),
-            horizon_s=_number(c, "horizon_s", 3600.0, 0.0, open_low=True),
         )
         a = _section(r, "adversary", {"fraction", "faults", "roles"})
         fraction = _number(a, "fraction", 0.0, 0.0)
@@ -252,7 +276,7 @@ def parse_workload(data: object, source: str = "<workload>") -> Workload:
         raise WorkloadError(str(exc)) from None
     return Workload(
         agents, seeds, steps, cadence, profile, deadline_ms, max_depth, p_forward,
-        max_fan_in, link, churn, fraction, faults, roles,
+        max_fan_in, link, churn, fraction, faults, roles, horizon_s,
     )  # fmt: skip
 
 
@@ -343,7 +367,9 @@ def build_cells(w: Workload, agents: int, seed: int) -> list[Cell]:
         settings = BoundarySettings(
             cadences=(w.cadence,),
             profiles=(w.profile,),
-            seeds=(seed * 100_000 + index,),
+            seeds=tuple(
+                seed * 100_000_000 + index * MAX_RUNS_PER_CELL + r for r in range(w.runs_per_cell)
+            ),
             steps=w.steps,
             fault=origin_faults[0],
             chain=tuple(names),
@@ -359,7 +385,7 @@ def build_cells(w: Workload, agents: int, seed: int) -> list[Cell]:
                 crng = random.Random(f"churn/{agents}/{seed}/{index}/{name}")
                 avail, leave = churn_schedule(
                     crng,
-                    w.churn.horizon_s,
+                    w.horizon_s,
                     up_scale_s=w.churn.up_scale_s,
                     down_scale_s=w.churn.down_scale_s,
                     alpha=w.churn.alpha,

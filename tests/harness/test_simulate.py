@@ -29,7 +29,7 @@ from harness.simulate.adversary import LIAR, CellLedger
 from harness.simulate.clock import EPOCH_S, VirtualTimeLoop, run_virtual
 from harness.simulate.engine import CellResult, play_cells, play_slice
 from harness.simulate.network import Availability, LinkModel, SimNetwork
-from harness.simulate.report import confidence_interval, loglog_slope
+from harness.simulate.report import confidence_interval, loglog_slope, summarise
 from harness.simulate.run import CellRow, run_simulation
 from harness.simulate.workload import Workload, build_cells, parse_workload
 from nodes.faults import FaultMode
@@ -104,6 +104,7 @@ def test_nodes_started_for_a_simulation_read_the_virtual_clock(tmp_path: Path) -
 SMALL = {
     "agents": 9,
     "steps": 25,
+    "horizon_s": 60,  # two runs a cell at this pace (4 × 5 decisions × 2 s each)
     "network": {"loss": 0.05, "think_s": 2},
     "churn": {"up_scale_s": 30, "down_scale_s": 20, "departure_rate_per_h": 2},
     "adversary": {"fraction": 0.33, "faults": ["tamper", "equivocate", "refuse", "drop"]},
@@ -128,7 +129,7 @@ def test_a_seed_gives_the_same_cells_decisions_evidence_and_costs() -> None:
     # and the run is not vacuous: the network, churn and adversaries were all at work
     assert sum(r.losses for r in first.rows) > 0
     assert sum(r.faulty_agents for r in first.rows) > 0
-    assert all(r.decisions == 5 for r in first.rows)
+    assert all(r.decisions == 10 for r in first.rows)  # 2 runs × 5 decisions
     # the same rows, in the same order, from two worker processes
     shared = run_simulation(CFG, w, progress=False, workers=2)
     assert _untimed(shared.rows) == _untimed(first.rows)
@@ -198,7 +199,7 @@ def test_bad_workload_is_one_error_line_naming_the_key(
 
 def test_cli_writes_the_result_files_with_intervals_and_growth(tmp_path: Path) -> None:
     path = tmp_path / "w.yaml"
-    path.write_text("steps: 25\nagents: [6, 12]\nseeds: 2\n", encoding="utf-8")
+    path.write_text("steps: 25\nagents: [6, 12]\nseeds: 2\nhorizon_s: 300\n", encoding="utf-8")
     out = tmp_path / "out"
     assert main(["simulate", str(path), "--out", str(out), "--no-progress"]) == 0
     with (out / "summary.csv").open(encoding="utf-8") as fh:
@@ -228,6 +229,22 @@ def test_the_built_in_workload_is_the_documented_defaults() -> None:
     # `provnet simulate` without a file and an empty file play the same workload
     assert Workload() == parse_workload({})
     assert Workload().link.think_s == 15.0
+    assert Workload().runs_per_cell == 2  # 2 × 30 decisions × 4 × 15 s: one simulated hour
+
+
+def test_a_cell_lives_its_horizon_on_renewed_obligations() -> None:
+    # runs of 4 × 5 decisions × 10 s: 200 s expected, an obligation lasts 3,600 s;
+    # a 2-hour horizon is 36 runs, each renewing the cell's folds and obligations
+    w = parse_workload({"agents": 3, "steps": 25, "horizon_s": 7200, "network": {"think_s": 10}})
+    assert w.runs_per_cell == 36
+    result = run_simulation(CFG, w, progress=False)
+    (row,) = result.rows
+    assert row.decisions == 36 * 5
+    assert 0.8 * 7200 < row.virtual_s < 1.2 * 7200  # the agents lived the horizon
+    assert row.rehydrations > 0
+    assert row.failed_rehydrations == 0  # no fold past its obligation, none expired
+    agent_hours = [q for n, q, m, _, _ in summarise(result) if q == "rpcs_per_agent_hour" and m > 0]
+    assert agent_hours
 
 
 def test_a_pace_that_outlives_the_obligations_is_refused_naming_the_key(
