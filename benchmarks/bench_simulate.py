@@ -1,15 +1,21 @@
 """Benchmark: ``provnet simulate`` at two sizes, side by side, in one run.
 
-Plays the default workload (one simulated hour per delegation: 30
-decisions, a think time of 30 s per delivery) at a small and a large N,
+Plays the default workload (one simulated hour for every agent: two runs of
+30 decisions per delegation, a think time of 15 s per delivery) at a small and a large N,
 each in its own child process (``provnet simulate --agents N``), and prints
 for both: wall seconds, peak RSS (the child's max RSS), cells, decisions,
 simulated hours, and wall per agent — so the per-agent cost can be read off
 the ratio, on the same machine in the same minute.
 
+With ``--growth N1 N2 …`` it instead plays one sweep over those N
+(``provnet simulate --agents N1 N2 … --seeds S --workers W``) and prints its
+``growth.csv``: the fitted exponent of each cost per decision from the
+smallest to the largest N (the issue asks for 10² to 10⁴ agents).
+
 Usage::
 
     .venv/bin/python benchmarks/bench_simulate.py [--small 100] [--large 1000] [--seeds 1]
+    .venv/bin/python benchmarks/bench_simulate.py --growth 100 1000 10000 --seeds 5 --workers 2
 """
 
 from __future__ import annotations
@@ -50,12 +56,29 @@ def _one(n: int, seeds: int, out: Path) -> dict[str, float]:
     }
 
 
+def _growth(sizes: list[int], seeds: int, workers: int) -> int:
+    provnet = Path(sys.executable).with_name("provnet")
+    with tempfile.TemporaryDirectory(prefix="bench-simulate-") as tmp:
+        out = Path(tmp) / "sweep"
+        cmd = [str(provnet), "simulate", "--agents", *map(str, sizes), "--seeds", str(seeds)]
+        cmd += ["--workers", str(workers), "--out", str(out), "--no-progress"]
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        print(f"sweep {sizes} x {seeds} seed(s): {time.perf_counter() - start:.1f} s wall")
+        print((out / "growth.csv").read_text(encoding="utf-8"), end="")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", type=int, default=100)
     ap.add_argument("--large", type=int, default=1000)
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--growth", type=int, nargs="+", help="N of one growth sweep instead")
+    ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args()
+    if args.growth:
+        return _growth(args.growth, args.seeds, args.workers)
     with tempfile.TemporaryDirectory(prefix="bench-simulate-") as tmp:
         small = _one(args.small, args.seeds, Path(tmp) / "small")
         large = _one(args.large, args.seeds, Path(tmp) / "large")

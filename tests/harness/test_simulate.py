@@ -215,6 +215,11 @@ def test_cli_writes_the_result_files_with_intervals_and_growth(tmp_path: Path) -
     assert set(growth) == {"rpcs", "bytes", "sign_ops", "verify_ops"}
     assert all(v != "" for v in growth.values())
     assert "## Growth with N" in (out / "summary.md").read_text(encoding="utf-8")
+    for figure in ("cost_vs_n.png", "completeness.png", "time_to_evidence_cdf.png"):
+        assert (out / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "agents.csv").read_text(encoding="utf-8").startswith("agents_total,seed,cell,")
+    quantities = {r["quantity"] for r in summary}
+    assert {"stored_hops_per_agent", "rpcs_per_agent_hour"} <= quantities
 
 
 def test_confidence_interval_and_loglog_slope() -> None:
