@@ -110,31 +110,26 @@ SMALL = {
     "adversary": {"fraction": 0.33, "faults": ["tamper", "equivocate", "refuse", "drop"]},
 }
 
-#: Columns that are virtual times: the node core budgets its re-asks and deadlines on
-#: time.monotonic() (real time), so these carry sub-second jitter from run to run.
-_TIMED = {"virtual_s", "time_to_evidence_s"}
 
-
-def _untimed(rows: list[CellRow]) -> list[tuple[object, ...]]:
-    return [
-        tuple(getattr(r, f.name) for f in fields(CellRow) if f.name not in _TIMED) for r in rows
-    ]
+def _columns(rows: list[CellRow]) -> list[tuple[object, ...]]:
+    # every column, virtual times included: the node core reads the loop's clock
+    return [tuple(getattr(r, f.name) for f in fields(CellRow)) for r in rows]
 
 
 def test_a_seed_gives_the_same_cells_decisions_evidence_and_costs() -> None:
     w = parse_workload(SMALL)
     first = run_simulation(CFG, w, progress=False)
     second = run_simulation(CFG, w, progress=False)
-    assert _untimed(first.rows) == _untimed(second.rows)
+    assert _columns(first.rows) == _columns(second.rows)
     # and the run is not vacuous: the network, churn and adversaries were all at work
     assert sum(r.losses for r in first.rows) > 0
     assert sum(r.faulty_agents for r in first.rows) > 0
     assert all(r.decisions == 10 for r in first.rows)  # 2 runs × 5 decisions
     # the same rows, in the same order, from two worker processes
     shared = run_simulation(CFG, w, progress=False, workers=2)
-    assert _untimed(shared.rows) == _untimed(first.rows)
+    assert _columns(shared.rows) == _columns(first.rows)
     other = run_simulation(CFG, parse_workload({**SMALL, "seeds": [1]}), progress=False)
-    assert _untimed(other.rows) != _untimed(first.rows)
+    assert _columns(other.rows) != _columns(first.rows)
 
 
 def test_cells_fill_n_agents_with_chains_up_to_depth_and_fan_in() -> None:
@@ -340,3 +335,37 @@ def test_every_role_is_faulty_at_the_asked_fraction() -> None:
         ]
     for role, flags in roles.items():
         assert abs(sum(flags) / len(flags) - 0.33) < 0.05, role
+
+
+# --------------------------------------------------------------------------- clock seam
+
+
+def _timed_cell() -> tuple[float, list[tuple[float, str, str, bool]], list[tuple[str, int]]]:
+    """A cell whose timing is all deadlines: a dropping and a slow origin, lossy links."""
+    settings = BoundarySettings(
+        seeds=(0,),
+        steps=50,
+        origins=2,
+        fault=FaultMode.DROP,
+        origin_faults=(FaultMode.DROP, FaultMode.SLOW),
+    )
+    ledger = CellLedger({"origin": "drop", "origin2": "slow"})
+    net = SimNetwork(0, LinkModel(loss=0.05, think_s=3.0))
+    (cell,) = play_cells(CFG, [(settings, net)], observers=[ledger])
+    stamps = [(s.t, s.origin, s.outcome, s.recorded) for s in ledger.stamps]
+    return cell.virtual_seconds, stamps, [(e.kind, e.step) for e in cell.outcome.evidence]
+
+
+def test_a_simulated_run_does_not_read_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = _timed_cell()
+    assert any(outcome == "unanswered" for _, _, outcome, _ in plain[1])  # deadlines ran out
+    # the process's monotonic clock racing ahead (5 s a reading) changes nothing: the
+    # node core's budgets, re-asks and deadlines are all on the loop's virtual clock
+    ticks = [1e6]
+
+    def racing() -> float:
+        ticks[0] += 5.0
+        return ticks[0]
+
+    monkeypatch.setattr(time, "monotonic", racing)
+    assert _timed_cell() == plain
