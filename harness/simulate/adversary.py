@@ -222,8 +222,6 @@ class CellLedger:
     #: node name -> fault label, for the cell's faulty agents (all colluding)
     faulty: dict[str, str]
     stamps: list[Stamp] = field(default_factory=list)
-    #: (virtual time, evidence record index in the runner) of every record the holder kept
-    evidence_times: list[float] = field(default_factory=list)
     forgeries: list[Forgery] = field(default_factory=list)
     #: per node: (hops, statements, evidence records, evidence bytes) stored at the end
     storage: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
@@ -470,10 +468,8 @@ class _WatchedOps:
 
     async def rehydrate(self, value_ref: str) -> RehydrationReport:
         ledger = self.ledger
-        before = len(self.runner.evidence)
         report = await self.inner.rehydrate(value_ref)
         t = asyncio.get_running_loop().time()
-        ledger.evidence_times += [t] * (len(self.runner.evidence) - before)
         for o in report.outcomes:
             ledger.stamps.append(
                 Stamp(t, self.topo.name_of(o.origin), o.outcome.value, bool(o.evidence_path))

@@ -3,9 +3,9 @@
 * ``cost_vs_n.png`` — each cost per delegated decision against N, log-log,
   mean over seeds with its 95% interval, and the least-squares line whose
   slope is the growth exponent of ``growth.csv`` (one panel per cost);
-* ``completeness.png`` — per fault class, the share of its agents named by
-  a proof and by a witness-confirmed suspicion (mean over seeds at each N,
-  with its 95% interval);
+* ``completeness.png`` — per fault class, the share of its agents a
+  rehydration reached that were named by a proof, and by any record (a proof
+  or a witness-confirmed suspicion): mean over seeds at each N, 95% interval;
 * ``time_to_evidence_cdf.png`` — per fault class, the empirical CDF of the
   virtual seconds to the first record naming the agent (for ``departed``,
   from its departure), and the time to clear of suspicions of faithful agents.
@@ -73,7 +73,8 @@ def _completeness(summary: Summary, agents: Sequence[int], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(classes) * len(ns)), 3.2))
     width = 0.8 / max(1, 2 * len(ns))
     for j, n in enumerate(ns):
-        for k, (what, color) in enumerate((("proven", "#c0392b"), ("exposed", "#2471a3"))):
+        pairs = (("proven_when_asked", "#c0392b"), ("exposed_when_asked", "#2471a3"))
+        for k, (what, color) in enumerate(pairs):
             xs, ys, es = [], [], []
             for i, c in enumerate(classes):
                 v = _get(summary, n, f"{what}[{c}]")
@@ -82,14 +83,15 @@ def _completeness(summary: Summary, agents: Sequence[int], path: Path) -> Path:
                 xs.append(i + (2 * j + k - len(ns) + 0.5) * width)
                 ys.append(100.0 * v[0])
                 es.append(0.0 if math.isnan(v[1]) else 100.0 * v[1])
-            label = f"{'proof' if what == 'proven' else 'any record'}, N={n}"
+            label = f"{'proof' if what.startswith('proven') else 'any record'}, N={n}"
             alpha = 0.4 + 0.6 * (j + 1) / len(ns)
             ax.bar(xs, ys, width, yerr=es, capsize=2, color=color, alpha=alpha, label=label)
     ax.set_xticks(range(len(classes)), classes)
     ax.set_ylim(0, 105)
     ax.set_ylabel("agents named (%)")
-    ax.set_title("completeness per fault class")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("completeness per fault class (agents a rehydration reached)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
     return _save(fig, path)
 
 
@@ -108,7 +110,8 @@ def _cdf(rows: Sequence[AgentRow], path: Path) -> Path:
     ax.set_ylabel("share of the class's agents")
     ax.set_ylim(0, 1.02)
     ax.set_title("time to evidence")
-    ax.legend(fontsize=7, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
     return _save(fig, path)
 
 

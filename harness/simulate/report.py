@@ -96,6 +96,9 @@ def _per_seed(rows: Sequence[CellRow], agents: Sequence[AgentRow]) -> dict[str, 
         out[f"exposed[{fault}]"] = sum(a.proven or a.confirmed for a in mine) / len(mine)
         out[f"proven[{fault}]"] = sum(a.proven for a in mine) / len(mine)
         if asked:
+            out[f"exposed_when_asked[{fault}]"] = sum(a.proven or a.confirmed for a in asked) / len(
+                asked
+            )
             out[f"proven_when_asked[{fault}]"] = sum(a.proven for a in asked) / len(asked)
             out[f"confirmed_when_asked[{fault}]"] = sum(a.confirmed for a in asked) / len(asked)
         times = sorted(a.time_s for a in mine if a.time_s >= 0)
