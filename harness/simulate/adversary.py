@@ -56,6 +56,7 @@ from nodes.messages import (
     ChallengeResult,
     CommittedCompaction,
     Delivery,
+    Outcome,
     RehydrationReport,
 )
 from nodes.services import NodeCore
@@ -471,9 +472,9 @@ class _WatchedOps:
         report = await self.inner.rehydrate(value_ref)
         t = asyncio.get_running_loop().time()
         for o in report.outcomes:
-            ledger.stamps.append(
-                Stamp(t, self.topo.name_of(o.origin), o.outcome.value, bool(o.evidence_path))
-            )
+            # a busy record is the holder's own note, kept to re-test: it accuses nobody
+            recorded = bool(o.evidence_path) and o.outcome is not Outcome.BUSY
+            ledger.stamps.append(Stamp(t, self.topo.name_of(o.origin), o.outcome.value, recorded))
         if ledger.liars_holding(self.topo):
             await ledger.forge(self.topo, self.runner, value_ref, t)
         return report

@@ -124,6 +124,7 @@ def test_a_seed_gives_the_same_cells_decisions_evidence_and_costs() -> None:
     # and the run is not vacuous: the network, churn and adversaries were all at work
     assert sum(r.losses for r in first.rows) > 0
     assert sum(r.faulty_agents for r in first.rows) > 0
+    assert sum(r.proofs_honest for r in first.rows) == 0  # accuracy, liars at work
     assert all(r.decisions == 10 for r in first.rows)  # 2 runs × 5 decisions
     # the same rows, in the same order, from two worker processes
     shared = run_simulation(CFG, w, progress=False, workers=2)
