@@ -47,7 +47,7 @@ from contracts.signed import Signed, open_statement
 from contracts.statements import DeliveryReceipt, Obligation, Receipt
 from harness.boundary.play import Runner
 from harness.boundary.topology import NodeOps, NodeRef, NodeSpec, Topology
-from harness.simulate.network import address_name
+from harness.simulate.network import Availability, address_name
 from nodes.attester import AttestationAnswer, AttestationAsk
 from nodes.client import HeldFold, Holder
 from nodes.errors import UnknownValue
@@ -89,6 +89,8 @@ class Stamp:
     outcome: str
     #: the holder recorded evidence (a proof, or a witness-confirmed suspicion)
     recorded: bool
+    #: the origin was up (churn) when the rehydration began
+    up: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +224,8 @@ class CellLedger:
 
     #: node name -> fault label, for the cell's faulty agents (all colluding)
     faulty: dict[str, str]
+    #: node name -> when it is down (churn), to tell which rehydrations could reach it
+    availability: dict[str, Availability] = field(default_factory=dict)
     stamps: list[Stamp] = field(default_factory=list)
     forgeries: list[Forgery] = field(default_factory=list)
     #: per node: (hops, statements, evidence records, evidence bytes) stored at the end
@@ -469,12 +473,17 @@ class _WatchedOps:
 
     async def rehydrate(self, value_ref: str) -> RehydrationReport:
         ledger = self.ledger
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
         report = await self.inner.rehydrate(value_ref)
-        t = asyncio.get_running_loop().time()
+        t = loop.time()
         for o in report.outcomes:
             # a busy record is the holder's own note, kept to re-test: it accuses nobody
             recorded = bool(o.evidence_path) and o.outcome is not Outcome.BUSY
-            ledger.stamps.append(Stamp(t, self.topo.name_of(o.origin), o.outcome.value, recorded))
+            name = self.topo.name_of(o.origin)
+            avail = ledger.availability.get(name)
+            up = avail is None or not avail.is_down(t0)
+            ledger.stamps.append(Stamp(t, name, o.outcome.value, recorded, up))
         if ledger.liars_holding(self.topo):
             await ledger.forge(self.topo, self.runner, value_ref, t)
         return report

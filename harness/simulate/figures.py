@@ -4,8 +4,9 @@
   mean over seeds with its 95% interval, and the least-squares line whose
   slope is the growth exponent of ``growth.csv`` (one panel per cost);
 * ``completeness.png`` — per fault class, the share of its agents a
-  rehydration reached that were named by a proof, and by any record (a proof
-  or a witness-confirmed suspicion): mean over seeds at each N, 95% interval;
+  rehydration could expose (begun while it was up) that were named by a
+  proof, and by any record (a proof or a witness-confirmed suspicion): mean
+  over seeds at each N, 95% interval;
 * ``time_to_evidence_cdf.png`` — per fault class, the empirical CDF of the
   virtual seconds to the first record naming the agent (for ``departed``,
   from its departure), and the time to clear of suspicions of faithful agents.
@@ -73,7 +74,7 @@ def _completeness(summary: Summary, agents: Sequence[int], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(classes) * len(ns)), 3.2))
     width = 0.8 / max(1, 2 * len(ns))
     for j, n in enumerate(ns):
-        pairs = (("proven_when_asked", "#c0392b"), ("exposed_when_asked", "#2471a3"))
+        pairs = (("proven_when_exercised", "#c0392b"), ("exposed_when_exercised", "#2471a3"))
         for k, (what, color) in enumerate(pairs):
             xs, ys, es = [], [], []
             for i, c in enumerate(classes):
@@ -89,7 +90,7 @@ def _completeness(summary: Summary, agents: Sequence[int], path: Path) -> Path:
     ax.set_xticks(range(len(classes)), classes)
     ax.set_ylim(0, 105)
     ax.set_ylabel("agents named (%)")
-    ax.set_title("completeness per fault class (agents a rehydration reached)")
+    ax.set_title("completeness per fault class (agents a rehydration could expose)")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="lower right")
     return _save(fig, path)

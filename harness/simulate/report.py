@@ -11,7 +11,8 @@
   Quantities: costs per delegated decision and per agent-hour (RPCs, bytes,
   signatures, verifications); per fault class the share of its agents named
   at all (*exposed*) and by a proof (*proven*), the same among those a
-  rehydration reached (``proven_when_asked``, ``confirmed_when_asked``), and
+  rehydration could expose (``*_when_exercised``: begun while the origin was
+  up; for ``departed``, asked after it left), and
   the time to evidence (mean, p50, p90); accuracy (proofs and suspicions
   against faithful nodes, the liars' forgeries, the share of suspicions that
   cleared and their time to clear); storage per agent.
@@ -92,15 +93,15 @@ def _per_seed(rows: Sequence[CellRow], agents: Sequence[AgentRow]) -> dict[str, 
     out["forgeries_rejected"] = float(sum(r.forgeries_rejected for r in rows))
     for fault in sorted({a.fault for a in agents} - {"honest", "liar"}):
         mine = [a for a in agents if a.fault == fault]
-        asked = [a for a in mine if a.asked > 0]
+        asked = [a for a in mine if a.exercised > 0]
         out[f"exposed[{fault}]"] = sum(a.proven or a.confirmed for a in mine) / len(mine)
         out[f"proven[{fault}]"] = sum(a.proven for a in mine) / len(mine)
         if asked:
-            out[f"exposed_when_asked[{fault}]"] = sum(a.proven or a.confirmed for a in asked) / len(
-                asked
-            )
-            out[f"proven_when_asked[{fault}]"] = sum(a.proven for a in asked) / len(asked)
-            out[f"confirmed_when_asked[{fault}]"] = sum(a.confirmed for a in asked) / len(asked)
+            out[f"exposed_when_exercised[{fault}]"] = sum(
+                a.proven or a.confirmed for a in asked
+            ) / len(asked)
+            out[f"proven_when_exercised[{fault}]"] = sum(a.proven for a in asked) / len(asked)
+            out[f"confirmed_when_exercised[{fault}]"] = sum(a.confirmed for a in asked) / len(asked)
         times = sorted(a.time_s for a in mine if a.time_s >= 0)
         if times:
             out[f"time_to_evidence_s[{fault}]"] = sum(times) / len(times)

@@ -109,8 +109,11 @@ class AgentRow:
     #: the fault class: an origin's fault mode, "departed" (a faithful origin that
     #: left), or "honest" (a faithful agent accused by a suspicion)
     fault: str
-    #: rehydrations that reached it (for "departed": after it left)
+    #: rehydrations that asked it (for "departed": after it left)
     asked: int
+    #: of those, the ones that could expose it: begun while it was up (for
+    #: "departed": every one after it left)
+    exercised: int
     #: named by a proof / by a witness-confirmed suspicion
     proven: bool
     confirmed: bool
@@ -203,23 +206,26 @@ def _agent_rows(n: int, seed: int, cell: Cell, ledger: CellLedger) -> list[Agent
     faulty = dict(cell.faulty)
     out: list[AgentRow] = []
 
-    def first(name: str, since: float, proof_only: bool) -> tuple[int, bool, bool, float]:
+    def first(name: str, fault: str, since: float) -> AgentRow:
         seen = [s for s in ledger.stamps if s.origin == name and s.t >= since]
+        exercised = len(seen) if fault == "departed" else sum(s.up for s in seen)
         proofs = [s.t for s in seen if s.outcome in _PROOF_OUTCOMES]
         confirmed = [s.t for s in seen if s.recorded and s.outcome not in _PROOF_OUTCOMES]
-        times = proofs if proof_only else proofs + confirmed
-        return len(seen), bool(proofs), bool(confirmed), (min(times) - since) if times else -1.0
+        times = proofs + confirmed
+        t = round(min(times) - since, 6) if times else -1.0
+        return AgentRow(
+            n, seed, cell.index, name, fault, len(seen), exercised, bool(proofs),
+            bool(confirmed), t,
+        )  # fmt: skip
 
     for name in cell.settings.origin_names():
         fault = faulty.get(name)
         if fault is not None:
-            asked, proven, confirmed, t = first(name, 0.0, False)
-            out.append(AgentRow(n, seed, cell.index, name, fault, asked, proven, confirmed, t))
+            out.append(first(name, fault, 0.0))
     for name, leave in cell.departures:
         if name in faulty or not name.startswith("origin"):
             continue
-        asked, proven, confirmed, t = first(name, leave, False)
-        out.append(AgentRow(n, seed, cell.index, name, "departed", asked, proven, confirmed, t))
+        out.append(first(name, "departed", leave))
     # suspicions against faithful agents (the holder's confirmed ones, the liars'
     # accepted ones) and the time until the origin next served: when a retest clears it
     accused = [(s.t, s.origin) for s in ledger.stamps if s.origin not in faulty and s.recorded]
@@ -229,7 +235,9 @@ def _agent_rows(n: int, seed: int, cell: Cell, ledger: CellLedger) -> list[Agent
             s.t for s in ledger.stamps if s.origin == name and s.t > t and s.outcome == "served"
         ]
         clear = (min(later) - t) if later else -1.0
-        out.append(AgentRow(n, seed, cell.index, name, "honest", 1, False, True, round(clear, 6)))
+        out.append(
+            AgentRow(n, seed, cell.index, name, "honest", 1, 1, False, True, round(clear, 6))
+        )
     return out
 
 
@@ -249,7 +257,7 @@ def _play_one(
     on_decision: Callable[[], None] | None = None,
 ) -> tuple[CellRow, list[AgentRow]]:
     """One cell played and measured (in this process or a worker's)."""
-    ledger = CellLedger(dict(cell.faulty))
+    ledger = CellLedger(dict(cell.faulty), dict(cell.network.availability))
     try:
         (result,) = play_cells(
             cfg, [(cell.settings, cell.network)], on_decision=on_decision, observers=[ledger]

@@ -370,3 +370,14 @@ def test_a_simulated_run_does_not_read_wall_time(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(time, "monotonic", racing)
     assert _timed_cell() == plain
+
+
+def test_an_origin_down_whenever_asked_could_not_be_exposed() -> None:
+    always_down = {"origin": Availability(((0.0, math.inf),))}
+    settings = BoundarySettings(seeds=(0,), steps=50, fault=FaultMode.TAMPER)
+    ledger = CellLedger({"origin": "tamper"}, always_down)
+    play_cells(CFG, [(settings, SimNetwork(0, LinkModel(), always_down))], observers=[ledger])
+    asked = [s for s in ledger.stamps if s.origin == "origin"]
+    assert asked  # the holder asked, the tampering origin never got to answer
+    assert not any(s.up for s in asked)
+    assert {s.outcome for s in asked} == {"unanswered"}
