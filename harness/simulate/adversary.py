@@ -195,10 +195,7 @@ class _LyingWitness:
         origin_address: str,
         deadline: float | None = None,
     ) -> ChallengeResult:
-        if (
-            address_name(_endpoint(obligation, self._core.now_ms()))
-            not in self._ledger.honest_names()
-        ):
+        if address_name(_endpoint(obligation)) not in self._ledger.honest_names():
             return ChallengeResult(b"", False, b"", b"")  # a colluder: no report, no confirmation
         self._ledger.witness_lies += 1
         return await self._framer.witness(
@@ -206,7 +203,7 @@ class _LyingWitness:
         )
 
 
-def _endpoint(obligation: bytes, now_ms: int) -> str:
+def _endpoint(obligation: bytes) -> str:
     """The endpoint an obligation (or signed head) names, unverified ('' if none)."""
     try:
         if is_head_note(obligation):
@@ -260,7 +257,9 @@ class CellLedger:
 
     # ------------------------------------------------------------- forging
 
-    async def forge(self, topo: Topology, runner: Runner, value_ref: str, t: float) -> None:
+    async def forge(self, topo: Topology, runner: Runner, value_ref: str) -> None:
+        """Each lying holder or relay of ``value_ref`` frames each faithful origin of it
+        (once per run): framed silence, misfiled receipts, a split view of two heads."""
         run = runner.context[0]
         witnesses = [topo.witness.address] if topo.witness is not None else []
         honest = self.honest_names()
@@ -485,5 +484,5 @@ class _WatchedOps:
             up = avail is None or not avail.is_down(t0)
             ledger.stamps.append(Stamp(t, name, o.outcome.value, recorded, up))
         if ledger.liars_holding(self.topo):
-            await ledger.forge(self.topo, self.runner, value_ref, t)
+            await ledger.forge(self.topo, self.runner, value_ref)
         return report
