@@ -42,7 +42,11 @@ def _cost_vs_n(
     summary: Summary, agents: Sequence[int], growth: dict[str, float], path: Path
 ) -> Path:
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(_COSTS), figsize=(3.2 * len(_COSTS), 3.0))
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:.3g}")
+
+    fig, axes = plt.subplots(1, len(_COSTS), figsize=(3.6 * len(_COSTS), 3.0), layout="constrained")
     ns = sorted(set(agents))
     for ax, cost in zip(axes, _COSTS, strict=True):
         pts = [(n, _get(summary, n, f"{cost}_per_decision")) for n in ns]
@@ -60,6 +64,8 @@ def _cost_vs_n(
             ax.legend(loc="best", fontsize=8)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(plain)  # costs span less than a decade: plain numbers
+        ax.yaxis.set_minor_formatter(plain)
         ax.set_xlabel("agents N")
         ax.set_title(f"{cost} per decision")
     return _save(fig, path)
@@ -92,7 +98,7 @@ def _completeness(summary: Summary, agents: Sequence[int], path: Path) -> Path:
     ax.set_ylabel("agents named (%)")
     ax.set_title("completeness per fault class (agents a rehydration could expose)")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _save(fig, path)
 
 
