@@ -88,6 +88,7 @@ from contracts.statements import (
 from nodes._disk import disk_full, is_disk_full
 from nodes.errors import ClockSkew, MalformedRequest, PromiseOutOfRange
 from nodes.logging import get_logger
+from nodes.loopclock import loop_time
 from nodes.messages import (
     EVIDENCE_KINDS,
     Answer,
@@ -405,7 +406,7 @@ class Holder:
         """``promised`` seconds, but never past the caller's ``deadline``."""
         if deadline is None:
             return promised
-        return max(0.001, min(promised, deadline - time.monotonic() - _MARGIN_S))
+        return max(0.001, min(promised, deadline - loop_time() - _MARGIN_S))
 
     async def _ask(self, run: _OriginRun, folds: list[_Fold], deadline: float | None) -> None:
         """Unsigned first where it may end the rehydration, then signed for the rest.
@@ -487,7 +488,7 @@ class Holder:
         if deadline is not None:
             # At most half of what the caller left: the signed demand any failure here
             # leads to must still get its own ask in time.
-            timeout = min(timeout, max(0.001, (deadline - time.monotonic() - _MARGIN_S) / 2))
+            timeout = min(timeout, max(0.001, (deadline - loop_time() - _MARGIN_S) / 2))
         try:
             answers = await self.transport.ask(address, asks, timeout)
         except CallFailed as exc:
@@ -619,14 +620,14 @@ class Holder:
         # The origin has until this instant (the obligation's deadline) to answer;
         # re-asks after a fast failure are spread over that time.
         promised = self._promised(folds)
-        due = time.monotonic() + promised
+        due = loop_time() + promised
         asks = self.reasks + 1
         restarted = False
         only_aborted = True  # every reply so far ABORTED (or no ask made yet)
         for attempt in itertools.count():
             if attempt >= asks:
                 break
-            if deadline is not None and deadline - time.monotonic() <= _MARGIN_S:
+            if deadline is not None and deadline - loop_time() <= _MARGIN_S:
                 last_error = "caller's deadline reached before asking"
                 break
             run.asks += 1
@@ -658,7 +659,7 @@ class Holder:
                         pushback_ms=exc.pushback_ms,
                     )
                     wait = (exc.pushback_ms or 0) / 1000.0
-                    if attempt < asks - 1 and time.monotonic() + wait < due:
+                    if attempt < asks - 1 and loop_time() + wait < due:
                         await self._pause(wait, deadline)
                         continue
                     break
@@ -671,7 +672,7 @@ class Holder:
                     )
                     left = asks - 1 - attempt
                     if left > 0:
-                        await self._pause((due - time.monotonic()) / (left + 1), deadline)
+                        await self._pause((due - loop_time()) / (left + 1), deadline)
                     continue
                 if exc.code == "ALREADY_EXISTS" and attempt > 0:
                     # Our earlier ask arrived late; still no receipt in time: that ask's
@@ -967,7 +968,7 @@ class Holder:
         promised = fold.held.obligation.statement.deadline_ms / 1000.0
         budget = promised * 2 + 0.5
         if deadline is not None:
-            budget = min(budget, deadline - time.monotonic() - _MARGIN_S)
+            budget = min(budget, deadline - loop_time() - _MARGIN_S)
         addresses: list[str] = []
         for w in witnesses:
             try:
@@ -1063,7 +1064,7 @@ class Holder:
     async def _pause(seconds: float, deadline: float | None) -> None:
         """Sleep ``seconds`` (never past the caller's deadline)."""
         if deadline is not None:
-            seconds = min(seconds, deadline - time.monotonic() - _MARGIN_S)
+            seconds = min(seconds, deadline - loop_time() - _MARGIN_S)
         if seconds > 0:
             await asyncio.sleep(seconds)
 
@@ -1211,7 +1212,7 @@ class Holder:
             raise MalformedRequest(f"challenge: endpoint {asked[:80]!r}: {exc}") from exc
         demand = build_demand(self.identity, o, now=now_ms)
         promised = o.statement.deadline_ms / 1000.0
-        remaining = None if deadline is None else deadline - time.monotonic() - _MARGIN_S
+        remaining = None if deadline is None else deadline - loop_time() - _MARGIN_S
         timeout = promised if remaining is None else max(0.001, min(promised, remaining))
         answered: Signed[Receipt] | None = None
         receipt_bytes = b""  # verbatim, as the origin sent them
@@ -1272,7 +1273,7 @@ class Holder:
             wait = (due_ms - self.now_ms()) / 1000.0
             if wait <= 0:
                 break
-            if deadline is not None and deadline - time.monotonic() - _MARGIN_S < wait:
+            if deadline is not None and deadline - loop_time() - _MARGIN_S < wait:
                 return ChallengeResult(b"", False, demand.to_bytes(), b"")
             await asyncio.sleep(wait + 0.001)
         else:

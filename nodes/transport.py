@@ -36,7 +36,6 @@ and a signed call is signed for the pinned id, which any other node refuses.
 from __future__ import annotations
 
 import asyncio
-import time
 import types
 from collections.abc import AsyncIterator, Generator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -54,6 +53,7 @@ from nodes.auth import (
     signed_metadata,
 )
 from nodes.errors import status_for
+from nodes.loopclock import loop_time
 from nodes.messages import Answer, ChallengeResult, Delivery, WitnessReply
 from nodes.methods import method_name
 from nodes.noanswer import SILENT_CODES, Reply, reply_for
@@ -361,7 +361,7 @@ class GrpcTransport:
         ):
             return timeout
         self._checked.discard(address)
-        started = time.monotonic()
+        started = loop_time()
         checking = self._checking.get(address)
         if checking is None or checking.done():
             checking = asyncio.ensure_future(
@@ -384,7 +384,7 @@ class GrpcTransport:
         if found != pinned:
             raise wrong_node(address, found, pinned)
         self._checked.add(address)
-        return max(0.001, timeout - (time.monotonic() - started))
+        return max(0.001, timeout - (loop_time() - started))
 
     async def _failed(self, address: str, exc: grpc.aio.AioRpcError) -> CallFailed:
         """The :class:`CallFailed` for a failed call; a TLS handshake failure named as such.
@@ -761,7 +761,7 @@ class InMemoryTransport:
         timeout: float,
     ) -> ChallengeResult:
         core = self._node(address)
-        deadline = time.monotonic() + timeout
+        deadline = loop_time() + timeout
         result: ChallengeResult = await self._run(
             address,
             timeout,

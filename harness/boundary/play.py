@@ -708,7 +708,12 @@ class Runner:
         }
 
     async def _on_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
-        now = int(time.time() * 1000)
+        # the run's clock (a simulation's virtual one) where the holder is in this process
+        now = (
+            self.topo.holder.core.now_ms()
+            if isinstance(self.topo, Topology)
+            else int(time.time() * 1000)
+        )
         verified = False
         try:
             verdict = verify_evidence(body, now=now + 60_000)

@@ -112,6 +112,9 @@ class BoundarySettings:
     #: round-trip time added on every link between two nodes by a user-space proxy per
     #: directed link (:mod:`harness.boundary.links`); None: nodes reach each other directly
     rtt_ms: float | None = None
+    #: in-process nodes: the fault of every origin, in origin order (empty: the first
+    #: origin runs ``fault``, the others none)
+    origin_faults: tuple[FaultMode, ...] = ()
 
     def validate(self, cfg: ExperimentConfig) -> None:
         if not self.cadences or any(c < 1 for c in self.cadences):
@@ -139,6 +142,19 @@ class BoundarySettings:
             raise BoundaryError(f"node names must be distinct, got {', '.join(names)}")
         if self.origins < 1:
             raise BoundaryError(f"origins must be >= 1, got {self.origins}")
+        if self.origin_faults:
+            if len(self.origin_faults) != self.origins:
+                raise BoundaryError(
+                    f"origin_faults names {len(self.origin_faults)} fault(s) for"
+                    f" {self.origins} origin(s)"
+                )
+            bad_faults = [f.value for f in self.origin_faults if f not in BOUNDARY_FAULTS]
+            if bad_faults or self.origin_faults[0] is not self.fault:
+                raise BoundaryError(
+                    f"origin_faults {', '.join(f.value for f in self.origin_faults)}: each one of"
+                    f" {', '.join(f.value for f in BOUNDARY_FAULTS)}, the first = fault"
+                    f" ({self.fault.value})"
+                )
         # what the origins would sign: refused here as every node refuses it
         refusal = promise_refusal(deadline_ms=self.deadline_ms)
         if refusal:
@@ -207,13 +223,22 @@ class BoundarySettings:
         extra = [self.witness_name] if self.witness else []
         return [*self.origin_names(), *self.chain[1:], *extra]
 
+    def fault_of(self, i: int) -> FaultMode:
+        """The fault origin ``i`` (in :meth:`origin_names` order) runs."""
+        if self.origin_faults:
+            return self.origin_faults[i]
+        return self.fault if i == 0 else FaultMode.NONE
+
     def specs(self) -> list[NodeSpec]:
+        slow_ms = self.fault_delay_ms if self.fault_delay_ms > 0 else 2 * self.deadline_ms
         out = [
             NodeSpec(
                 name,
                 Role.ORIGIN,
-                self.fault if i == 0 else FaultMode.NONE,
-                self.effective_delay_ms if i == 0 else 0,
+                self.fault_of(i),
+                self.effective_delay_ms
+                if i == 0
+                else (slow_ms if self.fault_of(i) is FaultMode.SLOW else 0),
             )
             for i, name in enumerate(self.origin_names())
         ]
@@ -243,6 +268,11 @@ class BoundarySettings:
             "workers": self.workers,
             "rtt_ms": self.rtt_ms,
             "tls": bool(self.tls_ca),
+            **(
+                {"origin_faults": [f.value for f in self.origin_faults]}
+                if self.origin_faults
+                else {}
+            ),
         }
 
 

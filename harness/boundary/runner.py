@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from harness._workers import exit_with_parent
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
@@ -75,7 +75,7 @@ from harness.boundary.records import (
 )
 from harness.boundary.remote import RemoteTopology, connect_remote
 from harness.boundary.report import prewarm_figures, write_outputs
-from harness.boundary.topology import Network, RunClock, Topology, start_topology
+from harness.boundary.topology import Network, NodeSpec, RunClock, Topology, start_topology
 from harness.boundary.wire import CryptoMeter
 from harness.config import ExperimentConfig, Profile
 from harness.metrics import RunKey
@@ -84,8 +84,10 @@ from harness.runner import progress_disabled, replay_params
 from harness.trajectory import generate
 from nodes.auth import ControlCredentials
 from nodes.faults import FaultMode
+from nodes.services import NodeCore
 from nodes.store import StoreMode
 from nodes.tls import TlsFiles
+from nodes.transport import LocalNode
 
 __all__ = [
     "BOUNDARY_FAULTS",
@@ -104,6 +106,18 @@ __all__ = [
 
 
 _T = TypeVar("_T")
+
+
+class SliceObserver(Protocol):
+    """What a simulation adds around one slice played in this process: what answers
+    for each node (``serve_as``), a look at the topology and runner once they stand
+    (``started``: it may wrap ``runner.ops``), and one before the nodes close."""
+
+    def serve_as(self, spec: NodeSpec, core: NodeCore) -> LocalNode: ...
+
+    def started(self, topo: Topology, runner: Runner) -> None: ...
+
+    async def finishing(self, topo: Topology, runner: Runner) -> None: ...
 
 
 def slice_tasks(
@@ -177,6 +191,7 @@ async def _play_tasks(
     store_mode: StoreMode,
     clock: RunClock | None = None,
     network: Network | None = None,
+    observer: SliceObserver | None = None,
 ) -> _Partial:
     """Start (or connect to) the nodes, play ``tasks`` in order, stop the nodes."""
     topo: Topology | RemoteTopology
@@ -200,18 +215,23 @@ async def _play_tasks(
             store_mode=store_mode,
             clock=clock,
             network=network,
+            serve_as=observer.serve_as if observer is not None else None,
         )
     links: Links | None = None
     try:
         if settings.rtt_ms is not None and isinstance(topo, Topology):
             links = await start_links(topo, settings.rtt_ms)
         runner = Runner(topo, settings, _Ticks(tick), evidence_dir)
+        if observer is not None and isinstance(topo, Topology):
+            observer.started(topo, runner)
         runs: list[tuple[int, RunComparison]] = []
         with CryptoMeter(topo.meter):
             for index, key, profile, params in tasks:
                 # events are generated per run, so memory stays flat over the matrix
                 events = generate(key.seed, settings.steps, cfg.decision_every, profile)
                 runs.append((index, await RunPlayer(runner, key, events, params).play()))
+            if observer is not None and isinstance(topo, Topology):
+                await observer.finishing(topo, runner)
         wire = {
             tag: {
                 "rpcs": c.rpcs,
@@ -505,6 +525,7 @@ async def run_boundary_async(
     out: Path | None = None,
     clock: RunClock | None = None,
     network: Network | None = None,
+    observer: SliceObserver | None = None,
 ) -> BoundaryOutcome:
     """Play every run of the slice across the boundary.
 
@@ -519,7 +540,8 @@ async def run_boundary_async(
     (:func:`harness.boundary.report.write_outputs`; with workers, the
     figures are drawn in the worker processes before they end). ``clock`` and
     ``network`` go to :func:`harness.boundary.topology.start_topology` (one
-    process only: a simulation's virtual clock and network model).
+    process only: a simulation's virtual clock and network model), ``observer``
+    to :func:`_play_tasks` (one process only: what a simulation adds around the slice).
     """
     from tqdm import tqdm
 
@@ -528,7 +550,7 @@ async def run_boundary_async(
     total = len(tasks) * (settings.steps // cfg.decision_every)  # decisions at step % D == 0
     start = time.perf_counter()
     parallel = settings.workers > 1 and settings.transport is not TransportKind.REMOTE
-    if parallel and (clock is not None or network is not None):
+    if parallel and (clock is not None or network is not None or observer is not None):
         raise BoundaryError("a clock or network model is for runs in one process (workers 1)")
 
     def finish(partials: list[_Partial], pool: Executor | None) -> BoundaryOutcome:
@@ -571,7 +593,16 @@ async def run_boundary_async(
             indexed = [(i, *t) for i, t in enumerate(tasks)]
             partials = [
                 await _play_tasks(
-                    cfg, settings, indexed, root, evidence_dir, tick, store_mode, clock, network
+                    cfg,
+                    settings,
+                    indexed,
+                    root,
+                    evidence_dir,
+                    tick,
+                    store_mode,
+                    clock,
+                    network,
+                    observer,
                 )
             ]
         finally:

@@ -62,6 +62,9 @@ __all__ = [
 EvidenceSink = Callable[[str, str, bytes, str], Awaitable[None]]
 #: Wraps an in-memory node's outgoing transport, given the node's name.
 Network = Callable[[Transport, str], Transport]
+#: What answers for an in-memory node in the transport's registry, given its spec and
+#: core (default: the core itself; a simulation's adversary wraps some).
+ServeAs = Callable[["NodeSpec", NodeCore], LocalNode]
 
 
 class RunClock:
@@ -308,6 +311,7 @@ async def start_topology(
     store_mode: StoreMode = StoreMode.DURABLE,
     clock: RunClock | None = None,
     network: Network | None = None,
+    serve_as: ServeAs | None = None,
 ) -> Topology:
     """Start every node of ``specs`` (data dirs under ``root``); stop them all on failure.
 
@@ -317,7 +321,8 @@ async def start_topology(
     the holder read (default: a :class:`RunClock` on the wall clock; a
     simulation passes one on its virtual clock). ``network`` wraps each
     in-memory node's outgoing transport (called with the transport and the
-    node's name): a simulation's model of WAN delay, loss and churn."""
+    node's name): a simulation's model of WAN delay, loss and churn. ``serve_as``
+    says what answers for an in-memory node (a simulation's lying witness)."""
     meter = WireMeter()
     clock = clock if clock is not None else RunClock()
     registry: dict[str, LocalNode] = {}
@@ -336,6 +341,7 @@ async def start_topology(
                     reasks,
                     store_mode,
                     network,
+                    serve_as,
                 )
             )
     except BaseException:
@@ -363,6 +369,7 @@ async def _start_one(
     reasks: int,
     store_mode: StoreMode,
     network: Network | None = None,
+    serve_as: ServeAs | None = None,
 ) -> NodeHandle:
     data_dir = root / spec.name
     if transport is TransportKind.MEMORY:
@@ -393,7 +400,7 @@ async def _start_one(
             clock=clock,
         )
         core_ref.append(core)
-        registry[address] = core
+        registry[address] = serve_as(spec, core) if serve_as is not None else core
         return NodeHandle(spec.name, spec.role, core, address, spec.fault)
     if transport is TransportKind.REMOTE:
         raise ValueError(f"node {spec.name}: remote nodes are connected to, not started here")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harness.boundary.records import BoundaryOutcome, BoundarySettings
-from harness.boundary.runner import run_boundary_async
+from harness.boundary.runner import SliceObserver, run_boundary_async
 from harness.boundary.topology import Network, RunClock
 from harness.config import ExperimentConfig
 from harness.simulate.clock import VirtualTimeLoop, run_virtual
@@ -47,6 +47,7 @@ async def _play_cell(
     settings: BoundarySettings,
     network: Network | None,
     on_decision: Callable[[], None] | None,
+    observer: SliceObserver | None = None,
 ) -> CellResult:
     start = loop.time()
     outcome = await run_boundary_async(
@@ -56,6 +57,7 @@ async def _play_cell(
         on_decision=on_decision,
         clock=_clock(loop),
         network=network,
+        observer=observer,
     )
     return CellResult(index, outcome, loop.time() - start)
 
@@ -65,6 +67,7 @@ def play_cells(
     cells: Sequence[tuple[BoundarySettings, Network | None]],
     *,
     on_decision: Callable[[], None] | None = None,
+    observers: Sequence[SliceObserver | None] = (),
 ) -> list[CellResult]:
     """Play every cell, in order, each on a fresh virtual-time loop (virtual time 0
     at its start, the same epoch). Cells share no node, so playing them one
@@ -72,17 +75,20 @@ def play_cells(
     result depends on its own settings and seed alone — whatever else is
     played, in this process or another. (The signature and hash counters,
     :class:`harness.boundary.wire.CryptoMeter`, are one per process, which is
-    also why cells are not interleaved on one loop.)"""
+    also why cells are not interleaved on one loop.) ``observers``, one per cell
+    if given, see and wrap what the cell plays (:mod:`harness.simulate.adversary`)."""
     results: list[CellResult] = []
     for i, (settings, network) in enumerate(cells):
+        observer = observers[i] if i < len(observers) else None
 
         async def main(
             loop: VirtualTimeLoop,
             i: int = i,
             s: BoundarySettings = settings,
             n: Network | None = network,
+            o: SliceObserver | None = observer,
         ) -> CellResult:
-            return await _play_cell(loop, cfg, i, s, n, on_decision)
+            return await _play_cell(loop, cfg, i, s, n, on_decision, o)
 
         results.append(run_virtual(main))
     return results

@@ -52,7 +52,7 @@ from nodes.attester import AttestationAnswer, AttestationAsk
 from nodes.messages import Answer, ChallengeResult, Delivery
 from nodes.transport import CallFailed, Transport
 
-__all__ = ["Availability", "LinkModel", "SimNetwork", "churn_schedule"]
+__all__ = ["Availability", "LinkModel", "SimNetwork", "address_name", "churn_schedule"]
 
 _R = TypeVar("_R")
 
@@ -174,7 +174,8 @@ class SimNetwork:
         return avail is not None and avail.is_down(asyncio.get_running_loop().time())
 
 
-def _name(address: str) -> str:
+def address_name(address: str) -> str:
+    """The node name of an in-memory address (``name.mem:1``)."""
     return address.split(".mem:", 1)[0]
 
 
@@ -198,7 +199,7 @@ class _SimTransport:
         call: Callable[[], Awaitable[_R]],
     ) -> _R:
         net = self.net
-        dst = _name(address)
+        dst = address_name(address)
         try:
             async with asyncio.timeout(timeout):
                 await asyncio.sleep(net.one_way_s(self.node, dst))

@@ -1,13 +1,21 @@
-"""The files of a simulation: ``cells.csv``, ``summary.csv``, ``growth.csv``, ``summary.md``.
+"""The files of a simulation: ``cells.csv``, ``agents.csv``, ``summary.csv``,
+``growth.csv``, ``summary.md`` and three figures (:mod:`harness.simulate.figures`).
 
 - ``cells.csv`` — one row per cell (:class:`harness.simulate.run.CellRow`).
+- ``agents.csv`` — one row per faulty origin, faithful origin that departed,
+  and suspicion of a faithful agent (:class:`harness.simulate.run.AgentRow`):
+  the time-to-evidence and time-to-clear distributions.
 - ``summary.csv`` — per N and quantity: the mean over seeds of the per-seed
   value and, with two or more seeds, a 95% confidence interval
   (Student's t, seeds as independent replicates; the issue asks for ≥ 5).
-  Quantities: costs per delegated decision (RPCs, bytes, signatures,
-  verifications), per fault class the share of faulty cells whose origin was
-  named at all (*exposed*) and by a proof (*proven*), and accuracy (proofs
-  and suspicions against faithful nodes, counted).
+  Quantities: costs per delegated decision and per agent-hour (RPCs, bytes,
+  signatures, verifications); per fault class the share of its agents named
+  at all (*exposed*) and by a proof (*proven*), the same among those a
+  rehydration could expose (``*_when_exercised``: begun while the origin was
+  up; for ``departed``, asked after it left), and
+  the time to evidence (mean, p50, p90); accuracy (proofs and suspicions
+  against faithful nodes, the liars' forgeries, the share of suspicions that
+  cleared and their time to clear); storage per agent.
 - ``growth.csv`` — with several N: per cost, the slope of the least-squares
   line through (log N, log cost per decision). A slope near 0 says the cost
   per decision does not grow with the network.
@@ -25,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import astuple, fields
 from pathlib import Path
 
-from harness.simulate.run import CellRow, SimResult
+from harness.simulate.run import AgentRow, CellRow, SimResult
 
 __all__ = ["COSTS", "confidence_interval", "loglog_slope", "write_outputs"]
 
@@ -62,27 +70,55 @@ def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
 
 
-def _per_seed(rows: Sequence[CellRow]) -> dict[str, float]:
+def _per_seed(rows: Sequence[CellRow], agents: Sequence[AgentRow]) -> dict[str, float]:
     """The quantities of one (N, seed): costs per decision, completeness, accuracy."""
     decisions = sum(r.decisions for r in rows)
     out: dict[str, float] = {
         f"{c}_per_decision": sum(getattr(r, c) for r in rows) / decisions if decisions else 0.0
         for c in COSTS
     }
-    out["agents_faulty_share"] = sum(r.fault != "none" for r in rows) / sum(r.agents for r in rows)
+    agent_hours = sum(r.agents * r.virtual_s for r in rows) / 3600.0
+    for c in COSTS:
+        total = sum(getattr(r, c) for r in rows)
+        out[f"{c}_per_agent_hour"] = total / agent_hours if agent_hours > 0 else 0.0
+    out["agent_hours"] = agent_hours
+    out["agents_faulty_share"] = sum(r.faulty_agents for r in rows) / sum(r.agents for r in rows)
     out["proofs_against_honest"] = float(sum(r.proofs_honest for r in rows))
     out["suspicions_against_honest"] = float(sum(r.suspicions_honest for r in rows))
     out["unconfirmed_against_honest"] = float(sum(r.unconfirmed_honest for r in rows))
-    for fault in sorted({r.fault for r in rows} - {"none"}):
-        faulty = [r for r in rows if r.fault == fault]
-        out[f"exposed[{fault}]"] = sum(
-            r.proofs_faulty + r.suspicions_faulty > 0 for r in faulty
-        ) / len(faulty)
-        out[f"proven[{fault}]"] = sum(r.proofs_faulty > 0 for r in faulty) / len(faulty)
-        times = [r.time_to_evidence_s for r in faulty if r.time_to_evidence_s >= 0]
+    n_agents = sum(r.agents for r in rows)
+    for what in ("hops", "statements", "evidence", "evidence_bytes"):
+        out[f"stored_{what}_per_agent"] = sum(getattr(r, f"stored_{what}") for r in rows) / n_agents
+    out["forgeries"] = float(sum(r.forgeries for r in rows))
+    out["forgeries_rejected"] = float(sum(r.forgeries_rejected for r in rows))
+    for fault in sorted({a.fault for a in agents} - {"honest", "liar"}):
+        mine = [a for a in agents if a.fault == fault]
+        asked = [a for a in mine if a.exercised > 0]
+        out[f"exposed[{fault}]"] = sum(a.proven or a.confirmed for a in mine) / len(mine)
+        out[f"proven[{fault}]"] = sum(a.proven for a in mine) / len(mine)
+        if asked:
+            out[f"exposed_when_exercised[{fault}]"] = sum(
+                a.proven or a.confirmed for a in asked
+            ) / len(asked)
+            out[f"proven_when_exercised[{fault}]"] = sum(a.proven for a in asked) / len(asked)
+            out[f"confirmed_when_exercised[{fault}]"] = sum(a.confirmed for a in asked) / len(asked)
+        times = sorted(a.time_s for a in mine if a.time_s >= 0)
         if times:
             out[f"time_to_evidence_s[{fault}]"] = sum(times) / len(times)
+            out[f"time_to_evidence_p50_s[{fault}]"] = _quantile(times, 0.5)
+            out[f"time_to_evidence_p90_s[{fault}]"] = _quantile(times, 0.9)
+    honest = [a for a in agents if a.fault == "honest"]
+    cleared = [a.time_s for a in honest if a.time_s >= 0]
+    if honest:
+        out["suspicions_cleared_share"] = len(cleared) / len(honest)
+    if cleared:
+        out["time_to_clear_s"] = sum(cleared) / len(cleared)
     return out
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted values (nearest rank)."""
+    return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
 
 
 def _fmt(x: float) -> str:
@@ -94,9 +130,16 @@ def summarise(result: SimResult) -> list[tuple[int, str, float, float, int]]:
     by: dict[tuple[int, int], list[CellRow]] = {}
     for r in result.rows:
         by.setdefault((r.agents_total, r.seed), []).append(r)
+    agents: dict[tuple[int, int], list[AgentRow]] = {}
+    for a in result.agents:
+        agents.setdefault((a.agents_total, a.seed), []).append(a)
     out: list[tuple[int, str, float, float, int]] = []
     for n in result.workload.agents:
-        seeds = [_per_seed(by[(n, s)]) for s in result.workload.seeds if (n, s) in by]
+        seeds = [
+            _per_seed(by[(n, s)], agents.get((n, s), []))
+            for s in result.workload.seeds
+            if (n, s) in by
+        ]
         names = sorted({k for d in seeds for k in d})
         for name in names:
             values = [d[name] for d in seeds if name in d]
@@ -105,8 +148,8 @@ def summarise(result: SimResult) -> list[tuple[int, str, float, float, int]]:
     return out
 
 
-def write_outputs(result: SimResult, out: Path) -> list[Path]:
-    """Write the four files into ``out`` (created); returns their paths."""
+def write_outputs(result: SimResult, out: Path, *, figures: bool = True) -> list[Path]:
+    """Write the files into ``out`` (created); returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
     cells = out / "cells.csv"
     with cells.open("w", newline="", encoding="utf-8") as fh:
@@ -127,9 +170,19 @@ def write_outputs(result: SimResult, out: Path) -> list[Path]:
         w.writerow(["cost", "loglog_exponent", "agents"])
         for cost, slope in growth:
             w.writerow([cost, _fmt(slope), " ".join(str(n) for n in result.workload.agents)])
+    agents_csv = out / "agents.csv"
+    with agents_csv.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow([f.name for f in fields(AgentRow)])
+        w.writerows(astuple(a) for a in result.agents)
     md = out / "summary.md"
     md.write_text(_markdown(result, summary, growth), encoding="utf-8")
-    return [cells, summary_csv, growth_csv, md]
+    written = [cells, summary_csv, growth_csv, agents_csv, md]
+    if figures:
+        from harness.simulate.figures import write_figures
+
+        written += write_figures(summary, result.workload.agents, dict(growth), result.agents, out)
+    return written
 
 
 def _growth(
@@ -170,6 +223,9 @@ def _markdown(
         f" {sum(r.suspicions_honest for r in rows)};"
         f" unconfirmed unanswered rehydrations of faithful origins: "
         f"{sum(r.unconfirmed_honest for r in rows)} (churn: an origin that was down).",
+        f"Records the liars filed: {sum(r.forgeries for r in rows)}, of which a verifier"
+        f" rejected {sum(r.forgeries_rejected for r in rows)}; the rest are suspicions"
+        " (counted above), never proofs.",
         "",
         "## Per N (mean over seeds, ± 95% CI half-width)",
         "",

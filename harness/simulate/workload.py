@@ -10,6 +10,7 @@ and unknown keys are errors, as in the experiment's config
     cadence: 25              # compaction cadence of the agents' memories
     profile: med             # degradation profile of the experiment
     deadline_ms: 1000        # what origins promise (serve deadline)
+    horizon_s: 3600          # simulated time every agent lives (its delegation renewed)
     graph:
       max_depth: 10          # longest delivery chain (origin .. holder), hops
       p_forward: 0.5         # chance a delegation is forwarded (relays in the chain)
@@ -26,26 +27,30 @@ and unknown keys are errors, as in the experiment's config
       down_scale_s: 30
       alpha: 1.5
       departure_rate_per_h: 0.0
-      horizon_s: 3600
     adversary:
-      fraction: 0.1          # f in [0, 1)
-      faults: [refuse, tamper, equivocate, slow, drop]
+      fraction: 0.1          # f in [0, 1): the share of faulty agents of every role
+      faults: [refuse, tamper, equivocate, slow, drop]   # what a faulty origin plays
+      roles: [origin, relay, holder, witness]            # roles that may be faulty
 
 **Cells.** Agents are grouped into delegations (*cells*): one holder, one
 witness, 1..``max_fan_in`` origins whose values the holder's values merge
 (fan-in), and — with probability ``p_forward`` — relays, so the chain from
 the first origin to the holder has 1..``max_depth`` hops. Cells are drawn
 until they hold N agents (the last one is cut to fit, keeping at least an
-origin, a holder and a witness). Each cell plays one boundary slice of
-``steps`` on the real node core (:mod:`harness.simulate.engine`).
+origin, a holder and a witness). Each cell plays boundary runs of ``steps``
+on the real node core (:mod:`harness.simulate.engine`), one after the other
+on the same nodes until its agents have lived ``horizon_s``: each run is a new
+epoch in which the origins append and commit afresh under new obligations (the
+delegation renewed), so no obligation has to outlive one run.
 
-**Adversaries.** A cell's first origin runs a fault with probability
-``min(1, f × cell size)``, so the expected share of faulty agents is f as
-long as f × cell size ≤ 1 (one per cell at most: the other nodes of a cell
-are faithful, so every accusation of them would be false); beyond that the
-share is capped at one over the cell size — about 0.15 at the default
-graph, whatever larger f is asked for. The fault is drawn uniformly from
-``faults``. The share actually drawn is reported.
+**Adversaries.** Every agent of a cell — origin, relay, holder, witness —
+is faulty with probability ``f``, independently (``adversary.roles`` says which
+roles may be), so a share f of the agents of every role is faulty, whatever
+the cell's size. A faulty origin runs a fault drawn uniformly from
+``faults``; a faulty relay or holder lies (it tries to frame the faithful
+origins of the values it holds) and a faulty witness lies (it covers its
+colluders and frames the faithful): :mod:`harness.simulate.adversary`.
+All of a cell's faulty agents collude. The share actually drawn is reported.
 
 **Churn** applies to origins and witnesses (the nodes a holder needs
 later); holders and relays stay up.
@@ -65,6 +70,7 @@ import yaml
 from harness.boundary.choices import BOUNDARY_FAULTS
 from harness.boundary.records import BoundarySettings
 from harness.config import DEFAULT_PROFILES, ConfigError, _Reader
+from harness.simulate.adversary import LIAR
 from harness.simulate.network import Availability, LinkModel, SimNetwork, churn_schedule
 from nodes.config import DEFAULT_SERVE_FOR_MS
 from nodes.faults import FaultMode
@@ -72,6 +78,9 @@ from nodes.faults import FaultMode
 #: The longest expected pace of a cell (s): half the obligations' lifetime,
 #: leaving room for the spread of exponential think times and round trips.
 MAX_CELL_S = DEFAULT_SERVE_FOR_MS / 2000
+
+#: The most runs one cell plays to cover its horizon (a pace far below the horizon).
+MAX_RUNS_PER_CELL = 1000
 
 #: The faults an adversarial origin can play (every boundary fault but none).
 ADVERSARY_FAULTS: tuple[FaultMode, ...] = tuple(
@@ -99,7 +108,6 @@ class ChurnModel:
     down_scale_s: float = 30.0
     alpha: float = 1.5
     departure_rate_per_h: float = 0.0
-    horizon_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +125,19 @@ class Workload:
     churn: ChurnModel = field(default_factory=ChurnModel)
     fraction: float = 0.0
     faults: tuple[FaultMode, ...] = ADVERSARY_FAULTS
+    roles: tuple[str, ...] = ("origin", "relay", "holder", "witness")
+    horizon_s: float = 3600.0
+
+    @property
+    def run_s(self) -> float:
+        """The expected virtual seconds of one run of a cell: four deliveries per decision."""
+        return 4 * (self.steps // 5) * self.link.think_s
+
+    @property
+    def runs_per_cell(self) -> int:
+        """Runs a cell plays one after the other, each a fresh epoch with fresh
+        obligations, so that the cell's agents live ``horizon_s`` (one without a pace)."""
+        return max(1, math.ceil(self.horizon_s / self.run_s)) if self.run_s > 0 else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +148,10 @@ class Cell:
     settings: BoundarySettings
     network: SimNetwork
     departed: tuple[str, ...]
+    #: node name -> fault label (an origin's fault mode, or "liar") of its faulty agents
+    faulty: tuple[tuple[str, str], ...] = ()
+    #: node name -> virtual time of its permanent departure
+    departures: tuple[tuple[str, float], ...] = ()
 
     @property
     def agents(self) -> int:
@@ -173,7 +198,7 @@ def parse_workload(data: object, source: str = "<workload>") -> Workload:
     r = _Reader(source, data, "")
     try:
         r.check_keys(
-            {"agents", "seeds", "steps", "cadence", "profile", "deadline_ms"}
+            {"agents", "seeds", "steps", "cadence", "profile", "deadline_ms", "horizon_s"}
             | {"graph", "network", "churn", "adversary"}
         )
         agents = r.int_list("agents", (100,), 3)
@@ -191,6 +216,7 @@ def parse_workload(data: object, source: str = "<workload>") -> Workload:
         if profile not in DEFAULT_PROFILES:
             raise r.fail("profile", f"one of {', '.join(DEFAULT_PROFILES)}", profile)
         deadline_ms = r.int_("deadline_ms", 1000, 1)
+        horizon_s = _number(r, "horizon_s", 3600.0, 0.0, open_low=True)
         g = _section(r, "graph", {"max_depth", "p_forward", "max_fan_in"})
         max_depth = g.int_("max_depth", 10, 1)
         p_forward = g.prob("p_forward", 0.5)
@@ -218,32 +244,39 @@ def parse_workload(data: object, source: str = "<workload>") -> Workload:
                 f" (obligations last {DEFAULT_SERVE_FOR_MS // 1000} s)",
                 n.data.get("think_s"),
             )
+        if expected_s > 0 and horizon_s / expected_s > MAX_RUNS_PER_CELL:
+            raise r.fail(
+                "horizon_s",
+                f"a horizon of at most {MAX_RUNS_PER_CELL} runs of a cell"
+                f" ({MAX_RUNS_PER_CELL} × {expected_s:g} s at this pace)",
+                data.get("horizon_s"),
+            )
         if link.loss >= 1.0:
             raise n.fail("loss", "a probability in [0, 1)", n.data["loss"])
         c = _section(
             r,
             "churn",
-            {"up_scale_s", "down_scale_s", "alpha", "departure_rate_per_h", "horizon_s"},
+            {"up_scale_s", "down_scale_s", "alpha", "departure_rate_per_h"},
         )
         churn = ChurnModel(
             up_scale_s=_number(c, "up_scale_s", 0.0, 0.0),
             down_scale_s=_number(c, "down_scale_s", 30.0, 0.0),
             alpha=_number(c, "alpha", 1.5, 0.0, open_low=True),
             departure_rate_per_h=_number(c, "departure_rate_per_h", 0.0, 0.0),
-            horizon_s=_number(c, "horizon_s", 3600.0, 0.0, open_low=True),
         )
-        a = _section(r, "adversary", {"fraction", "faults"})
+        a = _section(r, "adversary", {"fraction", "faults", "roles"})
         fraction = _number(a, "fraction", 0.0, 0.0)
         if fraction >= 1.0:
             raise a.fail("fraction", "a number f ≥ 0 and < 1", a.data["fraction"])
         faults = _faults(a)
+        roles = _roles(a)
     except WorkloadError:
         raise
     except ConfigError as exc:
         raise WorkloadError(str(exc)) from None
     return Workload(
         agents, seeds, steps, cadence, profile, deadline_ms, max_depth, p_forward,
-        max_fan_in, link, churn, fraction, faults,
+        max_fan_in, link, churn, fraction, faults, roles, horizon_s,
     )  # fmt: skip
 
 
@@ -256,6 +289,18 @@ def _faults(a: _Reader) -> tuple[FaultMode, ...]:
     if not isinstance(value, list) or not value or any(v not in names for v in value):
         raise a.fail("faults", expected, value)
     return tuple(FaultMode(v) for v in dict.fromkeys(value))
+
+
+ROLES = ("origin", "relay", "holder", "witness")
+
+
+def _roles(a: _Reader) -> tuple[str, ...]:
+    if "roles" not in a.data:
+        return ROLES
+    value = a.data["roles"]
+    if not isinstance(value, list) or any(v not in ROLES for v in value):
+        raise a.fail("roles", f"a list of roles from {', '.join(ROLES)}", value)
+    return tuple(dict.fromkeys(value))
 
 
 def load_workload(path: Path) -> Workload:
@@ -304,27 +349,43 @@ def build_cells(w: Workload, agents: int, seed: int) -> list[Cell]:
         size = origins + relays + 2
         left -= size
         index = len(cells)
-        faulty = rng.random() < min(1.0, w.fraction * size)
-        fault = rng.choice(w.faults) if faulty and w.faults else FaultMode.NONE
         names = ["origin", *(f"relay{i}" for i in range(1, relays + 1)), "holder"]
+        origin_names = ["origin", *(f"origin{i}" for i in range(2, origins + 1))]
+        faulty: dict[str, str] = {}
+        origin_faults: list[FaultMode] = []
+        for name in origin_names:
+            bad = "origin" in w.roles and rng.random() < w.fraction
+            fault = rng.choice(w.faults) if bad else FaultMode.NONE
+            origin_faults.append(fault)
+            if bad:
+                faulty[name] = fault.value
+        for name, role in [*((n, "relay") for n in names[1:-1]), ("holder", "holder")]:
+            if role in w.roles and rng.random() < w.fraction:
+                faulty[name] = LIAR
+        if "witness" in w.roles and rng.random() < w.fraction:
+            faulty["witness"] = LIAR
         settings = BoundarySettings(
             cadences=(w.cadence,),
             profiles=(w.profile,),
-            seeds=(seed * 100_000 + index,),
+            seeds=tuple(
+                seed * 100_000_000 + index * MAX_RUNS_PER_CELL + r for r in range(w.runs_per_cell)
+            ),
             steps=w.steps,
-            fault=fault,
+            fault=origin_faults[0],
             chain=tuple(names),
             origins=origins,
             deadline_ms=w.deadline_ms,
+            origin_faults=tuple(origin_faults),
         )
         availability: dict[str, Availability] = {}
         departed: list[str] = []
+        departures: list[tuple[str, float]] = []
         if w.churn.up_scale_s > 0 or w.churn.departure_rate_per_h > 0:
             for name in [*settings.origin_names(), settings.witness_name]:
                 crng = random.Random(f"churn/{agents}/{seed}/{index}/{name}")
                 avail, leave = churn_schedule(
                     crng,
-                    w.churn.horizon_s,
+                    w.horizon_s,
                     up_scale_s=w.churn.up_scale_s,
                     down_scale_s=w.churn.down_scale_s,
                     alpha=w.churn.alpha,
@@ -333,6 +394,12 @@ def build_cells(w: Workload, agents: int, seed: int) -> list[Cell]:
                 availability[name] = avail
                 if leave is not None:
                     departed.append(name)
+                    departures.append((name, leave))
         network = SimNetwork(seed * 100_000 + index, w.link, availability)
-        cells.append(Cell(index, settings, network, tuple(departed)))
+        cells.append(
+            Cell(
+                index, settings, network, tuple(departed), tuple(faulty.items()),
+                tuple(departures),
+            )
+        )  # fmt: skip
     return cells

@@ -25,12 +25,14 @@ from harness.boundary.records import BoundarySettings
 from harness.boundary.topology import RunClock, start_topology
 from harness.cli import main
 from harness.config import ExperimentConfig
+from harness.simulate.adversary import LIAR, CellLedger
 from harness.simulate.clock import EPOCH_S, VirtualTimeLoop, run_virtual
-from harness.simulate.engine import play_cells, play_slice
+from harness.simulate.engine import CellResult, play_cells, play_slice
 from harness.simulate.network import Availability, LinkModel, SimNetwork
-from harness.simulate.report import confidence_interval, loglog_slope
+from harness.simulate.report import confidence_interval, loglog_slope, summarise
 from harness.simulate.run import CellRow, run_simulation
 from harness.simulate.workload import Workload, build_cells, parse_workload
+from nodes.faults import FaultMode
 from nodes.store import StoreMode
 
 CFG = ExperimentConfig()
@@ -102,36 +104,33 @@ def test_nodes_started_for_a_simulation_read_the_virtual_clock(tmp_path: Path) -
 SMALL = {
     "agents": 9,
     "steps": 25,
+    "horizon_s": 60,  # two runs a cell at this pace (4 × 5 decisions × 2 s each)
     "network": {"loss": 0.05, "think_s": 2},
     "churn": {"up_scale_s": 30, "down_scale_s": 20, "departure_rate_per_h": 2},
     "adversary": {"fraction": 0.33, "faults": ["tamper", "equivocate", "refuse", "drop"]},
 }
 
-#: Columns that are virtual times: the node core budgets its re-asks and deadlines on
-#: time.monotonic() (real time), so these carry sub-second jitter from run to run.
-_TIMED = {"virtual_s", "time_to_evidence_s"}
 
-
-def _untimed(rows: list[CellRow]) -> list[tuple[object, ...]]:
-    return [
-        tuple(getattr(r, f.name) for f in fields(CellRow) if f.name not in _TIMED) for r in rows
-    ]
+def _columns(rows: list[CellRow]) -> list[tuple[object, ...]]:
+    # every column, virtual times included: the node core reads the loop's clock
+    return [tuple(getattr(r, f.name) for f in fields(CellRow)) for r in rows]
 
 
 def test_a_seed_gives_the_same_cells_decisions_evidence_and_costs() -> None:
     w = parse_workload(SMALL)
     first = run_simulation(CFG, w, progress=False)
     second = run_simulation(CFG, w, progress=False)
-    assert _untimed(first.rows) == _untimed(second.rows)
+    assert _columns(first.rows) == _columns(second.rows)
     # and the run is not vacuous: the network, churn and adversaries were all at work
     assert sum(r.losses for r in first.rows) > 0
-    assert sum(r.fault != "none" for r in first.rows) > 0
-    assert all(r.decisions == 5 for r in first.rows)
+    assert sum(r.faulty_agents for r in first.rows) > 0
+    assert sum(r.proofs_honest for r in first.rows) == 0  # accuracy, liars at work
+    assert all(r.decisions == 10 for r in first.rows)  # 2 runs × 5 decisions
     # the same rows, in the same order, from two worker processes
     shared = run_simulation(CFG, w, progress=False, workers=2)
-    assert _untimed(shared.rows) == _untimed(first.rows)
+    assert _columns(shared.rows) == _columns(first.rows)
     other = run_simulation(CFG, parse_workload({**SMALL, "seeds": [1]}), progress=False)
-    assert _untimed(other.rows) != _untimed(first.rows)
+    assert _columns(other.rows) != _columns(first.rows)
 
 
 def test_cells_fill_n_agents_with_chains_up_to_depth_and_fan_in() -> None:
@@ -196,7 +195,7 @@ def test_bad_workload_is_one_error_line_naming_the_key(
 
 def test_cli_writes_the_result_files_with_intervals_and_growth(tmp_path: Path) -> None:
     path = tmp_path / "w.yaml"
-    path.write_text("steps: 25\nagents: [6, 12]\nseeds: 2\n", encoding="utf-8")
+    path.write_text("steps: 25\nagents: [6, 12]\nseeds: 2\nhorizon_s: 300\n", encoding="utf-8")
     out = tmp_path / "out"
     assert main(["simulate", str(path), "--out", str(out), "--no-progress"]) == 0
     with (out / "summary.csv").open(encoding="utf-8") as fh:
@@ -212,6 +211,11 @@ def test_cli_writes_the_result_files_with_intervals_and_growth(tmp_path: Path) -
     assert set(growth) == {"rpcs", "bytes", "sign_ops", "verify_ops"}
     assert all(v != "" for v in growth.values())
     assert "## Growth with N" in (out / "summary.md").read_text(encoding="utf-8")
+    for figure in ("cost_vs_n.png", "completeness.png", "time_to_evidence_cdf.png"):
+        assert (out / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "agents.csv").read_text(encoding="utf-8").startswith("agents_total,seed,cell,")
+    quantities = {r["quantity"] for r in summary}
+    assert {"stored_hops_per_agent", "rpcs_per_agent_hour"} <= quantities
 
 
 def test_confidence_interval_and_loglog_slope() -> None:
@@ -226,6 +230,22 @@ def test_the_built_in_workload_is_the_documented_defaults() -> None:
     # `provnet simulate` without a file and an empty file play the same workload
     assert Workload() == parse_workload({})
     assert Workload().link.think_s == 15.0
+    assert Workload().runs_per_cell == 2  # 2 × 30 decisions × 4 × 15 s: one simulated hour
+
+
+def test_a_cell_lives_its_horizon_on_renewed_obligations() -> None:
+    # runs of 4 × 5 decisions × 10 s: 200 s expected, an obligation lasts 3,600 s;
+    # a 2-hour horizon is 36 runs, each renewing the cell's folds and obligations
+    w = parse_workload({"agents": 3, "steps": 25, "horizon_s": 7200, "network": {"think_s": 10}})
+    assert w.runs_per_cell == 36
+    result = run_simulation(CFG, w, progress=False)
+    (row,) = result.rows
+    assert row.decisions == 36 * 5
+    assert 0.8 * 7200 < row.virtual_s < 1.2 * 7200  # the agents lived the horizon
+    assert row.rehydrations > 0
+    assert row.failed_rehydrations == 0  # no fold past its obligation, none expired
+    agent_hours = [q for n, q, m, _, _ in summarise(result) if q == "rpcs_per_agent_hour" and m > 0]
+    assert agent_hours
 
 
 def test_a_pace_that_outlives_the_obligations_is_refused_naming_the_key(
@@ -262,3 +282,102 @@ def test_ctrl_c_stops_the_run_closes_its_nodes_and_writes_nothing(tmp_path: Path
     assert err.strip().splitlines()[-1] == "provnet: interrupted"
     assert "Traceback" not in err
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- adversaries
+
+
+def _ledgered(settings: BoundarySettings, faulty: dict[str, str]) -> tuple[CellResult, CellLedger]:
+    ledger = CellLedger(faulty)
+    (cell,) = play_cells(CFG, [(settings, SimNetwork(0, LinkModel()))], observers=[ledger])
+    return cell, ledger
+
+
+def test_lying_holder_and_witness_frame_a_faithful_origin_but_prove_nothing() -> None:
+    settings = BoundarySettings(seeds=(0,), steps=50)
+    _, ledger = _ledgered(settings, {"holder": LIAR, "witness": LIAR})
+    kinds = {(f.kind, f.verdict) for f in ledger.forgeries}
+    # every forgery was tried, and a verifier accepted none of them as a proof
+    assert {("refused", "rejected"), ("bad_data", "rejected")} <= kinds
+    assert not [f for f in ledger.forgeries if f.verdict == "proof"]
+    # the colluding witness confirmed the framed silence: a suspicion, never more
+    assert ("unanswered", "suspicion") in kinds
+    assert ledger.witness_lies > 0
+
+
+def test_a_faithful_witness_clears_a_lying_holders_framing() -> None:
+    settings = BoundarySettings(seeds=(0,), steps=50)
+    _, ledger = _ledgered(settings, {"holder": LIAR})
+    framed = [f for f in ledger.forgeries if f.kind == "unanswered"]
+    assert framed
+    assert all(f.verdict == "rejected" for f in framed)
+    assert all("cleared" in f.reason for f in framed)
+
+
+def test_a_colluding_witness_covers_a_dropping_origin() -> None:
+    settings = BoundarySettings(seeds=(0,), steps=50, fault=FaultMode.DROP)
+    _, ledger = _ledgered(settings, {"origin": "drop", "witness": LIAR})
+    assert any(s.origin == "origin" and s.outcome == "unanswered" for s in ledger.stamps)
+    assert not any(s.recorded for s in ledger.stamps)  # never confirmed: nothing kept
+    honest, _ = _ledgered(settings, {"origin": "drop"})
+    assert honest.outcome.evidence  # a faithful witness confirms the same silence
+
+
+def test_every_role_is_faulty_at_the_asked_fraction() -> None:
+    w = parse_workload({"agents": 3000, "adversary": {"fraction": 0.33}})
+    cells = build_cells(w, 3000, 0)
+    roles: dict[str, list[bool]] = {}
+    for c in cells:
+        faulty = dict(c.faulty)
+        for spec in c.settings.specs():
+            roles.setdefault(spec.role.value, []).append(spec.name in faulty)
+        assert [s.fault.value for s in c.settings.specs() if s.role.value == "origin"] == [
+            faulty.get(n, "none") for n in c.settings.origin_names()
+        ]
+    for role, flags in roles.items():
+        assert abs(sum(flags) / len(flags) - 0.33) < 0.05, role
+
+
+# --------------------------------------------------------------------------- clock seam
+
+
+def _timed_cell() -> tuple[float, list[tuple[float, str, str, bool]], list[tuple[str, int]]]:
+    """A cell whose timing is all deadlines: a dropping and a slow origin, lossy links."""
+    settings = BoundarySettings(
+        seeds=(0,),
+        steps=50,
+        origins=2,
+        fault=FaultMode.DROP,
+        origin_faults=(FaultMode.DROP, FaultMode.SLOW),
+    )
+    ledger = CellLedger({"origin": "drop", "origin2": "slow"})
+    net = SimNetwork(0, LinkModel(loss=0.05, think_s=3.0))
+    (cell,) = play_cells(CFG, [(settings, net)], observers=[ledger])
+    stamps = [(s.t, s.origin, s.outcome, s.recorded) for s in ledger.stamps]
+    return cell.virtual_seconds, stamps, [(e.kind, e.step) for e in cell.outcome.evidence]
+
+
+def test_a_simulated_run_does_not_read_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = _timed_cell()
+    assert any(outcome == "unanswered" for _, _, outcome, _ in plain[1])  # deadlines ran out
+    # the process's monotonic clock racing ahead (5 s a reading) changes nothing: the
+    # node core's budgets, re-asks and deadlines are all on the loop's virtual clock
+    ticks = [1e6]
+
+    def racing() -> float:
+        ticks[0] += 5.0
+        return ticks[0]
+
+    monkeypatch.setattr(time, "monotonic", racing)
+    assert _timed_cell() == plain
+
+
+def test_an_origin_down_whenever_asked_could_not_be_exposed() -> None:
+    always_down = {"origin": Availability(((0.0, math.inf),))}
+    settings = BoundarySettings(seeds=(0,), steps=50, fault=FaultMode.TAMPER)
+    ledger = CellLedger({"origin": "tamper"}, always_down)
+    play_cells(CFG, [(settings, SimNetwork(0, LinkModel(), always_down))], observers=[ledger])
+    asked = [s for s in ledger.stamps if s.origin == "origin"]
+    assert asked  # the holder asked, the tampering origin never got to answer
+    assert not any(s.up for s in asked)
+    assert {s.outcome for s in asked} == {"unanswered"}
