@@ -1,0 +1,166 @@
+"""``provnet experiment custody``: closed forms, intervals, trials on real nodes, the CLI.
+
+Every test here is cheap (small sweeps on in-process nodes, seconds); the
+±2 point sweep is ``provnet experiment custody --full`` (docs/custody.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.custody.runner import plan_cells
+from harness.custody.settings import CellResult, CustodySettings, Departures
+from harness.custody.stats import (
+    PLANNED_HALF_WIDTH,
+    closed_form,
+    closed_form_random_placement,
+    trials_for,
+    wilson,
+)
+from harness.custody.trials import run_cells
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_wilson_matches_the_published_interval() -> None:
+    # Wilson (1927) / Newcombe (1998) method 3: 81 of 263 → 0.2553 to 0.3662.
+    lo, hi = wilson(81, 263)
+    assert (round(lo, 4), round(hi, 4)) == (0.2553, 0.3662)
+    # all successes: the upper end is 1, the lower end n / (n + z²)
+    lo, hi = wilson(50, 50)
+    assert hi == 1.0
+    assert lo == pytest.approx(50 / (50 + 1.959963984540054**2))
+
+
+def test_trials_for_is_the_fewest_meeting_the_half_width() -> None:
+    for a in (0.5, 0.8, 0.992, 1.0):
+        n = trials_for(a)
+        z2 = 1.959963984540054**2
+
+        def half(m: int, a: float = a) -> float:
+            return math.sqrt(z2) * math.sqrt(a * (1 - a) / m + z2 / (4 * m * m)) / (1 + z2 / m)
+
+        assert half(n) <= PLANNED_HALF_WIDTH < half(n - 1)
+    assert trials_for(0.5) > trials_for(0.8) > trials_for(0.99)
+
+
+def test_closed_forms() -> None:
+    assert closed_form(2, 0.2) == pytest.approx(0.992)
+    assert closed_form(0, 0.2) == pytest.approx(0.8)
+    # one operator: every party departs with it, whatever k
+    assert closed_form_random_placement(3, 0.3, 1) == pytest.approx(0.7)
+    # k = 1 on 4 operators: same operator with probability 1/4
+    p = 0.3
+    assert closed_form_random_placement(1, p, 4) == pytest.approx(1 - (p / 4 + 3 * p * p / 4))
+
+
+def test_full_plan_meets_the_goal_at_every_cell() -> None:
+    plan = plan_cells(CustodySettings(trials=0, departures=(Departures.INDEPENDENT,)))
+    assert len(plan) == 20
+    for cell, n in plan:
+        lo, hi = wilson(round(cell.expected * n), n)
+        assert (hi - lo) / 2 <= 0.02, (cell.k, cell.p, n)
+
+
+# --------------------------------------------------------------------------- trials on nodes
+
+
+def _play(settings: CustodySettings, k: int, p: float, trials: int) -> CellResult:
+    cell = CellResult(Departures.INDEPENDENT, k, p, closed_form(k, p))
+    asyncio.run(run_cells(settings, [(cell, trials)]))
+    return cell
+
+
+def test_k0_departed_origin_is_unanswered_witness_confirmed_and_nobody_else_accused() -> None:
+    settings = CustodySettings(ks=(0,), ps=(0.5,), batch=12)
+    cell = _play(settings, 0, 0.5, 12)
+    assert cell.trials == 12
+    # at k = 0 a trial is available exactly when its origin stayed
+    assert cell.available + cell.departed_origins == 12
+    assert 0 < cell.departed_origins < 12  # the seed departs some, not all
+    # every departed origin gets one witness-confirmed unanswered record; nobody else
+    assert cell.evidence == {("origin", "unanswered", True): cell.departed_origins}
+    assert cell.honest_accused == 0
+    assert cell.unconfirmed == 0
+    assert cell.served_by == {"origin": cell.available}
+    # flips happen only where the hops were missing and the oracle would proceed
+    assert cell.decisions == 4 * 12
+    assert 0 < cell.flips <= 4 * cell.departed_origins
+
+
+def test_p0_serves_everything_and_flips_nothing() -> None:
+    cell = _play(CustodySettings(ks=(0,), ps=(0.0,), batch=6), 0, 0.0, 6)
+    assert cell.available == 6
+    assert cell.flips == 0
+    assert cell.evidence == {}
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--k", "5"], "--k: expected custodian counts 0..3"),
+        (["--k", "0,0"], "--k: custodian count 0 appears twice"),
+        (["--p", "1.5"], "--p: expected a probability in [0, 1)"),
+        (["--p", "x"], "--p: expected probabilities in [0, 1)"),
+        (["--departures", "sometimes"], "--departures: expected a comma list of independent"),
+        (["--deadline-ms", "10"], "--deadline-ms: deadline_ms 10 is outside"),
+        (
+            ["--k", "0,3", "--operators", "2", "--departures", "operator_placed"],
+            "--operators: per-operator placement of k = 3 custodians needs at least 4",
+        ),
+    ],
+)
+def test_bad_input_is_one_error_line_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    rc = main(["experiment", "custody", *argv, "--out", str(tmp_path / "x"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("provnet: error: ")
+    assert needle in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_writes_csv_summary_figures_with_digests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import structlog
+
+    out = tmp_path / "rc"
+    argv = ["experiment", "custody", "--k", "0", "--p", "0.5", "--trials", "8"]
+    argv += ["--departures", "independent", "--batch", "8"]
+    try:
+        rc = main([*argv, "--out", str(out), "--no-progress"])
+    finally:
+        structlog.reset_defaults()  # the handler configures node logging process-wide
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "honest parties accused: 0" in printed
+    with (out / "custody_availability.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["departures"], r["k"], r["p"], r["trials"]) for r in rows] == [
+        ("independent", "0", "0.5", "8")
+    ]
+    assert float(rows[0]["closed_form"]) == 0.5
+    lo, hi = wilson(int(rows[0]["available"]), 8)
+    assert float(rows[0]["ci_low"]) == pytest.approx(lo, abs=1e-6)
+    assert float(rows[0]["ci_high"]) == pytest.approx(hi, abs=1e-6)
+    meta = json.loads((out / "custody_meta.json").read_text())
+    assert meta["interval"] == "Wilson score, 95%"
+    assert set(meta["files"]) >= {"custody_availability.csv", "summary.md"}
+    from harness._outdir import check_digests
+
+    check_digests(out, "custody_meta.json", meta["files"])
+    assert (out / "custody_availability.png").stat().st_size > 0
+    assert "## Availability: independent departures" in (out / "summary.md").read_text()
