@@ -39,15 +39,15 @@ def test_wilson_matches_the_published_interval() -> None:
     assert lo == pytest.approx(50 / (50 + 1.959963984540054**2))
 
 
+def _half(a: float, m: int) -> float:
+    z = 1.959963984540054
+    return z * math.sqrt(a * (1 - a) / m + z * z / (4 * m * m)) / (1 + z * z / m)
+
+
 def test_trials_for_is_the_fewest_meeting_the_half_width() -> None:
     for a in (0.5, 0.8, 0.992, 1.0):
         n = trials_for(a)
-        z2 = 1.959963984540054**2
-
-        def half(m: int, a: float = a) -> float:
-            return math.sqrt(z2) * math.sqrt(a * (1 - a) / m + z2 / (4 * m * m)) / (1 + z2 / m)
-
-        assert half(n) <= PLANNED_HALF_WIDTH < half(n - 1)
+        assert _half(a, n) <= PLANNED_HALF_WIDTH < _half(a, n - 1)
     assert trials_for(0.5) > trials_for(0.8) > trials_for(0.99)
 
 
