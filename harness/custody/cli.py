@@ -162,6 +162,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="make the nodes' data directories under this folder (default: a temporary one)",
     )
+    parser.add_argument(
+        "--cost-line",
+        action="store_true",
+        help="print one cost-table row instead of a line per cell: availability at one"
+        " (k, p) cell next to k = 0 (needs --k 0,K and one --p; the main job's row)",
+    )
     add_progress_flags(parser)
     parser.set_defaults(handler=_handler)
 
@@ -205,6 +211,10 @@ def _handler(args: argparse.Namespace) -> int:
     except CustodyError as exc:
         key, _, rest = str(exc).partition(":")
         raise UsageError(f"--{key.replace('_', '-')}:{rest}") from None
+    if args.cost_line and (len(ks) != 2 or 0 not in ks or len(ps) != 1 or len(modes) != 1):
+        raise UsageError(
+            "--cost-line: expected --k 0,K (k = 0 and one other), one --p and one --departures mode"
+        )
     if args.cluster is not None or args.nodes is not None:
         from harness.custody.remote import run_on_running
 
@@ -239,8 +249,32 @@ def _handler(args: argparse.Namespace) -> int:
         except OSError as exc:
             target = exc.filename if exc.filename is not None else args.out
             raise UsageError(f"{target}: cannot write: {exc.strerror or exc}") from None
-    print_outcome(outcome.cells, outcome.wall_seconds, where, args.out)
+    if args.cost_line:
+        print(cost_line(outcome.cells, where))
+    else:
+        print_outcome(outcome.cells, outcome.wall_seconds, where, args.out)
     return 0
+
+
+def cost_line(cells: Sequence[CellResult], where: str) -> str:
+    """One row for a cost table: availability at (k, p) next to k = 0, each with
+    its 95% interval and closed form, and the honest parties accused."""
+    base = next(c for c in cells if c.k == 0)
+    other = next(c for c in cells if c.k != 0)
+
+    def cell(c: CellResult) -> str:
+        lo, hi = c.interval
+        return (
+            f"k = {c.k}: {100 * c.availability:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
+            f" (closed form {100 * c.expected:.1f}%)"
+        )
+
+    accused = sum(c.honest_accused for c in cells)
+    return (
+        f"| custody: rehydration availability, parties departing for good with p = {base.p:g}"
+        f" ({base.trials} trials each, {where}; honest accused {accused}) | {cell(base)} |"
+        f" {cell(other)} |"
+    )
 
 
 def print_outcome(cells: Sequence[CellResult], wall: float, where: str, out: Path) -> None:
