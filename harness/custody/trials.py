@@ -49,7 +49,7 @@ from harness.gates import Decision as GateDecision
 from harness.lineage import FoldedPrefix, HopLog, hop_bytes
 from nodes import wire
 from nodes.client import Holder
-from nodes.messages import Delivery, Outcome
+from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationReport
 from nodes.store import StoreMode
 from nodes.transport import LocalNode
 
@@ -71,7 +71,7 @@ ROLE_CUSTODIAN = "custodian"
 
 @dataclass(slots=True)
 class _Party:
-    handle: NodeHandle
+    handle: Any  # a NodeRef: name, node_id, address (a NodeHandle in this process)
     role: str
     operator: str
     departed: bool = False
@@ -207,7 +207,7 @@ class TrialPool:
     async def _party(self, role: str) -> _Party:
         self._serial += 1
         prefix = "o" if role == ROLE_ORIGIN else "c"
-        handle = await self._start(f"{prefix}{self._serial}", Role.ORIGIN)
+        handle = await self._new_node(f"{prefix}{self._serial}")
         party = _Party(handle, role, "")
         self.by_id[handle.node_id] = party
         return party
@@ -251,28 +251,63 @@ class TrialPool:
         return groups[:count]
 
     async def _depart(self, party: _Party) -> None:
-        """Gone for good: node closed, off the network, data directory removed."""
         party.departed = True
-        handle = party.handle
+        await self._remove_node(party.handle)
+
+    # ----------------------------------------------------------------- node operations
+    # (in this process here; on extra node processes in harness.custody.remote)
+
+    async def _new_node(self, name: str) -> Any:
+        """A new node (new identity, empty store) that may become origin or custodian."""
+        return await self._start(name, Role.ORIGIN)
+
+    async def _remove_node(self, handle: Any) -> None:
+        """Gone for good: node closed, off the network, data directory removed."""
         self._live.remove(handle)
         self.registry.pop(handle.address, None)
         await self._stop(handle)
         await asyncio.to_thread(shutil.rmtree, handle.core.config.data_dir, ignore_errors=False)
+
+    async def _append_commit(
+        self, handle: Any, hops: list[Hop], value_ref: str
+    ) -> tuple[float, CommittedCompaction]:
+        """The hops made durable at ``handle``, then one compaction folding them:
+        when the compaction started (perf counter) and what it committed."""
+        core = handle.core
+        await core.store.new_epoch()  # hop ids restart every trial (seed 000)
+        await core.append(
+            [json.dumps(_fields(h)).encode("utf-8") for h in hops], [h.step for h in hops]
+        )
+        started = time.perf_counter()
+        return started, await core.commit_compaction([(value_ref, [h.step for h in hops], b"")])
+
+    async def _send(self, handle: Any, delivery: Delivery) -> tuple[Any, Delivery]:
+        holder, _ = self._open()
+        _, receipt, sent = await handle.core.send(
+            holder.address, delivery, _TIMEOUT_S, signer=holder.node_id
+        )
+        return receipt, sent
+
+    async def _demand(self, value_ref: str) -> RehydrationReport:
+        holder, client = self._open()
+        held = holder.core.held(value_ref)
+        witnesses = [self.witness.address] if self.witness is not None else []
+        report: RehydrationReport = await client.rehydrate(
+            value_ref, held.folds, witnesses=witnesses
+        )
+        return report
+
+    def value_ref(self, g: _Group) -> str:
+        return f"g{g.slot}"
 
     # ----------------------------------------------------------------- one batch
 
     async def _commit(
         self, g: _Group, rng: random.Random, cell: CellResult, *, timed: bool = False
     ) -> _Trial:
-        core = g.origin.handle.core
-        await core.store.new_epoch()
         hops = _make_hops(rng, self.settings.hops)
-        await core.append(
-            [json.dumps(_fields(h)).encode("utf-8") for h in hops], [h.step for h in hops]
-        )
-        value_ref = f"g{g.slot}"
-        started = time.perf_counter()
-        committed = await core.commit_compaction([(value_ref, [h.step for h in hops], b"")])
+        value_ref = self.value_ref(g)
+        started, committed = await self._append_commit(g.origin.handle, hops, value_ref)
         custody = await self._take_custody(g, committed)
         if timed:  # a commit alone: concurrent ones would time the event loop's queue
             cell.commit_seconds.append(time.perf_counter() - started)
@@ -287,7 +322,7 @@ class TrialPool:
             json.dumps({"value": g.slot, "hops": len(hops)}).encode("utf-8"),
             (),
             (),
-            core.node_id,
+            g.origin.handle.node_id,
             tuple(committed.fold_proofs),
             (committed.head,),
         )
@@ -296,12 +331,8 @@ class TrialPool:
         return _Trial(g, hops, view, oracle, value_ref, delivery)
 
     async def _deliver(self, trial: _Trial, cell: CellResult) -> None:
-        holder, _ = self._open()
         delivery = trial.delivery
-        core = trial.group.origin.handle.core
-        _, receipt, sent = await core.send(
-            holder.address, delivery, _TIMEOUT_S, signer=holder.node_id
-        )
+        receipt, sent = await self._send(trial.group.origin.handle, delivery)
         if receipt.statement.value_digest != sha256_hex(delivery.value):
             raise CustodyError(f"the holder acknowledged another value than {delivery.value_ref}")
         cell.value_bytes += len(delivery.value)
@@ -326,14 +357,17 @@ class TrialPool:
         return [party for party in g.parties if party.operator in gone]
 
     async def _rehydrate(self, trial: _Trial, cell: CellResult) -> None:
-        holder, client = self._open()
-        held = holder.core.held(trial.value_ref)
-        witnesses = [self.witness.address] if self.witness is not None else []
-        report = await client.rehydrate(trial.value_ref, held.folds, witnesses=witnesses)
+        report = await self._demand(trial.value_ref)
         cell.rehydrate_rpcs += report.rpcs
         for o in report.outcomes:
             if o.outcome is Outcome.UNANSWERED and not o.evidence_path and not o.cleared:
-                cell.unconfirmed += 1
+                cell.unconfirmed += 1  # silence no witness confirmed: never evidence
+            elif o.accuses and o.evidence_path:
+                # What the holder recorded (its file's path): evidence by party and kind.
+                party = self.by_id.get(o.origin)
+                role = party.role if party is not None else "other"
+                key = (role, o.outcome.value, party.departed if party is not None else False)
+                cell.evidence[key] = cell.evidence.get(key, 0) + 1
         log = self._verified(report.hops)
         folded = trial.view.folded
         ok = (
@@ -374,15 +408,7 @@ class TrialPool:
 
     async def _on_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
         holder, _ = self._open()
-        await holder.core.keep_evidence(kind, accused, body, path)
-        cell = self._cell
-        if cell is None:
-            return
-        party = self.by_id.get(accused)
-        role = party.role if party is not None else "other"
-        departed = party.departed if party is not None else False
-        key = (role, kind, departed)
-        cell.evidence[key] = cell.evidence.get(key, 0) + 1
+        await holder.core.keep_evidence(kind, accused, body, path)  # as a node's holder does
 
     async def play_cell(
         self,
@@ -443,7 +469,10 @@ async def run_cells(
     node_dir: Path | None = None,
 ) -> None:
     """Play every (cell, trials) on one pool of nodes (closed whatever happens)."""
-    with tempfile.TemporaryDirectory(prefix="provnet-custody-", dir=node_dir) as tmp:
+    from harness.boundary.runner import _scratch_root
+
+    root = str(node_dir) if node_dir is not None else _scratch_root()
+    with tempfile.TemporaryDirectory(prefix="provnet-custody-", dir=root) as tmp:
         pool = TrialPool(settings, Path(tmp))
         try:
             await pool.open()
