@@ -164,3 +164,54 @@ def test_cli_writes_csv_summary_figures_with_digests(
     check_digests(out, "custody_meta.json", meta["files"])
     assert (out / "custody_availability.png").stat().st_size > 0
     assert "## Availability: independent departures" in (out / "summary.md").read_text()
+
+
+@pytest.mark.long
+def test_cli_nodes_departs_extra_processes_and_leaves_the_running_ones_as_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--nodes``: holder and witness are running node processes; the origins are
+    extra processes started, stopped and removed here (long: ~15 s of processes)."""
+    import dataclasses
+    import os
+
+    import structlog
+
+    from nodes.auth import OPERATOR_KEY_FILENAME, create_operator_key
+    from nodes.cluster import NodeSpec, free_ports, peer_list, start_nodes, stop_all
+
+    operator = create_operator_key(tmp_path / OPERATOR_KEY_FILENAME)
+    monkeypatch.setenv("PROVNET_OPERATOR_KEY_FILE", str(tmp_path / OPERATOR_KEY_FILENAME))
+    names = ["holder", "witness"]
+    base = [
+        NodeSpec(n, p, tmp_path / n, tmp_path / f"{n}.log")
+        for n, p in zip(names, free_ports(2), strict=True)
+    ]
+    specs = [
+        dataclasses.replace(s, peers=peer_list(base, s.name), operator_keys=(operator.key_id,))
+        for s in base
+    ]
+    started = start_nodes(specs, timeout=60.0)
+    try:
+        pids = {r.name: p.pid for r, p in started}
+        nodes = ",".join(f"{r.name}={r.address}" for r, _ in started)
+        argv = ["experiment", "custody", "--nodes", nodes, "--k", "0", "--p", "0.5"]
+        argv += ["--trials", "6", "--batch", "6", "--departures", "independent"]
+        argv += ["--node-dir", str(tmp_path / "extra")]
+        try:
+            rc = main([*argv, "--out", str(tmp_path / "out"), "--no-progress"])
+        finally:
+            structlog.reset_defaults()
+        assert rc == 0, capsys.readouterr().err
+        with (tmp_path / "out" / "custody_availability.csv").open() as fh:
+            (row,) = list(csv.DictReader(fh))
+        assert int(row["available"]) + int(row["departed_origins"]) == 6
+        assert row["honest_accused"] == "0"
+        # the running nodes as found; the extra nodes and their directories gone
+        assert {r.name: p.pid for r, p in started} == pids
+        assert all(p.poll() is None for _, p in started)
+        assert list((tmp_path / "extra").iterdir()) == []
+        for r, _ in started:
+            assert os.path.exists(f"/proc/{pids[r.name]}")
+    finally:
+        stop_all(started, grace=2.0)
