@@ -72,6 +72,7 @@ from contracts.canonical import (
     format_ms,
     parse_json_object,
 )
+from contracts.custody import CustodyFold, bind_custody, open_custody
 from contracts.envelope import Envelope
 from contracts.errors import (
     BindingMismatch,
@@ -201,6 +202,7 @@ _FIELDS = frozenset(
         "answers",
         "proof",
         "status",
+        "custody",
     }
 )
 
@@ -259,6 +261,10 @@ class Evidence:
     proof: JsonObject | None = None
     #: ``unanswered`` only: :data:`BUSY_STATUS` if the origin answered that, not silence.
     status: str = ""
+    #: A head-bound record against a **custodian**: its custody statement's note
+    #: (:mod:`contracts.custody`); ``commitment`` is then the origin's head, signed
+    #: by the origin, and everything attributed is the custodian's.
+    custody: bytes | None = None
 
     @property
     def level(self) -> EvidenceLevel:
@@ -294,6 +300,8 @@ class Evidence:
             out["proof"] = self.proof
         if self.status:
             out["status"] = self.status  # likewise: records without it keep their bytes
+        if self.custody is not None:
+            out["custody"] = self.custody.decode("utf-8")  # likewise
         return out
 
     def to_bytes(self) -> bytes:
@@ -315,6 +323,11 @@ class Evidence:
         proof = obj.get("proof")
         if proof is not None and type(proof) is not dict:
             raise EncodingError("evidence: field 'proof' must be a JSON object")
+        custody = obj.get("custody")
+        if custody is not None and (type(custody) is not str or proof is None):
+            raise EncodingError(
+                "evidence: field 'custody' must be a custody note (text), on a head-bound record"
+            )
         status = obj.get("status", "")
         if status != "" and (status != BUSY_STATUS or obj.get("kind") != "unanswered"):
             raise EncodingError(
@@ -336,6 +349,7 @@ class Evidence:
             reported_at=get_int(obj, "reported_at", "evidence", hi=MAX_TIME_MS),
             proof=proof,
             status=status,
+            custody=None if custody is None else custody.encode("utf-8"),
         )
 
     @classmethod
@@ -412,13 +426,25 @@ def _core(e: Evidence) -> _Core:
 
 
 def _head_core(e: Evidence) -> _Core:
-    """A head-bound record: the head by the accused, the fold proven under it."""
-    # (1) the head is signed by the accused
-    head = _head_by_accused(e.commitment, e.accused, "head")
+    """A head-bound record: the head by the accused, the fold proven under it — or,
+    against a custodian, the origin's head, the fold under it, and the custodian's
+    statement bound to both (:func:`contracts.custody.bind_custody`)."""
     if e.obligation is not None:
         raise EncodingError("evidence: a head-bound record has no obligation (the head has it)")
-    # (2) the fold record is included under the head's root
-    fold = verify_fold(FoldProof.from_json(e.proof), head)
+    fold: VerifiedFold
+    if e.custody is None:
+        # (1) the head is signed by the accused
+        head = _head_by_accused(e.commitment, e.accused, "head")
+        # (2) the fold record is included under the head's root
+        fold = verify_fold(FoldProof.from_json(e.proof), head)
+    else:
+        # (1') the head is signed by its origin, the custody statement by the accused
+        if not isinstance(e.commitment, bytes):
+            raise EncodingError("evidence: head is an envelope; a head is a signed note")
+        head = open_head(e.commitment)
+        custody = open_custody(e.custody, custodian=e.accused)
+        # (2') the fold is under the head, and the statement promises exactly it
+        fold = bind_custody(custody, verify_fold(FoldProof.from_json(e.proof), head))
     if e.demand is None:
         raise EncodingError("evidence: missing demand")
     # (3) the demand names the head and the fold (as for per-fold statements)
@@ -955,6 +981,17 @@ def cite_head(evidence: Evidence, fold: VerifiedFold) -> Evidence:
     The stand-in commitment is not a signed envelope; the head is. The result
     verifies with :func:`verify_evidence` like any record.
     """
+    if isinstance(fold, CustodyFold) and fold.custody is not None:
+        # against a custodian: its statement is the obligation, the head the origin's
+        if evidence.obligation is None or evidence.obligation.digest != fold.custody.digest:
+            raise ValueError("evidence was not built from this fold's custody statement")
+        return dataclasses.replace(
+            evidence,
+            commitment=fold.head.note,
+            obligation=None,
+            proof=fold.proof.to_json(),
+            custody=fold.custody.note,
+        )
     if evidence.obligation is None or evidence.obligation.digest != fold.head.digest:
         raise ValueError("evidence was not built from this fold's head")
     return dataclasses.replace(

@@ -154,6 +154,56 @@ DDL: tuple[str, ...] = (
     """
     CREATE INDEX IF NOT EXISTS attestations_value ON attestations (value_digest)
     """,
+    # Custody (nodes.custodian, docs/custody.md): folds of another origin this node
+    # holds as custodian. Written in the order of seed 000: the hops and the hold
+    # (with the serve_until the statement will carry) commit first; only then is
+    # the custody statement signed and kept. The reaper deletes a fold's hops only
+    # once its hold expired (S5): a hold's serve_until is never below that of a
+    # statement naming the fold.
+    """
+    CREATE TABLE IF NOT EXISTS custody_holds (
+        leaf_hash   TEXT    NOT NULL,
+        head_digest TEXT    NOT NULL,
+        origin      TEXT    NOT NULL,
+        root        TEXT    NOT NULL,
+        leaf_count  INTEGER NOT NULL CHECK (leaf_count >= 1),
+        head_note   BLOB    NOT NULL,
+        proof       BLOB    NOT NULL,
+        serve_until INTEGER NOT NULL,
+        created_at  INTEGER NOT NULL,
+        PRIMARY KEY (head_digest, leaf_hash)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS custody_holds_leaf ON custody_holds (leaf_hash)
+    """,
+    # A fold's hop bytes by its record's leaf hash: the record names the root, so
+    # one leaf hash is one byte string per leaf, whichever head proves it.
+    """
+    CREATE TABLE IF NOT EXISTS custody_hops (
+        leaf_hash  TEXT    NOT NULL,
+        leaf_index INTEGER NOT NULL,
+        hop_bytes  BLOB    NOT NULL,
+        PRIMARY KEY (leaf_hash, leaf_index)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS custody_statements (
+        digest      TEXT    PRIMARY KEY,
+        head_digest TEXT    NOT NULL,
+        note        BLOB    NOT NULL,
+        serve_until INTEGER NOT NULL,
+        created_at  INTEGER NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS custody_statement_folds (
+        leaf_hash   TEXT NOT NULL,
+        head_digest TEXT NOT NULL,
+        digest      TEXT NOT NULL REFERENCES custody_statements (digest),
+        PRIMARY KEY (head_digest, leaf_hash, digest)
+    ) WITHOUT ROWID
+    """,
     """
     CREATE TABLE IF NOT EXISTS counters (
         name  TEXT PRIMARY KEY,

@@ -97,6 +97,11 @@ _FLAG_HELP: Mapping[str, str] = {
     "tls_cert": "PEM file of this node's TLS certificate; the node then serves TLS only"
     " (needs --tls-key and --tls-ca)",
     "tls_key": "PEM file of the key of --tls-cert",
+    "custodians": "peer names (';'- or ','-separated) this node asks to take custody of its"
+    " folds at commit, in order of preference (see docs/custody.md)",
+    "custody_k": "custodians asked per compaction, distinct operators first (default 0: none)",
+    "operator": "this node's operator label, one failure domain for custody placement"
+    " (default: the node name)",
 }
 
 

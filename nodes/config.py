@@ -155,7 +155,36 @@ ENV_VARS: Mapping[str, str] = {
     "tls_ca": "PROVNET_TLS_CA",
     "tls_cert": "PROVNET_TLS_CERT",
     "tls_key": "PROVNET_TLS_KEY",
+    "custodians": "PROVNET_CUSTODIANS",
+    "custody_k": "PROVNET_CUSTODY_K",
+    "operator": "PROVNET_OPERATOR",
 }
+
+
+#: Custodians one compaction may ask (a value carries at most this many statements
+#: per origin: contracts.custody.MAX_CUSTODY_PER_ORIGIN).
+MAX_CUSTODY_K = 8
+_OPERATOR_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+def _check_custody(config: NodeConfig) -> None:
+    if not 0 <= config.custody_k <= MAX_CUSTODY_K:
+        raise ConfigError(
+            f"{setting('custody_k')}: must be 0..{MAX_CUSTODY_K}, got {config.custody_k}"
+        )
+    if config.custody_k > len(config.custodians):
+        raise ConfigError(
+            f"{setting('custody_k')}: {config.custody_k} custodians asked, but"
+            f" {setting('custodians')} names {len(config.custodians)}"
+        )
+    for name in config.custodians:
+        if not NODE_NAME_RE.match(name) or name == config.name:
+            raise ConfigError(f"{setting('custodians')}: {name!r:.40} is not another node's name")
+    if config.operator and not _OPERATOR_RE.match(config.operator):
+        raise ConfigError(
+            f"{setting('operator')}: expected 1-64 of a-z 0-9 _ . - (starting with a letter"
+            f" or digit), got {config.operator!r:.80}"
+        )
 
 
 def _check_address(key: str, value: str) -> str:
@@ -297,6 +326,14 @@ class NodeConfig:
     #: setting that makes a node's clock run ahead (or behind, negative) of its
     #: peers' by a known skew. Every time the node signs or checks uses it.
     clock_offset_s: float = 0.0
+    #: Custody (docs/custody.md): peer names this node, as an origin, asks to take
+    #: custody of its folds at commit, in order of preference; ``custody_k`` of
+    #: them are asked per compaction, distinct operators first (0: none, as before).
+    custodians: tuple[str, ...] = ()
+    custody_k: int = 0
+    #: This node's operator label (one failure domain), signed into the custody
+    #: statements it makes; placement counts operators, not keys ("": its name).
+    operator: str = ""
     #: TLS (:mod:`nodes.tls`): the CA that verifies peers' certificates (every
     #: call this node makes is then TLS), and this node's own certificate and
     #: key (it then serves TLS only). All three, or the CA alone; none: plaintext.
@@ -351,6 +388,7 @@ class NodeConfig:
             )
         if self.min_witnesses < 1:
             raise ConfigError(f"{setting('min_witnesses')}: must be >= 1, got {self.min_witnesses}")
+        _check_custody(self)
         if self.reap_interval_s < 0:
             raise ConfigError(
                 f"{setting('reap_interval_s')}: must be >= 0 (0: off), got {self.reap_interval_s}"
@@ -471,7 +509,7 @@ class NodeConfig:
             "name": str(raw["name"]),
             "data_dir": Path(str(raw["data_dir"])),
         }
-        for key in ("listen", "advertise", "log_level"):
+        for key in ("listen", "advertise", "log_level", "operator"):
             if key in raw:
                 kwargs[key] = str(raw[key])
         if "peers" in raw:
@@ -518,9 +556,17 @@ class NodeConfig:
             ("bulk_shed_lag_ms", 0),
             ("max_bulk_bytes", 0),
             ("max_pending_rpcs", 0),
+            ("custody_k", 0),
         ):
             if key in raw:
                 kwargs[key] = _as_int(where(key), raw[key], minimum)
+        if "custodians" in raw:
+            value = raw["custodians"]
+            kwargs["custodians"] = (
+                value
+                if isinstance(value, tuple)
+                else tuple(n for n in re.split(r"[;,\s]+", str(value).strip()) if n)
+            )
         if "routes" in raw:
             value = raw["routes"]
             if isinstance(value, tuple):

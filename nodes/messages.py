@@ -76,6 +76,8 @@ class Delivery:
     sender: str = ""
     fold_proofs: tuple[bytes, ...] = ()
     heads: tuple[bytes, ...] = ()
+    #: Custody statements (:mod:`contracts.custody`) for the folds, as signed.
+    custody: tuple[bytes, ...] = ()
 
     @property
     def size(self) -> int:
@@ -87,6 +89,7 @@ class Delivery:
             + sum(len(p) for p in self.fold_proofs)
             + sum(len(h) for h in self.heads)
             + sum(len(o) for o in self.obligations)
+            + sum(len(c) for c in self.custody)
         )
 
 
@@ -120,6 +123,9 @@ class CommittedCompaction:
     head: bytes
     fold_proofs: tuple[bytes, ...]
     provenance_pending: bool
+    #: Custody statements custodians signed for the folds (:mod:`nodes.custodian`;
+    #: ``statements_for`` picks one fold's): empty with ``custody_k`` 0.
+    custody: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,12 +215,32 @@ class OriginOutcome:
 
 @dataclass(frozen=True, slots=True)
 class RehydrationReport:
+    """One value's rehydration: per origin its outcome; with custodians
+    (:func:`nodes.custodian.rehydrate_with_custody`), per custodian asked, in the
+    order asked, its own outcome in ``parties`` (``origin`` names the custodian),
+    and ``recovered`` when custodians served every fold the origins did not."""
+
     value_ref: str
     outcomes: tuple[OriginOutcome, ...]
     hops: tuple[VerifiedHop, ...]
     rpcs: int
     demand_rpcs: int
+    parties: tuple[OriginOutcome, ...] = ()
+    recovered: bool = False
 
     @property
     def complete(self) -> bool:
-        return all(o.outcome is Outcome.SERVED for o in self.outcomes)
+        """Every fold served: by its origins, or what they did not by custodians."""
+        return self.recovered or all(o.outcome is Outcome.SERVED for o in self.outcomes)
+
+    @property
+    def served_by(self) -> tuple[str, ...]:
+        """Parties (origins and custodians, node ids) that served, in the order asked."""
+        return tuple(
+            o.origin for o in (*self.outcomes, *self.parties) if o.outcome is Outcome.SERVED
+        )
+
+    @property
+    def failed(self) -> tuple[OriginOutcome, ...]:
+        """Every party asked that did not serve, origins first, then custodians."""
+        return tuple(o for o in (*self.outcomes, *self.parties) if o.outcome is not Outcome.SERVED)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import sys
 import time
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 import structlog
 
 from nodes._periodic import PeriodicTask
+from nodes.custody_store import reap_custody
 from nodes.store import HopStore, ReapReport, StoreError
 
 __all__ = ["Reaper", "ReaperStats", "main"]
@@ -109,6 +111,9 @@ class Reaper(PeriodicTask):
             now_ms=self._clock(), grace_ms=self._grace, limit=self._batch
         )
         attestations = await self._store.reap_attestations(now_ms=self._clock(), limit=self._batch)
+        # custody holds bind the reaper like obligations (S5, nodes.custody_store)
+        custody = await reap_custody(self._store, now_ms=self._clock(), limit=self._batch)
+        report = dataclasses.replace(report, hops_evicted=report.hops_evicted + custody)
         self._passes += 1
         self._attestations += attestations
         if attestations:

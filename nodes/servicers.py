@@ -23,6 +23,8 @@ from nodes import auth, wire
 from nodes._pb.provnet.v1 import (
     attest_pb2,
     attest_pb2_grpc,
+    custody_pb2,
+    custody_pb2_grpc,
     deliver_pb2,
     deliver_pb2_grpc,
     evidence_pb2,
@@ -239,6 +241,22 @@ class Evidence(evidence_pb2_grpc.EvidenceServicer):
         return wire.challenge_response(result)
 
 
+class Custody(custody_pb2_grpc.CustodyServicer):
+    def __init__(self, core: NodeCore) -> None:
+        self.core = core
+
+    async def Take(
+        self, request: custody_pb2.TakeCustodyRequest, context: _Context
+    ) -> custody_pb2.TakeCustodyResponse:
+        statements = await self.core.custodian.take(
+            bytes(request.head),
+            [bytes(p) for p in request.fold_proofs],
+            by=auth.caller(),
+            deadline=_deadline(context),
+        )
+        return wire.take_custody_response(statements)
+
+
 class Node(node_pb2_grpc.NodeServicer):
     def __init__(self, core: NodeCore) -> None:
         self.core = core
@@ -287,6 +305,10 @@ SERVICES: tuple[Service, ...] = (
         lambda core, server: evidence_pb2_grpc.add_EvidenceServicer_to_server(
             Evidence(core), server
         ),
+    ),
+    Service(
+        _name(custody_pb2, "Custody"),
+        lambda core, server: custody_pb2_grpc.add_CustodyServicer_to_server(Custody(core), server),
     ),
     Service(
         _name(node_pb2, "Node"),

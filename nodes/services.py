@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import gc
 import os
@@ -147,6 +148,13 @@ from nodes.attester import (
 )
 from nodes.client import HeldFold, Holder
 from nodes.config import NodeConfig
+from nodes.custodian import (
+    Custodian,
+    custody_folds,
+    rehydrate_with_custody,
+    statements_for,
+    take_custody,
+)
 from nodes.elision import HeadElision
 from nodes.errors import (
     ClockSkew,
@@ -388,6 +396,8 @@ class HeldValue:
 
     delivery: Delivery
     folds: tuple[HeldFold, ...]
+    #: Custodians' stand-ins for the folds (nodes.custodian), in statement order.
+    custody: tuple[HeldFold, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -574,6 +584,8 @@ class NodeCore:
         self._head_log: HeadLog | None = None
         self.heads = HeadCache()
         self._elision = HeadElision()
+        # custody hook (nodes.custodian): this node's custodian role
+        self.custodian = Custodian(self)
 
     @classmethod
     async def open(
@@ -963,7 +975,33 @@ class NodeCore:
                 inputs.append(st.HopInput(seq=int(seq), hop_bytes=data))
             wanted.append((value_ref, inputs, value))
         async with self._commit_lock:
-            return await self._commit_compaction(epoch, wanted, serve_for_ms, deadline_ms)
+            out = await self._commit_compaction(epoch, wanted, serve_for_ms, deadline_ms)
+        # custody hook (nodes.custodian): custodians asked once the commit stands
+        if self.config.custody_k:
+            out = await self._with_custody(out, wanted)
+        return out
+
+    async def _with_custody(
+        self, out: CommittedCompaction, wanted: list[tuple[str, list[st.HopInput], bytes]]
+    ) -> CommittedCompaction:
+        """``out`` with custodians' statements; the values held here carry them too."""
+        custody = await take_custody(self, out)
+        if not custody:
+            return out
+        for (ref, _, value), proof in zip(wanted, out.fold_proofs, strict=True):
+            held = self._held.get(ref) if value else None
+            if held is not None:
+                notes = statements_for(custody, proof)
+                delivery = dataclasses.replace(held.delivery, custody=notes)
+                extra = custody_folds(notes, held.folds, now_ms=self.now_ms())
+                self._hold(ref, HeldValue(delivery, held.folds, extra))
+        return dataclasses.replace(out, custody=custody)
+
+    async def take_custody(
+        self, head: bytes, fold_proofs: Sequence[bytes], *, by: str | None = None
+    ) -> tuple[bytes, ...]:
+        """``Custody.Take``: hold an origin's folds and sign custody statements."""
+        return await self.custodian.take(head, fold_proofs, by=by)
 
     async def _epoch_head_log(self, epoch: str) -> HeadLog:
         """This origin's log of heads for ``epoch``, rebuilt from the store if needed."""
@@ -1117,7 +1155,13 @@ class NodeCore:
         signed them; kept in the own-cache when found, never when not."""
         row = await self.store.head_fold(head_digest, leaf)
         if row is None:
-            return None
+            # custody hook: a fold this node promised as custodian (nodes.custodian)
+            held = await self.custodian.fold_for(head_digest, leaf)
+            if held is None:
+                return None
+            own = _Own(held.obligation, held.commitment, b"", held)
+            self._own.put(_own_key(head_digest, leaf), own)
+            return own
         head = self._open_own_head(row.head_note)
         fold = verify_fold(FoldProof.from_bytes(row.proof), head)
         own = _Own(fold.obligation, fold.commitment, b"", fold)
@@ -1855,6 +1899,8 @@ class NodeCore:
                 )
             )
         head_folds = await self._verify_head_folds(delivery, _ms(now))
+        # custody hook: statements verified and bound to the folds (nodes.custodian)
+        custody = custody_folds(delivery.custody, head_folds, now_ms=_ms(now))
         if kept:
             await self.store.put_delivered(kept, now_ms=_ms(now))
             for c_kept, o_kept in kept:
@@ -1887,8 +1933,10 @@ class NodeCore:
                     sender,
                     delivery.fold_proofs,
                     tuple(dict.fromkeys(f.obligation_bytes for f in head_folds)),
+                    tuple(f.obligation_bytes for f in custody),
                 ),
                 folds,
+                custody,
             ),
             by=by,
         )
@@ -2055,6 +2103,7 @@ class NodeCore:
             self.node_id,
             held.delivery.fold_proofs,
             held.delivery.heads,
+            held.delivery.custody,
         )
         try:
             data, receipt, _ = await self.send(
@@ -2163,6 +2212,15 @@ class NodeCore:
         held = self.held(value_ref)
         if not witnesses:
             witnesses = tuple(p.name for p in self.config.peers)
+        if held.custody:  # custody hook: custodians after the origins (nodes.custodian)
+            return await rehydrate_with_custody(
+                self.holder,
+                value_ref,
+                held.folds,
+                held.custody,
+                witnesses=witnesses,
+                deadline=deadline,
+            )
         report: RehydrationReport = await self.holder.rehydrate(
             value_ref, held.folds, witnesses=witnesses, deadline=deadline
         )

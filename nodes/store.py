@@ -72,6 +72,7 @@ from nodes._disk import disk_full, is_disk_full
 from nodes._disk import reporter as _disk_reporter
 from nodes._store_conn import Cursor, Db, InLoopConnection
 from nodes._store_schema import DDL, SCHEMA_VERSION
+from nodes.custody_store import HeldResolution, HeldStatus, resolve_held
 from nodes.errors import (
     FoldConflict,
     HopConflict,
@@ -1366,6 +1367,10 @@ class HopStore:
         async with self._read(f"resolve {commitment_digest[:16]}…") as db:
             fold = await self._fold(db, commitment_digest)
             if fold is None:
+                # custody hook: a fold held as custodian (nodes.custody_store)
+                held = await resolve_held(db, commitment_digest, now_ms=now_ms, root=root)
+                if held is not None:
+                    return self._held_resolution(commitment_digest, held, count)
                 return Resolution(
                     ResolveStatus.UNKNOWN, commitment_digest, "no such commitment here"
                 )
@@ -1436,6 +1441,24 @@ class HopStore:
                 ResolveStatus.UNRESOLVABLE, commitment_digest, reason, fold, obligations
             )
         return Resolution(ResolveStatus.FOUND, commitment_digest, "", fold, obligations, leaves)
+
+    def _held_resolution(self, digest: str, held: HeldResolution, count: bool) -> Resolution:
+        """A custodian's fold (:func:`nodes.custody_store.resolve_held`) as a resolution."""
+        match held.status:
+            case HeldStatus.FOUND:
+                return Resolution(ResolveStatus.FOUND, digest, "", leaves=held.leaves)
+            case HeldStatus.EXPIRED:
+                return Resolution(ResolveStatus.EXPIRED, digest, held.reason)
+            case HeldStatus.UNRESOLVABLE:
+                if count:
+                    self.bump(CounterName.UNRESOLVABLE)
+                return Resolution(ResolveStatus.UNRESOLVABLE, digest, held.reason)
+            case HeldStatus.CORRUPTED:
+                if count:
+                    self.bump(CounterName.STORE_CORRUPTED)
+                return Resolution(ResolveStatus.CORRUPTED, digest, held.reason, damaged=held.leaves)
+            case _:
+                assert_never(held.status)
 
     async def _corrupted(
         self,

@@ -78,6 +78,7 @@ __all__ = [
 
 _DELIVER = method_name("Deliver", "Deliver")
 _ATTEST_REQUEST = method_name("Attest", "Request")
+_CUSTODY_TAKE = method_name("Custody", "Take")
 
 #: Status codes that mean the peer did not answer at all (:mod:`nodes.noanswer`).
 NO_ANSWER_CODES = SILENT_CODES
@@ -145,6 +146,15 @@ class LocalNode(Protocol):
     ) -> ChallengeResult: ...
 
     async def deliver(self, delivery: Delivery) -> bytes: ...
+
+
+@runtime_checkable
+class _CustodianNode(Protocol):
+    """An in-process node that answers ``Custody.Take`` (a node core)."""
+
+    async def take_custody(
+        self, head: bytes, fold_proofs: Sequence[bytes]
+    ) -> tuple[bytes, ...]: ...
 
 
 @runtime_checkable
@@ -542,6 +552,23 @@ class GrpcTransport:
         reply = await self._signed_call(address, retry_shed(_DELIVER, attempt, timeout))
         return bytes(reply.delivery_receipt)
 
+    async def take_custody(
+        self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float
+    ) -> tuple[bytes, ...]:
+        """``Custody.Take`` on a custodian (signed with this transport's credentials)."""
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, False)
+        stub = wire.custody_stub(self.channel(address))
+        request = wire.take_custody_request(head, fold_proofs)
+        target = await self._target(address, timeout)
+
+        def attempt(left: float) -> Any:
+            metadata = self._metadata(_CUSTODY_TAKE, request, target)
+            return stub.Take(request, timeout=left, metadata=metadata)
+
+        reply = await self._signed_call(address, retry_shed(_CUSTODY_TAKE, attempt, timeout))
+        return tuple(bytes(s) for s in reply.statements)
+
     async def request_attestation(
         self, address: str, ask: AttestationAsk, timeout: float
     ) -> AttestationAnswer:
@@ -737,6 +764,19 @@ class InMemoryTransport:
         self._check_size(address, wire.deliver_request_size(delivery))
         receipt: bytes = await self._run(address, timeout, core.deliver(delivery))
         return receipt
+
+    async def take_custody(
+        self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float
+    ) -> tuple[bytes, ...]:
+        """``Custody.Take`` on an in-process custodian."""
+        core = self._node(address)
+        if not isinstance(core, _CustodianNode):
+            raise CallFailed("UNIMPLEMENTED", "not a custodian", address)
+        self._check_size(address, len(head) + sum(map(len, fold_proofs)))
+        statements: tuple[bytes, ...] = await self._run(
+            address, timeout, core.take_custody(head, fold_proofs)
+        )
+        return statements
 
     async def request_attestation(
         self, address: str, ask: AttestationAsk, timeout: float

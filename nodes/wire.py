@@ -43,6 +43,8 @@ from nodes._pb.provnet.v1 import (
     attest_pb2,
     attest_pb2_grpc,
     common_pb2,
+    custody_pb2,
+    custody_pb2_grpc,
     deliver_pb2,
     deliver_pb2_grpc,
     evidence_pb2,
@@ -80,6 +82,7 @@ if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
     from typing import TypeAlias
 
     from nodes._pb.provnet.v1.attest_pb2_grpc import AttestAsyncStub
+    from nodes._pb.provnet.v1.custody_pb2_grpc import CustodyAsyncStub
     from nodes._pb.provnet.v1.deliver_pb2_grpc import DeliverAsyncStub
     from nodes._pb.provnet.v1.evidence_pb2_grpc import EvidenceAsyncStub
     from nodes._pb.provnet.v1.hoplog_pb2_grpc import HopLogAsyncStub
@@ -87,6 +90,7 @@ if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
     from nodes._pb.provnet.v1.serve_pb2_grpc import ServeAsyncStub
 
     AttestStub: TypeAlias = AttestAsyncStub
+    CustodyStub: TypeAlias = CustodyAsyncStub
     DeliverStub: TypeAlias = DeliverAsyncStub
     EvidenceStub: TypeAlias = EvidenceAsyncStub
     HopLogStub: TypeAlias = HopLogAsyncStub
@@ -207,6 +211,7 @@ def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
         commitments=list(delivery.commitments),
         obligations=list(delivery.obligations),
         heads=list(delivery.heads),
+        custody=list(delivery.custody),
     )
     # packed, unless one of them has no packed form; then the list goes as messages
     packed_proofs = [pack_fold_proof(p) for p in proofs]
@@ -235,6 +240,7 @@ def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delive
         sender=sender,
         fold_proofs=tuple(q.to_bytes(digests) for q in parts),
         heads=heads,
+        custody=tuple(bytes(c) for c in msg.custody),
     )
 
 
@@ -664,24 +670,42 @@ def rehydrate_request(value_ref: str, witnesses: Sequence[str]) -> deliver_pb2.R
     return deliver_pb2.RehydrateRequest(value_ref=value_ref, witnesses=list(witnesses))
 
 
+def _outcome_to_pb(o: OriginOutcome) -> deliver_pb2.OriginOutcome:
+    return deliver_pb2.OriginOutcome(
+        origin=o.origin,
+        outcome=o.outcome.value,
+        detail=o.detail,
+        evidence=o.evidence,
+        evidence_path=o.evidence_path,
+        asks=o.asks,
+        witnesses_asked=o.witnesses_asked,
+        witnesses_unanswered=o.witnesses_unanswered,
+        witness_confirmed=o.witness_confirmed,
+        cleared=o.cleared,
+    )
+
+
+def _outcome_from_pb(o: deliver_pb2.OriginOutcome) -> OriginOutcome:
+    return OriginOutcome(
+        origin=o.origin,
+        outcome=Outcome(o.outcome),
+        detail=o.detail,
+        evidence=o.evidence,
+        evidence_path=o.evidence_path,
+        asks=o.asks,
+        witnesses_asked=o.witnesses_asked,
+        witnesses_unanswered=o.witnesses_unanswered,
+        witness_confirmed=o.witness_confirmed,
+        cleared=o.cleared,
+    )
+
+
 def rehydrate_response(report: RehydrationReport) -> deliver_pb2.RehydrateResponse:
     return deliver_pb2.RehydrateResponse(
         value_ref=report.value_ref,
-        outcomes=[
-            deliver_pb2.OriginOutcome(
-                origin=o.origin,
-                outcome=o.outcome.value,
-                detail=o.detail,
-                evidence=o.evidence,
-                evidence_path=o.evidence_path,
-                asks=o.asks,
-                witnesses_asked=o.witnesses_asked,
-                witnesses_unanswered=o.witnesses_unanswered,
-                witness_confirmed=o.witness_confirmed,
-                cleared=o.cleared,
-            )
-            for o in report.outcomes
-        ],
+        outcomes=[_outcome_to_pb(o) for o in report.outcomes],
+        parties=[_outcome_to_pb(o) for o in report.parties],
+        recovered=report.recovered,
         hops=[
             deliver_pb2.VerifiedHop(origin=h.origin, leaf_index=h.leaf_index, hop=h.hop)
             for h in report.hops
@@ -700,27 +724,15 @@ def rehydration_report_from_pb(msg: deliver_pb2.RehydrateResponse) -> Rehydratio
     """
     return RehydrationReport(
         value_ref=msg.value_ref,
-        outcomes=tuple(
-            OriginOutcome(
-                origin=o.origin,
-                outcome=Outcome(o.outcome),
-                detail=o.detail,
-                evidence=o.evidence,
-                evidence_path=o.evidence_path,
-                asks=o.asks,
-                witnesses_asked=o.witnesses_asked,
-                witnesses_unanswered=o.witnesses_unanswered,
-                witness_confirmed=o.witness_confirmed,
-                cleared=o.cleared,
-            )
-            for o in msg.outcomes
-        ),
+        outcomes=tuple(_outcome_from_pb(o) for o in msg.outcomes),
         hops=tuple(
             VerifiedHop(origin=h.origin, commitment="", leaf_index=h.leaf_index, hop=h.hop)
             for h in msg.hops
         ),
         rpcs=msg.rpcs,
         demand_rpcs=msg.rpcs,
+        parties=tuple(_outcome_from_pb(o) for o in msg.parties),
+        recovered=msg.recovered,
     )
 
 
@@ -789,6 +801,7 @@ def commit_compaction_response(
         head=compaction.head,
         fold_proofs=list(compaction.fold_proofs),
         provenance_pending=compaction.provenance_pending,
+        custody=list(compaction.custody),
     )
 
 
@@ -796,7 +809,10 @@ def committed_compaction_from_pb(
     msg: hoplog_pb2.CommitCompactionResponse,
 ) -> CommittedCompaction:
     return CommittedCompaction(
-        bytes(msg.head), tuple(bytes(p) for p in msg.fold_proofs), msg.provenance_pending
+        bytes(msg.head),
+        tuple(bytes(p) for p in msg.fold_proofs),
+        msg.provenance_pending,
+        tuple(bytes(c) for c in msg.custody),
     )
 
 
@@ -1038,6 +1054,7 @@ def _delivery_extra(delivery: Delivery) -> int:
         tuple(delivery.obligations),
         tuple(delivery.fold_proofs),
         tuple(delivery.heads),
+        tuple(delivery.custody),
     )
 
 
@@ -1053,14 +1070,15 @@ def _statement_fields_size(
     obligations: tuple[bytes, ...],
     fold_proofs: tuple[bytes, ...],
     heads: tuple[bytes, ...],
+    custody: tuple[bytes, ...] = (),
 ) -> int:
     """Bytes the statement fields add to a ``DeliveredValue``. They depend on the
     value ref (a fold proof's record leaves out the delivered value's ref), so it
     is part of the key; the value itself is not."""
-    if not (commitments or obligations or fold_proofs or heads):
+    if not (commitments or obligations or fold_proofs or heads or custody):
         return 0
     with_statements = delivered_value(
-        Delivery(value_ref, b"", commitments, obligations, sender, fold_proofs, heads)
+        Delivery(value_ref, b"", commitments, obligations, sender, fold_proofs, heads, custody)
     )
     return message_size(with_statements) - message_size(
         common_pb2.DeliveredValue(value_ref=value_ref)
@@ -1084,6 +1102,23 @@ def deliver_response_size(receipt: bytes) -> int:
     """``message_size(deliver_response(receipt))``: its one bytes field (number 1),
     counted without building the message (tests compare the two)."""
     return _field_size(len(receipt))
+
+
+# --------------------------------------------------------------------------- custody
+
+
+def custody_stub(channel: grpc.aio.Channel) -> CustodyStub:
+    return custody_pb2_grpc.CustodyStub(channel)
+
+
+def take_custody_request(
+    head: bytes, fold_proofs: Sequence[bytes]
+) -> custody_pb2.TakeCustodyRequest:
+    return custody_pb2.TakeCustodyRequest(head=head, fold_proofs=list(fold_proofs))
+
+
+def take_custody_response(statements: Sequence[bytes]) -> custody_pb2.TakeCustodyResponse:
+    return custody_pb2.TakeCustodyResponse(statements=list(statements))
 
 
 # --------------------------------------------------------------------------- attest

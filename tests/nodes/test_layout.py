@@ -24,6 +24,7 @@ from contracts.identity import Identity
 from nodes import errors, faults, store
 from nodes._pb.provnet.v1 import (
     attest_pb2,
+    custody_pb2,
     deliver_pb2,
     evidence_pb2,
     hoplog_pb2,
@@ -140,7 +141,9 @@ def test_the_harness_imports_no_grpc_and_reaches_nodes_only_through_the_client()
 def test_service_table_registers_every_service_in_the_protos() -> None:
     in_protos = {
         svc.full_name
-        for mod in (hoplog_pb2, serve_pb2, deliver_pb2, attest_pb2, evidence_pb2, node_pb2)
+        for mod in (
+            hoplog_pb2, serve_pb2, deliver_pb2, attest_pb2, custody_pb2, evidence_pb2, node_pb2
+        )
         for svc in mod.DESCRIPTOR.services_by_name.values()
     }
     assert len(SERVICE_NAMES) == len(set(SERVICE_NAMES))

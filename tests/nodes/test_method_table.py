@@ -34,6 +34,7 @@ from contracts.identity import Identity
 from nodes import methods
 from nodes._pb.provnet.v1 import (
     attest_pb2,
+    custody_pb2,
     deliver_pb2,
     evidence_pb2,
     hoplog_pb2,
@@ -76,13 +77,14 @@ DECIDED: dict[str, tuple[Access, Sender, bool, Retry, OpenCap | None]] = {
     "/provnet.v1.Attest/List": (_O, _ANY, False, _NEVER, OpenCap.SHARED),
     "/provnet.v1.Attest/Request": (_S, _PEER, True, _NEVER, None),
     "/provnet.v1.Attest/Restore": (_S, _OP, True, _NEVER, None),
+    "/provnet.v1.Custody/Take": (_S, _PEER, True, _IDEM, None),
     "/provnet.v1.Node/Info": (_O, _ANY, False, _NEVER, OpenCap.SHARED),
     "/provnet.v1.Node/Stats": (_O, _ANY, False, _NEVER, OpenCap.SHARED),
     "/provnet.v1.Serve/Demand": (_O, _BEARER, False, _NEVER, OpenCap.NONE),
     "/provnet.v1.Serve/DemandStream": (_O, _BEARER, False, _NEVER, None),
 }
 
-_MODULES = (attest_pb2, deliver_pb2, evidence_pb2, hoplog_pb2, node_pb2, serve_pb2)
+_MODULES = (attest_pb2, custody_pb2, deliver_pb2, evidence_pb2, hoplog_pb2, node_pb2, serve_pb2)
 
 
 def _all_methods() -> dict[str, Any]:

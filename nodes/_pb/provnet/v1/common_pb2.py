@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/common.proto\x12\nprovnet.v1\"\xcd\x01\n\x0e\x44\x65liveredValue\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63ommitments\x18\x03 \x03(\x0c\x12\x13\n\x0bobligations\x18\x04 \x03(\x0c\x12*\n\x0b\x66old_proofs\x18\x05 \x03(\x0b\x32\x15.provnet.v1.FoldProof\x12\x1a\n\x12packed_fold_proofs\x18\x07 \x03(\x0c\x12\r\n\x05heads\x18\t \x03(\x0cJ\x04\x08\x06\x10\x07J\x04\x08\x08\x10\tR\x0cpacked_heads\"\xd1\x01\n\tFoldProof\x12\x0c\n\x04head\x18\x01 \x01(\x0c\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0c\n\x04path\x18\x03 \x01(\x0c\x12\x0e\n\x06record\x18\x04 \x01(\x0c\x12\r\n\x05\x63hain\x18\x05 \x03(\x0c\x12\x33\n\rrecord_fields\x18\x06 \x01(\x0b\x32\x1c.provnet.v1.FoldRecordFields\x12\x32\n\x0c\x63hain_fields\x18\x07 \x03(\x0b\x32\x1c.provnet.v1.FoldRecordFields\x12\x11\n\thead_part\x18\x08 \x01(\r\"g\n\x10\x46oldRecordFields\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x10\n\x08\x66old_seq\x18\x02 \x01(\r\x12\x12\n\nleaf_count\x18\x03 \x01(\r\x12\x0c\n\x04root\x18\x04 \x01(\x0c\x12\x0c\n\x04prev\x18\x05 \x01(\x0c\";\n\x06\x41nswer\x12\x0f\n\x07receipt\x18\x01 \x01(\x0c\x12\x12\n\ncommitment\x18\x02 \x01(\x0c\x12\x0c\n\x04hops\x18\x03 \x03(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/common.proto\x12\nprovnet.v1\"\xde\x01\n\x0e\x44\x65liveredValue\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63ommitments\x18\x03 \x03(\x0c\x12\x13\n\x0bobligations\x18\x04 \x03(\x0c\x12*\n\x0b\x66old_proofs\x18\x05 \x03(\x0b\x32\x15.provnet.v1.FoldProof\x12\x1a\n\x12packed_fold_proofs\x18\x07 \x03(\x0c\x12\r\n\x05heads\x18\t \x03(\x0c\x12\x0f\n\x07\x63ustody\x18\n \x03(\x0cJ\x04\x08\x06\x10\x07J\x04\x08\x08\x10\tR\x0cpacked_heads\"\xd1\x01\n\tFoldProof\x12\x0c\n\x04head\x18\x01 \x01(\x0c\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0c\n\x04path\x18\x03 \x01(\x0c\x12\x0e\n\x06record\x18\x04 \x01(\x0c\x12\r\n\x05\x63hain\x18\x05 \x03(\x0c\x12\x33\n\rrecord_fields\x18\x06 \x01(\x0b\x32\x1c.provnet.v1.FoldRecordFields\x12\x32\n\x0c\x63hain_fields\x18\x07 \x03(\x0b\x32\x1c.provnet.v1.FoldRecordFields\x12\x11\n\thead_part\x18\x08 \x01(\r\"g\n\x10\x46oldRecordFields\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x10\n\x08\x66old_seq\x18\x02 \x01(\r\x12\x12\n\nleaf_count\x18\x03 \x01(\r\x12\x0c\n\x04root\x18\x04 \x01(\x0c\x12\x0c\n\x04prev\x18\x05 \x01(\x0c\";\n\x06\x41nswer\x12\x0f\n\x07receipt\x18\x01 \x01(\x0c\x12\x12\n\ncommitment\x18\x02 \x01(\x0c\x12\x0c\n\x04hops\x18\x03 \x03(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,11 +32,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'provnet.v1.common_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DELIVEREDVALUE']._serialized_start=40
-  _globals['_DELIVEREDVALUE']._serialized_end=245
-  _globals['_FOLDPROOF']._serialized_start=248
-  _globals['_FOLDPROOF']._serialized_end=457
-  _globals['_FOLDRECORDFIELDS']._serialized_start=459
-  _globals['_FOLDRECORDFIELDS']._serialized_end=562
-  _globals['_ANSWER']._serialized_start=564
-  _globals['_ANSWER']._serialized_end=623
+  _globals['_DELIVEREDVALUE']._serialized_end=262
+  _globals['_FOLDPROOF']._serialized_start=265
+  _globals['_FOLDPROOF']._serialized_end=474
+  _globals['_FOLDRECORDFIELDS']._serialized_start=476
+  _globals['_FOLDRECORDFIELDS']._serialized_end=579
+  _globals['_ANSWER']._serialized_start=581
+  _globals['_ANSWER']._serialized_end=640
 # @@protoc_insertion_point(module_scope)

@@ -50,6 +50,7 @@ class DeliveredValue(_message.Message):
     FOLD_PROOFS_FIELD_NUMBER: _builtins.int
     PACKED_FOLD_PROOFS_FIELD_NUMBER: _builtins.int
     HEADS_FIELD_NUMBER: _builtins.int
+    CUSTODY_FIELD_NUMBER: _builtins.int
     value_ref: _builtins.str
     value: _builtins.bytes
     @_builtins.property
@@ -73,6 +74,13 @@ class DeliveredValue(_message.Message):
         numbers them (1-based).
         """
 
+    @_builtins.property
+    def custody(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """Custody statements (contracts.custody: C2SP signed notes, verbatim), up to
+        k per origin: custodians that hold the folds' hops and serve them like the
+        origin (docs/custody.md). Empty when no custodian was asked.
+        """
+
     def __init__(
         self,
         *,
@@ -83,10 +91,11 @@ class DeliveredValue(_message.Message):
         fold_proofs: _abc.Iterable[Global___FoldProof] | None = ...,
         packed_fold_proofs: _abc.Iterable[_builtins.bytes] | None = ...,
         heads: _abc.Iterable[_builtins.bytes] | None = ...,
+        custody: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "fold_proofs", b"fold_proofs", "heads", b"heads", "obligations", b"obligations", "packed_fold_proofs", b"packed_fold_proofs", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "custody", b"custody", "fold_proofs", b"fold_proofs", "heads", b"heads", "obligations", b"obligations", "packed_fold_proofs", b"packed_fold_proofs", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

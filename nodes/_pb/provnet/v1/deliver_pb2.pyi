@@ -175,14 +175,24 @@ class RehydrateResponse(_message.Message):
     HOPS_FIELD_NUMBER: _builtins.int
     RPCS_FIELD_NUMBER: _builtins.int
     COMPLETE_FIELD_NUMBER: _builtins.int
+    PARTIES_FIELD_NUMBER: _builtins.int
+    RECOVERED_FIELD_NUMBER: _builtins.int
     value_ref: _builtins.str
     rpcs: _builtins.int
     """Serve RPCs made for this decision (one per origin, plus re-asks)."""
     complete: _builtins.bool
+    recovered: _builtins.bool
+    """Custodians served every fold the origins did not."""
     @_builtins.property
     def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[Global___OriginOutcome]: ...
     @_builtins.property
     def hops(self) -> _containers.RepeatedCompositeFieldContainer[Global___VerifiedHop]: ...
+    @_builtins.property
+    def parties(self) -> _containers.RepeatedCompositeFieldContainer[Global___OriginOutcome]:
+        """Custodians asked after the origins failed (docs/custody.md), in the order
+        asked, each with its own outcome and evidence (`origin` names the custodian).
+        """
+
     def __init__(
         self,
         *,
@@ -191,10 +201,12 @@ class RehydrateResponse(_message.Message):
         hops: _abc.Iterable[Global___VerifiedHop] | None = ...,
         rpcs: _builtins.int = ...,
         complete: _builtins.bool = ...,
+        parties: _abc.Iterable[Global___OriginOutcome] | None = ...,
+        recovered: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["complete", b"complete", "hops", b"hops", "outcomes", b"outcomes", "rpcs", b"rpcs", "value_ref", b"value_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["complete", b"complete", "hops", b"hops", "outcomes", b"outcomes", "parties", b"parties", "recovered", b"recovered", "rpcs", b"rpcs", "value_ref", b"value_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

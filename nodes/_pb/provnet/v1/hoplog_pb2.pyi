@@ -205,6 +205,7 @@ class CommitCompactionResponse(_message.Message):
     HEAD_FIELD_NUMBER: _builtins.int
     FOLD_PROOFS_FIELD_NUMBER: _builtins.int
     PROVENANCE_PENDING_FIELD_NUMBER: _builtins.int
+    CUSTODY_FIELD_NUMBER: _builtins.int
     head: _builtins.bytes
     """DSSE envelope of the signed tree head (contracts.statements.Head)."""
     provenance_pending: _builtins.bool
@@ -212,16 +213,23 @@ class CommitCompactionResponse(_message.Message):
     def fold_proofs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
         """One fold proof per requested fold, in request order (FoldProof JSON)."""
 
+    @_builtins.property
+    def custody(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """Custody statements custodians signed for the folds (--custody-k of them per
+        fold, contracts.custody notes verbatim; docs/custody.md). Empty with k = 0.
+        """
+
     def __init__(
         self,
         *,
         head: _builtins.bytes = ...,
         fold_proofs: _abc.Iterable[_builtins.bytes] | None = ...,
         provenance_pending: _builtins.bool = ...,
+        custody: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fold_proofs", b"fold_proofs", "head", b"head", "provenance_pending", b"provenance_pending"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["custody", b"custody", "fold_proofs", b"fold_proofs", "head", b"head", "provenance_pending", b"provenance_pending"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

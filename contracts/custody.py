@@ -1,0 +1,581 @@
+"""Custody statements: a custodian's signed promise to serve an origin's folds (revision 3).
+
+A **custodian** is a node that obtained an origin's folded hops, verified
+them against the origin's signed head, made them durable, and only then
+signed a **custody statement**: "I hold the hops of these folds, proven under
+this head, and serve them to any bearer until ``serve_until``, within
+``deadline_ms``, at these endpoints". It is the precedent of C2SP
+tlog-mirror (a mirror's cosignature on a checkpoint adds "I durably logged
+the contents of this checkpoint and made them accessible") with the serving
+terms of an obligation added: a cosignature with an additional statement.
+
+Encoding: a C2SP signed note (c2sp.org/signed-note, :mod:`contracts.note`),
+signed with the custodian's Ed25519 key (type 0x01) under the key name
+``provnet-custodian/<custodian node id>``; the key id is C2SP's
+``SHA-256(name ‖ 0x0A ‖ 0x01 ‖ public key)[:4]``. Text, line by line::
+
+    provnet-custody/v1                          the statement's type and version
+    custodian <node id>                         who promises (its key is its id)
+    operator <label>                            its operator: one failure domain
+    head <origin line> <size> b64(<log root>) b64(<head digest>)
+                                                the origin head the folds are proven
+                                                under: its log (provnet/<id>/<epoch>),
+                                                tree size, root, and note digest
+    fold b64(<record leaf hash>) b64(<hops root>) <leaf count>
+                                                one line per fold held (1..64)
+    serve <serve_until> <deadline_ms>           the custodian's own serving terms
+    endpoint <endpoint>                         where it serves, in order (1..16)
+    issued <issued_at>                          ms since the Unix epoch
+
+The lines are declared once, in :data:`CUSTODY_LINES`; :func:`custody_text`
+and :func:`parse_custody_text` both walk that table. Decoding is strict:
+lines in table order, decimals without leading zeros, canonical base64, no
+unknown line, so a statement has one text and
+``custody_text(parse_custody_text(t)) == t`` for every accepted ``t``.
+
+What is signed, carried, stored and cited is the note as the custodian made
+it (:attr:`SignedCustody.note`), never rebuilt; its **digest** is the
+SHA-256 of the note text (the signed bytes). :func:`open_custody` verifies
+the signature with nothing but the note (the custodian line names the key);
+:func:`bind_custody` checks that a statement is about a given, verified head
+and fold — only then does it stand for anything (:class:`CustodyFold`).
+
+:class:`CustodyFold` is a :class:`~contracts.heads.VerifiedFold` whose
+stand-ins name the **custodian** as the promiser: the commitment stand-in's
+origin is the custodian (digest: the same fold record leaf hash), the
+obligation stand-in is the custody statement read as the fold's obligation
+(digest: the statement digest; terms: the custodian's). Demands, receipts and
+evidence then keep their meaning with the custodian in the origin's place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from contracts._fields import MAX_COUNT, MAX_TIME_MS, is_digest
+from contracts.envelope import Envelope
+from contracts.errors import BindingMismatch, EncodingError, Expired
+from contracts.head_note import parse_head_origin
+from contracts.heads import FOLD_RECORD_TYPE, VerifiedFold
+from contracts.identity import Identity, PublicKey
+from contracts.note import (
+    Note,
+    NoteKey,
+    VerifierKey,
+    decode_canonical_base64,
+    encode_base64,
+    encode_note,
+    open_note,
+    parse_note,
+)
+from contracts.rules import expired
+from contracts.signed import Signed
+from contracts.statements import Commitment, Obligation
+
+__all__ = [
+    "CUSTODY_HEADER",
+    "CUSTODY_KEY_PREFIX",
+    "CUSTODY_LINES",
+    "CUSTODY_TEXT_TYPE",
+    "MAX_CUSTODY_BYTES",
+    "MAX_CUSTODY_FOLDS",
+    "MAX_CUSTODY_PER_ORIGIN",
+    "CustodyFold",
+    "CustodyFoldRef",
+    "CustodyStatement",
+    "SignedCustody",
+    "bind_custody",
+    "custodian_key",
+    "custody_digest",
+    "custody_text",
+    "is_custody_note",
+    "open_custody",
+    "parse_custody",
+    "parse_custody_text",
+    "sign_custody",
+]
+
+#: First line of every custody statement.
+CUSTODY_HEADER = "provnet-custody/v1"
+#: Key name prefix: ``provnet-custodian/<node id>``.
+CUSTODY_KEY_PREFIX = "provnet-custodian"
+#: Payload type of the unsigned stand-in envelope of a custody statement read as a
+#: fold's obligation (its payload the statement's text: its digest is the statement's).
+CUSTODY_TEXT_TYPE = "application/vnd.provnet.custody-text"
+#: Largest custody note accepted.
+MAX_CUSTODY_BYTES = 16 * 1024
+#: Folds one statement may name.
+MAX_CUSTODY_FOLDS = 64
+#: Custody statements a value may carry per origin (k is at most this).
+MAX_CUSTODY_PER_ORIGIN = 8
+_MAX_ENDPOINTS = 16
+_MAX_ENDPOINT = 512
+_MAX_OPERATOR = 64
+_HASH_LEN = 32
+_MAX_SIGNATURES = 4
+
+
+# ------------------------------------------------------------------ the statement
+
+
+@dataclass(frozen=True, slots=True)
+class CustodyFoldRef:
+    """One fold a custodian holds: its record's leaf hash under the head, its hops' root."""
+
+    leaf_hash: str
+    root: str
+    leaf_count: int
+
+    def __post_init__(self) -> None:
+        if not is_digest(self.leaf_hash) or not is_digest(self.root):
+            raise ValueError("custody fold: leaf_hash and root must be 64 lower-case hex")
+        if type(self.leaf_count) is not int or not 1 <= self.leaf_count <= MAX_COUNT:
+            raise ValueError(f"custody fold: leaf_count {self.leaf_count!r} outside 1..{MAX_COUNT}")
+
+
+def _text_problem(what: str, text: object, limit: int) -> str | None:
+    if not isinstance(text, str) or not text or len(text) > limit:
+        return f"custody {what} must be 1 to {limit} characters, got {text!r:.80}"
+    if any(c.isspace() or ord(c) < 0x20 or c == "\u2014" for c in text):
+        return f"custody {what} {text!r:.80} holds white space or a control character"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CustodyStatement:
+    """What a custodian promises (see module docstring); validated on construction."""
+
+    custodian: str
+    operator: str
+    origin: str
+    epoch: str
+    size: int
+    log_root: str
+    head: str
+    folds: tuple[CustodyFoldRef, ...]
+    serve_until: int
+    deadline_ms: int
+    endpoints: tuple[str, ...]
+    issued_at: int
+
+    def __post_init__(self) -> None:
+        if not is_digest(self.custodian):
+            raise ValueError(f"custodian must be a node id, got {self.custodian!r:.80}")
+        problem = _text_problem("operator", self.operator, _MAX_OPERATOR)
+        if problem is not None:
+            raise ValueError(problem)
+        if not is_digest(self.origin) or not is_digest(self.log_root) or not is_digest(self.head):
+            raise ValueError("custody: origin, log_root and head must be 64 lower-case hex")
+        if self.origin == self.custodian:
+            raise ValueError("custody: an origin is not its own custodian")
+        parse_head_origin(f"provnet/{self.origin}/{self.epoch}")  # the epoch's rules
+        if type(self.size) is not int or not 1 <= self.size <= MAX_COUNT:
+            raise ValueError(f"custody: head size {self.size!r} outside 1..{MAX_COUNT}")
+        if not 1 <= len(self.folds) <= MAX_CUSTODY_FOLDS:
+            raise ValueError(f"custody: 1 to {MAX_CUSTODY_FOLDS} folds, got {len(self.folds)}")
+        if len({f.leaf_hash for f in self.folds}) != len(self.folds):
+            raise ValueError("custody: a fold is named twice")
+        if not 1 <= len(self.endpoints) <= _MAX_ENDPOINTS:
+            raise ValueError(f"custody: 1 to {_MAX_ENDPOINTS} endpoints, got {len(self.endpoints)}")
+        for endpoint in self.endpoints:
+            problem = _text_problem("endpoint", endpoint, _MAX_ENDPOINT)
+            if problem is not None:
+                raise ValueError(problem)
+        for name in ("serve_until", "issued_at"):
+            value = getattr(self, name)
+            if type(value) is not int or not 0 <= value <= MAX_TIME_MS:
+                raise ValueError(f"custody: {name} {value!r} outside 0..{MAX_TIME_MS}")
+        if type(self.deadline_ms) is not int or not 1 <= self.deadline_ms <= MAX_TIME_MS:
+            raise ValueError(f"custody: deadline_ms {self.deadline_ms!r} outside 1..{MAX_TIME_MS}")
+
+    @property
+    def origin_line(self) -> str:
+        return f"provnet/{self.origin}/{self.epoch}"
+
+    def fold(self, leaf_hash: str) -> CustodyFoldRef | None:
+        return next((f for f in self.folds if f.leaf_hash == leaf_hash), None)
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _decimal(text: str, what: str, lo: int, hi: int) -> int:
+    # Length first: a megabyte of digits must not reach int().
+    if not text or len(text) > len(str(hi)) or not text.isascii() or not text.isdigit():
+        raise EncodingError(f"{what} {text!r:.40} is not a decimal number")
+    if text != "0" and text.startswith("0"):
+        raise EncodingError(f"{what} {text!r:.40} has a leading zero")
+    value = int(text)
+    if not lo <= value <= hi:
+        raise EncodingError(f"{what} {value} outside [{lo}, {hi}]")
+    return value
+
+
+def _hash(text: str, what: str) -> str:
+    raw = decode_canonical_base64(text, what)
+    if len(raw) != _HASH_LEN:
+        raise EncodingError(f"{what} is {len(raw)} bytes, not {_HASH_LEN}")
+    return raw.hex()
+
+
+def _b64(hex_digest: str) -> str:
+    return encode_base64(bytes.fromhex(hex_digest))
+
+
+def _plain(text: str, where: str, what: str, limit: int) -> str:
+    problem = _text_problem(what, text, limit)
+    if problem is not None:
+        raise EncodingError(f"{where}: {problem}")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class CustodyLine:
+    """One line of a custody statement: ``<keyword>`` then its values, space-separated.
+
+    ``many``: one line per item (``lo``..``hi`` of them), else exactly one line.
+    """
+
+    keyword: str
+    fields: tuple[str, ...]
+    many: bool = False
+    lo: int = 1
+    hi: int = 1
+
+
+#: The one declaration of a custody statement's lines after its header, in order.
+CUSTODY_LINES: tuple[CustodyLine, ...] = (
+    CustodyLine("custodian", ("custodian",)),
+    CustodyLine("operator", ("operator",)),
+    CustodyLine("head", ("origin_line", "size", "log_root", "head")),
+    CustodyLine("fold", ("leaf_hash", "root", "leaf_count"), True, 1, MAX_CUSTODY_FOLDS),
+    CustodyLine("serve", ("serve_until", "deadline_ms")),
+    CustodyLine("endpoint", ("endpoint",), True, 1, _MAX_ENDPOINTS),
+    CustodyLine("issued", ("issued_at",)),
+)
+
+
+def _encode_line(line: CustodyLine, s: CustodyStatement) -> list[str]:
+    match line.keyword:
+        case "custodian":
+            values = [[s.custodian]]
+        case "operator":
+            values = [[s.operator]]
+        case "head":
+            values = [[s.origin_line, str(s.size), _b64(s.log_root), _b64(s.head)]]
+        case "fold":
+            values = [[_b64(f.leaf_hash), _b64(f.root), str(f.leaf_count)] for f in s.folds]
+        case "serve":
+            values = [[str(s.serve_until), str(s.deadline_ms)]]
+        case "endpoint":
+            values = [[e] for e in s.endpoints]
+        case "issued":
+            values = [[str(s.issued_at)]]
+        case _:
+            raise AssertionError(f"custody line {line.keyword!r} has no encoder")
+    return [" ".join((line.keyword, *v)) for v in values]
+
+
+def _decode_values(keyword: str, parts: list[str], where: str) -> tuple[object, ...]:
+    match keyword:
+        case "custodian":
+            if not is_digest(parts[0]):
+                raise EncodingError(f"{where}: custodian {parts[0]!r:.80} is not a node id")
+            return (parts[0],)
+        case "operator":
+            return (_plain(parts[0], where, "operator", _MAX_OPERATOR),)
+        case "head":
+            node_id, epoch = parse_head_origin(parts[0])
+            return (
+                node_id,
+                epoch,
+                _decimal(parts[1], f"{where} size", 1, MAX_COUNT),
+                _hash(parts[2], f"{where} log root"),
+                _hash(parts[3], f"{where} head digest"),
+            )
+        case "fold":
+            return (
+                CustodyFoldRef(
+                    _hash(parts[0], f"{where} leaf hash"),
+                    _hash(parts[1], f"{where} root"),
+                    _decimal(parts[2], f"{where} leaf count", 1, MAX_COUNT),
+                ),
+            )
+        case "serve":
+            return (
+                _decimal(parts[0], f"{where} serve_until", 0, MAX_TIME_MS),
+                _decimal(parts[1], f"{where} deadline_ms", 1, MAX_TIME_MS),
+            )
+        case "endpoint":
+            return (_plain(parts[0], where, "endpoint", _MAX_ENDPOINT),)
+        case "issued":
+            return (_decimal(parts[0], f"{where} issued_at", 0, MAX_TIME_MS),)
+        case _:
+            raise AssertionError(f"custody line {keyword!r} has no decoder")
+
+
+def custody_text(statement: CustodyStatement) -> str:
+    """The note text of ``statement``: the header, then :data:`CUSTODY_LINES` in order."""
+    lines = [CUSTODY_HEADER]
+    for line in CUSTODY_LINES:
+        lines.extend(_encode_line(line, statement))
+    return "\n".join(lines) + "\n"
+
+
+def parse_custody_text(text: str) -> CustodyStatement:
+    """The statement a note text states; :class:`EncodingError` names the line that is wrong."""
+    if not text.endswith("\n"):
+        raise EncodingError("custody text does not end with a newline")
+    rows = text[:-1].split("\n")
+    if rows[0] != CUSTODY_HEADER:
+        raise EncodingError(f"custody line 1 {rows[0]!r:.80} is not {CUSTODY_HEADER!r}")
+    at = 1
+    values: dict[str, list[tuple[object, ...]]] = {}
+    for line in CUSTODY_LINES:
+        prefix = line.keyword + " "
+        items: list[tuple[object, ...]] = []
+        while at < len(rows) and rows[at].startswith(prefix) and len(items) < line.hi:
+            where = f"custody line {at + 1} ({line.keyword})"
+            parts = rows[at][len(prefix) :].split(" ")
+            if len(parts) != len(line.fields):
+                raise EncodingError(
+                    f"{where}: {len(parts)} values,"
+                    f" not {len(line.fields)} ({', '.join(line.fields)})"
+                )
+            items.append(_decode_values(line.keyword, parts, where))
+            at += 1
+        if len(items) < line.lo:
+            raise EncodingError(f"custody line {at + 1}: expected the {line.keyword!r} line")
+        values[line.keyword] = items
+    if at != len(rows):
+        raise EncodingError(
+            f"custody line {at + 1} {rows[at]!r:.80} is unknown, repeated or out of order"
+        )
+    (custodian,), (operator,) = values["custodian"][0], values["operator"][0]
+    origin, epoch, size, log_root, head = values["head"][0]
+    serve_until, deadline_ms = values["serve"][0]
+    try:
+        return CustodyStatement(
+            custodian=custodian,  # type: ignore[arg-type]
+            operator=operator,  # type: ignore[arg-type]
+            origin=origin,  # type: ignore[arg-type]
+            epoch=epoch,  # type: ignore[arg-type]
+            size=size,  # type: ignore[arg-type]
+            log_root=log_root,  # type: ignore[arg-type]
+            head=head,  # type: ignore[arg-type]
+            folds=tuple(v[0] for v in values["fold"]),  # type: ignore[misc]
+            serve_until=serve_until,  # type: ignore[arg-type]
+            deadline_ms=deadline_ms,  # type: ignore[arg-type]
+            endpoints=tuple(v[0] for v in values["endpoint"]),  # type: ignore[misc]
+            issued_at=values["issued"][0][0],  # type: ignore[arg-type]
+        )
+    except ValueError as exc:
+        raise EncodingError(f"custody statement: {exc}") from exc
+
+
+# ---------------------------------------------------------------- signed statements
+
+
+def custodian_key(node_id: str) -> VerifierKey:
+    """The verifier key of a custodian's statements: its node id under its key name."""
+    return VerifierKey.ed25519(f"{CUSTODY_KEY_PREFIX}/{node_id}", PublicKey.from_node_id(node_id))
+
+
+@dataclass(frozen=True, slots=True)
+class SignedCustody:
+    """A custody statement and the note it travels as, byte for byte."""
+
+    note: bytes
+    statement: CustodyStatement
+    digest: str
+    #: True when :func:`open_custody` verified the signature; False from :func:`parse_custody`.
+    verified: bool = False
+
+    @property
+    def signer(self) -> str:
+        return self.statement.custodian
+
+    @property
+    def text(self) -> bytes:
+        """The note text: the signed bytes."""
+        return self.note[: self.note.rfind(b"\n\n") + 1]
+
+    def to_bytes(self) -> bytes:
+        return self.note
+
+
+def custody_digest(data: bytes) -> str:
+    """The digest of a custody note (SHA-256 of its text), read without verifying it."""
+    raw = bytes(data)
+    split = raw.rfind(b"\n\n")
+    if split < 0:
+        raise EncodingError("custody note has no blank line between its text and its signature")
+    return hashlib.sha256(raw[: split + 1]).hexdigest()
+
+
+def is_custody_note(data: bytes) -> bool:
+    """Whether ``data`` starts with a custody statement's header line (which parser to try)."""
+    return bytes(data[: len(CUSTODY_HEADER) + 1]) == CUSTODY_HEADER.encode() + b"\n"
+
+
+def sign_custody(identity: Identity, statement: CustodyStatement) -> SignedCustody:
+    """Sign ``statement`` as its custodian (``identity`` must be it).
+
+    The caller signs only after the hops are durable (seed 000): signing is the
+    last step of taking custody, never the first.
+    """
+    if statement.custodian != identity.node_id:
+        raise ValueError(
+            f"statement names custodian {statement.custodian[:16]}…,"
+            f" not this identity {identity.node_id[:16]}…"
+        )
+    text = custody_text(statement)
+    key = NoteKey(f"{CUSTODY_KEY_PREFIX}/{identity.node_id}", identity)
+    note = Note(text=text, signatures=(key.sign(text),))
+    return SignedCustody(
+        encode_note(note), statement, hashlib.sha256(text.encode()).hexdigest(), True
+    )
+
+
+def _read(data: bytes) -> tuple[Note, CustodyStatement]:
+    raw = bytes(data)
+    # (1) bounded before anything is decoded
+    if len(raw) > MAX_CUSTODY_BYTES:
+        raise EncodingError(f"custody note is {len(raw)} bytes, more than {MAX_CUSTODY_BYTES}")
+    note = parse_note(raw, max_bytes=MAX_CUSTODY_BYTES, max_signatures=_MAX_SIGNATURES)
+    # (2) the text is a statement's, line for line
+    return note, parse_custody_text(note.text)
+
+
+def open_custody(data: bytes, *, custodian: str | None = None) -> SignedCustody:
+    """Verify a custody note and read its statement.
+
+    (1) bounded (:data:`MAX_CUSTODY_BYTES`); (2) the text parses strictly;
+    (3) when ``custodian`` (a node id) is given, the statement names it
+    (:class:`BindingMismatch`); (4) the signature line by the custodian's key
+    verifies over the text (:class:`~contracts.errors.BadSignature`). What
+    it promises is about a head only once :func:`bind_custody` says so.
+    """
+    note, statement = _read(data)
+    # (3) whose statement it says it is
+    if custodian is not None and statement.custodian != custodian:
+        raise BindingMismatch(
+            f"custody statement is by {statement.custodian[:16]}…, not {custodian[:16]}…"
+        )
+    # (4) signed by that node's key, under its custodian key name
+    open_note(note, [custodian_key(statement.custodian)])
+    return SignedCustody(bytes(data), statement, hashlib.sha256(note.text_bytes).hexdigest(), True)
+
+
+def parse_custody(data: bytes) -> SignedCustody:
+    """Read a custody note **without checking its signature** (one this node signed
+    and stored): nothing read here may be relied on before :func:`open_custody`."""
+    note, statement = _read(data)
+    return SignedCustody(bytes(data), statement, hashlib.sha256(note.text_bytes).hexdigest())
+
+
+def bind_custody(
+    custody: SignedCustody, fold: VerifiedFold, *, now: int | None = None
+) -> CustodyFold:
+    """The custodian's stand-ins for ``fold`` (proven under a verified head), if
+    ``custody`` (verified) is about exactly that head and fold.
+
+    (1) the statement was verified; (2) it names the head: origin, epoch, size,
+    log root and digest all the head's (:class:`BindingMismatch` naming the
+    first that differs); (3) it names the fold's record leaf hash with the
+    fold's root and leaf count; (4) with ``now``: not past ``serve_until``
+    (:class:`~contracts.errors.Expired`).
+    """
+    # (1) only a verified statement binds
+    if not custody.verified:
+        raise ValueError("bind_custody needs a statement verified with open_custody")
+    s, h = custody.statement, fold.head.statement
+    # (2) the same head
+    for what, ours, theirs in (
+        ("origin", s.origin, h.origin),
+        ("epoch", s.epoch, h.epoch),
+        ("size", s.size, h.seq + 1),
+        ("log root", s.log_root, h.log_root),
+        ("head digest", s.head, fold.head.digest),
+    ):
+        if ours != theirs:
+            raise BindingMismatch(
+                f"custody statement {custody.digest[:12]}… by {s.custodian[:16]}… names"
+                f" {what} {str(ours)[:16]}…, but the head has {str(theirs)[:16]}…"
+            )
+    # (3) the fold, with its root and size
+    ref = s.fold(fold.leaf_hash.hex())
+    if ref is None:
+        raise BindingMismatch(
+            f"custody statement {custody.digest[:12]}… does not name fold"
+            f" {fold.leaf_hash.hex()[:12]}… of head {fold.head.digest[:12]}…"
+        )
+    if ref.root != fold.record.root or ref.leaf_count != fold.record.leaf_count:
+        raise BindingMismatch(
+            f"custody statement {custody.digest[:12]}… names fold {ref.leaf_hash[:12]}… with"
+            f" root {ref.root[:12]}… ({ref.leaf_count} leaves); the head proves"
+            f" {fold.record.root[:12]}… ({fold.record.leaf_count} leaves)"
+        )
+    # (4) still promised
+    if now is not None and expired(s.serve_until, now):
+        raise Expired(
+            f"custody statement {custody.digest[:12]}… by {s.custodian[:16]}… expired at"
+            f" {s.serve_until} ms (now {now} ms)"
+        )
+    return CustodyFold(
+        head=fold.head,
+        proof=fold.proof,
+        record=fold.record,
+        leaf_hash=fold.leaf_hash,
+        custody=custody,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CustodyFold(VerifiedFold):
+    """A fold proven under an origin's head, promised by a custodian (:func:`bind_custody`).
+
+    Its stand-ins name the custodian: demands to the custodian name the
+    custody statement's digest as their obligation and the fold record's
+    leaf hash as their commitment; receipts are the custodian's; evidence
+    accuses the custodian (:func:`contracts.evidence.cite_head` adds the
+    statement to the record).
+    """
+
+    custody: SignedCustody | None = field(default=None, compare=False)
+
+    @property
+    def custodian(self) -> str:
+        if self.custody is None:
+            raise ValueError("a custody fold needs its statement")
+        return self.custody.statement.custodian
+
+    def _make_commitment(self) -> Signed[Commitment]:
+        if self.custody is None:
+            raise ValueError("a custody fold needs its statement")
+        s, r = self.custody.statement, self.record
+        statement = Commitment(
+            origin=s.custodian,
+            epoch=s.epoch,
+            value_ref=r.value_ref,
+            fold_seq=r.fold_seq,
+            leaf_count=r.leaf_count,
+            root=r.root,
+            issued_at=s.issued_at,
+        )
+        return Signed(Envelope(b"\x00" + self.proof.target, FOLD_RECORD_TYPE, ()), statement)
+
+    def _make_obligation(self) -> Signed[Obligation]:
+        if self.custody is None:
+            raise ValueError("a custody fold needs its statement")
+        s = self.custody.statement
+        statement = Obligation(
+            origin=s.custodian,
+            commitment=self.leaf_hash.hex(),
+            serve_until=s.serve_until,
+            deadline_ms=s.deadline_ms,
+            endpoints=s.endpoints,
+            issued_at=s.issued_at,
+        )
+        return Signed(Envelope(self.custody.text, CUSTODY_TEXT_TYPE, ()), statement)

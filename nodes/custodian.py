@@ -1,0 +1,538 @@
+"""Custodians: the duty to serve a fold outlives the origin's box (docs/custody.md).
+
+Three parts, one per role:
+
+* **Custodian** (:class:`Custodian`, run by every node): ``take`` obtains an
+  origin's folded hops through the holder machinery
+  (:class:`nodes.client.Holder`: unsigned ask, then signed demand, evidence
+  against the origin if it fails), verifies them against the origin's signed
+  head, makes them durable (:func:`nodes.custody_store.hold_folds`: COMMIT,
+  fsync'd) and **only then** signs one custody statement per fold
+  (:mod:`contracts.custody`), keeps it, and returns it. It serves those folds
+  to any bearer through the same serve RPCs as an origin (``Serve.Demand``,
+  unsigned asks): :meth:`Custodian.fold_for` is what the serve path looks a
+  fold up with when it is not one of the node's own.
+* **Origin** (:func:`take_custody`): at commit, asks ``custody_k`` of its
+  configured ``custodians`` to take custody of the compaction's folds,
+  distinct operators first; the statements travel with the value
+  (``Delivery.custody``).
+* **Holder** (:func:`rehydrate_with_custody`): demands from the origin
+  first; every fold the origin did not serve is demanded from the folds'
+  custodians one party at a time, in the order their statements travel, until
+  one serves hops that reproduce the root. The decision is exact as soon as
+  one party served; every party that failed is named in the report
+  (:attr:`nodes.messages.RehydrationReport.parties`) with its own evidence.
+
+What a custodian promises is what its statement says: the hops of the folds it
+names, byte-exact, to any bearer, until its ``serve_until`` (at most the
+origin head's), answering within its ``deadline_ms``, at its endpoints. It does
+not vouch for the hops' content (the origin's head does), nor for folds it does
+not name, nor for anything after ``serve_until``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from contracts._lru import BoundedCache
+from contracts.custody import (
+    MAX_CUSTODY_FOLDS,
+    MAX_CUSTODY_PER_ORIGIN,
+    CustodyFold,
+    CustodyFoldRef,
+    CustodyStatement,
+    bind_custody,
+    custody_digest,
+    open_custody,
+    parse_custody,
+    sign_custody,
+)
+from contracts.errors import ContractError, Expired
+from contracts.head_note import MAX_HEAD_BYTES, SignedHead, open_head
+from contracts.heads import FoldProof, VerifiedFold, verify_fold
+from contracts.merkle import merkle_root
+from contracts.rules import promise_refusal
+from nodes.client import HeldFold
+from nodes.custody_store import HeldCustodyFold, custody_row, hold_folds, keep_statement
+from nodes.errors import MalformedRequest, PromiseOutOfRange, RequestTooLarge
+from nodes.logging import get_logger
+from nodes.messages import (
+    CommittedCompaction,
+    OriginOutcome,
+    Outcome,
+    RehydrationReport,
+    VerifiedHop,
+)
+from nodes.transport import CallFailed
+
+if TYPE_CHECKING:
+    from contracts.heads import HeadCache
+    from contracts.identity import Identity
+    from nodes.client import Holder
+    from nodes.config import NodeConfig
+    from nodes.store import HopStore
+    from nodes.transport import Transport
+
+
+class CustodyHost(Protocol):
+    """What the custodian role uses of its node (a :class:`nodes.services.NodeCore`)."""
+
+    config: NodeConfig
+    identity: Identity
+    store: HopStore
+    transport: Transport
+    heads: HeadCache
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def advertised(self) -> str: ...
+
+    @property
+    def holder(self) -> Holder: ...
+
+    def now_ms(self) -> int: ...
+
+
+__all__ = [
+    "CUSTODY_TAKE_TIMEOUT_S",
+    "Custodian",
+    "CustodyRefused",
+    "CustodyTransport",
+    "custody_folds",
+    "rehydrate_with_custody",
+    "statements_for",
+    "take_custody",
+]
+
+log = get_logger("provnet.custody")
+
+#: How long an origin waits for one custodian to fetch, store and sign.
+CUSTODY_TAKE_TIMEOUT_S = 10.0
+_FOLD_CACHE = 4096
+
+
+@runtime_checkable
+class CustodyTransport(Protocol):
+    """A transport that reaches custodians (``Custody.Take``): the in-memory and
+    gRPC transports of :mod:`nodes.transport`."""
+
+    async def take_custody(
+        self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float
+    ) -> tuple[bytes, ...]: ...
+
+
+class CustodyRefused(MalformedRequest):
+    """A custodian will not take custody of what it was asked (the reason names why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    folds: tuple[VerifiedFold, ...]
+    hops: tuple[tuple[bytes, ...], ...]
+
+
+class Custodian:
+    """A node's custodian role: take custody, and find held folds for the serve path."""
+
+    def __init__(self, core: CustodyHost) -> None:
+        self._core = core
+        #: (head or statement digest, leaf hash) → the fold as this node promised it.
+        self._folds: BoundedCache[tuple[str, str], CustodyFold] = BoundedCache(_FOLD_CACHE)
+        self.taken = 0
+        self.statements_signed = 0
+
+    # ----------------------------------------------------------------- take
+
+    async def take(
+        self,
+        head_note: bytes,
+        fold_proofs: Sequence[bytes],
+        *,
+        by: str | None = None,
+        deadline: float | None = None,
+    ) -> tuple[bytes, ...]:
+        """Take custody of ``fold_proofs``' folds under ``head_note``; one statement each.
+
+        (1) bounded: 1..:data:`MAX_CUSTODY_FOLDS` proofs, a head within its size;
+        (2) the head verifies, unexpired, not ``pending``, not our own; ``by``
+        (the control signer, when called over the wire) is its origin or an
+        operator; (3) each proof is under it; (4) the hops come through the holder
+        machinery, from the origin, verified against the fold roots; (5) hops and
+        hold COMMIT; (6) only then are the statements signed, (7) kept, returned.
+        """
+        core = self._core
+        now_ms = core.now_ms()
+        # (1) bounded before anything is verified
+        if not 1 <= len(fold_proofs) <= MAX_CUSTODY_FOLDS:
+            raise RequestTooLarge(
+                f"custody take: 1 to {MAX_CUSTODY_FOLDS} fold proofs, got {len(fold_proofs)}"
+            )
+        if len(head_note) > MAX_HEAD_BYTES:
+            raise RequestTooLarge(f"custody take: head is {len(head_note)} bytes")
+        # (2) the origin's head, verified
+        try:
+            head = core.heads.verify(head_note, now=now_ms)
+        except ContractError as exc:
+            raise CustodyRefused(f"custody take: head does not verify: {exc}") from exc
+        h = head.statement
+        if h.origin == core.node_id:
+            raise CustodyRefused("custody take: this node is the head's origin")
+        if by is not None and by not in core.config.operator_keys:
+            # Over the wire: the head's own origin, pinned as a peer in this node's
+            # configuration — no stranger makes this node fetch, store and sign.
+            pinned = {p.node_id for p in core.config.peers if p.node_id}
+            if by != h.origin or by not in pinned:
+                raise CustodyRefused(
+                    f"custody take: asked by {by[:16]}…, which is neither the head's origin"
+                    f" {h.origin[:16]}… as a pinned peer nor an operator"
+                )
+        if h.pending:
+            raise CustodyRefused(
+                f"custody take: head {head.digest[:12]}… is provenance_pending; its hops"
+                " are not durable at the origin yet"
+            )
+        serve_until = self._serve_until(head, now_ms)
+        # (3) each fold under the head
+        folds: list[VerifiedFold] = []
+        for data in fold_proofs:
+            try:
+                folds.append(verify_fold(FoldProof.from_bytes(data), head))
+            except ContractError as exc:
+                raise CustodyRefused(f"custody take: fold proof: {exc}") from exc
+        if len({f.leaf_hash for f in folds}) != len(folds):
+            raise CustodyRefused("custody take: a fold is named twice")
+        # already held and promised long enough: the same statements again (idempotent)
+        again = await self._kept(head, folds, serve_until, now_ms)
+        if again is not None:
+            return again
+        # (4) the hops, through the holder machinery, verified against the roots
+        taken = await self._fetch(head, folds, fold_proofs, deadline)
+        # (5) durable before anything is signed (seed 000)
+        await hold_folds(
+            core.store,
+            head_digest=head.digest,
+            head_note=head.note,
+            origin=h.origin,
+            folds=[
+                HeldCustodyFold(f.leaf_hash.hex(), f.record.root, p, hops)
+                for f, p, hops in zip(taken.folds, fold_proofs, taken.hops, strict=True)
+            ],
+            serve_until=serve_until,
+            now_ms=now_ms,
+        )
+        # (6) sign, (7) keep, then return
+        out: list[bytes] = []
+        for fold in taken.folds:
+            signed = sign_custody(core.identity, self._statement(head, fold, serve_until, now_ms))
+            await keep_statement(core.store, signed, now_ms=now_ms)
+            self.statements_signed += 1
+            out.append(signed.note)
+        self.taken += 1
+        log.info(
+            "custody_taken",
+            origin=h.origin[:16],
+            head=head.digest[:16],
+            folds=len(folds),
+            serve_until=serve_until,
+        )
+        return tuple(out)
+
+    def _serve_until(self, head: SignedHead, now_ms: int) -> int:
+        """The custodian's term: the origin's, within this node's own promise bounds."""
+        h = head.statement
+        serve_until = min(h.serve_until, now_ms + self._core.config.serve_for_ms)
+        refusal = promise_refusal(
+            deadline_ms=self._core.config.deadline_ms, serve_for_ms=max(1, serve_until - now_ms)
+        )
+        if refusal:
+            raise PromiseOutOfRange(f"custody take: {refusal}")
+        return serve_until
+
+    def _statement(
+        self, head: SignedHead, fold: VerifiedFold, serve_until: int, now_ms: int
+    ) -> CustodyStatement:
+        h, config = head.statement, self._core.config
+        return CustodyStatement(
+            custodian=self._core.node_id,
+            operator=config.operator or config.name,
+            origin=h.origin,
+            epoch=h.epoch,
+            size=h.seq + 1,
+            log_root=h.log_root,
+            head=head.digest,
+            folds=(CustodyFoldRef(fold.leaf_hash.hex(), fold.record.root, fold.record.leaf_count),),
+            serve_until=serve_until,
+            deadline_ms=config.deadline_ms,
+            endpoints=(self._core.advertised,),
+            issued_at=now_ms,
+        )
+
+    async def _kept(
+        self,
+        head: SignedHead,
+        folds: Sequence[VerifiedFold],
+        serve_until: int,
+        now_ms: int,
+    ) -> tuple[bytes, ...] | None:
+        out: list[bytes] = []
+        for fold in folds:
+            row = await custody_row(
+                self._core.store,
+                head_digest=head.digest,
+                leaf_hash=fold.leaf_hash.hex(),
+                now_ms=now_ms,
+            )
+            if row is None or parse_custody(row.statement).statement.serve_until < serve_until:
+                return None
+            out.append(row.statement)
+        return tuple(out)
+
+    async def _fetch(
+        self,
+        head: SignedHead,
+        folds: Sequence[VerifiedFold],
+        proofs: Sequence[bytes],
+        deadline: float | None,
+    ) -> _Taken:
+        """The folds' hops from the origin, as a holder gets them (verified, or evidence)."""
+        held = [
+            HeldFold(f.commitment, f.obligation, p, head.note, f)
+            for f, p in zip(folds, proofs, strict=True)
+        ]
+        ref = f"custody/{head.digest[:32]}"
+        report = await self._core.holder.rehydrate(ref, held, deadline=deadline)
+        by_fold: dict[str, list[tuple[int, bytes]]] = {}
+        for hop in report.hops:
+            by_fold.setdefault(hop.commitment, []).append((hop.leaf_index, hop.hop))
+        hops: list[tuple[bytes, ...]] = []
+        for fold in folds:
+            got = tuple(b for _, b in sorted(by_fold.get(fold.commitment.digest, [])))
+            if len(got) != fold.record.leaf_count or merkle_root(got).hex() != fold.record.root:
+                outcome = report.outcomes[0] if report.outcomes else None
+                why = f"{outcome.outcome.value}: {outcome.detail}" if outcome else "no answer"
+                raise CustodyRefused(
+                    f"custody take: the origin did not serve fold {fold.leaf_hash.hex()[:12]}…"
+                    f" ({why}); nothing was signed"
+                )
+            hops.append(got)
+        return _Taken(tuple(folds), tuple(hops))
+
+    # ----------------------------------------------------------------- serve
+
+    async def fold_for(self, digest: str, leaf_hash: str) -> CustodyFold | None:
+        """A fold this node promised as custodian, by the origin's head digest (an
+        unsigned ask) or its statement's digest (a signed demand), and the fold record's
+        leaf hash; None when it promised no such fold (or the promise ran out)."""
+        key = (digest, leaf_hash)
+        fold = self._folds.get(key)
+        now_ms = self._core.now_ms()
+        if (
+            fold is not None
+            and fold.custody is not None
+            and fold.custody.statement.serve_until > now_ms
+        ):
+            return fold
+        row = await custody_row(
+            self._core.store, head_digest=digest, leaf_hash=leaf_hash, now_ms=now_ms
+        )
+        if row is None:
+            return None
+        # our own statement and a head we verified before storing it: read, then bound
+        head = open_head(row.head_note)
+        custody = open_custody(row.statement, custodian=self._core.node_id)
+        fold = bind_custody(custody, verify_fold(FoldProof.from_bytes(row.proof), head))
+        self._folds.put(key, fold)
+        return fold
+
+
+# --------------------------------------------------------------------- origin side
+
+
+def _placement(names: Sequence[str], k: int) -> list[str]:
+    """Custodians to ask, in order: the configured order (operators are learned from
+    their statements; :func:`take_custody` skips a second one of the same operator
+    while another is left)."""
+    return list(names)[: max(0, 2 * k)] if k else []
+
+
+async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tuple[bytes, ...]:
+    """The origin asks ``custody_k`` custodians to take custody of a compaction's folds.
+
+    Candidates are tried in ``custodians`` order (at most ``2k`` of them): a
+    statement from an operator already chosen is set aside while a custodian of
+    another operator may still answer, and used only if fewer than ``k`` distinct
+    operators did. A custodian that fails is logged and skipped: the commit
+    stands (the origin itself still serves), with fewer statements.
+    """
+    config = core.config
+    k = config.custody_k
+    if not k or committed.provenance_pending:
+        return ()
+    transport = core.transport
+    if not isinstance(transport, CustodyTransport):
+        log.warning("custody_not_taken", error="this transport cannot reach custodians")
+        return ()
+    chosen: list[tuple[str, tuple[bytes, ...]]] = []
+    spare: list[tuple[str, tuple[bytes, ...]]] = []
+    for name in _placement(config.custodians, k):
+        if len(chosen) >= k:
+            break
+        try:
+            address = config.peer(name)
+            notes = await transport.take_custody(
+                address, committed.head, committed.fold_proofs, CUSTODY_TAKE_TIMEOUT_S
+            )
+            statements = [open_custody(n) for n in notes]
+        except (CallFailed, ContractError, ValueError) as exc:
+            log.warning("custody_not_taken", custodian=name, error=str(exc))
+            continue
+        if len(statements) != len(committed.fold_proofs) or not statements:
+            log.warning("custody_not_taken", custodian=name, error="wrong statement count")
+            continue
+        operator = statements[0].statement.operator
+        if operator in {op for op, _ in chosen}:
+            spare.append((operator, tuple(notes)))
+        else:
+            chosen.append((operator, tuple(notes)))
+    chosen.extend(spare[: max(0, k - len(chosen))])
+    return tuple(n for _, notes in chosen for n in notes)
+
+
+def statements_for(custody: Sequence[bytes], fold_proof: bytes) -> tuple[bytes, ...]:
+    """The statements of ``custody`` that name the fold ``fold_proof`` proves (read,
+    not verified: the receiver verifies them), in order: what a delivery of that
+    value carries."""
+    proof = FoldProof.from_bytes(fold_proof)
+    from contracts.merkle import leaf_hash
+
+    leaf = leaf_hash(proof.target).hex()
+    out: list[bytes] = []
+    for note in custody:
+        s = parse_custody(note).statement
+        if s.head == proof.head and s.fold(leaf) is not None:
+            out.append(note)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------- holder side
+
+
+def custody_folds(
+    custody: Sequence[bytes], folds: Sequence[HeldFold], *, now_ms: int
+) -> tuple[HeldFold, ...]:
+    """A delivery's custody statements, verified and bound to its verified folds.
+
+    Each statement must verify with its custodian's key and name a head and fold
+    of this value (:func:`contracts.custody.bind_custody`); at most
+    :data:`MAX_CUSTODY_PER_ORIGIN` per origin. Anything else rejects the delivery
+    (:class:`MalformedRequest` naming the statement): a value never carries a
+    promise nobody can hold to.
+    """
+    if not custody:
+        return ()
+    by_key = {(f.fold.head.digest, f.fold.leaf_hash.hex()): f for f in folds if f.fold is not None}
+    out: list[HeldFold] = []
+    per_origin: dict[str, int] = {}
+    seen: set[str] = set()
+    for note in custody:
+        try:
+            digest = custody_digest(note)
+            if digest in seen:
+                continue
+            seen.add(digest)
+            signed = open_custody(note)
+            s = signed.statement
+            bound: CustodyFold | None = None
+            for ref in s.folds:
+                held = by_key.get((s.head, ref.leaf_hash))
+                if held is not None and held.fold is not None:
+                    bound = bind_custody(signed, held.fold, now=now_ms)
+                    break
+        except Expired:
+            continue  # a promise that ran out is no promise: not carried on, not asked
+        except ContractError as exc:
+            raise MalformedRequest(f"deliver: custody statement: {exc}") from exc
+        if bound is None:
+            raise MalformedRequest(
+                f"deliver: custody statement {digest[:12]}… names no fold of this value"
+            )
+        origin = bound.head.statement.origin
+        per_origin[origin] = per_origin.get(origin, 0) + 1
+        if per_origin[origin] > MAX_CUSTODY_PER_ORIGIN:
+            raise RequestTooLarge(
+                f"deliver: more than {MAX_CUSTODY_PER_ORIGIN} custody statements for origin"
+                f" {origin[:16]}…"
+            )
+        out.append(
+            HeldFold(bound.commitment, bound.obligation, bound.proof.to_bytes(), note, bound)
+        )
+    return tuple(out)
+
+
+async def rehydrate_with_custody(
+    holder: Holder,
+    value_ref: str,
+    folds: Sequence[HeldFold],
+    custody: Sequence[HeldFold],
+    *,
+    witnesses: Sequence[str] = (),
+    deadline: float | None = None,
+) -> RehydrationReport:
+    """Origins first; then, for every fold its origin did not serve, its custodians.
+
+    Order: the origin (as today, with witnesses for ``unanswered``), then each
+    custodian of the fold in the order its statement travels with the value, one
+    at a time, until one serves hops reproducing the fold root. Each custodian asked
+    gets its own outcome (and evidence, built by the same holder machinery,
+    naming it). Served hops are reported under the fold's origin and commitment,
+    so what the gates see is what the origin would have served.
+    """
+    report = await holder.rehydrate(value_ref, folds, witnesses=witnesses, deadline=deadline)
+    if not custody or report.complete:
+        return report
+    served_origins = {o.origin for o in report.outcomes if o.outcome is Outcome.SERVED}
+    missing = [
+        f
+        for f in folds
+        if f.fold is not None and f.commitment.statement.origin not in served_origins
+    ]
+    if not missing:
+        return report
+    parties: list[OriginOutcome] = []
+    hops = list(report.hops)
+    rpcs, demand_rpcs = report.rpcs, report.demand_rpcs
+    recovered = 0
+    for fold in missing:
+        if fold.fold is None:
+            continue
+        key = (fold.fold.head.digest, fold.fold.leaf_hash.hex())
+        candidates = [
+            c
+            for c in custody
+            if c.fold is not None and (c.fold.head.digest, c.fold.leaf_hash.hex()) == key
+        ]
+        for candidate in candidates:
+            sub = await holder.rehydrate(value_ref, [candidate], witnesses=(), deadline=deadline)
+            rpcs += sub.rpcs
+            demand_rpcs += sub.demand_rpcs
+            parties.extend(sub.outcomes)
+            if sub.complete:
+                origin = fold.commitment.statement.origin
+                hops.extend(
+                    VerifiedHop(origin, h.commitment, h.leaf_index, h.hop) for h in sub.hops
+                )
+                recovered += 1
+                break
+    return RehydrationReport(
+        value_ref,
+        report.outcomes,
+        tuple(hops),
+        rpcs,
+        demand_rpcs,
+        parties=tuple(parties),
+        recovered=recovered == len(missing),
+    )
