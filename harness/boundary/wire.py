@@ -377,6 +377,23 @@ class MeteredTransport:
         self._count("AttestRequest", req, wire.attest_response_size(answer))
         return answer
 
+    async def take_custody(
+        self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float
+    ) -> tuple[bytes, ...]:
+        """``Custody.Take`` (the inner transport must carry it); the response counted
+        as the statements' bytes."""
+        take = getattr(self.inner, "take_custody", None)
+        if take is None:
+            raise CallFailed("UNIMPLEMENTED", "transport does not carry Custody.Take", address)
+        req = wire.take_custody_request(head, fold_proofs).ByteSize()
+        try:
+            notes: tuple[bytes, ...] = await take(address, head, fold_proofs, timeout)
+        except Exception:
+            self._count("CustodyTake", req, 0, failed=True)
+            raise
+        self._count("CustodyTake", req, sum(len(n) for n in notes))
+        return notes
+
     async def _serve_demand(self, req: int, call: Awaitable[list[Answer]]) -> list[Answer]:
         """One ``Serve.Demand`` (signed demands or unsigned asks), counted as such."""
         try:

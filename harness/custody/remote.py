@@ -153,9 +153,13 @@ class RemotePool(TrialPool):
         self._procs.remove(handle)
         await self._stop_proc(handle)
 
+    async def _custody_hops(self, g: Any) -> list[int]:
+        return []  # k = 0 only on running nodes
+
     async def _append_commit(
-        self, handle: Any, hops: list[Hop], value_ref: str
+        self, g: Any, hops: list[Hop], value_ref: str
     ) -> tuple[float, CommittedCompaction]:
+        handle = g.origin.handle
         # A long-lived process keeps its epoch: each trial its own range of seqs.
         seqs = [handle.next_seq + i for i in range(len(hops))]
         handle.next_seq += len(hops)
@@ -222,6 +226,12 @@ def run_on_running(args: argparse.Namespace, settings: CustodySettings) -> int:
     from nodes.config import LogFormat
     from nodes.logging import configure_logging
 
+    if any(settings.ks):
+        raise UsageError(
+            "--k: on running nodes only k = 0 is played (custodians as extra node processes"
+            " would need each origin and custodian restarted with the other pinned); play"
+            " k > 0 on in-process nodes (--transport memory or grpc)"
+        )
     if args.transport != "memory":
         raise UsageError(f"--transport {args.transport}: running nodes are reached remotely")
     home: Path | None = None

@@ -85,7 +85,8 @@ class PriceRow:
 
     @property
     def delivered_bytes(self) -> float:
-        return self.value_bytes + self.statement_bytes + self.custody_bytes
+        """Value + statements as they cross the wire (custody statements included)."""
+        return self.value_bytes + self.statement_bytes
 
     @property
     def ratio(self) -> float:
@@ -363,14 +364,14 @@ def summary_lines(
         lines += [
             "## Price per delivery and per compaction (independent departures)",
             "",
-            "| k | hops per custodian | value + statements B | custody statements B |"
+            "| k | hops per custodian | value + statements B | of which custody B |"
             " full lineage B | ratio | RPCs per compaction | signatures per compaction |"
             " commit p50 ms | added by custody ms |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in prices:
             lines.append(
-                f"| {r.k} | {r.hops_per_custodian:.1f} | {r.value_bytes + r.statement_bytes:,.0f}"
+                f"| {r.k} | {r.hops_per_custodian:.1f} | {r.delivered_bytes:,.0f}"
                 f" | {r.custody_bytes:,.0f} | {r.lineage_bytes:,.0f} | {r.ratio:.2f} |"
                 f" {r.commit_rpcs:.2f} | {r.commit_signatures:.2f} | {r.commit_p50_ms:.2f} |"
                 f" {r.added_p50_ms:.2f} |"
@@ -431,15 +432,15 @@ def _figures(
         ks = [r.k for r in prices]
         left.bar(
             [k - 0.2 for k in ks],
-            [r.value_bytes + r.statement_bytes for r in prices],
+            [r.delivered_bytes - r.custody_bytes for r in prices],
             width=0.4,
-            label="value + statements",
+            label="value + head statements",
         )
         left.bar(
             [k - 0.2 for k in ks],
             [r.custody_bytes for r in prices],
             width=0.4,
-            bottom=[r.value_bytes + r.statement_bytes for r in prices],
+            bottom=[r.delivered_bytes - r.custody_bytes for r in prices],
             label="custody statements",
         )
         left.bar(

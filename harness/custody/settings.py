@@ -138,6 +138,8 @@ class CellResult:
     value_bytes: int = 0
     statement_bytes: int = 0
     custody_bytes: int = 0
+    #: custody statements the values carried (k per trial when every custodian took it)
+    custodians_taken: int = 0
     lineage_bytes: int = 0
     commit_rpcs: int = 0
     commit_signatures: int = 0

@@ -26,6 +26,7 @@ party served them; a flip is a holder decision the oracle did not make.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import shutil
@@ -49,6 +50,9 @@ from harness.gates import Decision as GateDecision
 from harness.lineage import FoldedPrefix, HopLog, hop_bytes
 from nodes import wire
 from nodes.client import Holder
+from nodes.config import Peer
+from nodes.custodian import rehydrate_with_custody, statements_for
+from nodes.custody_store import custody_counts
 from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationReport
 from nodes.store import StoreMode
 from nodes.transport import LocalNode
@@ -269,11 +273,13 @@ class TrialPool:
         await asyncio.to_thread(shutil.rmtree, handle.core.config.data_dir, ignore_errors=False)
 
     async def _append_commit(
-        self, handle: Any, hops: list[Hop], value_ref: str
+        self, g: _Group, hops: list[Hop], value_ref: str
     ) -> tuple[float, CommittedCompaction]:
-        """The hops made durable at ``handle``, then one compaction folding them:
-        when the compaction started (perf counter) and what it committed."""
-        core = handle.core
+        """The hops made durable at ``g``'s origin, then one compaction folding them
+        (custody taken at commit by the group's custodians): when the compaction
+        started (perf counter) and what it committed."""
+        core = g.origin.handle.core
+        _place(g)
         await core.store.new_epoch()  # hop ids restart every trial (seed 000)
         await core.append(
             [json.dumps(_fields(h)).encode("utf-8") for h in hops], [h.step for h in hops]
@@ -292,6 +298,10 @@ class TrialPool:
         holder, client = self._open()
         held = holder.core.held(value_ref)
         witnesses = [self.witness.address] if self.witness is not None else []
+        if held.custody:  # the origin first, then the custodians (nodes.custodian)
+            return await rehydrate_with_custody(
+                client, value_ref, held.folds, held.custody, witnesses=witnesses
+            )
         report: RehydrationReport = await client.rehydrate(
             value_ref, held.folds, witnesses=witnesses
         )
@@ -307,11 +317,17 @@ class TrialPool:
     ) -> _Trial:
         hops = _make_hops(rng, self.settings.hops)
         value_ref = self.value_ref(g)
-        started, committed = await self._append_commit(g.origin.handle, hops, value_ref)
-        custody = await self._take_custody(g, committed)
+        before = await self._custody_hops(g) if timed else []
+        started, committed = await self._append_commit(g, hops, value_ref)
         if timed:  # a commit alone: concurrent ones would time the event loop's queue
             cell.commit_seconds.append(time.perf_counter() - started)
-        cell.commit_signatures += 1 + len(custody)
+            after = await self._custody_hops(g)
+            cell.hops_per_custodian.extend(a - b for a, b in zip(after, before, strict=True))
+        # the head, then one custody statement per custodian that took the fold
+        cell.commit_signatures += 1 + len(committed.custody)
+        (proof,) = committed.fold_proofs
+        custody = statements_for(committed.custody, proof)
+        cell.custodians_taken += len(custody)
         view = _view(hops)
         log = _Log()
         for h in hops:
@@ -325,6 +341,7 @@ class TrialPool:
             g.origin.handle.node_id,
             tuple(committed.fold_proofs),
             (committed.head,),
+            custody=custody,
         )
         cell.custody_bytes += sum(len(s) for s in custody)
         cell.lineage_bytes += sum(hop_bytes(h) for h in hops)
@@ -338,14 +355,9 @@ class TrialPool:
         cell.value_bytes += len(delivery.value)
         cell.statement_bytes += wire.delivery_statement_size(sent)
 
-    async def _take_custody(self, g: _Group, committed: Any) -> list[bytes]:
-        """Custody statements of ``g``'s custodians for ``committed`` (none at k = 0)."""
-        if g.custodians:
-            raise CustodyError(
-                "k > 0: custodians are not part of this build of the nodes"
-                " (custody statements; docs/custody.md)"
-            )
-        return []
+    async def _custody_hops(self, g: _Group) -> list[int]:
+        """Hops each custodian of ``g`` holds in custody now (its store's count)."""
+        return [(await custody_counts(c.handle.core.store))["custody_hops"] for c in g.custodians]
 
     def _departures(
         self, g: _Group, mode: Departures, p: float, rng: random.Random
@@ -359,7 +371,7 @@ class TrialPool:
     async def _rehydrate(self, trial: _Trial, cell: CellResult) -> None:
         report = await self._demand(trial.value_ref)
         cell.rehydrate_rpcs += report.rpcs
-        for o in report.outcomes:
+        for o in (*report.outcomes, *report.parties):
             if o.outcome is Outcome.UNANSWERED and not o.evidence_path and not o.cleared:
                 cell.unconfirmed += 1  # silence no witness confirmed: never evidence
             elif o.accuses and o.evidence_path:
@@ -378,11 +390,10 @@ class TrialPool:
         )
         if ok:
             cell.available += 1
-            for o in report.outcomes:
-                if o.outcome is Outcome.SERVED:
-                    party = self.by_id.get(o.origin)
-                    role = party.role if party is not None else "other"
-                    cell.served_by[role] = cell.served_by.get(role, 0) + 1
+            for node_id in report.served_by:
+                party = self.by_id.get(node_id)
+                role = party.role if party is not None else "other"
+                cell.served_by[role] = cell.served_by.get(role, 0) + 1
         for gate, want in zip(LINEAGE_GATES, trial.oracle, strict=True):
             if ok and log is not None:
                 got = evaluate(gate, trial.view, Mode.REHYDRATE, log).proceed
@@ -453,6 +464,28 @@ class TrialPool:
                     tick(n)
         cell.seconds += time.perf_counter() - started
         self._cell = None
+
+
+def _place(g: _Group) -> None:
+    """Configure ``g``'s origin to ask exactly its custodians at commit, and each
+    custodian with this trial's operator label and the origin pinned as a peer.
+
+    A group's membership changes between trials (a departed party is replaced),
+    so the configuration is set before each commit, as an operator would set it."""
+    core = g.origin.handle.core
+    names = tuple(c.handle.name for c in g.custodians)
+    core.config = dataclasses.replace(
+        core.config,
+        peers=tuple(Peer(c.handle.name, c.handle.address, c.handle.node_id) for c in g.custodians),
+        custodians=names,
+        custody_k=len(names),
+        operator=g.origin.operator,
+    )
+    pin = Peer(g.origin.handle.name, g.origin.handle.address, g.origin.handle.node_id)
+    for c in g.custodians:
+        c.handle.core.config = dataclasses.replace(
+            c.handle.core.config, peers=(pin,), operator=c.operator
+        )
 
 
 def _fields(hop: Hop) -> dict[str, Any]:

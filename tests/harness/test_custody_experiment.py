@@ -102,6 +102,31 @@ def test_p0_serves_everything_and_flips_nothing() -> None:
     assert cell.evidence == {}
 
 
+def test_k1_custodian_serves_when_the_origin_is_gone_and_nobody_honest_is_accused() -> None:
+    cell = _play(CustodySettings(ks=(1,), ps=(0.5,), batch=8), 1, 0.5, 8)
+    assert cell.trials == 8
+    assert cell.custodians_taken == 8  # every value carried its custody statement
+    assert cell.commit_signatures == 8 * 2  # the head + one custody statement
+    # the custodian held exactly the fold's hops (measured from its store)
+    assert cell.hops_per_custodian == [12]
+    # some origins departed and their custodians served instead
+    assert cell.served_by.get("custodian", 0) > 0
+    assert cell.available > 8 - cell.departed_origins
+    assert cell.honest_accused == 0
+    assert all(departed for (_, _, departed) in cell.evidence)
+    # where the hops came back (from either party) the decision is the oracle's
+    assert cell.flips <= 4 * (8 - cell.available)
+
+
+def test_p0_with_custodians_asks_only_the_origin() -> None:
+    cell = _play(CustodySettings(ks=(2,), ps=(0.0,), batch=4), 2, 0.0, 4)
+    assert cell.available == 4
+    assert cell.served_by == {"origin": 4}
+    assert cell.custodians_taken == 8
+    assert cell.custody_bytes > 0
+    assert cell.flips == 0
+
+
 # --------------------------------------------------------------------------- the CLI
 
 
