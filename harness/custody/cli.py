@@ -10,15 +10,10 @@ was expected.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness.cli_common import add_progress_flags, positive_int, prepare_out
 from harness.cli_errors import UsageError
-
-if TYPE_CHECKING:
-    from harness.custody.settings import CellResult
 
 __all__ = ["QUICK_TRIALS", "configure", "parse_ks", "parse_ps"]
 
@@ -249,45 +244,10 @@ def _handler(args: argparse.Namespace) -> int:
         except OSError as exc:
             target = exc.filename if exc.filename is not None else args.out
             raise UsageError(f"{target}: cannot write: {exc.strerror or exc}") from None
+    from harness.custody.report import cost_line, print_outcome
+
     if args.cost_line:
         print(cost_line(outcome.cells, where))
     else:
         print_outcome(outcome.cells, outcome.wall_seconds, where, args.out)
     return 0
-
-
-def cost_line(cells: Sequence[CellResult], where: str) -> str:
-    """One row for a cost table: availability at (k, p) next to k = 0, each with
-    its 95% interval and closed form, and the honest parties accused."""
-    base = next(c for c in cells if c.k == 0)
-    other = next(c for c in cells if c.k != 0)
-
-    def cell(c: CellResult) -> str:
-        lo, hi = c.interval
-        return (
-            f"k = {c.k}: {100 * c.availability:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
-            f" (closed form {100 * c.expected:.1f}%)"
-        )
-
-    accused = sum(c.honest_accused for c in cells)
-    return (
-        f"| custody: rehydration availability, parties departing for good with p = {base.p:g}"
-        f" ({base.trials} trials each, {where}; honest accused {accused}) | {cell(base)} |"
-        f" {cell(other)} |"
-    )
-
-
-def print_outcome(cells: Sequence[CellResult], wall: float, where: str, out: Path) -> None:
-    """The run's few lines: one per cell, then honest parties accused."""
-    from harness._words import count
-
-    trials = sum(c.trials for c in cells)
-    print(f"custody: {count(trials, 'trial')} in {wall:.2f} s ({where}) → {out}/")
-    for c in cells:
-        lo, hi = c.interval
-        print(
-            f"  {c.mode.value:<15} k={c.k} p={c.p:<4g} availability {100 * c.availability:5.1f}%"
-            f" [{100 * lo:.1f}, {100 * hi:.1f}] closed form {100 * c.expected:5.1f}%"
-            f" {'inside' if c.inside else 'OUTSIDE'}"
-        )
-    print(f"honest parties accused: {sum(c.honest_accused for c in cells)}")

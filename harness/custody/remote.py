@@ -218,8 +218,7 @@ def run_on_running(args: argparse.Namespace, settings: CustodySettings) -> int:
     from harness._outdir import staged_dir
     from harness.boundary.cli import _cluster_members, _members
     from harness.cli_common import prepare_out
-    from harness.custody.cli import cost_line, print_outcome
-    from harness.custody.report import write_results
+    from harness.custody.report import cost_line, print_outcome, write_results
     from harness.custody.runner import plan_cells
     from harness.runner import progress_disabled
     from nodes.auth import operator_credentials

@@ -32,7 +32,9 @@ __all__ = [
     "AVAILABILITY_CSV",
     "CUSTODY_FILES",
     "PriceRow",
+    "cost_line",
     "price_rows",
+    "print_outcome",
     "summary_lines",
     "write_results",
 ]
@@ -465,3 +467,40 @@ def _figures(
         _save(fig, out / PRICE_PNG)
         written.append(PRICE_PNG)
     return written
+
+
+def cost_line(cells: Sequence[CellResult], where: str) -> str:
+    """One row for a cost table: availability at (k, p) next to k = 0, each with
+    its 95% interval and closed form, and the honest parties accused."""
+    base = next(c for c in cells if c.k == 0)
+    other = next(c for c in cells if c.k != 0)
+
+    def cell(c: CellResult) -> str:
+        lo, hi = c.interval
+        return (
+            f"k = {c.k}: {100 * c.availability:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
+            f" (closed form {100 * c.expected:.1f}%)"
+        )
+
+    accused = sum(c.honest_accused for c in cells)
+    return (
+        f"| custody: rehydration availability, parties departing for good with p = {base.p:g}"
+        f" ({base.trials} trials each, {where}; honest accused {accused}) | {cell(base)} |"
+        f" {cell(other)} |"
+    )
+
+
+def print_outcome(cells: Sequence[CellResult], wall: float, where: str, out: Path) -> None:
+    """The run's few lines: one per cell, then honest parties accused."""
+    from harness._words import count
+
+    trials = sum(c.trials for c in cells)
+    print(f"custody: {count(trials, 'trial')} in {wall:.2f} s ({where}) → {out}/")
+    for c in cells:
+        lo, hi = c.interval
+        print(
+            f"  {c.mode.value:<15} k={c.k} p={c.p:<4g} availability {100 * c.availability:5.1f}%"
+            f" [{100 * lo:.1f}, {100 * hi:.1f}] closed form {100 * c.expected:5.1f}%"
+            f" {'inside' if c.inside else 'OUTSIDE'}"
+        )
+    print(f"honest parties accused: {sum(c.honest_accused for c in cells)}")
