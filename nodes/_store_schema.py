@@ -204,6 +204,20 @@ DDL: tuple[str, ...] = (
         PRIMARY KEY (head_digest, leaf_hash, digest)
     ) WITHOUT ROWID
     """,
+    # A witness's state per log it cosigns (c2sp.org/tlog-witness): the size,
+    # root and note of the latest checkpoint it cosigned, written in the same
+    # transaction that read the state the cosignature was decided on, and
+    # committed before the cosignature is returned (nodes.cosigner). A new
+    # table in a database of this version is created when the store opens.
+    """
+    CREATE TABLE IF NOT EXISTS witness_logs (
+        origin     TEXT    PRIMARY KEY,
+        size       INTEGER NOT NULL CHECK (size >= 0),
+        root       BLOB    NOT NULL,
+        note       BLOB    NOT NULL,
+        updated_at INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
     """
     CREATE TABLE IF NOT EXISTS counters (
         name  TEXT PRIMARY KEY,

@@ -102,6 +102,12 @@ _FLAG_HELP: Mapping[str, str] = {
     "custody_k": "custodians asked per compaction, distinct operators first (default 0: none)",
     "operator": "this node's operator label, one failure domain for custody placement"
     " (default: the node name)",
+    "witnesses": "origin: witnesses (peer names or host:port, ';'-separated) asked to cosign"
+    " each new head; their cosignatures ride on the delivered head (default: none)",
+    "witness_policy": "holder: a tlog-policy file; a delivered head needs its quorum of"
+    " witness cosignatures (docs/custody.md; default: no quorum required)",
+    "witness_logs": "witness: '*' (every origin's heads) or origins' node ids whose heads this"
+    " node cosigns (Witness.AddCheckpoint; default: not a witness)",
 }
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "ENV_VARS",
     "MAX_CLOCK_OFFSET_S",
     "MAX_DEADLINE_MS",
+    "MAX_WITNESSES",
     "MIN_DEADLINE_MS",
     "ConfigError",
     "LogFormat",
@@ -61,6 +62,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+#: Witnesses an origin asks per head: each adds one cosignature line to the note
+#: (a head holds at most 32 signature lines, contracts.head_note).
+MAX_WITNESSES = 16
 DEFAULT_SERVE_FOR_MS = 3_600_000
 DEFAULT_DEADLINE_MS = 2_000
 DEFAULT_MAX_CONCURRENT_RPCS = 128
@@ -158,6 +162,9 @@ ENV_VARS: Mapping[str, str] = {
     "custodians": "PROVNET_CUSTODIANS",
     "custody_k": "PROVNET_CUSTODY_K",
     "operator": "PROVNET_OPERATOR",
+    "witnesses": "PROVNET_WITNESSES",
+    "witness_policy": "PROVNET_WITNESS_POLICY",
+    "witness_logs": "PROVNET_WITNESS_LOGS",
 }
 
 
@@ -340,6 +347,16 @@ class NodeConfig:
     tls_ca: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    #: Origin: witnesses (peer names or host:port) asked to cosign each new head
+    #: (``Witness.AddCheckpoint``); the cosignatures ride on the delivered note.
+    witnesses: tuple[str, ...] = ()
+    #: Holder: a tlog-policy file (docs/custody.md); a delivered head must carry its
+    #: quorum of witness cosignatures. None: every verified head, as before.
+    witness_policy: Path | None = None
+    #: Witness role: ``*`` (every provnet head log) or the origins' node ids whose
+    #: heads this node cosigns; empty: not a witness (``Witness.AddCheckpoint`` is
+    #: UNIMPLEMENTED).
+    witness_logs: str = ""
 
     def __post_init__(self) -> None:
         if not NODE_NAME_RE.match(self.name):
@@ -408,6 +425,25 @@ class NodeConfig:
                 f"{setting('tls_cert')} needs {setting('tls_ca')}: a node that serves TLS"
                 " dials its TLS peers with TLS, verified against that CA"
             )
+        if self.witness_logs:
+            entries = self.witness_logs.replace(",", " ").replace(";", " ").split()
+            if entries != ["*"] and not all(_HEX64_RE.match(e) for e in entries):
+                raise ConfigError(
+                    f"{setting('witness_logs')}: expected '*' or origins' node ids (64 hex),"
+                    f" got {self.witness_logs!r:.80}"
+                )
+        if len(self.witnesses) > MAX_WITNESSES:
+            raise ConfigError(
+                f"{setting('witnesses')}: at most {MAX_WITNESSES} witnesses (a head carries"
+                f" their cosignatures), got {len(self.witnesses)}"
+            )
+        for witness in self.witnesses:
+            if ":" in witness:
+                _check_address(f"{setting('witnesses')} entry", witness)
+            elif witness not in {p.name for p in self.peers}:
+                raise ConfigError(
+                    f"{setting('witnesses')}: {witness!r:.80} is neither host:port nor a peer name"
+                )
         if self.log_level not in {"debug", "info", "warning", "error"}:
             raise ConfigError(
                 f"{setting('log_level')}: expected debug/info/warning/error, got {self.log_level!r}"
@@ -509,7 +545,7 @@ class NodeConfig:
             "name": str(raw["name"]),
             "data_dir": Path(str(raw["data_dir"])),
         }
-        for key in ("listen", "advertise", "log_level", "operator"):
+        for key in ("listen", "advertise", "log_level", "operator", "witness_logs"):
             if key in raw:
                 kwargs[key] = str(raw[key])
         if "peers" in raw:
@@ -586,9 +622,17 @@ class NodeConfig:
             "tls_ca",
             "tls_cert",
             "tls_key",
+            "witness_policy",
         ):
             if key in raw:
                 kwargs[key] = Path(str(raw[key]))
+        if "witnesses" in raw:
+            value = raw["witnesses"]
+            kwargs["witnesses"] = (
+                value
+                if isinstance(value, tuple)
+                else tuple(w for w in re.split(r"[;,\s]+", str(value).strip()) if w)
+            )
         if "operator_keys" in raw:
             value = raw["operator_keys"]
             if isinstance(value, tuple):

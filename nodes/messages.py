@@ -34,6 +34,7 @@ __all__ = [
     "Outcome",
     "RehydrationReport",
     "VerifiedHop",
+    "WitnessReply",
     "outcome_for",
     "select_hops",
 ]
@@ -244,3 +245,13 @@ class RehydrationReport:
     def failed(self) -> tuple[OriginOutcome, ...]:
         """Every party asked that did not serve, origins first, then custodians."""
         return tuple(o for o in (*self.outcomes, *self.parties) if o.outcome is not Outcome.SERVED)
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessReply:
+    """A ``Witness.AddCheckpoint`` answer: cosignature lines, or a conflict with the
+    witness's size (tlog-witness's 409)."""
+
+    cosignatures: bytes = b""
+    conflict: bool = False
+    size: int = 0

@@ -35,6 +35,8 @@ from nodes._pb.provnet.v1 import (
     node_pb2_grpc,
     serve_pb2,
     serve_pb2_grpc,
+    witness_pb2,
+    witness_pb2_grpc,
 )
 from nodes.errors import MalformedRequest
 from nodes.messages import Answer
@@ -270,6 +272,17 @@ class Node(node_pb2_grpc.NodeServicer):
         return wire.stats_response(await self.core.stats())
 
 
+class Witness(witness_pb2_grpc.WitnessServicer):
+    def __init__(self, core: NodeCore) -> None:
+        self.core = core
+
+    async def AddCheckpoint(
+        self, request: witness_pb2.AddCheckpointRequest, context: _Context
+    ) -> witness_pb2.AddCheckpointResponse:
+        reply = await self.core.add_checkpoint(bytes(request.body))
+        return wire.add_checkpoint_response(reply)
+
+
 @dataclass(frozen=True, slots=True)
 class Service:
     """One provnet service: its full name and how it is added to a server over a core."""
@@ -313,6 +326,10 @@ SERVICES: tuple[Service, ...] = (
     Service(
         _name(node_pb2, "Node"),
         lambda core, server: node_pb2_grpc.add_NodeServicer_to_server(Node(core), server),
+    ),
+    Service(
+        _name(witness_pb2, "Witness"),
+        lambda core, server: witness_pb2_grpc.add_WitnessServicer_to_server(Witness(core), server),
     ),
 )
 

@@ -148,6 +148,7 @@ from nodes.attester import (
 )
 from nodes.client import HeldFold, Holder
 from nodes.config import NodeConfig
+from nodes.cosigner import Witnessing
 from nodes.custodian import (
     Custodian,
     custody_folds,
@@ -186,6 +187,7 @@ from nodes.messages import (
     NodeInfo,
     Outcome,
     RehydrationReport,
+    WitnessReply,
     select_hops,
 )
 from nodes.replay import DemandNonces
@@ -586,6 +588,9 @@ class NodeCore:
         self._elision = HeadElision()
         # custody hook (nodes.custodian): this node's custodian role
         self.custodian = Custodian(self)
+        # Witness-cosigned heads (nodes.cosigner): this node's witness role, the
+        # witnesses it asks as an origin, the quorum it requires as a holder.
+        self.witnessing = Witnessing(self)
 
     @classmethod
     async def open(
@@ -1088,7 +1093,9 @@ class NodeCore:
                 # first demand for this fold is served from memory, not read back.
                 self._keep_leaves(verified.commitment.digest, leaves)
         self.behaviour.after_compaction(head, [f.record for f in signed.folds], inputs)
-        out = CommittedCompaction(signed.head_note, tuple(f.proof for f in signed.folds), pending)
+        # The witnesses' cosignatures ride on the note delivered (same head digest).
+        note = await self.witnessing.cosign_head(signed.head_note, head_log)
+        out = CommittedCompaction(note, tuple(f.proof for f in signed.folds), pending)
         for (ref, _, value), fold in zip(wanted, signed.folds, strict=True):
             if value:
                 verified = verify_fold(proofs[ref], head)
@@ -1981,6 +1988,7 @@ class NodeCore:
             )
         heads: dict[str, SignedHead] = {}
         for data in delivery.heads:
+            await self.witnessing.admit_head(data, now_ms, self.heads)  # the witness quorum
             known = self.heads.verify(data, now=now_ms)
             heads[known.digest] = known
             await self._check_split_view(known)
@@ -2178,6 +2186,10 @@ class NodeCore:
 
     def _resolve_peer(self, name_or_address: str) -> str:
         return self.config.peer(name_or_address)
+
+    async def add_checkpoint(self, body: bytes) -> WitnessReply:
+        """``Witness.AddCheckpoint``: this node's witness role (nodes.cosigner)."""
+        return await self.witnessing.cosigner.add_checkpoint(body)
 
     async def keep_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
         """Store an evidence record (and where its file is) in the node's log.

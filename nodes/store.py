@@ -60,7 +60,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final, assert_never
+from typing import Any, Final, TypeVar, assert_never
 
 import aiosqlite
 
@@ -124,6 +124,7 @@ __all__ = [
     "StoreMode",
     "StoreUnavailable",
     "UnknownCommitment",
+    "WitnessLogRow",
     "head_binding",
 ]
 
@@ -307,6 +308,19 @@ class HeadFoldRecord:
     leaf_hash: str
     proof: bytes
     binding: str
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessLogRow:
+    """A witness's state for one log: the latest checkpoint it cosigned (its note)."""
+
+    origin: str
+    size: int
+    root: bytes
+    note: bytes
+
+
+T = TypeVar("T")
 
 
 #: Builds the fold records, tree and head of a compaction and signs the head once.
@@ -2117,6 +2131,67 @@ class HopStore:
             rows = await db.execute_fetchall("PRAGMA integrity_check")
         return "\n".join(str(r[0]) for r in rows)
 
+    async def witness_log(self, origin: str) -> WitnessLogRow | None:
+        """A witness's latest cosigned (size, root, note) for the log ``origin``, if any."""
+        async with self._read("read witness state") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT size, root, note FROM witness_logs WHERE origin = ?", (origin,)
+                )
+            )
+        if not rows:
+            return None
+        size, root, note = rows[0]
+        return WitnessLogRow(origin, int(size), bytes(root), bytes(note))
+
+    async def witness_decide(
+        self,
+        origin: str,
+        decide: Callable[[WitnessLogRow | None], tuple[WitnessLogRow | None, T]],
+        *,
+        now_ms: int,
+        max_logs: int | None = None,
+    ) -> T:
+        """Read a log's witness state, decide on it, write what ``decide`` returns: one
+        transaction, committed (fsync'd) before this returns (c2sp.org/tlog-witness:
+        the check of the old size and the new state's write are atomic, and the new
+        state is durable before the witness answers). ``decide`` is pure and
+        synchronous; it returns the row to write (None: nothing changes) and what
+        the caller gets back. ``max_logs``: a log not yet known is refused
+        (``RequestTooLarge``) once that many are.
+        """
+        async with self._write(f"witness log {origin[:80]}") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT size, root, note FROM witness_logs WHERE origin = ?", (origin,)
+                )
+            )
+            current = (
+                WitnessLogRow(origin, int(rows[0][0]), bytes(rows[0][1]), bytes(rows[0][2]))
+                if rows
+                else None
+            )
+            if current is None and max_logs is not None:
+                counted = await db.execute_fetchall("SELECT COUNT(*) FROM witness_logs")
+                known = int(next(iter(counted))[0])
+                if known >= max_logs:
+                    raise RequestTooLarge(
+                        f"witness: already {known} logs witnessed, the limit; log"
+                        f" {origin[:80]} is not taken on"
+                    )
+            row, result = decide(current)
+            if row is not None:
+                if row.origin != origin or (current is not None and row.size < current.size):
+                    raise ValueError(f"witness state of {origin[:80]} may only move forward")
+                await db.execute(
+                    "INSERT INTO witness_logs (origin, size, root, note, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (origin) DO UPDATE SET"
+                    " size = excluded.size, root = excluded.root, note = excluded.note,"
+                    " updated_at = excluded.updated_at",
+                    (origin, row.size, row.root, row.note, now_ms),
+                )
+        return result
+
     async def table_digest(self) -> str:
         """SHA-256 over every row of every table, for "nothing changed" checks."""
         h = hashlib.sha256()
@@ -2163,6 +2238,7 @@ _TABLES: Final = (
     "evidence",
     "evidence_cleared",
     "attestations",
+    "witness_logs",
     "meta",
 )
 

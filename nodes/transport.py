@@ -54,7 +54,7 @@ from nodes.auth import (
     signed_metadata,
 )
 from nodes.errors import status_for
-from nodes.messages import Answer, ChallengeResult, Delivery
+from nodes.messages import Answer, ChallengeResult, Delivery, WitnessReply
 from nodes.methods import method_name
 from nodes.noanswer import SILENT_CODES, Reply, reply_for
 from nodes.retry import appointment_ms, retry_shed
@@ -155,6 +155,13 @@ class _CustodianNode(Protocol):
     async def take_custody(
         self, head: bytes, fold_proofs: Sequence[bytes]
     ) -> tuple[bytes, ...]: ...
+
+
+@runtime_checkable
+class _WitnessNode(Protocol):
+    """An in-process node that answers ``Witness.AddCheckpoint`` (a node core)."""
+
+    async def add_checkpoint(self, body: bytes) -> WitnessReply: ...
 
 
 @runtime_checkable
@@ -583,6 +590,15 @@ class GrpcTransport:
         )
         return wire.attestation_answer_from_pb(reply)
 
+    async def add_checkpoint(self, address: str, body: bytes, timeout: float) -> WitnessReply:
+        """``Witness.AddCheckpoint`` on a witness (open: the checkpoint's signature decides)."""
+        if self.pins:
+            timeout = await self._check_pin(address, timeout, False)
+        stub = wire.witness_stub(self.channel(address))
+        request = wire.add_checkpoint_request(body)
+        reply = await self._call(address, stub.AddCheckpoint(request, timeout=timeout))
+        return wire.witness_reply_from_pb(reply)
+
     async def close(self) -> None:
         channels = self._channels
         self._channels = BoundedCache(MAX_CHANNELS, on_evict=self._drop_channel)
@@ -788,6 +804,14 @@ class InMemoryTransport:
         answer: AttestationAnswer = await self._run(address, timeout, core.request_attestation(ask))
         self._check_size(address, wire.attest_response_size(answer))
         return answer
+
+    async def add_checkpoint(self, address: str, body: bytes, timeout: float) -> WitnessReply:
+        core = self._node(address)
+        if not isinstance(core, _WitnessNode):
+            raise CallFailed("UNIMPLEMENTED", "not a witness", address)
+        self._check_size(address, wire.message_size(wire.add_checkpoint_request(body)))
+        reply: WitnessReply = await self._run(address, timeout, core.add_checkpoint(body))
+        return reply
 
     async def close(self) -> None:
         return None

@@ -55,6 +55,8 @@ from nodes._pb.provnet.v1 import (
     node_pb2_grpc,
     serve_pb2,
     serve_pb2_grpc,
+    witness_pb2,
+    witness_pb2_grpc,
 )
 from nodes.attester import (
     MAX_PROOFS,
@@ -75,6 +77,7 @@ from nodes.messages import (
     Outcome,
     RehydrationReport,
     VerifiedHop,
+    WitnessReply,
 )
 from nodes.methods import method_name
 
@@ -88,6 +91,7 @@ if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
     from nodes._pb.provnet.v1.hoplog_pb2_grpc import HopLogAsyncStub
     from nodes._pb.provnet.v1.node_pb2_grpc import NodeAsyncStub
     from nodes._pb.provnet.v1.serve_pb2_grpc import ServeAsyncStub
+    from nodes._pb.provnet.v1.witness_pb2_grpc import WitnessAsyncStub
 
     AttestStub: TypeAlias = AttestAsyncStub
     CustodyStub: TypeAlias = CustodyAsyncStub
@@ -96,6 +100,7 @@ if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
     HopLogStub: TypeAlias = HopLogAsyncStub
     NodeStub: TypeAlias = NodeAsyncStub
     ServeStub: TypeAlias = ServeAsyncStub
+    WitnessStub: TypeAlias = WitnessAsyncStub
     #: ``Serve.Demand`` from the demands' bytes, read into answers (:func:`demand_unary`).
     DemandCall: TypeAlias = grpc.aio.UnaryUnaryMultiCallable[Sequence[bytes], "SizedAnswers"]
     #: ``Serve.Demand`` from unsigned asks' bytes (:func:`ask_unary`).
@@ -107,6 +112,8 @@ __all__ = [
     "AskCall",
     "DemandCall",
     "SizedAnswers",
+    "add_checkpoint_request",
+    "add_checkpoint_response",
     "answer_from_pb",
     "answer_to_pb",
     "answers_from_pb",
@@ -182,6 +189,8 @@ __all__ = [
     "stream_request_size",
     "submit_attestation_request",
     "unpack_fold_proof",
+    "witness_reply_from_pb",
+    "witness_stub",
 ]
 
 #: Version of the delivery encoding (common.proto ``DeliveredValue``): 5 carries each
@@ -1267,3 +1276,25 @@ def attest_request_size(ask: AttestationAsk) -> int:
 
 def attest_response_size(answer: AttestationAnswer) -> int:
     return message_size(attest_response(answer))
+
+
+# ------------------------------------------------------------------ witness
+
+
+def witness_stub(channel: grpc.aio.Channel) -> WitnessStub:
+    return witness_pb2_grpc.WitnessStub(channel)
+
+
+def add_checkpoint_request(body: bytes) -> witness_pb2.AddCheckpointRequest:
+    """The request carries tlog-witness's add-checkpoint body as it is, byte for byte."""
+    return witness_pb2.AddCheckpointRequest(body=body)
+
+
+def add_checkpoint_response(reply: WitnessReply) -> witness_pb2.AddCheckpointResponse:
+    return witness_pb2.AddCheckpointResponse(
+        cosignatures=reply.cosignatures, conflict=reply.conflict, size=reply.size
+    )
+
+
+def witness_reply_from_pb(pb: witness_pb2.AddCheckpointResponse) -> WitnessReply:
+    return WitnessReply(bytes(pb.cosignatures), bool(pb.conflict), int(pb.size))

@@ -14,7 +14,9 @@ The modules:
 - :mod:`~harness.custody.settings` — settings, their validation, result records;
 - :mod:`~harness.custody.trials` — the trials on in-process nodes (memory or gRPC);
 - :mod:`~harness.custody.report` — the CSV files, ``summary.md`` and figures;
-- :mod:`~harness.custody.cli` — ``provnet experiment custody``.
+- :mod:`~harness.custody.cli` — ``provnet experiment custody``;
+- :mod:`~harness.custody.split_view` — the split-view rows: an origin that shows
+  two holders two heads against a witness quorum (witness-cosigned heads).
 
 This ``__init__`` imports nothing, so registering the CLI (argparse at import)
 does not pull in grpc or aiosqlite.

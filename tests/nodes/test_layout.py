@@ -30,6 +30,7 @@ from nodes._pb.provnet.v1 import (
     hoplog_pb2,
     node_pb2,
     serve_pb2,
+    witness_pb2,
 )
 from nodes.faults import Behaviour, FaultMode, FaultPlan
 from nodes.messages import EVIDENCE_KINDS, Outcome, outcome_for
@@ -142,7 +143,14 @@ def test_service_table_registers_every_service_in_the_protos() -> None:
     in_protos = {
         svc.full_name
         for mod in (
-            hoplog_pb2, serve_pb2, deliver_pb2, attest_pb2, custody_pb2, evidence_pb2, node_pb2
+            hoplog_pb2,
+            serve_pb2,
+            deliver_pb2,
+            attest_pb2,
+            custody_pb2,
+            evidence_pb2,
+            node_pb2,
+            witness_pb2,
         )
         for svc in mod.DESCRIPTOR.services_by_name.values()
     }

@@ -41,6 +41,7 @@ from nodes._pb.provnet.v1 import (
     node_pb2,
     policy_pb2,
     serve_pb2,
+    witness_pb2,
 )
 from nodes.app import RunningNode
 from nodes.auth import ControlCredentials
@@ -82,9 +83,19 @@ DECIDED: dict[str, tuple[Access, Sender, bool, Retry, OpenCap | None]] = {
     "/provnet.v1.Node/Stats": (_O, _ANY, False, _NEVER, OpenCap.SHARED),
     "/provnet.v1.Serve/Demand": (_O, _BEARER, False, _NEVER, OpenCap.NONE),
     "/provnet.v1.Serve/DemandStream": (_O, _BEARER, False, _NEVER, None),
+    "/provnet.v1.Witness/AddCheckpoint": (_O, _BEARER, False, _IDEM, OpenCap.SHARED),
 }
 
-_MODULES = (attest_pb2, custody_pb2, deliver_pb2, evidence_pb2, hoplog_pb2, node_pb2, serve_pb2)
+_MODULES = (
+    attest_pb2,
+    custody_pb2,
+    deliver_pb2,
+    evidence_pb2,
+    hoplog_pb2,
+    node_pb2,
+    serve_pb2,
+    witness_pb2,
+)
 
 
 def _all_methods() -> dict[str, Any]:

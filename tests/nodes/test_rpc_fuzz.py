@@ -32,6 +32,7 @@ from nodes._pb.provnet.v1 import (
     hoplog_pb2,
     node_pb2,
     serve_pb2,
+    witness_pb2,
 )
 from nodes.app import RunningNode
 from tests.nodes.rpc_support import TEST_OPERATOR, grpc_node, hop_json
@@ -160,6 +161,23 @@ CALLS: dict[str, tuple[Any, Any]] = {
     ),
     "/provnet.v1.Node/Info": (node_pb2.InfoRequest, st.just({})),
     "/provnet.v1.Node/Stats": (node_pb2.StatsRequest, st.just({})),
+    "/provnet.v1.Witness/AddCheckpoint": (
+        witness_pb2.AddCheckpointRequest,
+        st.fixed_dictionaries(
+            {
+                "body": st.one_of(
+                    BLOB,
+                    # the body's shape, with a checkpoint of any bytes after it
+                    st.builds(
+                        lambda old, lines, note: b"old " + old + b"\n" + lines + b"\n" + note,
+                        st.sampled_from([b"0", b"1", b"01", b"18446744073709551616", b"x"]),
+                        st.sampled_from([b"", b"AAAA\n", b"A" * 43 + b"=\n", b"\xff\n"]),
+                        st.one_of(BLOB, st.sampled_from([b"provnet/x/y\n1\nAA==\n\n"])),
+                    ),
+                )
+            }
+        ),
+    ),
 }
 STREAMS: dict[str, tuple[Any, Any]] = {
     "/provnet.v1.Serve/DemandStream": (
@@ -194,7 +212,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     # No reaper: it evicts folds that earlier examples committed with a serving
     # term of a few ms, and a write of its own between an example's two store
     # digests would be taken for the rejected call's.
-    node = grpc_node(root, "fuzz", deadline_ms=MIN_DEADLINE_MS, reap_interval_s=0)
+    node = grpc_node(root, "fuzz", deadline_ms=MIN_DEADLINE_MS, reap_interval_s=0, witness_logs="*")
     holder.node = holder.run(node)
     holder.run(holder.node.core.append([hop_json(s) for s in HELD], HELD))
     try:
