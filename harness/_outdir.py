@@ -55,6 +55,7 @@ RESULT_FILES = frozenset(
         "custody_evidence.csv",
         "custody_price.csv",
         "custody_meta.json",
+        "custody_split_view.csv",
         "evidence",
     }
 )

@@ -158,6 +158,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="make the nodes' data directories under this folder (default: a temporary one)",
     )
     parser.add_argument(
+        "--no-split-view",
+        action="store_true",
+        help="skip the split-view rows (an origin showing two holders two heads, for"
+        " witness quorums (n, q, f); in-process nodes)",
+    )
+    parser.add_argument(
         "--cost-line",
         action="store_true",
         help="print one cost-table row instead of a line per cell: availability at one"
@@ -234,12 +240,22 @@ def _handler(args: argparse.Namespace) -> int:
     where = f"in-process nodes ({settings.transport.value})"
     with staged_dir(args.out) as partial:
         try:
-            outcome = run_custody(settings, progress=args.progress, node_dir=args.node_dir)
+            outcome = run_custody(
+                settings,
+                progress=args.progress,
+                node_dir=args.node_dir,
+                split_view=not args.no_split_view and not args.cost_line,
+            )
         except CustodyError as exc:
             raise UsageError(str(exc)) from None
         try:
             write_results(
-                partial, settings, outcome.cells, wall_seconds=outcome.wall_seconds, where=where
+                partial,
+                settings,
+                outcome.cells,
+                wall_seconds=outcome.wall_seconds,
+                where=where,
+                split_view=outcome.split_view,
             )
         except OSError as exc:
             target = exc.filename if exc.filename is not None else args.out
@@ -250,4 +266,11 @@ def _handler(args: argparse.Namespace) -> int:
         print(cost_line(outcome.cells, where))
     else:
         print_outcome(outcome.cells, outcome.wall_seconds, where, args.out)
+        for r in outcome.split_view:
+            print(
+                f"  split view n={r.n} q={r.q} f={r.f}: conflicting heads accepted"
+                f" {r.conflicting_accepted} ({'2q > n+f' if r.bound_holds else '2q <= n+f'}),"
+                f" split_view evidence {r.witness_evidence + r.holder_evidence},"
+                f" honest accused {r.honest_accused}"
+            )
     return 0

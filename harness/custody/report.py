@@ -45,6 +45,7 @@ PRICE_CSV = "custody_price.csv"
 META_JSON = "custody_meta.json"
 AVAILABILITY_PNG = "custody_availability.png"
 PRICE_PNG = "custody_price.png"
+SPLIT_VIEW_CSV = "custody_split_view.csv"
 #: Every file a custody results folder holds (besides summary.md).
 CUSTODY_FILES = (AVAILABILITY_CSV, EVIDENCE_CSV, PRICE_CSV, META_JSON)
 
@@ -135,6 +136,10 @@ def price_rows(cells: Sequence[CellResult]) -> list[PriceRow]:
     return rows
 
 
+def _csv_value(value: object) -> object:
+    return int(value) if isinstance(value, bool) else value
+
+
 def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
@@ -211,6 +216,7 @@ def write_results(
     wall_seconds: float,
     where: str,
     extra_meta: dict[str, Any] | None = None,
+    split_view: Sequence[Any] = (),
 ) -> None:
     """Write every custody file into ``out`` (a staged folder)."""
     from harness._outdir import file_digests
@@ -266,10 +272,30 @@ def write_results(
         ],
     )
     figures = _figures(out, settings, cells, prices, where)
-    (out / "summary.md").write_text(
-        "\n".join(summary_lines(settings, cells, prices, where, figures)) + "\n", encoding="utf-8"
-    )
     names = [AVAILABILITY_CSV, EVIDENCE_CSV, PRICE_CSV, "summary.md", *figures]
+    lines = summary_lines(settings, cells, prices, where, figures)
+    if split_view:
+        from harness.custody.split_view import rows_markdown
+
+        fields = list(split_view[0].to_json())
+        _write_csv(
+            out / SPLIT_VIEW_CSV,
+            fields,
+            [[_csv_value(r.to_json()[f]) for f in fields] for r in split_view],
+        )
+        names.append(SPLIT_VIEW_CSV)
+        lines += [
+            "## Split views against a witness quorum",
+            "",
+            "An origin signs two heads for one compaction and sends each to its own"
+            " holder with the cosignatures it could gather (n witnesses, f of them"
+            " colluding, holders requiring q). Two conflicting heads can both gather a"
+            " quorum only when 2q ≤ n + f.",
+            "",
+            rows_markdown(split_view).rstrip("\n"),
+            "",
+        ]
+    (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     meta: dict[str, Any] = {
         "where": where,
         "settings": {
@@ -289,7 +315,8 @@ def write_results(
         "interval": "Wilson score, 95%",
         "wall_seconds": round(wall_seconds, 3),
         "trials": sum(c.trials for c in cells),
-        "honest_accused": sum(c.honest_accused for c in cells),
+        "honest_accused": sum(c.honest_accused for c in cells)
+        + sum(r.honest_accused for r in split_view),
         **(extra_meta or {}),
         "files": file_digests(out, names),
     }

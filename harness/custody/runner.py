@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.custody.settings import CellResult, CustodySettings
 from harness.custody.stats import trials_for
@@ -17,6 +19,8 @@ __all__ = ["CustodyOutcome", "plan_cells", "run_custody"]
 class CustodyOutcome:
     cells: list[CellResult]
     wall_seconds: float
+    #: the split-view rows (:mod:`harness.custody.split_view`), when played
+    split_view: list[Any] = field(default_factory=list)
 
 
 def plan_cells(settings: CustodySettings) -> list[tuple[CellResult, int]]:
@@ -37,6 +41,7 @@ def run_custody(
     *,
     progress: bool | None = None,
     node_dir: Path | None = None,
+    split_view: bool = True,
 ) -> CustodyOutcome:
     """Play every planned cell on in-process nodes; progress on stderr (one tick per trial)."""
     from tqdm import tqdm
@@ -59,4 +64,16 @@ def run_custody(
         asyncio.run(run_cells(settings, plan, tick=bar.update, node_dir=node_dir))
     finally:
         bar.close()
-    return CustodyOutcome([c for c, _ in plan], time.perf_counter() - started)
+    rows = play_split_view(node_dir) if split_view else []
+    return CustodyOutcome([c for c, _ in plan], time.perf_counter() - started, rows)
+
+
+def play_split_view(node_dir: Path | None = None) -> list[Any]:
+    """The split-view rows (n, q, f) of :data:`harness.custody.split_view.DEFAULT_ROWS`,
+    each on its own in-process nodes (removed after)."""
+    from harness.boundary.runner import _scratch_root
+    from harness.custody.split_view import run_rows
+
+    root = str(node_dir) if node_dir is not None else _scratch_root()
+    with tempfile.TemporaryDirectory(prefix="provnet-split-view-", dir=root) as tmp:
+        return asyncio.run(run_rows(root=Path(tmp)))

@@ -164,7 +164,7 @@ def test_cli_writes_csv_summary_figures_with_digests(
 
     out = tmp_path / "rc"
     argv = ["experiment", "custody", "--k", "0", "--p", "0.5", "--trials", "8"]
-    argv += ["--departures", "independent", "--batch", "8"]
+    argv += ["--departures", "independent", "--batch", "8", "--no-split-view"]
     try:
         rc = main([*argv, "--out", str(out), "--no-progress"])
     finally:
@@ -189,6 +189,29 @@ def test_cli_writes_csv_summary_figures_with_digests(
     check_digests(out, "custody_meta.json", meta["files"])
     assert (out / "custody_availability.png").stat().st_size > 0
     assert "## Availability: independent departures" in (out / "summary.md").read_text()
+
+
+def test_split_view_rows_land_in_csv_and_summary(tmp_path: Path) -> None:
+    """The witness-quorum rows next to the availability cells: 0 conflicting heads
+    accepted where 2q > n + f, both accepted where not (the bound is tight)."""
+    from harness.custody.report import SPLIT_VIEW_CSV, write_results
+    from harness.custody.split_view import run_rows
+
+    rows = asyncio.run(run_rows([(3, 2, 0), (3, 2, 1)], root=tmp_path / "nodes"))
+    settings = CustodySettings(ks=(0,), ps=(0.5,), departures=(Departures.INDEPENDENT,))
+    cell = CellResult(Departures.INDEPENDENT, 0, 0.5, 0.5, trials=1, available=1)
+    out = tmp_path / "out"
+    out.mkdir()
+    write_results(out, settings, [cell], wall_seconds=0.0, where="test", split_view=rows)
+    with (out / SPLIT_VIEW_CSV).open() as fh:
+        got = {(r["n"], r["q"], r["f"]): r for r in csv.DictReader(fh)}
+    assert got[("3", "2", "0")]["conflicting_accepted"] == "0"
+    assert got[("3", "2", "0")]["bound_holds"] == "1"
+    assert got[("3", "2", "1")]["conflicting_accepted"] == "2"
+    assert all(r["honest_accused"] == "0" for r in got.values())
+    assert "## Split views against a witness quorum" in (out / "summary.md").read_text()
+    meta = json.loads((out / "custody_meta.json").read_text())
+    assert SPLIT_VIEW_CSV in meta["files"]
 
 
 @pytest.mark.long
