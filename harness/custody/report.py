@@ -175,6 +175,7 @@ def _availability_rows(cells: Sequence[CellResult]) -> list[list[object]]:
                 c.unconfirmed,
                 c.served_by.get("origin", 0),
                 c.served_by.get("custodian", 0),
+                c.custodians_taken,
                 f"{c.seconds:.3f}",
             ]
         )
@@ -204,6 +205,7 @@ _AVAILABILITY_HEADER = (
     "unconfirmed",
     "served_by_origin",
     "served_by_custodian",
+    "custody_statements",
     "seconds",
 )
 
@@ -371,6 +373,7 @@ def summary_lines(
     inside = [c for c in cells if c.trials]
     wide = [c for c in inside if (c.interval[1] - c.interval[0]) / 2 > GOAL_HALF_WIDTH]
     outside = [c for c in inside if not c.inside]
+    short = [c for c in inside if c.custodians_taken < c.k * c.trials]
     lines += [
         "## Reading the goals",
         "",
@@ -385,6 +388,17 @@ def summary_lines(
         ),
         f"- cells wider than ±{100 * GOAL_HALF_WIDTH:.0f} pp: {len(wide)}"
         + (" (a quick run; `--full` plans the trials for the goal)" if wide else ""),
+        "- custody statements carried: "
+        + (
+            ", ".join(
+                f"{c.mode.value} k={c.k} p={c.p:g} {c.custodians_taken}/{c.k * c.trials}"
+                for c in short
+            )
+            + " (a custodian that did not answer in time at commit is skipped: the value"
+            " carries fewer statements)"
+            if short
+            else "every value carried k"
+        ),
         f"- honest parties accused: {sum(c.honest_accused for c in cells)};"
         f" unanswered demands no witness confirmed: {sum(c.unconfirmed for c in cells)}",
         "",
@@ -445,8 +459,8 @@ def _figures(
                     )
                 ps = [c.p for c in rows]
                 av = [c.availability for c in rows]
-                lo = [c.availability - c.interval[0] for c in rows]
-                hi = [c.interval[1] - c.availability for c in rows]
+                lo = [max(0.0, c.availability - c.interval[0]) for c in rows]
+                hi = [max(0.0, c.interval[1] - c.availability) for c in rows]
                 ax.errorbar(ps, av, yerr=[lo, hi], fmt="o", color=color, capsize=3, label=f"k={k}")
             ax.set_title(_MODE_TITLES[mode])
             ax.set_xlabel("p (departure probability per epoch)")

@@ -67,7 +67,10 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1.0 + z2 / n
     centre = (phat + z2 / (2 * n)) / denom
     half = z * math.sqrt(phat * (1 - phat) / n + z2 / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At 0 or n successes the interval ends exactly at 0 or 1 (not a rounding off it).
+    lo = 0.0 if successes == 0 else max(0.0, min(phat, centre - half))
+    hi = 1.0 if successes == n else min(1.0, max(phat, centre + half))
+    return lo, hi
 
 
 def _half_width_at(a: float, n: int) -> float:

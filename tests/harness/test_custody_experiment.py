@@ -191,6 +191,24 @@ def test_cli_writes_csv_summary_figures_with_digests(
     assert "## Availability: independent departures" in (out / "summary.md").read_text()
 
 
+def test_results_at_0_and_100_percent_write_their_figures(tmp_path: Path) -> None:
+    """Cells every trial of which was (un)available: the interval ends at 1 (0), and
+    the figure's error bars are never negative (a full sweep has such cells)."""
+    from harness.custody.report import write_results
+
+    settings = CustodySettings(ks=(0, 3), ps=(0.05,), departures=(Departures.INDEPENDENT,))
+    cells = [
+        CellResult(
+            Departures.INDEPENDENT, 3, 0.05, closed_form(3, 0.05), trials=103, available=103
+        ),
+        CellResult(Departures.INDEPENDENT, 0, 0.05, closed_form(0, 0.05), trials=7, available=0),
+    ]
+    assert cells[0].interval[1] == 1.0
+    assert cells[1].interval[0] == 0.0
+    write_results(tmp_path, settings, cells, wall_seconds=0.0, where="test")
+    assert (tmp_path / "custody_availability.png").stat().st_size > 0
+
+
 def test_split_view_rows_land_in_csv_and_summary(tmp_path: Path) -> None:
     """The witness-quorum rows next to the availability cells: 0 conflicting heads
     accepted where 2q > n + f, both accepted where not (the bound is tight)."""
