@@ -39,6 +39,7 @@ from contracts.canonical import (
     parse_json_object,
     sha256_hex,
 )
+from contracts.custody import bind_custody, open_custody, split_custody_bundle
 from contracts.envelope import Envelope
 from contracts.errors import (
     BindingMismatch,
@@ -408,11 +409,16 @@ def _proof_statements(
     # head form: the head signed by the origin it names, the fold proven under it
     if not isinstance(proof.obligation, bytes):  # pragma: no cover - excluded by __post_init__
         raise EncodingError("head-form rehydration proof without a head note")
-    head = open_head(proof.obligation)
+    head_note, custody = split_custody_bundle(proof.obligation)
+    head = open_head(head_note)
     try:
         fold = verify_fold(proof.fold, head)
     except ContractError as exc:
         raise type(exc)(f"inclusion proof under head {head.digest[:12]}… rejected: {exc}") from exc
+    if custody:
+        # served by a custodian (contracts.custody): its statement, bound to the fold,
+        # and its receipt in place of the origin's
+        fold = bind_custody(open_custody(custody), fold)
     return fold.commitment, fold.obligation
 
 

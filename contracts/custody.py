@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 from contracts._fields import MAX_COUNT, MAX_TIME_MS, is_digest
 from contracts.envelope import Envelope
 from contracts.errors import BindingMismatch, EncodingError, Expired
-from contracts.head_note import parse_head_origin
-from contracts.heads import FOLD_RECORD_TYPE, VerifiedFold
+from contracts.head_note import open_head, parse_head_origin
+from contracts.heads import FOLD_RECORD_TYPE, FoldProof, VerifiedFold, verify_fold
 from contracts.identity import Identity, PublicKey
 from contracts.note import (
     Note,
@@ -87,13 +87,16 @@ __all__ = [
     "SignedCustody",
     "bind_custody",
     "custodian_key",
+    "custody_bundle",
     "custody_digest",
     "custody_text",
     "is_custody_note",
     "open_custody",
+    "open_fold",
     "parse_custody",
     "parse_custody_text",
     "sign_custody",
+    "split_custody_bundle",
 ]
 
 #: First line of every custody statement.
@@ -412,6 +415,46 @@ def custody_digest(data: bytes) -> str:
     if split < 0:
         raise EncodingError("custody note has no blank line between its text and its signature")
     return hashlib.sha256(raw[: split + 1]).hexdigest()
+
+
+_BUNDLE_MARK = b"\n" + CUSTODY_HEADER.encode() + b"\n"
+
+
+def custody_bundle(head_note: bytes, custody_note: bytes) -> bytes:
+    """A head note followed by a custody statement about it: how a custodian's fold
+    travels where one obligation's bytes go (a witness challenge)."""
+    if not is_custody_note(custody_note) or not head_note.endswith(b"\n"):
+        raise ValueError("a custody bundle is a head note then a custody note")
+    return head_note + custody_note
+
+
+def split_custody_bundle(data: bytes) -> tuple[bytes, bytes]:
+    """(head note, custody note) of a bundle; (data, b"") when ``data`` holds no
+    custody statement. Neither part is verified here. A head note's lines never
+    read ``provnet-custody/v1`` (its text lines have keywords of their own, its
+    signature lines start with an em dash), so the first such line splits."""
+    raw = bytes(data)
+    at = raw.find(_BUNDLE_MARK)
+    if at < 0:
+        return raw, b""
+    return raw[: at + 1], raw[at + 1 :]
+
+
+def open_fold(obligation: bytes, proof: FoldProof, *, now: int | None = None) -> VerifiedFold:
+    """The fold a (head note, fold proof) pair stands for — or, when ``obligation`` is a
+    custody bundle (:func:`custody_bundle`), the custodian's :class:`CustodyFold`.
+
+    (1) the head verifies with its origin's key (``now``: and its statement is bound
+    unexpired); (2) the proof is under it; (3) a bundle's statement verifies with its
+    custodian's key and binds to exactly that head and fold (:func:`bind_custody`).
+    """
+    head_note, custody = split_custody_bundle(obligation)
+    # (1) the origin's head, (2) the fold under it
+    fold = verify_fold(proof, open_head(head_note))
+    if not custody:
+        return fold
+    # (3) the custodian's promise about that fold
+    return bind_custody(open_custody(custody), fold, now=now)
 
 
 def is_custody_note(data: bytes) -> bool:

@@ -37,6 +37,15 @@ Anything that does not verify that way is rejected, so a correct origin
 cannot be framed (S8 accuracy); :func:`judge_answer` turns every attributable
 failure a holder observes into evidence (S8 completeness).
 
+Custodians (design revision 3, :mod:`contracts.custody`): a head-bound
+``bad_data``, ``refused`` or ``unanswered`` record against a custodian also
+holds its custody statement in ``custody`` (the note, verbatim); the head in
+``commitment`` is then the origin's, verified with the origin's key, the
+statement with the accused custodian's, and it must name exactly that head
+and fold (:func:`contracts.custody.bind_custody`). Demands and receipts are
+bound to the statement's digest as their obligation: a custodian is accused
+only with statements its own key signed, like an origin.
+
 Head-bound records (design revision 2): a ``bad_data``, ``refused`` or
 ``unanswered`` record about a fold proven under a signed head holds the head
 note in ``commitment``, no ``obligation`` (the head carries the serving
@@ -393,6 +402,11 @@ class _Core:
     demand: Signed[Demand]
 
 
+def _party(e: Evidence) -> str:
+    """How a verdict names the accused: the custodian of a custody record, else the origin."""
+    return "custodian" if e.custody is not None else "origin"
+
+
 def _by_accused(
     env: Cited | None, cls: Any, accused: str, what: str, fold: FoldKey | None = None
 ) -> Any:
@@ -541,7 +555,7 @@ def _bad_data(e: Evidence, core: _Core, r: Signed[Receipt], miss: Exception) -> 
         EvidenceStatus.PROVEN,
         core.commitment,
         core.obligation,
-        f"origin {e.accused[:16]}… signed receipt {r.digest[:12]}… that misses"
+        f"{_party(e)} {e.accused[:16]}… signed receipt {r.digest[:12]}… that misses"
         f" its commitment {core.commitment.digest[:12]}…: {miss}",
     )
 
@@ -577,7 +591,7 @@ def _refused(e: Evidence, core: _Core, r: Signed[Receipt]) -> EvidenceVerdict:
             EvidenceStatus.ADMITTED_LOSS,
             core.commitment,
             core.obligation,
-            f"origin {e.accused[:16]}… answered {rs.status.value} ({reason}) at"
+            f"{_party(e)} {e.accused[:16]}… answered {rs.status.value} ({reason}) at"
             f" {format_ms(rs.issued_at)}, before serve_until {format_ms(os_.serve_until)}:"
             f" it admits its own store is corrupted, the hops of"
             f" {core.commitment.digest[:12]}… no longer reproduce its root"
@@ -588,7 +602,7 @@ def _refused(e: Evidence, core: _Core, r: Signed[Receipt]) -> EvidenceVerdict:
         EvidenceStatus.PROVEN,
         core.commitment,
         core.obligation,
-        f"origin {e.accused[:16]}… answered {rs.status.value} ({reason}) at"
+        f"{_party(e)} {e.accused[:16]}… answered {rs.status.value} ({reason}) at"
         f" {format_ms(rs.issued_at)}, before serve_until {format_ms(os_.serve_until)}",
     )
 
@@ -610,7 +624,7 @@ def _verify_equivocation(e: Evidence) -> EvidenceVerdict:
         EvidenceStatus.PROVEN,
         a,
         None,
-        f"origin {e.accused[:16]}… committed fold (epoch {sa.epoch!r}, value {sa.value_ref!r},"
+        f"{_party(e)} {e.accused[:16]}… committed fold (epoch {sa.epoch!r}, value {sa.value_ref!r},"
         f" fold {sa.fold_seq}) to two roots {sa.root[:12]}… ({sa.leaf_count} leaves)"
         f" and {sb.root[:12]}… ({sb.leaf_count} leaves)",
     )
@@ -640,7 +654,7 @@ def _verify_split_view(e: Evidence) -> EvidenceVerdict:
                 f"heads {a.digest[:12]}… and {b.digest[:12]}… agree on compaction {sa.seq}"
             )
         reason = (
-            f"origin {e.accused[:16]}… signed two trees for compaction {sa.seq} of epoch"
+            f"{_party(e)} {e.accused[:16]}… signed two trees for compaction {sa.seq} of epoch"
             f" {sa.epoch!r}: {sa.size} folds, root {sa.root[:12]}…, log {sa.log_root[:12]}…"
             f" and {sb.size} folds, root {sb.root[:12]}…, log {sb.log_root[:12]}…"
         )
@@ -660,7 +674,7 @@ def _verify_split_view(e: Evidence) -> EvidenceVerdict:
                 f"head {hi.digest[:12]}… extends head {lo.digest[:12]}…: the logs are consistent"
             )
         reason = (
-            f"origin {e.accused[:16]}… signed log root {lo.statement.log_root[:12]}… for"
+            f"{_party(e)} {e.accused[:16]}… signed log root {lo.statement.log_root[:12]}… for"
             f" {first} compaction(s) of epoch {sa.epoch!r}, but its head {hi.digest[:12]}…"
             f" of {second} has {fr.hex()[:12]}… for those: a split view"
         )
@@ -732,7 +746,7 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
             EvidenceStatus.CLEARED,
             c,
             o,
-            f"origin {e.accused[:16]}… answered ({r.statement.status.value}) with receipt"
+            f"{_party(e)} {e.accused[:16]}… answered ({r.statement.status.value}) with receipt"
             f" {r.digest[:12]}… at {format_ms(r.statement.issued_at)}: suspicion cleared",
             tuple(confirmed),
         )
@@ -744,7 +758,7 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
             EvidenceStatus.BUSY,
             c,
             o,
-            f"origin {e.accused[:16]}… answered {e.status} (busy, not silent) to demand"
+            f"{_party(e)} {e.accused[:16]}… answered {e.status} (busy, not silent) to demand"
             f" {d.digest[:12]}… until it was due {format_ms(due)}, asked {e.re_asks + 1}"
             " time(s): a suspicion, never confirmed",
         )
@@ -759,7 +773,7 @@ def _verify_unanswered(e: Evidence, now: int, min_witnesses: int) -> EvidenceVer
         status,
         c,
         o,
-        f"origin {e.accused[:16]}… did not answer demand {d.digest[:12]}… due"
+        f"{_party(e)} {e.accused[:16]}… did not answer demand {d.digest[:12]}… due"
         f" {format_ms(due)}, re-asked {e.re_asks} time(s); {detail}",
         tuple(confirmed),
     )
@@ -856,7 +870,7 @@ def verify_clearing(
         EvidenceStatus.CLEARED,
         core.commitment,
         core.obligation,
-        f"origin {e.accused[:16]}… answered obligation {core.obligation.digest[:12]}… later"
+        f"{_party(e)} {e.accused[:16]}… answered obligation {core.obligation.digest[:12]}… later"
         f" ({rs.status.value}, receipt {r.digest[:12]}… at {format_ms(rs.issued_at)}, {how}):"
         " suspicion cleared",
     )

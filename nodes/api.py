@@ -543,7 +543,9 @@ class Node:
         if not isinstance(payload, bytes):
             raise TypeError(f"compact: payload must be bytes, got {type(payload).__name__}")
         committed = await self._backend.compact(ref, seqs, payload, serve_for_ms, deadline_ms)
-        delivery = Delivery(ref, payload, (), (), "", committed.fold_proofs, (committed.head,))
+        delivery = Delivery(
+            ref, payload, (), (), "", committed.fold_proofs, (committed.head,), committed.custody
+        )
         return _value(delivery)
 
     async def receive(self, data: bytes, *, origin: str | None = None) -> Received:

@@ -60,6 +60,7 @@ from contracts.attest import (
     restoration_digest,
     verify_rehydration,
 )
+from contracts.custody import open_fold
 from contracts.envelope import sign_envelope
 from contracts.errors import ContractError
 from contracts.head_note import open_head
@@ -141,7 +142,8 @@ class FoldBytes:
             c = open_statement(self.commitment, Commitment)
             return c, open_statement(self.obligation, Obligation, signer=c.signer), None
         proof = FoldProof.from_bytes(self.commitment)
-        fold = verify_fold(proof, open_head(self.obligation))
+        # a head note, or a custodian's bundle (head + custody statement, docs/custody.md)
+        fold = open_fold(self.obligation, proof)
         return fold.commitment, fold.obligation, proof
 
 

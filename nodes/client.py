@@ -53,6 +53,7 @@ from contracts.batch import (
     sign_demand_batch,
 )
 from contracts.canonical import sha256_hex
+from contracts.custody import CustodyFold, open_fold, split_custody_bundle
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, NotEvidence
 from contracts.evidence import (
@@ -723,6 +724,15 @@ class Holder:
                     fold.outcome, fold.detail = Outcome.REJECTED, last_error
                 return
         if answers is None:
+            if (
+                last_reply is Reply.STATUS
+                and last_error.startswith("NOT_FOUND")
+                and all(isinstance(f.held.fold, CustodyFold) for f in folds)
+            ):
+                # A custodian that says it does not know the statement its own key
+                # signed (verified, unexpired) holds nothing it promised: no receipt
+                # by the deadline, a suspicion like silence (docs/custody.md).
+                last_reply = Reply.SILENT
             # One rule (nodes.noanswer): only silence is unanswered; an origin still
             # busy is busy; one that kept answering another status answered it.
             outcome = {
@@ -1310,7 +1320,12 @@ def _challenged(
     """The statements a challenge names: a commitment + obligation pair, or (head form)
     a fold proof + the signed head, read as the fold's stand-ins."""
     if is_head_note(obligation):
-        head = HeadCache().verify(obligation, now=now_ms)
+        head_note, custody = split_custody_bundle(obligation)
+        if custody:
+            # a custodian's promise (nodes.custodian): its statement, bound to the fold
+            bound = open_fold(obligation, FoldProof.from_bytes(commitment), now=now_ms)
+            return bound.commitment, bound.obligation
+        head = HeadCache().verify(head_note, now=now_ms)
         fold = verify_fold(FoldProof.from_bytes(commitment), head)
         return fold.commitment, fold.obligation
     return verify_delivery(commitment, obligation, now=now_ms)

@@ -32,6 +32,8 @@ not name, nor for anything after ``serve_until``.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -43,16 +45,24 @@ from contracts.custody import (
     CustodyFold,
     CustodyFoldRef,
     CustodyStatement,
+    SignedCustody,
     bind_custody,
+    custody_bundle,
     custody_digest,
     open_custody,
     parse_custody,
     sign_custody,
 )
-from contracts.errors import ContractError, Expired
-from contracts.head_note import MAX_HEAD_BYTES, SignedHead, open_head
+from contracts.errors import BindingMismatch, ContractError, EncodingError, Expired
+from contracts.head_note import (
+    MAX_HEAD_BYTES,
+    SignedHead,
+    open_head,
+    parse_head,
+    parse_head_origin,
+)
 from contracts.heads import FoldProof, VerifiedFold, verify_fold
-from contracts.merkle import merkle_root
+from contracts.merkle import leaf_hash, merkle_root
 from contracts.rules import promise_refusal
 from nodes.client import HeldFold
 from nodes.custody_store import HeldCustodyFold, custody_row, hold_folds, keep_statement
@@ -173,23 +183,29 @@ class Custodian:
             )
         if len(head_note) > MAX_HEAD_BYTES:
             raise RequestTooLarge(f"custody take: head is {len(head_note)} bytes")
-        # (2) the origin's head, verified
+        # (2) who asks, from the head's origin line before any signature is checked:
+        # over the wire, only the head's own origin pinned as a peer in this node's
+        # configuration, or an operator — no stranger makes this node verify, fetch,
+        # store or sign anything
         try:
-            head = core.heads.verify(head_note, now=now_ms)
+            claimed = parse_head_origin(_first_line(head_note))[0]
+        except ContractError as exc:
+            raise CustodyRefused(f"custody take: not a head: {exc}") from exc
+        if by is not None and by not in core.config.operator_keys:
+            pinned = {p.node_id for p in core.config.peers if p.node_id}
+            if by != claimed or by not in pinned:
+                raise CustodyRefused(
+                    f"custody take: asked by {by[:16]}…, which is neither the head's origin"
+                    f" {claimed[:16]}… as a pinned peer nor an operator"
+                )
+        if claimed == core.node_id:
+            raise CustodyRefused("custody take: this node is the head's origin")
+        # (2') the origin's head, verified (once per head: cached by digest)
+        try:
+            head = core.heads.verify(head_note, now=now_ms, origin=claimed)
         except ContractError as exc:
             raise CustodyRefused(f"custody take: head does not verify: {exc}") from exc
         h = head.statement
-        if h.origin == core.node_id:
-            raise CustodyRefused("custody take: this node is the head's origin")
-        if by is not None and by not in core.config.operator_keys:
-            # Over the wire: the head's own origin, pinned as a peer in this node's
-            # configuration — no stranger makes this node fetch, store and sign.
-            pinned = {p.node_id for p in core.config.peers if p.node_id}
-            if by != h.origin or by not in pinned:
-                raise CustodyRefused(
-                    f"custody take: asked by {by[:16]}…, which is neither the head's origin"
-                    f" {h.origin[:16]}… as a pinned peer nor an operator"
-                )
         if h.pending:
             raise CustodyRefused(
                 f"custody take: head {head.digest[:12]}… is provenance_pending; its hops"
@@ -349,6 +365,15 @@ class Custodian:
         return fold
 
 
+def _first_line(data: bytes) -> str:
+    """A head note's origin line (bounded; undecodable bytes are an EncodingError)."""
+    end = data.find(b"\n", 0, 512)
+    try:
+        return data[: max(end, 0)].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EncodingError(f"head origin line is not UTF-8 (byte {exc.start})") from exc
+
+
 # --------------------------------------------------------------------- origin side
 
 
@@ -362,11 +387,12 @@ def _placement(names: Sequence[str], k: int) -> list[str]:
 async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tuple[bytes, ...]:
     """The origin asks ``custody_k`` custodians to take custody of a compaction's folds.
 
-    Candidates are tried in ``custodians`` order (at most ``2k`` of them): a
-    statement from an operator already chosen is set aside while a custodian of
-    another operator may still answer, and used only if fewer than ``k`` distinct
-    operators did. A custodian that fails is logged and skipped: the commit
-    stands (the origin itself still serves), with fewer statements.
+    Candidates are the first ``2k`` of ``custodians``, asked ``k`` at a time in
+    that order, each round at once: a statement from an operator already chosen
+    is set aside while a custodian of another operator may still answer, and
+    used only if fewer than ``k`` distinct operators did. A custodian that fails
+    is logged and skipped: the commit stands (the origin itself still serves),
+    with fewer statements.
     """
     config = core.config
     k = config.custody_k
@@ -376,28 +402,53 @@ async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tup
     if not isinstance(transport, CustodyTransport):
         log.warning("custody_not_taken", error="this transport cannot reach custodians")
         return ()
-    chosen: list[tuple[str, tuple[bytes, ...]]] = []
-    spare: list[tuple[str, tuple[bytes, ...]]] = []
-    for name in _placement(config.custodians, k):
-        if len(chosen) >= k:
-            break
+    # our own head, just committed: read, and the folds proven under it
+    head = parse_head(committed.head)
+    folds = [verify_fold(FoldProof.from_bytes(p), head) for p in committed.fold_proofs]
+    pinned = {p.name: p.node_id for p in config.peers if p.node_id}
+
+    async def ask(name: str) -> tuple[str, tuple[bytes, ...]] | None:
+        """(operator, statements) from one custodian, or None (logged) if it failed."""
         try:
             address = config.peer(name)
             notes = await transport.take_custody(
                 address, committed.head, committed.fold_proofs, CUSTODY_TAKE_TIMEOUT_S
             )
-            statements = [open_custody(n) for n in notes]
+            if len(notes) != len(folds):
+                raise ValueError(f"{len(notes)} statements for {len(folds)} folds")
+            # Only statements our holders will accept travel with our values: each
+            # signed by the custodian asked (its pinned key, if pinned), bound to
+            # our head and to its fold (a custodian cannot make deliveries fail).
+            statements = [
+                bind_custody(_verified(n, custodian=pinned.get(name)), f).custody
+                for n, f in zip(notes, folds, strict=True)
+            ]
+            signers = {s.statement.custodian for s in statements if s is not None}
+            if len(signers) != 1 or core.node_id in signers:
+                raise ValueError("statements by more than one key, or by this node")
         except (CallFailed, ContractError, ValueError) as exc:
             log.warning("custody_not_taken", custodian=name, error=str(exc))
-            continue
-        if len(statements) != len(committed.fold_proofs) or not statements:
-            log.warning("custody_not_taken", custodian=name, error="wrong statement count")
-            continue
-        operator = statements[0].statement.operator
-        if operator in {op for op, _ in chosen}:
-            spare.append((operator, tuple(notes)))
-        else:
-            chosen.append((operator, tuple(notes)))
+            return None
+        first = statements[0]
+        return (first.statement.operator if first else ""), tuple(notes)
+
+    # Asked k at a time, at once (a commit waits for one round, not k calls in a
+    # row); a round's failures and operator repeats are replaced from the next
+    # candidates, in configured order.
+    candidates = _placement(config.custodians, k)
+    chosen: list[tuple[str, tuple[bytes, ...]]] = []
+    spare: list[tuple[str, tuple[bytes, ...]]] = []
+    at = 0
+    while len(chosen) < k and at < len(candidates):
+        batch = candidates[at : at + k - len(chosen)]
+        at += len(batch)
+        for answer in await asyncio.gather(*(ask(name) for name in batch)):
+            if answer is None:
+                continue
+            if answer[0] in {op for op, _ in chosen}:
+                spare.append(answer)
+            else:
+                chosen.append(answer)
     chosen.extend(spare[: max(0, k - len(chosen))])
     return tuple(n for _, notes in chosen for n in notes)
 
@@ -407,8 +458,6 @@ def statements_for(custody: Sequence[bytes], fold_proof: bytes) -> tuple[bytes, 
     not verified: the receiver verifies them), in order: what a delivery of that
     value carries."""
     proof = FoldProof.from_bytes(fold_proof)
-    from contracts.merkle import leaf_hash
-
     leaf = leaf_hash(proof.target).hex()
     out: list[bytes] = []
     for note in custody:
@@ -419,6 +468,24 @@ def statements_for(custody: Sequence[bytes], fold_proof: bytes) -> tuple[bytes, 
 
 
 # --------------------------------------------------------------------- holder side
+
+
+#: Custody notes whose signature verified, by the SHA-256 of their bytes (bounded).
+_VERIFIED: BoundedCache[str, SignedCustody] = BoundedCache(_FOLD_CACHE)
+
+
+def _verified(note: bytes, *, custodian: str | None = None) -> SignedCustody:
+    """:func:`open_custody`, once per note's bytes (``custodian``: the key it must be by)."""
+    key = hashlib.sha256(note).hexdigest()
+    signed = _VERIFIED.get(key)
+    if signed is None:
+        signed = open_custody(note)
+        _VERIFIED.put(key, signed)
+    if custodian is not None and signed.statement.custodian != custodian:
+        raise BindingMismatch(
+            f"custody statement is by {signed.statement.custodian[:16]}…, not {custodian[:16]}…"
+        )
+    return signed
 
 
 def custody_folds(
@@ -434,6 +501,10 @@ def custody_folds(
     """
     if not custody:
         return ()
+    if len(custody) > MAX_CUSTODY_PER_ORIGIN * max(1, len(folds)):
+        raise RequestTooLarge(
+            f"deliver: {len(custody)} custody statements for {len(folds)} fold(s)"
+        )
     by_key = {(f.fold.head.digest, f.fold.leaf_hash.hex()): f for f in folds if f.fold is not None}
     out: list[HeldFold] = []
     per_origin: dict[str, int] = {}
@@ -444,14 +515,16 @@ def custody_folds(
             if digest in seen:
                 continue
             seen.add(digest)
-            signed = open_custody(note)
-            s = signed.statement
+            # (1) read, (2) bound to a fold of this value — only then (3) the signature
+            # (once per note bytes: a value re-delivered is not verified again)
+            s = parse_custody(note).statement
+            held = next(
+                (h for ref in s.folds if (h := by_key.get((s.head, ref.leaf_hash))) is not None),
+                None,
+            )
             bound: CustodyFold | None = None
-            for ref in s.folds:
-                held = by_key.get((s.head, ref.leaf_hash))
-                if held is not None and held.fold is not None:
-                    bound = bind_custody(signed, held.fold, now=now_ms)
-                    break
+            if held is not None and held.fold is not None:
+                bound = bind_custody(_verified(note), held.fold, now=now_ms)
         except Expired:
             continue  # a promise that ran out is no promise: not carried on, not asked
         except ContractError as exc:
@@ -467,9 +540,9 @@ def custody_folds(
                 f"deliver: more than {MAX_CUSTODY_PER_ORIGIN} custody statements for origin"
                 f" {origin[:16]}…"
             )
-        out.append(
-            HeldFold(bound.commitment, bound.obligation, bound.proof.to_bytes(), note, bound)
-        )
+        bundle = custody_bundle(bound.head.note, note)
+        proof = bound.proof.to_bytes()
+        out.append(HeldFold(bound.commitment, bound.obligation, proof, bundle, bound))
     return tuple(out)
 
 
@@ -495,10 +568,12 @@ async def rehydrate_with_custody(
     if not custody or report.complete:
         return report
     served_origins = {o.origin for o in report.outcomes if o.outcome is Outcome.SERVED}
+    served_folds = {h.commitment for h in report.hops}
     missing = [
         f
         for f in folds
-        if f.fold is not None and f.commitment.statement.origin not in served_origins
+        if f.commitment.statement.origin not in served_origins
+        and f.commitment.digest not in served_folds
     ]
     if not missing:
         return report
@@ -516,7 +591,9 @@ async def rehydrate_with_custody(
             if c.fold is not None and (c.fold.head.digest, c.fold.leaf_hash.hex()) == key
         ]
         for candidate in candidates:
-            sub = await holder.rehydrate(value_ref, [candidate], witnesses=(), deadline=deadline)
+            sub = await holder.rehydrate(
+                value_ref, [candidate], witnesses=witnesses, deadline=deadline
+            )
             rpcs += sub.rpcs
             demand_rpcs += sub.demand_rpcs
             parties.extend(sub.outcomes)

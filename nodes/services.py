@@ -69,6 +69,7 @@ from contracts.batch import (
 )
 from contracts.binary import DEMAND_BINARY_TYPE, decode_demand
 from contracts.canonical import format_ms, parse_json_object, sha256_hex
+from contracts.custody import CustodyFold
 from contracts.envelope import Envelope, EnvelopeSigner
 from contracts.errors import ContractError, EncodingError, Expired, NotEvidence, ReplayedNonce
 from contracts.evidence import (
@@ -156,6 +157,7 @@ from nodes.custodian import (
     statements_for,
     take_custody,
 )
+from nodes.custody_store import custody_counts
 from nodes.elision import HeadElision
 from nodes.errors import (
     ClockSkew,
@@ -431,7 +433,12 @@ def _held_fold(fold: VerifiedFold, proof: bytes, head: bytes) -> HeldFold:
 
 def _held_size(value: HeldValue) -> int:
     d = value.delivery
-    return len(d.value) + sum(map(len, d.commitments)) + sum(map(len, d.obligations))
+    return (
+        len(d.value)
+        + sum(map(len, d.commitments))
+        + sum(map(len, d.obligations))
+        + sum(map(len, d.custody))
+    )
 
 
 def _claimed_holder(demands: Sequence[bytes]) -> str:
@@ -716,6 +723,8 @@ class NodeCore:
         # Objects kept out of the garbage collector's full collections (a node
         # process freezes what exists once it serves: nodes.app.run_node).
         counters["gc_frozen_objects"] = gc.get_freeze_count()
+        # custody hook: folds, hops and statements held as custodian (nodes.custodian)
+        counters.update(await custody_counts(self.store))
         return counters
 
     def info(self) -> NodeInfo:
@@ -1940,7 +1949,11 @@ class NodeCore:
                     sender,
                     delivery.fold_proofs,
                     tuple(dict.fromkeys(f.obligation_bytes for f in head_folds)),
-                    tuple(f.obligation_bytes for f in custody),
+                    tuple(
+                        f.fold.custody.note
+                        for f in custody
+                        if isinstance(f.fold, CustodyFold) and f.fold.custody
+                    ),
                 ),
                 folds,
                 custody,

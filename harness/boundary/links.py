@@ -37,9 +37,10 @@ from dataclasses import dataclass
 
 from harness.boundary.topology import Topology
 from harness.boundary.wire import MeteredTransport
+from nodes.custodian import CustodyTransport
 from nodes.linkproxy import LinkProxy, LinkSpec
 from nodes.messages import Delivery
-from nodes.transport import Answer, ChallengeResult, Transport
+from nodes.transport import Answer, CallFailed, ChallengeResult, Transport
 
 __all__ = ["LinkTotals", "Links", "RoutedTransport", "start_links"]
 
@@ -95,6 +96,15 @@ class RoutedTransport:
 
     async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
         return await self.inner.deliver(self._to(address), delivery, timeout)
+
+    async def take_custody(
+        self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float
+    ) -> tuple[bytes, ...]:
+        """``Custody.Take`` through the link (nodes.custodian.CustodyTransport)."""
+        inner = self.inner
+        if not isinstance(inner, CustodyTransport):
+            raise CallFailed("UNIMPLEMENTED", "this transport cannot reach custodians", address)
+        return await inner.take_custody(self._to(address), head, fold_proofs, timeout)
 
     async def close(self) -> None:
         await self.inner.close()

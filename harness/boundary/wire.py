@@ -46,6 +46,7 @@ from harness.gates import GateView
 from harness.lineage import FoldedPrefix, hop_fields
 from nodes import wire
 from nodes.attester import AttestationAnswer, AttestationAsk, AttestCarrier
+from nodes.custodian import CustodyTransport
 from nodes.transport import Answer, CallFailed, ChallengeResult, Delivery, Transport
 
 __all__ = [
@@ -377,23 +378,6 @@ class MeteredTransport:
         self._count("AttestRequest", req, wire.attest_response_size(answer))
         return answer
 
-    async def take_custody(
-        self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float
-    ) -> tuple[bytes, ...]:
-        """``Custody.Take`` (the inner transport must carry it); the response counted
-        as the statements' bytes."""
-        take = getattr(self.inner, "take_custody", None)
-        if take is None:
-            raise CallFailed("UNIMPLEMENTED", "transport does not carry Custody.Take", address)
-        req = wire.take_custody_request(head, fold_proofs).ByteSize()
-        try:
-            notes: tuple[bytes, ...] = await take(address, head, fold_proofs, timeout)
-        except Exception:
-            self._count("CustodyTake", req, 0, failed=True)
-            raise
-        self._count("CustodyTake", req, sum(len(n) for n in notes))
-        return notes
-
     async def _serve_demand(self, req: int, call: Awaitable[list[Answer]]) -> list[Answer]:
         """One ``Serve.Demand`` (signed demands or unsigned asks), counted as such."""
         try:
@@ -468,6 +452,22 @@ class MeteredTransport:
             raise
         self._count("Deliver", req, wire.deliver_response_size(receipt))
         return receipt
+
+    async def take_custody(
+        self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float
+    ) -> tuple[bytes, ...]:
+        """``Custody.Take``, counted as ``Take`` (nodes.custodian.CustodyTransport)."""
+        inner = self.inner
+        if not isinstance(inner, CustodyTransport):
+            raise CallFailed("UNIMPLEMENTED", "this transport cannot reach custodians", address)
+        req = wire.message_size(wire.take_custody_request(head, fold_proofs))
+        try:
+            statements = await inner.take_custody(address, head, fold_proofs, timeout)
+        except Exception:
+            self._count("Take", req, 0, failed=True)
+            raise
+        self._count("Take", req, wire.message_size(wire.take_custody_response(statements)))
+        return statements
 
     async def close(self) -> None:
         await self.inner.close()

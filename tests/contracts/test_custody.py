@@ -37,6 +37,7 @@ from contracts.evidence import AnswerKind, Evidence, EvidenceKind, verify_eviden
 from contracts.head_note import is_head_note
 from contracts.lazy import judge_fold_answer
 from contracts.serve import answer_demand, build_demand, sign_served
+from harness.cli import main as provnet_main
 from tests.contracts._support import DAY, NOW, HeadWorld, fixed_identity, make_head_world
 
 VECTOR = Path(__file__).with_name("vectors") / "custody" / "custody.json"
@@ -312,3 +313,82 @@ def test_c3_a_custodian_cannot_be_framed_with_a_statement_it_did_not_sign() -> N
     )
     with pytest.raises(ContractError):  # the demand and receipt are for another statement
         verify_evidence(swapped.to_bytes(), now=NOW + 2_000)
+
+
+def test_c3_provnet_evidence_verify_reads_evidence_naming_a_custodian(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit codes unchanged: 0 for a record that accuses the custodian, 1 for one
+    framed on another key."""
+    w, cfold = _custody_world()
+    demand = build_demand(w.holder, cfold.obligation, now=NOW + 1_000, nonce="f6" * 16)
+    lie = (*w.hops["value:42"][:-1], b'{"lie":2}')
+    receipt = sign_served(
+        CUSTODIAN,
+        demand,
+        obligation=cfold.obligation,
+        commitment=cfold.commitment,
+        hops=lie,
+        now=NOW + 1_001,
+    )
+    answer = judge_fold_answer(receipt, lie, demand=demand, fold=cfold, reported_at=NOW + 1_002)
+    assert answer.evidence is not None
+    good = tmp_path / "custodian.json"
+    good.write_bytes(answer.evidence.to_bytes())
+    assert provnet_main(["evidence", "verify", str(good), "--now", str(NOW + 2_000)]) == 0
+    out = capsys.readouterr().out
+    assert CUSTODIAN.node_id[:16] in out
+    framed = tmp_path / "framed.json"
+    record = json.loads(good.read_bytes())
+    record["accused"] = w.origin.node_id
+    framed.write_text(json.dumps(record))
+    assert provnet_main(["evidence", "verify", str(framed), "--now", str(NOW + 2_000)]) == 1
+
+
+def _fuzz_evidence(runs: int, seed: int) -> None:
+    """Mutated records against a custodian: every one verifies as the original does,
+    or is rejected with a ContractError; none accuses anyone but the custodian."""
+    w, cfold = _custody_world()
+    demand = build_demand(w.holder, cfold.obligation, now=NOW + 1_000, nonce="a7" * 16)
+    receipt = answer_demand(
+        CUSTODIAN,
+        demand,
+        obligation=cfold.obligation,
+        commitment=cfold.commitment,
+        hops=None,
+        now=NOW + 1_001,
+    )
+    answer = judge_fold_answer(receipt, (), demand=demand, fold=cfold, reported_at=NOW + 1_002)
+    assert answer.evidence is not None
+    base = answer.evidence.to_json()
+    rng = random.Random(seed)
+    others = [w.origin.node_id, w.holder.node_id, fixed_identity("forger").node_id]
+    for _ in range(runs):
+        record = json.loads(json.dumps(base))
+        match rng.randrange(4):
+            case 0:  # a byte of the custody note
+                note = bytearray(record["custody"].encode())
+                note[rng.randrange(len(note))] ^= 1 << rng.randrange(7)
+                record["custody"] = note.decode("utf-8", "replace")
+            case 1:
+                record["accused"] = rng.choice(others)
+            case 2:
+                record[rng.choice(["custody", "proof", "commitment", "receipt"])] = rng.choice(
+                    [None, "", 7, [], {}]
+                )
+            case _:
+                record["commitment"], record["custody"] = record["custody"], record["commitment"]
+        try:
+            verdict = verify_evidence(json.dumps(record).encode(), now=NOW + 2_000)
+        except ContractError:
+            continue
+        assert verdict.accused == CUSTODIAN.node_id
+
+
+def test_c3_fuzz_mutated_custodian_evidence_never_accuses_another_party() -> None:
+    _fuzz_evidence(200, seed=7)
+
+
+@pytest.mark.long
+def test_c3_fuzz_long_run_of_mutated_custodian_evidence() -> None:
+    _fuzz_evidence(20_000, seed=77)
