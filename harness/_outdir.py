@@ -56,6 +56,7 @@ RESULT_FILES = frozenset(
         "custody_price.csv",
         "custody_meta.json",
         "custody_split_view.csv",
+        "custody_death_spiral.csv",
         "evidence",
     }
 )

@@ -16,7 +16,9 @@ The modules:
 - :mod:`~harness.custody.report` — the CSV files, ``summary.md`` and figures;
 - :mod:`~harness.custody.cli` — ``provnet experiment custody``;
 - :mod:`~harness.custody.split_view` — the split-view rows: an origin that shows
-  two holders two heads against a witness quorum (witness-cosigned heads).
+  two holders two heads against a witness quorum (witness-cosigned heads);
+- :mod:`~harness.custody.death_spiral` — the death-spiral row: reconstruction
+  restored from a custodian after the origin is gone.
 
 This ``__init__`` imports nothing, so registering the CLI (argparse at import)
 does not pull in grpc or aiosqlite.

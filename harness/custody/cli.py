@@ -158,10 +158,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="make the nodes' data directories under this folder (default: a temporary one)",
     )
     parser.add_argument(
-        "--no-split-view",
+        "--no-rows",
         action="store_true",
         help="skip the split-view rows (an origin showing two holders two heads, for"
-        " witness quorums (n, q, f); in-process nodes)",
+        " witness quorums (n, q, f)) and the death-spiral row (reconstruction restored"
+        " from a custodian after the origin is gone); in-process nodes",
     )
     parser.add_argument(
         "--cost-line",
@@ -244,7 +245,7 @@ def _handler(args: argparse.Namespace) -> int:
                 settings,
                 progress=args.progress,
                 node_dir=args.node_dir,
-                split_view=not args.no_split_view and not args.cost_line,
+                rows=not args.no_rows and not args.cost_line,
             )
         except CustodyError as exc:
             raise UsageError(str(exc)) from None
@@ -256,6 +257,7 @@ def _handler(args: argparse.Namespace) -> int:
                 wall_seconds=outcome.wall_seconds,
                 where=where,
                 split_view=outcome.split_view,
+                death_spiral=outcome.death_spiral,
             )
         except OSError as exc:
             target = exc.filename if exc.filename is not None else args.out
@@ -272,5 +274,10 @@ def _handler(args: argparse.Namespace) -> int:
                 f" {r.conflicting_accepted} ({'2q > n+f' if r.bound_holds else '2q <= n+f'}),"
                 f" split_view evidence {r.witness_evidence + r.holder_evidence},"
                 f" honest accused {r.honest_accused}"
+            )
+        for d in outcome.death_spiral:
+            print(
+                f"  death spiral, origin gone, k={d.k}: rehydrated {d.rehydrated},"
+                f" attestations issued {d.issued}, proof verifies {d.proof_ok}"
             )
     return 0

@@ -46,6 +46,7 @@ META_JSON = "custody_meta.json"
 AVAILABILITY_PNG = "custody_availability.png"
 PRICE_PNG = "custody_price.png"
 SPLIT_VIEW_CSV = "custody_split_view.csv"
+DEATH_SPIRAL_CSV = "custody_death_spiral.csv"
 #: Every file a custody results folder holds (besides summary.md).
 CUSTODY_FILES = (AVAILABILITY_CSV, EVIDENCE_CSV, PRICE_CSV, META_JSON)
 
@@ -219,6 +220,7 @@ def write_results(
     where: str,
     extra_meta: dict[str, Any] | None = None,
     split_view: Sequence[Any] = (),
+    death_spiral: Sequence[Any] = (),
 ) -> None:
     """Write every custody file into ``out`` (a staged folder)."""
     from harness._outdir import file_digests
@@ -295,6 +297,29 @@ def write_results(
             " quorum only when 2q ≤ n + f.",
             "",
             rows_markdown(split_view).rstrip("\n"),
+            "",
+        ]
+    if death_spiral:
+        _write_csv(
+            out / DEATH_SPIRAL_CSV,
+            ("k", "rehydrated", "attestations_issued", "proof_verifies", "detail"),
+            [[d.k, int(d.rehydrated), d.issued, int(d.proof_ok), d.detail] for d in death_spiral],
+        )
+        names.append(DEATH_SPIRAL_CSV)
+        lines += [
+            "## Death spiral: the origin is gone",
+            "",
+            "The holder asks an attester to restore reconstruction (Attest.Restore) after"
+            " the origin departed for good, from the custodian's fold when the value"
+            " carries one.",
+            "",
+            "| k | rehydrated | attestations issued | proof verifies (origin's fold) |",
+            "|---|---|---|---|",
+            *(
+                f"| {d.k} | {'yes' if d.rehydrated else 'no'} | {d.issued} |"
+                f" {'yes' if d.proof_ok else 'no'} |"
+                for d in death_spiral
+            ),
             "",
         ]
     (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

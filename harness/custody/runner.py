@@ -21,6 +21,8 @@ class CustodyOutcome:
     wall_seconds: float
     #: the split-view rows (:mod:`harness.custody.split_view`), when played
     split_view: list[Any] = field(default_factory=list)
+    #: the death-spiral rows (:mod:`harness.custody.death_spiral`), when played
+    death_spiral: list[Any] = field(default_factory=list)
 
 
 def plan_cells(settings: CustodySettings) -> list[tuple[CellResult, int]]:
@@ -41,7 +43,7 @@ def run_custody(
     *,
     progress: bool | None = None,
     node_dir: Path | None = None,
-    split_view: bool = True,
+    rows: bool = True,
 ) -> CustodyOutcome:
     """Play every planned cell on in-process nodes; progress on stderr (one tick per trial)."""
     from tqdm import tqdm
@@ -64,8 +66,18 @@ def run_custody(
         asyncio.run(run_cells(settings, plan, tick=bar.update, node_dir=node_dir))
     finally:
         bar.close()
-    rows = play_split_view(node_dir) if split_view else []
-    return CustodyOutcome([c for c, _ in plan], time.perf_counter() - started, rows)
+    split = play_split_view(node_dir) if rows else []
+    death = play_death_spiral_rows(node_dir) if rows else []
+    return CustodyOutcome([c for c, _ in plan], time.perf_counter() - started, split, death)
+
+
+def play_death_spiral_rows(node_dir: Path | None = None) -> list[Any]:
+    """The death-spiral rows at k = 0 and 1 (:mod:`harness.custody.death_spiral`)."""
+    from harness.boundary.runner import _scratch_root
+    from harness.custody.death_spiral import play_death_spiral
+
+    root = node_dir if node_dir is not None else _scratch_root()
+    return asyncio.run(play_death_spiral((0, 1), root=Path(root) if root else None))
 
 
 def play_split_view(node_dir: Path | None = None) -> list[Any]:

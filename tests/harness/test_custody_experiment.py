@@ -164,7 +164,7 @@ def test_cli_writes_csv_summary_figures_with_digests(
 
     out = tmp_path / "rc"
     argv = ["experiment", "custody", "--k", "0", "--p", "0.5", "--trials", "8"]
-    argv += ["--departures", "independent", "--batch", "8", "--no-split-view"]
+    argv += ["--departures", "independent", "--batch", "8", "--no-rows"]
     try:
         rc = main([*argv, "--out", str(out), "--no-progress"])
     finally:
@@ -189,6 +189,17 @@ def test_cli_writes_csv_summary_figures_with_digests(
     check_digests(out, "custody_meta.json", meta["files"])
     assert (out / "custody_availability.png").stat().st_size > 0
     assert "## Availability: independent departures" in (out / "summary.md").read_text()
+
+
+def test_death_spiral_row_restores_from_the_custodian_only() -> None:
+    """After the origin departs for good, Attest.Restore rehydrates from the
+    custodian's fold and the attester signs over it; without a custodian it cannot."""
+    from harness.custody.death_spiral import play_death_spiral
+
+    none, one = asyncio.run(play_death_spiral((0, 1)))
+    assert (none.rehydrated, none.issued, none.proof_ok) == (False, 0, False)
+    assert "UNAVAILABLE" in none.detail  # the origin's endpoint answers nothing
+    assert (one.rehydrated, one.issued, one.proof_ok) == (True, 1, True)
 
 
 def test_results_at_0_and_100_percent_write_their_figures(tmp_path: Path) -> None:
