@@ -412,7 +412,17 @@ def summary_lines(
             else ""
         ),
         f"- cells wider than ±{100 * GOAL_HALF_WIDTH:.0f} pp: {len(wide)}"
-        + (" (a quick run; `--full` plans the trials for the goal)" if wide else ""),
+        + (
+            " ("
+            + ", ".join(
+                f"{c.mode.value} k={c.k} p={c.p:g} ±{50 * (c.interval[1] - c.interval[0]):.2f}"
+                for c in wide[:6]
+            )
+            + ("; a quick run: `--full` plans the trials for the goal" if settings.trials else "")
+            + ")"
+            if wide
+            else ""
+        ),
         "- custody statements carried: "
         + (
             ", ".join(
