@@ -67,6 +67,12 @@ Module map (main entry points)::
                 check_attestation, RehydrationProof, apply_attestations (the
                 only way an axis goes up), remaining_taints,
                 attestation_hop_fields
+    witness     C2SP tlog-witness add-checkpoint as a pure state machine:
+                parse_add_checkpoint / encode_add_checkpoint, add_checkpoint
+                (cosignature | conflict | named rejection; split-view
+                material), witness_vkey (imported as a module)
+    witness_policy  C2SP tlog-policy file and quorum: parse_policy,
+                check_quorum / verify_quorum (imported as a module)
     cli         provnet keys new|show, provnet evidence verify FILE
 
 Digests ("commitment digest", "obligation digest", "receipt digest" …) are

@@ -108,6 +108,8 @@ _FLAG_HELP: Mapping[str, str] = {
     " witness cosignatures (docs/custody.md; default: no quorum required)",
     "witness_logs": "witness: '*' (every origin's heads) or origins' node ids whose heads this"
     " node cosigns (Witness.AddCheckpoint; default: not a witness)",
+    "witness_fault": "what this node cosigns as a witness, for tests: none (honest), collude"
+    " (cosigns every head its origin signed)",
 }
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "NodeConfig",
     "Peer",
     "PromiseSettingOutOfRange",
+    "WitnessFault",
     "parse_peers",
     "parse_routes",
     "setting",
@@ -103,6 +104,16 @@ class PromiseSettingOutOfRange(ConfigError, PromiseOutOfRange):
 def setting(key: str) -> str:
     """How every message names a node setting: its flag and its variable, ``--flag ($VAR)``."""
     return f"--{key.replace('_', '-')} (${ENV_VARS[key]})"
+
+
+class WitnessFault(StrEnum):
+    """How a node behaves as a witness (``--witness-fault``): honest, or an adversary
+    for tests and experiments."""
+
+    NONE = "none"
+    #: cosigns every head its log signed, whatever it cosigned before (colludes
+    #: with a split-viewing origin)
+    COLLUDE = "collude"
 
 
 class LogFormat(StrEnum):
@@ -165,6 +176,7 @@ ENV_VARS: Mapping[str, str] = {
     "witnesses": "PROVNET_WITNESSES",
     "witness_policy": "PROVNET_WITNESS_POLICY",
     "witness_logs": "PROVNET_WITNESS_LOGS",
+    "witness_fault": "PROVNET_WITNESS_FAULT",
 }
 
 
@@ -357,6 +369,8 @@ class NodeConfig:
     #: heads this node cosigns; empty: not a witness (``Witness.AddCheckpoint`` is
     #: UNIMPLEMENTED).
     witness_logs: str = ""
+    #: What this node cosigns as a witness: ``none`` (honest) or an adversary.
+    witness_fault: WitnessFault = WitnessFault.NONE
 
     def __post_init__(self) -> None:
         if not NODE_NAME_RE.match(self.name):
@@ -569,6 +583,15 @@ class NodeConfig:
                 raise ConfigError(
                     f"{where('attest_fault')}: expected one of {choices},"
                     f" got {raw['attest_fault']!r}"
+                ) from None
+        if "witness_fault" in raw:
+            try:
+                kwargs["witness_fault"] = WitnessFault(str(raw["witness_fault"]).lower())
+            except ValueError:
+                choices = ", ".join(m.value for m in WitnessFault)
+                raise ConfigError(
+                    f"{where('witness_fault')}: expected one of {choices},"
+                    f" got {raw['witness_fault']!r}"
                 ) from None
         if "log_format" in raw:
             try:

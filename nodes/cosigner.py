@@ -26,7 +26,13 @@ settings behaves exactly as before (same calls, same bytes):
   (:func:`contracts.witness_policy.check_quorum`) before it is verified,
   cached or held; otherwise the delivery is refused with FAILED_PRECONDITION
   naming what is missing. A missing quorum accuses nobody: it is no signed
-  misbehaviour.
+  misbehaviour — but a refused head the origin signed that conflicts with a
+  head this holder holds is, and is kept as ``split_view`` evidence.
+
+Bounds: a witness of every log (``*``) takes on at most :data:`MAX_ANY_LOGS`
+logs; an origin keeps one line per witness reply, and has at most 16
+witnesses (``nodes.config.MAX_WITNESSES``); a holder reads a head within the
+head's own bounds before verifying any cosignature.
 """
 
 from __future__ import annotations
@@ -34,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,7 +75,7 @@ from contracts.witness import (
 )
 from contracts.witness_policy import WitnessPolicy, check_quorum, parse_policy
 from nodes import store as st
-from nodes.config import ConfigError, setting
+from nodes.config import ConfigError, WitnessFault, setting
 from nodes.errors import MalformedRequest, NodeError
 from nodes.logging import get_logger
 from nodes.messages import Outcome, WitnessReply
@@ -80,7 +85,6 @@ __all__ = [
     "ANY_LOG",
     "MAX_ANY_LOGS",
     "Cosigner",
-    "CosignerFault",
     "HeadGate",
     "HeadRefused",
     "NotAWitness",
@@ -132,14 +136,6 @@ class HeadRefused(NodeError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
-class CosignerFault(StrEnum):
-    """How this node behaves as a witness: honest, or (tests) colluding with origins."""
-
-    NONE = "none"
-    #: cosigns every head its log signed, whatever it cosigned before
-    COLLUDE = "collude"
-
-
 def parse_witness_logs(text: str) -> frozenset[str] | None:
     """``--witness-logs``: ``*`` (every provnet head log), or node ids; ``""``: not a witness.
 
@@ -169,7 +165,7 @@ class Cosigner:
         max_logs: int | None = None,
         clock: Callable[[], float],
         keep_evidence: Callable[[str, bytes], Awaitable[None]],
-        fault: CosignerFault = CosignerFault.NONE,
+        fault: WitnessFault = WitnessFault.NONE,
     ) -> None:
         self._key = witness_note_key(identity)
         self._store = store
@@ -200,7 +196,7 @@ class Cosigner:
             raise MalformedRequest(f"Witness.AddCheckpoint: {exc}") from exc
         now = self._clock()
         timestamp = max(1, int(now))
-        if self.fault is CosignerFault.COLLUDE:
+        if self.fault is WitnessFault.COLLUDE:
             return self._collude(request, origin, logs, timestamp)
 
         def decide(row: st.WitnessLogRow | None) -> tuple[st.WitnessLogRow | None, WitnessAnswer]:
@@ -460,6 +456,7 @@ class Witnessing:
             max_logs=MAX_ANY_LOGS if logs_text and named is None else None,
             clock=lambda: core.clock(),
             keep_evidence=keep,
+            fault=config.witness_fault,
         )
         self.origin = OriginWitnesses(
             [config.peer(w) for w in config.witnesses],

@@ -620,9 +620,13 @@ class NodeCore:
             provenance_pending=config.provenance_pending,
             mode=store_mode,
         )
-        core = cls(
-            config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
-        )
+        try:  # a setting refused here (a bad --witness-policy file) closes the store
+            core = cls(
+                config, identity, store, transport, clock=clock, fault=fault, restart_floor_ms=floor
+            )
+        except BaseException:
+            await store.close()
+            raise
         try:
             # What this node would sign receipts over must be what it committed: a
             # damaged store is refused here, before any demand, naming the damage.

@@ -8,7 +8,7 @@ log, never both.
 
 One row (:func:`run_split_view`) runs real nodes in process over the
 in-memory transport (:class:`nodes.transport.InMemoryTransport`): n witness
-nodes (``--witness-logs *``; f of them colluding, :class:`CosignerFault`),
+nodes (``--witness-logs *``; f of them colluding, ``--witness-fault collude``),
 two holder nodes whose witness policy requires q of the n, and an origin
 node whose key signs **two heads for its first compaction** (two forks of
 its log of heads, each folding a different value). The origin gathers
@@ -32,7 +32,9 @@ the custody experiment and tests call it alike.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,8 +43,7 @@ from pathlib import Path
 from contracts.heads import FoldInput, HeadLog
 from contracts.witness import AddCheckpoint, witness_vkey
 from nodes.app import load_or_create_identity
-from nodes.config import NodeConfig
-from nodes.cosigner import CosignerFault
+from nodes.config import NodeConfig, WitnessFault
 from nodes.messages import Delivery
 from nodes.services import NodeCore
 from nodes.transport import CallFailed, InMemoryTransport, LocalNode
@@ -52,6 +53,7 @@ __all__ = [
     "SplitViewRow",
     "bound_holds",
     "policy_text",
+    "rows_csv",
     "rows_markdown",
     "run_rows",
     "run_split_view",
@@ -162,10 +164,17 @@ async def run_split_view(n: int, q: int, f: int, *, root: Path) -> SplitViewRow:
     registry: dict[str, LocalNode] = {}
     nodes: list[NodeCore] = []
     try:
-        witnesses = [await _node(root, f"w{i}", registry, witness_logs="*") for i in range(n)]
+        witnesses = [
+            await _node(
+                root,
+                f"w{i}",
+                registry,
+                witness_logs="*",
+                witness_fault=WitnessFault.COLLUDE if i < f else WitnessFault.NONE,
+            )
+            for i in range(n)
+        ]
         nodes += witnesses
-        for w in witnesses[:f]:
-            w.witnessing.cosigner.fault = CosignerFault.COLLUDE
         policy = root / "policy.txt"
         policy.parent.mkdir(parents=True, exist_ok=True)
         policy.write_text(policy_text([w.node_id for w in witnesses], q))
@@ -250,3 +259,14 @@ def rows_markdown(rows: Sequence[SplitViewRow]) -> str:
         for r in rows
     )
     return head + body
+
+
+def rows_csv(rows: Sequence[SplitViewRow]) -> str:
+    """The rows as CSV, one column per :class:`SplitViewRow` field, in field order."""
+    out = io.StringIO()
+    names = [f.name for f in dataclasses.fields(SplitViewRow)]
+    writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(row.to_json())
+    return out.getvalue()

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contracts.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint, verify_checkpoint
 from contracts.errors import BadSignature, EncodingError, NotAuthorized
@@ -444,3 +446,109 @@ def test_w3_the_docs_policy_example_parses_and_counts_an_operator_once() -> None
     two = check_quorum(_cosigned(note, [docs["a2"], docs["c1"]]), policy, NOW, log_key=key)
     assert two
     assert two.operators == ("acme", "initech")
+
+
+# ------------------------------------------------------------ untrusted bytes
+
+
+_BODY_PARTS = st.lists(
+    st.sampled_from(
+        [
+            b"old ",
+            b"0",
+            b"1",
+            b"7",
+            b"01",
+            b"\n",
+            b"AAAA",
+            base64.b64encode(bytes(32)),
+            b"\xff",
+            b"provnet/",
+            b"example.com/log\n",
+            b"\xe2\x80\x94 ",
+            b" ",
+            b"=",
+        ]
+    ),
+    max_size=24,
+).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=300), _BODY_PARTS))
+def test_w1_any_body_parses_or_is_an_encoding_error_and_round_trips(body: bytes) -> None:
+    try:
+        request = parse_add_checkpoint(body)
+    except EncodingError:
+        return
+    assert encode_add_checkpoint(request) == body
+    # and the witness decides it without raising
+    answer = _ask(None, request.checkpoint, request.old_size, request.proof)
+    assert answer.outcome in set(WitnessOutcome)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "witness",
+                "group",
+                "quorum",
+                "log",
+                "operator",
+                "w1",
+                "w2",
+                "g",
+                "none",
+                "any",
+                "all",
+                "0",
+                "1",
+                "2",
+                "#",
+                "\t",
+                "{k1}",
+                "{k2}",
+                "{log}",
+                "\n",
+                " ",
+            ]
+        ),
+        max_size=30,
+    ).map(" ".join)
+)
+def test_w3_any_policy_text_parses_or_is_an_encoding_error_naming_a_line(text: str) -> None:
+    k1 = witness_vkey(fixed_identity("witness-1").node_id).to_string()
+    k2 = witness_vkey(fixed_identity("witness-2").node_id).to_string()
+    log = head_log_key(fixed_identity("origin").node_id, EPOCH).to_string()
+    filled = text.replace("{k1}", k1).replace("{k2}", k2).replace("{log}", log)
+    try:
+        policy = parse_policy(filled)
+    except EncodingError as exc:
+        message = str(exc)
+    else:
+        message = ""
+    if message:
+        assert message.startswith(("policy line ", "policy: no quorum")), message
+        return
+    assert policy.quorum == "none" or policy.quorum in {*policy.witnesses, *policy.groups}
+
+
+def test_w1_witness_modules_are_pure_no_clock_no_io() -> None:
+    import ast
+
+    allowed = {"__future__", "hashlib", "collections.abc", "dataclasses", "enum", "types"}
+    root = Path(__file__).resolve().parents[2] / "contracts"
+    for name in ("witness.py", "witness_policy.py"):
+        tree = ast.parse((root / name).read_text())
+        imported = {
+            n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+        } | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert {m for m in imported if not m.startswith("contracts")} <= allowed, name
+        called = {
+            n.func.id
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        }
+        assert "open" not in called, name

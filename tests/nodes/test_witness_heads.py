@@ -7,20 +7,24 @@ real nodes (small n: each row is a few in-process nodes, well under 2 s).
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from contracts.evidence import Evidence, EvidenceStatus, verify_evidence
 from contracts.head_note import head_digest, head_log_key, open_head
 from contracts.heads import FoldInput, FoldProof, HeadLog
 from contracts.merkle import leaf_hash
 from contracts.note import parse_note
 from contracts.witness import AddCheckpoint, witness_vkey
 from contracts.witness_policy import check_quorum, parse_policy
-from harness.custody.split_view import bound_holds, policy_text, run_rows
+from harness.custody.split_view import bound_holds, policy_text, rows_csv, run_rows
 from nodes.app import load_or_create_identity
-from nodes.config import NodeConfig
+from nodes.cluster import HealthState, child_env, free_ports, probe_health, provnet_argv
+from nodes.config import ConfigError, NodeConfig
 from nodes.cosigner import MAX_ANY_LOGS
 from nodes.messages import Delivery
 from nodes.services import NodeCore
@@ -224,6 +228,11 @@ async def test_w5_witness_state_survives_a_restart_and_it_never_cosigns_the_fork
     assert "signed two roots for size 1" in caught.value.message
     (record,) = await witness.store.evidence(kind="split_view")
     assert record.accused == origin.node_id
+    verdict = verify_evidence(Evidence.from_bytes(record.body), now=origin.now_ms())
+    assert verdict.status is EvidenceStatus.PROVEN
+    # the file `provnet evidence verify` reads
+    assert record.file_path
+    assert Path(record.file_path).read_bytes() == record.body
     assert (await witness.store.witness_log(row.origin)) == row  # unchanged
 
 
@@ -273,6 +282,9 @@ async def test_w6_conflicting_heads_both_accepted_exactly_when_2q_le_n_plus_f(
             assert row.conflicting_accepted == 2, row
         assert row.honest_accused == 0, row
     assert [r.bound_holds for r in rows] == [True, False, True, False]
+    table = rows_csv(rows).splitlines()
+    assert table[0].startswith("n,q,f,bound_holds,")
+    assert len(table) == 1 + len(rows)
 
 
 async def test_w5_a_witness_of_every_log_takes_on_a_bounded_number_of_logs(nodes: Nodes) -> None:
@@ -290,3 +302,94 @@ async def test_w5_a_witness_of_every_log_takes_on_a_bounded_number_of_logs(nodes
     # a log it already witnesses is still followed
     again = await send(witness.config.listen, AddCheckpoint(1, (), note1).to_bytes(), 5)
     assert again.cosignatures
+
+
+# ------------------------------------------------------------------ settings
+
+
+def test_w4_witness_settings_come_from_flags_or_variables_and_errors_name_them(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "PROVNET_NAME": "n",
+        "PROVNET_DATA_DIR": str(tmp_path),
+        "PROVNET_PEERS": "w1=127.0.0.1:7001",
+        "PROVNET_WITNESSES": "w1; 127.0.0.1:7002",
+        "PROVNET_WITNESS_LOGS": "*",
+        "PROVNET_WITNESS_POLICY": str(tmp_path / "policy.txt"),
+    }
+    config = NodeConfig.from_env_and_args(None, env)
+    assert config.witnesses == ("w1", "127.0.0.1:7002")
+    assert (config.witness_logs, config.witness_policy) == ("*", tmp_path / "policy.txt")
+    with pytest.raises(ConfigError, match=r"--witness-logs \(\$PROVNET_WITNESS_LOGS\)"):
+        NodeConfig.from_env_and_args(None, {**env, "PROVNET_WITNESS_LOGS": "abc"})
+    with pytest.raises(ConfigError, match=r"--witnesses .*'w9' is neither host:port nor a peer"):
+        NodeConfig.from_env_and_args(None, {**env, "PROVNET_WITNESSES": "w9"})
+    many = ";".join(f"127.0.0.1:{7000 + i}" for i in range(17))
+    with pytest.raises(ConfigError, match="at most 16 witnesses"):
+        NodeConfig.from_env_and_args(None, {**env, "PROVNET_WITNESSES": many})
+
+
+async def test_w4_a_bad_policy_file_stops_the_node_naming_the_setting_and_line(
+    nodes: Nodes,
+) -> None:
+    policy = nodes.root / "policy.txt"
+    policy.write_text("# ok\nquorum w1\n")
+    with pytest.raises(ConfigError, match=r"--witness-policy .*policy line 2: quorum 'w1'"):
+        await nodes.add("holder", witness_policy=policy)
+
+
+# ------------------------------------------------------------------ a real process, killed
+
+
+def _start(root: Path, address: str) -> subprocess.Popen[bytes]:
+    argv = provnet_argv(
+        "node", "--name", "w1", "--listen", address, "--data-dir", str(root / "w1"),
+        "--witness-logs", "*",
+    )  # fmt: skip
+    log = (root / "w1.log").open("ab")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=child_env())
+    log.close()
+    give_up = time.monotonic() + 60
+    while probe_health(address, timeout=0.5) is not HealthState.SERVING:
+        if proc.poll() is not None or time.monotonic() > give_up:
+            proc.kill()
+            pytest.fail(f"witness did not start: {(root / 'w1.log').read_text()[-2000:]}")
+        time.sleep(0.05)  # polling a health probe, bounded by give_up
+    return proc
+
+
+@pytest.mark.soak
+async def test_w5_a_witness_killed_right_after_it_answered_still_knows_what_it_cosigned(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL the witness process the moment its cosignature arrives: restarted, it
+    answers the same log's stale request with the size it cosigned (soak: two
+    process starts, a few seconds)."""
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    origin = load_or_create_identity(tmp_path / "origin")
+    now = int(time.time() * 1000)
+    log = HeadLog(origin, "1-0123456789abcdef")
+    note = log.compact(
+        [FoldInput("v", 0, [hop_json(1)])],
+        serve_until=now + 3_600_000,
+        deadline_ms=2_000,
+        endpoints=("127.0.0.1:1",),
+        issued_at=now,
+    ).head.note
+    transport = GrpcTransport()
+    proc = _start(tmp_path, address)
+    try:
+        reply = await transport.add_checkpoint(address, AddCheckpoint(0, (), note).to_bytes(), 10)
+        proc.kill()  # no shutdown, no flush: only what was committed before the answer
+        proc.wait(timeout=10)
+        assert reply.cosignatures
+        await transport.close()
+        transport = GrpcTransport()
+        proc = _start(tmp_path, address)
+        again = await transport.add_checkpoint(address, AddCheckpoint(0, (), note).to_bytes(), 10)
+        assert (again.conflict, again.size) == (True, 1)
+    finally:
+        await transport.close()
+        proc.kill()
+        proc.wait(timeout=10)
