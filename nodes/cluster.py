@@ -132,6 +132,11 @@ class NodeSpec:
     #: Witness confirmations the node's suspicions need before it records them
     #: (``--min-witnesses``; None: the node's default).
     min_witnesses: int | None = None
+    #: Custody (docs/custody.md): peers this node asks at commit, how many, and its
+    #: operator label (``--custodians``, ``--custody-k``, ``--operator``).
+    custodians: tuple[str, ...] = ()
+    custody_k: int = 0
+    operator: str | None = None
 
     def __post_init__(self) -> None:
         check_node_name(self.name)
@@ -308,6 +313,11 @@ def node_argv(spec: NodeSpec) -> list[str]:
         argv += ["--attest-fault", spec.attest_fault]
     if spec.min_witnesses is not None:
         argv += ["--min-witnesses", str(spec.min_witnesses)]
+    # custody hook (docs/custody.md)
+    if spec.custodians:
+        argv += ["--custodians", ",".join(spec.custodians), "--custody-k", str(spec.custody_k)]
+    if spec.operator:
+        argv += ["--operator", spec.operator]
     return argv
 
 

@@ -134,7 +134,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PROVNET_HOME",
         help="play on the running local cluster (provnet cluster up): its nodes hold and"
-        " witness; the departing parties are extra nodes started and stopped here",
+        " witness; the departing parties are extra node processes started and stopped here",
     )
     where.add_argument(
         "--nodes",

@@ -128,6 +128,88 @@ class RemotePool(TrialPool):
 
     # ----------------------------------------------------------------- node operations
 
+    async def _groups_for(self, k: int, count: int, mode: Any, rng: Any) -> list[Any]:
+        """``count`` groups of extra node processes: an origin started with its ``k``
+        custodians (``--custodians``, ``--custody-k``), each custodian with the origin
+        pinned (``Custody.Take`` is accepted only from the head's origin as a pinned
+        peer), each with its operator label (``--operator``).
+
+        A process's settings are fixed when it starts, so a group with a departed
+        party is rebuilt whole: its surviving processes are retired (stopped and
+        removed; not departures) and a new group started. With operators placed
+        without regard to each other (``operator``), every group is rebuilt every
+        trial, so its labels are a fresh draw as the closed form assumes.
+        """
+        from harness.custody.settings import Departures
+        from harness.custody.trials import _Group
+
+        if k == 0:
+            return await super()._groups_for(k, count, mode, rng)
+        groups = self._groups.setdefault(k, [])
+        fresh_every_trial = mode is Departures.OPERATOR
+        stale = [
+            g for g in groups[:count] if fresh_every_trial or any(p.departed for p in g.parties)
+        ]
+        await asyncio.gather(
+            *(self._remove_node(p.handle) for g in stale for p in g.parties if not p.departed)
+        )
+        wanted = [g.slot for g in stale] + list(range(len(groups), count))
+        built = await asyncio.gather(*(self._group(k, mode, rng) for _ in wanted))
+        for slot, parties in zip(wanted, built, strict=True):
+            origin, *custodians = parties
+            group = _Group(slot, origin, custodians)
+            if slot < len(groups):
+                groups[slot] = group
+            else:
+                groups.append(group)
+        return groups[:count]
+
+    async def _group(self, k: int, mode: Any, rng: Any) -> list[Any]:
+        from harness.custody.trials import ROLE_CUSTODIAN, ROLE_ORIGIN, _Party
+        from nodes.app import load_or_create_identity
+        from nodes.cluster import NodeSpec, free_ports, start_nodes
+
+        names: list[str] = []
+        for role in (ROLE_ORIGIN, *([ROLE_CUSTODIAN] * k)):
+            self._serial += 1
+            names.append(f"{'o' if role == ROLE_ORIGIN else 'c'}{self._serial}")
+        taken: list[str] = []
+        operators = []
+        for _ in names:
+            operators.append(self._operator(rng, taken, mode))
+            taken.append(operators[-1])
+        ports = free_ports(len(names))
+        ids = [
+            (await asyncio.to_thread(load_or_create_identity, self.root / "nodes" / n)).node_id
+            for n in names
+        ]
+        pinned = [f"{n}=127.0.0.1:{p},{i}" for n, p, i in zip(names, ports, ids, strict=True)]
+        members = tuple(f"{n}={a}" for n, a in self.members)
+        keys = (self.credentials.key_id,) if self.credentials is not None else ()
+        specs = [
+            NodeSpec(
+                name=n,
+                port=p,
+                data_dir=self.root / "nodes" / n,
+                log_file=self.root / "logs" / f"{n}.log",
+                peers=members + (tuple(pinned[1:]) if i == 0 else (pinned[0],)),
+                operator_keys=keys,
+                custodians=tuple(names[1:]) if i == 0 else (),
+                custody_k=k if i == 0 else 0,
+                operator=operators[i],
+            )
+            for i, (n, p) in enumerate(zip(names, ports, strict=True))
+        ]
+        started = await asyncio.to_thread(start_nodes, specs, timeout=_START_TIMEOUT_S)
+        parties = []
+        for i, ((record, proc), spec) in enumerate(zip(started, specs, strict=True)):
+            handle = _Proc(spec.name, ids[i], record.address, record, proc, spec.data_dir)
+            self._procs.append(handle)
+            party = _Party(handle, ROLE_ORIGIN if i == 0 else ROLE_CUSTODIAN, operators[i])
+            self.by_id[handle.node_id] = party
+            parties.append(party)
+        return parties
+
     async def _new_node(self, name: str) -> Any:
         from nodes.cluster import NodeSpec, free_ports, start_node
 
@@ -225,12 +307,6 @@ def run_on_running(args: argparse.Namespace, settings: CustodySettings) -> int:
     from nodes.config import LogFormat
     from nodes.logging import configure_logging
 
-    if any(settings.ks):
-        raise UsageError(
-            "--k: on running nodes only k = 0 is played (custodians as extra node processes"
-            " would need each origin and custodian restarted with the other pinned); play"
-            " k > 0 on in-process nodes (--transport memory or grpc)"
-        )
     if args.transport != "memory":
         raise UsageError(f"--transport {args.transport}: running nodes are reached remotely")
     home: Path | None = None

@@ -272,7 +272,7 @@ def test_cli_nodes_departs_extra_processes_and_leaves_the_running_ones_as_found(
     try:
         pids = {r.name: p.pid for r, p in started}
         nodes = ",".join(f"{r.name}={r.address}" for r, _ in started)
-        argv = ["experiment", "custody", "--nodes", nodes, "--k", "0", "--p", "0.5"]
+        argv = ["experiment", "custody", "--nodes", nodes, "--k", "0,1", "--p", "0.5"]
         argv += ["--trials", "6", "--batch", "6", "--departures", "independent"]
         argv += ["--node-dir", str(tmp_path / "extra")]
         try:
@@ -281,9 +281,12 @@ def test_cli_nodes_departs_extra_processes_and_leaves_the_running_ones_as_found(
             structlog.reset_defaults()
         assert rc == 0, capsys.readouterr().err
         with (tmp_path / "out" / "custody_availability.csv").open() as fh:
-            (row,) = list(csv.DictReader(fh))
-        assert int(row["available"]) + int(row["departed_origins"]) == 6
-        assert row["honest_accused"] == "0"
+            k0, k1 = list(csv.DictReader(fh))
+        assert int(k0["available"]) + int(k0["departed_origins"]) == 6
+        assert k0["honest_accused"] == k1["honest_accused"] == "0"
+        # k = 1: every value carried its custodian's statement, taken by a process
+        assert k1["custody_statements"] == "6"
+        assert int(k1["available"]) >= 6 - int(k1["departed_origins"])
         # the running nodes as found; the extra nodes and their directories gone
         assert {r.name: p.pid for r, p in started} == pids
         assert all(p.poll() is None for _, p in started)
