@@ -51,6 +51,12 @@ RESULT_FILES = frozenset(
         "boundary_gates.csv",
         "boundary_rtt.csv",
         "boundary_rtt.json",
+        "custody_availability.csv",
+        "custody_evidence.csv",
+        "custody_price.csv",
+        "custody_meta.json",
+        "custody_split_view.csv",
+        "custody_death_spiral.csv",
         "evidence",
     }
 )

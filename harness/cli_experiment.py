@@ -172,6 +172,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     configure_attest(attest)
 
+    custody = exp_sub.add_parser(
+        "custody",
+        help="availability of folded hops when origins and custodians depart for good",
+    )
+    from harness.custody.cli import configure as configure_custody  # argparse only
+
+    configure_custody(custody)
+
 
 def _run(args: argparse.Namespace) -> int:
     from harness.replay import ReplayError

@@ -137,6 +137,11 @@ class NodeSpec:
     tls_ca: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    #: Custody (docs/custody.md): peers this node asks at commit, how many, and its
+    #: operator label (``--custodians``, ``--custody-k``, ``--operator``).
+    custodians: tuple[str, ...] = ()
+    custody_k: int = 0
+    operator: str | None = None
 
     def __post_init__(self) -> None:
         check_node_name(self.name)
@@ -340,6 +345,11 @@ def node_argv(spec: NodeSpec) -> list[str]:
     ):
         if path is not None:
             argv += [flag, str(path)]
+    # custody hook (docs/custody.md)
+    if spec.custodians:
+        argv += ["--custodians", ",".join(spec.custodians), "--custody-k", str(spec.custody_k)]
+    if spec.operator:
+        argv += ["--operator", spec.operator]
     return argv
 
 

@@ -4,7 +4,8 @@
 # report, then bring up a local three-node cluster, run the cross-agent smoke
 # test and the boundary experiment's default slice on the cluster's nodes
 # (node processes a = origin, b = holder, c = witness), print the cost table
-# (in-process vs across) and write the figures, and tear the cluster down.
+# (in-process vs across) with the custody row under it and write the figures,
+# and tear the cluster down.
 # Each part's wall time is printed as it ends (docs/cluster.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,4 +22,8 @@ part "cluster up" $P cluster up
 $P cluster status
 part "cluster smoke" $P cluster smoke
 part "boundary on the cluster" $P experiment boundary --cluster --out results-boundary --no-progress
+# One more cost-table row: rehydration availability with one custodian next to
+# none, parties departing for good with p = 0.2 (in-process nodes; docs/custody.md).
+part "custody row" $P experiment custody --k 0,1 --p 0.2 --departures independent --trials 64 \
+    --out results-custody --no-progress --cost-line
 echo "figures: results-boundary/boundary_costs.png results-boundary/boundary_cost_vs_flips.png results-boundary/boundary_bytes_by_cadence.png"

@@ -37,6 +37,74 @@ DEFAULT_POLICY = Path("experiments/attest-policy.yaml")
 _DEFAULT_LIFETIMES = (5, 25, 625, 5000)
 
 
+def _members(text: str) -> tuple[tuple[str, str], ...]:
+    from harness.boundary.cli import _members as members
+
+    return members(text)
+
+
+def _running_slice(args: argparse.Namespace, matrix: bool, steps: int | None) -> object:
+    """The :class:`~harness.attest.runner.AttestSlice` on running nodes
+    (``--cluster``/``--nodes``), roles by name; every name checked before anything runs."""
+    from harness.attest.runner import AttestSlice
+    from harness.boundary.choices import TransportKind
+    from nodes.attester import AttesterFault
+
+    control_home = ""
+    if args.cluster is not None:
+        from harness.boundary.cli import _cluster_members
+        from nodes.home import Home
+
+        members = _cluster_members(args.cluster)
+        control_home = str(Home.resolve(args.cluster or None).root)
+    else:
+        members = args.nodes
+    if args.transport != "memory":
+        raise UsageError(f"--transport {args.transport}: running nodes are reached remotely")
+    names = [n for n, _ in members]
+    chain = tuple(p.strip() for p in args.chain.split(",")) if args.chain else tuple(names[:2])
+    if len(chain) != 2 or any(n not in names for n in chain) or chain[0] == chain[1]:
+        raise UsageError(
+            f"--chain: expected origin,holder: two of the running nodes ({', '.join(names)}),"
+            f" got {','.join(chain)}"
+        )
+    if args.witness == "none":
+        witness = ""
+    elif args.witness is not None:
+        if args.witness not in names or args.witness in chain:
+            raise UsageError(
+                f"--witness: expected a running node besides {','.join(chain)}"
+                f" ({', '.join(names)}) or 'none', got {args.witness!r}"
+            )
+        witness = args.witness
+    else:
+        free = [n for n in names if n not in chain]
+        witness = free[0] if free else ""
+    modes = [f.value for f in AttesterFault]
+    attesters: list[tuple[str, str]] = []
+    for entry in (args.attesters or "").split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        mode, sep, name = entry.partition("=")
+        if not sep or mode not in modes or name not in names:
+            raise UsageError(
+                f"--attesters: expected MODE=NAME with MODE one of {', '.join(modes)} and"
+                f" NAME a running node ({', '.join(names)}), got {entry!r}"
+            )
+        attesters.append((mode, name))
+    return AttestSlice(
+        matrix,
+        steps,
+        TransportKind.REMOTE,
+        nodes=tuple(members),
+        attesters=tuple(attesters),
+        control_home=control_home,
+        chain=chain,
+        witness_name=witness,
+    )
+
+
 def _int_list(text: str) -> tuple[int, ...]:
     return tuple(positive_int(part) for part in text.split(",") if part.strip())
 
@@ -71,7 +139,47 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--matrix", action="store_true", help="play the rows over the main matrix instead"
     )
-    parser.add_argument("--transport", choices=("memory", "grpc"), default="memory")
+    parser.add_argument(
+        "--transport",
+        choices=("memory", "grpc"),
+        default="memory",
+        help="how the nodes started here reach each other (running nodes: remote)",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--cluster",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PROVNET_HOME",
+        help="play on the running local cluster (provnet cluster up) under PROVNET_HOME"
+        " (default $PROVNET_HOME, else ./.provnet)",
+    )
+    where.add_argument(
+        "--nodes",
+        type=_members,
+        default=None,
+        help="play on running nodes name=host:port[,…] (e.g. Compose services)",
+    )
+    parser.add_argument(
+        "--chain",
+        default=None,
+        help="running nodes: origin,holder by name (default: the first two nodes)",
+    )
+    parser.add_argument(
+        "--witness",
+        default=None,
+        help="running nodes: the witness (default: the first node without a role;"
+        " 'none' for no witness)",
+    )
+    parser.add_argument(
+        "--attesters",
+        default=None,
+        metavar="MODE=NAME[,…]",
+        help="running nodes: the attester node of each attester mode it was started with"
+        " (provnet node --attest-fault MODE), e.g. none=d; rows whose mode has no"
+        " attester node are refused before anything runs",
+    )
     parser.add_argument("--workers", type=positive_int, default=1, help="rows played in parallel")
     parser.add_argument(
         "--report-only",
@@ -159,7 +267,30 @@ def _handler(args: argparse.Namespace) -> int:
     if not args.matrix and cfg.death_spiral_run is None:
         raise UsageError(f"{args.config or DEFAULT_CONFIG}: death_spiral_run: expected a mapping")
     specs = [s for s in _specs(args.rows, args.lifetimes, args.matrix) if isinstance(s, RowSpec)]
-    slice_ = AttestSlice(args.matrix, args.steps, TransportKind(args.transport))
+    running = args.cluster is not None or args.nodes is not None
+    if running:
+        slice_ = _running_slice(args, args.matrix, args.steps)
+        if not isinstance(slice_, AttestSlice):
+            raise TypeError("attest slice")
+        from harness.attest.attester import attester_fault
+
+        have = dict(slice_.attesters)
+        missing = sorted(
+            {attester_fault(s.row).value for s in specs if s.row.value != "none"} - set(have)
+        )
+        if missing:
+            raise UsageError(
+                f"--attesters: the rows need attester nodes of mode(s) {', '.join(missing)}"
+                " (nodes started with provnet node --attest-fault MODE); give them as"
+                " MODE=NAME, or play --rows none"
+            )
+        if args.workers > 1:
+            raise UsageError("--workers: running nodes are played by one driver (1)")
+    else:
+        for flag in ("chain", "witness", "attesters"):
+            if getattr(args, flag) is not None:
+                raise UsageError(f"--{flag}: applies to running nodes (--cluster or --nodes)")
+        slice_ = AttestSlice(args.matrix, args.steps, TransportKind(args.transport))
     try:
         # A name that is no node of the run (a typo) fails here, before anything runs.
         policy.resolve({name: "0" * 64 for name in node_names(slice_)})
@@ -167,15 +298,21 @@ def _handler(args: argparse.Namespace) -> int:
         raise UsageError(f"{path}: {exc}") from None
     prepare_out(args.out)
     configure_logging(LogFormat.JSON, "error")
+    from harness.boundary.remote import RemoteError
+    from harness.cli_errors import RunFailed
+
     try:
         results = play_rows(cfg, specs, policy, slice_, workers=args.workers)
     except ControlRefused as exc:
         raise UsageError(str(exc)) from None
+    except RemoteError as exc:
+        raise RunFailed(f"on running nodes: {exc}") from None
     meta = {
         "config": str(args.config or DEFAULT_CONFIG),
         "policy": policy.to_json(),
         "matrix": args.matrix,
-        "transport": args.transport,
+        "transport": slice_.transport.value,
+        "nodes": [name for name, _ in slice_.nodes],
         "workers": args.workers,
         "rows": [s.name for s in specs],
     }

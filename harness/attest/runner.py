@@ -67,11 +67,11 @@ class AttestSlice:
     """Which runs every row plays, and on which transport.
 
     ``transport`` ``remote`` plays on running node processes: ``nodes`` are
-    (name, host:port) with the roles ``origin``, ``holder`` and ``witness``
-    by name, and ``attesters`` (attester mode, node name) the attester node
-    of each mode (``provnet node --attest-fault MODE``); control calls are
-    signed with the operator key of ``control_home`` (or
-    ``$PROVNET_OPERATOR_KEY_FILE``).
+    (name, host:port), ``chain`` names the origin and the holder among them
+    and ``witness_name`` the witness ("" for none), and ``attesters``
+    (attester mode, node name) the attester node of each mode (``provnet node
+    --attest-fault MODE``); control calls are signed with the operator key of
+    ``control_home`` (or ``$PROVNET_OPERATOR_KEY_FILE``).
     """
 
     matrix: bool = False
@@ -82,6 +82,9 @@ class AttestSlice:
     control_home: str = ""
     #: running nodes: the CA their TLS certificates are verified with ("": plaintext)
     tls_ca: str = ""
+    #: running nodes: the origin and the holder by name, and the witness ("": none)
+    chain: tuple[str, ...] = ("origin", "holder")
+    witness_name: str = "witness"
 
     def tasks(self, cfg: ExperimentConfig) -> list[tuple[RunKey, Any, Any, int]]:
         if self.matrix:
@@ -204,6 +207,9 @@ def _settings(slice_: AttestSlice, cadence: int, steps: int) -> BoundarySettings
             nodes=slice_.nodes,
             control_home=slice_.control_home,
             tls_ca=slice_.tls_ca,
+            chain=slice_.chain,
+            witness=bool(slice_.witness_name),
+            witness_name=slice_.witness_name or "witness",
         )
     return BoundarySettings(
         cadences=(cadence,), steps=steps, transport=slice_.transport, deadline_ms=_DEADLINE_MS
@@ -251,7 +257,9 @@ async def run_row(
             if attester_name is None and spec.row is not Row.NONE:
                 raise ValueError(f"row {spec.name}: no attester node with --attest-fault {fault}")
             witness = (
-                settings.witness_name if settings.witness_name in dict(settings.nodes) else None
+                settings.witness_name
+                if settings.witness and settings.witness_name in dict(settings.nodes)
+                else None
             )
             topo = await connect_remote(
                 settings.nodes,

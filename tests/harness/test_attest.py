@@ -354,3 +354,30 @@ def test_restoration_cites_folds_under_heads_without_a_new_commitment() -> None:
     assert r.wire["structural_min/attest"]["sign_ops"] == (
         2 * c["folds_rehydrated"] + 3 * c["attestations_issued"] + c["restoration_folds_committed"]
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--chain", "a,b"], "--chain: applies to running nodes"),
+        (["--nodes", "a=127.0.0.1:1,b=127.0.0.1:2", "--chain", "a,x"], "--chain: expected"),
+        (["--nodes", "a=127.0.0.1:1,b=127.0.0.1:2", "--witness", "a"], "--witness: expected"),
+        (
+            ["--nodes", "a=127.0.0.1:1,b=127.0.0.1:2", "--rows", "honest"],
+            "--attesters: the rows need attester nodes of mode(s) none",
+        ),
+        (
+            ["--nodes", "a=127.0.0.1:1,b=127.0.0.1:2", "--attesters", "none=z"],
+            "--attesters: expected MODE=NAME",
+        ),
+    ],
+)
+def test_running_node_flags_are_checked_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    rc = main(["experiment", "attest", *argv, "--out", str(tmp_path / "x"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("provnet: error: ")
+    assert needle in err
+    assert not (tmp_path / "x").exists()

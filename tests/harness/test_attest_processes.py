@@ -318,3 +318,44 @@ def test_attest_request_citing_another_holders_demands_is_refused(cluster: Clust
             assert "signed the demands" in (err.value.details() or "")
 
     asyncio.run(go())
+
+
+# --------------------------------------------------------------------------- the CLI on them
+
+
+def _cli_fingerprint(argv: list[str], out: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    import structlog
+
+    from harness.cli import main
+
+    try:
+        rc = main(["experiment", "attest", *argv, "--out", str(out), "--no-progress"])
+    finally:
+        structlog.reset_defaults()  # the handler configures node logging process-wide
+    printed = capsys.readouterr()
+    assert rc == 0, printed.err
+    (line,) = [ln for ln in printed.out.splitlines() if "fingerprint" in ln]
+    return line.rsplit("fingerprint", 1)[1].strip()
+
+
+def test_cli_nodes_plays_on_the_processes_as_in_process(
+    cluster: Cluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``experiment attest --nodes``: the same row on the node processes decides as on
+    in-process nodes (same fingerprint), and the meta names the nodes it ran on."""
+    import json
+
+    monkeypatch.setenv("PROVNET_OPERATOR_KEY_FILE", str(cluster.root / OPERATOR_KEY_FILENAME))
+    row = ["--rows", "none", "--steps", "60", "--lifetimes", "5"]
+    nodes = ",".join(f"{n}={cluster.address[n]}" for n in ("origin", "holder", "witness"))
+    running = _cli_fingerprint(
+        [*row, "--nodes", nodes, "--chain", "origin,holder"], tmp_path / "procs", capsys
+    )
+    local = _cli_fingerprint(row, tmp_path / "memory", capsys)
+    assert running == local
+    meta = json.loads((tmp_path / "procs" / "attest_meta.json").read_text())
+    assert meta["transport"] == "remote"
+    assert meta["nodes"] == ["origin", "holder", "witness"]

@@ -208,6 +208,26 @@ def test_launcher_argv_parses_back_into_the_node_config_it_describes(
     assert str(config.log_format) == "json"
 
 
+def test_launcher_custody_settings_parse_back(clean_env: None, tmp_path: Path) -> None:
+    """An extra node the custody experiment starts: custodians, k and operator label."""
+    spec = NodeSpec(
+        name="o1",
+        port=4242,
+        data_dir=tmp_path / "o1",
+        log_file=tmp_path / "o1.log",
+        peers=("c2=127.0.0.1:4243", "c3=127.0.0.1:4244"),
+        custodians=("c2", "c3"),
+        custody_k=2,
+        operator="op1",
+    )
+    argv = node_argv(spec)
+    config = NodeConfig.from_env_and_args(build_parser().parse_args(argv[4:]), env={})
+    assert (config.custodians, config.custody_k, config.operator) == (("c2", "c3"), 2, "op1")
+    plain = node_argv(NodeSpec(name="a", port=1, data_dir=Path("/d"), log_file=Path("/l")))
+    assert "--custodians" not in plain
+    assert "--operator" not in plain
+
+
 def test_cluster_nodes_do_not_inherit_node_settings_from_the_callers_shell() -> None:
     env = child_env({"PROVNET_FAULT": "drop", "PROVNET_HOME": "/h", "PATH": "/bin"})
     assert "PROVNET_FAULT" not in env
