@@ -18,9 +18,12 @@ settings behaves exactly as before (same calls, same bytes):
   old size it believes the witness is at (the previous head's; a conflict
   answer corrects it once) and the RFC 6962 consistency proof from there,
   verifies each returned line against the witness key its name claims, and
-  appends the good ones to the note it delivers. The head's digest is its
-  note text's, so the cosigned note is the same head. A witness that is down
-  or refuses costs its cosignature, never the commit.
+  appends the good ones to the note it delivers and stores in place of the
+  signed one. The head's digest is its note text's, so the cosigned note is
+  the same head. A witness that is down or refuses costs its cosignature,
+  never the commit; it is asked again in the background (only it, at most
+  ``len(REASK_DELAYS_S)`` times per head, no longer once a newer head of the
+  log was asked), and the lines gained reach the stored head too.
 * **Holder** (:class:`HeadGate`, ``--witness-policy``): a delivered head
   must satisfy the policy file's quorum
   (:func:`contracts.witness_policy.check_quorum`) before it is verified,
