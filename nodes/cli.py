@@ -156,6 +156,21 @@ def _add_node_parser(sub: _Sub) -> None:
         " $PROVNET_ADVERTISE when set (default: $PROVNET_TLS_CA; none: plaintext)",
     )
     health.set_defaults(handler=_node_health)
+    info = node_sub.add_parser(
+        "info",
+        help="print a node's id and its witness vkey (the line a witness policy lists)",
+        description=(
+            "Read the node key in the data dir (never creating one) and print the node id"
+            " and its witness vkey, as a tlog-policy 'witness' line names it."
+        ),
+    )
+    info.add_argument(
+        "--data-dir",
+        dest="info_data_dir",
+        default=None,
+        help="the node's data dir (default: $PROVNET_DATA_DIR)",
+    )
+    info.set_defaults(handler=_node_info)
 
 
 def _node_run(args: argparse.Namespace) -> int:
@@ -186,6 +201,29 @@ def _node_run(args: argparse.Namespace) -> int:
         if "failed to bind" not in str(exc).lower():
             raise
         return _error(f"--listen ($PROVNET_LISTEN) {config.listen}: {exc}")
+    return 0
+
+
+def _node_info(args: argparse.Namespace) -> int:
+    from contracts.errors import KeyFileError
+    from contracts.identity import load_identity
+    from contracts.witness import witness_vkey
+    from nodes.app import KEY_FILENAME
+
+    data_dir = (
+        args.info_data_dir or getattr(args, "data_dir", None) or os.environ.get("PROVNET_DATA_DIR")
+    )
+    if not data_dir:
+        return _error("--data-dir ($PROVNET_DATA_DIR): required")
+    path = Path(data_dir) / KEY_FILENAME
+    if not path.is_file():
+        return _error(f"--data-dir ($PROVNET_DATA_DIR) {data_dir}: no node key {path.name} there")
+    try:
+        identity = load_identity(path)
+    except KeyFileError as exc:
+        return _error(f"--data-dir ($PROVNET_DATA_DIR) {data_dir}: {exc}")
+    print(f"node_id {identity.node_id}")
+    print(f"witness_vkey {witness_vkey(identity.node_id).to_string()}")
     return 0
 
 

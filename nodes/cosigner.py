@@ -18,9 +18,12 @@ settings behaves exactly as before (same calls, same bytes):
   old size it believes the witness is at (the previous head's; a conflict
   answer corrects it once) and the RFC 6962 consistency proof from there,
   verifies each returned line against the witness key its name claims, and
-  appends the good ones to the note it delivers. The head's digest is its
-  note text's, so the cosigned note is the same head. A witness that is down
-  or refuses costs its cosignature, never the commit.
+  appends the good ones to the note it delivers and stores in place of the
+  signed one. The head's digest is its note text's, so the cosigned note is
+  the same head. A witness that is down or refuses costs its cosignature,
+  never the commit; it is asked again in the background (only it, at most
+  ``len(REASK_DELAYS_S)`` times per head, no longer once a newer head of the
+  log was asked), and the lines gained reach the stored head too.
 * **Holder** (:class:`HeadGate`, ``--witness-policy``): a delivered head
   must satisfy the policy file's quorum
   (:func:`contracts.witness_policy.check_quorum`) before it is verified,
@@ -40,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -279,6 +283,26 @@ def consistency_proof(head_log: HeadLog, old: int, new: int) -> tuple[bytes, ...
     return path[1:] if old & (old - 1) == 0 else path
 
 
+#: Waits before each background re-ask of a head a witness did not cosign at
+#: commit (down, slow, out of step); three re-asks per head at most.
+REASK_DELAYS_S = (2.0, 10.0, 60.0)
+#: Heads waiting to be re-asked at most (the oldest is dropped beyond it).
+MAX_SHORT_HEADS = 64
+
+
+@dataclass(slots=True)
+class _Short:
+    """A head some witness gave no cosignature for, and who to ask again."""
+
+    note: bytes
+    text: str
+    origin: str
+    size: int
+    head_log: HeadLog
+    missing: tuple[str, ...] = ()
+    attempts: int = 0
+
+
 class OriginWitnesses:
     """An origin's witnesses: ask each for a cosignature of every new head."""
 
@@ -298,9 +322,23 @@ class OriginWitnesses:
         self._sizes: dict[tuple[str, str], int] = {}
         self.asked = 0
         self.cosignatures = 0
+        #: Waits before each re-ask of a head some witness did not cosign (its length
+        #: bounds the re-asks per head).
+        self.reask_delays_s: tuple[float, ...] = REASK_DELAYS_S
+        #: Called with (note as kept, note with the new lines) after a re-ask got lines.
+        self.on_cosigned: Callable[[bytes, bytes], Awaitable[None]] | None = None
+        #: head digest → a head short of some witness's cosignature (oldest first)
+        self._short: dict[str, _Short] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reasking = asyncio.Lock()  # one re-ask at a time: one line per witness
+        self.reasked = 0
 
     async def cosign(self, note: bytes, head_log: HeadLog) -> bytes:
-        """``note`` with every valid cosignature the witnesses returned appended."""
+        """``note`` with every valid cosignature the witnesses returned appended.
+
+        A witness that returned no line is asked again later, in the background
+        (:meth:`reask`, at most ``len(reask_delays_s)`` times per head).
+        """
         if not self.addresses:
             return note
         text = parse_note(note).text
@@ -313,7 +351,98 @@ class OriginWitnesses:
         )
         got = b"".join(lines)
         self.cosignatures += sum(1 for line in lines if line)
-        return note + got
+        out = note + got
+        # A newer head of the log supersedes the older ones: a witness that cosigns
+        # it will never cosign an older one (tlog-witness), so stop asking for them.
+        for digest, short in list(self._short.items()):
+            if short.origin == checkpoint.origin and short.size < checkpoint.size:
+                del self._short[digest]
+        missing = tuple(a for a, line in zip(self.addresses, lines, strict=True) if not line)
+        if missing and self.reask_delays_s:
+            digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+            while len(self._short) >= MAX_SHORT_HEADS:
+                del self._short[next(iter(self._short))]
+            self._short[digest] = _Short(out, text, checkpoint.origin, checkpoint.size, head_log)
+            self._short[digest].missing = missing
+            task = asyncio.get_running_loop().create_task(
+                self._reask_later(digest), name=f"witness-reask-{digest[:12]}"
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return out
+
+    def short_heads(self) -> tuple[str, ...]:
+        """Digests of heads still waiting to be re-asked."""
+        return tuple(self._short)
+
+    async def reask(self) -> int:
+        """One re-ask of every head short of a witness's cosignature; the lines gained.
+
+        Only the witnesses that gave no line are asked; a head leaves the list
+        once every witness cosigned it, a newer head of its log was committed,
+        or after ``len(reask_delays_s)`` re-asks.
+        """
+        gained = 0
+        for digest in list(self._short):
+            gained += await self._reask_one(digest)
+        return gained
+
+    async def _reask_later(self, digest: str) -> None:
+        for delay in self.reask_delays_s:  # bounded: one pass per delay at most
+            await asyncio.sleep(delay)
+            if digest not in self._short:
+                return
+            try:
+                await self._reask_one(digest)
+            except Exception:  # a store error persisting it: logged, the next try goes on
+                log.exception("witness_reask_failed", head=digest[:16])
+
+    async def _reask_one(self, digest: str) -> int:
+        async with self._reasking:
+            return await self._reask_locked(digest)
+
+    async def _reask_locked(self, digest: str) -> int:
+        short = self._short.get(digest)
+        if short is None:
+            return 0
+        short.attempts += 1
+        self.reasked += 1
+        lines = await asyncio.gather(
+            *(
+                self._ask(a, short.note, short.text, short.origin, short.size, short.head_log)
+                for a in short.missing
+            )
+        )
+        got = b"".join(lines)
+        gained = sum(1 for line in lines if line)
+        if got:
+            after = short.note + got
+            if self.on_cosigned is not None:  # kept first: a failure leaves the head as it was
+                await self.on_cosigned(short.note, after)
+            short.note = after
+            short.missing = tuple(a for a, x in zip(short.missing, lines, strict=True) if not x)
+            self.cosignatures += gained
+            log.info("witness_reask_cosigned", head=digest[:16], lines=gained)
+        else:
+            log.info("witness_reask_short", head=digest[:16], missing=len(short.missing))
+        if self._short.get(digest) is short and (
+            not short.missing or short.attempts >= len(self.reask_delays_s)
+        ):
+            del self._short[digest]
+        return gained
+
+    async def settle(self) -> None:
+        """Wait for the background re-asks under way (each ends after its bounded tries)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel the background re-asks."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._short.clear()
 
     async def _ask(
         self, address: str, note: bytes, text: str, origin: str, new: int, head_log: HeadLog
@@ -337,7 +466,7 @@ class OriginWitnesses:
                 continue
             line = self._checked(address, text, reply.cosignatures)
             if line:
-                self._sizes[(address, origin)] = new
+                self._sizes[(address, origin)] = max(new, self._sizes.get((address, origin), 0))
             return line
         log.warning("witness_out_of_step", witness=address, log=origin[:96], size=old, head=new)
         return b""
@@ -472,6 +601,14 @@ class Witnessing:
     async def cosign_head(self, note: bytes, head_log: HeadLog) -> bytes:
         """The head note with the witnesses' cosignatures (unchanged without witnesses)."""
         return await self.origin.cosign(note, head_log)
+
+    def on_recosigned(self, keep: Callable[[bytes, bytes], Awaitable[None]]) -> None:
+        """``keep(before, after)`` runs when a re-ask appended cosignatures to a head."""
+        self.origin.on_cosigned = keep
+
+    async def close(self) -> None:
+        """Stop the origin's background re-asks."""
+        await self.origin.close()
 
     async def admit_head(self, note: bytes, now_ms: int, heads: HeadCache) -> None:
         """Refuse a delivered head without the policy's quorum (no policy: admit all).

@@ -15,10 +15,12 @@ owed for them are :mod:`nodes.origin`'s.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 
+from contracts._lru import BoundedCache
 from contracts.canonical import parse_json_object
-from contracts.head_note import SignedHead
+from contracts.head_note import SignedHead, head_digest
 from contracts.heads import FoldInput, FoldProof, FoldRecord, HeadLog, verify_fold
 from contracts.hops import MAX_HOP_BYTES, hop_bytes
 from contracts.merkle import leaf_hash
@@ -44,6 +46,8 @@ log = get_logger(__name__)
 MAX_SEQ = 2**63 - 1
 MAX_APPEND_HOPS = 10_000
 MAX_FOLD_HOPS = 100_000
+#: Heads whose held values a later re-ask's cosignatures are carried onto, at most.
+_VALUED_HEADS = 64
 
 
 class OriginLog:
@@ -56,6 +60,7 @@ class OriginLog:
         *,
         hold: Callable[[str, HeldValue], None],
         witnessing: Witnessing,
+        find: Callable[[str], HeldValue | None] | None = None,
     ) -> None:
         self.ctx = ctx
         #: The witnesses this origin asks to cosign each head (nodes.cosigner).
@@ -67,10 +72,15 @@ class OriginLog:
         self._folds = folds
         #: Where a value committed with its bytes is held (the holder role's table).
         self._hold = hold
+        self._find = find
+        #: head digest → the values committed with their bytes under it (held here),
+        #: re-held with the note a later re-ask cosigned
+        self._valued: BoundedCache[str, tuple[str, ...]] = BoundedCache(_VALUED_HEADS)
         self._commit_lock = asyncio.Lock()
         #: This origin's log of signed heads for the current epoch (rebuilt from
         #: the store when missing).
         self._head_log: HeadLog | None = None
+        witnessing.on_recosigned(self._keep_cosigned)
 
     async def append(
         self, hops: Sequence[bytes], seqs: Sequence[int] = ()
@@ -304,6 +314,34 @@ class OriginLog:
         async with self._commit_lock:
             return await self._commit_compaction(epoch, wanted, serve_for_ms, deadline_ms)
 
+    async def _keep_cosigned(self, before: bytes, after: bytes) -> None:
+        """Keep ``after`` (``before`` with cosignature lines appended) as the stored head,
+        and as the head of the values committed under it that are still held as then."""
+        digest = head_digest(after)
+        if await self.store.cosigned_head(digest, after):
+            self._folds.open_own_head(after)  # verified once here, served from memory
+        log.info("cosigned_head_kept", head=digest[:16], grew=len(after) - len(before))
+        refs = self._valued.get(digest)
+        if self._find is None or refs is None:
+            return
+        for ref in refs:
+            held = self._find(ref)
+            if held is None or held.delivery.heads != (before,):
+                continue  # gone, or delivered anew since: left as it is
+            self._hold(
+                ref,
+                HeldValue(
+                    dataclasses.replace(held.delivery, heads=(after,)),
+                    tuple(
+                        dataclasses.replace(f, obligation_bytes=after)
+                        if f.obligation_bytes == before
+                        else f
+                        for f in held.folds
+                    ),
+                    held.custody,
+                ),
+            )
+
     async def _epoch_head_log(self, epoch: str) -> HeadLog:
         """This origin's log of heads for ``epoch``, rebuilt from the store if needed."""
         log_ = self._head_log
@@ -389,9 +427,15 @@ class OriginLog:
                 # first demand for this fold is served from memory, not read back.
                 self._folds.keep_leaves(verified.commitment.digest, leaves)
         self.ctx.behaviour.after_compaction(head, [f.record for f in signed.folds], inputs)
-        # The witnesses' cosignatures ride on the note delivered (same head digest).
+        # The witnesses' cosignatures ride on the note delivered (same head digest),
+        # and are kept in the store: a restarted origin serves what it delivered.
         note = await self._witnessing.cosign_head(signed.head_note, head_log)
+        if note != signed.head_note:
+            await self._keep_cosigned(signed.head_note, note)
         out = CommittedCompaction(note, tuple(f.proof for f in signed.folds), pending)
+        valued = tuple(ref for ref, _, value in wanted if value)
+        if valued and self._witnessing.origin.addresses:
+            self._valued.put(signed.head_digest, valued)
         for (ref, _, value), fold in zip(wanted, signed.folds, strict=True):
             if value:
                 verified = verify_fold(proofs[ref], head)

@@ -153,7 +153,7 @@ class NodeCore:
         self.holding = holding = Holding(ctx, witnessing)
         folds = OwnFolds(ctx)  # what the origin signed: its log fills it, its answers read it
         self.origin_log = origin_log = OriginLog(
-            ctx, folds, hold=holding.hold, witnessing=witnessing
+            ctx, folds, hold=holding.hold, witnessing=witnessing, find=holding.find
         )
         self.origin = origin = Origin(ctx, folds, restart_floor_ms=restart_floor_ms)
         self.witness = Witness(ctx)
@@ -255,6 +255,7 @@ class NodeCore:
         await self.store.flush_counters()
 
     async def close(self) -> None:
+        await self.witnessing.close()  # background re-asks of short heads (nodes.cosigner)
         with contextlib.suppress(st.StoreError):
             await self.store.flush_counters()
         await self.store.close()

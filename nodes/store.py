@@ -65,7 +65,7 @@ from typing import Any, Final, TypeVar, assert_never
 import aiosqlite
 
 from contracts.canonical import sha256_hex
-from contracts.head_note import parse_head
+from contracts.head_note import head_digest, parse_head
 from contracts.heads import batch_record
 from contracts.rules import expired
 from nodes._disk import disk_full, is_disk_full
@@ -1162,6 +1162,45 @@ class HopStore:
             return None
         envelope, proof, binding = rows[0]
         return HeadFoldRecord(head_digest, bytes(envelope), leaf_hash, bytes(proof), str(binding))
+
+    async def cosigned_head(self, digest: str, note: bytes) -> bool:
+        """Keep ``note``, an own head with witness cosignatures appended, in place of the
+        stored one, so a restarted origin serves what it delivered.
+
+        The head's digest (SHA-256 of its note text) is unchanged by cosignature
+        lines; ``note`` must extend the stored note byte for byte (the text and
+        this origin's signature kept, lines only appended) and name ``digest``,
+        else :class:`ValueError` names what differs. Written with the head's
+        obligation rows in one transaction. False when it adds nothing (the
+        stored note is already as long) or the head is not an own head here.
+        """
+        if head_digest(note) != digest:
+            raise ValueError(f"cosigned head: note is not head {digest[:16]}…")
+        async with self._write(f"keep cosigned head {digest[:16]}") as db:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT envelope FROM heads WHERE digest = ? AND origin = ? AND local = 1",
+                    (digest, self._origin),
+                )
+            )
+            if not rows:
+                return False
+            stored = bytes(rows[0][0])
+            if len(note) <= len(stored):
+                return False
+            if not note.startswith(stored):
+                raise ValueError(
+                    f"cosigned head {digest[:16]}…: note does not extend the stored note"
+                    " (its text and the origin's signature must be kept, lines only appended)"
+                )
+            parse_head(note)  # within a head's own bounds
+            await db.execute("UPDATE heads SET envelope = ? WHERE digest = ?", (note, digest))
+            await db.execute(
+                "UPDATE obligations SET envelope = ? WHERE local = 1 AND digest IN"
+                " (SELECT binding FROM head_folds WHERE head_digest = ?)",
+                (note, digest),
+            )
+        return True
 
     async def head_log_state(self, epoch: str) -> tuple[list[bytes], dict[str, bytes]]:
         """What rebuilds this origin's log of heads for ``epoch``.

@@ -330,3 +330,25 @@ def test_node_refuses_a_key_file_others_can_read_with_exit_2(tmp_path: Path) -> 
     assert done.returncode == 2, done.stderr
     assert f"provnet: error: --data-dir ($PROVNET_DATA_DIR) {tmp_path}:" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_node_info_prints_the_witness_vkey_a_policy_lists_and_creates_no_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from contracts.witness import witness_vkey
+    from contracts.witness_policy import parse_policy
+    from nodes.app import load_or_create_identity
+
+    missing = tmp_path / "none"
+    assert main(["node", "info", "--data-dir", str(missing)]) == 2
+    assert "no node key node.key" in capsys.readouterr().err
+    assert not missing.exists()  # info never creates a key
+    identity = load_or_create_identity(tmp_path / "w1")
+    capsys.readouterr()
+    assert main(["node", "info", "--data-dir", str(tmp_path / "w1")]) == 0
+    lines = dict(line.split(" ", 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["node_id"] == identity.node_id
+    assert lines["witness_vkey"] == witness_vkey(identity.node_id).to_string()
+    # the printed vkey is what a policy's witness line takes
+    policy = parse_policy(f"witness w1 {lines['witness_vkey']}\nquorum w1\n".encode())
+    assert policy is not None

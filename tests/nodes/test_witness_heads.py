@@ -127,11 +127,11 @@ async def test_w4_origin_delivers_cosigned_heads_a_policy_holder_accepts_same_di
         key = head_log_key(origin.node_id, origin.store.epoch)
         result = check_quorum(head, parse_policy(policy.read_bytes()), origin.now_ms(), log_key=key)
         assert result, result.message
-        # the stored head is the one the origin signed; the cosigned note is the same head
+        # the stored head is the cosigned note: the same head, what was delivered
         record = FoldProof.from_bytes(proof).record
         stored = await origin.store.head_fold(head_digest(head), leaf_hash(record).hex())
         assert stored is not None
-        assert len(parse_note(stored.head_note).signatures) == 1
+        assert stored.head_note == head
         assert head_digest(stored.head_note) == head_digest(head)
         await origin.transport.deliver(holder.config.listen, _delivery(origin, ref, proof, head), 5)
     assert [w.witnessing.cosigner.cosigned for w in witnesses] == [3, 3, 3]
@@ -393,3 +393,125 @@ async def test_w5_a_witness_killed_right_after_it_answered_still_knows_what_it_c
         await transport.close()
         proc.kill()
         proc.wait(timeout=10)
+
+
+# ------------------------------------------------------------------ kept and re-asked
+
+
+async def _stored_head(core: NodeCore, head: bytes, proof: bytes) -> bytes:
+    record = FoldProof.from_bytes(proof).record
+    row = await core.store.head_fold(head_digest(head), leaf_hash(record).hex())
+    assert row is not None
+    return row.head_note
+
+
+async def test_w4_a_restarted_origin_serves_the_cosigned_head_it_delivered(
+    nodes: Nodes,
+) -> None:
+    witnesses = await _witnesses(nodes, 2)
+    policy = _policy(nodes, witnesses, 2)
+    addresses = tuple(w.config.listen for w in witnesses)
+    origin = await nodes.add("origin", witnesses=addresses)
+    head, proof = await _compact(origin, "v1", 1)
+    assert len(parse_note(head).signatures) == 3
+    await nodes.close(origin)
+    reopened = await nodes.add("origin", witnesses=addresses)
+    stored = await _stored_head(reopened, head, proof)
+    assert stored == head  # byte for byte what was delivered before the restart
+    holder = await nodes.add("holder", witness_policy=policy)
+    await reopened.transport.deliver(
+        holder.config.listen, _delivery(reopened, "v1", proof, stored), 5
+    )
+    assert holder.held("v1").delivery.heads == (head,)
+    # the head log rebuilt from the cosigned notes goes on: the next head is cosigned
+    head2, _ = await _compact(reopened, "v2", 11)
+    assert len(parse_note(head2).signatures) == 3
+
+
+async def test_w4_the_store_keeps_only_a_note_that_extends_the_stored_head(
+    nodes: Nodes,
+) -> None:
+    witnesses = await _witnesses(nodes, 1)
+    origin = await nodes.add("origin")  # no witnesses: the stored head is the signed one
+    head, proof = await _compact(origin, "v1", 1)
+    digest = head_digest(head)
+    cosigned = await witnesses[0].witnessing.cosigner.add_checkpoint(
+        AddCheckpoint(0, (), head).to_bytes()
+    )
+    with pytest.raises(ValueError, match="is not head"):
+        await origin.store.cosigned_head("00" * 32, head + cosigned.cosignatures)
+    note = parse_note(head)
+    w_line = cosigned.cosignatures.decode().rstrip("\n")
+    dropped_origin = (note.text + "\n" + w_line + "\n").encode()
+    with pytest.raises(ValueError, match="does not extend the stored note"):
+        await origin.store.cosigned_head(digest, dropped_origin)
+    assert await _stored_head(origin, head, proof) == head
+    assert await origin.store.cosigned_head(digest, head + cosigned.cosignatures)
+    assert await _stored_head(origin, head, proof) == head + cosigned.cosignatures
+    assert not await origin.store.cosigned_head(digest, head)  # nothing to add
+
+
+async def test_w4_a_head_short_at_commit_is_reasked_and_a_policy_holder_accepts_it_later(
+    nodes: Nodes,
+) -> None:
+    witnesses = await _witnesses(nodes, 3)
+    policy = _policy(nodes, witnesses, 3)
+    origin = await nodes.add("origin", witnesses=tuple(w.config.listen for w in witnesses))
+    holder = await nodes.add("holder", witness_policy=policy)
+    ask = origin.witnessing.origin
+    ask.reask_delays_s = (3600.0, 3600.0)  # the background never fires here: asked by hand
+    witnesses[1].crashed = True
+    _, seqs = await origin.append([hop_json(1), hop_json(2)])
+    out = await origin.commit_compaction([("v1", list(seqs), b"v1")])  # held by the origin too
+    head, proof = out.head, out.fold_proofs[0]
+    assert len(parse_note(head).signatures) == 3  # origin + w1 + w3: short of 3
+    assert origin.held("v1").delivery.heads == (head,)
+    with pytest.raises(CallFailed) as caught:
+        await origin.transport.deliver(
+            holder.config.listen, _delivery(origin, "v1", proof, head), 5
+        )
+    assert caught.value.code == "FAILED_PRECONDITION"
+    assert ask.short_heads() == (head_digest(head),)
+    # still down: the re-ask gains nothing and the head stays on the list
+    assert await ask.reask() == 0
+    assert ask.short_heads() == (head_digest(head),)
+    witnesses[1].crashed = False
+    calls = ask.asked
+    assert await ask.reask() == 1
+    assert ask.asked == calls + 1  # only the witness that gave no line is asked
+    assert ask.short_heads() == ()
+    later = await _stored_head(origin, head, proof)
+    assert later.startswith(head)
+    assert len(parse_note(later).signatures) == 4
+    assert head_digest(later) == head_digest(head)
+    # the origin's own held value carries the cosigned note now: forwarding it is accepted
+    held = origin.held("v1")
+    assert held.delivery.heads == (later,)
+    assert [f.obligation_bytes for f in held.folds] == [later]
+    await origin.transport.deliver(holder.config.listen, held.delivery, 5)
+    assert holder.held("v1").delivery.heads == (later,)
+    assert await holder.store.evidence() == ()
+
+
+async def test_w4_background_reasks_are_bounded_and_a_newer_head_supersedes_a_short_one(
+    nodes: Nodes,
+) -> None:
+    witnesses = await _witnesses(nodes, 2)
+    origin = await nodes.add("origin", witnesses=tuple(w.config.listen for w in witnesses))
+    ask = origin.witnessing.origin
+    ask.reask_delays_s = (0.0, 0.0)
+    witnesses[1].crashed = True
+    head, proof = await _compact(origin, "v1", 1)
+    await ask.settle()
+    # two re-asks of the one witness that is down, then the head leaves the list
+    assert ask.asked == 2 + 2
+    assert ask.reasked == 2
+    assert ask.short_heads() == ()
+    assert await _stored_head(origin, head, proof) == head
+    # a newer head of the log drops the older one still waiting
+    ask.reask_delays_s = (3600.0,)
+    await _compact(origin, "v2", 11)
+    first = ask.short_heads()
+    head3, _ = await _compact(origin, "v3", 21)
+    assert len(first) == 1
+    assert ask.short_heads() == (head_digest(head3),)
