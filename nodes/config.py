@@ -176,6 +176,7 @@ ENV_VARS: Mapping[str, str] = {
     "witness_fault": "PROVNET_WITNESS_FAULT",
     "custodians": "PROVNET_CUSTODIANS",
     "custody_k": "PROVNET_CUSTODY_K",
+    "custody_hedge": "PROVNET_CUSTODY_HEDGE",
     "operator": "PROVNET_OPERATOR",
 }
 
@@ -350,6 +351,10 @@ class NodeConfig:
     #: them are asked per compaction, distinct operators first (0: none, as before).
     custodians: tuple[str, ...] = ()
     custody_k: int = 0
+    #: Holder: for a value with custody statements, demand from the origin and the
+    #: fold's first custodian at once and take the first correct answer (False:
+    #: the origin first, custodians only after it failed, as before).
+    custody_hedge: bool = False
     #: This node's operator label (one failure domain), signed into the custody
     #: statements it makes; placement counts operators, not keys ("": its name).
     operator: str = ""
@@ -673,4 +678,6 @@ class NodeConfig:
             kwargs["provenance_pending"] = _as_bool(
                 where("provenance_pending"), raw["provenance_pending"]
             )
+        if "custody_hedge" in raw:
+            kwargs["custody_hedge"] = _as_bool(where("custody_hedge"), raw["custody_hedge"])
         return cls(**kwargs)  # type: ignore[arg-type]

@@ -450,6 +450,7 @@ class Holding:
                 held.custody,
                 witnesses=witnesses,
                 deadline=deadline,
+                hedge=self.config.custody_hedge,
             )
         report: RehydrationReport = await self.ctx.client().rehydrate(
             value_ref, held.folds, witnesses=witnesses, deadline=deadline
