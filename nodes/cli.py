@@ -110,6 +110,8 @@ _FLAG_HELP: Mapping[str, str] = {
     "custody_k": "custodians asked per compaction, distinct operators first (default 0: none)",
     "custody_hedge": "holder: true demands a value's folds from the origin and the first"
     " custodian at once, taking the first correct answer (default false: origin first)",
+    "relay_custody_k": "relay: before forwarding, take custody of each fold carrying fewer"
+    " than this many custody statements and add this node's (default 0: unchanged)",
     "operator": "this node's operator label, one failure domain for custody placement"
     " (default: the node name)",
 }

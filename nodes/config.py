@@ -177,6 +177,7 @@ ENV_VARS: Mapping[str, str] = {
     "custodians": "PROVNET_CUSTODIANS",
     "custody_k": "PROVNET_CUSTODY_K",
     "custody_hedge": "PROVNET_CUSTODY_HEDGE",
+    "relay_custody_k": "PROVNET_RELAY_CUSTODY_K",
     "operator": "PROVNET_OPERATOR",
 }
 
@@ -191,6 +192,11 @@ def _check_custody(config: NodeConfig) -> None:
     if not 0 <= config.custody_k <= MAX_CUSTODY_K:
         raise ConfigError(
             f"{setting('custody_k')}: must be 0..{MAX_CUSTODY_K}, got {config.custody_k}"
+        )
+    if not 0 <= config.relay_custody_k <= MAX_CUSTODY_K:
+        raise ConfigError(
+            f"{setting('relay_custody_k')}: must be 0..{MAX_CUSTODY_K},"
+            f" got {config.relay_custody_k}"
         )
     if config.custody_k > len(config.custodians):
         raise ConfigError(
@@ -355,6 +361,10 @@ class NodeConfig:
     #: fold's first custodian at once and take the first correct answer (False:
     #: the origin first, custodians only after it failed, as before).
     custody_hedge: bool = False
+    #: Relay: before forwarding a value, this node takes custody of its folds that
+    #: carry fewer than this many custody statements and adds its own (0: forwards
+    #: the value unchanged, as before).
+    relay_custody_k: int = 0
     #: This node's operator label (one failure domain), signed into the custody
     #: statements it makes; placement counts operators, not keys ("": its name).
     operator: str = ""
@@ -621,6 +631,7 @@ class NodeConfig:
             ("max_bulk_bytes", 0),
             ("max_pending_rpcs", 0),
             ("custody_k", 0),
+            ("relay_custody_k", 0),
         ):
             if key in raw:
                 kwargs[key] = _as_int(where(key), raw[key], minimum)

@@ -43,6 +43,7 @@ class CustodyCluster:
         operator: str = "",
         fault: FaultMode = FaultMode.NONE,
         custody_hedge: bool = False,
+        relay_custody_k: int = 0,
         meter: WireMeter | None = None,
     ) -> NodeCore:
         config = NodeConfig(
@@ -56,6 +57,7 @@ class CustodyCluster:
             custody_k=custody_k,
             operator=operator,
             custody_hedge=custody_hedge,
+            relay_custody_k=relay_custody_k,
         )
         transport: Transport = InMemoryTransport(registry=self.registry)
         if meter is not None:  # every call this node makes, counted (harness.boundary.wire)
