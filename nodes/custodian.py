@@ -22,6 +22,10 @@ Three parts, one per role:
   one serves hops that reproduce the root. The decision is exact as soon as
   one party served; every party that failed is named in the report
   (:attr:`nodes.messages.RehydrationReport.parties`) with its own evidence.
+  With ``custody_hedge`` the origins and each fold's first custodian are
+  demanded from at once (:func:`_hedged`).
+* **Relay** (:mod:`nodes.relay_custody`, ``relay_custody_k``): a node that
+  forwards a value takes custody through :meth:`Custodian.take` first.
 
 What a custodian promises is what its statement says: the hops of the folds it
 names, byte-exact, to any bearer, until its ``serve_until`` (at most the
