@@ -111,3 +111,18 @@ def test_relay_custody_k_setting_is_bounded(tmp_path: Path) -> None:
     assert got.relay_custody_k == 2
     with pytest.raises(ConfigError, match="PROVNET_RELAY_CUSTODY_K"):
         NodeConfig.from_env_and_args({**base, "relay_custody_k": "9"}, env={})
+
+
+async def test_c2_relay_that_cannot_fetch_the_hops_signs_nothing_and_still_forwards(
+    net: CustodyCluster,
+) -> None:
+    await net.add("h", peers=("o", "r"))
+    await net.add("r", peers=("o", "h"), relay_custody_k=1, operator="op-r")
+    await net.add("o", peers=("r", "h"), operator="op-o")
+    await net.compact("o", REF)
+    await net.nodes["o"].forward(REF, "r")
+    net.depart("o")  # gone before the relay forwards: no hops to hold
+    await net.nodes["r"].forward(REF, "h")
+    assert _custodians(net, "h") == []
+    counts = await custody_counts(net.nodes["r"].store)
+    assert (counts["custody_statements"], counts["custody_hops"]) == (0, 0)
