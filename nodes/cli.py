@@ -108,6 +108,10 @@ _FLAG_HELP: Mapping[str, str] = {
     "custodians": "peer names (';'- or ','-separated) this node asks to take custody of its"
     " folds at commit, in order of preference (see docs/custody.md)",
     "custody_k": "custodians asked per compaction, distinct operators first (default 0: none)",
+    "custody_hedge": "holder: true demands a value's folds from the origin and the first"
+    " custodian at once, taking the first correct answer (default false: origin first)",
+    "relay_custody_k": "relay: before forwarding, take custody of each fold carrying fewer"
+    " than this many custody statements and add this node's (default 0: unchanged)",
     "operator": "this node's operator label, one failure domain for custody placement"
     " (default: the node name)",
 }

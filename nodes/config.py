@@ -176,6 +176,8 @@ ENV_VARS: Mapping[str, str] = {
     "witness_fault": "PROVNET_WITNESS_FAULT",
     "custodians": "PROVNET_CUSTODIANS",
     "custody_k": "PROVNET_CUSTODY_K",
+    "custody_hedge": "PROVNET_CUSTODY_HEDGE",
+    "relay_custody_k": "PROVNET_RELAY_CUSTODY_K",
     "operator": "PROVNET_OPERATOR",
 }
 
@@ -190,6 +192,11 @@ def _check_custody(config: NodeConfig) -> None:
     if not 0 <= config.custody_k <= MAX_CUSTODY_K:
         raise ConfigError(
             f"{setting('custody_k')}: must be 0..{MAX_CUSTODY_K}, got {config.custody_k}"
+        )
+    if not 0 <= config.relay_custody_k <= MAX_CUSTODY_K:
+        raise ConfigError(
+            f"{setting('relay_custody_k')}: must be 0..{MAX_CUSTODY_K},"
+            f" got {config.relay_custody_k}"
         )
     if config.custody_k > len(config.custodians):
         raise ConfigError(
@@ -350,6 +357,14 @@ class NodeConfig:
     #: them are asked per compaction, distinct operators first (0: none, as before).
     custodians: tuple[str, ...] = ()
     custody_k: int = 0
+    #: Holder: for a value with custody statements, demand from the origin and the
+    #: fold's first custodian at once and take the first correct answer (False:
+    #: the origin first, custodians only after it failed, as before).
+    custody_hedge: bool = False
+    #: Relay: before forwarding a value, this node takes custody of its folds that
+    #: carry fewer than this many custody statements and adds its own (0: forwards
+    #: the value unchanged, as before).
+    relay_custody_k: int = 0
     #: This node's operator label (one failure domain), signed into the custody
     #: statements it makes; placement counts operators, not keys ("": its name).
     operator: str = ""
@@ -616,6 +631,7 @@ class NodeConfig:
             ("max_bulk_bytes", 0),
             ("max_pending_rpcs", 0),
             ("custody_k", 0),
+            ("relay_custody_k", 0),
         ):
             if key in raw:
                 kwargs[key] = _as_int(where(key), raw[key], minimum)
@@ -673,4 +689,6 @@ class NodeConfig:
             kwargs["provenance_pending"] = _as_bool(
                 where("provenance_pending"), raw["provenance_pending"]
             )
+        if "custody_hedge" in raw:
+            kwargs["custody_hedge"] = _as_bool(where("custody_hedge"), raw["custody_hedge"])
         return cls(**kwargs)  # type: ignore[arg-type]

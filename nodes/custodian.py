@@ -22,6 +22,10 @@ Three parts, one per role:
   one serves hops that reproduce the root. The decision is exact as soon as
   one party served; every party that failed is named in the report
   (:attr:`nodes.messages.RehydrationReport.parties`) with its own evidence.
+  With ``custody_hedge`` the origins and each fold's first custodian are
+  demanded from at once (:func:`_hedged`).
+* **Relay** (:mod:`nodes.relay_custody`, ``relay_custody_k``): a node that
+  forwards a value takes custody through :meth:`Custodian.take` first.
 
 What a custodian promises is what its statement says: the hops of the folds it
 names, byte-exact, to any bearer, until its ``serve_until`` (at most the
@@ -33,6 +37,7 @@ not name, nor for anything after ``serve_until``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -554,6 +559,7 @@ async def rehydrate_with_custody(
     *,
     witnesses: Sequence[str] = (),
     deadline: float | None = None,
+    hedge: bool = False,
 ) -> RehydrationReport:
     """Origins first; then, for every fold its origin did not serve, its custodians.
 
@@ -563,7 +569,13 @@ async def rehydrate_with_custody(
     gets its own outcome (and evidence, built by the same holder machinery,
     naming it). Served hops are reported under the fold's origin and commitment,
     so what the gates see is what the origin would have served.
+
+    ``hedge`` (``custody_hedge``): the origins and each fold's first custodian
+    are demanded from at once (:func:`_hedged`); the rest of the order is as
+    above, for the folds neither served.
     """
+    if hedge and custody:
+        return await _hedged(holder, value_ref, folds, custody, witnesses, deadline)
     report = await holder.rehydrate(value_ref, folds, witnesses=witnesses, deadline=deadline)
     if not custody or report.complete:
         return report
@@ -577,26 +589,49 @@ async def rehydrate_with_custody(
     ]
     if not missing:
         return report
-    parties: list[OriginOutcome] = []
+    return await _fall_back(holder, value_ref, report, missing, custody, witnesses, deadline)
+
+
+def _candidates(fold: HeldFold, custody: Sequence[HeldFold]) -> list[HeldFold]:
+    """The custodians of ``fold``, in the order their statements travel."""
+    if fold.fold is None:
+        return []
+    key = (fold.fold.head.digest, fold.fold.leaf_hash.hex())
+    return [
+        c
+        for c in custody
+        if c.fold is not None and (c.fold.head.digest, c.fold.leaf_hash.hex()) == key
+    ]
+
+
+async def _fall_back(
+    holder: Holder,
+    value_ref: str,
+    report: RehydrationReport,
+    missing: Sequence[HeldFold],
+    custody: Sequence[HeldFold],
+    witnesses: Sequence[str],
+    deadline: float | None,
+    *,
+    parties: Sequence[OriginOutcome] = (),
+    skip: Sequence[HeldFold] = (),
+) -> RehydrationReport:
+    """Each fold of ``missing`` from its custodians (not those in ``skip``), one at a
+    time, until one serves; ``report`` (the origins') with the parties asked."""
+    asked: list[OriginOutcome] = list(parties)
     hops = list(report.hops)
     rpcs, demand_rpcs = report.rpcs, report.demand_rpcs
     recovered = 0
     for fold in missing:
-        if fold.fold is None:
-            continue
-        key = (fold.fold.head.digest, fold.fold.leaf_hash.hex())
-        candidates = [
-            c
-            for c in custody
-            if c.fold is not None and (c.fold.head.digest, c.fold.leaf_hash.hex()) == key
-        ]
-        for candidate in candidates:
+        for candidate in _candidates(fold, custody):
+            if any(candidate is s for s in skip):
+                continue
             sub = await holder.rehydrate(
                 value_ref, [candidate], witnesses=witnesses, deadline=deadline
             )
             rpcs += sub.rpcs
             demand_rpcs += sub.demand_rpcs
-            parties.extend(sub.outcomes)
+            asked.extend(sub.outcomes)
             if sub.complete:
                 origin = fold.commitment.statement.origin
                 hops.extend(
@@ -610,6 +645,71 @@ async def rehydrate_with_custody(
         tuple(hops),
         rpcs,
         demand_rpcs,
-        parties=tuple(parties),
+        parties=tuple(asked),
         recovered=recovered == len(missing),
+    )
+
+
+async def _hedged(
+    holder: Holder,
+    value_ref: str,
+    folds: Sequence[HeldFold],
+    custody: Sequence[HeldFold],
+    witnesses: Sequence[str],
+    deadline: float | None,
+) -> RehydrationReport:
+    """The origins and every fold's first custodian, demanded from at once.
+
+    Every hedged demand runs to its answer or its deadline (none is cancelled):
+    a party that failed has its outcome and its evidence even when the other
+    served, and the price is exact (counted, not raced). Each fold is decided by
+    the first correct answer in the fixed order origin, then custodian — both
+    reproduce the same fold root, so the hops are the same bytes whichever
+    decides. Folds neither served go on to their next custodians in order
+    (:func:`_fall_back`).
+    """
+    firsts: list[tuple[HeldFold, HeldFold]] = []
+    for fold in folds:
+        candidates = _candidates(fold, custody)
+        if candidates:
+            firsts.append((fold, candidates[0]))
+    origin_report, *subs = await asyncio.gather(
+        holder.rehydrate(value_ref, folds, witnesses=witnesses, deadline=deadline),
+        *(
+            holder.rehydrate(value_ref, [first], witnesses=witnesses, deadline=deadline)
+            for _, first in firsts
+        ),
+    )
+    ok = {o.origin for o in origin_report.outcomes if o.outcome is Outcome.SERVED}
+    served = {f.commitment.digest for f in folds if f.commitment.statement.origin in ok}
+    served.update(h.commitment for h in origin_report.hops)
+    hops = list(origin_report.hops)
+    rpcs, demand_rpcs = origin_report.rpcs, origin_report.demand_rpcs
+    parties: list[OriginOutcome] = []
+    for (fold, _), sub in zip(firsts, subs, strict=True):
+        rpcs += sub.rpcs
+        demand_rpcs += sub.demand_rpcs
+        parties.extend(sub.outcomes)
+        if sub.complete and fold.commitment.digest not in served:
+            origin = fold.commitment.statement.origin
+            hops.extend(VerifiedHop(origin, h.commitment, h.leaf_index, h.hop) for h in sub.hops)
+            served.add(fold.commitment.digest)
+    base = RehydrationReport(
+        value_ref, origin_report.outcomes, tuple(hops), rpcs, demand_rpcs, parties=tuple(parties)
+    )
+    if origin_report.complete:
+        return base
+    missing = [f for f in folds if f.commitment.digest not in served]
+    if not missing:
+        return dataclasses.replace(base, recovered=True)
+    return await _fall_back(
+        holder,
+        value_ref,
+        base,
+        missing,
+        custody,
+        witnesses,
+        deadline,
+        parties=parties,
+        skip=[first for _, first in firsts],
     )

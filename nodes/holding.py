@@ -16,7 +16,8 @@ the holder client (:class:`nodes.client.Holder`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
 from contracts._lru import BoundedCache
 from contracts.canonical import sha256_hex
@@ -86,6 +87,8 @@ class Holding:
         self.identity = ctx.identity
         self.store = ctx.store
         self.node_id = ctx.identity.node_id
+        #: Relay custody (``relay_custody_k``): the statements a forward carries.
+        self.relay_custody: Callable[[HeldValue], Awaitable[tuple[bytes, ...]]] | None = None
         self._held: HeldValues[HeldValue] = HeldValues(
             max_values=MAX_HELD_VALUES, max_bytes=MAX_HELD_BYTES, on_evict=self._evicted
         )
@@ -392,6 +395,8 @@ class Holding:
             held.delivery.heads,
             held.delivery.custody,
         )
+        if self.relay_custody is not None:  # the relay's own statements (nodes.relay_custody)
+            outgoing = replace(outgoing, custody=await self.relay_custody(held))
         try:
             data, receipt, _ = await self.send(
                 address, outgoing, timeout, signer=self.config.pinned_key(peer)
@@ -450,6 +455,7 @@ class Holding:
                 held.custody,
                 witnesses=witnesses,
                 deadline=deadline,
+                hedge=self.config.custody_hedge,
             )
         report: RehydrationReport = await self.ctx.client().rehydrate(
             value_ref, held.folds, witnesses=witnesses, deadline=deadline

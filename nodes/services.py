@@ -33,6 +33,7 @@ import dataclasses
 import gc
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from contracts.heads import HeadCache
 from contracts.identity import Identity
@@ -78,6 +79,7 @@ from nodes.origin_replay import (
     read_floor,
     write_floor,
 )
+from nodes.relay_custody import relay_statements
 from nodes.suspicions import Suspicions
 from nodes.transport import Transport
 from nodes.witnessing import Witness
@@ -164,6 +166,10 @@ class NodeCore:
         # serves; the origin's answers find them beside its own.
         self.custodian = Custodian(self)
         folds.custody = self.custodian.fold_for
+        if config.relay_custody_k:  # a relay takes custody when it forwards
+            holding.relay_custody = partial(
+                relay_statements, self.custodian, identity.node_id, k=config.relay_custody_k
+            )
         # The roles' public methods are the node's (bound once: the hot paths —
         # answering demands, delivering — pay no extra call).
         self.open_cached = ctx.open_cached

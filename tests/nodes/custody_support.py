@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.evidence import verify_evidence
+from harness.boundary.wire import MeteredTransport, WireMeter
 from nodes.app import load_or_create_identity
 from nodes.config import NodeConfig, Peer
 from nodes.faults import FaultMode, FaultPlan
 from nodes.messages import RehydrationReport
 from nodes.services import NodeCore
-from nodes.transport import InMemoryTransport, LocalNode
+from nodes.transport import InMemoryTransport, LocalNode, Transport
 from tests.nodes.rpc_support import hop_json
 
 __all__ = ["CustodyCluster", "accused_honest"]
@@ -41,6 +42,9 @@ class CustodyCluster:
         custody_k: int = 0,
         operator: str = "",
         fault: FaultMode = FaultMode.NONE,
+        custody_hedge: bool = False,
+        relay_custody_k: int = 0,
+        meter: WireMeter | None = None,
     ) -> NodeCore:
         config = NodeConfig(
             name=name,
@@ -52,11 +56,16 @@ class CustodyCluster:
             custodians=custodians,
             custody_k=custody_k,
             operator=operator,
+            custody_hedge=custody_hedge,
+            relay_custody_k=relay_custody_k,
         )
+        transport: Transport = InMemoryTransport(registry=self.registry)
+        if meter is not None:  # every call this node makes, counted (harness.boundary.wire)
+            transport = MeteredTransport(transport, meter, name)
         core = await NodeCore.open(
             config,
             load_or_create_identity(config.data_dir),
-            transport=InMemoryTransport(registry=self.registry),
+            transport=transport,
             fault=FaultPlan(fault, 0),
         )
         self.registry[config.listen] = core
