@@ -8,10 +8,10 @@ Wire form (DSSE v1.0 JSON envelope, https://github.com/secure-systems-lab/dsse):
 
 What is signed: the DSSE pre-authentication encoding
 ``PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body``
-of the payload bytes exactly as received, computed by
-``securesystemslib.dsse.Envelope.pae`` (the maintained implementation) — except in
-:class:`EnvelopeSigner`, which writes the same bytes itself for an origin that
-signs one statement per demand (pinned equal by a test). The
+of the payload bytes exactly as received, written by :func:`pae` (the one
+implementation: :meth:`Envelope.pae`, :func:`sign_envelope` and
+:class:`EnvelopeSigner` all call it; tested against the DSSE specification's
+example and against securesystemslib's encoder). The
 signature is Ed25519 over those PAE bytes (made and checked by libsodium through
 PyNaCl, :mod:`contracts.identity`), so any DSSE
 verifier holding the node's public key accepts our envelopes (see the
@@ -34,11 +34,8 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from securesystemslib.dsse import Envelope as _SslibEnvelope
 
 from contracts.canonical import MAX_DOCUMENT_BYTES, JsonObject, canonical_bytes, parse_json_object
 from contracts.errors import BadSignature, EncodingError
@@ -104,12 +101,12 @@ def _parse_canonical_single(data: bytes) -> Envelope | None:
     )
 
 
-_SSLIB_PAE: Callable[[Any], bytes] = _SslibEnvelope.pae
-
-
 def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE v1 pre-authentication encoding of ``payload`` (the signed bytes)."""
-    return bytes(_SslibEnvelope(payload, payload_type, {}).pae())
+    """DSSE v1 pre-authentication encoding of ``payload`` (the signed bytes):
+    ``"DSSEv1" SP LEN(type) SP type SP LEN(body) SP body``, lengths in bytes as
+    ASCII decimal without leading zeros, the type as UTF-8."""
+    raw_type = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %b %d %b" % (len(raw_type), raw_type, len(payload), payload)
 
 
 def _b64decode(value: object, what: str) -> bytes:
@@ -154,9 +151,8 @@ class Envelope:
         return self._digest
 
     def pae(self) -> bytes:
-        # securesystemslib's PAE reads only ``payload_type`` and ``payload``,
-        # which this class has under the same names.
-        return bytes(_SSLIB_PAE(self))
+        """The signed bytes: :func:`pae` of this envelope's type and payload."""
+        return pae(self.payload_type, self.payload)
 
     def to_json(self) -> JsonObject:
         return {
@@ -285,14 +281,14 @@ class EnvelopeSigner:
 
     ``sign(payload)`` is ``sign_envelope(identity, payload_type, payload).to_bytes()``
     (the same bytes: pinned by a test), with what does not depend on the
-    payload — the PAE's type prefix, the envelope's text around the payload
-    and the signature, the keyid — written once here rather than per
-    signature. For an origin that signs one receipt per demand of a kind
+    payload — the envelope's text around the payload and the signature, the
+    keyid — written once here rather than per signature; the signed bytes are
+    :func:`pae`'s. For an origin that signs one receipt per demand of a kind
     whose type and keyid are of the plain alphabets (every type this project
     signs; ``ValueError`` otherwise).
     """
 
-    __slots__ = ("_identity", "_keyid", "_middle", "_pae_head", "_type")
+    __slots__ = ("_identity", "_keyid", "_middle", "_type")
 
     def __init__(self, identity: Identity, payload_type: str) -> None:
         keyid = identity.node_id
@@ -302,7 +298,6 @@ class EnvelopeSigner:
         self._identity = identity
         self._keyid = keyid
         self._type = payload_type
-        self._pae_head = b"DSSEv1 %d %b " % (len(raw_type), raw_type)
         self._middle = _MID_TYPE + raw_type + _MID_KEYID + keyid.encode("ascii") + _MID_SIG
 
     @property
@@ -321,7 +316,7 @@ class EnvelopeSigner:
         return Envelope(payload, self._type, (EnvelopeSignature(self._keyid, sig),)), data
 
     def _signed(self, payload: bytes) -> tuple[bytes, bytes]:
-        sig = self._identity.sign(self._pae_head + b"%d %b" % (len(payload), payload))
+        sig = self._identity.sign(pae(self._type, payload))
         data = b"".join(
             (
                 _HEAD,
