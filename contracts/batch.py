@@ -111,8 +111,6 @@ __all__ = [
     "demand_payload",
     "encode_demand_batch",
     "encode_receipt_batch",
-    "new_demand",
-    "new_receipt",
     "receipt_batch_head",
     "receipt_batch_payload",
     "receipt_item",
@@ -505,72 +503,6 @@ RECEIPT_LAYOUT = Layout(
 # ------------------------------------------------------------------- statements
 
 
-def new_demand(
-    holder: str,
-    origin: str,
-    obligation: str,
-    commitment: str,
-    nonce: str,
-    time: int,
-    leaves: tuple[int, ...] | None,
-) -> Demand:
-    """A :class:`Demand` from fields the decoder (or this node) already checked.
-
-    Built without ``__post_init__``: every field came out of :data:`DEMAND_LAYOUT`'s
-    strict decoder (or is a holder's own id, a verified obligation's digests and a
-    fresh nonce), which admits exactly what the constructor does.
-    """
-    demand: Any = object.__new__(Demand)
-    for name, value in (
-        ("holder", holder),
-        ("origin", origin),
-        ("obligation", obligation),
-        ("commitment", commitment),
-        ("nonce", nonce),
-        ("time", time),
-        ("leaves", leaves),
-    ):
-        object.__setattr__(demand, name, value)
-    return demand  # type: ignore[no-any-return]
-
-
-def new_receipt(
-    origin: str,
-    obligation: str,
-    commitment: str,
-    demand: str,
-    nonce: str,
-    status: ReceiptStatus,
-    issued_at: int,
-    tree_size: int,
-    leaves: tuple[int, ...] | None = None,
-    served_root: str | None = None,
-    leaf_hashes: tuple[bytes, ...] = (),
-    proofs: tuple[tuple[bytes, ...], ...] = (),
-    reason: RefusalReason | None = None,
-) -> Receipt:
-    """A :class:`Receipt` from fields the decoder (or this origin) already checked
-    (as :func:`new_demand`)."""
-    receipt: Any = object.__new__(Receipt)
-    for name, value in (
-        ("origin", origin),
-        ("obligation", obligation),
-        ("commitment", commitment),
-        ("demand", demand),
-        ("nonce", nonce),
-        ("status", status),
-        ("issued_at", issued_at),
-        ("reason", reason),
-        ("tree_size", tree_size),
-        ("leaves", leaves),
-        ("served_root", served_root),
-        ("leaf_hashes", leaf_hashes),
-        ("proofs", proofs),
-    ):
-        object.__setattr__(receipt, name, value)
-    return receipt  # type: ignore[no-any-return]
-
-
 @dataclass(frozen=True, slots=True)
 class DemandItem:
     """One fold a demand names (digests as lower-case hex)."""
@@ -593,7 +525,7 @@ class DemandBatch:
     def demand(self, index: int) -> Demand:
         """Item ``index`` read as the fold's own :class:`Demand`."""
         it = self.items[index]
-        return new_demand(
+        return Demand(
             self.holder,
             self.origin,
             it.obligation,
@@ -758,7 +690,7 @@ def decode_receipt_batch(data: bytes) -> ReceiptBatch:
             row["leaf_hashes"],
             row["proofs"],
         )
-        items.append(new_receipt(**head, **row))
+        items.append(Receipt(**head, **row))
     return ReceiptBatch(**head, items=tuple(items))
 
 
@@ -890,7 +822,7 @@ def batch_receipt_item(
     why = refusal_for(o, c, d, hops, now, hops_root)
     if why is not None:
         status, reason = why
-        return new_receipt(
+        return Receipt(
             origin,
             obligation_digest,
             commitment_digest,
@@ -898,8 +830,8 @@ def batch_receipt_item(
             d.nonce,
             status,
             now,
+            reason,
             c.leaf_count,
-            reason=reason,
         )
     if hops is None:  # pragma: no cover - refusal_for refuses a fold it cannot read
         raise AssertionError("no hops to serve")
@@ -939,7 +871,7 @@ def served_item(
         served_root = None
         signed_hashes = tuple(tree.leaf_hash(i) for i in demand.leaves)
         proofs = tuple(tree.proof(i) for i in demand.leaves)
-    return new_receipt(
+    return Receipt(
         origin,
         obligation_digest,
         commitment_digest,
@@ -947,6 +879,7 @@ def served_item(
         demand.nonce,
         ReceiptStatus.SERVED,
         now,
+        None,
         tree_size,
         demand.leaves,
         served_root,

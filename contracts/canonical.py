@@ -2,22 +2,23 @@ r"""Canonical JSON (RFC 8785), bounded strict parsing, digests and times.
 
 Every statement is serialised with :func:`canonical_bytes`, the RFC 8785
 JSON Canonicalization Scheme, so that the same statement always has the same
-bytes and the same digest. Two encoders produce those bytes:
+bytes and the same digest. One encoder writes them for every value a
+statement is built of, with the reference package for the values outside its
+domain:
 
-* the fast path, for values built only of ``dict`` (ASCII string keys),
+* ``orjson``, for values built only of ``dict`` (ASCII string keys),
   ``list``/``tuple``, ``str``, ``bool``, ``None`` and ``int`` within
   ±(2**53 - 1) — proven float-free by :func:`_fast_encodable` before it is
   taken: ``orjson.dumps(obj, option=OPT_SORT_KEYS)`` (UTF-8, no
-  whitespace). For such values its output *is* RFC 8785, as is the standard
-  library's ``json.dumps(obj, sort_keys=True, separators=(",", ":"),
-  ensure_ascii=False)`` it replaced (the same bytes at a fraction of the
-  cost): ASCII keys sort the same by byte, code point and UTF-16 code unit
-  (§3.2.3); strings are escaped exactly as §3.2.2.2 requires (``\"``,
-  ``\\``, ``\b \f \n \r \t``, other controls as lower-case ``\u00xx``,
-  everything else as is); integers in that range print as ECMAScript prints
+  whitespace). For such values its output *is* RFC 8785: ASCII keys sort
+  the same by byte, code point and UTF-16 code unit (§3.2.3); strings are
+  escaped exactly as §3.2.2.2 requires (``\"``, ``\\``, ``\b \f \n \r \t``,
+  other controls as lower-case ``\u00xx``, everything else as is); integers
+  in that range print as ECMAScript prints
   the same double (§3.2.2.3). The property tests
   ``tests/contracts/test_canonical_fast.py`` check byte equality against the
-  ``rfc8785`` package and against the standard-library encoder over generated
+  ``rfc8785`` package and against the standard library's ``json.dumps(obj,
+  sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` over generated
   values, control characters and non-BMP text included; floats never reach
   orjson (its float format is not ECMAScript's);
 * the ``rfc8785`` package for everything else (floats, non-ASCII keys,
@@ -76,16 +77,6 @@ _SAFE_INT_MIN = -(2**53) + 1
 _SAFE_INT_MAX = 2**53 - 1
 _ORJSON_DUMPS = orjson.dumps
 _ORJSON_OPTIONS = orjson.OPT_SORT_KEYS
-#: The standard-library encoder the fast path used before orjson; kept as the
-#: second reference the orjson output is tested against.
-_STDLIB_DUMPS = json.JSONEncoder(
-    skipkeys=False,
-    ensure_ascii=False,
-    check_circular=False,
-    allow_nan=False,
-    sort_keys=True,
-    separators=(",", ":"),
-).encode
 
 
 def _fast_encodable(obj: Any) -> bool:

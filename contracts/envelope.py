@@ -8,10 +8,10 @@ Wire form (DSSE v1.0 JSON envelope, https://github.com/secure-systems-lab/dsse):
 
 What is signed: the DSSE pre-authentication encoding
 ``PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body``
-of the payload bytes exactly as received, computed by
-``securesystemslib.dsse.Envelope.pae`` (the maintained implementation) — except in
-:class:`EnvelopeSigner`, which writes the same bytes itself for an origin that
-signs one statement per demand (pinned equal by a test). The
+of the payload bytes exactly as received, written by :func:`pae` (the one
+implementation: :meth:`Envelope.pae`, :func:`sign_envelope` and
+:class:`EnvelopeSigner` all call it; tested against the DSSE specification's
+example and against securesystemslib's encoder). The
 signature is Ed25519 over those PAE bytes (made and checked by libsodium through
 PyNaCl, :mod:`contracts.identity`), so any DSSE
 verifier holding the node's public key accepts our envelopes (see the
@@ -34,11 +34,8 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from securesystemslib.dsse import Envelope as _SslibEnvelope
 
 from contracts.canonical import MAX_DOCUMENT_BYTES, JsonObject, canonical_bytes, parse_json_object
 from contracts.errors import BadSignature, EncodingError
@@ -62,26 +59,25 @@ _ENVELOPE_KEYS = frozenset({"payload", "payloadType", "signatures"})
 _SIGNATURE_KEYS = frozenset({"keyid", "sig"})
 
 
-# The exact shape ``Envelope.to_bytes`` produces for one signature:
-#   {"payload":"<b64>","payloadType":"<type>","signatures":[{"keyid":"<hex>","sig":"<b64>"}]}
-# in RFC 8785 key order, without whitespace. The base64 and hex alphabets
-# contain no quote or backslash, so bytes of this shape mean exactly what the
-# general parser would make of them (one object, three keys once each); they
-# may skip it. Anything else takes the general, bounded path.
+# ``Envelope.to_bytes`` writes the canonical form in RFC 8785 key order
+# ("payload" < "payloadType" < "signatures"; "keyid" < "sig"), without
+# whitespace; base64 needs no escape, the strings are canonical_bytes' own:
+#   {"payload":"<b64>","payloadType":<type>,"signatures":[{"keyid":<id>,"sig":"<b64>"}]}
 _HEAD = b'{"payload":"'
-_MID_TYPE = b'","payloadType":"'
-_MID_KEYID = b'","signatures":[{"keyid":"'
-_MID_SIG = b'","sig":"'
+_MID_TYPE = b'","payloadType":'
+_MID_SIGS = b',"signatures":['
+_MID_KEYID = b'{"keyid":'
+_MID_SIG = b',"sig":"'
 _TAIL = b'"}]}'
-_PAYLOAD_TYPE_TEXT = re.compile(r"[A-Za-z0-9.+/_-]{1,200}", re.ASCII)
-#: payload type → whether it is of the plain alphabet (memo of the regex above).
-_PLAIN_TYPES: dict[str, bool] = {}
-_HEX_TEXT = "0123456789abcdef"
 
 
-# One pattern for that exact shape: the base64, payload-type and hex classes
-# admit no quote or backslash, so a match is one object with three keys once
-# each; ``fullmatch`` leaves nothing before or after it.
+# That shape with one signature, a payload type of the plain alphabet and a
+# hex keyid (every envelope this project writes), read by one pattern: the
+# base64, payload-type and hex classes admit no quote or backslash, so a match
+# is one object with three keys once each, meaning what the general parser
+# would make of it; ``fullmatch`` leaves nothing before or after it. The general
+# parser costs half as much again on these bytes, which every envelope received
+# goes through (docs/measurements/2026-12-02-fast-twins.md).
 _CANONICAL_SINGLE = re.compile(
     rb'\{"payload":"([A-Za-z0-9+/=]*)","payloadType":"([A-Za-z0-9.+/_-]{1,200})",'
     rb'"signatures":\[\{"keyid":"([0-9a-f]{0,256})","sig":"([A-Za-z0-9+/=]*)"\}\]\}'
@@ -104,12 +100,12 @@ def _parse_canonical_single(data: bytes) -> Envelope | None:
     )
 
 
-_SSLIB_PAE: Callable[[Any], bytes] = _SslibEnvelope.pae
-
-
 def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE v1 pre-authentication encoding of ``payload`` (the signed bytes)."""
-    return bytes(_SslibEnvelope(payload, payload_type, {}).pae())
+    """DSSE v1 pre-authentication encoding of ``payload`` (the signed bytes):
+    ``"DSSEv1" SP LEN(type) SP type SP LEN(body) SP body``, lengths in bytes as
+    ASCII decimal without leading zeros, the type as UTF-8."""
+    raw_type = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %b %d %b" % (len(raw_type), raw_type, len(payload), payload)
 
 
 def _b64decode(value: object, what: str) -> bytes:
@@ -154,9 +150,8 @@ class Envelope:
         return self._digest
 
     def pae(self) -> bytes:
-        # securesystemslib's PAE reads only ``payload_type`` and ``payload``,
-        # which this class has under the same names.
-        return bytes(_SSLIB_PAE(self))
+        """The signed bytes: :func:`pae` of this envelope's type and payload."""
+        return pae(self.payload_type, self.payload)
 
     def to_json(self) -> JsonObject:
         return {
@@ -169,42 +164,31 @@ class Envelope:
         }
 
     def to_bytes(self) -> bytes:
-        """RFC 8785 canonical JSON of the DSSE envelope.
+        """RFC 8785 canonical JSON of the DSSE envelope (``ValueError`` for a
+        string JSON cannot carry, as :func:`~contracts.canonical.canonical_bytes`).
 
-        When the payload type and every keyid are of the plain alphabets our
-        own envelopes use (no character JSON would escape), the canonical
-        form is written out directly: keys in RFC 8785 order, no whitespace,
-        base64 (no escapes either). It is the same bytes the general encoder
-        produces (pinned by the vectors and by a test); anything else takes
-        the general encoder.
+        Written in the canonical key order around the parts: base64 (which
+        needs no escape) and the payload type and keyids as
+        :func:`~contracts.canonical.canonical_bytes` encodes a string.
         """
-        payload_type = self.payload_type
-        plain = _PLAIN_TYPES.get(payload_type)
-        if plain is None:
-            plain = _PAYLOAD_TYPE_TEXT.fullmatch(payload_type) is not None
-            if len(_PLAIN_TYPES) < 64:  # the handful of types this project signs
-                _PLAIN_TYPES[payload_type] = plain
-        if plain and all(
-            not s.keyid.strip(_HEX_TEXT) and len(s.keyid) <= _MAX_KEYID for s in self.signatures
-        ):
-            parts = [
-                _HEAD,
-                binascii.b2a_base64(self.payload, newline=False),
-                _MID_TYPE,
-                self.payload_type.encode("ascii"),
-                b'","signatures":[',
-            ]
-            for i, sig in enumerate(self.signatures):
-                parts += (
-                    b'{"keyid":"' if i == 0 else b',{"keyid":"',
-                    sig.keyid.encode("ascii"),
-                    _MID_SIG,
-                    binascii.b2a_base64(sig.sig, newline=False),
-                    b'"}',
-                )
-            parts.append(b"]}")
-            return b"".join(parts)
-        return canonical_bytes(self.to_json())
+        b64 = binascii.b2a_base64
+        parts = [
+            _HEAD,
+            b64(self.payload, newline=False),
+            _MID_TYPE,
+            canonical_bytes(self.payload_type),
+            _MID_SIGS,
+        ]
+        for i, sig in enumerate(self.signatures):
+            parts += (
+                _MID_KEYID if i == 0 else b"," + _MID_KEYID,
+                canonical_bytes(sig.keyid),
+                _MID_SIG,
+                b64(sig.sig, newline=False),
+                b'"}',
+            )
+        parts.append(b"]}")
+        return b"".join(parts)
 
     @classmethod
     def from_json(cls, obj: Any) -> Envelope:
@@ -285,25 +269,20 @@ class EnvelopeSigner:
 
     ``sign(payload)`` is ``sign_envelope(identity, payload_type, payload).to_bytes()``
     (the same bytes: pinned by a test), with what does not depend on the
-    payload — the PAE's type prefix, the envelope's text around the payload
-    and the signature, the keyid — written once here rather than per
-    signature. For an origin that signs one receipt per demand of a kind
-    whose type and keyid are of the plain alphabets (every type this project
-    signs; ``ValueError`` otherwise).
+    payload — the envelope's text around the payload and the signature, the
+    keyid — written once here rather than per signature; the signed bytes are
+    :func:`pae`'s.
     """
 
-    __slots__ = ("_identity", "_keyid", "_middle", "_pae_head", "_type")
+    __slots__ = ("_identity", "_keyid", "_middle", "_type")
 
     def __init__(self, identity: Identity, payload_type: str) -> None:
         keyid = identity.node_id
-        if _PAYLOAD_TYPE_TEXT.fullmatch(payload_type) is None or keyid.strip(_HEX_TEXT):
-            raise ValueError(f"payload type {payload_type!r:.80} or keyid is not plain text")
-        raw_type = payload_type.encode("ascii")
         self._identity = identity
         self._keyid = keyid
         self._type = payload_type
-        self._pae_head = b"DSSEv1 %d %b " % (len(raw_type), raw_type)
-        self._middle = _MID_TYPE + raw_type + _MID_KEYID + keyid.encode("ascii") + _MID_SIG
+        type_text, keyid_text = canonical_bytes(payload_type), canonical_bytes(keyid)
+        self._middle = b"".join((_MID_TYPE, type_text, _MID_SIGS, _MID_KEYID, keyid_text, _MID_SIG))
 
     @property
     def signs_as(self) -> tuple[str, str]:
@@ -321,7 +300,7 @@ class EnvelopeSigner:
         return Envelope(payload, self._type, (EnvelopeSignature(self._keyid, sig),)), data
 
     def _signed(self, payload: bytes) -> tuple[bytes, bytes]:
-        sig = self._identity.sign(self._pae_head + b"%d %b" % (len(payload), payload))
+        sig = self._identity.sign(pae(self._type, payload))
         data = b"".join(
             (
                 _HEAD,

@@ -29,7 +29,6 @@ from typing import Any
 
 from contracts._answer_rule import refusal_for
 from contracts._lru import BoundedCache
-from contracts.batch import new_demand, new_receipt
 from contracts.canonical import format_ms
 from contracts.entropy import random_bytes
 from contracts.envelope import Envelope
@@ -312,9 +311,7 @@ def _sign_served(
         served_root = None
         signed_hashes = tuple(tree.leaf_hash(i) for i in d.leaves)
         proofs = tuple(tree.proof(i) for i in d.leaves)
-    # Every field is this origin's id, a digest of a statement it holds or a
-    # root it computed: the checking constructor would find nothing.
-    receipt = new_receipt(
+    receipt = Receipt(
         identity.node_id,
         obligation.digest,
         commitment.digest,
@@ -322,6 +319,7 @@ def _sign_served(
         d.nonce,
         ReceiptStatus.SERVED,
         now,
+        None,
         commitment.statement.leaf_count,
         d.leaves,
         served_root,
@@ -429,9 +427,7 @@ def build_demand(
     picked = None if leaves is None else tuple(sorted(set(leaves)))
     o = obligation.statement
     if nonce is None:
-        # Every field comes from this node's id, a parsed obligation and a
-        # fresh nonce: nothing for the checking constructor to find.
-        statement = new_demand(
+        statement = Demand(
             identity.node_id, o.origin, obligation.digest, o.commitment, new_nonce(), now, picked
         )
     else:

@@ -837,57 +837,22 @@ def node_stub(channel: grpc.aio.Channel) -> NodeStub:
 # --------------------------------------------------------------------------- sizes
 
 
-def _bytes_field_size(n: int) -> int:
-    """A length-delimited field of ``n`` bytes, field number below 16 (one tag byte)."""
-    return 1 + _varint_size(n) + n
-
-
-def _repeated_bytes_size(items: Sequence[bytes]) -> int:
-    """A repeated bytes field (field number below 16): every item, empty ones too."""
-    lens = list(map(len, items))
-    if not lens:
-        return 0
-    # tag + length + payload per item; lengths of 128 bytes or more take 2+ bytes
-    size = sum(lens) + 2 * len(lens)
-    low, high = min(lens), max(lens)
-    if low >= 0x80:  # the common case (hops, envelopes): every length takes 2+ bytes
-        size += len(lens)
-    elif high >= 0x80:
-        size += sum(n >= 0x80 for n in lens)
-    if high >= 0x4000:
-        size += sum(_varint_size(n) - 2 for n in lens if n >= 0x4000)
-    return size
-
-
-def _answer_size(answer: Answer) -> int:
-    """``ByteSize()`` of :func:`answer_to_pb` (proto3: empty singular bytes are not sent)."""
-    size = _repeated_bytes_size(answer.hops)
-    if answer.receipt:
-        size += _bytes_field_size(len(answer.receipt))
-    if answer.commitment:
-        size += _bytes_field_size(len(answer.commitment))
-    return size
-
-
-# Demands are sized on every call (the in-memory transport bounds them as
-# gRPC would, the boundary meter counts them): computed from the lengths, the
-# way protobuf encodes them, instead of building the messages to ask them.
 def demand_request_size(demands: Sequence[bytes]) -> int:
-    """``ByteSize()`` of :func:`demand_request`, from the lengths alone."""
-    return _repeated_bytes_size(demands)
+    """Bytes of :func:`demand_request` on the wire."""
+    return message_size(demand_request(demands))
 
 
 def ask_request_size(asks: bytes) -> int:
-    """``ByteSize()`` of a ``DemandRequest`` carrying ``asks`` (proto3: empty is not sent)."""
-    return _bytes_field_size(len(asks)) if asks else 0
+    """Bytes of a ``DemandRequest`` carrying ``asks`` on the wire."""
+    return message_size(serve_pb2.DemandRequest(asks=asks))
 
 
 def demand_response_size(answers: Iterable[Answer]) -> int:
-    """``ByteSize()`` of :func:`demand_response`, from the lengths alone (the size
-    :class:`SizedAnswers` carry, when they do)."""
+    """Bytes of :func:`demand_response` on the wire: the length that carried
+    :class:`SizedAnswers`, when they were read from (or sized for) a response."""
     if type(answers) is SizedAnswers:
         return answers.wire_size
-    return sum(_bytes_field_size(_answer_size(a)) for a in answers)
+    return message_size(demand_response(answers))
 
 
 def stream_request_size(demand: bytes) -> int:
@@ -925,31 +890,19 @@ def challenge_response_size(result: ChallengeResult) -> int:
 
 
 def deliver_request_size(delivery: Delivery) -> int:
-    """``message_size(deliver_request(delivery))``, without re-encoding the statements.
+    """``message_size(deliver_request(delivery))``, without building the message.
 
-    A proto3 message's size is the sum of its fields' encodings, so the
-    request is sized as its value-only form plus the statement fields
-    (commitments, obligations, fold proofs, heads), whose size is kept by
-    their exact bytes (:func:`_statement_fields_size`): a value re-delivered
-    with the same statements — every decision re-delivers them — costs one
-    small encode instead of parsing and re-encoding each fold proof and head.
-    The outer length prefix is recomputed for the full inner size.
-
-    The last delivery sized is remembered by identity (a :class:`Delivery`
-    is immutable): the sender's size check and its meter size the same
-    object one after the other.
+    A proto3 message's size is the sum of its fields' encodings: the request is
+    sized as its value-only form (counted from the lengths) plus the statement
+    fields (commitments, obligations, fold proofs, heads, custody), whose size
+    is kept by their exact bytes (:func:`_statement_fields_size`): sizing them
+    takes packing every fold proof (:func:`delivered_value`), every decision
+    re-delivers the same statements, and both the sender's size check and its
+    meter size each delivery (the cost of building the message instead:
+    docs/measurements/2026-12-02-fast-twins.md). The outer length prefix is
+    recomputed for the full inner size.
     """
-    global _last_deliver_size
-    last = _last_deliver_size
-    if last is not None and last[0] is delivery:
-        return last[1]
-    size = _deliver_request_size(delivery)
-    _last_deliver_size = (delivery, size)
-    return size
-
-
-#: (delivery, its request size): the one-entry memo of :func:`deliver_request_size`.
-_last_deliver_size: tuple[Delivery, int] | None = None
+    return _deliver_request_size(delivery)
 
 
 def _field_size(n: int) -> int:
@@ -1027,9 +980,8 @@ def delivery_statement_size(delivery: Delivery) -> int:
 
 
 def deliver_response_size(receipt: bytes) -> int:
-    """``message_size(deliver_response(receipt))``: its one bytes field (number 1),
-    counted without building the message (tests compare the two)."""
-    return _field_size(len(receipt))
+    """Bytes of :func:`deliver_response` on the wire."""
+    return message_size(deliver_response(receipt))
 
 
 # --------------------------------------------------------------------------- custody

@@ -41,6 +41,21 @@ def test_pae_matches_the_dsse_specification_example() -> None:
     assert Envelope(b"hello world", "http://example.com/HelloWorld", ()).pae() == expected
 
 
+@pytest.mark.parametrize(
+    ("payload_type", "payload"),
+    [
+        ("application/vnd.provnet.receipt+json", b""),
+        ("application/vnd.provnet.receipt+json", b"x" * 1000),
+        ("t\u00ffp\u00e9/\u2603", b"\x00 \xff DSSEv1 1 a"),
+        ("a", bytes(range(256))),
+    ],
+)
+def test_pae_is_the_bytes_securesystemslib_signs(payload_type: str, payload: bytes) -> None:
+    # The one PAE here and the maintained DSSE implementation agree, lengths
+    # of non-ASCII types counted in UTF-8 bytes included.
+    assert pae(payload_type, payload) == SslibEnvelope(payload, payload_type, {}).pae()
+
+
 def _sslib_key(identity: Identity) -> SSlibKey:
     return SSlibKey.from_crypto(
         PublicKey.from_node_id(identity.node_id)._key, keyid=identity.node_id
@@ -235,3 +250,16 @@ def test_a_parsed_statement_is_bound_to_its_signer_and_verified_only_when_asked(
     parsed = parse_statement(altered, DeliveryReceipt, signer=peer.node_id)  # not checked here
     with pytest.raises(BadSignature, match="does not verify"):
         verify_parsed(parsed)
+
+
+def test_envelope_signer_writes_the_bytes_sign_envelope_writes() -> None:
+    from contracts.envelope import EnvelopeSigner
+
+    identity = fixed_identity("signer")
+    signer = EnvelopeSigner(identity, "application/vnd.provnet.receipt-batch+bin")
+    for payload in (b"", b"p" * 300, bytes(range(256))):
+        expected = sign_envelope(identity, "application/vnd.provnet.receipt-batch+bin", payload)
+        envelope, data = signer.sign_envelope(payload)
+        assert data == signer.sign(payload) == expected.to_bytes()
+        assert envelope == expected
+        envelope.verify(PublicKey.from_node_id(identity.node_id))

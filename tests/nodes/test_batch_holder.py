@@ -20,13 +20,12 @@ import pytest
 from contracts.batch import (
     DEMAND_BATCH_TYPE,
     decode_demand_batch,
-    new_receipt,
     served_item,
     sign_receipt_batch,
 )
 from contracts.envelope import Envelope
 from contracts.hops import hop_bytes
-from contracts.statements import ReceiptStatus, RefusalReason
+from contracts.statements import Receipt, ReceiptStatus, RefusalReason
 from nodes import origin as origin_role
 from nodes.messages import Answer, Delivery, Outcome
 from nodes.services import NodeCore
@@ -128,10 +127,10 @@ class _Reordering:
             self.origin.node_id, first, envelope.digest, first.obligation, first.commitment,
             len(self.hops[first.commitment]), self.hops[first.commitment], now,
         )  # fmt: skip
-        pending = new_receipt(
+        pending = Receipt(
             self.origin.node_id, second.obligation, second.commitment, envelope.digest,
-            second.nonce, ReceiptStatus.PENDING, now, len(self.hops[second.commitment]),
-            reason=RefusalReason.PROVENANCE_PENDING,
+            second.nonce, ReceiptStatus.PENDING, now, RefusalReason.PROVENANCE_PENDING,
+            len(self.hops[second.commitment]),
         )  # fmt: skip
         signed = sign_receipt_batch(
             self.origin.identity, [pending, served], demand=envelope.digest,
