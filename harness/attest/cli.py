@@ -48,6 +48,7 @@ def _running_slice(args: argparse.Namespace, matrix: bool, steps: int | None) ->
     (``--cluster``/``--nodes``), roles by name; every name checked before anything runs."""
     from harness.attest.runner import AttestSlice
     from harness.boundary.choices import TransportKind
+    from harness.boundary.cli import _tls_ca
     from nodes.attester import AttesterFault
 
     control_home = ""
@@ -102,6 +103,7 @@ def _running_slice(args: argparse.Namespace, matrix: bool, steps: int | None) ->
         control_home=control_home,
         chain=chain,
         witness_name=witness,
+        tls_ca=_tls_ca(args),
     )
 
 
@@ -186,6 +188,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="re-render the files from --out/attest_results.json without playing",
     )
+    from nodes.client_tls import add_tls_flags
+
+    add_tls_flags(parser)
     add_progress_flags(parser)
     parser.set_defaults(handler=_handler)
 
@@ -290,6 +295,8 @@ def _handler(args: argparse.Namespace) -> int:
         for flag in ("chain", "witness", "attesters"):
             if getattr(args, flag) is not None:
                 raise UsageError(f"--{flag}: applies to running nodes (--cluster or --nodes)")
+        if args.tls_ca is not None:
+            raise UsageError("--tls-ca: applies to running nodes (--cluster, --nodes)")
         slice_ = AttestSlice(args.matrix, args.steps, TransportKind(args.transport))
     try:
         # A name that is no node of the run (a typo) fails here, before anything runs.
