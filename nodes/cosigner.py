@@ -328,7 +328,7 @@ class OriginWitnesses:
         #: Called with (note as kept, note with the new lines) after a re-ask got lines.
         self.on_cosigned: Callable[[bytes, bytes], Awaitable[None]] | None = None
         #: head digest → a head short of some witness's cosignature (oldest first)
-        self._short: dict[str, _Short] = {}
+        self._short: BoundedCache[str, _Short] = BoundedCache(MAX_SHORT_HEADS)
         self._tasks: set[asyncio.Task[None]] = set()
         self._reasking = asyncio.Lock()  # one re-ask at a time: one line per witness
         self.reasked = 0
@@ -356,14 +356,13 @@ class OriginWitnesses:
         # it will never cosign an older one (tlog-witness), so stop asking for them.
         for digest, short in list(self._short.items()):
             if short.origin == checkpoint.origin and short.size < checkpoint.size:
-                del self._short[digest]
+                self._short.pop(digest)
         missing = tuple(a for a, line in zip(self.addresses, lines, strict=True) if not line)
         if missing and self.reask_delays_s:
             digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-            while len(self._short) >= MAX_SHORT_HEADS:
-                del self._short[next(iter(self._short))]
-            self._short[digest] = _Short(out, text, checkpoint.origin, checkpoint.size, head_log)
-            self._short[digest].missing = missing
+            short = _Short(out, text, checkpoint.origin, checkpoint.size, head_log)
+            short.missing = missing
+            self._short.put(digest, short)  # beyond MAX_SHORT_HEADS the oldest goes
             task = asyncio.get_running_loop().create_task(
                 self._reask_later(digest), name=f"witness-reask-{digest[:12]}"
             )
@@ -402,7 +401,7 @@ class OriginWitnesses:
             return await self._reask_locked(digest)
 
     async def _reask_locked(self, digest: str) -> int:
-        short = self._short.get(digest)
+        short = self._short.peek(digest)
         if short is None:
             return 0
         short.attempts += 1
@@ -425,10 +424,10 @@ class OriginWitnesses:
             log.info("witness_reask_cosigned", head=digest[:16], lines=gained)
         else:
             log.info("witness_reask_short", head=digest[:16], missing=len(short.missing))
-        if self._short.get(digest) is short and (
+        if self._short.peek(digest) is short and (
             not short.missing or short.attempts >= len(self.reask_delays_s)
         ):
-            del self._short[digest]
+            self._short.pop(digest)
         return gained
 
     async def settle(self) -> None:
@@ -442,7 +441,7 @@ class OriginWitnesses:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._short.clear()
+        self._short = BoundedCache(MAX_SHORT_HEADS)
 
     async def _ask(
         self, address: str, note: bytes, text: str, origin: str, new: int, head_log: HeadLog
