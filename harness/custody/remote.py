@@ -293,6 +293,32 @@ async def _play_remote(
         await pool.close()
 
 
+def _refuse_tls(args: argparse.Namespace) -> None:
+    """The custody experiment dials running nodes in plaintext only: a cluster that
+    serves TLS (its CA recorded by ``cluster up --tls``, or ``$PROVNET_TLS_CA`` set) is
+    refused up front, naming why, rather than failing trial by trial."""
+    import os
+
+    from nodes.cluster import ClusterError, load_state
+    from nodes.home import Home
+
+    why = ""
+    if os.environ.get("PROVNET_TLS_CA"):
+        why = "PROVNET_TLS_CA is set"
+    elif args.cluster is not None:
+        try:
+            state = load_state(Home.resolve(args.cluster or None))
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from None
+        if state is not None and state.tls_ca:
+            why = f"the cluster serves TLS (CA {state.tls_ca})"
+    if why:
+        raise UsageError(
+            f"--cluster/--nodes: {why}; the custody experiment reaches running nodes in"
+            " plaintext only (run it in-process, or on a cluster started without --tls)"
+        )
+
+
 def run_on_running(args: argparse.Namespace, settings: CustodySettings) -> int:
     """Play ``settings`` with the running nodes as holder and witness (module docstring)."""
     from tqdm import tqdm
@@ -320,6 +346,7 @@ def run_on_running(args: argparse.Namespace, settings: CustodySettings) -> int:
             members = _members(args.nodes)
         except argparse.ArgumentTypeError as exc:
             raise UsageError(f"--nodes: {exc}") from None
+    _refuse_tls(args)
     credentials = operator_credentials(home)
     prepare_out(args.out)
     configure_logging(LogFormat.JSON, "warning")

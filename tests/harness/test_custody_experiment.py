@@ -295,3 +295,20 @@ def test_cli_nodes_departs_extra_processes_and_leaves_the_running_ones_as_found(
             assert os.path.exists(f"/proc/{pids[r.name]}")
     finally:
         stop_all(started, grace=2.0)
+
+
+def test_running_nodes_that_serve_tls_are_refused_naming_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The experiment dials running nodes in plaintext: with a CA configured it
+    # says so before starting anything, instead of failing every trial.
+    monkeypatch.setenv("PROVNET_TLS_CA", str(tmp_path / "ca.pem"))
+    nodes = "a=127.0.0.1:1,b=127.0.0.1:2"
+    argv = ["experiment", "custody", "--nodes", nodes, "--k", "0", "--p", "0.5"]
+    rc = main([*argv, "--out", str(tmp_path / "x"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("provnet: error: --cluster/--nodes: PROVNET_TLS_CA is set;")
+    assert "plaintext only" in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "x").exists()
