@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from nodes.cluster import ClusterError, cluster_down
+from nodes.home import Home
+from tests.nodes.cluster_home import processes_naming
 from tests.nodes.rpc_support import MemCluster
 
 
@@ -23,3 +29,18 @@ async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterat
         yield mem
     finally:
         await mem.close()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    """A ``PROVNET_HOME`` for ``provnet cluster …`` runs; afterwards whatever a test did is
+    stopped, then nothing naming the home may be left running."""
+    root = tmp_path / "home"
+    yield root
+    with contextlib.suppress(ClusterError):
+        cluster_down(Home(root), grace=2.0)
+    leftovers = processes_naming(root)
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not leftovers, f"processes left behind: {leftovers}"

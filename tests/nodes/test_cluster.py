@@ -6,7 +6,6 @@ checking that no process whose command line names that directory survives.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -14,7 +13,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,59 +28,24 @@ from nodes.cluster import (
 )
 from nodes.home import Home
 from nodes.smoke import SMOKE_STEPS
+from tests.nodes.cluster_home import processes_naming, provnet
 
 pytestmark = pytest.mark.timeout(240)
 
 
-def _provnet(home: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVNET_")}
-    env["PROVNET_HOME"] = str(home)
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=env,
-    )
 
 
-def _processes_naming(path: Path) -> list[int]:
-    """Pids of live, non-zombie processes whose command line mentions ``path``."""
-    needle = str(path).encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if needle in (entry / "cmdline").read_bytes() and is_alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "home"
-    yield root
-    # Whatever a test did, stop what is recorded, then insist nothing is left.
-    with contextlib.suppress(ClusterError):
-        cluster_down(Home(root), grace=2.0)
-    leftovers = _processes_naming(root)
-    for pid in leftovers:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    assert not leftovers, f"processes left behind: {leftovers}"
 
 
 def test_cluster_up_smoke_twice_down_every_step_ok_and_nothing_left_running(home: Path) -> None:
-    up = _provnet(home, "cluster", "up")
+    up = provnet(home, "cluster", "up")
     assert up.returncode == 0, up.stderr
     state = load_state(Home(home))
     assert state is not None
     assert [r.name for r in state.nodes] == ["a", "b", "c"]
     assert len({r.address for r in state.nodes}) == 3
 
-    status = _provnet(home, "cluster", "status", "--json")
+    status = provnet(home, "cluster", "status", "--json")
     assert status.returncode == 0, status.stdout + status.stderr
     rows = [json.loads(line) for line in status.stdout.splitlines()]
     assert [(r["name"], r["health"], r["alive"]) for r in rows] == [
@@ -92,7 +55,7 @@ def test_cluster_up_smoke_twice_down_every_step_ok_and_nothing_left_running(home
     ]
     assert all(isinstance(r["counters"], dict) for r in rows)
 
-    smoke = _provnet(home, "cluster", "smoke", timeout=180)
+    smoke = provnet(home, "cluster", "smoke", timeout=180)
     steps = [json.loads(line) for line in smoke.stdout.splitlines()]
     assert [s["name"] for s in steps] == list(SMOKE_STEPS)
     deviating = [s for s in steps if not s["ok"]]
@@ -103,11 +66,11 @@ def test_cluster_up_smoke_twice_down_every_step_ok_and_nothing_left_running(home
     evidence = {s["name"]: s["observed"].get("evidence_file") for s in steps}
     bad_data = Path(str(evidence["tamper"]))
     assert bad_data.is_relative_to(home)
-    verify = _provnet(home, "evidence", "verify", str(bad_data))
+    verify = provnet(home, "evidence", "verify", str(bad_data))
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
     # A second run on the same cluster is as good as the first.
-    again = _provnet(home, "cluster", "smoke", "--quiet", timeout=180)
+    again = provnet(home, "cluster", "smoke", "--quiet", timeout=180)
     assert again.returncode == 0, again.stdout[-3000:]
     assert again.stderr == ""
 
@@ -116,12 +79,12 @@ def test_cluster_up_smoke_twice_down_every_step_ok_and_nothing_left_running(home
     assert after == state
     assert all(is_alive(r.pid) for r in state.nodes)
 
-    down = _provnet(home, "cluster", "down")
+    down = provnet(home, "cluster", "down")
     assert down.returncode == 0, down.stderr
     assert [line.split("\t")[2] for line in down.stdout.splitlines()] == ["terminated"] * 3
     assert not any(is_alive(r.pid) for r in state.nodes)
     assert load_state(Home(home)) is None
-    assert _processes_naming(home) == []
+    assert processes_naming(home) == []
 
 
 def test_five_nodes_a_to_e_run_the_smoke_test_and_boundary_with_origins_picked_among_them(
@@ -129,20 +92,20 @@ def test_five_nodes_a_to_e_run_the_smoke_test_and_boundary_with_origins_picked_a
 ) -> None:
     # Scale-out with the same keys as three nodes: names a–e, `--origins 3` with
     # no names picks running nodes (a, c, d; witness e), never a made-up 'a2'.
-    up = _provnet(home, "cluster", "up", "--names", "a,b,c,d,e")
+    up = provnet(home, "cluster", "up", "--names", "a,b,c,d,e")
     assert up.returncode == 0, up.stderr
     state = load_state(Home(home))
     assert state is not None
     assert [r.name for r in state.nodes] == ["a", "b", "c", "d", "e"]
 
-    smoke = _provnet(home, "cluster", "smoke", "--quiet", timeout=180)
+    smoke = provnet(home, "cluster", "smoke", "--quiet", timeout=180)
     steps = [json.loads(line) for line in smoke.stdout.splitlines()]
     assert [s["name"] for s in steps] == list(SMOKE_STEPS)
     assert smoke.returncode == 0, json.dumps([s for s in steps if not s["ok"]], indent=1)
 
     out = tmp_path / "boundary"
     argv = ("--cluster", str(home), "--origins", "3", "--seeds", "1", "--steps", "120")
-    boundary = _provnet(
+    boundary = provnet(
         home, "experiment", "boundary", *argv, "--out", str(out), "--no-progress", timeout=180
     )
     assert boundary.returncode == 0, boundary.stderr[-3000:]
@@ -154,7 +117,7 @@ def test_five_nodes_a_to_e_run_the_smoke_test_and_boundary_with_origins_picked_a
     calls = meta["calls_by_node"]
     assert all(calls.get(f"{n}:CommitCompaction", 0) > 0 for n in ("a", "c", "d")), calls
 
-    down = _provnet(home, "cluster", "down")
+    down = provnet(home, "cluster", "down")
     assert down.returncode == 0, down.stderr
     assert [line.split("\t")[2] for line in down.stdout.splitlines()] == ["terminated"] * 5
 
@@ -162,16 +125,16 @@ def test_five_nodes_a_to_e_run_the_smoke_test_and_boundary_with_origins_picked_a
 def test_down_sigkills_a_node_that_ignores_sigterm_and_up_recovers_from_stale_state(
     home: Path,
 ) -> None:
-    assert _provnet(home, "cluster", "up", "--nodes", "2").returncode == 0
+    assert provnet(home, "cluster", "up", "--nodes", "2").returncode == 0
     state = load_state(Home(home))
     assert state is not None
     stuck, other = state.nodes
-    refused = _provnet(home, "cluster", "up", "--nodes", "2")
+    refused = provnet(home, "cluster", "up", "--nodes", "2")
     assert refused.returncode == 1
     assert "already running" in refused.stderr
 
     os.kill(stuck.pid, signal.SIGSTOP)  # a stopped process cannot act on SIGTERM
-    down = _provnet(home, "cluster", "down", "--grace", "1")
+    down = provnet(home, "cluster", "down", "--grace", "1")
     assert down.returncode == 0, down.stderr
     outcomes = dict(line.split("\t")[0::2] for line in down.stdout.splitlines())
     assert outcomes == {stuck.name: "killed", other.name: "terminated"}
@@ -182,14 +145,14 @@ def test_down_sigkills_a_node_that_ignores_sigterm_and_up_recovers_from_stale_st
     assert key.stat().st_mode & 0o777 == 0o600
 
     # A state file whose processes died without 'down' does not block a new start.
-    assert _provnet(home, "cluster", "up", "--nodes", "1").returncode == 0
+    assert provnet(home, "cluster", "up", "--nodes", "1").returncode == 0
     (record,) = load_state(Home(home)).nodes  # type: ignore[union-attr]
     os.kill(record.pid, signal.SIGKILL)
-    status = _provnet(home, "cluster", "status", "--json")
+    status = provnet(home, "cluster", "status", "--json")
     assert status.returncode == 1
     row = json.loads(status.stdout)
     assert (row["alive"], row["health"], row["counters"]) == (False, "UNREACHABLE", None)
-    again = _provnet(home, "cluster", "up", "--nodes", "1")
+    again = provnet(home, "cluster", "up", "--nodes", "1")
     assert again.returncode == 0, again.stderr
     assert key.read_bytes() == first_key
 
@@ -283,7 +246,7 @@ def test_nodes_of_an_up_killed_before_they_serve_are_still_stopped_by_down(home:
     state = load_state(Home(home))
     assert state is not None
     assert len(state.nodes) == 3
-    down = _provnet(home, "cluster", "down", "--grace", "2")
+    down = provnet(home, "cluster", "down", "--grace", "2")
     assert down.returncode == 0, down.stderr
     assert not any(is_alive(r.pid) for r in state.nodes)
 

@@ -13,15 +13,9 @@ certificate made with the cluster CA's key) and the default slice are the
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,60 +24,24 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from nodes.client_tls import ClientTls
 from nodes.cluster import (
-    ClusterError,
     HealthState,
-    cluster_down,
-    is_alive,
     load_state,
     probe_health,
 )
 from nodes.home import Home
 from nodes.smoke import SMOKE_STEPS
 from nodes.tls import TlsError, check_certificate, new_ca, new_node_certificate
+from tests.nodes.cluster_home import provnet
 
 pytestmark = pytest.mark.timeout(240)
 
 
-def _provnet(home: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVNET_")}
-    env["PROVNET_HOME"] = str(home)
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=env,
-    )
 
 
-def _processes_naming(path: Path) -> list[int]:
-    needle = str(path).encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if needle in (entry / "cmdline").read_bytes() and is_alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "home"
-    yield root
-    with contextlib.suppress(ClusterError):
-        cluster_down(Home(root), grace=2.0)
-    leftovers = _processes_naming(root)
-    for pid in leftovers:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    assert not leftovers, f"processes left behind: {leftovers}"
 
 
 def _up_tls(home: Path) -> list[str]:
-    up = _provnet(home, "cluster", "up", "--tls")
+    up = provnet(home, "cluster", "up", "--tls")
     assert up.returncode == 0, up.stderr
     assert f"TLS (CA {home / 'tls' / 'ca.pem'})" in up.stdout
     state = load_state(Home(home))
@@ -109,7 +67,7 @@ def test_cluster_up_tls_serves_tls_only_and_the_tools_use_its_ca(
     assert probe_health(addresses[0], timeout=2.0, tls_ca=ca) is HealthState.SERVING
 
     # status reads the CA from cluster.json and asks over TLS
-    status = _provnet(home, "cluster", "status", "--json")
+    status = provnet(home, "cluster", "status", "--json")
     assert status.returncode == 0, status.stdout + status.stderr
     rows = [json.loads(line) for line in status.stdout.splitlines()]
     health = [(r["health"], isinstance(r["counters"], dict)) for r in rows]
@@ -118,7 +76,7 @@ def test_cluster_up_tls_serves_tls_only_and_the_tools_use_its_ca(
     # a tiny boundary slice over TLS, the CA found in cluster.json
     out = tmp_path / "boundary"
     argv = ("--cluster", str(home), "--seeds", "1", "--steps", "30", "--no-progress")
-    boundary = _provnet(home, "experiment", "boundary", *argv, "--out", str(out))
+    boundary = provnet(home, "experiment", "boundary", *argv, "--out", str(out))
     assert boundary.returncode == 0, boundary.stderr[-3000:]
     assert "runs deciding exactly as in-process: 1/1" in boundary.stdout
     assert "gRPC over TLS to 3 running node processes" in boundary.stdout
@@ -129,14 +87,14 @@ def test_cluster_up_tls_serves_tls_only_and_the_tools_use_its_ca(
     # a CA the nodes' certificates do not chain to: named, before anything is sent
     other = tmp_path / "other"
     new_ca(other, now=dt.datetime.now(dt.UTC))
-    wrong = _provnet(
+    wrong = provnet(
         home, "experiment", "boundary", *argv, "--out", str(tmp_path / "b2"),
         "--tls-ca", str(other / "ca.pem"),
     )  # fmt: skip
     assert wrong.returncode == 1, wrong.stdout
     assert "TLS: certificate 'CN=a' is not signed by the configured CA's key" in wrong.stderr
     assert not (tmp_path / "b2").exists()
-    smoke = _provnet(home, "cluster", "smoke", "--quiet", "--tls-ca", str(other / "ca.pem"))
+    smoke = provnet(home, "cluster", "smoke", "--quiet", "--tls-ca", str(other / "ca.pem"))
     assert smoke.returncode == 1
     assert "answers UNREACHABLE: TLS: certificate 'CN=a' is not signed" in smoke.stderr
     assert smoke.stdout == "", "no step runs"
@@ -146,7 +104,7 @@ def test_cluster_up_tls_serves_tls_only_and_the_tools_use_its_ca(
     alone.mkdir()
     shutil.copy(home / "tls" / "ca.pem", alone / "ca.pem")
     members = ";".join(f"{n}={a}" for n, a in zip("abc", addresses, strict=True))
-    no_key = _provnet(
+    no_key = provnet(
         home, "cluster", "smoke", "--quiet", "--nodes", members, "--tls-ca", str(alone / "ca.pem")
     )
     assert no_key.returncode == 2, no_key.stderr
@@ -154,7 +112,7 @@ def test_cluster_up_tls_serves_tls_only_and_the_tools_use_its_ca(
     assert "--tls-cert ($PROVNET_TLS_CERT) and --tls-key ($PROVNET_TLS_KEY)" in no_key.stderr
     assert no_key.stdout == ""
 
-    down = _provnet(home, "cluster", "down")
+    down = provnet(home, "cluster", "down")
     assert down.returncode == 0, down.stderr
     assert [line.split("\t")[2] for line in down.stdout.splitlines()] == ["terminated"] * 3
 
@@ -165,7 +123,7 @@ def test_cluster_up_tls_smoke_all_steps_ok_and_the_default_slice_over_tls(
 ) -> None:
     _up_tls(home)
     # smoke reads the CA from cluster.json; its fault nodes serve TLS too
-    smoke = _provnet(home, "cluster", "smoke", "--quiet", timeout=180)
+    smoke = provnet(home, "cluster", "smoke", "--quiet", timeout=180)
     steps = [json.loads(line) for line in smoke.stdout.splitlines()]
     assert [s["name"] for s in steps] == list(SMOKE_STEPS)
     deviating = [s for s in steps if not s["ok"]]
@@ -177,7 +135,7 @@ def test_cluster_up_tls_smoke_all_steps_ok_and_the_default_slice_over_tls(
     assert check_certificate(der, ca, "127.0.0.1", dt.datetime.now(dt.UTC)) is None
 
     out = tmp_path / "boundary"
-    boundary = _provnet(
+    boundary = provnet(
         home, "experiment", "boundary", "--cluster", str(home), "--no-progress", "--out", str(out)
     )
     assert boundary.returncode == 0, boundary.stderr[-3000:]
