@@ -79,6 +79,8 @@ from contracts.errors import BindingMismatch, EncodingError
 from contracts.identity import Identity
 from contracts.merkle import MerkleTree, leaf_hashes, merkle_root
 from contracts.statements import (
+    _MAX_NONCE,
+    _MIN_NONCE,
     PAYLOAD_TYPE_PREFIX,
     Commitment,
     Demand,
@@ -150,11 +152,6 @@ REASON_CODES: dict[RefusalReason, int] = {
     RefusalReason.OTHER: 8,
     RefusalReason.STORE_CORRUPTED: 9,
 }
-_STATUS_BY_CODE = {code: status for status, code in STATUS_CODES.items()}
-_REASON_BY_CODE = {code: reason for reason, code in REASON_CODES.items()}
-
-_MIN_NONCE = 16
-_MAX_NONCE = 128
 _MAX_PATH = 64
 #: Bytes a nonce may hold: visible ASCII (no space, no control characters).
 _NONCE_BYTES = bytes(range(0x21, 0x7F))

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from contracts._fields import MAX_COUNT, MAX_TIME_MS, is_digest
 from contracts.envelope import Envelope
 from contracts.errors import BindingMismatch, EncodingError, Expired
-from contracts.head_note import open_head, parse_head_origin
+from contracts.head_note import HEAD_ORIGIN_PREFIX, open_head, parse_head_origin
 from contracts.heads import FOLD_RECORD_TYPE, FoldProof, VerifiedFold, verify_fold
 from contracts.identity import Identity, PublicKey
 from contracts.note import (
@@ -172,7 +172,7 @@ class CustodyStatement:
             raise ValueError("custody: origin, log_root and head must be 64 lower-case hex")
         if self.origin == self.custodian:
             raise ValueError("custody: an origin is not its own custodian")
-        parse_head_origin(f"provnet/{self.origin}/{self.epoch}")  # the epoch's rules
+        parse_head_origin(self.origin_line)  # the epoch's rules
         if type(self.size) is not int or not 1 <= self.size <= MAX_COUNT:
             raise ValueError(f"custody: head size {self.size!r} outside 1..{MAX_COUNT}")
         if not 1 <= len(self.folds) <= MAX_CUSTODY_FOLDS:
@@ -194,7 +194,7 @@ class CustodyStatement:
 
     @property
     def origin_line(self) -> str:
-        return f"provnet/{self.origin}/{self.epoch}"
+        return f"{HEAD_ORIGIN_PREFIX}/{self.origin}/{self.epoch}"
 
     def fold(self, leaf_hash: str) -> CustodyFoldRef | None:
         return next((f for f in self.folds if f.leaf_hash == leaf_hash), None)
@@ -237,12 +237,11 @@ def _plain(text: str, where: str, what: str, limit: int) -> str:
 class CustodyLine:
     """One line of a custody statement: ``<keyword>`` then its values, space-separated.
 
-    ``many``: one line per item (``lo``..``hi`` of them), else exactly one line.
+    It occurs ``lo``..``hi`` times (one line per item; exactly once by default).
     """
 
     keyword: str
     fields: tuple[str, ...]
-    many: bool = False
     lo: int = 1
     hi: int = 1
 
@@ -252,9 +251,9 @@ CUSTODY_LINES: tuple[CustodyLine, ...] = (
     CustodyLine("custodian", ("custodian",)),
     CustodyLine("operator", ("operator",)),
     CustodyLine("head", ("origin_line", "size", "log_root", "head")),
-    CustodyLine("fold", ("leaf_hash", "root", "leaf_count"), True, 1, MAX_CUSTODY_FOLDS),
+    CustodyLine("fold", ("leaf_hash", "root", "leaf_count"), 1, MAX_CUSTODY_FOLDS),
     CustodyLine("serve", ("serve_until", "deadline_ms")),
-    CustodyLine("endpoint", ("endpoint",), True, 1, _MAX_ENDPOINTS),
+    CustodyLine("endpoint", ("endpoint",), 1, _MAX_ENDPOINTS),
     CustodyLine("issued", ("issued_at",)),
 )
 
@@ -483,9 +482,7 @@ def sign_custody(identity: Identity, statement: CustodyStatement) -> SignedCusto
 
 def _read(data: bytes) -> tuple[Note, CustodyStatement]:
     raw = bytes(data)
-    # (1) bounded before anything is decoded
-    if len(raw) > MAX_CUSTODY_BYTES:
-        raise EncodingError(f"custody note is {len(raw)} bytes, more than {MAX_CUSTODY_BYTES}")
+    # (1) bounded before anything is decoded (parse_note checks the size first)
     note = parse_note(raw, max_bytes=MAX_CUSTODY_BYTES, max_signatures=_MAX_SIGNATURES)
     # (2) the text is a statement's, line for line
     return note, parse_custody_text(note.text)

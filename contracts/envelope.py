@@ -75,9 +75,9 @@ _TAIL = b'"}]}'
 # hex keyid (every envelope this project writes), read by one pattern: the
 # base64, payload-type and hex classes admit no quote or backslash, so a match
 # is one object with three keys once each, meaning what the general parser
-# would make of it; ``fullmatch`` leaves nothing before or after it. The general
-# parser costs half as much again on these bytes, which every envelope received
-# goes through (docs/measurements/2026-12-02-fast-twins.md).
+# would make of it; ``fullmatch`` leaves nothing before or after it. Every
+# envelope received goes through it, and the general parser alone is slower on
+# these bytes (docs/measurements/2026-12-02-fast-twins.md).
 _CANONICAL_SINGLE = re.compile(
     rb'\{"payload":"([A-Za-z0-9+/=]*)","payloadType":"([A-Za-z0-9.+/_-]{1,200})",'
     rb'"signatures":\[\{"keyid":"([0-9a-f]{0,256})","sig":"([A-Za-z0-9+/=]*)"\}\]\}'

@@ -333,9 +333,16 @@ class Evidence:
         if proof is not None and type(proof) is not dict:
             raise EncodingError("evidence: field 'proof' must be a JSON object")
         custody = obj.get("custody")
-        if custody is not None and (type(custody) is not str or proof is None):
+        if custody is not None and (
+            type(custody) is not str
+            or proof is None
+            or obj.get("kind") not in ("bad_data", "refused", "unanswered")
+        ):
+            # split_view and equivocation accuse the origin that signed both heads:
+            # a custody note there would be read by nothing yet name a custodian
             raise EncodingError(
-                "evidence: field 'custody' must be a custody note (text), on a head-bound record"
+                "evidence: field 'custody' must be a custody note (text), on a head-bound"
+                " bad_data, refused or unanswered record"
             )
         status = obj.get("status", "")
         if status != "" and (status != BUSY_STATUS or obj.get("kind") != "unanswered"):

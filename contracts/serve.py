@@ -426,20 +426,15 @@ def build_demand(
     a demand naming this one fold (:mod:`contracts.batch`)."""
     picked = None if leaves is None else tuple(sorted(set(leaves)))
     o = obligation.statement
-    if nonce is None:
-        statement = Demand(
-            identity.node_id, o.origin, obligation.digest, o.commitment, new_nonce(), now, picked
-        )
-    else:
-        statement = Demand(
-            holder=identity.node_id,
-            origin=o.origin,
-            obligation=obligation.digest,
-            commitment=o.commitment,
-            leaves=picked,
-            nonce=new_nonce() if nonce is None else nonce,
-            time=now,
-        )
+    statement = Demand(
+        holder=identity.node_id,
+        origin=o.origin,
+        obligation=obligation.digest,
+        commitment=o.commitment,
+        leaves=picked,
+        nonce=new_nonce() if nonce is None else nonce,
+        time=now,
+    )
     return sign_statement(identity, statement)
 
 

@@ -429,8 +429,9 @@ async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tup
                 for n, f in zip(notes, folds, strict=True)
             ]
             signers = {s.statement.custodian for s in statements if s is not None}
-            if len(signers) != 1 or core.node_id in signers:
-                raise ValueError("statements by more than one key, or by this node")
+            # (a statement by this node cannot bind: its custodian is never the origin)
+            if len(signers) != 1:
+                raise ValueError("statements by more than one key")
         except (CallFailed, ContractError, ValueError) as exc:
             log.warning("custody_not_taken", custodian=name, error=str(exc))
             return None

@@ -46,14 +46,7 @@ from contracts.rules import (
 from nodes import store as st
 from nodes._disk import reporter as disk_reporter
 from nodes.attestations import (
-    MAX_ASKED_ATTESTERS,
     MAX_ATTESTATION_BYTES,
-    MAX_ATTESTATION_LIFETIME_MS,
-    MAX_ATTESTATION_POOL_BYTES,
-    MAX_ATTESTATIONS,
-    MAX_ATTESTATIONS_PER_ATTESTER,
-    MAX_STRANGER_ATTESTATION_BYTES,
-    MAX_STRANGER_ATTESTATIONS,
     Attestations,
 )
 from nodes.client import Holder
@@ -63,17 +56,16 @@ from nodes.cosigner import Witnessing
 from nodes.custodian import Custodian, custody_folds, statements_for, take_custody
 from nodes.custody_store import custody_counts
 from nodes.faults import Behaviour, FaultPlan
-from nodes.holding import MAX_HELD_BYTES, MAX_HELD_VALUES, Holding
+from nodes.holding import Holding
 from nodes.logging import get_logger
 from nodes.messages import CommittedCompaction, CommittedFold, NodeInfo
 from nodes.origin import DEMAND_VERIFICATIONS, DEMAND_WINDOW_S, MAX_DEMANDS_PER_CALL, Origin
 from nodes.origin_folds import OwnFolds
-from nodes.origin_log import MAX_APPEND_HOPS, MAX_FOLD_HOPS, OriginLog
+from nodes.origin_log import OriginLog
 from nodes.origin_replay import (
     FUTURE_NONCES_FILENAME,
     MAX_FUTURE_HOLDERS,
     MAX_NONCES,
-    MAX_NONCES_PER_HOLDER,
     REPLAY_FLOOR_FILENAME,
     REPLAY_FLOOR_LEASE_MS,
     read_floor,
@@ -88,24 +80,12 @@ __all__ = [
     "DEMAND_VERIFICATIONS",
     "DEMAND_WINDOW_S",
     "FUTURE_NONCES_FILENAME",
-    "MAX_APPEND_HOPS",
-    "MAX_ASKED_ATTESTERS",
-    "MAX_ATTESTATIONS",
-    "MAX_ATTESTATIONS_PER_ATTESTER",
     "MAX_ATTESTATION_BYTES",
-    "MAX_ATTESTATION_LIFETIME_MS",
-    "MAX_ATTESTATION_POOL_BYTES",
     "MAX_DEADLINE_MS",
     "MAX_DEMANDS_PER_CALL",
-    "MAX_FOLD_HOPS",
     "MAX_FUTURE_HOLDERS",
-    "MAX_HELD_BYTES",
-    "MAX_HELD_VALUES",
     "MAX_NONCES",
-    "MAX_NONCES_PER_HOLDER",
     "MAX_SERVE_FOR_MS",
-    "MAX_STRANGER_ATTESTATIONS",
-    "MAX_STRANGER_ATTESTATION_BYTES",
     "MIN_DEADLINE_MS",
     "MIN_SERVE_FOR_MS",
     "REPLAY_FLOOR_FILENAME",
@@ -172,9 +152,7 @@ class NodeCore:
             )
         # The roles' public methods are the node's (bound once: the hot paths —
         # answering demands, delivering — pay no extra call).
-        self.open_cached = ctx.open_cached
         self.now_ms = ctx.now_ms
-        self.bump = ctx.bump
         self.count_rpc = ctx.count_rpc
         # origin
         self.append = origin_log.append
@@ -327,11 +305,6 @@ class NodeCore:
     def holder(self) -> Holder:
         """The node's holder client (made on first use)."""
         return self.ctx.client()
-
-    @property
-    def open_counts(self) -> dict[str, int]:
-        """Unsigned asks answered with hops, and answered empty (the origin's)."""
-        return self.origin.open_counts
 
     @property
     def floor_writes(self) -> int:

@@ -239,6 +239,9 @@ NODE_ROLES = (
     "nodes.witnessing",
     "nodes.attestations",
     "nodes.suspicions",
+    "nodes.cosigner",
+    "nodes.custodian",
+    "nodes.relay_custody",
 )
 
 

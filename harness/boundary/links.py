@@ -39,7 +39,7 @@ from harness.boundary.topology import Topology
 from harness.boundary.wire import MeteredTransport
 from nodes.custodian import CustodyTransport
 from nodes.linkproxy import LinkProxy, LinkSpec
-from nodes.messages import Delivery
+from nodes.messages import Delivery, WitnessReply
 from nodes.transport import Answer, CallFailed, ChallengeResult, Transport
 
 __all__ = ["LinkTotals", "Links", "RoutedTransport", "start_links"]
@@ -105,6 +105,14 @@ class RoutedTransport:
         if not isinstance(inner, CustodyTransport):
             raise CallFailed("UNIMPLEMENTED", "this transport cannot reach custodians", address)
         return await inner.take_custody(self._to(address), head, fold_proofs, timeout)
+
+    async def add_checkpoint(self, address: str, body: bytes, timeout: float) -> WitnessReply:
+        """``Witness.AddCheckpoint`` through the link (nodes.cosigner)."""
+        call = getattr(self.inner, "add_checkpoint", None)
+        if call is None:
+            raise CallFailed("UNIMPLEMENTED", "this transport cannot reach witnesses", address)
+        reply: WitnessReply = await call(self._to(address), body, timeout)
+        return reply
 
     async def close(self) -> None:
         await self.inner.close()

@@ -47,6 +47,7 @@ from harness.lineage import FoldedPrefix, hop_fields
 from nodes import wire
 from nodes.attester import AttestationAnswer, AttestationAsk, AttestCarrier
 from nodes.custodian import CustodyTransport
+from nodes.messages import WitnessReply
 from nodes.transport import Answer, CallFailed, ChallengeResult, Delivery, Transport
 
 __all__ = [
@@ -468,6 +469,20 @@ class MeteredTransport:
             raise
         self._count("Take", req, wire.message_size(wire.take_custody_response(statements)))
         return statements
+
+    async def add_checkpoint(self, address: str, body: bytes, timeout: float) -> WitnessReply:
+        """``Witness.AddCheckpoint``, counted as ``AddCheckpoint`` (nodes.cosigner)."""
+        call = getattr(self.inner, "add_checkpoint", None)
+        if call is None:
+            raise CallFailed("UNIMPLEMENTED", "this transport cannot reach witnesses", address)
+        req = wire.message_size(wire.add_checkpoint_request(body))
+        try:
+            reply: WitnessReply = await call(address, body, timeout)
+        except Exception:
+            self._count("AddCheckpoint", req, 0, failed=True)
+            raise
+        self._count("AddCheckpoint", req, wire.message_size(wire.add_checkpoint_response(reply)))
+        return reply
 
     async def close(self) -> None:
         await self.inner.close()

@@ -236,7 +236,13 @@ class RemotePool(TrialPool):
         await self._stop_proc(handle)
 
     async def _custody_hops(self, g: Any) -> list[int]:
-        return []  # k = 0 only on running nodes
+        """Hops each custodian process holds as custodian (its ``Node.Stats``)."""
+        return [
+            (await self.clients.at(c.handle.address).stats(timeout=_CONTROL_TIMEOUT_S))[
+                "custody_hops"
+            ]
+            for c in g.custodians
+        ]
 
     async def _append_commit(
         self, g: Any, hops: list[Hop], value_ref: str

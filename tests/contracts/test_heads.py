@@ -437,6 +437,16 @@ def test_split_view_two_heads_of_one_compaction_with_different_trees_is_proof() 
         split_view_evidence(x.heads[0], y.heads[0], reported_at=NOW)
 
 
+def test_a_split_view_record_carrying_a_custody_note_is_refused() -> None:
+    # A split view accuses the origin that signed both heads; a custody note on it
+    # would be read by no check and name a custodian in the verdict.
+    x, y = _two_views(diverge_at=1, length=3)
+    obj = json.loads(split_view_evidence(x.heads[1], y.heads[1], reported_at=NOW).to_bytes())
+    obj["custody"] = "provnet-custody/v1\n"
+    with pytest.raises(EncodingError, match="bad_data, refused or unanswered"):
+        Evidence.from_json(obj)
+
+
 @pytest.mark.parametrize(("diverge_at", "first", "second"), [(1, 1, 4), (2, 2, 6), (1, 3, 5)])
 def test_split_view_a_consistency_path_that_fails_under_the_later_log_root_is_proof(
     diverge_at: int, first: int, second: int

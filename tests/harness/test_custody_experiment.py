@@ -250,7 +250,6 @@ def test_cli_nodes_departs_extra_processes_and_leaves_the_running_ones_as_found(
     """``--nodes``: holder and witness are running node processes; the origins are
     extra processes started, stopped and removed here (long: ~15 s of processes)."""
     import dataclasses
-    import os
 
     import structlog
 
@@ -270,7 +269,6 @@ def test_cli_nodes_departs_extra_processes_and_leaves_the_running_ones_as_found(
     ]
     started = start_nodes(specs, timeout=60.0)
     try:
-        pids = {r.name: p.pid for r, p in started}
         nodes = ",".join(f"{r.name}={r.address}" for r, _ in started)
         argv = ["experiment", "custody", "--nodes", nodes, "--k", "0,1", "--p", "0.5"]
         argv += ["--trials", "6", "--batch", "6", "--departures", "independent"]
@@ -288,11 +286,8 @@ def test_cli_nodes_departs_extra_processes_and_leaves_the_running_ones_as_found(
         assert k1["custody_statements"] == "6"
         assert int(k1["available"]) >= 6 - int(k1["departed_origins"])
         # the running nodes as found; the extra nodes and their directories gone
-        assert {r.name: p.pid for r, p in started} == pids
         assert all(p.poll() is None for _, p in started)
         assert list((tmp_path / "extra").iterdir()) == []
-        for r, _ in started:
-            assert os.path.exists(f"/proc/{pids[r.name]}")
     finally:
         stop_all(started, grace=2.0)
 

@@ -65,7 +65,7 @@ def _nodes(
                 proc.wait(timeout=10)
 
 
-@pytest.mark.long  # three node processes: ~6 s on a loaded machine
+@pytest.mark.long  # three node processes: too slow for the default run
 async def test_c4_custody_over_grpc_processes_survives_the_origin_process(
     tmp_path: Path,
 ) -> None:

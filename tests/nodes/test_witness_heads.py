@@ -21,6 +21,7 @@ from contracts.merkle import leaf_hash
 from contracts.note import parse_note
 from contracts.witness import AddCheckpoint, witness_vkey
 from contracts.witness_policy import check_quorum, parse_policy
+from harness.boundary.wire import MeteredTransport, WireMeter
 from harness.custody.split_view import bound_holds, policy_text, rows_csv, run_rows
 from nodes.app import load_or_create_identity
 from nodes.cluster import HealthState, child_env, free_ports, probe_health, provnet_argv
@@ -169,6 +170,30 @@ async def test_w4_a_witness_that_is_down_costs_its_cosignature_not_the_commit(
     assert names == [witness_vkey(witnesses[i].node_id).name for i in (0, 2)]
 
 
+async def test_w4_an_origin_behind_a_metered_transport_still_gathers_cosignatures(
+    nodes: Nodes,
+) -> None:
+    # The boundary's meter wraps a node's transport; AddCheckpoint goes through it
+    # (counted) instead of the witnesses going unasked.
+    witnesses = await _witnesses(nodes, 2)
+    meter = WireMeter()
+    config = NodeConfig(
+        name="origin",
+        data_dir=nodes.root / "origin",
+        listen="origin.mem:1",
+        witnesses=tuple(w.config.listen for w in witnesses),
+    )
+    origin = await NodeCore.open(
+        config,
+        load_or_create_identity(config.data_dir),
+        transport=MeteredTransport(InMemoryTransport(registry=nodes.registry), meter, "origin"),
+    )
+    nodes.open.append(origin)
+    head, _ = await _compact(origin, "v1", 1)
+    assert len(parse_note(head).signatures) == 3  # the origin's and two witnesses'
+    assert meter.calls_by_node[("origin", "AddCheckpoint")] == 2
+
+
 async def test_w4_forged_cosignature_in_a_delivery_is_refused_naming_the_witness(
     nodes: Nodes,
 ) -> None:
@@ -274,8 +299,7 @@ async def test_w6_conflicting_heads_both_accepted_exactly_when_2q_le_n_plus_f(
 ) -> None:
     rows = await run_rows(((3, 2, 0), (3, 2, 1), (3, 3, 1), (3, 1, 0)), root=tmp_path)
     for row in rows:
-        assert row.bound_holds is bound_holds(row.n, row.q, row.f)
-        if row.bound_holds:
+        if bound_holds(row.n, row.q, row.f):
             assert row.conflicting_accepted == 0, row
             assert row.witness_evidence >= 1, row  # an honest witness saw both heads
         else:
