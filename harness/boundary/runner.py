@@ -424,8 +424,9 @@ async def _play_parallel(
         initargs=(ticks, runs, os.getpid()),
     ) as pool:
         # Forked workers are made at the first submission, all at once, before the
-        # pool's own thread: the queue's feeder thread is started only after them
-        # (no thread crosses the fork); SIGINT stays blocked until their initializer.
+        # pool's own thread; the run queue is filled only after them, so its feeder
+        # thread (and the lock it takes) does not exist yet when they fork. SIGINT
+        # stays blocked until their initializer.
         with ctrl_c_blocked():
             futures = [
                 loop.run_in_executor(
