@@ -49,6 +49,7 @@ import asyncio
 import gc
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -59,7 +60,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from harness._workers import exit_with_parent
+from harness._workers import ctrl_c_blocked, exit_with_parent
 from harness.boundary.choices import BOUNDARY_FAULTS, TransportKind
 from harness.boundary.links import Links, start_links
 from harness.boundary.play import Runner, RunPlayer
@@ -102,6 +103,7 @@ __all__ = [
     "run_boundary",
     "run_boundary_async",
     "slice_tasks",
+    "worker_start_method",
 ]
 
 
@@ -307,6 +309,11 @@ _WORKER_RUNS: Any = None
 
 def _worker_init(ticks: Any, runs: Any, parent: int) -> None:
     global _WORKER_TICKS, _WORKER_RUNS
+    # Ctrl-C as in a process of its own: a forked worker would keep the handler of
+    # the parent's event loop (which stops nothing here), and both kinds are born
+    # with SIGINT blocked (:func:`_play_parallel`).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     exit_with_parent(parent)  # a SIGKILLed parent leaves no worker playing on
     _WORKER_TICKS = ticks
     _WORKER_RUNS = runs
@@ -401,18 +408,14 @@ async def _play_parallel(
 
     workers = min(settings.workers, n_tasks)
     _seed_identities(root, [s.name for s in settings.specs()], workers)
-    # spawn, not fork: grpc's core does not survive a fork of a process that uses it
-    ctx = multiprocessing.get_context("spawn")
+    method = worker_start_method(settings.transport)
+    ctx = multiprocessing.get_context(method)
     ticks = ctx.Queue()
     # Runs are dealt out one at a time from a shared queue, longest first (the
     # most compactions: smallest cadence), so a worker that is slower (a loaded
     # core) takes fewer and the last runs to finish are short ones. A worker
     # stops at its stop mark (None, one each); results are put back in run order.
     runs = ctx.Queue()
-    for index in longest_first(cfg, settings):
-        runs.put(index)
-    for _ in range(workers):
-        runs.put(None)
     loop = asyncio.get_running_loop()
     with ProcessPoolExecutor(
         max_workers=workers,
@@ -420,19 +423,28 @@ async def _play_parallel(
         initializer=_worker_init,
         initargs=(ticks, runs, os.getpid()),
     ) as pool:
-        futures = [
-            loop.run_in_executor(
-                pool,
-                _worker_play,
-                cfg,
-                settings,
-                str(root / f"w{w}"),
-                str(evidence_dir) if evidence_dir is not None else None,
-                store_mode,
-                prewarm,
-            )
-            for w in range(workers)
-        ]
+        # Forked workers are made at the first submission, all at once, before the
+        # pool's own thread; the run queue is filled only after them, so its feeder
+        # thread (and the lock it takes) does not exist yet when they fork. SIGINT
+        # stays blocked until their initializer.
+        with ctrl_c_blocked():
+            futures = [
+                loop.run_in_executor(
+                    pool,
+                    _worker_play,
+                    cfg,
+                    settings,
+                    str(root / f"w{w}"),
+                    str(evidence_dir) if evidence_dir is not None else None,
+                    store_mode,
+                    prewarm,
+                )
+                for w in range(workers)
+            ]
+        for index in longest_first(cfg, settings):
+            runs.put(index)
+        for _ in range(workers):
+            runs.put(None)
         gathered = asyncio.gather(*futures)
         while not gathered.done():
             done = await asyncio.to_thread(_drain, ticks, 0.2)
@@ -447,6 +459,23 @@ async def _play_parallel(
     ticks.close()
     runs.close()
     return result
+
+
+def worker_start_method(transport: TransportKind) -> str:
+    """How worker processes start: forked from this process where it can be.
+
+    A forked worker starts with every module this process imported, at no
+    cost; a spawned one imports them again (the nodes, the contracts, the
+    crypto bindings), once per worker before its first run. In-process nodes
+    on the in-memory transport use no grpc, so nothing grpc made crosses the
+    fork; nodes on grpc (whose core does not survive a fork of a process that
+    used it) and platforms without fork are spawned.
+    """
+    import multiprocessing
+
+    if transport is TransportKind.MEMORY and "fork" in multiprocessing.get_all_start_methods():
+        return "fork"
+    return "spawn"
 
 
 def longest_first(cfg: ExperimentConfig, settings: BoundarySettings) -> list[int]:

@@ -1,11 +1,11 @@
 """A parent killed outright (SIGKILL) leaves no worker process behind.
 
-Real processes: ``provnet experiment boundary --full --workers 2`` (spawned
-workers) and ``provnet experiment run --workers 2`` (forked workers, with a
-long death-spiral run) are started, the test waits until their workers are
-playing (they have used CPU), SIGKILLs the parent and then expects every
-process it had started to be gone within a bounded wait. Without
-``harness._workers.exit_with_parent`` a spawned boundary worker plays its
+Real processes: ``provnet experiment boundary --full --workers 2`` (forked
+workers on the in-memory transport) and ``provnet experiment run --workers 2``
+(forked workers, with a long death-spiral run) are started, the test waits
+until their workers are playing (they have used CPU), SIGKILLs the parent and
+then expects every process it had started to be gone within a bounded wait.
+Without ``harness._workers.exit_with_parent`` a boundary worker plays its
 whole share of the matrix for nobody (tens of seconds), and a forked worker
 plays the run it holds to the end (it only stops when it next writes a
 result to the dead parent).
@@ -97,7 +97,7 @@ def reap() -> Iterator[_Reaper]:
         ["experiment", "boundary", "--full", "--workers", "2", "--no-progress"],
         ["experiment", "run", "--workers", "2", "--config", "long-spiral.yaml"],
     ],
-    ids=["boundary-spawn", "run-fork"],
+    ids=["boundary-fork", "run-fork"],
 )
 def test_workers_exit_when_their_parent_is_killed(
     command: list[str], tmp_path: Path, reap: _Reaper
