@@ -27,8 +27,8 @@ from contracts.evidence import equivocation_evidence, split_view_evidence
 from contracts.head_note import SignedHead
 from contracts.heads import FoldProof, HeadCache, verify_fold
 from contracts.serve import verify_delivery
-from contracts.signed import Signed, sign_statement, verify_parsed
-from contracts.statements import Commitment, DeliveryReceipt, Obligation
+from contracts.signed import Signed, StatementSigner, verify_parsed
+from contracts.statements import Commitment, DeliveryReceipt, Obligation, StatementKind
 from nodes import store as st
 from nodes.client import HeldFold
 from nodes.context import STATEMENT_CACHE, HeldValue, NodeContext, check_value_ref, held_fold, ms
@@ -87,6 +87,7 @@ class Holding:
         self.identity = ctx.identity
         self.store = ctx.store
         self.node_id = ctx.identity.node_id
+        self._receipts = StatementSigner(ctx.identity, StatementKind.DELIVERY_RECEIPT)
         #: Relay custody (``relay_custody_k``): the statements a forward carries.
         self.relay_custody: Callable[[HeldValue], Awaitable[tuple[bytes, ...]]] | None = None
         self._held: HeldValues[HeldValue] = HeldValues(
@@ -225,8 +226,7 @@ class Holding:
         )
         # For a head-form fold the obligation digest is the head digest: the
         # signed receipt acknowledges every head this node now holds verified.
-        receipt = sign_statement(
-            self.identity,
+        receipt = self._receipts.sign(
             DeliveryReceipt(
                 holder=self.node_id,
                 sender=sender,
@@ -242,7 +242,7 @@ class Holding:
             commitments=len(pairs),
             sender=sender[:16],
         )
-        return receipt.to_bytes()
+        return receipt
 
     async def _verify_head_folds(self, delivery: Delivery, now_ms: int) -> tuple[HeldFold, ...]:
         """Head form: each head's signature once (cached by digest), each fold proof hashed.
