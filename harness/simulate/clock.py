@@ -86,6 +86,11 @@ class _VirtualSelector(selectors.BaseSelector):
             # ``call_soon_threadsafe``, whose callback is queued already), so they
             # are looked at when the loop next runs out of ready callbacks
             return []
+        if timeout is not None and len(self._real.get_map()) <= 1:
+            # idle, and only the loop's self-pipe is registered (nothing for it to
+            # report: see above): straight to the next timer
+            loop.advance(timeout)
+            return []
         ready = self._real.select(0)
         if ready or timeout is None:
             if not ready and timeout is None:
