@@ -3,7 +3,8 @@
 Plays the default workload (one simulated hour for every agent: two runs of
 30 decisions per delegation, a think time of 15 s per delivery) at a small and a large N,
 each in its own child process (``provnet simulate --agents N``), and prints
-for both: wall seconds, peak RSS (the child's max RSS, and the peak of the
+for both: wall seconds, CPU seconds (user+sys of the child and its workers) and
+both per decision, peak RSS (the child's max RSS, and the peak of the
 sum over it and its worker processes, sampled every 0.5 s), cells,
 decisions, simulated hours, costs per decision and per agent-hour, wall per
 agent — so the per-agent cost can be read off the ratio, on the same machine
@@ -13,7 +14,9 @@ between the two sizes.
 With ``--growth N1 N2 …`` it instead plays one sweep over those N
 (``provnet simulate --agents N1 N2 … --seeds S --workers W``) and prints its
 ``growth.csv``: the fitted exponent of each cost per decision from the
-smallest to the largest N (the issue asks for 10² to 10⁴ agents).
+smallest to the largest N (the issue asks for 10² to 10⁴ agents), with the
+95% interval over the seeds' own slopes (``--seeds`` ≥ 2; the issue asks ≥ 5),
+and the sweep's wall and CPU seconds.
 
 Usage::
 
@@ -28,6 +31,7 @@ import argparse
 import csv
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -73,6 +77,7 @@ def _one(n: int, seeds: int, workers: int, out: Path) -> dict[str, float]:
     provnet = Path(sys.executable).with_name("provnet")
     cmd = [str(provnet), "simulate", "--agents", str(n), "--seeds", str(seeds)]
     cmd += ["--workers", str(workers), "--out", str(out), "--no-progress"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     peak_tree = 0
@@ -88,6 +93,9 @@ def _one(n: int, seeds: int, workers: int, out: Path) -> dict[str, float]:
     # max RSS from wait4 of this child alone (not of every child so far)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # user+sys of the child and every process it waited for (its workers)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     done.set()
     sampler.join()
     if os.waitstatus_to_exitcode(status) != 0:
@@ -100,6 +108,7 @@ def _one(n: int, seeds: int, workers: int, out: Path) -> dict[str, float]:
     result = {
         "agents": float(n),
         "wall_s": wall,
+        "cpu_s": cpu,
         "peak_rss_mib": usage.ru_maxrss / 1024.0,
         "peak_tree_rss_mib": peak_tree / 2**20,
         "cells": float(len(rows)),
@@ -108,6 +117,8 @@ def _one(n: int, seeds: int, workers: int, out: Path) -> dict[str, float]:
         "cell_hours": virtual / 3600.0,
         "proofs_against_honest": float(sum(int(r["proofs_honest"]) for r in rows)),
     }
+    result["cpu_ms_per_decision"] = 1000.0 * cpu / decisions if decisions else 0.0
+    result["wall_ms_per_decision"] = 1000.0 * wall / decisions if decisions else 0.0
     for c in COSTS:
         total = sum(int(r[c]) for r in rows)
         result[f"{c}_per_decision"] = total / decisions if decisions else 0.0
@@ -121,9 +132,13 @@ def _growth(sizes: list[int], seeds: int, workers: int) -> int:
         out = Path(tmp) / "sweep"
         cmd = [str(provnet), "simulate", "--agents", *map(str, sizes), "--seeds", str(seeds)]
         cmd += ["--workers", str(workers), "--out", str(out), "--no-progress"]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        print(f"sweep {sizes} x {seeds} seed(s): {time.perf_counter() - start:.1f} s wall")
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        print(f"sweep {sizes} x {seeds} seed(s): {wall:.1f} s wall, {cpu:.1f} s CPU")
         print((out / "growth.csv").read_text(encoding="utf-8"), end="")
     return 0
 

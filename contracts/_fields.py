@@ -144,7 +144,14 @@ def get_list(
         raise EncodingError(f"{kind}: field {key!r} must be a list, got {type(value).__name__}")
     if len(value) > max_len:
         raise EncodingError(f"{kind}: field {key!r} has {len(value)} items, limit {max_len}")
-    return tuple(item(v, f"{key}[{i}]") for i, v in enumerate(value))
+    try:
+        return tuple([item(v, key) for v in value])
+    except (EncodingError, ValueError, TypeError):
+        # read again naming each item by its index, so the error names the first
+        # one that fails (items are read without side effects)
+        for i, v in enumerate(value):
+            item(v, f"{key}[{i}]")
+        raise
 
 
 def get_opt(obj: dict[str, Any], key: str, read: Callable[[], T]) -> T | None:

@@ -259,8 +259,7 @@ class Envelope:
 
 def sign_envelope(identity: Identity, payload_type: str, payload: bytes) -> Envelope:
     """Sign ``payload`` (exact bytes) under ``payload_type`` with ``identity``."""
-    unsigned = Envelope(payload, payload_type, ())
-    sig = identity.sign(unsigned.pae())
+    sig = identity.sign(pae(payload_type, payload))
     return Envelope(payload, payload_type, (EnvelopeSignature(identity.node_id, sig),))
 
 

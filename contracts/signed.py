@@ -30,7 +30,7 @@ from contracts.batch import (
     receipt_payload,
 )
 from contracts.canonical import canonical_bytes, parse_json
-from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, sign_envelope
+from contracts.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeSigner, sign_envelope
 from contracts.errors import BindingMismatch, EncodingError
 from contracts.identity import Identity, PublicKey
 from contracts.statements import (
@@ -50,6 +50,7 @@ from contracts.statements import (
 __all__ = [
     "AnySigned",
     "Signed",
+    "StatementSigner",
     "open_any",
     "open_statement",
     "parse_statement",
@@ -134,6 +135,38 @@ def sign_statement(identity: Identity, statement: S) -> Signed[S]:
     binary = _BINARY.get(kind)
     payload = canonical_bytes(statement.to_json()) if binary is None else binary[1](statement)
     return Signed(sign_envelope(identity, _PAYLOAD_TYPES[kind], payload), statement)
+
+
+class StatementSigner:
+    """Signs statements of one kind with one identity straight to envelope bytes.
+
+    ``sign(statement)`` is ``sign_statement(identity, statement).to_bytes()`` (the
+    same bytes, the same one form and checks: pinned by a test), for a signer that
+    sends the bytes and keeps nothing else: the envelope's parts that do not
+    depend on the statement are written once (:class:`EnvelopeSigner`).
+    """
+
+    __slots__ = ("_binary", "_envelopes", "_kind", "_node_id")
+
+    def __init__(self, identity: Identity, kind: StatementKind) -> None:
+        self._kind = kind
+        self._node_id = identity.node_id
+        binary = _BINARY.get(kind)
+        self._binary = None if binary is None else binary[1]
+        self._envelopes = EnvelopeSigner(identity, _PAYLOAD_TYPES[kind])
+
+    def sign(self, statement: Statement) -> bytes:
+        kind = statement.KIND
+        if kind is not self._kind:
+            raise ValueError(f"{kind.value} given to a signer of {self._kind.value}")
+        if statement.signer != self._node_id:
+            raise ValueError(
+                f"{kind.value} names signer {statement.signer[:16]}…,"
+                f" not this identity {self._node_id[:16]}…"
+            )
+        binary = self._binary
+        payload = canonical_bytes(statement.to_json()) if binary is None else binary(statement)
+        return self._envelopes.sign(payload)
 
 
 def _as_envelope(data: bytes | Envelope | dict[str, Any], max_bytes: int) -> Envelope:

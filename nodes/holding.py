@@ -27,8 +27,8 @@ from contracts.evidence import equivocation_evidence, split_view_evidence
 from contracts.head_note import SignedHead
 from contracts.heads import FoldProof, HeadCache, verify_fold
 from contracts.serve import verify_delivery
-from contracts.signed import Signed, sign_statement, verify_parsed
-from contracts.statements import Commitment, DeliveryReceipt, Obligation
+from contracts.signed import Signed, StatementSigner, verify_parsed
+from contracts.statements import Commitment, DeliveryReceipt, Obligation, StatementKind
 from nodes import store as st
 from nodes.client import HeldFold
 from nodes.context import STATEMENT_CACHE, HeldValue, NodeContext, check_value_ref, held_fold, ms
@@ -87,6 +87,10 @@ class Holding:
         self.identity = ctx.identity
         self.store = ctx.store
         self.node_id = ctx.identity.node_id
+        self._receipts = StatementSigner(ctx.identity, StatementKind.DELIVERY_RECEIPT)
+        # the last value digested, and its digest: a relay digests what it received
+        # for its receipt, then the same bytes again to check the next one's receipt
+        self._last_digest: tuple[bytes | None, str] = (None, "")
         #: Relay custody (``relay_custody_k``): the statements a forward carries.
         self.relay_custody: Callable[[HeldValue], Awaitable[tuple[bytes, ...]]] | None = None
         self._held: HeldValues[HeldValue] = HeldValues(
@@ -106,6 +110,14 @@ class Holding:
         # named by key id after).
         self.heads = HeadCache()
         self._elision = HeadElision()
+
+    def _value_digest(self, value: bytes) -> str:
+        last = self._last_digest
+        if last[0] is value:
+            return last[1]
+        digest = sha256_hex(value)
+        self._last_digest = (value, digest)
+        return digest
 
     def __len__(self) -> int:
         """Values held."""
@@ -225,12 +237,11 @@ class Holding:
         )
         # For a head-form fold the obligation digest is the head digest: the
         # signed receipt acknowledges every head this node now holds verified.
-        receipt = sign_statement(
-            self.identity,
+        receipt = self._receipts.sign(
             DeliveryReceipt(
                 holder=self.node_id,
                 sender=sender,
-                value_digest=value_digest or sha256_hex(delivery.value),
+                value_digest=value_digest or self._value_digest(delivery.value),
                 commitments=tuple(f.commitment.digest for f in folds),
                 obligations=tuple(f.obligation.digest for f in folds),
                 received_at=ms(now),
@@ -242,7 +253,7 @@ class Holding:
             commitments=len(pairs),
             sender=sender[:16],
         )
-        return receipt.to_bytes()
+        return receipt
 
     async def _verify_head_folds(self, delivery: Delivery, now_ms: int) -> tuple[HeldFold, ...]:
         """Head form: each head's signature once (cached by digest), each fold proof hashed.
@@ -410,7 +421,7 @@ class Holding:
         r = receipt.statement
         if (
             r.sender != self.node_id
-            or r.value_digest != sha256_hex(held.delivery.value)
+            or r.value_digest != self._value_digest(held.delivery.value)
             or r.commitments != tuple(f.commitment.digest for f in held.folds)
             or r.obligations != tuple(f.obligation.digest for f in held.folds)
         ):

@@ -51,10 +51,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import secrets
 import sqlite3
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -187,6 +189,24 @@ class StoreMode(StrEnum):
 
     DURABLE = "durable"
     SCRATCH = "scratch"
+
+
+@functools.cache
+def _scratch_template() -> bytes:
+    """The bytes of a log file holding the schema (:data:`DDL`) and nothing else,
+    in WAL mode: what every new scratch log starts from."""
+    with tempfile.TemporaryDirectory(prefix="provnet-schema-") as tmp:
+        path = Path(tmp) / DB_FILENAME
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in DDL:
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()  # the last connection: its WAL is checkpointed into the file
+        return path.read_bytes()
 
 
 class FoldStatus(StrEnum):
@@ -584,6 +604,14 @@ class HopStore:
         path = directory / DB_FILENAME
         if origin is None and not path.exists():
             raise StoreUnavailable(f"open store {path}: no hop log here to open")
+        if mode is StoreMode.SCRATCH and not path.exists():
+            # a new scratch log starts as the empty schema's file, built once per
+            # process: the same tables and indexes its DDL makes, with no meta
+            # row yet (written below, as for a log created here)
+            try:
+                path.write_bytes(_scratch_template())
+            except OSError as exc:
+                raise StoreUnavailable(f"open store {path}: cannot create it: {exc}") from exc
         writer: Db | None = None
         reader: Db | None = None
         match mode:

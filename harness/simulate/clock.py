@@ -80,8 +80,19 @@ class _VirtualSelector(selectors.BaseSelector):
             # real work in a thread: wait for it for real, virtual time stands still
             wait = _THREAD_POLL_S if timeout is None else min(timeout, _THREAD_POLL_S)
             return self._real.select(wait)
+        if timeout is not None and timeout <= 0:
+            # callbacks are ready: with no thread's work pending, nothing but this
+            # thread writes to the loop's file descriptors (its self-pipe, woken by
+            # ``call_soon_threadsafe``, whose callback is queued already), so they
+            # are looked at when the loop next runs out of ready callbacks
+            return []
+        if timeout is not None and len(self._real.get_map()) <= 1:
+            # idle, and only the loop's self-pipe is registered (nothing for it to
+            # report: see above): straight to the next timer
+            loop.advance(timeout)
+            return []
         ready = self._real.select(0)
-        if ready or timeout is None or timeout <= 0:
+        if ready or timeout is None:
             if not ready and timeout is None:
                 # nothing scheduled at all: only another thread can wake the loop
                 return self._real.select(_THREAD_POLL_S)

@@ -50,7 +50,7 @@ from typing import TypeVar
 
 from nodes.attester import AttestationAnswer, AttestationAsk
 from nodes.messages import Answer, ChallengeResult, Delivery
-from nodes.transport import CallFailed, Transport
+from nodes.transport import CallFailed, Transport, _resume
 
 __all__ = ["Availability", "LinkModel", "SimNetwork", "address_name", "churn_schedule"]
 
@@ -179,6 +179,43 @@ def address_name(address: str) -> str:
     return address.split(".mem:", 1)[0]
 
 
+#: address -> node name, for the addresses seen (a cell's few nodes per process)
+_names: dict[str, str] = {}
+
+
+def _name(address: str) -> str:
+    name = _names[address] = address_name(address)
+    return name
+
+
+async def _leg(loop: asyncio.AbstractEventLoop, seconds: float, deadline: float) -> None:
+    """Sleep ``seconds`` (one leg of a call) unless the call's deadline comes first:
+    then wake at the deadline and raise :class:`TimeoutError`, as a timer at the
+    deadline would. A timer at the deadline fires in the loop pass that ends the
+    sleep whenever it is due within the loop's clock resolution of the sleep's end
+    (and a tie goes to the timer), so those count as the deadline's too."""
+    end = loop.time() + seconds
+    if deadline < end + _resolution(loop):
+        wake = loop.create_future()
+        handle = loop.call_at(deadline, _wake, wake)
+        try:
+            await wake
+        finally:
+            handle.cancel()
+        raise TimeoutError
+    await asyncio.sleep(seconds)
+
+
+def _resolution(loop: asyncio.AbstractEventLoop) -> float:
+    resolution: float = getattr(loop, "_clock_resolution", 0.0)
+    return resolution
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class _SimTransport:
     """One node's outgoing calls through the modelled network.
 
@@ -198,17 +235,30 @@ class _SimTransport:
         serve_plane: bool,
         call: Callable[[], Awaitable[_R]],
     ) -> _R:
+        # What ``async with asyncio.timeout(timeout)`` around the two legs and the
+        # call would do, with a timer armed only where the end is not known: a leg
+        # is a sleep of a drawn length, so whether the deadline falls inside it is
+        # decided when it is drawn (the task then wakes at the deadline itself, as
+        # the timer would wake it); only a call that suspends runs under a timer.
         net = self.net
-        dst = address_name(address)
+        dst = _names.get(address) or _name(address)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
-            async with asyncio.timeout(timeout):
-                await asyncio.sleep(net.one_way_s(self.node, dst))
-                if serve_plane and net.down(dst):
-                    net.churn_refusals[dst] = net.churn_refusals.get(dst, 0) + 1
-                    raise CallFailed("UNAVAILABLE", "no node listening (down)", address)
-                out = await call()
-                await asyncio.sleep(net.one_way_s(dst, self.node))
-                return out
+            await _leg(loop, net.one_way_s(self.node, dst), deadline)
+            if serve_plane and net.down(dst):
+                net.churn_refusals[dst] = net.churn_refusals.get(dst, 0) + 1
+                raise CallFailed("UNAVAILABLE", "no node listening (down)", address)
+            coro = call()
+            try:
+                first = coro.send(None)  # type: ignore[attr-defined]
+            except StopIteration as done:
+                out: _R = done.value
+            else:
+                async with asyncio.timeout_at(deadline):
+                    out = await _resume(coro, first)
+            await _leg(loop, net.one_way_s(dst, self.node), deadline)
+            return out
         except TimeoutError:
             raise CallFailed("DEADLINE_EXCEEDED", "deadline exceeded", address) from None
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from harness.simulate.run import AgentRow, CellRow, SimResult
 
-__all__ = ["COSTS", "confidence_interval", "loglog_slope", "write_outputs"]
+__all__ = ["COSTS", "confidence_interval", "growth_intervals", "loglog_slope", "write_outputs"]
 
 #: Costs reported per delegated decision.
 COSTS = ("rpcs", "bytes", "sign_ops", "verify_ops")
@@ -164,19 +164,23 @@ def write_outputs(result: SimResult, out: Path, *, figures: bool = True) -> list
         for n, name, mean, half, k in summary:
             w.writerow([n, name, _fmt(mean), _fmt(half), k])
     growth = _growth(summary, result.workload.agents)
+    spread = growth_intervals(result)
     growth_csv = out / "growth.csv"
     with growth_csv.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
-        w.writerow(["cost", "loglog_exponent", "agents"])
+        w.writerow(["cost", "loglog_exponent", "ci95_half_width", "seeds", "agents"])
         for cost, slope in growth:
-            w.writerow([cost, _fmt(slope), " ".join(str(n) for n in result.workload.agents)])
+            _, half, k = spread[cost]
+            w.writerow(
+                [cost, _fmt(slope), _fmt(half), k, " ".join(str(n) for n in result.workload.agents)]
+            )
     agents_csv = out / "agents.csv"
     with agents_csv.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow([f.name for f in fields(AgentRow)])
         w.writerows(astuple(a) for a in result.agents)
     md = out / "summary.md"
-    md.write_text(_markdown(result, summary, growth), encoding="utf-8")
+    md.write_text(_markdown(result, summary, growth, spread), encoding="utf-8")
     written = [cells, summary_csv, growth_csv, agents_csv, md]
     if figures:
         from harness.simulate.figures import write_figures
@@ -197,14 +201,43 @@ def _growth(
     ]
 
 
+def growth_intervals(result: SimResult) -> dict[str, tuple[float, float, int]]:
+    """Per cost: (mean, 95% half-width, seeds) of the per-seed growth exponent — the
+    log-log slope of each seed's cost per decision over the N it was played at
+    (seeds played at fewer than two N give none). Each seed's cells are drawn
+    independently, so the seeds' slopes are independent replicates of the exponent."""
+    by: dict[tuple[int, int], list[CellRow]] = {}
+    for r in result.rows:
+        by.setdefault((r.agents_total, r.seed), []).append(r)
+    sizes = sorted(set(result.workload.agents))
+    slopes: dict[str, list[float]] = {c: [] for c in COSTS}
+    for seed in result.workload.seeds:
+        per_n = [(n, _per_seed(by[(n, seed)], [])) for n in sizes if (n, seed) in by]
+        if len(per_n) < 2:
+            continue
+        for c in COSTS:
+            key = f"{c}_per_decision"
+            points = [(n, d[key]) for n, d in per_n if d.get(key, 0.0) > 0]
+            if len(points) >= 2:
+                slopes[c].append(loglog_slope([n for n, _ in points], [v for _, v in points]))
+    out: dict[str, tuple[float, float, int]] = {}
+    for c, values in slopes.items():
+        mean, half = confidence_interval(values) if values else (math.nan, math.nan)
+        out[c] = (mean, half, len(values))
+    return out
+
+
 def _markdown(
     result: SimResult,
     summary: Sequence[tuple[int, str, float, float, int]],
     growth: Sequence[tuple[str, float]],
+    spread: dict[str, tuple[float, float, int]],
 ) -> str:
     w = result.workload
     rows = result.rows
     honest_proofs = sum(r.proofs_honest for r in rows)
+    forged = sum(r.forgeries for r in rows)
+    rejected = sum(r.forgeries_rejected for r in rows)
     lines = [
         "# Simulation summary",
         "",
@@ -222,10 +255,10 @@ def _markdown(
         "Witness-confirmed suspicions against faithful nodes:"
         f" {sum(r.suspicions_honest for r in rows)};"
         f" unconfirmed unanswered rehydrations of faithful origins: "
-        f"{sum(r.unconfirmed_honest for r in rows)} (churn: an origin that was down).",
-        f"Records the liars filed: {sum(r.forgeries for r in rows)}, of which a verifier"
-        f" rejected {sum(r.forgeries_rejected for r in rows)}; the rest are suspicions"
-        " (counted above), never proofs.",
+        f"{sum(r.unconfirmed_honest for r in rows)}.",
+        f"Records the liars filed: {forged}, of which a verifier rejected {rejected};"
+        f" accepted: {forged - rejected} (each counted above, as a proof or a suspicion"
+        " against a faithful node).",
         "",
         "## Per N (mean over seeds, ± 95% CI half-width)",
         "",
@@ -238,11 +271,12 @@ def _markdown(
             "",
             "## Growth with N",
             "",
-            "Slope of log(cost per decision) on log N; 0 means no growth.",
+            "Slope of log(cost per decision) on log N (through the means over seeds);"
+            " 0 means no growth. ± 95%: Student's t over the seeds' own slopes.",
             "",
-            "| cost | exponent |",
-            "|---|---:|",
-            *(f"| {c} | {_fmt(s)} |" for c, s in growth),
+            "| cost | exponent | ± 95% | seeds |",
+            "|---|---:|---:|---:|",
+            *(f"| {c} | {_fmt(s)} | {_fmt(spread[c][1])} | {spread[c][2]} |" for c, s in growth),
         ]
     lines += [
         "",
