@@ -127,14 +127,20 @@ def sign_statement(identity: Identity, statement: S) -> Signed[S]:
     """Sign ``statement`` with ``identity``, which must be its signer, in its kind's
     one form (a demand or receipt: for the one fold it names, :mod:`contracts.batch`)."""
     kind = statement.KIND
-    if statement.signer != identity.node_id:
+    payload = _payload(statement, identity.node_id)
+    return Signed(sign_envelope(identity, _PAYLOAD_TYPES[kind], payload), statement)
+
+
+def _payload(statement: Statement, node_id: str) -> bytes:
+    """``statement``'s one signed form, after checking ``node_id`` is its signer."""
+    kind = statement.KIND
+    if statement.signer != node_id:
         raise ValueError(
             f"{kind.value} names signer {statement.signer[:16]}…,"
-            f" not this identity {identity.node_id[:16]}…"
+            f" not this identity {node_id[:16]}…"
         )
     binary = _BINARY.get(kind)
-    payload = canonical_bytes(statement.to_json()) if binary is None else binary[1](statement)
-    return Signed(sign_envelope(identity, _PAYLOAD_TYPES[kind], payload), statement)
+    return canonical_bytes(statement.to_json()) if binary is None else binary[1](statement)
 
 
 class StatementSigner:
@@ -146,27 +152,18 @@ class StatementSigner:
     depend on the statement are written once (:class:`EnvelopeSigner`).
     """
 
-    __slots__ = ("_binary", "_envelopes", "_kind", "_node_id")
+    __slots__ = ("_envelopes", "_kind", "_node_id")
 
     def __init__(self, identity: Identity, kind: StatementKind) -> None:
         self._kind = kind
         self._node_id = identity.node_id
-        binary = _BINARY.get(kind)
-        self._binary = None if binary is None else binary[1]
         self._envelopes = EnvelopeSigner(identity, _PAYLOAD_TYPES[kind])
 
     def sign(self, statement: Statement) -> bytes:
         kind = statement.KIND
         if kind is not self._kind:
             raise ValueError(f"{kind.value} given to a signer of {self._kind.value}")
-        if statement.signer != self._node_id:
-            raise ValueError(
-                f"{kind.value} names signer {statement.signer[:16]}…,"
-                f" not this identity {self._node_id[:16]}…"
-            )
-        binary = self._binary
-        payload = canonical_bytes(statement.to_json()) if binary is None else binary(statement)
-        return self._envelopes.sign(payload)
+        return self._envelopes.sign(_payload(statement, self._node_id))
 
 
 def _as_envelope(data: bytes | Envelope | dict[str, Any], max_bytes: int) -> Envelope:

@@ -900,21 +900,9 @@ def deliver_request_size(delivery: Delivery) -> int:
     re-delivers the same statements, and both the sender's size check and its
     meter size each delivery (the cost of building the message instead:
     docs/measurements/2026-12-02-fast-twins.md). The outer length prefix is
-    recomputed for the full inner size. The last delivery sized is remembered
-    (by identity: a delivery is immutable), as a metered sender and the
-    in-process receiver size the same one in turn.
+    recomputed for the full inner size.
     """
-    global _last_sized
-    last = _last_sized  # one read: the pair is replaced whole, never changed
-    if last[0] is delivery:
-        return last[1]
-    size = _deliver_request_size(delivery)
-    _last_sized = (delivery, size)
-    return size
-
-
-#: the last delivery :func:`deliver_request_size` sized, and its size
-_last_sized: tuple[Delivery | None, int] = (None, 0)
+    return _deliver_request_size(delivery)
 
 
 def _field_size(n: int) -> int:
