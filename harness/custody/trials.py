@@ -44,6 +44,7 @@ from harness.boundary.choices import Role
 from harness.boundary.topology import NodeHandle, NodeSpec, RunClock, _start_one
 from harness.boundary.wire import WireMeter, hop_from_served
 from harness.custody.settings import CellResult, CustodyError, CustodySettings, Departures
+from harness.custody.stats import GOAL_HALF_WIDTH, more_trials
 from harness.events import Hop
 from harness.gates import GATES, GateClass, GateView, Mode, evaluate
 from harness.gates import Decision as GateDecision
@@ -57,7 +58,7 @@ from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationRe
 from nodes.store import StoreMode
 from nodes.transport import LocalNode
 
-__all__ = ["LINEAGE_GATES", "TrialPool", "run_cells"]
+__all__ = ["LINEAGE_GATES", "TrialPool", "cell_goal", "run_cells"]
 
 #: The gates that need the folded hops (rehydrate mode): the lineage gates.
 LINEAGE_GATES = tuple(
@@ -151,7 +152,6 @@ class TrialPool:
         #: node id → party, for every party ever started (evidence names ids)
         self.by_id: dict[str, _Party] = {}
         self._groups: dict[int, list[_Group]] = {}
-        self._cell: CellResult | None = None
         self._live: list[NodeHandle] = []
 
     async def _start(self, name: str, role: Role) -> NodeHandle:
@@ -429,7 +429,6 @@ class TrialPool:
         tick: Callable[[int], None] | None = None,
     ) -> None:
         """Play ``trials`` trials of ``cell``, ``batch`` at a time."""
-        self._cell = cell
         started = time.perf_counter()
         done = 0
         with self.meter.tagged(("custody", f"{cell.mode.value}-k{cell.k}-p{cell.p}")):
@@ -463,7 +462,22 @@ class TrialPool:
                 if tick is not None:
                     tick(n)
         cell.seconds += time.perf_counter() - started
-        self._cell = None
+
+    async def play_to_goal(
+        self,
+        cell: CellResult,
+        planned: int,
+        rng: random.Random,
+        tick: Callable[[int], None] | None = None,
+        *,
+        goal: float | None = GOAL_HALF_WIDTH,
+    ) -> None:
+        """Play the ``planned`` trials of ``cell``, then (``goal`` not None) top it up
+        from the same draws until its Wilson interval is within ``goal`` on either
+        side (:func:`~harness.custody.stats.more_trials`)."""
+        await self.play_cell(cell, planned, rng, tick)
+        while goal is not None and (extra := more_trials(cell.available, cell.trials, goal)):
+            await self.play_cell(cell, extra, rng, tick)
 
 
 def _place(g: _Group) -> None:
@@ -501,7 +515,8 @@ async def run_cells(
     tick: Callable[[int], None] | None = None,
     node_dir: Path | None = None,
 ) -> None:
-    """Play every (cell, trials) on one pool of nodes (closed whatever happens)."""
+    """Play every (cell, trials) on one pool of nodes (closed whatever happens); with
+    trials planned (``settings.trials`` 0) each cell is topped up to the goal."""
     from harness.boundary.runner import _scratch_root
 
     root = str(node_dir) if node_dir is not None else _scratch_root()
@@ -511,6 +526,12 @@ async def run_cells(
             await pool.open()
             for i, (cell, trials) in enumerate(cells):
                 rng = random.Random(f"{settings.seed}:{cell.mode.value}:{cell.k}:{cell.p}:{i}")
-                await pool.play_cell(cell, trials, rng, tick)
+                await pool.play_to_goal(cell, trials, rng, tick, goal=cell_goal(settings))
         finally:
             await pool.close()
+
+
+def cell_goal(settings: CustodySettings) -> float | None:
+    """The half-width cells are topped up to: the goal when trials are planned, none
+    when the settings fix the count."""
+    return None if settings.trials else GOAL_HALF_WIDTH

@@ -10,6 +10,8 @@ import asyncio
 import csv
 import json
 import math
+import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,13 +20,16 @@ from harness.cli import main
 from harness.custody.runner import plan_cells
 from harness.custody.settings import CellResult, CustodySettings, Departures
 from harness.custody.stats import (
+    GOAL_HALF_WIDTH,
     PLANNED_HALF_WIDTH,
     closed_form,
     closed_form_random_placement,
+    half_width,
+    more_trials,
     trials_for,
     wilson,
 )
-from harness.custody.trials import run_cells
+from harness.custody.trials import TrialPool, run_cells
 
 # --------------------------------------------------------------------------- statistics
 
@@ -69,7 +74,50 @@ def test_full_plan_meets_the_goal_at_every_cell() -> None:
         assert (hi - lo) / 2 <= 0.02, (cell.k, cell.p, n)
 
 
+def test_a_cell_measured_below_its_closed_form_is_topped_up_to_the_goal() -> None:
+    # The two cells the plan alone left wide: 157 of 159 (±2.06) and 158 of 160 (±2.04).
+    assert half_width(157, 159) > GOAL_HALF_WIDTH
+    assert more_trials(157, 159) > 0
+    assert more_trials(158, 160) > 0
+    # within the goal: nothing to add
+    assert more_trials(1_500, 1_896) == 0
+    # A cell whose true availability (98.5%) is below its closed form (99.2%, planned
+    # from): the plan alone ends wider than the goal; topped up, within it.
+    draws = random.Random(7)
+    n = trials_for(closed_form(2, 0.2))
+    successes = sum(draws.random() < 0.985 for _ in range(n))
+    assert half_width(successes, n) > GOAL_HALF_WIDTH
+    rounds = 0
+    while extra := more_trials(successes, n):
+        successes += sum(draws.random() < 0.985 for _ in range(extra))
+        n += extra
+        rounds += 1
+    assert rounds >= 1
+    assert half_width(successes, n) <= GOAL_HALF_WIDTH
+
+
 # --------------------------------------------------------------------------- trials on nodes
+
+
+def test_play_to_goal_tops_a_cell_up_on_real_nodes_the_same_way_per_seed() -> None:
+    # A coarse goal (±25 pp) so the top-up stays a few dozen trials.
+    async def play() -> CellResult:
+        settings = CustodySettings(ks=(0,), ps=(0.5,), batch=16, trials=0)
+        cell = CellResult(Departures.INDEPENDENT, 0, 0.5, closed_form(0, 0.5))
+        with tempfile.TemporaryDirectory() as tmp:
+            pool = TrialPool(settings, Path(tmp))
+            try:
+                await pool.open()
+                await pool.play_to_goal(cell, 4, random.Random("goal"), goal=0.25)
+            finally:
+                await pool.close()
+        return cell
+
+    cell = asyncio.run(play())
+    assert cell.trials > 4
+    assert half_width(cell.available, cell.trials) <= 0.25
+    again = asyncio.run(play())
+    assert (again.trials, again.available) == (cell.trials, cell.available)
 
 
 def _play(settings: CustodySettings, k: int, p: float, trials: int) -> CellResult:
