@@ -268,6 +268,38 @@ def test_results_at_0_and_100_percent_write_their_figures(tmp_path: Path) -> Non
     assert (tmp_path / "custody_availability.png").stat().st_size > 0
 
 
+def test_departure_modes_side_by_side_in_summary_and_figure(tmp_path: Path) -> None:
+    """Cells played under several departure modes get one row per (k, p) with a column
+    per mode, and a figure; a (k, p) played under one mode only gets no row."""
+    from harness.custody.report import MODES_PNG, write_results
+
+    settings = CustodySettings(ks=(1, 2), ps=(0.5,), departures=tuple(Departures))
+    cells = [
+        CellResult(Departures.INDEPENDENT, 1, 0.5, 0.75, trials=1_800, available=1_361),
+        CellResult(Departures.OPERATOR, 1, 0.5, 0.6875, trials=2_100, available=1_440),
+        CellResult(Departures.OPERATOR_PLACED, 1, 0.5, 0.75, trials=1_800, available=1_350),
+        CellResult(Departures.OPERATOR, 2, 0.5, 0.78, trials=1_600, available=1_250),
+    ]
+    write_results(tmp_path, settings, cells, wall_seconds=0.0, where="test")
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Departure modes side by side" in summary
+    (row,) = [line for line in summary.splitlines() if line.startswith("| 1 | 0.5 | 75.6%")]
+    assert row.count(" vs ") == 3
+    assert "68.6% (" in row  # 1,440 of 2,100
+    assert "75.0% (" in row  # 1,350 of 1,800
+    lines = summary.splitlines()
+    assert not any(line.startswith("| 2 | 0.5 | ") and " vs " in line for line in lines)
+    assert (tmp_path / MODES_PNG).stat().st_size > 0
+    meta = json.loads((tmp_path / "custody_meta.json").read_text())
+    assert MODES_PNG in meta["files"]
+    # one mode only: no section, no figure
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    write_results(alone, settings, cells[:1], wall_seconds=0.0, where="test")
+    assert "side by side" not in (alone / "summary.md").read_text()
+    assert not (alone / MODES_PNG).exists()
+
+
 def test_split_view_rows_land_in_csv_and_summary(tmp_path: Path) -> None:
     """The witness-quorum rows next to the availability cells: 0 conflicting heads
     accepted where 2q > n + f, both accepted where not (the bound is tight)."""
