@@ -306,22 +306,68 @@ def write_results(
     if death_spiral:
         _write_csv(
             out / DEATH_SPIRAL_CSV,
-            ("k", "rehydrated", "attestations_issued", "proof_verifies", "detail"),
-            [[d.k, int(d.rehydrated), d.issued, int(d.proof_ok), d.detail] for d in death_spiral],
+            (
+                "k",
+                "rehydrated",
+                "served_by",
+                "attestations_issued",
+                "reconstruction_before",
+                "reconstruction_after",
+                "reconstruction_gates_blocking_before",
+                "reconstruction_gates_blocking_after",
+                "reconstruction_gates",
+                "attest_verify_exit",
+                "attest_verify_untrusted_exit",
+                "detail",
+            ),
+            [
+                [
+                    d.k,
+                    int(d.rehydrated),
+                    d.served_by,
+                    d.issued,
+                    d.reconstruction_before,
+                    d.reconstruction_after,
+                    d.blocking_before,
+                    d.blocking_after,
+                    d.gates,
+                    d.verify_exit,
+                    d.verify_untrusted_exit,
+                    d.detail,
+                ]
+                for d in death_spiral
+            ],
         )
         names.append(DEATH_SPIRAL_CSV)
+        for d in death_spiral:
+            if d.bundle:
+                name = f"death_spiral_k{d.k}.attestation.json"
+                (out / name).write_bytes(d.bundle)
+                names.append(name)
         lines += [
             "## Death spiral: the origin is gone",
             "",
-            "The holder asks an attester to restore reconstruction (Attest.Restore) after"
-            " the origin departed for good, from the custodian's fold when the value"
-            " carries one.",
+            "The value's reconstruction has decayed below the attest policy's"
+            " `restore_below` and the reconstruction-coupled gates block; the origin then"
+            " departs for good. The holder restores as Part 6 does (Attest.Restore: a full"
+            " verified rehydration, from the value's custodians in order, then the"
+            " attester's signature), applies what comes back under the attest experiment's"
+            " default trust policy, and decides again. The accepted attestation is"
+            " `death_spiral_k<k>.attestation.json`, checked with `provnet attest verify`:"
+            " under that policy, and under the default verify policy (no attester trusted).",
             "",
-            "| k | rehydrated | attestations issued | proof verifies (origin's fold) |",
-            "|---|---|---|---|",
+            "| k | rehydrated (served by) | attestations issued | reconstruction |"
+            " reconstruction gates blocking | attest verify (policy / no attester trusted) |",
+            "|---|---|---|---|---|---|",
             *(
-                f"| {d.k} | {'yes' if d.rehydrated else 'no'} | {d.issued} |"
-                f" {'yes' if d.proof_ok else 'no'} |"
+                f"| {d.k} | {'yes' if d.rehydrated else 'no'} ({d.served_by}) | {d.issued} |"
+                f" {d.reconstruction_before:g} → {d.reconstruction_after:g} |"
+                f" {d.blocking_before} → {d.blocking_after} of {d.gates} |"
+                + (
+                    f" exit {d.verify_exit} / exit {d.verify_untrusted_exit} |"
+                    if d.bundle
+                    else f" nothing to verify ({d.detail}) |"
+                )
                 for d in death_spiral
             ),
             "",

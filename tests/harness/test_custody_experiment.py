@@ -245,9 +245,23 @@ def test_death_spiral_row_restores_from_the_custodian_only() -> None:
     from harness.custody.death_spiral import play_death_spiral
 
     none, one = asyncio.run(play_death_spiral((0, 1)))
-    assert (none.rehydrated, none.issued, none.proof_ok) == (False, 0, False)
+    assert (none.rehydrated, none.issued, none.served_by) == (False, 0, "nobody")
     assert "UNAVAILABLE" in none.detail  # the origin's endpoint answers nothing
-    assert (one.rehydrated, one.issued, one.proof_ok) == (True, 1, True)
+    # without custodians the spiral holds: reconstruction stays, its gates block
+    assert (none.reconstruction_before, none.reconstruction_after) == (0.3, 0.3)
+    assert none.blocking_before == none.blocking_after == none.gates > 0
+    assert none.bundle == b""
+    assert (one.rehydrated, one.issued, one.served_by) == (True, 1, "custodian 1 of 1")
+    # raised on the attester's authority (the trust policy), and the gates proceed
+    assert (one.reconstruction_before, one.reconstruction_after) == (0.3, 1.0)
+    assert (one.blocking_before, one.blocking_after) == (one.gates, 0)
+    # provnet attest verify: VALID under the policy, INVALID when no attester is trusted
+    assert one.verify_exit == 0
+    assert one.detail.startswith("VALID attestation")
+    assert one.verify_untrusted_exit == 1
+    bundle = json.loads(one.bundle)
+    assert bundle["type"] == "attestation-bundle"
+    assert bundle["value_ref"] == "death-spiral/v0"
 
 
 def test_results_at_0_and_100_percent_write_their_figures(tmp_path: Path) -> None:
