@@ -126,15 +126,25 @@ def _blocking(view: GateView) -> int:
 
 
 def _verify(bundle: Path, policy: Path | None, attester_id: str) -> tuple[int, str]:
-    """``provnet attest verify`` on ``bundle`` (exit code, first line printed)."""
-    from harness.cli import main
+    """``provnet attest verify`` on ``bundle``, parsed and handled as the command line
+    does (exit code, first line printed; 2 for a usage error)."""
+    import argparse
 
+    from harness.attest.cli import register
+    from harness.cli_errors import UsageError
+
+    parser = argparse.ArgumentParser(prog="provnet")
+    register(parser.add_subparsers(dest="command"))
     argv = ["attest", "verify", str(bundle)]
     if policy is not None:
         argv += ["--policy", str(policy), "--node", f"{_ATTESTER}={attester_id}"]
+    args = parser.parse_args(argv)
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        rc = main(argv)
+    try:
+        with contextlib.redirect_stdout(out):
+            rc = int(args.handler(args))
+    except UsageError as exc:
+        return 2, str(exc)
     return rc, (out.getvalue().splitlines() or [""])[0]
 
 
