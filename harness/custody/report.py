@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.boundary.report import percentile
 from harness.custody.settings import CellResult, CustodySettings, Departures
 from harness.custody.stats import GOAL_HALF_WIDTH, closed_form
 
@@ -67,11 +68,7 @@ def _pct(x: float) -> str:
 
 
 def _ms(values: Sequence[float], q: int) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return 1000 * ordered[idx]
+    return 1000 * percentile(values, q)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from contracts.canonical import sha256_hex
 from contracts.errors import ContractError
 from contracts.hops import parse_hop
 from harness.boundary.choices import Role
+from harness.boundary.play import FetchedLog
 from harness.boundary.topology import NodeHandle, NodeSpec, RunClock, _start_one
 from harness.boundary.wire import WireMeter, hop_from_served
 from harness.custody.settings import CellResult, CustodyError, CustodySettings, Departures
@@ -48,7 +49,7 @@ from harness.custody.stats import GOAL_HALF_WIDTH, more_trials
 from harness.events import Hop
 from harness.gates import GATES, GateClass, GateView, Mode, evaluate
 from harness.gates import Decision as GateDecision
-from harness.lineage import FoldedPrefix, HopLog, hop_bytes
+from harness.lineage import FoldedPrefix, hop_bytes
 from nodes import wire
 from nodes.client import Holder
 from nodes.config import Peer
@@ -124,16 +125,6 @@ def _view(hops: list[Hop]) -> GateView:
         tuple(h.hop_id for h in hops),
     )
     return GateView((1.0,) * 5, frozenset(), (), folded, True)
-
-
-class _Log(HopLog):
-    __slots__ = ()
-
-    def __contains__(self, hop_id: object) -> bool:
-        return str(hop_id) in self._hops
-
-    def covers(self, hop_ids: tuple[str, ...]) -> bool:
-        return self._hops.keys() >= set(hop_ids)
 
 
 class TrialPool:
@@ -329,9 +320,9 @@ class TrialPool:
         custody = statements_for(committed.custody, proof)
         cell.custodians_taken += len(custody)
         view = _view(hops)
-        log = _Log()
+        log = FetchedLog()
         for h in hops:
-            log.append(h)
+            log.add(h, hop_bytes(h))
         oracle = [evaluate(gate, view, Mode.REHYDRATE, log).proceed for gate in LINEAGE_GATES]
         delivery = Delivery(
             value_ref,
@@ -403,8 +394,8 @@ class TrialPool:
             cell.oracle_proceed += want
             cell.flips += got != want
 
-    def _verified(self, served: tuple[Any, ...]) -> _Log | None:
-        log = _Log()
+    def _verified(self, served: tuple[Any, ...]) -> FetchedLog | None:
+        log = FetchedLog()
         for h in served:
             try:
                 fields = parse_hop(h.hop, origin=h.origin)
@@ -413,8 +404,7 @@ class TrialPool:
                 hop = hop_from_served(fields, f"hop {h.leaf_index}")
             except (ContractError, ValueError):
                 return None
-            if hop.hop_id not in log:
-                log.append(hop)
+            log.add(hop, hop_bytes(hop))  # a hop served twice is kept once
         return log
 
     async def _on_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
