@@ -591,8 +591,8 @@ class RunPlayer:
             costs.failed_rehydrations += 1
         return fetched
 
-    def _verified_log(self, report: RehydrationReport) -> _FetchedLog | None:
-        log = _FetchedLog()
+    def _verified_log(self, report: RehydrationReport) -> FetchedLog | None:
+        log = FetchedLog()
         parsed = self.parsed
         add = log.add
         for h in report.hops:
@@ -616,7 +616,7 @@ class RunPlayer:
 _PARSED_HOPS = 65_536
 
 
-class _FetchedLog(HopLog):
+class FetchedLog(HopLog):
     """Hops the holder received and verified, as a hop log its gates can read."""
 
     __slots__ = ()

@@ -277,7 +277,11 @@ def _handler(args: argparse.Namespace) -> int:
             )
         for d in outcome.death_spiral:
             print(
-                f"  death spiral, origin gone, k={d.k}: rehydrated {d.rehydrated},"
-                f" attestations issued {d.issued}, proof verifies {d.proof_ok}"
+                f"  death spiral, origin gone, k={d.k}: rehydrated {d.rehydrated}"
+                f" ({d.served_by}), attestations issued {d.issued}, reconstruction"
+                f" {d.reconstruction_before:g} -> {d.reconstruction_after:g}, gates blocking"
+                f" {d.blocking_before} -> {d.blocking_after} of {d.gates},"
+                f" attest verify exit {d.verify_exit} (no attester trusted:"
+                f" {d.verify_untrusted_exit})"
             )
     return 0

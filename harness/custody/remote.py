@@ -36,7 +36,7 @@ from typing import Any
 
 from harness.cli_errors import RunFailed, UsageError
 from harness.custody.settings import CustodyError, CustodySettings
-from harness.custody.trials import TrialPool, _fields
+from harness.custody.trials import TrialPool, _fields, cell_goal
 from harness.events import Hop
 from nodes.messages import CommittedCompaction, Delivery, RehydrationReport
 from nodes.transport import CallFailed
@@ -294,7 +294,7 @@ async def _play_remote(
         await pool.open()
         for i, (cell, trials) in enumerate(cells):
             rng = random.Random(f"{settings.seed}:{cell.mode.value}:{cell.k}:{cell.p}:{i}")
-            await pool.play_cell(cell, trials, rng, tick)
+            await pool.play_to_goal(cell, trials, rng, tick, goal=cell_goal(settings))
     finally:
         await pool.close()
 
@@ -333,7 +333,7 @@ def run_on_running(args: argparse.Namespace, settings: CustodySettings) -> int:
     from harness.boundary.cli import _cluster_members, _members
     from harness.cli_common import prepare_out
     from harness.custody.report import cost_line, print_outcome, write_results
-    from harness.custody.runner import plan_cells
+    from harness.custody.runner import growing_tick, plan_cells
     from harness.runner import progress_disabled
     from nodes.auth import operator_credentials
     from nodes.config import LogFormat
@@ -373,7 +373,7 @@ def run_on_running(args: argparse.Namespace, settings: CustodySettings) -> int:
         try:
             with tempfile.TemporaryDirectory(prefix="provnet-custody-", dir=base) as tmp:
                 asyncio.run(
-                    _play_remote(settings, plan, members, credentials, Path(tmp), bar.update)
+                    _play_remote(settings, plan, members, credentials, Path(tmp), growing_tick(bar))
                 )
         except CustodyError as exc:
             raise UsageError(str(exc)) from None

@@ -11,7 +11,11 @@
   the full lineage, RPCs and signatures per compaction, commit latency and
   what custody added to it;
 - ``custody_availability.png`` — availability vs p per k, closed-form lines,
-  one panel per departure mode; ``custody_price.png`` — price vs k;
+  one panel per departure mode; ``custody_modes.png`` — where cells were
+  played under more than one departure mode, availability vs k per mode side by
+  side (independent, operators departing with placement ignoring them, one
+  custodian per operator) with each mode's closed form; ``custody_price.png`` —
+  price vs k;
 - ``custody_meta.json`` — settings, wall time, SHA-256 of every file.
 """
 
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.boundary.report import percentile
 from harness.custody.settings import CellResult, CustodySettings, Departures
 from harness.custody.stats import GOAL_HALF_WIDTH, closed_form
 
@@ -44,6 +49,7 @@ EVIDENCE_CSV = "custody_evidence.csv"
 PRICE_CSV = "custody_price.csv"
 META_JSON = "custody_meta.json"
 AVAILABILITY_PNG = "custody_availability.png"
+MODES_PNG = "custody_modes.png"
 PRICE_PNG = "custody_price.png"
 SPLIT_VIEW_CSV = "custody_split_view.csv"
 DEATH_SPIRAL_CSV = "custody_death_spiral.csv"
@@ -62,11 +68,7 @@ def _pct(x: float) -> str:
 
 
 def _ms(values: Sequence[float], q: int) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return 1000 * ordered[idx]
+    return 1000 * percentile(values, q)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +220,6 @@ def write_results(
     *,
     wall_seconds: float,
     where: str,
-    extra_meta: dict[str, Any] | None = None,
     split_view: Sequence[Any] = (),
     death_spiral: Sequence[Any] = (),
 ) -> None:
@@ -302,22 +303,68 @@ def write_results(
     if death_spiral:
         _write_csv(
             out / DEATH_SPIRAL_CSV,
-            ("k", "rehydrated", "attestations_issued", "proof_verifies", "detail"),
-            [[d.k, int(d.rehydrated), d.issued, int(d.proof_ok), d.detail] for d in death_spiral],
+            (
+                "k",
+                "rehydrated",
+                "served_by",
+                "attestations_issued",
+                "reconstruction_before",
+                "reconstruction_after",
+                "reconstruction_gates_blocking_before",
+                "reconstruction_gates_blocking_after",
+                "reconstruction_gates",
+                "attest_verify_exit",
+                "attest_verify_untrusted_exit",
+                "detail",
+            ),
+            [
+                [
+                    d.k,
+                    int(d.rehydrated),
+                    d.served_by,
+                    d.issued,
+                    d.reconstruction_before,
+                    d.reconstruction_after,
+                    d.blocking_before,
+                    d.blocking_after,
+                    d.gates,
+                    d.verify_exit,
+                    d.verify_untrusted_exit,
+                    d.detail,
+                ]
+                for d in death_spiral
+            ],
         )
         names.append(DEATH_SPIRAL_CSV)
+        for d in death_spiral:
+            if d.bundle:
+                name = f"death_spiral_k{d.k}.attestation.json"
+                (out / name).write_bytes(d.bundle)
+                names.append(name)
         lines += [
             "## Death spiral: the origin is gone",
             "",
-            "The holder asks an attester to restore reconstruction (Attest.Restore) after"
-            " the origin departed for good, from the custodian's fold when the value"
-            " carries one.",
+            "The value's reconstruction has decayed below the attest policy's"
+            " `restore_below` and the reconstruction-coupled gates block; the origin then"
+            " departs for good. The holder restores as Part 6 does (Attest.Restore: a full"
+            " verified rehydration, from the value's custodians in order, then the"
+            " attester's signature), applies what comes back under the attest experiment's"
+            " default trust policy, and decides again. The accepted attestation is"
+            " `death_spiral_k<k>.attestation.json`, checked with `provnet attest verify`:"
+            " under that policy, and under the default verify policy (no attester trusted).",
             "",
-            "| k | rehydrated | attestations issued | proof verifies (origin's fold) |",
-            "|---|---|---|---|",
+            "| k | rehydrated (served by) | attestations issued | reconstruction |"
+            " reconstruction gates blocking | attest verify (policy / no attester trusted) |",
+            "|---|---|---|---|---|---|",
             *(
-                f"| {d.k} | {'yes' if d.rehydrated else 'no'} | {d.issued} |"
-                f" {'yes' if d.proof_ok else 'no'} |"
+                f"| {d.k} | {'yes' if d.rehydrated else 'no'} ({d.served_by}) | {d.issued} |"
+                f" {d.reconstruction_before:g} → {d.reconstruction_after:g} |"
+                f" {d.blocking_before} → {d.blocking_after} of {d.gates} |"
+                + (
+                    f" exit {d.verify_exit} / exit {d.verify_untrusted_exit} |"
+                    if d.bundle
+                    else f" nothing to verify ({d.detail}) |"
+                )
                 for d in death_spiral
             ),
             "",
@@ -329,7 +376,8 @@ def write_results(
             "k": list(settings.ks),
             "p": list(settings.ps),
             "departures": [d.value for d in settings.departures],
-            "trials": settings.trials or "planned per cell (Wilson, ±1.8 pp at the closed form)",
+            "trials": settings.trials
+            or "planned per cell (Wilson, ±1.8 pp at the closed form), topped up until ±2 pp",
             "batch": settings.batch,
             "operators": settings.operators,
             "hops": settings.hops,
@@ -344,7 +392,6 @@ def write_results(
         "trials": sum(c.trials for c in cells),
         "honest_accused": sum(c.honest_accused for c in cells)
         + sum(r.honest_accused for r in split_view),
-        **(extra_meta or {}),
         "files": file_digests(out, names),
     }
     (out / META_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
@@ -395,6 +442,7 @@ def summary_lines(
                 " independent figure 1 − p^(k+1) is what per-operator placement restores."
             )
         lines.append("")
+    lines += _side_by_side(settings, cells)
     inside = [c for c in cells if c.trials]
     wide = [c for c in inside if (c.interval[1] - c.interval[0]) / 2 > GOAL_HALF_WIDTH]
     outside = [c for c in inside if not c.inside]
@@ -460,6 +508,101 @@ def summary_lines(
     return lines
 
 
+_MODE_SHORT = {
+    Departures.INDEPENDENT: "independent",
+    Departures.OPERATOR: "operators depart, placement ignores them",
+    Departures.OPERATOR_PLACED: "operators depart, one per operator",
+}
+
+
+def _compared(
+    settings: CustodySettings, cells: Sequence[CellResult]
+) -> tuple[list[Departures], list[tuple[int, float]]]:
+    """The modes and the (k, p) cells played under more than one of them."""
+    played = {(c.mode, c.k, c.p) for c in cells if c.trials}
+    modes = [m for m in settings.departures if any(m is mode for mode, _, _ in played)]
+    pairs = sorted({(k, p) for _, k, p in played if sum((m, k, p) in played for m in modes) > 1})
+    return modes, pairs
+
+
+def _side_by_side(settings: CustodySettings, cells: Sequence[CellResult]) -> list[str]:
+    """One row per (k, p) played under several departure modes, a column per mode."""
+    modes, pairs = _compared(settings, cells)
+    if not pairs:
+        return []
+    by = {(c.mode, c.k, c.p): c for c in cells if c.trials}
+
+    def entry(c: CellResult | None) -> str:
+        if c is None:
+            return "—"
+        lo, hi = c.interval
+        return (
+            f"{_pct(c.availability)} ({_pct(lo)}–{_pct(hi)}, ±{100 * (hi - lo) / 2:.1f} pp;"
+            f" {c.trials:,} trials) vs {_pct(c.expected)} {'inside' if c.inside else 'OUTSIDE'}"
+        )
+
+    lines = [
+        "## Departure modes side by side",
+        "",
+        "Availability (95% interval; trials) against each mode's closed form. Whole"
+        f" operators depart with probability p each ({settings.operators} operators);"
+        " per-operator placement should bring availability back to the independent"
+        " figure 1 − p^(k+1).",
+        "",
+        "| k | p | " + " | ".join(_MODE_SHORT[m] for m in modes) + " |",
+        "|---|---|" + "---|" * len(modes),
+    ]
+    for k, p in pairs:
+        lines.append(
+            f"| {k} | {p:g} | " + " | ".join(entry(by.get((m, k, p))) for m in modes) + " |"
+        )
+    lines.append("")
+    return lines
+
+
+def _modes_figure(
+    out: Path, settings: CustodySettings, cells: Sequence[CellResult], where: str
+) -> list[str]:
+    """Availability vs k per departure mode, for each p played under several modes."""
+    from harness.figures import _pyplot, _save
+
+    modes, pairs = _compared(settings, cells)
+    if not pairs:
+        return []
+    plt = _pyplot()
+    ps = sorted({p for _, p in pairs})
+    by = {(c.mode, c.k, c.p): c for c in cells if c.trials}
+    fig, axes = plt.subplots(1, len(ps), figsize=(5.6 * len(ps), 4.2), squeeze=False)
+    colors = {
+        Departures.INDEPENDENT: "#222222",
+        Departures.OPERATOR: "#c0392b",
+        Departures.OPERATOR_PLACED: "#2471a3",
+    }
+    for ax, p in zip(axes[0], ps, strict=True):
+        ks = sorted({k for k, q in pairs if q == p})
+        for i, mode in enumerate(modes):
+            rows = [by[(mode, k, p)] for k in ks if (mode, k, p) in by]
+            if not rows:
+                continue
+            x = [c.k + (i - (len(modes) - 1) / 2) * 0.12 for c in rows]
+            av = [c.availability for c in rows]
+            lo = [max(0.0, c.availability - c.interval[0]) for c in rows]
+            hi = [max(0.0, c.interval[1] - c.availability) for c in rows]
+            color = colors[mode]
+            ax.errorbar(
+                x, av, yerr=[lo, hi], fmt="o", color=color, capsize=3, label=_MODE_SHORT[mode]
+            )
+            ax.plot(x, [c.expected for c in rows], ls="none", marker="_", ms=14, color=color)
+        ax.set_title(f"p = {p:g} ({settings.operators} operators)")
+        ax.set_xlabel("k (custodians)")
+        ax.set_xticks(ks)
+        ax.set_ylabel("rehydration availability")
+        ax.legend(loc="lower right", fontsize="small")
+    fig.suptitle(f"Departure modes side by side (95% Wilson; bars: closed forms) — {where}")
+    _save(fig, out / MODES_PNG)
+    return [MODES_PNG]
+
+
 def _figures(
     out: Path,
     settings: CustodySettings,
@@ -505,6 +648,7 @@ def _figures(
         fig.suptitle(f"Availability (95% Wilson) vs closed form 1 − p^(k+1) — {where}")
         _save(fig, out / AVAILABILITY_PNG)
         written.append(AVAILABILITY_PNG)
+    written += _modes_figure(out, settings, cells, where)
     if prices:
         fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
         ks = [r.k for r in prices]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 from harness.custody.settings import CellResult, CustodySettings
 from harness.custody.stats import trials_for
 
-__all__ = ["CustodyOutcome", "plan_cells", "run_custody"]
+__all__ = ["CustodyOutcome", "growing_tick", "plan_cells", "run_custody"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +28,8 @@ class CustodyOutcome:
 
 def plan_cells(settings: CustodySettings) -> list[tuple[CellResult, int]]:
     """Every (departures, k, p) cell with its trial count: ``settings.trials``, or
-    (0) planned from the cell's closed form (:func:`harness.custody.stats.trials_for`)."""
+    (0) planned from the cell's closed form (:func:`harness.custody.stats.trials_for`);
+    planned cells are topped up as they play (:meth:`TrialPool.play_to_goal`)."""
     cells: list[tuple[CellResult, int]] = []
     for mode in settings.departures:
         for k in settings.ks:
@@ -36,6 +38,18 @@ def plan_cells(settings: CustodySettings) -> list[tuple[CellResult, int]]:
                 n = settings.trials or trials_for(expected)
                 cells.append((CellResult(mode, k, p, expected), n))
     return cells
+
+
+def growing_tick(bar: Any) -> Callable[[int], None]:
+    """A progress tick whose bar's total grows when a cell is topped up past its plan."""
+
+    def tick(n: int) -> None:
+        if bar.total is not None and bar.n + n > bar.total:
+            bar.total = bar.n + n
+            bar.refresh()
+        bar.update(n)
+
+    return tick
 
 
 def run_custody(
@@ -63,7 +77,7 @@ def run_custody(
         leave=False,
     )
     try:
-        asyncio.run(run_cells(settings, plan, tick=bar.update, node_dir=node_dir))
+        asyncio.run(run_cells(settings, plan, tick=growing_tick(bar), node_dir=node_dir))
     finally:
         bar.close()
     split = play_split_view(node_dir) if rows else []

@@ -5,12 +5,17 @@ interval is the Wilson score interval (it stays inside [0, 1] and keeps its
 coverage near 0 and 1, where most cells of the sweep are; the normal
 approximation does not).
 
-How many trials a cell needs is computed from the closed form before it
-runs: the smallest ``n`` whose Wilson interval around the expected count
-``n · a`` (``a`` the closed-form availability) is at most
-:data:`PLANNED_HALF_WIDTH` wide on either side — 1.8 percentage points, so
-that a measured proportion somewhat off the closed form still gets an
-interval within the ±2 points goal (:data:`GOAL_HALF_WIDTH`).
+How many trials a cell needs is planned in two steps. Before it runs: the
+smallest ``n`` whose Wilson interval around the expected count ``n · a``
+(``a`` the closed-form availability) is at most :data:`PLANNED_HALF_WIDTH`
+wide on either side (:func:`trials_for`). That alone guarantees nothing: near
+1 the Wilson width grows quickly when the measured share falls below the
+closed form. So after the planned trials a cell is topped up
+(:func:`more_trials`): while its measured interval is wider than
+:data:`GOAL_HALF_WIDTH` on either side, it plays the trials the measured
+share needs for :data:`PLANNED_HALF_WIDTH`, from the same seeded draws, and
+checks again. The total is deterministic per seed, and every cell that ends
+meets the goal.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ __all__ = [
     "Z95",
     "closed_form",
     "closed_form_random_placement",
+    "half_width",
+    "more_trials",
     "trials_for",
     "wilson",
 ]
@@ -32,7 +39,7 @@ __all__ = [
 Z95 = 1.959963984540054
 #: The goal: every cell's 95% interval at most ±2 percentage points.
 GOAL_HALF_WIDTH = 0.02
-#: The half-width trial counts are planned for (a margin under the goal).
+#: The half-width trial counts are planned (and topped up) for: a margin under the goal.
 PLANNED_HALF_WIDTH = 0.018
 
 
@@ -97,3 +104,21 @@ def trials_for(availability: float, half_width: float = PLANNED_HALF_WIDTH) -> i
         else:
             lo = mid + 1
     return lo
+
+
+def half_width(successes: int, n: int) -> float:
+    """Half the width of the Wilson interval of ``successes`` out of ``n``."""
+    lo, hi = wilson(successes, n)
+    return (hi - lo) / 2
+
+
+def more_trials(successes: int, n: int, goal: float = GOAL_HALF_WIDTH) -> int:
+    """Trials to add to a cell that measured ``successes`` of ``n``: 0 when its Wilson
+    interval is within ``goal`` on either side, else enough that, at the measured
+    share, the interval would be within the planning margin (``goal`` less a tenth)."""
+    if not 0.0 < goal < 0.5:
+        raise ValueError(f"goal must be within (0, 0.5), got {goal}")
+    if n > 0 and half_width(successes, n) <= goal:
+        return 0
+    share = successes / n if n > 0 else 0.5
+    return max(1, trials_for(share, 0.9 * goal) - n)

@@ -41,13 +41,15 @@ from contracts.canonical import sha256_hex
 from contracts.errors import ContractError
 from contracts.hops import parse_hop
 from harness.boundary.choices import Role
+from harness.boundary.play import FetchedLog
 from harness.boundary.topology import NodeHandle, NodeSpec, RunClock, _start_one
 from harness.boundary.wire import WireMeter, hop_from_served
 from harness.custody.settings import CellResult, CustodyError, CustodySettings, Departures
+from harness.custody.stats import GOAL_HALF_WIDTH, more_trials
 from harness.events import Hop
 from harness.gates import GATES, GateClass, GateView, Mode, evaluate
 from harness.gates import Decision as GateDecision
-from harness.lineage import FoldedPrefix, HopLog, hop_bytes
+from harness.lineage import FoldedPrefix, hop_bytes
 from nodes import wire
 from nodes.client import Holder
 from nodes.config import Peer
@@ -57,7 +59,7 @@ from nodes.messages import CommittedCompaction, Delivery, Outcome, RehydrationRe
 from nodes.store import StoreMode
 from nodes.transport import LocalNode
 
-__all__ = ["LINEAGE_GATES", "TrialPool", "run_cells"]
+__all__ = ["LINEAGE_GATES", "TrialPool", "cell_goal", "run_cells"]
 
 #: The gates that need the folded hops (rehydrate mode): the lineage gates.
 LINEAGE_GATES = tuple(
@@ -125,16 +127,6 @@ def _view(hops: list[Hop]) -> GateView:
     return GateView((1.0,) * 5, frozenset(), (), folded, True)
 
 
-class _Log(HopLog):
-    __slots__ = ()
-
-    def __contains__(self, hop_id: object) -> bool:
-        return str(hop_id) in self._hops
-
-    def covers(self, hop_ids: tuple[str, ...]) -> bool:
-        return self._hops.keys() >= set(hop_ids)
-
-
 class TrialPool:
     """The nodes trials play on: a holder, a witness, and groups of departing parties."""
 
@@ -151,7 +143,6 @@ class TrialPool:
         #: node id → party, for every party ever started (evidence names ids)
         self.by_id: dict[str, _Party] = {}
         self._groups: dict[int, list[_Group]] = {}
-        self._cell: CellResult | None = None
         self._live: list[NodeHandle] = []
 
     async def _start(self, name: str, role: Role) -> NodeHandle:
@@ -329,9 +320,9 @@ class TrialPool:
         custody = statements_for(committed.custody, proof)
         cell.custodians_taken += len(custody)
         view = _view(hops)
-        log = _Log()
+        log = FetchedLog()
         for h in hops:
-            log.append(h)
+            log.add(h, hop_bytes(h))
         oracle = [evaluate(gate, view, Mode.REHYDRATE, log).proceed for gate in LINEAGE_GATES]
         delivery = Delivery(
             value_ref,
@@ -403,8 +394,8 @@ class TrialPool:
             cell.oracle_proceed += want
             cell.flips += got != want
 
-    def _verified(self, served: tuple[Any, ...]) -> _Log | None:
-        log = _Log()
+    def _verified(self, served: tuple[Any, ...]) -> FetchedLog | None:
+        log = FetchedLog()
         for h in served:
             try:
                 fields = parse_hop(h.hop, origin=h.origin)
@@ -413,8 +404,7 @@ class TrialPool:
                 hop = hop_from_served(fields, f"hop {h.leaf_index}")
             except (ContractError, ValueError):
                 return None
-            if hop.hop_id not in log:
-                log.append(hop)
+            log.add(hop, hop_bytes(hop))  # a hop served twice is kept once
         return log
 
     async def _on_evidence(self, kind: str, accused: str, body: bytes, path: str) -> None:
@@ -429,7 +419,6 @@ class TrialPool:
         tick: Callable[[int], None] | None = None,
     ) -> None:
         """Play ``trials`` trials of ``cell``, ``batch`` at a time."""
-        self._cell = cell
         started = time.perf_counter()
         done = 0
         with self.meter.tagged(("custody", f"{cell.mode.value}-k{cell.k}-p{cell.p}")):
@@ -463,7 +452,22 @@ class TrialPool:
                 if tick is not None:
                     tick(n)
         cell.seconds += time.perf_counter() - started
-        self._cell = None
+
+    async def play_to_goal(
+        self,
+        cell: CellResult,
+        planned: int,
+        rng: random.Random,
+        tick: Callable[[int], None] | None = None,
+        *,
+        goal: float | None = GOAL_HALF_WIDTH,
+    ) -> None:
+        """Play the ``planned`` trials of ``cell``, then (``goal`` not None) top it up
+        from the same draws until its Wilson interval is within ``goal`` on either
+        side (:func:`~harness.custody.stats.more_trials`)."""
+        await self.play_cell(cell, planned, rng, tick)
+        while goal is not None and (extra := more_trials(cell.available, cell.trials, goal)):
+            await self.play_cell(cell, extra, rng, tick)
 
 
 def _place(g: _Group) -> None:
@@ -501,7 +505,8 @@ async def run_cells(
     tick: Callable[[int], None] | None = None,
     node_dir: Path | None = None,
 ) -> None:
-    """Play every (cell, trials) on one pool of nodes (closed whatever happens)."""
+    """Play every (cell, trials) on one pool of nodes (closed whatever happens); with
+    trials planned (``settings.trials`` 0) each cell is topped up to the goal."""
     from harness.boundary.runner import _scratch_root
 
     root = str(node_dir) if node_dir is not None else _scratch_root()
@@ -511,6 +516,12 @@ async def run_cells(
             await pool.open()
             for i, (cell, trials) in enumerate(cells):
                 rng = random.Random(f"{settings.seed}:{cell.mode.value}:{cell.k}:{cell.p}:{i}")
-                await pool.play_cell(cell, trials, rng, tick)
+                await pool.play_to_goal(cell, trials, rng, tick, goal=cell_goal(settings))
         finally:
             await pool.close()
+
+
+def cell_goal(settings: CustodySettings) -> float | None:
+    """The half-width cells are topped up to: the goal when trials are planned, none
+    when the settings fix the count."""
+    return None if settings.trials else GOAL_HALF_WIDTH

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.boundary.play import _FetchedLog
+from harness.boundary.play import FetchedLog
 from harness.events import Hop
 from harness.lineage import HopLog, hop_bytes
 
@@ -12,7 +12,7 @@ def _hop(hop_id: str, step: int) -> Hop:
 
 
 def test_holds_each_served_hop_once_with_its_canonical_size() -> None:
-    log = _FetchedLog()
+    log = FetchedLog()
     a, b = _hop("h000001", 1), _hop("h000002", 2)
     log.add(a, hop_bytes(a))
     log.add(b, hop_bytes(b))
@@ -27,7 +27,7 @@ def test_holds_each_served_hop_once_with_its_canonical_size() -> None:
 
 
 def test_membership_and_coverage_of_folded_pointers() -> None:
-    log = _FetchedLog()
+    log = FetchedLog()
     for i in range(1, 4):
         hop = _hop(f"h{i:06d}", i)
         log.add(hop, hop_bytes(hop))

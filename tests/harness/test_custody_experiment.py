@@ -10,6 +10,8 @@ import asyncio
 import csv
 import json
 import math
+import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,13 +20,16 @@ from harness.cli import main
 from harness.custody.runner import plan_cells
 from harness.custody.settings import CellResult, CustodySettings, Departures
 from harness.custody.stats import (
+    GOAL_HALF_WIDTH,
     PLANNED_HALF_WIDTH,
     closed_form,
     closed_form_random_placement,
+    half_width,
+    more_trials,
     trials_for,
     wilson,
 )
-from harness.custody.trials import run_cells
+from harness.custody.trials import TrialPool, run_cells
 
 # --------------------------------------------------------------------------- statistics
 
@@ -69,7 +74,50 @@ def test_full_plan_meets_the_goal_at_every_cell() -> None:
         assert (hi - lo) / 2 <= 0.02, (cell.k, cell.p, n)
 
 
+def test_a_cell_measured_below_its_closed_form_is_topped_up_to_the_goal() -> None:
+    # The two cells the plan alone left wide: 157 of 159 (±2.06) and 158 of 160 (±2.04).
+    assert half_width(157, 159) > GOAL_HALF_WIDTH
+    assert more_trials(157, 159) > 0
+    assert more_trials(158, 160) > 0
+    # within the goal: nothing to add
+    assert more_trials(1_500, 1_896) == 0
+    # A cell whose true availability (98.5%) is below its closed form (99.2%, planned
+    # from): the plan alone ends wider than the goal; topped up, within it.
+    draws = random.Random(7)
+    n = trials_for(closed_form(2, 0.2))
+    successes = sum(draws.random() < 0.985 for _ in range(n))
+    assert half_width(successes, n) > GOAL_HALF_WIDTH
+    rounds = 0
+    while extra := more_trials(successes, n):
+        successes += sum(draws.random() < 0.985 for _ in range(extra))
+        n += extra
+        rounds += 1
+    assert rounds >= 1
+    assert half_width(successes, n) <= GOAL_HALF_WIDTH
+
+
 # --------------------------------------------------------------------------- trials on nodes
+
+
+def test_play_to_goal_tops_a_cell_up_on_real_nodes_the_same_way_per_seed() -> None:
+    # A coarse goal (±25 pp) so the top-up stays a few dozen trials.
+    async def play() -> CellResult:
+        settings = CustodySettings(ks=(0,), ps=(0.5,), batch=16, trials=0)
+        cell = CellResult(Departures.INDEPENDENT, 0, 0.5, closed_form(0, 0.5))
+        with tempfile.TemporaryDirectory() as tmp:
+            pool = TrialPool(settings, Path(tmp))
+            try:
+                await pool.open()
+                await pool.play_to_goal(cell, 4, random.Random("goal"), goal=0.25)
+            finally:
+                await pool.close()
+        return cell
+
+    cell = asyncio.run(play())
+    assert cell.trials > 4
+    assert half_width(cell.available, cell.trials) <= 0.25
+    again = asyncio.run(play())
+    assert (again.trials, again.available) == (cell.trials, cell.available)
 
 
 def _play(settings: CustodySettings, k: int, p: float, trials: int) -> CellResult:
@@ -197,9 +245,23 @@ def test_death_spiral_row_restores_from_the_custodian_only() -> None:
     from harness.custody.death_spiral import play_death_spiral
 
     none, one = asyncio.run(play_death_spiral((0, 1)))
-    assert (none.rehydrated, none.issued, none.proof_ok) == (False, 0, False)
+    assert (none.rehydrated, none.issued, none.served_by) == (False, 0, "nobody")
     assert "UNAVAILABLE" in none.detail  # the origin's endpoint answers nothing
-    assert (one.rehydrated, one.issued, one.proof_ok) == (True, 1, True)
+    # without custodians the spiral holds: reconstruction stays, its gates block
+    assert (none.reconstruction_before, none.reconstruction_after) == (0.3, 0.3)
+    assert none.blocking_before == none.blocking_after == none.gates > 0
+    assert none.bundle == b""
+    assert (one.rehydrated, one.issued, one.served_by) == (True, 1, "custodian 1 of 1")
+    # raised on the attester's authority (the trust policy), and the gates proceed
+    assert (one.reconstruction_before, one.reconstruction_after) == (0.3, 1.0)
+    assert (one.blocking_before, one.blocking_after) == (one.gates, 0)
+    # provnet attest verify: VALID under the policy, INVALID when no attester is trusted
+    assert one.verify_exit == 0
+    assert one.detail.startswith("VALID attestation")
+    assert one.verify_untrusted_exit == 1
+    bundle = json.loads(one.bundle)
+    assert bundle["type"] == "attestation-bundle"
+    assert bundle["value_ref"] == "death-spiral/v0"
 
 
 def test_results_at_0_and_100_percent_write_their_figures(tmp_path: Path) -> None:
@@ -218,6 +280,38 @@ def test_results_at_0_and_100_percent_write_their_figures(tmp_path: Path) -> Non
     assert cells[1].interval[0] == 0.0
     write_results(tmp_path, settings, cells, wall_seconds=0.0, where="test")
     assert (tmp_path / "custody_availability.png").stat().st_size > 0
+
+
+def test_departure_modes_side_by_side_in_summary_and_figure(tmp_path: Path) -> None:
+    """Cells played under several departure modes get one row per (k, p) with a column
+    per mode, and a figure; a (k, p) played under one mode only gets no row."""
+    from harness.custody.report import MODES_PNG, write_results
+
+    settings = CustodySettings(ks=(1, 2), ps=(0.5,), departures=tuple(Departures))
+    cells = [
+        CellResult(Departures.INDEPENDENT, 1, 0.5, 0.75, trials=1_800, available=1_361),
+        CellResult(Departures.OPERATOR, 1, 0.5, 0.6875, trials=2_100, available=1_440),
+        CellResult(Departures.OPERATOR_PLACED, 1, 0.5, 0.75, trials=1_800, available=1_350),
+        CellResult(Departures.OPERATOR, 2, 0.5, 0.78, trials=1_600, available=1_250),
+    ]
+    write_results(tmp_path, settings, cells, wall_seconds=0.0, where="test")
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Departure modes side by side" in summary
+    (row,) = [line for line in summary.splitlines() if line.startswith("| 1 | 0.5 | 75.6%")]
+    assert row.count(" vs ") == 3
+    assert "68.6% (" in row  # 1,440 of 2,100
+    assert "75.0% (" in row  # 1,350 of 1,800
+    lines = summary.splitlines()
+    assert not any(line.startswith("| 2 | 0.5 | ") and " vs " in line for line in lines)
+    assert (tmp_path / MODES_PNG).stat().st_size > 0
+    meta = json.loads((tmp_path / "custody_meta.json").read_text())
+    assert MODES_PNG in meta["files"]
+    # one mode only: no section, no figure
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    write_results(alone, settings, cells[:1], wall_seconds=0.0, where="test")
+    assert "side by side" not in (alone / "summary.md").read_text()
+    assert not (alone / MODES_PNG).exists()
 
 
 def test_split_view_rows_land_in_csv_and_summary(tmp_path: Path) -> None:
