@@ -79,7 +79,7 @@ from contracts.witness import (
 )
 from contracts.witness_policy import WitnessPolicy, check_quorum, parse_policy
 from nodes import store as st
-from nodes.config import ConfigError, WitnessFault, setting
+from nodes.config import ConfigError, WitnessFault, setting, witness_log_entries
 from nodes.errors import MalformedRequest, NodeError
 from nodes.logging import get_logger
 from nodes.messages import Outcome, WitnessReply
@@ -145,7 +145,7 @@ def parse_witness_logs(text: str) -> frozenset[str] | None:
 
     Returns None for ``*``; raises :class:`ValueError` naming a bad entry.
     """
-    entries = [e for e in text.replace(",", " ").replace(";", " ").split() if e]
+    entries = witness_log_entries(text)
     if entries == [ANY_LOG]:
         return None
     for entry in entries:
