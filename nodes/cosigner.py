@@ -531,13 +531,21 @@ class HeadGate:
         if self._admitted.touch(key):
             return
         try:
-            # a head's own bounds first: at most MAX_HEAD_SIGNATURES lines to verify
-            parse_note(note, max_bytes=MAX_HEAD_BYTES, max_signatures=MAX_HEAD_SIGNATURES)
+            if len(note) > MAX_HEAD_BYTES:
+                raise EncodingError(f"head is {len(note)} bytes, more than {MAX_HEAD_BYTES}")
             first = note[: note.index(b"\n")].decode("utf-8")
             node_id, epoch = parse_head_origin(first)
         except (ValueError, EncodingError) as exc:
             raise MalformedRequest(f"deliver: head is not a provnet head note: {exc}") from exc
-        result = check_quorum(note, policy, now_ms, log_key=head_log_key(node_id, epoch))
+        # parsed once, within a head's bounds (at most MAX_HEAD_SIGNATURES lines to verify)
+        result = check_quorum(
+            note,
+            policy,
+            now_ms,
+            log_key=head_log_key(node_id, epoch),
+            max_bytes=MAX_HEAD_BYTES,
+            max_signatures=MAX_HEAD_SIGNATURES,
+        )
         if not result:
             self.refused += 1
             raise HeadRefused(
