@@ -48,6 +48,7 @@ from contracts.note import (
     MAX_SIGNATURES,
     SIG_TYPE_COSIGNATURE_V1,
     SIG_TYPE_ED25519,
+    LineNotVerified,
     Note,
     NoteKey,
     NoteSignature,
@@ -307,6 +308,10 @@ def verify_checkpoint(
     # (4) every line of a trusted key verifies; the log's is among them
     try:
         opened = open_note(note, (log_key, *cosigners))
+    except LineNotVerified as exc:
+        raise LineNotVerified(
+            f"checkpoint {checkpoint.origin} at size {checkpoint.size}: {exc}", exc.key
+        ) from exc
     except BadSignature as exc:
         raise BadSignature(
             f"checkpoint {checkpoint.origin} at size {checkpoint.size}: {exc}"

@@ -57,6 +57,7 @@ __all__ = [
     "MAX_TIMESTAMP",
     "SIG_TYPE_COSIGNATURE_V1",
     "SIG_TYPE_ED25519",
+    "LineNotVerified",
     "Note",
     "NoteKey",
     "NoteSignature",
@@ -416,20 +417,23 @@ class VerifierKey:
         payload = signature.payload
         if self.sig_type == SIG_TYPE_ED25519:
             if len(payload) != _ED25519_SIG_LEN:
-                raise BadSignature(
-                    f"signature by {self.key} is {len(payload)} bytes, not {_ED25519_SIG_LEN}"
+                raise LineNotVerified(
+                    f"signature by {self.key} is {len(payload)} bytes, not {_ED25519_SIG_LEN}",
+                    self,
                 )
             message, sig, timestamp = text, payload, None
         else:
             if len(payload) != _TIMESTAMP_LEN + _ED25519_SIG_LEN:
-                raise BadSignature(
+                raise LineNotVerified(
                     f"cosignature by {self.key} is {len(payload)} bytes,"
-                    f" not {_TIMESTAMP_LEN} + {_ED25519_SIG_LEN}"
+                    f" not {_TIMESTAMP_LEN} + {_ED25519_SIG_LEN}",
+                    self,
                 )
             timestamp = int.from_bytes(payload[:_TIMESTAMP_LEN], "big")
             if timestamp > MAX_TIMESTAMP:
-                raise BadSignature(
-                    f"cosignature by {self.key}: timestamp {timestamp} exceeds 2^63-1"
+                raise LineNotVerified(
+                    f"cosignature by {self.key}: timestamp {timestamp} exceeds 2^63-1",
+                    self,
                 )
             message, sig = cosignature_message(text, timestamp), payload[_TIMESTAMP_LEN:]
         try:
@@ -437,10 +441,18 @@ class VerifierKey:
         except BadSignature as exc:
             what = "cosignature" if timestamp is not None else "signature"
             at = "" if timestamp is None else f" (time {timestamp})"
-            raise BadSignature(
-                f"{what} by {self.key}{at} does not verify over the note text"
+            raise LineNotVerified(
+                f"{what} by {self.key}{at} does not verify over the note text", self
             ) from exc
         return VerifiedSignature(key=self, signature=signature, timestamp=timestamp)
+
+
+class LineNotVerified(BadSignature):
+    """A signature line by a trusted key that does not verify; ``key`` is that key."""
+
+    def __init__(self, message: str, key: VerifierKey) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 @dataclass(frozen=True, slots=True)

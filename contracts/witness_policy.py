@@ -44,15 +44,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from contracts.checkpoint import VerifiedCheckpoint, parse_checkpoint, verify_checkpoint
+from contracts.checkpoint import VerifiedCheckpoint, verify_checkpoint
 from contracts.errors import BadSignature, ContractError, EncodingError, NotAuthorized
 from contracts.note import (
     MAX_NOTE_BYTES,
     MAX_SIGNATURES,
     SIG_TYPE_COSIGNATURE_V1,
     SIG_TYPE_ED25519,
+    LineNotVerified,
     VerifierKey,
-    parse_note,
 )
 
 __all__ = [
@@ -332,40 +332,56 @@ def _why_not(policy: WitnessPolicy, name: str, done: set[str]) -> str:
 
 
 def _evaluate(
-    note: bytes, policy: WitnessPolicy, now: int, log_key: VerifierKey | None
+    note: bytes,
+    policy: WitnessPolicy,
+    now: int,
+    log_key: VerifierKey | None,
+    max_bytes: int = MAX_NOTE_BYTES,
+    max_signatures: int = MAX_SIGNATURES,
 ) -> QuorumResult:
     raw = bytes(note)
-    # (1) the log signed it
-    parsed = parse_note(raw, max_bytes=MAX_NOTE_BYTES, max_signatures=MAX_SIGNATURES)
-    origin = parse_checkpoint(parsed.text).origin
+    # the origin line names the log's key; verify_checkpoint checks it is the origin
+    end = raw.find(b"\n", 0, max_bytes)
+    try:
+        origin = raw[: max(end, 0)].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EncodingError(f"checkpoint origin line is not UTF-8 (byte {exc.start})") from exc
     key = log_key if log_key is not None else policy.log_for(origin)
     if key is None:
         raise NotAuthorized(f"checkpoint of log {origin!r:.100}: not a log of this policy")
-    verified = verify_checkpoint(raw, log_key=key, origin=origin)
-    # (2) every line of every policy witness verifies; future-dated ones do not count
-    text = parsed.text_bytes
+    # (1) the log signed it and (2) every line of every policy witness verifies:
+    # one parse, each signature checked once
+    by_key = {w.key.key: w for w in policy.witnesses.values()}
+    try:
+        verified = verify_checkpoint(
+            raw,
+            log_key=key,
+            origin=origin,
+            cosigners=policy.cosigners,
+            max_bytes=max_bytes,
+            max_signatures=max_signatures,
+        )
+    except LineNotVerified as exc:
+        w = by_key.get(exc.key.key)
+        if w is None:
+            raise
+        raise BadSignature(
+            f"forged or damaged cosignature of witness {w.name} ({w.key.key}): {exc}"
+        ) from exc
+    # future-dated cosignatures do not count
+    dated = {v.key.key: v.timestamp or 0 for v in verified.cosignatures}
     cosigned: list[str] = []
     refused: list[tuple[str, str]] = []
     for w in policy.witnesses.values():
-        lines = [s for s in parsed.signatures if s.name == w.key.name and s.key_id == w.key.key_id]
-        counted = False
-        for line in lines:
-            try:
-                v = w.key.verify(text, line)
-            except BadSignature as exc:
-                raise BadSignature(
-                    f"checkpoint {origin!r:.100} at size {verified.checkpoint.size}: forged or"
-                    f" damaged cosignature of witness {w.name} ({w.key.key}): {exc}"
-                ) from exc
-            timestamp = v.timestamp or 0
-            if timestamp * 1000 > now + MAX_FUTURE_SKEW_MS:
-                refused.append(
-                    (w.name, f"cosignature dated {timestamp} s, after now ({now // 1000} s)")
-                )
-                continue
-            counted = True
-        if counted:
-            cosigned.append(w.name)
+        timestamp = dated.get(w.key.key)
+        if timestamp is None:
+            continue
+        if timestamp * 1000 > now + MAX_FUTURE_SKEW_MS:
+            refused.append(
+                (w.name, f"cosignature dated {timestamp} s, after now ({now // 1000} s)")
+            )
+            continue
+        cosigned.append(w.name)
     # (3) groups bottom up, then the quorum
     groups = _satisfied(policy, set(cosigned))
     done = set(cosigned) | set(groups)
@@ -406,6 +422,8 @@ def check_quorum(
     now: int,
     *,
     log_key: VerifierKey | None = None,
+    max_bytes: int = MAX_NOTE_BYTES,
+    max_signatures: int = MAX_SIGNATURES,
 ) -> QuorumResult:
     """Verify ``note``'s log signature and the policy's cosignatures against its quorum.
 
@@ -416,7 +434,7 @@ def check_quorum(
     ``message`` says why — a forged cosignature names its witness.
     """
     try:
-        return _evaluate(note, policy, now, log_key)
+        return _evaluate(note, policy, now, log_key, max_bytes, max_signatures)
     except ContractError as exc:
         return QuorumResult(False, policy.quorum, (), (), (), (), str(exc))
 

@@ -31,7 +31,7 @@ import argparse
 import datetime as dt
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,6 +110,8 @@ class ClientTls:
     ca: Path | None = None
     cert: Path | None = None
     key: Path | None = None
+    #: the CA's :class:`nodes.tls.TlsFiles`, made at the first use: it reads the file once
+    _files: TlsFiles | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
@@ -154,24 +156,27 @@ class ClientTls:
     def on(self) -> bool:
         return self.ca is not None
 
-    def files(self) -> TlsFiles | None:
-        """What :class:`nodes.control.NodeClients` takes (None: plaintext)."""
+    def _ca_files(self) -> TlsFiles | None:
         from nodes.tls import TlsFiles
 
         if self.ca is None:
             return None
-        TlsFiles(ca=self.ca).channel_credentials()  # not PEM: fails here, naming the file
-        return TlsFiles(ca=self.ca)
+        if self._files is None:
+            object.__setattr__(self, "_files", TlsFiles(ca=self.ca, ca_setting=_setting("tls_ca")))
+        return self._files
+
+    def files(self) -> TlsFiles | None:
+        """What :class:`nodes.control.NodeClients` takes (None: plaintext): one
+        :class:`nodes.tls.TlsFiles` per tool, so the CA file is read once."""
+        files = self._ca_files()
+        if files is not None:
+            files.channel_credentials()  # not PEM: fails here, naming the file
+        return files
 
     def ca_pem(self) -> bytes | None:
-        if self.ca is None:
-            return None
-        try:
-            return self.ca.read_bytes()
-        except OSError as exc:
-            raise _error(
-                f"{_setting('tls_ca')} {self.ca}: cannot read ({exc.strerror or exc})"
-            ) from None
+        """The CA's bytes (read once); one that cannot be read fails, naming the setting."""
+        files = self._ca_files()
+        return None if files is None else files.ca_pem()
 
     def serving(
         self, out_dir: Path, host: str, *, now: dt.datetime | None = None

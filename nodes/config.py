@@ -60,6 +60,7 @@ __all__ = [
     "parse_peers",
     "parse_routes",
     "setting",
+    "witness_log_entries",
 ]
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -186,6 +187,11 @@ ENV_VARS: Mapping[str, str] = {
 #: per origin: contracts.custody.MAX_CUSTODY_PER_ORIGIN).
 MAX_CUSTODY_K = 8
 _OPERATOR_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+def witness_log_entries(text: str) -> list[str]:
+    """The entries of ``--witness-logs``: separated by commas, semicolons or white space."""
+    return text.replace(",", " ").replace(";", " ").split()
 
 
 def _check_custody(config: NodeConfig) -> None:
@@ -455,7 +461,12 @@ class NodeConfig:
                 " dials its TLS peers with TLS, verified against that CA"
             )
         if self.witness_logs:
-            entries = self.witness_logs.replace(",", " ").replace(";", " ").split()
+            entries = witness_log_entries(self.witness_logs)
+            if not entries:
+                raise ConfigError(
+                    f"{setting('witness_logs')}: blank; give '*' or origins' node ids"
+                    " (64 hex), or leave it unset (not a witness)"
+                )
             if entries != ["*"] and not all(_HEX64_RE.match(e) for e in entries):
                 raise ConfigError(
                     f"{setting('witness_logs')}: expected '*' or origins' node ids (64 hex),"
@@ -577,6 +588,9 @@ class NodeConfig:
         for key in ("listen", "advertise", "log_level", "witness_logs", "operator"):
             if key in raw:
                 kwargs[key] = str(raw[key])
+        if "witness_logs" in raw and str(raw["witness_logs"]).strip():
+            # padding and separators go: the entries, comma-separated
+            kwargs["witness_logs"] = ",".join(witness_log_entries(str(raw["witness_logs"])))
         if "peers" in raw:
             value = raw["peers"]
             peers = value if isinstance(value, tuple) else parse_peers(str(value), where("peers"))

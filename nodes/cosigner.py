@@ -79,7 +79,7 @@ from contracts.witness import (
 )
 from contracts.witness_policy import WitnessPolicy, check_quorum, parse_policy
 from nodes import store as st
-from nodes.config import ConfigError, WitnessFault, setting
+from nodes.config import ConfigError, WitnessFault, setting, witness_log_entries
 from nodes.errors import MalformedRequest, NodeError
 from nodes.logging import get_logger
 from nodes.messages import Outcome, WitnessReply
@@ -145,7 +145,7 @@ def parse_witness_logs(text: str) -> frozenset[str] | None:
 
     Returns None for ``*``; raises :class:`ValueError` naming a bad entry.
     """
-    entries = [e for e in text.replace(",", " ").replace(";", " ").split() if e]
+    entries = witness_log_entries(text)
     if entries == [ANY_LOG]:
         return None
     for entry in entries:
@@ -531,13 +531,21 @@ class HeadGate:
         if self._admitted.touch(key):
             return
         try:
-            # a head's own bounds first: at most MAX_HEAD_SIGNATURES lines to verify
-            parse_note(note, max_bytes=MAX_HEAD_BYTES, max_signatures=MAX_HEAD_SIGNATURES)
+            if len(note) > MAX_HEAD_BYTES:
+                raise EncodingError(f"head is {len(note)} bytes, more than {MAX_HEAD_BYTES}")
             first = note[: note.index(b"\n")].decode("utf-8")
             node_id, epoch = parse_head_origin(first)
         except (ValueError, EncodingError) as exc:
             raise MalformedRequest(f"deliver: head is not a provnet head note: {exc}") from exc
-        result = check_quorum(note, policy, now_ms, log_key=head_log_key(node_id, epoch))
+        # parsed once, within a head's bounds (at most MAX_HEAD_SIGNATURES lines to verify)
+        result = check_quorum(
+            note,
+            policy,
+            now_ms,
+            log_key=head_log_key(node_id, epoch),
+            max_bytes=MAX_HEAD_BYTES,
+            max_signatures=MAX_HEAD_SIGNATURES,
+        )
         if not result:
             self.refused += 1
             raise HeadRefused(

@@ -21,7 +21,14 @@ from collections.abc import Callable, Sequence
 from contracts._lru import BoundedCache
 from contracts.canonical import parse_json_object
 from contracts.head_note import SignedHead, head_digest
-from contracts.heads import FoldInput, FoldProof, FoldRecord, HeadLog, verify_fold
+from contracts.heads import (
+    FoldInput,
+    FoldProof,
+    FoldRecord,
+    HeadLog,
+    VerifiedFold,
+    verify_fold,
+)
 from contracts.hops import MAX_HOP_BYTES, hop_bytes
 from contracts.merkle import leaf_hash
 from contracts.rules import promise_refusal
@@ -415,8 +422,10 @@ class OriginLog:
         head, proofs = made[-1]
         # Our own head and folds, committed just now: served from memory, no re-verification.
         self._folds.keep_head(signed.head_note, head)
+        #: each fold's proof checked once under the head; the values held reuse it
+        verified_folds: dict[str, VerifiedFold] = {}
         for (ref, _, _), fold_row in zip(wanted, signed.folds, strict=True):
-            verified = verify_fold(proofs[ref], head)
+            verified = verified_folds[ref] = verify_fold(proofs[ref], head)
             self._folds.cache.put(
                 own_key(head.digest, fold_row.leaf_hash),
                 Own(verified.obligation, verified.commitment, b"", verified),
@@ -438,7 +447,7 @@ class OriginLog:
             self._valued.put(signed.head_digest, valued)
         for (ref, _, value), fold in zip(wanted, signed.folds, strict=True):
             if value:
-                verified = verify_fold(proofs[ref], head)
+                verified = verified_folds[ref]
                 self._hold(
                     ref,
                     HeldValue(

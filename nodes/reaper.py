@@ -5,7 +5,8 @@ The reaper never decides on its own what is safe to evict: each pass is one
 write transaction in which a single DELETE reads the obligation table and
 fold membership (:meth:`nodes.store.HopStore.reap`). A hop is evicted only if
 it belongs to at least one fold and every obligation on every fold that
-contains it has expired (minus an optional grace). Hops not yet folded and
+contains it has expired (minus an optional grace). Custody holds
+(:func:`nodes.custody_store.reap_custody`) get the same grace. Hops not yet folded and
 hops of ``provenance_pending`` folds are never candidates. This is option 1
 of seed 000: the pointer is durable before eviction may consider the span,
 and eviction reads the pointer table as a precondition.
@@ -111,8 +112,11 @@ class Reaper(PeriodicTask):
             now_ms=self._clock(), grace_ms=self._grace, limit=self._batch
         )
         attestations = await self._store.reap_attestations(now_ms=self._clock(), limit=self._batch)
-        # custody holds bind the reaper like obligations (S5, nodes.custody_store)
-        custody = await reap_custody(self._store, now_ms=self._clock(), limit=self._batch)
+        # custody holds bind the reaper like obligations (S5, nodes.custody_store),
+        # with the same grace: a hold goes only once it expired grace_ms ago
+        custody = await reap_custody(
+            self._store, now_ms=self._clock() - self._grace, limit=self._batch
+        )
         report = dataclasses.replace(report, hops_evicted=report.hops_evicted + custody)
         self._passes += 1
         self._attestations += attestations

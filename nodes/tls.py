@@ -33,7 +33,7 @@ import datetime as dt
 import ipaddress
 import ssl
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -79,11 +79,18 @@ def _read(path: Path, what: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class TlsFiles:
-    """PEM files: ``ca`` verifies peers; ``cert``/``key`` are this node's own (both or neither)."""
+    """PEM files: ``ca`` verifies peers; ``cert``/``key`` are this node's own (both or neither).
+
+    The CA file is read once, at the first use, and its bytes serve every later
+    one (the credentials, the handshake diagnosis, the health probes).
+    ``ca_setting`` is how an error names the CA file (a tool's flag).
+    """
 
     ca: Path | None = None
     cert: Path | None = None
     key: Path | None = None
+    ca_setting: str = field(default="TLS CA certificate", compare=False)
+    _ca_pem: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
@@ -94,7 +101,12 @@ class TlsFiles:
         return self.cert is not None
 
     def ca_pem(self) -> bytes | None:
-        return None if self.ca is None else _read(self.ca, "TLS CA certificate")
+        """The CA file's bytes (None: plaintext), read at the first call only."""
+        if self.ca is None:
+            return None
+        if self._ca_pem is None:
+            object.__setattr__(self, "_ca_pem", _read(self.ca, self.ca_setting))
+        return self._ca_pem
 
     def server_credentials(self) -> grpc.ServerCredentials | None:
         """TLS for the node's port (no client certificates: the serve plane is open)."""
@@ -120,7 +132,7 @@ class TlsFiles:
         try:
             x509.load_pem_x509_certificates(ca)
         except ValueError as exc:
-            raise TlsError(f"TLS CA certificate {self.ca}: not PEM certificates ({exc})") from None
+            raise TlsError(f"{self.ca_setting} {self.ca}: not PEM certificates ({exc})") from None
         return grpc.ssl_channel_credentials(root_certificates=ca)
 
 

@@ -70,6 +70,22 @@ def test_node_without_name_exits_2_naming_flag_and_variable(
     assert "Traceback" not in err
 
 
+def test_witness_logs_padding_goes_and_a_blank_value_exits_2_naming_the_flag(
+    clean_env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = "ab" * 32, "cd" * 32
+    env = {"PROVNET_NAME": "n", "PROVNET_DATA_DIR": str(tmp_path)}
+    padded = NodeConfig.from_env_and_args(None, {**env, "PROVNET_WITNESS_LOGS": f"  {a} ,\t{b} "})
+    assert padded.witness_logs == f"{a},{b}"
+    args = build_parser().parse_args(["node", "--witness-logs", " * "])
+    assert NodeConfig.from_env_and_args(args, env).witness_logs == "*"
+    blank = ["node", "--name", "n", "--data-dir", str(tmp_path), "--witness-logs", " \t "]
+    assert main(blank) == 2
+    err = capsys.readouterr().err
+    assert "provnet: error: --witness-logs ($PROVNET_WITNESS_LOGS): blank" in err
+    assert "Traceback" not in err
+
+
 def test_node_with_bad_fault_exits_2_naming_the_value(
     clean_env: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
