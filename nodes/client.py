@@ -417,18 +417,18 @@ class Holder:
         unsigned ask had been made: the signed demand's own time, nonce and deadline.
         """
         if self.unsigned_first and not self._signed_first_now(run.origin):
-            seen: set[bytes] = set()
-            open_folds: list[_Fold] = []
+            # packed ask -> its fold, in order: a fold held twice is asked once, the copy
+            # signed; the keys are the ask's bytes, packed once per fold
+            asked: dict[bytes, _Fold] = {}
+            most = min(self.stream_leaves, MAX_OPEN_LEAVES)
             for f in folds:
                 vf = f.held.fold
-                if vf is None or vf.record.leaf_count > min(self.stream_leaves, MAX_OPEN_LEAVES):
+                if vf is None or vf.record.leaf_count > most:
                     continue
-                key = _packed_ask(vf.head.digest, vf.leaf_hash)
-                if key not in seen:  # a fold held twice is asked once; the copy signed
-                    seen.add(key)
-                    open_folds.append(f)
-            if open_folds:
-                left = await self._ask_unsigned(run, open_folds, deadline)
+                asked.setdefault(_packed_ask(vf.head.digest, vf.leaf_hash), f)
+            if asked:
+                open_folds = list(asked.values())
+                left = await self._ask_unsigned(run, open_folds, b"".join(asked), deadline)
                 if left or len(open_folds) != len(folds):
                     served = {id(f) for f in open_folds} - {id(f) for f in left}
                     folds = [f for f in folds if id(f) not in served]
@@ -460,9 +460,10 @@ class Holder:
         )
 
     async def _ask_unsigned(
-        self, run: _OriginRun, folds: list[_Fold], deadline: float | None
+        self, run: _OriginRun, folds: list[_Fold], asks: bytes, deadline: float | None
     ) -> list[_Fold]:
-        """One unsigned ask (:mod:`contracts.ask`) for ``folds``; the folds it left unserved.
+        """One unsigned ask (:mod:`contracts.ask`) for ``folds``, whose packed asks are
+        ``asks`` (in order); the folds it left unserved.
 
         A fold is served when the hops answered reproduce the root proven under the
         head this holder verified (:func:`contracts.ask.reproduces_fold`): the
@@ -475,11 +476,6 @@ class Holder:
             address = self._address(folds[0].held.obligation)
         except CallFailed:
             return folds  # the signed path says why, as it would have
-        asks = b"".join(
-            _packed_ask(f.held.fold.head.digest, f.held.fold.leaf_hash)
-            for f in folds
-            if f.held.fold is not None
-        )
         run.asks += 1
         run.rpcs += 1
         self.demand_rpcs += 1
