@@ -485,7 +485,7 @@ def custody_folds(
     value and at least one fold of it under that head
     (:func:`contracts.custody.bind_custody`); it stands for every fold of the
     value it covers (one :class:`HeldFold` each, in the value's fold order); at
-    most :data:`MAX_CUSTODY_PER_ORIGIN` statements per origin. Anything else
+    most :data:`MAX_CUSTODY_PER_ORIGIN` statements per head of an origin. Anything else
     rejects the delivery (:class:`MalformedRequest` naming the statement): a value
     never carries a promise nobody can hold to. An expired statement is dropped.
     """
@@ -500,7 +500,7 @@ def custody_folds(
         if f.fold is not None:
             by_head.setdefault(f.fold.head.digest, []).append(f)
     out: list[HeldFold] = []
-    per_origin: dict[str, int] = {}
+    per_head: dict[str, int] = {}
     seen: set[str] = set()
     for note in custody:
         try:
@@ -526,12 +526,14 @@ def custody_folds(
             continue  # a promise that ran out is no promise: not carried on, not asked
         except ContractError as exc:
             raise MalformedRequest(f"deliver: custody statement: {exc}") from exc
-        origin = bound[0].head.statement.origin
-        per_origin[origin] = per_origin.get(origin, 0) + 1
-        if per_origin[origin] > MAX_CUSTODY_PER_ORIGIN:
+        # (a value merged from several values carries folds under several heads of
+        # one origin: the bound is per head, each a compaction of that origin)
+        per_head[s.head] = per_head.get(s.head, 0) + 1
+        if per_head[s.head] > MAX_CUSTODY_PER_ORIGIN:
+            origin = bound[0].head.statement.origin
             raise RequestTooLarge(
-                f"deliver: more than {MAX_CUSTODY_PER_ORIGIN} custody statements for origin"
-                f" {origin[:16]}…"
+                f"deliver: more than {MAX_CUSTODY_PER_ORIGIN} custody statements for head"
+                f" {s.head[:12]}… of origin {origin[:16]}…"
             )
         bundle = custody_bundle(bound[0].head.note, note)
         out.extend(
