@@ -33,6 +33,10 @@ from tests.nodes.cluster_home import processes_naming, provnet
 pytestmark = pytest.mark.timeout(240)
 
 
+
+
+
+
 def test_cluster_up_smoke_twice_down_every_step_ok_and_nothing_left_running(home: Path) -> None:
     up = provnet(home, "cluster", "up")
     assert up.returncode == 0, up.stderr

@@ -36,6 +36,10 @@ from tests.nodes.cluster_home import provnet
 pytestmark = pytest.mark.timeout(240)
 
 
+
+
+
+
 def _up_tls(home: Path) -> list[str]:
     up = provnet(home, "cluster", "up", "--tls")
     assert up.returncode == 0, up.stderr
