@@ -39,7 +39,7 @@ from contracts.canonical import (
     parse_json_object,
     sha256_hex,
 )
-from contracts.custody import bind_custody, open_custody, split_custody_bundle
+from contracts.custody import open_fold, split_custody_bundle
 from contracts.envelope import Envelope
 from contracts.errors import (
     BindingMismatch,
@@ -52,8 +52,8 @@ from contracts.errors import (
     Revoked,
     run_check,
 )
-from contracts.head_note import SignedHead, open_head
-from contracts.heads import FoldProof, verify_fold
+from contracts.head_note import SignedHead, head_digest
+from contracts.heads import FoldProof
 from contracts.identity import Identity
 from contracts.serve import verify_served
 from contracts.signed import Signed, open_statement, sign_statement
@@ -409,16 +409,13 @@ def _proof_statements(
     # head form: the head signed by the origin it names, the fold proven under it
     if not isinstance(proof.obligation, bytes):  # pragma: no cover - excluded by __post_init__
         raise EncodingError("head-form rehydration proof without a head note")
-    head_note, custody = split_custody_bundle(proof.obligation)
-    head = open_head(head_note)
+    # (a custody bundle: served by a custodian, its statement bound to the fold and its
+    # receipt in place of the origin's — contracts.custody.open_fold)
     try:
-        fold = verify_fold(proof.fold, head)
+        fold = open_fold(proof.obligation, proof.fold)
     except ContractError as exc:
-        raise type(exc)(f"inclusion proof under head {head.digest[:12]}… rejected: {exc}") from exc
-    if custody:
-        # served by a custodian (contracts.custody): its statement, bound to the fold,
-        # and its receipt in place of the origin's
-        fold = bind_custody(open_custody(custody), fold)
+        head = head_digest(split_custody_bundle(proof.obligation)[0])
+        raise type(exc)(f"inclusion proof under head {head[:12]}… rejected: {exc}") from exc
     return fold.commitment, fold.obligation
 
 

@@ -2,35 +2,39 @@
 
 A **custodian** is a node that obtained an origin's folded hops, verified
 them against the origin's signed head, made them durable, and only then
-signed a **custody statement**: "I hold the hops of these folds, proven under
-this head, and serve them to any bearer until ``serve_until``, within
-``deadline_ms``, at these endpoints". It is the precedent of C2SP
-tlog-mirror (a mirror's cosignature on a checkpoint adds "I durably logged
-the contents of this checkpoint and made them accessible") with the serving
-terms of an obligation added: a cosignature with an additional statement.
+signed a **custody statement**: "I hold the hops of the folds of this head,
+and serve them to any bearer until ``serve_until``, within ``deadline_ms``,
+at these endpoints". It is the precedent of C2SP tlog-mirror (a mirror's
+cosignature on a checkpoint adds "I durably logged the contents of this
+checkpoint and made them accessible") with the serving terms of an
+obligation added: a cosignature-like note with an additional statement.
+
+**One statement per head** (per compaction): it names the head by its note
+digest — which commits to the head's origin line, log size and root, and the
+root of its fold records — and the folds held, by their records' leaf hashes,
+or none when it holds every fold of the head. A value carries at most k
+statements per origin, whatever the number of folds.
 
 Encoding: a C2SP signed note (c2sp.org/signed-note, :mod:`contracts.note`),
 signed with the custodian's Ed25519 key (type 0x01) under the key name
 ``provnet-custodian/<custodian node id>``; the key id is C2SP's
 ``SHA-256(name ‖ 0x0A ‖ 0x01 ‖ public key)[:4]``. Text, line by line::
 
-    provnet-custody/v1                          the statement's type and version
+    provnet-custody/v2                          the statement's type and version
     custodian <node id>                         who promises (its key is its id)
     operator <label>                            its operator: one failure domain
-    head <origin line> <size> b64(<log root>) b64(<head digest>)
-                                                the origin head the folds are proven
-                                                under: its log (provnet/<id>/<epoch>),
-                                                tree size, root, and note digest
-    fold b64(<record leaf hash>) b64(<hops root>) <leaf count>
-                                                one line per fold held (1..64)
+    head b64(<head digest>)                     the origin head the folds are proven under
+    fold b64(<record leaf hash>)                one line per fold held (0..64);
+                                                none: every fold of the head
     serve <serve_until> <deadline_ms>           the custodian's own serving terms
     endpoint <endpoint>                         where it serves, in order (1..16)
     issued <issued_at>                          ms since the Unix epoch
 
 The lines are declared once, in :data:`CUSTODY_LINES`; :func:`custody_text`
-and :func:`parse_custody_text` both walk that table. Decoding is strict:
-lines in table order, decimals without leading zeros, canonical base64, no
-unknown line, so a statement has one text and
+and :func:`parse_custody_text` both walk that table, with the number and
+hash codecs notes share (:mod:`contracts.note`). Decoding is strict: lines
+in table order, decimals without leading zeros, canonical base64, no unknown
+line, so a statement has one text and
 ``custody_text(parse_custody_text(t)) == t`` for every accepted ``t``.
 
 What is signed, carried, stored and cited is the note as the custodian made
@@ -53,21 +57,23 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from contracts._fields import MAX_COUNT, MAX_TIME_MS, is_digest
+from contracts._fields import MAX_TIME_MS, is_digest
 from contracts.envelope import Envelope
 from contracts.errors import BindingMismatch, EncodingError, Expired
-from contracts.head_note import HEAD_ORIGIN_PREFIX, open_head, parse_head_origin
+from contracts.head_note import open_head
 from contracts.heads import FOLD_RECORD_TYPE, FoldProof, VerifiedFold, verify_fold
 from contracts.identity import Identity, PublicKey
 from contracts.note import (
     Note,
     NoteKey,
     VerifierKey,
-    decode_canonical_base64,
-    encode_base64,
+    decode_decimal,
+    decode_hash,
+    encode_hash,
     encode_note,
     open_note,
     parse_note,
+    text_digest,
 )
 from contracts.rules import expired
 from contracts.signed import Signed
@@ -82,7 +88,6 @@ __all__ = [
     "MAX_CUSTODY_FOLDS",
     "MAX_CUSTODY_PER_ORIGIN",
     "CustodyFold",
-    "CustodyFoldRef",
     "CustodyStatement",
     "SignedCustody",
     "bind_custody",
@@ -100,7 +105,7 @@ __all__ = [
 ]
 
 #: First line of every custody statement.
-CUSTODY_HEADER = "provnet-custody/v1"
+CUSTODY_HEADER = "provnet-custody/v2"
 #: Key name prefix: ``provnet-custodian/<node id>``.
 CUSTODY_KEY_PREFIX = "provnet-custodian"
 #: Payload type of the unsigned stand-in envelope of a custody statement read as a
@@ -108,33 +113,17 @@ CUSTODY_KEY_PREFIX = "provnet-custodian"
 CUSTODY_TEXT_TYPE = "application/vnd.provnet.custody-text"
 #: Largest custody note accepted.
 MAX_CUSTODY_BYTES = 16 * 1024
-#: Folds one statement may name.
+#: Folds one statement may name (and one take may ask for).
 MAX_CUSTODY_FOLDS = 64
 #: Custody statements a value may carry per origin (k is at most this).
 MAX_CUSTODY_PER_ORIGIN = 8
 _MAX_ENDPOINTS = 16
 _MAX_ENDPOINT = 512
 _MAX_OPERATOR = 64
-_HASH_LEN = 32
 _MAX_SIGNATURES = 4
 
 
 # ------------------------------------------------------------------ the statement
-
-
-@dataclass(frozen=True, slots=True)
-class CustodyFoldRef:
-    """One fold a custodian holds: its record's leaf hash under the head, its hops' root."""
-
-    leaf_hash: str
-    root: str
-    leaf_count: int
-
-    def __post_init__(self) -> None:
-        if not is_digest(self.leaf_hash) or not is_digest(self.root):
-            raise ValueError("custody fold: leaf_hash and root must be 64 lower-case hex")
-        if type(self.leaf_count) is not int or not 1 <= self.leaf_count <= MAX_COUNT:
-            raise ValueError(f"custody fold: leaf_count {self.leaf_count!r} outside 1..{MAX_COUNT}")
 
 
 def _text_problem(what: str, text: object, limit: int) -> str | None:
@@ -147,16 +136,16 @@ def _text_problem(what: str, text: object, limit: int) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class CustodyStatement:
-    """What a custodian promises (see module docstring); validated on construction."""
+    """What a custodian promises (see module docstring); validated on construction.
+
+    ``folds``: the leaf hashes of the fold records held, in the order the take
+    named them; empty when the custodian holds every fold of the head.
+    """
 
     custodian: str
     operator: str
-    origin: str
-    epoch: str
-    size: int
-    log_root: str
     head: str
-    folds: tuple[CustodyFoldRef, ...]
+    folds: tuple[str, ...]
     serve_until: int
     deadline_ms: int
     endpoints: tuple[str, ...]
@@ -168,16 +157,13 @@ class CustodyStatement:
         problem = _text_problem("operator", self.operator, _MAX_OPERATOR)
         if problem is not None:
             raise ValueError(problem)
-        if not is_digest(self.origin) or not is_digest(self.log_root) or not is_digest(self.head):
-            raise ValueError("custody: origin, log_root and head must be 64 lower-case hex")
-        if self.origin == self.custodian:
-            raise ValueError("custody: an origin is not its own custodian")
-        parse_head_origin(self.origin_line)  # the epoch's rules
-        if type(self.size) is not int or not 1 <= self.size <= MAX_COUNT:
-            raise ValueError(f"custody: head size {self.size!r} outside 1..{MAX_COUNT}")
-        if not 1 <= len(self.folds) <= MAX_CUSTODY_FOLDS:
-            raise ValueError(f"custody: 1 to {MAX_CUSTODY_FOLDS} folds, got {len(self.folds)}")
-        if len({f.leaf_hash for f in self.folds}) != len(self.folds):
+        if not is_digest(self.head):
+            raise ValueError("custody: head must be a digest (64 lower-case hex)")
+        if len(self.folds) > MAX_CUSTODY_FOLDS:
+            raise ValueError(f"custody: at most {MAX_CUSTODY_FOLDS} folds, got {len(self.folds)}")
+        if not all(is_digest(f) for f in self.folds):
+            raise ValueError("custody: a fold leaf hash must be 64 lower-case hex")
+        if len(set(self.folds)) != len(self.folds):
             raise ValueError("custody: a fold is named twice")
         if not 1 <= len(self.endpoints) <= _MAX_ENDPOINTS:
             raise ValueError(f"custody: 1 to {_MAX_ENDPOINTS} endpoints, got {len(self.endpoints)}")
@@ -192,38 +178,13 @@ class CustodyStatement:
         if type(self.deadline_ms) is not int or not 1 <= self.deadline_ms <= MAX_TIME_MS:
             raise ValueError(f"custody: deadline_ms {self.deadline_ms!r} outside 1..{MAX_TIME_MS}")
 
-    @property
-    def origin_line(self) -> str:
-        return f"{HEAD_ORIGIN_PREFIX}/{self.origin}/{self.epoch}"
-
-    def fold(self, leaf_hash: str) -> CustodyFoldRef | None:
-        return next((f for f in self.folds if f.leaf_hash == leaf_hash), None)
+    def covers(self, leaf_hash: str) -> bool:
+        """Whether the statement promises the fold whose record has ``leaf_hash``
+        (under its head: every fold when it names none)."""
+        return not self.folds or leaf_hash in self.folds
 
 
 # ---------------------------------------------------------------- the table
-
-
-def _decimal(text: str, what: str, lo: int, hi: int) -> int:
-    # Length first: a megabyte of digits must not reach int().
-    if not text or len(text) > len(str(hi)) or not text.isascii() or not text.isdigit():
-        raise EncodingError(f"{what} {text!r:.40} is not a decimal number")
-    if text != "0" and text.startswith("0"):
-        raise EncodingError(f"{what} {text!r:.40} has a leading zero")
-    value = int(text)
-    if not lo <= value <= hi:
-        raise EncodingError(f"{what} {value} outside [{lo}, {hi}]")
-    return value
-
-
-def _hash(text: str, what: str) -> str:
-    raw = decode_canonical_base64(text, what)
-    if len(raw) != _HASH_LEN:
-        raise EncodingError(f"{what} is {len(raw)} bytes, not {_HASH_LEN}")
-    return raw.hex()
-
-
-def _b64(hex_digest: str) -> str:
-    return encode_base64(bytes.fromhex(hex_digest))
 
 
 def _plain(text: str, where: str, what: str, limit: int) -> str:
@@ -250,8 +211,8 @@ class CustodyLine:
 CUSTODY_LINES: tuple[CustodyLine, ...] = (
     CustodyLine("custodian", ("custodian",)),
     CustodyLine("operator", ("operator",)),
-    CustodyLine("head", ("origin_line", "size", "log_root", "head")),
-    CustodyLine("fold", ("leaf_hash", "root", "leaf_count"), 1, MAX_CUSTODY_FOLDS),
+    CustodyLine("head", ("head",)),
+    CustodyLine("fold", ("leaf_hash",), 0, MAX_CUSTODY_FOLDS),
     CustodyLine("serve", ("serve_until", "deadline_ms")),
     CustodyLine("endpoint", ("endpoint",), 1, _MAX_ENDPOINTS),
     CustodyLine("issued", ("issued_at",)),
@@ -265,9 +226,9 @@ def _encode_line(line: CustodyLine, s: CustodyStatement) -> list[str]:
         case "operator":
             values = [[s.operator]]
         case "head":
-            values = [[s.origin_line, str(s.size), _b64(s.log_root), _b64(s.head)]]
+            values = [[encode_hash(s.head)]]
         case "fold":
-            values = [[_b64(f.leaf_hash), _b64(f.root), str(f.leaf_count)] for f in s.folds]
+            values = [[encode_hash(f)] for f in s.folds]
         case "serve":
             values = [[str(s.serve_until), str(s.deadline_ms)]]
         case "endpoint":
@@ -288,31 +249,18 @@ def _decode_values(keyword: str, parts: list[str], where: str) -> tuple[object, 
         case "operator":
             return (_plain(parts[0], where, "operator", _MAX_OPERATOR),)
         case "head":
-            node_id, epoch = parse_head_origin(parts[0])
-            return (
-                node_id,
-                epoch,
-                _decimal(parts[1], f"{where} size", 1, MAX_COUNT),
-                _hash(parts[2], f"{where} log root"),
-                _hash(parts[3], f"{where} head digest"),
-            )
+            return (decode_hash(parts[0], f"{where} head digest"),)
         case "fold":
-            return (
-                CustodyFoldRef(
-                    _hash(parts[0], f"{where} leaf hash"),
-                    _hash(parts[1], f"{where} root"),
-                    _decimal(parts[2], f"{where} leaf count", 1, MAX_COUNT),
-                ),
-            )
+            return (decode_hash(parts[0], f"{where} leaf hash"),)
         case "serve":
             return (
-                _decimal(parts[0], f"{where} serve_until", 0, MAX_TIME_MS),
-                _decimal(parts[1], f"{where} deadline_ms", 1, MAX_TIME_MS),
+                decode_decimal(parts[0], f"{where} serve_until", 0, MAX_TIME_MS),
+                decode_decimal(parts[1], f"{where} deadline_ms", 1, MAX_TIME_MS),
             )
         case "endpoint":
             return (_plain(parts[0], where, "endpoint", _MAX_ENDPOINT),)
         case "issued":
-            return (_decimal(parts[0], f"{where} issued_at", 0, MAX_TIME_MS),)
+            return (decode_decimal(parts[0], f"{where} issued_at", 0, MAX_TIME_MS),)
         case _:
             raise AssertionError(f"custody line {keyword!r} has no decoder")
 
@@ -354,18 +302,12 @@ def parse_custody_text(text: str) -> CustodyStatement:
         raise EncodingError(
             f"custody line {at + 1} {rows[at]!r:.80} is unknown, repeated or out of order"
         )
-    (custodian,), (operator,) = values["custodian"][0], values["operator"][0]
-    origin, epoch, size, log_root, head = values["head"][0]
     serve_until, deadline_ms = values["serve"][0]
     try:
         return CustodyStatement(
-            custodian=custodian,  # type: ignore[arg-type]
-            operator=operator,  # type: ignore[arg-type]
-            origin=origin,  # type: ignore[arg-type]
-            epoch=epoch,  # type: ignore[arg-type]
-            size=size,  # type: ignore[arg-type]
-            log_root=log_root,  # type: ignore[arg-type]
-            head=head,  # type: ignore[arg-type]
+            custodian=values["custodian"][0][0],  # type: ignore[arg-type]
+            operator=values["operator"][0][0],  # type: ignore[arg-type]
+            head=values["head"][0][0],  # type: ignore[arg-type]
             folds=tuple(v[0] for v in values["fold"]),  # type: ignore[misc]
             serve_until=serve_until,  # type: ignore[arg-type]
             deadline_ms=deadline_ms,  # type: ignore[arg-type]
@@ -409,11 +351,7 @@ class SignedCustody:
 
 def custody_digest(data: bytes) -> str:
     """The digest of a custody note (SHA-256 of its text), read without verifying it."""
-    raw = bytes(data)
-    split = raw.rfind(b"\n\n")
-    if split < 0:
-        raise EncodingError("custody note has no blank line between its text and its signature")
-    return hashlib.sha256(raw[: split + 1]).hexdigest()
+    return text_digest(data, "custody note")
 
 
 _BUNDLE_MARK = b"\n" + CUSTODY_HEADER.encode() + b"\n"
@@ -443,13 +381,21 @@ def open_fold(obligation: bytes, proof: FoldProof, *, now: int | None = None) ->
     """The fold a (head note, fold proof) pair stands for — or, when ``obligation`` is a
     custody bundle (:func:`custody_bundle`), the custodian's :class:`CustodyFold`.
 
-    (1) the head verifies with its origin's key (``now``: and its statement is bound
-    unexpired); (2) the proof is under it; (3) a bundle's statement verifies with its
-    custodian's key and binds to exactly that head and fold (:func:`bind_custody`).
+    (1) the head verifies with its origin's key — with ``now``: and is unexpired
+    (:class:`~contracts.errors.Expired`); (2) the proof is under it; (3) a bundle's
+    statement verifies with its custodian's key and binds to exactly that head and
+    fold, unexpired at ``now`` (:func:`bind_custody`).
     """
     head_note, custody = split_custody_bundle(obligation)
-    # (1) the origin's head, (2) the fold under it
-    fold = verify_fold(proof, open_head(head_note))
+    # (1) the origin's head, still promised
+    head = open_head(head_note)
+    if now is not None and expired(head.statement.serve_until, now):
+        raise Expired(
+            f"head {head.digest[:12]}… by {head.statement.origin[:16]}… expired at"
+            f" {head.statement.serve_until} ms (now {now} ms)"
+        )
+    # (2) the fold under it
+    fold = verify_fold(proof, head)
     if not custody:
         return fold
     # (3) the custodian's promise about that fold
@@ -521,41 +467,27 @@ def bind_custody(
     """The custodian's stand-ins for ``fold`` (proven under a verified head), if
     ``custody`` (verified) is about exactly that head and fold.
 
-    (1) the statement was verified; (2) it names the head: origin, epoch, size,
-    log root and digest all the head's (:class:`BindingMismatch` naming the
-    first that differs); (3) it names the fold's record leaf hash with the
-    fold's root and leaf count; (4) with ``now``: not past ``serve_until``
-    (:class:`~contracts.errors.Expired`).
+    (1) the statement was verified; (2) it names the head's digest (which commits
+    to the head's origin, epoch, size, log root and fold records); (3) it covers
+    the fold's record leaf hash (it names it, or names none: every fold of the
+    head); (4) with ``now``: not past ``serve_until``
+    (:class:`~contracts.errors.Expired`). :class:`BindingMismatch` names what differs.
     """
     # (1) only a verified statement binds
     if not custody.verified:
         raise ValueError("bind_custody needs a statement verified with open_custody")
-    s, h = custody.statement, fold.head.statement
+    s = custody.statement
     # (2) the same head
-    for what, ours, theirs in (
-        ("origin", s.origin, h.origin),
-        ("epoch", s.epoch, h.epoch),
-        ("size", s.size, h.seq + 1),
-        ("log root", s.log_root, h.log_root),
-        ("head digest", s.head, fold.head.digest),
-    ):
-        if ours != theirs:
-            raise BindingMismatch(
-                f"custody statement {custody.digest[:12]}… by {s.custodian[:16]}… names"
-                f" {what} {str(ours)[:16]}…, but the head has {str(theirs)[:16]}…"
-            )
-    # (3) the fold, with its root and size
-    ref = s.fold(fold.leaf_hash.hex())
-    if ref is None:
+    if s.head != fold.head.digest:
+        raise BindingMismatch(
+            f"custody statement {custody.digest[:12]}… by {s.custodian[:16]}… names"
+            f" head {s.head[:16]}…, but the fold is under head {fold.head.digest[:16]}…"
+        )
+    # (3) the fold
+    if not s.covers(fold.leaf_hash.hex()):
         raise BindingMismatch(
             f"custody statement {custody.digest[:12]}… does not name fold"
             f" {fold.leaf_hash.hex()[:12]}… of head {fold.head.digest[:12]}…"
-        )
-    if ref.root != fold.record.root or ref.leaf_count != fold.record.leaf_count:
-        raise BindingMismatch(
-            f"custody statement {custody.digest[:12]}… names fold {ref.leaf_hash[:12]}… with"
-            f" root {ref.root[:12]}… ({ref.leaf_count} leaves); the head proves"
-            f" {fold.record.root[:12]}… ({fold.record.leaf_count} leaves)"
         )
     # (4) still promised
     if now is not None and expired(s.serve_until, now):
@@ -583,21 +515,17 @@ class CustodyFold(VerifiedFold):
     statement to the record).
     """
 
-    custody: SignedCustody | None = field(default=None, compare=False)
+    custody: SignedCustody = field(compare=False)
 
     @property
     def custodian(self) -> str:
-        if self.custody is None:
-            raise ValueError("a custody fold needs its statement")
         return self.custody.statement.custodian
 
     def _make_commitment(self) -> Signed[Commitment]:
-        if self.custody is None:
-            raise ValueError("a custody fold needs its statement")
         s, r = self.custody.statement, self.record
         statement = Commitment(
             origin=s.custodian,
-            epoch=s.epoch,
+            epoch=self.head.statement.epoch,
             value_ref=r.value_ref,
             fold_seq=r.fold_seq,
             leaf_count=r.leaf_count,
@@ -607,8 +535,6 @@ class CustodyFold(VerifiedFold):
         return Signed(Envelope(b"\x00" + self.proof.target, FOLD_RECORD_TYPE, ()), statement)
 
     def _make_obligation(self) -> Signed[Obligation]:
-        if self.custody is None:
-            raise ValueError("a custody fold needs its statement")
         s = self.custody.statement
         statement = Obligation(
             origin=s.custodian,

@@ -61,10 +61,12 @@ from contracts.identity import Identity, PublicKey
 from contracts.note import (
     NoteKey,
     VerifierKey,
-    decode_canonical_base64,
-    encode_base64,
+    decode_decimal,
+    decode_hash,
+    encode_hash,
     encode_note,
     parse_note,
+    text_digest,
 )
 from contracts.statements import Head
 
@@ -76,6 +78,7 @@ __all__ = [
     "HeadLine",
     "Occurs",
     "SignedHead",
+    "claimed_origin",
     "head_checkpoint",
     "head_digest",
     "head_from_checkpoint",
@@ -97,7 +100,6 @@ MAX_HEAD_SIGNATURES = 32
 _MAX_ENDPOINTS = 16
 _MAX_EPOCH = 128
 _MAX_ENDPOINT = 512
-_HASH_LEN = 32
 # No white space, no '+' (a key name holds neither), no '/' (the origin's separator).
 _EPOCH_FORBIDDEN = frozenset("/+")
 
@@ -164,27 +166,10 @@ class _Codec:
 
 
 def _decimal(hi: int, lo: int = 0) -> _Codec:
-    digits = len(str(hi))
-
     def decode(text: str, what: str) -> int:
-        # Length first: a megabyte of digits must not reach int().
-        if not text or len(text) > digits or not text.isascii() or not text.isdigit():
-            raise EncodingError(f"{what} {text!r:.40} is not a decimal number")
-        if text != "0" and text.startswith("0"):
-            raise EncodingError(f"{what} {text!r:.40} has a leading zero")
-        value = int(text)
-        if not lo <= value <= hi:
-            raise EncodingError(f"{what} {value} outside [{lo}, {hi}]")
-        return value
+        return decode_decimal(text, what, lo, hi)
 
     return _Codec(str, decode)
-
-
-def _decode_hash(text: str, what: str) -> str:
-    raw = decode_canonical_base64(text, what)
-    if len(raw) != _HASH_LEN:
-        raise EncodingError(f"{what} is {len(raw)} bytes, not {_HASH_LEN}")
-    return raw.hex()
 
 
 def _decode_endpoint(text: str, what: str) -> str:
@@ -196,7 +181,7 @@ def _decode_endpoint(text: str, what: str) -> str:
 _TIME = _decimal(MAX_TIME_MS)
 _COUNT = _decimal(MAX_COUNT, lo=1)
 _DURATION = _decimal(MAX_TIME_MS, lo=1)
-_HASH = _Codec(lambda hex_digest: encode_base64(bytes.fromhex(hex_digest)), _decode_hash)
+_HASH = _Codec(encode_hash, decode_hash)
 _ENDPOINT = _Codec(str, _decode_endpoint)
 
 
@@ -360,11 +345,7 @@ def head_digest(data: bytes) -> str:
     """The digest a head note would have, read **without parsing or verifying it**:
     the SHA-256 of everything before its last blank line. A key to look a verified
     head up by (:class:`contracts.heads.HeadCache`); it vouches for nothing."""
-    raw = bytes(data)
-    split = raw.rfind(b"\n\n")
-    if split < 0:
-        raise EncodingError("head note has no blank line between its text and its signatures")
-    return hashlib.sha256(raw[: split + 1]).hexdigest()
+    return text_digest(data, "head note")
 
 
 def sign_head(identity: Identity, head: Head) -> SignedHead:
@@ -386,6 +367,12 @@ def _origin_line(data: bytes) -> str:
         return data[:end].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise EncodingError(f"head origin line is not UTF-8 (byte {exc.start})") from exc
+
+
+def claimed_origin(data: bytes) -> tuple[str, str]:
+    """(node id, epoch) a head note's origin line names, read **before** any signature
+    is checked (who a request says it is about); :class:`EncodingError` if not a head's."""
+    return parse_head_origin(_origin_line(bytes(data)))
 
 
 def open_head(

@@ -69,11 +69,15 @@ __all__ = [
     "cosignature_message",
     "cosignature_timestamp",
     "decode_canonical_base64",
+    "decode_decimal",
+    "decode_hash",
     "encode_base64",
+    "encode_hash",
     "encode_note",
     "key_id",
     "open_note",
     "parse_note",
+    "text_digest",
 ]
 
 SIG_TYPE_ED25519 = 0x01
@@ -98,6 +102,7 @@ _KEY_ID_LEN = 4
 _ED25519_SIG_LEN = 64
 _TIMESTAMP_LEN = 8
 _PUBLIC_KEY_LEN = 32
+_HASH_LEN = 32
 _HEX = frozenset("0123456789abcdef")
 # Control characters the spec forbids: everything below U+0020 but newline.
 _FORBIDDEN = {c: None for c in range(0x20) if c != 0x0A}
@@ -149,6 +154,43 @@ def decode_canonical_base64(text: str, what: str) -> bytes:
 def encode_base64(raw: bytes) -> str:
     """Standard base64 with padding, no newline."""
     return binascii.b2a_base64(raw, newline=False).decode("ascii")
+
+
+def decode_decimal(text: str, what: str, lo: int, hi: int) -> int:
+    """A note line's decimal number: ASCII digits, no leading zero, in ``[lo, hi]``
+    (:class:`EncodingError` naming ``what`` otherwise)."""
+    # Length first: a megabyte of digits must not reach int().
+    if not text or len(text) > len(str(hi)) or not text.isascii() or not text.isdigit():
+        raise EncodingError(f"{what} {text!r:.40} is not a decimal number")
+    if text != "0" and text.startswith("0"):
+        raise EncodingError(f"{what} {text!r:.40} has a leading zero")
+    value = int(text)
+    if not lo <= value <= hi:
+        raise EncodingError(f"{what} {value} outside [{lo}, {hi}]")
+    return value
+
+
+def decode_hash(text: str, what: str) -> str:
+    """A note line's SHA-256 value: canonical base64 of 32 bytes, as 64 lower-case hex."""
+    raw = decode_canonical_base64(text, what)
+    if len(raw) != _HASH_LEN:
+        raise EncodingError(f"{what} is {len(raw)} bytes, not {_HASH_LEN}")
+    return raw.hex()
+
+
+def encode_hash(hex_digest: str) -> str:
+    """:func:`decode_hash`'s inverse: 64 hex characters as base64 of their 32 bytes."""
+    return encode_base64(bytes.fromhex(hex_digest))
+
+
+def text_digest(data: bytes, what: str = "note") -> str:
+    """SHA-256 (hex) of a note's text — everything before its last blank line —
+    read **without parsing or verifying** the note: a key to look it up by."""
+    raw = bytes(data)
+    split = raw.rfind(b"\n\n")
+    if split < 0:
+        raise EncodingError(f"{what} has no blank line between its text and its signatures")
+    return hashlib.sha256(raw[: split + 1]).hexdigest()
 
 
 def cosignature_message(text: bytes, timestamp: int) -> bytes:

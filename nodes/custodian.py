@@ -7,8 +7,9 @@ Three parts, one per role:
   (:class:`nodes.client.Holder`: unsigned ask, then signed demand, evidence
   against the origin if it fails), verifies them against the origin's signed
   head, makes them durable (:func:`nodes.custody_store.hold_folds`: COMMIT,
-  fsync'd) and **only then** signs one custody statement per fold
-  (:mod:`contracts.custody`), keeps it, and returns it. It serves those folds
+  fsync'd) and **only then** signs one custody statement for the head — all
+  the folds it took under it (:mod:`contracts.custody`) — keeps it (one more
+  durable write), and returns it. It serves those folds
   to any bearer through the same serve RPCs as an origin (``Serve.Demand``,
   unsigned asks): :meth:`Custodian.fold_for` is what the serve path looks a
   fold up with when it is not one of the node's own.
@@ -48,7 +49,6 @@ from contracts.custody import (
     MAX_CUSTODY_FOLDS,
     MAX_CUSTODY_PER_ORIGIN,
     CustodyFold,
-    CustodyFoldRef,
     CustodyStatement,
     SignedCustody,
     bind_custody,
@@ -58,19 +58,19 @@ from contracts.custody import (
     parse_custody,
     sign_custody,
 )
-from contracts.errors import BindingMismatch, ContractError, EncodingError, Expired
-from contracts.head_note import (
-    MAX_HEAD_BYTES,
-    SignedHead,
-    open_head,
-    parse_head,
-    parse_head_origin,
-)
+from contracts.errors import BindingMismatch, ContractError, Expired
+from contracts.head_note import MAX_HEAD_BYTES, SignedHead, claimed_origin, open_head, parse_head
 from contracts.heads import FoldProof, VerifiedFold, verify_fold
 from contracts.merkle import leaf_hash, merkle_root
 from contracts.rules import promise_refusal
 from nodes.client import HeldFold
-from nodes.custody_store import HeldCustodyFold, custody_row, hold_folds, keep_statement
+from nodes.custody_store import (
+    HeldCustodyFold,
+    custody_row,
+    hold_folds,
+    keep_statement,
+    kept_statement,
+)
 from nodes.errors import MalformedRequest, PromiseOutOfRange, RequestTooLarge
 from nodes.logging import get_logger
 from nodes.messages import (
@@ -119,6 +119,7 @@ __all__ = [
     "CustodyTransport",
     "custody_folds",
     "rehydrate_with_custody",
+    "statements_by_fold",
     "statements_for",
     "take_custody",
 ]
@@ -170,14 +171,16 @@ class Custodian:
         by: str | None = None,
         deadline: float | None = None,
     ) -> tuple[bytes, ...]:
-        """Take custody of ``fold_proofs``' folds under ``head_note``; one statement each.
+        """Take custody of ``fold_proofs``' folds under ``head_note``: ONE statement.
 
         (1) bounded: 1..:data:`MAX_CUSTODY_FOLDS` proofs, a head within its size;
         (2) the head verifies, unexpired, not ``pending``, not our own; ``by``
         (the control signer, when called over the wire) is its origin or an
         operator; (3) each proof is under it; (4) the hops come through the holder
         machinery, from the origin, verified against the fold roots; (5) hops and
-        hold COMMIT; (6) only then are the statements signed, (7) kept, returned.
+        hold COMMIT; (6) only then is the statement signed — naming the folds, or
+        none when they are every fold of the head — (7) kept (one write), returned.
+        Returns the one statement (a tuple: the wire's form).
         """
         core = self._core
         now_ms = core.now_ms()
@@ -193,7 +196,7 @@ class Custodian:
         # configuration, or an operator — no stranger makes this node verify, fetch,
         # store or sign anything
         try:
-            claimed = parse_head_origin(_first_line(head_note))[0]
+            claimed = claimed_origin(head_note)[0]
         except ContractError as exc:
             raise CustodyRefused(f"custody take: not a head: {exc}") from exc
         if by is not None and by not in core.config.operator_keys:
@@ -226,10 +229,12 @@ class Custodian:
                 raise CustodyRefused(f"custody take: fold proof: {exc}") from exc
         if len({f.leaf_hash for f in folds}) != len(folds):
             raise CustodyRefused("custody take: a fold is named twice")
-        # already held and promised long enough: the same statements again (idempotent)
-        again = await self._kept(head, folds, serve_until, now_ms)
+        # already held and promised long enough: the same statement again (idempotent)
+        every = len(folds) == h.size
+        leaves = tuple(f.leaf_hash.hex() for f in folds)
+        again = await self._kept(head, leaves, serve_until, now_ms)
         if again is not None:
-            return again
+            return (again,)
         # (4) the hops, through the holder machinery, verified against the roots
         taken = await self._fetch(head, folds, fold_proofs, deadline)
         # (5) durable before anything is signed (seed 000)
@@ -245,13 +250,11 @@ class Custodian:
             serve_until=serve_until,
             now_ms=now_ms,
         )
-        # (6) sign, (7) keep, then return
-        out: list[bytes] = []
-        for fold in taken.folds:
-            signed = sign_custody(core.identity, self._statement(head, fold, serve_until, now_ms))
-            await keep_statement(core.store, signed, now_ms=now_ms)
-            self.statements_signed += 1
-            out.append(signed.note)
+        # (6) sign once for the head, (7) keep (one durable write), then return
+        statement = self._statement(head, () if every else leaves, serve_until, now_ms)
+        signed = sign_custody(core.identity, statement)
+        await keep_statement(core.store, signed, leaves, now_ms=now_ms)
+        self.statements_signed += 1
         self.taken += 1
         log.info(
             "custody_taken",
@@ -260,7 +263,7 @@ class Custodian:
             folds=len(folds),
             serve_until=serve_until,
         )
-        return tuple(out)
+        return (signed.note,)
 
     def _serve_until(self, head: SignedHead, now_ms: int) -> int:
         """The custodian's term: the origin's, within this node's own promise bounds."""
@@ -274,18 +277,14 @@ class Custodian:
         return serve_until
 
     def _statement(
-        self, head: SignedHead, fold: VerifiedFold, serve_until: int, now_ms: int
+        self, head: SignedHead, folds: tuple[str, ...], serve_until: int, now_ms: int
     ) -> CustodyStatement:
-        h, config = head.statement, self._core.config
+        config = self._core.config
         return CustodyStatement(
             custodian=self._core.node_id,
             operator=config.operator or config.name,
-            origin=h.origin,
-            epoch=h.epoch,
-            size=h.seq + 1,
-            log_root=h.log_root,
             head=head.digest,
-            folds=(CustodyFoldRef(fold.leaf_hash.hex(), fold.record.root, fold.record.leaf_count),),
+            folds=folds,
             serve_until=serve_until,
             deadline_ms=config.deadline_ms,
             endpoints=(self._core.advertised,),
@@ -293,24 +292,16 @@ class Custodian:
         )
 
     async def _kept(
-        self,
-        head: SignedHead,
-        folds: Sequence[VerifiedFold],
-        serve_until: int,
-        now_ms: int,
-    ) -> tuple[bytes, ...] | None:
-        out: list[bytes] = []
-        for fold in folds:
-            row = await custody_row(
-                self._core.store,
-                head_digest=head.digest,
-                leaf_hash=fold.leaf_hash.hex(),
-                now_ms=now_ms,
-            )
-            if row is None or parse_custody(row.statement).statement.serve_until < serve_until:
-                return None
-            out.append(row.statement)
-        return tuple(out)
+        self, head: SignedHead, leaves: Sequence[str], serve_until: int, now_ms: int
+    ) -> bytes | None:
+        """The statement already kept for this head that covers every fold of
+        ``leaves`` until at least ``serve_until``, or None."""
+        note = await kept_statement(
+            self._core.store, head_digest=head.digest, leaf_hashes=leaves, now_ms=now_ms
+        )
+        if note is None or parse_custody(note).statement.serve_until < serve_until:
+            return None
+        return note
 
     async def _fetch(
         self,
@@ -351,11 +342,7 @@ class Custodian:
         key = (digest, leaf_hash)
         fold = self._folds.get(key)
         now_ms = self._core.now_ms()
-        if (
-            fold is not None
-            and fold.custody is not None
-            and fold.custody.statement.serve_until > now_ms
-        ):
+        if fold is not None and fold.custody.statement.serve_until > now_ms:
             return fold
         row = await custody_row(
             self._core.store, head_digest=digest, leaf_hash=leaf_hash, now_ms=now_ms
@@ -368,15 +355,6 @@ class Custodian:
         fold = bind_custody(custody, verify_fold(FoldProof.from_bytes(row.proof), head))
         self._folds.put(key, fold)
         return fold
-
-
-def _first_line(data: bytes) -> str:
-    """A head note's origin line (bounded; undecodable bytes are an EncodingError)."""
-    end = data.find(b"\n", 0, 512)
-    try:
-        return data[: max(end, 0)].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise EncodingError(f"head origin line is not UTF-8 (byte {exc.start})") from exc
 
 
 # --------------------------------------------------------------------- origin side
@@ -419,24 +397,19 @@ async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tup
             notes = await transport.take_custody(
                 address, committed.head, committed.fold_proofs, CUSTODY_TAKE_TIMEOUT_S
             )
-            if len(notes) != len(folds):
-                raise ValueError(f"{len(notes)} statements for {len(folds)} folds")
-            # Only statements our holders will accept travel with our values: each
+            if len(notes) != 1:
+                raise ValueError(f"{len(notes)} statements for one head (one expected)")
+            # Only a statement our holders will accept travels with our values:
             # signed by the custodian asked (its pinned key, if pinned), bound to
-            # our head and to its fold (a custodian cannot make deliveries fail).
-            statements = [
-                bind_custody(_verified(n, custodian=pinned.get(name)), f).custody
-                for n, f in zip(notes, folds, strict=True)
-            ]
-            signers = {s.statement.custodian for s in statements if s is not None}
-            # (a statement by this node cannot bind: its custodian is never the origin)
-            if len(signers) != 1:
-                raise ValueError("statements by more than one key")
+            # our head and to every fold (a custodian cannot make deliveries fail).
+            # (A statement by this node cannot bind: its custodian is never the origin.)
+            statement = _verified(notes[0], custodian=pinned.get(name))
+            for f in folds:
+                bind_custody(statement, f)
         except (CallFailed, ContractError, ValueError) as exc:
             log.warning("custody_not_taken", custodian=name, error=str(exc))
             return None
-        first = statements[0]
-        return (first.statement.operator if first else ""), tuple(notes)
+        return statement.statement.operator, tuple(notes)
 
     # Asked k at a time, at once (a commit waits for one round, not k calls in a
     # row); a round's failures and operator repeats are replaced from the next
@@ -459,18 +432,27 @@ async def take_custody(core: CustodyHost, committed: CommittedCompaction) -> tup
     return tuple(n for _, notes in chosen for n in notes)
 
 
-def statements_for(custody: Sequence[bytes], fold_proof: bytes) -> tuple[bytes, ...]:
-    """The statements of ``custody`` that name the fold ``fold_proof`` proves (read,
-    not verified: the receiver verifies them), in order: what a delivery of that
-    value carries."""
-    proof = FoldProof.from_bytes(fold_proof)
-    leaf = leaf_hash(proof.target).hex()
-    out: list[bytes] = []
-    for note in custody:
-        s = parse_custody(note).statement
-        if s.head == proof.head and s.fold(leaf) is not None:
-            out.append(note)
+def statements_by_fold(
+    custody: Sequence[bytes], fold_proofs: Sequence[bytes]
+) -> tuple[tuple[bytes, ...], ...]:
+    """For each of ``fold_proofs``, the statements of ``custody`` that promise the fold it
+    proves (read, not verified: the receiver verifies them), in order: what a delivery
+    of that fold's value carries. Each statement and proof is read once."""
+    read = [(note, parse_custody(note).statement) for note in custody]
+    by_head: dict[str, list[tuple[bytes, CustodyStatement]]] = {}
+    for note, s in read:
+        by_head.setdefault(s.head, []).append((note, s))
+    out: list[tuple[bytes, ...]] = []
+    for data in fold_proofs:
+        proof = FoldProof.from_bytes(data)
+        leaf = leaf_hash(proof.target).hex()
+        out.append(tuple(n for n, s in by_head.get(proof.head, ()) if s.covers(leaf)))
     return tuple(out)
+
+
+def statements_for(custody: Sequence[bytes], fold_proof: bytes) -> tuple[bytes, ...]:
+    """:func:`statements_by_fold` for one fold proof."""
+    return statements_by_fold(custody, (fold_proof,))[0]
 
 
 # --------------------------------------------------------------------- holder side
@@ -499,11 +481,13 @@ def custody_folds(
 ) -> tuple[HeldFold, ...]:
     """A delivery's custody statements, verified and bound to its verified folds.
 
-    Each statement must verify with its custodian's key and name a head and fold
-    of this value (:func:`contracts.custody.bind_custody`); at most
-    :data:`MAX_CUSTODY_PER_ORIGIN` per origin. Anything else rejects the delivery
-    (:class:`MalformedRequest` naming the statement): a value never carries a
-    promise nobody can hold to.
+    Each statement must verify with its custodian's key and name a head of this
+    value and at least one fold of it under that head
+    (:func:`contracts.custody.bind_custody`); it stands for every fold of the
+    value it covers (one :class:`HeldFold` each, in the value's fold order); at
+    most :data:`MAX_CUSTODY_PER_ORIGIN` statements per head of an origin. Anything else
+    rejects the delivery (:class:`MalformedRequest` naming the statement): a value
+    never carries a promise nobody can hold to. An expired statement is dropped.
     """
     if not custody:
         return ()
@@ -511,9 +495,12 @@ def custody_folds(
         raise RequestTooLarge(
             f"deliver: {len(custody)} custody statements for {len(folds)} fold(s)"
         )
-    by_key = {(f.fold.head.digest, f.fold.leaf_hash.hex()): f for f in folds if f.fold is not None}
+    by_head: dict[str, list[HeldFold]] = {}
+    for f in folds:
+        if f.fold is not None:
+            by_head.setdefault(f.fold.head.digest, []).append(f)
     out: list[HeldFold] = []
-    per_origin: dict[str, int] = {}
+    per_head: dict[str, int] = {}
     seen: set[str] = set()
     for note in custody:
         try:
@@ -521,34 +508,37 @@ def custody_folds(
             if digest in seen:
                 continue
             seen.add(digest)
-            # (1) read, (2) bound to a fold of this value — only then (3) the signature
+            # (1) read, (2) bound to folds of this value — only then (3) the signature
             # (once per note bytes: a value re-delivered is not verified again)
             s = parse_custody(note).statement
-            held = next(
-                (h for ref in s.folds if (h := by_key.get((s.head, ref.leaf_hash))) is not None),
-                None,
-            )
-            bound: CustodyFold | None = None
-            if held is not None and held.fold is not None:
-                bound = bind_custody(_verified(note), held.fold, now=now_ms)
+            covered = [
+                h
+                for h in by_head.get(s.head, ())
+                if h.fold is not None and s.covers(h.fold.leaf_hash.hex())
+            ]
+            if not covered:
+                raise MalformedRequest(
+                    f"deliver: custody statement {digest[:12]}… names no fold of this value"
+                )
+            signed = _verified(note)
+            bound = [bind_custody(signed, h.fold, now=now_ms) for h in covered if h.fold]
         except Expired:
             continue  # a promise that ran out is no promise: not carried on, not asked
         except ContractError as exc:
             raise MalformedRequest(f"deliver: custody statement: {exc}") from exc
-        if bound is None:
-            raise MalformedRequest(
-                f"deliver: custody statement {digest[:12]}… names no fold of this value"
-            )
-        origin = bound.head.statement.origin
-        per_origin[origin] = per_origin.get(origin, 0) + 1
-        if per_origin[origin] > MAX_CUSTODY_PER_ORIGIN:
+        # (a value merged from several values carries folds under several heads of
+        # one origin: the bound is per head, each a compaction of that origin)
+        per_head[s.head] = per_head.get(s.head, 0) + 1
+        if per_head[s.head] > MAX_CUSTODY_PER_ORIGIN:
+            origin = bound[0].head.statement.origin
             raise RequestTooLarge(
-                f"deliver: more than {MAX_CUSTODY_PER_ORIGIN} custody statements for origin"
-                f" {origin[:16]}…"
+                f"deliver: more than {MAX_CUSTODY_PER_ORIGIN} custody statements for head"
+                f" {s.head[:12]}… of origin {origin[:16]}…"
             )
-        bundle = custody_bundle(bound.head.note, note)
-        proof = bound.proof.to_bytes()
-        out.append(HeldFold(bound.commitment, bound.obligation, proof, bundle, bound))
+        bundle = custody_bundle(bound[0].head.note, note)
+        out.extend(
+            HeldFold(b.commitment, b.obligation, b.proof.to_bytes(), bundle, b) for b in bound
+        )
     return tuple(out)
 
 

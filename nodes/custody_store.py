@@ -9,7 +9,7 @@ Ordering guarantee (seed 000, the same bar as :meth:`nodes.store.HopStore.commit
     (3) only now does the caller sign the custody statement (serve_until
         at most the hold's)
     BEGIN IMMEDIATE
-      (4) keep the statement and the folds it names
+      (4) keep the statement (one per take: the head's) and the folds it promises
     COMMIT
     (5) only now is the statement returned to anyone
 
@@ -46,6 +46,7 @@ __all__ = [
     "custody_row",
     "hold_folds",
     "keep_statement",
+    "kept_statement",
     "reap_custody",
     "resolve_held",
 ]
@@ -108,23 +109,34 @@ async def hold_folds(
             )
 
 
-async def keep_statement(store: HopStore, custody: SignedCustody, *, now_ms: int) -> None:
-    """Step (4): the signed statement, after its hops are durable (step 2)."""
+async def keep_statement(
+    store: HopStore, custody: SignedCustody, leaf_hashes: Sequence[str], *, now_ms: int
+) -> None:
+    """Step (4): the signed statement — one per take, for every fold of ``leaf_hashes``
+    (the folds it promises under its head) — after their hops are durable (step 2).
+    One transaction, one durable write, however many folds."""
     s = custody.statement
+    if not leaf_hashes or any(not s.covers(leaf) for leaf in leaf_hashes):
+        raise ValueError(
+            f"custody statement {custody.digest[:12]}… does not promise every fold kept with it"
+        )
     async with store._write(f"keep custody statement {custody.digest[:16]}…") as db:
-        # (4a) every fold it names is held, at least until its serve_until
-        for ref in s.folds:
-            rows = list(
-                await db.execute_fetchall(
-                    "SELECT serve_until FROM custody_holds WHERE head_digest = ? AND leaf_hash = ?",
-                    (s.head, ref.leaf_hash),
-                )
+        # (4a) every fold it names is held, at least until its serve_until (one read)
+        marks = ",".join("?" * len(leaf_hashes))
+        held = {
+            str(row[0])
+            for row in await db.execute_fetchall(
+                f"SELECT leaf_hash FROM custody_holds WHERE head_digest = ?"
+                f" AND serve_until >= ? AND leaf_hash IN ({marks})",
+                (s.head, s.serve_until, *leaf_hashes),
             )
-            if not rows or int(rows[0][0]) < s.serve_until:
-                raise ValueError(
-                    f"custody statement {custody.digest[:12]}… names fold {ref.leaf_hash[:12]}…"
-                    " that is not held until its serve_until: hold it first (seed 000)"
-                )
+        }
+        missing = [leaf for leaf in leaf_hashes if leaf not in held]
+        if missing:
+            raise ValueError(
+                f"custody statement {custody.digest[:12]}… names fold {missing[0][:12]}…"
+                " that is not held until its serve_until: hold it first (seed 000)"
+            )
         await db.execute(
             "INSERT OR IGNORE INTO custody_statements (digest, head_digest, note, serve_until,"
             " created_at) VALUES (?, ?, ?, ?, ?)",
@@ -133,8 +145,30 @@ async def keep_statement(store: HopStore, custody: SignedCustody, *, now_ms: int
         await db.executemany(
             "INSERT OR IGNORE INTO custody_statement_folds (leaf_hash, head_digest, digest)"
             " VALUES (?, ?, ?)",
-            [(ref.leaf_hash, s.head, custody.digest) for ref in s.folds],
+            [(leaf, s.head, custody.digest) for leaf in leaf_hashes],
         )
+
+
+async def kept_statement(
+    store: HopStore, *, head_digest: str, leaf_hashes: Sequence[str], now_ms: int
+) -> bytes | None:
+    """The newest unexpired statement kept for ``head_digest`` that promises every fold
+    of ``leaf_hashes`` (what a second take of the same folds returns), or None."""
+    if not leaf_hashes:
+        return None
+    marks = ",".join("?" * len(leaf_hashes))
+    async with store._read(f"read custody of head {head_digest[:16]}…") as db:
+        rows = list(
+            await db.execute_fetchall(
+                "SELECT s.note FROM custody_statement_folds f"
+                " JOIN custody_statements s ON s.digest = f.digest"
+                f" WHERE f.head_digest = ? AND s.serve_until > ? AND f.leaf_hash IN ({marks})"
+                " GROUP BY s.digest HAVING COUNT(DISTINCT f.leaf_hash) = ?"
+                " ORDER BY s.serve_until DESC LIMIT 1",
+                (head_digest, now_ms, *leaf_hashes, len(set(leaf_hashes))),
+            )
+        )
+    return bytes(rows[0][0]) if rows else None
 
 
 async def custody_row(

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from contracts.head_note import head_digest
 from contracts.signed import Signed, parse_statement
 from contracts.statements import DeliveryReceipt
+from nodes.custody_elision import CustodyAcks
 from nodes.messages import Delivery
 from nodes.transport import CallFailed
 
@@ -50,6 +51,7 @@ class HeadElision:
 
     def __init__(self) -> None:
         self._heads_acked: set[tuple[str, str]] = set()
+        self._custody = CustodyAcks()
 
     def acknowledged(self, address: str, head: bytes) -> bool:
         """Whether the peer at ``address`` acknowledged holding ``head`` verified."""
@@ -68,8 +70,10 @@ class HeadElision:
 
         Returns the peer's receipt (bytes, and parsed bound to ``signer``, its
         signature **not** verified: :func:`contracts.signed.verify_parsed` it
-        before relying on it) and the delivery as sent. A ``NOT_FOUND`` answer
-        to a delivery that left a head out repeats it once in full; any other
+        before relying on it) and the delivery as sent. Custody statements the
+        peer accepted in an earlier delivery travel as their digests
+        (:mod:`nodes.custody_elision`). A ``NOT_FOUND`` answer to a delivery
+        that left a head or statement out repeats it once in full; any other
         failure (or ``NOT_FOUND`` to a full delivery) is raised as the
         :class:`~nodes.transport.CallFailed` it was.
         """
@@ -78,16 +82,25 @@ class HeadElision:
         if elided:
             travelling = tuple(h for h in delivery.heads if h not in elided)
             outgoing = dataclasses.replace(delivery, heads=travelling)
+        # custody statements the peer accepted before: by digest (nodes.custody_elision)
+        custody = self._custody.elide(address, delivery.custody)
+        if custody != delivery.custody:
+            outgoing = dataclasses.replace(outgoing, custody=custody)
         try:
             data = await deliver(address, outgoing, timeout)
         except CallFailed as exc:
-            if not elided or exc.code != "NOT_FOUND":
+            if outgoing is delivery or exc.code != "NOT_FOUND":
                 raise
             for h in elided:
                 self._heads_acked.discard((address, _digest(h)))
+            self._custody.forget(address, delivery.custody)
             data = await deliver(address, delivery, timeout)
             outgoing = delivery
         receipt = parse_statement(data, DeliveryReceipt, signer=signer)
+        self._custody.acknowledge(
+            address,
+            (n for n, sent in zip(delivery.custody, outgoing.custody, strict=True) if n == sent),
+        )
         sent = {_digest(h) for h in delivery.heads}
         for digest in receipt.statement.obligations:
             if digest in sent:

@@ -34,6 +34,7 @@ from nodes.client import HeldFold
 from nodes.context import STATEMENT_CACHE, HeldValue, NodeContext, check_value_ref, held_fold, ms
 from nodes.cosigner import Witnessing
 from nodes.custodian import custody_folds, rehydrate_with_custody
+from nodes.custody_elision import HeldStatements
 from nodes.elision import HeadElision
 from nodes.errors import (
     MalformedRequest,
@@ -110,6 +111,8 @@ class Holding:
         # named by key id after).
         self.heads = HeadCache()
         self._elision = HeadElision()
+        # Custody notes this node verified, by digest: later sent as digests.
+        self._statements = HeldStatements()
 
     def _value_digest(self, value: bytes) -> str:
         last = self._last_digest
@@ -190,12 +193,19 @@ class Holding:
                 )
             )
         head_folds = await self._verify_head_folds(delivery, ms(now))
-        # custody: statements verified and bound to the folds (nodes.custodian)
-        custody = custody_folds(delivery.custody, head_folds, now_ms=ms(now))
+        # custody: statements (those sent by digest resolved: nodes.custody_elision)
+        # verified and bound to the folds (nodes.custodian)
+        notes = self._statements.resolve(delivery.value_ref, delivery.custody)
+        custody = custody_folds(notes, head_folds, now_ms=ms(now))
         if kept:
             await self.store.put_delivered(kept, now_ms=ms(now))
             for c_kept, o_kept in kept:
                 self._kept_pairs.put((c_kept.digest, o_kept.digest), None)
+        # one note per statement, however many of the value's folds it covers
+        kept_notes = tuple(
+            dict.fromkeys(f.fold.custody.note for f in custody if isinstance(f.fold, CustodyFold))
+        )
+        self._statements.keep(kept_notes)
         first_origin = (
             pairs[0][0].statement.origin
             if pairs
@@ -224,11 +234,7 @@ class Holding:
                     sender,
                     delivery.fold_proofs,
                     tuple(dict.fromkeys(f.obligation_bytes for f in head_folds)),
-                    tuple(
-                        f.fold.custody.note
-                        for f in custody
-                        if isinstance(f.fold, CustodyFold) and f.fold.custody
-                    ),
+                    kept_notes,
                 ),
                 folds,
                 custody,

@@ -53,7 +53,7 @@ from nodes.client import Holder
 from nodes.config import NodeConfig
 from nodes.context import HeldValue, NodeContext
 from nodes.cosigner import Witnessing
-from nodes.custodian import Custodian, custody_folds, statements_for, take_custody
+from nodes.custodian import Custodian, custody_folds, statements_by_fold, take_custody
 from nodes.custody_store import custody_counts
 from nodes.faults import Behaviour, FaultPlan
 from nodes.holding import Holding
@@ -346,10 +346,10 @@ class NodeCore:
         if not custody:
             return out
         now_ms = self.now_ms()
-        for (ref, _, value), proof in zip(folds, out.fold_proofs, strict=True):
+        per_fold = statements_by_fold(custody, out.fold_proofs)
+        for (ref, _, value), notes in zip(folds, per_fold, strict=True):
             held = self.holding.find(ref) if value else None
             if held is not None:
-                notes = statements_for(custody, proof)
                 delivery = dataclasses.replace(held.delivery, custody=notes)
                 extra = custody_folds(notes, held.folds, now_ms=now_ms)
                 self.holding.hold(ref, HeldValue(delivery, held.folds, extra))

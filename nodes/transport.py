@@ -542,38 +542,44 @@ class GrpcTransport:
                 self._targets.pop(address, None)
             raise
 
-    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
+    async def _signed_retried(
+        self, address: str, method: str, call: Any, request: Any, timeout: float
+    ) -> Any:
+        """One signed, idempotent call (``call``: the stub method for ``method``): each
+        attempt signed afresh (new time and nonce: a retry is a new call), asked again
+        within the deadline when the peer shed it before reading it (nodes.retry)."""
         if self.pins:
             timeout = await self._check_pin(address, timeout, False)
-        stub = self._deliver_stub(address)
-        request = wire.deliver_request(delivery)
         target = await self._target(address, timeout)
 
         def attempt(left: float) -> Any:
-            # Signed afresh each attempt (new time and nonce): a retry is a new call.
-            metadata = self._metadata(_DELIVER, request, target)
-            return stub.Deliver(request, timeout=left, metadata=metadata)
+            metadata = self._metadata(method, request, target)
+            return call(request, timeout=left, metadata=metadata)
 
-        # A peer that shed the delivery before reading it is asked again within
-        # the deadline (nodes.retry: a delivery is keyed by its value_ref).
-        reply = await self._signed_call(address, retry_shed(_DELIVER, attempt, timeout))
+        return await self._signed_call(address, retry_shed(method, attempt, timeout))
+
+    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
+        # A delivery is keyed by its value_ref: asking again is safe.
+        reply = await self._signed_retried(
+            address,
+            _DELIVER,
+            self._deliver_stub(address).Deliver,
+            wire.deliver_request(delivery),
+            timeout,
+        )
         return bytes(reply.delivery_receipt)
 
     async def take_custody(
         self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float
     ) -> tuple[bytes, ...]:
         """``Custody.Take`` on a custodian (signed with this transport's credentials)."""
-        if self.pins:
-            timeout = await self._check_pin(address, timeout, False)
-        stub = wire.custody_stub(self.channel(address))
-        request = wire.take_custody_request(head, fold_proofs)
-        target = await self._target(address, timeout)
-
-        def attempt(left: float) -> Any:
-            metadata = self._metadata(_CUSTODY_TAKE, request, target)
-            return stub.Take(request, timeout=left, metadata=metadata)
-
-        reply = await self._signed_call(address, retry_shed(_CUSTODY_TAKE, attempt, timeout))
+        reply = await self._signed_retried(
+            address,
+            _CUSTODY_TAKE,
+            wire.custody_stub(self.channel(address)).Take,
+            wire.take_custody_request(head, fold_proofs),
+            timeout,
+        )
         return tuple(bytes(s) for s in reply.statements)
 
     async def request_attestation(

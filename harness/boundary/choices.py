@@ -36,3 +36,5 @@ class Role(StrEnum):
     RELAY = "relay"
     HOLDER = "holder"
     WITNESS = "witness"
+    #: takes custody of the origins' folds at each commit (``--custody-k``)
+    CUSTODIAN = "custodian"

@@ -175,6 +175,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--no-witness", action="store_true", help="no witness to confirm unanswered demands"
     )
     parser.add_argument(
+        "--custody-k",
+        type=int,
+        default=0,
+        metavar="K",
+        help="in-process nodes: K custodians (extra nodes, one operator each) take custody"
+        " of every commit; deliveries carry their statements (default 0: none)",
+    )
+    parser.add_argument(
         "--holder-cache",
         action="store_true",
         help="holder keeps verified folds between decisions (default: demand every time)",
@@ -332,6 +340,7 @@ def _handler(args: argparse.Namespace) -> int:
         reasks=args.reasks,
         witness=witness,
         holder_cache=args.holder_cache,
+        custody_k=args.custody_k,
         witness_name=witness_name or "witness",
         nodes=members,
         workers=args.workers

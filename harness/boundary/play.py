@@ -52,6 +52,7 @@ from harness.metrics import GateCounts, RunKey
 from harness.replay import Replayer, ReplayError, ReplayParams
 from nodes import wire
 from nodes.client import HeldFold
+from nodes.custodian import statements_by_fold
 from nodes.faults import FaultMode
 from nodes.messages import Delivery, Outcome, RehydrationReport
 from nodes.services import HeldValue
@@ -81,6 +82,8 @@ class _Fold:
     head: bytes = b""
     vid: int = -1
     hop_ids: tuple[str, ...] = ()
+    #: custody statements for this fold (``--custody-k``; nodes.custodian)
+    custody: tuple[bytes, ...] = ()
 
     @property
     def ident(self) -> bytes:
@@ -334,7 +337,10 @@ class RunPlayer:
                         runner.lose(exc.name)
                         break
                     runner.heads_committed += 1
-                    for key, proof in zip(batch.values(), committed.fold_proofs, strict=True):
+                    custody = statements_by_fold(committed.custody, committed.fold_proofs)
+                    for key, proof, notes in zip(
+                        batch.values(), committed.fold_proofs, custody, strict=True
+                    ):
                         self.folds[key] = _Fold(
                             origin.name,
                             b"",
@@ -344,6 +350,7 @@ class RunPlayer:
                             committed.head,
                             key[0],
                             key[1],
+                            notes,
                         )
                         runner.folds_committed += 1
                     keys = rest
@@ -455,6 +462,7 @@ class RunPlayer:
             owner.node_id,
             tuple(f.proof for f in folds if f.proof),
             tuple(dict.fromkeys(f.head for f in folds if f.proof)),
+            tuple(dict.fromkeys(n for f in folds for n in f.custody)),
         )
         costs = self.runner.costs(arm)
         with topo.meter.tagged((arm.value, "delivery")):

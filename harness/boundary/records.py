@@ -115,6 +115,9 @@ class BoundarySettings:
     #: in-process nodes: the fault of every origin, in origin order (empty: the first
     #: origin runs ``fault``, the others none)
     origin_faults: tuple[FaultMode, ...] = ()
+    #: in-process nodes: custodians each origin asks at every commit (``--custody-k``),
+    #: extra nodes of distinct operators; 0: none (every byte as without custody)
+    custody_k: int = 0
 
     def validate(self, cfg: ExperimentConfig) -> None:
         if not self.cadences or any(c < 1 for c in self.cadences):
@@ -246,6 +249,7 @@ class BoundarySettings:
         out.append(NodeSpec(self.chain[-1], Role.HOLDER))
         if self.witness:
             out.append(NodeSpec(self.witness_name, Role.WITNESS))
+        out += [NodeSpec(f"custodian{i + 1}", Role.CUSTODIAN) for i in range(self.custody_k)]
         return out
 
     def to_json(self) -> dict[str, object]:

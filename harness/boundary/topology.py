@@ -23,6 +23,7 @@ faithful — so any accusation of them would be a false one (S8).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,7 +38,7 @@ from harness.boundary.wire import MeteredTransport, WireMeter
 from nodes.app import RunningNode, load_or_create_identity, start_node
 from nodes.auth import ControlCredentials
 from nodes.client import Holder
-from nodes.config import NodeConfig
+from nodes.config import NodeConfig, Peer
 from nodes.faults import FaultMode, FaultPlan
 from nodes.messages import CommittedCompaction, Delivery, RehydrationReport
 from nodes.services import NodeCore
@@ -171,11 +172,13 @@ class Topology:
     witness: NodeHandle | None
     meter: WireMeter
     _closed: bool = field(default=False)
+    #: custodians the origins ask at each commit (``--custody-k``)
+    custodians: list[NodeHandle] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[NodeHandle]:
         extra = [self.witness] if self.witness is not None else []
-        return [*self.origins, *self.relays, self.holder, *extra]
+        return [*self.origins, *self.relays, self.holder, *extra, *self.custodians]
 
     def correct_ids(self) -> set[str]:
         return {n.node_id for n in self.nodes if n.fault is FaultMode.NONE}
@@ -353,9 +356,38 @@ async def start_topology(
     witnesses = [h for h in handles if h.role is Role.WITNESS]
     if not origins or len(holders) != 1:
         raise ValueError("a topology needs at least one origin and exactly one holder")
+    custodians = [h for h in handles if h.role is Role.CUSTODIAN]
+    if custodians:
+        _place_custody(origins, custodians)
     return Topology(
-        transport, origins, relays, holders[0], witnesses[0] if witnesses else None, meter
+        transport,
+        origins,
+        relays,
+        holders[0],
+        witnesses[0] if witnesses else None,
+        meter,
+        custodians=custodians,
     )
+
+
+def _place_custody(origins: list[NodeHandle], custodians: list[NodeHandle]) -> None:
+    """Every origin asks every custodian at each commit (k = their number); each
+    custodian is its own operator (its name) and pins the origins as peers."""
+    pins = tuple(Peer(o.name, o.address, o.node_id) for o in origins)
+    for o in origins:
+        o.core.config = dataclasses.replace(
+            o.core.config,
+            peers=(
+                *o.core.config.peers,
+                *(Peer(c.name, c.address, c.node_id) for c in custodians),
+            ),
+            custodians=tuple(c.name for c in custodians),
+            custody_k=len(custodians),
+        )
+    for c in custodians:
+        c.core.config = dataclasses.replace(
+            c.core.config, peers=(*c.core.config.peers, *pins), operator=c.name
+        )
 
 
 async def _start_one(

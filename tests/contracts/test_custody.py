@@ -20,7 +20,6 @@ from contracts.custody import (
     CUSTODY_HEADER,
     CUSTODY_LINES,
     CustodyFold,
-    CustodyFoldRef,
     CustodyStatement,
     bind_custody,
     custodian_key,
@@ -46,18 +45,11 @@ CUSTODIAN = fixed_identity("custodian")
 
 def _statement(world=None, **changes: object) -> CustodyStatement:  # type: ignore[no-untyped-def]
     w = world if world is not None else make_head_world()
-    h = w.head.statement
     base = CustodyStatement(
         custodian=CUSTODIAN.node_id,
         operator="op-b",
-        origin=h.origin,
-        epoch=h.epoch,
-        size=h.seq + 1,
-        log_root=h.log_root,
         head=w.head.digest,
-        folds=(
-            CustodyFoldRef(w.fold.leaf_hash.hex(), w.fold.record.root, w.fold.record.leaf_count),
-        ),
+        folds=(w.fold.leaf_hash.hex(),),
         serve_until=NOW + DAY,
         deadline_ms=2_000,
         endpoints=("127.0.0.1:50052",),
@@ -112,7 +104,7 @@ def test_c1_signed_bytes_are_the_bytes_carried() -> None:
 @pytest.mark.parametrize(
     ("mutate", "expect"),
     [
-        (lambda t: t.replace("provnet-custody/v1", "provnet-custody/v2"), "line 1"),
+        (lambda t: t.replace("provnet-custody/v2", "provnet-custody/v1"), "line 1"),
         (lambda t: t.replace("serve ", "serve 0"), "serve_until"),
         (lambda t: t.replace("operator op-b", "operator op b"), "values"),
         (lambda t: t + "extra line\n", "unknown, repeated or out of order"),
@@ -152,26 +144,41 @@ def test_c1_binding_to_head_and_fold() -> None:
     assert bound.obligation.statement.endpoints == ("127.0.0.1:50052",)
     # another head of another world: refused, naming the field
     other = make_head_world(values=4)
-    with pytest.raises(BindingMismatch, match=r"log root|head digest"):
+    with pytest.raises(BindingMismatch, match="head"):
         bind_custody(custody, other.fold)
-    wrong_root = open_custody(
-        sign_custody(
-            CUSTODIAN,
-            _statement(w, folds=(CustodyFoldRef(w.fold.leaf_hash.hex(), "ab" * 32, 8),)),
-        ).note
-    )
-    with pytest.raises(BindingMismatch, match="root"):
-        bind_custody(wrong_root, w.fold)
+    # a statement naming another fold of the head does not stand for this one
+    another = open_custody(sign_custody(CUSTODIAN, _statement(w, folds=("ab" * 32,))).note)
+    with pytest.raises(BindingMismatch, match="does not name fold"):
+        bind_custody(another, w.fold)
+    # naming no fold: every fold of the head
+    every = open_custody(sign_custody(CUSTODIAN, _statement(w, folds=())).note)
+    assert bind_custody(every, w.fold).custodian == CUSTODIAN.node_id
     with pytest.raises(Expired):
         bind_custody(custody, w.fold, now=NOW + 2 * DAY)
     with pytest.raises(ValueError, match="verified"):
         bind_custody(parse_custody(custody.note), w.fold)
 
 
-def test_c1_statement_size_grows_with_k_not_with_folds_of_one_value() -> None:
-    # one statement per custodian; a value's fold proof names one fold record per origin
-    one = len(sign_custody(CUSTODIAN, _statement()).note)
-    assert one < 700
+def test_c1_one_statement_per_head_its_bytes_do_not_grow_with_the_folds() -> None:
+    """A statement for every fold of a head names none of them: its bytes are the
+    same for a compaction of 3 folds or of 40 (O(k) per value, never O(folds))."""
+    small, large = make_head_world(values=3), make_head_world(values=40)
+    a = sign_custody(CUSTODIAN, _statement(small, folds=())).note
+    b = sign_custody(CUSTODIAN, _statement(large, folds=())).note
+    assert len(a) == len(b) < 450
+
+
+def test_c1_open_fold_refuses_an_expired_head_as_well_as_an_expired_statement() -> None:
+    from contracts.custody import custody_bundle, open_fold
+
+    w = make_head_world(serve_until=NOW + 1_000)
+    note = sign_custody(CUSTODIAN, _statement(w, serve_until=NOW + DAY)).note
+    bundle = custody_bundle(w.head.note, note)
+    assert isinstance(open_fold(bundle, w.fold.proof, now=NOW), CustodyFold)
+    with pytest.raises(Expired, match="head"):
+        open_fold(bundle, w.fold.proof, now=NOW + 2_000)
+    with pytest.raises(Expired, match="head"):
+        open_fold(w.head.note, w.fold.proof, now=NOW + 2_000)
 
 
 def _fuzz(runs: int, seed: int) -> int:

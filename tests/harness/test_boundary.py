@@ -641,3 +641,19 @@ def test_compacted_value_with_head_statements_costs_under_the_full_lineage(
         "prose",
     }
     assert all(r["cadence"] == 25 for r in per_cadence)
+
+
+def test_custody_k_attaches_statements_once_per_head_without_changing_decisions() -> None:
+    """--custody-k: deliveries carry the custodians' statements (counted in the
+    statement bytes), each in full only on the first delivery of its head; the
+    decisions are those without custody."""
+    plain = _play(steps=150)
+    k1 = _play(steps=150, custody_k=1)
+    assert k1.runs[0].fingerprints_equal
+    assert [r.boundary_fingerprint for r in k1.runs] == [r.boundary_fingerprint for r in plain.runs]
+    a, b = plain.arm_costs["structural_min"], k1.arm_costs["structural_min"]
+    assert a.decisions == b.decisions
+    added = (b.statement_bytes - a.statement_bytes) / b.decisions
+    # a digest (34 B) per delivery with a fold plus a full note per new head:
+    # far below one full statement per delivery
+    assert 20 < added < 200

@@ -202,7 +202,7 @@ async def test_c1_a_statement_not_bound_to_the_value_or_not_signed_is_rejected_a
     real = open_custody(note).statement
     other = sign_custody(
         net.nodes["c1"].identity,
-        dataclasses.replace(real, folds=(dataclasses.replace(real.folds[0], leaf_hash="ab" * 32),)),
+        dataclasses.replace(real, folds=("ab" * 32,)),
     )
     with pytest.raises(MalformedRequest, match="names no fold"):
         await h.deliver(dataclasses.replace(held.delivery, custody=(other.note,)))
@@ -257,8 +257,11 @@ async def test_c2_a_statement_is_kept_only_over_a_hold_that_covers_its_term(
     longer = sign_custody(
         c1.identity, dataclasses.replace(statement, serve_until=statement.serve_until + 1)
     )
+    held = net.nodes["h"].held(REF).custody[0].fold
+    assert held is not None
+    leaves = (held.leaf_hash.hex(),)
     with pytest.raises(ValueError, match="not held until its serve_until"):
-        await keep_statement(c1.store, longer, now_ms=c1.now_ms())
+        await keep_statement(c1.store, longer, leaves, now_ms=c1.now_ms())
 
 
 class _LyingCustodian:
@@ -275,7 +278,7 @@ class _LyingCustodian:
         lie = dataclasses.replace(
             honest,
             custodian=self.identity.node_id,
-            folds=(dataclasses.replace(honest.folds[0], leaf_hash="cd" * 32),),
+            folds=("cd" * 32,),
         )
         return (sign_custody(self.identity, lie).note,)
 

@@ -74,8 +74,11 @@ class DeliveredValue(_message.Message):
     @_builtins.property
     def custody(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
         """Custody statements (contracts.custody: C2SP signed notes, verbatim), up to
-        k per origin: custodians that hold the folds' hops and serve them like the
-        origin (docs/custody.md). Empty when no custodian was asked.
+        k per head: custodians that hold the folds' hops and serve them like the
+        origin (docs/custody.md). An entry of exactly 32 bytes is instead the
+        SHA-256 of a statement's text the receiver accepted in an earlier delivery
+        (nodes.custody_elision; NOT_FOUND when it no longer holds it). Empty when
+        no custodian was asked.
         """
 
     def __init__(

@@ -51,7 +51,7 @@ class TakeCustodyResponse(_message.Message):
     STATEMENTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def statements(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """One custody statement (a C2SP signed note) per fold proof, in order."""
+        """The custody statement (a C2SP signed note) for the head: one."""
 
     def __init__(
         self,

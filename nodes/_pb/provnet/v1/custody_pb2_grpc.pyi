@@ -35,8 +35,9 @@ class CustodyStub:
     """Take custody of the folds the fold proofs prove under the origin's signed
     head: the custodian fetches their hops from the origin (Serve.Demand, as
     a holder), verifies them against the head, makes them durable, and only
-    then signs one custody statement per fold (contracts.custody), which it
-    returns in request order. Signed call: the head's origin, as itself, when
+    then signs ONE custody statement for the head (contracts.custody: it names
+    the folds taken, or none when they are all the head's folds), which it
+    returns. Signed call: the head's origin, as itself, when
     the custodian's configuration pins it as a peer, or an operator key.
     """
 
@@ -47,8 +48,9 @@ class CustodyAsyncStub(CustodyStub):
     """Take custody of the folds the fold proofs prove under the origin's signed
     head: the custodian fetches their hops from the origin (Serve.Demand, as
     a holder), verifies them against the head, makes them durable, and only
-    then signs one custody statement per fold (contracts.custody), which it
-    returns in request order. Signed call: the head's origin, as itself, when
+    then signs ONE custody statement for the head (contracts.custody: it names
+    the folds taken, or none when they are all the head's folds), which it
+    returns. Signed call: the head's origin, as itself, when
     the custodian's configuration pins it as a peer, or an operator key.
     """
 
@@ -62,8 +64,9 @@ class CustodyServicer(metaclass=_abc_1.ABCMeta):
         """Take custody of the folds the fold proofs prove under the origin's signed
         head: the custodian fetches their hops from the origin (Serve.Demand, as
         a holder), verifies them against the head, makes them durable, and only
-        then signs one custody statement per fold (contracts.custody), which it
-        returns in request order. Signed call: the head's origin, as itself, when
+        then signs ONE custody statement for the head (contracts.custody: it names
+        the folds taken, or none when they are all the head's folds), which it
+        returns. Signed call: the head's origin, as itself, when
         the custodian's configuration pins it as a peer, or an operator key.
         """
 

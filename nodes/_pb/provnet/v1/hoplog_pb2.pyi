@@ -215,8 +215,9 @@ class CommitCompactionResponse(_message.Message):
 
     @_builtins.property
     def custody(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """Custody statements custodians signed for the folds (--custody-k of them per
-        fold, contracts.custody notes verbatim; docs/custody.md). Empty with k = 0.
+        """Custody statements custodians signed for the compaction (--custody-k of
+        them, one per custodian for the head; contracts.custody notes verbatim;
+        docs/custody.md). Empty with k = 0.
         """
 
     def __init__(
