@@ -15,9 +15,8 @@ __all__ = ["DDL", "SCHEMA_VERSION"]
 
 #: Bumped on any incompatible change; a store refuses to open a database
 #: written with another version rather than guess. 2: fold records and fold
-#: proofs in their one binary encoding (contracts.fold_layout), heads in the
-#: shorter note form (contracts.head_note); version 1 held them as JSON and the
-#: longer note.
+#: proofs in their one binary encoding (contracts.fold_layout); version 1 held
+#: them as JSON.
 SCHEMA_VERSION = 2
 
 DDL: tuple[str, ...] = (
