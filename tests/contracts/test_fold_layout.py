@@ -96,3 +96,15 @@ def test_the_earlier_json_forms_are_refused_by_name() -> None:
     with pytest.raises(EncodingError, match="earlier JSON form of a fold proof"):
         FoldProof.from_text(old_proof)
     assert decode(RECORD_LAYOUT, record.to_bytes(), "r")["value_ref"] == "a"
+
+
+def test_evidence_citing_a_fold_proof_in_the_earlier_json_form_is_refused_by_name() -> None:
+    from contracts.evidence import cited_fold
+
+    proof = _log().fold_proof("a")
+    assert cited_fold({"fold": proof.to_text()}) == proof
+    old = {"head": proof.head, "index": proof.index, "path": "", "record": {"n": 1}}
+    with pytest.raises(EncodingError, match="earlier JSON form"):
+        cited_fold(old)
+    with pytest.raises(EncodingError, match="must be"):
+        cited_fold({"fold": proof.to_text(), "extra": 1})
