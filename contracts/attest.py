@@ -217,10 +217,12 @@ def _cited_bytes(value: Envelope | bytes) -> bytes:
     return value if isinstance(value, bytes) else value.to_bytes()
 
 
-#: Version of the JSON form of a :class:`RehydrationProof` (``"v"``): 2 added the
-#: head form (a fold proven under a signed tree head); a form without ``"v"``
-#: is version 1, the per-fold form, and still reads.
-PROOF_VERSION = 2
+#: Version of the JSON form of a :class:`RehydrationProof` (``"v"``): 3 is the head
+#: form (a fold proven under a signed tree head), its fold proof cited as base64 of
+#: its one binary encoding; a form without ``"v"`` is version 1, the per-fold form,
+#: and still reads. Version 2 (the fold proof as a JSON object) is refused by name.
+PROOF_VERSION = 3
+_OLD_HEAD_FORM = 2
 _PROOF_KEYS_V1 = frozenset({"commitment", "obligation", "demand", "receipt", "hops"})
 _PROOF_KEYS_HEAD = frozenset({"v", "head", "fold_proof", "demand", "receipt", "hops"})
 _MAX_PROOF_HOPS = 1_000_000
@@ -243,9 +245,9 @@ class RehydrationProof:
 
     The demand, the origin's SERVED receipt and the hop bytes are the same in
     both forms. JSON (:meth:`to_json`): the per-fold form keeps its version-1
-    keys; the head form is ``{"v": 2, "head", "fold_proof", "demand",
+    keys; the head form is ``{"v": 3, "head", "fold_proof", "demand",
     "receipt", "hops"}`` (envelopes as JSON objects, the head note as a JSON
-    string, verbatim; hops standard base64).
+    string, verbatim; the fold proof's bytes and the hops in standard base64).
     """
 
     commitment: Envelope | None
@@ -320,7 +322,7 @@ class RehydrationProof:
             return {
                 "v": PROOF_VERSION,
                 "head": _cited_bytes(self.obligation).decode("utf-8"),
-                "fold_proof": self.fold.to_json(),
+                "fold_proof": self.fold.to_text(),
                 "demand": self.demand.to_json(),
                 "receipt": self.receipt.to_json(),
                 "hops": hops,
@@ -346,6 +348,11 @@ class RehydrationProof:
         if type(obj) is not dict:
             raise EncodingError("rehydration proof: expected a JSON object")
         version = obj.get("v", 1)
+        if version == _OLD_HEAD_FORM:
+            raise EncodingError(
+                f"rehydration proof v{_OLD_HEAD_FORM}: the earlier head form (its fold proof a"
+                f" JSON object) is not read; this code reads 1 and {PROOF_VERSION}"
+            )
         if version == 1 and obj.keys() == _PROOF_KEYS_V1:
             head_form = False
         elif version == PROOF_VERSION and obj.keys() == _PROOF_KEYS_HEAD:
@@ -380,7 +387,7 @@ class RehydrationProof:
                 demand,
                 receipt,
                 decoded,
-                FoldProof.from_json(obj["fold_proof"]),
+                FoldProof.from_text(obj["fold_proof"]),
             )
         return cls(
             Envelope.from_json(obj["commitment"]),

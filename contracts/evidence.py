@@ -49,8 +49,9 @@ only with statements its own key signed, like an origin.
 Head-bound records (design revision 2): a ``bad_data``, ``refused`` or
 ``unanswered`` record about a fold proven under a signed head holds the head
 note in ``commitment``, no ``obligation`` (the head carries the serving
-terms) and the fold proof in ``proof`` (:class:`contracts.heads.FoldProof`
-JSON); :func:`cite_head` turns a record built with a
+terms) and the fold proof in ``proof`` as ``{"fold": base64 of its bytes}``
+(:class:`contracts.heads.FoldProof`, its one encoding; the JSON object form of
+earlier files is refused by name, :func:`cited_fold`); :func:`cite_head` turns a record built with a
 :class:`~contracts.heads.VerifiedFold`'s stand-ins into that form. The verifier
 checks the head's signature by the accused and the fold's inclusion under it,
 then the same bindings as for per-fold statements.
@@ -129,6 +130,7 @@ __all__ = [
     "EvidenceVerdict",
     "check_evidence",
     "cite_head",
+    "cited_fold",
     "equivocation_evidence",
     "judge_answer",
     "judge_head_extension",
@@ -446,6 +448,20 @@ def _core(e: Evidence) -> _Core:
     return _bound_core(c, o, demand, e.accused)
 
 
+def cited_fold(proof: JsonObject | None) -> FoldProof:
+    """The fold proof a head-bound record cites in ``proof``: ``{"fold": base64 of its
+    bytes}`` (:meth:`contracts.heads.FoldProof.to_text`). Read, not verified."""
+    if proof is None or proof.keys() != {"fold"}:
+        keys = sorted(proof) if proof is not None else []
+        if {"head", "index", "path", "record"} <= set(keys):
+            raise EncodingError(
+                "evidence: proof is a fold proof in the earlier JSON form, not read; this"
+                ' version cites {"fold": base64 of the fold proof\'s bytes}'
+            )
+        raise EncodingError(f'evidence: proof must be {{"fold": base64}}, got keys {keys}')
+    return FoldProof.from_text(proof["fold"])
+
+
 def _head_core(e: Evidence) -> _Core:
     """A head-bound record: the head by the accused, the fold proven under it — or,
     against a custodian, the origin's head, the fold under it, and the custodian's
@@ -457,7 +473,7 @@ def _head_core(e: Evidence) -> _Core:
         # (1) the head is signed by the accused
         head = _head_by_accused(e.commitment, e.accused, "head")
         # (2) the fold record is included under the head's root
-        fold = verify_fold(FoldProof.from_json(e.proof), head)
+        fold = verify_fold(cited_fold(e.proof), head)
     else:
         # (1') the head is signed by its origin, the custody statement by the accused
         if not isinstance(e.commitment, bytes):
@@ -465,7 +481,7 @@ def _head_core(e: Evidence) -> _Core:
         head = open_head(e.commitment)
         custody = open_custody(e.custody, custodian=e.accused)
         # (2') the fold is under the head, and the statement promises exactly it
-        fold = bind_custody(custody, verify_fold(FoldProof.from_json(e.proof), head))
+        fold = bind_custody(custody, verify_fold(cited_fold(e.proof), head))
     if e.demand is None:
         raise EncodingError("evidence: missing demand")
     # (3) the demand names the head and the fold (as for per-fold statements)
@@ -1010,13 +1026,13 @@ def cite_head(evidence: Evidence, fold: VerifiedFold) -> Evidence:
             evidence,
             commitment=fold.head.note,
             obligation=None,
-            proof=fold.proof.to_json(),
+            proof={"fold": fold.proof.to_text()},
             custody=fold.custody.note,
         )
     if evidence.obligation is None or evidence.obligation.digest != fold.head.digest:
         raise ValueError("evidence was not built from this fold's head")
     return dataclasses.replace(
-        evidence, commitment=fold.head.note, obligation=None, proof=fold.proof.to_json()
+        evidence, commitment=fold.head.note, obligation=None, proof={"fold": fold.proof.to_text()}
     )
 
 

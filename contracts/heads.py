@@ -28,9 +28,10 @@ epoch)`` hashes.
 What is signed: only the :class:`~contracts.statements.Head`, as a C2SP
 tlog-checkpoint signed note (:mod:`contracts.head_note`: the log of heads is
 the checkpoint's tree, the compaction's tree and the serving terms its
-extension lines). Fold records are leaf data (RFC 8785 bytes, hashed
-``SHA-256(0x00 ‖ bytes)``); fold proofs and consistency paths are unsigned
-and verify against a signed root.
+extension lines). Fold records are leaf data (the record layout of
+:mod:`contracts.fold_layout`, hashed ``SHA-256(0x00 ‖ bytes)``); fold proofs
+(the proof layout there) and consistency paths are unsigned and verify
+against a signed root.
 
 Holder side: :class:`HeadCache` verifies a head's signature once and keeps
 it by digest, the SHA-256 of its note text (a receiver that already verified
@@ -52,11 +53,10 @@ import base64
 import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from contracts._fields import MAX_COUNT, is_digest
 from contracts._lru import BoundedCache
-from contracts.canonical import JsonObject, canonical_bytes, format_ms, parse_json_object
+from contracts.canonical import canonical_bytes, format_ms
 from contracts.envelope import Envelope
 from contracts.errors import (
     BindingMismatch,
@@ -65,10 +65,10 @@ from contracts.errors import (
     Expired,
     RootMismatch,
 )
+from contracts.fold_layout import PROOF_LAYOUT, RECORD_LAYOUT, decode, encode
 from contracts.head_note import SignedHead, head_digest, open_head, sign_head
 from contracts.identity import Identity
 from contracts.merkle import (
-    HASH_LEN,
     FoldRoots,
     MerkleTree,
     leaf_hash,
@@ -102,10 +102,8 @@ FOLD_RECORD_TYPE = "application/vnd.provnet.fold-record"
 HEAD_TEXT_TYPE = "application/vnd.provnet.head-text"
 #: Most earlier fold records one proof may chain back through.
 MAX_CHAIN = 4096
-_MAX_RECORD_BYTES = 4096
 _MAX_PATH = 64
-_RECORD_KEYS = frozenset({"n", "p", "r", "s", "v"})
-_PROOF_KEYS = frozenset({"chain", "head", "index", "path", "record"})
+_MAX_PROOF_TEXT = 4 * (MAX_CHAIN + 1) * 1200 // 3
 
 HeadInput = bytes | SignedHead
 
@@ -114,10 +112,10 @@ HeadInput = bytes | SignedHead
 class FoldRecord:
     """One fold, as a leaf of its compaction's tree.
 
-    Leaf data: RFC 8785 bytes of ``{"n": leaf_count, "p": prev, "r": root,
-    "s": fold_seq, "v": value_ref}`` (short keys: these bytes travel with
-    every delivered value). ``root`` is the RFC 6962 root over the fold's hop
-    bytes; ``prev`` the hex leaf hash of the value's previous fold record.
+    Leaf data: the fold record layout of :mod:`contracts.fold_layout` (these
+    bytes travel with every delivered value, are stored and cited as they
+    are). ``root`` is the RFC 6962 root over the fold's hop bytes; ``prev``
+    the hex leaf hash of the value's previous fold record.
     """
 
     value_ref: str
@@ -133,43 +131,34 @@ class FoldRecord:
             raise ValueError(f"fold record prev must be a hex SHA-256, got {self.prev!r:.80}")
         if not 0 <= self.fold_seq <= MAX_COUNT or not 0 <= self.leaf_count <= MAX_COUNT:
             raise ValueError("fold record fold_seq and leaf_count must be counts")
-        if len(self.value_ref) > 1024:
-            raise ValueError("fold record value_ref longer than 1024 characters")
-
-    def to_json(self) -> JsonObject:
-        return {
-            "n": self.leaf_count,
-            "p": self.prev,
-            "r": self.root,
-            "s": self.fold_seq,
-            "v": self.value_ref,
-        }
+        if len(self.value_ref.encode("utf-8")) > 1024:
+            raise ValueError("fold record value_ref longer than 1024 bytes")
 
     def to_bytes(self) -> bytes:
-        """The leaf data: RFC 8785 canonical JSON."""
-        return canonical_bytes(self.to_json())
+        """The leaf data (:data:`contracts.fold_layout.RECORD_LAYOUT`)."""
+        return encode(
+            RECORD_LAYOUT,
+            {
+                "prev": None if self.prev is None else bytes.fromhex(self.prev),
+                "fold_seq": self.fold_seq,
+                "leaf_count": self.leaf_count,
+                "root": bytes.fromhex(self.root),
+                "value_ref": self.value_ref,
+            },
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes) -> FoldRecord:
-        """Strict parse; the bytes must be the canonical form (they are hashed as sent)."""
-        obj = parse_json_object(data, what="fold record", max_bytes=_MAX_RECORD_BYTES)
-        record = cls.from_json(obj)
-        if record.to_bytes() != data:
-            raise EncodingError("fold record: bytes are not RFC 8785 canonical")
-        return record
-
-    @classmethod
-    def from_json(cls, obj: Any) -> FoldRecord:
-        """Strict parse of the decoded record; its leaf data is :meth:`to_bytes`."""
-        if type(obj) is not dict or obj.keys() != _RECORD_KEYS:
-            raise EncodingError(f"fold record: fields must be {sorted(_RECORD_KEYS)}")
-        n, p, r, s, v = obj["n"], obj["p"], obj["r"], obj["s"], obj["v"]
-        if type(n) is not int or type(s) is not int or type(v) is not str:
-            raise EncodingError("fold record: n and s must be integers, v a string")
-        if not is_digest(r) or not (p is None or is_digest(p)):
-            raise EncodingError("fold record: r and p must be 64 lower-case hex (p may be null)")
+        """Strict parse of the leaf data; :class:`EncodingError` names the part."""
+        v = decode(RECORD_LAYOUT, data, "fold record")
         try:
-            return cls(value_ref=v, fold_seq=s, leaf_count=n, root=r, prev=p)
+            return cls(
+                value_ref=v["value_ref"],
+                fold_seq=v["fold_seq"],
+                leaf_count=v["leaf_count"],
+                root=v["root"].hex(),
+                prev=None if v["prev"] is None else v["prev"].hex(),
+            )
         except ValueError as exc:
             raise EncodingError(f"fold record: {exc}") from exc
 
@@ -177,27 +166,6 @@ class FoldRecord:
 def batch_record(size: int, root: str) -> bytes:
     """Leaf data of a compaction in its epoch's log of heads: RFC 8785 ``{"root", "size"}``."""
     return canonical_bytes({"root": root, "size": size})
-
-
-def _path_b64(path: Sequence[bytes]) -> str:
-    return base64.standard_b64encode(b"".join(path)).decode("ascii")
-
-
-def _path_from_b64(value: object) -> tuple[bytes, ...]:
-    """An audit path: the concatenated 32-byte hashes, standard base64."""
-    if type(value) is not str or len(value) > 4 * _MAX_PATH * HASH_LEN // 3 + 4:
-        raise EncodingError(f"fold proof: path must be base64 of at most {_MAX_PATH} hashes")
-    try:
-        raw = binascii.a2b_base64(value, strict_mode=True)
-    except (binascii.Error, ValueError) as exc:
-        raise EncodingError(f"fold proof: path is not base64 ({exc})") from exc
-    if len(raw) % HASH_LEN:
-        raise EncodingError(f"fold proof: path of {len(raw)} bytes is not whole 32-byte hashes")
-    return tuple(raw[i : i + HASH_LEN] for i in range(0, len(raw), HASH_LEN))
-
-
-def _record_bytes(value: object) -> bytes:
-    return FoldRecord.from_json(value).to_bytes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,12 +178,9 @@ class FoldProof:
     fold proven is the last of the chain (or ``record`` when it is empty).
     Unsigned: it is verified against the head's signed root.
 
-    Wire form (JSON, kept small: it travels with every value):
-    ``{"head": hex digest, "index": int, "path": base64 of the concatenated
-    hashes, "record": {fold record}}`` plus ``"chain": [{fold record}…]``
-    when not empty. A record travels as its JSON object; its leaf data is the
-    RFC 8785 encoding of that object (:meth:`FoldRecord.to_bytes`), which is
-    exact for its integer, string and hex fields.
+    One encoding (:data:`contracts.fold_layout.PROOF_LAYOUT`): :meth:`to_bytes`
+    is what a delivery carries, the store keeps and evidence and attestations
+    cite (in base64, :meth:`to_text`). Its records are inside it verbatim.
     """
 
     head: str
@@ -224,50 +189,62 @@ class FoldProof:
     record: bytes
     chain: tuple[bytes, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not is_digest(self.head):
+            raise ValueError("fold proof: head must be a head digest (64 lower-case hex)")
+        if not 0 <= self.index < MAX_COUNT:
+            raise ValueError("fold proof: index must be a leaf index")
+        if len(self.chain) > MAX_CHAIN or len(self.path) > _MAX_PATH:
+            raise ValueError(f"fold proof: at most {MAX_CHAIN} chained records, {_MAX_PATH} hashes")
+
     @property
     def target(self) -> bytes:
         """Leaf data of the fold this proof proves."""
         return self.chain[-1] if self.chain else self.record
 
-    def to_json(self) -> JsonObject:
-        out: JsonObject = {
-            "head": self.head,
-            "index": self.index,
-            "path": _path_b64(self.path),
-            "record": FoldRecord.from_bytes(self.record).to_json(),
-        }
-        if self.chain:
-            out["chain"] = [FoldRecord.from_bytes(c).to_json() for c in self.chain]
-        return out
-
     def to_bytes(self) -> bytes:
-        return canonical_bytes(self.to_json())
-
-    @classmethod
-    def from_json(cls, obj: Any) -> FoldProof:
-        if type(obj) is not dict:
-            raise EncodingError("fold proof: expected a JSON object")
-        if not obj.keys() <= _PROOF_KEYS or not obj.keys() >= _PROOF_KEYS - {"chain"}:
-            raise EncodingError(f"fold proof: fields must be {sorted(_PROOF_KEYS)}")
-        head, index = obj["head"], obj["index"]
-        if not is_digest(head):
-            raise EncodingError("fold proof: head must be a head digest (64 lower-case hex)")
-        if type(index) is not int or not 0 <= index < MAX_COUNT:
-            raise EncodingError("fold proof: index must be a leaf index")
-        chain = obj.get("chain", [])
-        if type(chain) is not list or len(chain) > MAX_CHAIN:
-            raise EncodingError(f"fold proof: chain must be a list of at most {MAX_CHAIN} records")
-        return cls(
-            head=head,
-            index=index,
-            path=_path_from_b64(obj["path"]),
-            record=_record_bytes(obj["record"]),
-            chain=tuple(_record_bytes(c) for c in chain),
+        return encode(
+            PROOF_LAYOUT,
+            {
+                "head": bytes.fromhex(self.head),
+                "index": self.index,
+                "record": self.record,
+                "chain": self.chain,
+                "path": self.path,
+            },
         )
+
+    def to_text(self) -> str:
+        """The proof's bytes in standard base64: how JSON files cite it."""
+        return base64.standard_b64encode(self.to_bytes()).decode("ascii")
 
     @classmethod
     def from_bytes(cls, data: bytes) -> FoldProof:
-        return cls.from_json(parse_json_object(data, what="fold proof"))
+        """Strict parse; its records are kept as the bytes they were read from."""
+        v = decode(PROOF_LAYOUT, data, "fold proof")
+        try:
+            return cls(v["head"].hex(), v["index"], v["path"], v["record"], v["chain"])
+        except ValueError as exc:
+            raise EncodingError(str(exc)) from exc
+
+    @classmethod
+    def from_text(cls, text: object) -> FoldProof:
+        """A proof cited in a JSON file: its bytes in standard base64 (:meth:`to_text`).
+        The JSON object form of earlier files is refused by name."""
+        if isinstance(text, dict):
+            raise EncodingError(
+                "fold proof: a JSON object is the earlier JSON form of a fold proof, not read;"
+                " this version cites a fold proof as base64 of its bytes"
+            )
+        if type(text) is not str or len(text) > _MAX_PROOF_TEXT:
+            raise EncodingError("fold proof: expected base64 of the fold proof's bytes")
+        try:
+            raw = binascii.a2b_base64(text, strict_mode=True)
+        except (binascii.Error, ValueError) as exc:
+            raise EncodingError(f"fold proof: not base64 ({exc})") from exc
+        if base64.standard_b64encode(raw).decode("ascii") != text:
+            raise EncodingError("fold proof: base64 is not canonical")
+        return cls.from_bytes(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,14 +314,14 @@ class VerifiedFold:
         return Signed(Envelope(self.head.text, HEAD_TEXT_TYPE, ()), statement)
 
 
-def verify_fold(proof: FoldProof | JsonObject, head: SignedHead) -> VerifiedFold:
+def verify_fold(proof: FoldProof | bytes, head: SignedHead) -> VerifiedFold:
     """Prove a fold record under an (already verified) head; no signature is checked.
 
     Raises :class:`BindingMismatch` when the proof names another head or the
     chain is broken, :class:`RootMismatch` when the path misses the head's
     root, :class:`EncodingError` for malformed input.
     """
-    p = proof if isinstance(proof, FoldProof) else FoldProof.from_json(proof)
+    p = proof if isinstance(proof, FoldProof) else FoldProof.from_bytes(proof)
     # (1) the proof is for this head
     if p.head != head.digest:
         raise BindingMismatch(f"fold proof names head {p.head[:12]}…, not {head.digest[:12]}…")
@@ -430,7 +407,7 @@ class HeadCache:
 
     def verify_fold(
         self,
-        proof: FoldProof | JsonObject,
+        proof: FoldProof | bytes,
         *,
         now: int,
         head: HeadInput | None = None,
@@ -441,7 +418,7 @@ class HeadCache:
         With ``head=None`` the proof's head digest must name a head verified
         before (:class:`DigestMismatch` otherwise: ask for the head).
         """
-        p = proof if isinstance(proof, FoldProof) else FoldProof.from_json(proof)
+        p = proof if isinstance(proof, FoldProof) else FoldProof.from_bytes(proof)
         if head is None:
             cached = self._heads.peek(p.head)
             if cached is None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 __all__ = ["DDL", "SCHEMA_VERSION"]
 
 #: Bumped on any incompatible change; a store refuses to open a database
-#: written with another version rather than guess.
-SCHEMA_VERSION = 1
+#: written with another version rather than guess. 2: fold records and fold
+#: proofs in their one binary encoding (contracts.fold_layout); version 1 held
+#: them as JSON.
+SCHEMA_VERSION = 2
 
 DDL: tuple[str, ...] = (
     # (origin, epoch, seq) is the key: an epoch changes whenever seqs could be
@@ -109,7 +111,7 @@ DDL: tuple[str, ...] = (
     CREATE UNIQUE INDEX IF NOT EXISTS heads_local_seq
         ON heads (origin, epoch, seq) WHERE local = 1
     """,
-    # One row per fold under a head: its fold proof (FoldProof JSON bytes).
+    # One row per fold under a head: its fold proof (contracts.fold_layout bytes).
     """
     CREATE TABLE IF NOT EXISTS head_folds (
         head_digest TEXT NOT NULL REFERENCES heads (digest),

@@ -35,8 +35,7 @@ import structlog
 
 from contracts.envelope import Envelope
 from contracts.errors import ContractError
-from contracts.evidence import Evidence
-from contracts.heads import FoldProof
+from contracts.evidence import Evidence, cited_fold
 from contracts.rules import expired
 from nodes._periodic import PeriodicTask
 from nodes.client import challenged_obligation
@@ -68,7 +67,7 @@ def _statements(record: EvidenceRecord) -> tuple[bytes, bytes]:
         return e.commitment.to_bytes(), e.obligation.to_bytes()
     if e.proof is None or not isinstance(e.commitment, bytes):
         raise ContractError(f"suspicion {record.digest[:16]}… names no obligation")
-    return FoldProof.from_json(e.proof).to_bytes(), e.commitment
+    return cited_fold(e.proof).to_bytes(), e.commitment
 
 
 class Retester(PeriodicTask):

@@ -7,12 +7,10 @@ speaks :mod:`nodes.messages` and calls this module to cross the wire.
 
 Conversions go both ways. Hop bytes, the envelopes of demands, receipts,
 delivery receipts, attestations and witness reports, and heads (C2SP
-tlog-checkpoint signed notes, :mod:`contracts.head_note`) are copied into and
-out of ``bytes`` fields verbatim: what is verified is what was signed, and
-nothing is rebuilt. Fold proofs, which are unsigned, travel in one packed
-form (:func:`pack_fold_proof`, :func:`unpack_fold_proof`): their record,
-chain and audit path, leaving out what the receiver can imply; a proof
-rebuilt wrong misses the signed root it is checked against.
+tlog-checkpoint signed notes, :mod:`contracts.head_note`) and fold proofs
+(their one encoding, :mod:`contracts.fold_layout`) are copied into and out of
+``bytes`` fields verbatim: what is verified is what was signed or hashed, and
+nothing is rebuilt.
 
 **Message size** has one definition, :func:`message_size`: the protobuf
 encoding of the message gRPC carries for a call (without HTTP/2 framing) —
@@ -27,8 +25,7 @@ encodes, and what actually crossed the wire for one that is not.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import grpc
@@ -36,8 +33,6 @@ from google.protobuf.message import DecodeError, Message
 
 from contracts.attest import RehydrationProof
 from contracts.errors import EncodingError
-from contracts.head_note import head_digest
-from contracts.heads import MAX_CHAIN, FoldProof, FoldRecord
 from contracts.statements import Axis
 from nodes._pb.provnet.v1 import (
     attest_pb2,
@@ -111,7 +106,6 @@ __all__ = [
     "WIRE_VERSION",
     "AskCall",
     "DemandCall",
-    "PackedFoldProof",
     "SizedAnswers",
     "add_checkpoint_request",
     "add_checkpoint_response",
@@ -167,7 +161,6 @@ __all__ = [
     "message_size",
     "node_info_from_pb",
     "node_stub",
-    "pack_fold_proof",
     "read_counters",
     "receipt_chunk",
     "receipt_chunk_size",
@@ -187,16 +180,15 @@ __all__ = [
     "stream_request",
     "stream_request_size",
     "submit_attestation_request",
-    "unpack_fold_proof",
     "witness_reply_from_pb",
     "witness_stub",
 ]
 
-#: Version of the delivery encoding (common.proto ``DeliveredValue``): 5 carries each
-#: head as its C2SP checkpoint note, verbatim (``heads``), and each fold proof as one
-#: packed byte string (:func:`pack_fold_proof`), its one form. Versions 1-4 took heads
-#: apart into fields and rebuilt their signed payloads; they are not read.
-WIRE_VERSION = 5
+#: Version of the delivery encoding (common.proto ``DeliveredValue``): 6 carries each
+#: head as its C2SP checkpoint note and each fold proof in its one encoding
+#: (:mod:`contracts.fold_layout`), both verbatim. Versions 1-5 took heads or fold
+#: proofs apart into other forms and rebuilt them; they are not read.
+WIRE_VERSION = 6
 
 
 def message_size(message: Message) -> int:
@@ -208,17 +200,13 @@ def message_size(message: Message) -> int:
 
 
 def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
-    """A delivery in binary: its heads verbatim; each fold proof as one packed byte
-    string (:func:`pack_fold_proof`), naming a head of the same delivery by position."""
-    parts = {head_digest(h): i + 1 for i, h in enumerate(delivery.heads)}
+    """A delivery in binary: its heads and fold proofs verbatim, each in its one encoding."""
     return common_pb2.DeliveredValue(
         value_ref=delivery.value_ref,
         value=delivery.value,
         commitments=list(delivery.commitments),
         obligations=list(delivery.obligations),
-        packed_fold_proofs=[
-            pack_fold_proof(p, delivery.value_ref, parts) for p in delivery.fold_proofs
-        ],
+        fold_proofs=list(delivery.fold_proofs),
         heads=list(delivery.heads),
         custody=list(delivery.custody),
     )
@@ -226,41 +214,18 @@ def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
 
 def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delivery:
     """The delivery a :func:`delivered_value` message carries; ``sender`` is the
-    request's sender. Heads are taken as they came (verified by the receiver)."""
-    value_ref = str(msg.value_ref)
-    parts = [unpack_fold_proof(p, value_ref) for p in msg.packed_fold_proofs]
-    heads = tuple(bytes(h) for h in msg.heads)
-    digests = [head_digest(h) for h in heads]
+    request's sender. Heads and fold proofs are taken as they came (the receiver
+    verifies them)."""
     return Delivery(
-        value_ref=value_ref,
+        value_ref=str(msg.value_ref),
         value=bytes(msg.value),
         commitments=tuple(bytes(c) for c in msg.commitments),
         obligations=tuple(bytes(o) for o in msg.obligations),
         sender=sender,
-        fold_proofs=tuple(q.to_bytes(digests) for q in parts),
-        heads=heads,
+        fold_proofs=tuple(bytes(p) for p in msg.fold_proofs),
+        heads=tuple(bytes(h) for h in msg.heads),
         custody=tuple(bytes(c) for c in msg.custody),
     )
-
-
-# --------------------------------------------------------------------------- packed proofs
-#
-# A fold proof as one byte string (DeliveredValue.packed_fold_proofs), its one
-# form on the wire, written by pack_fold_proof and read by unpack_fold_proof.
-# Integers are varints (LEB128, shortest form). Decoding is strict (shortest
-# forms, exact lengths, no trailing bytes, no unknown flag).
-#
-#   proof  = varint head_part (0: 32 raw head digest follow), varint index, record,
-#            varint chain count + count × record, audit path (the rest: 32-byte hashes)
-#   record = u8 flags (1: prev, 2: value_ref), varint fold_seq, varint leaf_count,
-#            32 root, [32 prev], [varint length + UTF-8 value_ref]
-#
-# head_part names a head of the same delivery (1-based, in DeliveredValue.heads);
-# a record's value_ref is left out when it is the delivered value's.
-
-_RECORD_PREV, _RECORD_VALUE_REF = 1, 2
-_MAX_VARINT_BYTES = 10  # 70 bits: every uint64, and a uint64 time shifted by one
-_MAX_PATH = 64
 
 
 def _put_varint(out: bytearray, n: int) -> None:
@@ -268,152 +233,6 @@ def _put_varint(out: bytearray, n: int) -> None:
         out.append(n & 0x7F | 0x80)
         n >>= 7
     out.append(n)
-
-
-class _Reader:
-    """Strict reader of one packed byte string; errors name the part and the field."""
-
-    __slots__ = ("at", "data", "what")
-
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data, self.at, self.what = data, 0, what
-
-    def take(self, n: int, name: str) -> bytes:
-        end = self.at + n
-        if end > len(self.data):
-            raise EncodingError(f"{self.what}: ends inside its {name}")
-        out, self.at = self.data[self.at : end], end
-        return out
-
-    def varint(self, name: str) -> int:
-        n = 0
-        for i in range(_MAX_VARINT_BYTES):
-            byte = self.take(1, name)[0]
-            n |= (byte & 0x7F) << (7 * i)
-            if not byte & 0x80:
-                if byte == 0 and i:
-                    raise EncodingError(f"{self.what}: {name} is not a shortest-form varint")
-                return n
-        raise EncodingError(f"{self.what}: {name} is a varint of more than 10 bytes")
-
-    def text(self, name: str) -> str:
-        raw = self.take(self.varint(f"{name} length"), name)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise EncodingError(f"{self.what}: {name} is not UTF-8") from None
-
-    def rest(self) -> bytes:
-        out, self.at = self.data[self.at :], len(self.data)
-        return out
-
-
-def _pack_record(out: bytearray, record: bytes, value_ref: str) -> None:
-    r = FoldRecord.from_bytes(record)
-    own_ref = r.value_ref == value_ref
-    out.append((_RECORD_PREV if r.prev else 0) | (0 if own_ref else _RECORD_VALUE_REF))
-    _put_varint(out, r.fold_seq)
-    _put_varint(out, r.leaf_count)
-    out += bytes.fromhex(r.root)
-    if r.prev:
-        out += bytes.fromhex(r.prev)
-    if not own_ref:
-        raw = r.value_ref.encode("utf-8")
-        _put_varint(out, len(raw))
-        out += raw
-
-
-def _unpack_record(r: _Reader, value_ref: str) -> bytes:
-    flags = r.take(1, "record flags")[0]
-    if flags & ~(_RECORD_PREV | _RECORD_VALUE_REF):
-        raise EncodingError(f"packed fold proof: unknown record flags {flags:#04x}")
-    fold_seq, leaf_count = r.varint("fold_seq"), r.varint("leaf_count")
-    root = r.take(32, "record root").hex()
-    prev = r.take(32, "record prev").hex() if flags & _RECORD_PREV else None
-    ref = value_ref
-    if flags & _RECORD_VALUE_REF:
-        ref = r.text("value_ref")
-        if not ref:
-            raise EncodingError("packed fold proof: an empty value_ref is sent by leaving it out")
-    try:
-        return FoldRecord(
-            value_ref=ref, fold_seq=fold_seq, leaf_count=leaf_count, root=root, prev=prev
-        ).to_bytes()
-    except ValueError as exc:
-        raise EncodingError(f"fold record: {exc}") from exc
-
-
-def pack_fold_proof(
-    proof: bytes, value_ref: str = "", head_parts: Mapping[str, int] | None = None
-) -> bytes:
-    """A fold proof (:class:`contracts.heads.FoldProof` bytes) as its packed byte string:
-    its head by position in ``head_parts`` (the delivery's heads by digest) or by raw
-    digest, its records field by field (a value_ref left out when it is ``value_ref``)."""
-    p = FoldProof.from_bytes(proof)
-    part = (head_parts or {}).get(p.head, 0)
-    out = bytearray()
-    _put_varint(out, part)
-    if not part:
-        out += bytes.fromhex(p.head)
-    _put_varint(out, p.index)
-    _pack_record(out, p.record, value_ref)
-    _put_varint(out, len(p.chain))
-    for record in p.chain:
-        _pack_record(out, record, value_ref)
-    out += b"".join(p.path)
-    return bytes(out)
-
-
-@dataclass(frozen=True, slots=True)
-class PackedFoldProof:
-    """A decoded packed fold proof whose head may still be named by position
-    (``head_part``, 1-based; 0: ``head`` is the raw digest)."""
-
-    head: bytes
-    head_part: int
-    index: int
-    path: tuple[bytes, ...]
-    record: bytes
-    chain: tuple[bytes, ...]
-
-    def to_bytes(self, head_digests: Sequence[str]) -> bytes:
-        """The fold proof (:class:`contracts.heads.FoldProof` bytes), its head named by
-        digest (``head_digests``: the delivery's heads, in order)."""
-        if self.head_part:
-            if self.head_part > len(head_digests):
-                raise EncodingError(f"fold proof names head part {self.head_part}, not sent")
-            head = head_digests[self.head_part - 1]
-        else:
-            head = self.head.hex()
-        try:
-            proof = FoldProof(head, self.index, self.path, self.record, self.chain)
-        except ValueError as exc:
-            raise EncodingError(f"fold proof: {exc}") from exc
-        return proof.to_bytes()
-
-
-def unpack_fold_proof(data: bytes, value_ref: str = "") -> PackedFoldProof:
-    """The fold proof a :func:`pack_fold_proof` byte string carries (``value_ref``: the
-    delivered value's, for records that leave theirs out); :class:`EncodingError`."""
-    r = _Reader(bytes(data), "packed fold proof")
-    try:
-        head_part = r.varint("head_part")
-        head = b"" if head_part else r.take(32, "head digest")
-        index = r.varint("index")
-        record = _unpack_record(r, value_ref)
-        count = r.varint("chain count")
-        if count > MAX_CHAIN:
-            raise EncodingError(
-                f"packed fold proof: chain of {count} records (at most {MAX_CHAIN})"
-            )
-        chain = tuple(_unpack_record(r, value_ref) for _ in range(count))
-    except ValueError as exc:  # an integer out of its field's range
-        raise EncodingError(f"packed fold proof: {exc}") from exc
-    path = r.rest()
-    if len(path) % 32 or len(path) > _MAX_PATH * 32:
-        raise EncodingError("fold proof: path must be whole 32-byte hashes (at most 64)")
-    hashes = tuple(path[i : i + 32] for i in range(0, len(path), 32))
-    return PackedFoldProof(head, head_part, index, hashes, record, chain)
 
 
 def answer_to_pb(answer: Answer) -> common_pb2.Answer:

@@ -101,7 +101,8 @@ class HeldFoldBytes:
         if self.head is None:
             return {"commitment": json.loads(self.commitment)}
         # the head note verbatim, as a JSON string (as evidence cites it)
-        return {"head": self.head.decode("utf-8"), "fold_proof": json.loads(self.commitment)}
+        proof = FoldProof.from_bytes(self.commitment).to_text()
+        return {"head": self.head.decode("utf-8"), "fold_proof": proof}
 
     @classmethod
     def from_json(cls, obj: Any) -> HeldFoldBytes:
@@ -111,7 +112,7 @@ class HeldFoldBytes:
             return cls(Envelope.from_json(obj["commitment"]).to_bytes())
         if type(obj["head"]) is not str:
             raise EncodingError("folds: a head is its signed note, a JSON string")
-        return cls(FoldProof.from_json(obj["fold_proof"]).to_bytes(), obj["head"].encode("utf-8"))
+        return cls(FoldProof.from_text(obj["fold_proof"]).to_bytes(), obj["head"].encode("utf-8"))
 
     def digest(self) -> str:
         """The fold's commitment digest (a head-form fold: its record's leaf hash),

@@ -338,6 +338,8 @@ def _one(
     if name.endswith(".note"):
         # a signed note is text: mutated as bytes, opened as a head
         return _mutate_bytes(rng, seeds[name]), open_head
+    if name == "fold-proof.bin":  # binary: its one encoding, mutated as bytes
+        return _mutate_bytes(rng, seeds[name]), _SERVED["fold-proof"]
     data = seeds[name].rstrip(b"\n")
     if name.startswith("evidence"):
         target: Callable[[bytes], object] = _target_evidence
@@ -345,8 +347,6 @@ def _one(
         target = _target_policy
     elif name in ("keys.json", "hops.json", "attestation-hop.json"):
         return _mutate_bytes(rng, data), _target_envelope
-    elif name == "fold-proof.json":
-        target = _SERVED["fold-proof"]
     elif name == "receipt-head-served.json" and rng.random() < 0.5:
         target = _SERVED["head"]
     elif name == "attestation.json" and rng.random() < 0.5:
@@ -380,8 +380,6 @@ def _one(
             obj = _mutate_json(rng, obj)
     elif name.startswith("evidence") and isinstance(obj.get("proof"), dict) and mode == 1:
         obj["proof"] = _mutate_json(rng, obj["proof"])
-    elif name == "fold-proof.json":
-        obj = _mutate_json(rng, obj)
     elif target is not _target_evidence and target is not _target_policy and mode == 2:
         obj = _mutate_envelope(rng, keys, obj)
     else:

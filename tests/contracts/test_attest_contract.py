@@ -406,7 +406,7 @@ def test_a4_a_fold_under_a_signed_head_restores_reconstruction() -> None:
     assert out.scores[Axis.RECONSTRUCTION] == 1.0
     # the JSON form (version 2) reads back to the same proof
     assert RehydrationProof.from_bytes(proof.to_bytes()) == proof
-    assert json.loads(proof.to_bytes())["v"] == PROOF_VERSION == 2
+    assert json.loads(proof.to_bytes())["v"] == PROOF_VERSION == 3
 
 
 def test_a4_head_whose_inclusion_proof_does_not_match_is_rejected_naming_it() -> None:
@@ -464,9 +464,12 @@ def test_rehydration_proof_json_versions() -> None:
     body = json.loads(v1.to_bytes())
     assert "v" not in body  # the per-fold form keeps its version-1 shape
     assert RehydrationProof.from_json(body) == v1
-    with pytest.raises(EncodingError, match="unknown version 3"):
+    with pytest.raises(EncodingError, match="unknown version 4"):
+        RehydrationProof.from_json({**body, "v": 4})
+    with pytest.raises(EncodingError, match="v3: fields must be"):
         RehydrationProof.from_json({**body, "v": 3})
-    with pytest.raises(EncodingError, match="v2: fields must be"):
+    # the earlier head form (its fold proof a JSON object) is refused by name
+    with pytest.raises(EncodingError, match="v2: the earlier head form"):
         RehydrationProof.from_json({**body, "v": 2})
     with pytest.raises(ValueError, match="either a per-fold commitment or a fold proof"):
         RehydrationProof(None, v1.obligation, v1.demand, v1.receipt, v1.hops)

@@ -152,7 +152,7 @@ def test_s2_batch_bad_data_for_one_fold_is_proven_from_the_batches_and_its_bytes
         b.world.origin.node_id,
     )
     # the same batch receipt cited for a fold it served faithfully proves nothing
-    other = dataclasses.replace(verdict.evidence, proof=b.folds[0].proof.to_json())
+    other = dataclasses.replace(verdict.evidence, proof={"fold": b.folds[0].proof.to_text()})
     with pytest.raises(NotEvidence):
         verify_evidence(other, now=NOW + DAY)
 

@@ -289,10 +289,10 @@ def test_the_head_vector_is_a_checkpoint_note_by_the_origin() -> None:
 
 def test_fold_proof_vector_is_proven_under_the_head_vector() -> None:
     head = _head_vector()
-    proof = FoldProof.from_bytes((VECTOR_DIR / "fold-proof.json").read_bytes())
+    proof = FoldProof.from_bytes((VECTOR_DIR / "fold-proof.bin").read_bytes())
     fold = verify_fold(proof, head)
     assert fold.record.value_ref == "value:42"
-    assert proof.to_bytes() + b"\n" == (VECTOR_DIR / "fold-proof.json").read_bytes()
+    assert proof.to_bytes() == (VECTOR_DIR / "fold-proof.bin").read_bytes()
     demand = open_any((VECTOR_DIR / "demand-head.json").read_bytes().rstrip(b"\n"))
     assert demand.statement.to_json()["obligation"] == head.digest
     assert demand.statement.to_json()["commitment"] == fold.leaf_hash.hex()
@@ -330,7 +330,7 @@ def test_head_form_rehydration_proof_vector_verifies_from_the_file_alone() -> No
     assert (
         commitment
         == verify_fold(
-            FoldProof.from_bytes((VECTOR_DIR / "fold-proof.json").read_bytes()), head
+            FoldProof.from_bytes((VECTOR_DIR / "fold-proof.bin").read_bytes()), head
         ).leaf_hash.hex()
     )
     served = (VECTOR_DIR / "receipt-head-served.json").read_bytes().rstrip(b"\n")

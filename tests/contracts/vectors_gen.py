@@ -284,7 +284,7 @@ def build_head_vectors() -> dict[str, bytes]:
 
     w = make_head_world(values=3, compactions=2)
     out["head.note"] = w.head.note  # a signed note ends in its own newline
-    put("fold-proof.json", w.fold.proof.to_bytes())
+    out["fold-proof.bin"] = w.fold.proof.to_bytes()  # binary: its one encoding, as it is
     _head_demand_vectors(put, w, "")
 
     # Two views of one epoch's log, diverging at compaction 1.

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contracts.heads as heads_mod
-from contracts.errors import BadSignature, EncodingError, VerificationError
+from contracts.errors import BadSignature, EncodingError, RootMismatch, VerificationError
 from contracts.evidence import EvidenceKind, verify_evidence
 from contracts.head_note import SignedHead, open_head
 from contracts.heads import FoldProof, VerifiedFold
@@ -167,22 +167,21 @@ async def test_a_restarted_origin_rebuilds_its_log_of_heads(tmp_path: Path) -> N
         await again.close()
 
 
-def test_a_delivery_carries_its_head_notes_verbatim_and_proofs_by_position() -> None:
-    """Heads cross protobuf as the very bytes signed; a fold proof of the same delivery
-    names its head by position; a tampered note fails its signature, not a rebuild."""
+def test_a_delivery_carries_its_head_notes_and_fold_proofs_verbatim() -> None:
+    """Heads and fold proofs cross protobuf as the very bytes signed and hashed; a
+    tampered note fails its signature, a tampered proof its root, not a rebuild."""
+    from contracts.heads import verify_fold
     from nodes import wire
     from tests.nodes.wire_vectors import ORIGIN, lone_first_delivery
 
     first, later = lone_first_delivery()
     value = wire.delivered_value(first)
     assert list(value.heads) == list(first.heads)  # verbatim
-    assert value.packed_fold_proofs
-    assert wire.unpack_fold_proof(value.packed_fold_proofs[0]).head_part == 1
+    assert list(value.fold_proofs) == list(first.fold_proofs)  # verbatim
     assert wire.delivery_from_pb(value, first.sender) == first
     held = wire.delivered_value(later)
     assert not held.heads
-    named = FoldProof.from_bytes(later.fold_proofs[0]).head
-    assert wire.unpack_fold_proof(held.packed_fold_proofs[0]).head == bytes.fromhex(named)
+    assert list(held.fold_proofs) == list(later.fold_proofs)
     assert wire.delivery_from_pb(held, later.sender) == later
     # a changed byte of the note travels as sent and fails verification at the receiver
     tampered = common_pb2.DeliveredValue()
@@ -192,26 +191,28 @@ def test_a_delivery_carries_its_head_notes_verbatim_and_proofs_by_position() -> 
     assert got.heads == (tampered.heads[0],)
     with pytest.raises(BadSignature):
         open_head(got.heads[0], origin=ORIGIN.node_id)
-    # a proof naming a head part that was not sent is malformed
+    # a changed byte of the proof's path travels as sent and misses the head's root
+    tampered.CopyFrom(value)
+    proof = first.fold_proofs[0]
+    tampered.fold_proofs[0] = proof[:-1] + bytes([proof[-1] ^ 1])
+    got = wire.delivery_from_pb(tampered, first.sender)
+    assert got.fold_proofs == (tampered.fold_proofs[0],)
+    with pytest.raises(RootMismatch):
+        verify_fold(got.fold_proofs[0], open_head(first.heads[0]))
     bad = common_pb2.DeliveredValue()
-    bad.CopyFrom(held)
-    by_digest = bad.packed_fold_proofs[0]
-    assert by_digest[0] == 0  # head_part 0, then the 32-byte digest
-    bad.packed_fold_proofs[0] = b"\x02" + by_digest[33:]
-    with pytest.raises(EncodingError, match="head part 2"):
-        wire.delivery_from_pb(bad)
-    # a head without the blank line of a signed note is malformed before anything else
+    # a head without the blank line of a signed note travels as sent and is refused
+    # as malformed when the receiver opens it
     bad.CopyFrom(value)
     bad.heads[0] = b"not a note"
-    with pytest.raises(EncodingError, match="blank line"):
-        wire.delivery_from_pb(bad)
+    with pytest.raises(EncodingError, match="head"):
+        open_head(wire.delivery_from_pb(bad).heads[0])
 
 
 def _statement_fields(msg: common_pb2.DeliveredValue) -> int:
     """Bytes of a DeliveredValue's statement fields (fold proofs, heads) with framing."""
     bare = common_pb2.DeliveredValue()
     bare.CopyFrom(msg)
-    del bare.heads[:], bare.packed_fold_proofs[:]
+    del bare.heads[:], bare.fold_proofs[:]
     return msg.ByteSize() - bare.ByteSize()
 
 
@@ -227,10 +228,10 @@ def test_a_lone_first_delivery_of_a_value_from_a_20_value_compaction_in_bytes() 
     sizes = [wire.delivery_statement_size(d) for d in (first, forwarded, later)]
     note = len(first.heads[0])
     # the head is its note plus the field's framing (a tag and a 2-byte length), and
-    # the fold proof then names it by position, not by its 32-byte digest
-    assert sizes[0] - sizes[2] == note + 3 - 32
+    # the fold proof is the same bytes either way (it names its head by digest)
+    assert sizes[0] - sizes[2] == note + 3
     assert sizes[1] == sizes[0]  # forwarding adds nothing: the note is the note
-    assert (note, sizes) == (454, [691, 691, 266])
+    assert (note, sizes) == (454, [739, 739, 282])
     for delivery in (first, later, forwarded):
         request = wire.deliver_request(delivery)
         assert _statement_fields(request.value) + 1 in (sizes[0], sizes[2])
@@ -385,32 +386,6 @@ async def test_a_relay_forwards_the_origins_head_note_unchanged_over_grpc(
         await stop_all(nodes)
 
 
-def test_packed_fold_proofs_of_the_wrong_shape_are_malformed() -> None:
-    from nodes import wire
-    from tests.nodes.wire_vectors import lone_first_delivery
-
-    first, _ = lone_first_delivery()
-    value = wire.delivered_value(first)
-    proof = value.packed_fold_proofs[0]
-    for n in range(proof.index(b"\x00", 1)):  # up to the path (the rest of the bytes)
-        with pytest.raises(EncodingError, match="packed fold proof: ends inside"):
-            wire.unpack_fold_proof(proof[:n])
-    record = b"\x00\x01\x01" + bytes(32)
-    proof_cases = [
-        (b"\x01\x00\x04\x01\x01" + bytes(32), "unknown record flags 0x04"),
-        (b"\x01\x00\x02\x01\x01" + bytes(32) + b"\x00", "empty value_ref"),
-        (b"\x01\x00" + record + b"\x81\x40", "chain of 8193 records"),
-        (b"\x01\x00" + record + b"\x00" + bytes(31), "path must be whole 32-byte hashes"),
-        (b"\x80\x00", "not a shortest-form varint"),
-        (b"\xff" * 11, "more than 10 bytes"),
-    ]
-    for data, message in proof_cases:
-        with pytest.raises(EncodingError, match=message):
-            wire.delivery_from_pb(
-                common_pb2.DeliveredValue(value_ref="x", packed_fold_proofs=[data])
-            )
-
-
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(max_size=300), at=st.integers(0, 800), cut=st.booleans())
 def test_any_delivered_bytes_decode_to_the_signed_delivery_or_are_refused(
@@ -421,7 +396,7 @@ def test_any_delivered_bytes_decode_to_the_signed_delivery_or_are_refused(
 
     delivery, _ = lone_first_delivery()
     request = wire.deliver_request(delivery)
-    for field in ("heads", "packed_fold_proofs"):
+    for field in ("heads", "fold_proofs"):
         msg = common_pb2.DeliveredValue()
         msg.CopyFrom(request.value)
         items = getattr(msg, field)
@@ -438,28 +413,3 @@ def test_any_delivered_bytes_decode_to_the_signed_delivery_or_are_refused(
         except (VerificationError, EncodingError):
             continue
         assert head.text == open_head(delivery.heads[0]).text
-
-
-def test_a_packed_fold_proof_carries_its_chain_and_a_foreign_value_ref() -> None:
-    from contracts.heads import FoldInput, HeadLog
-    from nodes import wire
-    from tests.nodes.wire_vectors import ORIGIN
-
-    log = HeadLog(ORIGIN, "7-0123456789abcdef")
-    for seq in range(3):
-        log.compact(
-            [FoldInput("a", seq, [b"a%d" % seq]), FoldInput("b", seq, [b"b"])],
-            serve_until=5_000,
-            deadline_ms=1,
-            endpoints=(),
-            issued_at=1,
-        )
-    proof = log.fold_proof("a", back=2).to_bytes()
-    assert len(FoldProof.from_bytes(proof).chain) == 2
-    sizes = []
-    for value_ref in ("a", "another value"):  # the record's ref left out, or sent
-        packed = wire.pack_fold_proof(proof, value_ref)
-        sizes.append(len(packed))
-        assert wire.unpack_fold_proof(packed, value_ref).to_bytes(()) == proof
-    # the three records (the proof's and its chain of two) carry "a" (2 B) when sent
-    assert sizes[1] - sizes[0] == 3 * 2

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/common.proto\x12\nprovnet.v1\"\xc5\x01\n\x0e\x44\x65liveredValue\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63ommitments\x18\x03 \x03(\x0c\x12\x13\n\x0bobligations\x18\x04 \x03(\x0c\x12\x1a\n\x12packed_fold_proofs\x18\x07 \x03(\x0c\x12\r\n\x05heads\x18\t \x03(\x0c\x12\x0f\n\x07\x63ustody\x18\n \x03(\x0cJ\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07J\x04\x08\x08\x10\tR\x0cpacked_headsR\x0b\x66old_proofs\";\n\x06\x41nswer\x12\x0f\n\x07receipt\x18\x01 \x01(\x0c\x12\x12\n\ncommitment\x18\x02 \x01(\x0c\x12\x0c\n\x04hops\x18\x03 \x03(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17provnet/v1/common.proto\x12\nprovnet.v1\"\xcb\x01\n\x0e\x44\x65liveredValue\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63ommitments\x18\x03 \x03(\x0c\x12\x13\n\x0bobligations\x18\x04 \x03(\x0c\x12\x13\n\x0b\x66old_proofs\x18\x0b \x03(\x0c\x12\r\n\x05heads\x18\t \x03(\x0c\x12\x0f\n\x07\x63ustody\x18\n \x03(\x0cJ\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07J\x04\x08\x07\x10\x08J\x04\x08\x08\x10\tR\x0cpacked_headsR\x12packed_fold_proofs\";\n\x06\x41nswer\x12\x0f\n\x07receipt\x18\x01 \x01(\x0c\x12\x12\n\ncommitment\x18\x02 \x01(\x0c\x12\x0c\n\x04hops\x18\x03 \x03(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'provnet.v1.common_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DELIVEREDVALUE']._serialized_start=40
-  _globals['_DELIVEREDVALUE']._serialized_end=237
-  _globals['_ANSWER']._serialized_start=239
-  _globals['_ANSWER']._serialized_end=298
+  _globals['_DELIVEREDVALUE']._serialized_end=243
+  _globals['_ANSWER']._serialized_start=245
+  _globals['_ANSWER']._serialized_end=304
 # @@protoc_insertion_point(module_scope)

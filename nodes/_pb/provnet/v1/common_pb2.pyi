@@ -47,7 +47,7 @@ class DeliveredValue(_message.Message):
     VALUE_FIELD_NUMBER: _builtins.int
     COMMITMENTS_FIELD_NUMBER: _builtins.int
     OBLIGATIONS_FIELD_NUMBER: _builtins.int
-    PACKED_FOLD_PROOFS_FIELD_NUMBER: _builtins.int
+    FOLD_PROOFS_FIELD_NUMBER: _builtins.int
     HEADS_FIELD_NUMBER: _builtins.int
     CUSTODY_FIELD_NUMBER: _builtins.int
     value_ref: _builtins.str
@@ -57,14 +57,11 @@ class DeliveredValue(_message.Message):
     @_builtins.property
     def obligations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     @_builtins.property
-    def packed_fold_proofs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """The fold proofs, each as one packed byte string (nodes.wire, "packed
-        fold proofs": the head named by its position in ``heads`` (1-based) or
-        by its raw 32-byte digest, the leaf index, each fold record field by
-        field — its value_ref left out when it is this value's — then the audit
-        path). The receiver rebuilds each record's RFC 8785 leaf data
-        (contracts.heads.FoldRecord.to_bytes), which is what the head's root was
-        computed over: a wrong field misses that root.
+    def fold_proofs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """The fold proofs, each its one encoding (contracts.fold_layout: the head's
+        digest, the leaf index, the fold records as hashed, the audit path),
+        byte for byte as the origin made them and the holder stores and cites
+        them.
         """
 
     @_builtins.property
@@ -88,13 +85,13 @@ class DeliveredValue(_message.Message):
         value: _builtins.bytes = ...,
         commitments: _abc.Iterable[_builtins.bytes] | None = ...,
         obligations: _abc.Iterable[_builtins.bytes] | None = ...,
-        packed_fold_proofs: _abc.Iterable[_builtins.bytes] | None = ...,
+        fold_proofs: _abc.Iterable[_builtins.bytes] | None = ...,
         heads: _abc.Iterable[_builtins.bytes] | None = ...,
         custody: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "custody", b"custody", "heads", b"heads", "obligations", b"obligations", "packed_fold_proofs", b"packed_fold_proofs", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitments", b"commitments", "custody", b"custody", "fold_proofs", b"fold_proofs", "heads", b"heads", "obligations", b"obligations", "value", b"value", "value_ref", b"value_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
