@@ -13,6 +13,7 @@ import pytest
 from nodes.cluster import ClusterError, cluster_down
 from nodes.home import Home
 from tests.nodes.cluster_home import processes_naming
+from tests.nodes.custody_support import CustodyCluster
 from tests.nodes.rpc_support import MemCluster
 
 
@@ -44,3 +45,13 @@ def home(tmp_path: Path) -> Iterator[Path]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     assert not leftovers, f"processes left behind: {leftovers}"
+
+
+@pytest.fixture
+async def net(tmp_path: Path) -> AsyncIterator[CustodyCluster]:
+    """In-memory nodes for the custody tests (``tests.nodes.custody_support``)."""
+    cluster = CustodyCluster(tmp_path)
+    try:
+        yield cluster
+    finally:
+        await cluster.close()

@@ -8,7 +8,7 @@ a holder whose origin left rehydrates exactly from any one custodian that serves
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -26,15 +26,6 @@ from tests.contracts._support import fixed_identity
 from tests.nodes.custody_support import CustodyCluster, accused_honest
 
 REF = "value:7"
-
-
-@pytest.fixture
-async def net(tmp_path: Path) -> AsyncIterator[CustodyCluster]:
-    cluster = CustodyCluster(tmp_path)
-    try:
-        yield cluster
-    finally:
-        await cluster.close()
 
 
 async def _world(

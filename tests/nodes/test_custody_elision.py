@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from contracts.custody import custody_digest, is_custody_note
@@ -14,15 +11,6 @@ from nodes.errors import UnknownCommitment
 from tests.nodes.custody_support import CustodyCluster
 
 REF = "value:7"
-
-
-@pytest.fixture
-async def net(tmp_path: Path) -> AsyncIterator[CustodyCluster]:
-    cluster = CustodyCluster(tmp_path)
-    try:
-        yield cluster
-    finally:
-        await cluster.close()
 
 
 async def _world(net: CustodyCluster, k: int) -> None:

@@ -8,7 +8,6 @@ with no custody statement (or hedging off) nothing changes.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,15 +21,6 @@ from tests.nodes.custody_support import CustodyCluster, accused_honest
 
 REF = "value:7"
 NAMES = ("c1", "c2", "c3")
-
-
-@pytest.fixture
-async def net(tmp_path: Path) -> AsyncIterator[CustodyCluster]:
-    cluster = CustodyCluster(tmp_path)
-    try:
-        yield cluster
-    finally:
-        await cluster.close()
 
 
 async def _world(

@@ -9,7 +9,6 @@ value as held, byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,6 @@ from nodes.custody_store import custody_counts
 from tests.nodes.custody_support import CustodyCluster, accused_honest
 
 REF = "value:7"
-
-
-@pytest.fixture
-async def net(tmp_path: Path) -> AsyncIterator[CustodyCluster]:
-    cluster = CustodyCluster(tmp_path)
-    try:
-        yield cluster
-    finally:
-        await cluster.close()
 
 
 async def _chain(net: CustodyCluster, *, relay_k: int, origin_k: int = 0) -> None:
