@@ -119,6 +119,11 @@ class RemotePool(TrialPool):
         try:
             info = await self.clients.at(address).info(timeout=5.0)
         except CallFailed as exc:
+            why = None if self.tls is None else await self.tls.failure(address)
+            if why is not None:
+                raise RunFailed(
+                    f"running node {name} at {address}: TLS: {why}; nothing was started"
+                ) from None
             raise RunFailed(f"running node {name} at {address} does not answer: {exc}") from None
         return _Member(name, info.node_id, address)
 

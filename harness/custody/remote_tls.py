@@ -55,6 +55,15 @@ class CustodyTls:
         files.channel_credentials()
         return files
 
+    async def failure(self, address: str) -> str | None:
+        """Why a TLS handshake with ``address`` fails under the CA (:func:`nodes.tls.diagnose`)."""
+        from nodes.tls import diagnose
+
+        ca_pem = self.files().ca_pem()
+        if ca_pem is None:
+            return None
+        return await diagnose(address, ca_pem, timeout=5.0)
+
     def issue(self, out_dir: Path, *, now: dt.datetime | None = None) -> tuple[Path, Path]:
         """Certificate and key for the extra node processes, signed by the CA's key now."""
         from nodes.client_tls import LOCAL_HOSTS

@@ -12,12 +12,14 @@ machine).
 from __future__ import annotations
 
 import csv
+import datetime as dt
 from pathlib import Path
 
 import pytest
 
 from nodes.cluster import HealthState, load_state, probe_health
 from nodes.home import Home
+from nodes.tls import new_ca
 from tests.nodes.cluster_home import processes_naming, provnet
 
 pytestmark = pytest.mark.timeout(240)
@@ -51,6 +53,18 @@ def test_custody_on_a_tls_cluster_certifies_its_extra_nodes_and_leaves_the_clust
     assert k1["custody_statements"] == "6"
     assert int(k1["available"]) >= 6 - int(k1["departed_origins"])
     assert k0["honest_accused"] == k1["honest_accused"] == "0"
+
+    # a CA the cluster's certificates do not chain to: named, before any extra node starts
+    other = tmp_path / "other"
+    new_ca(other, now=dt.datetime.now(dt.UTC))
+    wrong = provnet(home, *argv, "--out", str(tmp_path / "o2"), "--tls-ca", str(other / "ca.pem"))
+    assert wrong.returncode == 1, wrong.stdout
+    assert "provnet: error: running node a at 127.0.0.1:" in wrong.stderr
+    assert (
+        "TLS: certificate 'CN=a' is not signed by the configured CA's key; nothing was started"
+        in wrong.stderr
+    )
+    assert not (tmp_path / "o2").exists()
 
     # the cluster as found: the same pids, SERVING over TLS; nothing else left running
     after = load_state(Home(home))
