@@ -7,9 +7,10 @@ same variables as fallback (:func:`add_tls_flags`, :meth:`ClientTls.from_args`):
 
 - ``--tls-ca``: every call the tool makes is TLS, verifying each node's
   certificate against that CA for the host dialed (``cluster smoke``,
-  ``cluster status``, ``experiment boundary --cluster/--nodes``, the attest
-  runner on running nodes). A tool has no client certificate: the serve plane
-  is open to any bearer (S7) and control calls keep their operator signatures;
+  ``cluster status``, ``experiment boundary --cluster/--nodes``, ``experiment
+  custody --cluster/--nodes``, the attest runner on running nodes). A tool has
+  no client certificate: the serve plane is open to any bearer (S7) and
+  control calls keep their operator signatures;
 - ``--tls-cert``/``--tls-key`` (``cluster smoke`` only): the certificate the
   smoke test's own fault nodes serve; they run on the tool's host and are
   dialed as ``--extra-host``, so the certificate must name that host. Without
@@ -22,7 +23,10 @@ same variables as fallback (:func:`add_tls_flags`, :meth:`ClientTls.from_args`):
 ``$PROVNET_HOME/tls/`` (once; again when it has expired) and a certificate
 per node naming ``127.0.0.1`` and ``localhost`` on every start, and records
 the CA in ``cluster.json``; the commands that read a local cluster
-(``status``, ``smoke``, ``experiment boundary --cluster``) use it from there.
+(``status``, ``smoke``, ``experiment boundary --cluster``, ``experiment custody
+--cluster``) use it from there; the custody experiment, like the smoke test,
+certifies the extra nodes it starts with the CA key beside it
+(:mod:`harness.custody.remote_tls`).
 """
 
 from __future__ import annotations

@@ -141,6 +141,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="play on running nodes name=host:port[,…] (holder first, then a witness)",
     )
+    from nodes.client_tls import add_tls_flags
+
+    add_tls_flags(parser)
     parser.add_argument(
         "--deadline-ms",
         type=positive_int,
@@ -221,6 +224,8 @@ def _handler(args: argparse.Namespace) -> int:
         from harness.custody.remote import run_on_running
 
         return run_on_running(args, settings)
+    if args.tls_ca is not None:
+        raise UsageError("--tls-ca: applies to running nodes (--cluster, --nodes)")
     prepare_out(args.out)
     if args.node_dir is not None:
         try:

@@ -16,6 +16,10 @@ loopback, accepting the operator key's control calls) and stops itself:
   named), verifies them and records its evidence; the driver reads the
   report.
 
+With a CA (``--tls-ca``, ``$PROVNET_TLS_CA``, or a cluster started with
+``cluster up --tls``) every call is TLS and the extra processes serve TLS with
+a certificate issued under that CA for this run (:mod:`harness.custody.remote_tls`).
+
 The running nodes are left as found: nothing is started or stopped on them,
 no setting of theirs changes. What they keep is what any holder keeps of
 values delivered to it (the held values, evidence files under their
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -35,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli_errors import RunFailed, UsageError
+from harness.custody.remote_tls import CustodyTls, resolve_tls
 from harness.custody.settings import CustodyError, CustodySettings
 from harness.custody.trials import TrialPool, _fields, cell_goal
 from harness.events import Hop
@@ -77,18 +83,33 @@ class RemotePool(TrialPool):
         root: Path,
         members: tuple[tuple[str, str], ...],
         credentials: Any,
+        tls: CustodyTls | None = None,
     ) -> None:
         super().__init__(settings, root)
         from nodes.control import NodeClients
 
         self.members = members
         self.credentials = credentials
-        self.clients = NodeClients(credentials, timeout=_CONTROL_TIMEOUT_S)
+        self.tls = tls
+        self.clients = NodeClients(
+            credentials, timeout=_CONTROL_TIMEOUT_S, tls=None if tls is None else tls.files()
+        )
+        self._serving: tuple[Path, Path] | None = None
         self.clients.on_call = self._count
         self.session = f"custody-{time.time_ns() // 1_000_000:x}"
         self.remote_holder: _Member | None = None
         self.remote_witness: _Member | None = None
         self._procs: list[_Proc] = []
+
+    def _with_tls(self, spec: Any) -> Any:
+        """``spec`` serving TLS when the running nodes do: the CA, and the run's
+        certificate for the extra nodes (issued at the first use)."""
+        if self.tls is None:
+            return spec
+        if self._serving is None:
+            self._serving = self.tls.issue(self.root / "tls")
+        cert, key = self._serving
+        return dataclasses.replace(spec, tls_ca=self.tls.ca, tls_cert=cert, tls_key=key)
 
     def _count(self, call: Any) -> None:
         """Every answered control call in the phase it was made in (commit, deliver…)."""
@@ -98,6 +119,11 @@ class RemotePool(TrialPool):
         try:
             info = await self.clients.at(address).info(timeout=5.0)
         except CallFailed as exc:
+            why = None if self.tls is None else await self.tls.failure(address)
+            if why is not None:
+                raise RunFailed(
+                    f"running node {name} at {address}: TLS: {why}; nothing was started"
+                ) from None
             raise RunFailed(f"running node {name} at {address} does not answer: {exc}") from None
         return _Member(name, info.node_id, address)
 
@@ -187,16 +213,18 @@ class RemotePool(TrialPool):
         members = tuple(f"{n}={a}" for n, a in self.members)
         keys = (self.credentials.key_id,) if self.credentials is not None else ()
         specs = [
-            NodeSpec(
-                name=n,
-                port=p,
-                data_dir=self.root / "nodes" / n,
-                log_file=self.root / "logs" / f"{n}.log",
-                peers=members + (tuple(pinned[1:]) if i == 0 else (pinned[0],)),
-                operator_keys=keys,
-                custodians=tuple(names[1:]) if i == 0 else (),
-                custody_k=k if i == 0 else 0,
-                operator=operators[i],
+            self._with_tls(
+                NodeSpec(
+                    name=n,
+                    port=p,
+                    data_dir=self.root / "nodes" / n,
+                    log_file=self.root / "logs" / f"{n}.log",
+                    peers=members + (tuple(pinned[1:]) if i == 0 else (pinned[0],)),
+                    operator_keys=keys,
+                    custodians=tuple(names[1:]) if i == 0 else (),
+                    custody_k=k if i == 0 else 0,
+                    operator=operators[i],
+                )
             )
             for i, (n, p) in enumerate(zip(names, ports, strict=True))
         ]
@@ -223,6 +251,7 @@ class RemotePool(TrialPool):
             peers=tuple(f"{n}={a}" for n, a in self.members),
             operator_keys=keys,
         )
+        spec = self._with_tls(spec)
         record, proc = await asyncio.to_thread(start_node, spec, timeout=_START_TIMEOUT_S)
         p = _Proc(name, "", record.address, record, proc, spec.data_dir)
         self._procs.append(p)
@@ -286,10 +315,11 @@ async def _play_remote(
     credentials: Any,
     root: Path,
     tick: Any,
+    tls: CustodyTls | None = None,
 ) -> None:
     import random
 
-    pool = RemotePool(settings, root, members, credentials)
+    pool = RemotePool(settings, root, members, credentials, tls)
     try:
         await pool.open()
         for i, (cell, trials) in enumerate(cells):
@@ -297,32 +327,6 @@ async def _play_remote(
             await pool.play_to_goal(cell, trials, rng, tick, goal=cell_goal(settings))
     finally:
         await pool.close()
-
-
-def _refuse_tls(args: argparse.Namespace) -> None:
-    """The custody experiment dials running nodes in plaintext only: a cluster that
-    serves TLS (its CA recorded by ``cluster up --tls``, or ``$PROVNET_TLS_CA`` set) is
-    refused up front, naming why, rather than failing trial by trial."""
-    import os
-
-    from nodes.cluster import ClusterError, load_state
-    from nodes.home import Home
-
-    why = ""
-    if os.environ.get("PROVNET_TLS_CA"):
-        why = "PROVNET_TLS_CA is set"
-    elif args.cluster is not None:
-        try:
-            state = load_state(Home.resolve(args.cluster or None))
-        except ClusterError as exc:
-            raise UsageError(str(exc)) from None
-        if state is not None and state.tls_ca:
-            why = f"the cluster serves TLS (CA {state.tls_ca})"
-    if why:
-        raise UsageError(
-            f"--cluster/--nodes: {why}; the custody experiment reaches running nodes in"
-            " plaintext only (run it in-process, or on a cluster started without --tls)"
-        )
 
 
 def run_on_running(args: argparse.Namespace, settings: CustodySettings) -> int:
@@ -352,12 +356,15 @@ def run_on_running(args: argparse.Namespace, settings: CustodySettings) -> int:
             members = _members(args.nodes)
         except argparse.ArgumentTypeError as exc:
             raise UsageError(f"--nodes: {exc}") from None
-    _refuse_tls(args)
+    tls = resolve_tls(args)
     credentials = operator_credentials(home)
     prepare_out(args.out)
     configure_logging(LogFormat.JSON, "warning")
     plan = plan_cells(settings)
-    where = f"running nodes (holder {members[0][0]}; departing parties: extra node processes)"
+    over = "over TLS" if tls is not None else "in plaintext"
+    where = (
+        f"running nodes {over} (holder {members[0][0]}; departing parties: extra node processes)"
+    )
     base = args.node_dir if args.node_dir is not None else (home / "custody" if home else None)
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
@@ -373,7 +380,9 @@ def run_on_running(args: argparse.Namespace, settings: CustodySettings) -> int:
         try:
             with tempfile.TemporaryDirectory(prefix="provnet-custody-", dir=base) as tmp:
                 asyncio.run(
-                    _play_remote(settings, plan, members, credentials, Path(tmp), growing_tick(bar))
+                    _play_remote(
+                        settings, plan, members, credentials, Path(tmp), growing_tick(bar), tls
+                    )
                 )
         except CustodyError as exc:
             raise UsageError(str(exc)) from None

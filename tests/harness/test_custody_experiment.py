@@ -386,18 +386,33 @@ def test_cli_nodes_departs_extra_processes_and_leaves_the_running_ones_as_found(
         stop_all(started, grace=2.0)
 
 
-def test_running_nodes_that_serve_tls_are_refused_naming_why(
+def test_a_tls_ca_without_its_key_is_refused_naming_the_missing_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The experiment dials running nodes in plaintext: with a CA configured it
-    # says so before starting anything, instead of failing every trial.
-    monkeypatch.setenv("PROVNET_TLS_CA", str(tmp_path / "ca.pem"))
+    # The extra node processes must serve certificates issued under the running
+    # nodes' CA: with the CA certificate alone the command says the key is what is
+    # missing, before it reaches any node or writes anything.
+    import datetime as dt
+    import shutil
+
+    from nodes.tls import new_ca
+
+    ca = new_ca(tmp_path / "ca", now=dt.datetime.now(dt.UTC))
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(ca, alone / "ca.pem")
+    monkeypatch.setenv("PROVNET_TLS_CA", str(alone / "ca.pem"))
     nodes = "a=127.0.0.1:1,b=127.0.0.1:2"
     argv = ["experiment", "custody", "--nodes", nodes, "--k", "0", "--p", "0.5"]
     rc = main([*argv, "--out", str(tmp_path / "x"), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.startswith("provnet: error: --cluster/--nodes: PROVNET_TLS_CA is set;")
-    assert "plaintext only" in err
+    assert err.startswith(f"provnet: error: --tls-ca ($PROVNET_TLS_CA) {alone / 'ca.pem'}:")
+    assert f"its key {alone / 'ca.key'} is missing" in err
     assert err.count("\n") == 1
     assert not (tmp_path / "x").exists()
+    # --tls-ca means running nodes: in-process it is a usage error
+    rc = main(["experiment", "custody", "--tls-ca", str(ca), "--out", str(tmp_path / "y")])
+    assert rc == 2
+    assert "--tls-ca: applies to running nodes" in capsys.readouterr().err
+    assert not (tmp_path / "y").exists()
