@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import cProfile
 import json
 import os
@@ -320,7 +321,7 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
                 **tls_ports,
                 "floor_key": floor_key.public_key().public_bytes_raw().hex(),
                 "floor_head": floor_head.to_bytes().decode(),
-                "floor_proof": floor_proof.decode(),
+                "floor_proof": base64.b64encode(floor_proof).decode("ascii"),
             }
         ),
         encoding="utf-8",
@@ -543,7 +544,7 @@ class _Floors:
         self._identity = Identity.generate()
         # The holder verifies the floor's head once, as at delivery.
         self._fold = HeadCache().verify_fold(
-            FoldProof.from_bytes(started["floor_proof"].encode()),
+            FoldProof.from_bytes(base64.b64decode(started["floor_proof"])),
             now=int(time.time() * 1000),
             head=started["floor_head"].encode(),
         )
@@ -1058,6 +1059,7 @@ def main(argv: list[str] | None = None) -> int:
             deadline = time.monotonic() + 30
             while not port_file.exists():
                 if child.poll() is not None or time.monotonic() > deadline:
+                    stop(child, 5)  # a child stuck after a failure would never close stderr
                     err = child.stderr.read().decode() if child.stderr else ""
                     print(f"bench_nodes: origin failed to start: {err[-2000:]}", file=sys.stderr)
                     return 2
