@@ -42,6 +42,7 @@ from contracts.canonical import (
 from contracts.custody import open_fold, split_custody_bundle
 from contracts.envelope import Envelope
 from contracts.errors import (
+    BadSignature,
     BindingMismatch,
     CheckResult,
     ContractError,
@@ -421,8 +422,14 @@ def _proof_statements(
     try:
         fold = open_fold(proof.obligation, proof.fold)
     except ContractError as exc:
-        head = head_digest(split_custody_bundle(proof.obligation)[0])
-        raise type(exc)(f"inclusion proof under head {head[:12]}… rejected: {exc}") from exc
+        try:
+            head = head_digest(split_custody_bundle(proof.obligation)[0])[:12] + "…"
+        except ContractError:
+            head = "(unreadable)"
+        # the error's own class where it takes a message alone; a bad signature line
+        # (which also names its key) is reported as the bad signature it is
+        kind = BadSignature if isinstance(exc, BadSignature) else type(exc)
+        raise kind(f"inclusion proof under head {head} rejected: {exc}") from exc
     return fold.commitment, fold.obligation
 
 

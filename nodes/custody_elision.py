@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from contracts._lru import BoundedCache
-from contracts.custody import custody_digest
+from contracts.custody import custody_digest, parse_custody
 from nodes.errors import UnknownCommitment
 
 __all__ = ["REFERENCE_BYTES", "CustodyAcks", "HeldStatements", "is_reference"]
@@ -36,6 +36,10 @@ __all__ = ["REFERENCE_BYTES", "CustodyAcks", "HeldStatements", "is_reference"]
 #: Length of a statement sent by digest (raw SHA-256).
 REFERENCE_BYTES = 32
 _HELD = 4096
+#: (receiver, statement) acknowledgements a sender remembers: a miss costs one full send
+_ACKED = 65_536
+#: bytes of verified notes a receiver keeps (each note at most MAX_CUSTODY_BYTES)
+_HELD_BYTES = 4 << 20
 
 
 def is_reference(entry: bytes) -> bool:
@@ -46,8 +50,9 @@ def is_reference(entry: bytes) -> bool:
 class CustodyAcks:
     """Sender side: per receiver address, the statements it accepted in full."""
 
-    def __init__(self) -> None:
-        self._acked: set[tuple[str, str]] = set()
+    def __init__(self, size: int = _ACKED) -> None:
+        # bounded: any peer can mint valid statements (its own origin, its own custodian)
+        self._acked: BoundedCache[tuple[str, str], None] = BoundedCache(size)
 
     def elide(self, address: str, custody: Sequence[bytes]) -> tuple[bytes, ...]:
         """``custody`` as it travels to ``address``: acknowledged notes as digests."""
@@ -60,18 +65,25 @@ class CustodyAcks:
     def forget(self, address: str, custody: Iterable[bytes]) -> None:
         """The receiver lost what it acknowledged (it answered ``NOT_FOUND``)."""
         for note in custody:
-            self._acked.discard((address, custody_digest(note)))
+            self._acked.pop((address, custody_digest(note)))
 
-    def acknowledge(self, address: str, custody: Iterable[bytes]) -> None:
-        """``address`` acknowledged a delivery that carried ``custody`` in full."""
-        self._acked.update((address, custody_digest(note)) for note in custody)
+    def acknowledge(self, address: str, custody: Iterable[bytes], received_at_ms: int) -> None:
+        """``address`` acknowledged, by a receipt dated ``received_at_ms``, a delivery
+        that carried ``custody`` in full. A statement that had run out by then is not
+        acknowledged: the receiver drops an expired promise without keeping it, so its
+        digest would only be answered ``NOT_FOUND`` (and the full note sent) every time."""
+        for note in custody:
+            if parse_custody(note).statement.serve_until > received_at_ms:
+                self._acked.put((address, custody_digest(note)), None)
 
 
 class HeldStatements:
     """Receiver side: the custody notes this node verified, by digest (bounded)."""
 
     def __init__(self, size: int = _HELD) -> None:
-        self._notes: BoundedCache[str, bytes] = BoundedCache(size)
+        self._notes: BoundedCache[str, bytes] = BoundedCache(
+            size, maxweight=_HELD_BYTES, weigh=len
+        )
 
     def resolve(self, value_ref: str, custody: Sequence[bytes]) -> tuple[bytes, ...]:
         """``custody`` with every digest replaced by the note it names; a digest of a
@@ -94,4 +106,6 @@ class HeldStatements:
     def keep(self, notes: Iterable[bytes]) -> None:
         """Notes this node verified and bound to a value it holds."""
         for note in notes:
-            self._notes.put(custody_digest(note), note)
+            digest = custody_digest(note)
+            if self._notes.peek(digest) is None:  # the first verified bytes stay
+                self._notes.put(digest, note)

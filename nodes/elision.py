@@ -25,6 +25,7 @@ import dataclasses
 import functools
 from collections.abc import Awaitable, Callable
 
+from contracts._lru import BoundedCache
 from contracts.head_note import head_digest
 from contracts.signed import Signed, parse_statement
 from contracts.statements import DeliveryReceipt
@@ -50,7 +51,8 @@ class HeadElision:
     """Per peer address: the heads it acknowledged holding verified."""
 
     def __init__(self) -> None:
-        self._heads_acked: set[tuple[str, str]] = set()
+        # bounded: a miss only costs one full send; any peer can mint heads of its own origin
+        self._heads_acked: BoundedCache[tuple[str, str], None] = BoundedCache(65_536)
         self._custody = CustodyAcks()
 
     def acknowledged(self, address: str, head: bytes) -> bool:
@@ -92,7 +94,7 @@ class HeadElision:
             if outgoing is delivery or exc.code != "NOT_FOUND":
                 raise
             for h in elided:
-                self._heads_acked.discard((address, _digest(h)))
+                self._heads_acked.pop((address, _digest(h)))
             self._custody.forget(address, delivery.custody)
             data = await deliver(address, delivery, timeout)
             outgoing = delivery
@@ -100,9 +102,10 @@ class HeadElision:
         self._custody.acknowledge(
             address,
             (n for n, sent in zip(delivery.custody, outgoing.custody, strict=True) if n == sent),
+            receipt.statement.received_at,
         )
         sent = {_digest(h) for h in delivery.heads}
         for digest in receipt.statement.obligations:
             if digest in sent:
-                self._heads_acked.add((address, digest))
+                self._heads_acked.put((address, digest), None)
         return data, receipt, outgoing
