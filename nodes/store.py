@@ -609,7 +609,10 @@ class HopStore:
             # process: the same tables and indexes its DDL makes, with no meta
             # row yet (written below, as for a log created here)
             try:
-                path.write_bytes(_scratch_template())
+                with open(path, "xb") as fh:  # never over a log another opener made
+                    fh.write(_scratch_template())
+            except FileExistsError:
+                pass
             except OSError as exc:
                 raise StoreUnavailable(f"open store {path}: cannot create it: {exc}") from exc
         writer: Db | None = None

@@ -31,5 +31,5 @@ def test_a_flipped_head_signature_bit_is_a_bad_signature_naming_the_head() -> No
     obj = json.loads(VECTOR.read_text(encoding="utf-8"))
     verify_rehydration(RehydrationProof.from_json(obj))  # the vector itself verifies
     obj["head"] = _flip_signature_bit(obj["head"])
-    with pytest.raises(BadSignature, match="inclusion proof under head .* rejected"):
+    with pytest.raises(BadSignature, match=r"inclusion proof under head .* rejected"):
         verify_rehydration(RehydrationProof.from_json(obj))

@@ -207,11 +207,11 @@ class CommitCompactionResponse(_message.Message):
     PROVENANCE_PENDING_FIELD_NUMBER: _builtins.int
     CUSTODY_FIELD_NUMBER: _builtins.int
     head: _builtins.bytes
-    """DSSE envelope of the signed tree head (contracts.statements.Head)."""
+    """The signed tree head: its C2SP tlog-checkpoint signed note, verbatim (contracts.head_note)."""
     provenance_pending: _builtins.bool
     @_builtins.property
     def fold_proofs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """One fold proof per requested fold, in request order (FoldProof JSON)."""
+        """One fold proof per requested fold, in request order (contracts.fold_layout bytes)."""
 
     @_builtins.property
     def custody(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
