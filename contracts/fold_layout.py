@@ -57,6 +57,7 @@ __all__ = [
     "Piece",
     "decode",
     "encode",
+    "put_varint",
 ]
 
 _HASH = 32
@@ -105,7 +106,8 @@ PROOF_LAYOUT: tuple[Piece, ...] = (
 )
 
 
-def _put_varint(out: bytearray, n: int) -> None:
+def put_varint(out: bytearray, n: int) -> None:
+    """Append ``n`` as a shortest-form LEB128 varint."""
     if n < 0:
         raise ValueError(f"a varint is not negative, got {n}")
     while n >= 0x80:
@@ -117,7 +119,7 @@ def _put_varint(out: bytearray, n: int) -> None:
 def _put(out: bytearray, piece: Piece, value: Any) -> None:
     part = piece.part
     if part is Part.VARINT:
-        _put_varint(out, value)
+        put_varint(out, value)
     elif part is Part.HASH:
         if len(value) != _HASH:
             raise ValueError(f"{piece.name} must be {_HASH} bytes, got {len(value)}")
@@ -130,12 +132,12 @@ def _put(out: bytearray, piece: Piece, value: Any) -> None:
             _put(out, Piece(piece.name, Part.HASH), value)
     elif part is Part.TEXT:
         raw = value.encode("utf-8")
-        _put_varint(out, len(raw))
+        put_varint(out, len(raw))
         out += raw
     elif part is Part.RECORD:
         out += value  # a record's own bytes, verbatim
     elif part is Part.RECORDS:
-        _put_varint(out, len(value))
+        put_varint(out, len(value))
         for record in value:
             out += record
     else:  # Part.HASHES

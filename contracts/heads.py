@@ -49,8 +49,6 @@ consistency paths between its heads.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -75,6 +73,7 @@ from contracts.merkle import (
     merkle_root,
     verify_inclusion,
 )
+from contracts.note import decode_canonical_base64, encode_base64
 from contracts.rules import expired
 from contracts.signed import Signed
 from contracts.statements import Commitment, Head, Obligation
@@ -216,7 +215,7 @@ class FoldProof:
 
     def to_text(self) -> str:
         """The proof's bytes in standard base64: how JSON files cite it."""
-        return base64.standard_b64encode(self.to_bytes()).decode("ascii")
+        return encode_base64(self.to_bytes())
 
     @classmethod
     def from_bytes(cls, data: bytes) -> FoldProof:
@@ -238,13 +237,7 @@ class FoldProof:
             )
         if type(text) is not str or len(text) > _MAX_PROOF_TEXT:
             raise EncodingError("fold proof: expected base64 of the fold proof's bytes")
-        try:
-            raw = binascii.a2b_base64(text, strict_mode=True)
-        except (binascii.Error, ValueError) as exc:
-            raise EncodingError(f"fold proof: not base64 ({exc})") from exc
-        if base64.standard_b64encode(raw).decode("ascii") != text:
-            raise EncodingError("fold proof: base64 is not canonical")
-        return cls.from_bytes(raw)
+        return cls.from_bytes(decode_canonical_base64(text, "fold proof"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError, Message
 
 from contracts.attest import RehydrationProof
 from contracts.errors import EncodingError
+from contracts.fold_layout import put_varint
 from contracts.statements import Axis
 from nodes._pb.provnet.v1 import (
     attest_pb2,
@@ -228,13 +229,6 @@ def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delive
     )
 
 
-def _put_varint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-
-
 def answer_to_pb(answer: Answer) -> common_pb2.Answer:
     return common_pb2.Answer(
         receipt=answer.receipt, commitment=answer.commitment, hops=list(answer.hops)
@@ -282,7 +276,7 @@ def encode_ask_request(asks: bytes) -> bytes:
     """The bytes of ``DemandRequest(asks=asks).SerializeToString()``, written directly:
     field 2 (``asks``), its length as a varint, the packed asks (:mod:`contracts.ask`)."""
     out = bytearray(b"\x12")
-    _put_varint(out, len(asks))
+    put_varint(out, len(asks))
     return bytes(out) + asks
 
 
