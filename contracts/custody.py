@@ -477,6 +477,12 @@ def bind_custody(
     if not custody.verified:
         raise ValueError("bind_custody needs a statement verified with open_custody")
     s = custody.statement
+    # an origin's promise about its own head adds no second party
+    if s.custodian == fold.head.statement.origin:
+        raise BindingMismatch(
+            f"custody statement {custody.digest[:12]}… is by the head's own origin"
+            f" {s.custodian[:16]}…: an origin is not its own custodian"
+        )
     # (2) the same head
     if s.head != fold.head.digest:
         raise BindingMismatch(

@@ -159,6 +159,13 @@ def test_c1_binding_to_head_and_fold() -> None:
         bind_custody(parse_custody(custody.note), w.fold)
 
 
+def test_c1_an_origin_is_not_its_own_custodian() -> None:
+    w = make_head_world()
+    own = _statement(w, custodian=w.origin.node_id)
+    with pytest.raises(BindingMismatch, match="not its own custodian"):
+        bind_custody(open_custody(sign_custody(w.origin, own).note), w.fold)
+
+
 def test_c1_one_statement_per_head_its_bytes_do_not_grow_with_the_folds() -> None:
     """A statement for every fold of a head names none of them: its bytes are the
     same for a compaction of 3 folds or of 40 (O(k) per value, never O(folds))."""
