@@ -551,7 +551,8 @@ class NoteKey:
 class OpenedNote:
     """A note with at least one signature verified by a trusted key.
 
-    ``verified`` holds one entry per trusted key that signed (in line order);
+    ``verified`` holds one entry per trusted key that signed (in line order;
+    of a key's repeated cosignature lines, the earliest dated);
     ``unverified`` the lines no trusted key matched (ignored, per the spec).
     """
 
@@ -613,7 +614,15 @@ def open_note(
         # (3) a repeated line by a trusted key is verified too: a bad copy
         # beside a good one still means someone altered the note.
         result = key.verify(text, signature)
-        verified.setdefault(slot, result)
+        # of one key's lines the earliest dated one is kept: a witness vouched
+        # from that time on, and a later copy must not make it look future-dated
+        kept = verified.get(slot)
+        if kept is None or (
+            result.timestamp is not None
+            and kept.timestamp is not None
+            and result.timestamp < kept.timestamp
+        ):
+            verified[slot] = result
     if not verified:
         signers = ", ".join(s.key for s in note.signatures)
         trusted = ", ".join(k.key for k in index.values()) or "none"

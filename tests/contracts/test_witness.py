@@ -409,6 +409,20 @@ def test_w3_a_cosignature_dated_in_the_future_does_not_count_and_is_named() -> N
     assert "w2: cosignature dated" in result.message
 
 
+def test_w3_of_a_witness_s_two_lines_the_earlier_one_counts_whatever_their_order() -> None:
+    """A later, future-dated copy of a witness's cosignature does not hide the
+    one it made before: the witness counts from its earliest verified line."""
+    ws = _witnesses(3)
+    policy = parse_policy(_policy(3, 2))
+    note = _log(fixed_identity("origin"), 1).heads[0].note
+    key = head_log_key(fixed_identity("origin").node_id, EPOCH)
+    both = _cosigned(_cosigned(_cosigned(note, ws[:1]), ws[1:2], t=T + 3600), ws[1:2])
+    result = check_quorum(both, policy, NOW, log_key=key)
+    assert result, result.message
+    assert set(result.cosigned) == {"w1", "w2"}
+    assert result.refused == ()
+
+
 def test_w3_a_head_signed_by_another_key_fails_before_any_cosignature_counts() -> None:
     ws = _witnesses(3)
     policy = parse_policy(_policy(3, 1))
