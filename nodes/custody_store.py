@@ -86,8 +86,11 @@ async def hold_folds(
     async with store._write(f"hold custody of {len(folds)} fold(s)") as db:
         for fold in folds:
             await db.executemany(
-                "INSERT OR IGNORE INTO custody_hops (leaf_hash, leaf_index, hop_bytes)"
-                " VALUES (?, ?, ?)",
+                # the hops are verified against the fold's root: they replace a row
+                # that differs (damaged on disk), and rewrite nothing that does not
+                "INSERT INTO custody_hops (leaf_hash, leaf_index, hop_bytes) VALUES (?, ?, ?)"
+                " ON CONFLICT (leaf_hash, leaf_index) DO UPDATE SET hop_bytes = excluded.hop_bytes"
+                " WHERE custody_hops.hop_bytes IS NOT excluded.hop_bytes",
                 [(fold.leaf_hash, i, hop) for i, hop in enumerate(fold.hops)],
             )
             await db.execute(

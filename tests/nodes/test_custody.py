@@ -18,7 +18,13 @@ from contracts.custody import open_custody, sign_custody
 from contracts.identity import Identity
 from nodes.attester import AttestationAsk, FoldBytes
 from nodes.config import ConfigError, NodeConfig
-from nodes.custody_store import custody_counts, keep_statement, reap_custody
+from nodes.custody_store import (
+    HeldCustodyFold,
+    custody_counts,
+    hold_folds,
+    keep_statement,
+    reap_custody,
+)
 from nodes.errors import MalformedRequest, StoreUnavailable
 from nodes.faults import FaultMode
 from nodes.messages import Outcome
@@ -140,6 +146,47 @@ async def test_c3_custody_survives_a_restart_and_binds_the_reaper(
     held = net.nodes["h"].held(REF)
     until = open_custody(held.delivery.custody[0]).statement.serve_until
     assert await reap_custody(c1.store, now_ms=until + 1) == 6
+
+
+async def test_c3_verified_hops_held_again_replace_a_damaged_row(net: CustodyCluster) -> None:
+    """A hop row damaged on disk is rewritten by the next hold of the same fold
+    (its hops verified against the root), and the custodian serves again."""
+    await _world(net, k=1)
+    c1 = net.nodes["c1"]
+    async with c1.store._read("test: the hold") as db:
+        (leaf, digest, note, root, proof, until) = list(
+            await db.execute_fetchall(
+                "SELECT leaf_hash, head_digest, head_note, root, proof, serve_until"
+                " FROM custody_holds"
+            )
+        )[0]
+        hops = tuple(
+            bytes(r[0])
+            for r in await db.execute_fetchall(
+                "SELECT hop_bytes FROM custody_hops WHERE leaf_hash = ? ORDER BY leaf_index",
+                (leaf,),
+            )
+        )
+    async with c1.store._write("test: damage one hop") as db:
+        await db.execute(
+            "UPDATE custody_hops SET hop_bytes = ? WHERE leaf_hash = ? AND leaf_index = 2",
+            (b"damaged", leaf),
+        )
+    await hold_folds(
+        c1.store,
+        head_digest=digest,
+        head_note=bytes(note),
+        origin=net.nodes["o"].node_id,
+        folds=[HeldCustodyFold(leaf, root, bytes(proof), hops)],
+        serve_until=until,
+        now_ms=c1.now_ms(),
+    )
+    net.depart("o")
+    h = net.nodes["h"]
+    h.holder._use_cache = False
+    report = await h.rehydrate(REF)
+    assert report.complete
+    assert report.served_by == (c1.node_id,)
 
 
 async def test_c3_a_node_that_never_held_the_hops_is_named_and_the_next_custodian_serves(
