@@ -83,7 +83,7 @@ class Delivery:
     @property
     def size(self) -> int:
         """Bytes of the value and its statements (the payload; the message size on
-        the wire is :func:`nodes.wire.deliver_request_size`)."""
+        the wire is :func:`nodes.wire.deliver_request_size`, its request's length)."""
         return (
             len(self.value)
             + sum(len(c) for c in self.commitments)
