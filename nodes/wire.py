@@ -716,8 +716,13 @@ def challenge_response_size(result: ChallengeResult) -> int:
 def deliver_request_size(delivery: Delivery) -> int:
     """Bytes of :func:`deliver_request` on the wire: ``ByteSize()`` of the message
     built from the delivery (its statements are ``bytes`` fields copied verbatim,
-    so building it packs nothing)."""
-    return message_size(deliver_request(delivery))
+    so building it packs nothing), built once per delivery: the size is kept on
+    the delivery, which the size check, the meter and the statement count share."""
+    size = delivery._request_size
+    if not size:
+        size = message_size(deliver_request(delivery))
+        object.__setattr__(delivery, "_request_size", size)
+    return size
 
 
 def delivery_statement_size(delivery: Delivery) -> int:

@@ -9,6 +9,7 @@ boundaries).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -228,6 +229,11 @@ def test_delivery_sizes_are_the_serialized_lengths_at_length_prefix_boundaries()
             bare = Delivery(d.value_ref, d.value, (), (), d.sender)
             statements = sent - len(wire.deliver_request(bare).SerializeToString())
             assert wire.delivery_statement_size(d) == statements, n
+            # the size kept on a delivery is its own: a copy with another value is sized anew
+            other = dataclasses.replace(d, value=d.value + b"y")
+            assert wire.deliver_request_size(other) == len(
+                wire.deliver_request(other).SerializeToString()
+            ), n
         receipt = b"r" * n
         assert wire.deliver_response_size(receipt) == len(
             wire.deliver_response(receipt).SerializeToString()
