@@ -202,15 +202,28 @@ def message_size(message: Message) -> int:
 
 def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
     """A delivery in binary: its heads and fold proofs verbatim, each in its one encoding."""
-    return common_pb2.DeliveredValue(
-        value_ref=delivery.value_ref,
-        value=delivery.value,
-        commitments=list(delivery.commitments),
-        obligations=list(delivery.obligations),
-        fold_proofs=list(delivery.fold_proofs),
-        heads=list(delivery.heads),
-        custody=list(delivery.custody),
-    )
+    msg = common_pb2.DeliveredValue()
+    _fill_delivered_value(msg, delivery)
+    return msg
+
+
+def _fill_delivered_value(msg: common_pb2.DeliveredValue, delivery: Delivery) -> None:
+    # Filled in place: a message passed to a constructor is copied, and a request
+    # is built for every delivery's size (deliver_request_size).
+    msg.SetInParent()
+    msg.value_ref = delivery.value_ref
+    msg.value = delivery.value
+    # a repeated field is only touched when there is something to put in it
+    if delivery.commitments:
+        msg.commitments.extend(delivery.commitments)
+    if delivery.obligations:
+        msg.obligations.extend(delivery.obligations)
+    if delivery.fold_proofs:
+        msg.fold_proofs.extend(delivery.fold_proofs)
+    if delivery.heads:
+        msg.heads.extend(delivery.heads)
+    if delivery.custody:
+        msg.custody.extend(delivery.custody)
 
 
 def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delivery:
@@ -399,7 +412,9 @@ def delivery_from_value_bytes(data: bytes) -> Delivery:
 
 
 def deliver_request(delivery: Delivery) -> deliver_pb2.DeliverRequest:
-    return deliver_pb2.DeliverRequest(value=delivered_value(delivery), sender=delivery.sender)
+    request = deliver_pb2.DeliverRequest(sender=delivery.sender)
+    _fill_delivered_value(request.value, delivery)
+    return request
 
 
 def deliver_request_from_bytes(data: bytes) -> deliver_pb2.DeliverRequest:
