@@ -72,32 +72,19 @@ _TAIL = b'"}]}'
 
 
 # That shape with one signature, a payload type of the plain alphabet and a
-# hex keyid (every envelope this project writes), read by one pattern: the
-# base64, payload-type and hex classes admit no quote or backslash, so a match
-# is one object with three keys once each, meaning what the general parser
-# would make of it; ``fullmatch`` leaves nothing before or after it. Every
-# envelope received goes through it, and the general parser alone is slower on
-# these bytes (docs/measurements/2026-12-02-fast-twins.md).
+# hex keyid (every envelope this project writes), decoded by one pattern
+# instead of the general JSON parser: the base64, payload-type and hex classes
+# admit no quote or backslash, so a match is one object with three keys once
+# each, and its strings are the matched characters as they are (no escapes);
+# ``fullmatch`` leaves nothing before or after it, and the repeats are
+# possessive (no class matches the quote that ends it: nothing to backtrack
+# into). It only decodes: what it matched goes to :func:`_validated`, the one
+# validator, as the general parser's object does (through
+# :meth:`Envelope.from_json`), so both routes accept and refuse the same envelopes.
 _CANONICAL_SINGLE = re.compile(
-    rb'\{"payload":"([A-Za-z0-9+/=]*)","payloadType":"([A-Za-z0-9.+/_-]{1,200})",'
-    rb'"signatures":\[\{"keyid":"([0-9a-f]{0,256})","sig":"([A-Za-z0-9+/=]*)"\}\]\}'
+    r'\{"payload":"([A-Za-z0-9+/=]*+)","payloadType":"([A-Za-z0-9.+/_-]{1,200}+)",'
+    r'"signatures":\[\{"keyid":"([0-9a-f]{0,256}+)","sig":"([A-Za-z0-9+/=]*+)"\}\]\}'
 )
-
-
-def _parse_canonical_single(data: bytes) -> Envelope | None:
-    match = _CANONICAL_SINGLE.fullmatch(data)
-    if match is None:
-        return None
-    payload_b64, payload_type, keyid, sig_b64 = match.groups()
-    try:
-        # strict_mode admits only the base64 alphabet with correct padding.
-        payload = binascii.a2b_base64(payload_b64, strict_mode=True)
-        sig = binascii.a2b_base64(sig_b64, strict_mode=True)
-    except (binascii.Error, ValueError):
-        return None  # the general path reports the error precisely
-    return Envelope(
-        payload, payload_type.decode("ascii"), (EnvelopeSignature(keyid.decode("ascii"), sig),)
-    )
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -122,6 +109,31 @@ def _b64decode(value: object, what: str) -> bytes:
         return base64.b64decode(data, altchars=b"-_", validate=True)
     except (binascii.Error, ValueError) as exc:
         raise EncodingError(f"{what}: invalid base64 ({exc})") from exc
+
+
+def _validated(payload: object, payload_type: object, raw_sigs: object) -> Envelope:
+    """The one validator of an envelope, from its three JSON members as decoded:
+    the payload's base64, the payload type, the signature list's bound and each
+    signature's shape, keyid and base64. Every route from bytes or a JSON object
+    to an :class:`Envelope` ends here."""
+    body = _b64decode(payload, "envelope payload")
+    if type(payload_type) is not str or not 0 < len(payload_type) <= _MAX_PAYLOAD_TYPE:
+        raise EncodingError(
+            f"envelope: payloadType must be a short string, got {payload_type!r:.80}"
+        )
+    if type(raw_sigs) is not list:
+        raise EncodingError("envelope: signatures must be a list")
+    if len(raw_sigs) > MAX_SIGNATURES:
+        raise EncodingError(f"envelope: {len(raw_sigs)} signatures exceeds {MAX_SIGNATURES}")
+    sigs: list[EnvelopeSignature] = []
+    for i, raw in enumerate(raw_sigs):
+        if type(raw) is not dict or not raw.keys() <= _SIGNATURE_KEYS:
+            raise EncodingError(f"envelope: signature {i} must be an object {{keyid, sig}}")
+        keyid = raw.get("keyid", "")
+        if type(keyid) is not str or len(keyid) > _MAX_KEYID:
+            raise EncodingError(f"envelope: signature {i} keyid must be a short string")
+        sigs.append(EnvelopeSignature(keyid, _b64decode(raw.get("sig"), "signature")))
+    return Envelope(body, payload_type, tuple(sigs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,34 +210,21 @@ class Envelope:
         if not obj.keys() <= _ENVELOPE_KEYS:
             unknown = sorted(obj.keys() - _ENVELOPE_KEYS)
             raise EncodingError(f"envelope: unknown fields {unknown[:5]}")
-        payload = _b64decode(obj.get("payload"), "envelope payload")
-        payload_type = obj.get("payloadType")
-        if type(payload_type) is not str or not 0 < len(payload_type) <= _MAX_PAYLOAD_TYPE:
-            raise EncodingError(
-                f"envelope: payloadType must be a short string, got {payload_type!r:.80}"
-            )
-        raw_sigs = obj.get("signatures")
-        if type(raw_sigs) is not list:
-            raise EncodingError("envelope: signatures must be a list")
-        if len(raw_sigs) > MAX_SIGNATURES:
-            raise EncodingError(f"envelope: {len(raw_sigs)} signatures exceeds {MAX_SIGNATURES}")
-        sigs: list[EnvelopeSignature] = []
-        for i, raw in enumerate(raw_sigs):
-            if type(raw) is not dict or not raw.keys() <= _SIGNATURE_KEYS:
-                raise EncodingError(f"envelope: signature {i} must be an object {{keyid, sig}}")
-            keyid = raw.get("keyid", "")
-            if type(keyid) is not str or len(keyid) > _MAX_KEYID:
-                raise EncodingError(f"envelope: signature {i} keyid must be a short string")
-            sigs.append(EnvelopeSignature(keyid, _b64decode(raw.get("sig"), "signature")))
-        return cls(payload=payload, payload_type=payload_type, signatures=tuple(sigs))
+        return _validated(obj.get("payload"), obj.get("payloadType"), obj.get("signatures"))
 
     @classmethod
     def from_bytes(cls, data: bytes, *, max_bytes: int = MAX_ENVELOPE_BYTES) -> Envelope:
-        """Parse DSSE JSON bytes (bounded in size and depth)."""
+        """Parse DSSE JSON bytes (bounded in size and depth): decoded to the
+        envelope's three members (canonical single-signature bytes by one pattern,
+        anything else by the general parser and :meth:`from_json`), which one
+        validator checks."""
         if type(data) is bytes and len(data) <= max_bytes:
-            fast = _parse_canonical_single(data)
-            if fast is not None:
-                return fast
+            # Latin-1 maps each byte to one character, so the pattern (ASCII only)
+            # matches the text exactly where it would match the bytes.
+            match = _CANONICAL_SINGLE.fullmatch(data.decode("latin-1"))
+            if match is not None:
+                payload, payload_type, keyid, sig = match.groups()
+                return _validated(payload, payload_type, [{"keyid": keyid, "sig": sig}])
         return cls.from_json(parse_json_object(data, what="envelope", max_bytes=max_bytes))
 
     def verify(self, key: PublicKey) -> None:

@@ -16,7 +16,7 @@ pins that the values agree).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple, assert_never
 
@@ -79,11 +79,16 @@ class Delivery:
     heads: tuple[bytes, ...] = ()
     #: Custody statements (:mod:`contracts.custody`) for the folds, as signed.
     custody: tuple[bytes, ...] = ()
+    #: Bytes of this delivery's request on the wire, once :func:`nodes.wire.deliver_request_size`
+    #: has built it (0 before): the sender's size check and its meter size the same
+    #: delivery, and the message is built once for both. The fields are immutable,
+    #: so the size stays the message's.
+    _request_size: int = field(default=0, init=False, repr=False, compare=False)
 
     @property
     def size(self) -> int:
         """Bytes of the value and its statements (the payload; the message size on
-        the wire is :func:`nodes.wire.deliver_request_size`)."""
+        the wire is :func:`nodes.wire.deliver_request_size`, its request's length)."""
         return (
             len(self.value)
             + sum(len(c) for c in self.commitments)

@@ -13,7 +13,8 @@ tlog-checkpoint signed notes, :mod:`contracts.head_note`) and fold proofs
 nothing is rebuilt.
 
 **Message size** has one definition, :func:`message_size`: the protobuf
-encoding of the message gRPC carries for a call (without HTTP/2 framing) —
+encoding of the message gRPC carries for a call, its length (neither gRPC's 5-byte
+message prefix nor HTTP/2 framing) —
 the quantity gRPC's ``max_*_message_length`` options bound. The in-memory
 transport enforces its size bound with it, and the harness meters bytes
 with it, through the per-RPC ``*_size`` helpers below. A demand's answers
@@ -24,7 +25,6 @@ encodes, and what actually crossed the wire for one that is not.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -202,15 +202,28 @@ def message_size(message: Message) -> int:
 
 def delivered_value(delivery: Delivery) -> common_pb2.DeliveredValue:
     """A delivery in binary: its heads and fold proofs verbatim, each in its one encoding."""
-    return common_pb2.DeliveredValue(
-        value_ref=delivery.value_ref,
-        value=delivery.value,
-        commitments=list(delivery.commitments),
-        obligations=list(delivery.obligations),
-        fold_proofs=list(delivery.fold_proofs),
-        heads=list(delivery.heads),
-        custody=list(delivery.custody),
-    )
+    msg = common_pb2.DeliveredValue()
+    _fill_delivered_value(msg, delivery)
+    return msg
+
+
+def _fill_delivered_value(msg: common_pb2.DeliveredValue, delivery: Delivery) -> None:
+    # Filled in place: a message passed to a constructor is copied, and a request
+    # is built for every delivery's size (deliver_request_size).
+    msg.SetInParent()
+    msg.value_ref = delivery.value_ref
+    msg.value = delivery.value
+    # a repeated field is only touched when there is something to put in it
+    if delivery.commitments:
+        msg.commitments.extend(delivery.commitments)
+    if delivery.obligations:
+        msg.obligations.extend(delivery.obligations)
+    if delivery.fold_proofs:
+        msg.fold_proofs.extend(delivery.fold_proofs)
+    if delivery.heads:
+        msg.heads.extend(delivery.heads)
+    if delivery.custody:
+        msg.custody.extend(delivery.custody)
 
 
 def delivery_from_pb(msg: common_pb2.DeliveredValue, sender: str = "") -> Delivery:
@@ -399,7 +412,9 @@ def delivery_from_value_bytes(data: bytes) -> Delivery:
 
 
 def deliver_request(delivery: Delivery) -> deliver_pb2.DeliverRequest:
-    return deliver_pb2.DeliverRequest(value=delivered_value(delivery), sender=delivery.sender)
+    request = deliver_pb2.DeliverRequest(sender=delivery.sender)
+    _fill_delivered_value(request.value, delivery)
+    return request
 
 
 def deliver_request_from_bytes(data: bytes) -> deliver_pb2.DeliverRequest:
@@ -714,93 +729,24 @@ def challenge_response_size(result: ChallengeResult) -> int:
 
 
 def deliver_request_size(delivery: Delivery) -> int:
-    """``message_size(deliver_request(delivery))``, without building the message.
-
-    A proto3 message's size is the sum of its fields' encodings: the request is
-    sized as its value-only form (counted from the lengths) plus the statement
-    fields (commitments, obligations, fold proofs, heads, custody), whose size
-    is kept by their exact bytes (:func:`_statement_fields_size`): sizing them
-    takes packing every fold proof (:func:`delivered_value`), every decision
-    re-delivers the same statements, and both the sender's size check and its
-    meter size each delivery (the cost of building the message instead:
-    docs/measurements/2026-12-02-fast-twins.md). The outer length prefix is
-    recomputed for the full inner size.
-    """
-    return _deliver_request_size(delivery)
-
-
-def _field_size(n: int) -> int:
-    """A proto3 length-delimited field (number < 16) of ``n`` bytes; absent when empty."""
-    return 1 + _varint_size(n) + n if n else 0
-
-
-def _deliver_request_size(delivery: Delivery) -> int:
-    # The value-only form, counted field by field (DeliverRequest{1: DeliveredValue
-    # {1: value_ref, 2: value}, 2: sender}) instead of building it: the same
-    # bytes as ``message_size`` of the message (tests compare the two).
-    inner = _value_only_inner(delivery)
-    bare = 1 + _varint_size(inner) + inner + _field_size(len(delivery.sender.encode("utf-8")))
-    extra = _delivery_extra(delivery)
-    if not extra:
-        return bare
-    return bare - _varint_size(inner) + _varint_size(inner + extra) + extra
-
-
-def _value_only_inner(delivery: Delivery) -> int:
-    """Size of the value-only ``DeliveredValue`` (value_ref and value fields)."""
-    return _field_size(len(delivery.value_ref.encode("utf-8"))) + _field_size(len(delivery.value))
-
-
-def _delivery_extra(delivery: Delivery) -> int:
-    return _statement_fields_size(
-        delivery.value_ref,
-        delivery.sender,
-        tuple(delivery.commitments),
-        tuple(delivery.obligations),
-        tuple(delivery.fold_proofs),
-        tuple(delivery.heads),
-        tuple(delivery.custody),
-    )
-
-
-def _varint_size(n: int) -> int:
-    return max(1, (n.bit_length() + 6) // 7)
-
-
-@functools.lru_cache(maxsize=4096)
-def _statement_fields_size(
-    value_ref: str,
-    sender: str,
-    commitments: tuple[bytes, ...],
-    obligations: tuple[bytes, ...],
-    fold_proofs: tuple[bytes, ...],
-    heads: tuple[bytes, ...],
-    custody: tuple[bytes, ...] = (),
-) -> int:
-    """Bytes the statement fields add to a ``DeliveredValue``. They depend on the
-    value ref (a fold proof's record leaves out the delivered value's ref), so it
-    is part of the key; the value itself is not."""
-    if not (commitments or obligations or fold_proofs or heads or custody):
-        return 0
-    with_statements = delivered_value(
-        Delivery(value_ref, b"", commitments, obligations, sender, fold_proofs, heads, custody)
-    )
-    return message_size(with_statements) - message_size(
-        common_pb2.DeliveredValue(value_ref=value_ref)
-    )
+    """Bytes of :func:`deliver_request` on the wire: ``ByteSize()`` of the message
+    built from the delivery (its statements are ``bytes`` fields copied verbatim,
+    so building it packs nothing), built once per delivery: the size is kept on
+    the delivery, which the size check, the meter and the statement count share."""
+    size = delivery._request_size
+    if not size:
+        size = message_size(deliver_request(delivery))
+        object.__setattr__(delivery, "_request_size", size)
+    return size
 
 
 def delivery_statement_size(delivery: Delivery) -> int:
-    """Protobuf bytes a delivery's statements add to its request (commitments,
-    obligations, fold proofs, heads, with their field framing)."""
-    # = deliver_request_size(delivery) - deliver_request_size(the value-only form):
-    # the statement fields plus what they add to the DeliveredValue's length prefix
-    # (tests compare the two), without sizing a second, value-only request.
-    extra = _delivery_extra(delivery)
-    if not extra:
-        return 0
-    inner = _value_only_inner(delivery)
-    return extra + _varint_size(inner + extra) - _varint_size(inner)
+    """Protobuf bytes a delivery's statements add to its request: the size of its
+    request minus that of the same request carrying the value alone (the
+    statement fields with their tags and lengths, and what they add to the
+    value's length prefix)."""
+    bare = Delivery(delivery.value_ref, delivery.value, (), (), delivery.sender)
+    return deliver_request_size(delivery) - deliver_request_size(bare)
 
 
 def deliver_response_size(receipt: bytes) -> int:

@@ -263,3 +263,118 @@ def test_envelope_signer_writes_the_bytes_sign_envelope_writes() -> None:
         assert data == signer.sign(payload) == expected.to_bytes()
         assert envelope == expected
         envelope.verify(PublicKey.from_node_id(identity.node_id))
+
+
+def _b64(data: bytes) -> str:
+    return base64.standard_b64encode(data).decode("ascii")
+
+
+_KEYID = "ab" * 32
+_SIG = _b64(b"\x01" * 64)
+_TYPE = "application/vnd.provnet.receipt+json"
+
+
+def _envelope_object(**changes: object) -> dict[str, object]:
+    obj: dict[str, object] = {
+        "payload": _b64(b'{"v":1}'),
+        "payloadType": _TYPE,
+        "signatures": [{"keyid": _KEYID, "sig": _SIG}],
+    }
+    obj.update(changes)
+    return obj
+
+
+# Envelopes valid and invalid, canonical in shape or not: each is read the same way
+# whichever route it takes (the one-signature pattern, the general parser, an object).
+_ROUTE_CASES = {
+    "canonical": _envelope_object(),
+    "url-safe payload": _envelope_object(payload=base64.urlsafe_b64encode(b"\xfb\xff").decode()),
+    "unpadded payload": _envelope_object(payload="AAA"),
+    "padding inside the payload": _envelope_object(payload="AA==AAAA"),
+    "payload not base64": _envelope_object(payload="!!!!"),
+    "payload not a string": _envelope_object(payload=7),
+    "empty payload": _envelope_object(payload=""),
+    "empty payloadType": _envelope_object(payloadType=""),
+    "payloadType of 200": _envelope_object(payloadType="t" * 200),
+    "payloadType of 201": _envelope_object(payloadType="t" * 201),
+    "payloadType with a space": _envelope_object(payloadType="text/plain; v=1"),
+    "payloadType non-ASCII": _envelope_object(payloadType="application/vnd.é+json"),
+    "keyid of 256": _envelope_object(signatures=[{"keyid": "a" * 256, "sig": _SIG}]),
+    "keyid of 257": _envelope_object(signatures=[{"keyid": "a" * 257, "sig": _SIG}]),
+    "keyid upper-case hex": _envelope_object(signatures=[{"keyid": _KEYID.upper(), "sig": _SIG}]),
+    "keyid empty": _envelope_object(signatures=[{"keyid": "", "sig": _SIG}]),
+    "keyid absent": _envelope_object(signatures=[{"sig": _SIG}]),
+    "keyid not a string": _envelope_object(signatures=[{"keyid": 5, "sig": _SIG}]),
+    "sig unpadded": _envelope_object(signatures=[{"keyid": _KEYID, "sig": "AQ"}]),
+    "sig absent": _envelope_object(signatures=[{"keyid": _KEYID}]),
+    "sig field unknown": _envelope_object(signatures=[{"keyid": _KEYID, "sig": _SIG, "x": 1}]),
+    "no signature": _envelope_object(signatures=[]),
+    "two signatures": _envelope_object(
+        signatures=[{"keyid": _KEYID, "sig": _SIG}, {"keyid": "cd" * 32, "sig": _SIG}]
+    ),
+    "nine signatures": _envelope_object(signatures=[{"keyid": _KEYID, "sig": _SIG}] * 9),
+    "signatures not a list": _envelope_object(signatures={"keyid": _KEYID, "sig": _SIG}),
+    "unknown field": _envelope_object(extra="x"),
+}
+
+
+def _read(route: object) -> Envelope | tuple[str, str]:
+    try:
+        if isinstance(route, bytes):
+            return Envelope.from_bytes(route)
+        return Envelope.from_json(route)
+    except EncodingError as exc:
+        return type(exc).__name__, str(exc)
+
+
+def _reordered(value: object) -> object:
+    """``value`` with every object's keys in reverse order (JSON means the same)."""
+    if isinstance(value, dict):
+        return {k: _reordered(value[k]) for k in reversed(list(value))}
+    if isinstance(value, list):
+        return [_reordered(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("case", sorted(_ROUTE_CASES))
+def test_an_envelope_reads_the_same_as_canonical_bytes_reordered_bytes_and_an_object(
+    case: str,
+) -> None:
+    from contracts.canonical import canonical_bytes
+    from contracts.envelope import _CANONICAL_SINGLE
+
+    obj = _ROUTE_CASES[case]
+    canonical = canonical_bytes(obj)
+    reordered = json.dumps(_reordered(obj), indent=1, ensure_ascii=False).encode("utf-8")
+    assert reordered != canonical
+    read = [_read(canonical), _read(reordered), _read(obj)]
+    assert read[0] == read[1] == read[2], case
+    # the canonical one-signature shapes take the pattern's route from bytes
+    patterned = {
+        "canonical",
+        "unpadded payload",
+        "padding inside the payload",
+        "empty payload",
+        "payloadType of 200",
+        "keyid of 256",
+        "keyid empty",
+        "sig unpadded",
+    }
+    assert (_CANONICAL_SINGLE.fullmatch(canonical.decode("latin-1")) is not None) == (
+        case in patterned
+    )
+    valid = {
+        "canonical",
+        "url-safe payload",
+        "empty payload",
+        "payloadType of 200",
+        "payloadType with a space",
+        "payloadType non-ASCII",
+        "keyid of 256",
+        "keyid upper-case hex",
+        "keyid empty",
+        "keyid absent",
+        "no signature",
+        "two signatures",
+    }
+    assert isinstance(read[0], Envelope) == (case in valid), read[0]

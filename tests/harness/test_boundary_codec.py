@@ -9,6 +9,7 @@ boundaries).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -207,43 +208,35 @@ def _delivery_with_statements() -> Delivery:
     return asyncio.run(make())
 
 
-def test_memoised_deliver_size_is_the_encoded_size_at_every_length_prefix_boundary() -> None:
+def test_delivery_sizes_are_the_serialized_lengths_at_length_prefix_boundaries() -> None:
+    """A Deliver request's size, the statement bytes a delivery adds and the Deliver
+    response's size are the lengths of the serialized messages (the statement bytes:
+    the full request's length minus the value-only request's)."""
     base = _delivery_with_statements()
     assert wire.delivery_statement_size(base) > 0
     # Inner lengths crossing 127/128 and 16383/16384 change the outer varint.
     for n in [*range(0, 300), *range(15_800, 16_600, 7), 2_100_000]:
         for d in (
             Delivery(base.value_ref, b"x" * n, (), (), base.sender, base.fold_proofs, base.heads),
-            # the same statements from another sender encode the head differently
             Delivery(base.value_ref, b"x" * n, (), (), "", base.fold_proofs, base.heads),
             Delivery(base.value_ref, b"x" * n, (), (), base.sender),
             # a value ref long enough for a two-byte length, and a non-ASCII one
             Delivery("r" * 130, b"x" * n, (), (), base.sender),
             Delivery("v/é", b"x" * n, (), (), "", base.fold_proofs, base.heads),
         ):
-            assert wire.deliver_request_size(d) == wire.message_size(wire.deliver_request(d)), n
-
-
-def test_statement_and_response_sizes_are_the_encoded_sizes_at_length_prefix_boundaries() -> None:
-    """The statement bytes a delivery adds and the Deliver response size, counted
-    without building messages, equal the encoded sizes (full request minus the
-    value-only request; the response message around the receipt)."""
-    base = _delivery_with_statements()
-    for n in [*range(0, 300), *range(15_800, 16_600, 7), 2_100_000]:
-        for d in (
-            Delivery(base.value_ref, b"x" * n, (), (), base.sender, base.fold_proofs, base.heads),
-            Delivery(base.value_ref, b"x" * n, (), (), "", base.fold_proofs, base.heads),
-            Delivery(base.value_ref, b"x" * n, (), (), base.sender),
-            Delivery("v/é", b"x" * n, (), (), "", base.fold_proofs, base.heads),
-        ):
+            sent = len(wire.deliver_request(d).SerializeToString())
+            assert wire.deliver_request_size(d) == sent, n
             bare = Delivery(d.value_ref, d.value, (), (), d.sender)
-            encoded = wire.message_size(wire.deliver_request(d)) - wire.message_size(
-                wire.deliver_request(bare)
-            )
-            assert wire.delivery_statement_size(d) == encoded, n
+            statements = sent - len(wire.deliver_request(bare).SerializeToString())
+            assert wire.delivery_statement_size(d) == statements, n
+            # the size kept on a delivery is its own: a copy with another value is sized anew
+            other = dataclasses.replace(d, value=d.value + b"y")
+            assert wire.deliver_request_size(other) == len(
+                wire.deliver_request(other).SerializeToString()
+            ), n
         receipt = b"r" * n
-        assert wire.deliver_response_size(receipt) == wire.message_size(
-            wire.deliver_response(receipt)
+        assert wire.deliver_response_size(receipt) == len(
+            wire.deliver_response(receipt).SerializeToString()
         ), n
 
 
