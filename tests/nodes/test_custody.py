@@ -154,12 +154,10 @@ async def test_c3_verified_hops_held_again_replace_a_damaged_row(net: CustodyClu
     await _world(net, k=1)
     c1 = net.nodes["c1"]
     async with c1.store._read("test: the hold") as db:
-        (leaf, digest, note, root, proof, until) = list(
-            await db.execute_fetchall(
-                "SELECT leaf_hash, head_digest, head_note, root, proof, serve_until"
-                " FROM custody_holds"
-            )
-        )[0]
+        rows = await db.execute_fetchall(
+            "SELECT leaf_hash, head_digest, head_note, root, proof, serve_until FROM custody_holds"
+        )
+        (leaf, digest, note, root, proof, until) = next(iter(rows))
         hops = tuple(
             bytes(r[0])
             for r in await db.execute_fetchall(
