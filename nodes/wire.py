@@ -26,7 +26,7 @@ encodes, and what actually crossed the wire for one that is not.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -649,7 +649,7 @@ def demand_unary(channel: grpc.aio.Channel) -> DemandCall:
         response_deserializer=answers_from_response,
         _registered_method=True,
     )
-    return call  # type: ignore[no-any-return]
+    return cast("DemandCall", call)
 
 
 def ask_unary(channel: grpc.aio.Channel) -> AskCall:
@@ -663,7 +663,7 @@ def ask_unary(channel: grpc.aio.Channel) -> AskCall:
         response_deserializer=answers_from_response,
         _registered_method=True,
     )
-    return call  # type: ignore[no-any-return]
+    return cast("AskCall", call)
 
 
 def evidence_stub(channel: grpc.aio.Channel) -> EvidenceStub:
