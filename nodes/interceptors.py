@@ -11,8 +11,13 @@ here): both were measurable shares of a demand's CPU.
 
 Every call gets a request id (the caller's ``x-request-id`` metadata if it
 sent a sane one, else a fresh one), bound into structlog's contextvars for
-the duration of the call and echoed back as trailing metadata (sent with the
-status, so it costs no extra message). Contract and
+the duration of the call. It is echoed back as trailing metadata (sent with
+the status, so it costs no extra message) when the caller sent it, and on
+every failed call, so a caller can find a failure in the node's log. A
+successful call without one carries no trailer: an id the caller never
+asked for, minted afresh per call, is a header gRPC encodes on one side and
+parses into a Python tuple on the other for every call of the serve path,
+and nothing reads it. Contract and
 store errors escaping a handler are mapped to precise status codes by
 :func:`nodes.errors.status_for` — the only place that translation happens;
 anything else is a bug and becomes INTERNAL with the id to find it in the log.
@@ -78,23 +83,39 @@ _REQUEST_ID_VAR = _structlog_var("request_id")
 _RPC_VAR = _structlog_var("rpc")
 
 
-def _request_id(metadata: Any) -> str:
+def _sent_id(metadata: Any) -> str | None:
+    """The request id the caller sent (``x-request-id``), if it sent a sane one."""
     for key, value in metadata or ():
         if key == REQUEST_ID_KEY and isinstance(value, str) and _SANE_ID.match(value):
             return value
+    return None
+
+
+def _fresh_id() -> str:
     # 16 hex characters, as uuid4().hex[:16] gave; from a block of OS randomness
     # read once per 512 ids, not one system call per call (contracts.entropy)
     return random_bytes(8).hex()
 
 
-async def _abort_for(exc: Exception, context: grpc.aio.ServicerContext[Any, Any], rpc: str) -> None:
+def _echo(context: grpc.aio.ServicerContext[Any, Any], sent: str | None) -> None:
+    """The caller's request id back as trailing metadata, if it sent one; a failed call
+    carries its id either way (:func:`_abort_for`)."""
+    if sent is not None:
+        context.set_trailing_metadata(((REQUEST_ID_KEY, sent),))
+
+
+async def _abort_for(
+    exc: Exception, context: grpc.aio.ServicerContext[Any, Any], rpc: str, request_id: str
+) -> None:
+    """End the call with the status ``exc`` maps to, its request id in the trailers."""
     code = status_for(exc)
+    trailers = ((REQUEST_ID_KEY, request_id),)
     if code is None:
         log.exception("rpc_failed_unexpectedly", rpc=rpc)
-        await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}")
+        await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}", trailers)
     if not isinstance(exc, StoreFull):  # a full disk is logged once per interval (nodes._disk)
         log.info("rpc_rejected", rpc=rpc, code=code.name, reason=str(exc))
-    await context.abort(code, f"{type(exc).__name__}: {exc}")
+    await context.abort(code, f"{type(exc).__name__}: {exc}", trailers)
 
 
 class _Unreadable:
@@ -368,11 +389,12 @@ class RequestContext:
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 metadata = context.invocation_metadata()  # read once: ids and auth both need it
-                request_id = _request_id(metadata)
+                sent = _sent_id(metadata)
+                request_id = sent or _fresh_id()
                 # Bound for this call and restored after (tokens: no scan of the context).
                 tokens = bind_contextvars(request_id=request_id, rpc=rpc)
                 start = time.perf_counter()
-                context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+                _echo(context, sent)
                 if count is not None:
                     count(rpc)
                 try:
@@ -380,7 +402,7 @@ class RequestContext:
                 except Exception as exc:
                     if isinstance(exc, grpc.aio.AbortError):
                         raise
-                    await _abort_for(exc, context, rpc)
+                    await _abort_for(exc, context, rpc, request_id)
                 finally:
                     if log.enabled("debug"):
                         log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
@@ -400,8 +422,10 @@ class RequestContext:
             async def unary_write(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> None:
-                request_id = _request_id(context.invocation_metadata())
+                sent = _sent_id(context.invocation_metadata())
+                request_id = sent or _fresh_id()
                 with bound_contextvars(request_id=request_id, rpc=rpc):
+                    _echo(context, sent)
                     if count is not None:
                         count(rpc)
                     try:
@@ -409,7 +433,7 @@ class RequestContext:
                     except Exception as exc:
                         if isinstance(exc, grpc.aio.AbortError):
                             raise
-                        await _abort_for(exc, context, rpc)
+                        await _abort_for(exc, context, rpc, request_id)
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_write,
@@ -422,9 +446,10 @@ class RequestContext:
             async def unary_stream(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
-                request_id = _request_id(context.invocation_metadata())
+                sent = _sent_id(context.invocation_metadata())
+                request_id = sent or _fresh_id()
                 with bound_contextvars(request_id=request_id, rpc=rpc):
-                    context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+                    _echo(context, sent)
                     if count is not None:
                         count(rpc)
                     try:
@@ -433,7 +458,7 @@ class RequestContext:
                     except Exception as exc:
                         if isinstance(exc, grpc.aio.AbortError):
                             raise
-                        await _abort_for(exc, context, rpc)
+                        await _abort_for(exc, context, rpc, request_id)
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream,
@@ -452,13 +477,15 @@ class RequestContext:
         inner: Any = handler.unary_unary
 
         async def open_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            request_id = _request_id(context.invocation_metadata())
+            sent = _sent_id(context.invocation_metadata())
+            request_id = sent or _fresh_id()
             # Bound for this call and restored after (tokens: no scan of the context).
             id_token = _REQUEST_ID_VAR.set(request_id)
             rpc_token = _RPC_VAR.set(rpc)
             # timed only when the time is logged (debug), as below
             start = time.perf_counter() if log.enabled("debug") else None
-            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+            if sent is not None:  # _echo, inline on the serve path
+                context.set_trailing_metadata(((REQUEST_ID_KEY, sent),))
             if count is not None:
                 count(rpc)
             try:
@@ -468,7 +495,7 @@ class RequestContext:
             except Exception as exc:
                 if isinstance(exc, grpc.aio.AbortError):
                     raise
-                await _abort_for(exc, context, rpc)
+                await _abort_for(exc, context, rpc, request_id)
             finally:
                 if start is not None:
                     log.debug("rpc_done", ms=round((time.perf_counter() - start) * 1e3, 3))
@@ -566,10 +593,11 @@ class RequestContext:
             refusal = overload.bulk_refusal(rpc, cls, claimed if cls == "signed" else None)
             if refusal is not None:
                 return self._shed(context, refusal, cls=cls)
-            request_id = _request_id(metadata)
+            sent = _sent_id(metadata)
+            request_id = sent or _fresh_id()
             with bound_contextvars(request_id=request_id, rpc=rpc):
                 start = time.perf_counter()
-                context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+                _echo(context, sent)
                 if count is not None:
                     count(rpc)
                 budget = overload.budget(cls)
@@ -587,7 +615,7 @@ class RequestContext:
                     try:
                         claim = auth.claim(rpc, metadata)
                     except Exception as exc:
-                        await _abort_for(exc, context, rpc)
+                        await _abort_for(exc, context, rpc, request_id)
                 key = claim.signer if claim is not None and cls == "signed" else None
                 overload.enter(cls, key)
                 body_timeout_s = overload.body_timeout_s(cls)
@@ -618,12 +646,15 @@ class RequestContext:
                         request = await asyncio.wait_for(anext(aiter(requests)), body_timeout_s)
                     except StopAsyncIteration:
                         await context.abort(
-                            grpc.StatusCode.INVALID_ARGUMENT, f"{rpc}: no request message"
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            f"{rpc}: no request message",
+                            ((REQUEST_ID_KEY, request_id),),
                         )
                     except TimeoutError:
                         await context.abort(
                             grpc.StatusCode.DEADLINE_EXCEEDED,
                             f"{rpc}: request body not received within {body_timeout_s:g} s",
+                            ((REQUEST_ID_KEY, request_id),),
                         )
                     raw, request = request
                     if budget is not None:
@@ -648,7 +679,7 @@ class RequestContext:
                 except Exception as exc:
                     if isinstance(exc, grpc.aio.AbortError) or context.done():
                         raise  # aborted on purpose, or the caller has gone
-                    await _abort_for(exc, context, rpc)
+                    await _abort_for(exc, context, rpc, request_id)
                 finally:
                     overload.leave(cls, key)
                     if budget is not None and held:

@@ -26,7 +26,7 @@ encodes, and what actually crossed the wire for one that is not.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -639,22 +639,31 @@ def demand_unary(channel: grpc.aio.Channel) -> DemandCall:
     demands' bytes (written as the request by :func:`encode_demand_request`, no
     message built) and the reply is read straight into :class:`SizedAnswers`
     (:func:`answers_from_response`): no conversion after the call, and the
-    response's size is its length."""
-    return channel.unary_unary(
+    response's size is its length. Registered with the channel, as the generated
+    stub registers its methods (``_registered_method``): the call's path is
+    interned once per channel, not made again for every demand."""
+    registering: Any = channel  # grpc's stubs lack the generated code's _registered_method
+    call: Any = registering.unary_unary(
         DEMAND_METHOD,
         request_serializer=encode_demand_request,
         response_deserializer=answers_from_response,
+        _registered_method=True,
     )
+    return cast("DemandCall", call)
 
 
 def ask_unary(channel: grpc.aio.Channel) -> AskCall:
     """``Serve.Demand`` with unsigned asks, as :func:`demand_unary` (request written by
-    :func:`encode_ask_request`, reply read straight into :class:`SizedAnswers`)."""
-    return channel.unary_unary(
+    :func:`encode_ask_request`, reply read straight into :class:`SizedAnswers`;
+    registered with the channel likewise)."""
+    registering: Any = channel  # grpc's stubs lack the generated code's _registered_method
+    call: Any = registering.unary_unary(
         DEMAND_METHOD,
         request_serializer=encode_ask_request,
         response_deserializer=answers_from_response,
+        _registered_method=True,
     )
+    return cast("AskCall", call)
 
 
 def evidence_stub(channel: grpc.aio.Channel) -> EvidenceStub:

@@ -119,6 +119,39 @@ async def test_open_methods_are_served_unsigned_with_the_request_id_echoed(addre
         assert dict(await call.trailing_metadata())[REQUEST_ID_KEY] == "req-7"
 
 
+@pytest.mark.parametrize("method", [DEMAND, APPEND])
+async def test_a_failed_call_carries_the_id_its_failure_is_logged_under_a_served_one_none(
+    address: str, method: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure_logging(LogFormat.JSON, "info")
+    signed: Any = ()
+    if method == APPEND:
+        signed = ControlCredentials(OPERATOR).metadata(APPEND, b"bad-request", target=NODE_ID)
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = channel.unary_unary(
+                method, request_serializer=_identity, response_deserializer=_identity
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                await call(b"bad-request", metadata=signed, timeout=5)
+            ok_metadata: Any = ()
+            if method == APPEND:
+                ok_metadata = ControlCredentials(OPERATOR).metadata(APPEND, b"x", target=NODE_ID)
+            served = call(b"x", metadata=ok_metadata, timeout=5)
+            await served
+            served_trailers = dict(await served.trailing_metadata() or ())
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line]
+    finally:
+        structlog.reset_defaults()
+    assert failed.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    trailers: Any = failed.value.trailing_metadata() or ()
+    echoed = dict(trailers).get(REQUEST_ID_KEY)
+    (rejected,) = [e for e in lines if e["event"] == "rpc_rejected"]
+    assert echoed is not None
+    assert echoed == rejected["request_id"], (echoed, rejected)
+    assert REQUEST_ID_KEY not in served_trailers
+
+
 async def test_an_unknown_method_is_unimplemented(address: str) -> None:
     assert await _code(address, "/provnet.v1.Serve/Nope", b"x") is grpc.StatusCode.UNIMPLEMENTED
 

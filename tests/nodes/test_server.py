@@ -29,6 +29,8 @@ from nodes._pb.provnet.v1 import (
     hoplog_pb2_grpc,
     node_pb2,
     node_pb2_grpc,
+    serve_pb2,
+    serve_pb2_grpc,
 )
 from nodes.app import RunningNode
 from nodes.auth import ControlAuth, signed_metadata
@@ -104,7 +106,7 @@ async def test_health_serves_every_service_and_reflection_lists_them(
         sync_channel.close()
 
 
-async def test_request_id_is_echoed_from_caller_or_generated(
+async def test_request_id_is_echoed_when_sent_and_on_every_failure(
     tmp_path: Path, nodes: list[RunningNode]
 ) -> None:
     node = await grpc_node(tmp_path, "a")
@@ -115,11 +117,21 @@ async def test_request_id_is_echoed_from_caller_or_generated(
         info = await call
         assert dict(await call.trailing_metadata())[REQUEST_ID_KEY] == "req-42"
         assert info.node_id == node.node_id
+        # A served call that sent none gets none back: nobody asked for one.
         call = stub.Info(node_pb2.InfoRequest(), timeout=5)
         await call
-        generated = dict(await call.trailing_metadata())[REQUEST_ID_KEY]
-        assert len(generated) == 16
-        assert generated != "req-42"
+        assert REQUEST_ID_KEY not in dict(await call.trailing_metadata() or ())
+        # A failed call gets the id its failure is logged under, sent or generated.
+        serve: Any = serve_pb2_grpc.ServeStub(chan)
+        echoed = []
+        for metadata in (((REQUEST_ID_KEY, "req-43"),), ()):
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                await serve.Demand(serve_pb2.DemandRequest(), metadata=metadata, timeout=5)
+            assert failed.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            trailers: Any = failed.value.trailing_metadata() or ()
+            echoed.append(dict(trailers).get(REQUEST_ID_KEY, ""))
+        assert echoed[0] == "req-43"
+        assert len(echoed[1]) == 16, echoed
 
 
 async def test_graceful_stop_lets_an_in_flight_demand_finish(
