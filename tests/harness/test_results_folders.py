@@ -21,6 +21,7 @@ from harness.replay import RunResult
 from harness.report import write_report
 from harness.runner import RunTask, run_main
 from harness.sweep import run_sweep
+from tests.foreground import sigint_default
 
 # spec §10: the lab's run_meta.json and sweep_meta.json keys, nothing else
 LAB_RUN_META_KEYS = [
@@ -170,7 +171,7 @@ def test_ctrl_c_during_a_run_is_one_line_exit_130_and_keeps_the_old_results(
         [sys.executable, "-m", "harness", "experiment", "run", "--workers", "2",
          "--no-progress", "--out", str(out)],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=sigint_default,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60

@@ -34,6 +34,7 @@ from harness.simulate.run import CellRow, run_simulation
 from harness.simulate.workload import Workload, build_cells, parse_workload
 from nodes.faults import FaultMode
 from nodes.store import StoreMode
+from tests.foreground import sigint_default
 
 CFG = ExperimentConfig()
 
@@ -268,6 +269,7 @@ def test_ctrl_c_stops_the_run_closes_its_nodes_and_writes_nothing(tmp_path: Path
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=sigint_default,
     )
     try:
         time.sleep(6.0)  # well inside the run's play
