@@ -51,6 +51,16 @@ async def _world(
     await net.nodes["o"].forward(REF, "h")
 
 
+async def _served_once_the_origin_is_gone(net: CustodyCluster, *, by: str) -> None:
+    """The origin departs for good; the holder asks again and ``by`` serves it all."""
+    net.depart("o")
+    h = net.nodes["h"]
+    h.holder._use_cache = False  # ask again: the origin is gone for good
+    report = await h.rehydrate(REF)
+    assert report.complete
+    assert report.served_by == (by,)
+
+
 async def test_c2_origin_takes_k_custodians_at_commit_and_the_value_carries_them(
     net: CustodyCluster,
 ) -> None:
@@ -136,12 +146,7 @@ async def test_c3_custody_survives_a_restart_and_binds_the_reaper(
     await c1.close()
     del net.nodes["c1"]
     c1 = await net.add("c1", peers=("o",), operator="op-a")
-    net.depart("o")
-    h = net.nodes["h"]
-    h.holder._use_cache = False
-    report = await h.rehydrate(REF)
-    assert report.complete
-    assert report.served_by == (c1.node_id,)
+    await _served_once_the_origin_is_gone(net, by=c1.node_id)
     # after serve_until the reaper may delete the hops: and does
     held = net.nodes["h"].held(REF)
     until = open_custody(held.delivery.custody[0]).statement.serve_until
@@ -179,12 +184,7 @@ async def test_c3_verified_hops_held_again_replace_a_damaged_row(net: CustodyClu
         serve_until=until,
         now_ms=c1.now_ms(),
     )
-    net.depart("o")
-    h = net.nodes["h"]
-    h.holder._use_cache = False
-    report = await h.rehydrate(REF)
-    assert report.complete
-    assert report.served_by == (c1.node_id,)
+    await _served_once_the_origin_is_gone(net, by=c1.node_id)
 
 
 async def test_c3_a_node_that_never_held_the_hops_is_named_and_the_next_custodian_serves(
