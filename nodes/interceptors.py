@@ -97,11 +97,14 @@ def _fresh_id() -> str:
     return random_bytes(8).hex()
 
 
-def _echo(context: grpc.aio.ServicerContext[Any, Any], sent: str | None) -> None:
-    """The caller's request id back as trailing metadata, if it sent one; a failed call
-    carries its id either way (:func:`_abort_for`)."""
-    if sent is not None:
-        context.set_trailing_metadata(((REQUEST_ID_KEY, sent),))
+def _call_id(context: grpc.aio.ServicerContext[Any, Any], metadata: Any) -> str:
+    """The call's request id: the caller's, echoed back as trailing metadata, or a
+    fresh one, not echoed (a failed call carries its id either way: :func:`_abort_for`)."""
+    sent = _sent_id(metadata)
+    if sent is None:
+        return _fresh_id()
+    context.set_trailing_metadata(((REQUEST_ID_KEY, sent),))
+    return sent
 
 
 async def _abort_for(
@@ -389,12 +392,10 @@ class RequestContext:
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 metadata = context.invocation_metadata()  # read once: ids and auth both need it
-                sent = _sent_id(metadata)
-                request_id = sent or _fresh_id()
+                request_id = _call_id(context, metadata)
                 # Bound for this call and restored after (tokens: no scan of the context).
                 tokens = bind_contextvars(request_id=request_id, rpc=rpc)
                 start = time.perf_counter()
-                _echo(context, sent)
                 if count is not None:
                     count(rpc)
                 try:
@@ -422,10 +423,8 @@ class RequestContext:
             async def unary_write(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> None:
-                sent = _sent_id(context.invocation_metadata())
-                request_id = sent or _fresh_id()
+                request_id = _call_id(context, context.invocation_metadata())
                 with bound_contextvars(request_id=request_id, rpc=rpc):
-                    _echo(context, sent)
                     if count is not None:
                         count(rpc)
                     try:
@@ -446,10 +445,8 @@ class RequestContext:
             async def unary_stream(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
-                sent = _sent_id(context.invocation_metadata())
-                request_id = sent or _fresh_id()
+                request_id = _call_id(context, context.invocation_metadata())
                 with bound_contextvars(request_id=request_id, rpc=rpc):
-                    _echo(context, sent)
                     if count is not None:
                         count(rpc)
                     try:
@@ -477,15 +474,12 @@ class RequestContext:
         inner: Any = handler.unary_unary
 
         async def open_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            sent = _sent_id(context.invocation_metadata())
-            request_id = sent or _fresh_id()
+            request_id = _call_id(context, context.invocation_metadata())
             # Bound for this call and restored after (tokens: no scan of the context).
             id_token = _REQUEST_ID_VAR.set(request_id)
             rpc_token = _RPC_VAR.set(rpc)
             # timed only when the time is logged (debug), as below
             start = time.perf_counter() if log.enabled("debug") else None
-            if sent is not None:  # _echo, inline on the serve path
-                context.set_trailing_metadata(((REQUEST_ID_KEY, sent),))
             if count is not None:
                 count(rpc)
             try:
@@ -593,11 +587,9 @@ class RequestContext:
             refusal = overload.bulk_refusal(rpc, cls, claimed if cls == "signed" else None)
             if refusal is not None:
                 return self._shed(context, refusal, cls=cls)
-            sent = _sent_id(metadata)
-            request_id = sent or _fresh_id()
+            request_id = _call_id(context, metadata)
             with bound_contextvars(request_id=request_id, rpc=rpc):
                 start = time.perf_counter()
-                _echo(context, sent)
                 if count is not None:
                     count(rpc)
                 budget = overload.budget(cls)

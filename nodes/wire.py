@@ -25,7 +25,7 @@ encodes, and what actually crossed the wire for one that is not.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import grpc
@@ -642,28 +642,24 @@ def demand_unary(channel: grpc.aio.Channel) -> DemandCall:
     response's size is its length. Registered with the channel, as the generated
     stub registers its methods (``_registered_method``): the call's path is
     interned once per channel, not made again for every demand."""
-    registering: Any = channel  # grpc's stubs lack the generated code's _registered_method
-    call: Any = registering.unary_unary(
-        DEMAND_METHOD,
-        request_serializer=encode_demand_request,
-        response_deserializer=answers_from_response,
-        _registered_method=True,
-    )
-    return cast("DemandCall", call)
+    return cast("DemandCall", _registered_demand(channel, encode_demand_request))
 
 
 def ask_unary(channel: grpc.aio.Channel) -> AskCall:
     """``Serve.Demand`` with unsigned asks, as :func:`demand_unary` (request written by
     :func:`encode_ask_request`, reply read straight into :class:`SizedAnswers`;
     registered with the channel likewise)."""
+    return cast("AskCall", _registered_demand(channel, encode_ask_request))
+
+
+def _registered_demand(channel: grpc.aio.Channel, serializer: Callable[[Any], bytes]) -> Any:
     registering: Any = channel  # grpc's stubs lack the generated code's _registered_method
-    call: Any = registering.unary_unary(
+    return registering.unary_unary(
         DEMAND_METHOD,
-        request_serializer=encode_ask_request,
+        request_serializer=serializer,
         response_deserializer=answers_from_response,
         _registered_method=True,
     )
-    return cast("AskCall", call)
 
 
 def evidence_stub(channel: grpc.aio.Channel) -> EvidenceStub:
