@@ -39,7 +39,13 @@ latency rows step from that floor towards a verified demand with the same
 holder-side calls: ``step: + node core`` (the node's ``answer_demands`` —
 checks, nonce memory, answer — served by the bare server) and ``step: +
 node server`` (the node's own server: handler wrapper, auth, limits); the
-rest up to ``verified 5-hop (head)`` is the holder's client.
+rest up to ``verified 5-hop (head)`` is the holder's client. Two more rows
+take the same steps for the unsigned first ask a faithful demand under a
+head is (``ask step: bare + node core``: the holder's raw call, request
+written and reply read as the holder's transport does, the hops checked
+against the verified root, served by the origin's ``answer_asks`` on the bare
+server; ``ask step: + node server``: the same raw call to the node's own
+server); the rest up to ``verified 5-hop (head)`` is ``nodes.client.Holder``.
 
 Printed:
 
@@ -99,6 +105,7 @@ ECHO_METHOD = "/bench.Echo/Echo"
 SIGN2_METHOD = "/bench.Echo/Sign2"
 CONTRACTS_METHOD = "/bench.Echo/Contracts"
 NODE_CORE_METHOD = "/bench.Echo/NodeCore"
+ASK_CORE_METHOD = "/bench.Echo/AskCore"
 SERVE_DEMAND_METHOD = "/provnet.v1.Serve/Demand"
 FLOOR_CRYPTO = "floor: bare + 2 Ed25519 signs"
 FLOOR_CONTRACTS = "floor: bare + contracts calls, 5-hop"
@@ -108,6 +115,8 @@ VERIFIED_HEAD = "verified 5-hop, under a head"
 SIGNED_HEAD = "signed 5-hop (head)"
 STEP_NODE_CORE = "step: + node core, 5-hop (head)"
 STEP_NODE_SERVER = "step: + node server, 5-hop (head)"
+STEP_ASK_CORE = "ask step: bare + node core, 5-hop (head)"
+STEP_ASK_SERVER = "ask step: + node server, 5-hop (head)"
 STATS_METHOD = "/bench.Echo/SigStats"
 FOLD_SIZES = (1, 5, 50)
 TARGET_LATENCY_RATIO = 1.15
@@ -262,6 +271,10 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
         # the bare server: no interceptor, no node server around it.
         return wire.demand_response(await core.answer_demands(list(request.demands)))
 
+    async def ask_core(request: Any, context: Any) -> Any:
+        # The origin's work for an unsigned first ask on the bare server.
+        return wire.demand_response(await core.answer_asks(request.asks))
+
     async def sig_stats(request: bytes, context: Any) -> bytes:
         return json.dumps(_SIGNATURES).encode()
 
@@ -282,6 +295,11 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
                     ),
                     "NodeCore": grpc.unary_unary_rpc_method_handler(
                         node_core,
+                        request_deserializer=serve_pb2.DemandRequest.FromString,
+                        response_serializer=serve_pb2.DemandResponse.SerializeToString,
+                    ),
+                    "AskCore": grpc.unary_unary_rpc_method_handler(
+                        ask_core,
                         request_deserializer=serve_pb2.DemandRequest.FromString,
                         response_serializer=serve_pb2.DemandResponse.SerializeToString,
                     ),
@@ -638,11 +656,13 @@ async def _profile_demands(
 
 
 async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: int) -> int:
+    from contracts.ask import FoldAsk, pack_asks, reproduces_fold
     from contracts.heads import FoldProof, HeadCache
     from contracts.identity import Identity, load_identity
     from contracts.serve import verify_delivery
     from contracts.signed import open_statement
     from contracts.statements import Commitment, Obligation
+    from nodes import wire
     from nodes.auth import ControlCredentials
     from nodes.client import HeldFold, Holder, Outcome
     from nodes.config import LogFormat
@@ -743,12 +763,40 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     node_channel = grpc.aio.insecure_channel(address, options=options)
     via_server = floors.method(node_channel, SERVE_DEMAND_METHOD)
     own_fold = head_folds[5].fold
+    # The unsigned first ask in the same steps: the raw call (request written,
+    # reply read, hops checked against the verified root, nothing else) to the
+    # origin's answer_asks on the bare server, then to the node's own server;
+    # the rest up to "verified 5-hop (head)" is the holder's client.
+    if own_fold is None:
+        raise RuntimeError("the 5-hop fold under a head has no verified fold")
+    asks = pack_asks([FoldAsk.for_fold(own_fold)])
+
+    def raw_ask(channel: Any, method: str) -> Any:
+        # as nodes.wire.ask_unary builds the holder's call, on ``method``
+        return channel.unary_unary(
+            method,
+            request_serializer=wire.encode_ask_request,
+            response_deserializer=wire.answers_from_response,
+            _registered_method=True,
+        )
+
+    ask_via_core = raw_ask(bare_channel, ASK_CORE_METHOD)
+    ask_via_server = raw_ask(node_channel, SERVE_DEMAND_METHOD)
+
+    async def ask_via(call: Any) -> bool:
+        answers = await call(asks, timeout=2.0)
+        if not reproduces_fold(answers[0].hops, own_fold, None):
+            raise RuntimeError("unsigned ask: the hops do not reproduce the fold's root")
+        return True
+
     calls: dict[str, Callable[[], Awaitable[object]]] = {
         "bare unary": bare,
         FLOOR_CRYPTO: floors.crypto,
         FLOOR_CONTRACTS: floors.contracts,
         STEP_NODE_CORE: lambda: floors.demand_via(via_core, own_fold),
         STEP_NODE_SERVER: lambda: floors.demand_via(via_server, own_fold),
+        STEP_ASK_CORE: lambda: ask_via(ask_via_core),
+        STEP_ASK_SERVER: lambda: ask_via(ask_via_server),
     }
     for size in FOLD_SIZES:
         calls[f"verified {size}-hop"] = lambda s=size: verified(s)  # type: ignore[misc]
