@@ -73,7 +73,7 @@ from contracts.heads import FoldProof, HeadCache, VerifiedFold, verify_fold
 from contracts.identity import Identity
 from contracts.lazy import judge_fold_answer, served_batch_without_signature
 from contracts.merkle import KnownRoots
-from contracts.rules import MAX_DEADLINE_MS, demand_due_ms, expired
+from contracts.rules import demand_due_ms, expired, promise_refusal
 from contracts.serve import build_demand, new_nonce, verify_delivery
 from contracts.signed import Signed, open_statement, parse_statement, sign_statement
 from contracts.statements import (
@@ -1182,13 +1182,13 @@ class Holder:
                 raise NotEvidence(
                     f"challenge: demand {held.digest[:12]}… is not for obligation {o.digest[:12]}…"
                 )
-        if o.statement.deadline_ms > MAX_DEADLINE_MS:
-            # No node signs such a promise; a stranger's own obligation with one would
-            # hold this witness's call (and its room for challenges) that long.
+        refusal = promise_refusal(deadline_ms=o.statement.deadline_ms)
+        if refusal:
+            # No node signs such a promise (the bounds every route checks); a stranger's
+            # own obligation with a long one would hold this witness's call (and its
+            # room for challenges) that long.
             raise PromiseOutOfRange(
-                f"challenge: obligation {o.digest[:12]}… promises deadline_ms"
-                f" {o.statement.deadline_ms}, beyond the {MAX_DEADLINE_MS} a node signs"
-                " or a witness waits"
+                f"challenge: obligation {o.digest[:12]}… is no promise a node signs: {refusal}"
             )
         # Only an endpoint the origin itself signed into the obligation is ever asked:
         # a caller cannot point the witness at an address of its choosing.

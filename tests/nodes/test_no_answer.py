@@ -28,6 +28,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from contracts.evidence import EvidenceStatus, verify_evidence
 from contracts.identity import Identity
+from contracts.rules import promise_refusal
 from contracts.serve import build_commitment, build_demand, build_obligation
 from contracts.signed import open_statement
 from contracts.statements import Commitment, Obligation, WitnessOutcome, WitnessReport
@@ -413,24 +414,34 @@ async def test_the_smallest_promise_is_the_same_bound_on_a_request_and_in_the_co
 
 async def test_a_challenge_of_a_promise_no_node_signs_is_refused_at_once(tmp_path: Path) -> None:
     """A stranger's own obligation promising hours would hold a witness's challenge (and
-    its room for challenges) that long; before, the call waited out the caller's deadline."""
+    its room for challenges) that long; before, the call waited out the caller's deadline.
+    A promise below the fastest a node signs is refused by the same rule every route
+    applies (contracts.rules.promise_refusal)."""
     stranger = Identity.generate()
     now = int(time.time() * 1000)
     commitment = build_commitment(
         stranger, epoch="e", value_ref="v", fold_seq=0, hops=[b"{}"], issued_at=now
     )
-    obligation = build_obligation(
-        stranger,
-        commitment,
-        serve_until=now + 3_600_000,
-        deadline_ms=10_000_000,
-        endpoints=[f"127.0.0.1:{free_ports(1)[0]}"],
-        issued_at=now,
-    )
+
+    def promising(deadline_ms: int) -> bytes:
+        return build_obligation(
+            stranger,
+            commitment,
+            serve_until=now + 3_600_000,
+            deadline_ms=deadline_ms,
+            endpoints=[f"127.0.0.1:{free_ports(1)[0]}"],
+            issued_at=now,
+        ).to_bytes()
+
     with node_process(tmp_path, "w1") as (w1, _):
         started = time.monotonic()
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await _challenge(w1, commitment.to_bytes(), obligation.to_bytes())
-    assert refused.value.code() is grpc.StatusCode.OUT_OF_RANGE, refused.value
-    assert "deadline_ms 10000000" in (refused.value.details() or "")
+        with pytest.raises(grpc.aio.AioRpcError) as slow:
+            await _challenge(w1, commitment.to_bytes(), promising(10_000_000))
+        with pytest.raises(grpc.aio.AioRpcError) as fast:
+            await _challenge(w1, commitment.to_bytes(), promising(MIN_DEADLINE_MS - 1))
+    for refused, deadline in ((slow, 10_000_000), (fast, MIN_DEADLINE_MS - 1)):
+        assert refused.value.code() is grpc.StatusCode.OUT_OF_RANGE, refused.value
+        expected = promise_refusal(deadline_ms=deadline)
+        assert expected
+        assert expected in (refused.value.details() or ""), refused.value
     assert time.monotonic() - started < 10
