@@ -104,6 +104,7 @@ from contracts.evidence import (  # noqa: E402
     verify_clearing,
     verify_evidence,
 )
+from nodes.methods import method_name  # noqa: E402
 
 __all__ = [
     "ATTACKS",
@@ -270,11 +271,11 @@ def verdicts(t: Tally, *, clear_target_s: float = CLEAR_TARGET_S) -> dict[str, b
 
 # --------------------------------------------------------------------------- the stranger
 
-_DEMAND = "/provnet.v1.Serve/Demand"
-_CHALLENGE = "/provnet.v1.Evidence/Challenge"
+_DEMAND = method_name("Serve", "Demand")
+_CHALLENGE = method_name("Evidence", "Challenge")
 _WATCH = "/grpc.health.v1.Health/Watch"
-_SUBMIT = "/provnet.v1.Attest/Submit"
-_DELIVER = "/provnet.v1.Deliver/Deliver"
+_SUBMIT = method_name("Attest", "Submit")
+_DELIVER = method_name("Deliver", "Deliver")
 #: Every channel its own connection (grpc would share them within a process).
 _OWN_CONNECTION: list[tuple[str, Any]] = [
     ("grpc.use_local_subchannel_pool", 1),

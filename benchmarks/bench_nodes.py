@@ -98,6 +98,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from _procs import cpu_seconds, stop
 
+from nodes.methods import method_name
+
 if TYPE_CHECKING:
     from nodes.client import HeldFold, Holder
 
@@ -106,7 +108,7 @@ SIGN2_METHOD = "/bench.Echo/Sign2"
 CONTRACTS_METHOD = "/bench.Echo/Contracts"
 NODE_CORE_METHOD = "/bench.Echo/NodeCore"
 ASK_CORE_METHOD = "/bench.Echo/AskCore"
-SERVE_DEMAND_METHOD = "/provnet.v1.Serve/Demand"
+SERVE_DEMAND_METHOD = method_name("Serve", "Demand")
 FLOOR_CRYPTO = "floor: bare + 2 Ed25519 signs"
 FLOOR_CONTRACTS = "floor: bare + contracts calls, 5-hop"
 BARE = "bare unary"

@@ -91,8 +91,9 @@ from nodes.config import (  # noqa: E402  (after the path insert)
     DEFAULT_MAX_PENDING_RPCS,
     MIN_DEADLINE_MS,
 )
+from nodes.methods import method_name  # noqa: E402
 
-DELIVER = "/provnet.v1.Deliver/Deliver"
+DELIVER = method_name("Deliver", "Deliver")
 _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_send_message_length", 8 << 20),
     ("grpc.max_receive_message_length", 8 << 20),

@@ -40,7 +40,10 @@ from _procs import cpu_seconds, one_node_setup, pinned_node
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-DELIVER = "/provnet.v1.Deliver/Deliver"
+from nodes.methods import method_name  # noqa: E402  (after the path insert)
+
+DELIVER = method_name("Deliver", "Deliver")
+INFO = method_name("Node", "Info")
 
 
 def _threads(pid: int) -> dict[tuple[str, str], float]:
@@ -66,7 +69,7 @@ async def _measure(args: argparse.Namespace, address: str, pid: int, key: Path) 
     options = [("grpc.use_local_subchannel_pool", 1)]
     chans = [grpc.aio.insecure_channel(address, options=options) for _ in range(args.connections)]
     for chan in chans:  # connected before anything is measured
-        await chan.unary_unary("/provnet.v1.Node/Info")(b"", timeout=10)
+        await chan.unary_unary(INFO)(b"", timeout=10)
     streams = [chan.stream_unary(DELIVER) for chan in chans]
     release = asyncio.Event()
 
