@@ -45,7 +45,10 @@ head is (``ask step: bare + node core``: the holder's raw call, request
 written and reply read as the holder's transport does, the hops checked
 against the verified root, served by the origin's ``answer_asks`` on the bare
 server; ``ask step: + node server``: the same raw call to the node's own
-server); the rest up to ``verified 5-hop (head)`` is ``nodes.client.Holder``.
+server); the rest up to ``verified 5-hop (head)`` is ``nodes.client.Holder``,
+whose own time before and after its call a second, identical holder shows
+(``verified 5-hop (head), timed inside``: its transport notes when the call
+starts and ends; the run prints the p50 of each part).
 
 Printed:
 
@@ -119,6 +122,7 @@ STEP_NODE_CORE = "step: + node core, 5-hop (head)"
 STEP_NODE_SERVER = "step: + node server, 5-hop (head)"
 STEP_ASK_CORE = "ask step: bare + node core, 5-hop (head)"
 STEP_ASK_SERVER = "ask step: + node server, 5-hop (head)"
+TIMED_HEAD = "verified 5-hop (head), timed inside"
 STATS_METHOD = "/bench.Echo/SigStats"
 FOLD_SIZES = (1, 5, 50)
 TARGET_LATENCY_RATIO = 1.15
@@ -386,6 +390,37 @@ async def _latencies(
             await call()
             out[name].append((time.perf_counter() - t0) * 1e3)
     return out
+
+
+class _TimedAsks:
+    """A transport that is ``inner``, noting when each ``ask`` starts and ends, so a
+    holder's own time before and after its call can be told from the call."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._call: tuple[float, float] = (0.0, 0.0)
+        self._split: list[tuple[float, float]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def ask(self, address: str, asks: bytes, timeout: float) -> Any:
+        start = time.perf_counter()
+        answers = await self._inner.ask(address, asks, timeout)
+        self._call = (start, time.perf_counter())
+        return answers
+
+    def note(self, start: float, end: float) -> None:
+        """One rehydration from ``start`` to ``end`` around the last ask."""
+        self._split.append((self._call[0] - start, end - self._call[1]))
+
+    def split(self) -> tuple[float, float]:
+        """p50 (ms) of the holder's time before and after its call, warm-up excluded."""
+        kept = self._split[len(self._split) // 10 :] or [(0.0, 0.0)]
+        return (
+            statistics.median(b for b, _ in kept) * 1e3,
+            statistics.median(a for _, a in kept) * 1e3,
+        )
 
 
 def _pooled(
@@ -771,6 +806,20 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     # the rest up to "verified 5-hop (head)" is the holder's client.
     if own_fold is None:
         raise RuntimeError("the 5-hop fold under a head has no verified fold")
+    # The holder's own time around its call: a second holder, the same as the
+    # first, over a transport that notes when its ask starts and ends; the row
+    # judged (``verified 5-hop (head)``) runs without it.
+    timing = _TimedAsks(transport)
+    timed_holder = Holder(Identity.generate(), timing, cache=False, reasks=0)  # type: ignore[arg-type]
+
+    async def timed_head() -> bool:
+        start = time.perf_counter()
+        report = await timed_holder.rehydrate("bench-head-5", [head_folds[5]])
+        timing.note(start, time.perf_counter())
+        if report.outcomes[0].outcome is not Outcome.SERVED:
+            raise RuntimeError(f"timed 5-hop demand not served: {report.outcomes[0].detail}")
+        return True
+
     asks = pack_asks([FoldAsk.for_fold(own_fold)])
 
     def raw_ask(channel: Any, method: str) -> Any:
@@ -799,6 +848,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         STEP_NODE_SERVER: lambda: floors.demand_via(via_server, own_fold),
         STEP_ASK_CORE: lambda: ask_via(ask_via_core),
         STEP_ASK_SERVER: lambda: ask_via(ask_via_server),
+        TIMED_HEAD: timed_head,
     }
     for size in FOLD_SIZES:
         calls[f"verified {size}-hop"] = lambda s=size: verified(s)  # type: ignore[misc]
@@ -881,6 +931,13 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         f"  the target allows {budget_us:.0f} µs above a bare round trip; the two Ed25519"
         f" signatures a signed demand makes take {crypto_us:.0f} µs, which the unsigned"
         " first ask does not spend"
+    )
+
+    before, after = timing.split()
+    print(
+        f"  inside '{TIMED_HEAD}' (p50 over its samples): the holder's own time"
+        f" {(before + after) * 1e3:.0f} µs around its call, {before * 1e3:.0f} µs before"
+        f" the call and {after * 1e3:.0f} µs after it"
     )
 
     # Where a verified demand's time goes: the contracts steps alone, in this process.

@@ -47,9 +47,14 @@ def test_bench_nodes_short_run_serves_every_row_without_errors() -> None:
     out = proc.stdout
     # 0 = all targets met, 1 = a ratio missed; anything else is a broken run.
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
-    steps = ("ask step: bare + node core, 5-hop (head)", "ask step: + node server, 5-hop (head)")
+    steps = (
+        "ask step: bare + node core, 5-hop (head)",
+        "ask step: + node server, 5-hop (head)",
+        "verified 5-hop (head), timed inside",
+    )
     for name in (*ROWS, *steps, "verified 1-hop", "verified 50-hop", "signed 5-hop (head)"):
         assert re.search(rf"^{re.escape(name)}\s+\d+\.\d{{3}}\s", out, re.M), (name, out)
+    assert re.search(r"the holder's own time \d+ µs around its call, \d+ µs before", out), out
     throughput = out[out.index("throughput") :]
     for name in ROWS:
         line = next(ln for ln in throughput.splitlines() if ln.startswith(name))
