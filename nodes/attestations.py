@@ -260,7 +260,7 @@ class Attestations:
         *,
         deadline: float | None = None,
     ) -> RestoreResult:
-        """``Attest.Restore``: this node as holder (:func:`nodes.attester.restore`);
+        """``Attest.Restore``: this node as holder (:func:`nodes.restore.restore`);
         ``attester`` is a peer name or host:port."""
         ask.check()
         address = self.config.peer(attester)

@@ -13,7 +13,7 @@ entry is one or the other.
   that carried it in full — a receiver verifies every statement a delivery
   carries, and refuses the delivery if one does not verify or names no fold
   of the value, so a receipt means it now holds each verified.
-* **Receiver** (:class:`HeldStatements`, in :class:`nodes.holding.HoldingCore`):
+* **Receiver** (:class:`HeldStatements`, in :class:`nodes.holding.Holding`):
   keeps the notes it verified, by digest (bounded, in memory); a digest it
   does not hold (a restart, an eviction) is ``NOT_FOUND``, and the sender
   repeats the delivery once with every statement in full and forgets its

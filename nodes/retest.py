@@ -2,7 +2,7 @@
 
 A suspicion (``unanswered``, or ``busy``: :mod:`nodes.noanswer`) is cleared by
 any later receipt of the origin for the same obligation
-(:meth:`nodes.services.NodeCore.clear_suspicions`). Without a re-test that
+(:meth:`nodes.suspicions.Suspicions.clear_suspicions`). Without a re-test that
 receipt only comes if the value happens to be rehydrated again, so an origin
 that was cut off or overloaded for a minute could stay suspected for as long
 as the obligation runs. The :class:`Retester` asks instead.

@@ -338,7 +338,7 @@ class RemoteOps:
     async def deliver(
         self, path: Sequence[NodeRef], delivery: Delivery, timeout: float
     ) -> tuple[Signed[DeliveryReceipt], Delivery]:
-        """The origin's delivery as :meth:`nodes.services.NodeCore.send` makes it.
+        """The origin's delivery as :meth:`nodes.holding.Holding.send` makes it.
 
         Heads the first node acknowledged in an earlier signed receipt travel
         as the digests their fold proofs name; a ``NOT_FOUND`` answer (the

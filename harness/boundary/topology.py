@@ -122,7 +122,7 @@ class NodeOps(Protocol):
     fold's value ref (``name`` is unique within a run); ``commit_compaction``
     has an origin fold several values' hops under ONE signed head;
     ``deliver`` sends ``delivery`` along ``path`` (origin, relays…, holder)
-    the way :meth:`nodes.services.NodeCore.send` does — heads the next node
+    the way :meth:`nodes.holding.Holding.send` does — heads the next node
     acknowledged before travel as their digests, resent in full on
     ``NOT_FOUND`` — and returns the first receiver's receipt, opened under
     its key, and the delivery as sent; ``rehydrate`` has the holder demand a

@@ -17,11 +17,11 @@ A delegation is handled in two steps:
    required and absent → ``ExtensionSupportRequiredError``, which the SDK
    never raises itself), the message layout (:func:`nodes.a2a.extension.read_delegation`)
    and the node's own verification of the delivery
-   (:meth:`nodes.services.NodeCore.deliver`: heads, fold proofs, obligations;
+   (:meth:`nodes.holding.Holding.deliver`: heads, fold proofs, obligations;
    the value held on one stranger account for all A2A callers). Any failure
    is an A2A error naming it; nothing is held and no evidence is written;
 2. **execution**, in :class:`ProvnetExecutor`: the value is rehydrated from
-   its origins (:meth:`nodes.services.NodeCore.rehydrate` — the holder
+   its origins (:meth:`nodes.holding.Holding.rehydrate` — the holder
    client, its re-asks, its evidence files), the gate decides, the value is
    forwarded unchanged when asked (the duty stays with the value: the next
    agent demands from the origin, not from us), and the answer is a task

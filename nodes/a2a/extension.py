@@ -228,7 +228,7 @@ def delegation_message(
     The DeliverRequest goes with an empty ``sender``: over A2A no provnet key
     signs the call, so every head names its origin in full and the receiver's
     receipt names the value's origin as sender (as a delivery by an operator
-    that names none, :meth:`nodes.services.NodeCore.deliver`).
+    that names none, :meth:`nodes.holding.Holding.deliver`).
     """
     unsigned = dataclasses.replace(delivery, sender="")
     raw = wire.deliver_request(unsigned).SerializeToString()
@@ -280,7 +280,7 @@ def read_delegation(message: a2a_pb2.Message, *, max_bytes: int = MAX_DELIVERY_B
     ``raw`` bytes within ``max_bytes``, that parse as a DeliverRequest whose
     statements decode; the hints are strings; the value the hints name is the
     value the part carries. Signatures, heads and fold proofs are verified by
-    the node when it takes the delivery (:meth:`nodes.services.NodeCore.deliver`).
+    the node when it takes the delivery (:meth:`nodes.holding.Holding.deliver`).
     """
     if EXTENSION_URI not in message.extensions:
         raise InvalidParamsError(message=f"message does not name extension {EXTENSION_URI}")
