@@ -416,7 +416,9 @@ class _TimedAsks:
 
     def split(self) -> tuple[float, float]:
         """p50 (ms) of the holder's time before and after its call, warm-up excluded."""
-        kept = self._split[len(self._split) // 10 :] or [(0.0, 0.0)]
+        kept = self._split[len(self._split) // 10 :]
+        if not kept:
+            raise RuntimeError("no timed rehydration was sampled")
         return (
             statistics.median(b for b, _ in kept) * 1e3,
             statistics.median(a for _, a in kept) * 1e3,
@@ -800,12 +802,23 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     node_channel = grpc.aio.insecure_channel(address, options=options)
     via_server = floors.method(node_channel, SERVE_DEMAND_METHOD)
     own_fold = head_folds[5].fold
-    # The unsigned first ask in the same steps: the raw call (request written,
-    # reply read, hops checked against the verified root, nothing else) to the
-    # origin's answer_asks on the bare server, then to the node's own server;
-    # the rest up to "verified 5-hop (head)" is the holder's client.
+    # The unsigned first ask in the same steps: the holder's own call object
+    # (nodes.wire.ask_unary: request written, reply read) with the hops checked
+    # against the verified root and nothing else, to the origin's answer_asks on
+    # the bare server, then to the node's own server; the rest up to
+    # "verified 5-hop (head)" is the holder's client.
     if own_fold is None:
         raise RuntimeError("the 5-hop fold under a head has no verified fold")
+    asks = pack_asks([FoldAsk.for_fold(own_fold)])
+    ask_via_core = wire.ask_unary(bare_channel, ASK_CORE_METHOD)
+    ask_via_server = wire.ask_unary(node_channel)
+
+    async def ask_via(call: Any) -> bool:
+        answers = await call(asks, timeout=2.0)
+        if not reproduces_fold(answers[0].hops, own_fold, None):
+            raise RuntimeError("unsigned ask: the hops do not reproduce the fold's root")
+        return True
+
     # The holder's own time around its call: a second holder, the same as the
     # first, over a transport that notes when its ask starts and ends; the row
     # judged (``verified 5-hop (head)``) runs without it.
@@ -818,26 +831,6 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         timing.note(start, time.perf_counter())
         if report.outcomes[0].outcome is not Outcome.SERVED:
             raise RuntimeError(f"timed 5-hop demand not served: {report.outcomes[0].detail}")
-        return True
-
-    asks = pack_asks([FoldAsk.for_fold(own_fold)])
-
-    def raw_ask(channel: Any, method: str) -> Any:
-        # as nodes.wire.ask_unary builds the holder's call, on ``method``
-        return channel.unary_unary(
-            method,
-            request_serializer=wire.encode_ask_request,
-            response_deserializer=wire.answers_from_response,
-            _registered_method=True,
-        )
-
-    ask_via_core = raw_ask(bare_channel, ASK_CORE_METHOD)
-    ask_via_server = raw_ask(node_channel, SERVE_DEMAND_METHOD)
-
-    async def ask_via(call: Any) -> bool:
-        answers = await call(asks, timeout=2.0)
-        if not reproduces_fold(answers[0].hops, own_fold, None):
-            raise RuntimeError("unsigned ask: the hops do not reproduce the fold's root")
         return True
 
     calls: dict[str, Callable[[], Awaitable[object]]] = {

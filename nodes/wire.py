@@ -645,17 +645,20 @@ def demand_unary(channel: grpc.aio.Channel) -> DemandCall:
     return cast("DemandCall", _registered_demand(channel, encode_demand_request))
 
 
-def ask_unary(channel: grpc.aio.Channel) -> AskCall:
+def ask_unary(channel: grpc.aio.Channel, method: str = DEMAND_METHOD) -> AskCall:
     """``Serve.Demand`` with unsigned asks, as :func:`demand_unary` (request written by
     :func:`encode_ask_request`, reply read straight into :class:`SizedAnswers`;
-    registered with the channel likewise)."""
-    return cast("AskCall", _registered_demand(channel, encode_ask_request))
+    registered with the channel likewise). ``method``: the same call to another
+    method taking a ``DemandRequest`` (a benchmark's bare server)."""
+    return cast("AskCall", _registered_demand(channel, encode_ask_request, method))
 
 
-def _registered_demand(channel: grpc.aio.Channel, serializer: Callable[[Any], bytes]) -> Any:
+def _registered_demand(
+    channel: grpc.aio.Channel, serializer: Callable[[Any], bytes], method: str = DEMAND_METHOD
+) -> Any:
     registering: Any = channel  # grpc's stubs lack the generated code's _registered_method
     return registering.unary_unary(
-        DEMAND_METHOD,
+        method,
         request_serializer=serializer,
         response_deserializer=answers_from_response,
         _registered_method=True,
