@@ -16,7 +16,9 @@ processor list and context class are compared by identity on each use;
 ``structlog.testing.capture_logs`` edits the processor list in place, which
 a kept logger sees). An event below the configured level is a no-op method
 of structlog's filtering logger, as before; :meth:`NodeLogger.enabled` lets
-a hot path skip building an event's fields.
+a hot path skip building an event's fields. Its answer depends on the wrapper
+class alone (a filtering logger's level is fixed in its class), so it is kept
+per level and answered again when that class changes.
 """
 
 from __future__ import annotations
@@ -82,6 +84,22 @@ def configure_logging(fmt: LogFormat = LogFormat.AUTO, level: str = "info", **bi
         structlog.contextvars.bind_contextvars(**bind)
 
 
+#: structlog's configuration object, read for its wrapper class alone on every
+#: :meth:`NodeLogger.enabled` (``structlog.get_config`` builds a dictionary of five
+#: entries per call); None if a structlog release moves it, then read as documented.
+_STRUCTLOG_CONFIG: Any = getattr(getattr(structlog, "_config", None), "_CONFIG", None)
+if not hasattr(_STRUCTLOG_CONFIG, "default_wrapper_class"):
+    _STRUCTLOG_CONFIG = None
+#: [the wrapper class the answers are for, level → whether it is emitted]
+_ENABLED: list[Any] = [None, {}]
+
+
+def _wrapper_class() -> Any:
+    if _STRUCTLOG_CONFIG is not None:
+        return _STRUCTLOG_CONFIG.default_wrapper_class
+    return structlog.get_config()["wrapper_class"]
+
+
 def _config_key() -> tuple[Any, Any, Any, Any]:
     # The objects themselves (kept alive here), compared by identity: an id
     # could be reused by a new object once the old one is freed.
@@ -115,9 +133,18 @@ class NodeLogger:
 
     def enabled(self, level: str) -> bool:
         """Whether an event at ``level`` ("debug", "info", …) would be emitted."""
-        self._logger()
-        check = self._check
-        return True if check is None else bool(check(_LEVELS.get(level, 20)))
+        wrapper = _wrapper_class()
+        if wrapper is not _ENABLED[0]:
+            # what a level gives depends on the wrapper class alone (a filtering
+            # logger's level is fixed in its class): answered again when it changes
+            _ENABLED[:] = [wrapper, {}]
+        answers: dict[str, bool] = _ENABLED[1]
+        answer = answers.get(level)
+        if answer is None:
+            self._logger()
+            check = self._check
+            answer = answers[level] = True if check is None else bool(check(_LEVELS.get(level, 20)))
+        return answer
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._logger(), name)
