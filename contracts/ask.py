@@ -39,11 +39,12 @@ __all__ = [
     "MAX_OPEN_LEAVES",
     "FoldAsk",
     "pack_asks",
+    "read_ask",
     "reproduces_fold",
-    "unpack_asks",
+    "split_asks",
 ]
 
-#: (field, bytes) in order: the one layout :func:`pack_asks` and :func:`unpack_asks` follow.
+#: (field, bytes) in order: the one layout :func:`pack_asks` and :func:`read_ask` follow.
 ASK_LAYOUT: tuple[tuple[str, int], ...] = (("head", 32), ("fold", 32))
 ASK_BYTES = sum(size for _, size in ASK_LAYOUT)
 #: The most hops an origin answers one unsigned ask with: a larger fold is demanded
@@ -75,9 +76,10 @@ def pack_asks(asks: Sequence[FoldAsk]) -> bytes:
     return b"".join(parts)
 
 
-def unpack_asks(data: bytes, *, max_folds: int) -> tuple[FoldAsk, ...]:
-    """The asks in ``data``; :class:`EncodingError` naming what is wrong (checked by size
-    first: nothing is read from bytes of a length no honest holder sends)."""
+def split_asks(data: bytes, *, max_folds: int) -> tuple[bytes, ...]:
+    """The asks in ``data``, each its :data:`ASK_BYTES` bytes, in order;
+    :class:`EncodingError` naming what is wrong (checked by size first: nothing is
+    read from bytes of a length no honest holder sends; then no ask repeated)."""
     if not data:
         raise EncodingError("asks: empty (at least one fold must be asked)")
     if len(data) % ASK_BYTES:
@@ -85,20 +87,22 @@ def unpack_asks(data: bytes, *, max_folds: int) -> tuple[FoldAsk, ...]:
     count = len(data) // ASK_BYTES
     if count > max_folds:
         raise EncodingError(f"asks: {count} folds exceeds {max_folds} per call")
-    if count == 1:  # nearly every call: one fold, the layout's two fields
-        (_, head), (_, fold) = ASK_LAYOUT
-        return (FoldAsk(data[:head].hex(), data[head : head + fold].hex()),)
-    asks: list[FoldAsk] = []
-    for at in range(0, len(data), ASK_BYTES):
-        fields: list[str] = []
-        offset = at
-        for _, size in ASK_LAYOUT:
-            fields.append(data[offset : offset + size].hex())
-            offset += size
-        asks.append(FoldAsk(*fields))
-    if len(set(asks)) != len(asks):
+    if count == 1:  # nearly every call
+        return (data,)
+    chunks = tuple(data[at : at + ASK_BYTES] for at in range(0, len(data), ASK_BYTES))
+    if len(set(chunks)) != count:
         raise EncodingError("asks: the same fold is asked twice in one call")
-    return tuple(asks)
+    return chunks
+
+
+def read_ask(chunk: bytes) -> FoldAsk:
+    """One ask's :data:`ASK_LAYOUT` fields (``chunk``: one item of :func:`split_asks`)."""
+    fields: list[str] = []
+    offset = 0
+    for _, size in ASK_LAYOUT:
+        fields.append(chunk[offset : offset + size].hex())
+        offset += size
+    return FoldAsk(*fields)
 
 
 def reproduces_fold(hops: Sequence[bytes], fold: VerifiedFold, known: KnownRoots | None) -> bool:

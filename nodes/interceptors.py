@@ -121,6 +121,17 @@ async def _abort_for(
     await context.abort(code, f"{type(exc).__name__}: {exc}", trailers)
 
 
+def _encoded_or(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """A response serializer that sends a response given as its encoding (bytes) as it
+    is: an open method's handler may answer with bytes it encoded once
+    (:class:`nodes.wire.AnswerEncodings`)."""
+
+    def respond(response: Any) -> bytes:
+        return response if response.__class__ is bytes else serialize(response)
+
+    return respond
+
+
 class _Unreadable:
     """A request body that is not the method's protobuf message (grpc would answer UNKNOWN
     for a deserializer that raises): the handler refuses it as ``INVALID_ARGUMENT``,
@@ -499,7 +510,7 @@ class RequestContext:
         return grpc.unary_unary_rpc_method_handler(
             open_unary,
             request_deserializer=_tolerant(rpc, handler.request_deserializer),
-            response_serializer=handler.response_serializer,
+            response_serializer=_encoded_or(handler.response_serializer),
         )
 
     def _shed(

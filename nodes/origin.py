@@ -44,7 +44,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 
 from contracts._answer_rule import refusal_for
 from contracts._lru import BoundedCache
-from contracts.ask import ASK_BYTES, MAX_OPEN_LEAVES, FoldAsk, unpack_asks
+from contracts.ask import ASK_BYTES, MAX_OPEN_LEAVES, FoldAsk, read_ask, split_asks
 from contracts.batch import (
     DEMAND_BATCH_TYPE,
     RECEIPT_BATCH_TYPE,
@@ -123,6 +123,16 @@ OPEN_DECLINED = "open_declined"
 _DEFAULT_CHUNK_BYTES = 1024 * 1024
 #: Receipt items of whole folds served, kept per fold.
 _SERVED_CACHE = 100_000
+
+
+#: Hop bytes of the unsigned answers kept by their ask (weight: the hops' length).
+_OPEN_ANSWER_BYTES = 32 * 1024 * 1024
+#: The answer to an ask this node does not answer unsigned now: "ask signed".
+_ASK_SIGNED = Answer(b"", b"", ())
+
+
+def _open_answer_size(entry: tuple[int, int, Answer, int]) -> int:
+    return entry[3]
 
 
 def _check_skew(what: str, time_ms: int, now: float) -> None:
@@ -208,6 +218,15 @@ class Origin:
         #: Signs receipt batches straight to envelope bytes (the bytes of
         #: :func:`contracts.batch.sign_receipt_batch`, envelope text packed once).
         self._receipt_batches = EnvelopeSigner(ctx.identity, RECEIPT_BATCH_TYPE)
+
+        #: Unsigned answers that served a whole fold, by the ask's bytes: (serve_until,
+        #: leaf count, the answer, its hops' length). A fold's hops are immutable per
+        #: digest, so the same ask is answered with the same answer while the
+        #: promise runs (:func:`contracts.rules.serves_unsigned`, checked on every
+        #: call); kept only while the node's behaviour is the honest one.
+        self._open_answers: BoundedCache[bytes, tuple[int, int, Answer, int]] = BoundedCache(
+            None, maxweight=_OPEN_ANSWER_BYTES, weigh=_open_answer_size
+        )
 
     @property
     def served_items(self) -> int:
@@ -308,50 +327,73 @@ class Origin:
         before anything is looked up; an answer is bounded like a signed one (whole
         folds of at most :data:`MAX_OPEN_LEAVES` hops, the response within half the
         message bound: the rest answered empty, to be demanded signed or streamed).
+
+        A fold served is answered again from memory (the same :class:`Answer`, which
+        the server sends in the encoding it made once, :class:`nodes.wire.AnswerEncodings`)
+        while :func:`contracts.rules.serves_unsigned` holds — checked on every call; its
+        hops are immutable per digest. Only while the node's behaviour is the honest
+        one: a fault always answers itself.
         """
-        behaviour = type(self.ctx.behaviour)
-        if behaviour.before_serving is not _HONEST_BEFORE_SERVING:  # a fault acts here
-            await self.ctx.behaviour.before_serving(lambda: "")
+        if type(self.ctx.behaviour).before_serving is not _HONEST_BEFORE_SERVING:
+            await self.ctx.behaviour.before_serving(lambda: "")  # a fault acts here
+        honest = self._honest_unsigned()
         # (1) sizes, before anything is read from the bytes
         if len(asks) > MAX_DEMANDS_PER_CALL * ASK_BYTES:
             raise RequestTooLarge(
                 f"demand: {len(asks)} bytes of asks exceeds {MAX_DEMANDS_PER_CALL} folds per call"
             )
         try:
-            parsed = unpack_asks(asks, max_folds=MAX_DEMANDS_PER_CALL)
+            chunks = split_asks(asks, max_folds=MAX_DEMANDS_PER_CALL)
         except EncodingError as exc:
             raise MalformedRequest(f"demand: {exc}") from exc
         now_ms = self.ctx.now_ms()
         room = self.config.max_message_bytes // 2
+        kept = self._open_answers
+        counts = self.open_counts
         answers: list[Answer] = []
-        for ask in parsed:
-            hops = await self._open_hops(ask, now_ms)
-            size = sum(map(len, hops))
-            if size > room:
-                hops, size = (), 0
-            room -= size
-            if hops:
-                self.open_counts[OPEN_SERVES] += 1
-            else:
-                self.open_counts[OPEN_DECLINED] += 1
-            answers.append(Answer(b"", b"", hops))
+        for chunk in chunks:
+            entry = kept.get(chunk) if honest else None
+            if entry is None or not serves_unsigned(
+                entry[0], now_ms, leaf_count=entry[1], max_leaves=MAX_OPEN_LEAVES
+            ):
+                if entry is not None:
+                    kept.pop(chunk)
+                entry = await self._open_answer(read_ask(chunk), now_ms)
+                # kept only if no fault acted on it (one may have been set while it was read)
+                if honest and entry is not None and self._honest_unsigned():
+                    kept.put(chunk, entry)
+            if entry is None or entry[3] > room:
+                counts[OPEN_DECLINED] += 1
+                answers.append(_ASK_SIGNED)
+                continue
+            room -= entry[3]
+            counts[OPEN_SERVES] += 1
+            answers.append(entry[2])
         return answers
 
-    async def _open_hops(self, ask: FoldAsk, now_ms: int) -> tuple[bytes, ...]:
-        """The hops an unsigned ask for one fold is answered with (``()``: ask signed)."""
+    def _honest_unsigned(self) -> bool:
+        """Whether the node's behaviour now is the honest one for unsigned answers."""
+        behaviour = type(self.ctx.behaviour)
+        return (
+            behaviour.before_serving is _HONEST_BEFORE_SERVING
+            and behaviour.unsigned_hops is _HONEST_UNSIGNED
+        )
+
+    async def _open_answer(self, ask: FoldAsk, now_ms: int) -> tuple[int, int, Answer, int] | None:
+        """The unsigned answer to one fold's ask as (serve_until, leaf count, the answer,
+        its hops' length); None: answered "ask signed"."""
         own = self._own.get(own_key(ask.head, ask.fold))
         if own is None:
             own = await self._folds.under_head(ask.head, ask.fold)
         if own is None or not _bearer_under_own_head(own):
-            return ()
+            return None
         commitment = own.commitment
+        serve_until = own.obligation.statement.serve_until
+        leaf_count = commitment.statement.leaf_count
         if not serves_unsigned(
-            own.obligation.statement.serve_until,
-            now_ms,
-            leaf_count=commitment.statement.leaf_count,
-            max_leaves=MAX_OPEN_LEAVES,
+            serve_until, now_ms, leaf_count=leaf_count, max_leaves=MAX_OPEN_LEAVES
         ):
-            return ()
+            return None
         leaves = self._folds.cached_leaves(commitment.digest)
         if leaves is None:
             # Read as the signed path reads (FOUND: every hop, hashing to our root), but
@@ -360,12 +402,14 @@ class Origin:
                 commitment.digest, now_ms=now_ms, root=commitment.statement.root, count=False
             )
             if resolution.status is not st.ResolveStatus.FOUND:
-                return ()  # PENDING, STORE_CORRUPTED, …: answered signed, never unsigned
+                return None  # PENDING, STORE_CORRUPTED, …: answered signed, never unsigned
             leaves = tuple(resolution.leaves)
             self._folds.keep_leaves(commitment.digest, leaves)
         if type(self.ctx.behaviour).unsigned_hops is not _HONEST_UNSIGNED:  # a fault may lie
-            return self.ctx.behaviour.unsigned_hops(commitment.digest, leaves)
-        return leaves
+            leaves = self.ctx.behaviour.unsigned_hops(commitment.digest, leaves)
+        if not leaves:
+            return None
+        return serve_until, leaf_count, Answer(b"", b"", leaves), sum(map(len, leaves))
 
     async def _answer_batch(self, envelope: Envelope, now: float) -> list[Answer]:
         """A demand batch (:mod:`contracts.batch`): the same checks as for one demand per

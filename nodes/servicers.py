@@ -116,15 +116,18 @@ class HopLog(hoplog_pb2_grpc.HopLogServicer):
 class Serve(serve_pb2_grpc.ServeServicer):
     def __init__(self, core: NodeCore) -> None:
         self.core = core
+        #: Unsigned answers, each encoded once (the origin answers an ask again with
+        #: the same answer): sent as the response's encoding.
+        self._encodings = wire.AnswerEncodings()
 
-    async def Demand(
+    async def Demand(  # type: ignore[override]  # answers asks with the response's encoding
         self, request: serve_pb2.DemandRequest, context: _Context
-    ) -> serve_pb2.DemandResponse:
+    ) -> serve_pb2.DemandResponse | bytes:
         if request.asks:
             # Unsigned first asks (contracts.ask): one form or the other per call.
             if request.demands:
                 raise MalformedRequest("demand: a call carries demands or asks, not both")
-            return wire.demand_response(await self.core.answer_asks(request.asks))
+            return self._encodings.response(await self.core.answer_asks(request.asks))
         # The repeated field itself (a sequence of bytes), not a copy of it in a list.
         return wire.demand_response(await self.core.answer_demands(request.demands))
 

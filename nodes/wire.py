@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from contracts._lru import BoundedCache
 from contracts.attest import RehydrationProof
 from contracts.errors import EncodingError
 from contracts.fold_layout import put_varint
@@ -301,6 +302,41 @@ def demand_response(answers: Iterable[Answer]) -> serve_pb2.DemandResponse:
     for a in answers:
         add(receipt=a.receipt, commitment=a.commitment, hops=a.hops)
     return msg
+
+
+class AnswerEncodings:
+    """Answers as the encoding of a ``DemandResponse`` carrying them, each answer encoded
+    once while it is kept (by identity: an origin answers the same ask with the same
+    :class:`Answer`, :meth:`nodes.origin.Origin.answer_asks`).
+
+    A response's encoding is its answers' encodings back to back, each the encoding
+    of a response carrying that answer alone: protobuf reads concatenated messages as
+    their merge, a repeated field's items appended in order, and ``answers`` is the
+    response's only field. Bounded by the bytes kept (oldest dropped first)."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
+        self._kept: BoundedCache[int, tuple[Answer, bytes]] = BoundedCache(
+            None, maxweight=max_bytes, weigh=_encoding_size
+        )
+
+    def response(self, answers: Sequence[Answer]) -> bytes:
+        """The encoding of ``demand_response(answers)``."""
+        kept = self._kept
+        parts: list[bytes] = []
+        for answer in answers:
+            # by id: an entry keeps its answer alive, so no other answer has that id
+            entry = kept.get(id(answer))
+            if entry is None:
+                entry = (answer, demand_response((answer,)).SerializeToString())
+                kept.put(id(answer), entry)
+            parts.append(entry[1])
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _encoding_size(entry: tuple[Answer, bytes]) -> int:
+    return len(entry[1])
 
 
 def answers_from_pb(msg: serve_pb2.DemandResponse) -> list[Answer]:

@@ -21,3 +21,16 @@ def test_a_response_is_read_answer_by_answer_with_its_length() -> None:
     assert read.wire_size == len(data) == wire.demand_response_size(read)
     assert wire.demand_response_size(answers) == len(data)
     assert wire.answers_from_response(serve_pb2.DemandResponse().SerializeToString()) == []
+
+
+def test_answers_encoded_once_are_the_response_protobuf_encodes() -> None:
+    encodings = wire.AnswerEncodings()
+    answers = [
+        Answer(b"", b"", (b"hop-a", b"hop-b")),
+        Answer(b"", b"", ()),
+        Answer(b"receipt-3", b"commitment-3", (b"hop-c",)),
+    ]
+    for batch in ([answers[0]], answers, answers[::-1], answers):  # kept, then reused
+        data = encodings.response(batch)
+        assert data == wire.demand_response(batch).SerializeToString()
+        assert list(wire.answers_from_response(data)) == batch

@@ -274,3 +274,36 @@ async def test_a_holder_whose_unsigned_ask_is_refused_demands_signed_and_remembe
     assert report.demand_rpcs == 2
     report = audit(await holder.rehydrate("v", [held]), cluster.correct_ids())
     assert report.demand_rpcs == 1  # signed first
+
+
+async def test_an_ask_is_answered_again_from_memory_only_while_the_promise_runs(
+    cluster: MemCluster,
+) -> None:
+    origin = await cluster.add("origin")
+    held = await _head_fold(origin)
+    asks = _ask_bytes(held)
+    (first,) = await origin.answer_asks(asks)
+    (again,) = await origin.answer_asks(asks)
+    assert again is first  # kept, not read and built again
+    assert len(first.hops) == 5
+    _, offset = _shared_clock(origin)
+    offset[0] = (held.obligation.statement.serve_until - origin.now_ms()) / 1000 + 1
+    (late,) = await origin.answer_asks(asks)
+    assert late.hops == ()  # the kept answer ends with the promise
+    stats = await origin.stats()
+    assert (stats["open_serves"], stats["open_declined"]) == (2, 1)
+
+
+async def test_a_fault_set_after_an_honest_answer_answers_for_itself(
+    cluster: MemCluster,
+) -> None:
+    origin = await cluster.add("origin")
+    held = await _head_fold(origin)
+    asks = _ask_bytes(held)
+    (honest,) = await origin.answer_asks(asks)
+    origin.behaviour = _LiesUnsigned()
+    (lied,) = await origin.answer_asks(asks)
+    assert lied.hops == tuple(tamper_bytes(h) for h in honest.hops)
+    origin.behaviour = Honest()
+    (restored,) = await origin.answer_asks(_ask_bytes(held))
+    assert restored is honest  # what the fault answered was never kept
