@@ -317,6 +317,11 @@ class Holder:
         deadline: float | None = None,
     ) -> RehydrationReport:
         """Demand every fold of a value from its origins; one Serve RPC per origin."""
+        if len(folds) == 1:  # the common case: one fold, one origin, no task, no grouping
+            (held,) = folds
+            alone = _OriginRun(held.commitment.statement.origin, [_Fold(held)])
+            outcome, served = await self._run_origin(alone, witnesses, deadline)
+            return RehydrationReport(value_ref, (outcome,), tuple(served), alone.rpcs, alone.asks)
         runs: dict[str, _OriginRun] = {}
         for held in folds:
             origin = held.commitment.statement.origin
@@ -324,17 +329,13 @@ class Holder:
             if run is None:
                 run = runs[origin] = _OriginRun(origin, [])
             run.folds.append(_Fold(held))
-        if len(runs) == 1:  # the common case: no task needed
-            results = [await self._run_origin(next(iter(runs.values())), witnesses, deadline)]
-        else:
-            results = list(
-                await asyncio.gather(
-                    *(self._run_origin(run, witnesses, deadline) for run in runs.values())
-                )
-            )
-        if len(results) == 1:  # the common case again: no generators
-            (outcome, served), (run,) = results[0], runs.values()
+        if len(runs) == 1:  # one origin: no task needed
+            (run,) = runs.values()
+            outcome, served = await self._run_origin(run, witnesses, deadline)
             return RehydrationReport(value_ref, (outcome,), tuple(served), run.rpcs, run.asks)
+        results = await asyncio.gather(
+            *(self._run_origin(run, witnesses, deadline) for run in runs.values())
+        )
         outcomes = tuple(r[0] for r in results)
         hops = tuple(h for r in results for h in r[1])
         rpcs = sum(run.rpcs for run in runs.values())
