@@ -32,6 +32,7 @@ from nodes import client
 from nodes.client import HeldFold, Holder, Outcome
 from nodes.errors import MalformedRequest, RequestTooLarge
 from nodes.faults import Honest, Refuse, tamper_bytes
+from nodes.messages import Answer
 from nodes.services import FUTURE_NONCES_FILENAME, REPLAY_FLOOR_FILENAME, NodeCore
 from tests.nodes.rpc_support import (
     MemCluster,
@@ -276,13 +277,19 @@ async def test_a_holder_whose_unsigned_ask_is_refused_demands_signed_and_remembe
     assert report.demand_rpcs == 1  # signed first
 
 
-async def test_an_ask_is_answered_again_from_memory_only_while_the_promise_runs(
-    cluster: MemCluster,
-) -> None:
+async def _answered_once(cluster: MemCluster) -> tuple[NodeCore, HeldFold, bytes, Answer]:
+    """An origin with one fold under a head, its ask, and the ask answered once."""
     origin = await cluster.add("origin")
     held = await _head_fold(origin)
     asks = _ask_bytes(held)
-    (first,) = await origin.answer_asks(asks)
+    (answer,) = await origin.answer_asks(asks)
+    return origin, held, asks, answer
+
+
+async def test_an_ask_is_answered_again_from_memory_only_while_the_promise_runs(
+    cluster: MemCluster,
+) -> None:
+    origin, held, asks, first = await _answered_once(cluster)
     (again,) = await origin.answer_asks(asks)
     assert again is first  # kept, not read and built again
     assert len(first.hops) == 5
@@ -297,10 +304,7 @@ async def test_an_ask_is_answered_again_from_memory_only_while_the_promise_runs(
 async def test_a_fault_set_after_an_honest_answer_answers_for_itself(
     cluster: MemCluster,
 ) -> None:
-    origin = await cluster.add("origin")
-    held = await _head_fold(origin)
-    asks = _ask_bytes(held)
-    (honest,) = await origin.answer_asks(asks)
+    origin, held, asks, honest = await _answered_once(cluster)
     origin.behaviour = _LiesUnsigned()
     (lied,) = await origin.answer_asks(asks)
     assert lied.hops == tuple(tamper_bytes(h) for h in honest.hops)
