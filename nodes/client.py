@@ -317,11 +317,6 @@ class Holder:
         deadline: float | None = None,
     ) -> RehydrationReport:
         """Demand every fold of a value from its origins; one Serve RPC per origin."""
-        if len(folds) == 1:  # the common case: one fold, one origin, no task, no grouping
-            (held,) = folds
-            alone = _OriginRun(held.commitment.statement.origin, [_Fold(held)])
-            outcome, served = await self._run_origin(alone, witnesses, deadline)
-            return RehydrationReport(value_ref, (outcome,), tuple(served), alone.rpcs, alone.asks)
         runs: dict[str, _OriginRun] = {}
         for held in folds:
             origin = held.commitment.statement.origin
@@ -329,7 +324,7 @@ class Holder:
             if run is None:
                 run = runs[origin] = _OriginRun(origin, [])
             run.folds.append(_Fold(held))
-        if len(runs) == 1:  # one origin: no task needed
+        if len(runs) == 1:  # the common case: one origin, no task needed
             (run,) = runs.values()
             outcome, served = await self._run_origin(run, witnesses, deadline)
             return RehydrationReport(value_ref, (outcome,), tuple(served), run.rpcs, run.asks)
@@ -1109,8 +1104,8 @@ class Holder:
                     zip(repeat(origin), repeat(f.held.commitment.digest), f.leaves, f.hops),
                 )
         detail = worst.detail if not run.extra else f"{worst.detail}; {'; '.join(run.extra)}"
-        # Positional, in field order: called with keywords, a frozen dataclass of ten
-        # fields takes about twice as long to make, once per origin per decision.
+        # Positional, in field order: keyword arguments make a frozen dataclass's
+        # constructor markedly slower, and this runs once per origin per decision.
         outcome = OriginOutcome(
             run.origin,  # origin
             worst.outcome,  # outcome

@@ -41,6 +41,7 @@ serving and per answer; after a commit in :mod:`nodes.origin_log`).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import NamedTuple
 
 from contracts._answer_rule import refusal_for
 from contracts._lru import BoundedCache
@@ -131,8 +132,18 @@ _OPEN_ANSWER_BYTES = 32 * 1024 * 1024
 _ASK_SIGNED = Answer(b"", b"", ())
 
 
-def _open_answer_size(entry: tuple[int, int, Answer, int]) -> int:
-    return entry[3]
+class _OpenAnswer(NamedTuple):
+    """An unsigned answer that serves a whole fold, with what its reuse is checked by."""
+
+    serve_until: int
+    leaf_count: int
+    answer: Answer
+    #: the hops' length: the answer's share of a response's room, and its weight kept
+    size: int
+
+
+def _open_answer_size(entry: _OpenAnswer) -> int:
+    return entry.size
 
 
 def _check_skew(what: str, time_ms: int, now: float) -> None:
@@ -218,13 +229,11 @@ class Origin:
         #: Signs receipt batches straight to envelope bytes (the bytes of
         #: :func:`contracts.batch.sign_receipt_batch`, envelope text packed once).
         self._receipt_batches = EnvelopeSigner(ctx.identity, RECEIPT_BATCH_TYPE)
-
-        #: Unsigned answers that served a whole fold, by the ask's bytes: (serve_until,
-        #: leaf count, the answer, its hops' length). A fold's hops are immutable per
-        #: digest, so the same ask is answered with the same answer while the
-        #: promise runs (:func:`contracts.rules.serves_unsigned`, checked on every
-        #: call); kept only while the node's behaviour is the honest one.
-        self._open_answers: BoundedCache[bytes, tuple[int, int, Answer, int]] = BoundedCache(
+        #: Unsigned answers that served a whole fold, by the ask's bytes. A fold's
+        #: hops are immutable per digest, so the same ask is answered with the same
+        #: answer while the promise runs (:func:`contracts.rules.serves_unsigned`,
+        #: checked on every call); kept only while the node's behaviour is honest.
+        self._open_answers: BoundedCache[bytes, _OpenAnswer] = BoundedCache(
             None, maxweight=_OPEN_ANSWER_BYTES, weigh=_open_answer_size
         )
 
@@ -354,7 +363,7 @@ class Origin:
         for chunk in chunks:
             entry = kept.get(chunk) if honest else None
             if entry is None or not serves_unsigned(
-                entry[0], now_ms, leaf_count=entry[1], max_leaves=MAX_OPEN_LEAVES
+                entry.serve_until, now_ms, leaf_count=entry.leaf_count, max_leaves=MAX_OPEN_LEAVES
             ):
                 if entry is not None:
                     kept.pop(chunk)
@@ -362,13 +371,13 @@ class Origin:
                 # kept only if no fault acted on it (one may have been set while it was read)
                 if honest and entry is not None and self._honest_unsigned():
                     kept.put(chunk, entry)
-            if entry is None or entry[3] > room:
+            if entry is None or entry.size > room:
                 counts[OPEN_DECLINED] += 1
                 answers.append(_ASK_SIGNED)
                 continue
-            room -= entry[3]
+            room -= entry.size
             counts[OPEN_SERVES] += 1
-            answers.append(entry[2])
+            answers.append(entry.answer)
         return answers
 
     def _honest_unsigned(self) -> bool:
@@ -379,9 +388,8 @@ class Origin:
             and behaviour.unsigned_hops is _HONEST_UNSIGNED
         )
 
-    async def _open_answer(self, ask: FoldAsk, now_ms: int) -> tuple[int, int, Answer, int] | None:
-        """The unsigned answer to one fold's ask as (serve_until, leaf count, the answer,
-        its hops' length); None: answered "ask signed"."""
+    async def _open_answer(self, ask: FoldAsk, now_ms: int) -> _OpenAnswer | None:
+        """The unsigned answer to one fold's ask; None: answered "ask signed"."""
         own = self._own.get(own_key(ask.head, ask.fold))
         if own is None:
             own = await self._folds.under_head(ask.head, ask.fold)
@@ -409,7 +417,7 @@ class Origin:
             leaves = self.ctx.behaviour.unsigned_hops(commitment.digest, leaves)
         if not leaves:
             return None
-        return serve_until, leaf_count, Answer(b"", b"", leaves), sum(map(len, leaves))
+        return _OpenAnswer(serve_until, leaf_count, Answer(b"", b"", leaves), sum(map(len, leaves)))
 
     async def _answer_batch(self, envelope: Envelope, now: float) -> list[Answer]:
         """A demand batch (:mod:`contracts.batch`): the same checks as for one demand per
