@@ -44,6 +44,7 @@ import grpc
 from structlog.contextvars import bind_contextvars, bound_contextvars, reset_contextvars
 
 from contracts.entropy import random_bytes
+from nodes.ask_stream import STREAM_ENDS
 from nodes.auth import ControlAuth, request_digest
 from nodes.errors import MalformedRequest, StoreFull, status_for
 from nodes.logging import get_logger
@@ -315,6 +316,15 @@ class RequestContext:
         self._auth = auth
         #: Admission, shedding and pushback (:mod:`nodes.overload`); by default no caps.
         self.overload = overload if overload is not None else Overload()
+        #: How to end each open stream loop (``Serve.Ask``, :data:`nodes.ask_stream.STREAM_ENDS`):
+        #: long-lived, so the server's graceful stop ends them (:meth:`end_streams`)
+        #: instead of waiting its whole grace for them.
+        self._stream_ends: set[Callable[[], None]] = set()
+
+    def end_streams(self) -> None:
+        """End every open stream loop now, OK (its holder asks on a new stream)."""
+        for end in list(self._stream_ends):
+            end()
 
     # The overload controller's counters and parts, as the node reports them.
 
@@ -472,6 +482,39 @@ class RequestContext:
                 unary_stream,
                 request_deserializer=deserialize,
                 response_serializer=handler.response_serializer,
+            )
+        if (
+            handler.stream_stream is not None
+            and auth is None
+            and not inspect.isasyncgenfunction(handler.stream_stream)
+        ):
+            # An open stream that reads and writes with the context (Serve.Ask): each
+            # message it reads as parsed (or unreadable), each it writes as bytes if
+            # it encoded them itself.
+            inner_ss: Any = handler.stream_stream
+            stream_ends = self._stream_ends
+
+            async def stream_stream(
+                requests: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> None:
+                request_id = _call_id(context, context.invocation_metadata())
+                ends = STREAM_ENDS.set(stream_ends)
+                with bound_contextvars(request_id=request_id, rpc=rpc):
+                    if count is not None:
+                        count(rpc)
+                    try:
+                        await inner_ss(requests, context)
+                    except Exception as exc:
+                        if isinstance(exc, grpc.aio.AbortError):
+                            raise
+                        await _abort_for(exc, context, rpc, request_id)
+                    finally:
+                        STREAM_ENDS.reset(ends)
+
+            return grpc.stream_stream_rpc_method_handler(
+                stream_stream,
+                request_deserializer=deserialize,
+                response_serializer=_encoded_or(handler.response_serializer),
             )
         return handler
 

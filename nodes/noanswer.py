@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["BUSY_CODES", "SILENT_CODES", "Reply", "reply_for"]
+__all__ = ["BUSY_CODES", "SILENT_CODES", "CallFailed", "Reply", "reply_for"]
 
 #: Statuses that mean nothing came back from the endpoint.
 SILENT_CODES = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED", "DATA_LOSS"})
@@ -64,3 +64,26 @@ def reply_for(code: str) -> Reply:
     if code in BUSY_CODES:
         return Reply.BUSY
     return Reply.STATUS
+
+
+class CallFailed(Exception):
+    """A call to a peer failed; ``code`` is the gRPC status name, ``pushback_ms`` the
+    retry appointment the peer sent with it (``grpc-retry-pushback-ms``), if any."""
+
+    def __init__(
+        self, code: str, message: str, address: str, pushback_ms: int | None = None
+    ) -> None:
+        super().__init__(f"{address}: {code}: {message}")
+        self.code = code
+        self.message = message
+        self.address = address
+        self.pushback_ms = pushback_ms
+
+    @property
+    def reply(self) -> Reply:
+        """Silence, busy or a status: the one rule of :func:`nodes.noanswer.reply_for`."""
+        return reply_for(self.code)
+
+    @property
+    def no_answer(self) -> bool:
+        return self.reply is Reply.SILENT

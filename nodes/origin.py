@@ -99,6 +99,7 @@ __all__ = [
     "DEMAND_VERIFICATIONS",
     "DEMAND_WINDOW_S",
     "MAX_DEMANDS_PER_CALL",
+    "OPEN_ASKS",
     "OPEN_DECLINED",
     "OPEN_SERVES",
     "Origin",
@@ -117,8 +118,9 @@ DEMAND_VERIFICATIONS = "demand_verifications"
 _HONEST_BEFORE_SERVING = Behaviour.before_serving
 _HONEST_ANSWER = Behaviour.answer
 _HONEST_UNSIGNED = Behaviour.unsigned_hops
-#: In-memory counters of unsigned asks (folds served, folds answered empty): kept
-#: apart from the store's counters, so an ask writes nothing, not even a counter.
+#: In-memory counters of unsigned asks (calls, folds served, folds answered empty):
+#: kept apart from the store's counters, so an ask writes nothing, not even a counter.
+OPEN_ASKS = "open_asks"
 OPEN_SERVES = "open_serves"
 OPEN_DECLINED = "open_declined"
 _DEFAULT_CHUNK_BYTES = 1024 * 1024
@@ -222,7 +224,7 @@ class Origin:
         #: The own-fold cache, looked up on every demand (the same object as ``folds.cache``).
         self._own = folds.cache
         self.replay = OriginReplay(ctx, restart_floor_ms=restart_floor_ms)
-        self.open_counts: dict[str, int] = {OPEN_SERVES: 0, OPEN_DECLINED: 0}
+        self.open_counts: dict[str, int] = {OPEN_ASKS: 0, OPEN_SERVES: 0, OPEN_DECLINED: 0}
         #: Receipt batch items of whole folds served (obligation ‖ commitment digest →
         #: packed item, :func:`contracts.batch.served_whole_item`): immutable per fold.
         self._served_items: BoundedCache[str, bytes] = BoundedCache(_SERVED_CACHE)
@@ -343,6 +345,7 @@ class Origin:
         hops are immutable per digest. Only while the node's behaviour is the honest
         one: a fault always answers itself.
         """
+        self.open_counts[OPEN_ASKS] += 1
         if type(self.ctx.behaviour).before_serving is not _HONEST_BEFORE_SERVING:
             await self.ctx.behaviour.before_serving(lambda: "")  # a fault acts here
         honest = self._honest_unsigned()

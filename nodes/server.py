@@ -13,6 +13,7 @@ seconds before cancelling them.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,7 +162,12 @@ class NodeServer:
     async def stop(self, grace: float) -> None:
         """Health NOT_SERVING first (load balancers and holders back off), then stop."""
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
+        # Ask streams stay open while their holders do: once the server takes no new
+        # call, they are ended at once rather than after the whole grace.
+        stopping = asyncio.ensure_future(self.server.stop(grace))
+        await asyncio.sleep(0)
+        self.requests.end_streams()
+        await stopping
         if self.requests.loop_lag is not None:
             await self.requests.loop_lag.stop()
         log.info("node_stopped", grace_s=grace)

@@ -38,6 +38,7 @@ from nodes._pb.provnet.v1 import (
     witness_pb2,
     witness_pb2_grpc,
 )
+from nodes.ask_stream import serve_asks
 from nodes.errors import MalformedRequest
 from nodes.messages import Answer
 from nodes.services import NodeCore
@@ -120,16 +121,23 @@ class Serve(serve_pb2_grpc.ServeServicer):
         #: the same answer): sent as the response's encoding.
         self._encodings = wire.AnswerEncodings()
 
-    async def Demand(  # type: ignore[override]  # answers asks with the response's encoding
+    async def Demand(
         self, request: serve_pb2.DemandRequest, context: _Context
-    ) -> serve_pb2.DemandResponse | bytes:
-        if request.asks:
-            # Unsigned first asks (contracts.ask): one form or the other per call.
-            if request.demands:
-                raise MalformedRequest("demand: a call carries demands or asks, not both")
-            return self._encodings.response(await self.core.answer_asks(request.asks))
+    ) -> serve_pb2.DemandResponse:
         # The repeated field itself (a sequence of bytes), not a copy of it in a list.
         return wire.demand_response(await self.core.answer_demands(request.demands))
+
+    async def Ask(  # type: ignore[override]  # reads and writes with the context
+        self, request_iterator: object, context: _Context
+    ) -> None:
+        """Unsigned first asks on one stream (:mod:`nodes.ask_stream`), answered with
+        the encodings of the answers (:class:`nodes.wire.AnswerEncodings`)."""
+        await serve_asks(
+            context,
+            self.core.answer_asks,
+            self._encodings.response,
+            self.core.config.max_message_bytes,
+        )
 
     async def DemandStream(
         self, request: serve_pb2.DemandStreamRequest, context: _Context

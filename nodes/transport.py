@@ -44,6 +44,7 @@ import grpc
 
 from contracts._lru import BoundedCache
 from nodes import wire
+from nodes.ask_stream import AskStream, StreamEnded
 from nodes.attester import AttestationAnswer, AttestationAsk
 from nodes.auth import (
     ControlCredentials,
@@ -56,7 +57,7 @@ from nodes.errors import status_for
 from nodes.loopclock import loop_time
 from nodes.messages import Answer, ChallengeResult, Delivery, WitnessReply
 from nodes.methods import method_name
-from nodes.noanswer import SILENT_CODES, Reply, reply_for
+from nodes.noanswer import SILENT_CODES, CallFailed
 from nodes.retry import appointment_ms, retry_shed
 from nodes.tls import TLS_FAILED, TlsFiles, diagnose
 
@@ -96,29 +97,6 @@ def wrong_node(address: str, found: str, pinned: str) -> CallFailed:
         " nothing was sent",
         address,
     )
-
-
-class CallFailed(Exception):
-    """A call to a peer failed; ``code`` is the gRPC status name, ``pushback_ms`` the
-    retry appointment the peer sent with it (``grpc-retry-pushback-ms``), if any."""
-
-    def __init__(
-        self, code: str, message: str, address: str, pushback_ms: int | None = None
-    ) -> None:
-        super().__init__(f"{address}: {code}: {message}")
-        self.code = code
-        self.message = message
-        self.address = address
-        self.pushback_ms = pushback_ms
-
-    @property
-    def reply(self) -> Reply:
-        """Silence, busy or a status: the one rule of :func:`nodes.noanswer.reply_for`."""
-        return reply_for(self.code)
-
-    @property
-    def no_answer(self) -> bool:
-        return self.reply is Reply.SILENT
 
 
 class LocalNode(Protocol):
@@ -294,7 +272,8 @@ class GrpcTransport:
         )
         self._serve: dict[str, wire.ServeStub] = {}
         self._demand: dict[str, wire.DemandCall] = {}
-        self._ask: dict[str, wire.AskCall] = {}
+        #: Address → the ``Serve.Ask`` stream open to it (:mod:`nodes.ask_stream`).
+        self._asking: dict[str, AskStream] = {}
         self._evidence: dict[str, wire.EvidenceStub] = {}
         self._deliver: dict[str, wire.DeliverStub] = {}
         self._closing: dict[asyncio.Future[None], grpc.aio.Channel] = {}
@@ -329,8 +308,11 @@ class GrpcTransport:
 
     def _drop_channel(self, address: str, chan: grpc.aio.Channel) -> None:
         """A channel evicted from the bounded set: its stubs go, it closes with grace."""
-        for stubs in (self._serve, self._demand, self._ask, self._evidence, self._deliver):
+        for stubs in (self._serve, self._demand, self._evidence, self._deliver):
             stubs.pop(address, None)
+        asking = self._asking.pop(address, None)
+        if asking is not None:
+            asking.cancel()
         self._targets.pop(address, None)
         self._checked.discard(address)
         closing = asyncio.ensure_future(chan.close(_CHANNEL_CLOSE_GRACE_S))
@@ -445,17 +427,37 @@ class GrpcTransport:
         return answers
 
     async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
+        """On the ``Serve.Ask`` stream to ``address``, opened if none is (module
+        :mod:`nodes.ask_stream`); asked once more on a new stream when the one it
+        went out on ended OK first (idle, or the origin restarting)."""
         if self.pins:
             timeout = await self._check_pin(address, timeout, True)
-        call = self._ask.get(address)
-        if call is None:
-            call = self._ask[address] = wire.ask_unary(self.channel(address))
         self.calls += 1
+        started = loop_time()
         try:
-            answers: wire.SizedAnswers = await call(asks, timeout=timeout, wait_for_ready=True)
-        except grpc.aio.AioRpcError as exc:
-            raise await self._failed(address, exc) from exc
-        return answers
+            return await self._ask_stream(address).ask(asks, timeout)
+        except StreamEnded:
+            left = timeout - (loop_time() - started)
+            if left <= 0:
+                raise CallFailed(
+                    "DEADLINE_EXCEEDED", "the ask stream ended before an answer", address
+                ) from None
+            try:
+                return await self._ask_stream(address).ask(asks, left)
+            except StreamEnded as exc:
+                raise CallFailed("UNAVAILABLE", str(exc), address) from None
+
+    def _ask_stream(self, address: str) -> AskStream:
+        asking = self._asking.get(address)
+        if asking is None:
+            asking = self._asking[address] = AskStream(
+                wire.ask_stream(self.channel(address)), address, self._ask_ended, self._max
+            )
+        return asking
+
+    def _ask_ended(self, asking: AskStream) -> None:
+        if self._asking.get(asking.address) is asking:
+            del self._asking[asking.address]
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
         if self.pins:
@@ -606,6 +608,9 @@ class GrpcTransport:
         return wire.witness_reply_from_pb(reply)
 
     async def close(self) -> None:
+        asking, self._asking = list(self._asking.values()), {}
+        for stream in asking:
+            await stream.close()
         channels = self._channels
         self._channels = BoundedCache(MAX_CHANNELS, on_evict=self._drop_channel)
         self._serve.clear()
@@ -728,9 +733,9 @@ class InMemoryTransport:
 
     async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
         core = self._node(address)
-        self._check_size(address, wire.ask_request_size(asks))
+        self._check_size(address, wire.ask_frame_size(asks))
         answers: list[Answer] = await self._run(address, timeout, core.answer_asks(asks))
-        size = wire.demand_response_size(answers)
+        size = wire.ask_reply_size(answers)
         self._check_size(address, size)
         return wire.SizedAnswers(answers, size)
 

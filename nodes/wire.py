@@ -100,13 +100,16 @@ if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
     WitnessStub: TypeAlias = WitnessAsyncStub
     #: ``Serve.Demand`` from the demands' bytes, read into answers (:func:`demand_unary`).
     DemandCall: TypeAlias = grpc.aio.UnaryUnaryMultiCallable[Sequence[bytes], "SizedAnswers"]
-    #: ``Serve.Demand`` from unsigned asks' bytes (:func:`ask_unary`).
-    AskCall: TypeAlias = grpc.aio.UnaryUnaryMultiCallable[bytes, "SizedAnswers"]
+    #: ``Serve.Ask`` written and read as bytes (:func:`ask_stream`).
+    AskStreamCall: TypeAlias = grpc.aio.StreamStreamMultiCallable[
+        bytes, list[tuple[int, "SizedAnswers | tuple[str, str]"]]
+    ]
 
 __all__ = [
+    "ASK_METHOD",
     "DEMAND_METHOD",
     "WIRE_VERSION",
-    "AskCall",
+    "AskStreamCall",
     "DemandCall",
     "SizedAnswers",
     "add_checkpoint_request",
@@ -116,8 +119,11 @@ __all__ = [
     "answers_from_pb",
     "answers_from_response",
     "append_request",
-    "ask_request_size",
-    "ask_unary",
+    "ask_calls",
+    "ask_frame_size",
+    "ask_replies",
+    "ask_reply_size",
+    "ask_stream",
     "attest_request",
     "attest_request_size",
     "attest_response",
@@ -152,7 +158,9 @@ __all__ = [
     "demand_response",
     "demand_response_size",
     "demand_unary",
-    "encode_ask_request",
+    "encode_ask_frame",
+    "encode_ask_refusal",
+    "encode_ask_reply",
     "encode_demand_request",
     "evidence_stub",
     "forward_request",
@@ -286,12 +294,82 @@ def encode_demand_request(demands: Sequence[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def encode_ask_request(asks: bytes) -> bytes:
-    """The bytes of ``DemandRequest(asks=asks).SerializeToString()``, written directly:
-    field 2 (``asks``), its length as a varint, the packed asks (:mod:`contracts.ask`)."""
-    out = bytearray(b"\x12")
-    put_varint(out, len(asks))
-    return bytes(out) + asks
+def encode_ask_frame(call_id: int, asks: bytes) -> bytes:
+    """The bytes of ``AskFrame(calls=[AskCall(id=call_id, asks=asks)])``, written
+    directly: field 1 (``calls``) holding field 1 (``id``) and field 2 (``asks``,
+    the packed asks of :mod:`contracts.ask`). Frames back to back are one frame of
+    all their calls (a repeated field's items appended in order)."""
+    body = bytearray(b"\x08")
+    put_varint(body, call_id)
+    body.append(0x12)
+    put_varint(body, len(asks))
+    body += asks
+    return _field_1(body)
+
+
+def encode_ask_reply(call_id: int, answers: bytes) -> bytes:
+    """The bytes of ``AskReplies(replies=[AskReply(answers=…, id=call_id)])`` where
+    ``answers`` is the encoding of the answers (:meth:`AnswerEncodings.response`:
+    field 1 of a ``DemandResponse`` and of an ``AskReply`` alike)."""
+    body = bytearray(answers)
+    body.append(0x10)
+    put_varint(body, call_id)
+    return _field_1(body)
+
+
+def encode_ask_refusal(call_id: int, code: str, details: str) -> bytes:
+    """An ``AskReplies`` of one reply refusing call ``call_id``: the gRPC status name
+    the call would have ended with as a unary call, and why."""
+    reply = serve_pb2.AskReply(id=call_id, code=code, details=details[:_MAX_DETAILS])
+    return serve_pb2.AskReplies(replies=[reply]).SerializeToString()
+
+
+#: Characters of a refusal's reason sent back (gRPC's own details are not longer in practice).
+_MAX_DETAILS = 1024
+
+
+def _field_1(body: bytearray) -> bytes:
+    out = bytearray(b"\x0a")
+    put_varint(out, len(body))
+    return bytes(out + body)
+
+
+def _framed(n: int) -> int:
+    """Bytes of a length-delimited field 1 holding ``n`` bytes: tag, length, body."""
+    size = 2 + n
+    while n >= 0x80:
+        size += 1
+        n >>= 7
+    return size
+
+
+_read_ask_replies = serve_pb2.AskReplies.FromString
+
+
+def ask_calls(frame: object) -> list[tuple[int, bytes]]:
+    """A frame the origin read (the stream's request as parsed): ``(id, asks)`` per
+    call, in order. Raises :class:`contracts.errors.EncodingError` for anything that
+    is not an ``AskFrame`` (bytes the server could not parse as one)."""
+    if type(frame) is not serve_pb2.AskFrame:
+        raise EncodingError("ask: a message on Serve.Ask is not an AskFrame")
+    return [(c.id, c.asks) for c in frame.calls]
+
+
+def ask_replies(data: bytes) -> list[tuple[int, SizedAnswers | tuple[str, str]]]:
+    """A message of replies read by the holder (the stream's response deserializer).
+
+    Each reply's answers are sized as the one-reply message that would carry
+    them, so the sizes of a message's replies add up to its length."""
+    out: list[tuple[int, SizedAnswers | tuple[str, str]]] = []
+    for r in _read_ask_replies(data).replies:
+        if r.code:
+            out.append((r.id, (r.code, r.details)))
+            continue
+        answers: SizedAnswers = list.__new__(SizedAnswers)
+        answers += [Answer(a.receipt, a.commitment, tuple(a.hops)) for a in r.answers]
+        answers.wire_size = _framed(r.ByteSize())
+        out.append((r.id, answers))
+    return out
 
 
 def demand_response(answers: Iterable[Answer]) -> serve_pb2.DemandResponse:
@@ -681,12 +759,28 @@ def demand_unary(channel: grpc.aio.Channel) -> DemandCall:
     return cast("DemandCall", _registered_demand(channel, encode_demand_request))
 
 
-def ask_unary(channel: grpc.aio.Channel, method: str = DEMAND_METHOD) -> AskCall:
-    """``Serve.Demand`` with unsigned asks, as :func:`demand_unary` (request written by
-    :func:`encode_ask_request`, reply read straight into :class:`SizedAnswers`;
-    registered with the channel likewise). ``method``: the same call to another
-    method taking a ``DemandRequest`` (a benchmark's bare server)."""
-    return cast("AskCall", _registered_demand(channel, encode_ask_request, method))
+#: The full method name of ``Serve.Ask``.
+ASK_METHOD = method_name("Serve", "Ask")
+
+
+def ask_stream(channel: grpc.aio.Channel, method: str = ASK_METHOD) -> AskStreamCall:
+    """``Serve.Ask`` on ``channel``, written with frames' bytes
+    (:func:`encode_ask_frame`) and read into replies (:func:`ask_replies`).
+    ``method``: the same stream on another method (a benchmark's bare server)."""
+    registering: Any = channel  # grpc's stubs lack the generated code's _registered_method
+    return cast(
+        "AskStreamCall",
+        registering.stream_stream(
+            method,
+            request_serializer=_as_is,
+            response_deserializer=ask_replies,
+            _registered_method=True,
+        ),
+    )
+
+
+def _as_is(data: bytes) -> bytes:
+    return data
 
 
 def _registered_demand(
@@ -725,9 +819,16 @@ def demand_request_size(demands: Sequence[bytes]) -> int:
     return message_size(demand_request(demands))
 
 
-def ask_request_size(asks: bytes) -> int:
-    """Bytes of a ``DemandRequest`` carrying ``asks`` on the wire."""
-    return message_size(serve_pb2.DemandRequest(asks=asks))
+def ask_frame_size(asks: bytes) -> int:
+    """Bytes on the wire of one call asking ``asks`` (its one-call ``AskFrame``, the
+    holder's first call id: later ids may take a byte or two more)."""
+    return len(encode_ask_frame(1, asks))
+
+
+def ask_reply_size(answers: Sequence[Answer]) -> int:
+    """Bytes on the wire of the reply carrying ``answers`` (its one-reply
+    ``AskReplies``, with the holder's first call id, as :func:`ask_frame_size`)."""
+    return _framed(message_size(demand_response(answers)) + 2)
 
 
 def demand_response_size(answers: Iterable[Answer]) -> int:

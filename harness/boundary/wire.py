@@ -379,16 +379,19 @@ class MeteredTransport:
         self._count("AttestRequest", req, wire.attest_response_size(answer))
         return answer
 
-    async def _serve_demand(self, req: int, call: Awaitable[list[Answer]]) -> list[Answer]:
-        """One ``Serve.Demand`` (signed demands or unsigned asks), counted as such."""
+    async def _serve_demand(
+        self, req: int, call: Awaitable[list[Answer]], method: str = "Demand"
+    ) -> list[Answer]:
+        """One ``Serve.Demand`` (signed demands) or ``Serve.Ask`` call (unsigned asks),
+        counted as such."""
         try:
             answers = await call
         except Exception:
-            self._count("Demand", req, 0, failed=True)
+            self._count(method, req, 0, failed=True)
             raise
         # Sized by the inner transport when it could (wire.SizedAnswers), not again.
         resp = wire.demand_response_size(answers)
-        self._count("Demand", req, resp, hops=sum([len(a.hops) for a in answers]))
+        self._count(method, req, resp, hops=sum([len(a.hops) for a in answers]))
         return answers
 
     async def demand(self, address: str, demands: Sequence[bytes], timeout: float) -> list[Answer]:
@@ -398,7 +401,7 @@ class MeteredTransport:
 
     async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
         return await self._serve_demand(
-            wire.ask_request_size(asks), self.inner.ask(address, asks, timeout)
+            wire.ask_frame_size(asks), self.inner.ask(address, asks, timeout), "Ask"
         )
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:

@@ -159,7 +159,9 @@ def test_faithful_run_over_grpc_decides_as_in_process() -> None:
     assert _rehydrations(outcome) > 0
     calls = outcome.wire[("calls", "by_node")]
     assert calls["origin:Deliver"] == 4 * run.n_decisions
-    assert calls["holder:Demand"] == _rehydrations(outcome)
+    # one unsigned ask per rehydration (Serve.Ask), no signed demand
+    assert calls["holder:Ask"] == _rehydrations(outcome)
+    assert "holder:Demand" not in calls
 
 
 def test_grpc_node_servers_are_stopped_even_when_a_run_fails(
@@ -274,7 +276,8 @@ def test_unanswered_origin_is_witness_confirmed_after_one_reask() -> None:
     assert rehydrations > 0
     # signed ask + one re-ask each; the first decision asked unsigned before them, and
     # the silent origin was then asked signed first (nodes.client.SIGNED_FIRST_S)
-    assert calls["holder:Demand"] == 2 * rehydrations + 1
+    assert calls["holder:Demand"] == 2 * rehydrations
+    assert calls["holder:Ask"] == 1
     assert calls["holder:Challenge"] == rehydrations
     assert calls["witness:Demand"] == rehydrations
     assert outcome.outcomes == {("origin", "unanswered"): rehydrations}
@@ -290,8 +293,8 @@ def test_chain_forwards_the_value_and_the_holder_demands_from_the_origin_directl
     assert run.rows_equal
     calls = outcome.wire[("calls", "by_node")]
     assert calls["a:Deliver"] == calls["b:Deliver"] == 4 * run.n_decisions
-    assert calls["c:Demand"] == _rehydrations(outcome) > 0
-    assert not any(key.startswith(("b:Demand", "a:Demand")) for key in calls)
+    assert calls["c:Ask"] == _rehydrations(outcome) > 0
+    assert not any(key.startswith(("b:Ask", "a:Ask", "b:Demand", "a:Demand")) for key in calls)
     assert set(outcome.outcomes) == {("a", "served")}
 
 

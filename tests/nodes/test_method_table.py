@@ -81,6 +81,7 @@ DECIDED: dict[str, tuple[Access, Sender, bool, Retry, OpenCap | None]] = {
     "/provnet.v1.Custody/Take": (_S, _PEER, True, _IDEM, None),
     "/provnet.v1.Node/Info": (_O, _ANY, False, _NEVER, OpenCap.SHARED),
     "/provnet.v1.Node/Stats": (_O, _ANY, False, _NEVER, OpenCap.SHARED),
+    "/provnet.v1.Serve/Ask": (_O, _ANY, False, _NEVER, None),
     "/provnet.v1.Serve/Demand": (_O, _BEARER, False, _NEVER, OpenCap.NONE),
     "/provnet.v1.Serve/DemandStream": (_O, _BEARER, False, _NEVER, None),
     "/provnet.v1.Witness/AddCheckpoint": (_O, _BEARER, False, _IDEM, OpenCap.SHARED),

@@ -26,7 +26,7 @@ from nodes._pb.provnet.v1 import common_pb2 as provnet_dot_v1_dot_common__pb2
 from nodes._pb.provnet.v1 import policy_pb2 as provnet_dot_v1_dot_policy__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16provnet/v1/serve.proto\x12\nprovnet.v1\x1a\x17provnet/v1/common.proto\x1a\x17provnet/v1/policy.proto\".\n\rDemandRequest\x12\x0f\n\x07\x64\x65mands\x18\x01 \x03(\x0c\x12\x0c\n\x04\x61sks\x18\x02 \x01(\x0c\"5\n\x0e\x44\x65mandResponse\x12#\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x12.provnet.v1.Answer\">\n\x13\x44\x65mandStreamRequest\x12\x0e\n\x06\x64\x65mand\x18\x01 \x01(\x0c\x12\x17\n\x0fmax_chunk_bytes\x18\x02 \x01(\r\"^\n\x0cReceiptChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07receipt\x18\x02 \x01(\x0c\x12\x12\n\ncommitment\x18\x03 \x01(\x0c\x12\x0c\n\x04hops\x18\x04 \x03(\x0c\x12\x0c\n\x04last\x18\x05 \x01(\x08\x32\xa5\x02\n\x05Serve\x12\x9d\x01\n\x06\x44\x65mand\x12\x19.provnet.v1.DemandRequest\x1a\x1a.provnet.v1.DemandResponse\"\\\xc2\x82\x19X\x08\x02\x12Nthe demands are the bearer\'s statements, checked by the core where they decide\x18\x03(\x01\x38\x02\x12|\n\x0c\x44\x65mandStream\x12\x1f.provnet.v1.DemandStreamRequest\x1a\x18.provnet.v1.ReceiptChunk\"/\xc2\x82\x19+\x08\x02\x12#the same demand, answered in chunks\x18\x03(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16provnet/v1/serve.proto\x12\nprovnet.v1\x1a\x17provnet/v1/common.proto\x1a\x17provnet/v1/policy.proto\",\n\rDemandRequest\x12\x0f\n\x07\x64\x65mands\x18\x01 \x03(\x0cJ\x04\x08\x02\x10\x03R\x04\x61sks\"5\n\x0e\x44\x65mandResponse\x12#\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x12.provnet.v1.Answer\".\n\x08\x41skFrame\x12\"\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x13.provnet.v1.AskCall\"#\n\x07\x41skCall\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04\x61sks\x18\x02 \x01(\x0c\"3\n\nAskReplies\x12%\n\x07replies\x18\x01 \x03(\x0b\x32\x14.provnet.v1.AskReply\"Z\n\x08\x41skReply\x12#\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x12.provnet.v1.Answer\x12\n\n\x02id\x18\x02 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x04 \x01(\t\">\n\x13\x44\x65mandStreamRequest\x12\x0e\n\x06\x64\x65mand\x18\x01 \x01(\x0c\x12\x17\n\x0fmax_chunk_bytes\x18\x02 \x01(\r\"^\n\x0cReceiptChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07receipt\x18\x02 \x01(\x0c\x12\x12\n\ncommitment\x18\x03 \x01(\x0c\x12\x0c\n\x04hops\x18\x04 \x03(\x0c\x12\x0c\n\x04last\x18\x05 \x01(\x08\x32\xdf\x03\n\x05Serve\x12\x9d\x01\n\x06\x44\x65mand\x12\x19.provnet.v1.DemandRequest\x1a\x1a.provnet.v1.DemandResponse\"\\\xc2\x82\x19X\x08\x02\x12Nthe demands are the bearer\'s statements, checked by the core where they decide\x18\x03(\x01\x38\x02\x12\xb7\x01\n\x03\x41sk\x12\x14.provnet.v1.AskFrame\x1a\x16.provnet.v1.AskReplies\"~\xc2\x82\x19z\x08\x02\x12ran unsigned answer is never evidence: the holder keeps hops only if they reproduce a root under a head it verified\x18\x04(\x01(\x01\x30\x01\x12|\n\x0c\x44\x65mandStream\x12\x1f.provnet.v1.DemandStreamRequest\x1a\x18.provnet.v1.ReceiptChunk\"/\xc2\x82\x19+\x08\x02\x12#the same demand, answered in chunks\x18\x03(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,16 +35,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SERVE'].methods_by_name['Demand']._loaded_options = None
   _globals['_SERVE'].methods_by_name['Demand']._serialized_options = b'\302\202\031X\010\002\022Nthe demands are the bearer\'s statements, checked by the core where they decide\030\003(\0018\002'
+  _globals['_SERVE'].methods_by_name['Ask']._loaded_options = None
+  _globals['_SERVE'].methods_by_name['Ask']._serialized_options = b'\302\202\031z\010\002\022ran unsigned answer is never evidence: the holder keeps hops only if they reproduce a root under a head it verified\030\004(\001'
   _globals['_SERVE'].methods_by_name['DemandStream']._loaded_options = None
   _globals['_SERVE'].methods_by_name['DemandStream']._serialized_options = b'\302\202\031+\010\002\022#the same demand, answered in chunks\030\003(\001'
   _globals['_DEMANDREQUEST']._serialized_start=88
-  _globals['_DEMANDREQUEST']._serialized_end=134
-  _globals['_DEMANDRESPONSE']._serialized_start=136
-  _globals['_DEMANDRESPONSE']._serialized_end=189
-  _globals['_DEMANDSTREAMREQUEST']._serialized_start=191
-  _globals['_DEMANDSTREAMREQUEST']._serialized_end=253
-  _globals['_RECEIPTCHUNK']._serialized_start=255
-  _globals['_RECEIPTCHUNK']._serialized_end=349
-  _globals['_SERVE']._serialized_start=352
-  _globals['_SERVE']._serialized_end=645
+  _globals['_DEMANDREQUEST']._serialized_end=132
+  _globals['_DEMANDRESPONSE']._serialized_start=134
+  _globals['_DEMANDRESPONSE']._serialized_end=187
+  _globals['_ASKFRAME']._serialized_start=189
+  _globals['_ASKFRAME']._serialized_end=235
+  _globals['_ASKCALL']._serialized_start=237
+  _globals['_ASKCALL']._serialized_end=272
+  _globals['_ASKREPLIES']._serialized_start=274
+  _globals['_ASKREPLIES']._serialized_end=325
+  _globals['_ASKREPLY']._serialized_start=327
+  _globals['_ASKREPLY']._serialized_end=417
+  _globals['_DEMANDSTREAMREQUEST']._serialized_start=419
+  _globals['_DEMANDSTREAMREQUEST']._serialized_end=481
+  _globals['_RECEIPTCHUNK']._serialized_start=483
+  _globals['_RECEIPTCHUNK']._serialized_end=577
+  _globals['_SERVE']._serialized_start=580
+  _globals['_SERVE']._serialized_end=1059
 # @@protoc_insertion_point(module_scope)

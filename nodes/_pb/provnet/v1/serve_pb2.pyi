@@ -24,16 +24,6 @@ class DemandRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DEMANDS_FIELD_NUMBER: _builtins.int
-    ASKS_FIELD_NUMBER: _builtins.int
-    asks: _builtins.bytes
-    """Unsigned first asks (design revision 3), instead of `demands`: 64 bytes
-    per fold, the digest of a signed head of the origin's then the RFC 6962
-    leaf hash of a fold record proven under it, raw, back to back
-    (contracts.ask). Answered with the fold's hops and no receipt; an empty
-    answer means "ask signed". An unsigned answer is never evidence: the
-    holder keeps the hops only if they reproduce the root proven under a head
-    it verified, and otherwise demands the fold signed (`demands`).
-    """
     @_builtins.property
     def demands(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
         """DSSE envelopes of Demand statements, each signed by its holder; or exactly
@@ -45,11 +35,10 @@ class DemandRequest(_message.Message):
         self,
         *,
         demands: _abc.Iterable[_builtins.bytes] | None = ...,
-        asks: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["asks", b"asks", "demands", b"demands"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["demands", b"demands"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -79,6 +68,120 @@ class DemandResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DemandResponse: _TypeAlias = DemandResponse  # noqa: Y015
+
+@_typing.final
+class AskFrame(_message.Message):
+    """Calls written while an earlier frame is in flight go out as one frame: the
+    encodings of one-call frames back to back are the frame of all of them.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___AskCall]: ...
+    def __init__(
+        self,
+        *,
+        calls: _abc.Iterable[Global___AskCall] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AskFrame: _TypeAlias = AskFrame  # noqa: Y015
+
+@_typing.final
+class AskCall(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    ASKS_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """The holder's own number for the call, unique among its calls in flight on
+    this stream; the reply carries it back.
+    """
+    asks: _builtins.bytes
+    """64 bytes per fold, the digest of a signed head of the origin's then the
+    RFC 6962 leaf hash of a fold record proven under it, raw, back to back
+    (contracts.ask). Answered with the fold's hops and no receipt; an empty
+    answer means "ask signed". An unsigned answer is never evidence: the
+    holder keeps the hops only if they reproduce the root proven under a head
+    it verified, and otherwise demands the fold signed (Serve.Demand).
+    """
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        asks: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["asks", b"asks", "id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AskCall: _TypeAlias = AskCall  # noqa: Y015
+
+@_typing.final
+class AskReplies(_message.Message):
+    """Replies ready together go out as one message, as AskFrame."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def replies(self) -> _containers.RepeatedCompositeFieldContainer[Global___AskReply]: ...
+    def __init__(
+        self,
+        *,
+        replies: _abc.Iterable[Global___AskReply] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["replies", b"replies"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AskReplies: _TypeAlias = AskReplies  # noqa: Y015
+
+@_typing.final
+class AskReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ANSWERS_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    code: _builtins.str
+    """A call refused: the gRPC status name a unary call would have ended with
+    (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...) and why; no answers then.
+    """
+    details: _builtins.str
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Answer]:
+        """One answer per ask, in order (field 1, as DemandResponse.answers: an
+        answer's encoding is the same in both).
+        """
+
+    def __init__(
+        self,
+        *,
+        answers: _abc.Iterable[_common_pb2.Answer] | None = ...,
+        id: _builtins.int = ...,
+        code: _builtins.str = ...,
+        details: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers", "code", b"code", "details", b"details", "id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AskReply: _TypeAlias = AskReply  # noqa: Y015
 
 @_typing.final
 class DemandStreamRequest(_message.Message):

@@ -39,6 +39,11 @@ class ServeStub:
                 request_serializer=provnet_dot_v1_dot_serve__pb2.DemandRequest.SerializeToString,
                 response_deserializer=provnet_dot_v1_dot_serve__pb2.DemandResponse.FromString,
                 _registered_method=True)
+        self.Ask = channel.stream_stream(
+                '/provnet.v1.Serve/Ask',
+                request_serializer=provnet_dot_v1_dot_serve__pb2.AskFrame.SerializeToString,
+                response_deserializer=provnet_dot_v1_dot_serve__pb2.AskReplies.FromString,
+                _registered_method=True)
         self.DemandStream = channel.unary_stream(
                 '/provnet.v1.Serve/DemandStream',
                 request_serializer=provnet_dot_v1_dot_serve__pb2.DemandStreamRequest.SerializeToString,
@@ -52,6 +57,16 @@ class ServeServicer:
     def Demand(self, request, context):
         """Every demand a holder has on this origin for one decision, in one call;
         answers come back in request order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Ask(self, request_iterator, context):
+        """Unsigned first asks (design revision 3) on one stream a holder keeps open
+        to this origin: each AskCall answered by an AskReply of the same id, in
+        whatever order they are ready. A stream idle for a while is ended (OK) by
+        the origin; the holder opens another when it next asks.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -72,6 +87,11 @@ def add_ServeServicer_to_server(servicer, server):
                     servicer.Demand,
                     request_deserializer=provnet_dot_v1_dot_serve__pb2.DemandRequest.FromString,
                     response_serializer=provnet_dot_v1_dot_serve__pb2.DemandResponse.SerializeToString,
+            ),
+            'Ask': grpc.stream_stream_rpc_method_handler(
+                    servicer.Ask,
+                    request_deserializer=provnet_dot_v1_dot_serve__pb2.AskFrame.FromString,
+                    response_serializer=provnet_dot_v1_dot_serve__pb2.AskReplies.SerializeToString,
             ),
             'DemandStream': grpc.unary_stream_rpc_method_handler(
                     servicer.DemandStream,
@@ -106,6 +126,33 @@ class Serve:
             '/provnet.v1.Serve/Demand',
             provnet_dot_v1_dot_serve__pb2.DemandRequest.SerializeToString,
             provnet_dot_v1_dot_serve__pb2.DemandResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Ask(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/provnet.v1.Serve/Ask',
+            provnet_dot_v1_dot_serve__pb2.AskFrame.SerializeToString,
+            provnet_dot_v1_dot_serve__pb2.AskReplies.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,6 +35,12 @@ class ServeStub:
     """Every demand a holder has on this origin for one decision, in one call;
     answers come back in request order.
     """
+    Ask: _grpc.StreamStreamMultiCallable[_serve_pb2.AskFrame, _serve_pb2.AskReplies]
+    """Unsigned first asks (design revision 3) on one stream a holder keeps open
+    to this origin: each AskCall answered by an AskReply of the same id, in
+    whatever order they are ready. A stream idle for a while is ended (OK) by
+    the origin; the holder opens another when it next asks.
+    """
     DemandStream: _grpc.UnaryStreamMultiCallable[_serve_pb2.DemandStreamRequest, _serve_pb2.ReceiptChunk]
     """One demand whose answer is large: the receipt first, then the hops in
     chunks (each message stays under the size bound).
@@ -46,6 +52,12 @@ class ServeAsyncStub(ServeStub):
     Demand: _aio.UnaryUnaryMultiCallable[_serve_pb2.DemandRequest, _serve_pb2.DemandResponse]  # type: ignore[assignment]
     """Every demand a holder has on this origin for one decision, in one call;
     answers come back in request order.
+    """
+    Ask: _aio.StreamStreamMultiCallable[_serve_pb2.AskFrame, _serve_pb2.AskReplies]  # type: ignore[assignment]
+    """Unsigned first asks (design revision 3) on one stream a holder keeps open
+    to this origin: each AskCall answered by an AskReply of the same id, in
+    whatever order they are ready. A stream idle for a while is ended (OK) by
+    the origin; the holder opens another when it next asks.
     """
     DemandStream: _aio.UnaryStreamMultiCallable[_serve_pb2.DemandStreamRequest, _serve_pb2.ReceiptChunk]  # type: ignore[assignment]
     """One demand whose answer is large: the receipt first, then the hops in
@@ -61,6 +73,18 @@ class ServeServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_serve_pb2.DemandResponse, _abc.Awaitable[_serve_pb2.DemandResponse]]:
         """Every demand a holder has on this origin for one decision, in one call;
         answers come back in request order.
+        """
+
+    @_abc_1.abstractmethod
+    def Ask(
+        self,
+        request_iterator: _MaybeAsyncIterator[_serve_pb2.AskFrame],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_serve_pb2.AskReplies], _abc.AsyncIterator[_serve_pb2.AskReplies]]:
+        """Unsigned first asks (design revision 3) on one stream a holder keeps open
+        to this origin: each AskCall answered by an AskReply of the same id, in
+        whatever order they are ready. A stream idle for a while is ended (OK) by
+        the origin; the holder opens another when it next asks.
         """
 
     @_abc_1.abstractmethod
