@@ -19,7 +19,7 @@ The gRPC column's rehydrating decision p50 is set against a bare grpc.aio
 round trip (a 256-byte echo, no provnet code) twice: measured side by side
 inside the run (:class:`InRunEcho`: an echo server in the run's own process
 and event loop, one call after each rehydrating decision, outside its timer;
-the ≤ 1.3× target is judged on this ratio; the ``Serve.Demand`` call alone
+the ≤ 1.3× target is judged on this ratio; the ``Serve.Ask`` call alone
 and the holder's whole rehydration are timed in the same decisions and set
 against the same echo), and, as before, in a fresh event
 loop before and after the run.
@@ -201,7 +201,7 @@ class InRunEcho:
         self.samples_ms: list[float] = []
         #: Side by side with the echo, what a rehydrating decision spends inside it:
         #: the holder's whole rehydration (``LocalOps.rehydrate``: the Serve call and
-        #: the holder's own work around it) and the ``Serve.Demand`` call alone (ms).
+        #: the holder's own work around it) and the ``Serve.Ask`` call alone (ms).
         self.rehydrate_ms: list[float] = []
         self.serve_call_ms: list[float] = []
         #: Seconds spent in probes (server start and stop included).
@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                 whole = percentile([t / 1000 for t in in_run.rehydrate_ms], 50) * 1000
                 print(
                     f"grpc, inside the rehydrating decision, p50 ÷ the same bare RTT:"
-                    f" the Serve.Demand call alone {call:.3f} ms ({call / side:.2f}),"
+                    f" the Serve.Ask call alone {call:.3f} ms ({call / side:.2f}),"
                     f" the holder's rehydration (call + holder) {whole:.3f} ms"
                     f" ({whole / side:.2f}), the whole decision (+ hops as a log, the"
                     f" arm's gates) {p50:.3f} ms ({ratio:.2f})"

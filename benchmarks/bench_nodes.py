@@ -39,16 +39,20 @@ latency rows step from that floor towards a verified demand with the same
 holder-side calls: ``step: + node core`` (the node's ``answer_demands`` —
 checks, nonce memory, answer — served by the bare server) and ``step: +
 node server`` (the node's own server: handler wrapper, auth, limits); the
-rest up to ``verified 5-hop (head)`` is the holder's client. Two more rows
-take the same steps for the unsigned first ask a faithful demand under a
-head is (``ask step: bare + node core``: the holder's raw call, request
-written and reply read as the holder's transport does, the hops checked
-against the verified root, served by the origin's ``answer_asks`` on the bare
-server; ``ask step: + node server``: the same raw call to the node's own
-server); the rest up to ``verified 5-hop (head)`` is ``nodes.client.Holder``,
-whose own time before and after its call a second, identical holder shows
-(``verified 5-hop (head), timed inside``: its transport notes when the call
-starts and ends; the run prints the p50 of each part).
+rest up to ``verified 5-hop (head)`` is the holder's client. The unsigned
+first ask a faithful demand under a head is rides a ``Serve.Ask`` stream
+(:mod:`nodes.ask_stream`); its carrier alone is ``bare ask stream, 5 hops``
+(the holder's :class:`nodes.ask_stream.AskStream` to a bare stream method
+answering every call with the same five hops, encoded once), printed with
+the verified demand's ratio to it. Two more rows take the ask's steps
+(``ask step: bare + node core``: the holder's stream, the hops checked
+against the verified root, served by the origin's stream loop and
+``answer_asks`` on the bare server; ``ask step: + node server``: the same
+stream to the node's own server); the rest up to ``verified 5-hop (head)``
+is ``nodes.client.Holder``, whose own time before and after its call a
+second, identical holder shows (``verified 5-hop (head), timed inside``:
+its transport notes when the call starts and ends; the run prints the p50
+of each part).
 
 Printed:
 
@@ -111,10 +115,12 @@ SIGN2_METHOD = "/bench.Echo/Sign2"
 CONTRACTS_METHOD = "/bench.Echo/Contracts"
 NODE_CORE_METHOD = "/bench.Echo/NodeCore"
 ASK_CORE_METHOD = "/bench.Echo/AskCore"
+ASK_ECHO_METHOD = "/bench.Echo/AskEcho"
 SERVE_DEMAND_METHOD = method_name("Serve", "Demand")
 FLOOR_CRYPTO = "floor: bare + 2 Ed25519 signs"
 FLOOR_CONTRACTS = "floor: bare + contracts calls, 5-hop"
 BARE = "bare unary"
+BARE_ASK = "bare ask stream, 5 hops"
 VERIFIED_FOLDS = "verified 5-hop, per-fold statements"
 VERIFIED_HEAD = "verified 5-hop, under a head"
 SIGNED_HEAD = "signed 5-hop (head)"
@@ -210,8 +216,10 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
     from nodes import wire
     from nodes._pb.provnet.v1 import common_pb2, serve_pb2
     from nodes.app import load_or_create_identity
+    from nodes.ask_stream import serve_asks
     from nodes.config import LogFormat, NodeConfig
     from nodes.logging import configure_logging
+    from nodes.messages import Answer
     from nodes.server import build_server, server_options
     from nodes.services import NodeCore
     from nodes.transport import GrpcTransport
@@ -277,9 +285,22 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
         # the bare server: no interceptor, no node server around it.
         return wire.demand_response(await core.answer_demands(list(request.demands)))
 
-    async def ask_core(request: Any, context: Any) -> Any:
-        # The origin's work for an unsigned first ask on the bare server.
-        return wire.demand_response(await core.answer_asks(request.asks))
+    encodings = wire.AnswerEncodings()
+
+    async def ask_core(requests: Any, context: Any) -> None:
+        # The origin's work for unsigned first asks on the bare server: the
+        # node's stream loop and answer_asks, no node server around them.
+        await serve_asks(context, core.answer_asks, encodings.response, config.max_message_bytes)
+
+    async def ask_echo(requests: Any, context: Any) -> None:
+        # The carrier alone: every call of every frame answered with the same
+        # five hops, encoded once; no provnet code but the frame's encoding.
+        canned = wire.demand_response([Answer(b"", b"", tuple(_fold_hops(1, 5)))])
+        answers = canned.SerializeToString()
+        async for frame in requests:
+            await context.write(
+                b"".join([wire.encode_ask_reply(c.id, answers) for c in frame.calls])
+            )
 
     async def sig_stats(request: bytes, context: Any) -> bytes:
         return json.dumps(_SIGNATURES).encode()
@@ -304,10 +325,15 @@ async def _serve(data_dir: Path, port_file: Path) -> None:
                         request_deserializer=serve_pb2.DemandRequest.FromString,
                         response_serializer=serve_pb2.DemandResponse.SerializeToString,
                     ),
-                    "AskCore": grpc.unary_unary_rpc_method_handler(
+                    "AskCore": grpc.stream_stream_rpc_method_handler(
                         ask_core,
-                        request_deserializer=serve_pb2.DemandRequest.FromString,
-                        response_serializer=serve_pb2.DemandResponse.SerializeToString,
+                        request_deserializer=serve_pb2.AskFrame.FromString,
+                        response_serializer=_identity,
+                    ),
+                    "AskEcho": grpc.stream_stream_rpc_method_handler(
+                        ask_echo,
+                        request_deserializer=serve_pb2.AskFrame.FromString,
+                        response_serializer=_identity,
                     ),
                     "Contracts": grpc.unary_unary_rpc_method_handler(
                         contracts_only,
@@ -702,6 +728,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     from contracts.signed import open_statement
     from contracts.statements import Commitment, Obligation
     from nodes import wire
+    from nodes.ask_stream import AskStream
     from nodes.auth import ControlCredentials
     from nodes.client import HeldFold, Holder, Outcome
     from nodes.config import LogFormat
@@ -810,14 +837,28 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     if own_fold is None:
         raise RuntimeError("the 5-hop fold under a head has no verified fold")
     asks = pack_asks([FoldAsk.for_fold(own_fold)])
-    ask_via_core = wire.ask_unary(bare_channel, ASK_CORE_METHOD)
-    ask_via_server = wire.ask_unary(node_channel)
+    max_bytes = 4 << 20
 
-    async def ask_via(call: Any) -> bool:
-        answers = await call(asks, timeout=2.0)
+    def ended(stream: AskStream) -> None:
+        """A stream of the run that ends fails its row's next call with why."""
+
+    ask_echo = AskStream(
+        wire.ask_stream(bare_channel, ASK_ECHO_METHOD), bare_address, ended, max_bytes
+    )
+    ask_via_core = AskStream(
+        wire.ask_stream(bare_channel, ASK_CORE_METHOD), bare_address, ended, max_bytes
+    )
+    ask_via_server = AskStream(wire.ask_stream(node_channel), address, ended, max_bytes)
+
+    async def ask_via(stream: AskStream) -> bool:
+        answers = await stream.ask(asks, 2.0)
         if not reproduces_fold(answers[0].hops, own_fold, None):
             raise RuntimeError("unsigned ask: the hops do not reproduce the fold's root")
         return True
+
+    async def bare_ask() -> bool:
+        answers = await ask_echo.ask(asks, 2.0)
+        return len(answers[0].hops) == 5
 
     # The holder's own time around its call: a second holder, the same as the
     # first, over a transport that notes when its ask starts and ends; the row
@@ -835,6 +876,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
 
     calls: dict[str, Callable[[], Awaitable[object]]] = {
         "bare unary": bare,
+        BARE_ASK: bare_ask,
         FLOOR_CRYPTO: floors.crypto,
         FLOOR_CONTRACTS: floors.contracts,
         STEP_NODE_CORE: lambda: floors.demand_via(via_core, own_fold),
@@ -916,6 +958,11 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
         f"ratio p50 verified 5-hop / bare unary, under a signed head = {ratio5:.2f}"
         f" (target <= {TARGET_LATENCY_RATIO}) {'PASS' if ok_latency else 'FAIL'}"
     )
+    print(
+        f"  against its own carrier: verified 5-hop (head) / {BARE_ASK} p50 ="
+        f" {_pct(lat['verified 5-hop (head)'], 0.5) / _pct(lat[BARE_ASK], 0.5):.2f}"
+        " (what the node adds to the stream it asks on)"
+    )
     ratio5_signed = _pct(lat[SIGNED_HEAD], 0.5) / bare_p50
     print(
         f"ratio p50 signed 5-hop (head) / bare unary, the fault path's re-ask = {ratio5_signed:.2f}"
@@ -970,6 +1017,7 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     order: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
         (BARE, bare),
         (VERIFIED_HEAD, verified_5_head),
+        (BARE_ASK, bare_ask),
         (SIGNED_HEAD, signed_5_head),
         (VERIFIED_FOLDS, verified_5),
         (FLOOR_CONTRACTS, floors.contracts),
@@ -1001,7 +1049,8 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     )
     pooled = {name: _pooled(r) for name, r in runs.items()}
     b_rate = pooled[BARE][0] / pooled[BARE][2]
-    rows = [BARE, FLOOR_CRYPTO, FLOOR_CONTRACTS, VERIFIED_FOLDS, SIGNED_HEAD, VERIFIED_HEAD]
+    rows = [BARE, BARE_ASK, FLOOR_CRYPTO, FLOOR_CONTRACTS, VERIFIED_FOLDS, SIGNED_HEAD]
+    rows.append(VERIFIED_HEAD)
     if args.tls:
         rows += [BARE + TLS_SUFFIX, VERIFIED_HEAD + TLS_SUFFIX]
     for name in rows:
@@ -1028,6 +1077,14 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     print(
         f"ratio verified (head) / bare throughput = {t_ratio:.3f}, median of {rounds} rounds"
         f" (target >= {TARGET_THROUGHPUT_RATIO}, zero errors) {'PASS' if ok_tp else 'FAIL'}"
+    )
+    carrier = statistics.median(
+        (h[0] / h[2]) / (b[0] / b[2]) if b[0] and b[2] and h[2] else 0.0
+        for b, h in zip(runs[BARE_ASK], runs[VERIFIED_HEAD], strict=True)
+    )
+    print(
+        f"  against its own carrier: verified (head) / {BARE_ASK} throughput = {carrier:.3f},"
+        " median of the rounds (what the node adds to the stream it asks on)"
     )
     if args.tls:
         for name in (BARE, VERIFIED_HEAD):
@@ -1085,6 +1142,8 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     )
     await transport.close()
     await channel.close()
+    for stream in (ask_echo, ask_via_core, ask_via_server):
+        await stream.close()
     await bare_channel.close(None)
     await node_channel.close(None)
     for tls_channel in tls_channels:
