@@ -829,10 +829,10 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     node_channel = grpc.aio.insecure_channel(address, options=options)
     via_server = floors.method(node_channel, SERVE_DEMAND_METHOD)
     own_fold = head_folds[5].fold
-    # The unsigned first ask in the same steps: the holder's own call object
-    # (nodes.wire.ask_unary: request written, reply read) with the hops checked
-    # against the verified root and nothing else, to the origin's answer_asks on
-    # the bare server, then to the node's own server; the rest up to
+    # The unsigned first ask in the same steps: the holder's own stream
+    # (nodes.ask_stream.AskStream) with the hops checked against the verified
+    # root and nothing else, to the origin's stream loop and answer_asks on the
+    # bare server, then to the node's own server; the rest up to
     # "verified 5-hop (head)" is the holder's client.
     if own_fold is None:
         raise RuntimeError("the 5-hop fold under a head has no verified fold")

@@ -44,7 +44,7 @@ import grpc
 from structlog.contextvars import bind_contextvars, bound_contextvars, reset_contextvars
 
 from contracts.entropy import random_bytes
-from nodes.ask_stream import STREAM_ENDS
+from nodes.ask_stream import STREAM_ENDS, StreamEnds
 from nodes.auth import ControlAuth, request_digest
 from nodes.errors import MalformedRequest, StoreFull, status_for
 from nodes.logging import get_logger
@@ -316,15 +316,15 @@ class RequestContext:
         self._auth = auth
         #: Admission, shedding and pushback (:mod:`nodes.overload`); by default no caps.
         self.overload = overload if overload is not None else Overload()
-        #: How to end each open stream loop (``Serve.Ask``, :data:`nodes.ask_stream.STREAM_ENDS`):
+        #: The open stream loops (``Serve.Ask``, :data:`nodes.ask_stream.STREAM_ENDS`):
         #: long-lived, so the server's graceful stop ends them (:meth:`end_streams`)
         #: instead of waiting its whole grace for them.
-        self._stream_ends: set[Callable[[], None]] = set()
+        self._stream_ends = StreamEnds()
 
     def end_streams(self) -> None:
-        """End every open stream loop now, OK (its holder asks on a new stream)."""
-        for end in list(self._stream_ends):
-            end()
+        """End every open stream loop now, OK (its holder asks on a new stream), and
+        any that starts from now on at once."""
+        self._stream_ends.end_all()
 
     # The overload controller's counters and parts, as the node reports them.
 

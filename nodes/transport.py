@@ -157,7 +157,8 @@ class Transport(Protocol):
         ...
 
     async def ask(self, address: str, asks: bytes, timeout: float) -> list[Answer]:
-        """``Serve.Demand`` with unsigned asks (:mod:`contracts.ask`): hops, no receipts."""
+        """``Serve.Ask``: unsigned asks (:mod:`contracts.ask`), answered with hops and no
+        receipts."""
         ...
 
     async def demand_stream(self, address: str, demand: bytes, timeout: float) -> Answer:
@@ -435,17 +436,21 @@ class GrpcTransport:
         self.calls += 1
         started = loop_time()
         try:
-            return await self._ask_stream(address).ask(asks, timeout)
-        except StreamEnded:
-            left = timeout - (loop_time() - started)
-            if left <= 0:
-                raise CallFailed(
-                    "DEADLINE_EXCEEDED", "the ask stream ended before an answer", address
-                ) from None
             try:
-                return await self._ask_stream(address).ask(asks, left)
-            except StreamEnded as exc:
-                raise CallFailed("UNAVAILABLE", str(exc), address) from None
+                return await self._ask_stream(address).ask(asks, timeout)
+            except StreamEnded:
+                left = timeout - (loop_time() - started)
+                if left <= 0:
+                    raise CallFailed(
+                        "DEADLINE_EXCEEDED", "the ask stream ended before an answer", address
+                    ) from None
+                try:
+                    return await self._ask_stream(address).ask(asks, left)
+                except StreamEnded as exc:
+                    raise CallFailed("UNAVAILABLE", str(exc), address) from None
+        except CallFailed:
+            self._checked.discard(address)  # a pinned node is checked again first
+            raise
 
     def _ask_stream(self, address: str) -> AskStream:
         asking = self._asking.get(address)

@@ -102,7 +102,7 @@ if TYPE_CHECKING:  # the async stub types exist only in the generated .pyi
     DemandCall: TypeAlias = grpc.aio.UnaryUnaryMultiCallable[Sequence[bytes], "SizedAnswers"]
     #: ``Serve.Ask`` written and read as bytes (:func:`ask_stream`).
     AskStreamCall: TypeAlias = grpc.aio.StreamStreamMultiCallable[
-        bytes, list[tuple[int, "SizedAnswers | tuple[str, str]"]]
+        bytes, Sequence[serve_pb2.AskReply]
     ]
 
 __all__ = [
@@ -121,6 +121,7 @@ __all__ = [
     "append_request",
     "ask_calls",
     "ask_frame_size",
+    "ask_refusal",
     "ask_replies",
     "ask_reply_size",
     "ask_stream",
@@ -177,6 +178,7 @@ __all__ = [
     "rehydrate_request",
     "rehydrate_response",
     "rehydration_report_from_pb",
+    "reply_answers",
     "report_request",
     "reported_from_pb",
     "restore_from_pb",
@@ -346,30 +348,38 @@ def _framed(n: int) -> int:
 _read_ask_replies = serve_pb2.AskReplies.FromString
 
 
-def ask_calls(frame: object) -> list[tuple[int, bytes]]:
+def ask_calls(frame: object, max_calls: int) -> list[tuple[int, bytes]]:
     """A frame the origin read (the stream's request as parsed): ``(id, asks)`` per
     call, in order. Raises :class:`contracts.errors.EncodingError` for anything that
-    is not an ``AskFrame`` (bytes the server could not parse as one)."""
+    is not an ``AskFrame`` (bytes the server could not parse as one), or a frame of
+    more than ``max_calls`` calls (counted before any is read)."""
     if type(frame) is not serve_pb2.AskFrame:
         raise EncodingError("ask: a message on Serve.Ask is not an AskFrame")
-    return [(c.id, c.asks) for c in frame.calls]
+    calls = frame.calls
+    if len(calls) > max_calls:
+        raise EncodingError(f"ask: {len(calls)} calls in one message exceeds {max_calls}")
+    return [(c.id, c.asks) for c in calls]
 
 
-def ask_replies(data: bytes) -> list[tuple[int, SizedAnswers | tuple[str, str]]]:
-    """A message of replies read by the holder (the stream's response deserializer).
+def ask_replies(data: bytes) -> Sequence[serve_pb2.AskReply]:
+    """A message of replies read by the holder (the stream's response deserializer):
+    each read further only if it answers a call in flight (:func:`ask_refusal`,
+    :func:`reply_answers`)."""
+    return _read_ask_replies(data).replies
 
-    Each reply's answers are sized as the one-reply message that would carry
-    them, so the sizes of a message's replies add up to its length."""
-    out: list[tuple[int, SizedAnswers | tuple[str, str]]] = []
-    for r in _read_ask_replies(data).replies:
-        if r.code:
-            out.append((r.id, (r.code, r.details)))
-            continue
-        answers: SizedAnswers = list.__new__(SizedAnswers)
-        answers += [Answer(a.receipt, a.commitment, tuple(a.hops)) for a in r.answers]
-        answers.wire_size = _framed(r.ByteSize())
-        out.append((r.id, answers))
-    return out
+
+def ask_refusal(reply: serve_pb2.AskReply) -> tuple[str, str] | None:
+    """The status name and reason of a refused call; None for a call answered."""
+    return (reply.code, reply.details) if reply.code else None
+
+
+def reply_answers(reply: serve_pb2.AskReply) -> SizedAnswers:
+    """A reply's answers, sized as the one-reply message that would carry them (the
+    sizes of a message's replies add up to its length)."""
+    answers: SizedAnswers = list.__new__(SizedAnswers)
+    answers += [Answer(a.receipt, a.commitment, tuple(a.hops)) for a in reply.answers]
+    answers.wire_size = _framed(reply.ByteSize())
+    return answers
 
 
 def demand_response(answers: Iterable[Answer]) -> serve_pb2.DemandResponse:

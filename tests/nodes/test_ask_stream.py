@@ -66,12 +66,19 @@ def test_frames_and_replies_are_protobufs_encodings_and_concatenate() -> None:
     assert wire.ask_reply_size(answers) == len(wire.encode_ask_reply(1, encoded))
     refusal = wire.encode_ask_refusal(8, "INVALID_ARGUMENT", "not asks")
     read = wire.ask_replies(reply + refusal)
-    assert [r[0] for r in read] == [7, 8]
-    got = read[0][1]
-    assert isinstance(got, wire.SizedAnswers)
+    assert [r.id for r in read] == [7, 8]
+    assert wire.ask_refusal(read[0]) is None
+    got = wire.reply_answers(read[0])
     assert list(got) == answers
     assert got.wire_size == len(reply)  # each reply sized as the message carrying it alone
-    assert read[1][1] == ("INVALID_ARGUMENT", "not asks")
+    assert wire.ask_refusal(read[1]) == ("INVALID_ARGUMENT", "not asks")
+    big = wire.encode_ask_frame(2**40, b"z" * 70_000)  # multi-byte id and length varints
+    assert (
+        big
+        == serve_pb2.AskFrame(
+            calls=[serve_pb2.AskCall(id=2**40, asks=b"z" * 70_000)]
+        ).SerializeToString()
+    )
 
 
 async def test_what_waits_behind_a_write_goes_out_as_one_message_within_its_bound() -> None:
@@ -199,28 +206,101 @@ async def test_a_call_not_answered_in_time_fails_alone_and_its_late_reply_is_dro
         await stream.close()
 
 
-async def test_calls_over_the_in_flight_cap_are_refused_at_once(
+async def test_calls_over_the_in_flight_cap_wait_until_one_is_done(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(ask_stream, "MAX_ASKS_IN_FLIGHT", 2)
     release = asyncio.Event()
+    entered = 0
 
     async def answer(asks: bytes) -> list[Answer]:
+        nonlocal entered
+        entered += 1
         await release.wait()
         return _echo_answer(asks)
 
     async with _AskServer(answer) as srv:
         stream = srv.stream()
-        held = [asyncio.ensure_future(stream.ask(bytes([i]), 5.0)) for i in range(2)]
-        await asyncio.sleep(0.05)
-        with pytest.raises(CallFailed) as over:
-            await asyncio.wait_for(stream.ask(b"third", 5.0), 2.0)
-        assert over.value.code == "RESOURCE_EXHAUSTED"
+        held = [asyncio.ensure_future(stream.ask(bytes([i]), 5.0)) for i in range(5)]
+        await asyncio.sleep(0.2)
+        assert entered == 2  # the origin read no further than its cap
         release.set()
         assert [list(r) for r in await asyncio.gather(*held)] == [
-            _echo_answer(bytes([i])) for i in range(2)
+            _echo_answer(bytes([i])) for i in range(5)
         ]
         await stream.close()
+
+
+async def test_a_message_of_too_many_calls_ends_the_stream() -> None:
+    async def answer(asks: bytes) -> list[Answer]:
+        return _echo_answer(asks)
+
+    async with _AskServer(answer) as srv:
+        call: Any = srv.channel.stream_stream(
+            _METHOD, request_serializer=bytes, response_deserializer=bytes
+        )()  # type: ignore[call-arg]  # no request iterator: written with call.write
+        n = ask_stream.MAX_CALLS_PER_FRAME + 1
+        await call.write(b"".join(wire.encode_ask_frame(i, b"") for i in range(1, n + 1)))
+        with pytest.raises(grpc.aio.AioRpcError) as over:
+            await call.read()
+        assert over.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "exceeds" in (over.value.details() or "")
+
+
+async def test_calls_read_before_the_holder_closes_its_side_are_still_answered() -> None:
+    async def answer(asks: bytes) -> list[Answer]:
+        await asyncio.sleep(0.1)
+        return _echo_answer(asks)
+
+    async with _AskServer(answer) as srv:
+        call: Any = srv.channel.stream_stream(
+            _METHOD, request_serializer=bytes, response_deserializer=wire.ask_replies
+        )()  # type: ignore[call-arg]  # no request iterator: written with call.write
+        await call.write(wire.encode_ask_frame(1, b"a") + wire.encode_ask_frame(2, b"b"))
+        await call.done_writing()
+        got = {}
+        async for replies in call:
+            for r in replies:
+                got[r.id] = list(wire.reply_answers(r))
+        assert got == {1: _echo_answer(b"a"), 2: _echo_answer(b"b")}
+        assert await call.code() is grpc.StatusCode.OK
+
+
+async def test_an_origin_replying_to_a_call_never_made_is_not_trusted_further() -> None:
+    async def handler(requests: Any, context: Any) -> None:
+        async for frame in requests:
+            for c in frame.calls:
+                await context.write(wire.encode_ask_reply(c.id + 1000, b""))
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "test.Ask",
+                {
+                    "Ask": grpc.stream_stream_rpc_method_handler(
+                        handler,
+                        request_deserializer=serve_pb2.AskFrame.FromString,
+                        response_serializer=bytes,
+                    )
+                },
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        ended: list[AskStream] = []
+        stream = AskStream(wire.ask_stream(channel, _METHOD), "liar", ended.append, _MAX)
+        with pytest.raises(CallFailed) as lied:
+            await asyncio.wait_for(stream.ask(b"x", 5.0), 5.0)
+        assert lied.value.code == "INTERNAL"
+        assert "never made" in lied.value.message
+        assert ended == [stream]
+    finally:
+        await channel.close(None)
+        await server.stop(None)
 
 
 async def test_an_idle_stream_is_ended_ok_and_a_call_on_it_says_so(

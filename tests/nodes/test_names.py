@@ -90,8 +90,9 @@ async def test_swapped_addresses_are_refused_naming_both_ids_and_accuse_nobody(
         assert id_a[:16] in after.detail
         assert "not the pinned" in after.detail
         assert not (tmp_path / "evidence").exists() or not any((tmp_path / "evidence").iterdir())
-        # b was never sent a's demand: nothing it could have refused or logged.
-        assert (await swapped[0].core.stats()).get("rpc_Demand", 0) == 0
+        # b was never sent a's demand or ask: nothing it could have refused or logged.
+        b_stats = await swapped[0].core.stats()
+        assert b_stats.get("rpc_Demand", 0) == b_stats.get("open_asks", 0) == 0
 
         # Deliveries too: nothing is sent to the node that is not the pinned one.
         with pytest.raises(CallFailed) as raised:
@@ -133,7 +134,8 @@ async def test_a_node_pins_the_peers_its_config_lists_with_a_key(tmp_path: Path)
             await transport.demand(h.core.config.peer("a"), [b"x"], timeout=2.0)
         assert raised.value.code == WRONG_NODE
         assert id_b[:16] in raised.value.message
-        assert (await b.core.stats()).get("rpc_Demand", 0) == 0
+        b_stats = await b.core.stats()
+        assert b_stats.get("rpc_Demand", 0) == b_stats.get("open_asks", 0) == 0
     finally:
         await stop_all([h, b])
 
