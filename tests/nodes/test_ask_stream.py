@@ -105,15 +105,21 @@ async def test_what_waits_behind_a_write_goes_out_as_one_message_within_its_boun
 
 
 class _AskServer:
-    """A gRPC server whose one stream method is ``serve_asks`` over ``answer``."""
+    """A gRPC server whose one stream method is ``serve_asks`` over ``answer``, or
+    ``handler`` itself (an origin of the test's own making)."""
 
-    def __init__(self, answer: Callable[[bytes], Awaitable[Sequence[Answer]]]) -> None:
+    def __init__(
+        self,
+        answer: Callable[[bytes], Awaitable[Sequence[Answer]]] | None = None,
+        handler: Callable[[Any, Any], Awaitable[None]] | None = None,
+    ) -> None:
         self.answer = answer
         self.streams = 0
         self.server = grpc.aio.server()
 
-        async def handler(requests: Any, context: Any) -> None:
+        async def serve(requests: Any, context: Any) -> None:
             self.streams += 1
+            assert self.answer is not None
             await serve_asks(context, self.answer, wire.AnswerEncodings().response, _MAX)
 
         self.server.add_generic_rpc_handlers(
@@ -122,7 +128,7 @@ class _AskServer:
                     "test.Ask",
                     {
                         "Ask": grpc.stream_stream_rpc_method_handler(
-                            handler,
+                            handler or serve,
                             request_deserializer=serve_pb2.AskFrame.FromString,
                             response_serializer=bytes,
                         )
@@ -272,35 +278,13 @@ async def test_an_origin_replying_to_a_call_never_made_is_not_trusted_further() 
             for c in frame.calls:
                 await context.write(wire.encode_ask_reply(c.id + 1000, b""))
 
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                "test.Ask",
-                {
-                    "Ask": grpc.stream_stream_rpc_method_handler(
-                        handler,
-                        request_deserializer=serve_pb2.AskFrame.FromString,
-                        response_serializer=bytes,
-                    )
-                },
-            ),
-        )
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        ended: list[AskStream] = []
-        stream = AskStream(wire.ask_stream(channel, _METHOD), "liar", ended.append, _MAX)
+    async with _AskServer(handler=handler) as srv:
+        stream = srv.stream()
         with pytest.raises(CallFailed) as lied:
             await asyncio.wait_for(stream.ask(b"x", 5.0), 5.0)
         assert lied.value.code == "INTERNAL"
         assert "never made" in lied.value.message
-        assert ended == [stream]
-    finally:
-        await channel.close(None)
-        await server.stop(None)
+        assert srv.ended == [stream]
 
 
 async def test_an_idle_stream_is_ended_ok_and_a_call_on_it_says_so(
