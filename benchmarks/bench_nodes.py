@@ -1049,8 +1049,15 @@ async def _bench(args: argparse.Namespace, started: dict[str, Any], origin_pid: 
     )
     pooled = {name: _pooled(r) for name, r in runs.items()}
     b_rate = pooled[BARE][0] / pooled[BARE][2]
-    rows = [BARE, BARE_ASK, FLOOR_CRYPTO, FLOOR_CONTRACTS, VERIFIED_FOLDS, SIGNED_HEAD]
-    rows.append(VERIFIED_HEAD)
+    rows = [
+        BARE,
+        BARE_ASK,
+        FLOOR_CRYPTO,
+        FLOOR_CONTRACTS,
+        VERIFIED_FOLDS,
+        SIGNED_HEAD,
+        VERIFIED_HEAD,
+    ]
     if args.tls:
         rows += [BARE + TLS_SUFFIX, VERIFIED_HEAD + TLS_SUFFIX]
     for name in rows:

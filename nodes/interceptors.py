@@ -37,7 +37,7 @@ import contextvars
 import inspect
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -408,6 +408,28 @@ class RequestContext:
             ControlAuth.bind(await auth.authenticate(rpc, raw, metadata))
             return _readable(parsed)
 
+        stream_ends = self._stream_ends
+
+        async def writing(
+            context: grpc.aio.ServicerContext[Any, Any], run: Callable[[], Awaitable[None]]
+        ) -> None:
+            """A handler that writes with the context (health Watch, ``Serve.Ask``): request
+            id, log context, counter, status mapping; a long-lived one registers how
+            the server's stop ends it (:data:`nodes.ask_stream.STREAM_ENDS`)."""
+            request_id = _call_id(context, context.invocation_metadata())
+            ends = STREAM_ENDS.set(stream_ends)
+            with bound_contextvars(request_id=request_id, rpc=rpc):
+                if count is not None:
+                    count(rpc)
+                try:
+                    await run()
+                except Exception as exc:
+                    if isinstance(exc, grpc.aio.AbortError):
+                        raise
+                    await _abort_for(exc, context, rpc, request_id)
+                finally:
+                    STREAM_ENDS.reset(ends)
+
         if handler.unary_unary is not None:
             inner_uu: Any = handler.unary_unary
 
@@ -444,16 +466,10 @@ class RequestContext:
             async def unary_write(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> None:
-                request_id = _call_id(context, context.invocation_metadata())
-                with bound_contextvars(request_id=request_id, rpc=rpc):
-                    if count is not None:
-                        count(rpc)
-                    try:
-                        await inner_uw(await admit(request, context), context)
-                    except Exception as exc:
-                        if isinstance(exc, grpc.aio.AbortError):
-                            raise
-                        await _abort_for(exc, context, rpc, request_id)
+                async def admitted() -> None:
+                    await inner_uw(await admit(request, context), context)
+
+                await writing(context, admitted)
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_write,
@@ -492,24 +508,11 @@ class RequestContext:
             # message it reads as parsed (or unreadable), each it writes as bytes if
             # it encoded them itself.
             inner_ss: Any = handler.stream_stream
-            stream_ends = self._stream_ends
 
             async def stream_stream(
                 requests: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> None:
-                request_id = _call_id(context, context.invocation_metadata())
-                ends = STREAM_ENDS.set(stream_ends)
-                with bound_contextvars(request_id=request_id, rpc=rpc):
-                    if count is not None:
-                        count(rpc)
-                    try:
-                        await inner_ss(requests, context)
-                    except Exception as exc:
-                        if isinstance(exc, grpc.aio.AbortError):
-                            raise
-                        await _abort_for(exc, context, rpc, request_id)
-                    finally:
-                        STREAM_ENDS.reset(ends)
+                await writing(context, lambda: inner_ss(requests, context))
 
             return grpc.stream_stream_rpc_method_handler(
                 stream_stream,

@@ -13,7 +13,6 @@ seconds before cancelling them.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,12 +161,10 @@ class NodeServer:
     async def stop(self, grace: float) -> None:
         """Health NOT_SERVING first (load balancers and holders back off), then stop."""
         await self.health.enter_graceful_shutdown()
-        # Ask streams stay open while their holders do: once the server takes no new
-        # call, they are ended at once rather than after the whole grace.
-        stopping = asyncio.ensure_future(self.server.stop(grace))
-        await asyncio.sleep(0)
+        # Ask streams stay open while their holders do: ended at once (and any that
+        # starts from now on), rather than after the whole grace.
         self.requests.end_streams()
-        await stopping
+        await self.server.stop(grace)
         if self.requests.loop_lag is not None:
             await self.requests.loop_lag.stop()
         log.info("node_stopped", grace_s=grace)

@@ -782,15 +782,11 @@ def ask_stream(channel: grpc.aio.Channel, method: str = ASK_METHOD) -> AskStream
         "AskStreamCall",
         registering.stream_stream(
             method,
-            request_serializer=_as_is,
+            request_serializer=None,  # frames are written as their bytes
             response_deserializer=ask_replies,
             _registered_method=True,
         ),
     )
-
-
-def _as_is(data: bytes) -> bytes:
-    return data
 
 
 def _registered_demand(
@@ -832,7 +828,7 @@ def demand_request_size(demands: Sequence[bytes]) -> int:
 def ask_frame_size(asks: bytes) -> int:
     """Bytes on the wire of one call asking ``asks`` (its one-call ``AskFrame``, the
     holder's first call id: later ids may take a byte or two more)."""
-    return len(encode_ask_frame(1, asks))
+    return _framed(2 + _framed(len(asks)))  # id 1 (tag, value); asks (tag, length, bytes)
 
 
 def ask_reply_size(answers: Sequence[Answer]) -> int:
