@@ -111,18 +111,21 @@ class Reaper(PeriodicTask):
         report = await self._store.reap(
             now_ms=self._clock(), grace_ms=self._grace, limit=self._batch
         )
+        # Each step counted once it committed: a stop that cancels the rest of the
+        # pass does not lose what was already evicted.
+        self._evicted += report.hops_evicted
         attestations = await self._store.reap_attestations(now_ms=self._clock(), limit=self._batch)
+        self._attestations += attestations
         # custody holds bind the reaper like obligations (S5, nodes.custody_store),
         # with the same grace: a hold goes only once it expired grace_ms ago
         custody = await reap_custody(
             self._store, now_ms=self._clock() - self._grace, limit=self._batch
         )
+        self._evicted += custody
         report = dataclasses.replace(report, hops_evicted=report.hops_evicted + custody)
         self._passes += 1
-        self._attestations += attestations
         if attestations:
             _log.debug("reaper_attestations", attestations_reaped=attestations)
-        self._evicted += report.hops_evicted
         if report.hops_evicted:
             _log.debug("reaper_pass", hops_evicted=report.hops_evicted)
         return report

@@ -487,6 +487,27 @@ async def test_grace_delays_eviction_past_serve_until(store: HopStore) -> None:
     assert (await store.reap(now_ms=NOW + 7, grace_ms=5)).hops_evicted == 2
 
 
+async def test_a_reaper_pass_stopped_after_its_eviction_committed_still_counts_it(
+    store: HopStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await commit(store, "v", 1, hops_for(store.epoch, range(1, 4)), serve_until_ms=NOW + 1)
+    reached = asyncio.Event()
+
+    async def stuck(**_: object) -> int:
+        reached.set()
+        await asyncio.Event().wait()  # the stop arrives here, after the hops went
+        return 0
+
+    monkeypatch.setattr(store, "reap_attestations", stuck)
+    reaper = Reaper(store, interval_s=60, clock=lambda: NOW + 2)
+    pass_ = asyncio.ensure_future(reaper.run_once())
+    await asyncio.wait_for(reached.wait(), 5)
+    pass_.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pass_
+    assert reaper.stats.hops_evicted == 3
+
+
 async def test_concurrent_reaper_and_commits_never_lose_a_protected_hop(
     store: HopStore,
 ) -> None:
