@@ -61,6 +61,14 @@ DDL: tuple[str, ...] = (
     """
     CREATE INDEX IF NOT EXISTS commitments_status ON commitments (status)
     """,
+    # A value's next fold sequence (HopStore.next_fold_seq[s], read at every
+    # compaction) is the highest over all of the value's rows, a peer's copy of an
+    # own commitment included: the partial index above cannot answer it, and
+    # without this one the read scans a table that grows with every fold held.
+    """
+    CREATE INDEX IF NOT EXISTS commitments_value
+        ON commitments (origin, epoch, value_ref, fold_seq)
+    """,
     """
     CREATE TABLE IF NOT EXISTS fold_members (
         commitment_digest TEXT    NOT NULL REFERENCES commitments (digest),
