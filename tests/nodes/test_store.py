@@ -1076,7 +1076,7 @@ async def test_next_fold_sequences_are_read_through_an_index(
     real_connect = sqlite3.connect
 
     def tracing(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        conn = real_connect(*args, **kwargs)
+        conn: sqlite3.Connection = real_connect(*args, **kwargs)
         conn.set_trace_callback(statements.append)  # the statements, parameters bound
         return conn
 
