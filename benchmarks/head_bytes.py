@@ -2,7 +2,7 @@
 
 Issue #24 asks for a lone first delivery (one value, folded twice, in a
 20-value compaction, sent with its head) of at most 480 bytes of statements.
-This builds that delivery with the node's own code (``contracts.heads``:
+This reads that delivery from its golden wire vector (``tests/nodes/vectors``:
 the fold proof and the head note as a node signs them), then signs the same
 checkpoint again with shorter legal spellings — origin line, extension
 keywords, key name — and prints what each delivery's statements cost on
@@ -31,39 +31,39 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+from pathlib import Path
 
 from contracts.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
-from contracts.heads import FoldInput, HeadLog
 from contracts.identity import Identity
 from contracts.note import NoteKey, encode_note, open_note, parse_note
 from nodes.messages import Delivery
-from nodes.wire import delivery_statement_size
+from nodes.wire import (
+    WIRE_VERSION,
+    deliver_request_from_bytes,
+    delivery_from_pb,
+    delivery_statement_size,
+)
 
 #: Issue #24's bound on a lone first delivery's statement bytes.
 TARGET_BYTES = 480
+#: The lone first delivery, as ``tests/nodes/wire_vectors.py`` writes it.
+VECTOR = (
+    Path(__file__).resolve().parents[1]
+    / "tests"
+    / "nodes"
+    / "vectors"
+    / f"deliver-request-v{WIRE_VERSION}.binpb"
+)
+#: The key that signed the vector's head (the vectors' origin, seed of 32 zero bytes).
+ORIGIN = Identity.from_seed(bytes(32))
 #: A proof naming its head by a one-byte position instead of a 32-byte digest.
 _DIGEST_FOR_POSITION = 32 - 1
 
 
-def first_delivery(origin: Identity) -> Delivery:
-    """A value folded twice in 20-value compactions, sent by its origin with its head."""
-    log = HeadLog(origin, "7-0123456789abcdef")
-    refs = [f"C25-med-s0/v0.{40 + i}" for i in range(20)]
-    compaction = None
-    for fold_seq in (0, 1):
-        compaction = log.compact(
-            [
-                FoldInput(r, fold_seq, [b"hop %d %d" % (fold_seq, i) for i in range(25)])
-                for r in refs
-            ],
-            serve_until=1_764_503_600_000,
-            deadline_ms=2000,
-            endpoints=["127.0.0.1:50051"],
-            issued_at=1_764_500_000_000,
-        )
-    assert compaction is not None
-    head, proof = compaction.head.to_bytes(), compaction.proofs[refs[0]].to_bytes()
-    return Delivery(refs[0], b"v", (), (), origin.node_id, (proof,), (head,))
+def first_delivery() -> Delivery:
+    """The wire vector's lone first delivery, read from its golden file."""
+    msg = deliver_request_from_bytes(VECTOR.read_bytes())
+    return delivery_from_pb(msg.value, msg.sender)
 
 
 def respelled(checkpoint: Checkpoint, key: NoteKey, *, origin: str, short_keywords: bool) -> bytes:
@@ -80,11 +80,12 @@ def respelled(checkpoint: Checkpoint, key: NoteKey, *, origin: str, short_keywor
 
 
 def main() -> int:
-    origin = Identity.from_seed(bytes(32))
-    first = first_delivery(origin)
+    origin = ORIGIN
+    first = first_delivery()
     (head,) = first.heads
     (proof,) = first.fold_proofs
     checkpoint = parse_checkpoint(parse_note(head).text)
+    open_note(head, [NoteKey(checkpoint.origin, origin).verifier])  # signed by ORIGIN, or raises
     epoch = checkpoint.origin.rsplit("/", 1)[1]
     b64_id = base64.urlsafe_b64encode(bytes.fromhex(origin.node_id)).rstrip(b"=").decode()
     short_origin = f"pn/{b64_id}/{epoch}"

@@ -15,6 +15,7 @@ from contracts import (
     build_demand,
 )
 from tests.contracts._support import NOW, make_world
+from tests.scripts import load_script
 
 CONTRACTS_DIR = Path(contracts.__file__).parent
 
@@ -83,12 +84,5 @@ def test_origin_refuses_a_demand_for_leaves_outside_the_fold_as_bad_demand() -> 
 
 @pytest.mark.bench
 def test_bench_fold_verification_stays_within_1_5x_of_one_verify_plus_50_hashes() -> None:
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_contracts.py"
-    spec = importlib.util.spec_from_file_location("bench_contracts", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/bench_contracts.py", "bench_contracts")
     assert module.main(["--quick"]) == 0

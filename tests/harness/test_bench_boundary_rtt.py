@@ -9,9 +9,6 @@ The ratio itself is measured by running the script, not here.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 from harness.boundary import topology
@@ -19,18 +16,11 @@ from harness.boundary.choices import TransportKind
 from harness.boundary.runner import BoundarySettings, overall_fingerprints, run_boundary
 from harness.config import ExperimentConfig
 from nodes.transport import GrpcTransport
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_boundary.py"
+from tests.scripts import load_script
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_boundary_under_test", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_boundary.py", "bench_boundary_under_test")
 
 
 def test_in_run_echo_probes_after_rehydrating_decisions_and_restores_the_player() -> None:

@@ -23,6 +23,7 @@ import yaml
 from harness.cli import build_parser
 from nodes.config import ENV_VARS, NodeConfig
 from nodes.linkproxy import LINK_ENV_VARS, LinkSpec
+from tests.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_SERVICES = ("a", "b", "c")
@@ -485,13 +486,7 @@ def test_tls_runner_verifies_the_nodes_with_the_ca_whose_key_lies_beside_it() ->
 
 def _generated(names: list[str], *, tls: bool) -> dict[str, Any]:
     """scripts/stack_file.py --as-compose --names …: the compose file of these nodes."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("stack_file", REPO / "scripts" / "stack_file.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("scripts/stack_file.py", "stack_file")
     text = (REPO / "docker-compose.yml").read_text(encoding="utf-8")
     tls_text = (REPO / TLS).read_text(encoding="utf-8") if tls else None
     data = yaml.safe_load(module.render_compose(text, names, tls_text))

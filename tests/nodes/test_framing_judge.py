@@ -11,10 +11,7 @@ fails on what it must.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -29,21 +26,15 @@ from contracts.serve import (
     build_obligation,
     build_witness_report,
 )
+from tests.scripts import load_script
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_framing.py"
 _ENDPOINT = "127.0.0.1:7001"
 _NOW = 1_800_000_000_000
 _HOPS = [b'{"step": 1}']
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_framing", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_framing", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_framing.py", "bench_framing")
 
 
 bench = _load()

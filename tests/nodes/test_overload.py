@@ -14,7 +14,7 @@ import asyncio
 import gc
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,36 @@ async def _queue_burst(delivers: list[Any], release: asyncio.Event, n: int = 150
         await asyncio.sleep(0)  # every call's batch started in gRPC's core
     time.sleep(0.5)  # blocking is the point: gRPC queues what arrives meanwhile
     return burst
+
+
+#: Runs of a backlog scenario before its test gives up on the machine forming one.
+BACKLOG_ATTEMPTS = 5
+
+
+def _shown(taken: list[bool]) -> str:
+    """The bulk calls taken up, in order: ``B`` shed as from a backlog, ``.`` not."""
+    return "".join("B" if t else "." for t in taken)
+
+
+def _until_a_backlog_forms(
+    scenario: Callable[[str], Coroutine[Any, Any, str | None]], name: str, what: str
+) -> None:
+    """Run ``scenario`` (given a node name) until one run forms a backlog.
+
+    A run returns None once it formed one and checked it, or the calls it took
+    up (:func:`_shown`) when none formed: on a loaded CPU the test's calls can
+    reach the loop through gRPC's poller thread with the loop idle between the
+    first of them (the queue judged drained, rightly), and such a run proves
+    nothing either way. After :data:`BACKLOG_ATTEMPTS` of those, fail naming
+    every run's calls.
+    """
+    runs: list[str] = []
+    for attempt in range(BACKLOG_ATTEMPTS):
+        seen = eventloop.run(scenario(f"{name}{attempt}"))
+        if seen is None:
+            return
+        runs.append(seen)
+    pytest.fail(f"no backlog formed {what} in {BACKLOG_ATTEMPTS} runs: {runs}")
 
 
 async def _committed(node: RunningNode) -> tuple[bytes, bytes]:
@@ -876,15 +906,9 @@ def test_a_pause_of_the_node_amid_a_backlog_does_not_let_queued_calls_in(
     admission again). Once the queue has drained and the loop has been idle, a
     new call is no longer taken for a backlog.
 
-    Whether the burst forms a backlog before the stall is the machine's to say:
-    in-process, the test's calls reach the loop through gRPC's poller thread, and
-    on a loaded CPU its wake-ups can leave the loop idle between the first calls
-    (the queue judged drained, rightly, so no backlog to stall in). Such a run
-    proves nothing either way; the scenario runs again, at most ``ATTEMPTS``
-    times, and the test fails, naming every run's calls, if none formed one.
+    Whether the burst forms a backlog before the stall is the machine's to say
+    (:func:`_until_a_backlog_forms`).
     """
-    attempts_left = ATTEMPTS = 5
-    runs: list[str] = []
     taken: list[bool] = []
     stalled_at: list[int] = []
     real_taken = overload.Backlog.taken
@@ -900,7 +924,7 @@ def test_a_pause_of_the_node_amid_a_backlog_does_not_let_queued_calls_in(
 
     monkeypatch.setattr(overload.Backlog, "taken", stalling_taken)
 
-    async def scenario(name: str) -> bool:
+    async def scenario(name: str) -> str | None:
         node = await grpc_node(tmp_path, name)
         release = asyncio.Event()
         chans = _four_channels(node.address)
@@ -919,12 +943,11 @@ def test_a_pause_of_the_node_amid_a_backlog_does_not_let_queued_calls_in(
                 for r in results
             ), results
             assert len(taken) == 150
-            shown = "".join("B" if t else "." for t in taken)  # B: refused as a backlog
-            if not stalled_at:
-                runs.append(shown)  # no backlog to stall in: this run proves nothing
+            shown = _shown(taken)
+            if not stalled_at:  # no backlog to stall in: this run proves nothing
                 release.set()
                 await asyncio.gather(*holders, return_exceptions=True)
-                return False
+                return shown
             (stall,) = stalled_at
             # The call taken up right after the stall: still the backlog. (Later ones
             # may find the loop idle meanwhile: in-process, the test's own calls share
@@ -947,17 +970,14 @@ def test_a_pause_of_the_node_amid_a_backlog_does_not_let_queued_calls_in(
             for held in holders:
                 with pytest.raises(grpc.aio.AioRpcError):
                     await held
-            return True
+            return None
         finally:
             release.set()
             for chan in chans:
                 await chan.close(None)
             await node.stop(0)
 
-    while not eventloop.run(scenario(f"stall{ATTEMPTS - attempts_left}")):
-        attempts_left -= 1
-        if not attempts_left:
-            pytest.fail(f"no backlog formed before the stall in {ATTEMPTS} runs: {runs}")
+    _until_a_backlog_forms(scenario, "stall", "before the stall")
 
 
 def test_a_call_granted_budget_room_amid_a_backlog_is_shed_not_admitted(
@@ -972,12 +992,9 @@ def test_a_call_granted_budget_room_amid_a_backlog_is_shed_not_admitted(
     calls into the backlog the two reservations are given back, which gives
     the waiters their room.
 
-    As in the test of a pause amid a backlog, a loaded CPU may leave the loop
-    idle between the first calls, so that no backlog forms: such a run proves
-    nothing and the scenario runs again, at most ``ATTEMPTS`` times.
+    Whether the burst forms a backlog first is the machine's to say
+    (:func:`_until_a_backlog_forms`).
     """
-    attempts_left = ATTEMPTS = 5
-    runs: list[str] = []
     monkeypatch.setattr(overload, "BULK_BUDGET_WAIT_S", 30.0)  # the waiters outlast the block
     taken: list[bool] = []
     freed: list[int] = []
@@ -993,13 +1010,13 @@ def test_a_call_granted_budget_room_amid_a_backlog_is_shed_not_admitted(
 
     monkeypatch.setattr(overload.Backlog, "taken", watched_taken)
 
-    async def scenario(name: str) -> bool:
+    async def scenario(name: str) -> str | None:
         node = await grpc_node(tmp_path, name)
         release = asyncio.Event()
         chans = _four_channels(node.address)
         budget = node.server.requests.bulk_budget
         assert budget is not None
-        budgets.append(budget)
+        budgets[:] = [budget]
         try:
             delivers = await _connected_delivers(chans, node)
             for _ in range(2):
@@ -1012,12 +1029,11 @@ def test_a_call_granted_budget_room_amid_a_backlog_is_shed_not_admitted(
             taken.clear()
             burst = await _queue_burst(delivers, release)
             await _until(lambda: len(taken) == 150, "every call of the burst taken up")
-            if not freed:
-                runs.append("".join("B" if t else "." for t in taken))  # B: backlog
+            if not freed:  # no backlog before the room was given: proves nothing
                 budget.release(2 * budget.reserve)
                 release.set()
                 await asyncio.gather(*waiters, *burst, return_exceptions=True)
-                return False
+                return _shown(taken)
             for waiter in waiters:
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
                     await waiter
@@ -1029,15 +1045,11 @@ def test_a_call_granted_budget_room_amid_a_backlog_is_shed_not_admitted(
             release.set()  # any call admitted after the backlog ends at once
             await asyncio.gather(*burst, return_exceptions=True)
             await _until(lambda: budget.used == 0, "every reservation given back")
-            return True
+            return None
         finally:
             release.set()
             for chan in chans:
                 await chan.close(None)
             await node.stop(0)
 
-    while not eventloop.run(scenario(f"granted{ATTEMPTS - attempts_left}")):
-        attempts_left -= 1
-        if not attempts_left:
-            pytest.fail(f"no backlog formed before the room was given in {ATTEMPTS} runs: {runs}")
-        budgets.clear()
+    _until_a_backlog_forms(scenario, "granted", "before the room was given")

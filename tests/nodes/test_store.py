@@ -1070,8 +1070,7 @@ async def test_next_fold_sequences_are_read_through_an_index(
 ) -> None:
     """A value's next fold sequence is read at every compaction, over a table that
     grows with every fold the node holds: both reads search an index, neither
-    scans the commitments table (each once took a millisecond a compaction by the
-    end of a long experiment)."""
+    scans the commitments table."""
     statements: list[str] = []
     real_connect = sqlite3.connect
 

@@ -9,7 +9,6 @@ are compared with the compose services they come from.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shlex
 import subprocess
@@ -22,18 +21,14 @@ import yaml
 
 from harness.cli import build_parser
 from nodes.config import NodeConfig
+from tests.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_SERVICES = ("a", "b", "c")
 
 
 def _stack_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("stack_file", REPO / "scripts" / "stack_file.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/stack_file.py", "stack_file")
 
 
 def _load(name: str) -> dict[str, Any]:
