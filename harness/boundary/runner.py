@@ -305,8 +305,10 @@ class _Ticks:
 
 _WORKER_TICKS: Any = None
 _WORKER_RUNS: Any = None
-#: Allocations between young-generation collections in a worker (CPython's default: 700).
-_YOUNG_COLLECTION_THRESHOLD = 50_000
+#: The cyclic collector's thresholds in a worker (CPython's default: 700, 10, 10).
+#: Set only in the processes the runner owns: a run played in the caller's process
+#: leaves the caller's collector as it was.
+_WORKER_GC_THRESHOLDS = (50_000, 20, 100)
 
 
 def _worker_init(ticks: Any, runs: Any, parent: int) -> None:
@@ -323,8 +325,8 @@ def _worker_init(ticks: Any, runs: Any, parent: int) -> None:
     # collector from walking it again at every full collection.
     gc.freeze()
     # A run allocates many short-lived objects per delivery and keeps few cycles:
-    # collect the young generation far less often, and the older ones less often too.
-    gc.set_threshold(_YOUNG_COLLECTION_THRESHOLD, 20, 100)
+    # collect every generation less often.
+    gc.set_threshold(*_WORKER_GC_THRESHOLDS)
 
 
 def _pulled(
