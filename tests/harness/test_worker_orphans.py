@@ -102,9 +102,10 @@ def reap() -> Iterator[_Reaper]:
 def test_workers_exit_when_their_parent_is_killed(
     command: list[str], tmp_path: Path, reap: _Reaper
 ) -> None:
-    # run: the death-spiral run (submitted first) long enough to outlast the wait
+    # run: the death-spiral run (submitted first) long enough to outlast the wait, and
+    # seeds long enough that a second worker plays beside it on a fast machine
     (tmp_path / "long-spiral.yaml").write_text(
-        "steps: 500\nseeds: 4\ndeath_spiral_run:\n  steps: 150000\n  compaction_cadence: 25\n"
+        "steps: 5000\nseeds: 4\ndeath_spiral_run:\n  steps: 150000\n  compaction_cadence: 25\n"
     )
     parent = subprocess.Popen(
         [sys.executable, "-m", "harness", *command, "--out", str(tmp_path / "out")],
