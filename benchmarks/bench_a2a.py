@@ -99,12 +99,13 @@ async def run(rounds: int, hops: int) -> dict[str, dict[str, float]]:
                     value.fold_proofs,
                     value.heads,
                 )
-                receipt, _, outgoing = await a.node.core.send(b.node.address, sent, 30.0)
+                # signed, as the A2A answer carries it: like for like
+                ack, outgoing = await a.node.core.send(b.node.address, sent, 30.0, signed=True)
                 report = await b.node.core.rehydrate(value.value_ref)
                 if not report.complete:
                     raise SystemExit(f"deliver: rehydration failed: {report.outcomes}")
                 return wire.deliver_request_size(outgoing), len(
-                    wire.deliver_response(receipt).SerializeToString()
+                    wire.deliver_response(ack).SerializeToString()
                 )
 
             async def via_grpc(value: Delivery) -> tuple[int, int]:

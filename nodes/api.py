@@ -371,7 +371,9 @@ class _Backend(Protocol):
         self, ref: str, seqs: Sequence[int], payload: bytes, serve_for_ms: int, deadline_ms: int
     ) -> CommittedCompaction: ...
 
-    async def deliver(self, delivery: Delivery) -> bytes: ...
+    async def deliver(self, delivery: Delivery) -> bytes:
+        """Hand the value to the node; its signed delivery receipt."""
+        ...
 
     async def rehydrate(
         self, ref: str, witnesses: Sequence[str], expect: Delivery | None
@@ -415,7 +417,7 @@ class _Local:
 
     async def deliver(self, delivery: Delivery) -> bytes:
         # The node verifies every statement before it holds anything.
-        return await self.core.deliver(delivery)
+        return (await self.core.deliver(delivery, signed=True)).receipt
 
     async def rehydrate(
         self, ref: str, witnesses: Sequence[str], expect: Delivery | None
@@ -471,7 +473,7 @@ class _Remote:
             raise _call_error(f"compact {ref!r:.80}", exc) from exc
 
     async def deliver(self, delivery: Delivery) -> bytes:
-        return await self.client.deliver(delivery)
+        return (await self.client.deliver(delivery, signed=True)).receipt
 
     async def rehydrate(
         self, ref: str, witnesses: Sequence[str], expect: Delivery | None

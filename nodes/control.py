@@ -49,7 +49,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
@@ -58,6 +58,7 @@ from nodes.attester import AttestationAnswer, AttestationAsk, FoldBytes, Restore
 from nodes.auth import ControlCredentials, control_channel
 from nodes.elision import HeadElision
 from nodes.messages import (
+    Acknowledgement,
     Answer,
     ChallengeResult,
     CommittedCompaction,
@@ -71,10 +72,6 @@ from nodes.methods import method_name
 from nodes.retry import appointment_ms, retry_shed
 from nodes.tls import TlsFiles
 from nodes.transport import CallFailed
-
-if TYPE_CHECKING:
-    from contracts.signed import Signed
-    from contracts.statements import DeliveryReceipt
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -303,11 +300,14 @@ class NodeClient:
 
     # ----------------------------------------------------------------- Deliver (control)
 
-    async def deliver(self, delivery: Delivery, *, timeout: float | None = None) -> bytes:
-        """``Deliver.Deliver`` as sent (no head left out): the signed delivery receipt."""
-        request = wire.deliver_request(delivery)
+    async def deliver(
+        self, delivery: Delivery, *, timeout: float | None = None, signed: bool = False
+    ) -> Acknowledgement:
+        """``Deliver.Deliver`` as sent (no head left out): the node's acknowledgement,
+        with its signed delivery receipt when ``signed``."""
+        request = wire.deliver_request(delivery, signed=signed)
         reply = await self._unary(_DELIVER, self._deliver.Deliver, request, timeout)
-        return bytes(reply.delivery_receipt)
+        return wire.acknowledgement_from_pb(reply)
 
     async def forward(self, value_ref: str, peer: str, *, timeout: float | None = None) -> bytes:
         """``Deliver.Forward``: the node delivers its held value to ``peer``; that peer's
@@ -451,17 +451,19 @@ class NodeClients:
         if self.on_call is not None:
             self.on_call(record)
 
-    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
+    async def deliver(
+        self, address: str, delivery: Delivery, timeout: float, signed: bool = False
+    ) -> Acknowledgement:
         """``Deliver.Deliver`` to ``address`` as given (a :data:`nodes.elision.DeliverCall`)."""
-        return await self.at(address).deliver(delivery, timeout=timeout)
+        return await self.at(address).deliver(delivery, timeout=timeout, signed=signed)
 
     async def send(
-        self, address: str, delivery: Delivery, timeout: float, *, signer: str | None = None
-    ) -> tuple[bytes, Signed[DeliveryReceipt], Delivery]:
+        self, address: str, delivery: Delivery, timeout: float, *, signed: bool = False
+    ) -> tuple[Acknowledgement, Delivery]:
         """Deliver as a node's ``send`` does (:meth:`nodes.elision.HeadElision.send`):
-        the receipt's bytes, the receipt parsed and bound to ``signer`` (not
-        verified), and the delivery as sent."""
-        return await self._elision.send(self.deliver, address, delivery, timeout, signer=signer)
+        the peer's acknowledgement (with its signed delivery receipt when
+        ``signed``) and the delivery as sent."""
+        return await self._elision.send(self.deliver, address, delivery, timeout, signed=signed)
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}

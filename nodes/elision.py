@@ -1,19 +1,20 @@
 """What a sender remembers of each peer: the heads it acknowledged holding verified.
 
 A delivery of a compacted value carries fold proofs and the signed heads
-(C2SP checkpoint notes, :mod:`contracts.head_note`) they hang from. A head
-the receiving node listed in an earlier signed delivery receipt is held
-verified there, so later deliveries to that address carry only the fold
-proof (which names the head by digest). A peer that no longer holds one (a
-restart: its caches are in memory) answers ``NOT_FOUND``; the delivery is
+(C2SP checkpoint notes, :mod:`contracts.head_note`) they hang from. A peer's
+answer to a delivery acknowledges every head the delivery named (it verified
+it, or held it verified), so later deliveries to that address carry only the
+fold proof (which names the head by digest). A peer that no longer holds one
+(a restart: its caches are in memory) answers ``NOT_FOUND``; the delivery is
 then repeated once with every head, and the forgotten acknowledgements are
 dropped.
 
-The receipt decides nothing else (design, "Verify where it carries
-information"): it is parsed and bound to the expected signer, its signature
-not verified — a wrong acknowledgement costs one ``NOT_FOUND`` and a resend,
-never a wrong decision. :class:`HeadElision` is transport-agnostic: it is
-given the one call that delivers (a node's transport, or a tool's
+The acknowledgement decides nothing else (design, "Sign where it carries
+information"): it is unsigned unless the sender asks for the peer's signed
+delivery receipt, which only a sender that cites it does (``Forward``). A
+wrong acknowledgement costs one ``NOT_FOUND`` and a resend, never a wrong
+decision. :class:`HeadElision` is transport-agnostic: it is given the one
+call that delivers (a node's transport, or a tool's
 :class:`nodes.control.NodeClients`), which raises
 :class:`nodes.transport.CallFailed` on a status. A node's own
 ``NodeCore.send`` and the tools' client both send through it.
@@ -27,16 +28,15 @@ from collections.abc import Awaitable, Callable
 
 from contracts._lru import BoundedCache
 from contracts.head_note import head_digest
-from contracts.signed import Signed, parse_statement
-from contracts.statements import DeliveryReceipt
 from nodes.custody_elision import CustodyAcks
-from nodes.messages import Delivery
+from nodes.messages import Acknowledgement, Delivery
 from nodes.transport import CallFailed
 
 __all__ = ["DeliverCall", "HeadElision"]
 
-#: One ``Deliver.Deliver`` call: (address, delivery, timeout s) -> the receipt's bytes.
-DeliverCall = Callable[[str, Delivery, float], Awaitable[bytes]]
+#: One ``Deliver.Deliver`` call: (address, delivery, timeout s, signed receipt asked)
+#: -> the peer's acknowledgement.
+DeliverCall = Callable[[str, Delivery, float, bool], Awaitable[Acknowledgement]]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -66,18 +66,17 @@ class HeadElision:
         delivery: Delivery,
         timeout: float,
         *,
-        signer: str | None = None,
-    ) -> tuple[bytes, Signed[DeliveryReceipt], Delivery]:
+        signed: bool = False,
+    ) -> tuple[Acknowledgement, Delivery]:
         """Deliver with ``deliver``, heads the peer acknowledged sent as digests.
 
-        Returns the peer's receipt (bytes, and parsed bound to ``signer``, its
-        signature **not** verified: :func:`contracts.signed.verify_parsed` it
-        before relying on it) and the delivery as sent. Custody statements the
-        peer accepted in an earlier delivery travel as their digests
-        (:mod:`nodes.custody_elision`). A ``NOT_FOUND`` answer to a delivery
-        that left a head or statement out repeats it once in full; any other
-        failure (or ``NOT_FOUND`` to a full delivery) is raised as the
-        :class:`~nodes.transport.CallFailed` it was.
+        Returns the peer's acknowledgement (carrying its signed delivery
+        receipt, not parsed here, when ``signed``) and the delivery as sent.
+        Custody statements the peer accepted in an earlier delivery travel as
+        their digests (:mod:`nodes.custody_elision`). A ``NOT_FOUND`` answer to
+        a delivery that left a head or statement out repeats it once in full;
+        any other failure (or ``NOT_FOUND`` to a full delivery) is raised as
+        the :class:`~nodes.transport.CallFailed` it was.
         """
         elided = tuple(h for h in delivery.heads if (address, _digest(h)) in self._heads_acked)
         outgoing = delivery
@@ -89,23 +88,20 @@ class HeadElision:
         if custody != delivery.custody:
             outgoing = dataclasses.replace(outgoing, custody=custody)
         try:
-            data = await deliver(address, outgoing, timeout)
+            ack = await deliver(address, outgoing, timeout, signed)
         except CallFailed as exc:
             if outgoing is delivery or exc.code != "NOT_FOUND":
                 raise
             for h in elided:
                 self._heads_acked.pop((address, _digest(h)))
             self._custody.forget(address, delivery.custody)
-            data = await deliver(address, delivery, timeout)
+            ack = await deliver(address, delivery, timeout, signed)
             outgoing = delivery
-        receipt = parse_statement(data, DeliveryReceipt, signer=signer)
         self._custody.acknowledge(
             address,
             (n for n, sent in zip(delivery.custody, outgoing.custody, strict=True) if n == sent),
-            receipt.statement.received_at,
+            ack.received_at,
         )
-        sent = {_digest(h) for h in delivery.heads}
-        for digest in receipt.statement.obligations:
-            if digest in sent:
-                self._heads_acked.put((address, digest), None)
-        return data, receipt, outgoing
+        for h in delivery.heads:
+            self._heads_acked.put((address, _digest(h)), None)
+        return ack, outgoing

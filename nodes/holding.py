@@ -3,8 +3,9 @@
 What this role promises. A delivery is held only once every statement it
 carries verifies (commitments and obligations addressed to this node, each
 head's signature once, each fold proof hashed under its head) and the
-statements are kept verbatim in the store; the signed delivery receipt
-returned acknowledges exactly the folds held. Two commitments of one origin
+statements are kept verbatim in the store; the acknowledgement returned
+says so, with a signed delivery receipt naming exactly the folds held when
+the sender asks for one. Two commitments of one origin
 for one fold with different roots, or two heads of one compaction slot with
 different trees, are recorded as evidence (``equivocation``, ``split_view``)
 naming that origin, and the delivery is still accepted. Held values are
@@ -27,7 +28,7 @@ from contracts.evidence import equivocation_evidence, split_view_evidence
 from contracts.head_note import SignedHead
 from contracts.heads import FoldProof, HeadCache, verify_fold
 from contracts.serve import verify_delivery
-from contracts.signed import Signed, StatementSigner, verify_parsed
+from contracts.signed import Signed, StatementSigner, parse_statement, verify_parsed
 from contracts.statements import Commitment, DeliveryReceipt, Obligation, StatementKind
 from nodes import store as st
 from nodes.client import HeldFold
@@ -46,7 +47,7 @@ from nodes.errors import (
 )
 from nodes.held import HeldValues
 from nodes.logging import get_logger
-from nodes.messages import Delivery, Outcome, RehydrationReport
+from nodes.messages import Acknowledgement, Delivery, Outcome, RehydrationReport
 from nodes.transport import CallFailed
 
 __all__ = [
@@ -106,8 +107,8 @@ class Holding:
         # (its head is still checked unexpired, which costs no signature).
         self._kept_folds: BoundedCache[str, tuple[str, HeldFold]] = BoundedCache(STATEMENT_CACHE)
         # Signed tree heads this node verified as a receiver (each signature checked
-        # once), and the heads each peer acknowledged in a signed delivery receipt
-        # (sent as digests after), with their origins (a peer holds their keys:
+        # once), and the heads each peer acknowledged holding (sent as digests
+        # after), with their origins (a peer holds their keys:
         # named by key id after).
         self.heads = HeadCache()
         self._elision = HeadElision()
@@ -127,9 +128,15 @@ class Holding:
         return len(self._held)
 
     async def deliver(
-        self, delivery: Delivery, *, value_digest: str | None = None, by: str | None = None
-    ) -> bytes:
-        """Verify and hold a delivered value; return our signed delivery receipt.
+        self,
+        delivery: Delivery,
+        *,
+        value_digest: str | None = None,
+        by: str | None = None,
+        signed: bool = False,
+    ) -> Acknowledgement:
+        """Verify and hold a delivered value; acknowledge it, with our signed
+        delivery receipt when ``signed`` (the sender cites it: ``Forward``).
 
         ``value_digest`` is ``sha256_hex(delivery.value)`` when the caller has
         already computed it (off the event loop, for a large value). ``by``: the
@@ -241,25 +248,26 @@ class Holding:
             ),
             by=by,
         )
-        # For a head-form fold the obligation digest is the head digest: the
-        # signed receipt acknowledges every head this node now holds verified.
-        receipt = self._receipts.sign(
-            DeliveryReceipt(
-                holder=self.node_id,
-                sender=sender,
-                value_digest=value_digest or self._value_digest(delivery.value),
-                commitments=tuple(f.commitment.digest for f in folds),
-                obligations=tuple(f.obligation.digest for f in folds),
-                received_at=ms(now),
-            ),
-        )
+        receipt = b""
+        if signed:
+            # For a head-form fold the obligation digest is the head digest.
+            receipt = self._receipts.sign(
+                DeliveryReceipt(
+                    holder=self.node_id,
+                    sender=sender,
+                    value_digest=value_digest or self._value_digest(delivery.value),
+                    commitments=tuple(f.commitment.digest for f in folds),
+                    obligations=tuple(f.obligation.digest for f in folds),
+                    received_at=ms(now),
+                ),
+            )
         log.info(
             "value_delivered",
             value_ref=delivery.value_ref,
             commitments=len(pairs),
             sender=sender[:16],
         )
-        return receipt
+        return Acknowledgement(ms(now), receipt)
 
     async def _verify_head_folds(self, delivery: Delivery, now_ms: int) -> tuple[HeldFold, ...]:
         """Head form: each head's signature once (cached by digest), each fold proof hashed.
@@ -385,14 +393,13 @@ class Holding:
         peer: str,
         *,
         deadline: float | None = None,
-        verify_receipt: bool = True,
+        signed_receipt: bool = True,
     ) -> bytes:
         """Deliver a held value unchanged to a peer; return its verified delivery receipt.
 
-        ``verify_receipt=False`` for a caller that discards the receipt (the
-        experiment's relays): its fields are still checked, its signature is
-        not, and the bytes returned must not be relied on (design, "Verify
-        where it carries information").
+        ``signed_receipt=False`` for a caller that cites no receipt (the
+        experiment's relays): the peer is asked for none, and ``b""`` is
+        returned (design, "Sign where it carries information").
         """
         held = self.held(value_ref)
         try:
@@ -415,15 +422,15 @@ class Holding:
         if self.relay_custody is not None:  # the relay's own statements (nodes.relay_custody)
             outgoing = replace(outgoing, custody=await self.relay_custody(held))
         try:
-            data, receipt, _ = await self.send(
-                address, outgoing, timeout, signer=self.config.pinned_key(peer)
-            )
+            ack, _ = await self.send(address, outgoing, timeout, signed=signed_receipt)
         except CallFailed as exc:
             # The peer's failure, not ours: never INTERNAL.
             raise PeerUnavailable(f"forward {value_ref}: peer {peer}: {exc}") from exc
-        if verify_receipt:
-            # What Forward returns is the peer's word that it holds the value: checked.
-            verify_parsed(receipt)
+        if not signed_receipt:
+            return b""
+        # What Forward returns is the peer's word that it holds the value: checked.
+        receipt = parse_statement(ack.receipt, DeliveryReceipt, signer=self.config.pinned_key(peer))
+        verify_parsed(receipt)
         r = receipt.statement
         if (
             r.sender != self.node_id
@@ -435,26 +442,22 @@ class Holding:
                 f"forward {value_ref}: peer {peer} acknowledged another sender, value,"
                 " commitments or obligations"
             )
-        return data
+        return ack.receipt
 
     async def send(
-        self, address: str, delivery: Delivery, timeout: float, *, signer: str | None = None
-    ) -> tuple[bytes, Signed[DeliveryReceipt], Delivery]:
+        self, address: str, delivery: Delivery, timeout: float, *, signed: bool = False
+    ) -> tuple[Acknowledgement, Delivery]:
         """Deliver to ``address``, sending only the digests of heads it acknowledged before.
 
-        Returns the peer's receipt (bytes, parsed and bound to ``signer``, its
-        signature **not** verified: :func:`contracts.signed.verify_parsed` it
-        before relying on it) and the delivery as sent.
-
-        The peer's signed delivery receipt lists, for a head-form fold, the head
-        digest: a head it lists is held verified there, so later deliveries to
-        that address carry the fold proof (which names the head) without the
-        head. A peer that no longer holds it answers ``NOT_FOUND``; the
-        delivery is then repeated once with every head
-        (:class:`nodes.elision.HeadElision`).
+        Returns the peer's acknowledgement (with its signed delivery receipt,
+        parsed by nobody yet, when ``signed``) and the delivery as sent. An
+        acknowledged head is held verified there, so later deliveries to that
+        address carry the fold proof (which names the head) without the head.
+        A peer that no longer holds it answers ``NOT_FOUND``; the delivery is
+        then repeated once with every head (:class:`nodes.elision.HeadElision`).
         """
         return await self._elision.send(
-            self.ctx.transport.deliver, address, delivery, timeout, signer=signer
+            self.ctx.transport.deliver, address, delivery, timeout, signed=signed
         )
 
     async def rehydrate(

@@ -24,6 +24,7 @@ from contracts.evidence import EvidenceKind
 
 __all__ = [
     "EVIDENCE_KINDS",
+    "Acknowledgement",
     "Answer",
     "ChallengeResult",
     "CommittedCompaction",
@@ -97,6 +98,23 @@ class Delivery:
             + sum(len(o) for o in self.obligations)
             + sum(len(c) for c in self.custody)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledgement:
+    """A receiver's answer to a delivery it now holds.
+
+    The answer itself is the acknowledgement: the receiver verified, or held
+    verified, every statement and head the delivery named. ``receipt`` is its
+    signed delivery receipt (:class:`contracts.statements.DeliveryReceipt`
+    envelope bytes) when the sender asked for one, else empty: on the
+    delivery path it decides nothing (design, "Sign where it carries
+    information"), so a sender asks only where it cites it (``Forward``).
+    """
+
+    #: The receiver's clock when it held the value, ms since the epoch.
+    received_at: int
+    receipt: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

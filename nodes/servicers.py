@@ -171,16 +171,19 @@ class Deliver(deliver_pb2_grpc.DeliverServicer):
             raise MalformedRequest("deliver: no value given")
         sender = _authorised_sender(self.core, request.sender)
         delivery = wire.delivery_from_pb(request.value, sender)
+        signed = request.signed_receipt
         del request  # the parsed message holds a second copy of the value
-        # The receipt's digest of a large value is computed in a worker thread
+        # A signed receipt's digest of a large value is computed in a worker thread
         # (hashlib releases the GIL), not on the event loop demands are served on.
         digest = (
             await asyncio.to_thread(sha256_hex, delivery.value)
-            if len(delivery.value) >= _OFFLOAD_HASH_BYTES
+            if signed and len(delivery.value) >= _OFFLOAD_HASH_BYTES
             else None
         )
-        receipt = await self.core.deliver(delivery, value_digest=digest, by=auth.caller())
-        return wire.deliver_response(receipt)
+        ack = await self.core.deliver(
+            delivery, value_digest=digest, by=auth.caller(), signed=signed
+        )
+        return wire.deliver_response(ack)
 
     async def Rehydrate(
         self, request: deliver_pb2.RehydrateRequest, context: _Context

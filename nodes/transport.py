@@ -55,7 +55,7 @@ from nodes.auth import (
 )
 from nodes.errors import status_for
 from nodes.loopclock import loop_time
-from nodes.messages import Answer, ChallengeResult, Delivery, WitnessReply
+from nodes.messages import Acknowledgement, Answer, ChallengeResult, Delivery, WitnessReply
 from nodes.methods import method_name
 from nodes.noanswer import SILENT_CODES, CallFailed
 from nodes.retry import appointment_ms, retry_shed
@@ -123,7 +123,7 @@ class LocalNode(Protocol):
         deadline: float | None = None,
     ) -> ChallengeResult: ...
 
-    async def deliver(self, delivery: Delivery) -> bytes: ...
+    async def deliver(self, delivery: Delivery, *, signed: bool = False) -> Acknowledgement: ...
 
 
 @runtime_checkable
@@ -178,8 +178,11 @@ class Transport(Protocol):
         """``Evidence.Challenge`` on a witness."""
         ...
 
-    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
-        """``Deliver.Deliver``: returns the peer's signed delivery receipt."""
+    async def deliver(
+        self, address: str, delivery: Delivery, timeout: float, signed: bool = False
+    ) -> Acknowledgement:
+        """``Deliver.Deliver``: the peer's acknowledgement, with its signed delivery
+        receipt when ``signed``."""
         ...
 
     async def close(self) -> None: ...
@@ -565,16 +568,18 @@ class GrpcTransport:
 
         return await self._signed_call(address, retry_shed(method, attempt, timeout))
 
-    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
+    async def deliver(
+        self, address: str, delivery: Delivery, timeout: float, signed: bool = False
+    ) -> Acknowledgement:
         # A delivery is keyed by its value_ref: asking again is safe.
         reply = await self._signed_retried(
             address,
             _DELIVER,
             self._deliver_stub(address).Deliver,
-            wire.deliver_request(delivery),
+            wire.deliver_request(delivery, signed=signed),
             timeout,
         )
-        return bytes(reply.delivery_receipt)
+        return wire.acknowledgement_from_pb(reply)
 
     async def take_custody(
         self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float
@@ -791,11 +796,15 @@ class InMemoryTransport:
         )
         return result
 
-    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
+    async def deliver(
+        self, address: str, delivery: Delivery, timeout: float, signed: bool = False
+    ) -> Acknowledgement:
         core = self._node(address)
         self._check_size(address, wire.deliver_request_size(delivery))
-        receipt: bytes = await self._run(address, timeout, core.deliver(delivery))
-        return receipt
+        ack: Acknowledgement = await self._run(
+            address, timeout, core.deliver(delivery, signed=signed)
+        )
+        return ack
 
     async def take_custody(
         self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float

@@ -64,6 +64,7 @@ from nodes.attester import (
     RestoreResult,
 )
 from nodes.messages import (
+    Acknowledgement,
     Answer,
     ChallengeResult,
     CommittedCompaction,
@@ -112,6 +113,7 @@ __all__ = [
     "AskStreamCall",
     "DemandCall",
     "SizedAnswers",
+    "acknowledgement_from_pb",
     "add_checkpoint_request",
     "add_checkpoint_response",
     "answer_from_pb",
@@ -535,8 +537,8 @@ def delivery_from_value_bytes(data: bytes) -> Delivery:
     return delivery_from_pb(msg)
 
 
-def deliver_request(delivery: Delivery) -> deliver_pb2.DeliverRequest:
-    request = deliver_pb2.DeliverRequest(sender=delivery.sender)
+def deliver_request(delivery: Delivery, *, signed: bool = False) -> deliver_pb2.DeliverRequest:
+    request = deliver_pb2.DeliverRequest(sender=delivery.sender, signed_receipt=signed)
     _fill_delivered_value(request.value, delivery)
     return request
 
@@ -549,8 +551,12 @@ def deliver_request_from_bytes(data: bytes) -> deliver_pb2.DeliverRequest:
         raise EncodingError(f"not a DeliverRequest ({exc})") from None
 
 
-def deliver_response(receipt: bytes) -> deliver_pb2.DeliverResponse:
-    return deliver_pb2.DeliverResponse(delivery_receipt=receipt)
+def deliver_response(ack: Acknowledgement) -> deliver_pb2.DeliverResponse:
+    return deliver_pb2.DeliverResponse(delivery_receipt=ack.receipt, received_at=ack.received_at)
+
+
+def acknowledgement_from_pb(msg: deliver_pb2.DeliverResponse) -> Acknowledgement:
+    return Acknowledgement(int(msg.received_at), bytes(msg.delivery_receipt))
 
 
 def forward_request(value_ref: str, peer: str) -> deliver_pb2.ForwardRequest:
@@ -879,11 +885,14 @@ def challenge_response_size(result: ChallengeResult) -> int:
     return message_size(challenge_response(result))
 
 
-def deliver_request_size(delivery: Delivery) -> int:
+def deliver_request_size(delivery: Delivery, *, signed: bool = False) -> int:
     """Bytes of :func:`deliver_request` on the wire: ``ByteSize()`` of the message
     built from the delivery (its statements are ``bytes`` fields copied verbatim,
-    so building it packs nothing), built once per delivery: the size is kept on
-    the delivery, which the size check, the meter and the statement count share."""
+    so building it packs nothing). The unsigned request's size is built once per
+    delivery and kept on it, which the size check, the meter and the statement
+    count share; a request asking for a signed receipt (a forward) is sized anew."""
+    if signed:
+        return message_size(deliver_request(delivery, signed=True))
     size = delivery._request_size
     if not size:
         size = message_size(deliver_request(delivery))
@@ -900,9 +909,9 @@ def delivery_statement_size(delivery: Delivery) -> int:
     return deliver_request_size(delivery) - deliver_request_size(bare)
 
 
-def deliver_response_size(receipt: bytes) -> int:
+def deliver_response_size(ack: Acknowledgement) -> int:
     """Bytes of :func:`deliver_response` on the wire."""
-    return message_size(deliver_response(receipt))
+    return message_size(deliver_response(ack))
 
 
 # --------------------------------------------------------------------------- custody

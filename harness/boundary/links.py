@@ -39,7 +39,7 @@ from harness.boundary.topology import Topology
 from harness.boundary.wire import MeteredTransport
 from nodes.custodian import CustodyTransport
 from nodes.linkproxy import LinkProxy, LinkSpec
-from nodes.messages import Delivery, WitnessReply
+from nodes.messages import Acknowledgement, Delivery, WitnessReply
 from nodes.transport import Answer, CallFailed, ChallengeResult, Transport
 
 __all__ = ["LinkTotals", "Links", "RoutedTransport", "start_links"]
@@ -94,8 +94,10 @@ class RoutedTransport:
             timeout=timeout,
         )
 
-    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
-        return await self.inner.deliver(self._to(address), delivery, timeout)
+    async def deliver(
+        self, address: str, delivery: Delivery, timeout: float, signed: bool = False
+    ) -> Acknowledgement:
+        return await self.inner.deliver(self._to(address), delivery, timeout, signed)
 
     async def take_custody(
         self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float

@@ -18,7 +18,7 @@ Who does what:
   sender = the origin's id; the origin signs the heads, not the value) the
   way a node's ``send`` does, by the same code
   (:meth:`nodes.control.NodeClients.send`) — a head the first node
-  acknowledged in a signed receipt travels as its digest afterwards, and in
+  acknowledged in an earlier delivery travels as its digest afterwards, and in
   full again after a ``NOT_FOUND`` — and each relay forwards it with
   ``Forward`` (its own ``send``). The holder verifies heads and fold proofs in its own process.
 - **the holder is a node**: the driver asks it to rehydrate the held value
@@ -59,8 +59,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contracts.signed import Signed
-from contracts.statements import DeliveryReceipt
 from harness.boundary.choices import Role, TransportKind
 from harness.boundary.topology import EvidenceSink, NodeLost, NodeRef
 from harness.boundary.wire import WireMeter
@@ -337,21 +335,19 @@ class RemoteOps:
 
     async def deliver(
         self, path: Sequence[NodeRef], delivery: Delivery, timeout: float
-    ) -> tuple[Signed[DeliveryReceipt], Delivery]:
+    ) -> Delivery:
         """The origin's delivery as :meth:`nodes.holding.Holding.send` makes it.
 
-        Heads the first node acknowledged in an earlier signed receipt travel
-        as the digests their fold proofs name; a ``NOT_FOUND`` answer (the
-        node no longer holds one) repeats the delivery once with every head
+        Heads the first node acknowledged in an earlier delivery travel as the
+        digests their fold proofs name; a ``NOT_FOUND`` answer (the node no
+        longer holds one) repeats the delivery once with every head
         (:meth:`nodes.control.NodeClients.send`). Relays forward with their
         own ``send``.
         """
         sender, first = path[0], path[1]
         self._sender = sender.name
         try:
-            _, receipt, sent = await self.topo.clients.send(
-                first.address, delivery, timeout, signer=first.node_id
-            )
+            _, sent = await self.topo.clients.send(first.address, delivery, timeout)
         except CallFailed as exc:
             raise self._fail(first, f"deliver {delivery.value_ref}", exc) from None
         for relay, nxt in itertools.pairwise(path[1:]):
@@ -365,7 +361,7 @@ class RemoteOps:
                 raise self._fail(
                     relay, f"forward {delivery.value_ref} to {nxt.name}", exc
                 ) from None
-        return receipt, sent
+        return sent
 
     async def rehydrate(self, value_ref: str) -> RehydrationReport:
         holder = self.topo.holder

@@ -794,7 +794,7 @@ _COLUMN_NOTES = [
     "- Deliver RPC B/dec: protobuf bytes of the Deliver (and Forward) requests and"
     " responses; *value* is the delivered value, *statements* the fold proofs and heads"
     " riding with it (value + statements is what the table above calls bytes delivered),"
-    " *rest* the message fields, the receiver's signed receipt and any forwards along the"
+    " *rest* the message fields, the receiver's acknowledgement and any forwards along the"
     " chain;",
     "- rehydr. B: protobuf bytes of demand and challenge traffic per rehydrating decision;",
     "- hops fetched: hops that crossed the wire in demand answers per rehydrating decision;",

@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, assert_never
 
-from contracts.signed import Signed
-from contracts.statements import DeliveryReceipt
 from harness.boundary.choices import Role, TransportKind
 from harness.boundary.wire import MeteredTransport, WireMeter
 from nodes.app import RunningNode, load_or_create_identity, start_node
@@ -138,10 +136,9 @@ class NodeOps(Protocol):
     ) -> CommittedCompaction: ...
     async def deliver(
         self, path: Sequence[NodeRef], delivery: Delivery, timeout: float
-    ) -> tuple[Signed[DeliveryReceipt], Delivery]:
-        """The next node's delivery receipt (parsed and bound to its key, the
-        signature not verified: nothing in the experiment cites it) and the
-        delivery as sent."""
+    ) -> Delivery:
+        """Deliver along ``path``; the delivery as the first hop sent it. No
+        receipt is asked for: nothing in the experiment cites one."""
         ...
 
     async def rehydrate(self, value_ref: str) -> RehydrationReport: ...
@@ -272,19 +269,16 @@ class LocalOps:
 
     async def deliver(
         self, path: Sequence[NodeRef], delivery: Delivery, timeout: float
-    ) -> tuple[Signed[DeliveryReceipt], Delivery]:
-        _, receipt, sent = await self._core(path[0]).send(
-            path[1].address, delivery, timeout, signer=path[1].node_id
-        )
+    ) -> Delivery:
+        _, sent = await self._core(path[0]).send(path[1].address, delivery, timeout)
         for relay, nxt in itertools.pairwise(path[1:]):
-            # The relay's receipt from the next node is discarded: not verified.
             await self._core(relay).forward(
                 delivery.value_ref,
                 nxt.address,
                 deadline=time.monotonic() + timeout,
-                verify_receipt=False,
+                signed_receipt=False,
             )
-        return receipt, sent
+        return sent
 
     async def rehydrate(self, value_ref: str) -> RehydrationReport:
         topo = self.topo

@@ -47,7 +47,7 @@ from harness.lineage import FoldedPrefix, hop_fields
 from nodes import wire
 from nodes.attester import AttestationAnswer, AttestationAsk, AttestCarrier
 from nodes.custodian import CustodyTransport
-from nodes.messages import WitnessReply
+from nodes.messages import Acknowledgement, WitnessReply
 from nodes.transport import Answer, CallFailed, ChallengeResult, Delivery, Transport
 
 __all__ = [
@@ -447,15 +447,17 @@ class MeteredTransport:
         self._count("Challenge", req, resp)
         return result
 
-    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
-        req = wire.deliver_request_size(delivery)
+    async def deliver(
+        self, address: str, delivery: Delivery, timeout: float, signed: bool = False
+    ) -> Acknowledgement:
+        req = wire.deliver_request_size(delivery, signed=signed)
         try:
-            receipt = await self.inner.deliver(address, delivery, timeout)
+            ack = await self.inner.deliver(address, delivery, timeout, signed)
         except Exception:
             self._count("Deliver", req, 0, failed=True)
             raise
-        self._count("Deliver", req, wire.deliver_response_size(receipt))
-        return receipt
+        self._count("Deliver", req, wire.deliver_response_size(ack))
+        return ack
 
     async def take_custody(
         self, address: str, head: bytes, fold_proofs: Sequence[bytes], timeout: float

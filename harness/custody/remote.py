@@ -288,12 +288,10 @@ class RemotePool(TrialPool):
         )
         return started, committed
 
-    async def _send(self, handle: Any, delivery: Delivery) -> tuple[Any, Delivery]:
+    async def _send(self, handle: Any, delivery: Delivery) -> Delivery:
         holder = self._need_holder()
-        _, receipt, sent = await self.clients.send(
-            holder.address, delivery, _CONTROL_TIMEOUT_S, signer=holder.node_id
-        )
-        return receipt, sent
+        _, sent = await self.clients.send(holder.address, delivery, _CONTROL_TIMEOUT_S)
+        return sent
 
     async def _demand(self, value_ref: str) -> RehydrationReport:
         holder = self._need_holder()

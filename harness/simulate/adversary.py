@@ -43,8 +43,8 @@ from contracts.envelope import Envelope, EnvelopeSignature
 from contracts.errors import ContractError
 from contracts.evidence import Evidence, EvidenceKind, cite_head, verify_evidence
 from contracts.head_note import is_head_note, parse_head
-from contracts.signed import Signed, open_statement
-from contracts.statements import DeliveryReceipt, Obligation, Receipt
+from contracts.signed import open_statement
+from contracts.statements import Obligation, Receipt
 from harness.boundary.play import Runner
 from harness.boundary.topology import NodeOps, NodeRef, NodeSpec, Topology
 from harness.simulate.network import Availability, address_name
@@ -52,6 +52,7 @@ from nodes.attester import AttestationAnswer, AttestationAsk
 from nodes.client import HeldFold, Holder
 from nodes.errors import UnknownValue
 from nodes.messages import (
+    Acknowledgement,
     Answer,
     ChallengeResult,
     CommittedCompaction,
@@ -152,8 +153,10 @@ class _Silent:
             timeout=timeout,
         )
 
-    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
-        return await self.inner.deliver(address, delivery, timeout)
+    async def deliver(
+        self, address: str, delivery: Delivery, timeout: float, signed: bool = False
+    ) -> Acknowledgement:
+        return await self.inner.deliver(address, delivery, timeout, signed)
 
     async def request_attestation(
         self, address: str, ask: AttestationAsk, timeout: float
@@ -467,7 +470,7 @@ class _WatchedOps:
 
     async def deliver(
         self, path: Sequence[NodeRef], delivery: Delivery, timeout: float
-    ) -> tuple[Signed[DeliveryReceipt], Delivery]:
+    ) -> Delivery:
         return await self.inner.deliver(path, delivery, timeout)
 
     async def rehydrate(self, value_ref: str) -> RehydrationReport:

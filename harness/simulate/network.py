@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from nodes.attester import AttestationAnswer, AttestationAsk
-from nodes.messages import Answer, ChallengeResult, Delivery
+from nodes.messages import Acknowledgement, Answer, ChallengeResult, Delivery
 from nodes.transport import CallFailed, Transport, _resume
 
 __all__ = ["Availability", "LinkModel", "SimNetwork", "address_name", "churn_schedule"]
@@ -301,12 +301,17 @@ class _SimTransport:
             ),
         )
 
-    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
+    async def deliver(
+        self, address: str, delivery: Delivery, timeout: float, signed: bool = False
+    ) -> Acknowledgement:
         think = self.net.think_time_s(self.node)
         if think > 0:
             await asyncio.sleep(think)  # before the call: not part of its deadline
         return await self._call(
-            address, timeout, False, lambda: self.inner.deliver(address, delivery, timeout)
+            address,
+            timeout,
+            False,
+            lambda: self.inner.deliver(address, delivery, timeout, signed),
         )
 
     async def request_attestation(

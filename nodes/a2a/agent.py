@@ -187,7 +187,9 @@ class ProvnetRequestHandler(DefaultRequestHandlerV2):
                 params.message, max_bytes=self.core.config.max_message_bytes
             )
             try:
-                admitted.receipt = await self.core.deliver(delegation.delivery, by=A2A_ACCOUNT)
+                # the delegator keeps the receipt: signed
+                ack = await self.core.deliver(delegation.delivery, by=A2A_ACCOUNT, signed=True)
+                admitted.receipt = ack.receipt
             except (ContractError, NodeError) as exc:
                 # The statements failed the node's own checks: refused with the reason,
                 # and nothing is held or recorded against anyone.

@@ -29,7 +29,7 @@ from harness.gates import GateView
 from harness.replay import Replayer, ReplayParams
 from harness.trajectory import generate
 from nodes import wire
-from nodes.messages import Delivery
+from nodes.messages import Acknowledgement, Delivery
 
 CFG = ExperimentConfig()
 
@@ -226,6 +226,8 @@ def test_delivery_sizes_are_the_serialized_lengths_at_length_prefix_boundaries()
         ):
             sent = len(wire.deliver_request(d).SerializeToString())
             assert wire.deliver_request_size(d) == sent, n
+            asking = len(wire.deliver_request(d, signed=True).SerializeToString())
+            assert wire.deliver_request_size(d, signed=True) == asking > sent, n
             bare = Delivery(d.value_ref, d.value, (), (), d.sender)
             statements = sent - len(wire.deliver_request(bare).SerializeToString())
             assert wire.delivery_statement_size(d) == statements, n
@@ -234,10 +236,10 @@ def test_delivery_sizes_are_the_serialized_lengths_at_length_prefix_boundaries()
             assert wire.deliver_request_size(other) == len(
                 wire.deliver_request(other).SerializeToString()
             ), n
-        receipt = b"r" * n
-        assert wire.deliver_response_size(receipt) == len(
-            wire.deliver_response(receipt).SerializeToString()
-        ), n
+        for ack in (Acknowledgement(1_764_800_000_000, b"r" * n), Acknowledgement(n)):
+            assert wire.deliver_response_size(ack) == len(
+                wire.deliver_response(ack).SerializeToString()
+            ), n
 
 
 def test_default_workers_use_the_available_cores_at_most_one_per_run() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from harness.simulate.clock import VirtualTimeLoop, run_virtual
 from harness.simulate.network import LinkModel, SimNetwork
-from nodes.messages import Delivery
+from nodes.messages import Acknowledgement, Delivery
 from nodes.transport import CallFailed, Transport
 
 
@@ -30,15 +30,20 @@ class _Inner:
     def __init__(self, call_s: float) -> None:
         self.call_s = call_s
 
-    async def deliver(self, address: str, delivery: Delivery, timeout: float) -> bytes:
+    async def deliver(
+        self, address: str, delivery: Delivery, timeout: float, signed: bool = False
+    ) -> Acknowledgement:
         if self.call_s:
             await asyncio.sleep(self.call_s)
-        return b"receipt"
+        return Acknowledgement(0, b"receipt")
 
 
 async def _reference(
-    net: SimNetwork, address: str, timeout: float, call: Callable[[], Awaitable[bytes]]
-) -> bytes:
+    net: SimNetwork,
+    address: str,
+    timeout: float,
+    call: Callable[[], Awaitable[Acknowledgement]],
+) -> Acknowledgement:
     # the whole call under one timer, as a gRPC deadline bounds it
     try:
         async with asyncio.timeout(timeout):
@@ -65,7 +70,7 @@ def _play(
             else:
                 transport: Transport = net(inner, "a")  # type: ignore[arg-type]
                 out = await transport.deliver("b.mem:1", delivery, timeout)
-            outcome = out.decode()
+            outcome = out.receipt.decode()
         except CallFailed as exc:
             outcome = exc.code
         # a sleeper that wakes later shows nothing overran the loop's clock

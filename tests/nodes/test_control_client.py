@@ -14,6 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
+from contracts.signed import parse_statement, verify_parsed
+from contracts.statements import DeliveryReceipt
 from nodes import wire
 from nodes._pb.provnet.v1 import hoplog_pb2, node_pb2
 from nodes.control import CallRecord, NodeClient, NodeClients, RpcFailed
@@ -54,16 +56,17 @@ async def test_the_client_commits_delivers_as_a_node_sends_and_rehydrates(
         def value(ref: str, proof: bytes) -> Delivery:
             return Delivery(ref, ref.encode(), (), (), origin.node_id, (proof,), (compaction.head,))
 
-        _, receipt, sent = await clients.send(
-            holder.address, value("v1", compaction.fold_proofs[0]), 5.0, signer=holder.node_id
+        ack, sent = await clients.send(
+            holder.address, value("v1", compaction.fold_proofs[0]), 5.0, signed=True
         )
         assert sent.heads == (compaction.head,)
+        receipt = parse_statement(ack.receipt, DeliveryReceipt, signer=holder.node_id)
+        verify_parsed(receipt)
         assert receipt.statement.sender == origin.node_id
         sent_all = [sent]
-        _, _, sent = await clients.send(
-            holder.address, value("v2", compaction.fold_proofs[1]), 5.0, signer=holder.node_id
-        )
-        assert sent.heads == ()  # acknowledged in the first receipt: its digest only
+        ack, sent = await clients.send(holder.address, value("v2", compaction.fold_proofs[1]), 5.0)
+        assert sent.heads == ()  # acknowledged by the first answer: its digest only
+        assert ack.receipt == b""  # none asked for
         sent_all.append(sent)
         report = await clients.at(holder.address).rehydrate("v2", timeout=10.0)
         assert [o.outcome for o in report.outcomes] == [Outcome.SERVED]
@@ -76,7 +79,9 @@ async def test_the_client_commits_delivers_as_a_node_sends_and_rehydrates(
     delivers = [r for r in records if r.method == DELIVER]
     assert [r.code for r in delivers] == ["OK", "OK"]
     # metered as sent: the second delivery's request is that delivery, without the head
-    assert [r.request_bytes for r in delivers] == [wire.deliver_request_size(d) for d in sent_all]
+    assert [r.request_bytes for r in delivers] == [
+        wire.deliver_request_size(d, signed=s) for d, s in zip(sent_all, (True, False), strict=True)
+    ]
     assert all(r.code == "OK" and r.attempts == 1 and r.ms >= 0 for r in records)
     assert all(r.request_bytes >= 0 and r.response_bytes > 0 for r in records)
     assert {r.address for r in records} == {origin.address, holder.address}
@@ -97,7 +102,7 @@ async def test_a_holder_that_forgot_a_head_answers_not_found_and_gets_it_again(
             if i == 1:  # its caches are in memory: as after a restart
                 holder.core.heads = type(holder.core.heads)()
             delivery = Delivery(f"v{i}", b"v", (), (), origin.node_id, (proof,), (compaction.head,))
-            _, _, sent = await clients.send(holder.address, delivery, 5.0, signer=holder.node_id)
+            _, sent = await clients.send(holder.address, delivery, 5.0)
             assert sent.heads == (compaction.head,)
         assert holder.core.held("v1").delivery.heads == (compaction.head,)
     finally:

@@ -316,7 +316,9 @@ async def test_strangers_bodiless_bulk_calls_hold_nothing_the_operator_or_a_pinn
         async with control_channel(a.address, ControlCredentials(b_key)) as chan:
             peer: Any = deliver_pb2_grpc.DeliverStub(chan)
             receipt = await peer.Deliver(
-                deliver_request(Delivery("v-peer", b"y", (c_bytes,), (o_bytes,), "")),
+                deliver_request(
+                    Delivery("v-peer", b"y", (c_bytes,), (o_bytes,), ""), signed=True
+                ),
                 timeout=10,
             )
             assert receipt.delivery_receipt

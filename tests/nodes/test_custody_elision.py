@@ -30,9 +30,9 @@ async def test_a_statement_travels_in_full_once_then_by_digest(net: CustodyClust
     assert len(notes) == 2
     assert all(is_custody_note(n) for n in notes)
     address = h.advertised
-    _, _, first = await o.holding.send(address, held.delivery, 5.0)
+    _, first = await o.holding.send(address, held.delivery, 5.0)
     assert first.custody == notes
-    _, _, second = await o.holding.send(address, held.delivery, 5.0)
+    _, second = await o.holding.send(address, held.delivery, 5.0)
     assert [len(c) for c in second.custody] == [REFERENCE_BYTES, REFERENCE_BYTES]
     assert [c.hex() for c in second.custody] == [custody_digest(n) for n in notes]
     # what the receiver holds is the full notes, bound to the fold
@@ -48,11 +48,11 @@ async def test_a_receiver_that_lost_the_statements_gets_them_again_in_full(
     held = o.held(REF)
     await o.holding.send(h.advertised, held.delivery, 5.0)
     h.holding._statements = HeldStatements()  # a restart: its caches are in memory
-    _, _, sent = await o.holding.send(h.advertised, held.delivery, 5.0)
+    _, sent = await o.holding.send(h.advertised, held.delivery, 5.0)
     assert sent.custody == held.delivery.custody  # NOT_FOUND, then once in full
     assert h.held(REF).delivery.custody == held.delivery.custody
     # and by digest again after that
-    _, _, again = await o.holding.send(h.advertised, held.delivery, 5.0)
+    _, again = await o.holding.send(h.advertised, held.delivery, 5.0)
     assert [len(c) for c in again.custody] == [REFERENCE_BYTES]
 
 

@@ -55,12 +55,12 @@ async def test_a_tool_sends_what_the_node_would_delivery_for_delivery(cluster: M
     o1 = cluster.nodes["o1"]
 
     async def node_send(address: str, delivery: Delivery) -> Delivery:
-        return (await o1.send(address, delivery, 5.0))[2]
+        return (await o1.send(address, delivery, 5.0))[1]
 
     elision = HeadElision()
 
     async def tool_send(address: str, delivery: Delivery) -> Delivery:
-        return (await elision.send(o1.transport.deliver, address, delivery, 5.0))[2]
+        return (await elision.send(o1.transport.deliver, address, delivery, 5.0))[1]
 
     by_node = await _sequence(cluster, "h_node", node_send)
     by_tool = await _sequence(cluster, "h_tool", tool_send)

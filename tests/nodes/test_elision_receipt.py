@@ -1,7 +1,8 @@
-"""The sender's handling of a delivery receipt (nodes.elision.HeadElision.send):
-a receipt that is malformed, of another kind or bound to another key than the
-peer's is refused with the error naming what failed; a well-formed one is read
-field for field as signed."""
+"""A signed delivery receipt as the sender that asked for it reads it
+(``Holding.forward``: :func:`contracts.signed.parse_statement` bound to the
+peer's key, before the signature is verified): a receipt that is malformed, of
+another kind or bound to another key than the peer's is refused with the error
+naming what failed; a well-formed one is read field for field as signed."""
 
 from __future__ import annotations
 
@@ -13,10 +14,8 @@ import pytest
 from contracts.canonical import canonical_bytes
 from contracts.envelope import sign_envelope
 from contracts.errors import BindingMismatch, EncodingError
-from contracts.signed import StatementSigner, payload_type_of
+from contracts.signed import Signed, StatementSigner, parse_statement, payload_type_of
 from contracts.statements import DeliveryReceipt, StatementKind
-from nodes.elision import HeadElision
-from nodes.messages import Delivery
 from tests.contracts._support import NOW, fixed_identity
 
 HOLDER, SENDER = fixed_identity("holder"), fixed_identity("sender")
@@ -39,24 +38,19 @@ def _signed_json(obj: Any, kind: StatementKind = KIND) -> bytes:
     return sign_envelope(HOLDER, payload_type_of(kind), canonical_bytes(obj)).to_bytes()
 
 
-async def _send(answer: bytes) -> tuple[bytes, Any, Delivery]:
-    async def deliver(address: str, delivery: Delivery, timeout: float) -> bytes:
-        return answer
-
-    delivery = Delivery("v/1", b"{}", (), (), SENDER.node_id)
-    return await HeadElision().send(deliver, "holder:1", delivery, 1.0, signer=HOLDER.node_id)
+def _read(answer: bytes) -> Signed[DeliveryReceipt]:
+    return parse_statement(answer, DeliveryReceipt, signer=HOLDER.node_id)
 
 
-async def test_a_well_formed_receipt_is_read_as_signed_and_returned_verbatim() -> None:
+def test_a_well_formed_receipt_is_read_as_signed() -> None:
     statement = _receipt()
     data = StatementSigner(HOLDER, KIND).sign(statement)
-    got, receipt, _ = await _send(data)
-    assert got is data
+    receipt = _read(data)
     assert receipt.statement == statement
     assert receipt.to_bytes() == data
 
 
-async def test_a_receipt_bound_to_another_key_is_refused() -> None:
+def test_a_receipt_bound_to_another_key_is_refused() -> None:
     other = fixed_identity("other")
     statement = DeliveryReceipt(
         holder=other.node_id,
@@ -68,7 +62,7 @@ async def test_a_receipt_bound_to_another_key_is_refused() -> None:
     )
     data = StatementSigner(other, KIND).sign(statement)
     with pytest.raises(BindingMismatch, match=r"delivery-receipt .* names signer .* expected"):
-        await _send(data)
+        _read(data)
 
 
 def _set(key: str, value: object) -> Callable[[dict[str, Any]], None]:
@@ -140,12 +134,12 @@ MALFORMED: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
-async def test_a_malformed_receipt_is_refused_naming_what_failed(case: str) -> None:
+def test_a_malformed_receipt_is_refused_naming_what_failed(case: str) -> None:
     mutate, message = MALFORMED[case]
     obj = _receipt().to_json()
     mutate(obj)
     with pytest.raises(EncodingError) as raised:
-        await _send(_signed_json(obj))
+        _read(_signed_json(obj))
     assert str(raised.value).startswith(_P + message), str(raised.value)
 
 
@@ -163,12 +157,12 @@ async def test_a_malformed_receipt_is_refused_naming_what_failed(case: str) -> N
         ),
     ],
 )
-async def test_a_receipt_that_is_no_receipt_object_is_refused(answer: bytes, message: str) -> None:
+def test_a_receipt_that_is_no_receipt_object_is_refused(answer: bytes, message: str) -> None:
     with pytest.raises(EncodingError, match=message):
-        await _send(answer)
+        _read(answer)
 
 
-async def test_a_statement_of_another_kind_is_refused() -> None:
+def test_a_statement_of_another_kind_is_refused() -> None:
     obj = _receipt().to_json()
     with pytest.raises(EncodingError, match=r"payload type .* where .*delivery-receipt"):
-        await _send(_signed_json(obj, StatementKind.WITNESS_REPORT))
+        _read(_signed_json(obj, StatementKind.WITNESS_REPORT))

@@ -4,7 +4,7 @@ In-process nodes over the in-memory transport (the NodeCore code the gRPC
 server runs). An origin commits a compaction of several values under ONE
 head; a value is delivered with its fold proof and the head — a C2SP
 checkpoint note, carried byte for byte — or only the head's digest once the
-receiver acknowledged that head in a signed delivery receipt; the holder
+receiver acknowledged that head (an OK answer to a delivery naming it); the holder
 verifies the head once and judges faithful serves with no signature
 verification at all; every fault still yields one verified record naming the
 faulty origin.
@@ -23,11 +23,12 @@ from contracts.errors import BadSignature, EncodingError, RootMismatch, Verifica
 from contracts.evidence import EvidenceKind, verify_evidence
 from contracts.head_note import SignedHead, open_head
 from contracts.heads import FoldProof, VerifiedFold
+from contracts.signed import parse_statement, verify_parsed
 from contracts.statements import DeliveryReceipt
 from nodes._pb.provnet.v1 import common_pb2, deliver_pb2
 from nodes.client import Outcome
 from nodes.faults import FaultMode
-from nodes.messages import Delivery
+from nodes.messages import Acknowledgement, Delivery
 from nodes.services import HeldValue, NodeCore
 from nodes.transport import CallFailed
 from tests.nodes.rpc_support import MemCluster, audit, ed25519_counts, hop_json, single
@@ -45,12 +46,19 @@ async def _compaction(core: NodeCore, refs: list[str], hops: int = 4) -> tuple[b
 
 
 async def _deliver(
-    cluster: MemCluster, origin: str, holder: str, ref: str, proof: bytes, head: bytes
-) -> tuple[HeldValue, DeliveryReceipt]:
+    cluster: MemCluster,
+    origin: str,
+    holder: str,
+    ref: str,
+    proof: bytes,
+    head: bytes,
+    *,
+    signed: bool = False,
+) -> tuple[HeldValue, Acknowledgement]:
     core = cluster.nodes[origin]
     delivery = Delivery(ref, b"value " + ref.encode(), (), (), core.node_id, (proof,), (head,))
-    _, receipt, _ = await core.send(cluster.address(holder), delivery, 1.0)
-    return cluster.nodes[holder].held(ref), receipt.statement
+    ack, _ = await core.send(cluster.address(holder), delivery, 1.0, signed=signed)
+    return cluster.nodes[holder].held(ref), ack
 
 
 async def test_one_signature_per_compaction_however_many_values(cluster: MemCluster) -> None:
@@ -92,19 +100,27 @@ async def test_a_head_the_receiver_acknowledged_travels_as_its_digest(
     holder = await cluster.add("holder")
     head, proofs = await _compaction(origin, ["a", "b"])
     head_digest = open_head(head).digest
-    _, receipt = await _deliver(cluster, "origin", "holder", "a", proofs[0], head)
-    assert receipt.obligations == (head_digest,)  # the receipt acknowledges the head
+    _, ack = await _deliver(cluster, "origin", "holder", "a", proofs[0], head, signed=True)
+    receipt = parse_statement(ack.receipt, DeliveryReceipt, signer=holder.node_id)
+    verify_parsed(receipt)
+    assert receipt.statement.obligations == (head_digest,)  # a signed receipt names the head
     sent: list[Delivery] = []
+    asked: list[bool] = []
     real = origin.transport.deliver
 
-    async def spy(address: str, delivery: Delivery, timeout: float) -> bytes:
+    async def spy(
+        address: str, delivery: Delivery, timeout: float, signed: bool = False
+    ) -> Acknowledgement:
         sent.append(delivery)
-        return await real(address, delivery, timeout)
+        asked.append(signed)
+        return await real(address, delivery, timeout, signed)
 
     origin.transport.deliver = spy  # type: ignore[method-assign]
     checks = holder.heads.signature_checks
-    held, _ = await _deliver(cluster, "origin", "holder", "b", proofs[1], head)
+    held, ack = await _deliver(cluster, "origin", "holder", "b", proofs[1], head)
     assert sent[-1].heads == ()  # only the digest, inside the fold proof
+    assert asked == [False]
+    assert ack.receipt == b""  # no receipt asked, none signed
     assert holder.heads.signature_checks == checks
     assert held.folds[0].obligation.digest == head_digest
     # A receiver that lost the head asks for it (NOT_FOUND): sent again in full.
@@ -365,9 +381,11 @@ async def test_a_relay_forwards_the_origins_head_note_unchanged_over_grpc(
         sent: list[Delivery] = []
         real = relay.core.transport.deliver
 
-        async def spy(address: str, delivery: Delivery, timeout: float) -> bytes:
+        async def spy(
+            address: str, delivery: Delivery, timeout: float, signed: bool = False
+        ) -> Acknowledgement:
             sent.append(delivery)
-            return await real(address, delivery, timeout)
+            return await real(address, delivery, timeout, signed)
 
         relay.core.transport.deliver = spy  # type: ignore[method-assign]
         head, proofs = await _compaction(origin.core, ["a", "b"])

@@ -103,12 +103,12 @@ async def test_a_delivery_shed_by_a_node_whose_budget_is_spent_is_retried_until_
             assert shed.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "shed before reading the request" in (shed.value.details() or "")
             # The node's own client: shed too at first, then admitted once room is made.
-            delivering = asyncio.create_task(transport.deliver(node, delivery, 30.0))
+            delivering = asyncio.create_task(transport.deliver(node, delivery, 30.0, True))
             await asyncio.sleep(1.0)  # four budget waits: shed at least once meanwhile
             assert not delivering.done(), delivering
             release.set()
             held.cancel()
-            data = await delivering
+            data = (await delivering).receipt
         finally:
             release.set()
             held.cancel()

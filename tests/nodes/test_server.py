@@ -37,7 +37,7 @@ from nodes.auth import ControlAuth, signed_metadata
 from nodes.errors import PeerUnavailable
 from nodes.faults import FaultMode
 from nodes.interceptors import REQUEST_ID_KEY
-from nodes.messages import Outcome
+from nodes.messages import Acknowledgement, Outcome
 from nodes.server import SERVICE_NAMES
 from nodes.transport import GrpcTransport
 from tests.nodes.rpc_support import (
@@ -407,8 +407,8 @@ async def test_forward_accepts_only_a_receipt_for_this_sender_value_and_pinned_p
         for fields in forged.values():
             receipt = build_delivery_receipt(impostor, **fields).to_bytes()  # type: ignore[arg-type]
 
-            async def deliver(*_: object, receipt: bytes = receipt) -> bytes:
-                return receipt
+            async def deliver(*_: object, receipt: bytes = receipt) -> Acknowledgement:
+                return Acknowledgement(0, receipt)
 
             a.core.transport = type("Forged", (), {"deliver": staticmethod(deliver)})()
             with pytest.raises(EncodingError, match="acknowledged another"):
@@ -416,8 +416,8 @@ async def test_forward_accepts_only_a_receipt_for_this_sender_value_and_pinned_p
         # The same forger with every field right is accepted (nothing pinned for the address).
         receipt = build_delivery_receipt(impostor, **right).to_bytes()  # type: ignore[arg-type]
 
-        async def deliver_right(*_: object) -> bytes:
-            return receipt
+        async def deliver_right(*_: object) -> Acknowledgement:
+            return Acknowledgement(0, receipt)
 
         a.core.transport = type("Right", (), {"deliver": staticmethod(deliver_right)})()
         assert await a.core.forward("v1", "127.0.0.1:1") == receipt
@@ -428,15 +428,14 @@ async def test_forward_accepts_only_a_receipt_for_this_sender_value_and_pinned_p
 async def test_forward_returns_only_a_receipt_whose_signature_verifies(
     tmp_path: Path, nodes: list[RunningNode]
 ) -> None:
-    """A delivery receipt is parsed, not verified, on the way (it decides only
-    which heads travel next time); what Forward returns is verified: a receipt
-    with every field right but a broken signature, or altered after signing,
-    is refused."""
+    """What Forward returns is verified: a receipt with every field right but a
+    broken signature, or altered after signing, is refused. A forward that
+    cites no receipt asks for none and returns none."""
     import dataclasses
 
     from contracts import sha256_hex
     from contracts.envelope import Envelope, EnvelopeSignature
-    from contracts.errors import BadSignature, EncodingError
+    from contracts.errors import BadSignature
     from contracts.serve import build_delivery_receipt
 
     a = await grpc_node(tmp_path, "a")
@@ -472,27 +471,24 @@ async def test_forward_returns_only_a_receipt_whose_signature_verifies(
         for what, envelope in forged.items():
             data = envelope.to_bytes()
 
-            async def deliver(*_: object, data: bytes = data) -> bytes:
-                return data
+            asked: list[bool] = []
+
+            async def deliver(
+                *args: object, data: bytes = data, asked: list[bool] = asked
+            ) -> Acknowledgement:
+                asked.append(bool(args[-1]))
+                return Acknowledgement(now, data if args[-1] else b"")
 
             a.core.transport = type("Forged", (), {"deliver": staticmethod(deliver)})()
             with pytest.raises(BadSignature, match="does not verify"):
                 await a.core.forward("v1", "127.0.0.1:1")
-            # A caller that discards the receipt does not pay for its signature,
-            # but its fields are still checked.
-            assert await a.core.forward("v1", "127.0.0.1:1", verify_receipt=False) == data, what
-            wrong = receipt(b"other").to_bytes()
-
-            async def deliver_wrong(*_: object, data: bytes = wrong) -> bytes:
-                return data
-
-            a.core.transport = type("Wrong", (), {"deliver": staticmethod(deliver_wrong)})()
-            with pytest.raises(EncodingError, match="acknowledged another"):
-                await a.core.forward("v1", "127.0.0.1:1", verify_receipt=False)
+            # A caller that cites no receipt asks for none: nothing to verify.
+            assert await a.core.forward("v1", "127.0.0.1:1", signed_receipt=False) == b"", what
+            assert asked == [True, False], what
         good_bytes = good.to_bytes()
 
-        async def deliver_good(*_: object) -> bytes:
-            return good_bytes
+        async def deliver_good(*_: object) -> Acknowledgement:
+            return Acknowledgement(now, good_bytes)
 
         a.core.transport = type("Good", (), {"deliver": staticmethod(deliver_good)})()
         assert await a.core.forward("v1", "127.0.0.1:1") == good_bytes
@@ -557,7 +553,7 @@ async def test_a_forward_without_a_caller_deadline_is_not_bound_by_the_serve_dea
     await _commit(a, 2, value_ref="v1", value=b"compacted value")
     real = b.core.deliver
 
-    async def slow(*args: Any, **kw: Any) -> bytes:
+    async def slow(*args: Any, **kw: Any) -> Acknowledgement:
         await asyncio.sleep(3 * MIN_DEADLINE_MS / 1000)  # three serve deadlines of a: a busy peer
         return await real(*args, **kw)
 

@@ -13,7 +13,7 @@ from contracts.serve import build_demand
 from nodes import wire
 from nodes.app import RunningNode
 from nodes.faults import FaultMode
-from nodes.messages import Answer
+from nodes.messages import Acknowledgement, Answer
 from nodes.services import NodeCore
 from nodes.transport import CallFailed, GrpcTransport, InMemoryTransport, Transport
 from tests.nodes.rpc_support import accusation_audit, grpc_node, held_fold, hop_json
@@ -138,7 +138,7 @@ class _Handler:
         self.waits, self.wait_s, self.block_s, self.raises = waits, wait_s, block_s, raises
         self.cancelled = False
 
-    async def deliver(self, delivery: object) -> bytes:
+    async def deliver(self, delivery: object, *, signed: bool = False) -> Acknowledgement:
         import asyncio
         import time
 
@@ -151,14 +151,15 @@ class _Handler:
             raise
         if self.raises is not None:
             raise self.raises
-        return b"receipt"
+        return Acknowledgement(0, b"receipt")
 
 
 async def _deliver(handler: _Handler, timeout: float) -> bytes:
     from nodes.messages import Delivery
 
     transport = InMemoryTransport(registry={"n.mem:1": handler})  # type: ignore[dict-item]
-    return await transport.deliver("n.mem:1", Delivery("v", b"x", (), ()), timeout)
+    ack = await transport.deliver("n.mem:1", Delivery("v", b"x", (), ()), timeout, True)
+    return ack.receipt
 
 
 async def test_in_memory_calls_keep_the_deadline_results_and_errors_when_they_wait() -> None:

@@ -26,7 +26,7 @@ from nodes._pb.provnet.v1 import common_pb2 as provnet_dot_v1_dot_common__pb2
 from nodes._pb.provnet.v1 import policy_pb2 as provnet_dot_v1_dot_policy__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18provnet/v1/deliver.proto\x12\nprovnet.v1\x1a\x17provnet/v1/common.proto\x1a\x17provnet/v1/policy.proto\"K\n\x0e\x44\x65liverRequest\x12)\n\x05value\x18\x01 \x01(\x0b\x32\x1a.provnet.v1.DeliveredValue\x12\x0e\n\x06sender\x18\x02 \x01(\t\"+\n\x0f\x44\x65liverResponse\x12\x18\n\x10\x64\x65livery_receipt\x18\x01 \x01(\x0c\"8\n\x10RehydrateRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x11\n\twitnesses\x18\x02 \x03(\t\">\n\x0bVerifiedHop\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x12\n\nleaf_index\x18\x02 \x01(\r\x12\x0b\n\x03hop\x18\x03 \x01(\x0c\"\xda\x01\n\rOriginOutcome\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x10\n\x08\x65vidence\x18\x04 \x01(\x0c\x12\x15\n\revidence_path\x18\x05 \x01(\t\x12\x0c\n\x04\x61sks\x18\x06 \x01(\r\x12\x17\n\x0fwitnesses_asked\x18\x07 \x01(\r\x12\x1c\n\x14witnesses_unanswered\x18\x08 \x01(\r\x12\x19\n\x11witness_confirmed\x18\t \x01(\x08\x12\x0f\n\x07\x63leared\x18\n \x01(\x08\"\xd9\x01\n\x11RehydrateResponse\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12+\n\x08outcomes\x18\x02 \x03(\x0b\x32\x19.provnet.v1.OriginOutcome\x12%\n\x04hops\x18\x03 \x03(\x0b\x32\x17.provnet.v1.VerifiedHop\x12\x0c\n\x04rpcs\x18\x04 \x01(\r\x12\x10\n\x08\x63omplete\x18\x05 \x01(\x08\x12*\n\x07parties\x18\x06 \x03(\x0b\x32\x19.provnet.v1.OriginOutcome\x12\x11\n\trecovered\x18\x07 \x01(\x08\"1\n\x0e\x46orwardRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x0c\n\x04peer\x18\x02 \x01(\t\"+\n\x0f\x46orwardResponse\x12\x18\n\x10\x64\x65livery_receipt\x18\x01 \x01(\x0c\x32\xc0\x07\n\x07\x44\x65liver\x12\xe6\x02\n\x07\x44\x65liver\x12\x1a.provnet.v1.DeliverRequest\x1a\x1b.provnet.v1.DeliverResponse\"\xa1\x02\xc2\x82\x19\x9c\x02\x08\x01\x12\x81\x01the node holds the value and signs a delivery receipt naming its sender: an operator key names any sender, a node key only itself\x18\x02 \x01(\x02\x32\x8d\x01the receiver holds a value under its value_ref: the same delivery again replaces it with the same statements and is acknowledged the same way\x12\xbf\x02\n\tRehydrate\x12\x1c.provnet.v1.RehydrateRequest\x1a\x1d.provnet.v1.RehydrateResponse\"\xf4\x01\xc2\x82\x19\xef\x01\x08\x01\x12Wthe node demands from origins on the operator\'s behalf and stores the evidence it finds\x18\x01 \x01(\x02\x32\x8b\x01\x61 rehydration reads: its demands carry fresh nonces, and a second run over the same value asks the origins again and verifies the same hops\x12\x89\x02\n\x07\x46orward\x12\x1a.provnet.v1.ForwardRequest\x1a\x1b.provnet.v1.ForwardResponse\"\xc4\x01\xc2\x82\x19\xbf\x01\x08\x01\x12Hthe node delivers a held value to a peer, signing the delivery as itself\x18\x01 \x01(\x02\x32ka forward delivers the held value unchanged to the peer: a second one is a duplicate delivery (see Deliver)b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18provnet/v1/deliver.proto\x12\nprovnet.v1\x1a\x17provnet/v1/common.proto\x1a\x17provnet/v1/policy.proto\"c\n\x0e\x44\x65liverRequest\x12)\n\x05value\x18\x01 \x01(\x0b\x32\x1a.provnet.v1.DeliveredValue\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x16\n\x0esigned_receipt\x18\x03 \x01(\x08\"@\n\x0f\x44\x65liverResponse\x12\x18\n\x10\x64\x65livery_receipt\x18\x01 \x01(\x0c\x12\x13\n\x0breceived_at\x18\x02 \x01(\x04\"8\n\x10RehydrateRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x11\n\twitnesses\x18\x02 \x03(\t\">\n\x0bVerifiedHop\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x12\n\nleaf_index\x18\x02 \x01(\r\x12\x0b\n\x03hop\x18\x03 \x01(\x0c\"\xda\x01\n\rOriginOutcome\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x10\n\x08\x65vidence\x18\x04 \x01(\x0c\x12\x15\n\revidence_path\x18\x05 \x01(\t\x12\x0c\n\x04\x61sks\x18\x06 \x01(\r\x12\x17\n\x0fwitnesses_asked\x18\x07 \x01(\r\x12\x1c\n\x14witnesses_unanswered\x18\x08 \x01(\r\x12\x19\n\x11witness_confirmed\x18\t \x01(\x08\x12\x0f\n\x07\x63leared\x18\n \x01(\x08\"\xd9\x01\n\x11RehydrateResponse\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12+\n\x08outcomes\x18\x02 \x03(\x0b\x32\x19.provnet.v1.OriginOutcome\x12%\n\x04hops\x18\x03 \x03(\x0b\x32\x17.provnet.v1.VerifiedHop\x12\x0c\n\x04rpcs\x18\x04 \x01(\r\x12\x10\n\x08\x63omplete\x18\x05 \x01(\x08\x12*\n\x07parties\x18\x06 \x03(\x0b\x32\x19.provnet.v1.OriginOutcome\x12\x11\n\trecovered\x18\x07 \x01(\x08\"1\n\x0e\x46orwardRequest\x12\x11\n\tvalue_ref\x18\x01 \x01(\t\x12\x0c\n\x04peer\x18\x02 \x01(\t\"+\n\x0f\x46orwardResponse\x12\x18\n\x10\x64\x65livery_receipt\x18\x01 \x01(\x0c\x32\xc3\x07\n\x07\x44\x65liver\x12\xe9\x02\n\x07\x44\x65liver\x12\x1a.provnet.v1.DeliverRequest\x1a\x1b.provnet.v1.DeliverResponse\"\xa4\x02\xc2\x82\x19\x9f\x02\x08\x01\x12\x84\x01the node holds the value and may sign a delivery receipt naming its sender: an operator key names any sender, a node key only itself\x18\x02 \x01(\x02\x32\x8d\x01the receiver holds a value under its value_ref: the same delivery again replaces it with the same statements and is acknowledged the same way\x12\xbf\x02\n\tRehydrate\x12\x1c.provnet.v1.RehydrateRequest\x1a\x1d.provnet.v1.RehydrateResponse\"\xf4\x01\xc2\x82\x19\xef\x01\x08\x01\x12Wthe node demands from origins on the operator\'s behalf and stores the evidence it finds\x18\x01 \x01(\x02\x32\x8b\x01\x61 rehydration reads: its demands carry fresh nonces, and a second run over the same value asks the origins again and verifies the same hops\x12\x89\x02\n\x07\x46orward\x12\x1a.provnet.v1.ForwardRequest\x1a\x1b.provnet.v1.ForwardResponse\"\xc4\x01\xc2\x82\x19\xbf\x01\x08\x01\x12Hthe node delivers a held value to a peer, signing the delivery as itself\x18\x01 \x01(\x02\x32ka forward delivers the held value unchanged to the peer: a second one is a duplicate delivery (see Deliver)b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,27 +34,27 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'provnet.v1.deliver_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DELIVER'].methods_by_name['Deliver']._loaded_options = None
-  _globals['_DELIVER'].methods_by_name['Deliver']._serialized_options = b'\302\202\031\234\002\010\001\022\201\001the node holds the value and signs a delivery receipt naming its sender: an operator key names any sender, a node key only itself\030\002 \001(\0022\215\001the receiver holds a value under its value_ref: the same delivery again replaces it with the same statements and is acknowledged the same way'
+  _globals['_DELIVER'].methods_by_name['Deliver']._serialized_options = b'\302\202\031\237\002\010\001\022\204\001the node holds the value and may sign a delivery receipt naming its sender: an operator key names any sender, a node key only itself\030\002 \001(\0022\215\001the receiver holds a value under its value_ref: the same delivery again replaces it with the same statements and is acknowledged the same way'
   _globals['_DELIVER'].methods_by_name['Rehydrate']._loaded_options = None
   _globals['_DELIVER'].methods_by_name['Rehydrate']._serialized_options = b'\302\202\031\357\001\010\001\022Wthe node demands from origins on the operator\'s behalf and stores the evidence it finds\030\001 \001(\0022\213\001a rehydration reads: its demands carry fresh nonces, and a second run over the same value asks the origins again and verifies the same hops'
   _globals['_DELIVER'].methods_by_name['Forward']._loaded_options = None
   _globals['_DELIVER'].methods_by_name['Forward']._serialized_options = b'\302\202\031\277\001\010\001\022Hthe node delivers a held value to a peer, signing the delivery as itself\030\001 \001(\0022ka forward delivers the held value unchanged to the peer: a second one is a duplicate delivery (see Deliver)'
   _globals['_DELIVERREQUEST']._serialized_start=90
-  _globals['_DELIVERREQUEST']._serialized_end=165
-  _globals['_DELIVERRESPONSE']._serialized_start=167
-  _globals['_DELIVERRESPONSE']._serialized_end=210
-  _globals['_REHYDRATEREQUEST']._serialized_start=212
-  _globals['_REHYDRATEREQUEST']._serialized_end=268
-  _globals['_VERIFIEDHOP']._serialized_start=270
-  _globals['_VERIFIEDHOP']._serialized_end=332
-  _globals['_ORIGINOUTCOME']._serialized_start=335
-  _globals['_ORIGINOUTCOME']._serialized_end=553
-  _globals['_REHYDRATERESPONSE']._serialized_start=556
-  _globals['_REHYDRATERESPONSE']._serialized_end=773
-  _globals['_FORWARDREQUEST']._serialized_start=775
-  _globals['_FORWARDREQUEST']._serialized_end=824
-  _globals['_FORWARDRESPONSE']._serialized_start=826
-  _globals['_FORWARDRESPONSE']._serialized_end=869
-  _globals['_DELIVER']._serialized_start=872
-  _globals['_DELIVER']._serialized_end=1832
+  _globals['_DELIVERREQUEST']._serialized_end=189
+  _globals['_DELIVERRESPONSE']._serialized_start=191
+  _globals['_DELIVERRESPONSE']._serialized_end=255
+  _globals['_REHYDRATEREQUEST']._serialized_start=257
+  _globals['_REHYDRATEREQUEST']._serialized_end=313
+  _globals['_VERIFIEDHOP']._serialized_start=315
+  _globals['_VERIFIEDHOP']._serialized_end=377
+  _globals['_ORIGINOUTCOME']._serialized_start=380
+  _globals['_ORIGINOUTCOME']._serialized_end=598
+  _globals['_REHYDRATERESPONSE']._serialized_start=601
+  _globals['_REHYDRATERESPONSE']._serialized_end=818
+  _globals['_FORWARDREQUEST']._serialized_start=820
+  _globals['_FORWARDREQUEST']._serialized_end=869
+  _globals['_FORWARDRESPONSE']._serialized_start=871
+  _globals['_FORWARDRESPONSE']._serialized_end=914
+  _globals['_DELIVER']._serialized_start=917
+  _globals['_DELIVER']._serialized_end=1880
 # @@protoc_insertion_point(module_scope)

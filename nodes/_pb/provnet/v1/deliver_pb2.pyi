@@ -25,9 +25,14 @@ class DeliverRequest(_message.Message):
 
     VALUE_FIELD_NUMBER: _builtins.int
     SENDER_FIELD_NUMBER: _builtins.int
+    SIGNED_RECEIPT_FIELD_NUMBER: _builtins.int
     sender: _builtins.str
     """Node id of the sender (the origin, or a holder forwarding the value);
     named in the signed delivery receipt.
+    """
+    signed_receipt: _builtins.bool
+    """Ask for the receiver's signed delivery receipt. Without it the answer is
+    unsigned: the sender learns that the value is held, nothing it could cite.
     """
     @_builtins.property
     def value(self) -> _common_pb2.DeliveredValue: ...
@@ -36,10 +41,11 @@ class DeliverRequest(_message.Message):
         *,
         value: _common_pb2.DeliveredValue | None = ...,
         sender: _builtins.str = ...,
+        signed_receipt: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["sender", b"sender", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sender", b"sender", "signed_receipt", b"signed_receipt", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -50,19 +56,25 @@ class DeliverResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DELIVERY_RECEIPT_FIELD_NUMBER: _builtins.int
+    RECEIVED_AT_FIELD_NUMBER: _builtins.int
     delivery_receipt: _builtins.bytes
-    """Signed delivery receipt. For a head-form fold its `obligations` entry is
-    the head digest: the receipt acknowledges the heads the receiver now
-    holds verified, so the sender may send their digests alone next time.
+    """Signed delivery receipt, present only when the request asked for one. For
+    a head-form fold its `obligations` entry is the head digest.
+    """
+    received_at: _builtins.int
+    """The receiver's clock when it held the value (ms since the epoch). An OK
+    answer acknowledges every head the delivery named: the receiver verified
+    it or held it verified, so the sender may send its digest alone next time.
     """
     def __init__(
         self,
         *,
         delivery_receipt: _builtins.bytes = ...,
+        received_at: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivery_receipt", b"delivery_receipt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivery_receipt", b"delivery_receipt", "received_at", b"received_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -56,8 +56,9 @@ class DeliverServicer:
 
     def Deliver(self, request, context):
         """Receive a compacted value with its commitments and obligations; the
-        statements are verified before the value is held, and the node answers
-        with its signed delivery receipt.
+        statements are verified before the value is held. The answer is an
+        acknowledgement; it carries the node's signed delivery receipt only when
+        the request asks for one (design, "Sign where it carries information").
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

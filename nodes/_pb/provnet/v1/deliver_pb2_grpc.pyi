@@ -33,8 +33,9 @@ class DeliverStub:
     def __new__(cls, channel: _aio.Channel) -> DeliverAsyncStub: ...
     Deliver: _grpc.UnaryUnaryMultiCallable[_deliver_pb2.DeliverRequest, _deliver_pb2.DeliverResponse]
     """Receive a compacted value with its commitments and obligations; the
-    statements are verified before the value is held, and the node answers
-    with its signed delivery receipt.
+    statements are verified before the value is held. The answer is an
+    acknowledgement; it carries the node's signed delivery receipt only when
+    the request asks for one (design, "Sign where it carries information").
     """
     Rehydrate: _grpc.UnaryUnaryMultiCallable[_deliver_pb2.RehydrateRequest, _deliver_pb2.RehydrateResponse]
     """Holder control: demand the folded hops of a held value from the origins
@@ -51,8 +52,9 @@ class DeliverAsyncStub(DeliverStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Deliver: _aio.UnaryUnaryMultiCallable[_deliver_pb2.DeliverRequest, _deliver_pb2.DeliverResponse]  # type: ignore[assignment]
     """Receive a compacted value with its commitments and obligations; the
-    statements are verified before the value is held, and the node answers
-    with its signed delivery receipt.
+    statements are verified before the value is held. The answer is an
+    acknowledgement; it carries the node's signed delivery receipt only when
+    the request asks for one (design, "Sign where it carries information").
     """
     Rehydrate: _aio.UnaryUnaryMultiCallable[_deliver_pb2.RehydrateRequest, _deliver_pb2.RehydrateResponse]  # type: ignore[assignment]
     """Holder control: demand the folded hops of a held value from the origins
@@ -72,8 +74,9 @@ class DeliverServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_deliver_pb2.DeliverResponse, _abc.Awaitable[_deliver_pb2.DeliverResponse]]:
         """Receive a compacted value with its commitments and obligations; the
-        statements are verified before the value is held, and the node answers
-        with its signed delivery receipt.
+        statements are verified before the value is held. The answer is an
+        acknowledgement; it carries the node's signed delivery receipt only when
+        the request asks for one (design, "Sign where it carries information").
         """
 
     @_abc_1.abstractmethod
