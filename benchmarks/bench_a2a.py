@@ -104,7 +104,7 @@ async def run(rounds: int, hops: int) -> dict[str, dict[str, float]]:
                 report = await b.node.core.rehydrate(value.value_ref)
                 if not report.complete:
                     raise SystemExit(f"deliver: rehydration failed: {report.outcomes}")
-                return wire.deliver_request_size(outgoing), len(
+                return wire.deliver_request_size(outgoing, signed=True), len(
                     wire.deliver_response(ack).SerializeToString()
                 )
 

@@ -309,10 +309,13 @@ class NodeClient:
         reply = await self._unary(_DELIVER, self._deliver.Deliver, request, timeout)
         return wire.acknowledgement_from_pb(reply)
 
-    async def forward(self, value_ref: str, peer: str, *, timeout: float | None = None) -> bytes:
+    async def forward(
+        self, value_ref: str, peer: str, *, timeout: float | None = None, receipt: bool = True
+    ) -> bytes:
         """``Deliver.Forward``: the node delivers its held value to ``peer``; that peer's
-        signed delivery receipt."""
-        request = wire.forward_request(value_ref, peer)
+        signed delivery receipt, verified by the node (``receipt=False``: none is
+        asked for, and ``b""`` is returned)."""
+        request = wire.forward_request(value_ref, peer, receipt=receipt)
         reply = await self._unary(_FORWARD, self._deliver.Forward, request, timeout)
         return bytes(reply.delivery_receipt)
 

@@ -9,10 +9,10 @@ bytes long (its header line and signature line alone are longer), so each
 entry is one or the other.
 
 * **Sender** (:class:`CustodyAcks`, inside :class:`nodes.elision.HeadElision`):
-  a statement is acknowledged by the receiver's delivery receipt for a delivery
-  that carried it in full — a receiver verifies every statement a delivery
+  a statement is acknowledged by the receiver's OK answer to a delivery that
+  carried it in full — a receiver verifies every statement a delivery
   carries, and refuses the delivery if one does not verify or names no fold
-  of the value, so a receipt means it now holds each verified.
+  of the value, so an OK answer means it now holds each verified.
 * **Receiver** (:class:`HeldStatements`, in :class:`nodes.holding.Holding`):
   keeps the notes it verified, by digest (bounded, in memory); a digest it
   does not hold (a restart, an eviction) is ``NOT_FOUND``, and the sender
@@ -68,7 +68,7 @@ class CustodyAcks:
             self._acked.pop((address, custody_digest(note)))
 
     def acknowledge(self, address: str, custody: Iterable[bytes], received_at_ms: int) -> None:
-        """``address`` acknowledged, by a receipt dated ``received_at_ms``, a delivery
+        """``address`` acknowledged, by an answer dated ``received_at_ms``, a delivery
         that carried ``custody`` in full. A statement that had run out by then is not
         acknowledged: the receiver drops an expired promise without keeping it, so its
         digest would only be answered ``NOT_FOUND`` (and the full note sent) every time."""

@@ -197,7 +197,10 @@ class Deliver(deliver_pb2_grpc.DeliverServicer):
         self, request: deliver_pb2.ForwardRequest, context: _Context
     ) -> deliver_pb2.ForwardResponse:
         receipt = await self.core.forward(
-            request.value_ref, request.peer, deadline=_deadline(context)
+            request.value_ref,
+            request.peer,
+            deadline=_deadline(context),
+            signed_receipt=not request.without_receipt,
         )
         return deliver_pb2.ForwardResponse(delivery_receipt=receipt)
 

@@ -800,7 +800,7 @@ class InMemoryTransport:
         self, address: str, delivery: Delivery, timeout: float, signed: bool = False
     ) -> Acknowledgement:
         core = self._node(address)
-        self._check_size(address, wire.deliver_request_size(delivery))
+        self._check_size(address, wire.deliver_request_size(delivery, signed=signed))
         ack: Acknowledgement = await self._run(
             address, timeout, core.deliver(delivery, signed=signed)
         )

@@ -559,8 +559,10 @@ def acknowledgement_from_pb(msg: deliver_pb2.DeliverResponse) -> Acknowledgement
     return Acknowledgement(int(msg.received_at), bytes(msg.delivery_receipt))
 
 
-def forward_request(value_ref: str, peer: str) -> deliver_pb2.ForwardRequest:
-    return deliver_pb2.ForwardRequest(value_ref=value_ref, peer=peer)
+def forward_request(
+    value_ref: str, peer: str, *, receipt: bool = True
+) -> deliver_pb2.ForwardRequest:
+    return deliver_pb2.ForwardRequest(value_ref=value_ref, peer=peer, without_receipt=not receipt)
 
 
 def rehydrate_request(value_ref: str, witnesses: Sequence[str]) -> deliver_pb2.RehydrateRequest:

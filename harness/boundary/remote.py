@@ -352,10 +352,11 @@ class RemoteOps:
             raise self._fail(first, f"deliver {delivery.value_ref}", exc) from None
         for relay, nxt in itertools.pairwise(path[1:]):
             # The relay's own Deliver to the next node carries the value and statements
-            # (its heads as digests once the next node acknowledged them).
+            # (its heads as digests once the next node acknowledged them); no
+            # receipt is asked for, as on in-process nodes.
             try:
                 await self.topo.clients.at(relay.address).forward(
-                    delivery.value_ref, nxt.name, timeout=timeout
+                    delivery.value_ref, nxt.name, timeout=timeout, receipt=False
                 )
             except CallFailed as exc:
                 raise self._fail(

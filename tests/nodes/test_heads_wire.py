@@ -391,8 +391,11 @@ async def test_a_relay_forwards_the_origins_head_note_unchanged_over_grpc(
         head, proofs = await _compaction(origin.core, ["a", "b"])
         for ref, proof in zip(("a", "b"), proofs, strict=True):
             delivery = Delivery(ref, b"v", (), (), origin.node_id, (proof,), (head,))
-            await origin.core.send(relay.address, delivery, 5.0)
-        await relay.core.forward("a", holder.address)
+            ack, _ = await origin.core.send(relay.address, delivery, 5.0)
+            assert ack.receipt == b""  # over gRPC too: none asked for, none signed
+            assert ack.received_at > 0
+        receipt = await relay.core.forward("a", holder.address)
+        assert parse_statement(receipt, DeliveryReceipt).statement.sender == relay.node_id
         assert holder.core.held("a").delivery.heads == (head,)  # byte-exact, as signed
         await relay.core.forward("b", holder.address)
         assert [len(d.heads) for d in sent] == [1, 0]  # acknowledged: the digest only

@@ -178,7 +178,12 @@ async def test_value_forwarded_a_b_c_is_rehydrated_by_c_from_a_directly(
     async with operator_channel(b.address) as chan:
         stub: Any = deliver_pb2_grpc.DeliverStub(chan)
         at_b = await stub.Rehydrate(deliver_pb2.RehydrateRequest(value_ref="v1"), timeout=10)
-        await stub.Forward(deliver_pb2.ForwardRequest(value_ref="v1", peer=c.address), timeout=5)
+        # A caller that cites no receipt gets none (the node asks its peer for none).
+        unsigned = await stub.Forward(
+            deliver_pb2.ForwardRequest(value_ref="v1", peer=c.address, without_receipt=True),
+            timeout=5,
+        )
+        assert unsigned.delivery_receipt == b""
     demands_before = await _serve_calls(a)
     async with operator_channel(c.address) as chan:
         stub = deliver_pb2_grpc.DeliverStub(chan)
@@ -429,13 +434,14 @@ async def test_forward_returns_only_a_receipt_whose_signature_verifies(
     tmp_path: Path, nodes: list[RunningNode]
 ) -> None:
     """What Forward returns is verified: a receipt with every field right but a
-    broken signature, or altered after signing, is refused. A forward that
-    cites no receipt asks for none and returns none."""
+    broken signature, or altered after signing, is refused, and so is an answer
+    without the receipt asked for. A forward that cites no receipt asks for
+    none and returns none."""
     import dataclasses
 
     from contracts import sha256_hex
     from contracts.envelope import Envelope, EnvelopeSignature
-    from contracts.errors import BadSignature
+    from contracts.errors import BadSignature, EncodingError
     from contracts.serve import build_delivery_receipt
 
     a = await grpc_node(tmp_path, "a")
@@ -485,6 +491,12 @@ async def test_forward_returns_only_a_receipt_whose_signature_verifies(
             # A caller that cites no receipt asks for none: nothing to verify.
             assert await a.core.forward("v1", "127.0.0.1:1", signed_receipt=False) == b"", what
             assert asked == [True, False], what
+        async def deliver_unsigned(*_: object) -> Acknowledgement:
+            return Acknowledgement(now)  # asked for a receipt, answers without one
+
+        a.core.transport = type("Unsigned", (), {"deliver": staticmethod(deliver_unsigned)})()
+        with pytest.raises(EncodingError, match="not valid JSON"):
+            await a.core.forward("v1", "127.0.0.1:1")
         good_bytes = good.to_bytes()
 
         async def deliver_good(*_: object) -> Acknowledgement:

@@ -230,18 +230,24 @@ class ForwardRequest(_message.Message):
 
     VALUE_REF_FIELD_NUMBER: _builtins.int
     PEER_FIELD_NUMBER: _builtins.int
+    WITHOUT_RECEIPT_FIELD_NUMBER: _builtins.int
     value_ref: _builtins.str
     peer: _builtins.str
     """Peer name from the node's peer list, or host:port."""
+    without_receipt: _builtins.bool
+    """The caller cites no receipt: the node asks the peer for none, and the
+    response's `delivery_receipt` is empty.
+    """
     def __init__(
         self,
         *,
         value_ref: _builtins.str = ...,
         peer: _builtins.str = ...,
+        without_receipt: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["peer", b"peer", "value_ref", b"value_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["peer", b"peer", "value_ref", b"value_ref", "without_receipt", b"without_receipt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -253,6 +259,9 @@ class ForwardResponse(_message.Message):
 
     DELIVERY_RECEIPT_FIELD_NUMBER: _builtins.int
     delivery_receipt: _builtins.bytes
+    """The peer's signed delivery receipt, its signature verified (empty when
+    the request set `without_receipt`).
+    """
     def __init__(
         self,
         *,
