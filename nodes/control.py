@@ -310,12 +310,17 @@ class NodeClient:
         return wire.acknowledgement_from_pb(reply)
 
     async def forward(
-        self, value_ref: str, peer: str, *, timeout: float | None = None, receipt: bool = True
+        self,
+        value_ref: str,
+        peer: str,
+        *,
+        timeout: float | None = None,
+        signed_receipt: bool = True,
     ) -> bytes:
         """``Deliver.Forward``: the node delivers its held value to ``peer``; that peer's
-        signed delivery receipt, verified by the node (``receipt=False``: none is
-        asked for, and ``b""`` is returned)."""
-        request = wire.forward_request(value_ref, peer, receipt=receipt)
+        signed delivery receipt, verified by the node (``signed_receipt=False``: none
+        is asked for, and ``b""`` is returned)."""
+        request = wire.forward_request(value_ref, peer, signed_receipt=signed_receipt)
         reply = await self._unary(_FORWARD, self._deliver.Forward, request, timeout)
         return bytes(reply.delivery_receipt)
 

@@ -28,7 +28,7 @@ from contracts.evidence import equivocation_evidence, split_view_evidence
 from contracts.head_note import SignedHead
 from contracts.heads import FoldProof, HeadCache, verify_fold
 from contracts.serve import verify_delivery
-from contracts.signed import Signed, StatementSigner, parse_statement, verify_parsed
+from contracts.signed import Signed, StatementSigner, open_statement
 from contracts.statements import Commitment, DeliveryReceipt, Obligation, StatementKind
 from nodes import store as st
 from nodes.client import HeldFold
@@ -429,8 +429,7 @@ class Holding:
         if not signed_receipt:
             return b""
         # What Forward returns is the peer's word that it holds the value: checked.
-        receipt = parse_statement(ack.receipt, DeliveryReceipt, signer=self.config.pinned_key(peer))
-        verify_parsed(receipt)
+        receipt = open_statement(ack.receipt, DeliveryReceipt, signer=self.config.pinned_key(peer))
         r = receipt.statement
         if (
             r.sender != self.node_id

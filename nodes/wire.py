@@ -560,9 +560,11 @@ def acknowledgement_from_pb(msg: deliver_pb2.DeliverResponse) -> Acknowledgement
 
 
 def forward_request(
-    value_ref: str, peer: str, *, receipt: bool = True
+    value_ref: str, peer: str, *, signed_receipt: bool = True
 ) -> deliver_pb2.ForwardRequest:
-    return deliver_pb2.ForwardRequest(value_ref=value_ref, peer=peer, without_receipt=not receipt)
+    return deliver_pb2.ForwardRequest(
+        value_ref=value_ref, peer=peer, without_receipt=not signed_receipt
+    )
 
 
 def rehydrate_request(value_ref: str, witnesses: Sequence[str]) -> deliver_pb2.RehydrateRequest:

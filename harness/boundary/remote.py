@@ -356,7 +356,7 @@ class RemoteOps:
             # receipt is asked for, as on in-process nodes.
             try:
                 await self.topo.clients.at(relay.address).forward(
-                    delivery.value_ref, nxt.name, timeout=timeout, receipt=False
+                    delivery.value_ref, nxt.name, timeout=timeout, signed_receipt=False
                 )
             except CallFailed as exc:
                 raise self._fail(

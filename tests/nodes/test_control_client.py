@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from contracts.signed import parse_statement, verify_parsed
+from contracts.signed import open_statement
 from contracts.statements import DeliveryReceipt
 from nodes import wire
 from nodes._pb.provnet.v1 import hoplog_pb2, node_pb2
@@ -60,8 +60,7 @@ async def test_the_client_commits_delivers_as_a_node_sends_and_rehydrates(
             holder.address, value("v1", compaction.fold_proofs[0]), 5.0, signed=True
         )
         assert sent.heads == (compaction.head,)
-        receipt = parse_statement(ack.receipt, DeliveryReceipt, signer=holder.node_id)
-        verify_parsed(receipt)
+        receipt = open_statement(ack.receipt, DeliveryReceipt, signer=holder.node_id)
         assert receipt.statement.sender == origin.node_id
         sent_all = [sent]
         ack, sent = await clients.send(holder.address, value("v2", compaction.fold_proofs[1]), 5.0)

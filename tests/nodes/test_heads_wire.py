@@ -23,7 +23,7 @@ from contracts.errors import BadSignature, EncodingError, RootMismatch, Verifica
 from contracts.evidence import EvidenceKind, verify_evidence
 from contracts.head_note import SignedHead, open_head
 from contracts.heads import FoldProof, VerifiedFold
-from contracts.signed import parse_statement, verify_parsed
+from contracts.signed import open_statement, parse_statement
 from contracts.statements import DeliveryReceipt
 from nodes._pb.provnet.v1 import common_pb2, deliver_pb2
 from nodes.client import Outcome
@@ -101,8 +101,7 @@ async def test_a_head_the_receiver_acknowledged_travels_as_its_digest(
     head, proofs = await _compaction(origin, ["a", "b"])
     head_digest = open_head(head).digest
     _, ack = await _deliver(cluster, "origin", "holder", "a", proofs[0], head, signed=True)
-    receipt = parse_statement(ack.receipt, DeliveryReceipt, signer=holder.node_id)
-    verify_parsed(receipt)
+    receipt = open_statement(ack.receipt, DeliveryReceipt, signer=holder.node_id)
     assert receipt.statement.obligations == (head_digest,)  # a signed receipt names the head
     sent: list[Delivery] = []
     asked: list[bool] = []
